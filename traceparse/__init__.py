@@ -1,0 +1,47 @@
+"""traceparse: GPU and deep-learning profiler output as one normalized event table, and analyses over it.
+
+Python API::
+
+    import traceparse
+    trace = traceparse.load("trace.json.gz")      # a path, or a store id / prefix
+    trace.events                                  # polars DataFrame (traceparse.schema)
+    trace.to_pandas()
+    findings = traceparse.analyze(trace, rules=["kernel-share"])
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from pathlib import Path
+
+from traceparse.errors import InputError, StoreError, TraceparseError
+from traceparse.plugins import hookimpl
+from traceparse.rule import Finding
+from traceparse.trace import Device, Trace, TraceMeta
+
+
+def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = None) -> Trace:
+    """Load a trace from a file (read directly, the store untouched) or from the store by id or unique prefix."""
+    from traceparse.ingest import read_paths
+    from traceparse.store import Store
+
+    if Path(path_or_id).exists():
+        traces = read_paths([path_or_id], fmt)
+        if len(traces) != 1:
+            raise InputError(f"{path_or_id}: holds {len(traces)} traces; use traceparse.ingest.read_paths")
+        return traces[0]
+    s = Store(store)
+    return s.load(s.resolve_id(str(path_or_id)))
+
+
+def analyze(trace: Trace, rules: list[str] | None = None, settings: dict | None = None,
+            gpu: str | None = None) -> list[Finding]:
+    """Run rules (default: every rule that applies) on a trace and return the findings."""
+    from traceparse.analysis import analyze as _analyze
+
+    return _analyze(trace, rules=rules, settings=settings, gpu=gpu)
+
+
+__all__ = ["Device", "Finding", "InputError", "StoreError", "Trace", "TraceMeta", "TraceparseError",
+           "__version__", "analyze", "hookimpl", "load"]

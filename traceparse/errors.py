@@ -1,0 +1,32 @@
+"""Errors a user can act on.
+
+:class:`InputError` is raised for bad input (a file that is not what it
+claims, a bad option): the CLI prints its message as one line and exits
+with status 2. Its message names the file, the line or record, and what was
+expected.
+"""
+
+from __future__ import annotations
+
+
+class TraceparseError(Exception):
+    """Base class of every error traceparse reports without a traceback."""
+
+    exit_code = 2
+
+
+class InputError(TraceparseError):
+    """A file, argument or option is not what it must be."""
+
+
+class StoreError(TraceparseError):
+    """The store cannot do what was asked (no such trace, ambiguous id)."""
+
+
+def bad_input(path: object, where: str | int | None, expected: str) -> InputError:
+    """Build the one-line error for ``path`` at ``where`` (a line number or record)."""
+    if where is None or where == "":
+        return InputError(f"{path}: {expected}")
+    if isinstance(where, int):
+        return InputError(f"{path}:{where}: {expected}")
+    return InputError(f"{path}: {where}: {expected}")

@@ -1,0 +1,71 @@
+"""Hook specifications: the whole plugin interface of traceparse.
+
+A plugin is a module (or object) with functions named like the hooks below,
+decorated with ``traceparse.hookimpl``, registered through the ``traceparse``
+entry-point group of its package::
+
+    [project.entry-points.traceparse]
+    myplugin = "my_package.my_module"
+
+Every hook here is collecting: each plugin returns a list and the core
+concatenates them. Built-in readers and rules use the same hooks.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("traceparse")
+
+
+@hookspec
+def traceparse_readers():
+    """Return a list of :class:`traceparse.reader.Reader` instances.
+
+    Called once when the plugin manager starts. Each reader's ``name`` must be
+    unique; it is what ``--format NAME`` selects and what ``traceparse
+    formats`` lists. With ``--format auto`` every reader's ``sniff`` is asked
+    and the most confident one reads the file.
+    """
+
+
+@hookspec
+def traceparse_rules():
+    """Return a list of :class:`traceparse.rule.Rule` instances.
+
+    Called once when the plugin manager starts. ``traceparse analyze`` runs
+    every rule that applies to a trace (or those named with ``--rule``);
+    ``traceparse rules`` lists them with their thresholds.
+    """
+
+
+@hookspec
+def traceparse_exporters():
+    """Return a list of :class:`traceparse.exporter.Exporter` instances.
+
+    ``traceparse export TRACE --to NAME --out PATH`` calls the exporter whose
+    ``name`` is NAME.
+    """
+
+
+@hookspec
+def traceparse_commands():
+    """Return a list of :class:`traceparse.command.Command` instances.
+
+    Each becomes a sub-command of the ``traceparse`` CLI (for analyses that
+    are more than a rule: comparing traces, charts, models). A command whose
+    name is already taken is skipped with a warning.
+    """
+
+
+@hookspec
+def traceparse_gpu_specs():
+    """Return a list of GPU specification dicts for the GPU catalog.
+
+    Each dict has at least ``name`` and ``match`` (a list of lower-case
+    substrings that identify the device name a tool writes, e.g.
+    ``["h100", "hbm3"]``), and any of the figures documented in
+    docs/gpu_catalog.md (``sm_count``, ``peak_flops`` per precision,
+    ``dram_gbps``, ``host_link_gbps``, ...), each with its ``sources``.
+    Later plugins' entries with the same ``name`` replace earlier ones.
+    """

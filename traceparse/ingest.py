@@ -1,0 +1,123 @@
+"""From input paths to normalized traces: pick the reader, read, store."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from traceparse.errors import InputError
+from traceparse.plugins import Registry, registry as default_registry
+from traceparse.reader import ReadOptions, Reader
+from traceparse.schema import conform
+from traceparse.sources import check_readable, content_size, read_head, sha256_of
+from traceparse.store import Store, trace_id_for
+from traceparse.trace import Trace, TraceMeta
+
+
+@dataclass
+class IngestResult:
+    """What one ingest did: the trace's metadata and whether it was already stored."""
+
+    meta: TraceMeta
+    already_stored: bool
+
+
+def detect_reader(path: Path, reg: Registry) -> Reader:
+    """The reader most confident it can read ``path``; an :class:`InputError` naming those tried if none is."""
+    head = read_head(path)
+    best, best_score = None, 0.0
+    for reader in reg.readers.values():
+        try:
+            score = float(reader.sniff(path, head))
+        except Exception:  # a sniffer must never stop detection
+            score = 0.0
+        if score > best_score:
+            best, best_score = reader, score
+    if best is None:
+        tried = ", ".join(sorted(reg.readers)) or "none installed"
+        raise InputError(f"{path}: not a format traceparse recognises (tried: {tried})")
+    return best
+
+
+def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> list[tuple[Reader, list[Path]]]:
+    """Group input paths into traces, each with the reader that will read it.
+
+    With ``fmt="auto"`` each path is sniffed; the paths a reader claims are
+    then grouped by that reader (e.g. the CSV reports of one nsys capture
+    become one trace).
+    """
+    reg = reg or default_registry()
+    forced = None if fmt == "auto" else reg.reader(fmt)
+    claimed: dict[str, list[Path]] = {}
+    readers: dict[str, Reader] = {}
+    for path in paths:
+        check_readable(path)
+        reader = forced or detect_reader(path, reg)
+        readers[reader.name] = reader
+        claimed.setdefault(reader.name, []).append(path)
+    groups = []
+    for name, claimed_paths in claimed.items():
+        for group in readers[name].group(claimed_paths):
+            groups.append((readers[name], group))
+    return groups
+
+
+def read_group(reader: Reader, paths: list[Path], progress: Callable[[int], None] | None = None,
+               params: dict | None = None, sha256: str | None = None) -> Trace:
+    """Read one group of paths with ``reader`` into a (possibly streamed) :class:`Trace`.
+
+    The metadata gets the source paths, content hash, format and id; the
+    reader's warnings are appended to ``meta.warnings`` as it reads.
+    """
+    options = ReadOptions(progress=progress or (lambda n: None), params=dict(params or {}))
+    sha256 = sha256 or sha256_of(paths)
+    trace = reader.read(paths, options)
+    meta = trace.meta
+    meta.source_paths = [str(p) for p in paths]
+    meta.sha256 = sha256
+    meta.id = trace_id_for(sha256)
+    meta.format = meta.format or reader.name
+    options.warnings = meta.warnings  # warnings raised while a streamed trace is consumed land here too
+    return trace
+
+
+def ingest(paths: list[Path | str], *, store: Store, fmt: str = "auto", tags: dict[str, str] | None = None,
+           params: dict | None = None, progress_factory=None, reg: Registry | None = None) -> list[IngestResult]:
+    """Ingest ``paths`` into ``store``; content already there is recognised by its hash and not read again.
+
+    ``progress_factory(description, total_bytes)`` may return a context
+    manager yielding an ``advance(n)`` callable, for a progress bar.
+    """
+    reg = reg or default_registry()
+    results = []
+    for reader, group in plan([Path(p) for p in paths], fmt, reg):
+        sha256 = sha256_of(group)
+        trace_id = trace_id_for(sha256)
+        if store.has(trace_id):
+            meta = store.update_tags(trace_id, tags or {})
+            store.set_last(trace_id)
+            results.append(IngestResult(meta, already_stored=True))
+            continue
+        label = group[0].name + (f" (+{len(group) - 1})" if len(group) > 1 else "")
+        bar = progress_factory(f"reading {label}", content_size(group)) if progress_factory else nullcontext(None)
+        with bar as advance:
+            trace = read_group(reader, group, advance, params, sha256)
+            trace.meta.tags.update(tags or {})
+            meta = store.write(trace)
+        results.append(IngestResult(meta, already_stored=False))
+    return results
+
+
+def read_paths(paths: list[Path | str], fmt: str = "auto", params: dict | None = None,
+               reg: Registry | None = None) -> list[Trace]:
+    """Read paths into in-memory traces without touching a store."""
+    reg = reg or default_registry()
+    traces = []
+    for reader, group in plan([Path(p) for p in paths], fmt, reg):
+        trace = read_group(reader, group, params=params)
+        trace.events = conform(trace.events, trace_id=trace.meta.id)
+        trace.meta.event_count = trace.events.height
+        traces.append(trace)
+    return traces

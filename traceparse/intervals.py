@@ -1,0 +1,111 @@
+"""Interval arithmetic over event tables, in polars (sort and sweep), for rules to share.
+
+Intervals are half-open ``[start_ns, start_ns + duration_ns)``. Every
+function takes a DataFrame with ``start_ns`` and ``duration_ns`` (rows with a
+null start are ignored) and optional grouping columns ``by`` (typically
+``["device_id"]``), and does the work per group.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def _timed(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    return df.filter(pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()).select(
+        *by, pl.col("start_ns").alias("start"), (pl.col("start_ns") + pl.col("duration_ns")).alias("end")
+    )
+
+
+def union(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """Merge overlapping intervals: columns ``by`` + ``start``, ``end``, sorted by start."""
+    by = by or []
+    iv = _timed(df, by).sort([*by, "start"])
+    if iv.height == 0:
+        return iv
+    prev_end = pl.col("end").cum_max().shift(1)
+    if by:
+        prev_end = prev_end.over(by)
+    iv = iv.with_columns(new=(prev_end.is_null() | (pl.col("start") > prev_end)).cast(pl.Int64))
+    seg = pl.col("new").cum_sum()
+    iv = iv.with_columns(segment=seg.over(by) if by else seg)
+    return iv.group_by([*by, "segment"], maintain_order=True).agg(
+        pl.col("start").min(), pl.col("end").max()
+    ).drop("segment")
+
+
+def union_length(df: pl.DataFrame, by: list[str] | None = None) -> int:
+    """Total time covered by at least one interval (summed over groups)."""
+    u = union(df, by)
+    return int(u.select((pl.col("end") - pl.col("start")).sum()).item() or 0)
+
+
+def overlap_with(df: pl.DataFrame, cover: pl.DataFrame, by: list[str] | None = None) -> pl.Series:
+    """For each timed row of ``df``, the length of its intersection with the union of ``cover``.
+
+    Uses the cumulative covered length F(t) = |union ∩ (-inf, t]|, so each
+    row costs two as-of joins: |[s, e) ∩ U| = F(e) - F(s). Returns a series
+    aligned with the timed rows of ``df`` in their original order.
+    """
+    by = by or []
+    rows = _timed(df, by).with_row_index("_row")
+    u = union(cover, by)
+    if u.height == 0 or rows.height == 0:
+        return pl.Series("overlap_ns", [0] * rows.height, dtype=pl.Int64)
+    u = u.sort([*by, "start"]).with_columns(length=pl.col("end") - pl.col("start"))
+    before = pl.col("length").cum_sum().shift(1, fill_value=0)
+    u = u.with_columns(covered_before=before.over(by) if by else before)
+
+    def covered_until(column: str) -> pl.DataFrame:
+        t = rows.select("_row", *by, pl.col(column).alias("t")).sort("t")
+        j = t.join_asof(
+            u.sort("start"), left_on="t", right_on="start", by=by or None, strategy="backward",
+            check_sortedness=False,
+        )
+        return j.select(
+            "_row",
+            (pl.col("covered_before").fill_null(0)
+             + (pl.min_horizontal(pl.col("t"), pl.col("end")) - pl.col("start")).clip(lower_bound=0).fill_null(0)
+             ).alias(column),
+        )
+
+    both = covered_until("end").join(covered_until("start"), on="_row").sort("_row")
+    return (both["end"] - both["start"]).alias("overlap_ns")
+
+
+def depth_profile(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """Sweep of how many intervals are open: rows ``by`` + ``t``, ``depth``, ``length``.
+
+    ``depth`` intervals are open during ``[t, t + length)``. Ends sort before
+    starts at the same instant, so touching intervals do not count as
+    concurrent.
+    """
+    by = by or []
+    iv = _timed(df, by)
+    edges = pl.concat([
+        iv.select(*by, pl.col("start").alias("t"), pl.lit(1, dtype=pl.Int64).alias("delta")),
+        iv.select(*by, pl.col("end").alias("t"), pl.lit(-1, dtype=pl.Int64).alias("delta")),
+    ]).sort([*by, "t", "delta"])
+    depth = pl.col("delta").cum_sum()
+    nxt = pl.col("t").shift(-1)
+    return edges.with_columns(
+        depth=depth.over(by) if by else depth,
+        length=(nxt.over(by) if by else nxt) - pl.col("t"),
+    ).filter(pl.col("length").is_not_null())
+
+
+def time_at_depth(df: pl.DataFrame, minimum: int, by: list[str] | None = None) -> int:
+    """Total time with at least ``minimum`` intervals open (summed over groups)."""
+    prof = depth_profile(df, by)
+    return int(prof.filter(pl.col("depth") >= minimum)["length"].sum() or 0)
+
+
+def gaps(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """Idle gaps between the merged intervals: ``by`` + ``start``, ``end``, ``length``."""
+    by = by or []
+    u = union(df, by)
+    prev = pl.col("end").shift(1)
+    return u.with_columns(gap_start=prev.over(by) if by else prev).filter(
+        pl.col("gap_start").is_not_null()
+    ).select(*by, pl.col("gap_start").alias("start"), pl.col("start").alias("end"),
+             (pl.col("start") - pl.col("gap_start")).alias("length"))

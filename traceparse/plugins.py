@@ -1,0 +1,161 @@
+"""The plugin manager: loads every plugin of the ``traceparse`` entry-point group.
+
+Built-in plugins are registered through the same entry points as third-party
+ones. A plugin that fails to import is recorded as broken (``traceparse
+plugins`` shows it) and the others keep working.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from functools import cached_property
+
+import pluggy
+
+from traceparse import hookspecs
+from traceparse.errors import InputError
+
+ENTRY_POINT_GROUP = "traceparse"
+hookimpl = pluggy.HookimplMarker("traceparse")
+
+
+@dataclass
+class PluginInfo:
+    """One entry point of the ``traceparse`` group, loaded or not."""
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    builtin: bool
+    error: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self.error is not None
+
+
+class Registry:
+    """The loaded plugins and what they provide, looked up by name."""
+
+    def __init__(self, pm: pluggy.PluginManager, infos: list[PluginInfo]):
+        self.pm = pm
+        self.plugins = infos
+        self.warnings: list[str] = []
+
+    def _collect(self, hook_name: str) -> list:
+        hook = getattr(self.pm.hook, hook_name)
+        items = []
+        for impl in reversed(hook.get_hookimpls()):  # registration order
+            try:
+                result = impl.function()
+            except Exception as exc:  # a plugin's bug must not take the others down
+                self._mark_broken(impl.plugin_name, f"{hook_name} failed: {exc}")
+                continue
+            items.extend(result or [])
+        return items
+
+    def _mark_broken(self, plugin_name: str, error: str) -> None:
+        for info in self.plugins:
+            if info.name == plugin_name and info.error is None:
+                info.error = error
+
+    def _by_name(self, kind: str, objects: list) -> dict:
+        table = {}
+        for obj in objects:
+            if obj.name in table:
+                self.warnings.append(f"{kind} {obj.name!r} is provided twice; the later one wins")
+            table[obj.name] = obj
+        return table
+
+    @cached_property
+    def readers(self) -> dict:
+        """Reader name -> :class:`traceparse.reader.Reader`."""
+        return self._by_name("format", self._collect("traceparse_readers"))
+
+    @cached_property
+    def rules(self) -> dict:
+        """Rule name -> :class:`traceparse.rule.Rule`."""
+        return self._by_name("rule", self._collect("traceparse_rules"))
+
+    @cached_property
+    def exporters(self) -> dict:
+        """Exporter name -> :class:`traceparse.exporter.Exporter`."""
+        return self._by_name("exporter", self._collect("traceparse_exporters"))
+
+    @cached_property
+    def commands(self) -> dict:
+        """Command name -> :class:`traceparse.command.Command`."""
+        return self._by_name("command", self._collect("traceparse_commands"))
+
+    @cached_property
+    def gpu_specs(self) -> list[dict]:
+        """GPU catalog entries from every plugin, later ones replacing earlier ones of the same name."""
+        merged: dict[str, dict] = {}
+        for spec in self._collect("traceparse_gpu_specs"):
+            merged[spec["name"]] = spec
+        return list(merged.values())
+
+    def reader(self, name: str):
+        """The reader called ``name``, or an :class:`InputError` listing those there are."""
+        try:
+            return self.readers[name]
+        except KeyError:
+            raise InputError(f"unknown --format {name!r}; known formats: auto, {', '.join(sorted(self.readers))}") from None
+
+    def rule(self, name: str):
+        """The rule called ``name``, or an :class:`InputError` listing those there are."""
+        try:
+            return self.rules[name]
+        except KeyError:
+            raise InputError(f"unknown rule {name!r}; known rules: {', '.join(sorted(self.rules))}") from None
+
+
+def _distribution_of(entry_point) -> tuple[str, str]:
+    dist = getattr(entry_point, "dist", None)
+    if dist is None:
+        return "unknown", "unknown"
+    return dist.metadata["Name"], dist.version
+
+
+def load_registry(extra_plugins: list | tuple = ()) -> Registry:
+    """Load every plugin of the entry-point group (plus ``extra_plugins``, for tests)."""
+    pm = pluggy.PluginManager("traceparse")
+    pm.add_hookspecs(hookspecs)
+    infos: list[PluginInfo] = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist_name, version = _distribution_of(ep)
+        info = PluginInfo(ep.name, ep.value, dist_name, version, builtin=dist_name == "traceparse")
+        infos.append(info)
+        if pm.has_plugin(ep.name):
+            info.error = f"another plugin is already registered as {ep.name!r}"
+            continue
+        try:
+            module = ep.load()
+            pm.register(module, name=ep.name)
+        except Exception as exc:
+            info.error = f"{type(exc).__name__}: {exc}"
+    for plugin in extra_plugins:
+        name = getattr(plugin, "__name__", None) or type(plugin).__name__
+        pm.register(plugin, name=name)
+        infos.append(PluginInfo(name, name, "(registered in code)", "", builtin=False))
+    return Registry(pm, infos)
+
+
+_registry: Registry | None = None
+
+
+def registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _registry
+    if _registry is None:
+        _registry = load_registry()
+    return _registry
+
+
+def reset_registry(extra_plugins: list | tuple = ()) -> Registry:
+    """Reload the plugins (tests register throwaway plugins this way)."""
+    global _registry
+    _registry = load_registry(extra_plugins)
+    return _registry

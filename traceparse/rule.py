@@ -1,0 +1,89 @@
+"""What an analysis rule is and what it reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from traceparse.trace import Trace
+
+#: Severities, least to most severe.
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass
+class Finding:
+    """One result of a rule on one trace.
+
+    ``metrics`` are the figures the rule computed (JSON keys documented per
+    rule); ``items`` are the top offenders, each a dict.
+    """
+
+    rule: str
+    severity: str
+    title: str
+    message: str
+    suggestion: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    trace: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used by ``traceparse analyze --json``."""
+        return {
+            "trace": self.trace,
+            "rule": self.rule,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "suggestion": self.suggestion,
+            "metrics": self.metrics,
+            "items": self.items,
+        }
+
+
+def severity_rank(severity: str) -> int:
+    """Position of ``severity`` in :data:`SEVERITIES` (higher is worse)."""
+    return SEVERITIES.index(severity)
+
+
+@dataclass
+class RuleOptions:
+    """What the core passes to :meth:`Rule.check`.
+
+    ``thresholds`` are the rule's defaults overridden by ``--set``; ``gpu``
+    is the user's ``--gpu`` choice, if any; ``params`` holds anything else a
+    command passes on.
+    """
+
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    gpu: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+class Rule:
+    """Base class for analysis rules.
+
+    Subclasses set ``name``, ``description`` (one line), ``definition``
+    (what exactly is computed, shown by ``traceparse rules -v``),
+    ``thresholds`` (defaults, settable with ``--set NAME.KEY=VALUE``) and
+    ``kinds`` (event kinds the rule needs; it applies to a trace that has
+    at least one of them), and implement :meth:`check`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    definition: ClassVar[str] = ""
+    thresholds: ClassVar[dict[str, Any]] = {}
+    kinds: ClassVar[tuple[str, ...]] = ()
+
+    def applies_to(self, trace: Trace) -> bool:
+        """True when the trace has events of a kind this rule needs."""
+        if not self.kinds:
+            return True
+        present = set(trace.events["kind"].cast(str).unique().to_list())
+        return bool(present & set(self.kinds))
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        """Analyse ``trace`` and return findings (at least one, stating the figures)."""
+        raise NotImplementedError

@@ -1,0 +1,130 @@
+"""The normalized event table: the single source of truth for its columns.
+
+Every reader produces a polars DataFrame with (a subset of) these columns;
+:func:`conform` adds the missing ones as nulls, casts every column to its
+declared type and puts them in this order. docs/schema.md explains each
+column and how each reader fills it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse.errors import InputError
+
+#: Bumped whenever a column is added, removed or changes meaning.
+SCHEMA_VERSION = 1
+
+#: What an event is.
+KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
+#: Direction of a copy.
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+#: Where the source or destination of a copy lives.
+MEMORY_KINDS = ("pageable", "pinned", "device", "managed", "array")
+
+Kind = pl.Enum(KINDS)
+CopyKind = pl.Enum(COPY_KINDS)
+MemoryKind = pl.Enum(MEMORY_KINDS)
+
+#: Column name -> (polars type, one-line meaning). Order is the table's order.
+COLUMNS: dict[str, tuple[pl.DataType, str]] = {
+    "trace_id": (pl.String, "store id of the trace the row belongs to"),
+    "event_id": (pl.Int64, "row number within the trace, from 0"),
+    "kind": (Kind, "kernel, memcpy, memset, api, op, marker, counter, region or sync"),
+    "name": (pl.String, "kernel / API / operator / routine / metric name, as the tool wrote it"),
+    "start_ns": (pl.Int64, "start time in ns on the source's clock; null for aggregated rows"),
+    "duration_ns": (pl.Int64, "duration in ns; for aggregated rows the total (inclusive) time"),
+    "calls": (pl.Int64, "1 for a trace event; the number of calls for an aggregated row"),
+    "min_ns": (pl.Int64, "shortest call, for aggregated rows that say"),
+    "max_ns": (pl.Int64, "longest call, for aggregated rows that say"),
+    "exclusive_ns": (pl.Int64, "time not spent in children (profiles with call trees)"),
+    "subcalls": (pl.Int64, "calls made to children (TAU's Subrs)"),
+    "device_id": (pl.Int32, "GPU index"),
+    "context_id": (pl.Int32, "CUDA context"),
+    "stream_id": (pl.Int64, "CUDA stream"),
+    "pid": (pl.Int64, "host process (or TAU node)"),
+    "tid": (pl.Int64, "host thread"),
+    "correlation_id": (pl.Int64, "links an API call to the GPU work it launched"),
+    "external_id": (pl.Int64, "links a framework operator to the API calls and kernels it caused"),
+    "grid_x": (pl.Int32, "grid size, x"),
+    "grid_y": (pl.Int32, "grid size, y"),
+    "grid_z": (pl.Int32, "grid size, z"),
+    "block_x": (pl.Int32, "block size, x"),
+    "block_y": (pl.Int32, "block size, y"),
+    "block_z": (pl.Int32, "block size, z"),
+    "registers_per_thread": (pl.Int32, "registers per thread"),
+    "static_smem_bytes": (pl.Int64, "static shared memory per block, bytes"),
+    "dynamic_smem_bytes": (pl.Int64, "dynamic shared memory per block, bytes"),
+    "bytes": (pl.Int64, "bytes copied or set (memcpy, memset); total bytes for aggregated rows"),
+    "copy_kind": (CopyKind, "HtoD, DtoH, DtoD, HtoH or PtoP"),
+    "src_memory": (MemoryKind, "pageable, pinned, device, managed or array"),
+    "dst_memory": (MemoryKind, "pageable, pinned, device, managed or array"),
+    "value": (pl.Float64, "a counter's value (the mean, for aggregated counters), in `unit`"),
+    "value_min": (pl.Float64, "smallest value of an aggregated counter"),
+    "value_max": (pl.Float64, "largest value of an aggregated counter"),
+    "value_sumsq": (pl.Float64, "sum of squares of an aggregated counter's values"),
+    "unit": (pl.String, "unit of `value`, in base units (byte, ns, ...)"),
+    "flops": (pl.Float64, "floating-point operations the source attributes to the event"),
+    "input_dims": (pl.String, "operator input shapes, as JSON text"),
+    "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
+    "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
+}
+
+COLUMN_NAMES: tuple[str, ...] = tuple(COLUMNS)
+DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}
+
+
+def empty_frame() -> pl.DataFrame:
+    """An empty event table with every column, for traces with no events."""
+    return pl.DataFrame(schema=DTYPES)
+
+
+def conform(df: pl.DataFrame, *, trace_id: str | None = None, first_event_id: int = 0) -> pl.DataFrame:
+    """Return ``df`` as a table of the normalized schema.
+
+    Readers may leave out columns they have no data for; they become nulls.
+    Columns not in the schema are refused, so a typo cannot silently drop
+    data. ``event_id`` is numbered from ``first_event_id`` when the reader
+    did not number rows itself, and ``calls`` defaults to 1.
+    """
+    unknown = [c for c in df.columns if c not in DTYPES]
+    if unknown:
+        raise ValueError(f"columns not in the traceparse schema: {', '.join(unknown)}")
+    n = df.height
+    exprs = []
+    for name, dtype in DTYPES.items():
+        if name in df.columns:
+            exprs.append(_cast(df, name, dtype))
+        elif name == "event_id":
+            exprs.append(pl.int_range(first_event_id, first_event_id + n, dtype=pl.Int64).alias(name))
+        elif name == "calls":
+            exprs.append(pl.lit(1, dtype=pl.Int64).alias(name))
+        elif name == "trace_id" and trace_id is not None:
+            exprs.append(pl.lit(trace_id, dtype=pl.String).alias(name))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    out = df.select(exprs)
+    if trace_id is not None and "trace_id" in df.columns:
+        out = out.with_columns(pl.lit(trace_id, dtype=pl.String).alias("trace_id"))
+    if out["kind"].null_count():
+        raise ValueError("every event needs a kind")
+    return out
+
+
+def _cast(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
+    column = df[name]
+    if column.dtype == dtype:
+        return pl.col(name)
+    if isinstance(dtype, pl.Enum):
+        bad = column.cast(pl.String).drop_nulls().unique()
+        bad = [v for v in bad.to_list() if v not in dtype.categories.to_list()]
+        if bad:
+            raise ValueError(f"column {name}: {bad[0]!r} is not one of {', '.join(dtype.categories.to_list())}")
+        return pl.col(name).cast(pl.String).cast(dtype)
+    return pl.col(name).cast(dtype, strict=True)
+
+
+def check_columns(df: pl.DataFrame, path: str) -> None:
+    """Raise :class:`InputError` unless ``df`` has exactly the schema's columns and types."""
+    if df.schema != pl.Schema(DTYPES):
+        raise InputError(f"{path}: not a traceparse event table of schema version {SCHEMA_VERSION}")

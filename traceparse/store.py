@@ -1,0 +1,248 @@
+"""The trace store: one directory per trace holding its events (Parquet) and metadata (JSON).
+
+Layout::
+
+    STORE/traces/<id>/events.parquet
+    STORE/traces/<id>/meta.json
+    STORE/tmp/               entries being written
+    STORE/last               id of the last trace ingested
+
+An entry is written under ``tmp/`` and renamed into ``traces/`` in one
+``rename``: a crash or Ctrl-C leaves no half entry, and when two ingests of
+the same content race, one rename wins and the other finds the entry there.
+The id is the start of the content's sha256, so the same content is
+recognised however it is named.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from traceparse.errors import StoreError
+from traceparse.schema import conform
+from traceparse.trace import Trace, TraceMeta
+
+DEFAULT_STORE = ".traceparse"
+ID_LENGTH = 16
+
+
+def default_store_path() -> Path:
+    """``$TRACEPARSE_STORE`` if set, else ``.traceparse`` in the working directory."""
+    return Path(os.environ.get("TRACEPARSE_STORE") or DEFAULT_STORE)
+
+
+def trace_id_for(sha256: str) -> str:
+    """The store id of content with this sha256."""
+    return sha256[:ID_LENGTH]
+
+
+class Store:
+    """A directory of normalized traces."""
+
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root) if root is not None else default_store_path()
+        self.traces_dir = self.root / "traces"
+        self.tmp_dir = self.root / "tmp"
+
+    # -- reading -----------------------------------------------------------
+    def ids(self) -> list[str]:
+        """Ids of every complete entry."""
+        if not self.traces_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.traces_dir.iterdir() if (p / "meta.json").is_file())
+
+    def has(self, trace_id: str) -> bool:
+        """True when an entry with exactly this id exists."""
+        return (self.traces_dir / trace_id / "meta.json").is_file()
+
+    def meta(self, trace_id: str) -> TraceMeta:
+        """The metadata of an entry."""
+        with open(self.traces_dir / trace_id / "meta.json", encoding="utf-8") as f:
+            return TraceMeta.from_dict(json.load(f))
+
+    def all_meta(self) -> list[TraceMeta]:
+        """Metadata of every entry, oldest ingest first."""
+        metas = [self.meta(i) for i in self.ids()]
+        return sorted(metas, key=lambda m: (m.ingested_at or "", m.id or ""))
+
+    def events_path(self, trace_id: str) -> Path:
+        return self.traces_dir / trace_id / "events.parquet"
+
+    def scan(self, trace_id: str) -> pl.LazyFrame:
+        """A lazy scan of an entry's events (for queries that need a few columns)."""
+        return pl.scan_parquet(self.events_path(trace_id))
+
+    def load(self, trace_id: str) -> Trace:
+        """An entry as a :class:`Trace`."""
+        return Trace(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
+
+    def resolve_id(self, ref: str) -> str:
+        """The id of the one entry whose id starts with ``ref``."""
+        ids = self.ids()
+        if ref in ids:
+            return ref
+        matches = [i for i in ids if i.startswith(ref)]
+        if not matches:
+            raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
+        if len(matches) > 1:
+            raise StoreError(f"{ref}: ambiguous trace id, matches {', '.join(matches[:5])}")
+        return matches[0]
+
+    def last_id(self) -> str:
+        """The id of the trace ingested last."""
+        try:
+            trace_id = (self.root / "last").read_text().strip()
+        except FileNotFoundError:
+            trace_id = ""
+        if trace_id and self.has(trace_id):
+            return trace_id
+        metas = self.all_meta()
+        if not metas:
+            raise StoreError(f"the store {self.root} is empty: ingest a trace first")
+        return metas[-1].id
+
+    # -- writing -----------------------------------------------------------
+    def _fresh_tmp(self) -> Path:
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.traces_dir.mkdir(parents=True, exist_ok=True)
+        path = self.tmp_dir / uuid.uuid4().hex
+        path.mkdir()
+        return path
+
+    def write(self, trace: Trace, on_batch=None) -> TraceMeta:
+        """Write a trace (streamed or not) as a new entry; return its final metadata.
+
+        ``trace.meta.id`` must be set. If an entry with that id appears
+        meanwhile (a concurrent ingest of the same content), it is kept and
+        this write is discarded.
+        """
+        meta = trace.meta
+        assert meta.id, "a trace needs its id before it is stored"
+        tmp = self._fresh_tmp()
+        try:
+            meta.event_count, meta.summary = _write_events(
+                trace.batches(), tmp / "events.parquet", meta.id, on_batch
+            )
+            meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+            _write_json(tmp / "meta.json", meta.to_dict())
+            _fsync_dir(tmp)
+            try:
+                os.rename(tmp, self.traces_dir / meta.id)
+            except OSError:
+                if not self.has(meta.id):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent ingest won
+                meta = self.meta(meta.id)
+            _fsync_dir(self.traces_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.set_last(meta.id)
+        return meta
+
+    def set_last(self, trace_id: str) -> None:
+        """Remember ``trace_id`` as the last ingested trace."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".last.{uuid.uuid4().hex}"
+        tmp.write_text(trace_id + "\n")
+        os.replace(tmp, self.root / "last")
+
+    def update_tags(self, trace_id: str, tags: dict[str, str]) -> TraceMeta:
+        """Merge ``tags`` into an entry's tags (atomically replacing its meta.json)."""
+        meta = self.meta(trace_id)
+        if tags and any(meta.tags.get(k) != v for k, v in tags.items()):
+            meta.tags.update(tags)
+            target = self.traces_dir / trace_id / "meta.json"
+            tmp = target.with_name(f".meta.{uuid.uuid4().hex}.json")
+            _write_json(tmp, meta.to_dict())
+            os.replace(tmp, target)
+        return meta
+
+    def remove(self, trace_id: str) -> None:
+        """Delete an entry (moved out of ``traces/`` in one rename first)."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        gone = self.tmp_dir / f"{uuid.uuid4().hex}.removed"
+        os.rename(self.traces_dir / trace_id, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str, on_batch) -> tuple[int, dict]:
+    writer = None
+    count = 0
+    summary = _Summary()
+    try:
+        for batch in batches:
+            batch = conform(batch, trace_id=trace_id, first_event_id=count)
+            if batch.height == 0 and writer is not None:
+                continue
+            table = batch.to_arrow()
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+            writer.write_table(table, row_group_size=256 * 1024)
+            count += batch.height
+            summary.add(batch)
+            if on_batch:
+                on_batch(batch)
+        if writer is None:  # no batches at all: an empty table with the schema
+            conform(pl.DataFrame({"kind": pl.Series([], dtype=pl.String)}), trace_id=trace_id).write_parquet(path)
+    finally:
+        if writer is not None:
+            writer.close()
+    return count, summary.result()
+
+
+class _Summary:
+    """Events per kind and time span, accumulated batch by batch."""
+
+    def __init__(self):
+        self.kinds: dict[str, int] = {}
+        self.start: int | None = None
+        self.end: int | None = None
+
+    def add(self, batch: pl.DataFrame) -> None:
+        for kind, n in batch.group_by("kind").len().iter_rows():
+            self.kinds[str(kind)] = self.kinds.get(str(kind), 0) + n
+        span = batch.select(
+            pl.col("start_ns").min().alias("s"), (pl.col("start_ns") + pl.col("duration_ns")).max().alias("e")
+        ).row(0)
+        if span[0] is not None:
+            self.start = span[0] if self.start is None else min(self.start, span[0])
+        if span[1] is not None:
+            self.end = span[1] if self.end is None else max(self.end, span[1])
+
+    def result(self) -> dict:
+        return {
+            "events_per_kind": dict(sorted(self.kinds.items())),
+            "start_ns": self.start,
+            "end_ns": self.end,
+            "span_ns": None if self.start is None or self.end is None else self.end - self.start,
+        }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
