@@ -23,7 +23,7 @@ def parse_settings(settings: Iterable[str], reg: Registry | None = None) -> dict
         key, eq, raw = setting.partition("=")
         rule_name, dot, param = key.partition(".")
         if not eq or not dot or not rule_name or not param:
-            raise InputError(f"--set {setting!r}: expected RULE.PARAM=VALUE, e.g. low-memcpy-overlap.min_overlap_pct=50")
+            raise InputError(f"--set {setting!r}: expected RULE.PARAM=VALUE, e.g. low-memcpy-overlap.warning_below_pct=30")
         rule = reg.rule(rule_name)
         if param not in rule.thresholds:
             known = ", ".join(sorted(rule.thresholds)) or "none"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug, not bad input: one line unless debugging
+        if os.environ.get("TRACEPARSE_DEBUG"):
+            raise
+        print(f"traceparse: internal error: {type(exc).__name__}: {exc} "
+              "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "input_dims": (pl.String, "operator input shapes, as JSON text"),
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
+    "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
 }
 
 COLUMN_NAMES: tuple[str, ...] = tuple(COLUMNS)

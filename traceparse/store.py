@@ -19,7 +19,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import queue
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Iterable
@@ -176,28 +178,63 @@ class Store:
 
 
 def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str, on_batch) -> tuple[int, dict]:
-    writer = None
+    """Write batches to one Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
     count = 0
     summary = _Summary()
-    try:
+    with _ParquetSink(path) as sink:
         for batch in batches:
             batch = conform(batch, trace_id=trace_id, first_event_id=count)
-            if batch.height == 0 and writer is not None:
+            if batch.height == 0:
                 continue
-            table = batch.to_arrow()
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema, compression="zstd")
-            writer.write_table(table, row_group_size=256 * 1024)
+            sink.put(batch)
             count += batch.height
             summary.add(batch)
             if on_batch:
                 on_batch(batch)
-        if writer is None:  # no batches at all: an empty table with the schema
-            conform(pl.DataFrame({"kind": pl.Series([], dtype=pl.String)}), trace_id=trace_id).write_parquet(path)
-    finally:
-        if writer is not None:
-            writer.close()
+        if count == 0:  # no events at all: an empty table with the schema
+            sink.put(conform(pl.DataFrame({"kind": pl.Series([], dtype=pl.String)}), trace_id=trace_id))
     return count, summary.result()
+
+
+class _ParquetSink:
+    """Appends DataFrames to a Parquet file from a background thread (pyarrow releases the GIL)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.queue: queue.Queue = queue.Queue(maxsize=2)  # bounded: memory stays bounded too
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="traceparse-parquet-writer", daemon=True)
+
+    def __enter__(self) -> "_ParquetSink":
+        self.thread.start()
+        return self
+
+    def put(self, batch: pl.DataFrame) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(batch)
+
+    def _run(self) -> None:
+        writer = None
+        try:
+            while (batch := self.queue.get()) is not None:
+                table = batch.to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", compression_level=1)
+                writer.write_table(table, row_group_size=256 * 1024)
+        except BaseException as exc:  # reported to the caller on its next put() or at exit
+            self.error = exc
+            while self.queue.get() is not None:
+                pass
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if exc is None and self.error is not None:
+            raise self.error
 
 
 class _Summary:

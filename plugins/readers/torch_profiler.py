@@ -10,12 +10,15 @@ become integer nanoseconds with no floating-point drift.
 
 from __future__ import annotations
 
+import gc
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import msgspec
 import polars as pl
+from msgspec.structs import astuple
 
 from traceparse.errors import bad_input
 from traceparse.plugins import hookimpl
@@ -23,7 +26,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import open_binary
 from traceparse.trace import Device, Trace, TraceMeta
 
-CHUNK_BYTES = 32 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024  # peak memory grows with it; speed hardly does (benchmarks/)
 
 #: Chrome-trace category (lower-cased) -> traceparse kind. Categories not here are skipped.
 CATEGORY_KIND = {
@@ -47,7 +50,7 @@ CATEGORY_KIND = {
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"}
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     """The ``args`` fields traceparse keeps; the rest are skipped while decoding."""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
@@ -65,7 +68,7 @@ class Args(msgspec.Struct):
     flops: float | None = None
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
     name: str | None = None
@@ -127,8 +130,8 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, events_start = reader.find_array()
         _fill_meta(meta, _decode_document(path, head + b'"traceEvents": []}', "the header"))
-        buf = events_start
-        offset = 0  # index of buf's first event within traceEvents
+        buf = bytearray(b"[") + events_start  # always "[" followed by whole events from index 1
+        offset = 0  # index within traceEvents of the first event in buf
         while True:
             more = reader.read()
             if more is None:
@@ -139,14 +142,21 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
                 continue
             events, cut = split
             offset += len(events)
-            buf = buf[cut:].lstrip().lstrip(b",").lstrip()
-            yield _frame(events)
-        tail = _decode_tail(path, buf, offset, options, reader.truncated)
+            start = buf.find(b"{", cut)
+            del buf[1: start if start > 0 else len(buf)]
+            with _gc_paused():
+                batch = _frame(events)
+            del events
+            yield batch
+        tail = _decode_tail(path, bytes(buf[1:]), offset, options, reader.truncated)
         if tail is not None:
             events, document = tail
             if document is not None:
                 _fill_meta(meta, document)
-            yield _frame(events)
+            with _gc_paused():
+                batch = _frame(events)
+            del events, tail
+            yield batch
 
 
 class _ChunkReader:
@@ -159,13 +169,25 @@ class _ChunkReader:
         self.pos = 0
 
     def read(self) -> bytes | None:
-        try:
-            data = self.f.read(self.chunk_bytes)
-        except EOFError:
-            self.truncated = True
-            return None
-        except OSError as exc:
-            raise bad_input(self.path, None, f"cannot be read: {exc}") from None
+        """The next chunk of (decompressed) content, None at the end.
+
+        Reads in small steps so that a gzip stream cut short still yields
+        everything before the cut.
+        """
+        pieces, size = [], 0
+        while size < self.chunk_bytes and not self.truncated:
+            try:
+                piece = self.f.read1(min(1 << 20, self.chunk_bytes - size))
+            except EOFError:
+                self.truncated = True
+                break
+            except OSError as exc:
+                raise bad_input(self.path, None, f"cannot be read: {exc}") from None
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
+        data = b"".join(pieces)
         raw_pos = self.raw.tell()
         self.options.progress(raw_pos - self.pos)
         self.pos = raw_pos
@@ -186,29 +208,53 @@ class _ChunkReader:
                 raise bad_input(self.path, None, 'not a torch.profiler trace: no "traceEvents" array in the first 64 MiB')
 
 
-def _split_events(path: Path, buf: bytes, offset: int) -> tuple[list[Event], int] | None:
-    """Decode the longest prefix of ``buf`` made of whole events; return them and where it ends.
+def _split_events(path: Path, buf: bytearray, offset: int) -> tuple[list[Event], int] | None:
+    """Decode the longest run of whole events in ``buf`` (which starts with ``[``); return them and where they end.
 
     A candidate end is a ``}`` followed by ``,`` and ``{`` (whitespace
-    allowed). It is a real event boundary exactly when the prefix decodes as
-    a list: inside a string or a nested object the brackets would not
-    balance. In practice the last candidate is the one.
+    allowed). It is a real event boundary exactly when ``buf[:end] + "]"``
+    decodes as a list: inside a string or a nested object the brackets would
+    not balance. In practice the last candidate is the one. The ``]`` is
+    written over the byte after the candidate for the attempt and put back.
     """
     pos = len(buf)
     for _ in range(1000):
-        pos = buf.rfind(b"}", 0, pos)
+        pos = buf.rfind(b"}", 1, pos)
         if pos < 0:
             return None
-        rest = buf[pos + 1: pos + 64].lstrip()
+        rest = bytes(buf[pos + 1: pos + 64]).lstrip()
         if not (rest.startswith(b",") and rest[1:].lstrip().startswith(b"{")):
             continue
+        saved = buf[pos + 1]
+        buf[pos + 1] = ord("]")
         try:
-            return _EVENTS.decode(b"[" + buf[: pos + 1] + b"]"), pos + 1
+            with memoryview(buf) as view:
+                chunk = bytes(view[: pos + 2])  # decoded Raw values point into it: buf must stay resizable
+            with _gc_paused():
+                return _EVENTS.decode(chunk), pos + 1
         except msgspec.ValidationError as exc:
             raise bad_input(path, _where(str(exc), offset), f"unexpected value in a trace event: {_what(str(exc))}") from None
         except msgspec.DecodeError:
             continue
+        finally:
+            buf[pos + 1] = saved
     return None
+
+
+@contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while millions of acyclic objects are made.
+
+    Decoding creates one struct per event; with the collector running, its
+    passes over them cost more than the decoding itself.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _decode_document(path: Path, data: bytes, where: str) -> Document:
@@ -223,13 +269,14 @@ def _decode_document(path: Path, data: bytes, where: str) -> Document:
 def _decode_tail(path: Path, buf: bytes, offset: int, options: ReadOptions, truncated: bool):
     """Decode the last events and the keys after the array; salvage a file cut short."""
     try:
-        document = _DOCUMENT.decode(b'{"traceEvents": [' + buf)
+        with _gc_paused():
+            document = _DOCUMENT.decode(b'{"traceEvents": [' + buf)
         return document.traceEvents, document
     except msgspec.ValidationError as exc:
         raise bad_input(path, _where(str(exc), offset), f"unexpected value in a trace event: {_what(str(exc))}") from None
     except msgspec.DecodeError:
         pass
-    split = _split_events(path, buf, offset)
+    split = _split_events(path, bytearray(b"[") + buf, offset)
     if split is not None:
         events = split[0]
     else:
@@ -256,79 +303,87 @@ def _what(message: str) -> str:
     return message.split(" - at ")[0]
 
 
-def _kind(cat: str | None) -> str | None:
-    if cat is None:
-        return None
-    return CATEGORY_KIND.get(cat) or CATEGORY_KIND.get(cat.lower())
-
-
-def _int_or_none(value) -> int | None:
-    return value if isinstance(value, int) else None
-
-
 def _frame(events: list[Event]) -> pl.DataFrame:
-    """Turn decoded events into a batch of the normalized schema (columns the trace has)."""
-    kept = [(e, k) for e in events if e.ph == "X" and (k := _kind(e.cat)) is not None]
-    if not kept:
-        return pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
-    evs = [e for e, _ in kept]
-    gpu = [(e.cat or "").lower() in GPU_CATEGORIES for e in evs]
-    args = [e.args or _NO_ARGS for e in evs]
-    grid = [a.grid if a.grid and len(a.grid) == 3 else _NO_DIM3 for a in args]
-    block = [a.block if a.block and len(a.block) == 3 else _NO_DIM3 for a in args]
-    columns = {
-        "kind": pl.Series([k for _, k in kept], dtype=pl.String),
-        "name": [e.name for e in evs],
-        "start_ns": _decimal_us_to_ns([bytes(e.ts) for e in evs]),
-        "duration_ns": _decimal_us_to_ns([bytes(e.dur) for e in evs]),
-        "device_id": pl.Series([a.device for a in args], dtype=pl.Int32),
-        "context_id": pl.Series([a.context for a in args], dtype=pl.Int32),
-        "stream_id": pl.Series([a.stream for a in args], dtype=pl.Int64),
-        "pid": pl.Series([None if g else _int_or_none(e.pid) for e, g in zip(evs, gpu)], dtype=pl.Int64),
-        "tid": pl.Series([None if g else _int_or_none(e.tid) for e, g in zip(evs, gpu)], dtype=pl.Int64),
-        "correlation_id": pl.Series([a.correlation for a in args], dtype=pl.Int64),
-        "external_id": pl.Series([a.external_id if a.external_id is not None else a.external_id_legacy
-                                  for a in args], dtype=pl.Int64),
-        "grid_x": pl.Series([g[0] for g in grid], dtype=pl.Int32),
-        "grid_y": pl.Series([g[1] for g in grid], dtype=pl.Int32),
-        "grid_z": pl.Series([g[2] for g in grid], dtype=pl.Int32),
-        "block_x": pl.Series([b[0] for b in block], dtype=pl.Int32),
-        "block_y": pl.Series([b[1] for b in block], dtype=pl.Int32),
-        "block_z": pl.Series([b[2] for b in block], dtype=pl.Int32),
-        "registers_per_thread": pl.Series([a.registers for a in args], dtype=pl.Int32),
-        "bytes": pl.Series([a.bytes for a in args], dtype=pl.Int64),
-        "flops": pl.Series([a.flops for a in args], dtype=pl.Float64),
-        "input_dims": pl.Series([bytes(a.input_dims) or None for a in args], dtype=pl.Binary).cast(pl.String),
-        "_smem": pl.Series([a.shared_memory for a in args], dtype=pl.Int64),
-    }
-    df = pl.DataFrame(columns)
+    """Turn decoded events into a batch of the normalized schema (columns the trace has).
+
+    The structs are transposed into columns in C (``astuple`` + ``zip``);
+    filtering and mapping are polars expressions.
+    """
+    events = [e for e in events if e.ph == "X"]  # flows, instants and metadata are not kept
+    if not events:
+        return _EMPTY
+    ph, cat, name, pid, tid, ts, dur, args = zip(*map(astuple, events))
+    raw = pl.DataFrame({
+        "ph": pl.Series(ph, dtype=pl.String),
+        "cat": pl.Series(cat, dtype=pl.String),
+        "name": pl.Series(name, dtype=pl.String),
+        "pid": pl.Series(pid, dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
+        "tid": pl.Series(tid, dtype=pl.Int64, strict=False),
+        "ts": pl.Series(list(map(bytes, ts)), dtype=pl.Binary),
+        "dur": pl.Series(list(map(bytes, dur)), dtype=pl.Binary),
+        "_i": pl.int_range(0, len(ph), eager=True),
+    })
+    category = pl.col("cat").str.to_lowercase()
+    raw = raw.with_columns(kind=category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
+                           gpu=category.is_in(list(GPU_CATEGORIES)))
+    raw = raw.filter(pl.col("kind").is_not_null())
+    if raw.height == 0:
+        return _EMPTY
+    keep = raw["_i"].to_list()
+    a = [args[i] for i in keep]
+    a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
+    (external, external_legacy, correlation, device, context, stream, nbytes, grid, block,
+     registers, shared_memory, input_dims, flops) = zip(*a_rows)
+    dims = {}
+    for label, values in (("grid", grid), ("block", block)):
+        for i, axis in enumerate("xyz"):
+            dims[f"{label}_{axis}"] = pl.Series([v[i] if v and len(v) == 3 else None for v in values], dtype=pl.Int32)
+    is_gpu = pl.col("gpu")
+    df = raw.select(
+        "kind", "name",
+        start_ns=_decimal_us_to_ns(raw["ts"]),
+        duration_ns=_decimal_us_to_ns(raw["dur"]),
+        pid=pl.when(~is_gpu).then(pl.col("pid")),
+        tid=pl.when(~is_gpu).then(pl.col("tid")),
+    ).with_columns(
+        device_id=pl.Series(device, dtype=pl.Int32),
+        context_id=pl.Series(context, dtype=pl.Int32),
+        stream_id=pl.Series(stream, dtype=pl.Int64),
+        correlation_id=pl.Series(correlation, dtype=pl.Int64),
+        external_id=pl.Series(external, dtype=pl.Int64).fill_null(pl.Series(external_legacy, dtype=pl.Int64)),
+        registers_per_thread=pl.Series(registers, dtype=pl.Int32),
+        bytes=pl.Series(nbytes, dtype=pl.Int64),
+        flops=pl.Series(flops, dtype=pl.Float64),
+        input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String).replace("", None),
+        _smem=pl.Series(shared_memory, dtype=pl.Int64),
+        **dims,
+    )
     copy = pl.col("name").str.extract_groups(_COPY_NAME)
-    is_copy = pl.col("kind") == "memcpy"
-    df = df.with_columns(copy=pl.when(is_copy).then(copy)).with_columns(
+    df = df.with_columns(copy=pl.when(pl.col("kind") == "memcpy").then(copy)).with_columns(
         copy_kind=pl.col("copy").struct.field("1"),
         src_memory=pl.col("copy").struct.field("2").str.to_lowercase(),
         dst_memory=pl.col("copy").struct.field("3").str.to_lowercase(),
-        # Kineto reports one "shared memory" figure per kernel: static plus dynamic, not split.
-        # It is kept as dynamic_smem_bytes only when a kernel row says it, never split by guess.
+        # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
+        # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
     ).drop("copy", "_smem")
     return df
 
 
-_NO_ARGS = Args()
-_NO_DIM3 = (None, None, None)
+_EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
+_NO_ARGS_ROW = astuple(Args())
 
 
-def _decimal_us_to_ns(values: list[bytes | None]) -> pl.Series:
+def _decimal_us_to_ns(values: pl.Series) -> pl.Series:
     """Decimal microsecond strings -> exact integer nanoseconds (sub-ns digits rounded half up).
 
     Empty or ``null`` values (a field absent or null) become null.
     """
-    s = pl.Series(values, dtype=pl.Binary).cast(pl.String)
+    s = values.cast(pl.String)
     s = pl.select(pl.when(s.is_in(["", "null"])).then(None).otherwise(s)).to_series()
     plain = s.str.contains(r"^-?\d+(\.\d+)?$") | s.is_null()
     if not plain.all():  # exponent notation (rare): go through float
-        floats = (s.cast(pl.Float64) * 1000).round().cast(pl.Int64)
+        floats = (s.cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64)
     else:
         floats = None
     whole = s.str.extract(r"^(-?\d+)").cast(pl.Int64)

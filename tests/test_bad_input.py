@@ -1,0 +1,102 @@
+"""Bad input: one line naming the file and what is wrong, exit code 2, no traceback, nothing in the store."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from conftest import run_cli
+
+
+def assert_refused(args, expected, store):
+    code, out, err = run_cli(*args)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err == f"traceparse: error: {expected}\n"
+    traces = store / "traces"
+    assert not traces.exists() or not any(traces.iterdir())
+
+
+def test_missing_path(store, tmp_path):
+    p = tmp_path / "nope.json"
+    assert_refused(["ingest", str(p)], f"{p}: no such file or directory", store)
+
+
+def test_empty_file(store, tmp_path):
+    p = tmp_path / "empty.json"
+    p.write_bytes(b"")
+    assert_refused(["ingest", str(p)], f"{p}: the file is empty", store)
+
+
+def test_binary_file(store, tmp_path):
+    p = tmp_path / "blob.bin"
+    p.write_bytes(bytes(range(256)) * 10)
+    code, _, err = run_cli("ingest", str(p))
+    assert code == 2 and err.startswith(f"traceparse: error: {p}: not a format traceparse recognises (tried: ")
+    assert "torch" in err and err.count("\n") == 1
+
+
+def test_valid_json_not_a_trace(store, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{"model": "resnet18", "lr": 0.1}')
+    code, _, err = run_cli("ingest", str(p))
+    assert code == 2 and err.startswith(f"traceparse: error: {p}: not a format traceparse recognises")
+    assert_refused(["ingest", "--format", "torch", str(p)],
+                   f'{p}: not a torch.profiler trace: no "traceEvents" array found', store)
+
+
+def test_truncated_json_keeps_complete_events_and_warns(store, tmp_path):
+    p = tmp_path / "cut.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [\n'
+                 '{"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"device": 0, "stream": 7}},\n'
+                 '{"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "args": {"device": 0, "stre')
+    code, out, err = run_cli("ingest", str(p), "--json")
+    assert code == 0
+    assert err == f"traceparse: warning: {p}: the file ends early (truncated JSON); kept the 1 complete events\n"
+    import json
+
+    assert json.loads(out)["traces"][0]["event_count"] == 1
+
+
+def test_truncated_before_any_event(store, tmp_path):
+    p = tmp_path / "cut.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "ker')
+    assert_refused(["ingest", str(p)], f"{p}: the trace ends before its first complete event (truncated file?)", store)
+
+
+def test_truncated_gzip(store, tmp_path, samples_dir):
+    data = (samples_dir / "torch" / "torch_resnet18_bs4.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    code, out, err = run_cli("ingest", str(p))
+    assert code == 0 and "the file ends early (truncated gzip stream)" in err
+
+
+def test_wrong_type_in_event_names_the_record(store, tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2},'
+                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"stream": "seven"}}]}')
+    assert_refused(["ingest", str(p)],
+                   f"{p}: traceEvents[1].args.stream: unexpected value in a trace event: Expected `int | null`, got `str`",
+                   store)
+
+
+def test_unknown_format_rule_and_bad_set(store, samples_dir):
+    sample = str(samples_dir / "torch" / "torch_resnet18_bs4.json.gz")
+    code, _, err = run_cli("ingest", "--format", "nope", sample)
+    assert code == 2 and err.startswith("traceparse: error: unknown --format 'nope'; known formats: auto, ")
+    code, _, err = run_cli("analyze", sample, "--rule", "nope")
+    assert code == 2 and err.startswith("traceparse: error: unknown rule 'nope'; known rules: ")
+    assert_refused(["analyze", sample, "--set", "nodots"],
+                   "--set 'nodots': expected RULE.PARAM=VALUE, e.g. low-memcpy-overlap.warning_below_pct=30", store)
+    assert_refused(["analyze", sample, "--set", "kernel-share.top=many"],
+                   "--set 'kernel-share.top=many': 'many' is not a valid int", store)
+    assert_refused(["analyze", sample, "--set", "kernel-share.nothing=1"],
+                   "--set 'kernel-share.nothing=1': rule kernel-share has no parameter 'nothing' "
+                   "(it has: dominant_kernel_pct, top)", store)
+
+
+def test_bad_tag(store, samples_dir):
+    sample = str(samples_dir / "torch" / "torch_resnet18_bs4.json.gz")
+    assert_refused(["ingest", sample, "--tag", "batch"], "--tag 'batch': expected KEY=VALUE, e.g. --tag batch=16", store)

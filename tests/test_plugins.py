@@ -1,0 +1,129 @@
+"""The plugin path: a third-party package installed into a venv, a broken plugin, a plugin registered in code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import venv
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceparse.analysis import analyze
+from traceparse.plugins import hookimpl, load_registry
+from traceparse.rule import Finding, Rule
+from traceparse.trace import Trace, TraceMeta
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "traceparse-example-plugin"
+
+
+def make_venv(path: Path) -> Path:
+    """A venv that sees this environment's packages (traceparse included) and installs into its own site-packages."""
+    venv.create(path, with_pip=False, system_site_packages=False)
+    python = path / "bin" / "python"
+    purelib = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                      text=True).strip()
+    parents = [p for p in {sysconfig.get_paths()["purelib"], *site.getsitepackages()} if os.path.isdir(p)]
+    lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in parents)
+    Path(purelib, "zz_parent_env.pth").write_text(lines)
+    return python
+
+
+def pip_install(python: Path, package: Path) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-index", str(package)], check=True, capture_output=True, text=True)
+
+
+def cli(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-m", "traceparse.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_third_party_plugin_in_a_venv(tmp_path, samples_dir):
+    python = make_venv(tmp_path / "venv")
+    before = cli(python, "rules", "--json", cwd=tmp_path)
+    assert before.returncode == 0, before.stderr
+    assert "short-kernels" not in {r["name"] for r in json.loads(before.stdout)["rules"]}
+
+    pip_install(python, EXAMPLE)
+    # a second, broken third-party plugin: it must show as broken and the rest keep working
+    broken = tmp_path / "broken-plugin"
+    (broken / "broken_plugin").mkdir(parents=True)
+    (broken / "broken_plugin" / "__init__.py").write_text("import no_such_module_anywhere\n")
+    (broken / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "broken-plugin"
+        version = "1.0"
+        [project.entry-points.traceparse]
+        broken = "broken_plugin"
+        [tool.setuptools]
+        packages = ["broken_plugin"]
+    """))
+    pip_install(python, broken)
+
+    rules = cli(python, "rules", "--json", cwd=tmp_path)
+    assert rules.returncode == 0, rules.stderr
+    listed = {r["name"]: r for r in json.loads(rules.stdout)["rules"]}
+    assert listed["short-kernels"]["plugin"] == "short_kernels"
+    assert listed["short-kernels"]["thresholds"] == {"max_duration_us": 10.0, "warning_above_pct": 50.0}
+
+    plugins = {p["name"]: p for p in json.loads(cli(python, "plugins", "--json", cwd=tmp_path).stdout)["plugins"]}
+    assert plugins["short_kernels"]["origin"] == "third-party"
+    assert (plugins["short_kernels"]["distribution"], plugins["short_kernels"]["version"]) == \
+        ("traceparse-example-plugin", "0.2.0")
+    assert plugins["broken"]["status"] == "broken"
+    assert plugins["broken"]["error"] == "ModuleNotFoundError: No module named 'no_such_module_anywhere'"
+    assert plugins["torch_profiler"]["status"] == "ok"
+
+    trace = samples_dir / "torch" / "torch_resnet18_bs16.json.gz"
+    result = cli(python, "analyze", str(trace), "--rule", "short-kernels", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [finding] = json.loads(result.stdout)["findings"]
+    # independent count from the trace file
+    import gzip
+
+    doc = json.load(gzip.open(trace))
+    durations = [e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert finding["metrics"]["calls"] == len(durations)
+    assert finding["metrics"]["short_calls"] == sum(1 for d in durations if d * 1000 < 10_000)
+
+
+class _TinyRule(Rule):
+    name = "tiny"
+    description = "counts events"
+    thresholds = {"factor": 2}
+    kinds = ("kernel",)
+
+    def check(self, trace, options):
+        return [Finding(self.name, "info", "count", "", metrics={"n": trace.events.height * options.thresholds["factor"]})]
+
+
+class _TinyPlugin:
+    """A throwaway plugin registered in code, as the tests of pytest and datasette do."""
+
+    __name__ = "tiny_plugin"
+
+    @hookimpl
+    def traceparse_rules(self):
+        return [_TinyRule()]
+
+
+def test_plugin_registered_in_code_runs_with_settings():
+    reg = load_registry(extra_plugins=[_TinyPlugin()])
+    events = pl.DataFrame({"kind": ["kernel", "kernel", "api"]})
+    from traceparse.schema import conform
+
+    trace = Trace(conform(events), TraceMeta(id="t1"))
+    [finding] = analyze(trace, rules=["tiny"], settings={"tiny": {"factor": 5}}, reg=reg)
+    assert finding.metrics == {"n": 15} and finding.trace == "t1"
+    assert "tiny" in reg.rules and "kernel-share" in reg.rules

@@ -1,0 +1,103 @@
+"""The store: atomic writes, recognising content by hash, concurrent ingests, id resolution."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+
+import polars as pl
+import pytest
+
+from traceparse.errors import StoreError
+from traceparse.ingest import ingest
+from traceparse.sources import sha256_of
+from traceparse.store import Store, trace_id_for
+
+
+@pytest.fixture
+def sample(samples_dir, tmp_path):
+    path = tmp_path / "resnet18_bs4.json.gz"
+    shutil.copy(samples_dir / "torch" / "torch_resnet18_bs4.json.gz", path)
+    return path
+
+
+def test_ingest_writes_parquet_and_meta(sample, tmp_path):
+    store = Store(tmp_path / "s")
+    [result] = ingest([sample], store=store, tags={"batch": "4"})
+    trace_id = result.meta.id
+    assert trace_id == trace_id_for(sha256_of([sample]))
+    assert store.ids() == [trace_id]
+    entry = store.traces_dir / trace_id
+    assert sorted(p.name for p in entry.iterdir()) == ["events.parquet", "meta.json"]
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["tags"] == {"batch": "4"} and meta["format"] == "torch"
+    events = pl.read_parquet(entry / "events.parquet")
+    assert events.height == meta["event_count"] > 0
+    assert events["trace_id"].unique().to_list() == [trace_id]
+    assert events["event_id"].to_list() == list(range(events.height))
+    assert list(store.tmp_dir.iterdir()) == []
+
+
+def test_same_content_is_recognised_by_hash(sample, tmp_path):
+    store = Store(tmp_path / "s")
+    first = ingest([sample], store=store)[0]
+    copy = tmp_path / "renamed.json.gz"
+    shutil.copy(sample, copy)
+    second = ingest([copy], store=store, tags={"gpu": "h100"})[0]
+    assert second.already_stored and second.meta.id == first.meta.id
+    assert store.ids() == [first.meta.id]
+    assert store.meta(first.meta.id).tags == {"gpu": "h100"}  # tags merge into the existing entry
+
+
+def test_crash_while_writing_leaves_no_entry(sample, tmp_path, monkeypatch):
+    store = Store(tmp_path / "s")
+    import traceparse.store as store_module
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C in the middle of writing the metadata
+
+    monkeypatch.setattr(store_module, "_write_json", boom)
+    with pytest.raises(KeyboardInterrupt):
+        ingest([sample], store=store)
+    assert store.ids() == []
+    assert list(store.tmp_dir.iterdir()) == []
+    assert not any(store.traces_dir.iterdir())
+
+
+def _ingest_in_process(args):
+    path, root = args
+    from traceparse.ingest import ingest as run
+    from traceparse.store import Store as S
+
+    return run([path], store=S(root))[0].meta.id
+
+
+def test_concurrent_ingests_do_not_corrupt(sample, tmp_path):
+    root = tmp_path / "s"
+    other = tmp_path / "other.json"
+    other.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+                     '"pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"device": 0, "stream": 7}}]}')
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        ids = pool.map(_ingest_in_process, [(str(sample), str(root)), (str(sample), str(root)),
+                                            (str(other), str(root)), (str(sample), str(root))])
+    store = Store(root)
+    assert sorted(set(ids)) == store.ids()
+    assert len(store.ids()) == 2
+    for trace_id in store.ids():  # every entry complete and readable
+        assert store.load(trace_id).events.height == store.meta(trace_id).event_count
+    assert list(store.tmp_dir.iterdir()) == []
+
+
+def test_resolve_id_prefix_and_errors(sample, tmp_path):
+    store = Store(tmp_path / "s")
+    trace_id = ingest([sample], store=store)[0].meta.id
+    assert store.resolve_id(trace_id[:5]) == trace_id
+    with pytest.raises(StoreError, match="^zzz: no such file, and no trace with this id"):
+        store.resolve_id("zzz")
+    assert store.last_id() == trace_id
+    store.remove(trace_id)
+    assert store.ids() == []
+    with pytest.raises(StoreError, match="is empty: ingest a trace first"):
+        store.last_id()

@@ -1,0 +1,181 @@
+"""The torch.profiler reader against an independent parse of the same files (json + Decimal)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceparse.ingest import read_paths
+
+KIND_OF = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
+           "cuda_driver": "api", "cpu_op": "op", "user_annotation": "marker", "gpu_user_annotation": "marker",
+           "python_function": "region", "cuda_sync": "sync"}
+
+
+def independent(path: Path) -> list[dict]:
+    """The X events traceparse keeps, parsed with the json module; times exact via Decimal."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f, parse_float=Decimal)
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
+
+
+def ns(us: Decimal) -> int:
+    return int((Decimal(us) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
+
+
+def torch_traces(samples_dir: Path | None, fixtures_dir: Path) -> list[Path]:
+    paths = sorted((fixtures_dir / "torch").glob("**/*.json*"))
+    if samples_dir is not None:
+        paths += sorted((samples_dir / "torch").glob("*.json.gz"))
+    return paths
+
+
+def test_shared_samples_match_independent_parse(samples_dir):
+    for path in sorted((samples_dir / "torch").glob("*.json.gz")):
+        check_against_independent(path)
+
+
+def test_fixture_traces_match_independent_parse(fixtures_dir):
+    paths = sorted((fixtures_dir / "torch").glob("**/*.json*"))
+    if not paths:
+        pytest.skip("no torch fixtures yet")
+    for path in paths:
+        check_against_independent(path)
+
+
+def check_against_independent(path: Path) -> None:
+    expected = independent(path)
+    trace = read_paths([path])[0]
+    ev = trace.events
+    assert ev.height == len(expected), path
+    kinds = Counter(KIND_OF[e["cat"].lower()] for e in expected)
+    got = dict(ev.group_by("kind").len().with_columns(pl.col("kind").cast(str)).iter_rows())
+    assert got == dict(kinds), path
+    # every start and duration exact, in file order
+    assert ev["start_ns"].to_list() == [ns(e["ts"]) for e in expected]
+    assert ev["duration_ns"].to_list() == [ns(e["dur"]) for e in expected]
+    assert ev["name"].to_list() == [e["name"] for e in expected]
+    # correlation ids, bytes and streams where the file gives them
+    assert ev["correlation_id"].to_list() == [e.get("args", {}).get("correlation") for e in expected]
+    assert ev["bytes"].to_list() == [e.get("args", {}).get("bytes") for e in expected]
+    gpu = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    assert gpu["pid"].null_count() == gpu.height  # GPU rows have no host process
+    assert gpu["stream_id"].null_count() == 0
+    assert trace.meta.devices and trace.meta.devices[0].name
+
+
+def test_resnet18_bs16_details(samples_dir):
+    trace = read_paths([samples_dir / "torch" / "torch_resnet18_bs16.json.gz"])[0]
+    ev = trace.events
+    copies = ev.filter(pl.col("kind") == "memcpy")
+    htod = copies.filter(pl.col("copy_kind") == "HtoD")
+    assert set(htod["src_memory"].cast(str)) == {"pageable"}
+    assert set(htod["dst_memory"].cast(str)) == {"device"}
+    kernel = ev.filter(pl.col("name").str.starts_with("void cudnn::engines_precompiled::nchwToNhwcKernel")).row(0, named=True)
+    assert (kernel["grid_x"], kernel["grid_y"], kernel["grid_z"]) == (1568, 1, 16)
+    assert (kernel["block_x"], kernel["block_y"], kernel["block_z"]) == (256, 1, 1)
+    assert kernel["registers_per_thread"] == 32
+    assert kernel["dynamic_smem_bytes"] == 4224
+    assert kernel["start_ns"] == 4488884122451908  # "ts": 4488884122451.908: exact, beyond float precision
+    device = trace.meta.devices[0]
+    assert (device.name, device.sm_count, device.compute_capability) == ("NVIDIA H100 80GB HBM3", 132, "9.0")
+    assert device.memory_bytes == 85017493504
+    ops_with_dims = ev.filter((pl.col("kind") == "op") & pl.col("input_dims").is_not_null())
+    assert ops_with_dims.height > 0
+    assert json.loads(ops_with_dims["input_dims"][0]) is not None
+    assert trace.meta.extra["with_flops"] == 1
+
+
+def test_chunked_reading_gives_the_same_table(samples_dir):
+    """A chunk size far smaller than the file exercises the streaming path: the table must not change."""
+    path = samples_dir / "torch" / "torch_resnet18_bs4.json.gz"
+    whole = read_paths([path])[0].events
+    chunked = read_paths([path], params={"chunk_bytes": 20_000})[0].events
+    assert chunked.equals(whole)
+
+
+def test_decimal_times_are_exact(tmp_path):
+    # hand-written edge case: timestamps where float64 would be off by a nanosecond or more
+    text = """{"schemaVersion": 1, "traceEvents": [
+      {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 9007199254740.9931, "dur": 0.0005,
+       "args": {"device": 0, "stream": 7, "correlation": 1}},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 12, "dur": 1.5e-3,
+       "args": {"External id": 3}}
+    ]}"""
+    assert float("9007199254740.9931") * 1000 != 9007199254740993  # float would drift here
+    path = tmp_path / "edge.json"
+    path.write_text(text)
+    ev = read_paths([path])[0].events
+    assert ev["start_ns"].to_list() == [9007199254740993, 12000]
+    assert ev["duration_ns"].to_list() == [1, 2]  # 0.5 ns rounds half up; 1.5e-3 us = 1.5 ns -> 2
+    assert ev["external_id"].to_list() == [None, 3]
+    assert ev["pid"].to_list() == [None, 1]
+
+
+def test_legacy_pytorch_1_8_layout(tmp_path):
+    # hand-written after PyTorch 1.8's layout: capitalised categories, "external id", tid "stream 7"
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 10, "tid": 10, "ts": 100, "dur": 50,
+         "args": {"external id": 5}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10, "ts": 110, "dur": 5,
+         "args": {"correlation": 77, "external id": 5}},
+        {"ph": "X", "cat": "Kernel", "name": "implicit_convolve_sgemm", "pid": 0, "tid": "stream 7", "ts": 120,
+         "dur": 30, "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 77,
+                             "external id": 5, "registers per thread": 64, "shared memory": 0,
+                             "grid": [4, 1, 1], "block": [128, 1, 1]}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": "stream 7",
+         "ts": 200, "dur": 10, "args": {"device": 0, "stream": 7, "correlation": 78, "bytes": 1024}},
+    ]}
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps(doc))
+    trace = read_paths([path])[0]
+    ev = trace.events
+    assert ev["kind"].cast(str).to_list() == ["op", "api", "kernel", "memcpy"]
+    assert ev["external_id"].to_list() == [5, 5, 5, None]
+    assert ev.filter(pl.col("kind") == "memcpy")["src_memory"].cast(str).to_list() == ["pinned"]
+    assert trace.meta.variant == "Kineto (no schemaVersion: PyTorch 1.x)"
+
+
+def test_distributed_rank_becomes_tags(tmp_path):
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
+           "traceEvents": [{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 7,
+                            "ts": 1, "dur": 2, "args": {"device": 3, "stream": 7}}]}
+    path = tmp_path / "rank3.json"
+    path.write_text(json.dumps(doc))
+    meta = read_paths([path])[0].meta
+    assert meta.tags == {"rank": "3", "world_size": "8", "backend": "nccl"}
+
+
+def test_truncated_trace_keeps_complete_events(samples_dir, tmp_path):
+    raw = gzip.open(samples_dir / "torch" / "torch_resnet18_bs4.json.gz").read()
+    cut = raw[: len(raw) // 2]
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    complete = [e for e in independent_prefix(cut)]
+    trace = read_paths([path])[0]
+    assert trace.events.height == len(complete)
+    assert any("ends early" in w for w in trace.meta.warnings)
+
+
+def independent_prefix(data: bytes) -> list[dict]:
+    """The kept events among the complete ones of a cut file (decoded one by one with the json module)."""
+    text = data.decode()
+    start = text.index("[", text.index('"traceEvents"')) + 1
+    decoder = json.JSONDecoder(parse_float=Decimal)
+    events, pos = [], start
+    while True:
+        while pos < len(text) and text[pos] in " \n\r\t,":
+            pos += 1
+        try:
+            event, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break
+        events.append(event)
+    return [e for e in events if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
