@@ -30,22 +30,14 @@ def ns(us: Decimal) -> int:
     return int((Decimal(us) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
 
 
-def torch_traces(samples_dir: Path | None, fixtures_dir: Path) -> list[Path]:
-    paths = sorted((fixtures_dir / "torch").glob("**/*.json*"))
-    if samples_dir is not None:
-        paths += sorted((samples_dir / "torch").glob("*.json.gz"))
-    return paths
-
-
 def test_shared_samples_match_independent_parse(samples_dir):
     for path in sorted((samples_dir / "torch").glob("*.json.gz")):
         check_against_independent(path)
 
 
 def test_fixture_traces_match_independent_parse(fixtures_dir):
-    paths = sorted((fixtures_dir / "torch").glob("**/*.json*"))
-    if not paths:
-        pytest.skip("no torch fixtures yet")
+    paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*") if p.name != "manifest.json")
+    assert len(paths) == 16  # the 15-trace sweep and one tensorboard_trace_handler file
     for path in paths:
         check_against_independent(path)
 
