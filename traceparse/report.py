@@ -17,47 +17,69 @@ SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
 
 
 def short_name(name: str | None, width: int = 70) -> str:
-    """A demangled C++ kernel name shortened for the screen.
+    """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
 
-    Drops the return type and the parameter list, replaces template
-    arguments nested deeper than one level with ``…``, and cuts what is
-    left to ``width`` characters. JSON output always keeps the whole name.
+    Steps, each taken only while the name is still longer than ``width``:
+    drop the return type and parameter list; replace template arguments
+    nested two deep with ``…``; drop casts such as ``(bool)1`` -> ``1``;
+    keep only the last component of the qualified name; replace all
+    template arguments with ``…``; cut.
     """
     if not name:
         return ""
-    s = name.strip()
-    s = re.sub(r"^(void|__global__ void)\s+", "", s)
-    if s.endswith(")"):  # drop the trailing parameter list
-        depth = 0
-        for i in range(len(s) - 1, -1, -1):
-            if s[i] == ")":
-                depth += 1
-            elif s[i] == "(":
-                depth -= 1
-                if depth == 0:
-                    if i > 0 and s[:i].rstrip()[-1:] not in ("", "<", ","):
-                        s = s[:i].rstrip()
-                    break
+    s = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
+    s = _drop_parameters(s)
+    steps = (
+        lambda x: _collapse_templates(x, keep_depth=1),
+        lambda x: re.sub(r"\((?:bool|int|unsigned int|unsigned long|long|\w+_t|\w+)\)(?=[-\w])", "", x),
+        _last_components,
+        lambda x: _collapse_templates(x, keep_depth=0),
+    )
+    for step in steps:
+        if len(s) <= width:
+            break
+        s = re.sub(r"\s+", " ", step(s))
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _drop_parameters(s: str) -> str:
+    if not s.endswith(")"):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                head = s[:i].rstrip()
+                return head if head and head[-1] not in "<,(" else s
+    return s
+
+
+def _collapse_templates(s: str, keep_depth: int) -> str:
     out, depth = [], 0
     for ch in s:
         if ch == "<":
             depth += 1
-            if depth == 2:
+            if depth == keep_depth + 1:
                 out.append("<…>")
-            if depth == 1:
+            elif depth <= keep_depth:
                 out.append(ch)
             continue
         if ch == ">":
             depth -= 1
-            if depth == 0:
+            if depth < keep_depth:
                 out.append(ch)
             continue
-        if depth <= 1:
+        if depth <= keep_depth:
             out.append(ch)
-    s = re.sub(r"\s+", " ", "".join(out))
-    if len(s) > width:  # still too long: drop the template arguments altogether
-        s = re.sub(r"<[^<>]*(<…>[^<>]*)*>", "<…>", s)
-    return s if len(s) <= width else s[: width - 1] + "…"
+    return "".join(out)
+
+
+def _last_components(s: str) -> str:
+    head, sep, rest = s.partition("<")
+    return head.split("::")[-1] + sep + rest
 
 
 def fmt_ns(ns: Any) -> str:
@@ -159,12 +181,23 @@ def _finding_panel(finding: Finding) -> Panel:
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
 
 
+def _header(key: str) -> str:
+    """A column header for a metric key: units go in the cells, so ``time_ns`` reads ``time``."""
+    label = re.sub(r"_ns$", "", key)
+    label = re.sub(r"_pct$", " %", label)
+    return label.replace("_", " ")
+
+
+def _singular(word: str) -> str:
+    return word[:-3] + "y" if word.endswith("ies") else word[:-1] if word.endswith("s") else word
+
+
 def _dict_table(title: str, data: dict[str, dict]) -> Table:
     columns = list(dict.fromkeys(k for row in data.values() for k in row))
-    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-    table.add_column(title.rstrip("s"))
+    table = Table(title=_header(title), title_justify="left", show_edge=False, header_style="bold")
+    table.add_column(_singular(_header(title)), no_wrap=True)
     for c in columns:
-        table.add_column(c, justify="right")
+        table.add_column(_header(c), justify="right", no_wrap=True)
     for key, row in data.items():
         table.add_row(str(key), *(fmt_value(c, row.get(c)) for c in columns))
     return table
@@ -172,15 +205,20 @@ def _dict_table(title: str, data: dict[str, dict]) -> Table:
 
 def _items_table(items: list[dict]) -> Table:
     columns = list(dict.fromkeys(k for item in items for k in item))
+    # names lose the spaces after commas so that the table can cut them with … instead of wrapping them
+    rows = [[short_name(item.get(c), NAME_WIDTH).replace(", ", ",") if c == "name" and isinstance(item.get(c), str)
+             else fmt_value(c, item.get(c)) for c in columns] for item in items]
     table = Table(show_edge=False, header_style="bold")
-    for c in columns:
-        table.add_column(c, justify="left" if c in ("name", "category", "copy", "metric") else "right",
-                         overflow="fold" if c != "name" else "ellipsis", no_wrap=c == "name",
-                         ratio=3 if c == "name" else None)
-    for item in items:
-        cells = []
-        for c in columns:
-            v = item.get(c)
-            cells.append(short_name(v) if c == "name" and isinstance(v, str) else fmt_value(c, v))
-        table.add_row(*cells)
+    for i, c in enumerate(columns):
+        if c == "name":
+            table.add_column("name", overflow="ellipsis", min_width=24)
+            continue
+        widest = max([len(_header(c))] + [len(r[i]) for r in rows])
+        table.add_column(_header(c), no_wrap=True, min_width=widest,
+                         justify="left" if c in ("category", "copy", "metric", "class", "bound") else "right")
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+NAME_WIDTH = 60
