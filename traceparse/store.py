@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Iterable
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from traceparse.errors import StoreError
 from traceparse.schema import conform
@@ -215,6 +214,8 @@ class _ParquetSink:
         self.queue.put(batch)
 
     def _run(self) -> None:
+        import pyarrow.parquet as pq  # only writing needs pyarrow: reading and analysing start faster without it
+
         writer = None
         try:
             while (batch := self.queue.get()) is not None:
