@@ -189,7 +189,11 @@ def _header(key: str) -> str:
 
 
 def _singular(word: str) -> str:
-    return word[:-3] + "y" if word.endswith("ies") else word[:-1] if word.endswith("s") else word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith(("sses", "ches", "shes", "xes")):
+        return word[:-2]
+    return word[:-1] if word.endswith("s") else word
 
 
 def _dict_table(title: str, data: dict[str, dict]) -> Table:
@@ -205,9 +209,7 @@ def _dict_table(title: str, data: dict[str, dict]) -> Table:
 
 def _items_table(items: list[dict]) -> Table:
     columns = list(dict.fromkeys(k for item in items for k in item))
-    # names lose the spaces after commas so that the table can cut them with … instead of wrapping them
-    rows = [[short_name(item.get(c), NAME_WIDTH).replace(", ", ",") if c == "name" and isinstance(item.get(c), str)
-             else fmt_value(c, item.get(c)) for c in columns] for item in items]
+    rows = [[_cell(c, item.get(c)) for c in columns] for item in items]
     table = Table(show_edge=False, header_style="bold")
     for i, c in enumerate(columns):
         if c == "name":
@@ -222,3 +224,14 @@ def _items_table(items: list[dict]) -> Table:
 
 
 NAME_WIDTH = 60
+
+
+def _cell(column: str, value: Any) -> str:
+    """A table cell; names (and any long text such as the kernel before a gap) are shortened.
+
+    Names lose the spaces after commas so that the table cuts them with …
+    instead of wrapping them over several lines.
+    """
+    if isinstance(value, str) and (column == "name" or len(value) > NAME_WIDTH):
+        return short_name(value, NAME_WIDTH).replace(", ", ",")
+    return fmt_value(column, value)

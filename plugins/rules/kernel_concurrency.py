@@ -23,7 +23,7 @@ class LowKernelConcurrency(Rule):
     definition = __doc__
     thresholds = {
         "warning_below_pct": 5.0,   # concurrency under this is a warning ...
-        "min_mean_kernel_us": 0.0,  # ... unless the mean kernel is at least this long (0: always)
+        "min_mean_kernel_us": 0.0,  # ... when the mean kernel lasts at least this long (0: always)
     }
     kinds = ("kernel",)
 

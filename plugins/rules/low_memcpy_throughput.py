@@ -1,0 +1,169 @@
+"""Rule ``low-memcpy-throughput``: achieved bytes/s of copies against the peak of the link they cross.
+
+The Visual Profiler's "Low Memcpy Throughput". Definition: over memcpy rows
+whose ``bytes`` and ``duration_ns`` are both known (timed events, and
+aggregated rows, whose totals give the same ratio), per copy direction
+achieved_gbps = Σ bytes / Σ duration_ns (bytes per ns = GB/s, 1 GB = 10⁹ B),
+i.e. the time-weighted mean throughput. When the trace has timed copies,
+aggregated memcpy rows are ignored (they summarize the same copies).
+
+Peaks (per direction, GB/s):
+- HtoD and DtoH: the host link of the GPU (PCIe generation × lanes, or
+  NVLink-C2C), from the GPU catalog entry of ``--gpu`` or of the device the
+  trace names (``host_link.gbps``); ``host_link_gbps`` > 0 overrides it; when
+  neither is known, ``default_host_link_gbps`` = 15.75, the per-direction
+  rate of PCIe 3.0 x16 (8 GT/s × 16 lanes × 128/130 encoding / 8), the link of
+  the K80/P40/P100/V100 PCIe cards the seed reports profiled. Like the
+  catalog's figures it is the spec-sheet rate: pinned copies usually reach
+  75-85% of it, pageable ones much less. The message says which peak was used.
+- DtoD: the GPU's DRAM bandwidth (catalog ``dram_gbps``, or ``dram_gbps`` > 0);
+  a device-to-device copy reads and writes every byte, so its DRAM traffic is
+  2 × bytes (as CUDA's bandwidthTest counts it): pct_of_peak = 100 × 2 ×
+  achieved_gbps / peak. No DRAM figure: no peak.
+- PtoP and HtoH: no peak (listed, peak null).
+
+Metrics (the host-device copies, HtoD and DtoH together): ``achieved_gbps``,
+``peak_gbps``, ``pct_of_peak`` = 100 × achieved_gbps / peak_gbps,
+``copy_time_ns``, ``bytes``, ``peak_source``; ``skipped_copies`` counts copies of
+unknown direction, size or duration. Items, one per direction: ``copy_kind``,
+``copies``, ``bytes``, ``time_ns``, ``achieved_gbps``, ``peak_gbps``,
+``pct_of_peak``, ``link``.
+
+Severity: warning when the host-device pct_of_peak is under
+``warning_below_pct`` and host-device copies take at least
+``min_copy_time_us``; critical under ``critical_below_pct``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse.catalog import gpu_for_trace
+from traceparse.plugins import hookimpl
+from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.trace import Trace
+from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, pct, prefer_timed
+
+#: Each direction's link and how many times a copied byte crosses it.
+LINKS = {"HtoD": ("host link", 1), "DtoH": ("host link", 1), "DtoD": ("DRAM", 2)}
+
+
+class LowMemcpyThroughput(Rule):
+    name = "low-memcpy-throughput"
+    description = "Achieved copy throughput against the peak of the host link (HtoD/DtoH) or DRAM (DtoD)"
+    definition = __doc__
+    thresholds = {
+        "warning_below_pct": 50.0,          # host-device copies under this % of the link's peak: warning
+        "critical_below_pct": 10.0,         # ... under this %: critical
+        "min_copy_time_us": 100.0,          # ... when host-device copies take at least this long
+        "host_link_gbps": 0.0,              # > 0: the host link's peak per direction, overriding the catalog
+        "default_host_link_gbps": 15.75,    # used when the GPU is unknown: PCIe 3.0 x16 per direction
+        "dram_gbps": 0.0,                   # > 0: DRAM bandwidth for DtoD copies, overriding the catalog
+    }
+    kinds = ("memcpy",)
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        copies, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "memcpy"))
+        copies = copies.with_columns(calls=calls_expr())
+        usable = (pl.col("copy_kind").is_not_null() & pl.col("bytes").is_not_null()
+                  & pl.col("duration_ns").is_not_null())
+        skipped = int(copies.filter(~usable)["calls"].sum() or 0)
+        per_kind = (copies.filter(usable).group_by(pl.col("copy_kind").cast(pl.String))
+                    .agg(copies=pl.col("calls").sum(), bytes=pl.col("bytes").sum(),
+                         time_ns=pl.col("duration_ns").sum())
+                    .sort("time_ns", "copy_kind", descending=[True, False]))
+        host_peak, host_source, dram_peak, dram_source = _peaks(trace, options)
+        peaks = {"host link": host_peak, "DRAM": dram_peak}
+        items = []
+        for r in per_kind.iter_rows(named=True):
+            link, factor = LINKS.get(r["copy_kind"], (None, 1))
+            peak = peaks.get(link)
+            achieved = gbps(r["bytes"], r["time_ns"])
+            items.append({"copy_kind": r["copy_kind"], "copies": r["copies"], "bytes": r["bytes"],
+                          "time_ns": r["time_ns"], "achieved_gbps": achieved, "peak_gbps": peak,
+                          "pct_of_peak": pct(factor * r["bytes"] / r["time_ns"], peak)
+                          if peak and r["time_ns"] else None,
+                          "link": link})
+        host = per_kind.filter(pl.col("copy_kind").is_in(HOST_DEVICE))
+        host_bytes = int(host["bytes"].sum() or 0)
+        host_ns = int(host["time_ns"].sum() or 0)
+        achieved = gbps(host_bytes, host_ns)
+        host_pct = pct(host_bytes / host_ns, host_peak) if host_ns else None
+        severity = "info"
+        if host_pct is not None and host_ns >= t["min_copy_time_us"] * 1e3:
+            if host_pct < t["critical_below_pct"]:
+                severity = "critical"
+            elif host_pct < t["warning_below_pct"]:
+                severity = "warning"
+        if host_ns:
+            message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {host_ns / 1e6:.3f} ms: "
+                       f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:g} GB/s per direction. "
+                       f"Peak: {host_source}.")
+            if host_pct > 100:
+                message += (" That is above the assumed peak, so the link is faster than assumed: pass --gpu NAME "
+                            "or set low-memcpy-throughput.host_link_gbps.")
+        else:
+            message = "No host-device copy with a known size and duration."
+        dtod = next((i for i in items if i["copy_kind"] == "DtoD"), None)
+        if dtod is not None:
+            message += (f" Device-to-device copies: {dtod['achieved_gbps']} GB/s"
+                        + (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:g} GB/s, counting the "
+                           f"read and the write; peak: {dram_source}." if dtod["pct_of_peak"] is not None
+                           else f"; no DRAM peak: {dram_source}."))
+        if skipped:
+            message += f" {skipped} copies skipped: direction, size or duration unknown."
+        if ignored_aggregated:
+            message += (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
+                        "already count those calls.")
+        suggestion = ""
+        if severity != "info":
+            suggestion = ("Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "
+                          "cudaHostAlloc/cudaHostRegister) so the DMA engine reads it directly, and merge small "
+                          "copies into large ones (see pageable-memcpy and inefficient-memcpy-size). If the link "
+                          "is slower than assumed (a x8 slot, an older PCIe generation), set "
+                          "low-memcpy-throughput.host_link_gbps.")
+        return [Finding(self.name, severity, "Low memcpy throughput" if severity != "info" else "Memcpy throughput",
+                        message, suggestion,
+                        metrics={"achieved_gbps": achieved, "peak_gbps": host_peak, "pct_of_peak": host_pct,
+                                 "copy_time_ns": host_ns, "bytes": host_bytes, "peak_source": host_source,
+                                 "skipped_copies": skipped},
+                        items=items)]
+
+
+def _peaks(trace: Trace, options: RuleOptions) -> tuple[float, str, float | None, str]:
+    """(host link peak, where it came from, DRAM peak or None, where it came from), in GB/s."""
+    t = options.thresholds
+    spec, how = gpu_for_trace(trace, options.gpu)
+    link_gbps, link_name = _host_link(spec)
+    if t["host_link_gbps"] > 0:
+        host, host_source = float(t["host_link_gbps"]), "set with low-memcpy-throughput.host_link_gbps"
+    elif link_gbps:
+        host = float(link_gbps)
+        host_source = f"{link_name + ' of ' if link_name else ''}{how}"
+    else:
+        host = float(t["default_host_link_gbps"])
+        why = f"{spec['name']} has no host link figure in the catalog" if spec else how
+        host_source = (f"assumed: PCIe 3.0 x16 by default, because {why}; "
+                       "set low-memcpy-throughput.host_link_gbps to change it")
+    if t["dram_gbps"] > 0:
+        return host, host_source, float(t["dram_gbps"]), "set with low-memcpy-throughput.dram_gbps"
+    if spec and spec.get("dram_gbps"):
+        return host, host_source, float(spec["dram_gbps"]), how
+    why = f"{spec['name']} has no DRAM figure in the catalog" if spec else how
+    return host, host_source, None, why
+
+
+def _host_link(spec: dict | None) -> tuple[float | None, str | None]:
+    """The host link's GB/s per direction and its name, from a catalog entry (``host_link: {gbps, name}``)."""
+    if not spec:
+        return None, None
+    link = spec.get("host_link")
+    if isinstance(link, dict):
+        return link.get("gbps"), link.get("name")
+    return spec.get("host_link_gbps"), None
+
+
+@hookimpl
+def traceparse_rules():
+    return [LowMemcpyThroughput()]

@@ -1,0 +1,113 @@
+"""Rule ``pageable-memcpy``: host-device copies from or to pageable (not page-locked) host memory.
+
+The DMA engine cannot read pageable memory, so the driver stages such a copy
+through a pinned bounce buffer in chunks: it runs at a fraction of the link's
+rate, and the call returns only when the data is staged, so the copy does not
+overlap host work or compute even when issued with cudaMemcpyAsync /
+non_blocking=True.
+
+Definition: the host-device copies are memcpy rows with ``copy_kind`` HtoD
+or DtoH; the host side of a copy is its ``src_memory`` for HtoD and its
+``dst_memory`` for DtoH. A copy is pageable when its host side is
+"pageable". Timed events and aggregated rows count alike (calls, total
+duration, total bytes); when the trace has timed copies, aggregated memcpy
+rows are ignored (they summarize the same copies).
+
+Metrics: ``pageable_copies``, ``pageable_bytes`` (bytes where known),
+``pageable_time_ns``, ``host_device_time_ns`` (time of the host-device
+copies whose host memory kind is known), ``pageable_share_pct`` = 100 ×
+pageable_time_ns / host_device_time_ns, ``pageable_gbps`` and ``pinned_gbps``
+(achieved Σ bytes / Σ time of each, for comparison), ``unknown_memory_copies``
+(host-device copies whose host memory kind the source does not record, e.g.
+nvprof summaries; they are left out). Items: the pageable copies by
+``copy_kind`` (with ``src_memory``, ``dst_memory``): ``copies``, ``bytes``,
+``time_ns``, ``share_pct`` of host_device_time_ns, ``achieved_gbps``.
+
+Severity: warning when ``pageable_share_pct`` ≥ ``warning_share_pct`` and
+pageable copies take at least ``min_pageable_time_us``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse.plugins import hookimpl
+from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.trace import Trace
+from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, is_copy_kind, pct, prefer_timed
+
+
+class PageableMemcpy(Rule):
+    name = "pageable-memcpy"
+    description = "Host-device copies from/to pageable host memory: slow, and they cannot overlap compute"
+    definition = __doc__
+    thresholds = {
+        "warning_share_pct": 10.0,      # pageable copies take at least this % of host-device copy time ...
+        "min_pageable_time_us": 10.0,   # ... and at least this long: warning
+        "top": 10,                      # items listed
+    }
+    kinds = ("memcpy",)
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        copies, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "memcpy"))
+        host_memory = (pl.when(pl.col("copy_kind") == "HtoD").then(pl.col("src_memory"))
+                       .otherwise(pl.col("dst_memory")).cast(pl.String))
+        host_device = (copies.filter(is_copy_kind(HOST_DEVICE))
+                       .with_columns(calls=calls_expr(), host_memory=host_memory))
+        unknown = int(host_device.filter(pl.col("host_memory").is_null())["calls"].sum() or 0)
+        known = host_device.filter(pl.col("host_memory").is_not_null() & pl.col("duration_ns").is_not_null())
+        pageable = known.filter(pl.col("host_memory") == "pageable")
+        pinned = known.filter(pl.col("host_memory") == "pinned")
+        total_ns = int(known["duration_ns"].sum() or 0)
+        n_pageable = int(pageable["calls"].sum() or 0)
+        pageable_ns = int(pageable["duration_ns"].sum() or 0)
+        pageable_bytes = int(pageable["bytes"].sum() or 0)
+        share = pct(pageable_ns, total_ns)
+        groups = (pageable.group_by(pl.col("copy_kind").cast(pl.String), pl.col("src_memory").cast(pl.String),
+                                    pl.col("dst_memory").cast(pl.String))
+                  .agg(copies=pl.col("calls").sum(),
+                       bytes=pl.when(pl.col("bytes").count() > 0).then(pl.col("bytes").sum()),
+                       time_ns=pl.col("duration_ns").sum(),
+                       sized_ns=pl.col("duration_ns").filter(pl.col("bytes").is_not_null()).sum())
+                  .sort(["time_ns", "copy_kind"], descending=[True, False]))
+        items = [{"copy_kind": r["copy_kind"], "src_memory": r["src_memory"], "dst_memory": r["dst_memory"],
+                  "copies": r["copies"], "bytes": r["bytes"], "time_ns": r["time_ns"],
+                  "share_pct": pct(r["time_ns"], total_ns), "achieved_gbps": gbps(r["bytes"], r["sized_ns"])}
+                 for r in groups.head(int(t["top"])).iter_rows(named=True)]
+        warn = (share is not None and share >= t["warning_share_pct"]
+                and pageable_ns >= t["min_pageable_time_us"] * 1e3)
+        if total_ns:
+            message = (f"{n_pageable} host-device copies use pageable host memory: {pageable_bytes / 1e6:.3f} MB "
+                       f"in {pageable_ns / 1e6:.3f} ms, {share:.1f}% of the {total_ns / 1e6:.3f} ms of "
+                       f"host-device copy time.")
+        else:
+            message = "No host-device copy says whether its host memory is pageable or pinned."
+        if unknown:
+            message += f" {unknown} host-device copies left out: the source does not record their memory kind."
+        if ignored_aggregated:
+            message += (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
+                        "already count those calls.")
+        suggestion = ("Allocate the host buffers page-locked: DataLoader(pin_memory=True) or tensor.pin_memory() "
+                      "in PyTorch, cudaHostAlloc/cudaMallocHost or cudaHostRegister in CUDA; then copy with "
+                      "non_blocking=True / cudaMemcpyAsync on a side stream so the copies overlap compute."
+                      if warn else "")
+        return [Finding(self.name, "warning" if warn else "info",
+                        "Pageable memcpy" if warn else "Host memory of copies", message, suggestion,
+                        metrics={"pageable_copies": n_pageable, "pageable_bytes": pageable_bytes,
+                                 "pageable_time_ns": pageable_ns, "host_device_time_ns": total_ns,
+                                 "pageable_share_pct": share,
+                                 "pageable_gbps": _achieved(pageable), "pinned_gbps": _achieved(pinned),
+                                 "unknown_memory_copies": unknown},
+                        items=items)]
+
+
+def _achieved(copies: pl.DataFrame) -> float | None:
+    """Σ bytes / Σ duration over the copies whose size is known, in GB/s."""
+    sized = copies.filter(pl.col("bytes").is_not_null())
+    return gbps(int(sized["bytes"].sum() or 0), int(sized["duration_ns"].sum() or 0))
+
+
+@hookimpl
+def traceparse_rules():
+    return [PageableMemcpy()]
