@@ -1,0 +1,261 @@
+"""A set of TAU text profiles: one directory, its ``MULTI__<METRIC>`` subdirectories, or loose files.
+
+TAU writes one ``profile.<node>.<context>.<thread>`` file per thread; with
+several metrics (``TAU_METRICS=TIME:PAPI_TOT_CYC``) one
+``MULTI__<METRIC>`` directory per metric, each holding the same threads
+and routines. The files of one thread are merged: the wall-clock time
+metric (``TIME``, or the first of :data:`TIME_PREFERENCE`) gives
+``exclusive_ns``/``duration_ns`` (microseconds to integer ns, exactly);
+every other metric becomes counter rows of the routine (see :mod:`.build`).
+A file that cannot be read is skipped with a warning as long as one can.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from traceparse.errors import InputError, bad_input
+
+from . import build
+from .classify import GPU_THREAD_KEYS
+from .decimals import scaled_int, to_float
+from .profile_text import ProfileFile, read_profile_file, whole_numbers
+
+PROFILE_NAME = re.compile(r"^profile\.(\d+)\.(\d+)\.(\d+)(?:\.gz)?$")
+MULTI_PREFIX = "MULTI__"
+#: wall-clock metrics, most preferred first, for exclusive_ns/duration_ns
+TIME_PREFERENCE = ("TIME", "P_WALL_CLOCK_TIME", "LINUX_TIMERS", "GET_TIME_OF_DAY", "TAUGPU_TIME",
+                   "CPU_TIME", "P_VIRTUAL_TIME")
+NO_PROFILES = ("no TAU profile files here: expected profile.<node>.<context>.<thread> files, "
+               "MULTI__<METRIC>/ directories of them, or tauprofile.xml")
+
+
+@dataclass
+class Source:
+    """One profile file and where it sits: its thread and the metric directory it came from."""
+
+    path: Path
+    node: int
+    context: int
+    thread: int
+    metric_dir: str | None = None
+
+
+def is_time_metric(metric: str) -> bool:
+    """TAU's time metrics (microseconds), as opposed to counts: ParaProf's rule, "TIME" in the name."""
+    upper = metric.upper()
+    return "TIME" in upper or upper in TIME_PREFERENCE
+
+
+def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
+    """The profile files of a TAU output directory; InputError when there are none."""
+    top = _profiles_in(directory)
+    multi = sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith(MULTI_PREFIX))
+    if top:
+        if multi:
+            warn(f"{directory}: has both profile.* files and MULTI__ directories; read the profile.* files "
+                 "(as ParaProf does)")
+        return top
+    sources = []
+    for sub in multi:
+        sources.extend(_profiles_in(sub, sub.name[len(MULTI_PREFIX):]))
+    if not sources:
+        raise bad_input(directory, None, NO_PROFILES)
+    return sources
+
+
+def _profiles_in(directory: Path, metric_dir: str | None = None) -> list[Source]:
+    out = []
+    for p in directory.iterdir():
+        m = PROFILE_NAME.match(p.name)
+        if m and p.is_file():
+            out.append(Source(p, int(m.group(1)), int(m.group(2)), int(m.group(3)), metric_dir))
+    return sorted(out, key=lambda s: (s.node, s.context, s.thread, s.metric_dir or "", s.path.name))
+
+
+def source_for(path: Path) -> Source:
+    """A loose profile file given on the command line; its thread from its name (0.0.0 if it has none)."""
+    m = PROFILE_NAME.match(path.name)
+    metric_dir = path.parent.name[len(MULTI_PREFIX):] if path.parent.name.startswith(MULTI_PREFIX) else None
+    if not m:
+        return Source(path, 0, 0, 0, metric_dir)
+    return Source(path, int(m.group(1)), int(m.group(2)), int(m.group(3)), metric_dir)
+
+
+@dataclass
+class ProfileSet:
+    """What the files of one trace hold, as the tables :func:`build.build_events` takes."""
+
+    routines: pl.DataFrame
+    counters: pl.DataFrame
+    user_events: pl.DataFrame
+    threads: pl.DataFrame
+    metrics: list[str]
+    time_metric: str | None
+    metadata: list[tuple[tuple[int, int, int], dict[str, str]]]
+    files_read: int
+
+
+def read_sources(sources: list[Source], warn: Callable[[str], None],
+                 progress: Callable[[int], None] = lambda n: None) -> ProfileSet:
+    """Parse every file (skipping, with a warning, those that fail while others succeed) and merge metrics."""
+    parsed: list[tuple[Source, ProfileFile]] = []
+    failures: list[InputError] = []
+    for source in sources:
+        try:
+            profile = read_profile_file(source.path)
+        except InputError as exc:
+            failures.append(exc)
+            continue
+        finally:
+            try:
+                progress(source.path.stat().st_size)
+            except OSError:
+                pass
+        parsed.append((source, profile))
+        for w in profile.warnings:
+            warn(w)
+    if not parsed:
+        raise failures[0]
+    for exc in failures:
+        warn(f"skipped: {exc}")
+    return _merge(parsed, warn)
+
+
+def _metric_of(source: Source, profile: ProfileFile) -> str:
+    return profile.metric or source.metric_dir or "TIME"
+
+
+def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]) -> ProfileSet:
+    frames, events, threads, metadata = [], {}, [], []
+    for source, profile in parsed:
+        key = (source.node, source.context, source.thread)
+        frames.append(profile.routines.with_columns(
+            metric=pl.lit(_metric_of(source, profile)), path=pl.lit(str(profile.path)),
+            node=pl.lit(source.node, pl.Int64), context=pl.lit(source.context, pl.Int64),
+            thread=pl.lit(source.thread, pl.Int64)))
+        if profile.user_events.height and key not in events:  # every metric's file repeats them
+            events[key] = profile
+        metadata.append((key, profile.metadata))
+        threads.append({"node": key[0], "context": key[1], "thread": key[2], **gpu_facts(profile.metadata)})
+    return assemble(pl.concat(frames, how="vertical_relaxed"), _user_events(events, warn),
+                    pl.DataFrame(threads, schema=build.THREADS, strict=False), metadata, len(parsed), warn)
+
+
+def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFrame,
+             metadata: list[tuple[tuple[int, int, int], dict[str, str]]], files_read: int,
+             warn: Callable[[str], None]) -> ProfileSet:
+    """Merge the routine rows of every metric (columns node, context, thread, metric, seq, raw, calls,
+    subcalls, group, excl, incl as text, path, line) into routines with times and counters."""
+    metrics = sorted(set(table["metric"].to_list()), key=_metric_rank)
+    time_metric = next((m for m in metrics if is_time_metric(m)), None)
+    table = table.sort(["node", "context", "thread", "metric", "seq"])
+    table = build.with_dup(table, ["metric", "raw"])
+    reference = _reference_rows(table, metrics)
+    missing = table.join(reference.select(*build.THREAD, "raw", "dup"), on=[*build.THREAD, "raw", "dup"],
+                         how="anti", nulls_equal=True)
+    if missing.height:
+        warn(f"{missing.height} routine rows of other metrics have no row in the {reference['metric'][0]} "
+             f"profile of their thread (e.g. {missing['raw'][0].strip()!r}); their values were not kept")
+    routines = _with_times(reference, table, time_metric)
+    counters = _counters(table, time_metric)
+    return ProfileSet(routines, counters, user_events, threads, metrics, time_metric, _dedupe_metadata(metadata),
+                      files_read)
+
+
+def _metric_rank(metric: str) -> tuple[int, str]:
+    upper = metric.upper()
+    if upper in TIME_PREFERENCE:
+        return TIME_PREFERENCE.index(upper), metric
+    return (len(TIME_PREFERENCE), metric) if is_time_metric(metric) else (len(TIME_PREFERENCE) + 1, metric)
+
+
+def _reference_rows(table: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
+    """Per thread, the routine rows of its most preferred metric (calls, subrs and groups come from there)."""
+    rank = {m: i for i, m in enumerate(metrics)}
+    ranked = table.with_columns(rank=pl.col("metric").replace_strict(rank, return_dtype=pl.Int64))
+    best = ranked.group_by(build.THREAD).agg(pl.col("rank").min().alias("best"))
+    return ranked.join(best, on=build.THREAD).filter(pl.col("rank") == pl.col("best")).drop("rank", "best")
+
+
+def _with_times(reference: pl.DataFrame, table: pl.DataFrame, time_metric: str | None) -> pl.DataFrame:
+    keys = [*build.THREAD, "raw", "dup"]
+    out = reference.select(*build.THREAD, "seq", "raw", "dup", "calls", "subcalls", "group")
+    if time_metric is None:
+        return out.with_columns(exclusive_ns=pl.lit(None, pl.Int64), duration_ns=pl.lit(None, pl.Int64))
+    times = table.filter(pl.col("metric") == time_metric)
+    times = times.with_columns(exclusive_ns=_ns(times, "excl"), duration_ns=_ns(times, "incl"))
+    return out.join(times.select(*keys, "exclusive_ns", "duration_ns"), on=keys, how="left", nulls_equal=True,
+                    maintain_order="left")
+
+
+def _ns(times: pl.DataFrame, column: str) -> pl.Series:
+    """Microsecond text to exact integer ns; InputError naming the file and line of a value out of range."""
+    values = scaled_int(times[column], 3)
+    bad = values.is_null() & times[column].is_not_null()
+    if bad.any():
+        row = times.filter(bad).row(0, named=True)
+        label = "Excl" if column == "excl" else "Incl"
+        raise bad_input(row["path"], row["line"], f"{label} {row[column]!r} is out of range for nanoseconds")
+    return values
+
+
+def _counters(table: pl.DataFrame, time_metric: str | None) -> pl.DataFrame:
+    others = table.filter(pl.col("metric") != (time_metric or ""))
+    if not others.height:
+        return build.empty(build.COUNTERS)
+    upper = pl.col("metric").str.to_uppercase()
+    is_time = upper.str.contains("TIME") | upper.is_in(list(TIME_PREFERENCE))
+    factor = pl.when(is_time).then(pl.lit(1000.0)).otherwise(pl.lit(1.0))
+    return others.select(
+        *build.THREAD, "raw", "dup", "metric",
+        (to_float(pl.col("excl")) * factor).alias("exclusive"),
+        (to_float(pl.col("incl")) * factor).alias("inclusive"),
+        pl.when(is_time).then(pl.lit("ns")).otherwise(pl.lit(None, pl.String)).alias("unit"),
+    )
+
+
+def _user_events(events: dict, warn: Callable[[str], None]) -> pl.DataFrame:
+    frames = []
+    for (node, context, thread), profile in events.items():
+        ue = profile.user_events
+        notes: list[str] = []
+        calls = whole_numbers(profile.path, ue["numevents"], ue["line"], "numevents", notes)
+        for note in notes:
+            warn(note)
+        frames.append(pl.DataFrame({
+            "node": node, "context": context, "thread": thread, "name": ue["name"],
+            "calls": calls,
+            "value": ue.select(to_float(pl.col("mean"))).to_series(),
+            "value_min": ue.select(to_float(pl.col("min"))).to_series(),
+            "value_max": ue.select(to_float(pl.col("max"))).to_series(),
+            "value_sumsq": ue.select(to_float(pl.col("sumsqr"))).to_series(),
+        }, schema_overrides={"node": pl.Int64, "context": pl.Int64, "thread": pl.Int64}))
+    if not frames:
+        return build.empty(build.USER_EVENTS)
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def gpu_facts(metadata: dict[str, str]) -> dict:
+    """CUDA device, context and stream of a GPU thread, from its metadata (None where not said)."""
+    def as_int(key: str) -> int | None:
+        try:
+            return int(metadata[key])
+        except (KeyError, ValueError):
+            return None
+    return {"cuda_device": as_int("CUDA Device"), "cuda_context": as_int("CUDA Context"),
+            "cuda_stream": as_int("CUDA Stream"), "gpu_thread": any(k in metadata for k in GPU_THREAD_KEYS)}
+
+
+def _dedupe_metadata(metadata: list) -> list:
+    seen, out = set(), []
+    for key, attrs in metadata:
+        if key not in seen:
+            seen.add(key)
+            out.append((key, attrs))
+    return out

@@ -1,0 +1,164 @@
+"""Rule ``hotspots``: routines ranked by exclusive time, per thread and over all threads (pprof's first table).
+
+Definition: the rows of the kinds in ``thresholds["kinds"]`` (routines of
+profiles, operators, kernels, API calls, copies). A row's time is its
+``exclusive_ns``, or its ``duration_ns`` where the source has no exclusive
+time (trace events and nvprof/nsys summaries: for kernels and copies the
+two are the same). A profile with call paths (TAU) holds each routine both
+flat and once per call path (``call_path`` containing `` => ``); only the
+flat rows count, as in pprof's totals. When a kind has both timed events
+and aggregated rows (a trace and its summary), only the timed ones count.
+
+A thread is (``pid``, ``device_id``, ``tid``): TAU's node, context, thread.
+Per routine (name and kind): ``time_ns`` = sum over threads; ``threads`` =
+threads where it ran; over the T threads that have rows of its kind (GPU
+streams for kernels, host threads for operators) ``mean_ns`` = time_ns / T,
+``min_ns`` and ``max_ns`` (0 on a thread where it did not run, as pprof's
+mean counts it), ``imbalance`` = max_ns / mean_ns (1 = even, T = all on one
+thread); ``share_pct`` = 100 × time_ns / the total. The
+second finding lists each thread's top routines with their share of that
+thread's time. Severity is warning when a routine holding at least
+``imbalance_min_share_pct`` of the time has ``imbalance`` ≥
+``imbalance_warning`` on a trace of several threads.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse.plugins import hookimpl
+from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.trace import Trace
+
+from ._rows import prefer_timed
+
+THREAD = ["pid", "device_id", "tid"]
+
+
+def flat_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Drop call-path rows (``call_path`` with `` => ``) when the flat rows are there too; and how many."""
+    if "call_path" not in rows.columns:
+        return rows, 0
+    nested = pl.col("call_path").fill_null("").str.contains(" => ", literal=True)
+    n_nested = int(rows.select(nested.sum()).item() or 0)
+    if n_nested == 0 or n_nested == rows.height:
+        return rows, 0
+    return rows.filter(~nested), n_nested
+
+
+def thread_label(pid, device, tid) -> str:
+    """pprof's ``node,context,thread`` label; ``-`` where a part is unknown."""
+    return ",".join("-" if v is None else str(v) for v in (pid, device, tid))
+
+
+class Hotspots(Rule):
+    name = "hotspots"
+    description = "Routines ranked by exclusive time, per thread and over threads (mean, min, max, imbalance)"
+    definition = __doc__
+    thresholds = {
+        "top": 15,                          # routines listed
+        "per_thread_top": 5,                # routines listed per thread
+        "max_threads": 16,                  # threads listed in the per-thread finding (those with most time)
+        "imbalance_warning": 2.0,           # max/mean at or above this is a warning ...
+        "imbalance_min_share_pct": 10.0,    # ... for a routine with at least this share of the time
+        "kinds": ["region", "kernel", "op", "api", "memcpy", "memset", "sync"],
+    }
+    kinds = ("region", "kernel", "op")
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        rows = events.filter(pl.col("kind").cast(pl.String).is_in(list(t["kinds"])))
+        rows, nested = flat_rows(rows)
+        parts, dropped = [], 0
+        for kind in rows["kind"].cast(pl.String).unique().sort().to_list():
+            kept, n = prefer_timed(rows.filter(pl.col("kind") == kind))
+            parts.append(kept)
+            dropped += n
+        rows = pl.concat(parts) if parts else rows
+        rows = rows.with_columns(
+            time_ns=pl.coalesce("exclusive_ns", "duration_ns"),
+            calls=pl.col("calls").fill_null(1),
+            kind=pl.col("kind").cast(pl.String),
+        ).filter(pl.col("time_ns").is_not_null())
+        per_thread = rows.group_by(["name", "kind", *THREAD]).agg(
+            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum())
+        n_threads = per_thread.select(THREAD).unique().height
+        per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len())
+        total = int(per_thread["time_ns"].sum() or 0)
+        by_name = per_thread.group_by(["name", "kind"]).agg(
+            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("inclusive_ns").sum(), calls=pl.col("calls").sum(),
+            threads=pl.len(), max_ns=pl.col("time_ns").max(), min_present=pl.col("time_ns").min(),
+        ).join(per_kind, on="kind").with_columns(
+            min_ns=pl.when(pl.col("threads") == pl.col("kind_threads")).then(pl.col("min_present")).otherwise(0),
+            mean_ns=pl.col("time_ns") / pl.col("kind_threads"),
+        ).with_columns(
+            imbalance=pl.when(pl.col("mean_ns") > 0).then(pl.col("max_ns") / pl.col("mean_ns")),
+            share_pct=(100.0 * pl.col("time_ns") / total) if total else pl.lit(None, pl.Float64),
+        ).sort(["time_ns", "name", "kind"], descending=[True, False, False])
+        items = [
+            {"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"],
+             "inclusive_ns": r["inclusive_ns"], "share_pct": _round(r["share_pct"]), "threads": r["threads"],
+             "mean_ns": _round(r["mean_ns"], 1), "min_ns": r["min_ns"], "max_ns": r["max_ns"],
+             "imbalance": _round(r["imbalance"])}
+            for r in by_name.head(int(t["top"])).iter_rows(named=True)
+        ]
+        imbalanced = [i for i in items if i["imbalance"] is not None
+                      and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
+                      and i["imbalance"] >= t["imbalance_warning"]]
+        metrics = {"time_ns": total, "threads": n_threads, "routines": by_name.height,
+                   "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
+                   "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
+                   "exclusive_rows": int(rows["exclusive_ns"].is_not_null().sum()),
+                   "inclusive_only_rows": int(rows["exclusive_ns"].is_null().sum())}
+        if items:
+            top = items[0]
+            message = (f"{by_name.height} routines on {n_threads} thread(s), {total / 1e6:.3f} ms in all; "
+                       f"{top['name']!r} leads with {top['share_pct']}% ({top['time_ns'] / 1e6:.3f} ms"
+                       f"{', imbalance ' + str(top['imbalance']) if n_threads > 1 else ''}).")
+        else:
+            message = "No routine time in this trace."
+        nested_inclusive = int(rows.filter(pl.col("exclusive_ns").is_null()
+                                           & pl.col("kind").is_in(["op", "region", "api"])).height)
+        if nested_inclusive:
+            message += (f" {nested_inclusive} operator/region/API rows have no exclusive time in this source and count "
+                        "with their inclusive time (nested calls also count in their callers).")
+        suggestion = ""
+        if imbalanced:
+            worst = max(imbalanced, key=lambda i: i["imbalance"])
+            message += (f" {len(imbalanced)} of the top routines are unevenly spread over threads; "
+                        f"{worst['name']!r}: max/mean {worst['imbalance']}.")
+            suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
+                          "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
+        findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
+                            message, suggestion, metrics=metrics, items=items)]
+        findings.append(self._per_thread(per_thread, t))
+        return findings
+
+    def _per_thread(self, per_thread: pl.DataFrame, t: dict) -> Finding:
+        totals = per_thread.group_by(THREAD).agg(thread_ns=pl.col("time_ns").sum())
+        chosen = totals.sort(["thread_ns", *THREAD], descending=[True, False, False, False],
+                             nulls_last=True).head(int(t["max_threads"]))
+        ranked = (per_thread.join(chosen, on=THREAD, how="inner", nulls_equal=True)
+                  .sort(["thread_ns", *THREAD, "time_ns", "name"], descending=[True, False, False, False, True, False],
+                        nulls_last=True)
+                  .group_by(THREAD, maintain_order=True).head(int(t["per_thread_top"])))
+        items = [
+            {"thread": thread_label(r["pid"], r["device_id"], r["tid"]), "name": r["name"], "kind": r["kind"],
+             "calls": r["calls"], "time_ns": r["time_ns"], "inclusive_ns": r["inclusive_ns"],
+             "share_pct": _round(100.0 * r["time_ns"] / r["thread_ns"]) if r["thread_ns"] else None}
+            for r in ranked.iter_rows(named=True)
+        ]
+        message = (f"Top {t['per_thread_top']} routines of each of {chosen.height} of {totals.height} threads "
+                   "(threads with the most time first).")
+        return Finding(self.name, "info", "Hotspots per thread", message,
+                       metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items)
+
+
+def _round(value, digits: int = 4):
+    return None if value is None else round(value, digits)
+
+
+@hookimpl
+def traceparse_rules():
+    return [Hotspots()]

@@ -1,0 +1,371 @@
+"""TAU reader: totals per routine and per thread against sums computed here from the files with plain Python."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import FIXTURES, run_cli
+from traceparse.ingest import read_paths
+
+TAU = FIXTURES / "tau"
+CPI = TAU / "real" / "cpi-mpi"
+MULTI = TAU / "handwritten" / "multi-cupti"
+PPROF = TAU / "real" / "pprof"
+
+
+def us_to_ns(text: str) -> int:
+    return int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+
+
+def plain_profile(path: Path) -> dict:
+    """Parse a TAU text profile with str methods only: {full name: (calls, subrs, excl, incl, group)}, events."""
+    lines = path.read_text().splitlines()
+    n = int(lines[0].split()[0])
+    routines = {}
+    for line in lines[2:2 + n]:
+        _, name, rest = line.split('"', 2)
+        fields = rest.split()
+        group = rest.split('GROUP="')[1].rstrip().rstrip('"') if "GROUP=" in rest else None
+        routines[name] = (int(fields[0]), int(fields[1]), fields[2], fields[3], group)
+    events = {}
+    tail = lines[2 + n:]
+    if len(tail) > 1 and tail[1].endswith("userevents"):
+        for line in tail[3:]:
+            _, name, rest = line.split('"', 2)
+            events[name] = rest.split()
+    return {"routines": routines, "events": events}
+
+
+def rows(trace, kind=None) -> pl.DataFrame:
+    e = trace.events
+    return e if kind is None else e.filter(pl.col("kind") == kind)
+
+
+# --- text profiles, real (LLNL Hatchet's tau-cpi-mpi) ---------------------------------------------------------
+
+def test_cpi_mpi_every_routine_and_thread_matches_the_files():
+    trace = read_paths([CPI])[0]
+    routines = trace.events.filter(pl.col("kind") != "counter")
+    expected_rows = 0
+    for f in sorted(CPI.iterdir()):
+        node = int(f.name.split(".")[1])
+        plain = plain_profile(f)
+        expected_rows += len(plain["routines"])
+        mine = routines.filter(pl.col("pid") == node)
+        assert mine.height == len(plain["routines"])
+        for raw, (calls, subrs, excl, incl, group) in plain["routines"].items():
+            path = " => ".join(p.strip() for p in raw.split("=>"))
+            row = mine.filter(pl.col("call_path") == path).row(0, named=True)
+            assert (row["calls"], row["subcalls"], row["group"]) == (calls, subrs, group)
+            assert row["exclusive_ns"] == us_to_ns(excl) and row["duration_ns"] == us_to_ns(incl)
+            assert row["name"] == path.split(" => ")[-1]
+            assert (row["tid"], row["device_id"]) == (0, 0)
+    assert routines.height == expected_rows == 92
+    # per thread: the sum of exclusive times of the flat routines
+    for f in sorted(CPI.iterdir()):
+        node = int(f.name.split(".")[1])
+        flat = [v for k, v in plain_profile(f)["routines"].items() if "=>" not in k]
+        got = routines.filter((pl.col("pid") == node) & ~pl.col("call_path").str.contains(" => "))
+        assert got["exclusive_ns"].sum() == sum(us_to_ns(v[2]) for v in flat)
+        assert got["calls"].sum() == sum(v[0] for v in flat)
+
+
+def test_cpi_mpi_call_paths_point_to_the_caller_row():
+    e = read_paths([CPI])[0].events
+    node0 = e.filter((pl.col("pid") == 0) & (pl.col("kind") == "region"))
+    by_id = {r["event_id"]: r for r in node0.iter_rows(named=True)}
+    nested = node0.filter(pl.col("call_path").str.contains(" => "))
+    assert nested.height == 11
+    for r in nested.iter_rows(named=True):
+        parent = by_id[r["parent_id"]]
+        assert parent["call_path"] == r["call_path"].rsplit(" => ", 1)[0]
+    deep = node0.filter(pl.col("call_path") == ".TAU application => MPI_Finalize() => MPI_File_open()").row(0, named=True)
+    assert deep["name"] == "MPI_File_open()" and deep["exclusive_ns"] == 27_490_000
+    assert by_id[deep["parent_id"]]["call_path"] == ".TAU application => MPI_Finalize()"
+    flat = node0.filter(~pl.col("call_path").str.contains(" => "))
+    assert flat["parent_id"].null_count() == flat.height
+
+
+def test_cpi_mpi_user_events_and_metadata():
+    trace = read_paths([CPI])[0]
+    ev = rows(trace, "counter").sort(["pid", "name"])
+    assert ev.height == 8
+    for f in sorted(CPI.iterdir()):
+        node = int(f.name.split(".")[1])
+        for name, (num, mx, mn, mean, sumsq) in plain_profile(f)["events"].items():
+            r = ev.filter((pl.col("pid") == node) & (pl.col("name") == name)).row(0, named=True)
+            assert (r["calls"], r["value_max"], r["value_min"], r["value"], r["value_sumsq"]) == (
+                int(num), float(mx), float(mn), float(mean), float(sumsq))
+    assert trace.meta.tool == "TAU" and trace.meta.tool_version == "2.29-git"
+    assert trace.meta.extra["metadata"]["CPU Type"] == "Intel(R) Xeon(R) CPU E5-2698 v3 @ 2.30GHz"
+    assert trace.meta.extra["metrics"] == ["TIME"] and trace.meta.extra["threads"] == 4
+    assert trace.meta.warnings == []
+
+
+def test_single_file_and_loose_files_group_into_one_trace():
+    one = read_paths([CPI / "profile.2.0.0"])[0]
+    assert set(one.events["pid"].unique().to_list()) == {2}
+    both = read_paths([CPI / "profile.0.0.0", CPI / "profile.3.0.0"])
+    assert len(both) == 1 and set(both[0].events["pid"].unique().to_list()) == {0, 3}
+
+
+# --- MULTI__ directories with CUPTI counters (hand-written) ---------------------------------------------------
+
+def test_multi_metric_directories_merge_time_and_counters():
+    trace = read_paths([MULTI])[0]
+    e = trace.events
+    metric_dirs = sorted(p.name[len("MULTI__"):] for p in MULTI.iterdir())
+    assert trace.meta.extra["metrics"][0] == "TIME" and sorted(trace.meta.extra["metrics"]) == metric_dirs
+    routines = e.filter(pl.col("kind") != "counter")
+    for thread in (0, 1):
+        time_file = plain_profile(MULTI / "MULTI__TIME" / f"profile.0.0.{thread}")
+        mine = routines.filter(pl.col("tid") == thread)
+        assert mine.height == len(time_file["routines"])
+        for raw, (calls, subrs, excl, incl, group) in time_file["routines"].items():
+            row = mine.filter(pl.col("call_path") == raw.strip()).row(0, named=True)
+            assert (row["calls"], row["exclusive_ns"], row["duration_ns"]) == (calls, us_to_ns(excl), us_to_ns(incl))
+        for metric in [m for m in metric_dirs if m != "TIME"]:
+            counter_file = plain_profile(MULTI / f"MULTI__{metric}" / f"profile.0.0.{thread}")
+            for raw, (_, _, excl, incl, _) in counter_file["routines"].items():
+                rid = mine.filter(pl.col("call_path") == raw.strip())["event_id"][0]
+                c = e.filter((pl.col("kind") == "counter") & (pl.col("parent_id") == rid))
+                assert c.filter(pl.col("name") == metric)["value"].to_list() == [float(excl)]
+                assert c.filter(pl.col("name") == metric + " (inc)")["value"].to_list() == [float(incl)]
+    # 9 + 5 routines, 6 counters x 2 (exclusive, inclusive) each, 2 user events
+    assert e.height == 14 + 14 * 12 + 2
+
+
+def test_multi_kinds_devices_and_exact_rounding():
+    trace = read_paths([MULTI])[0]
+    r = trace.events.filter(pl.col("kind") != "counter")
+    kind = {(x["tid"], x["call_path"]): x["kind"] for x in r.iter_rows(named=True)}
+    assert kind[(1, "void sgemm_kernel<float>(float*, float const*, int)")] == "kernel"   # group TAU_GPU_KERNEL
+    assert kind[(1, "winograd_3x3_kernel")] == "kernel"      # group TAU_DEFAULT, on a GPU thread
+    assert kind[(1, "Memory copy Host to Device")] == "memcpy"
+    assert kind[(1, ".TAU application")] == "region"
+    assert kind[(0, "cudaLaunchKernel")] == "api" and kind[(0, "train_step")] == "region"
+    gpu = r.filter(pl.col("tid") == 1)
+    assert set(gpu["stream_id"].to_list()) == {7} and set(gpu["context_id"].to_list()) == {1}
+    assert r.filter(pl.col("kind") == "memcpy")["copy_kind"].to_list() == ["HtoD"]
+    # 900.0005 us = 900000.5 ns and 250.0625 us = 250062.5 ns round half to even
+    api = r.filter((pl.col("tid") == 0) & (pl.col("call_path") == "cudaMemcpy")).row(0, named=True)
+    assert api["exclusive_ns"] == 900_000
+    launch = r.filter(pl.col("call_path") == "cudaLaunchKernel").row(0, named=True)
+    assert launch["exclusive_ns"] == 250_062
+    (gpu_dev,) = trace.meta.devices
+    assert (gpu_dev.name, gpu_dev.sm_count, gpu_dev.compute_capability, gpu_dev.core_clock_mhz) == (
+        "Tesla P100-PCIE-16GB", 56, "6.0", 1328.5)
+    ctx_event = trace.events.filter(pl.col("name").str.starts_with("Bytes copied from Host to Device : "))
+    parent = r.filter(pl.col("event_id") == ctx_event["parent_id"][0]).row(0, named=True)
+    assert parent["call_path"] == ".TAU application => train_step => cudaMemcpy"
+
+
+# --- merged and snapshot XML (hand-written, TauSnapshot.cpp layout) -------------------------------------------
+
+def test_merged_xml_two_ranks_two_metrics():
+    path = TAU / "handwritten" / "xml" / "tauprofile.xml"
+    trace = read_paths([path])[0]
+    e = trace.events
+    text = path.read_text()
+    blocks = text.split("<profile_xml>")[1:]
+    for node, block in enumerate(blocks):
+        names = {int(i): n.strip().replace("=&gt;", "=>") for i, n in re.findall(r'<event id="(\d+)"><name>(.*?)</name>', block)}
+        data = block.split('<interval_data metrics="0 1 ">')[1].split("</interval_data>")[0].split("\n")
+        for line in filter(None, (x.strip() for x in data)):
+            ident, calls, subrs, excl, incl, cyc_ex, cyc_in = line.split()
+            path_name = " => ".join(p.strip() for p in names[int(ident)].split("=>"))
+            row = e.filter((pl.col("pid") == node) & (pl.col("call_path") == path_name)
+                           & (pl.col("kind") != "counter")).row(0, named=True)
+            assert (row["calls"], row["subcalls"]) == (int(calls), int(subrs))
+            assert (row["exclusive_ns"], row["duration_ns"]) == (us_to_ns(excl), us_to_ns(incl))
+            c = e.filter((pl.col("parent_id") == row["event_id"]) & (pl.col("kind") == "counter"))
+            assert dict(zip(c["name"], c["value"])) == {"PAPI_TOT_CYC": float(cyc_ex),
+                                                          "PAPI_TOT_CYC (inc)": float(cyc_in)}
+    assert trace.meta.extra["metrics"] == ["TIME", "PAPI_TOT_CYC"]
+    ue = e.filter(pl.col("name") == "Message size for broadcast").row(0, named=True)
+    assert (ue["calls"], ue["value_max"], ue["value_min"], ue["value"], ue["value_sumsq"]) == (2, 8.0, 4.0, 6.0, 80.0)
+
+
+def test_snapshot_file_keeps_the_last_cumulative_snapshot():
+    trace = read_paths([TAU / "handwritten" / "xml" / "snapshot.0.0.0"])[0]
+    e = trace.events.sort("event_id")
+    assert e["name"].to_list() == [".TAU application", "solve", "write_output"]
+    assert e["exclusive_ns"].to_list() == [20_125, 2_000_250, 500_000]
+    assert e["calls"].to_list() == [1, 2, 1]
+    assert trace.meta.warnings == [f"{TAU / 'handwritten' / 'xml' / 'snapshot.0.0.0'}: 2 snapshots of 1 threads; "
+                                   "read the last of each thread (snapshots are cumulative)"]
+
+
+# --- pprof text (real outputs published in READMEs and a course repository) -----------------------------------
+
+def pprof_ms(text: str) -> int:
+    """pprof's ToTimeStr forms to ns, independently: h:mm:ss.mmm, m:ss.mmm, s,mmm or a plain msec number."""
+    if re.fullmatch(r"\d+:\d\d:\d\d\.\d{3}", text):
+        h, m, rest = text.split(":")
+        return int((int(h) * 3600 + int(m) * 60) * 10**9 + Decimal(rest) * 10**9)
+    if re.fullmatch(r"\d+:\d\d\.\d{3}", text):
+        m, rest = text.split(":")
+        return int(int(m) * 60 * 10**9 + Decimal(rest) * 10**9)
+    if re.fullmatch(r"\d+,\d{3}", text):
+        return int(Decimal(text.replace(",", ".")) * 10**9)
+    return int((Decimal(text) * 10**6).to_integral_value(ROUND_HALF_EVEN))
+
+
+def plain_pprof_table(path: Path, title: str) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    start = lines.index(title) + 5
+    table = []
+    for line in lines[start:]:
+        if not line.strip() or line.startswith("---"):
+            break
+        table.append(line.split(None, 6))
+    return table
+
+
+def test_pprof_total_summary_with_hour_and_minute_times():
+    path = PPROF / "sc15-apex-hpx-pprof-s.txt"
+    trace = read_paths([path])[0]
+    e = trace.events
+    table = plain_pprof_table(path, "FUNCTION SUMMARY (total):")
+    assert e.height == len(table) == 17
+    for pct, excl, incl, calls, subrs, per_call, name in table:
+        row = e.filter(pl.col("name") == name).row(0, named=True)
+        assert (row["exclusive_ns"], row["duration_ns"]) == (pprof_ms(excl), pprof_ms(incl))
+        assert (row["calls"], row["subcalls"], row["pid"], row["tid"]) == (int(calls), int(subrs), None, None)
+    top = e.filter(pl.col("name") == ".TAU application").row(0, named=True)
+    assert top["exclusive_ns"] == ((1 * 60 + 27) * 60 + 15) * 10**9 + 217 * 10**6
+    assert trace.meta.variant == "pprof text (total summary)"
+    assert trace.meta.extra["pprof_tables"] == {"thread": 0, "total": 1, "mean": 1, "user": 0}
+
+
+def test_pprof_per_thread_tables_and_user_events():
+    path = PPROF / "opencl-course-matmult-pprof.txt"
+    trace = read_paths([path])[0]
+    e = trace.events
+    for thread in (0, 1, 2):
+        table = plain_pprof_table(path, f"NODE 0;CONTEXT 0;THREAD {thread}:")
+        mine = e.filter((pl.col("tid") == thread) & (pl.col("kind") != "counter"))
+        assert mine.height == len(table)
+        assert mine["exclusive_ns"].sum() == sum(pprof_ms(r[1]) for r in table)
+        assert mine["calls"].sum() == sum(int(r[3]) for r in table)
+    # the per-thread sums equal pprof's own total table where pprof printed whole milliseconds
+    total = {r[6]: r for r in plain_pprof_table(path, "FUNCTION SUMMARY (total):")}
+    mat = e.filter(pl.col("name") == "mat_mult").row(0, named=True)
+    assert pprof_ms(total["mat_mult"][1]) == mat["exclusive_ns"] == 280 * 10**6
+    ue = e.filter(pl.col("kind") == "counter")
+    assert ue.height == 6
+    ctx = ue.filter(pl.col("name") == "Bytes copied from Host to Device : .TAU application").row(0, named=True)
+    assert (ctx["calls"], ctx["value_max"], ctx["value_min"], ctx["value"]) == (2, 1.057e6, 5.325e5, 7.946e5)
+    assert ctx["value_sumsq"] is None
+    root = e.filter((pl.col("tid") == 0) & (pl.col("name") == ".TAU application")).row(0, named=True)
+    assert ctx["parent_id"] == root["event_id"]
+
+
+def test_pprof_counter_table_and_stddev_column():
+    counts = read_paths([TAU / "handwritten" / "pprof-papi-counts.txt"])[0].events
+    regions = counts.filter(pl.col("kind") == "region")
+    assert regions["duration_ns"].null_count() == regions.height == 6
+    sconv = regions.filter(pl.col("name") == "sconv_direct_fprop_64x128")["event_id"][0]
+    c = counts.filter(pl.col("parent_id") == sconv)
+    assert dict(zip(c["name"], c["value"])) == {"Count": 1.678e7, "Count (inc)": 1.678e7}
+    std = read_paths([TAU / "handwritten" / "pprof-callpath-stddev.txt"])[0].events
+    tiny = std.filter(pl.col("call_path") == "tiny").row(0, named=True)
+    assert tiny["exclusive_ns"] == 12  # 1.25E-05 msec = 12.5 ns, half to even
+    nested = std.filter(pl.col("call_path") == ".TAU application => compute").row(0, named=True)
+    assert nested["parent_id"] == std.filter(pl.col("call_path") == ".TAU application")["event_id"][0]
+    assert nested["exclusive_ns"] == 62_375_000_000
+
+
+# --- text profile variants (written here, following TAU's writers) -------------------------------------------
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_old_header_sumexclsqr_and_profile_calls(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    write(d / "profile.0.0.0", [
+        "2 templated_functions",
+        "# Name Calls Subrs Excl Incl SumExclSqr ProfileCalls",
+        '"main int (int, char **)" 1 1 10.5 30.5 110.25 0',
+        '"foo void ()" 2 0 20 20 200 2',
+        "8 8",
+        "12 12",
+        "0 aggregates",
+    ])
+    e = read_paths([d])[0].events.sort("event_id")
+    assert e["name"].to_list() == ["main int (int, char **)", "foo void ()"]
+    assert e["exclusive_ns"].to_list() == [10_500, 20_000] and e["group"].null_count() == 2
+
+
+def test_paraprof_export_header_without_hash_and_java_doubles(tmp_path):
+    d = tmp_path / "export"
+    d.mkdir()
+    write(d / "profile.0.0.0", [
+        "1 templated_functions_MULTI_TIME",
+        "# Name Calls Subrs Excl Incl ProfileCalls<metadata><attribute><name>Host</name><value>a&amp;b</value>"
+        "</attribute></metadata>",
+        '"compute" 3 0 1.2345E7 1.2345E7 0 GROUP="TAU_USER"',
+        "0 aggregates",
+    ])
+    trace = read_paths([d])[0]
+    assert trace.events["exclusive_ns"].to_list() == [12_345_000_000]
+    assert trace.meta.extra["metadata"] == {"Host": "a&b"}
+
+
+def test_truncated_profile_keeps_complete_rows_and_warns(tmp_path, store):
+    d = tmp_path / "cut"
+    d.mkdir()
+    lines = (CPI / "profile.0.0.0").read_text().splitlines()
+    (d / "profile.0.0.0").write_text("\n".join(lines[:7]) + "\n" + lines[7][:20])
+    code, out, err = run_cli("ingest", str(d), "--json")
+    assert code == 0, err
+    assert err == (f"traceparse: warning: {d / 'profile.0.0.0'}: the last line (8) is cut short and was not read: "
+                   "'\"MPI_Comm_rank()  \"'\n"
+                   f"traceparse: warning: {d / 'profile.0.0.0'}: the file ends after 5 of the 23 routine rows line 1 "
+                   "announces (the run was probably cut short); the complete rows were kept\n")
+    assert json.loads(out)["traces"][0]["event_count"] == 5
+
+
+def test_cli_ingest_and_show(store):
+    code, out, err = run_cli("ingest", str(CPI), "--json")
+    assert code == 0, err
+    doc = json.loads(out)["traces"][0]
+    assert doc["format"] == "tau" and doc["event_count"] == 100
+
+
+# --- exact decimal conversion ---------------------------------------------------------------------------------
+
+def test_scaled_int_matches_python_decimal():
+    from traceparse_plugins.readers.tau.decimals import scaled_int
+
+    rng = random.Random(5)
+    values = ["%.16G" % (rng.random() * 10 ** rng.randint(-9, 12)) for _ in range(20000)]
+    values += ["0.0005", "0.0015", "-2.5E-3", "449.0", "1.2345E7", "007", ".5", "1.", "1e-40", "abc", "", "9E+20"]
+    got = scaled_int(pl.Series(values), 3).to_list()
+    for text, value in zip(values, got):
+        try:
+            want = int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+            want = want if abs(want) < 2**63 else None
+        except Exception:
+            want = None
+        assert value == want, text
+
+
+@pytest.mark.parametrize("name", ["profile.0.0.0", "tauprofile.xml"])
+def test_sniff_claims_tau_files(name):
+    from traceparse_plugins.readers.tau.reader import TauReader
+
+    path = CPI / "profile.0.0.0" if name.startswith("profile") else TAU / "handwritten" / "xml" / name
+    assert TauReader().sniff(path, path.read_bytes()[:65536]) >= 0.9
+    assert TauReader().sniff(CPI, b"") >= 0.9
+    assert TauReader().sniff(Path("notes.txt"), b"hello") == 0.0

@@ -1,0 +1,229 @@
+"""hotspots and tuning-candidates: figures recomputed here from the profile files (plain Python) or by hand."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from decimal import ROUND_HALF_EVEN, Decimal
+
+import polars as pl
+import pytest
+
+from conftest import FIXTURES, run_cli
+from traceparse.analysis import analyze
+from traceparse.ingest import read_paths
+from traceparse.schema import conform
+from traceparse.trace import Trace, TraceMeta
+
+TAU = FIXTURES / "tau"
+CPI = TAU / "real" / "cpi-mpi"
+MULTI = TAU / "handwritten" / "multi-cupti"
+
+
+def ns(us: str) -> int:
+    return int((Decimal(us) * 1000).to_integral_value(ROUND_HALF_EVEN))
+
+
+def flat_exclusive(path) -> dict[str, tuple[int, int]]:
+    """{routine: (calls, exclusive ns)} of the flat (non call path) rows of a profile, read with str methods."""
+    lines = path.read_text().splitlines()
+    out = {}
+    for line in lines[2:2 + int(lines[0].split()[0])]:
+        _, name, rest = line.split('"', 2)
+        if "=>" not in name:
+            fields = rest.split()
+            out[name.strip()] = (int(fields[0]), ns(fields[2]))
+    return out
+
+
+def finding(findings, title_start):
+    return next(f for f in findings if f.title.startswith(title_start))
+
+
+def test_hotspots_over_threads_match_the_files():
+    trace = read_paths([CPI])[0]
+    findings = analyze(trace, rules=["hotspots"])
+    agg = finding(findings, "Hotspots: routines")
+    per_file = [flat_exclusive(f) for f in sorted(CPI.iterdir())]
+    names = set().union(*per_file)
+    totals = {n: sum(p.get(n, (0, 0))[1] for p in per_file) for n in names}
+    grand = sum(totals.values())
+    assert agg.metrics["time_ns"] == grand and agg.metrics["threads"] == 4
+    assert agg.metrics["routines"] == len(names) == 12 and agg.metrics["callpath_rows_skipped"] == 44
+    ranked = sorted(names, key=lambda n: (-totals[n], n))
+    assert [i["name"] for i in agg.items] == ranked
+    for item in agg.items:
+        times = [p.get(item["name"], (0, 0))[1] for p in per_file]
+        assert item["time_ns"] == sum(times)
+        assert item["calls"] == sum(p.get(item["name"], (0, 0))[0] for p in per_file)
+        assert (item["min_ns"], item["max_ns"]) == (min(times), max(times))
+        assert item["mean_ns"] == round(sum(times) / 4, 1)
+        assert item["imbalance"] == round(max(times) / (sum(times) / 4), 4)
+        assert item["share_pct"] == round(100 * sum(times) / grand, 4)
+    assert agg.severity == "info"
+
+
+def test_hotspots_per_thread_lists_each_threads_top_routines():
+    trace = read_paths([CPI])[0]
+    per_thread = finding(analyze(trace, rules=["hotspots"]), "Hotspots per thread")
+    by_thread = defaultdict(list)
+    for item in per_thread.items:
+        by_thread[item["thread"]].append(item)
+    assert sorted(by_thread) == ["0,0,0", "1,0,0", "2,0,0", "3,0,0"]
+    for f in sorted(CPI.iterdir()):
+        node = f.name.split(".")[1]
+        flat = flat_exclusive(f)
+        top = sorted(flat, key=lambda n: (-flat[n][1], n))[:5]
+        items = by_thread[f"{node},0,0"]
+        assert [i["name"] for i in items] == top
+        assert items[0]["share_pct"] == round(100 * flat[top[0]][1] / sum(v[1] for v in flat.values()), 4)
+
+
+def test_hotspots_warns_on_imbalance_and_counts_timed_events_over_summaries():
+    rows = pl.DataFrame({
+        "kind": ["op", "op", "op", "op", "kernel", "kernel", "kernel"],
+        "name": ["aten::conv", "aten::conv", "aten::relu", "aten::add", "k", "k", "k"],
+        "start_ns": [0, 100, 50, 0, 10, 20, None],
+        "duration_ns": [90, 900, 10, 3, 5, 7, 12],
+        "calls": [1, 1, 1, 1, 1, 1, 2],
+        "pid": [1, 1, 1, 1, None, None, None], "tid": [1, 2, 1, 3, None, None, None],
+    })
+    trace = Trace(conform(rows, trace_id="t"), TraceMeta(id="t"))
+    agg = finding(analyze(trace, rules=["hotspots"]), "Hotspots: routines")
+    # ops on 3 host threads, kernels on one (unknown) thread; the kernel summary row (start null) is dropped
+    # because the kernel has timed events
+    assert agg.metrics["threads"] == 4 and agg.metrics["threads_per_kind"] == {"op": 3, "kernel": 1}
+    assert agg.metrics["aggregated_rows_skipped"] == 1
+    conv = agg.items[0]
+    assert (conv["name"], conv["time_ns"], conv["max_ns"], conv["min_ns"], conv["threads"]) == ("aten::conv", 990, 900,
+                                                                                                  0, 2)
+    assert conv["imbalance"] == round(900 / (990 / 3), 4)
+    kernel = next(i for i in agg.items if i["name"] == "k")
+    assert (kernel["time_ns"], kernel["calls"], kernel["imbalance"]) == (12, 2, 1.0)
+    assert agg.severity == "warning"
+    assert [i["name"] for i in agg.items] == ["aten::conv", "k", "aten::relu", "aten::add"]
+    assert "4 operator/region/API rows have no exclusive time" in agg.message
+
+
+def plain_counter(metric: str, thread: int) -> dict[str, float]:
+    """Exclusive counter values per routine of one MULTI__ file."""
+    path = MULTI / f"MULTI__{metric}" / f"profile.0.0.{thread}"
+    lines = path.read_text().splitlines()
+    out = {}
+    for line in lines[2:2 + int(lines[0].split()[0])]:
+        _, name, rest = line.split('"', 2)
+        out[name] = float(rest.split()[2])
+    return out
+
+
+def test_tuning_candidates_from_tau_cupti_counters():
+    trace = read_paths([MULTI])[0]
+    (f,) = analyze(trace, rules=["tuning-candidates"])
+    dev = "CUDA.Tesla_P100-PCIE-16GB"
+    c = {k: plain_counter(f"{dev}.{d}.{k}", 1) for d, k in (
+        ("domain_a", "warps_launched"), ("domain_d", "inst_issued"), ("domain_d", "inst_executed"),
+        ("domain_a", "global_load"), ("domain_a", "global_store"), ("domain_q", "active_cycles"))}
+    time = {name: ns(us) for name, us in _times(1).items()}
+    expected = []
+    for metric, value_of, score_of in (
+        ("warps_per_inst", lambda n: c["warps_launched"][n] / c["inst_issued"][n], lambda v, t: v * t),
+        ("gmem_per_inst", lambda n: (c["global_load"][n] + c["global_store"][n]) / c["inst_executed"][n],
+         lambda v, t: v * t),
+        ("ipc", lambda n: c["inst_executed"][n] / c["active_cycles"][n], lambda v, t: t / v),
+    ):
+        kernels = [n for n in c["inst_executed"] if c["inst_executed"][n] and n != ".TAU application"]
+        scored = sorted(((score_of(value_of(n), time[n]), n) for n in kernels), key=lambda x: (-x[0], x[1]))
+        expected += [{"name": n, "metric": metric, "value": round(value_of(n), 6), "time_ns": time[n],
+                      "score": round(s, 6)} for s, n in scored]
+    assert f.items == expected
+    assert f.metrics["metrics"]["gmem_per_inst"]["formula"] == "(global_load + global_store) / inst_executed"
+    assert f.items[0] == {"name": "relu_kernel", "metric": "warps_per_inst", "value": 0.019048, "time_ns": 1_500_062,
+                          "score": 28572.609524}
+
+
+def _times(thread: int) -> dict[str, str]:
+    lines = (MULTI / "MULTI__TIME" / f"profile.0.0.{thread}").read_text().splitlines()
+    out = {}
+    for line in lines[2:2 + int(lines[0].split()[0])]:
+        _, name, rest = line.split('"', 2)
+        out[name] = rest.split()[2]
+    return out
+
+
+def ncu_like_trace() -> Trace:
+    """Two launches of kernel A and one of B with ncu metric names; counters point at their launch."""
+    kernels = pl.DataFrame({"event_id": [0, 1, 2], "kind": ["kernel"] * 3, "name": ["A", "A", "B"],
+                            "start_ns": [0, 1000, 2000], "duration_ns": [100, 300, 50]})
+    metrics = {
+        "smsp__warps_launched.sum": [10, 30, 5],
+        "smsp__inst_issued.sum": [1000, 1000, 100],
+        "smsp__inst_executed.sum": [900, 1100, 100],
+        "smsp__inst_executed_op_global_ld.sum": [90, 110, 50],
+        "smsp__inst_executed_op_global_st.sum": [0, 0, 10],
+        "sm__inst_executed.avg.per_cycle_active": [1.0, 3.0, 0.5],
+    }
+    counters = pl.DataFrame({
+        "kind": ["counter"] * 18, "name": [m for m in metrics for _ in range(3)],
+        "value": [float(v) for m in metrics for v in metrics[m]], "parent_id": [0, 1, 2] * 6,
+    }).with_columns(event_id=pl.int_range(3, 21, dtype=pl.Int64))
+    events = pl.concat([conform(kernels), conform(counters)])
+    return Trace(events, TraceMeta(id="ncu"))
+
+
+def test_tuning_candidates_with_ncu_metric_names():
+    (f,) = analyze(ncu_like_trace(), rules=["tuning-candidates"])
+    items = {(i["metric"], i["name"]): i for i in f.items}
+    # A: warps 40 / issued 2000 over 400 ns; B: 5 / 100 over 50 ns
+    assert items[("warps_per_inst", "A")] == {"name": "A", "metric": "warps_per_inst", "value": 0.02, "time_ns": 400,
+                                              "score": 8.0}
+    assert items[("warps_per_inst", "B")]["score"] == 2.5
+    # (200 + 0) / 2000 and (50 + 10) / 100
+    assert items[("gmem_per_inst", "A")]["value"] == 0.1 and items[("gmem_per_inst", "B")]["value"] == 0.6
+    # ipc from the ratio metric, time-weighted: A (1*100 + 3*300) / 400 = 2.5; score = time / ipc
+    assert items[("ipc", "A")]["value"] == 2.5 and items[("ipc", "A")]["score"] == 160.0
+    assert items[("ipc", "B")]["value"] == 0.5 and items[("ipc", "B")]["score"] == 100.0
+    assert f.metrics["metrics"]["ipc"]["formula"] == "sm__inst_executed.avg.per_cycle_active"
+
+
+def test_tuning_candidates_extra_metric_from_the_command_line(store):
+    code, out, err = run_cli("ingest", str(MULTI), "--json")
+    assert code == 0, err
+    extra = [{"name": "issue_overhead", "score": "value_x_time",
+              "alternatives": [{"numerator": ["inst_issued"], "denominator": ["inst_executed"]}]}]
+    code, out, err = run_cli("analyze", "--rule", "tuning-candidates", "--json",
+                             "--set", f"tuning-candidates.extra_metrics={json.dumps(extra)}")
+    assert code == 0, err
+    doc = json.loads(out)
+    (f,) = [x for x in doc["findings"] if x["rule"] == "tuning-candidates"]
+    extra_items = [i for i in f["items"] if i["metric"] == "issue_overhead"]
+    issued, executed = (plain_counter("CUDA.Tesla_P100-PCIE-16GB.domain_d." + k, 1)
+                        for k in ("inst_issued", "inst_executed"))
+    sgemm = "void sgemm_kernel<float>(float*, float const*, int)"
+    got = {i["name"]: i["value"] for i in extra_items}
+    assert got[sgemm] == round(issued[sgemm] / executed[sgemm], 6) == 1.05
+
+
+def test_tuning_candidates_refuses_a_malformed_extra_metric(store):
+    code, out, err = run_cli("ingest", str(MULTI))
+    assert code == 0
+    code, out, err = run_cli("analyze", "--rule", "tuning-candidates",
+                             "--set", 'tuning-candidates.extra_metrics=[{"name": "x", "alternatives": []}]')
+    assert code == 2 and err == ("traceparse: error: tuning-candidates: derived metric 'x': needs 'alternatives': "
+                                 "a list of {'numerator': [counters], 'denominator': [counters]}\n")
+
+
+def test_tuning_candidates_without_counters_says_so():
+    (f,) = analyze(read_paths([CPI])[0], rules=["tuning-candidates"])
+    assert f.title == "Tuning candidates: no derived metric computable" and f.items == []
+    assert f.metrics["not_computable"] == ["warps_per_inst", "gmem_per_inst", "ipc"]
+
+
+def test_definitions_table_is_valid_and_a_plugin_can_extend_it():
+    from traceparse_plugins.rules.tuning_candidates import DERIVED_METRICS, TuningCandidates
+
+    mine = {"name": "l2_per_inst", "alternatives": [{"numerator": ["lts__t_bytes.sum"],
+                                                     "denominator": ["smsp__inst_executed.sum"]}]}
+    rule = TuningCandidates(DERIVED_METRICS + [mine])
+    assert [d["name"] for d in rule.definitions] == ["warps_per_inst", "gmem_per_inst", "ipc", "l2_per_inst"]
+    with pytest.raises(Exception, match="'score' must be one of value_x_time, time_over_value"):
+        TuningCandidates([{**mine, "score": "bigger"}])
