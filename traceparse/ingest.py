@@ -79,7 +79,9 @@ def read_group(reader: Reader, paths: list[Path], progress: Callable[[int], None
     meta.sha256 = sha256
     meta.id = trace_id_for(sha256)
     meta.format = meta.format or reader.name
-    options.warnings = meta.warnings  # warnings raised while a streamed trace is consumed land here too
+    # warnings given while reading, and later while a streamed trace is consumed, all land in the metadata
+    meta.warnings.extend(w for w in options.warnings if w not in meta.warnings)
+    options.warnings = meta.warnings
     return trace
 
 

@@ -78,8 +78,11 @@ class ChromeExporter(Exporter):
         out = Path(out)
         tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
         try:
-            opener = gzip.open if out.name.endswith(".gz") else open
-            with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
+            if out.name.endswith(".gz"):
+                f = gzip.open(tmp, "wt", encoding="utf-8", newline="\n", compresslevel=6)
+            else:
+                f = open(tmp, "w", encoding="utf-8", newline="\n")
+            with f:
                 write_chrome(trace, f)
             os.replace(tmp, out)
         finally:
@@ -95,10 +98,12 @@ def write_chrome(trace: Trace, f: IO[str]) -> dict[str, int]:
     f.write("{" + json.dumps(MARKER_KEY) + ":" + json.dumps(header, default=str) + ",\n")
     f.write('"displayTimeUnit":"ns",\n"traceEvents":[\n')
     writer = _JsonArray(f)
-    for line in _metadata_events(placed, trace):
+    timeline = placed.filter(pl.col("start_ns").is_not_null() & (pl.col("kind") != "counter"))
+    counters = placed.filter(pl.col("start_ns").is_not_null() & (pl.col("kind") == "counter")
+                             & pl.col("value").is_not_null() & pl.col("value").is_finite())
+    for line in _metadata_events(pl.concat([timeline, counters]), trace):
         writer.write(line)
         counts["M"] += 1
-    timeline = placed.filter(pl.col("start_ns").is_not_null() & (pl.col("kind") != "counter"))
     non_finite: list[list] = []
     for batch in _batches(timeline):
         lines = _slice_events(batch, non_finite)
@@ -106,8 +111,6 @@ def write_chrome(trace: Trace, f: IO[str]) -> dict[str, int]:
         for ph, n in batch.group_by(pl.when(pl.col("duration_ns").is_null()).then(pl.lit("i")).otherwise(pl.lit("X"))
                                     ).len().iter_rows():
             counts[ph] += n
-    counters = placed.filter(pl.col("start_ns").is_not_null() & (pl.col("kind") == "counter")
-                             & pl.col("value").is_not_null() & pl.col("value").is_finite())
     for batch in _batches(counters):
         writer.write_many(_counter_events(batch))
         counts["C"] += batch.height
@@ -173,7 +176,7 @@ def _place(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _metadata_events(placed: pl.DataFrame, trace: Trace) -> list[str]:
-    """process_name / process_sort_index / thread_name events for every process and track used."""
+    """process_name / process_sort_index / thread_name events for every process and track on the timeline."""
     names = {d.id: d.name for d in trace.meta.devices if d.id is not None}
     lines = []
     procs = placed.group_by("_pid").agg(dev=pl.col("_on_device").any(), device=pl.col("device_id").drop_nulls().first())

@@ -1,0 +1,345 @@
+"""The ``traceparse predict`` command: ``fit``, ``run`` and ``table`` sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rich.table import Table
+
+from traceparse import __version__
+from traceparse.command import Command
+from traceparse.errors import InputError, bad_input
+from traceparse.trace import Trace
+from traceparse_plugins.predict import layers, model
+from traceparse_plugins.predict.attribution import profile
+
+DEFAULT_NETWORK = "all"
+TABLE_COLUMNS = ("layer_type", "pass", "calls", "ops")
+GOAL_PCT = 10.0
+
+
+def _number_tag(trace: Trace, tag: str) -> float:
+    value = trace.meta.tags.get(tag)
+    if value is None:
+        raise InputError(f"trace {trace.id} ({trace.meta.path}) has no tag {tag!r}; ingest it with --tag {tag}=N "
+                         f"(its tags: {', '.join(f'{k}={v}' for k, v in trace.meta.tags.items()) or 'none'})")
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise InputError(f"trace {trace.id} ({trace.meta.path}): tag {tag}={value!r} is not a positive number")
+    return number
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help="store directory")
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--format", default="auto", help="reader for paths not yet in the store")
+
+
+class PredictCommand(Command):
+    name = "predict"
+    help = "fit per-layer and end-to-end time models on torch traces, and predict step time at other batch sizes"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="predict_command", metavar="fit|run|table")
+        sub.required = True
+        p = sub.add_parser("fit", help="fit models on traces of a batch-size sweep and validate them",
+                           description="Fit per-layer-type models t = b0 + b1 × ops and end-to-end models "
+                                       "step = a0 + a1 × batch; print coefficients, R² and leave-one-trace-out MAPE.")
+        p.add_argument("traces", nargs="+", metavar="TRACE", help="store ids (or prefixes) or paths")
+        p.add_argument("--by", default="batch", metavar="TAG", help="tag holding the batch size (default: batch)")
+        p.add_argument("--network-tag", default="model", metavar="TAG",
+                       help="tag naming the network, one end-to-end model per value (default: model)")
+        p.add_argument("--model-out", required=True, metavar="FILE", help="where to write model.json")
+        _common(p)
+        p = sub.add_parser("run", help="predict step time per layer type and in total",
+                           description="Predict the step time of a trace (or a flops table) at another batch size.")
+        p.add_argument("trace", nargs="?", metavar="TRACE", help="store id (or prefix) or path")
+        p.add_argument("--model", required=True, metavar="FILE", help="model.json written by `predict fit`")
+        p.add_argument("--flops-table", metavar="FILE", help="CSV layer_type,pass,calls,ops (per step) instead of TRACE")
+        p.add_argument("--batch", type=float, metavar="N", help="batch size to predict (default: the trace's)")
+        p.add_argument("--by", metavar="TAG", help="tag holding the trace's batch size (default: the model's)")
+        p.add_argument("--network", metavar="NAME", help="end-to-end model to use (default: the trace's tag)")
+        _common(p)
+        p = sub.add_parser("table", help="write a trace's flops table (calls and ops per step per layer type)",
+                           description="Write the CSV that `predict run --flops-table` reads, from a trace, "
+                                       "optionally scaled to another batch size.")
+        p.add_argument("trace", metavar="TRACE")
+        p.add_argument("--batch", type=float, metavar="N", help="scale to this batch size")
+        p.add_argument("--by", default="batch", metavar="TAG", help="tag holding the trace's batch size")
+        p.add_argument("--out", metavar="FILE", help="write the CSV here (default: stdout)")
+        _common(p)
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        batch = getattr(args, "batch", None)
+        if batch is not None and not (math.isfinite(batch) and batch > 0):
+            raise InputError(f"--batch {batch:g}: expected a positive batch size")
+        return {"fit": self._fit, "run": self._run, "table": self._table}[args.predict_command](args, session)
+
+    # -- fit ----------------------------------------------------------------------
+    def _fit(self, args, session) -> int:
+        traces = _unique(session.resolve_all(args.traces, fmt=args.format))
+        if len(traces) < 2:
+            raise InputError(f"too few traces to fit: got {len(traces)}; predict fit needs at least 2 traces "
+                             "of at least 2 batch sizes")
+        samples = []
+        for t in traces:
+            batch = _number_tag(t, args.by)
+            prof = profile(t)
+            for w in prof.warnings:
+                session.warn(w)
+            samples.append(model.Sample(prof, t.meta.tags.get(args.network_tag, DEFAULT_NETWORK), batch))
+        if len({s.batch for s in samples}) < 2:
+            raise InputError(f"too few traces to fit: all {len(samples)} traces have {args.by}="
+                             f"{samples[0].batch:g}; need at least 2 batch sizes")
+        layer_models = model.fit_layers(samples)
+        e2e = model.fit_end_to_end(samples)
+        loto = model.leave_one_out(samples) if len(samples) >= 3 else None
+        extra = model.extrapolation(samples)
+        training = [{"trace": s.profile.trace_id, "path": s.profile.path, "network": s.network, "batch": s.batch,
+                     "steps": s.profile.steps, "step_ns": s.profile.step_ns, "step_source": s.profile.step_source,
+                     "gpu_ns_per_step": s.profile.gpu_ns / s.profile.steps,
+                     "attributed_pct": round(100.0 * s.profile.attributed_ns / s.profile.gpu_ns, 4)
+                     if s.profile.gpu_ns else None} for s in samples]
+        validation = {"leave_one_trace_out": loto, "extrapolation_to_largest_batch": extra,
+                      "goal_mape_pct": GOAL_PCT}
+        doc = model.to_json(layer_models, e2e, {"created_by": f"traceparse {__version__}", "by": args.by,
+                                                "network_tag": args.network_tag, "training": training,
+                                                "validation": validation})
+        out = Path(args.model_out)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(out)
+        if args.json:
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            return 0
+        self._print_fit(session.out, doc, loto, extra, out)
+        return 0
+
+    def _print_fit(self, console, doc: dict, loto: dict | None, extra: dict, out: Path) -> None:
+        table = Table(header_style="bold", title="per-layer models  t = b0 + b1 × ops  (one point per layer call)")
+        for column in ("layer type", "pass", "calls", "b0 (us)", "b1 (ns/Mop)", "R²", "LOTO MAPE"):
+            table.add_column(column, justify="left" if column in ("layer type", "pass") else "right")
+        mape_types = (loto or {}).get("mape_pct", {}).get("types", {})
+        last = None
+        for m in doc["layer_models"]:
+            kind = m["layer_type"]
+            table.add_row(kind if kind != last else "", m["pass"], str(m["points"]), f"{m['b0_ns'] / 1e3:.2f}",
+                          f"{m['b1_ns_per_op'] * 1e6:.4g}" + (" (∝)" if m["proportional"] else ""),
+                          "-" if m["r2"] is None else f"{m['r2']:.3f}",
+                          _pct(mape_types.get(kind)) if kind != last else "")
+            last = kind
+        console.print(table)
+        table = Table(header_style="bold", title="end-to-end models  step = a0 + a1 × batch")
+        for column in ("network", "batches", "a0 (ms)", "a1 (ms/sample)", "R²"):
+            table.add_column(column, justify="left" if column == "network" else "right")
+        for name, m in doc["end_to_end"].items():
+            table.add_row(name, " ".join(f"{b:g}" for b in m["batches"]), f"{m['a0_ns'] / 1e6:.3f}",
+                          f"{m['a1_ns_per_sample'] / 1e6:.4f}", "-" if m["r2"] is None else f"{m['r2']:.4f}")
+        console.print(table)
+        if loto:
+            console.print(_prediction_table("leave-one-trace-out predictions (ms per step)", loto))
+            m = loto["mape_pct"]
+            console.print(f"LOTO MAPE: layers' GPU time {_pct(m['layers'])}, end-to-end step time {_pct(m['step'])}")
+        else:
+            console.print("LOTO: needs at least 3 traces")
+        if extra["traces"]:
+            console.print(_prediction_table("extrapolation to each network's largest batch (ms per step)", extra))
+            m = extra["mape_pct"]
+            verdict = "" if m["step"] is None else (" (goal ≤ 10%: met)" if m["step"] <= GOAL_PCT
+                                                    else " (goal ≤ 10%: NOT met)")
+            console.print(f"extrapolation MAPE: end-to-end step time {_pct(m['step'])}{verdict}; "
+                          f"layers' GPU time {_pct(m['layers'])}")
+        else:
+            console.print(f"extrapolation: {extra.get('note', 'not possible')}")
+        console.print(f"wrote {out}")
+
+    # -- run ----------------------------------------------------------------------
+    def _run(self, args, session) -> int:
+        layer_models, e2e, data = model.load(Path(args.model))
+        if (args.trace is None) == (args.flops_table is None):
+            raise InputError("predict run: give either TRACE or --flops-table FILE")
+        measured = None
+        source_batch = None
+        network = args.network
+        if args.flops_table:
+            per_type = read_flops_table(Path(args.flops_table))
+            source = args.flops_table
+        else:
+            trace = session.resolve(args.trace, args.format)[0]
+            prof = profile(trace)
+            for w in prof.warnings:
+                session.warn(w)
+            per_type = prof.per_type()
+            tag = args.by or data.get("by") or "batch"
+            if args.batch is not None or tag in trace.meta.tags:
+                source_batch = _number_tag(trace, tag)
+            if args.batch is not None and args.batch != source_batch:
+                per_type = scale(per_type, source_batch, args.batch)
+            else:
+                measured = {"step_ns": prof.step_ns}
+            network = network or trace.meta.tags.get(data.get("network_tag") or "model")
+            source = f"{trace.id} ({Path(trace.meta.path).name})" if trace.meta.path else str(trace.id)
+        batch = args.batch if args.batch is not None else source_batch
+        table = model.predict_layers(layer_models, per_type)
+        types = model.by_type(table)
+        missing = sorted({f"{r['layer_type']}/{r['pass']}" for r in table.iter_rows(named=True)
+                          if r["predicted_ns"] is None})
+        if missing:
+            session.warn(f"no model for {', '.join(missing)}: left out of the total")
+        total = sum(e["predicted_ns"] for e in types.values() if e["predicted_ns"] is not None)
+        if network is None and len(e2e) == 1:
+            network = next(iter(e2e))
+        end_to_end = None
+        if network in e2e and batch is not None:
+            end_to_end = e2e[network].predict(batch)
+        result = {"source": source, "batch": batch, "network": network,
+                  "types": {k: {"predicted_ns": v["predicted_ns"],
+                                **({"measured_ns": v["measured_ns"]} if measured else {})} for k, v in types.items()},
+                  "layers_predicted_ns": total,
+                  "step_predicted_ns": end_to_end,
+                  **({"layers_measured_ns": sum(v["measured_ns"] for v in types.values()),
+                      "step_measured_ns": measured["step_ns"]} if measured else {})}
+        if args.json:
+            sys.stdout.write(json.dumps(result, indent=2) + "\n")
+            return 0
+        out = session.out
+        title = f"predicted GPU time per step by layer type, {source}" + (f", batch {batch:g}" if batch else "")
+        t = Table(header_style="bold", title=title)
+        for column in ("layer type", "calls", "ops", "predicted (ms)") + (("measured (ms)", "error") if measured else ()):
+            t.add_column(column, justify="left" if column == "layer type" else "right")
+        per_kind = table.group_by("layer_type").agg(pl.col("calls").sum(), pl.col("ops").sum())
+        info = {r["layer_type"]: r for r in per_kind.iter_rows(named=True)}
+        for kind, v in types.items():
+            row = [kind, f"{info[kind]['calls']:g}", f"{info[kind]['ops']:.4g}", _ms(v["predicted_ns"])]
+            if measured:
+                row += [_ms(v["measured_ns"]), _pct(model.ape(v["predicted_ns"], v["measured_ns"]))]
+            t.add_row(*row)
+        out.print(t)
+        line = f"layers total (GPU time): {_ms(total)} ms"
+        if measured:
+            line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
+        out.print(line)
+        if end_to_end is not None:
+            line = f"end-to-end step time ({network} model, batch {batch:g}): {_ms(end_to_end)} ms"
+            if measured:
+                line += (f" (measured {_ms(measured['step_ns'])} ms, error "
+                         f"{_pct(model.ape(end_to_end, measured['step_ns']))})")
+            out.print(line)
+        else:
+            known = ", ".join(e2e) or "none"
+            out.print(f"end-to-end step time: no prediction (network {network!r}, batch "
+                      f"{'unknown' if batch is None else f'{batch:g}'}; end-to-end models in the file: {known}); "
+                      "pass --network NAME and --batch N")
+        return 0
+
+    # -- table --------------------------------------------------------------------
+    def _table(self, args, session) -> int:
+        trace = session.resolve(args.trace, args.format)[0]
+        prof = profile(trace)
+        for w in prof.warnings:
+            session.warn(w)
+        per_type = prof.per_type()
+        if args.batch is not None:
+            per_type = scale(per_type, _number_tag(trace, args.by), args.batch)
+        text = write_flops_table(per_type)
+        if args.out:
+            Path(args.out).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+        return 0
+
+
+def scale(per_type: pl.DataFrame, from_batch: float, to_batch: float) -> pl.DataFrame:
+    """Ops per step at another batch size: every pass but ``update`` (optimizer) scales with the batch."""
+    factor = to_batch / from_batch
+    return per_type.with_columns(
+        ops=pl.when(pl.col("pass") == "update").then(pl.col("ops")).otherwise(pl.col("ops") * factor))
+
+
+def write_flops_table(per_type: pl.DataFrame) -> str:
+    """The flops table CSV: layer_type, pass, calls, ops per step."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(TABLE_COLUMNS)
+    for r in per_type.iter_rows(named=True):
+        writer.writerow([r["layer_type"], r["pass"], repr(float(r["calls"])),
+                         "" if r["ops"] is None else repr(float(r["ops"]))])
+    return buffer.getvalue()
+
+
+def read_flops_table(path: Path) -> pl.DataFrame:
+    """Read a flops table; a one-line error naming the line for anything malformed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise bad_input(path, None, f"cannot be read as text: {exc}") from None
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None or [h.strip() for h in header[:4]] != list(TABLE_COLUMNS):
+        raise bad_input(path, 1, f"a header line {','.join(TABLE_COLUMNS)}")
+    rows: list[dict[str, Any]] = []
+    for line_no, row in enumerate(reader, start=2):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) < 4:
+            raise bad_input(path, line_no, f"4 fields {','.join(TABLE_COLUMNS)}, got {len(row)}")
+        kind, pass_ = row[0].strip(), row[1].strip()
+        if pass_ not in layers.PASSES:
+            raise bad_input(path, line_no, f"pass one of {', '.join(layers.PASSES)}, got {pass_!r}")
+        values = []
+        for column, text_value in zip(("calls", "ops"), row[2:4]):
+            try:
+                value = float(text_value) if text_value.strip() else None
+            except ValueError:
+                value = None
+                text_value = f"{text_value!r} (not a number)"
+            if value is None and column == "calls" or value is not None and (not math.isfinite(value) or value < 0):
+                raise bad_input(path, line_no, f"{column} a number ≥ 0, got {text_value}")
+            values.append(value)
+        rows.append({"layer_type": kind, "pass": pass_, "calls": values[0], "ops": values[1]})
+    if not rows:
+        raise bad_input(path, None, "no rows after the header")
+    return pl.DataFrame(rows, schema={"layer_type": pl.String, "pass": pl.String, "calls": pl.Float64,
+                                      "ops": pl.Float64})
+
+
+def _prediction_table(title: str, result: dict) -> Table:
+    table = Table(header_style="bold", title=title)
+    for column in ("trace", "network", "batch", "step", "e2e pred", "error", "layers GPU", "layers pred", "error"):
+        table.add_column(column, justify="left" if column in ("trace", "network") else "right")
+    for r in sorted(result["traces"], key=lambda r: (r["network"], r["batch"])):
+        table.add_row(r["trace"][:8], r["network"], f"{r['batch']:g}", _ms(r["step"]["measured_ns"]),
+                      _ms(r["step"]["predicted_ns"]), _pct(r["step"]["ape_pct"]), _ms(r["layers"]["measured_ns"]),
+                      _ms(r["layers"]["predicted_ns"]), _pct(r["layers"]["ape_pct"]))
+    return table
+
+
+def _unique(traces: list[Trace]) -> list[Trace]:
+    seen, out = set(), []
+    for t in traces:
+        if t.id not in seen:
+            seen.add(t.id)
+            out.append(t)
+    return out

@@ -1,0 +1,198 @@
+"""``traceparse compare`` on the real ResNet18 batch sweep (fixtures/torch), checked against sums made here
+with the json module straight from the trace files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, run_cli
+
+BATCHES = (4, 8, 16, 32, 64)
+SWEEP = {b: FIXTURES / "torch" / f"resnet18_bs{b}.json.gz" for b in BATCHES}
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+API_CATS = ("cuda_runtime", "cuda_driver")
+
+
+def _ns(value) -> int:
+    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [e for e in json.load(f, parse_float=Decimal)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _independent(path: Path, kernel_pattern: str, api_pattern: str) -> dict:
+    """The figures compare reports, computed here from the raw JSON (exact decimals)."""
+    events = _events(path)
+    time = {c: sum(_ns(e["dur"]) for e in events if e.get("cat") == c) for c in (*GPU_CATS, *API_CATS)}
+    gpu = time["kernel"] + time["gpu_memcpy"] + time["gpu_memset"]
+    api = time["cuda_runtime"] + time["cuda_driver"]
+    matched_kernels = sum(_ns(e["dur"]) for e in events
+                          if e.get("cat") == "kernel" and re.search(kernel_pattern, e["name"], re.I))
+    matched_api = sum(_ns(e["dur"]) for e in events
+                      if e.get("cat") in API_CATS and re.search(api_pattern, e["name"], re.I))
+    span = idle = 0
+    devices = {e["args"].get("device") for e in events if e.get("cat") in GPU_CATS}
+    for device in devices:  # union of half-open intervals per device, by a plain sweep
+        spans = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events
+                       if e.get("cat") in GPU_CATS and e["args"].get("device") == device)
+        busy, cur_start, cur_end = 0, spans[0][0], spans[0][1]
+        for s, t in spans[1:]:
+            if s > cur_end:
+                busy += cur_end - cur_start
+                cur_start, cur_end = s, t
+            else:
+                cur_end = max(cur_end, t)
+        busy += cur_end - cur_start
+        first, last = spans[0][0], max(t for _, t in spans)
+        span += last - first
+        idle += last - first - busy
+    return {"kernel_ns": time["kernel"], "memcpy_ns": time["gpu_memcpy"], "memset_ns": time["gpu_memset"],
+            "api_ns": api, "gpu_ns": gpu, "span_ns": span, "idle_ns": idle, "idle_pct": 100.0 * idle / span,
+            "kernel_share": 100.0 * matched_kernels / gpu, "api_share": 100.0 * matched_api / api}
+
+
+def _ingest(path: Path, **tags) -> str:
+    args = ["ingest", str(path), "-q", "--json"]
+    for key, value in tags.items():
+        args += ["--tag", f"{key}={value}"]
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    return json.loads(out)["traces"][0]["id"]
+
+
+@pytest.fixture
+def sweep_ids(store) -> dict[int, str]:
+    return {b: _ingest(p, batch=b, model="resnet18") for b, p in SWEEP.items()}
+
+
+def test_rows_follow_the_tag_numerically_and_match_independent_sums(sweep_ids):
+    shuffled = [sweep_ids[b] for b in (64, 4, 32, 8, 16)]
+    code, out, err = run_cli("compare", *shuffled, "--by", "batch", "--kernel", "max_pool_backward",
+                             "--api", "cudaLaunchKernel", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["tags"]["batch"] for r in rows] == ["4", "8", "16", "32", "64"]  # not "16" < "4"
+    assert [r["trace"] for r in rows] == [sweep_ids[b] for b in BATCHES]
+    for batch, row in zip(BATCHES, rows):
+        m = row["metrics"]
+        ref = _independent(SWEEP[batch], "max_pool_backward", "cudaLaunchKernel")
+        for key in ("kernel_ns", "memcpy_ns", "memset_ns", "api_ns", "gpu_ns", "span_ns", "idle_ns"):
+            assert m[key] == ref[key], (batch, key)
+        assert m["idle_pct"] == pytest.approx(ref["idle_pct"], abs=1e-3)
+        assert m["kernel_pattern_pct"]["max_pool_backward"] == pytest.approx(ref["kernel_share"], abs=1e-3)
+        assert m["api_pattern_pct"]["cudaLaunchKernel"] == pytest.approx(ref["api_share"], abs=1e-3)
+        assert 0 < m["kernel_pattern_pct"]["max_pool_backward"] < 10
+        assert sum(m["category_pct"].values()) == pytest.approx(100.0, abs=1e-2)
+
+
+def test_figures_are_the_rules_figures(sweep_ids):
+    """compare reuses the rules: its figures are exactly what `analyze --json` reports for each trace."""
+    code, out, err = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--json")
+    assert code == 0, err
+    for row in json.loads(out)["rows"]:
+        code, out2, err = run_cli("analyze", row["trace"], "--json", "--rule", "gpu-idle", "--rule",
+                                  "low-memcpy-overlap", "--rule", "low-kernel-concurrency", "--rule", "kernel-share")
+        assert code == 0, err
+        found = {f["rule"]: f["metrics"] for f in json.loads(out2)["findings"]}
+        m = row["metrics"]
+        assert m["overlap_pct"] == found["low-memcpy-overlap"]["overlap_pct"]
+        assert m["concurrency_pct"] == found["low-kernel-concurrency"]["concurrency_pct"]
+        assert m["idle_pct"] == found["gpu-idle"]["idle_pct"]
+        assert m["category_pct"] == {c: v["share_pct"] for c, v in found["kernel-share"]["categories"].items()}
+
+
+def test_idle_share_falls_as_the_batch_grows(sweep_ids):
+    """The seed study's trend on this GPU: the larger the batch, the less the GPU waits for the host."""
+    code, out, _ = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--json")
+    idle = [r["metrics"]["idle_pct"] for r in json.loads(out)["rows"]]
+    assert idle == sorted(idle, reverse=True)
+    assert idle[0] > 80 and idle[-1] < 40
+
+
+def test_terminal_tables_have_one_row_per_trace_and_cut_no_column(sweep_ids):
+    """At the 80 columns of a non-terminal, bar columns that do not fit go to a second table, never off the edge."""
+    code, out, err = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--kernel", "max_pool_backward")
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for header in ("GPU idle", "kernel concurrency", "memcpy overlap", "kernel /max_pool_backward/",
+                   "normalization", "gemm/conv", "elementwise", "pooling", "reduction", "other"):
+        assert header in out
+    assert "█" in out
+    for batch in BATCHES:  # one row per trace in each of the 5 tables (categories need two at 80 columns)
+        assert len(re.findall(rf"^ {batch}\s", out, flags=re.M)) == 5
+
+
+def test_a_trace_without_the_tag_is_an_error(store):
+    tagged = _ingest(SWEEP[4], batch=4)
+    untagged = _ingest(SWEEP[8])
+    code, out, err = run_cli("compare", tagged, untagged, "--by", "batch")
+    assert code == 2
+    assert err == (f"traceparse: error: trace {untagged} ({SWEEP[8]}) has no tag 'batch' (its tags: none); "
+                   "ingest it with --tag batch=VALUE\n")
+    assert out == ""
+
+
+def test_traces_of_different_devices_warn(store, tmp_path):
+    """A trace re-exported with another GPU's name (a real trace, device renamed) is compared with a warning."""
+    a = _ingest(SWEEP[16], batch=16)
+    exported = tmp_path / "r16.json"
+    assert run_cli("export", a, "--to", "chrome", "--out", str(exported), "-q")[0] == 0
+    text = exported.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", 1)
+    (tmp_path / "a100.json").write_text(text)
+    b = _ingest(tmp_path / "a100.json", batch=32)
+    code, out, err = run_cli("compare", a, b, "--by", "batch", "--json")
+    assert code == 0
+    assert (f"traceparse: warning: the traces come from different devices ({a}: NVIDIA H100 80GB HBM3; "
+            f"{b}: NVIDIA A100-SXM4-80GB); their figures are not like for like") in err
+    assert json.loads(out)["warnings"]
+
+
+def test_bad_pattern_and_bad_out_suffix_are_one_line_errors(sweep_ids):
+    code, _, err = run_cli("compare", sweep_ids[4], "--kernel", "max_pool(")
+    assert code == 2 and err.startswith("traceparse: error: --kernel 'max_pool(': not a valid regular expression")
+    assert err.count("\n") == 1
+    code, _, err = run_cli("compare", sweep_ids[4], "--out", "plot.pdf")
+    assert code == 2 and err == "traceparse: error: --out plot.pdf: expected a file name ending in .png, .svg, .html\n"
+
+
+def test_plot_without_matplotlib_names_the_extra(sweep_ids, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, _, err = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--out", str(tmp_path / "p.png"))
+    assert code == 2
+    assert err == ("traceparse: error: --out needs matplotlib, which is in the optional 'plot' extra: "
+                   "pip install 'traceparse[plot]'\n")
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".html", b"<!DOCTYPE html>")])
+def test_plot_files(sweep_ids, tmp_path, suffix, magic):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / f"sweep{suffix}"
+    code, _, err = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--kernel", "max_pool_backward",
+                           "--out", str(out))
+    assert code == 0, err
+    assert out.read_bytes().startswith(magic)
+    if suffix != ".png":
+        assert "max_pool_backward" in out.read_text()
+
+
+def test_compare_on_the_shared_samples(samples_dir, store):
+    """The shared samples (another run of the same workload) give the same shape of result."""
+    ids = [_ingest(samples_dir / "torch" / f"torch_resnet18_bs{b}.json.gz", batch=b) for b in (64, 4, 16)]
+    code, out, err = run_cli("compare", *ids, "--by", "batch", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["tags"]["batch"] for r in rows] == ["4", "16", "64"]
+    for row in rows:
+        path = samples_dir / "torch" / f"torch_resnet18_bs{row['tags']['batch']}.json.gz"
+        ref = _independent(path, "nchwToNhwc", "cudaLaunchKernel")
+        assert row["metrics"]["gpu_ns"] == ref["gpu_ns"] and row["metrics"]["idle_ns"] == ref["idle_ns"]

@@ -1,0 +1,132 @@
+"""``traceparse diff`` on real traces, its deltas checked against totals computed here with json / csv."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import re
+from collections import defaultdict
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, run_cli
+
+TORCH = FIXTURES / "torch"
+NSYS = FIXTURES / "nsys"
+KIND_OF_CAT = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
+               "cuda_driver": "api"}
+
+
+def _ns(value) -> int:
+    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def _torch_totals(path: Path) -> dict[tuple[str, str], list[int]]:
+    """(kind, name) -> [calls, time_ns] from the raw JSON."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f, parse_float=Decimal)["traceEvents"]
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for e in events:
+        kind = KIND_OF_CAT.get(e.get("cat"))
+        if e.get("ph") == "X" and kind:
+            totals[(kind, e["name"])][0] += 1
+            totals[(kind, e["name"])][1] += _ns(e["dur"])
+    return totals
+
+
+def _diff(a: str, b: str) -> dict:
+    code, out, err = run_cli("diff", a, b, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_torch_sweep_deltas_match_independent_totals(store):
+    a_path, b_path = TORCH / "resnet18_bs4.json.gz", TORCH / "resnet18_bs64.json.gz"
+    doc = _diff(str(a_path), str(b_path))
+    ta, tb = _torch_totals(a_path), _torch_totals(b_path)
+    keys = set(ta) | set(tb)
+    assert len(doc["rows"]) == len(keys)
+    for row in doc["rows"]:
+        key = (row["kind"], row["name"])
+        calls_a, time_a = ta.get(key, [0, 0])
+        calls_b, time_b = tb.get(key, [0, 0])
+        assert (row["calls_a"], row["time_a_ns"], row["calls_b"], row["time_b_ns"]) == (calls_a, time_a, calls_b,
+                                                                                       time_b), key
+        assert row["delta_ns"] == time_b - time_a and row["delta_calls"] == calls_b - calls_a
+        assert row["status"] == ("new" if key not in ta else "vanished" if key not in tb else "both")
+    changes = [abs(r["delta_ns"]) for r in doc["rows"]]
+    assert changes == sorted(changes, reverse=True)
+    gpu = [k for k in keys if k[0] != "api"]
+    s = doc["summary"]
+    assert s["gpu"]["time_a_ns"] == sum(ta[k][1] for k in gpu if k in ta)
+    assert s["gpu"]["time_b_ns"] == sum(tb[k][1] for k in gpu if k in tb)
+    assert s["gpu"]["delta_ns"] == s["gpu"]["time_b_ns"] - s["gpu"]["time_a_ns"]
+    assert s["api"]["time_a_ns"] == sum(v[1] for k, v in ta.items() if k[0] == "api")
+    assert s["new"] == len(set(tb) - set(ta)) and s["vanished"] == len(set(ta) - set(tb))
+    assert s["new"] > 0 and s["vanished"] > 0  # cuDNN picks other kernels at batch 64
+    categories = {c["category"]: c for c in doc["categories"]}
+    assert sum(c["time_a_ns"] for c in categories.values()) == sum(v[1] for v in ta.values())
+    assert sum(c["time_b_ns"] for c in categories.values()) == sum(v[1] for v in tb.values())
+    assert {"api", "memcpy", "gemm/conv"} <= set(categories)
+
+
+def test_a_trace_against_itself_changes_nothing(store):
+    path = str(TORCH / "alexnet_bs16.json.gz")
+    doc = _diff(path, path)
+    assert all(r["delta_ns"] == 0 and r["status"] == "both" for r in doc["rows"])
+    assert doc["summary"]["gpu"]["delta_ns"] == 0 and doc["summary"]["new"] == 0
+
+
+def test_aggregated_summary_against_timed_trace_of_the_same_capture(store):
+    """nsys stats summaries (aggregated rows: calls and totals) against the SQLite export of the same capture:
+    every kernel and API call matches, with no change; the summary's figures are the CSV's."""
+    a = [str(NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv"), str(NSYS / "resnet18_bs8_cuda_api_sum.csv")]
+    code, out, err = run_cli("ingest", *a, "-q", "--json")
+    assert code == 0, err
+    summary_id = json.loads(out)["traces"][0]["id"]
+    doc = _diff(summary_id, str(NSYS / "resnet18_bs8.sqlite.gz"))
+    expected = {}
+    for name, kind in (("resnet18_bs8_cuda_gpu_kern_sum.csv", "kernel"), ("resnet18_bs8_cuda_api_sum.csv", "api")):
+        with open(NSYS / name, newline="") as f:
+            for r in csv.DictReader(f):
+                # diff drops the CUPTI version suffix of API names (cudaLaunchKernelExC_v11060)
+                name_ = re.sub(r"_v\d+$", "", r["Name"]) if kind == "api" else r["Name"]
+                assert (kind, name_) not in expected
+                expected[(kind, name_)] = (int(r.get("Instances") or r["Num Calls"]), int(r["Total Time (ns)"]))
+    rows = {(r["kind"], r["name"]): r for r in doc["rows"] if r["kind"] in ("kernel", "api")}
+    assert set(rows) == set(expected)
+    for key, (calls, time_ns) in expected.items():
+        r = rows[key]
+        assert (r["calls_a"], r["time_a_ns"]) == (calls, time_ns), key
+        assert (r["calls_b"], r["time_b_ns"], r["delta_ns"]) == (calls, time_ns, 0), key
+    assert doc["summary"]["kernel"]["delta_ns"] == 0 and doc["summary"]["api"]["delta_ns"] == 0
+    # the SQLite export also has the copies and memsets, which the two summaries do not report
+    assert {r["kind"] for r in doc["rows"] if r["status"] == "new"} == {"memcpy", "memset"}
+
+
+def test_terminal_output_has_categories_names_and_a_total_line(store):
+    code, out, err = run_cli("diff", str(TORCH / "vgg16_bs8.json.gz"), str(TORCH / "vgg16_bs16.json.gz"),
+                             "--top", "5")
+    assert code == 0, err
+    assert "by category" in out and "top 5 of" in out
+    total = [line for line in out.splitlines() if line.startswith("total: GPU time")]
+    assert len(total) == 1 and re.search(r"-> [\d.]+ ms \(\+[\d.]+ ms, \+[\d.]+%\)", total[0])
+
+
+def test_unknown_trace_is_a_one_line_error(store):
+    code, out, err = run_cli("diff", "nonexistent-id", str(TORCH / "vgg16_bs8.json.gz"))
+    assert code == 2 and out == ""
+    assert err.startswith("traceparse: error: nonexistent-id: no such file, and no trace with this id")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["resnet18_bs16.json.gz"])
+def test_diff_of_the_shared_sample_and_the_fixture(samples_dir, store, name):
+    """Two runs of the same configuration on the same GPU: kernels match by name, the change is small."""
+    doc = _diff(str(samples_dir / "torch" / f"torch_{name}"), str(TORCH / name))
+    kernels = [r for r in doc["rows"] if r["kind"] == "kernel"]
+    matched = sum(r["time_a_ns"] for r in kernels if r["status"] == "both")
+    assert matched / doc["summary"]["kernel"]["time_a_ns"] > 0.5
