@@ -1,4 +1,4 @@
-"""Helpers the transfer, API and idle rules share: choosing rows, and rounding figures for findings.
+"""Helpers the rules share: choosing rows, classifying names by a pattern table, rounding figures.
 
 A trace can hold timed events (``start_ns`` set, ``calls`` 1) and aggregated
 rows (``start_ns`` null, ``duration_ns`` the total of ``calls`` calls, ``bytes``
@@ -14,6 +14,19 @@ import polars as pl
 
 #: Copy directions that cross the host link (PCIe, or NVLink-C2C on Grace systems).
 HOST_DEVICE = ("HtoD", "DtoH")
+
+
+def first_match(names: pl.Expr, table: list[tuple[str, str]], default: str, *, lowercase: bool = False) -> pl.Expr:
+    """A polars expression giving, for each name, the label of the first (label, regex) row that matches it.
+
+    Rules keep their classification (kernel categories, API classes) as such
+    a readable table; ``default`` labels names no pattern matches.
+    """
+    subject = names.str.to_lowercase() if lowercase else names
+    expr = pl.lit(default)
+    for label, pattern in reversed(table):
+        expr = pl.when(subject.str.contains(pattern)).then(pl.lit(label)).otherwise(expr)
+    return expr
 
 
 def prefer_timed(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:

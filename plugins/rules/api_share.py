@@ -36,7 +36,7 @@ import polars as pl
 from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import calls_expr, pct, prefer_timed
+from traceparse_plugins.rules._rows import calls_expr, first_match, pct, prefer_timed
 
 #: (class, regular expression matched at the start of the API name); the first match wins.
 API_CLASSES: list[tuple[str, str]] = [
@@ -73,10 +73,7 @@ SUGGESTIONS = {
 
 def classify(names: pl.Expr) -> pl.Expr:
     """A polars expression giving the class of each API name (see :data:`API_CLASSES`)."""
-    expr = pl.lit(OTHER)
-    for cls, pattern in reversed(API_CLASSES):
-        expr = pl.when(names.str.contains(pattern)).then(pl.lit(cls)).otherwise(expr)
-    return expr
+    return first_match(names, API_CLASSES, OTHER)
 
 
 class ApiShare(Rule):

@@ -17,6 +17,7 @@ import polars as pl
 from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
+from traceparse_plugins.rules._rows import first_match
 
 #: (category, regular expression on the kernel name); the first match wins.
 CATEGORIES: list[tuple[str, str]] = [
@@ -33,12 +34,8 @@ OTHER = "other"
 
 
 def categorize(names: pl.Expr) -> pl.Expr:
-    """A polars expression giving the category of each kernel name."""
-    lowered = names.str.to_lowercase()
-    expr = pl.lit(OTHER)
-    for category, pattern in reversed(CATEGORIES):
-        expr = pl.when(lowered.str.contains(pattern)).then(pl.lit(category)).otherwise(expr)
-    return expr
+    """A polars expression giving the category of each kernel name (see :data:`CATEGORIES`)."""
+    return first_match(names, CATEGORIES, OTHER, lowercase=True)
 
 
 class KernelShare(Rule):
