@@ -36,6 +36,8 @@ def detect_reader(path: Path, reg: Registry) -> Reader:
         if score > best_score:
             best, best_score = reader, score
     if best is None:
+        if path.is_file() and path.stat().st_size == 0:
+            raise InputError(f"{path}: the file is empty")
         tried = ", ".join(sorted(reg.readers)) or "none installed"
         raise InputError(f"{path}: not a format traceparse recognises (tried: {tried})")
     return best
@@ -53,7 +55,7 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
     claimed: dict[str, list[Path]] = {}
     readers: dict[str, Reader] = {}
     for path in paths:
-        check_readable(path)
+        check_readable(path, allow_empty=True)
         reader = forced or detect_reader(path, reg)
         readers[reader.name] = reader
         claimed.setdefault(reader.name, []).append(path)

@@ -37,15 +37,19 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
             return f.read(size)
 
 
-def check_readable(path: Path) -> None:
-    """Raise a one-line :class:`InputError` unless ``path`` is a readable file or directory."""
+def check_readable(path: Path, *, allow_empty: bool = False) -> None:
+    """Raise a one-line :class:`InputError` unless ``path`` is a readable file or directory.
+
+    ``allow_empty`` lets an empty file through, for a reader to judge (an
+    empty nsys report is normal beside its siblings of the same capture).
+    """
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if not (path.is_file() or path.is_dir()):
         raise InputError(f"{path}: not a regular file or directory")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
-    if path.is_file() and path.stat().st_size == 0:
+    if not allow_empty and path.is_file() and path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty")
 
 

@@ -1,1 +1,72 @@
-"""(being written)"""
+"""Reader ``nsys``: Nsight Systems output, in each form a user may have.
+
+* ``nsys stats`` reports written with ``--format csv`` (or ``tsv``, or the
+  default console table): ``cuda_gpu_trace`` / ``cuda_api_trace`` give timed
+  kernel, memcpy, memset and api events; ``cuda_gpu_kern_sum``,
+  ``cuda_api_sum``, ``cuda_gpu_mem_time_sum``, ``cuda_gpu_mem_size_sum``,
+  ``nvtx_sum`` and ``cuda_gpu_sum`` give aggregated rows. Their 2020-2021 names
+  (``gputrace``, ``gpukernsum``, ``cudaapisum``, ``gpumemtimesum``,
+  ``gpumemsizesum``, ``nvtxppsum`` / ``nvtxsum``, ``gpusum``) and column
+  spellings are read too. The files ``PREFIX_REPORT.csv`` of one capture,
+  ingested together, become one trace (:mod:`.capture`).
+* the SQLite export (``nsys export --type sqlite``, also gzip-compressed):
+  :mod:`.sqlite_export`.
+* the report file itself (``.nsys-rep``, ``.qdrep``), exported to SQLite with
+  ``nsys`` when it is installed: :mod:`.nsys_rep`.
+
+docs/formats/nsys.md describes each form, the column histories and the units.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceparse.plugins import hookimpl
+from traceparse.reader import ReadOptions, Reader
+from traceparse.sources import read_head
+from traceparse.trace import Trace
+
+from traceparse_plugins.readers.nsys import capture, sniff as sniffing
+from traceparse_plugins.readers.nsys.nsys_rep import read_report
+from traceparse_plugins.readers.nsys.sqlite_export import read_sqlite
+
+
+class NsysReader(Reader):
+    name = "nsys"
+    description = "Nsight Systems: nsys stats CSV reports, the SQLite export, .nsys-rep / .qdrep (with nsys)"
+    variants = (
+        "nsys stats --format csv/tsv reports, 2020-2025 names and columns: cuda_gpu_trace (gputrace), "
+        "cuda_api_trace, cuda_gpu_kern_sum (gpukernsum), cuda_api_sum (cudaapisum), cuda_gpu_mem_time_sum "
+        "(gpumemtimesum), cuda_gpu_mem_size_sum (gpumemsizesum), nvtx_sum (nvtxsum, nvtxppsum), cuda_gpu_sum",
+        "the reports of one capture (PREFIX_REPORT.csv) ingested together as one trace",
+        "nsys stats default console table (column format)",
+        "SQLite export (nsys export --type sqlite), plain or .gz",
+        ".nsys-rep / .qdrep, exported with nsys when it is on PATH or $TRACEPARSE_NSYS",
+    )
+    patterns = ("*.nsys-rep", "*.qdrep", "*.sqlite", "*.sqlite.gz", "*_cuda_gpu_trace.csv", "*_gputrace.csv",
+                "*_cuda_api_trace.csv", "*_cuda_gpu_kern_sum.csv", "*_cuda_api_sum.csv", "*_nvtx_sum.csv")
+
+    def sniff(self, path: Path, head: bytes) -> float:
+        return sniffing.sniff(path, head)
+
+    def group(self, paths: list[Path]) -> list[list[Path]]:
+        """Report files of one capture (``PREFIX_REPORT.csv``) together; SQLite and report files alone."""
+        text, single = [], []
+        for path in paths:
+            kind = sniffing.kind_of(path, read_head(path, 64) if path.is_file() else b"")
+            (single if kind in ("rep", "sqlite") else text).append(path)
+        return [[p] for p in single] + capture.group(text)
+
+    def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        if len(paths) == 1:
+            kind = sniffing.kind_of(paths[0], read_head(paths[0], 64))
+            if kind == "rep":
+                return read_report(paths[0], options)
+            if kind == "sqlite":
+                return read_sqlite(paths[0], options)
+        return capture.read_capture(paths, options)
+
+
+@hookimpl
+def traceparse_readers():
+    return [NsysReader()]

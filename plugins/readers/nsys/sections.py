@@ -1,0 +1,264 @@
+"""Finding the report tables in an ``nsys stats`` output file: CSV, TSV, or the default column text.
+
+``nsys stats --format csv --output PREFIX`` writes one clean CSV per report;
+``nsys stats ... > file`` (console output) puts messages before each table
+(``Processing [x.sqlite] with [.../cuda_gpu_trace.py]...``, ``NOTICE:``,
+``** CUDA GPU Trace (cuda_gpu_trace):``) and may hold several reports, each
+ended by a blank line. Every table whose header names nsys columns becomes a
+:class:`Section`; the messages around the tables are skipped.
+
+The default console format (``column``) is a header line, a line of dash
+groups under it, and rows aligned to the dash groups, numbers with ``,``
+thousands separators. Other layouts (``--format table`` boxes) are refused
+with a message saying to use ``--format csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from traceparse.errors import bad_input
+from traceparse.sources import open_binary
+
+from traceparse_plugins.readers.nsys.reports import NSYS_ONLY, field_of
+from traceparse_plugins.readers.nsys.units import split_header
+
+#: Lines nsys prints around its tables (console output), never data.
+_MESSAGE = re.compile(
+    r"^\s*(NOTICE:|WARNING:|SKIPPED:|ERROR:|Processing \[|Generating |Exporting |\*\*|\[\d+/\d+\]|"
+    r"It is assumed|Consider using|File is older|Use --force-export|usage: nsys|Try 'nsys)"
+)
+_DASHES = re.compile(r"^\s*-{2,}(\s+-{2,})+\s*$")
+_BOX = re.compile(r"^\s*[+┌├└│╭╰]")
+
+
+@dataclass
+class Section:
+    """One report table of a file: its header cells and its rows, with their line numbers.
+
+    A CSV/TSV table keeps its rows as text (``body``) that polars parses
+    column by column; a console table keeps the cells it cut (``rows``).
+    Row ``i`` is line ``first_line + i`` of the file (nsys writes no
+    line breaks inside a field).
+    """
+
+    path: Path
+    header: list[str]
+    header_line: int
+    layout: str                       # "csv", "tsv" or "column"
+    first_line: int
+    n_rows: int
+    body: str | None = None
+    rows: list[list[str]] | None = None
+    _bytes: bytes | None = field(default=None, repr=False)
+
+    def line_of(self, index: int) -> int:
+        """The file line of row ``index``."""
+        return self.first_line + index
+
+    def body_bytes(self) -> bytes:
+        """The rows' text as UTF-8 (encoded once)."""
+        if self._bytes is None:
+            self._bytes = self.body.encode()
+        return self._bytes
+
+    def lines(self) -> pl.Series:
+        """The rows as lines of text (a polars series, for vectorized checks)."""
+        frame = pl.read_csv(io.BytesIO(self.body_bytes()), has_header=False, separator="\x1f", quote_char=None,
+                            new_columns=["line"], infer_schema=False)
+        return frame["line"]
+
+    def columns(self) -> list[pl.Series]:
+        """The cells as text, one String series per header column (blank cells are null)."""
+        names = [f"c{i}" for i in range(len(self.header))]
+        if self.rows is not None:
+            return [pl.Series(n, [r[i] or None for r in self.rows], dtype=pl.String) for i, n in enumerate(names)]
+        frame = pl.read_csv(io.BytesIO(self.body_bytes()), has_header=False, new_columns=names,
+                            separator="\t" if self.layout == "tsv" else ",", quote_char='"', infer_schema=False)
+        return [frame[n] for n in names]
+
+
+class EmptyReport(Exception):
+    """The file holds no table: 0 bytes, or only nsys's note that there was no data."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def read_text(path: Path) -> str:
+    """The file's text (gzip decompressed); :class:`EmptyReport` when it is empty; an error for binary files."""
+    try:
+        with open_binary(path) as f:
+            data = f.read()
+    except (OSError, EOFError) as exc:
+        raise bad_input(path, None, f"cannot be read: {exc}") from None
+    if not data or data.isspace():
+        raise EmptyReport(path, "the report file is empty (nsys writes an empty file when it had no data for it)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise bad_input(path, line, "not UTF-8 text: this is not an nsys stats report") from None
+    return text
+
+
+def header_cells(line: str) -> tuple[list[str], str] | None:
+    """The cells of ``line`` and its delimiter name if it is an nsys CSV/TSV header, else None."""
+    for delimiter, layout in (("\t", "tsv"), (",", "csv")):
+        if delimiter not in line:
+            continue
+        cells = next(csv.reader([line], delimiter=delimiter))
+        if _looks_like_header(cells):
+            return cells, layout
+    return None
+
+
+def _looks_like_header(cells: list[str]) -> bool:
+    fields = [field_of(split_header(c)[0]) for c in cells]
+    known = [f for f in fields if f is not None]
+    return len(known) >= 3 and len(known) * 2 >= len(cells) and bool(NSYS_ONLY & set(known))
+
+
+def find_sections(path: Path, text: str) -> list[Section]:
+    """Every report table in ``text``; raises :class:`EmptyReport` or a one-line error when there is none.
+
+    nsys ends every line with a newline, so a table whose file does not is
+    cut short (a copy interrupted, a disk full): that is an error naming
+    the last line, never a silently shorter table.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    cut = not text.endswith("\n")
+    if cut:
+        last = text.count("\n") + 1
+        text += "\n"  # parse what is there; the error below names the cut line
+    sections = _delimited_sections(path, text)
+    lines = text.split("\n")[:-1] if not sections else []
+    if not sections:
+        sections = _column_sections(path, lines)
+    if sections:
+        if cut:
+            raise bad_input(path, last, "the file ends in the middle of this line (cut short?); "
+                                        "nsys ends every report line with a newline")
+        for section in sections:
+            if section.body is not None:
+                _check_fields(section, "\t" if section.layout == "tsv" else ",")
+        return sections
+    messages = [line.strip() for line in lines if line.strip()]
+    skipped = [m for m in messages if m.startswith("SKIPPED:")]
+    if skipped:
+        raise EmptyReport(path, f"nsys had no data for this report ({skipped[0]})")
+    if any(_BOX.match(line) for line in lines):
+        raise bad_input(path, None, "an nsys stats table in a layout traceparse does not read; "
+                                    "write the report with `nsys stats --format csv`")
+    if messages and all(_MESSAGE.match(m) or m.startswith(("usage:", "<input-file>")) for m in messages[:3]):
+        raise bad_input(path, 1, f"no report table in this file, only nsys messages ({messages[0][:80]!r}); "
+                                 "write the report with `nsys stats --report NAME --format csv`")
+    raise bad_input(path, 1, "no nsys stats report header found (expected e.g. 'Start (ns),Duration (ns),"
+                             "CorrId,...' or 'Time (%),Total Time (ns),...'); "
+                             "write the report with `nsys stats --format csv`")
+
+
+def _delimited_sections(path: Path, text: str) -> list[Section]:
+    """CSV/TSV tables: a header line, then rows up to a blank line or the end of the file.
+
+    The rows are sliced out of the text and checked in polars (field
+    counts, quotes), not split line by line in Python, so a trace report
+    of millions of rows reads in seconds.
+    """
+    sections: list[Section] = []
+    pos, line_no = 0, 1
+    while pos < len(text):
+        stop = text.find("\n", pos)
+        stop = len(text) if stop < 0 else stop
+        line = text[pos:stop]
+        found = header_cells(line) if line.strip() else None
+        if found is None:
+            pos, line_no = stop + 1, line_no + 1
+            continue
+        cells, layout = found
+        start = stop + 1
+        end = text.find("\n\n", start)
+        end = len(text) if end < 0 else end + 1
+        body = text[start:end].rstrip("\n")
+        n_rows = body.count("\n") + 1 if body else 0
+        sections.append(Section(path, cells, line_no, layout, line_no + 1, n_rows, body=body))
+        line_no += 1 + n_rows
+        pos = end
+    return sections
+
+
+_QUOTED = r'"[^"]*"'  # a quoted field; a doubled quote inside splits it in two, both removed
+
+
+def _check_fields(section: Section, separator: str) -> None:
+    """One-line error at the first row whose field count differs from the header's, or whose quotes do not close."""
+    if not section.body:
+        return
+    lines = section.lines()
+    quoted = lines.str.contains('"', literal=True)
+    unquoted = pl.select(pl.when(quoted).then(lines.str.replace_all(_QUOTED, "")).otherwise(lines)).to_series()
+    open_quote = unquoted.str.contains('"', literal=True)
+    if open_quote.any():
+        index = int(open_quote.arg_max())
+        raise bad_input(section.path, section.line_of(index), "a quote that does not close: not valid "
+                                                              f"{section.layout.upper()}")
+    fields = unquoted.str.count_matches(separator, literal=True) + 1
+    wrong = fields != len(section.header)
+    if wrong.any():
+        index = int(wrong.arg_max())
+        raise bad_input(section.path, section.line_of(index), f"{fields[index]} fields where the header "
+                                                              f"(line {section.header_line}) has {len(section.header)}")
+
+
+def _column_sections(path: Path, lines: list[str]) -> list[Section]:
+    """Tables of the default console format: header, dash underline, aligned rows."""
+    sections: list[Section] = []
+    i = 1
+    while i < len(lines):
+        if not _DASHES.match(lines[i]):
+            i += 1
+            continue
+        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[i])]
+        header = _cut(lines[i - 1], spans)
+        if not _looks_like_header(header):
+            i += 1
+            continue
+        start = i + 1
+        end = start
+        while end < len(lines) and lines[end].strip() and not _MESSAGE.match(lines[end]):
+            end += 1
+        rows = [_cut(lines[j], spans) for j in range(start, end)]
+        sections.append(Section(path, header, i, "column", start + 1, len(rows), rows=rows))
+        i = end + 1
+    return sections
+
+
+def _cut(line: str, spans: list[tuple[int, int]]) -> list[str]:
+    """Cells of an aligned line: column k runs from its dash group's start to the next group's start.
+
+    Right-aligned numbers end at their group's end and left-aligned text
+    starts at its group's start, so both fall inside these bounds; the last
+    column (a name, which may hold spaces) runs to the end of the line.
+    """
+    cells = []
+    for k, (start, _end) in enumerate(spans):
+        stop = spans[k + 1][0] if k + 1 < len(spans) else len(line)
+        lo = spans[k - 1][1] if k else 0  # a wide right-aligned number may start left of its dashes
+        cells.append(line[lo:stop].strip() if k + 1 < len(spans) else line[start:].strip())
+    return cells
+
+
+def sections_of(path: Path) -> list[Section]:
+    """Read ``path`` and return its report tables (see :func:`find_sections`)."""
+    return find_sections(path, read_text(path))
+
+
