@@ -53,17 +53,20 @@ class KernelShare(Rule):
         events = trace.events
         kernels = events.filter(pl.col("kind") == "kernel")
         gpu_ns = int(events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))["duration_ns"].sum() or 0)
+        timed = pl.col("duration_ns").count() > 0  # a sum over no durations is unknown, not 0
         by_name = (kernels.group_by("name")
-                   .agg(calls=pl.col("calls").sum(), time_ns=pl.col("duration_ns").sum())
+                   .agg(calls=pl.col("calls").sum(), time_ns=pl.when(timed).then(pl.col("duration_ns").sum()))
                    .with_columns(category=categorize(pl.col("name")))
                    .sort(["time_ns", "name"], descending=[True, False]))
         total = int(by_name["time_ns"].sum() or 0)
+        known = by_name["time_ns"].null_count() < by_name.height
         by_name = by_name.with_columns(
             share_pct=(100.0 * pl.col("time_ns") / total) if total else pl.lit(None, dtype=pl.Float64),
             gpu_share_pct=(100.0 * pl.col("time_ns") / gpu_ns) if gpu_ns else pl.lit(None, dtype=pl.Float64),
         )
         by_category = (by_name.group_by("category")
-                       .agg(calls=pl.col("calls").sum(), time_ns=pl.col("time_ns").sum(), kernels=pl.len())
+                       .agg(calls=pl.col("calls").sum(), time_ns=pl.when(pl.col("time_ns").count() > 0)
+                            .then(pl.col("time_ns").sum()), kernels=pl.len())
                        .with_columns(share_pct=100.0 * pl.col("time_ns") / total if total else pl.lit(None))
                        .sort(["time_ns", "category"], descending=[True, False]))
         items = [
@@ -76,7 +79,10 @@ class KernelShare(Rule):
                       for r in by_category.iter_rows(named=True)}
         top = items[0] if items else None
         dominant = top is not None and top["share_pct"] is not None and top["share_pct"] > t["dominant_kernel_pct"]
-        if top:
+        if top and not total:
+            message = (f"{by_name.height} distinct kernels, {int(by_name['calls'].sum())} calls, but the trace "
+                       "gives them no durations (e.g. a metrics-only log), so their shares cannot be computed.")
+        elif top:
             lead = by_category.row(0, named=True)
             message = (f"{by_name.height} distinct kernels, {int(by_name['calls'].sum())} calls, "
                        f"{total / 1e6:.3f} ms of kernel time; the top kernel takes {top['share_pct']:.1f}%; "
@@ -86,7 +92,8 @@ class KernelShare(Rule):
         return [Finding(self.name, "warning" if dominant else "info", "Where the kernel time goes", message,
                         "Optimise the top kernels first: their share bounds what any speed-up elsewhere can give."
                         if dominant else "",
-                        metrics={"kernel_time_ns": total, "gpu_time_ns": gpu_ns, "kernels": by_name.height,
+                        metrics={"kernel_time_ns": total if known else None,
+                                 "gpu_time_ns": gpu_ns if known else None, "kernels": by_name.height,
                                  "calls": int(by_name["calls"].sum() or 0), "categories": categories},
                         items=items)]
 
