@@ -168,6 +168,8 @@ def cmd_plugins(args, session: Session) -> int:
                         ("command", reg.commands)):
         for name, obj in table.items():
             provided.setdefault(_plugin_of(session, obj), []).append(f"{kind} {name}")
+    for plugin_name, count in reg.gpu_spec_counts.items():
+        provided.setdefault(plugin_name, []).append(f"{count} GPU specs")
     rows = [{"name": p.name, "module": p.module, "distribution": p.distribution, "version": p.version,
              "origin": "built-in" if p.builtin else "third-party", "status": "broken" if p.broken else "ok",
              "error": p.error, "provides": provided.get(p.name, [])} for p in reg.plugins]

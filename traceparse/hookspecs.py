@@ -63,9 +63,12 @@ def traceparse_gpu_specs():
     """Return a list of GPU specification dicts for the GPU catalog.
 
     Each dict has at least ``name`` and ``match`` (a list of lower-case
-    substrings that identify the device name a tool writes, e.g.
+    substrings that must all occur in the device name a tool writes, e.g.
     ``["h100", "hbm3"]``), and any of the figures documented in
-    docs/gpu_catalog.md (``sm_count``, ``peak_flops`` per precision,
-    ``dram_gbps``, ``host_link_gbps``, ...), each with its ``sources``.
+    docs/gpu_catalog.md: ``sm_count``, ``memory_gb``, ``dram_gbps``,
+    ``peak_tflops`` (dense TFLOP/s per precision: ``fp64``, ``fp32``,
+    ``fp16``, ``bf16``, ``tf32_tensor``, ``fp16_tensor``, ...),
+    ``host_link`` (``{"name": "PCIe 5.0 x16", "gbps": 63.0}``, one
+    direction), clocks, and ``sources`` (where each figure comes from).
     Later plugins' entries with the same ``name`` replace earlier ones.
     """

@@ -97,6 +97,17 @@ class Registry:
             merged[spec["name"]] = spec
         return list(merged.values())
 
+    @cached_property
+    def gpu_spec_counts(self) -> dict[str, int]:
+        """Plugin name -> how many GPU catalog entries it provides (for ``traceparse plugins``)."""
+        counts = {}
+        for impl in self.pm.hook.traceparse_gpu_specs.get_hookimpls():
+            try:
+                counts[impl.plugin_name] = len(impl.function() or [])
+            except Exception:
+                continue  # _collect already marked it broken
+        return counts
+
     def reader(self, name: str):
         """The reader called ``name``, or an :class:`InputError` listing those there are."""
         try:

@@ -65,7 +65,7 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
 
-SASS = {  # precision -> {op: multiplier}; metric name = {prefix}__sass_thread_inst_executed_op_{x}{op}_pred_on.sum
+SASS = {  # precision -> x in {prefix}__sass_thread_inst_executed_op_{x}{add,mul,fma}_pred_on.sum
     "fp64": "d", "fp32": "f", "fp16": "h",
 }
 SASS_METRIC = re.compile(r"^(?P<prefix>sm|smsp)__sass_thread_inst_executed_op_(?P<x>[dfh])(?P<op>add|mul|fma)_pred_on\.sum$")

@@ -1,0 +1,213 @@
+"""Parsing ncu's plain-text console output (the default details page).
+
+Layout (2022.x to 2025.x; 2019.x-2021.x differ as noted)::
+
+    ==PROF== Connected to process 2083 (/usr/bin/python3.12)
+    ==PROF== Profiling "kernel" - 0 (1/5): 0%....50%....100% - 10 passes
+    [2083] python3.12@127.0.0.1
+      NAME (1, 3136, 1)x(128, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+        Section: GPU Speed Of Light Throughput
+        ----------------------- ----------- ------------
+        Metric Name             Metric Unit Metric Value
+        ----------------------- ----------- ------------
+        Duration                         us       210.94
+        ----------------------- ----------- ------------
+
+        OPT   Est. Local Speedup: 13.11%
+              The difference between ...
+
+The dashed line gives the column widths (name, unit, value). Older versions
+print ``NAME, 2020-Apr-07 17:01:05, Context 1, Stream 7`` as the kernel line
+and no ``Metric Name`` header row in the table. Rule results (``OPT``,
+``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. [Local|Global] Speedup:
+N%``) follow their section's table; text output does not name the rule, so
+the result is named after the section.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from traceparse.errors import bad_input
+from traceparse.reader import ReadOptions
+from traceparse.sources import open_binary
+
+from .parsed import KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, Parsed, frame
+
+PROCESS = re.compile(r"^\[(?P<pid>\d+)\] (?P<process>.+?)@(?P<host>\S+)\s*$")
+KERNEL = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<block>\d+, ?\d+, ?\d+)\), "
+                    r"Context (?P<context>\d+), Stream (?P<stream>\d+)"
+                    r"(?:, Device (?P<device>\d+), CC (?P<cc>\d+\.\d+))?")
+KERNEL_OLD = re.compile(r"^  (?P<name>\S.*?), (?P<kernel_time>\d{4}-[A-Za-z]{3}-\d{1,2} \d{1,2}:\d{2}:\d{2}), "
+                        r"Context (?P<context>\d+), Stream (?P<stream>\d+)")
+SECTION = re.compile(r"^    Section: (?P<section>.+?)\s*$")
+DASHES = re.compile(r"^    -+( -+)+\s*$")
+RULE = re.compile(r"^    (?P<type>OPT|INF|WRN|ERR|WARN|ERROR)\s{2,}(?P<text>.*?)\s*$")
+CONTINUATION = re.compile(r"^ {10}(?P<text>\S.*?)\s*$")
+SPEEDUP = re.compile(r"^Est\. (?:(?P<kind>Local|Global) )?Speedup: (?P<value>[\d.,]+)%\s*(?P<rest>.*)$")
+
+
+def looks_like_ncu_text(head: bytes) -> bool:
+    """True when ``head`` looks like ncu console output."""
+    return b"==PROF==" in head or (b"    Section: " in head and b"Context " in head)
+
+
+def read_text(path: Path, options: ReadOptions) -> Parsed:
+    """Parse ncu's plain-text details output into string tables."""
+    state = _State(path)
+    with open_binary(path) as raw:
+        stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        last = ""
+        for lineno, line in enumerate(stream, 1):
+            options.progress(len(line))
+            last = line
+            state.feed(lineno, line.rstrip("\r\n"))
+    if last and not last.endswith("\n"):
+        state.drop_partial_last()
+    state.close(options)
+    if not state.kernels:
+        raise bad_input(path, None, "not Nsight Compute output: no kernel result (a line 'NAME (grid)x(block), "
+                                    "Context N, Stream N' followed by 'Section:' tables) was found")
+    kernels = {c: [k.get(c) for k in state.kernels] for c in KERNEL_COLUMNS}
+    return Parsed("text", frame(KERNEL_COLUMNS, kernels), frame(METRIC_COLUMNS, state.metrics),
+                  frame(RULE_COLUMNS, state.rules), notes=state.notes)
+
+
+class _State:
+    """The line-by-line parse: current process, kernel, section, table columns and rule."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pid = self.process = self.host = None
+        self.kernels: list[dict] = []
+        self.metrics = {c: [] for c in METRIC_COLUMNS}
+        self.rules = {c: [] for c in RULE_COLUMNS}
+        self.notes: list[str] = []
+        self.section: str | None = None
+        self.columns: list[tuple[int, int]] | None = None  # open table: (start, end) per column
+        self.rows_in_table = 0
+        self.rule: dict | None = None
+        self.header_open = False
+
+    def key(self) -> str:
+        return self.kernels[-1]["key"]
+
+    def feed(self, lineno: int, line: str) -> None:
+        if line.startswith("==") and "==" in line[2:12]:
+            self._end_rule()
+            if line.startswith(("==ERROR==", "==WARNING==")) and line not in self.notes:
+                self.notes.append(line)
+            return
+        if self.columns is not None:
+            self._table_line(lineno, line)
+            return
+        m = PROCESS.match(line)
+        if m:
+            self._end_rule()
+            self.pid, self.process, self.host = m.group("pid"), m.group("process"), m.group("host")
+            return
+        m = KERNEL.match(line) or KERNEL_OLD.match(line)
+        if m:
+            self._end_rule()
+            fields = m.groupdict()
+            self.kernels.append({
+                "key": f"{self.pid or ''}:{len(self.kernels)}", "line": lineno, "id": str(len(self.kernels)),
+                "name": fields["name"], "pid": self.pid, "process": self.process, "host": self.host,
+                "context": fields.get("context"), "stream": fields.get("stream"), "device": fields.get("device"),
+                "cc": fields.get("cc"), "grid": _paren(fields.get("grid")), "block": _paren(fields.get("block")),
+                "kernel_time": fields.get("kernel_time"),
+            })
+            self.section = None
+            return
+        if not self.kernels:
+            return
+        m = SECTION.match(line)
+        if m:
+            self._end_rule()
+            self.section = m.group("section")
+            return
+        if DASHES.match(line):
+            self._end_rule()
+            self.columns = _columns(line)
+            self.rows_in_table = 0
+            self.header_open = False
+            return
+        m = RULE.match(line)
+        if m:
+            self._end_rule()
+            self.rule = {"line": lineno, "type": m.group("type"), "parts": [m.group("text")]}
+            return
+        m = CONTINUATION.match(line)
+        if m and self.rule is not None:
+            self.rule["parts"].append(m.group("text"))
+            return
+        self._end_rule()
+
+    def _table_line(self, lineno: int, line: str) -> None:
+        if DASHES.match(line):
+            if self.header_open:  # the dashed line under the header row (2022+): the table goes on
+                self.header_open = False
+                return
+            self.columns = None  # the closing dashed line
+            return
+        if not line.strip():
+            self.columns = None
+            return
+        cols = self.columns
+        cells = [line[s:e].strip() if e is not None else line[s:].strip() for s, e in cols]
+        if self.rows_in_table == 0 and cells[:3] == ["Metric Name", "Metric Unit", "Metric Value"]:
+            self.header_open = True
+            return
+        self.rows_in_table += 1
+        if len(cols) != 3:
+            return  # a table of another shape (charts, breakdowns): not metrics
+        for col, value in (("key", self.key()), ("line", lineno), ("group", self.section), ("name", cells[0]),
+                           ("unit", cells[1]), ("raw", cells[2])):
+            self.metrics[col].append(value)
+
+    def _end_rule(self) -> None:
+        if self.rule is None or not self.kernels:
+            self.rule = None
+            return
+        text = " ".join(p for p in self.rule["parts"] if p)
+        speedup, kind = None, None
+        m = SPEEDUP.match(text)
+        if m:
+            speedup, kind, text = m.group("value"), (m.group("kind") or "").lower() or None, m.group("rest")
+        self.rules["key"].append(self.key())
+        self.rules["line"].append(self.rule["line"])
+        self.rules["group"].append(self.section)
+        self.rules["name"].append(self.section or self.rule["type"])
+        self.rules["type"].append(self.rule["type"])
+        self.rules["speedup_type"].append(kind)
+        self.rules["speedup"].append(speedup)
+        self.rules["description"].append(text)
+        self.rule = None
+
+    def drop_partial_last(self) -> None:
+        """The file ends without a newline: its last line may be cut, so a metric read from it is dropped."""
+        if self.columns is not None and self.metrics["key"] and self.rows_in_table:
+            for col in self.metrics.values():
+                col.pop()
+            self.notes.append("the last line is cut short (no newline at the end of the file); it was ignored")
+
+    def close(self, options: ReadOptions) -> None:
+        self._end_rule()
+        if self.columns is not None:
+            options.warn(f"{self.path}: the file ends inside a section table (truncated output); "
+                         "kept the metrics read before that point")
+
+
+def _columns(dashes: str) -> list[tuple[int, int | None]]:
+    """Column (start, end) pairs from a dashed rule line; the last column runs to the end of the line."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
+    out: list[tuple[int, int | None]] = []
+    for i, (start, end) in enumerate(spans):
+        out.append((start, end if i < len(spans) - 1 else None))
+    return out
+
+
+def _paren(text: str | None) -> str | None:
+    return f"({text})" if text else None

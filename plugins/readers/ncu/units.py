@@ -1,0 +1,99 @@
+"""Nsight Compute metric units and their conversion to base units.
+
+ncu scales units by SI factors: "byte-based units are scaled using a factor
+of 1000 and the prefixes K, M, G, etc. Time-based units are also scaled using
+a factor of 1000, with the prefixes n, u and m" (Nsight Compute CLI manual,
+"Metrics and Units"); ``--print-units base`` (implied by ``--csv`` since
+2023-era versions) turns the scaling off. Older versions spell units out
+(``nsecond``, ``usecond``, ``Kbyte``, ``cycle/nsecond``, ``Gbyte/second``),
+newer ones abbreviate (``ns``, ``us``, ``Ghz``, ``hz``).
+
+Base units here: time in ``ns``, frequency in ``hz``, counts in their own
+unit (``byte``, ``inst``, ``cycle``, ...), rates in ``<count>/s``, ``%``
+unchanged. Factors are exact :class:`~decimal.Decimal` values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+#: Multipliers of the prefixes ncu puts on count units (SI, factor 1000).
+COUNT_PREFIXES = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
+                  "T": Decimal(10) ** 12, "P": Decimal(10) ** 15}
+#: Count units ncu prints (the part after an optional SI prefix).
+COUNT_UNITS = {"byte", "bytes", "inst", "cycle", "warp", "thread", "block", "sector", "request", "register",
+               "transaction", "wavefront", "pass", "cluster", "SM", "flop", "op", "sample", "msg", "packet",
+               "instance", "lane", "bank", "tpc", "unit"}
+#: Time units -> nanoseconds per unit.
+TIME_NS = {"psecond": Decimal("0.001"), "ps": Decimal("0.001"), "nsecond": Decimal(1), "ns": Decimal(1),
+           "usecond": Decimal(10) ** 3, "us": Decimal(10) ** 3, "msecond": Decimal(10) ** 6,
+           "ms": Decimal(10) ** 6, "second": Decimal(10) ** 9, "s": Decimal(10) ** 9}
+#: Frequency units (lower-cased) -> hertz per unit.
+FREQ_HZ = {"hz": Decimal(1), "khz": Decimal(10) ** 3, "mhz": Decimal(10) ** 6, "ghz": Decimal(10) ** 9,
+           "thz": Decimal(10) ** 12}
+_PREFIXED = re.compile(r"^([KMGTP]?)(.+)$")
+_NS_PER_SECOND = Decimal(10) ** 9
+
+
+@dataclass(frozen=True)
+class UnitConversion:
+    """How to bring a value in ``unit`` to base units: value × ``factor``, written in ``base``.
+
+    ``known`` is False for a unit this table does not recognise: the value
+    is then kept as written (factor 1, the unit unchanged).
+    """
+
+    unit: str
+    factor: Decimal
+    base: str | None
+    known: bool = True
+
+
+def conversion(unit: str | None) -> UnitConversion:
+    """The conversion of one ncu unit string (``""`` or None: a plain number)."""
+    text = (unit or "").strip()
+    if not text:
+        return UnitConversion(text, Decimal(1), None)
+    if text == "%":
+        return UnitConversion(text, Decimal(1), "%")
+    numerator, slash, denominator = text.partition("/")
+    if not slash:
+        simple = _simple(numerator)
+        return UnitConversion(text, *simple) if simple else UnitConversion(text, Decimal(1), text, known=False)
+    num = _simple(numerator)
+    if num is None or "/" in denominator:
+        return UnitConversion(text, Decimal(1), text, known=False)
+    factor, base = num
+    if denominator in TIME_NS:
+        per_second = factor * _NS_PER_SECOND / TIME_NS[denominator]
+        if base == "cycle":  # cycle/nsecond and friends are clock frequencies
+            return UnitConversion(text, per_second, "hz")
+        if base == "ns":  # a time per time is a ratio
+            return UnitConversion(text, factor / TIME_NS[denominator], "ns/ns")
+        return UnitConversion(text, per_second, f"{base}/s")
+    den = _simple(denominator)
+    if den is None:
+        return UnitConversion(text, Decimal(1), text, known=False)
+    return UnitConversion(text, factor / den[0], f"{base}/{den[1]}")
+
+
+def _simple(unit: str) -> tuple[Decimal, str] | None:
+    """(factor, base) of a unit without ``/``; None when unknown."""
+    if unit == "%":
+        return Decimal(1), "%"
+    if unit in TIME_NS:
+        return TIME_NS[unit], "ns"
+    if unit.lower() in FREQ_HZ:
+        return FREQ_HZ[unit.lower()], "hz"
+    if unit in COUNT_UNITS:
+        return Decimal(1), _singular(unit)
+    m = _PREFIXED.match(unit)
+    if m and m.group(1) and m.group(2) in COUNT_UNITS:
+        return COUNT_PREFIXES[m.group(1)], _singular(m.group(2))
+    return None
+
+
+def _singular(unit: str) -> str:
+    return "byte" if unit == "bytes" else unit

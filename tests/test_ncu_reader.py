@@ -1,0 +1,377 @@
+"""The ncu reader on real Nsight Compute output (fixtures/ncu, ../shared/samples/ncu) and hand-written older layouts.
+
+Expected figures are computed here from the files with the csv module and
+Python's decimal, independently of the reader.
+"""
+
+from __future__ import annotations
+
+import csv
+import lzma
+import re
+import shutil
+import sys
+import types
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import run_cli
+from traceparse.errors import InputError
+from traceparse.ingest import read_paths
+
+NCU = Path(__file__).resolve().parent.parent / "fixtures" / "ncu"
+HAND = NCU / "handwritten"
+#: ns per unit, for the units these files use
+TIME_NS = {"ns": 1, "nsecond": 1, "us": 1000, "usecond": 1000, "ms": 10**6, "msecond": 10**6}
+
+
+def raw_rows(path: Path) -> tuple[list[str], list[str], list[list[str]]]:
+    """Header, units row and kernel rows of a raw page, read with the csv module."""
+    rows = [r for r in csv.reader(open(path, newline="")) if len(r) > 1]
+    return rows[0], rows[1], [r for r in rows[2:] if r[0].isdigit()]
+
+
+def number(text: str) -> Decimal:
+    return Decimal(text.replace(",", ""))
+
+
+def events(path) -> tuple[pl.DataFrame, pl.DataFrame, object]:
+    trace = read_paths([path])[0]
+    e = trace.events
+    return e.filter(pl.col("kind") == "kernel"), e.filter(pl.col("kind") == "counter"), trace
+
+
+# -- raw page ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ncu_raw_vgg11_bs16.csv", "ncu_raw_vgg13_bs16.csv", "ncu_raw_vgg19_bs16.csv",
+                                  "ncu_vgg11_bs16_rep_raw.csv"])
+def test_raw_page_kernels_match_the_csv(name):
+    header, units, rows = raw_rows(NCU / name)
+    ix = {h: i for i, h in enumerate(header)}
+    kernels, counters, trace = events(NCU / name)
+    assert trace.meta.format == "ncu" and trace.meta.variant == "csv raw page"
+    assert kernels.height == len(rows)
+    assert kernels["name"].to_list() == [r[ix["Kernel Name"]] for r in rows]
+    unit = units[ix["gpu__time_duration.sum"]]
+    assert kernels["duration_ns"].to_list() == [int(number(r[ix["gpu__time_duration.sum"]]) * TIME_NS[unit])
+                                                for r in rows]
+    assert kernels["registers_per_thread"].to_list() == [int(number(r[ix["launch__registers_per_thread"]]))
+                                                         for r in rows]
+    grids = [tuple(int(x) for x in re.findall(r"\d+", r[ix["Grid Size"]])) for r in rows]
+    assert list(zip(kernels["grid_x"], kernels["grid_y"], kernels["grid_z"])) == grids
+    assert kernels["stream_id"].to_list() == [int(r[ix["Stream"]]) for r in rows]
+    assert kernels["start_ns"].null_count() == kernels.height
+    # every numeric metric cell that is not a device attribute is one counter, linked to its kernel
+    metric_cols = [i for i, h in enumerate(header) if "__" in h and not h.startswith("device__attribute_")]
+    expected = sum(1 for r in rows for i in metric_cols
+                   if re.fullmatch(r"-?[\d,]+(\.\d+)?", r[i].strip()))
+    assert counters.height == expected
+    assert set(counters["parent_id"].to_list()) == set(kernels["event_id"].to_list())
+
+
+def test_raw_page_bytes_are_exact_and_in_base_units():
+    header, units, rows = raw_rows(NCU / "ncu_raw_vgg11_bs16.csv")
+    ix = {h: i for i, h in enumerate(header)}
+    kernels, counters, _ = events(NCU / "ncu_raw_vgg11_bs16.csv")
+    assert units[ix["dram__bytes_read.sum"]] == "byte"
+    got = counters.filter(pl.col("name") == "dram__bytes_read.sum").sort("parent_id")
+    assert got["value"].to_list() == [float(number(r[ix["dram__bytes_read.sum"]])) for r in rows]
+    assert set(got["unit"].to_list()) == {"byte"}
+    clock = counters.filter(pl.col("name") == "sm__cycles_elapsed.avg.per_second")
+    assert set(clock["unit"].to_list()) == {"hz"}
+
+
+def test_raw_page_device_comes_from_the_device_attributes():
+    header, _, rows = raw_rows(NCU / "ncu_raw_vgg11_bs16.csv")
+    ix = {h: i for i, h in enumerate(header)}
+    _, counters, trace = events(NCU / "ncu_raw_vgg11_bs16.csv")
+    (device,) = trace.meta.devices
+    first = rows[0]
+    assert device.id == 0
+    assert device.name == first[ix["device__attribute_display_name"]] == "NVIDIA H100 80GB HBM3"
+    assert device.sm_count == int(number(first[ix["device__attribute_multiprocessor_count"]]))
+    assert device.memory_bytes == int(number(first[ix["device__attribute_total_memory"]]))
+    assert device.compute_capability == "9.0"
+    assert device.core_clock_mhz == int(number(first[ix["device__attribute_max_gpu_frequency_khz"]])) / 1000
+    assert not counters.filter(pl.col("name").str.starts_with("device__attribute_")).height
+
+
+def test_shared_raw_sample(samples_dir):
+    path = samples_dir / "ncu" / "ncu_raw_resnet18_bs16.csv"
+    header, units, rows = raw_rows(path)
+    ix = {h: i for i, h in enumerate(header)}
+    kernels, counters, trace = events(path)
+    assert kernels.height == len(rows) == 372
+    assert kernels["duration_ns"].sum() == sum(int(number(r[ix["gpu__time_duration.sum"]])) for r in rows)
+    hfma = counters.filter(pl.col("name") == "sm__sass_thread_inst_executed_op_hfma_pred_on.sum")
+    assert hfma["value"].sum() == float(sum(number(r[ix["sm__sass_thread_inst_executed_op_hfma_pred_on.sum"]])
+                                            for r in rows))
+
+
+# -- details page -----------------------------------------------------------------------------
+def details_rows(path: Path) -> list[dict]:
+    rows = [r for r in csv.reader(open(path, newline="")) if len(r) > 1]
+    header = rows[0]
+    return [dict(zip(header, r + [""] * (len(header) - len(r)))) for r in rows[1:]]
+
+
+@pytest.mark.parametrize("where", ["fixture", "sample"])
+def test_details_page(where, request):
+    if where == "fixture":
+        path = NCU / "ncu_details_vgg11_bs16.csv"
+    else:
+        path = request.getfixturevalue("samples_dir") / "ncu" / "ncu_details_alexnet_bs16.csv"
+    rows = details_rows(path)
+    kernels, counters, trace = events(path)
+    ids = list(dict.fromkeys(r["ID"] for r in rows))
+    assert trace.meta.variant == "csv details page"
+    assert kernels.height == len(ids)
+    durations = {r["ID"]: int(number(r["Metric Value"]) * TIME_NS[r["Metric Unit"]])
+                 for r in rows if r["Metric Name"] == "Duration"}
+    assert kernels["duration_ns"].to_list() == [durations[i] for i in ids]
+    regs = {r["ID"]: int(number(r["Metric Value"])) for r in rows if r["Metric Name"] == "Registers Per Thread"}
+    assert kernels["registers_per_thread"].to_list() == [regs[i] for i in ids]
+    rule_rows = [r for r in rows if r["Rule Name"] and not r["Metric Name"]]
+    rules = counters.filter(pl.col("group") == "rule")
+    assert rules.height == len(rule_rows) > 0
+    assert sorted(rules["name"].unique().to_list()) == sorted({"rule:" + r["Rule Name"] for r in rule_rows})
+    with_speedup = [float(r["Estimated Speedup"]) for r in rule_rows if r["Estimated Speedup"]]
+    assert sorted(rules["value"].drop_nulls().to_list()) == sorted(with_speedup)
+    assert set(rules["unit"].to_list()) == {"%"}
+    text_values = sum(1 for r in rows if r["Metric Name"] and not re.fullmatch(r"[\d,.]+", r["Metric Value"]))
+    assert counters.height == len(rule_rows) + sum(1 for r in rows if r["Metric Name"]) - text_values
+    sol = counters.filter(pl.col("name") == "Memory Throughput")
+    assert set(sol["group"].to_list()) == {"GPU Speed Of Light Throughput"}
+    (device,) = trace.meta.devices
+    assert device.compute_capability == "9.0" and device.sm_count == 132 and device.name is None
+    assert "ncu_rules" in trace.meta.extra
+
+
+# -- plain text ---------------------------------------------------------------------------------
+def test_text_output_fixture():
+    path = NCU / "ncu_sol_vgg11_bs16.txt"
+    text = path.read_text()
+    kernels, counters, trace = events(path)
+    lines = re.findall(r"^  (\S.*) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context", text, re.M)
+    durations = [int(Decimal(v) * TIME_NS[u]) for u, v in re.findall(r"^    Duration\s+(\S+)\s+([\d.,]+)$", text, re.M)]
+    assert trace.meta.variant == "text" and kernels.height == len(lines) == 5
+    assert kernels["name"].to_list() == [m[0] for m in lines]
+    assert kernels["grid_y"].to_list() == [int(m[2]) for m in lines]
+    assert kernels["block_x"].to_list() == [int(m[4]) for m in lines]
+    assert kernels["duration_ns"].to_list() == durations
+    assert kernels["pid"].to_list() == [2083] * 5
+    table_rows = len(re.findall(r"^    \S.*\s(Ghz|cycle|%|us)\s+[\d.,]+$", text, re.M))
+    rules = counters.filter(pl.col("group") == "rule")
+    assert counters.height - rules.height == table_rows == 50
+    assert rules.height == len(re.findall(r"^    (OPT|INF|WRN)   ", text, re.M)) == 5
+    freq = counters.filter(pl.col("name") == "SM Frequency")["value"].to_list()
+    assert freq[0] == 1.59e9
+
+
+def test_text_output_with_estimated_speedup():
+    _, counters, _ = events(HAND / "text_2024_speedup.txt")
+    rules = counters.filter(pl.col("group") == "rule").sort("parent_id")
+    assert rules.select("name", "value").rows() == [("rule:GPU Speed Of Light Throughput", None),
+                                                    ("rule:Occupancy", 13.11)]
+
+
+def test_text_output_of_2020_versions():
+    kernels, counters, trace = events(HAND / "text_2020_kernel_time.txt")
+    assert kernels.select("name", "duration_ns", "stream_id", "registers_per_thread").rows() == [
+        ("vectorAdd(float const*, float const*, float*, int)", 8160, 7, 16)]
+    values = dict(counters.select("name", "value").rows())
+    assert values["Shared Memory Configuration Size"] == 65540.0  # 65.54 Kbyte
+    assert values["DRAM Frequency"] == 5e9                          # 5.00 cycle/nsecond
+    assert values["Grid Size"] == 196.0
+    assert counters.filter(pl.col("group") == "rule").height == 1
+
+
+# -- older CSV layouts and units --------------------------------------------------------------------
+def test_details_page_of_2020_with_scaled_units():
+    kernels, counters, trace = events(HAND / "details_2020_kernel_time.csv")
+    assert kernels.select("name", "duration_ns", "registers_per_thread", "static_smem_bytes").rows() == [
+        ("cuda_initialize_variables(int, float*, float*)", 8580, 16, 1020),
+        ("cuda_compute_step_factor(int, float*, float*, float*)", 1250000, 32, 0)]
+    first = dict(counters.filter(pl.col("parent_id") == 0).select("name", "value").rows())
+    units = dict(counters.filter(pl.col("parent_id") == 0).select("name", "unit").rows())
+    assert first["SM Frequency"] == 1.365e9 and units["SM Frequency"] == "hz"
+    assert first["Memory Throughput"] == 72.06e9 and units["Memory Throughput"] == "byte/s"
+    assert first["Elapsed Cycles"] == 11733
+    assert "Mem Busy" not in first          # n/a: not a value
+    assert "L2 Transactions" not in first   # instanced: skipped, with a warning
+    assert any("1 instanced metric values" in w for w in trace.meta.warnings)
+    assert kernels["grid_x"].null_count() == 2  # a scalar "Grid Size" is not a grid shape
+
+
+def test_raw_page_of_2021_with_scaled_units():
+    kernels, counters, _ = events(HAND / "raw_2021_scaled_units.csv")
+    assert kernels["duration_ns"].to_list() == [12350, 12510]
+    reads = counters.filter(pl.col("name") == "dram__bytes_read.sum")["value"].to_list()
+    writes = counters.filter(pl.col("name") == "dram__bytes_write.sum")["value"].to_list()
+    assert reads == [8_390_000.0, 8_390_000.0] and writes == [4_194_300.0, 4_194_560.0]
+    assert counters.filter(pl.col("name") == "sm__cycles_elapsed.avg.per_second")["value"].to_list() == [1.41e9] * 2
+
+
+# -- bad and truncated input ------------------------------------------------------------------------
+def test_csv_that_is_not_ncu_output(tmp_path, store):
+    path = tmp_path / "x.csv"
+    path.write_text('"a","b"\n"1","2"\n')
+    code, _, err = run_cli("ingest", "--format", "ncu", str(path))
+    assert code == 2
+    assert err == (f"traceparse: error: {path}: not Nsight Compute CSV output: no header row starting "
+                   '"ID",...,"Kernel Name" (expected the output of ncu --csv or ncu --csv --page raw)\n')
+    assert not any(store.rglob("*.parquet"))
+
+
+def test_raw_page_without_units_row(tmp_path, store):
+    lines = (NCU / "ncu_raw_vgg11_bs16.csv").read_text().splitlines(keepends=True)
+    header_at = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+    path = tmp_path / "nounits.csv"
+    path.write_text("".join(lines[:header_at + 1] + lines[header_at + 2: header_at + 5]))
+    code, _, err = run_cli("ingest", "--format", "ncu", str(path))
+    assert code == 2
+    assert err == (f"traceparse: error: {path}:{header_at + 2}: raw page without its units row: the row under the "
+                   "header must hold the metric units (an empty ID cell), found ID '0'; export with ncu --csv "
+                   "--page raw, which writes the units row\n")
+
+
+def test_metric_value_that_is_not_a_number(tmp_path, store):
+    header, units, rows = raw_rows(NCU / "ncu_raw_vgg11_bs16.csv")
+    col = header.index("dram__bytes_write.sum")
+    rows[1][col] = "12,3x4"
+    path = tmp_path / "bad.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerows([header, units] + rows[:3])
+    code, _, err = run_cli("ingest", str(path))
+    assert code == 2
+    assert err == f"traceparse: error: {path}:4: metric 'dram__bytes_write.sum' (byte): value '12,3x4' is not a number\n"
+
+
+def test_truncated_raw_page_keeps_the_complete_kernels(tmp_path):
+    text = (NCU / "ncu_raw_vgg11_bs16.csv").read_text()
+    lines = text.splitlines(keepends=True)
+    header_at = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+    cut = lines[header_at + 2 + 7]  # the 8th kernel's row, cut in the middle of a field
+    path = tmp_path / "cut.csv"
+    path.write_text("".join(lines[: header_at + 2 + 7]) + cut[: len(cut) // 2])
+    trace = read_paths([path])[0]
+    assert trace.events.filter(pl.col("kind") == "kernel").height == 7
+    assert any("ends" in w and "7 complete kernels" in w for w in trace.meta.warnings)
+
+
+# -- .ncu-rep ----------------------------------------------------------------------------------------
+def test_ncu_rep_without_ncu_report(tmp_path, monkeypatch, store):
+    from traceparse_plugins.readers.ncu import report_form
+
+    monkeypatch.setitem(sys.modules, "ncu_report", None)
+    monkeypatch.setattr(report_form, "INSTALL_GLOBS", ())
+    monkeypatch.delenv("TRACEPARSE_NCU_PYTHON", raising=False)
+    path = tmp_path / "prof.ncu-rep"
+    with lzma.open(NCU / "ncu_vgg11_bs16.ncu-rep.xz") as src, open(path, "wb") as dst:
+        dst.write(src.read(4096))
+    code, _, err = run_cli("ingest", str(path))
+    assert code == 2
+    assert err == (f"traceparse: error: {path}: reading .ncu-rep files needs NVIDIA's ncu_report Python module "
+                   "(in Nsight Compute's extras/python; set TRACEPARSE_NCU_PYTHON to that folder), or export it "
+                   f"with: ncu --import {path} --csv --page raw > prof_raw.csv\n")
+
+
+def fake_ncu_report(csv_path: Path):
+    """A stand-in for NVIDIA's ncu_report module serving the metrics of an exported raw page."""
+    header, units, rows = raw_rows(csv_path)
+    kinds = types.SimpleNamespace(ValueKind_STRING=0, ValueKind_UINT64=1, ValueKind_UINT32=2, ValueKind_DOUBLE=3,
+                                  ValueKind_FLOAT=4)
+
+    class Metric:
+        def __init__(self, raw, unit):
+            clean = raw.replace(",", "")
+            self.numeric = re.fullmatch(r"-?\d+(\.\d+)?", clean) is not None
+            self.raw, self.unit_ = (clean if self.numeric else raw), unit
+
+        def kind(self):
+            return (kinds.ValueKind_DOUBLE if "." in self.raw else kinds.ValueKind_UINT64) if self.numeric \
+                else kinds.ValueKind_STRING
+
+        def unit(self):
+            return self.unit_
+
+        def as_double(self):
+            return float(self.raw)
+
+        def as_uint64(self):
+            return int(self.raw)
+
+        def as_string(self):
+            return self.raw
+
+    class Action:
+        def __init__(self, row):
+            self.row = row
+
+        def name(self, base=None):
+            return self.row[header.index("Kernel Name")]
+
+        def metric_names(self):
+            return [h for h in header if "__" in h]
+
+        def metric_by_name(self, name):
+            i = header.index(name)
+            return Metric(self.row[i], units[i]) if self.row[i] else None
+
+    class Range:
+        def num_actions(self):
+            return len(rows)
+
+        def action_by_idx(self, i):
+            return Action(rows[i])
+
+    class Context:
+        def num_ranges(self):
+            return 1
+
+        def range_by_idx(self, i):
+            return Range()
+
+    return types.SimpleNamespace(load_report=lambda path: Context(), IMetric=kinds,
+                                 IAction=types.SimpleNamespace(NameBase_DEMANGLED=1))
+
+
+def test_ncu_rep_through_ncu_report(tmp_path, monkeypatch):
+    csv_path = NCU / "ncu_vgg11_bs16_rep_raw.csv"
+    monkeypatch.setitem(sys.modules, "ncu_report", fake_ncu_report(csv_path))
+    path = tmp_path / "ncu_vgg11_bs16.ncu-rep"
+    with lzma.open(NCU / "ncu_vgg11_bs16.ncu-rep.xz") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    header, units, rows = raw_rows(csv_path)
+    kernels, counters, trace = events(path)
+    assert trace.meta.variant == "ncu-rep"
+    unit = units[header.index("gpu__time_duration.sum")]  # this export is auto-scaled: us
+    assert kernels["duration_ns"].to_list() == [int(number(r[header.index("gpu__time_duration.sum")]) * TIME_NS[unit])
+                                                for r in rows]
+    assert kernels["grid_y"].to_list() == [int(number(r[header.index("launch__grid_dim_y")])) for r in rows]
+    assert trace.meta.devices[0].name == "NVIDIA H100 80GB HBM3"
+    # ncu scales bytes by 1000: 135.168 Kbyte is the 135,168 byte the details page prints for the same GPU
+    assert units[header.index("launch__shared_mem_config_size")] == "Kbyte"
+    smem = counters.filter(pl.col("name") == "launch__shared_mem_config_size")["value"].to_list()
+    assert smem == [float(number(r[header.index("launch__shared_mem_config_size")]) * 1000) for r in rows]
+    assert smem[0] == 135168.0
+
+
+def test_sniffing_picks_ncu_for_each_form(tmp_path):
+    from traceparse.ingest import detect_reader
+    from traceparse.plugins import registry
+
+    for path in (NCU / "ncu_raw_vgg11_bs16.csv", NCU / "ncu_details_vgg11_bs16.csv", NCU / "ncu_sol_vgg11_bs16.txt",
+                 HAND / "text_2020_kernel_time.txt", HAND / "raw_2021_scaled_units.csv"):
+        assert detect_reader(path, registry()).name == "ncu", path
+    rep = tmp_path / "r.bin"
+    with lzma.open(NCU / "ncu_vgg11_bs16.ncu-rep.xz") as src:
+        rep.write_bytes(src.read(64))
+    assert detect_reader(rep, registry()).name == "ncu"
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError):
+        detect_reader(other, registry())
