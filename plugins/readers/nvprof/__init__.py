@@ -1,1 +1,171 @@
-"""(being written)"""
+"""Reader ``nvprof``: every output form of NVIDIA's nvprof (CUDA 7 to 11), detected by content.
+
+Reads, from one file:
+
+- text logs (nvprof's stderr, ``--log-file``, with the program's output mixed
+  in; one or several ``==PID==`` processes): the summary (``Profiling result:``,
+  ``Type Time(%) Time Calls Avg Min Max Name``, ``GPU activities:`` and
+  ``API calls:``, or the older layout without a Type column and with a
+  separate ``API calls:`` section) as aggregated rows; ``--print-gpu-trace``
+  and ``--print-api-trace`` tables as timed events; ``--metrics`` /
+  ``--events`` results as counter rows tied to their kernel; the unified
+  memory summary as marker rows;
+- the same in ``--csv`` form (quoted header, units row, ``--normalized-time-unit``);
+- the SQLite profile of ``-o file.nvvp`` (see :mod:`.sqlite_db`).
+
+Times become integer ns and sizes integer bytes exactly (see :mod:`.units`;
+nvprof's KB/MB/GB are binary). docs/formats/nvprof.md maps every column.
+Detection: ``==PID==`` messages, nvprof's quoted CSV headers (never the
+unquoted ``Start (ns)`` / ``Time (%)`` headers of nsys), and for SQLite a
+``StringTable`` without nsys's ``StringIds``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from traceparse.errors import bad_input
+from traceparse.plugins import hookimpl
+from traceparse.reader import ReadOptions, Reader
+from traceparse.sources import is_gzip, read_head
+from traceparse.trace import Device, Trace, TraceMeta
+
+from .counters import link_counters
+from .frames import table_frame
+from .log_scan import LogScanner, ScanResult
+from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly, sniff_tables
+from .tables import TRACE, csv_cells, form_of, text_header
+
+_MESSAGE = re.compile(r"==\d+== (?:Profiling result:|NVPROF is profiling process|Profiling application:|"
+                      r"Metric result:|Event result:|API calls:|Unified Memory profiling result:)")
+_IMPORTED = re.compile(r"^={8} (?:Profiling result:|Metric result:|Event result:|API calls:|Warning: )", re.M)
+_NOT_NVPROF_LABEL = re.compile(r" \((?:ns|us|ms|s|%|MB|MB/s)\)|CorrId|GrdX")
+
+
+class NvprofReader(Reader):
+    name = "nvprof"
+    description = "NVIDIA nvprof (CUDA 7-11): text and CSV logs, metrics/events, SQLite .nvvp profiles"
+    variants = (
+        "summary: GPU activities and API calls (with or without the Type column)",
+        "--print-gpu-trace / --print-api-trace (text)",
+        "--csv of summary, GPU trace, API trace (units row, --normalized-time-unit)",
+        "--metrics / --events results (text and CSV)",
+        "unified memory summary",
+        "several ==PID== processes in one log; program output mixed in",
+        "SQLite profile (-o file.nvvp / .prof)",
+    )
+    patterns = ("*.log", "*.txt", "*.csv", "*.nvvp", "*.prof", "*.nvprof")
+
+    def sniff(self, path: Path, head: bytes) -> float:
+        if is_sqlite(head):
+            tables = _head_tables(head) if is_gzip(path) else sniff_tables(path)
+            has_activity = any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables)
+            return 0.9 if "StringTable" in tables and "StringIds" not in tables and has_activity else 0.0
+        if b"\x00" in head[:4096]:
+            return 0.0
+        text = head.decode("utf-8", errors="replace")
+        if _MESSAGE.search(text):
+            return 0.95
+        if _IMPORTED.search(text):
+            return 0.9
+        return _header_score(text)
+
+    def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        path = paths[0]
+        if is_sqlite(read_head(path, 64)):
+            return _read_sqlite(path, options)
+        return _read_log(path, options)
+
+
+def _head_tables(head: bytes) -> set[str]:
+    """Table names visible in the (decompressed) first bytes of a database, for gzip-compressed files."""
+    names = set(re.findall(rb"CREATE TABLE\s+\"?([A-Za-z_][A-Za-z0-9_]*)", head))
+    return {n.decode() for n in names}
+
+
+def _header_score(text: str) -> float:
+    """Confidence from an nvprof table header alone (a log whose ``==PID==`` lines were cut away)."""
+    for line in text.splitlines()[:400]:
+        stripped = line.strip()
+        if stripped.startswith('"'):
+            try:
+                labels = csv_cells(stripped)
+            except Exception:
+                continue
+            if form_of(labels) and not any(_NOT_NVPROF_LABEL.search(label) for label in labels):
+                return 0.85
+        elif "  " in stripped:
+            labels, _, _ = text_header(line)
+            form = form_of(labels)
+            if form and (form != TRACE or {"Grid Size", "Regs*", "Device", "Throughput"} & set(labels)) \
+                    and not any(_NOT_NVPROF_LABEL.search(label) for label in labels):
+                return 0.6
+    return 0.0
+
+
+def _read_sqlite(path: Path, options: ReadOptions) -> Trace:
+    with open_readonly(path) as conn:
+        db = NvprofDatabase(path, conn)
+        db.check()
+        events = db.events()
+        devices = db.devices()
+    meta = TraceMeta(tool="nvprof", variant="SQLite profile", devices=devices,
+                     warnings=options.warnings)  # the same list: no warning is lost
+    if events.height == 0:
+        raise bad_input(path, None, "the nvprof profile has activity tables but no records in them")
+    options.progress(path.stat().st_size)
+    return Trace(link_counters(events), meta)
+
+
+def _read_log(path: Path, options: ReadOptions) -> Trace:
+    scan = LogScanner(path, options).scan()
+    filled = [t for t in scan.tables if t.rows]
+    _check_complete(path, scan, filled, options)
+    frames = [table_frame(path, table, scan.devices) for table in filled]
+    events = pl.concat(frames, how="diagonal_relaxed")
+    for message in scan.messages:
+        options.warn(f"{path}: {message}")
+    meta = TraceMeta(tool="nvprof", variant=", ".join(dict.fromkeys(f"{t.form.replace('_', ' ')} ({t.style})"
+                                                                    for t in filled)),
+                     devices=[Device(id=i, name=n) for i, n in sorted(scan.devices.by_index.items())],
+                     warnings=options.warnings)  # the same list: no warning is lost
+    meta.extra["processes"] = {str(p.pid): p.command for p in scan.processes.values() if p.pid is not None}
+    timed_out = [p.pid for p in scan.processes.values() if p.timed_out]
+    if timed_out:
+        meta.extra["timed_out_pids"] = timed_out
+    if scan.result_files:
+        meta.extra["result_files"] = scan.result_files
+    meta.extra["skipped_lines"] = scan.skipped_lines
+    return Trace(link_counters(events), meta)
+
+
+def _check_complete(path: Path, scan: ScanResult, filled: list, options: ReadOptions) -> None:
+    """Refuse a log with no result rows; warn about the parts a log cut short lost."""
+    if not filled:
+        if scan.tables:
+            raise bad_input(path, scan.tables[0].header_line,
+                            "a result table header with no rows under it: expected at least one result row")
+        if any(p.command for p in scan.processes.values()):
+            raise bad_input(path, None, "an nvprof log without any result table: it ends before nvprof printed its "
+                                        "results (run killed or log cut short?)")
+        raise bad_input(path, None, "not an nvprof log: found no nvprof result table (expected a '==PID== Profiling "
+                                    "result:' section, an nvprof CSV header, or an nvprof SQLite profile)")
+    for table in scan.tables:
+        if not table.rows:
+            options.warn(f"{path}:{table.header_line}: this result table has no rows (log cut short?)")
+        elif table.form == TRACE and table.style == "text" and table.reached_eof and "regs" in table.keys:
+            options.warn(f"{path}: the GPU trace under line {table.header_line} runs into the end of the file "
+                         f"without nvprof's closing legend (log cut short?); kept its {table.rows} complete rows")
+    with_results = {t.pid for t in filled}
+    for process in scan.processes.values():
+        if process.pid is not None and process.command and process.pid not in with_results:
+            options.warn(f"{path}: process {process.pid} ({process.command}) has no results in the log "
+                         f"(killed, or the log cut short?)")
+
+
+@hookimpl
+def traceparse_readers():
+    return [NvprofReader()]
