@@ -18,7 +18,7 @@ from traceparse import __version__
 from traceparse.command import Command
 from traceparse.errors import InputError, bad_input
 from traceparse.trace import Trace
-from traceparse_plugins.predict import layers, model
+from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import profile
 
 DEFAULT_NETWORK = "all"
@@ -97,6 +97,8 @@ class PredictCommand(Command):
 
     # -- fit ----------------------------------------------------------------------
     def _fit(self, args, session) -> int:
+        from traceparse_plugins.predict import model  # numpy: loaded only when predicting
+
         traces = _unique(session.resolve_all(args.traces, fmt=args.format))
         if len(traces) < 2:
             raise InputError(f"too few traces to fit: got {len(traces)}; predict fit needs at least 2 traces "
@@ -175,6 +177,8 @@ class PredictCommand(Command):
 
     # -- run ----------------------------------------------------------------------
     def _run(self, args, session) -> int:
+        from traceparse_plugins.predict import model  # numpy: loaded only when predicting
+
         layer_models, e2e, data = model.load(Path(args.model))
         if (args.trace is None) == (args.flops_table is None):
             raise InputError("predict run: give either TRACE or --flops-table FILE")
