@@ -336,8 +336,9 @@ def _frame(events: list[Event]) -> pl.DataFrame:
      registers, shared_memory, input_dims, flops) = zip(*a_rows)
     dims = {}
     for label, values in (("grid", grid), ("block", block)):
-        for i, axis in enumerate("xyz"):
-            dims[f"{label}_{axis}"] = pl.Series([v[i] if v and len(v) == 3 else None for v in values], dtype=pl.Int32)
+        xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
+        for axis, column in zip("xyz", xyz):
+            dims[f"{label}_{axis}"] = pl.Series(column, dtype=pl.Int32)
     is_gpu = pl.col("gpu")
     df = raw.select(
         "kind", "name",
@@ -372,6 +373,7 @@ def _frame(events: list[Event]) -> pl.DataFrame:
 
 _EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
 _NO_ARGS_ROW = astuple(Args())
+_NO_DIM3 = (None, None, None)
 
 
 def _decimal_us_to_ns(values: pl.Series) -> pl.Series:
