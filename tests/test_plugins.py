@@ -52,7 +52,9 @@ def test_third_party_plugin_in_a_venv(tmp_path, samples_dir):
     assert before.returncode == 0, before.stderr
     assert "short-kernels" not in {r["name"] for r in json.loads(before.stdout)["rules"]}
 
-    pip_install(python, EXAMPLE)
+    example = tmp_path / "example-plugin"  # built from a copy: the build must not write into the repo
+    shutil.copytree(EXAMPLE, example)
+    pip_install(python, example)
     # a second, broken third-party plugin: it must show as broken and the rest keep working
     broken = tmp_path / "broken-plugin"
     (broken / "broken_plugin").mkdir(parents=True)
