@@ -93,3 +93,10 @@ def test_export_parquet_and_csv(bs16, store, tmp_path):
     out_csv = tmp_path / "events.csv"
     assert run_cli("export", str(bs16), "--to", "csv", "--out", str(out_csv))[0] == 0
     assert pl.read_csv(out_csv).height == 4577
+
+
+def test_terminal_report_puts_the_most_severe_first_and_tallies(bs16, store):
+    code, out, _ = run_cli("analyze", str(bs16), "--rule", "kernel-share", "--rule", "low-memcpy-overlap")
+    # this trace's copies overlap nothing: low-memcpy-overlap is critical and comes first although named second
+    assert out.index("low-memcpy-overlap") < out.index("kernel-share")
+    assert out.rstrip().endswith("2 findings: 1 critical, 1 info")

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.rule import Finding
+from traceparse.rule import SEVERITIES, Finding
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
@@ -148,15 +148,27 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
 
 
 def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta]) -> None:
-    """Print a panel per finding: severity, message, metrics, top items, suggestion."""
+    """Print a panel per finding, most severe first within each trace, then a one-line tally."""
+    order = {trace: i for i, trace in enumerate(dict.fromkeys(f.trace for f in findings))}
+    ranked = sorted(findings, key=lambda f: (order[f.trace], -SEVERITIES.index(f.severity)))
     current = None
-    for finding in findings:
+    for finding in ranked:
         if finding.trace != current:
             current = finding.trace
             meta = traces.get(current)
             label = f"{current}  {meta.path}" if meta else str(current)
             console.rule(f"[bold]{label}[/bold]")
         console.print(_finding_panel(finding))
+    if findings:
+        console.print(_tally(findings))
+
+
+def _tally(findings: list[Finding]) -> str:
+    counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in reversed(SEVERITIES)}
+    label = {"warning": "warnings"}  # "2 critical", "2 info", but "2 warnings"
+    parts = [f"[{SEVERITY_STYLE[sev]}]{n} {label.get(sev, sev) if n != 1 else sev}[/{SEVERITY_STYLE[sev]}]"
+             for sev, n in counts.items() if n]
+    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
 
 
 def _finding_panel(finding: Finding) -> Panel:
