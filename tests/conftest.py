@@ -54,3 +54,29 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
     return code, out.getvalue(), err.getvalue()
+
+
+def read_torch(path: Path):
+    """A torch trace read directly (no store), all batches collected."""
+    from traceparse import plugins
+    from traceparse.reader import ReadOptions
+
+    trace = plugins.registry().reader("torch").read([path], ReadOptions())
+    trace.events  # read all batches (fills the metadata too)
+    return trace
+
+
+def run_rule(trace, rule: str, *settings: str):
+    """The one finding ``rule`` gives on ``trace`` with ``--set`` style settings."""
+    from traceparse.analysis import analyze, parse_settings
+
+    findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
+    assert len(findings) == 1
+    return findings[0]
+
+
+def us_to_ns(value) -> int:
+    """A Chrome-trace microsecond value (parsed as Decimal) to integer ns, half up."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return int((Decimal(value) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
 
-import pytest
 
 from conftest import run_cli
 

@@ -11,7 +11,6 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import polars as pl
-import pytest
 from polars.testing import assert_frame_equal
 
 from conftest import FIXTURES, run_cli

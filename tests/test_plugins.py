@@ -7,14 +7,12 @@ import os
 import shutil
 import site
 import subprocess
-import sys
 import sysconfig
 import textwrap
 import venv
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from traceparse.analysis import analyze
 from traceparse.plugins import hookimpl, load_registry

@@ -12,15 +12,16 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from conftest import read_torch, run_rule, us_to_ns
+
 from traceparse import plugins
-from traceparse.analysis import analyze, parse_settings
-from traceparse.reader import ReadOptions
+from traceparse.analysis import analyze
 from traceparse.schema import conform
 from traceparse.trace import Trace, TraceMeta
 
@@ -49,20 +50,10 @@ def synthetic(rows: list[dict]) -> Trace:
     return Trace(conform(df, trace_id="synthetic"), TraceMeta(id="synthetic"))
 
 
-def read_torch(path: Path) -> Trace:
-    trace = plugins.registry().reader("torch").read([path], ReadOptions())
-    trace.events
-    return trace
 
 
-def run(trace: Trace, rule: str, *settings: str):
-    findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
-    assert len(findings) == 1
-    return findings[0]
 
 
-def us_to_ns(value) -> int:
-    return int((Decimal(value) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def json_events(path: Path, cats: tuple[str, ...]) -> list[dict]:
@@ -101,7 +92,7 @@ def test_api_share_matches_the_json(path):
         calls[e["name"]] = calls.get(e["name"], 0) + 1
         time[e["name"]] = time.get(e["name"], 0) + us_to_ns(e["dur"])
     total = sum(time.values())
-    f = run(read_torch(path), "api-share", "api-share.top=1000")
+    f = run_rule(read_torch(path), "api-share", "api-share.top=1000")
     assert f.metrics["api_time_ns"] == total
     assert f.metrics["api_calls"] == sum(calls.values())
     assert f.metrics["api_names"] == len(calls)
@@ -124,7 +115,7 @@ def test_api_share_of_summary_rows_reproduces_the_tools_time_pct(path):
         rows = list(csv.DictReader(f))
     trace = synthetic([{"kind": "api", "name": r["Name"], "calls": int(r["Num Calls"]),
                         "duration_ns": int(r["Total Time (ns)"])} for r in rows])
-    f = run(trace, "api-share", "api-share.top=1000")
+    f = run_rule(trace, "api-share", "api-share.top=1000")
     assert f.metrics["api_time_ns"] == sum(int(r["Total Time (ns)"]) for r in rows)
     assert f.metrics["api_calls"] == sum(int(r["Num Calls"]) for r in rows)
     shares = {i["name"]: i["share_pct"] for i in f.items}
@@ -154,7 +145,7 @@ def test_api_classes_by_hand():
     # each name gets a distinct time so every share can be checked: name i takes (i + 1) * 10 ns
     rows = [{"kind": "api", "name": n, "start_ns": 1000 * i, "duration_ns": (i + 1) * 10}
             for i, n in enumerate(names)]
-    f = run(synthetic(rows), "api-share", "api-share.top=1000")
+    f = run_rule(synthetic(rows), "api-share", "api-share.top=1000")
     assert {i["name"]: i["class"] for i in f.items} == names
     total = sum((i + 1) * 10 for i in range(len(names)))
     for cls in ("launch", "memcpy", "synchronize", "allocation", "other"):
@@ -169,16 +160,16 @@ def test_api_share_severity_and_settings():
             {"kind": "api", "name": "cudaMalloc", "calls": 2, "duration_ns": 100},
             {"kind": "api", "name": "cudaGetDeviceProperties", "calls": 1, "duration_ns": 50}]
     trace = synthetic(rows)
-    f = run(trace, "api-share")
+    f = run_rule(trace, "api-share")
     assert (f.metrics["launch_share_pct"], f.metrics["allocation_share_pct"], f.metrics["other_share_pct"]) == \
         (85.0, 10.0, 5.0)
     assert f.severity == "warning"
     assert "launch" in f.title and "CUDA graphs" in f.suggestion
-    f = run(trace, "api-share", "api-share.launch_warning_pct=90")
+    f = run_rule(trace, "api-share", "api-share.launch_warning_pct=90")
     assert f.severity == "info" and f.suggestion == ""
-    f = run(trace, "api-share", "api-share.launch_warning_pct=90", "api-share.allocation_warning_pct=10")
+    f = run_rule(trace, "api-share", "api-share.launch_warning_pct=90", "api-share.allocation_warning_pct=10")
     assert f.severity == "warning" and "allocation" in f.title and "CUDA graphs" not in f.suggestion
-    f = run(trace, "api-share", "api-share.top=1")
+    f = run_rule(trace, "api-share", "api-share.top=1")
     assert [i["name"] for i in f.items] == ["cudaLaunchKernel"]
 
 
@@ -186,7 +177,7 @@ def test_api_share_ignores_summary_rows_beside_timed_calls():
     rows = [{"kind": "api", "name": "cudaLaunchKernel", "start_ns": 0, "duration_ns": 30},
             {"kind": "api", "name": "cudaLaunchKernel", "start_ns": 100, "duration_ns": 10},
             {"kind": "api", "name": "cudaLaunchKernel", "calls": 2, "duration_ns": 40}]
-    f = run(synthetic(rows), "api-share")
+    f = run_rule(synthetic(rows), "api-share")
     assert (f.metrics["api_time_ns"], f.metrics["api_calls"]) == (40, 2)
     assert "1 aggregated API rows ignored" in f.message
 
@@ -196,7 +187,7 @@ def test_api_share_on_the_shared_samples(samples_dir):
         time = {}
         for e in json_events(path, ("cuda_runtime", "cuda_driver")):
             time[e["name"]] = time.get(e["name"], 0) + us_to_ns(e["dur"])
-        f = run(read_torch(path), "api-share")
+        f = run_rule(read_torch(path), "api-share")
         assert f.metrics["api_time_ns"] == sum(time.values())
         launch = sum(t for n, t in time.items() if EXPECTED_CLASS.get(n) == "launch")
         assert f.metrics["launch_share_pct"] == round(100 * launch / sum(time.values()), 4)
@@ -210,7 +201,7 @@ def test_gpu_idle_matches_the_json(path):
     for e in json_events(path, ("kernel", "gpu_memcpy", "gpu_memset")):
         start = us_to_ns(e["ts"])
         events.append((e["args"]["device"], start, start + us_to_ns(e["dur"]), e["name"]))
-    check_idle(run(read_torch(path), "gpu-idle", "gpu-idle.top=5"), events, top=5)
+    check_idle(run_rule(read_torch(path), "gpu-idle", "gpu-idle.top=5"), events, top=5)
 
 
 @pytest.mark.parametrize("path", NSYS_GPU_TRACES, ids=lambda p: p.name)
@@ -226,7 +217,7 @@ def test_gpu_idle_on_an_nsys_gpu_trace(path):
             "memset" if r["Name"].startswith("[CUDA memset") else "kernel"
         events.append((device, start, start + dur, r["Name"]))
         table.append({"kind": kind, "name": r["Name"], "start_ns": start, "duration_ns": dur, "device_id": device})
-    check_idle(run(synthetic(table), "gpu-idle"), events, top=10)
+    check_idle(run_rule(synthetic(table), "gpu-idle"), events, top=10)
 
 
 def check_idle(f, events, top):
@@ -270,7 +261,7 @@ def test_gpu_idle_by_hand_two_devices():
     ]
     # device 1 also runs w over [15, 35): its span is [15, 210) = 195, busy 20 + 50 + 10 = 80, gaps
     # [35, 100) = 65 and [150, 200) = 50. device 0: span 40, busy 30, gap 10.
-    f = run(synthetic(rows), "gpu-idle")
+    f = run_rule(synthetic(rows), "gpu-idle")
     assert {k: f.metrics[k] for k in ("span_ns", "idle_ns", "idle_pct", "busy_ns", "gaps", "untimed_rows")} == \
         {"span_ns": 235, "idle_ns": 125, "idle_pct": round(100 * 125 / 235, 4), "busy_ns": 110, "gaps": 3,
          "untimed_rows": 1}
@@ -284,23 +275,23 @@ def test_gpu_idle_by_hand_two_devices():
         {"device_id": 0, "start_offset_ns": 20, "length_ns": 10, "before": "b", "after": "c"},
     ]
     assert f.severity == "critical"  # 53.2% idle
-    assert run(synthetic(rows), "gpu-idle", "gpu-idle.critical_idle_pct=60").severity == "warning"
-    assert run(synthetic(rows), "gpu-idle", "gpu-idle.critical_idle_pct=60",
+    assert run_rule(synthetic(rows), "gpu-idle", "gpu-idle.critical_idle_pct=60").severity == "warning"
+    assert run_rule(synthetic(rows), "gpu-idle", "gpu-idle.critical_idle_pct=60",
                "gpu-idle.warning_idle_pct=53.3").severity == "info"
-    assert len(run(synthetic(rows), "gpu-idle", "gpu-idle.top=1").items) == 1
+    assert len(run_rule(synthetic(rows), "gpu-idle", "gpu-idle.top=1").items) == 1
 
 
 def test_gpu_idle_without_device_ids_and_without_gaps():
     rows = [{"kind": "kernel", "name": "p", "start_ns": 0, "duration_ns": 10},
             {"kind": "kernel", "name": "q", "start_ns": 30, "duration_ns": 10}]
-    f = run(synthetic(rows), "gpu-idle")
+    f = run_rule(synthetic(rows), "gpu-idle")
     assert (f.metrics["span_ns"], f.metrics["idle_ns"], f.metrics["idle_pct"]) == (40, 20, 50.0)
     assert f.items == [{"device_id": None, "start_offset_ns": 10, "length_ns": 20, "before": "p", "after": "q"}]
     # overlapping and touching work only: no idle time at all
     rows = [{"kind": "kernel", "name": "p", "device_id": 0, "start_ns": 0, "duration_ns": 10},
             {"kind": "memcpy", "name": "q", "device_id": 0, "start_ns": 5, "duration_ns": 10},
             {"kind": "memset", "name": "r", "device_id": 0, "start_ns": 15, "duration_ns": 5}]
-    f = run(synthetic(rows), "gpu-idle")
+    f = run_rule(synthetic(rows), "gpu-idle")
     assert (f.metrics["span_ns"], f.metrics["idle_ns"], f.metrics["idle_pct"], f.items) == (20, 0, 0.0, [])
     assert f.severity == "info"
 
@@ -308,7 +299,7 @@ def test_gpu_idle_without_device_ids_and_without_gaps():
 def test_gpu_idle_needs_timestamps():
     rows = [{"kind": "kernel", "name": "k", "calls": 10, "duration_ns": 100},
             {"kind": "memcpy", "name": "[CUDA memcpy HtoD]", "calls": 2, "duration_ns": 50}]
-    f = run(synthetic(rows), "gpu-idle")
+    f = run_rule(synthetic(rows), "gpu-idle")
     assert f.severity == "info"
     assert f.metrics == {"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": 2}
     assert "aggregated (no start times)" in f.message
@@ -320,7 +311,7 @@ def test_gpu_idle_on_the_shared_samples(samples_dir):
         for e in json_events(path, ("kernel", "gpu_memcpy", "gpu_memset")):
             start = us_to_ns(e["ts"])
             events.append((e["args"]["device"], start, start + us_to_ns(e["dur"]), e["name"]))
-        check_idle(run(read_torch(path), "gpu-idle"), events, top=10)
+        check_idle(run_rule(read_torch(path), "gpu-idle"), events, top=10)
 
 
 # ---------------------------------------------------------------- applicability

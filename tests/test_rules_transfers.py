@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import gzip
 import json
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from conftest import read_torch, run_rule, us_to_ns
+
 from traceparse import plugins
-from traceparse.analysis import analyze, parse_settings
+from traceparse.analysis import analyze
 from traceparse.catalog import find_gpu
 from traceparse.plugins import hookimpl
-from traceparse.reader import ReadOptions
 from traceparse.schema import conform
 from traceparse.trace import Device, Trace, TraceMeta
 
@@ -39,21 +40,10 @@ def synthetic(rows: list[dict], device: str | None = None) -> Trace:
     return Trace(conform(df, trace_id="synthetic"), meta)
 
 
-def read_torch(path: Path) -> Trace:
-    trace = plugins.registry().reader("torch").read([path], ReadOptions())
-    trace.events  # read all batches (fills the metadata too)
-    return trace
 
 
-def run(trace: Trace, rule: str, *settings: str):
-    findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
-    assert len(findings) == 1
-    return findings[0]
 
 
-def us_to_ns(value) -> int:
-    """A Chrome-trace microsecond value (parsed as Decimal) to integer ns, half up."""
-    return int((Decimal(value) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def json_copies(path: Path) -> list[dict]:
@@ -93,7 +83,7 @@ def fake_catalog():
 def test_small_copies_match_the_json(path):
     copies = [c for c in json_copies(path) if c["kind"] in ("HtoD", "DtoH", "PtoP")]
     small = [c for c in copies if c["bytes"] < 131072]
-    f = run(read_torch(path), "inefficient-memcpy-size")
+    f = run_rule(read_torch(path), "inefficient-memcpy-size")
     m = f.metrics
     assert m["copies"] == len(copies)
     assert m["copy_time_ns"] == sum(c["ns"] for c in copies)
@@ -114,14 +104,14 @@ def test_small_copy_threshold_is_settable():
     path = FIXTURE_TRACES[0]
     copies = json_copies(path)
     # Every copy is small under 1 GB; the big batch copies dominate the time: critical once 1 copy is enough.
-    f = run(read_torch(path), "inefficient-memcpy-size",
+    f = run_rule(read_torch(path), "inefficient-memcpy-size",
             "inefficient-memcpy-size.small_below_bytes=1000000000", "inefficient-memcpy-size.min_small_copies=1")
     assert f.metrics["small_copies"] == len(copies)
     assert f.metrics["small_copy_share_pct"] == 100.0
     assert f.severity == "critical"
     assert f.suggestion
     # Only the 4-byte copies are under 5 bytes.
-    f = run(read_torch(path), "inefficient-memcpy-size", "inefficient-memcpy-size.small_below_bytes=5")
+    f = run_rule(read_torch(path), "inefficient-memcpy-size", "inefficient-memcpy-size.small_below_bytes=5")
     assert f.metrics["small_copies"] == sum(1 for c in copies if c["bytes"] < 5)
     assert {i["size_bytes"] for i in f.items} == {4}
 
@@ -129,7 +119,7 @@ def test_small_copy_threshold_is_settable():
 def test_copy_kinds_are_settable():
     path = FIXTURE_TRACES[0]
     dtoh = [c for c in json_copies(path) if c["kind"] == "DtoH"]
-    f = run(read_torch(path), "inefficient-memcpy-size", 'inefficient-memcpy-size.copy_kinds=["DtoH"]')
+    f = run_rule(read_torch(path), "inefficient-memcpy-size", 'inefficient-memcpy-size.copy_kinds=["DtoH"]')
     assert f.metrics["copies"] == len(dtoh)
     assert f.metrics["copy_time_ns"] == sum(c["ns"] for c in dtoh)
 
@@ -148,16 +138,16 @@ def test_small_copies_from_aggregated_rows_use_the_mean_size():
          "bytes": 50, "duration_ns": 5_000},
         {"kind": "memcpy", "name": "[CUDA memcpy HtoD]", "copy_kind": "HtoD", "calls": 5, "duration_ns": 7},
     ])
-    f = run(trace, "inefficient-memcpy-size")
+    f = run_rule(trace, "inefficient-memcpy-size")
     assert f.metrics == {"copies": 1010, "copy_time_ns": 1_000_000, "small_copies": 1000,
                          "small_copy_time_ns": 100_000, "small_bytes": 4_000_000, "small_copy_share_pct": 10.0,
                          "skipped_copies": 5}
     assert f.items == [{"copy_kind": "HtoD", "size_bytes": 4000, "copies": 1000, "time_ns": 100_000,
                         "avg_ns": 100.0, "share_pct": 10.0, "achieved_gbps": 40.0, "aggregated": True}]
     assert f.severity == "info"  # 10% < 25%
-    f = run(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10")
+    f = run_rule(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10")
     assert f.severity == "warning"
-    f = run(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10",
+    f = run_rule(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10",
             "inefficient-memcpy-size.min_small_copies=1001")
     assert f.severity == "info"
 
@@ -169,7 +159,7 @@ def test_timed_copies_win_over_summary_rows_of_the_same_trace():
         {"kind": "memcpy", "copy_kind": "HtoD", "start_ns": 50, "duration_ns": 30, "bytes": 300},
         {"kind": "memcpy", "copy_kind": "HtoD", "calls": 2, "duration_ns": 40, "bytes": 400},
     ])
-    f = run(trace, "inefficient-memcpy-size")
+    f = run_rule(trace, "inefficient-memcpy-size")
     assert (f.metrics["copies"], f.metrics["copy_time_ns"]) == (2, 40)
     assert "1 aggregated memcpy rows ignored" in f.message
 
@@ -181,7 +171,7 @@ def test_throughput_matches_the_json(path):
     copies = json_copies(path)
     host = [c for c in copies if c["kind"] in ("HtoD", "DtoH")]
     nbytes, ns = sum(c["bytes"] for c in host), sum(c["ns"] for c in host)
-    f = run(read_torch(path), "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=64")
+    f = run_rule(read_torch(path), "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=64")
     assert f.metrics["bytes"] == nbytes
     assert f.metrics["copy_time_ns"] == ns
     assert f.metrics["achieved_gbps"] == round(nbytes / ns, 4)
@@ -205,7 +195,7 @@ def test_throughput_peak_from_the_catalog_for_the_traces_gpu():
     spec = find_gpu(device.name)
     if spec is None:
         pytest.skip(f"{device.name} not in the catalog")
-    f = run(trace, "low-memcpy-throughput")
+    f = run_rule(trace, "low-memcpy-throughput")
     assert f.metrics["peak_gbps"] == spec["host_link"]["gbps"]
     assert spec["name"] in f.metrics["peak_source"] and device.name in f.metrics["peak_source"]
     # pinned batch copies on an H100 (PCIe 5.0 x16, 63 GB/s per direction) reach over 80% of it
@@ -219,18 +209,18 @@ def test_throughput_default_peak_is_stated_and_settable():
     path = FIXTURE_TRACES[0]
     trace = read_torch(path)
     trace.meta.devices = [Device(id=0, name="Unheard-of GPU 9000")]
-    f = run(trace, "low-memcpy-throughput")
+    f = run_rule(trace, "low-memcpy-throughput")
     assert f.metrics["peak_gbps"] == 15.75
     assert "assumed: PCIe 3.0 x16 by default" in f.message
     assert "above the assumed peak" in f.message  # 50+ GB/s on a link assumed to give 15.75
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000")
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000")
     assert f.metrics["peak_gbps"] == 1000.0
     assert f.metrics["pct_of_peak"] < 10
     assert f.severity == "critical"  # about 5% of 1000 GB/s
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000",
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000",
             "low-memcpy-throughput.critical_below_pct=1")
     assert f.severity == "warning"
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000",
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000",
             "low-memcpy-throughput.critical_below_pct=1", "low-memcpy-throughput.min_copy_time_us=1e9")
     assert f.severity == "info"  # copies shorter than the minimum time never warn
 
@@ -248,7 +238,7 @@ def test_throughput_uses_the_catalog_host_link_and_dram(fake_catalog):
         {"kind": "memcpy", "copy_kind": "PtoP", "start_ns": 3000, "duration_ns": 10, "bytes": 100},
         {"kind": "memcpy", "start_ns": 4000, "duration_ns": 10, "bytes": 100},
     ], device="Testcard X1")
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.min_copy_time_us=0")
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.min_copy_time_us=0")
     assert f.metrics["achieved_gbps"] == 16.0
     assert f.metrics["peak_gbps"] == 40.0
     assert f.metrics["pct_of_peak"] == 40.0
@@ -262,7 +252,7 @@ def test_throughput_uses_the_catalog_host_link_and_dram(fake_catalog):
     assert (items["PtoP"]["peak_gbps"], items["PtoP"]["pct_of_peak"]) == (None, None)
     assert f.severity == "warning"  # 40% < 50%
     # --set overrides the catalog
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.min_copy_time_us=0",
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.min_copy_time_us=0",
             "low-memcpy-throughput.host_link_gbps=20", "low-memcpy-throughput.dram_gbps=500")
     assert (f.metrics["peak_gbps"], f.metrics["pct_of_peak"]) == (20.0, 80.0)
     assert {i["copy_kind"]: i["pct_of_peak"] for i in f.items}["DtoD"] == 100.0
@@ -275,7 +265,7 @@ def test_throughput_from_aggregated_totals():
         {"kind": "memcpy", "copy_kind": "HtoD", "calls": 4, "bytes": 8_000, "duration_ns": 1_000},
         {"kind": "memcpy", "copy_kind": "DtoH", "calls": 3, "duration_ns": 1_000},
     ])
-    f = run(trace, "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=16")
+    f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=16")
     assert (f.metrics["achieved_gbps"], f.metrics["pct_of_peak"], f.metrics["skipped_copies"]) == (8.0, 50.0, 3)
 
 
@@ -285,7 +275,7 @@ def test_throughput_from_aggregated_totals():
 def test_pinned_fixtures_have_no_pageable_copies(path):
     host = [c for c in json_copies(path) if c["kind"] in ("HtoD", "DtoH")]
     assert all("pageable" not in (c["src"], c["dst"]) for c in host)  # the fixtures pin their batches
-    f = run(read_torch(path), "pageable-memcpy")
+    f = run_rule(read_torch(path), "pageable-memcpy")
     assert f.metrics["pageable_copies"] == 0
     assert f.metrics["pageable_time_ns"] == 0
     assert f.metrics["host_device_time_ns"] == sum(c["ns"] for c in host)
@@ -299,7 +289,7 @@ def test_pageable_copies_in_the_shared_samples(samples_dir):
         host = [c for c in json_copies(path) if c["kind"] in ("HtoD", "DtoH")]
         pageable = [c for c in host if (c["src"] if c["kind"] == "HtoD" else c["dst"]) == "pageable"]
         assert pageable, path  # these samples copy their batches from pageable memory
-        f = run(read_torch(path), "pageable-memcpy")
+        f = run_rule(read_torch(path), "pageable-memcpy")
         m = f.metrics
         assert m["pageable_copies"] == len(pageable)
         assert m["pageable_bytes"] == sum(c["bytes"] for c in pageable)
@@ -308,10 +298,10 @@ def test_pageable_copies_in_the_shared_samples(samples_dir):
         assert m["pageable_share_pct"] == round(100 * m["pageable_time_ns"] / m["host_device_time_ns"], 4)
         assert f.severity == "warning"
         assert "pin_memory" in f.suggestion
-        f = run(read_torch(path), "pageable-memcpy", "pageable-memcpy.warning_share_pct=100")
+        f = run_rule(read_torch(path), "pageable-memcpy", "pageable-memcpy.warning_share_pct=100")
         assert f.severity == "info"
         # and the same batch copied from pinned memory runs several times faster (fixtures vs samples)
-        low = run(read_torch(path), "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=64")
+        low = run_rule(read_torch(path), "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=64")
         assert low.metrics["achieved_gbps"] == round(
             sum(c["bytes"] for c in host) / sum(c["ns"] for c in host), 4)
         assert low.severity in ("warning", "critical")
@@ -334,16 +324,16 @@ def test_pageable_share_by_hand():
          "start_ns": 4000, "duration_ns": 1000, "bytes": 1},
         {"kind": "memcpy", "copy_kind": "HtoD", "start_ns": 6000, "duration_ns": 50, "bytes": 1},
     ])
-    f = run(trace, "pageable-memcpy")
+    f = run_rule(trace, "pageable-memcpy")
     assert f.metrics == {"pageable_copies": 3, "pageable_bytes": 3010, "pageable_time_ns": 700,
                          "host_device_time_ns": 1000, "pageable_share_pct": 70.0,
                          "pageable_gbps": 4.3, "pinned_gbps": 30.0, "unknown_memory_copies": 1}
     assert [(i["copy_kind"], i["copies"], i["bytes"], i["time_ns"], i["share_pct"]) for i in f.items] == \
         [("HtoD", 2, 3000, 600, 60.0), ("DtoH", 1, 10, 100, 10.0)]
     assert f.severity == "info"  # 700 ns < the default 10 us minimum
-    f = run(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5")
+    f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5")
     assert f.severity == "warning"
-    f = run(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5",
+    f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5",
             "pageable-memcpy.warning_share_pct=70.1")
     assert f.severity == "info"
 
@@ -351,7 +341,7 @@ def test_pageable_share_by_hand():
 def test_pageable_unknown_memory_kinds_only():
     # nvprof summary rows say nothing of memory kinds: nothing to measure, said so.
     trace = synthetic([{"kind": "memcpy", "copy_kind": "HtoD", "calls": 7, "duration_ns": 70, "bytes": 7}])
-    f = run(trace, "pageable-memcpy")
+    f = run_rule(trace, "pageable-memcpy")
     assert f.metrics["pageable_share_pct"] is None
     assert f.metrics["unknown_memory_copies"] == 7
     assert f.severity == "info"
@@ -373,7 +363,7 @@ def test_copy_rules_do_not_apply_without_copies(rule):
 def test_device_to_device_copies_without_a_dram_figure():
     # No GPU named: DtoD copies are listed with their throughput but no peak, and the message says why.
     trace = synthetic([{"kind": "memcpy", "copy_kind": "DtoD", "start_ns": 0, "duration_ns": 100, "bytes": 5_000}])
-    f = run(trace, "low-memcpy-throughput")
+    f = run_rule(trace, "low-memcpy-throughput")
     assert f.items == [{"copy_kind": "DtoD", "copies": 1, "bytes": 5_000, "time_ns": 100, "achieved_gbps": 50.0,
                         "peak_gbps": None, "pct_of_peak": None, "link": "DRAM"}]
     assert (f.metrics["achieved_gbps"], f.metrics["pct_of_peak"]) == (None, None)  # no host-device copies

@@ -9,7 +9,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from traceparse.ingest import read_paths
 
