@@ -170,3 +170,21 @@ def independent_prefix(data: bytes) -> list[dict]:
             break
         events.append(event)
     return [e for e in events if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
+
+
+def test_layout_does_not_change_the_table(fixtures_dir, tmp_path):
+    """The same trace minified, or with traceEvents before the other keys, read whole or in small chunks."""
+    source = fixtures_dir / "torch" / "vgg16_bs8.json.gz"
+    doc = json.load(gzip.open(source))
+    minified = tmp_path / "minified.json"
+    minified.write_text(json.dumps(doc, separators=(",", ":")))
+    events = doc.pop("traceEvents")
+    events_first = tmp_path / "events_first.json"
+    events_first.write_text(json.dumps({"traceEvents": events, **doc}, indent=1))
+    expected = read_paths([source])[0]
+    assert expected.events["input_dims"].drop_nulls()[1] == "[[],[8,1000],[8],[],[],[],[]]"  # compact JSON
+    for path in (minified, events_first):
+        for params in (None, {"chunk_bytes": 30_000}):
+            got = read_paths([path], params=params)[0]
+            assert got.events.drop("trace_id").equals(expected.events.drop("trace_id")), (path.name, params)
+            assert got.meta.devices == expected.meta.devices

@@ -355,7 +355,9 @@ def _frame(events: list[Event]) -> pl.DataFrame:
         registers_per_thread=pl.Series(registers, dtype=pl.Int32),
         bytes=pl.Series(nbytes, dtype=pl.Int64),
         flops=pl.Series(flops, dtype=pl.Float64),
-        input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String).replace("", None),
+        # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
+        input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String)
+        .str.replace_all(r"\s+", "").replace("", None),
         _smem=pl.Series(shared_memory, dtype=pl.Int64),
         **dims,
     )
