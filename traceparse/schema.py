@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceparse.errors import InputError
-
 #: Bumped whenever a column is added, removed or changes meaning.
 SCHEMA_VERSION = 1
 
@@ -71,7 +69,6 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
 }
 
-COLUMN_NAMES: tuple[str, ...] = tuple(COLUMNS)
 DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}
 
 
@@ -123,9 +120,3 @@ def _cast(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
             raise ValueError(f"column {name}: {bad[0]!r} is not one of {', '.join(dtype.categories.to_list())}")
         return pl.col(name).cast(pl.String).cast(dtype)
     return pl.col(name).cast(dtype, strict=True)
-
-
-def check_columns(df: pl.DataFrame, path: str) -> None:
-    """Raise :class:`InputError` unless ``df`` has exactly the schema's columns and types."""
-    if df.schema != pl.Schema(DTYPES):
-        raise InputError(f"{path}: not a traceparse event table of schema version {SCHEMA_VERSION}")

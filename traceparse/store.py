@@ -78,10 +78,6 @@ class Store:
     def events_path(self, trace_id: str) -> Path:
         return self.traces_dir / trace_id / "events.parquet"
 
-    def scan(self, trace_id: str) -> pl.LazyFrame:
-        """A lazy scan of an entry's events (for queries that need a few columns)."""
-        return pl.scan_parquet(self.events_path(trace_id))
-
     def load(self, trace_id: str) -> Trace:
         """An entry as a :class:`Trace`."""
         return Trace(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
@@ -119,7 +115,7 @@ class Store:
         path.mkdir()
         return path
 
-    def write(self, trace: Trace, on_batch=None) -> TraceMeta:
+    def write(self, trace: Trace) -> TraceMeta:
         """Write a trace (streamed or not) as a new entry; return its final metadata.
 
         ``trace.meta.id`` must be set. If an entry with that id appears
@@ -131,7 +127,7 @@ class Store:
         tmp = self._fresh_tmp()
         try:
             meta.event_count, meta.summary = _write_events(
-                trace.batches(), tmp / "events.parquet", meta.id, on_batch
+                trace.batches(), tmp / "events.parquet", meta.id
             )
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
             _write_json(tmp / "meta.json", meta.to_dict())
@@ -176,7 +172,7 @@ class Store:
         shutil.rmtree(gone, ignore_errors=True)
 
 
-def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str, on_batch) -> tuple[int, dict]:
+def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str) -> tuple[int, dict]:
     """Write batches to one Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
     count = 0
     summary = _Summary()
@@ -188,8 +184,6 @@ def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str, on
             sink.put(batch)
             count += batch.height
             summary.add(batch)
-            if on_batch:
-                on_batch(batch)
         if count == 0:  # no events at all: an empty table with the schema
             sink.put(conform(pl.DataFrame({"kind": pl.Series([], dtype=pl.String)}), trace_id=trace_id))
     return count, summary.result()

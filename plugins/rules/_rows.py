@@ -66,3 +66,10 @@ def gbps(nbytes: int | None, ns: int | None) -> float | None:
         return None
     return round(nbytes / ns, 4)
 
+
+def ignored_note(ignored_aggregated: int) -> str:
+    """The sentence a copy rule adds when it left out aggregated rows that its timed copies already count."""
+    if not ignored_aggregated:
+        return ""
+    return (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
+            "already count those calls.")

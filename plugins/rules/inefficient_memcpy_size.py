@@ -43,7 +43,7 @@ import polars as pl
 from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import calls_expr, gbps, is_copy_kind, pct, prefer_timed
+from traceparse_plugins.rules._rows import calls_expr, gbps, ignored_note, is_copy_kind, pct, prefer_timed
 
 
 class InefficientMemcpySize(Rule):
@@ -109,9 +109,7 @@ class InefficientMemcpySize(Rule):
                        f"{small_ns / 1e6:.3f} ms, {share or 0:.1f}% of the {copy_ns / 1e6:.3f} ms of copy time.")
             if skipped:
                 message += f" {skipped} copies skipped: direction or size unknown."
-        if ignored_aggregated:
-            message += (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
-                        "already count those calls.")
+        message += ignored_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
             suggestion = ("Batch small transfers into fewer, larger ones: gather small tensors into one "

@@ -42,7 +42,7 @@ from traceparse.catalog import gpu_for_trace
 from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, pct, prefer_timed
+from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, ignored_note, pct, prefer_timed
 
 #: Each direction's link and how many times a copied byte crosses it.
 LINKS = {"HtoD": ("host link", 1), "DtoH": ("host link", 1), "DtoD": ("DRAM", 2)}
@@ -113,9 +113,7 @@ class LowMemcpyThroughput(Rule):
                            else f"; no DRAM peak: {dram_source}."))
         if skipped:
             message += f" {skipped} copies skipped: direction, size or duration unknown."
-        if ignored_aggregated:
-            message += (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
-                        "already count those calls.")
+        message += ignored_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
             suggestion = ("Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "

@@ -34,7 +34,7 @@ import polars as pl
 from traceparse.plugins import hookimpl
 from traceparse.rule import Finding, Rule, RuleOptions
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, is_copy_kind, pct, prefer_timed
+from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, ignored_note, is_copy_kind, pct, prefer_timed
 
 
 class PageableMemcpy(Rule):
@@ -85,9 +85,7 @@ class PageableMemcpy(Rule):
             message = "No host-device copy says whether its host memory is pageable or pinned."
         if unknown:
             message += f" {unknown} host-device copies left out: the source does not record their memory kind."
-        if ignored_aggregated:
-            message += (f" {ignored_aggregated} aggregated memcpy rows ignored: the trace's timed copies "
-                        "already count those calls.")
+        message += ignored_note(ignored_aggregated)
         suggestion = ("Allocate the host buffers page-locked: DataLoader(pin_memory=True) or tensor.pin_memory() "
                       "in PyTorch, cudaHostAlloc/cudaMallocHost or cudaHostRegister in CUDA; then copy with "
                       "non_blocking=True / cudaMemcpyAsync on a side stream so the copies overlap compute."

@@ -58,6 +58,13 @@ _PID = "((({g}) >> 24) & 16777215)"
 _TID = "(({g}) & 16777215)"
 
 
+def _pid_tid(cols: set[str]) -> str:
+    """The SELECT terms for pid and tid, decoded from globalTid where the table has it."""
+    if "globalTid" not in cols:
+        return "NULL AS pid, NULL AS tid"
+    return f"{_PID.format(g='a.globalTid')} AS pid, {_TID.format(g='a.globalTid')} AS tid"
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """Open ``path`` read-only (immutable: nothing is written, even a journal)."""
     uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1"
@@ -269,8 +276,7 @@ def _memset_query(cols: set[str]) -> _Query:
 
 
 def _api_query(table: str, cols: set[str]) -> _Query:
-    pid = f"{_PID.format(g='a.globalTid')} AS pid, {_TID.format(g='a.globalTid')} AS tid" if "globalTid" in cols \
-        else "NULL AS pid, NULL AS tid"
+    pid = _pid_tid(cols)
     sql = (f"SELECT a.start AS start, a.\"end\" - a.start AS duration, {_pick(cols, 'a', 'correlationId')}, {pid}, "
            f"s.value AS name, {_pick(cols, 'a', 'eventClass')} FROM {table} a "
            f"LEFT JOIN StringIds s ON s.id = a.nameId")
@@ -295,8 +301,7 @@ def _nvtx_query(cols: set[str], has_strings: bool, enums: "_Enums") -> _Query:
     else:
         join = ""
     wanted = sorted({*enums.nvtx_ranges, *enums.nvtx_marks})
-    pid = f"{_PID.format(g='a.globalTid')} AS pid, {_TID.format(g='a.globalTid')} AS tid" if "globalTid" in cols \
-        else "NULL AS pid, NULL AS tid"
+    pid = _pid_tid(cols)
     sql = (f"SELECT a.start AS start, a.\"end\" AS end_, a.eventType AS eventType, {text}, {pid}, "
            f"{_pick(cols, 'a', 'domainId')} FROM NVTX_EVENTS a{join} "
            f"WHERE a.eventType IN ({', '.join(map(str, wanted)) or 'NULL'})")
