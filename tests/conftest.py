@@ -1,4 +1,7 @@
-"""Shared test fixtures: paths to the repo's fixtures and to the optional shared samples."""
+"""Shared test fixtures: paths to the repo's fixtures and to the optional shared samples, an empty store.
+
+Only fixtures live here; helpers that tests import are in tests/helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures"
+from helpers import FIXTURES, REPO
 
 
 @pytest.fixture
@@ -41,42 +43,3 @@ def store(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "store"
     monkeypatch.setenv("TRACEPARSE_STORE", str(path))
     return path
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    """Run the traceparse CLI in-process; return (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-
-    from traceparse.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-def read_torch(path: Path):
-    """A torch trace read directly (no store), all batches collected."""
-    from traceparse import plugins
-    from traceparse.reader import ReadOptions
-
-    trace = plugins.registry().reader("torch").read([path], ReadOptions())
-    trace.events  # read all batches (fills the metadata too)
-    return trace
-
-
-def run_rule(trace, rule: str, *settings: str):
-    """The one finding ``rule`` gives on ``trace`` with ``--set`` style settings."""
-    from traceparse.analysis import analyze, parse_settings
-
-    findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
-    assert len(findings) == 1
-    return findings[0]
-
-
-def us_to_ns(value) -> int:
-    """A Chrome-trace microsecond value (parsed as Decimal) to integer ns, half up."""
-    from decimal import ROUND_HALF_UP, Decimal
-
-    return int((Decimal(value) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 
 
-from conftest import run_cli
-
-
-def assert_refused(args, expected, store):
-    code, out, err = run_cli(*args)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err == f"traceparse: error: {expected}\n"
-    traces = store / "traces"
-    assert not traces.exists() or not any(traces.iterdir())
+from helpers import refused as assert_refused, run_cli
 
 
 def test_missing_path(store, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli
 from traceparse.catalog import find_gpu, gpu_for_trace
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl, reset_registry

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 
 @pytest.fixture

@@ -7,21 +7,17 @@ import gzip
 import json
 import re
 import sys
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, us_to_ns as _ns
 
 BATCHES = (4, 8, 16, 32, 64)
 SWEEP = {b: FIXTURES / "torch" / f"resnet18_bs{b}.json.gz" for b in BATCHES}
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 API_CATS = ("cuda_runtime", "cuda_driver")
-
-
-def _ns(value) -> int:
-    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def _events(path: Path) -> list[dict]:

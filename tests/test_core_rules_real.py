@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import us_to_ns as ns
 from traceparse.analysis import analyze
 from traceparse.ingest import read_paths
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "torch"
 TRACES = sorted(FIXTURES.glob("*_bs*.json.gz"))
-
-
-def ns(x) -> int:
-    return int((Decimal(str(x)) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
 
 
 def load(path: Path):

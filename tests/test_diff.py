@@ -7,21 +7,17 @@ import gzip
 import json
 import re
 from collections import defaultdict
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, us_to_ns as _ns
 
 TORCH = FIXTURES / "torch"
 NSYS = FIXTURES / "nsys"
 KIND_OF_CAT = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
                "cuda_driver": "api"}
-
-
-def _ns(value) -> int:
-    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def _torch_totals(path: Path) -> dict[tuple[str, str], list[int]]:

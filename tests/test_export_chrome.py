@@ -7,13 +7,13 @@ import gzip
 import json
 import math
 from collections import Counter
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.ingest import read_paths
 from traceparse.schema import conform
 from traceparse.trace import Trace, TraceMeta
@@ -27,10 +27,6 @@ KEPT = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "cuda_runtime"
         "cuda_sync", "cpu_op", "operator", "user_annotation", "gpu_user_annotation", "python_function"}
 GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
 API = {"cuda_runtime", "cuda_driver"}
-
-
-def _ns(value) -> int:
-    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def _load(path: Path) -> dict:

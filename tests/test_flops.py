@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli
 
 #: torchvision's parameter counts (torchvision.models documentation, "Params" column)
 PARAMS = {"vgg11": 132_863_336, "vgg13": 133_047_848, "vgg16": 138_357_544, "vgg19": 143_667_240,

@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from traceparse.errors import InputError
 from traceparse.ingest import read_paths
 

@@ -16,13 +16,13 @@ import shutil
 import sqlite3
 import stat
 import sys
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import run_cli
+from helpers import exact_int, refused, run_cli
 from traceparse.analysis import analyze
 from traceparse.ingest import detect_reader, read_group
 from traceparse.plugins import registry
@@ -55,8 +55,8 @@ def of_kind(trace, kind: str) -> pl.DataFrame:
 
 
 def exact(text: str, factor: int) -> int:
-    """Decimal text times factor, rounded half up: the independent unit conversion."""
-    return int((Decimal(text.replace(",", "")) * factor).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    """Decimal text (thousands separated by commas) times factor, rounded half up: the independent unit conversion."""
+    return exact_int(text.replace(",", ""), factor)
 
 
 def csv_rows(path: Path) -> list[dict]:
@@ -96,14 +96,6 @@ def sqlite_totals(plain: Path) -> dict[str, tuple[int, int]]:
 def totals(trace, kind: str) -> tuple[int, int]:
     rows = of_kind(trace, kind)
     return rows.height, int(rows["duration_ns"].sum() or 0)
-
-
-def refused(args: list[str], expected: str, store: Path) -> None:
-    code, out, err = run_cli(*args)
-    assert code == 2, (out, err)
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    assert err == f"traceparse: error: {expected}\n"
-    assert Store(store).ids() == []
 
 
 # ------------------------------------------------------- the real fixtures (always run)
@@ -861,7 +853,7 @@ def test_exact_unit_conversion(text, factor):
     from traceparse_plugins.readers.nsys.units import decimals_to_int
 
     got = decimals_to_int(pl.Series([text, None]), factor).to_list()
-    want = int((Decimal(text) * factor).to_integral_value(rounding=ROUND_HALF_UP))
+    want = exact_int(text, factor)
     assert got == [want, None]
 
 

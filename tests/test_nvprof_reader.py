@@ -12,13 +12,13 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, exact_int as exact, refused, run_cli
 from traceparse.ingest import detect_reader, read_paths
 from traceparse.plugins import registry
 from traceparse.sources import read_head
@@ -27,10 +27,6 @@ NVPROF = FIXTURES / "nvprof"
 FILES = sorted(p for p in NVPROF.glob("*/*") if p.name != "README.md")
 TIME = {"ns": 1, "us": 10 ** 3, "ms": 10 ** 6, "s": 10 ** 9}
 SIZE = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
-
-
-def exact(number: str, factor: int) -> int:
-    return int((Decimal(number) * factor).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def time_ns(cell: str) -> int:
@@ -591,14 +587,6 @@ def test_formats_lists_nvprof(store):
 
 
 # -- bad input -------------------------------------------------------------
-def refused(args, expected, store):
-    code, out, err = run_cli(*args)
-    assert code == 2, (out, err)
-    assert err == f"traceparse: error: {expected}\n"
-    traces = store / "traces"
-    assert not traces.exists() or not any(traces.iterdir())
-
-
 def test_cut_mid_line(tmp_path, store):
     text = (NVPROF / "handwritten/gpu_trace.log").read_text()
     lines = text.splitlines()

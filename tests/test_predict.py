@@ -10,23 +10,19 @@ import gzip
 import io
 import json
 import math
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.session import Session
 
 TORCH = FIXTURES / "torch"
 NETWORKS = ("resnet18", "vgg16", "alexnet")
 BATCHES = (4, 8, 16, 32, 64)
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-def _ns(value) -> int:
-    return int((Decimal(value) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def _events(path: Path) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli
 from traceparse.catalog import find_gpu
 from traceparse.ingest import read_paths
 from traceparse.rule import RuleOptions

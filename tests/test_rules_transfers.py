@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import read_torch, run_rule, us_to_ns
+from helpers import read_torch, run_rule, us_to_ns
 
 from traceparse import plugins
 from traceparse.analysis import analyze

@@ -9,20 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, refused as assert_refused, run_cli
 from traceparse.ingest import read_paths
 
 CPI = FIXTURES / "tau" / "real" / "cpi-mpi"
 MALICIOUS = FIXTURES / "tau" / "handwritten" / "malicious"
 REFUSED = "XML with a DOCTYPE or ENTITY declaration is refused (entities are never expanded)"
-
-
-def assert_refused(args, expected, store):
-    code, out, err = run_cli(*args)
-    assert code == 2, (out, err)
-    assert "Traceback" not in err and err == f"traceparse: error: {expected}\n"
-    traces = store / "traces"
-    assert not traces.exists() or not any(traces.iterdir())
 
 
 def profile_dir(tmp_path: Path, lines: list[str]) -> tuple[Path, Path]:

@@ -6,12 +6,13 @@ import json
 import random
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, exact_int, run_cli
 from traceparse.ingest import read_paths
 
 TAU = FIXTURES / "tau"
@@ -20,8 +21,7 @@ MULTI = TAU / "handwritten" / "multi-cupti"
 PPROF = TAU / "real" / "pprof"
 
 
-def us_to_ns(text: str) -> int:
-    return int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+us_to_ns = partial(exact_int, factor=1000, rounding=ROUND_HALF_EVEN)  # the TAU reader rounds half to even
 
 
 def plain_profile(path: Path) -> dict:
@@ -215,7 +215,7 @@ def pprof_ms(text: str) -> int:
         return int(int(m) * 60 * 10**9 + Decimal(rest) * 10**9)
     if re.fullmatch(r"\d+,\d{3}", text):
         return int(Decimal(text.replace(",", ".")) * 10**9)
-    return int((Decimal(text) * 10**6).to_integral_value(ROUND_HALF_EVEN))
+    return exact_int(text, 10**6, ROUND_HALF_EVEN)
 
 
 def plain_pprof_table(path: Path, title: str) -> list[list[str]]:
@@ -354,7 +354,7 @@ def test_scaled_int_matches_python_decimal():
     got = scaled_int(pl.Series(values), 3).to_list()
     for text, value in zip(values, got):
         try:
-            want = int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+            want = us_to_ns(text)
             want = want if abs(want) < 2**63 else None
         except Exception:
             want = None

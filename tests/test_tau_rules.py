@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN
+from functools import partial
 
 import polars as pl
 import pytest
 
-from conftest import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, us_to_ns
 from traceparse.analysis import analyze
 from traceparse.ingest import read_paths
 from traceparse.schema import conform
@@ -20,8 +21,7 @@ CPI = TAU / "real" / "cpi-mpi"
 MULTI = TAU / "handwritten" / "multi-cupti"
 
 
-def ns(us: str) -> int:
-    return int((Decimal(us) * 1000).to_integral_value(ROUND_HALF_EVEN))
+ns = partial(us_to_ns, rounding=ROUND_HALF_EVEN)  # the TAU reader rounds half to even
 
 
 def flat_exclusive(path) -> dict[str, tuple[int, int]]:

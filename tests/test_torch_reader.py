@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
+from helpers import us_to_ns as ns
 from traceparse.ingest import read_paths
 
 KIND_OF = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
@@ -23,10 +24,6 @@ def independent(path: Path) -> list[dict]:
     with opener(path, "rt") as f:
         doc = json.load(f, parse_float=Decimal)
     return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
-
-
-def ns(us: Decimal) -> int:
-    return int((Decimal(us) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
 
 
 def test_shared_samples_match_independent_parse(samples_dir):

@@ -10,7 +10,6 @@ from typing import Callable
 from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.reader import ReadOptions, Reader
-from traceparse.schema import conform
 from traceparse.sources import check_readable, content_size, read_head, sha256_of
 from traceparse.store import Store, trace_id_for
 from traceparse.trace import Trace, TraceMeta
@@ -120,8 +119,7 @@ def read_paths(paths: list[Path | str], fmt: str = "auto", params: dict | None =
     reg = reg or default_registry()
     traces = []
     for reader, group in plan([Path(p) for p in paths], fmt, reg):
-        trace = read_group(reader, group, params=params)
-        trace.events = conform(trace.events, trace_id=trace.meta.id)
+        trace = read_group(reader, group, params=params)  # its events are conformed by the Trace itself
         trace.meta.event_count = trace.events.height
         traces.append(trace)
     return traces

@@ -29,7 +29,7 @@ from typing import Iterable
 import polars as pl
 
 from traceparse.errors import StoreError
-from traceparse.schema import conform
+from traceparse.schema import empty_frame
 from traceparse.trace import Trace, TraceMeta
 
 DEFAULT_STORE = ".traceparse"
@@ -126,9 +126,7 @@ class Store:
         assert meta.id, "a trace needs its id before it is stored"
         tmp = self._fresh_tmp()
         try:
-            meta.event_count, meta.summary = _write_events(
-                trace.batches(), tmp / "events.parquet", meta.id
-            )
+            meta.event_count, meta.summary = _write_events(trace.batches(), tmp / "events.parquet")
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
             _write_json(tmp / "meta.json", meta.to_dict())
             _fsync_dir(tmp)
@@ -172,20 +170,20 @@ class Store:
         shutil.rmtree(gone, ignore_errors=True)
 
 
-def _write_events(batches: Iterable[pl.DataFrame], path: Path, trace_id: str) -> tuple[int, dict]:
-    """Write batches to one Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
+def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:
+    """Write conformed batches (:meth:`Trace.batches`, which set ``trace_id`` and ``event_id``) to one
+    Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
     count = 0
     summary = _Summary()
     with _ParquetSink(path) as sink:
         for batch in batches:
-            batch = conform(batch, trace_id=trace_id, first_event_id=count)
             if batch.height == 0:
                 continue
             sink.put(batch)
             count += batch.height
             summary.add(batch)
         if count == 0:  # no events at all: an empty table with the schema
-            sink.put(conform(pl.DataFrame({"kind": pl.Series([], dtype=pl.String)}), trace_id=trace_id))
+            sink.put(empty_frame())
     return count, summary.result()
 
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 
 import polars as pl
 
-from traceparse.schema import SCHEMA_VERSION
+from traceparse.schema import SCHEMA_VERSION, conform, empty_frame
 
 
 @dataclass
@@ -70,49 +70,81 @@ _DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
 class Trace:
     """The events of one trace (a polars DataFrame of :mod:`traceparse.schema`) and its metadata.
 
-    A reader may hand back ``events`` as an iterator of DataFrame batches
-    instead of one DataFrame, so a trace larger than memory can be written
-    to the store batch by batch; :attr:`events` then collects them on first
-    use.
+    A reader hands back ``events`` as one raw DataFrame or as an iterator of
+    raw DataFrame batches (so a trace larger than memory can be written to
+    the store batch by batch). Raw means: any subset of the schema's columns,
+    enums as text, no ``event_id`` needed. The trace conforms them here, and
+    only here (:func:`traceparse.schema.conform`): :attr:`events` and
+    :meth:`batches` always give normalized frames: every schema column in
+    order with its schema type, ``kind`` the Enum, ``event_id`` numbered from
+    0 across batches (unless the reader numbered rows itself) and ``trace_id``
+    set to ``meta.id`` (null while the trace has no id, as when a reader is
+    called directly; the store's id once it is ingested).
     """
 
     def __init__(self, events: pl.DataFrame | Iterable[pl.DataFrame], meta: TraceMeta | None = None):
-        self._events = events
+        self._source: pl.DataFrame | Iterable[pl.DataFrame] | None = events
+        self._events: pl.DataFrame | None = None  # the conformed table, once built
+        self._stamped: str | None = None  # the id _events' trace_id column holds
         self.meta = meta or TraceMeta()
 
     @property
     def is_streamed(self) -> bool:
         """True while the events are still an unread iterator of batches."""
-        return not isinstance(self._events, pl.DataFrame)
+        return self._events is None and not isinstance(self._source, pl.DataFrame)
 
     def batches(self) -> Iterator[pl.DataFrame]:
-        """The events as batches; consumes a streamed trace."""
-        if isinstance(self._events, pl.DataFrame):
-            yield self._events
+        """The events as conformed batches, ``event_id`` numbered across them; consumes a streamed trace.
+
+        A trace read whole gives one batch, :attr:`events`. A streamed trace
+        gives the reader's batches as they come (empty ones too, conformed),
+        none when the reader gave none.
+        """
+        if self.is_streamed:
+            yield from self._conformed_batches()
         else:
-            yield from self._events
+            yield self.events
 
     @property
     def events(self) -> pl.DataFrame:
-        """All events as one DataFrame."""
-        if not isinstance(self._events, pl.DataFrame):
-            from traceparse.schema import conform, empty_frame
-
-            frames = []
-            next_id = 0
-            for batch in self._events:
-                batch = conform(batch, first_event_id=next_id)
-                next_id += batch.height
-                frames.append(batch)
-            self._events = pl.concat(frames) if frames else empty_frame()
+        """All events as one conformed DataFrame (a streamed trace is collected on first use)."""
+        if self._events is None:
+            frames = list(self._conformed_batches())
+            self._events = pl.concat(frames) if frames else self._with_trace_id(empty_frame())
+            self._stamped = self.meta.id
+        if self.meta.id is not None and self._stamped != self.meta.id:  # the id came after the events
+            self._events, self._stamped = self._with_trace_id(self._events), self.meta.id
         return self._events
 
     @events.setter
     def events(self, value: pl.DataFrame) -> None:
-        self._events = value
+        """Replace the events (a raw or conformed DataFrame; conformed on the next read)."""
+        self._source, self._events, self._stamped = value, None, None
+
+    def _conformed_batches(self) -> Iterator[pl.DataFrame]:
+        """The reader's raw events, conformed batch by batch: the one path every event takes."""
+        source, self._source = self._source, None  # an iterator can be read only once
+        if source is None:
+            raise RuntimeError("the events of this streamed trace were already consumed by batches()")
+        next_id = 0
+        for batch in (source,) if isinstance(source, pl.DataFrame) else source:
+            batch = self._with_trace_id(conform(batch, first_event_id=next_id))
+            next_id += batch.height
+            yield batch
+
+    def _with_trace_id(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` with ``trace_id`` = ``meta.id``; unchanged while the trace has no id."""
+        trace_id = self.meta.id
+        if trace_id is None:
+            return frame
+        column = frame["trace_id"]
+        if column.null_count() == 0 and (column == trace_id).all():
+            return frame  # already stamped (a trace loaded from the store)
+        return frame.with_columns(pl.lit(trace_id, dtype=pl.String).alias("trace_id"))
 
     @property
     def id(self) -> str | None:
+        """The store id (``meta.id``); None for a trace not read through the core."""
         return self.meta.id
 
     def of_kind(self, *kinds: str) -> pl.DataFrame:

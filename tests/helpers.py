@@ -1,0 +1,77 @@
+"""Shared test helpers: paths, running the CLI in-process, reading a trace, the independent unit oracle.
+
+Test modules import from here (``from helpers import ...``; pyproject puts
+tests/ on pytest's ``pythonpath``), never from conftest.py, which holds only
+fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the traceparse CLI in-process; return (exit code, stdout, stderr)."""
+    from traceparse.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def refused(args: list[str], expected: str, store: Path) -> None:
+    """The CLI run with ``args`` fails with status 2, the one stderr line ``traceparse: error: EXPECTED``
+    (no traceback), and leaves nothing in the store directory ``store``."""
+    from traceparse.store import Store
+
+    code, out, err = run_cli(*args)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err == f"traceparse: error: {expected}\n"
+    traces = store / "traces"
+    assert not traces.exists() or not any(traces.iterdir())
+    assert Store(store).ids() == []
+
+
+def exact_int(number, factor: int = 1, rounding: str = ROUND_HALF_UP) -> int:
+    """The independent unit oracle: decimal ``number`` × integer ``factor``, rounded once to an integer.
+
+    ``number`` is decimal text, a :class:`~decimal.Decimal` (JSON parsed with
+    ``parse_float=Decimal``) or an int; a float is taken by its shortest text
+    (``str``), never its binary value. Invalid text raises
+    :class:`decimal.InvalidOperation`. ``rounding`` is a :mod:`decimal`
+    rounding mode, half up unless the reader under test documents another.
+    """
+    value = Decimal(str(number)) if isinstance(number, float) else Decimal(number)
+    return int((value * factor).to_integral_value(rounding=rounding))
+
+
+def us_to_ns(value, rounding: str = ROUND_HALF_UP) -> int:
+    """A microsecond value (Chrome-trace ``ts``/``dur``, TAU's usec) as exact integer ns (see :func:`exact_int`)."""
+    return exact_int(value, 1000, rounding)
+
+
+def read_torch(path: Path):
+    """A torch trace read directly (no store), all batches collected."""
+    from traceparse import plugins
+    from traceparse.reader import ReadOptions
+
+    trace = plugins.registry().reader("torch").read([path], ReadOptions())
+    trace.events  # read all batches (fills the metadata too)
+    return trace
+
+
+def run_rule(trace, rule: str, *settings: str):
+    """The one finding ``rule`` gives on ``trace`` with ``--set`` style settings."""
+    from traceparse.analysis import analyze, parse_settings
+
+    findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
+    assert len(findings) == 1
+    return findings[0]
