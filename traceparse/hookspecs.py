@@ -53,8 +53,14 @@ def traceparse_commands():
     """Return a list of :class:`traceparse.command.Command` instances.
 
     Each becomes a sub-command of the ``traceparse`` CLI (for analyses that
-    are more than a rule: comparing traces, charts, models). A command whose
-    name is already taken is skipped with a warning.
+    are more than a rule: comparing traces, charts, models). The built-in
+    ``ingest``, ``analyze``, ``list`` ... come through this hook too (plugin
+    ``core_commands``, marked ``tryfirst`` so they are listed first). A
+    command declares its TRACE arguments, ``--json`` and ``--format`` with
+    :func:`traceparse.command.add_common_options` and prints its JSON with
+    :func:`traceparse.command.print_json` (one envelope for every command).
+    Two commands of the same name: a warning, and the one collected later
+    wins, as for every other hook.
     """
 
 

@@ -36,7 +36,6 @@ import io
 import json
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -328,15 +327,13 @@ class CompareCommand(Command):
     help = "one row of figures per trace, ordered by a tag (e.g. a batch-size sweep), with an optional plot"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("traces", nargs="+", metavar="TRACE", help="store ids (or prefixes) or paths")
+        self.add_common_options(parser, traces="+", json=True, fmt=True)
         parser.add_argument("--by", metavar="TAG", help="order the traces by this tag (e.g. batch); every trace needs it")
         parser.add_argument("--kernel", action="append", default=[], metavar="REGEX",
                             help="also show the share of GPU time in kernels matching REGEX (repeatable)")
         parser.add_argument("--api", action="append", default=[], metavar="REGEX",
                             help="also show the share of API time in calls matching REGEX (repeatable)")
-        parser.add_argument("--json", action="store_true", help='print {"rows": [{"trace", "tags", "metrics"}]}')
         parser.add_argument("--out", metavar="FILE", help="plot each share against the tag (.png, .svg or .html)")
-        parser.add_argument("--format", default="auto", help="reader for paths not yet in the store")
 
     def run(self, args: argparse.Namespace, session) -> int:
         kernel_patterns = [_check_pattern("--kernel", p) for p in args.kernel]
@@ -359,8 +356,7 @@ class CompareCommand(Command):
             if not args.quiet:
                 session.err.print(f"wrote {out}")
         if args.json:
-            sys.stdout.write(json.dumps({"by": args.by, "rows": rows, "warnings": [warning] if warning else []},
-                                        indent=2) + "\n")
+            self.print_json({"by": args.by, "rows": rows, "warnings": [warning] if warning else []})
         else:
             render(session.out, rows, args.by)
         return 0

@@ -22,8 +22,6 @@ durations and calls.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 import polars as pl
 from rich.table import Table
@@ -119,8 +117,7 @@ class DiffCommand(Command):
         parser.add_argument("a", metavar="A", help="the first trace: store id (or prefix) or path")
         parser.add_argument("b", metavar="B", help="the second trace")
         parser.add_argument("--top", type=int, default=25, metavar="N", help="rows shown on screen (default 25)")
-        parser.add_argument("--json", action="store_true", help="print every row as JSON")
-        parser.add_argument("--format", default="auto", help="reader for paths not yet in the store")
+        self.add_common_options(parser, json=True, fmt=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
         a = session.resolve(args.a, args.format)[0]
@@ -135,7 +132,7 @@ class DiffCommand(Command):
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "summary": totals,
                    "categories": categories.to_dicts(), "rows": rows.to_dicts()}
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            self.print_json(doc)
             return 0
         out = session.out
         out.print(f"[bold]A[/bold] {a.id} {a.meta.path or ''}  {_tags(a)}")

@@ -21,9 +21,7 @@ gradients). This needs the optional ``torch`` extra.
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
 from dataclasses import asdict, dataclass
 
 from rich.table import Table
@@ -150,7 +148,7 @@ class FlopsCommand(Command):
                                                            "or resnet50")
         parser.add_argument("--batch", type=int, default=1, metavar="N", help="batch size (default 1)")
         parser.add_argument("--input", default="3x224x224", metavar="CxHxW", help="input shape (default 3x224x224)")
-        parser.add_argument("--json", action="store_true", help="print the table as JSON")
+        self.add_common_options(parser, json=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
         shape = parse_input(args.input)
@@ -159,8 +157,8 @@ class FlopsCommand(Command):
         total = {"params": sum(r.params for r in rows), "flops": total_flops,
                  "bytes_moved": sum(r.bytes_moved for r in rows), "train_step_flops": TRAIN_FACTOR * total_flops}
         if args.json:
-            sys.stdout.write(json.dumps({"model": args.model, "batch": args.batch, "input": list(shape),
-                                         "layers": [asdict(r) for r in rows], "total": total}, indent=2) + "\n")
+            self.print_json({"model": args.model, "batch": args.batch, "input": list(shape),
+                             "layers": [asdict(r) for r in rows], "total": total})
             return 0
         table = Table(header_style="bold", show_edge=False,
                       title=f"{args.model}, batch {args.batch}, input {args.input}: forward pass", title_justify="left")

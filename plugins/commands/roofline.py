@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import html
 import io
-import json
-import sys
 from pathlib import Path
 
 from rich import box
@@ -43,8 +41,7 @@ class RooflineCommand(Command):
     help = "roofline of a trace: arithmetic intensity and GFLOP/s per kernel against the GPU's roofs"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("trace", nargs="?", metavar="TRACE", help="store id (or prefix) or path (default: the last "
-                                                                      "ingested trace)")
+        self.add_common_options(parser, traces="?", json=True, fmt=True)
         parser.add_argument("--gpu", metavar="NAME", help="GPU whose roofs to use, overriding the trace's device")
         parser.add_argument("--out", metavar="FILE", help="write the chart: .png, .svg or .html (needs matplotlib, "
                                                           "the plot extra)")
@@ -58,8 +55,6 @@ class RooflineCommand(Command):
         parser.add_argument("--batch", type=int, default=16, help="batch size for --model (default 16)")
         parser.add_argument("--step", choices=("train", "forward"), default="train",
                             help="--model work per profiled step: train = 3 x forward (default), or forward")
-        parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-        parser.add_argument("--format", default="auto", help="reader for a TRACE path not yet in the store")
 
     def run(self, args: argparse.Namespace, session) -> int:
         out = Path(args.out) if args.out else None
@@ -75,9 +70,9 @@ class RooflineCommand(Command):
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
                              "(ncu metrics or torch.profiler with_flops are needed; see docs/roofline.md)")
         if args.json:
-            sys.stdout.write(json.dumps({"trace": trace.id, "gpu": spec["name"] if spec else None, "gpu_source": how,
-                                         "model_note": model_note, "group": args.group, "total": result["total"],
-                                         **result["extra"], "items": result["items"]}, indent=2, default=str) + "\n")
+            self.print_json({"trace": trace.id, "gpu": spec["name"] if spec else None, "gpu_source": how,
+                             "model_note": model_note, "group": args.group, "total": result["total"],
+                             **result["extra"], "items": result["items"]})
         else:
             print_text(session.out, trace, spec, how, result, args.top, model_note)
         if out is not None:

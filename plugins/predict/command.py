@@ -48,13 +48,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help="store directory")
-    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bar")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--format", default="auto", help="reader for paths not yet in the store")
-
-
 class PredictCommand(Command):
     name = "predict"
     help = "fit per-layer and end-to-end time models on torch traces, and predict step time at other batch sizes"
@@ -65,29 +58,27 @@ class PredictCommand(Command):
         p = sub.add_parser("fit", help="fit models on traces of a batch-size sweep and validate them",
                            description="Fit per-layer-type models t = b0 + b1 × ops and end-to-end models "
                                        "step = a0 + a1 × batch; print coefficients, R² and leave-one-trace-out MAPE.")
-        p.add_argument("traces", nargs="+", metavar="TRACE", help="store ids (or prefixes) or paths")
+        self.add_common_options(p, traces="+", json=True, fmt=True)
         p.add_argument("--by", default="batch", metavar="TAG", help="tag holding the batch size (default: batch)")
         p.add_argument("--network-tag", default="model", metavar="TAG",
                        help="tag naming the network, one end-to-end model per value (default: model)")
         p.add_argument("--model-out", required=True, metavar="FILE", help="where to write model.json")
-        _common(p)
         p = sub.add_parser("run", help="predict step time per layer type and in total",
                            description="Predict the step time of a trace (or a flops table) at another batch size.")
-        p.add_argument("trace", nargs="?", metavar="TRACE", help="store id (or prefix) or path")
+        self.add_common_options(p, traces="?", json=True, fmt=True,
+                                trace_help="store id (or prefix) or path (or give --flops-table)")
         p.add_argument("--model", required=True, metavar="FILE", help="model.json written by `predict fit`")
         p.add_argument("--flops-table", metavar="FILE", help="CSV layer_type,pass,calls,ops (per step) instead of TRACE")
         p.add_argument("--batch", type=float, metavar="N", help="batch size to predict (default: the trace's)")
         p.add_argument("--by", metavar="TAG", help="tag holding the trace's batch size (default: the model's)")
         p.add_argument("--network", metavar="NAME", help="end-to-end model to use (default: the trace's tag)")
-        _common(p)
         p = sub.add_parser("table", help="write a trace's flops table (calls and ops per step per layer type)",
                            description="Write the CSV that `predict run --flops-table` reads, from a trace, "
                                        "optionally scaled to another batch size.")
-        p.add_argument("trace", metavar="TRACE")
+        self.add_common_options(p, traces="1", json=False, fmt=True)
         p.add_argument("--batch", type=float, metavar="N", help="scale to this batch size")
         p.add_argument("--by", default="batch", metavar="TAG", help="tag holding the trace's batch size")
         p.add_argument("--out", metavar="FILE", help="write the CSV here (default: stdout)")
-        _common(p)
 
     def run(self, args: argparse.Namespace, session) -> int:
         batch = getattr(args, "batch", None)
@@ -132,7 +123,7 @@ class PredictCommand(Command):
         tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         tmp.replace(out)
         if args.json:
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            self.print_json(doc, command=f"{self.name} fit")
             return 0
         self._print_fit(session.out, doc, loto, extra, out)
         return 0
@@ -224,7 +215,7 @@ class PredictCommand(Command):
                   **({"layers_measured_ns": sum(v["measured_ns"] for v in types.values()),
                       "step_measured_ns": measured["step_ns"]} if measured else {})}
         if args.json:
-            sys.stdout.write(json.dumps(result, indent=2) + "\n")
+            self.print_json(result, command=f"{self.name} run")
             return 0
         out = session.out
         title = f"predicted GPU time per step by layer type, {source}" + (f", batch {batch:g}" if batch else "")

@@ -1,0 +1,106 @@
+"""The commands that say what is installed: ``rules``, ``formats`` and ``plugins``."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from traceparse.command import Command
+
+
+def plugin_of(registry, obj) -> str:
+    """The name of the plugin (entry point) whose module defines ``obj``'s class; the module when none does."""
+    module = type(obj).__module__
+    for info in registry.plugins:
+        if info.module == module or module.startswith(info.module + "."):
+            return info.name
+    return module
+
+
+class RulesCommand(Command):
+    name = "rules"
+    help = "list the analysis rules"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """``--verbose`` and the common options."""
+        self.add_common_options(parser, json=True)
+        parser.add_argument("-v", "--verbose", action="store_true", help="include each rule's definition")
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        """A table of the rules and their thresholds, or ``{"rules": [...]}`` with ``--json``."""
+        rules = sorted(session.registry.rules.values(), key=lambda r: r.name)
+        if args.json:
+            self.print_json({"rules": [
+                {"name": r.name, "description": r.description, "kinds": list(r.kinds), "thresholds": r.thresholds,
+                 "definition": (r.definition or "").strip(), "plugin": plugin_of(session.registry, r)}
+                for r in rules]})
+            return 0
+        table = Table(header_style="bold")
+        for column in ("rule", "needs", "thresholds (--set RULE.KEY=VALUE)", "description"):
+            table.add_column(column, overflow="fold")
+        for r in rules:
+            table.add_row(r.name, ", ".join(r.kinds), "\n".join(f"{k}={v}" for k, v in r.thresholds.items()),
+                          r.description + ("\n\n" + (r.definition or "").strip() if args.verbose else ""))
+        session.out.print(table)
+        return 0
+
+
+class FormatsCommand(Command):
+    name = "formats"
+    help = "list the input formats"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Only the common options."""
+        self.add_common_options(parser, json=True)
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        """A table of the readers, or ``{"formats": [...]}`` with ``--json``."""
+        readers = sorted(session.registry.readers.values(), key=lambda r: r.name)
+        if args.json:
+            self.print_json({"formats": [
+                {"name": r.name, "description": r.description, "variants": list(r.variants),
+                 "patterns": list(r.patterns), "plugin": plugin_of(session.registry, r)} for r in readers]})
+            return 0
+        table = Table(header_style="bold")
+        for column in ("format", "reads", "variants", "files"):
+            table.add_column(column, overflow="fold")
+        for r in readers:
+            table.add_row(r.name, r.description, "\n".join(r.variants), " ".join(r.patterns))
+        session.out.print(table)
+        return 0
+
+
+class PluginsCommand(Command):
+    name = "plugins"
+    help = "list installed plugins, their origin and version"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Only the common options."""
+        self.add_common_options(parser, json=True)
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        """Every plugin with its package, status and what it provides (the table to paste into a bug report)."""
+        reg = session.registry
+        provided: dict[str, list[str]] = {}
+        for kind, table in (("format", reg.readers), ("rule", reg.rules), ("exporter", reg.exporters),
+                            ("command", reg.commands)):
+            for name, obj in table.items():
+                provided.setdefault(plugin_of(reg, obj), []).append(f"{kind} {name}")
+        for plugin_name, count in reg.gpu_spec_counts.items():
+            provided.setdefault(plugin_name, []).append(f"{count} GPU specs")
+        rows = [{"name": p.name, "module": p.module, "distribution": p.distribution, "version": p.version,
+                 "origin": "built-in" if p.builtin else "third-party", "status": "broken" if p.broken else "ok",
+                 "error": p.error, "provides": provided.get(p.name, [])} for p in reg.plugins]
+        if args.json:
+            self.print_json({"plugins": rows})
+            return 0
+        table = Table(header_style="bold")
+        for column in ("plugin", "origin", "package", "status", "provides"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            status = "[green]ok[/green]" if r["status"] == "ok" else f"[red]broken[/red]: {r['error']}"
+            table.add_row(r["name"], r["origin"], f"{r['distribution']} {r['version']}", status,
+                          ", ".join(r["provides"]))
+        session.out.print(table)
+        return 0
