@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_EVEN, Context, Decimal, localcontext
+from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Mapping
 
@@ -110,10 +110,12 @@ def factor(unit: str, to: str | None = None, spellings: Mapping[str, str] | None
     ``factor("MiB") == 1048576``; ``factor("ms", to="us") == 1000``;
     ``factor("ps") == Decimal("0.001")``. Units of two dimensions raise ValueError.
     """
-    return Decimal(_ratio(unit, to, spellings).numerator) / Decimal(_ratio(unit, to, spellings).denominator)
+    r = ratio(unit, to, spellings)
+    return Decimal(r.numerator) / Decimal(r.denominator)
 
 
-def _ratio(unit: str, to: str | None, spellings: Mapping[str, str] | None) -> Fraction:
+def ratio(unit: str, to: str | None = None, spellings: Mapping[str, str] | None = None) -> Fraction:
+    """:func:`factor` as an exact :class:`~fractions.Fraction` (for composing units: ``cycle/usecond``)."""
     source = UNITS[resolve(unit, spellings)]
     if to is None:
         return Fraction(source.factor)
@@ -140,24 +142,28 @@ def parse(text: str) -> Decimal:
     return Decimal(stripped)
 
 
-def _scaled(value: Decimal, ratio: Fraction) -> Decimal:
-    """``value * ratio`` rounded to an integer with :data:`ROUNDING`, exactly (ValueError past Int64)."""
-    if value.is_zero():
-        return Decimal(0)
-    if value.adjusted() > 40:  # 10**40 of anything is past Int64 whatever the unit
+def _scaled(value: Decimal, by: Fraction) -> int:
+    """``value * by`` rounded to an integer with :data:`ROUNDING`, in exact integer arithmetic (ValueError past Int64).
+
+    The same arithmetic as the column path: mantissa × numerator × 10^up
+    divided by denominator × 10^down, the remainder deciding the rounding.
+    """
+    sign, digits, exponent = value.as_tuple()
+    mantissa = int("".join(map(str, digits)) or "0")
+    if mantissa == 0:
+        return 0
+    if value.adjusted() > 40:  # 10**40 of anything in the registry is past Int64
         raise ValueError("out of range")
-    if value.adjusted() < -60:  # below 10**-60: rounds to 0 for any registry ratio
-        return Decimal(0)
-    digits = len(value.as_tuple().digits) + 80
-    ctx = Context(prec=digits, rounding=ROUNDING, Emax=MAX_EMAX, Emin=MIN_EMIN)
-    with localcontext(ctx):
-        exact = value * Decimal(ratio.numerator)  # exact: the precision holds every digit
-        quotient = (exact / Decimal(ratio.denominator)) if ratio.denominator != 1 else exact
-        # the denominator is 2**a 5**b for registry units, so the quotient above is exact as well
-        result = quotient.quantize(Decimal(1), rounding=ROUNDING)
-    if abs(result) > INT64_MAX:
+    if value.adjusted() < -400:  # far below any unit: rounds to 0
+        return 0
+    numerator = mantissa * by.numerator * 10 ** max(exponent, 0)
+    denominator = by.denominator * 10 ** max(-exponent, 0)
+    quotient, remainder = divmod(numerator, denominator)
+    if 2 * remainder > denominator or (2 * remainder == denominator and quotient % 2 == 1):
+        quotient += 1  # ROUND_HALF_EVEN
+    if quotient > INT64_MAX:
         raise ValueError("out of range")
-    return result
+    return -quotient if sign else quotient
 
 
 def to_int(text: str, unit: str, *, to: str | None = None, spellings: Mapping[str, str] | None = None) -> int:
@@ -173,21 +179,19 @@ def to_int(text: str, unit: str, *, to: str | None = None, spellings: Mapping[st
     Raises ValueError for text that is not a plain ASCII decimal, an unknown
     unit, or a result outside Int64.
     """
-    ratio = _ratio(unit, to, spellings)
-    return int(_scaled(parse(text), ratio))
+    return _scaled(parse(text), ratio(unit, to, spellings))
 
 
 def to_float(text: str, unit: str | None = None, *, to: str | None = None,
              spellings: Mapping[str, str] | None = None, scale: Decimal | int | None = None) -> float:
     """Decimal ``text`` × the unit's factor (× ``scale``) as the nearest float: the exact product, rounded once."""
     value = parse(text)
-    ratio = _ratio(unit, to, spellings) if unit is not None else Fraction(1)
+    by = ratio(unit, to, spellings) if unit is not None else Fraction(1)
     if scale is not None:
-        ratio *= Fraction(scale)
-    if ratio == 1:
+        by *= Fraction(scale)
+    if by == 1:
         return float(value)
-    with localcontext(Context(prec=len(value.as_tuple().digits) + 80, Emax=MAX_EMAX, Emin=MIN_EMIN)):
-        return float(value * Decimal(ratio.numerator) / Decimal(ratio.denominator))
+    return float(Fraction(value) * by)  # exact product; float(Fraction) rounds once, correctly
 
 
 # -- columns -----------------------------------------------------------------------------------------------
@@ -221,7 +225,7 @@ def column_to_int(values: pl.Series, unit: str | pl.Series, *, to: str | None = 
     ratios = {}
     for spelling in units.drop_nulls().unique().to_list():
         try:
-            ratios[spelling] = _ratio(spelling, to, spellings)
+            ratios[spelling] = ratio(spelling, to, spellings)
         except ValueError:
             if isinstance(unit, str):
                 raise
@@ -296,9 +300,10 @@ def column_to_float(values: pl.Series, unit: str | pl.Series | None = None, *, t
                     spellings: Mapping[str, str] | None = None, strict: bool = True) -> pl.Series:
     """A column of decimal text × its unit's factor as Float64: :func:`to_float` on every cell.
 
-    ``unit`` is one unit, a column of per-cell spellings, or None (plain
-    numbers). Null cells give null; a bad cell (not a number, unknown or
-    missing unit) raises :class:`NumberError` with ``strict``, else gives null.
+    ``unit`` is one unit, a column of per-cell spellings (a null spelling:
+    a plain number), or None (plain numbers). Null cells give null; a bad
+    cell (not a number, unknown unit) raises :class:`NumberError` with
+    ``strict``, else gives null.
     """
     name = values.name
     text = values.cast(pl.String)
@@ -309,8 +314,6 @@ def column_to_float(values: pl.Series, unit: str | pl.Series | None = None, *, t
     results: dict[tuple, float | str] = {}
     for cell, spelling in pl.DataFrame({"t": text, "u": units}).filter(pl.col("t").is_not_null()).unique().iter_rows():
         try:
-            if unit is not None and spelling is None:
-                raise ValueError("no unit")
             results[(cell, spelling)] = to_float(cell, spelling, to=to, spellings=spellings)
         except ValueError as exc:
             results[(cell, spelling)] = str(exc)

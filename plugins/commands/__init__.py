@@ -1,1 +1,1 @@
-"""(being written)"""
+"""Built-in sub-commands (compare, diff, roofline, flops), registered through the ``traceparse`` entry points."""
