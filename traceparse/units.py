@@ -31,6 +31,7 @@ bytes      B      B; SI kB, MB, GB, TB, PB (10^3 steps); binary KiB, MiB,
                   GiB, TiB, PiB (2^10 steps)
 rate       B/s    B/s, kB/s ... PB/s, KiB/s ... PiB/s
 frequency  Hz     Hz, kHz, MHz, GHz, THz
+count      1      1 (a plain number of things: calls, instructions)
 ========== ====== ==========================================================
 
 A reader names units in its own spellings and passes an alias map from its
@@ -79,13 +80,14 @@ def _build() -> dict[str, Unit]:
     freq = {"Hz": Decimal(1), "kHz": Decimal(10) ** 3, "MHz": Decimal(10) ** 6, "GHz": Decimal(10) ** 9,
             "THz": Decimal(10) ** 12}
     units += [Unit(n, "frequency", f) for n, f in freq.items()]
+    units.append(Unit("1", "count", Decimal(1)))  # a plain count (calls, instructions): no scaling
     return {u.name: u for u in units}
 
 
 #: Registry name -> :class:`Unit`.
 UNITS: dict[str, Unit] = _build()
 #: The base unit of each dimension (factor 1).
-BASE = {"time": "ns", "bytes": "B", "rate": "B/s", "frequency": "Hz"}
+BASE = {"time": "ns", "bytes": "B", "rate": "B/s", "frequency": "Hz", "count": "1"}
 #: SI multipliers of count units (``Kinst``, ``Gbyte``...), as some tools write them.
 SI_PREFIXES: dict[str, Decimal] = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6,
                                    "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15}
@@ -100,7 +102,7 @@ def resolve(spelling: str, spellings: Mapping[str, str] | None = None) -> str:
 
 
 def dimension(unit: str, spellings: Mapping[str, str] | None = None) -> str:
-    """``"time"``, ``"bytes"``, ``"rate"`` or ``"frequency"``."""
+    """``"time"``, ``"bytes"``, ``"rate"``, ``"frequency"`` or ``"count"``."""
     return UNITS[resolve(unit, spellings)].dimension
 
 

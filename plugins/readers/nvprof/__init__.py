@@ -32,7 +32,7 @@ from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
 from .counters import link_counters
-from .frames import table_frame
+from .events import table_frame
 from .log_scan import LogScanner, ScanResult
 from .sniff import sniff
 from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly
