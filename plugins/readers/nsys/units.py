@@ -4,7 +4,7 @@ A header names its unit in parentheses: ``Start (ns)``, ``Duration(nsec)``,
 ``Bytes (MB)``, ``Throughput (MBps)``, ``Time(%)``. :func:`split_header`
 separates the name from the unit; :data:`SPELLINGS` maps nsys's spellings
 (lower-cased) to the unit registry, and :func:`time_factor` /
-:func:`size_factor` give how many ns or bytes one unit is. Decimal cells
+:func:`size_factor` give how many ns or bytes one unit is. Cells of decimal text
 (``9.634`` MB, ``16.673290`` s) become integers only through
 :func:`traceparse.units.column_to_int`: exact, rounded half to even to a
 whole ns or byte.
@@ -114,7 +114,7 @@ def fraction_digits(values: pl.Series) -> int:
 
 
 def decimals_to_int(values: pl.Series, unit: str, *, thousands: bool = False) -> pl.Series:
-    """Decimal text in ``unit`` (an nsys spelling) -> exact Int64 of the base unit (ns or bytes); blank -> null.
+    """decimal-text cells in ``unit`` (an nsys spelling) -> exact Int64 of the base unit (ns or bytes); blank -> null.
 
     E.g. ``"9.634"`` MB gives 9634000 bytes and ``"16.673290"`` s gives
     16673290000 ns (:func:`traceparse.units.column_to_int`, half to even).

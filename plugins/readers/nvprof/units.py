@@ -41,7 +41,7 @@ _UNIT_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ%/"
 
 
 def to_ints(numbers: pl.Series, unit: str | pl.Series, allowed: tuple[str, ...]) -> pl.Series:
-    """Decimal text × its unit (one spelling, or a column of them) as exact Int64 base units.
+    """Numbers (decimal text) × their unit (one spelling, or a column of them) as exact Int64 base units.
 
     Null where the text is not a number or the unit is not one of ``allowed``
     (the caller reports those cells).
@@ -53,7 +53,7 @@ def to_ints(numbers: pl.Series, unit: str | pl.Series, allowed: tuple[str, ...])
 
 
 def to_floats(numbers: pl.Series, unit: pl.Series) -> pl.Series:
-    """Decimal text × its unit as Float64 (the exact product, rounded once); a null unit is a plain number.
+    """Numbers (decimal text) × their unit as Float64 (the exact product, rounded once); a null unit is a plain number.
 
     Null where the text is not a number or the unit is not nvprof's.
     """

@@ -13,7 +13,7 @@ Layout: :mod:`.sniff` recognises each form; the forms are
 :mod:`.profiles` (directories and loose ``profile.N.C.T`` files, parsed by
 :mod:`.profile_text`), :mod:`.xml_profile` (merged ``tauprofile.xml`` and
 ``snapshot.N.C.T`` XML) and :mod:`.pprof` (pprof's text report); all become
-the same rows in :mod:`.events`. Decimal text becomes integers only through
+the same rows in :mod:`.events`. decimal text becomes integers only through
 :mod:`traceparse.units` (:mod:`.decimals`).
 """
 
