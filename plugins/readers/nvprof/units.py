@@ -35,8 +35,6 @@ DIMENSION_UNITS = {"time": TIME_UNITS, "size": SIZE_UNITS}
 #: Words that may appear in a CSV units row (besides empty cells).
 UNIT_WORDS = frozenset(SPELLINGS) | {"%"}
 
-_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-NUMBER = rf"^\s*{_NUMBER}\s*$"
 _UNIT_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ%/"
 
 
