@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,20 +40,20 @@ def refused(args: list[str], expected: str, store: Path) -> None:
     assert Store(store).ids() == []
 
 
-def exact_int(number, factor: int = 1, rounding: str = ROUND_HALF_UP) -> int:
+def exact_int(number, factor: int = 1, rounding: str = ROUND_HALF_EVEN) -> int:
     """The independent unit oracle: decimal ``number`` × integer ``factor``, rounded once to an integer.
 
     ``number`` is decimal text, a :class:`~decimal.Decimal` (JSON parsed with
     ``parse_float=Decimal``) or an int; a float is taken by its shortest text
     (``str``), never its binary value. Invalid text raises
     :class:`decimal.InvalidOperation`. ``rounding`` is a :mod:`decimal`
-    rounding mode, half up unless the reader under test documents another.
+    rounding mode: half to even, the one rule of :mod:`traceparse.units`.
     """
     value = Decimal(str(number)) if isinstance(number, float) else Decimal(number)
     return int((value * factor).to_integral_value(rounding=rounding))
 
 
-def us_to_ns(value, rounding: str = ROUND_HALF_UP) -> int:
+def us_to_ns(value, rounding: str = ROUND_HALF_EVEN) -> int:
     """A microsecond value (Chrome-trace ``ts``/``dur``, TAU's usec) as exact integer ns (see :func:`exact_int`)."""
     return exact_int(value, 1000, rounding)
 

@@ -146,9 +146,15 @@ def test_sniffing_prefers_the_chrome_reader_for_exports(tmp_path):
     out = tmp_path / "e.json"
     ChromeExporter().export(read_paths([TORCH])[0], out)
     head = read_head(out)
+    from traceparse.ingest import detect_reader
+
     readers = registry().readers
-    assert readers["chrome"].sniff(out, head) > readers["torch"].sniff(out, head) == 0.1
-    assert readers["chrome"].sniff(TORCH, read_head(TORCH)) < readers["torch"].sniff(TORCH, read_head(TORCH))
+    # an export's first key is "traceparse": the chrome reader's signature, not one of Kineto's keys
+    assert (readers["chrome"].sniff(out, head), readers["torch"].sniff(out, head)) == (1.0, 0.0)
+    assert detect_reader(out, registry()).name == "chrome"
+    # a Kineto trace: both claim it, and torch refines chrome, so torch reads it
+    assert readers["chrome"].sniff(TORCH, read_head(TORCH)) > 0 and readers["torch"].refines == "chrome"
+    assert detect_reader(TORCH, registry()).name == "torch"
 
 
 def test_a_kineto_trace_read_as_a_plain_chrome_trace(store):

@@ -55,7 +55,7 @@ def of_kind(trace, kind: str) -> pl.DataFrame:
 
 
 def exact(text: str, factor: int) -> int:
-    """Decimal text (thousands separated by commas) times factor, rounded half up: the independent unit conversion."""
+    """Decimal text (thousands separated by commas) times factor, rounded half to even (traceparse.units' one rule): the independent unit conversion."""
     return exact_int(text.replace(",", ""), factor)
 
 
@@ -845,14 +845,15 @@ def test_cuda_gpu_sum_is_the_last_resort(tmp_path):
     assert both.meta.extra["reports"]["cuda_gpu_sum"]["kinds_used"] == ["memcpy", "memset"]
 
 
-@pytest.mark.parametrize("text,factor", [
-    ("9.634", 10**6), ("0.0005", 10**6), ("16.673290", 10**9), ("1.2345", 10**6), ("-1.5", 1), ("2.5", 1),
-    ("0.295", 2**20), ("1234567.1234567891234", 10**9), (".5", 1000), ("7", 1024), ("123456789012", 1),
+@pytest.mark.parametrize("text,unit,factor", [
+    ("9.634", "MB", 10**6), ("0.0005", "MB", 10**6), ("16.673290", "s", 10**9), ("1.2345", "MB", 10**6),
+    ("-1.5", "ns", 1), ("2.5", "ns", 1), ("0.295", "MiB", 2**20), ("1234567.1234567891234", "sec", 10**9),
+    (".5", "us", 1000), ("7", "KiB", 1024), ("123456789012", "nsec", 1), ("0.0000025", "s", 10**9),
 ])
-def test_exact_unit_conversion(text, factor):
+def test_exact_unit_conversion(text, unit, factor):
     from traceparse_plugins.readers.nsys.units import decimals_to_int
 
-    got = decimals_to_int(pl.Series([text, None]), factor).to_list()
+    got = decimals_to_int(pl.Series([text, None]), unit).to_list()
     want = exact_int(text, factor)
     assert got == [want, None]
 

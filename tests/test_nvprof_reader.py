@@ -570,14 +570,15 @@ def test_device_cells_cut_by_the_column_width():
 
 
 def test_exact_unit_conversion():
-    from traceparse_plugins.readers.nvprof.units import SIZE_UNITS, TIME_UNITS, exact_int, factor_of, split_number
+    from traceparse_plugins.readers.nvprof.units import SIZE_UNITS, TIME_UNITS, split_number, to_ints
 
-    cells = ["512ns", "4.5440us", "8.6348ms", "1.26312s", "0.0005us", "38.147MB", "4.0000KB", "0B", "1.0737GB"]
-    frame = pl.DataFrame({"cell": cells})
-    number, unit = split_number(pl.col("cell"))
-    got = frame.select(pl.coalesce(exact_int(number, factor_of(unit, TIME_UNITS)),
-                                   exact_int(number, factor_of(unit, SIZE_UNITS))))["cell"].to_list()
-    assert got == [512, 4544, 8_634_800, 1_263_120_000, 1, 40_000_029, 4096, 0, exact("1.0737", 1 << 30)]
+    cells = ["512ns", "4.5440us", "8.6348ms", "1.26312s", "0.0005us", "0.0015us", "38.147MB", "4.0000KB", "0B",
+             "1.0737GB"]
+    parts = pl.DataFrame({"cell": cells}).select(*split_number(pl.col("cell")))
+    number, unit = parts[:, 0], parts[:, 1]
+    got = to_ints(number, unit, TIME_UNITS).fill_null(to_ints(number, unit, SIZE_UNITS)).to_list()
+    # 0.5 ns and 1.5 ns ties round half to even (traceparse.units' one rule)
+    assert got == [512, 4544, 8_634_800, 1_263_120_000, 0, 2, 40_000_029, 4096, 0, exact("1.0737", 1 << 30)]
 
 
 def test_formats_lists_nvprof(store):

@@ -363,9 +363,10 @@ def test_scaled_int_matches_python_decimal():
 
 @pytest.mark.parametrize("name", ["profile.0.0.0", "tauprofile.xml"])
 def test_sniff_claims_tau_files(name):
-    from traceparse_plugins.readers.tau.reader import TauReader
+    from traceparse_plugins.readers.tau import TauReader
 
     path = CPI / "profile.0.0.0" if name.startswith("profile") else TAU / "handwritten" / "xml" / name
-    assert TauReader().sniff(path, path.read_bytes()[:65536]) >= 0.9
-    assert TauReader().sniff(CPI, b"") >= 0.9
+    # the scale of Reader.sniff: 1.0 a text profile's own first line, 0.8 TAU's XML or a directory of profiles
+    assert TauReader().sniff(path, path.read_bytes()[:65536]) == (1.0 if name.startswith("profile") else 0.8)
+    assert TauReader().sniff(CPI, b"") == 0.8
     assert TauReader().sniff(Path("notes.txt"), b"hello") == 0.0

@@ -102,7 +102,7 @@ def test_decimal_times_are_exact(tmp_path):
     path.write_text(text)
     ev = read_paths([path])[0].events
     assert ev["start_ns"].to_list() == [9007199254740993, 12000]
-    assert ev["duration_ns"].to_list() == [1, 2]  # 0.5 ns rounds half up; 1.5e-3 us = 1.5 ns -> 2
+    assert ev["duration_ns"].to_list() == [0, 2]  # half to even (traceparse.units): 0.5 ns -> 0; 1.5e-3 us = 1.5 ns -> 2
     assert ev["external_id"].to_list() == [None, 3]
     assert ev["pid"].to_list() == [None, 1]
 

@@ -24,16 +24,27 @@ class IngestResult:
 
 
 def detect_reader(path: Path, reg: Registry) -> Reader:
-    """The reader most confident it can read ``path``; an :class:`InputError` naming those tried if none is."""
+    """The reader most confident it can read ``path``; an :class:`InputError` naming those tried if none is.
+
+    Every reader sniffs (see :meth:`Reader.sniff` for the confidence scale);
+    a reader that another claiming reader refines (:attr:`Reader.refines`) is
+    set aside, then the highest confidence wins, the reader registered first
+    on a tie.
+    """
     head = read_head(path)
-    best, best_score = None, 0.0
-    for reader in reg.readers.values():
+    scores: dict[str, float] = {}
+    for name, reader in reg.readers.items():
         try:
             score = float(reader.sniff(path, head))
         except Exception:  # a sniffer must never stop detection
             score = 0.0
-        if score > best_score:
-            best, best_score = reader, score
+        if score > 0:
+            scores[name] = score
+    refined = {reg.readers[name].refines for name in scores}
+    best, best_score = None, 0.0
+    for name, score in scores.items():
+        if name not in refined and score > best_score:
+            best, best_score = reg.readers[name], score
     if best is None:
         if path.is_file() and path.stat().st_size == 0:
             raise InputError(f"{path}: the file is empty")

@@ -35,19 +35,47 @@ class Reader:
     ``variants`` (the forms of the format it reads, shown by
     ``traceparse formats``) and ``patterns`` (file-name globs it usually
     has), and implement :meth:`sniff` and :meth:`read`.
+
+    ``refines`` names the reader of the container format this one
+    specialises (the torch reader's Kineto traces are Chrome Trace Event
+    JSON: it refines ``"chrome"``). When both claim a file (sniff above 0),
+    the refining reader reads it, whatever their confidences: a reader
+    therefore never needs to know its neighbours' formats, and sniffs only
+    for its own.
+
+    A built-in reader is a package with the same layout in every format:
+    ``__init__.py`` (the Reader and its hookimpl), ``sniff.py``, one module
+    per form it reads, ``events.py`` (the step to event rows); decimal text
+    becomes integers only through :mod:`traceparse.units`.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     variants: ClassVar[tuple[str, ...]] = ()
     patterns: ClassVar[tuple[str, ...]] = ()
+    refines: ClassVar[str | None] = None
 
     def sniff(self, path: Path, head: bytes) -> float:
-        """Confidence in [0, 1] that ``path`` is this format.
+        """Confidence in [0, 1] that ``path`` is this format, on this scale.
+
+        ====  ==============================================================
+        1.0   a magic number or signature the tool writes (``SQLite format
+              3`` is not one: it says SQLite, not whose)
+        0.8   a self-describing header or structure of this format (its
+              column names, its table names, its top-level keys)
+        0.5   structure seen but generic (a JSON object with the expected
+              key, a table whose header is not decisive)
+        0.2   only the file name or extension
+        0.0   not this format
+        ====  ==============================================================
 
         ``head`` is the first 64 KiB of the file (decompressed when the file
-        is gzip), or empty for a directory. 0 means "not mine"; the reader
-        with the highest confidence above 0 reads the file.
+        is gzip), or empty for a directory. The reader with the highest
+        confidence above 0 reads the file (a tie goes to the reader
+        registered first), except that a reader which :attr:`refines`
+        another beats it whenever both are above 0. A sniffer reads only
+        ``head`` (or, for a directory or a database, a few names inside
+        it), never raises, and knows nothing of other readers' formats.
         """
         return 0.0
 

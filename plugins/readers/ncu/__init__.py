@@ -48,6 +48,7 @@ from traceparse.trace import Trace, TraceMeta
 from .csv_form import looks_like_ncu_csv, read_csv
 from .events import to_events
 from .report_form import REPORT_SUFFIXES, looks_like_report, read_report
+from .sniff import sniff
 from .text_form import looks_like_ncu_text, read_text
 
 TOOL = "Nsight Compute"
@@ -65,13 +66,7 @@ class NcuReader(Reader):
     patterns = ("*.csv", "*.txt", "*.log", "*.ncu-rep", "*.nsight-cuprof-report")
 
     def sniff(self, path: Path, head: bytes) -> float:
-        if path.name.endswith(REPORT_SUFFIXES) or looks_like_report(head):
-            return 0.95
-        if looks_like_ncu_csv(head):
-            return 0.95
-        if looks_like_ncu_text(head):
-            return 0.9
-        return 0.0
+        return sniff(path, head)
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         path = paths[0]

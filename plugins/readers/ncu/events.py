@@ -1,9 +1,11 @@
 """From the parsed ncu tables to traceparse events: a kernel row per launch, a counter row per metric.
 
-Values: thousands separators removed, then parsed as exact decimals and
-brought to base units (:mod:`.units`): factor-1 units are cast straight to
-float (the nearest double of the decimal), scaled units are multiplied as
-:class:`~decimal.Decimal` first, so ``167.52 usecond`` is exactly 167520 ns.
+Values: thousands separators removed, then brought to base units
+(:mod:`.units`) only through :mod:`traceparse.units`: a float value is the
+exact product of the decimal and its unit's factor, rounded once (factor-1
+units: the nearest double of the decimal), and a kernel's duration is an
+exact integer of ns, rounded half to even, so ``167.52 usecond`` is exactly
+167520 ns.
 ``n/a`` and empty values are not metrics (no row). A semicolon list is an
 instanced metric (``--print-metric-instances``): skipped, with a warning.
 A value that is not a number is an error when its metric has a unit; a
@@ -18,17 +20,17 @@ the trace's device list (name, SMs, memory, clocks, compute capability) and
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import polars as pl
 
+from traceparse import units as registry
 from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.trace import Device
 
 from .parsed import Parsed
-from .units import conversion
+from .units import TIME_SPELLINGS, conversion
 
 NUMBER = r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?([eE][+-]?\d+)?$|^[+-]?\.\d+([eE][+-]?\d+)?$"
 DEVICE_PREFIX = "device__attribute_"
@@ -92,20 +94,18 @@ def _values(path: Path, metrics: pl.DataFrame, options: ReadOptions) -> pl.DataF
     if unknown:
         options.warn(f"{path}: units not recognised, values kept as written: {', '.join(unknown)}")
     unit_frame = pl.DataFrame({"unit": units, "base": [table[u].base for u in units],
-                               "factor": [str(table[u].factor) for u in units],
                                "scaled": [table[u].factor != 1 for u in units]},
-                              schema={"unit": pl.String, "base": pl.String, "factor": pl.String,
-                                      "scaled": pl.Boolean})
+                              schema={"unit": pl.String, "base": pl.String, "scaled": pl.Boolean})
     frame = frame.join(unit_frame, on="unit", how="left", maintain_order="left")
-    scaled = frame.filter(pl.col("scaled")).select("number", "factor").unique()
-    exact = {(n, f): float(Decimal(n) * Decimal(f)) for n, f in scaled.iter_rows()}
-    scaled_values = pl.DataFrame({"number": [k[0] for k in exact], "factor": [k[1] for k in exact],
+    scaled = frame.filter(pl.col("scaled")).select("number", "unit").unique()
+    exact = {(n, u): registry.to_float(n, scale=table[u].factor) for n, u in scaled.iter_rows()}
+    scaled_values = pl.DataFrame({"number": [k[0] for k in exact], "unit": [k[1] for k in exact],
                                   "scaled_value": list(exact.values())},
-                                 schema={"number": pl.String, "factor": pl.String, "scaled_value": pl.Float64})
-    frame = (frame.join(scaled_values, on=["number", "factor"], how="left", maintain_order="left")
+                                 schema={"number": pl.String, "unit": pl.String, "scaled_value": pl.Float64})
+    frame = (frame.join(scaled_values, on=["number", "unit"], how="left", maintain_order="left")
              .with_columns(value=pl.when(pl.col("scaled")).then(pl.col("scaled_value"))
                            .otherwise(pl.col("number").cast(pl.Float64))))
-    return frame.select("key", "line", "group", "name", "unit", "base", "value", "number", "factor")
+    return frame.select("key", "line", "group", "name", "unit", "base", "value", "number")
 
 
 def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
@@ -119,7 +119,7 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
             {n: i for i, n in enumerate(names)}, default=len(names), return_dtype=pl.Int64))
         return (picked.sort(["key", "rank"]).group_by("key", maintain_order=True).first()
                 .select("key", pl.col("value").alias(alias), pl.col("number").alias(alias + "_number"),
-                        pl.col("factor").alias(alias + "_factor")))
+                        pl.col("unit").alias(alias + "_unit")))
 
     out = kernels
     for names, alias, sections in ((DURATION, "duration", SECTION_OF_DURATION), (REGISTERS, "registers", None),
@@ -128,7 +128,7 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
     for names in (GRID, BLOCK):
         for name in names:
             out = out.join(metric((name,), name), on="key", how="left", maintain_order="left")
-    exact_ns = [_exact_int(n, f) for n, f in zip(out["duration_number"].to_list(), out["duration_factor"].to_list())]
+    exact_ns = [_duration_ns(n, u) for n, u in zip(out["duration_number"].to_list(), out["duration_unit"].to_list())]
     grid = [_triple(v) for v in out["grid"].to_list()]
     block = [_triple(v) for v in out["block"].to_list()]
     cols = {
@@ -150,13 +150,18 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
     return pl.DataFrame(cols).with_columns(key=out["key"], line=out["line"])
 
 
-def _exact_int(number: str | None, factor: str | None) -> int | None:
-    """An integer number of base units from a decimal string and factor, rounded half-even (None if absent)."""
+def _duration_ns(number: str | None, unit: str | None) -> int | None:
+    """A duration as integer ns (:func:`traceparse.units.to_int`, half to even); None if absent.
+
+    A duration in a unit that is not a time is kept as written, rounded.
+    """
     if number is None:
         return None
     try:
-        return int((Decimal(number) * Decimal(factor or "1")).to_integral_value())
-    except InvalidOperation:
+        if unit in TIME_SPELLINGS:
+            return registry.to_int(number, unit, to="ns", spellings=TIME_SPELLINGS)
+        return registry.to_int(number, "ns")
+    except ValueError:
         return None
 
 
@@ -247,7 +252,7 @@ def _to_number(text: str | None) -> int | float | None:
     if text is None or not re.match(NUMBER, text.strip()):
         return None
     clean = text.strip().replace(",", "")
-    value = Decimal(clean)
+    value = registry.parse(clean)
     return int(value) if value == value.to_integral_value() and "e" not in clean.lower() else float(value)
 
 

@@ -10,31 +10,37 @@ newer ones abbreviate (``ns``, ``us``, ``Ghz``, ``hz``).
 
 Base units here: time in ``ns``, frequency in ``hz``, counts in their own
 unit (``byte``, ``inst``, ``cycle``, ...), rates in ``<count>/s``, ``%``
-unchanged. Factors are exact :class:`~decimal.Decimal` values.
+unchanged. Factors are exact fractions from the unit registry
+(:mod:`traceparse.units`); :data:`TIME_SPELLINGS` and :data:`FREQ_SPELLINGS`
+are ncu's spellings of registry units.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
+from fractions import Fraction
 
+from traceparse import units
+
+ONE = Fraction(1)
 #: Multipliers of the prefixes ncu puts on count units (SI, factor 1000).
-COUNT_PREFIXES = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-                  "T": Decimal(10) ** 12, "P": Decimal(10) ** 15}
+COUNT_PREFIXES = {prefix: Fraction(value) for prefix, value in units.SI_PREFIXES.items()}
 #: Count units ncu prints (the part after an optional SI prefix).
 COUNT_UNITS = {"byte", "bytes", "inst", "cycle", "warp", "thread", "block", "sector", "request", "register",
                "transaction", "wavefront", "pass", "cluster", "SM", "flop", "op", "sample", "msg", "packet",
                "instance", "lane", "bank", "tpc", "unit"}
+#: ncu's time spellings -> registry unit.
+TIME_SPELLINGS = {"psecond": "ps", "ps": "ps", "nsecond": "ns", "ns": "ns", "usecond": "us", "us": "us",
+                  "msecond": "ms", "ms": "ms", "second": "s", "s": "s"}
+#: ncu's frequency spellings (lower-cased) -> registry unit.
+FREQ_SPELLINGS = {"hz": "Hz", "khz": "kHz", "mhz": "MHz", "ghz": "GHz", "thz": "THz"}
 #: Time units -> nanoseconds per unit.
-TIME_NS = {"psecond": Decimal("0.001"), "ps": Decimal("0.001"), "nsecond": Decimal(1), "ns": Decimal(1),
-           "usecond": Decimal(10) ** 3, "us": Decimal(10) ** 3, "msecond": Decimal(10) ** 6,
-           "ms": Decimal(10) ** 6, "second": Decimal(10) ** 9, "s": Decimal(10) ** 9}
+TIME_NS = {spelling: units.ratio(spelling, "ns", TIME_SPELLINGS) for spelling in TIME_SPELLINGS}
 #: Frequency units (lower-cased) -> hertz per unit.
-FREQ_HZ = {"hz": Decimal(1), "khz": Decimal(10) ** 3, "mhz": Decimal(10) ** 6, "ghz": Decimal(10) ** 9,
-           "thz": Decimal(10) ** 12}
+FREQ_HZ = {spelling: units.ratio(spelling, "Hz", FREQ_SPELLINGS) for spelling in FREQ_SPELLINGS}
 _PREFIXED = re.compile(r"^([KMGTP]?)(.+)$")
-_NS_PER_SECOND = Decimal(10) ** 9
+_NS_PER_SECOND = units.ratio("s", "ns")
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class UnitConversion:
     """
 
     unit: str
-    factor: Decimal
+    factor: Fraction
     base: str | None
     known: bool = True
 
@@ -55,16 +61,16 @@ def conversion(unit: str | None) -> UnitConversion:
     """The conversion of one ncu unit string (``""`` or None: a plain number)."""
     text = (unit or "").strip()
     if not text:
-        return UnitConversion(text, Decimal(1), None)
+        return UnitConversion(text, ONE, None)
     if text == "%":
-        return UnitConversion(text, Decimal(1), "%")
+        return UnitConversion(text, ONE, "%")
     numerator, slash, denominator = text.partition("/")
     if not slash:
         simple = _simple(numerator)
-        return UnitConversion(text, *simple) if simple else UnitConversion(text, Decimal(1), text, known=False)
+        return UnitConversion(text, *simple) if simple else UnitConversion(text, ONE, text, known=False)
     num = _simple(numerator)
     if num is None or "/" in denominator:
-        return UnitConversion(text, Decimal(1), text, known=False)
+        return UnitConversion(text, ONE, text, known=False)
     factor, base = num
     if denominator in TIME_NS:
         per_second = factor * _NS_PER_SECOND / TIME_NS[denominator]
@@ -75,20 +81,20 @@ def conversion(unit: str | None) -> UnitConversion:
         return UnitConversion(text, per_second, f"{base}/s")
     den = _simple(denominator)
     if den is None:
-        return UnitConversion(text, Decimal(1), text, known=False)
+        return UnitConversion(text, ONE, text, known=False)
     return UnitConversion(text, factor / den[0], f"{base}/{den[1]}")
 
 
-def _simple(unit: str) -> tuple[Decimal, str] | None:
+def _simple(unit: str) -> tuple[Fraction, str] | None:
     """(factor, base) of a unit without ``/``; None when unknown."""
     if unit == "%":
-        return Decimal(1), "%"
+        return ONE, "%"
     if unit in TIME_NS:
         return TIME_NS[unit], "ns"
     if unit.lower() in FREQ_HZ:
         return FREQ_HZ[unit.lower()], "hz"
     if unit in COUNT_UNITS:
-        return Decimal(1), _singular(unit)
+        return ONE, _singular(unit)
     m = _PREFIXED.match(unit)
     if m and m.group(1) and m.group(2) in COUNT_UNITS:
         return COUNT_PREFIXES[m.group(1)], _singular(m.group(2))

@@ -107,7 +107,7 @@ def _convert(raw: pl.Series, kind: str, unit: str | None, report: str, name: str
     if factor is None:
         raise _UnknownUnit(unit)
     table.units[name] = unit
-    out = units.decimals_to_int(raw, factor, thousands=thousands)
+    out = units.decimals_to_int(raw, unit, thousands=thousands)
     if factor > 1:
         digits = units.fraction_digits(raw) if raw.str.contains(".", literal=True).any() else 0
         if factor > 10**digits:

@@ -92,11 +92,6 @@ def parse_file_name(name: str) -> FileName | None:
     return FileName(m.group("prefix"), canonical or written, canonical is not None, bool(m.group("table")))
 
 
-def canonical_report(name: str) -> str | None:
-    """The current name of a report, given any of its names; None if traceparse does not read it."""
-    return _CANONICAL.get(name.lower())
-
-
 # -- columns -----------------------------------------------------------------
 #: Header base name (lower-case, single spaces) -> canonical field.
 FIELDS: dict[str, str] = {

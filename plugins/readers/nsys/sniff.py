@@ -1,18 +1,17 @@
-"""Recognising Nsight Systems output by its content (the extension only breaks ties).
+"""Recognising Nsight Systems output by its own content (confidence scale: :meth:`traceparse.reader.Reader.sniff`).
 
-* ``.nsys-rep`` / ``.qdrep``: the file starts with ``NVIDIA Tegra Profiler Report``.
-* SQLite export: a SQLite file whose schema names ``StringIds``,
-  ``TARGET_INFO_*``, ``NVTX_EVENTS`` or ``ENUM_NSYS_*``; nvprof's SQLite
-  profile has ``StringTable`` instead and is left to the nvprof reader.
-* ``nsys stats`` CSV/TSV: a header with nsys's own column names (``CorrId``,
-  ``GrdX``, ``Reg/Trd``, ``StcSMem``, ``Total Time``, ``Num Calls``,
-  ``Range``...). nvprof's CSV (``"Start","Duration","Grid X"...``, a units
-  row, ``==PID==`` lines) has none of them and is not claimed.
-* the default console table (header, dash underline), and nsys console
-  messages (``usage: nsys stats``...), claimed weakly so the reader can say
-  what is wrong with them.
-* an empty file named ``PREFIX_REPORT.csv`` (nsys writes one for a report
-  without data), claimed so it joins its capture.
+* 1.0: ``.nsys-rep`` / ``.qdrep`` starting with ``NVIDIA Tegra Profiler Report``.
+* 0.8: a SQLite export, whose schema names nsys's own tables (``StringIds``,
+  ``TARGET_INFO_*``, ``NVTX_EVENTS``, ``ENUM_NSYS_*``, ``META_DATA_EXPORT``);
+  ``nsys stats`` CSV/TSV whose header has nsys's own column names
+  (``CorrId``, ``GrdX``, ``Reg/Trd``, ``StcSMem``, ``Total Time``,
+  ``Num Calls``, ``Range``...); the default console table (that header, a
+  dash underline).
+* 0.5: nsys console messages (``usage: nsys stats``...), claimed so the
+  reader can say what is wrong with them.
+* 0.2: only the name: an ``.nsys-rep`` without its magic, an empty file named
+  ``PREFIX_REPORT.csv`` (nsys writes one for a report without data, claimed
+  so it joins its capture), or such a CSV of a report traceparse does not read.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from traceparse_plugins.readers.nsys.sections import header_cells, _DASHES, _loo
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _NSYS_TABLES = (b"StringIds", b"TARGET_INFO_", b"NVTX_EVENTS", b"ENUM_NSYS_", b"META_DATA_EXPORT")
-_NVPROF_LINE = re.compile(rb"^==\d+==", re.MULTILINE)
 _NSYS_MESSAGE = re.compile(r"^\s*(usage: nsys|WARNING: Existing SQLite export|NOTICE: Existing SQLite export|"
                            r"Processing \[.*\] with \[|\*\* .*\((cuda|nvtx|osrt|gpu)\w*\):)", re.MULTILINE)
 
@@ -54,39 +52,35 @@ def sniff(path: Path, head: bytes) -> float:
     """Confidence that ``path`` is Nsight Systems output (see the module docstring)."""
     kind = kind_of(path, head)
     if kind == "rep":
-        return 0.95 if head.startswith(MAGIC) else 0.6
+        return 1.0 if head.startswith(MAGIC) else 0.2
     if kind == "sqlite":
         return _sniff_sqlite(path, head)
     if not head:
         named = reports.parse_file_name(path.name)
-        return 0.6 if named and named.supported and path.is_file() else 0.0
+        return 0.2 if named and named.supported and path.is_file() else 0.0
     if kind == "text":
         score = _sniff_text(head)
         if score == 0.0 and reports.parse_file_name(path.name) and b"," in head.split(b"\n", 1)[0]:
-            return 0.3  # PREFIX_REPORT.csv of a report traceparse does not read: claimed, then skipped or refused
+            return 0.2  # PREFIX_REPORT.csv of a report traceparse does not read: claimed, then skipped or refused
         return score
     return 0.0
 
 
 def _sniff_sqlite(path: Path, head: bytes) -> float:
-    if b"StringTable" in head and b"StringIds" not in head:
-        return 0.0  # nvprof
     if any(marker in head for marker in _NSYS_TABLES):
-        return 0.95
+        return 0.8
     if not is_gzip(path):
         try:
             with closing(connect(path)) as db:
                 names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.Error:
             return 0.0
-        if "StringIds" in names and "StringTable" not in names:
-            return 0.9
+        if "StringIds" in names:
+            return 0.8
     return 0.0
 
 
 def _sniff_text(head: bytes) -> float:
-    if _NVPROF_LINE.search(head):
-        return 0.0
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     lines = text.split("\n")
     if len(head) >= 64 * 1024:
@@ -94,11 +88,11 @@ def _sniff_text(head: bytes) -> float:
     lines = [line.rstrip("\r") for line in lines]
     for i, line in enumerate(lines[:200]):
         if line.strip() and header_cells(line) is not None:
-            return 0.95
+            return 0.8
         if i and _DASHES.match(line):
             spans = [(m.start(), m.end()) for m in re.finditer(r"-+", line)]
             if _looks_like_header(_cut(lines[i - 1], spans)):
-                return 0.9
+                return 0.8
     if _NSYS_MESSAGE.search(text):
         return 0.5
     return 0.0

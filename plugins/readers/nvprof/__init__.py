@@ -15,14 +15,12 @@ Reads, from one file:
 
 Times become integer ns and sizes integer bytes exactly (see :mod:`.units`;
 nvprof's KB/MB/GB are binary). docs/formats/nvprof.md maps every column.
-Detection: ``==PID==`` messages, nvprof's quoted CSV headers (never the
-unquoted ``Start (ns)`` / ``Time (%)`` headers of nsys), and for SQLite a
-``StringTable`` without nsys's ``StringIds``.
+Detection (:mod:`.sniff`): ``==PID==`` messages, nvprof's own table
+headers, and for SQLite its ``StringTable`` and CUPTI activity tables.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import polars as pl
@@ -30,19 +28,16 @@ import polars as pl
 from traceparse.errors import bad_input
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
-from traceparse.sources import is_gzip, read_head
+from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
 from .counters import link_counters
-from .frames import table_frame
+from .events import table_frame
 from .log_scan import LogScanner, ScanResult
-from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly, sniff_tables
-from .tables import TRACE, csv_cells, form_of, text_header
+from .sniff import sniff
+from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly
+from .tables import TRACE
 
-_MESSAGE = re.compile(r"==\d+== (?:Profiling result:|NVPROF is profiling process|Profiling application:|"
-                      r"Metric result:|Event result:|API calls:|Unified Memory profiling result:)")
-_IMPORTED = re.compile(r"^={8} (?:Profiling result:|Metric result:|Event result:|API calls:|Warning: )", re.M)
-_NOT_NVPROF_LABEL = re.compile(r" \((?:ns|us|ms|s|%|MB|MB/s)\)|CorrId|GrdX")
 
 
 class NvprofReader(Reader):
@@ -60,50 +55,13 @@ class NvprofReader(Reader):
     patterns = ("*.log", "*.txt", "*.csv", "*.nvvp", "*.prof", "*.nvprof")
 
     def sniff(self, path: Path, head: bytes) -> float:
-        if is_sqlite(head):
-            tables = _head_tables(head) if is_gzip(path) else sniff_tables(path)
-            has_activity = any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables)
-            return 0.9 if "StringTable" in tables and "StringIds" not in tables and has_activity else 0.0
-        if b"\x00" in head[:4096]:
-            return 0.0
-        text = head.decode("utf-8", errors="replace")
-        if _MESSAGE.search(text):
-            return 0.95
-        if _IMPORTED.search(text):
-            return 0.9
-        return _header_score(text)
+        return sniff(path, head)
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         path = paths[0]
         if is_sqlite(read_head(path, 64)):
             return _read_sqlite(path, options)
         return _read_log(path, options)
-
-
-def _head_tables(head: bytes) -> set[str]:
-    """Table names visible in the (decompressed) first bytes of a database, for gzip-compressed files."""
-    names = set(re.findall(rb"CREATE TABLE\s+\"?([A-Za-z_][A-Za-z0-9_]*)", head))
-    return {n.decode() for n in names}
-
-
-def _header_score(text: str) -> float:
-    """Confidence from an nvprof table header alone (a log whose ``==PID==`` lines were cut away)."""
-    for line in text.splitlines()[:400]:
-        stripped = line.strip()
-        if stripped.startswith('"'):
-            try:
-                labels = csv_cells(stripped)
-            except Exception:
-                continue
-            if form_of(labels) and not any(_NOT_NVPROF_LABEL.search(label) for label in labels):
-                return 0.85
-        elif "  " in stripped:
-            labels, _, _ = text_header(line)
-            form = form_of(labels)
-            if form and (form != TRACE or {"Grid Size", "Regs*", "Device", "Throughput"} & set(labels)) \
-                    and not any(_NOT_NVPROF_LABEL.search(label) for label in labels):
-                return 0.6
-    return 0.0
 
 
 def _read_sqlite(path: Path, options: ReadOptions) -> Trace:

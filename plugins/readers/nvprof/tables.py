@@ -2,7 +2,7 @@
 
 A :class:`Table` is one result table as nvprof printed it (a summary, a GPU
 or API trace, metric or event results, the unified-memory summary), in text
-or CSV, with its raw cells gathered column by column; :mod:`.frames` turns
+or CSV, with its raw cells gathered column by column; :mod:`.events` turns
 the cells into events. Splitting a line into cells is exact or it fails:
 a line that looks like a row but does not split into the header's columns
 raises a one-line :class:`~traceparse.errors.InputError` naming the line.

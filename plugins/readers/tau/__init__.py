@@ -8,13 +8,149 @@ api where TAU's CUDA support marks them), with calls, Subrs, exclusive and
 inclusive time, TAU group, node/context/thread as pid/device_id/tid and
 call paths as ``call_path`` + ``parent_id``; other metrics and user events
 become counter rows. docs/formats/tau.md has the details.
+
+Layout: :mod:`.sniff` recognises each form; the forms are
+:mod:`.profiles` (directories and loose ``profile.N.C.T`` files, parsed by
+:mod:`.profile_text`), :mod:`.xml_profile` (merged ``tauprofile.xml`` and
+``snapshot.N.C.T`` XML) and :mod:`.pprof` (pprof's text report); all become
+the same rows in :mod:`.events`. decimal text becomes integers only through
+:mod:`traceparse.units` (:mod:`.decimals`).
 """
 
 from __future__ import annotations
 
-from traceparse.plugins import hookimpl
+from pathlib import Path
 
-from .reader import TauReader
+from traceparse.errors import InputError, bad_input
+from traceparse.plugins import hookimpl
+from traceparse.reader import ReadOptions, Reader
+from traceparse.sources import read_head
+from traceparse.trace import Device, Trace, TraceMeta
+
+from . import events
+from .pprof import looks_like_pprof, read_pprof
+from .profiles import MULTI_PREFIX, NO_PROFILES, PROFILE_NAME, ProfileSet, discover, read_sources, source_for
+from .sniff import HEADER, SNAPSHOT_NAME, XML_HEAD, sniff
+from .xml_profile import read_xml
+
+
+class TauReader(Reader):
+    name = "tau"
+    description = "TAU profiles: profile.N.C.T directories, MULTI__ metric directories, merged XML, pprof text"
+    variants = (
+        "profile.<node>.<context>.<thread> text (templated_functions[_MULTI_<METRIC>]), TAU 2.x, ParaProf export",
+        "MULTI__<METRIC>/ directories (TIME, PAPI, CUPTI counters) merged into one trace",
+        "merged XML (tauprofile.xml, TAU_PROFILE_FORMAT=merged) and snapshot.N.C.T XML",
+        "pprof text report (per thread, or FUNCTION SUMMARY total/mean)",
+    )
+    patterns = ("profile.*.*.*", "MULTI__*", "tauprofile.xml", "snapshot.*.*.*", "*.pprof")
+
+    def sniff(self, path: Path, head: bytes) -> float:
+        return sniff(path, head)
+
+    def group(self, paths: list[Path]) -> list[list[Path]]:
+        """Loose profile.N.C.T files of one directory (or of sibling MULTI__ directories) are one trace."""
+        groups: dict[Path, list[Path]] = {}
+        out: list[list[Path]] = []
+        for p in paths:
+            if p.is_file() and PROFILE_NAME.match(p.name) and HEADER.match(read_head(p, 256)):
+                root = p.parent.parent if p.parent.name.startswith(MULTI_PREFIX) else p.parent
+                if root not in groups:
+                    groups[root] = []
+                    out.append(groups[root])
+                groups[root].append(p)
+            else:
+                out.append([p])
+        return out
+
+    def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        path = paths[0]
+        extra: dict = {}
+        if len(paths) == 1 and path.is_dir():
+            xml = path / "tauprofile.xml"
+            try:
+                sources = discover(path, options.warn)
+            except InputError:
+                if not xml.is_file():
+                    raise
+                sources = None
+            if sources is None:
+                profile, variant = read_xml(xml, options.warn, options.progress), "merged XML (tauprofile.xml)"
+            else:
+                profile = read_sources(sources, options.warn, options.progress)
+                variant = _text_variant(profile)
+        else:
+            head = read_head(path)
+            if len(paths) > 1 or HEADER.match(head) or PROFILE_NAME.match(path.name):
+                profile = read_sources([source_for(p) for p in paths], options.warn, options.progress)
+                variant = _text_variant(profile)
+            elif XML_HEAD.match(head) or b"<profile_xml" in head or path.suffix == ".xml" \
+                    or SNAPSHOT_NAME.match(path.name):
+                profile = read_xml(path, options.warn, options.progress)
+                variant = "merged XML" if path.name == "tauprofile.xml" else "snapshot XML"
+            elif looks_like_pprof(head.decode("utf-8", errors="replace")):
+                profile, sections = read_pprof(path, options.warn, options.progress)
+                table = "per-thread tables" if sections["read"] == "thread" else sections["read"] + " summary"
+                variant = f"pprof text ({table})"
+                extra["pprof_tables"] = sections["tables"]
+            else:
+                raise bad_input(path, None, NO_PROFILES)
+        rows, notes = events.build_events(profile.routines, profile.counters, profile.user_events, profile.threads)
+        if notes.get("counters_without_routine"):
+            options.warn(f"{notes['counters_without_routine']} counter values had no routine to attach to")
+        meta = _meta(profile, variant, extra)
+        meta.warnings = options.warnings  # what was noticed while reading
+        return Trace(rows, meta)
+
+
+def _text_variant(profile: ProfileSet) -> str:
+    threads = profile.routines.select(events.THREAD).unique().height
+    metrics = ", ".join(profile.metrics)
+    where = "MULTI__ directories" if len(profile.metrics) > 1 else "profile.N.C.T text"
+    return f"{where}: {threads} threads, metrics {metrics}"
+
+
+def _meta(profile: ProfileSet, variant: str, extra: dict) -> TraceMeta:
+    meta = TraceMeta(tool="TAU", variant=variant)
+    first = profile.metadata[0][1] if profile.metadata else {}
+    meta.tool_version = first.get("TAU Version")
+    meta.devices = _devices(profile.metadata)
+    threads = profile.routines.select(events.THREAD).unique().height
+    meta.extra = {"metrics": profile.metrics, "time_metric": profile.time_metric, "threads": threads,
+                  "files_read": profile.files_read, **extra}
+    if first:
+        meta.extra["metadata"] = first
+    return meta
+
+
+def _devices(metadata: list) -> list[Device]:
+    """GPUs named in TAU's metadata (``GPU Name``, ``GPU numMultiprocessors``, ...), one per CUDA device."""
+    devices: dict[int, Device] = {}
+    for _, attrs in metadata:
+        if "GPU Name" not in attrs:
+            continue
+        ident = _int(attrs.get("CUDA Device")) or 0
+        if ident in devices:
+            continue
+        major, minor = attrs.get("GPU computeCapabilityMajor"), attrs.get("GPU computeCapabilityMinor")
+        clock = _int(attrs.get("GPU coreClockRate"))
+        memory_clock = _int(attrs.get("GPU memoryClockRate"))
+        devices[ident] = Device(
+            id=ident, name=attrs["GPU Name"], sm_count=_int(attrs.get("GPU numMultiprocessors")),
+            memory_bytes=_int(attrs.get("GPU globalMemorySize")),
+            compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
+            core_clock_mhz=clock / 1000 if clock is not None else None,  # CUDA reports kHz
+            memory_clock_mhz=memory_clock / 1000 if memory_clock is not None else None,
+            extra={k: v for k, v in attrs.items() if k.startswith("GPU ")},
+        )
+    return [devices[k] for k in sorted(devices)]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 @hookimpl

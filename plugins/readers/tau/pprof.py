@@ -39,7 +39,7 @@ import polars as pl
 from traceparse.errors import bad_input
 from traceparse.sources import open_binary
 
-from . import build
+from . import events
 from .decimals import is_number, scaled_int, to_float
 from .profile_text import whole_numbers
 from .profiles import ProfileSet
@@ -62,7 +62,7 @@ def looks_like_pprof(head: str) -> bool:
 
 def read_pprof(path: Path, warn: Callable[[str], None],
                progress: Callable[[int], None] = lambda n: None) -> tuple[ProfileSet, dict]:
-    """Parse pprof output into the tables :func:`build.build_events` takes, plus what sections there were."""
+    """Parse pprof output into the tables :func:`events.build_events` takes, plus what sections there were."""
     try:
         with open_binary(path) as f:
             data = f.read()
@@ -93,10 +93,10 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     if chosen != "thread":
         event_frames = []
     routines = pl.concat(routine_frames, how="vertical_relaxed")
-    counters = pl.concat(counter_frames, how="vertical_relaxed") if counter_frames else build.empty(build.COUNTERS)
-    user_events = pl.concat(event_frames, how="vertical_relaxed") if event_frames else build.empty(build.USER_EVENTS)
+    counters = pl.concat(counter_frames, how="vertical_relaxed") if counter_frames else events.empty(events.COUNTERS)
+    user_events = pl.concat(event_frames, how="vertical_relaxed") if event_frames else events.empty(events.USER_EVENTS)
     has_time = bool(routines["duration_ns"].is_not_null().any())
-    result = ProfileSet(routines, counters, user_events, build.empty(build.THREADS),
+    result = ProfileSet(routines, counters, user_events, events.empty(events.THREADS),
                         ["TIME"] if has_time else [COUNTER_NAME], "TIME" if has_time else None, [], 1)
     return result, {"tables": kinds, "read": chosen}
 
@@ -156,7 +156,7 @@ def _function_table(path: Path, lines: pl.Series, section: dict, warn: Callable[
     found = _table_rows(lines, section["start"], section["end"], COLUMN_HEADER)
     node, context, thread = section["key"]
     if found is None:
-        return build.empty(build.ROUTINES), None
+        return events.empty(events.ROUTINES), None
     first, last, head = found
     counts = "Count/Call" in head or "counts" in head.lower()
     numbers = 7 if "Standard" in head else 6
@@ -179,7 +179,7 @@ def _function_table(path: Path, lines: pl.Series, section: dict, warn: Callable[
                          "calls": calls, "subcalls": subcalls}).with_columns(**key, group=pl.lit(None, pl.String))
     if counts:
         routines = base.with_columns(exclusive_ns=pl.lit(None, pl.Int64), duration_ns=pl.lit(None, pl.Int64))
-        counters = build.with_dup(base.with_columns(
+        counters = events.with_dup(base.with_columns(
             exclusive=rows.select(to_float(pl.col("f2"))).to_series(),
             inclusive=rows.select(to_float(pl.col("f3"))).to_series(),
             metric=pl.lit(COUNTER_NAME), unit=pl.lit(None, pl.String)), ["raw"])
@@ -217,7 +217,7 @@ def _ms_to_ns(path: Path, rows: pl.DataFrame, column: str) -> pl.Series:
 def _user_table(path: Path, lines: pl.Series, section: dict, warn: Callable[[str], None]) -> pl.DataFrame:
     found = _table_rows(lines, section["start"], section["end"], USER_COLUMNS)
     if found is None:
-        return build.empty(build.USER_EVENTS)
+        return events.empty(events.USER_EVENTS)
     first, last, _ = found
     rows = _extract(lines, first, last, 5)
     bad = rows.filter(pl.col("f6").is_null() | (pl.col("f6") == "")

@@ -6,7 +6,7 @@ several metrics (``TAU_METRICS=TIME:PAPI_TOT_CYC``) one
 and routines. The files of one thread are merged: the wall-clock time
 metric (``TIME``, or the first of :data:`TIME_PREFERENCE`) gives
 ``exclusive_ns``/``duration_ns`` (microseconds to integer ns, exactly);
-every other metric becomes counter rows of the routine (see :mod:`.build`).
+every other metric becomes counter rows of the routine (see :mod:`.events`).
 A file that cannot be read is skipped with a warning as long as one can.
 """
 
@@ -21,7 +21,7 @@ import polars as pl
 
 from traceparse.errors import InputError, bad_input
 
-from . import build
+from . import events
 from .classify import GPU_THREAD_KEYS
 from .decimals import scaled_int, to_float
 from .profile_text import ProfileFile, read_profile_file, whole_numbers
@@ -89,7 +89,7 @@ def source_for(path: Path) -> Source:
 
 @dataclass
 class ProfileSet:
-    """What the files of one trace hold, as the tables :func:`build.build_events` takes."""
+    """What the files of one trace hold, as the tables :func:`events.build_events` takes."""
 
     routines: pl.DataFrame
     counters: pl.DataFrame
@@ -132,19 +132,19 @@ def _metric_of(source: Source, profile: ProfileFile) -> str:
 
 
 def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]) -> ProfileSet:
-    frames, events, threads, metadata = [], {}, [], []
+    frames, with_user_events, threads, metadata = [], {}, [], []
     for source, profile in parsed:
         key = (source.node, source.context, source.thread)
         frames.append(profile.routines.with_columns(
             metric=pl.lit(_metric_of(source, profile)), path=pl.lit(str(profile.path)),
             node=pl.lit(source.node, pl.Int64), context=pl.lit(source.context, pl.Int64),
             thread=pl.lit(source.thread, pl.Int64)))
-        if profile.user_events.height and key not in events:  # every metric's file repeats them
-            events[key] = profile
+        if profile.user_events.height and key not in with_user_events:  # every metric's file repeats them
+            with_user_events[key] = profile
         metadata.append((key, profile.metadata))
         threads.append({"node": key[0], "context": key[1], "thread": key[2], **gpu_facts(profile.metadata)})
-    return assemble(pl.concat(frames, how="vertical_relaxed"), _user_events(events, warn),
-                    pl.DataFrame(threads, schema=build.THREADS, strict=False), metadata, len(parsed), warn)
+    return assemble(pl.concat(frames, how="vertical_relaxed"), _user_events(with_user_events, warn),
+                    pl.DataFrame(threads, schema=events.THREADS, strict=False), metadata, len(parsed), warn)
 
 
 def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFrame,
@@ -155,9 +155,9 @@ def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFra
     metrics = sorted(set(table["metric"].to_list()), key=_metric_rank)
     time_metric = next((m for m in metrics if is_time_metric(m)), None)
     table = table.sort(["node", "context", "thread", "metric", "seq"])
-    table = build.with_dup(table, ["metric", "raw"])
+    table = events.with_dup(table, ["metric", "raw"])
     reference = _reference_rows(table, metrics)
-    missing = table.join(reference.select(*build.THREAD, "raw", "dup"), on=[*build.THREAD, "raw", "dup"],
+    missing = table.join(reference.select(*events.THREAD, "raw", "dup"), on=[*events.THREAD, "raw", "dup"],
                          how="anti", nulls_equal=True)
     if missing.height:
         warn(f"{missing.height} routine rows of other metrics have no row in the {reference['metric'][0]} "
@@ -179,13 +179,13 @@ def _reference_rows(table: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
     """Per thread, the routine rows of its most preferred metric (calls, subrs and groups come from there)."""
     rank = {m: i for i, m in enumerate(metrics)}
     ranked = table.with_columns(rank=pl.col("metric").replace_strict(rank, return_dtype=pl.Int64))
-    best = ranked.group_by(build.THREAD).agg(pl.col("rank").min().alias("best"))
-    return ranked.join(best, on=build.THREAD).filter(pl.col("rank") == pl.col("best")).drop("rank", "best")
+    best = ranked.group_by(events.THREAD).agg(pl.col("rank").min().alias("best"))
+    return ranked.join(best, on=events.THREAD).filter(pl.col("rank") == pl.col("best")).drop("rank", "best")
 
 
 def _with_times(reference: pl.DataFrame, table: pl.DataFrame, time_metric: str | None) -> pl.DataFrame:
-    keys = [*build.THREAD, "raw", "dup"]
-    out = reference.select(*build.THREAD, "seq", "raw", "dup", "calls", "subcalls", "group")
+    keys = [*events.THREAD, "raw", "dup"]
+    out = reference.select(*events.THREAD, "seq", "raw", "dup", "calls", "subcalls", "group")
     if time_metric is None:
         return out.with_columns(exclusive_ns=pl.lit(None, pl.Int64), duration_ns=pl.lit(None, pl.Int64))
     times = table.filter(pl.col("metric") == time_metric)
@@ -208,21 +208,21 @@ def _ns(times: pl.DataFrame, column: str) -> pl.Series:
 def _counters(table: pl.DataFrame, time_metric: str | None) -> pl.DataFrame:
     others = table.filter(pl.col("metric") != (time_metric or ""))
     if not others.height:
-        return build.empty(build.COUNTERS)
+        return events.empty(events.COUNTERS)
     upper = pl.col("metric").str.to_uppercase()
     is_time = upper.str.contains("TIME") | upper.is_in(list(TIME_PREFERENCE))
     factor = pl.when(is_time).then(pl.lit(1000.0)).otherwise(pl.lit(1.0))
     return others.select(
-        *build.THREAD, "raw", "dup", "metric",
+        *events.THREAD, "raw", "dup", "metric",
         (to_float(pl.col("excl")) * factor).alias("exclusive"),
         (to_float(pl.col("incl")) * factor).alias("inclusive"),
         pl.when(is_time).then(pl.lit("ns")).otherwise(pl.lit(None, pl.String)).alias("unit"),
     )
 
 
-def _user_events(events: dict, warn: Callable[[str], None]) -> pl.DataFrame:
+def _user_events(sources: dict, warn: Callable[[str], None]) -> pl.DataFrame:
     frames = []
-    for (node, context, thread), profile in events.items():
+    for (node, context, thread), profile in sources.items():
         ue = profile.user_events
         notes: list[str] = []
         calls = whole_numbers(profile.path, ue["numevents"], ue["line"], "numevents", notes)
@@ -237,7 +237,7 @@ def _user_events(events: dict, warn: Callable[[str], None]) -> pl.DataFrame:
             "value_sumsq": ue.select(to_float(pl.col("sumsqr"))).to_series(),
         }, schema_overrides={"node": pl.Int64, "context": pl.Int64, "thread": pl.Int64}))
     if not frames:
-        return build.empty(build.USER_EVENTS)
+        return events.empty(events.USER_EVENTS)
     return pl.concat(frames, how="vertical_relaxed")
 
 

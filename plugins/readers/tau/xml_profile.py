@@ -34,7 +34,7 @@ from lxml import etree
 from traceparse.errors import bad_input
 from traceparse.sources import open_binary
 
-from . import build, safe_xml
+from . import events, safe_xml
 from .profiles import ProfileSet, assemble, gpu_facts
 from .profile_text import whole_numbers
 from .decimals import is_number, to_float
@@ -46,7 +46,7 @@ _THREAD_ID = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
 def read_xml(path: Path, warn: Callable[[str], None], progress: Callable[[int], None] = lambda n: None) -> ProfileSet:
-    """Read a merged or snapshot XML profile into the tables :func:`build.build_events` takes."""
+    """Read a merged or snapshot XML profile into the tables :func:`events.build_events` takes."""
     state = _State(path)
     _stream(path, state, progress)
     if not state.profiles:
@@ -109,8 +109,8 @@ class _State:
         self.snapshots = 0
         self.truncated: str | None = None
 
-    def consume(self, events) -> None:
-        for action, element in events:
+    def consume(self, pulled) -> None:
+        for action, element in pulled:
             if action == "start":
                 self.depth += 1
                 if self.depth > safe_xml.MAX_DEPTH:
@@ -183,8 +183,8 @@ class _State:
                 event_frames.append(self._atomics(scope, key, profile["atomic"], warn))
         table = pl.concat(frames, how="vertical_relaxed")
         user_events = (pl.concat(event_frames, how="vertical_relaxed") if event_frames
-                       else build.empty(build.USER_EVENTS))
-        return assemble(table, user_events, pl.DataFrame(threads, schema=build.THREADS, strict=False), metadata, 1,
+                       else events.empty(events.USER_EVENTS))
+        return assemble(table, user_events, pl.DataFrame(threads, schema=events.THREADS, strict=False), metadata, 1,
                         warn)
 
     def _thread_key(self, scope: str) -> tuple[int, int, int]:

@@ -21,12 +21,11 @@ from traceparse.errors import bad_input
 from .devices import DeviceBook
 from .names import UNIFIED_MEMORY_GROUP, copy_kind, gpu_kind, marker_group, memory_kind, split_api_launch, split_correlation
 from .tables import EVENTS, METRICS, SUMMARY, TRACE, UNIFIED, Table
-from .units import NUMBER, RATE_UNITS, SIZE_UNITS, TIME_UNITS, exact_float, exact_int, factor_of, split_number
+from .units import DIMENSION_UNITS, RATE_UNITS, SIZE_UNITS, TIME_UNITS, split_number, to_floats, to_ints
 
 #: What each kind of number looks like, for error messages.
 _EXPECTED = {"time": "a time such as 4.5440us", "size": "a size such as 4.0000KB", "int": "a whole number",
              "value": "a number, a percentage, a rate such as 1.2GB/s or a level such as Low (1)"}
-_UNIT_TABLES = {"time": TIME_UNITS, "size": SIZE_UNITS}
 _LEVEL = r"^\s*[A-Za-z]+ \((\d+)\)\s*$"
 _API_NAME = r"^cu(?:da)?[A-Z][A-Za-z0-9_]*$"  # cudaMalloc, cuDeviceGetAttribute, cudaLaunchKernel_ptsz
 
@@ -48,53 +47,54 @@ class Converter:
 
     def numbers(self, **spec: tuple[str, str]) -> dict[str, pl.Series]:
         """Several columns at once, ``name=(key, kind)``: times (ns), sizes (bytes) or whole numbers, as Int64."""
-        exprs = {name: self._number_expr(key, kind) for name, (key, kind) in spec.items()}
-        out = self.frame.select(**exprs) if exprs else pl.DataFrame()
+        out = {name: self._number_series(key, kind) for name, (key, kind) in spec.items()}
         for name, (key, kind) in spec.items():
             self._check(key, self.raw(key), out[name], kind)
-        return {name: out[name] for name in spec}
+        return out
 
     def number(self, key: str, kind: str) -> pl.Series:
         """One column of times (ns), sizes (bytes) or whole numbers, exactly converted to Int64."""
         return self.numbers(value=(key, kind))["value"]
 
-    def _number_expr(self, key: str, kind: str) -> pl.Expr:
+    def _number_series(self, key: str, kind: str) -> pl.Series:
         if key not in self.frame.columns:
-            return pl.lit(None, dtype=pl.Int64)
-        cell = pl.col(key)
+            return pl.Series(key, [None] * self.frame.height, dtype=pl.Int64)
+        cells = self.frame[key]
         if kind == "int":
-            return cell.str.to_integer(strict=False)
-        table = _UNIT_TABLES[kind]
+            return cells.str.to_integer(strict=False)
+        allowed = DIMENSION_UNITS[kind]
         if self.table.style == "csv":
             unit = self.table.units.get(key)
-            if unit is None and self.frame[key].is_not_null().any():
+            if unit is None and cells.is_not_null().any():
                 where = self.table.units_line or self.table.header_line
                 raise bad_input(self.path, where, f"column {self._label(key)!r} has no unit: expected one of "
-                                                  f"{', '.join(table)} in the units row under the CSV header")
-            if unit is not None and unit not in table:
+                                                  f"{', '.join(allowed)} in the units row under the CSV header")
+            if unit is not None and unit not in allowed:
                 raise bad_input(self.path, self.table.units_line, f"column {self._label(key)!r}: unit {unit!r} is "
-                                                                  f"not one of {', '.join(table)}")
-            return pl.when(cell.str.contains(NUMBER)).then(exact_int(cell, pl.lit(table.get(unit, 1))))
-        number, unit = split_number(cell)
-        return exact_int(number, factor_of(unit, table))
+                                                                  f"not one of {', '.join(allowed)}")
+            if unit is None:  # an empty column
+                return pl.Series(key, [None] * self.frame.height, dtype=pl.Int64)
+            return to_ints(cells, unit, allowed)
+        parts = pl.DataFrame({"cell": cells}).select(*split_number(pl.col("cell")))
+        return to_ints(parts[:, 0], parts[:, 1], allowed)
 
     def value(self, key: str) -> tuple[pl.Series, pl.Series]:
         """A column of counter values as (Float64 value, unit): %, byte/s, byte, ns, level or a plain number."""
         cells = self.raw(key)
-        frame = pl.DataFrame({"cell": cells})
         number, suffix = split_number(pl.col("cell"))
         level = pl.col("cell").str.extract(_LEVEL, 1)
-        factor = (pl.when(suffix.is_in(["", "%"])).then(pl.lit(1, pl.Int64))
-                  .otherwise(pl.coalesce(factor_of(suffix, RATE_UNITS), factor_of(suffix, SIZE_UNITS),
-                                         factor_of(suffix, TIME_UNITS))))
         unit = (pl.when(level.is_not_null()).then(pl.lit("level"))
                 .when(suffix == "%").then(pl.lit("%"))
                 .when(suffix.is_in(list(RATE_UNITS))).then(pl.lit("byte/s"))
                 .when(suffix.is_in(list(SIZE_UNITS))).then(pl.lit("byte"))
                 .when(suffix.is_in(list(TIME_UNITS))).then(pl.lit("ns")))
-        out = frame.select(value=pl.coalesce(level.cast(pl.Float64), exact_float(number, factor)), unit=unit)
-        self._check(key, cells, out["value"], "value")
-        return out["value"], out["unit"]
+        parts = pl.DataFrame({"cell": cells}).select(
+            number=number, spelling=pl.when(~suffix.is_in(["", "%"])).then(suffix),
+            level=level.cast(pl.Float64), unit=unit)
+        exact = to_floats(parts["number"], parts["spelling"])
+        value = parts["level"].fill_null(exact).alias("value")
+        self._check(key, cells, value, "value")
+        return value, parts["unit"]
 
     def _check(self, key: str, cells: pl.Series, result: pl.Series, kind: str) -> None:
         bad = cells.is_not_null() & result.is_null()
@@ -204,8 +204,8 @@ def _dims(c: Converter, key: str) -> list[pl.Series]:
 def _unified_memory_bytes(c: Converter) -> pl.Series:
     """Bytes in the Unified Memory column of unified-memory migrations (other cells there are not sizes)."""
     cells = c.raw("unified_memory")
-    number, unit = split_number(pl.col("cell"))
-    return pl.DataFrame({"cell": cells}).select(exact_int(number, factor_of(unit, SIZE_UNITS))).to_series()
+    parts = pl.DataFrame({"cell": cells}).select(*split_number(pl.col("cell")))
+    return to_ints(parts[:, 0], parts[:, 1], SIZE_UNITS)
 
 
 def counter_frame(path: Path, table: Table, book: DeviceBook) -> pl.DataFrame:

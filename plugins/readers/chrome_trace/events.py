@@ -1,0 +1,101 @@
+"""A generic Chrome trace (object or array form) to rows of the normalized event table.
+
+Complete events (``ph`` ``X``) and ``B``/``E`` pairs (matched per pid/tid,
+innermost first) become ``region`` rows, instant events (``i``, ``I``,
+``R``) ``marker`` rows of duration 0, counter events (``C``) one ``counter``
+row per numeric argument (named ``NAME.ARG`` when the event has several);
+``cat`` goes to ``group``; integer ``pid`` / ``tid`` are kept, string ones
+(labels) are not. Timestamps are decimal microseconds, converted to integer
+ns exactly by :mod:`traceparse.units` (sub-ns digits rounded half to even).
+Other phases (metadata, flows, async, objects) are skipped and counted in a
+warning. The events are decoded chunk by chunk by the shared Chrome-JSON
+decoder; a file cut short keeps its complete events and warns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from traceparse.errors import bad_input
+from traceparse.reader import ReadOptions
+from traceparse.trace import Trace, TraceMeta
+
+from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events, time_ns
+
+#: A generic Chrome event: every argument kept (counter events carry their values there).
+ChromeEvent = Event[dict[str, Any]]
+
+
+class _Document(msgspec.Struct):
+    traceEvents: list[ChromeEvent] = []
+
+
+def read_plain(path: Path, options: ReadOptions) -> Trace:
+    """Read a generic Chrome trace into region, marker and counter rows."""
+    rows: dict[str, list] = {c: [] for c in ("kind", "name", "start_ns", "duration_ns", "pid", "tid", "group",
+                                             "value")}
+    open_spans: dict[tuple, list] = {}
+    skipped: dict[str, int] = {}
+
+    def add(kind, name, start, dur, e, value=None):
+        rows["kind"].append(kind)
+        rows["name"].append(name)
+        rows["start_ns"].append(start)
+        rows["duration_ns"].append(dur)
+        rows["pid"].append(e.pid if isinstance(e.pid, int) else None)
+        rows["tid"].append(e.tid if isinstance(e.tid, int) else None)
+        rows["group"].append(e.cat)
+        rows["value"].append(value)
+
+    chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
+    for offset, events in stream_events(path, options, ChromeEvent, _Document, chunk_bytes=chunk):
+        for i, e in enumerate(events):
+            index = offset + i
+            ph = e.ph or ""
+            if ph == "X":
+                add("region", e.name, _ns(path, index, "ts", e.ts), _ns(path, index, "dur", e.dur, required=False), e)
+            elif ph == "B":
+                open_spans.setdefault((e.pid, e.tid), []).append((e, _ns(path, index, "ts", e.ts)))
+            elif ph == "E":
+                stack = open_spans.get((e.pid, e.tid))
+                if not stack:
+                    skipped["E without B"] = skipped.get("E without B", 0) + 1
+                    continue
+                begin, start = stack.pop()
+                add("region", begin.name or e.name, start, _ns(path, index, "ts", e.ts) - start, begin)
+            elif ph in ("i", "I", "R"):
+                add("marker", e.name, _ns(path, index, "ts", e.ts), 0, e)
+            elif ph == "C":
+                numeric = {k: v for k, v in (e.args or {}).items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                start = _ns(path, index, "ts", e.ts)
+                for key, value in numeric.items():
+                    add("counter", e.name if len(numeric) == 1 else f"{e.name}.{key}", start, None, e, float(value))
+            else:
+                skipped[ph or "(none)"] = skipped.get(ph or "(none)", 0) + 1
+    unclosed = sum(len(s) for s in open_spans.values())
+    if unclosed:
+        options.warn(f"{path}: {unclosed} B events have no matching E; left out")
+    if skipped:
+        options.warn(f"{path}: skipped events that are not timeline slices: "
+                     + ", ".join(f"{n} {ph}" for ph, n in sorted(skipped.items())))
+    df = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64,
+                                    "duration_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
+                                    "group": pl.String, "value": pl.Float64})
+    return Trace(df, TraceMeta(variant="Chrome Trace Event JSON"))
+
+
+def _ns(path: Path, index: int, field: str, raw: msgspec.Raw, required: bool = True) -> int | None:
+    """A decimal-microseconds JSON number -> integer ns, exactly (:func:`chrome_json.time_ns`)."""
+    try:
+        value = time_ns(raw)
+    except ValueError as exc:
+        raise bad_input(path, f"traceEvents[{index}].{field}",
+                        f"a time in microseconds, got {bytes(raw).decode(errors='replace')[:40]!r} ({exc})") from None
+    if value is None and required:
+        raise bad_input(path, f"traceEvents[{index}].{field}", "a time in microseconds")
+    return value

@@ -1,0 +1,55 @@
+"""Recognising TAU's output by its own content (confidence scale: :meth:`traceparse.reader.Reader.sniff`).
+
+* 1.0: a text profile's first line, ``N templated_functions[_MULTI_<METRIC>]``.
+* 0.8: merged or snapshot XML (``<profile_xml>``), a pprof report, a
+  directory of ``profile.N.C.T`` files, of ``MULTI__*`` directories of them,
+  or holding a ``tauprofile.xml``.
+* 0.2: only the name (``profile.N.C.T``, ``snapshot.N.C.T``,
+  ``tauprofile.xml``): claimed so the reader says precisely what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .pprof import looks_like_pprof
+from .profiles import MULTI_PREFIX, PROFILE_NAME
+
+HEADER = re.compile(rb"^\s*\d+\s+templated_functions")
+SNAPSHOT_NAME = re.compile(r"^snapshot\.\d+\.\d+\.\d+(?:\.gz)?$")
+XML_HEAD = re.compile(rb"^\s*(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*\?>\s*)?<profile_xml>")
+
+
+def sniff(path: Path, head: bytes) -> float:
+    """Confidence that ``path`` is TAU output (see the module docstring)."""
+    if path.is_dir():
+        return _sniff_directory(path)
+    if HEADER.match(head):
+        return 1.0
+    if XML_HEAD.match(head):
+        return 0.8
+    if looks_like_pprof(head.decode("utf-8", errors="replace")):
+        return 0.8
+    if PROFILE_NAME.match(path.name) or SNAPSHOT_NAME.match(path.name) or path.name == "tauprofile.xml":
+        return 0.2
+    return 0.0
+
+
+def _sniff_directory(path: Path) -> float:
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return 0.0
+    if any(PROFILE_NAME.match(p.name) for p in entries):
+        return 0.8
+    for sub in entries:
+        if sub.name.startswith(MULTI_PREFIX) and sub.is_dir():
+            try:
+                if any(PROFILE_NAME.match(p.name) for p in sub.iterdir()):
+                    return 0.8
+            except OSError:
+                continue
+    if (path / "tauprofile.xml").is_file():
+        return 0.8
+    return 0.0

@@ -1,0 +1,63 @@
+"""Reader ``torch``: torch.profiler / Kineto Chrome traces (.json, .json.gz), PyTorch 1.8 to 2.x.
+
+A Kineto trace is a Chrome Trace Event JSON document (the ``chrome``
+reader's container, which this reader *refines*: when both claim a file,
+this one reads it). The shared Chrome-JSON decoder
+(:mod:`traceparse_plugins.readers.chrome_json`) reads the ``traceEvents``
+array in chunks, so memory stays bounded by the chunk size however large the
+file is. Timestamps are decimal microseconds, converted exactly to integer
+nanoseconds by :mod:`traceparse.units`.
+
+Layout: :mod:`.sniff` recognises a Kineto document, :mod:`.kineto` is the
+form (the event arguments and top-level keys kept, the trace metadata),
+:mod:`.events` turns decoded events into rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+
+from traceparse.plugins import hookimpl
+from traceparse.reader import ReadOptions, Reader
+from traceparse.trace import Trace, TraceMeta
+
+from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, gc_paused, stream_events
+from traceparse_plugins.readers.torch_profiler.events import to_frame
+from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
+from traceparse_plugins.readers.torch_profiler.sniff import sniff
+
+
+class TorchProfilerReader(Reader):
+    name = "torch"
+    description = "torch.profiler / Kineto Chrome trace (export_chrome_trace, tensorboard_trace_handler)"
+    variants = ("Kineto JSON, PyTorch 1.8 to 2.x", "gzip-compressed (.json.gz, .pt.trace.json.gz)")
+    patterns = ("*.json", "*.json.gz", "*.pt.trace.json", "*.pt.trace.json.gz")
+    refines = "chrome"
+
+    def sniff(self, path: Path, head: bytes) -> float:
+        return sniff(path, head)
+
+    def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        path = paths[0]
+        meta = TraceMeta(tool="torch.profiler")
+        chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
+        return Trace(_batches(path, meta, options, chunk), meta)
+
+
+def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int) -> Iterator[pl.DataFrame]:
+    """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way."""
+    for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
+                                        label="torch.profiler trace", array_form=False,
+                                        on_document=lambda doc: fill_meta(meta, doc)):
+        with gc_paused():
+            batch = to_frame(path, events, offset)
+        del events
+        yield batch
+
+
+@hookimpl
+def traceparse_readers():
+    return [TorchProfilerReader()]

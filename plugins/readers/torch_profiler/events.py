@@ -1,0 +1,121 @@
+"""From decoded Kineto events to rows of the normalized event table.
+
+The structs are transposed into columns in C (``astuple`` + ``zip``);
+filtering and mapping are polars expressions. Times go through
+:func:`traceparse_plugins.readers.chrome_json.times_ns` (exact, half to even).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from msgspec.structs import astuple
+
+from traceparse.errors import bad_input
+from traceparse.units import NumberError
+
+from traceparse_plugins.readers.chrome_json import times_ns
+from traceparse_plugins.readers.torch_profiler.kineto import Args, KinetoEvent
+
+#: Chrome-trace category (lower-cased) -> traceparse kind. Categories not here are skipped.
+CATEGORY_KIND = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "api",
+    "runtime": "api",
+    "cuda_driver": "api",
+    "driver": "api",
+    "cuda_sync": "sync",
+    "cpu_op": "op",
+    "operator": "op",
+    "user_annotation": "marker",
+    "gpu_user_annotation": "marker",
+    "python_function": "region",
+}
+#: Categories whose events run on the GPU (pid is the device, tid the stream).
+GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu_user_annotation", "cuda_sync"}
+_COPY_NAME = r"(?i)^memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)"
+
+
+def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0) -> pl.DataFrame:
+    """Turn decoded events (``offset``: the index of the first in ``traceEvents``) into a batch of rows."""
+    index = [i for i, e in enumerate(events) if e.ph == "X"]  # flows, instants and metadata are not kept
+    if not index:
+        return _EMPTY
+    events = [events[i] for i in index]
+    ph, cat, name, pid, tid, ts, dur, args = zip(*map(astuple, events))
+    raw = pl.DataFrame({
+        "ph": pl.Series(ph, dtype=pl.String),
+        "cat": pl.Series(cat, dtype=pl.String),
+        "name": pl.Series(name, dtype=pl.String),
+        "pid": pl.Series(pid, dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
+        "tid": pl.Series(tid, dtype=pl.Int64, strict=False),
+        "ts": pl.Series(list(map(bytes, ts)), dtype=pl.Binary),
+        "dur": pl.Series(list(map(bytes, dur)), dtype=pl.Binary),
+        "_i": pl.int_range(0, len(ph), eager=True),
+    })
+    category = pl.col("cat").str.to_lowercase()
+    raw = raw.with_columns(kind=category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
+                           gpu=category.is_in(list(GPU_CATEGORIES)))
+    raw = raw.filter(pl.col("kind").is_not_null())
+    if raw.height == 0:
+        return _EMPTY
+    keep = raw["_i"].to_list()
+    a = [args[i] for i in keep]
+    a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
+    (external, external_legacy, correlation, device, context, stream, nbytes, grid, block,
+     registers, shared_memory, input_dims, flops) = zip(*a_rows)
+    dims = {}
+    for label, values in (("grid", grid), ("block", block)):
+        xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
+        for axis, column in zip("xyz", xyz):
+            dims[f"{label}_{axis}"] = pl.Series(column, dtype=pl.Int32)
+    times = {}
+    for field in ("ts", "dur"):
+        try:
+            times[field] = times_ns(raw[field])
+        except NumberError as exc:
+            record = offset + index[keep[exc.index]]
+            raise bad_input(path, f"traceEvents[{record}].{field}",
+                            f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+    is_gpu = pl.col("gpu")
+    df = raw.select(
+        "kind", "name",
+        start_ns=times["ts"],
+        duration_ns=times["dur"],
+        pid=pl.when(~is_gpu).then(pl.col("pid")),
+        tid=pl.when(~is_gpu).then(pl.col("tid")),
+    ).with_columns(
+        device_id=pl.Series(device, dtype=pl.Int32),
+        context_id=pl.Series(context, dtype=pl.Int32),
+        stream_id=pl.Series(stream, dtype=pl.Int64),
+        correlation_id=pl.Series(correlation, dtype=pl.Int64),
+        external_id=pl.Series(external, dtype=pl.Int64).fill_null(pl.Series(external_legacy, dtype=pl.Int64)),
+        registers_per_thread=pl.Series(registers, dtype=pl.Int32),
+        bytes=pl.Series(nbytes, dtype=pl.Int64),
+        flops=pl.Series(flops, dtype=pl.Float64),
+        # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
+        input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String)
+        .str.replace_all(r"\s+", "").replace("", None),
+        _smem=pl.Series(shared_memory, dtype=pl.Int64),
+        **dims,
+    )
+    copy = pl.col("name").str.extract_groups(_COPY_NAME)
+    df = df.with_columns(copy=pl.when(pl.col("kind") == "memcpy").then(copy)).with_columns(
+        copy_kind=pl.col("copy").struct.field("1"),
+        src_memory=pl.col("copy").struct.field("2").str.to_lowercase(),
+        dst_memory=pl.col("copy").struct.field("3").str.to_lowercase(),
+        # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
+        # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
+        dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
+    ).drop("copy", "_smem")
+    return df
+
+
+_EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
+_NO_ARGS_ROW = astuple(Args())
+_NO_DIM3 = (None, None, None)
