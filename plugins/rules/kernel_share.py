@@ -26,9 +26,9 @@ FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "cal
 COLUMNS = [Column("name", "name", "name"), Column("category", "category", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct"),
            Column("gpu_share_pct", "GPU share %", "pct")]
-CATEGORIES = [Column("category", "category", "text"), Column("calls", "calls", "count"),
-              Column("time_ns", "time", "ns"), Column("kernels", "kernels", "count"),
-              Column("share_pct", "share %", "pct")]
+CATEGORY_TABLE = [Column("category", "category", "text"), Column("calls", "calls", "count"),
+                  Column("time_ns", "time", "ns"), Column("kernels", "kernels", "count"),
+                  Column("share_pct", "share %", "pct")]
 
 
 class KernelShare(Rule):
@@ -79,7 +79,7 @@ class KernelShare(Rule):
                         metrics={"kernel_time_ns": total if known else None,
                                  "gpu_time_ns": gpu_ns if known else None, "kernels": by_name.height,
                                  "calls": int(by_name["calls"].sum() or 0), "categories": categories},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"categories": CATEGORIES})]
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"categories": CATEGORY_TABLE})]
 
 
 @hookimpl
