@@ -1,8 +1,8 @@
 """The three core rules compute exactly their written definitions, on synthetic multi-device tables.
 
 Every expected figure below is worked out by hand in the comments from the
-definitions in the rules' module docstrings (plugins/rules/memcpy_overlap.py,
-kernel_concurrency.py, kernel_share.py). Intervals are half-open [start, end).
+definitions in the rules' module docstrings (plugins/rules/low_memcpy_overlap.py,
+low_kernel_concurrency.py, kernel_share.py). Intervals are half-open [start, end).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_low_memcpy_overlap_definition():
     assert f.metrics["overlapped_ns"] == 140
     assert f.metrics["overlap_pct"] == round(100 * 140 / 520, 4)
     assert f.metrics["devices"] == {
-        "0": {"copies": 2, "memcpy_time_ns": 120, "overlapped_ns": 40, "overlap_pct": round(100 * 40 / 120, 2)},
+        "0": {"copies": 2, "memcpy_time_ns": 120, "overlapped_ns": 40, "overlap_pct": round(100 * 40 / 120, 4)},
         "1": {"copies": 2, "memcpy_time_ns": 400, "overlapped_ns": 100, "overlap_pct": 25.0},
     }
     # kernel busy time: device 0 150, device 1 200; copies take 520 / 350 of it

@@ -10,6 +10,7 @@ import subprocess
 import sysconfig
 import textwrap
 import venv
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
@@ -97,6 +98,29 @@ def test_third_party_plugin_in_a_venv(tmp_path, samples_dir):
     assert finding["metrics"]["calls"] == len(durations)
     assert finding["metrics"]["short_calls"] == sum(1 for d in durations if d * 1000 < 10_000)
 
+    # the second rule, written on the public gaps measure: gaps of >= 100 us between GPU activities
+    assert listed["long-gaps"]["plugin"] == "short_kernels"
+    result = cli(python, "analyze", str(trace), "--rule", "long-gaps", "--set", "long-gaps.min_gap_us=50", "--json",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [finding] = json.loads(result.stdout)["findings"]
+    intervals = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            start = Decimal(str(e["ts"])) * 1000
+            intervals.setdefault(e["args"].get("device"), []).append((start, start + Decimal(str(e["dur"])) * 1000))
+    gaps = []
+    for ivs in intervals.values():
+        end = None
+        for s, e in sorted(ivs):
+            if end is not None and s > end:
+                gaps.append(s - end)
+            end = e if end is None else max(end, e)
+    long = [g for g in gaps if g >= 50_000]
+    assert finding["metrics"]["long_gaps"] == len(long) > 0
+    assert abs(finding["metrics"]["long_gap_ns"] - sum(long)) <= len(long)  # ns rounding of the ends only
+    assert finding["severity"] == ("warning" if len(long) >= 10 else "info")
+
 
 class _TinyRule(Rule):
     name = "tiny"
@@ -127,3 +151,25 @@ def test_plugin_registered_in_code_runs_with_settings():
     [finding] = analyze(trace, rules=["tiny"], settings={"tiny": {"factor": 5}}, reg=reg)
     assert finding.metrics == {"n": 15} and finding.trace == "t1"
     assert "tiny" in reg.rules and "kernel-share" in reg.rules
+
+
+class _CountingCatalog:
+    """A plugin whose GPU catalog hook counts how often it runs."""
+
+    __name__ = "counting_catalog"
+
+    def __init__(self):
+        self.runs = 0
+
+    @hookimpl
+    def traceparse_gpu_specs(self):
+        self.runs += 1
+        return [{"name": "Counting GPU 1"}, {"name": "Counting GPU 2"}]
+
+
+def test_gpu_spec_counts_runs_each_catalog_hook_once():
+    plugin = _CountingCatalog()
+    reg = load_registry(extra_plugins=[plugin])
+    assert reg.gpu_spec_counts["counting_catalog"] == 2
+    assert {"Counting GPU 1", "Counting GPU 2"} <= {s["name"] for s in reg.gpu_specs}
+    assert plugin.runs == 1

@@ -22,7 +22,8 @@ from traceparse.catalog import find_gpu
 from traceparse.ingest import read_paths
 from traceparse.rule import RuleOptions
 from traceparse.trace import Device, Trace, TraceMeta
-from traceparse_plugins.rules.arithmetic_intensity import ArithmeticIntensity, roofline
+from traceparse.measures.roofline import roofline
+from traceparse_plugins.rules.arithmetic_intensity import ArithmeticIntensity
 
 VGG11 = FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"
 H100_FP32_GFLOPS = 67_000.0

@@ -1,9 +1,12 @@
-"""Interval arithmetic over event tables, in polars (sort and sweep), for rules to share.
+"""Interval arithmetic over event tables, in polars (sort and sweep), for measures to share.
 
 Intervals are half-open ``[start_ns, start_ns + duration_ns)``. Every
 function takes a DataFrame with ``start_ns`` and ``duration_ns`` (rows with a
-null start are ignored) and optional grouping columns ``by`` (typically
-``["device_id"]``), and does the work per group.
+null start or duration are ignored) and optional grouping columns ``by``
+(typically ``["device_id"]``), and does the work per group; :func:`merge`,
+:func:`combine_edges` and :func:`depth_segments` take the ``start``/``end``
+and edge frames the others return, so partial results of two parts of a
+table combine into the result of the whole.
 """
 
 from __future__ import annotations
@@ -20,7 +23,17 @@ def _timed(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def union(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     """Merge overlapping intervals: columns ``by`` + ``start``, ``end``, sorted by start."""
     by = by or []
-    iv = _timed(df, by).sort([*by, "start"])
+    return merge(_timed(df, by), by)
+
+
+def merge(iv: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """:func:`union` of a frame of ``by`` + ``start``, ``end`` (e.g. the unions of two parts of a table).
+
+    Intervals that overlap or touch merge; union is associative, so the
+    merge of the parts' unions is the union of the whole.
+    """
+    by = by or []
+    iv = iv.select(*by, "start", "end").sort([*by, "start"])
     if iv.height == 0:
         return iv
     prev_end = pl.col("end").cum_max().shift(1)
@@ -109,3 +122,41 @@ def gaps(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
         pl.col("gap_start").is_not_null()
     ).select(*by, pl.col("gap_start").alias("start"), pl.col("start").alias("end"),
              (pl.col("start") - pl.col("gap_start")).alias("length"))
+
+
+def edges(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """The interval edges per instant: ``by`` + ``t``, ``opens`` (intervals starting at t), ``closes`` (ending at t).
+
+    A compact summary from which depth, union, concurrency and total length
+    follow (:func:`depth_segments`); the edges of two parts of a table add up
+    (:func:`combine_edges`) to the edges of the whole.
+    """
+    by = by or []
+    iv = _timed(df, by)
+    both = pl.concat([
+        iv.select(*by, pl.col("start").alias("t"), pl.lit(1, pl.Int64).alias("opens"), pl.lit(0, pl.Int64).alias("closes")),
+        iv.select(*by, pl.col("end").alias("t"), pl.lit(0, pl.Int64).alias("opens"), pl.lit(1, pl.Int64).alias("closes")),
+    ])
+    return combine_edges([both], by)
+
+
+def combine_edges(parts: list[pl.DataFrame], by: list[str] | None = None) -> pl.DataFrame:
+    """The edges of several parts (frames of :func:`edges`) summed per group and instant."""
+    by = by or []
+    return (pl.concat(parts).group_by([*by, "t"]).agg(pl.col("opens").sum(), pl.col("closes").sum())
+            .sort([*by, "t"]))
+
+
+def depth_segments(edge_frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
+    """From edges, the segments of constant depth: ``by`` + ``start``, ``end``, ``depth`` (intervals open in it).
+
+    Segments are consecutive, of positive length, from a group's first edge
+    to its last; an interval ending where another starts does not overlap it.
+    """
+    by = by or []
+    e = edge_frame.sort([*by, "t"])
+    depth = (pl.col("opens") - pl.col("closes")).cum_sum()
+    nxt = pl.col("t").shift(-1)
+    return (e.with_columns(depth=depth.over(by) if by else depth, end=nxt.over(by) if by else nxt)
+            .filter(pl.col("end").is_not_null())
+            .select(*by, pl.col("t").alias("start"), "end", "depth"))

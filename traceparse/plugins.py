@@ -43,16 +43,20 @@ class Registry:
         self.pm = pm
         self.plugins = infos
         self.warnings: list[str] = []
+        #: hook name -> plugin name -> how many objects its implementation returned (filled by _collect)
+        self._provided: dict[str, dict[str, int]] = {}
 
     def _collect(self, hook_name: str) -> list:
         hook = getattr(self.pm.hook, hook_name)
         items = []
+        provided = self._provided.setdefault(hook_name, {})
         for impl in reversed(hook.get_hookimpls()):  # registration order
             try:
                 result = impl.function()
             except Exception as exc:  # a plugin's bug must not take the others down
                 self._mark_broken(impl.plugin_name, f"{hook_name} failed: {exc}")
                 continue
+            provided[impl.plugin_name] = len(result or [])
             items.extend(result or [])
         return items
 
@@ -99,14 +103,12 @@ class Registry:
 
     @cached_property
     def gpu_spec_counts(self) -> dict[str, int]:
-        """Plugin name -> how many GPU catalog entries it provides (for ``traceparse plugins``)."""
-        counts = {}
-        for impl in self.pm.hook.traceparse_gpu_specs.get_hookimpls():
-            try:
-                counts[impl.plugin_name] = len(impl.function() or [])
-            except Exception:
-                continue  # _collect already marked it broken
-        return counts
+        """Plugin name -> how many GPU catalog entries it provides (for ``traceparse plugins``).
+
+        Counted while :attr:`gpu_specs` collects them, so each hook runs once.
+        """
+        self.gpu_specs  # noqa: B018 - collects, and counts
+        return dict(self._provided.get("traceparse_gpu_specs", {}))
 
     def reader(self, name: str):
         """The reader called ``name``, or an :class:`InputError` listing those there are."""

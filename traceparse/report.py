@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceparse.rule import SEVERITIES, Finding
+from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
@@ -93,23 +94,40 @@ def fmt_ns(ns: Any) -> str:
     return f"{ns:.0f} ns"
 
 
-def fmt_value(key: str, value: Any) -> str:
-    """A metric value for the screen, by its key's suffix."""
+def fmt_unit(unit: str, value: Any) -> str:
+    """A value for the screen, by its declared unit (:data:`traceparse.verdict.UNITS`)."""
     if value is None:
         return "-"
-    if key.endswith("_ns"):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if unit == "ns":
         return fmt_ns(value)
-    if key.endswith("_pct"):
+    if unit == "pct":
         return f"{value:.1f}%"
-    if key.endswith("bytes") and isinstance(value, (int, float)):
+    if unit == "bytes":
         return fmt_bytes(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    if unit == "bytes_binary":
+        return fmt_bytes_binary(value)
+    if unit == "count":
+        return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+    if unit == "gbps":
+        return f"{value:.2f} GB/s"
+    if unit == "flops":
+        return f"{value / 1e9:.4g} GFLOP"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def fmt_bytes(n: float) -> str:
+    """A byte count in SI units (1 kB = 1000 B)."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_bytes_binary(n: float) -> str:
+    """A byte count in binary units (1 KiB = 1024 B)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
@@ -174,62 +192,62 @@ def _tally(findings: list[Finding]) -> str:
 def _finding_panel(finding: Finding) -> Panel:
     style = SEVERITY_STYLE.get(finding.severity, "white")
     parts: list[Any] = [Text(finding.message)]
-    scalars = {k: v for k, v in finding.metrics.items() if not isinstance(v, (dict, list))}
-    if scalars:
+    figures = _figures(finding)
+    if figures:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="dim")
         grid.add_column(justify="right")
-        for k, v in scalars.items():
-            grid.add_row(k, fmt_value(k, v))
+        for key, unit in figures.items():
+            grid.add_row(key, fmt_unit(unit, finding.metrics.get(key)))
         parts.append(grid)
-    for k, v in finding.metrics.items():
-        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
-            parts.append(_dict_table(k, v))
+    for key, columns in finding.tables.items():
+        data = finding.metrics.get(key)
+        if isinstance(data, dict) and data:
+            parts.append(_dict_table(key, data, columns))
     if finding.items:
-        parts.append(_items_table(finding.items))
+        parts.append(_items_table(finding.items, _columns(finding)))
     if finding.suggestion:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
 
 
-def _header(key: str) -> str:
-    """A column header for a metric key: units go in the cells, so ``time_ns`` reads ``time``."""
-    label = re.sub(r"_ns$", "", key)
-    label = re.sub(r"_pct$", " %", label)
-    return label.replace("_", " ")
+def _figures(finding: Finding) -> dict[str, str]:
+    """The headline figures: those the finding declares, else every scalar metric shown as is."""
+    if finding.figures:
+        return dict(finding.figures)
+    return {k: "number" for k, v in finding.metrics.items() if not isinstance(v, (dict, list))}
 
 
-def _singular(word: str) -> str:
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith(("sses", "ches", "shes", "xes")):
-        return word[:-2]
-    return word[:-1] if word.endswith("s") else word
+def _columns(finding: Finding) -> list[Column]:
+    """The item columns: those the finding declares, else every key of its items shown as is."""
+    if finding.columns:
+        return list(finding.columns)
+    keys = dict.fromkeys(k for item in finding.items for k in item)
+    return [Column(k, k, "number") for k in keys]
 
 
-def _dict_table(title: str, data: dict[str, dict]) -> Table:
-    columns = list(dict.fromkeys(k for row in data.values() for k in row))
-    table = Table(title=_header(title), title_justify="left", show_edge=False, header_style="bold")
-    table.add_column(_singular(_header(title)), no_wrap=True)
-    for c in columns:
-        table.add_column(_header(c), justify="right", no_wrap=True)
+def _dict_table(title: str, data: dict[str, dict], columns: list[Column]) -> Table:
+    """A metric that is a table: the first declared column labels the row keys, the others its values."""
+    head, rest = columns[0], columns[1:]
+    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    table.add_column(head.label, no_wrap=True)
+    for c in rest:
+        table.add_column(c.label, justify="right", no_wrap=True)
     for key, row in data.items():
-        table.add_row(str(key), *(fmt_value(c, row.get(c)) for c in columns))
+        table.add_row(str(key), *(fmt_unit(c.unit, row.get(c.key)) for c in rest))
     return table
 
 
-def _items_table(items: list[dict]) -> Table:
-    columns = list(dict.fromkeys(k for item in items for k in item))
-    rows = [[_cell(c, item.get(c)) for c in columns] for item in items]
+def _items_table(items: list[dict], columns: list[Column]) -> Table:
+    rows = [[_cell(c, item.get(c.key)) for c in columns] for item in items]
     table = Table(show_edge=False, header_style="bold")
     for i, c in enumerate(columns):
-        if c == "name":
-            table.add_column("name", overflow="ellipsis", min_width=24)
+        if c.unit == "name":
+            table.add_column(c.label, overflow="ellipsis", min_width=24)
             continue
-        widest = max([len(_header(c))] + [len(r[i]) for r in rows])
-        table.add_column(_header(c), no_wrap=True, min_width=widest,
-                         justify="left" if c in ("category", "copy", "metric", "class", "bound") else "right")
+        widest = max([len(c.label)] + [len(r[i]) for r in rows])
+        table.add_column(c.label, no_wrap=True, min_width=widest, justify="left" if c.unit in ("text", "name") else "right")
     for row in rows:
         table.add_row(*row)
     return table
@@ -238,12 +256,12 @@ def _items_table(items: list[dict]) -> Table:
 NAME_WIDTH = 60
 
 
-def _cell(column: str, value: Any) -> str:
-    """A table cell; names (and any long text such as the kernel before a gap) are shortened.
+def _cell(column: Column, value: Any) -> str:
+    """A table cell; long text (kernel names, the kernel before a gap) is shortened.
 
     Names lose the spaces after commas so that the table cuts them with …
     instead of wrapping them over several lines.
     """
-    if isinstance(value, str) and (column == "name" or len(value) > NAME_WIDTH):
+    if isinstance(value, str) and (column.unit == "name" or len(value) > NAME_WIDTH):
         return short_name(value, NAME_WIDTH).replace(", ", ",")
-    return fmt_value(column, value)
+    return fmt_unit(column.unit, value)

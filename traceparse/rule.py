@@ -6,9 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from traceparse.trace import Trace
-
-#: Severities, least to most severe.
-SEVERITIES = ("info", "warning", "critical")
+from traceparse.verdict import SEVERITIES, Column, grade  # noqa: F401 - the verdict floor, re-exported
 
 
 @dataclass
@@ -16,7 +14,12 @@ class Finding:
     """One result of a rule on one trace.
 
     ``metrics`` are the figures the rule computed (JSON keys documented per
-    rule); ``items`` are the top offenders, each a dict.
+    rule); ``items`` are the top offenders, each a dict. ``columns`` declare
+    the items' columns (key, label, unit) in the order shown; ``figures`` the
+    headline metrics shown (key -> unit, see :data:`traceparse.verdict.UNITS`);
+    ``tables`` the columns of a metric that is a table ({row key: {column:
+    value}}), the row key first. The renderer shows what is declared and
+    guesses nothing; a finding that declares nothing is shown plainly.
     """
 
     rule: str
@@ -27,6 +30,9 @@ class Finding:
     metrics: dict[str, Any] = field(default_factory=dict)
     items: list[dict[str, Any]] = field(default_factory=list)
     trace: str | None = None
+    columns: list[Column] = field(default_factory=list)
+    figures: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, list[Column]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used by ``traceparse analyze --json``."""
@@ -39,6 +45,8 @@ class Finding:
             "suggestion": self.suggestion,
             "metrics": self.metrics,
             "items": self.items,
+            "columns": [c.to_dict() for c in self.columns],
+            "figures": dict(self.figures),
         }
 
 

@@ -2,13 +2,14 @@
 
 Figures per trace (``--json`` keys in ``metrics``):
 
-* ``span_ns``, ``idle_ns``, ``idle_pct``: from the ``gpu-idle`` rule (GPU span
-  from first to last GPU activity, summed over devices, and its idle share);
-* ``overlap_pct``: from ``low-memcpy-overlap`` (share of memcpy time that
-  overlaps kernels); ``concurrency_pct``: from ``low-kernel-concurrency``
-  (share of kernel busy time with two or more kernels running); null when the
-  rule does not apply (no memcpy / no kernels, or aggregated rows only);
-* ``category_pct``: the ``kernel-share`` rule's share of kernel time per kernel
+* ``span_ns``, ``idle_ns``, ``idle_pct``: as the ``gpu-idle`` rule gives them
+  (GPU span from first to last GPU activity, summed over devices, and its idle
+  share; null without GPU rows, 0 / 0 / null with aggregated ones only);
+* ``overlap_pct``: as ``low-memcpy-overlap`` (share of memcpy time that
+  overlaps kernels); ``concurrency_pct``: as ``low-kernel-concurrency``
+  (share of kernel busy time with two or more kernels running); null when
+  there is nothing to measure (no memcpy / no kernels, or aggregated rows only);
+* ``category_pct``: as ``kernel-share``, the share of kernel time per kernel
   category;
 * ``kernel_ns``, ``memcpy_ns``, ``memset_ns``, ``api_ns``: Σ duration_ns of the
   rows of that kind (timed events preferred over aggregated rows of the same
@@ -21,8 +22,8 @@ Figures per trace (``--json`` keys in ``metrics``):
   API calls / ``api_ns`` (nvprof's "API calls" Time(%)). Patterns are
   case-insensitive regular expressions searched anywhere in the name.
 
-The rules are run through :func:`traceparse.analysis.analyze`, so compare
-shows exactly what ``traceparse analyze`` reports. Rows are ordered by the
+The figures come from the measures the rules use (:mod:`traceparse.measures`),
+so compare shows what ``traceparse analyze`` reports. Rows are ordered by the
 ``--by`` tag's value (numerically when every value is a number); a trace
 without the tag is an error. Traces from different GPUs are compared with a
 warning.
@@ -44,56 +45,52 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.analysis import analyze
+from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fmt_ns
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import prefer_timed
-from traceparse_plugins.rules.kernel_share import CATEGORIES, OTHER
-
-#: The rules compare takes its figures from, and the metric each gives.
-RULE_METRICS = {
-    "gpu-idle": ("span_ns", "idle_ns", "idle_pct"),
-    "low-memcpy-overlap": ("overlap_pct",),
-    "low-kernel-concurrency": ("concurrency_pct",),
-}
 KINDS = ("kernel", "memcpy", "memset", "api")
-CATEGORY_ORDER = [c for c, _ in CATEGORIES] + [OTHER]
+CATEGORY_ORDER = [c for c, _ in expr.KERNEL_CATEGORIES] + [expr.OTHER_CATEGORY]
 PLOT_SUFFIXES = (".png", ".svg", ".html")
 
 
-def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[str], reg) -> dict[str, Any]:
+def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[str]) -> dict[str, Any]:
     """The compare figures of one trace (see the module docstring)."""
-    metrics: dict[str, Any] = {}
-    names = [r for r in (*RULE_METRICS, "kernel-share") if r in reg.rules]
-    findings = {f.rule: f for f in analyze(trace, rules=names, reg=reg)}
-    for rule, keys in RULE_METRICS.items():
-        found = findings.get(rule)
-        for key in keys:
-            metrics[key] = found.metrics.get(key) if found is not None else None
-    share = findings.get("kernel-share")
-    categories = (share.metrics.get("categories") or {}) if share is not None else {}
-    metrics["category_pct"] = {c: categories[c]["share_pct"] for c in CATEGORY_ORDER if c in categories}
-    metrics["category_pct"].update({c: v["share_pct"] for c, v in categories.items() if c not in CATEGORY_ORDER})
-    totals = {}
-    rows = {}
+    events = trace.events
+    present = set(events["kind"].cast(pl.String).unique().to_list())
+    metrics: dict[str, Any] = {"span_ns": None, "idle_ns": None, "idle_pct": None}
+    if present & set(expr.GPU_KINDS):
+        busy = measures.device_busy(events)
+        span, idle = int(busy["span_ns"].sum() or 0), int(busy["idle_ns"].sum() or 0)
+        metrics.update(span_ns=span, idle_ns=idle, idle_pct=expr.pct(idle, span))
+    copies = measures.overlap(events, a=("memcpy",), b=("kernel",))
+    metrics["overlap_pct"] = expr.pct(int(copies["overlapped_ns"].sum() or 0), int(copies["time_ns"].sum() or 0))
+    kernels = measures.concurrency(events)
+    busy_ns = int(kernels["busy_ns"].sum() or 0)
+    metrics["concurrency_pct"] = (None if kernels.height == 0 else
+                                  expr.pct(int(kernels["concurrent_ns"].sum() or 0), busy_ns) if busy_ns else 0.0)
+    categories = measures.time_by_category(events)
+    kernel_ns = int(categories["time_ns"].sum() or 0)
+    shares = {r["category"]: expr.pct(r["time_ns"], kernel_ns) for r in categories.iter_rows(named=True)}
+    metrics["category_pct"] = {c: shares[c] for c in CATEGORY_ORDER if c in shares}
+    metrics["category_pct"].update({c: v for c, v in shares.items() if c not in CATEGORY_ORDER})
+    by_name = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
+    totals = {kind: int(by_name.filter(pl.col("kind") == kind)["time_ns"].sum() or 0) for kind in KINDS}
     for kind in KINDS:
-        rows[kind], _ = prefer_timed(trace.events.filter(pl.col("kind") == kind))
-        totals[kind] = int(rows[kind]["duration_ns"].sum() or 0)
         metrics[f"{kind}_ns"] = totals[kind]
     metrics["gpu_ns"] = totals["kernel"] + totals["memcpy"] + totals["memset"]
-    metrics["kernel_pattern_pct"] = {p: _share(rows["kernel"], p, metrics["gpu_ns"]) for p in kernel_patterns}
-    metrics["api_pattern_pct"] = {p: _share(rows["api"], p, totals["api"]) for p in api_patterns}
+    kernel_rows, api_rows = by_name.filter(pl.col("kind") == "kernel"), by_name.filter(pl.col("kind") == "api")
+    metrics["kernel_pattern_pct"] = {p: _share(kernel_rows, p, metrics["gpu_ns"]) for p in kernel_patterns}
+    metrics["api_pattern_pct"] = {p: _share(api_rows, p, totals["api"]) for p in api_patterns}
     return metrics
 
 
-def _share(rows: pl.DataFrame, pattern: str, whole: int) -> float | None:
-    if not whole:
-        return None
-    part = rows.filter(pl.col("name").str.contains(f"(?i){pattern}"))["duration_ns"].sum() or 0
-    return round(100.0 * part / whole, 4)
+def _share(by_name: pl.DataFrame, pattern: str, whole: int) -> float | None:
+    """100 × the time of the names matching ``pattern`` (case-insensitive) / ``whole``."""
+    part = by_name.filter(pl.col("name").str.contains(f"(?i){pattern}"))["time_ns"].sum() or 0
+    return expr.pct(part, whole)
 
 
 def _check_pattern(option: str, pattern: str) -> str:
@@ -116,14 +113,8 @@ def sort_key(value: str):
     return (1, 0.0, value)
 
 
-def tag_value(value: str) -> float | str:
-    """A tag's value as a number when it parses as one, else the text."""
-    key = sort_key(value)
-    return key[1] if key[0] == 0 else value
-
-
-def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str], api_patterns: list[str],
-                 reg) -> list[dict]:
+def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str],
+                 api_patterns: list[str]) -> list[dict]:
     """The rows of ``compare --json``, ordered by the ``by`` tag."""
     if by:
         missing = [t for t in traces if by not in t.meta.tags]
@@ -135,7 +126,7 @@ def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str]
         traces = sorted(traces, key=lambda t: sort_key(t.meta.tags[by]))
     return [{"trace": t.id, "path": t.meta.path, "format": t.meta.format,
              "device": ", ".join(d.name for d in t.meta.devices if d.name) or None,
-             "tags": dict(t.meta.tags), "metrics": trace_metrics(t, kernel_patterns, api_patterns, reg)}
+             "tags": dict(t.meta.tags), "metrics": trace_metrics(t, kernel_patterns, api_patterns)}
             for t in traces]
 
 
@@ -347,7 +338,7 @@ class CompareCommand(Command):
             if t.id not in seen:
                 seen.add(t.id)
                 unique.append(t)
-        rows = compare_rows(unique, args.by, kernel_patterns, api_patterns, session.registry)
+        rows = compare_rows(unique, args.by, kernel_patterns, api_patterns)
         warning = device_warning(rows)
         if warning:
             session.warn(warning)

@@ -5,14 +5,14 @@ grouped by (kind, name): calls = Σ calls (a trace event counts 1, an
 aggregated row its number of calls), time = Σ duration_ns. When a trace has
 both timed events and aggregated rows of one kind (e.g. an nvprof log with a
 GPU trace and a summary), only the timed ones count, as in the rules
-(traceparse_plugins.rules._rows.prefer_timed), so no call is counted twice.
+(the ``time_by_name`` measure), so no call is counted twice.
 Names are matched exactly between A and B, except that API names lose the
 CUPTI interface version some tools append (``cudaLaunchKernel_v7000`` in an
 nsys SQLite export is ``cudaLaunchKernel`` in its stats reports and in
 torch.profiler traces); change = time in B − time in A
 (and the same for calls); a name only in B is *new*, only in A *vanished*.
 Rows are sorted by |change| (largest first). Kernels are also summarised by
-the kernel-share rule's categories (gemm/conv, elementwise, ...; API calls
+the kernel categories of kernel-share (traceparse.expr.KERNEL_CATEGORIES: gemm/conv, elementwise, ...; API calls
 form the category ``api``, copies ``memcpy`` / ``memset``). The summary line
 gives the total GPU time (kernels + memcpy + memset) and API time of A and B
 and their change. Works for every format, since it needs only names,
@@ -26,12 +26,11 @@ import argparse
 import polars as pl
 from rich.table import Table
 
+from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.plugins import hookimpl
 from traceparse.report import fmt_ns, short_name
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import prefer_timed
-from traceparse_plugins.rules.kernel_share import categorize
 
 KINDS = ("kernel", "memcpy", "memset", "api")
 GPU_KINDS = ("kernel", "memcpy", "memset")
@@ -41,18 +40,11 @@ API_VERSION_SUFFIX = r"_v\d+$"
 
 def totals_by_name(trace: Trace) -> pl.DataFrame:
     """Calls and time per (kind, name) of one trace, timed events preferred over aggregated rows."""
-    parts = []
-    for kind in KINDS:
-        rows, _ = prefer_timed(trace.events.filter(pl.col("kind") == kind))
-        if kind == "api":
-            rows = rows.with_columns(pl.col("name").str.replace(API_VERSION_SUFFIX, ""))
-        if rows.height:
-            parts.append(rows.group_by("name").agg(
-                calls=pl.col("calls").fill_null(1).sum(), time_ns=pl.col("duration_ns").fill_null(0).sum(),
-            ).with_columns(kind=pl.lit(kind)))
-    if not parts:
-        return pl.DataFrame(schema={"name": pl.String, "calls": pl.Int64, "time_ns": pl.Int64, "kind": pl.String})
-    return pl.concat(parts).select("kind", "name", "calls", "time_ns")
+    events = trace.events.with_columns(
+        name=pl.when(expr.kind_is("api")).then(pl.col("name").str.replace(API_VERSION_SUFFIX, ""))
+        .otherwise(pl.col("name")))
+    rows = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
+    return rows.select("kind", "name", "calls", pl.col("time_ns").fill_null(0))
 
 
 def diff_tables(a: Trace, b: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -63,7 +55,7 @@ def diff_tables(a: Trace, b: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     rows = rows.with_columns(
         status=pl.when(pl.col("calls_a").is_null()).then(pl.lit("new"))
         .when(pl.col("calls_b").is_null()).then(pl.lit("vanished")).otherwise(pl.lit("both")),
-        category=pl.when(pl.col("kind") == "kernel").then(categorize(pl.col("name"))).otherwise(pl.col("kind")),
+        category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name"))).otherwise(pl.col("kind")),
     ).with_columns(pl.col("calls_a", "calls_b", "time_a_ns", "time_b_ns").fill_null(0)).with_columns(
         delta_calls=pl.col("calls_b") - pl.col("calls_a"),
         delta_ns=pl.col("time_b_ns") - pl.col("time_a_ns"),

@@ -57,14 +57,6 @@ def require_torch():
     return torch
 
 
-def known_models() -> tuple[str, ...]:
-    """Model names this command accepts."""
-    require_torch()
-    from traceparse_plugins.commands.cnn_models import MODEL_NAMES
-
-    return MODEL_NAMES
-
-
 def load_model(name: str):
     """A model on the meta device: torchvision's when importable, else the definition in :mod:`.cnn_models`."""
     torch = require_torch()

@@ -1,7 +1,7 @@
 """Command ``traceparse roofline TRACE [--gpu NAME] [--out FILE.png|.svg|.html]``: the roofline of a trace.
 
 The figures are those of the ``arithmetic-intensity`` rule
-(:func:`traceparse_plugins.rules.arithmetic_intensity.roofline`): per kernel
+(:func:`traceparse.measures.roofline.roofline`): per kernel
 (or per kernel name, the default) FLOPs, DRAM bytes, time, arithmetic
 intensity, achieved GFLOP/s, and the GPU's roofs from the catalog. The
 terminal gets a table sorted by time; ``--out`` writes a log-log chart
@@ -26,7 +26,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fmt_ns, short_name
-from traceparse_plugins.rules.arithmetic_intensity import roofline
+from traceparse.measures.roofline import roofline
 
 CHART_SUFFIXES = (".png", ".svg", ".html")
 PLOT_EXTRA_HINT = "install the plot extra: pip install 'traceparse[plot]' (matplotlib)"

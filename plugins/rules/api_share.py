@@ -10,7 +10,8 @@ the trace has timed API events, aggregated API rows are ignored (they
 summarize the same calls). Calls that nest, e.g. a driver call inside a
 runtime call where a tool records both, count in both.
 
-Each name gets the class of the first pattern of :data:`API_CLASSES` that
+Each name gets the class of the first pattern of
+:data:`traceparse.expr.API_CLASSES` that
 matches it (a regular expression on the start of the name, so version
 suffixes such as ``_v11060`` or ``_ptsz`` still match); names matching none
 are "other".
@@ -33,29 +34,19 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import calls_expr, first_match, pct, prefer_timed
+from traceparse.verdict import aggregated_note
 
-#: (class, regular expression matched at the start of the API name); the first match wins.
-API_CLASSES: list[tuple[str, str]] = [
-    # kernel launches, including CUDA < 9's cudaConfigureCall/cudaSetupArgument/cudaLaunch sequence and graphs
-    ("launch", r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch|cudaConfigureCall|cudaSetupArgument"
-               r"|__cudaPushCallConfiguration|__cudaPopCallConfiguration)"),
-    # data movement: copies, memsets, managed-memory prefetch
-    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemset|cuMemset|cudaMemPrefetchAsync|cuMemPrefetchAsync)"),
-    # the host waits for the GPU
-    ("synchronize", r"^(cudaDeviceSynchronize|cudaThreadSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
-                    r"|cudaStreamWaitEvent|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize"
-                    r"|cuStreamWaitEvent)"),
-    # device, host (pinned) and managed memory allocation and release
-    ("allocation", r"^(cudaMalloc|cudaFree|cudaHostAlloc|cudaHostRegister|cudaHostUnregister|cudaMemPool"
-                   r"|cuMemAlloc|cuMemFree|cuMemHostAlloc|cuMemHostRegister|cuMemHostUnregister|cuMemCreate"
-                   r"|cuMemRelease|cuMemMap|cuMemUnmap|cuMemAddressReserve|cuMemAddressFree|cuMemPool)"),
-]
-OTHER = "other"
-CLASSES = tuple(c for c, _ in API_CLASSES) + (OTHER,)
+CLASSES = expr.API_CLASS_NAMES
+FIGURES = {"api_time_ns": "ns", "api_calls": "count", "api_names": "count",
+           **{f"{c}_share_pct": "pct" for c in CLASSES}}
+COLUMNS = [Column("name", "name", "name"), Column("class", "class", "text"), Column("calls", "calls", "count"),
+           Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct")]
+TABLE = [Column("class", "class", "text"), Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
+         Column("share_pct", "share %", "pct")]
 
 SUGGESTIONS = {
     "launch": ("The host spends its API time launching kernels: with many short kernels the GPU waits for the "
@@ -70,10 +61,6 @@ SUGGESTIONS = {
     "other": "Look at the top calls: queries and attribute calls in the loop can usually be hoisted out of it.",
 }
 
-
-def classify(names: pl.Expr) -> pl.Expr:
-    """A polars expression giving the class of each API name (see :data:`API_CLASSES`)."""
-    return first_match(names, API_CLASSES, OTHER)
 
 
 class ApiShare(Rule):
@@ -92,22 +79,22 @@ class ApiShare(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        api, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "api"))
-        by_name = (api.with_columns(calls=calls_expr(), duration_ns=pl.col("duration_ns").fill_null(0))
-                   .group_by("name").agg(calls=pl.col("calls").sum(), time_ns=pl.col("duration_ns").sum())
-                   .with_columns(**{"class": classify(pl.col("name").fill_null(""))})
+        api = measures.time_by_name(trace.events, kinds=("api",), prefer_timed=True)
+        ignored_aggregated = int(api["ignored_rows"].max() or 0)
+        by_name = (api.select("name", "calls", pl.col("time_ns").fill_null(0))
+                   .with_columns(**{"class": expr.api_class(pl.col("name"))})
                    .sort(["time_ns", "name"], descending=[True, False]))
         total = int(by_name["time_ns"].sum() or 0)
         calls = int(by_name["calls"].sum() or 0)
-        by_class = by_name.group_by("class").agg(calls=pl.col("calls").sum(), time_ns=pl.col("time_ns").sum())
-        per_class = {r["class"]: r for r in by_class.iter_rows(named=True)}
+        by_class = measures.api_classes(trace.events).select("category", "calls", pl.col("time_ns").fill_null(0))
+        per_class = {r["category"]: r for r in by_class.iter_rows(named=True)}
         classes = {c: {"calls": per_class.get(c, {}).get("calls", 0), "time_ns": per_class.get(c, {}).get("time_ns", 0),
-                       "share_pct": pct(per_class.get(c, {}).get("time_ns", 0), total)} for c in CLASSES}
+                       "share_pct": expr.pct(per_class.get(c, {}).get("time_ns", 0), total)} for c in CLASSES}
         items = [{"name": r["name"], "class": r["class"], "calls": r["calls"], "time_ns": r["time_ns"],
-                  "share_pct": pct(r["time_ns"], total)}
+                  "share_pct": expr.pct(r["time_ns"], total)}
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         flagged = [c for c in CLASSES
-                   if classes[c]["share_pct"] is not None and classes[c]["share_pct"] >= t[f"{c}_warning_pct"]]
+                   if grade(classes[c]["share_pct"], warning=t[f"{c}_warning_pct"]) != "info"]
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             message = (f"{calls} API calls ({by_name.height} distinct) take {total / 1e6:.3f} ms; "
@@ -115,14 +102,13 @@ class ApiShare(Rule):
                        + f". The top call is {items[0]['name']} ({items[0]['share_pct']:.1f}%).")
         else:
             message = f"{calls} API calls, with no recorded time."
-        if ignored_aggregated:
-            message += (f" {ignored_aggregated} aggregated API rows ignored: the trace's timed API events "
-                        "already count those calls.")
+        message += aggregated_note(ignored_aggregated, "API", "API events")
         metrics = {"api_time_ns": total, "api_calls": calls, "api_names": by_name.height, "classes": classes}
         metrics.update({f"{c}_share_pct": classes[c]["share_pct"] for c in CLASSES})
         return [Finding(self.name, "warning" if flagged else "info",
                         "API time dominated by " + " and ".join(flagged) if flagged else "Where the API time goes",
-                        message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items)]
+                        message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items,
+                        columns=COLUMNS, figures=FIGURES, tables={"classes": TABLE})]
 
 
 @hookimpl

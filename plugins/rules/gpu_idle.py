@@ -29,16 +29,21 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceparse import intervals
+from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import pct
 
-#: Event kinds that are work on the device.
-ACTIVITY = ("kernel", "memcpy", "memset")
-#: Stands in for a null device_id while joining (device ids are never negative).
-NO_DEVICE = -1
+FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
+           "untimed_rows": "count"}
+COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
+           Column("length_ns", "length", "ns"), Column("before", "before", "name"), Column("after", "after", "name")]
+DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
+           Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
+SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
+              "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
+              "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
+              "(.item(), .cpu(), cudaDeviceSynchronize) that stop the host from queueing work ahead.")
 
 
 class GpuIdle(Rule):
@@ -50,88 +55,52 @@ class GpuIdle(Rule):
         "critical_idle_pct": 50.0,   # ... at or above this: critical
         "top": 10,                   # longest gaps listed
     }
-    kinds = ACTIVITY
+    kinds = expr.GPU_KINDS
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        gpu = trace.events.filter(pl.col("kind").is_in(ACTIVITY))
-        timed = (gpu.filter(pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null())
-                 .with_columns(pl.col("device_id").fill_null(NO_DEVICE)))
-        untimed = gpu.height - timed.height
-        if timed.height == 0:
+        events = trace.events
+        gpu = events.filter(expr.kind_is(*expr.GPU_KINDS))
+        untimed = gpu.height - gpu.filter(expr.timed() & pl.col("duration_ns").is_not_null()).height
+        per_device = measures.device_busy(events)
+        if per_device.height == 0:
             return [Finding(self.name, "info", "No timed GPU activity",
                             f"The trace's {gpu.height} GPU rows are aggregated (no start times), so idle gaps "
                             "cannot be placed in time.",
-                            metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed})]
-        by = ["device_id"]
-        timed = timed.with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
-        spans = timed.group_by(by).agg(first=pl.col("start_ns").min(), last=pl.col("end_ns").max())
-        gaps = intervals.gaps(timed, by)
-        per_device = (spans.join(gaps.group_by(by).agg(idle_ns=pl.col("length").sum(), gaps=pl.len()), on=by,
-                                 how="left")
-                      .with_columns(span_ns=pl.col("last") - pl.col("first"),
-                                    idle_ns=pl.col("idle_ns").fill_null(0), gaps=pl.col("gaps").fill_null(0))
-                      .with_columns(busy_ns=pl.col("span_ns") - pl.col("idle_ns"))  # = |union| per device
-                      .sort(by))
+                            metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed},
+                            figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "untimed_rows": "count"})]
+        gaps = measures.gaps(events)
         span_ns = int(per_device["span_ns"].sum())
         idle_ns = int(per_device["idle_ns"].sum())
         busy_ns = int(per_device["busy_ns"].sum())
-        idle_pct = pct(idle_ns, span_ns)
+        n_gaps = int(per_device["gaps"].sum())
+        idle_pct = expr.pct(idle_ns, span_ns)
         devices = {_device_key(r["device_id"]): {"span_ns": r["span_ns"], "busy_ns": r["busy_ns"],
-                                                 "idle_ns": r["idle_ns"], "idle_pct": pct(r["idle_ns"], r["span_ns"]),
+                                                 "idle_ns": r["idle_ns"], "idle_pct": expr.pct(r["idle_ns"], r["span_ns"]),
                                                  "gaps": r["gaps"]}
                    for r in per_device.iter_rows(named=True)}
-        items = self._largest_gaps(timed, gaps, int(t["top"]))
-        severity = "info"
-        if idle_pct is not None:
-            if idle_pct >= t["critical_idle_pct"]:
-                severity = "critical"
-            elif idle_pct >= t["warning_idle_pct"]:
-                severity = "warning"
+        origin = int(per_device["first_ns"].min())
+        longest = gaps.sort(["length", "start", "device_id"], descending=[True, False, False], nulls_last=False)
+        items = [{"device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
+                  "before": r["before"], "after": r["after"]}
+                 for r in longest.head(int(t["top"])).iter_rows(named=True)]
+        severity = grade(idle_pct, warning=t["warning_idle_pct"], critical=t["critical_idle_pct"])
         n_dev = per_device.height
         message = (f"The GPU{'s' if n_dev > 1 else ''} ran nothing for {idle_ns / 1e6:.3f} ms of "
                    f"{span_ns / 1e6:.3f} ms{' (summed over ' + str(n_dev) + ' devices)' if n_dev > 1 else ''} "
-                   f"between first and last activity: {idle_pct or 0:.1f}% idle, in {len(gaps)} gaps")
+                   f"between first and last activity: {idle_pct or 0:.1f}% idle, in {n_gaps} gaps")
         message += (f"; the longest is {items[0]['length_ns'] / 1e6:.3f} ms." if items else ".")
         if untimed:
             message += f" {untimed} aggregated GPU rows left out: they have no start time."
-        suggestion = ""
-        if severity != "info":
-            suggestion = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
-                          "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
-                          "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
-                          "(.item(), .cpu(), cudaDeviceSynchronize) that stop the host from queueing work ahead.")
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
-                        suggestion,
+                        SUGGESTION if severity != "info" else "",
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
-                                 "gaps": len(gaps), "untimed_rows": untimed, "devices": devices},
-                        items=items)]
-
-    @staticmethod
-    def _largest_gaps(timed: pl.DataFrame, gaps: pl.DataFrame, top: int) -> list[dict]:
-        """The ``top`` longest gaps with the names of the activities that end before and start after them.
-
-        Several activities can end (or start) at the same instant; the first in the trace's order is named.
-        """
-        origin = int(timed["start_ns"].min())
-        longest = gaps.sort(["length", "start"], descending=[True, False]).head(top).with_row_index("gap")
-        events = timed.select("device_id", "event_id", "name", "start_ns", "end_ns")
-
-        def named(on_gap: str, on_event: str, alias: str) -> pl.DataFrame:
-            return (longest.select("gap", "device_id", on_gap)
-                    .join(events, left_on=["device_id", on_gap], right_on=["device_id", on_event], how="inner")
-                    .sort("event_id").group_by("gap").agg(pl.col("name").first().alias(alias)))
-
-        longest = (longest.join(named("start", "end_ns", "before"), on="gap", how="left")
-                   .join(named("end", "start_ns", "after"), on="gap", how="left").sort("gap"))
-        return [{"device_id": None if r["device_id"] == NO_DEVICE else r["device_id"],
-                 "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
-                 "before": r["before"], "after": r["after"]}
-                for r in longest.iter_rows(named=True)]
+                                 "gaps": n_gaps, "untimed_rows": untimed, "devices": devices},
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES})]
 
 
-def _device_key(device_id: int) -> str:
-    return "?" if device_id == NO_DEVICE else str(device_id)
+def _device_key(device_id: int | None) -> str:
+    return "?" if device_id is None else str(device_id)
 
 
 @hookimpl

@@ -26,24 +26,22 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse.expr import calls, flat_rows, kind_is, prefer_timed
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
-from ._rows import prefer_timed
-
 THREAD = ["pid", "device_id", "tid"]
-
-
-def flat_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Drop call-path rows (``call_path`` with `` => ``) when the flat rows are there too; and how many."""
-    if "call_path" not in rows.columns:
-        return rows, 0
-    nested = pl.col("call_path").fill_null("").str.contains(" => ", literal=True)
-    n_nested = int(rows.select(nested.sum()).item() or 0)
-    if n_nested == 0 or n_nested == rows.height:
-        return rows, 0
-    return rows.filter(~nested), n_nested
+FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "count",
+           "aggregated_rows_skipped": "count", "exclusive_rows": "count", "inclusive_only_rows": "count"}
+COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
+           Column("time_ns", "time", "ns"), Column("inclusive_ns", "inclusive", "ns"),
+           Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
+           Column("mean_ns", "mean", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
+           Column("imbalance", "imbalance", "ratio")]
+THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
+                  Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
+                  Column("inclusive_ns", "inclusive", "ns"), Column("share_pct", "share %", "pct")]
 
 
 def thread_label(pid, device, tid) -> str:
@@ -68,7 +66,7 @@ class Hotspots(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
-        rows = events.filter(pl.col("kind").cast(pl.String).is_in(list(t["kinds"])))
+        rows = events.filter(kind_is(*t["kinds"]))
         rows, nested = flat_rows(rows)
         parts, dropped = [], 0
         for kind in rows["kind"].cast(pl.String).unique().sort().to_list():
@@ -78,7 +76,7 @@ class Hotspots(Rule):
         rows = pl.concat(parts) if parts else rows
         rows = rows.with_columns(
             time_ns=pl.coalesce("exclusive_ns", "duration_ns"),
-            calls=pl.col("calls").fill_null(1),
+            calls=calls(),
             kind=pl.col("kind").cast(pl.String),
         ).filter(pl.col("time_ns").is_not_null())
         per_thread = rows.group_by(["name", "kind", *THREAD]).agg(
@@ -105,7 +103,7 @@ class Hotspots(Rule):
         ]
         imbalanced = [i for i in items if i["imbalance"] is not None
                       and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
-                      and i["imbalance"] >= t["imbalance_warning"]]
+                      and grade(i["imbalance"], warning=t["imbalance_warning"]) != "info"]
         metrics = {"time_ns": total, "threads": n_threads, "routines": by_name.height,
                    "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
                    "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
@@ -131,7 +129,7 @@ class Hotspots(Rule):
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
-                            message, suggestion, metrics=metrics, items=items)]
+                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES)]
         findings.append(self._per_thread(per_thread, t))
         return findings
 
@@ -152,7 +150,8 @@ class Hotspots(Rule):
         message = (f"Top {t['per_thread_top']} routines of each of {chosen.height} of {totals.height} threads "
                    "(threads with the most time first).")
         return Finding(self.name, "info", "Hotspots per thread", message,
-                       metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items)
+                       metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,
+                       columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
 
 
 def _round(value, digits: int = 4):

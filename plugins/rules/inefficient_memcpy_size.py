@@ -40,10 +40,18 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import calls_expr, gbps, ignored_note, is_copy_kind, pct, prefer_timed
+from traceparse.verdict import aggregated_note
+
+FIGURES = {"copies": "count", "copy_time_ns": "ns", "small_copies": "count", "small_copy_time_ns": "ns",
+           "small_bytes": "bytes", "small_copy_share_pct": "pct", "skipped_copies": "count"}
+COLUMNS = [Column("copy_kind", "copy", "text"), Column("size_bytes", "size", "bytes_binary"),
+           Column("copies", "copies", "count"), Column("time_ns", "time", "ns"), Column("avg_ns", "mean", "ns"),
+           Column("share_pct", "share %", "pct"), Column("achieved_gbps", "achieved", "gbps"),
+           Column("aggregated", "aggregated", "text")]
 
 
 class InefficientMemcpySize(Rule):
@@ -62,43 +70,33 @@ class InefficientMemcpySize(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        copies, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "memcpy"))
-        copies = copies.with_columns(calls=calls_expr())
-        usable = (is_copy_kind(t["copy_kinds"]) & pl.col("bytes").is_not_null()
-                  & pl.col("duration_ns").is_not_null() & (pl.col("calls") > 0))
-        in_scope = pl.col("copy_kind").is_null() | is_copy_kind(t["copy_kinds"])
-        skipped = int(copies.filter(in_scope & ~usable)["calls"].sum() or 0)
-        considered = copies.filter(usable).with_columns(
-            aggregated=pl.col("start_ns").is_null(),
-            # bytes per call, rounded to the nearest byte (exact for timed events)
-            size_bytes=(pl.col("bytes") + pl.col("calls") // 2) // pl.col("calls"),
-            small=(pl.col("bytes") < pl.col("calls") * int(t["small_below_bytes"])),
-        )
-        n_copies = int(considered["calls"].sum() or 0)
-        copy_ns = int(considered["duration_ns"].sum() or 0)
+        copies = measures.copy_stats(trace.events)
+        ignored_aggregated = int(copies["ignored_rows"].max() or 0)
+        usable = (expr.is_copy_kind(t["copy_kinds"]) & pl.col("mean_bytes").is_not_null() & pl.col("duration_known"))
+        in_scope = pl.col("copy_kind").is_null() | expr.is_copy_kind(t["copy_kinds"])
+        skipped = int(copies.filter(in_scope & ~usable)["copies"].sum() or 0)
+        considered = copies.filter(usable).with_columns(small=pl.col("mean_bytes") < int(t["small_below_bytes"]))
+        n_copies = int(considered["copies"].sum() or 0)
+        copy_ns = int(considered["time_ns"].sum() or 0)
         small = considered.filter("small")
-        n_small = int(small["calls"].sum() or 0)
-        small_ns = int(small["duration_ns"].sum() or 0)
+        n_small = int(small["copies"].sum() or 0)
+        small_ns = int(small["time_ns"].sum() or 0)
         small_bytes = int(small["bytes"].sum() or 0)
-        share = pct(small_ns, copy_ns)
+        share = expr.pct(small_ns, copy_ns)
         groups = (small.group_by("copy_kind", "size_bytes", "aggregated")
-                  .agg(copies=pl.col("calls").sum(), time_ns=pl.col("duration_ns").sum(),
-                       bytes=pl.col("bytes").sum())
-                  .sort(["time_ns", "copies", "size_bytes"], descending=[True, True, False]))
+                  .agg(copies=pl.col("copies").sum(), time_ns=pl.col("time_ns").sum(), bytes=pl.col("bytes").sum())
+                  .sort(["time_ns", "copies", "size_bytes", "copy_kind"], descending=[True, True, False, False]))
         items = []
         for r in groups.head(int(t["top"])).iter_rows(named=True):
             item = {"copy_kind": r["copy_kind"], "size_bytes": r["size_bytes"], "copies": r["copies"],
                     "time_ns": r["time_ns"], "avg_ns": round(r["time_ns"] / r["copies"], 1),
-                    "share_pct": pct(r["time_ns"], copy_ns), "achieved_gbps": gbps(r["bytes"], r["time_ns"])}
+                    "share_pct": expr.pct(r["time_ns"], copy_ns), "achieved_gbps": expr.gbps(r["bytes"], r["time_ns"])}
             if r["aggregated"]:
                 item["aggregated"] = True
             items.append(item)
         severity = "info"
-        if n_small >= int(t["min_small_copies"]) and share is not None:
-            if share >= t["critical_share_pct"]:
-                severity = "critical"
-            elif share >= t["warning_share_pct"]:
-                severity = "warning"
+        if n_small >= int(t["min_small_copies"]):
+            severity = grade(share, warning=t["warning_share_pct"], critical=t["critical_share_pct"])
         limit = _size(int(t["small_below_bytes"]))
         kinds = "/".join(t["copy_kinds"])
         if n_copies == 0:
@@ -109,7 +107,7 @@ class InefficientMemcpySize(Rule):
                        f"{small_ns / 1e6:.3f} ms, {share or 0:.1f}% of the {copy_ns / 1e6:.3f} ms of copy time.")
             if skipped:
                 message += f" {skipped} copies skipped: direction or size unknown."
-        message += ignored_note(ignored_aggregated)
+        message += aggregated_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
             suggestion = ("Batch small transfers into fewer, larger ones: gather small tensors into one "
@@ -120,7 +118,7 @@ class InefficientMemcpySize(Rule):
                         metrics={"copies": n_copies, "copy_time_ns": copy_ns, "small_copies": n_small,
                                  "small_copy_time_ns": small_ns, "small_bytes": small_bytes,
                                  "small_copy_share_pct": share, "skipped_copies": skipped},
-                        items=items)]
+                        items=items, columns=COLUMNS, figures=FIGURES)]
 
 
 def _size(n: int) -> str:

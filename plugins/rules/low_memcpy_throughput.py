@@ -38,11 +38,19 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse import measures
 from traceparse.catalog import gpu_for_trace
+from traceparse.expr import HOST_DEVICE, gbps, pct
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, ignored_note, pct, prefer_timed
+from traceparse.verdict import aggregated_note
+
+FIGURES = {"achieved_gbps": "gbps", "peak_gbps": "gbps", "pct_of_peak": "pct", "copy_time_ns": "ns",
+           "bytes": "bytes", "peak_source": "text", "skipped_copies": "count"}
+COLUMNS = [Column("copy_kind", "copy", "text"), Column("copies", "copies", "count"), Column("bytes", "bytes", "bytes"),
+           Column("time_ns", "time", "ns"), Column("achieved_gbps", "achieved", "gbps"),
+           Column("peak_gbps", "peak", "gbps"), Column("pct_of_peak", "% of peak", "pct"), Column("link", "link", "text")]
 
 #: Each direction's link and how many times a copied byte crosses it.
 LINKS = {"HtoD": ("host link", 1), "DtoH": ("host link", 1), "DtoD": ("DRAM", 2)}
@@ -64,14 +72,12 @@ class LowMemcpyThroughput(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        copies, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "memcpy"))
-        copies = copies.with_columns(calls=calls_expr())
-        usable = (pl.col("copy_kind").is_not_null() & pl.col("bytes").is_not_null()
-                  & pl.col("duration_ns").is_not_null())
-        skipped = int(copies.filter(~usable)["calls"].sum() or 0)
-        per_kind = (copies.filter(usable).group_by(pl.col("copy_kind").cast(pl.String))
-                    .agg(copies=pl.col("calls").sum(), bytes=pl.col("bytes").sum(),
-                         time_ns=pl.col("duration_ns").sum())
+        copies = measures.copy_stats(trace.events)
+        ignored_aggregated = int(copies["ignored_rows"].max() or 0)
+        usable = pl.col("copy_kind").is_not_null() & pl.col("mean_bytes").is_not_null() & pl.col("duration_known")
+        skipped = int(copies.filter(~usable)["copies"].sum() or 0)
+        per_kind = (copies.filter(usable).group_by("copy_kind")
+                    .agg(copies=pl.col("copies").sum(), bytes=pl.col("bytes").sum(), time_ns=pl.col("time_ns").sum())
                     .sort("time_ns", "copy_kind", descending=[True, False]))
         host_peak, host_source, dram_peak, dram_source = _peaks(trace, options)
         peaks = {"host link": host_peak, "DRAM": dram_peak}
@@ -91,11 +97,9 @@ class LowMemcpyThroughput(Rule):
         achieved = gbps(host_bytes, host_ns)
         host_pct = pct(host_bytes / host_ns, host_peak) if host_ns else None
         severity = "info"
-        if host_pct is not None and host_ns >= t["min_copy_time_us"] * 1e3:
-            if host_pct < t["critical_below_pct"]:
-                severity = "critical"
-            elif host_pct < t["warning_below_pct"]:
-                severity = "warning"
+        if host_ns >= t["min_copy_time_us"] * 1e3:
+            severity = grade(host_pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
+                             higher_is_worse=False)
         if host_ns:
             message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {host_ns / 1e6:.3f} ms: "
                        f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:g} GB/s per direction. "
@@ -113,7 +117,7 @@ class LowMemcpyThroughput(Rule):
                            else f"; no DRAM peak: {dram_source}."))
         if skipped:
             message += f" {skipped} copies skipped: direction, size or duration unknown."
-        message += ignored_note(ignored_aggregated)
+        message += aggregated_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
             suggestion = ("Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "
@@ -126,7 +130,7 @@ class LowMemcpyThroughput(Rule):
                         metrics={"achieved_gbps": achieved, "peak_gbps": host_peak, "pct_of_peak": host_pct,
                                  "copy_time_ns": host_ns, "bytes": host_bytes, "peak_source": host_source,
                                  "skipped_copies": skipped},
-                        items=items)]
+                        items=items, columns=COLUMNS, figures=FIGURES)]
 
 
 def _peaks(trace: Trace, options: RuleOptions) -> tuple[float, str, float | None, str]:

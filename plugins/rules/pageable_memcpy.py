@@ -31,10 +31,19 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
-from traceparse_plugins.rules._rows import HOST_DEVICE, calls_expr, gbps, ignored_note, is_copy_kind, pct, prefer_timed
+from traceparse.verdict import aggregated_note
+
+FIGURES = {"pageable_copies": "count", "pageable_bytes": "bytes", "pageable_time_ns": "ns",
+           "host_device_time_ns": "ns", "pageable_share_pct": "pct", "pageable_gbps": "gbps", "pinned_gbps": "gbps",
+           "unknown_memory_copies": "count"}
+COLUMNS = [Column("copy_kind", "copy", "text"), Column("src_memory", "from", "text"), Column("dst_memory", "to", "text"),
+           Column("copies", "copies", "count"), Column("bytes", "bytes", "bytes"), Column("time_ns", "time", "ns"),
+           Column("share_pct", "share %", "pct"), Column("achieved_gbps", "achieved", "gbps")]
+GROUP = ["copy_kind", "src_memory", "dst_memory"]
 
 
 class PageableMemcpy(Rule):
@@ -50,33 +59,31 @@ class PageableMemcpy(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        copies, ignored_aggregated = prefer_timed(trace.events.filter(pl.col("kind") == "memcpy"))
-        host_memory = (pl.when(pl.col("copy_kind") == "HtoD").then(pl.col("src_memory"))
-                       .otherwise(pl.col("dst_memory")).cast(pl.String))
-        host_device = (copies.filter(is_copy_kind(HOST_DEVICE))
-                       .with_columns(calls=calls_expr(), host_memory=host_memory))
-        unknown = int(host_device.filter(pl.col("host_memory").is_null())["calls"].sum() or 0)
-        known = host_device.filter(pl.col("host_memory").is_not_null() & pl.col("duration_ns").is_not_null())
+        copies = measures.copy_stats(trace.events)
+        ignored_aggregated = int(copies["ignored_rows"].max() or 0)
+        host_memory = pl.when(pl.col("copy_kind") == "HtoD").then(pl.col("src_memory")).otherwise(pl.col("dst_memory"))
+        host_device = copies.filter(expr.is_copy_kind(expr.HOST_DEVICE)).with_columns(host_memory=host_memory)
+        unknown = int(host_device.filter(pl.col("host_memory").is_null())["copies"].sum() or 0)
+        known = host_device.filter(pl.col("host_memory").is_not_null() & pl.col("duration_known"))
         pageable = known.filter(pl.col("host_memory") == "pageable")
         pinned = known.filter(pl.col("host_memory") == "pinned")
-        total_ns = int(known["duration_ns"].sum() or 0)
-        n_pageable = int(pageable["calls"].sum() or 0)
-        pageable_ns = int(pageable["duration_ns"].sum() or 0)
+        total_ns = int(known["time_ns"].sum() or 0)
+        n_pageable = int(pageable["copies"].sum() or 0)
+        pageable_ns = int(pageable["time_ns"].sum() or 0)
         pageable_bytes = int(pageable["bytes"].sum() or 0)
-        share = pct(pageable_ns, total_ns)
-        groups = (pageable.group_by(pl.col("copy_kind").cast(pl.String), pl.col("src_memory").cast(pl.String),
-                                    pl.col("dst_memory").cast(pl.String))
-                  .agg(copies=pl.col("calls").sum(),
+        share = expr.pct(pageable_ns, total_ns)
+        sized = pl.col("bytes").is_not_null()
+        groups = (pageable.group_by(GROUP)
+                  .agg(copies=pl.col("copies").sum(),
                        bytes=pl.when(pl.col("bytes").count() > 0).then(pl.col("bytes").sum()),
-                       time_ns=pl.col("duration_ns").sum(),
-                       sized_ns=pl.col("duration_ns").filter(pl.col("bytes").is_not_null()).sum())
-                  .sort(["time_ns", "copy_kind"], descending=[True, False]))
+                       time_ns=pl.col("time_ns").sum(), sized_ns=pl.col("time_ns").filter(sized).sum())
+                  .sort(["time_ns", *GROUP], descending=[True, False, False, False]))
         items = [{"copy_kind": r["copy_kind"], "src_memory": r["src_memory"], "dst_memory": r["dst_memory"],
                   "copies": r["copies"], "bytes": r["bytes"], "time_ns": r["time_ns"],
-                  "share_pct": pct(r["time_ns"], total_ns), "achieved_gbps": gbps(r["bytes"], r["sized_ns"])}
+                  "share_pct": expr.pct(r["time_ns"], total_ns), "achieved_gbps": expr.gbps(r["bytes"], r["sized_ns"])}
                  for r in groups.head(int(t["top"])).iter_rows(named=True)]
-        warn = (share is not None and share >= t["warning_share_pct"]
-                and pageable_ns >= t["min_pageable_time_us"] * 1e3)
+        warn = (pageable_ns >= t["min_pageable_time_us"] * 1e3
+                and grade(share, warning=t["warning_share_pct"]) != "info")
         if total_ns:
             message = (f"{n_pageable} host-device copies use pageable host memory: {pageable_bytes / 1e6:.3f} MB "
                        f"in {pageable_ns / 1e6:.3f} ms, {share:.1f}% of the {total_ns / 1e6:.3f} ms of "
@@ -85,7 +92,7 @@ class PageableMemcpy(Rule):
             message = "No host-device copy says whether its host memory is pageable or pinned."
         if unknown:
             message += f" {unknown} host-device copies left out: the source does not record their memory kind."
-        message += ignored_note(ignored_aggregated)
+        message += aggregated_note(ignored_aggregated)
         suggestion = ("Allocate the host buffers page-locked: DataLoader(pin_memory=True) or tensor.pin_memory() "
                       "in PyTorch, cudaHostAlloc/cudaMallocHost or cudaHostRegister in CUDA; then copy with "
                       "non_blocking=True / cudaMemcpyAsync on a side stream so the copies overlap compute."
@@ -97,13 +104,13 @@ class PageableMemcpy(Rule):
                                  "pageable_share_pct": share,
                                  "pageable_gbps": _achieved(pageable), "pinned_gbps": _achieved(pinned),
                                  "unknown_memory_copies": unknown},
-                        items=items)]
+                        items=items, columns=COLUMNS, figures=FIGURES)]
 
 
 def _achieved(copies: pl.DataFrame) -> float | None:
     """Σ bytes / Σ duration over the copies whose size is known, in GB/s."""
     sized = copies.filter(pl.col("bytes").is_not_null())
-    return gbps(int(sized["bytes"].sum() or 0), int(sized["duration_ns"].sum() or 0))
+    return expr.gbps(int(sized["bytes"].sum() or 0), int(sized["time_ns"].sum() or 0))
 
 
 @hookimpl

@@ -27,11 +27,14 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse.errors import InputError
+from traceparse.expr import flat_rows, kind_is
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
 
-from .hotspots import flat_rows
+FIGURES = {"counters_seen": "count"}
+COLUMNS = [Column("name", "name", "name"), Column("metric", "metric", "text"), Column("value", "value", "ratio"),
+           Column("time_ns", "time", "ns"), Column("score", "score", "number")]
 
 #: The derived metrics, in one table. "score": "value_x_time" (more is worse) or "time_over_value".
 DERIVED_METRICS: list[dict] = [
@@ -122,7 +125,7 @@ class TuningCandidates(Rule):
         t = options.thresholds
         definitions = self.definitions + [check_definition(d) for d in (t.get("extra_metrics") or [])]
         events = trace.events
-        parents = events.filter(pl.col("kind").cast(pl.String).is_in(list(t["kinds"])))
+        parents = events.filter(kind_is(*t["kinds"]))
         parents, _ = flat_rows(parents)
         parents = parents.select(pl.col("event_id").alias("parent_id"), "name",
                                  pl.coalesce("exclusive_ns", "duration_ns").alias("time_ns"))
@@ -156,13 +159,14 @@ class TuningCandidates(Rule):
                             f"kernels or routines named {', '.join(wanted[:8])}, ...",
                             "Profile with the counters of a metric, e.g. TAU_METRICS=TIME:CUDA.<GPU>.domain_d."
                             "inst_executed:..., or ncu --metrics smsp__inst_executed.sum,...",
-                            metrics=metrics)]
+                            metrics=metrics, figures=FIGURES)]
         lead = {m: next(i for i in items if i["metric"] == m) for m in used}
         parts = [f"{m}: {v['name']!r} (value {v['value']}, score {v['score']})" for m, v in lead.items()]
         message = "Top candidates by " + "; ".join(parts) + "."
         return [Finding(self.name, "info", "Tuning candidates: derived metric x time", message,
                         "Look first at the routines that lead several metrics: their time is high and their "
-                        "instruction mix or memory traffic is poor.", metrics=metrics, items=items)]
+                        "instruction mix or memory traffic is poor.", metrics=metrics, items=items,
+                        columns=COLUMNS, figures=FIGURES)]
 
 
 def _rank(table: pl.DataFrame, spec: dict, alt: dict) -> pl.DataFrame:

@@ -1,4 +1,9 @@
-"""Rule ``short-kernels``: how much of the GPU's kernel work comes in launches too short to hide launch overhead.
+"""An example third-party plugin: two rules.
+
+``short-kernels`` reads the event table itself; ``long-gaps`` is written on a
+public measure (:mod:`traceparse.measures`) and the core's ``grade()``.
+
+Rule ``short-kernels``: how much of the GPU's kernel work comes in launches too short to hide launch overhead.
 
 Definition: a kernel call is short when its duration is under
 ``max_duration_us`` (default 10 us, about twice a typical launch latency);
@@ -9,8 +14,8 @@ graphs. Metrics: ``short_calls``, ``calls``, ``short_pct``, ``short_time_ns``.
 
 import polars as pl
 
-from traceparse import hookimpl
-from traceparse.rule import Finding, Rule
+from traceparse import hookimpl, measures
+from traceparse.rule import Finding, Rule, grade
 
 
 class ShortKernels(Rule):
@@ -36,6 +41,25 @@ class ShortKernels(Rule):
         )]
 
 
+class LongGaps(Rule):
+    """Rule ``long-gaps``: idle gaps of a device (between its kernels, copies, memsets) of at least ``min_gap_us``."""
+
+    name = "long-gaps"
+    description = "Idle gaps on a device at least min_gap_us long"
+    definition = __doc__
+    thresholds = {"min_gap_us": 100.0, "warning_gaps": 10}
+    kinds = ("kernel", "memcpy", "memset")
+
+    def check(self, trace, options):
+        t = options.thresholds
+        long = measures.gaps(trace.events).filter(pl.col("length") >= t["min_gap_us"] * 1000)
+        total = int(long["length"].sum() or 0)
+        return [Finding(self.name, grade(long.height, warning=t["warning_gaps"]), "Long idle gaps",
+                        f"{long.height} gaps of at least {t['min_gap_us']} us, {total / 1e6:.3f} ms in all.",
+                        metrics={"long_gaps": long.height, "long_gap_ns": total},
+                        figures={"long_gaps": "count", "long_gap_ns": "ns"})]
+
+
 @hookimpl
 def traceparse_rules():
-    return [ShortKernels()]
+    return [ShortKernels(), LongGaps()]

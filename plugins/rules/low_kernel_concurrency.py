@@ -4,17 +4,25 @@ Definition: per device, kernel_busy = |union of kernel intervals| and
 concurrent = |time with two or more kernels running|, each summed over
 devices; concurrency_pct = 100 × concurrent / kernel_busy. Intervals are
 half-open, so a kernel starting exactly when another ends is not concurrent.
-Metrics: ``kernel_busy_ns``, ``concurrent_ns``, ``concurrency_pct``.
+Metrics: ``kernel_busy_ns``, ``concurrent_ns``, ``concurrency_pct``, and
+per device ``devices``.
+
+Severity: warning when ``concurrency_pct`` is under ``warning_below_pct``
+and the mean kernel lasts at least ``min_mean_kernel_us``.
 """
 
 from __future__ import annotations
 
-import polars as pl
-
-from traceparse import intervals
+from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.rule import Finding, Rule, RuleOptions
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
+
+FIGURES = {"kernel_busy_ns": "ns", "concurrent_ns": "ns", "concurrency_pct": "pct"}
+DEVICES = [Column("device", "device", "text"), Column("kernels", "kernels", "count"),
+           Column("streams", "streams", "count"), Column("kernel_busy_ns", "kernel busy", "ns"),
+           Column("concurrent_ns", "concurrent", "ns"), Column("concurrency_pct", "concurrency %", "pct"),
+           Column("max_concurrent", "max concurrent", "count")]
 
 
 class LowKernelConcurrency(Rule):
@@ -29,33 +37,27 @@ class LowKernelConcurrency(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        kernels = trace.events.filter((pl.col("kind") == "kernel") & pl.col("start_ns").is_not_null())
-        if kernels.height == 0:
+        per_device = measures.concurrency(trace.events, kinds=("kernel",), at_least=2)
+        if per_device.height == 0:
             return [Finding(self.name, "info", "No timed kernels",
                             "The trace has kernel totals only (no start times), so concurrency cannot be measured.",
-                            metrics={"kernel_busy_ns": 0, "concurrent_ns": 0, "concurrency_pct": None})]
-        by = ["device_id"]
-        profile = intervals.depth_profile(kernels, by)
-        per_device = profile.group_by("device_id").agg(
-            kernel_busy_ns=pl.col("length").filter(pl.col("depth") >= 1).sum(),
-            concurrent_ns=pl.col("length").filter(pl.col("depth") >= 2).sum(),
-            max_concurrent=pl.col("depth").max(),
-        ).sort("device_id")
-        streams = kernels.group_by("device_id").agg(streams=pl.col("stream_id").n_unique(), kernels=pl.len())
-        per_device = per_device.join(streams, on="device_id", how="left")
-        busy = int(per_device["kernel_busy_ns"].sum())
+                            metrics={"kernel_busy_ns": 0, "concurrent_ns": 0, "concurrency_pct": None},
+                            figures=FIGURES)]
+        busy = int(per_device["busy_ns"].sum())
         concurrent = int(per_device["concurrent_ns"].sum())
         pct = 100.0 * concurrent / busy if busy else 0.0
-        mean_us = float(kernels["duration_ns"].mean()) / 1e3
-        devices = {str(r["device_id"]): {"kernels": r["kernels"], "streams": r["streams"],
-                  "kernel_busy_ns": r["kernel_busy_ns"], "concurrent_ns": r["concurrent_ns"],
-                  "concurrency_pct": round(100.0 * r["concurrent_ns"] / r["kernel_busy_ns"], 2)
-                  if r["kernel_busy_ns"] else None, "max_concurrent": r["max_concurrent"]}
+        n_kernels = int(per_device["count"].sum())
+        mean_us = int(per_device["time_ns"].sum()) / n_kernels / 1e3
+        devices = {str(r["device_id"]): {"kernels": r["count"], "streams": r["streams"],
+                                         "kernel_busy_ns": r["busy_ns"], "concurrent_ns": r["concurrent_ns"],
+                                         "concurrency_pct": expr.pct(r["concurrent_ns"], r["busy_ns"]),
+                                         "max_concurrent": r["max_depth"]}
                    for r in per_device.iter_rows(named=True)}
-        low = pct < t["warning_below_pct"] and mean_us >= t["min_mean_kernel_us"]
-        n_streams = int(kernels["stream_id"].n_unique())
+        low = mean_us >= t["min_mean_kernel_us"] and grade(pct, warning=t["warning_below_pct"],
+                                                           higher_is_worse=False) != "info"
+        n_streams = len({s for ids in per_device["stream_ids"].to_list() for s in ids})
         message = (f"Two or more kernels run during {pct:.1f}% of the {busy / 1e6:.3f} ms the GPU runs kernels "
-                   f"({kernels.height} kernels on {n_streams} stream(s), mean {mean_us:.1f} us).")
+                   f"({n_kernels} kernels on {n_streams} stream(s), mean {mean_us:.1f} us).")
         suggestion = ""
         if low:
             suggestion = ("Kernels run one at a time. If they are small (few blocks, short), issue independent "
@@ -66,7 +68,8 @@ class LowKernelConcurrency(Rule):
         return [Finding(self.name, "warning" if low else "info",
                         "Low kernel concurrency" if low else "Kernel concurrency", message, suggestion,
                         metrics={"kernel_busy_ns": busy, "concurrent_ns": concurrent,
-                                 "concurrency_pct": round(pct, 4), "devices": devices})]
+                                 "concurrency_pct": round(pct, 4), "devices": devices},
+                        figures=FIGURES, tables={"devices": DEVICES})]
 
 
 @hookimpl

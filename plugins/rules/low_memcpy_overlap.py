@@ -1,0 +1,95 @@
+"""Rule ``low-memcpy-overlap``: how much host-device copy time overlaps kernel execution.
+
+Definition (the Visual Profiler's "Low Memcpy/Compute Overlap"): per device,
+overlapped = sum over memcpy events of |memcpy interval ∩ union of the kernel
+intervals on the same device|; overlap_pct = 100 × overlapped / total memcpy
+time, over all devices. Only timed events count (aggregated rows have no
+start). Metrics: ``memcpy_time_ns``, ``overlapped_ns``, ``overlap_pct``,
+``memcpy_share_of_busy_pct`` = 100 × memcpy time / kernel busy time, and
+per device ``devices``. Items: the copy directions and memory kinds with the
+most exposed (not overlapped) time.
+
+Severity: when copies take at least ``min_memcpy_share_pct`` of the kernel
+busy time, warning under ``warning_below_pct``, critical under
+``critical_below_pct``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr, measures
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+FIGURES = {"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct", "memcpy_share_of_busy_pct": "pct"}
+COLUMNS = [Column("copy", "copy", "text"), Column("copies", "copies", "count"), Column("time_ns", "time", "ns"),
+           Column("exposed_ns", "exposed", "ns"), Column("bytes", "bytes", "bytes")]
+DEVICES = [Column("device", "device", "text"), Column("copies", "copies", "count"),
+           Column("memcpy_time_ns", "memcpy time", "ns"), Column("overlapped_ns", "overlapped", "ns"),
+           Column("overlap_pct", "overlap %", "pct")]
+GROUP = ("copy_kind", "src_memory", "dst_memory")
+
+
+class LowMemcpyOverlap(Rule):
+    name = "low-memcpy-overlap"
+    description = "Share of memcpy time that runs while kernels run on the same device"
+    definition = __doc__
+    thresholds = {
+        "warning_below_pct": 50.0,      # overlap under this is a warning ...
+        "critical_below_pct": 10.0,     # ... and under this critical ...
+        "min_memcpy_share_pct": 5.0,    # ... when copies take at least this % of kernel busy time
+    }
+    kinds = ("memcpy",)
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        groups = measures.overlap(events, a=("memcpy",), b=("kernel",), group=GROUP)
+        if groups.height == 0:
+            return [Finding(self.name, "info", "No timed memcpy events",
+                            "The trace has memcpy totals only (no start times), so overlap cannot be measured.",
+                            metrics={"memcpy_time_ns": 0, "overlapped_ns": 0, "overlap_pct": None},
+                            figures={"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct"})]
+        memcpy_ns = int(groups["time_ns"].sum())
+        overlapped_ns = int(groups["overlapped_ns"].sum())
+        pct = 100.0 * overlapped_ns / memcpy_ns if memcpy_ns else None
+        busy_ns = int(measures.device_busy(events, kinds=("kernel",))["busy_ns"].sum() or 0)
+        share = 100.0 * memcpy_ns / busy_ns if busy_ns else 100.0
+        per_device = groups.group_by("device_id").agg(
+            memcpy_time_ns=pl.col("time_ns").sum(), overlapped_ns=pl.col("overlapped_ns").sum(), copies=pl.col("count").sum())
+        devices = {str(r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
+                                         "overlapped_ns": r["overlapped_ns"],
+                                         "overlap_pct": expr.pct(r["overlapped_ns"], r["memcpy_time_ns"])}
+                   for r in per_device.sort("device_id", nulls_last=False).iter_rows(named=True)}
+        bytes_ = measures.copy_stats(events, prefer_timed=False).filter(~pl.col("aggregated"))
+        bytes_ = bytes_.group_by(*GROUP).agg(bytes=pl.col("bytes").sum())
+        worst = (groups.group_by(*GROUP).agg(copies=pl.col("count").sum(), time_ns=pl.col("time_ns").sum(),
+                                             exposed_ns=pl.col("exposed_ns").sum())
+                 .join(bytes_, on=list(GROUP), how="left", nulls_equal=True)
+                 .sort(["exposed_ns", *GROUP], descending=[True, False, False, False], nulls_last=False))
+        items = [{"copy": f"{r['copy_kind'] or '?'} ({r['src_memory'] or '?'} -> {r['dst_memory'] or '?'})",
+                  "copies": r["copies"], "time_ns": r["time_ns"], "exposed_ns": r["exposed_ns"],
+                  "bytes": r["bytes"] or 0}
+                 for r in worst.head(5).iter_rows(named=True)]
+        severity = "info"
+        if share >= t["min_memcpy_share_pct"]:
+            severity = grade(pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
+                             higher_is_worse=False)
+        message = (f"{pct:.1f}% of {memcpy_ns / 1e6:.3f} ms of memcpy time overlaps kernel execution "
+                   f"({overlapped_ns / 1e6:.3f} ms); copies take {share:.1f}% of the kernel busy time.")
+        suggestion = ("Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
+                      "(non_blocking=True / cudaMemcpyAsync) on a stream other than the compute stream, "
+                      "so copies run while kernels do." if severity != "info" else "")
+        return [Finding(self.name, severity, "Low memcpy/compute overlap" if severity != "info"
+                        else "Memcpy/compute overlap", message, suggestion,
+                        metrics={"memcpy_time_ns": memcpy_ns, "overlapped_ns": overlapped_ns,
+                                 "overlap_pct": None if pct is None else round(pct, 4),
+                                 "memcpy_share_of_busy_pct": round(share, 4), "devices": devices},
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES})]
+
+
+@hookimpl
+def traceparse_rules():
+    return [LowMemcpyOverlap()]

@@ -1,0 +1,173 @@
+"""Shared polars expressions and small helpers over the event table, for measures, rules and commands.
+
+A trace can hold timed events (``start_ns`` set, ``calls`` 1) and aggregated
+rows (``start_ns`` null, ``duration_ns`` the total of ``calls`` calls,
+``bytes`` the total bytes) of the same kind, e.g. an nvprof log with both a
+GPU trace and a summary, or nsys trace and summary reports of one capture
+ingested together. Both then describe the same calls, so a figure counts one
+of them: the timed events, which are the more detailed (:func:`prefer_timed`).
+
+Every function here returns a ``pl.Expr`` (or works on one frame) so that a
+plugin composes them with its own; none knows any rule.
+
+>>> import polars as pl
+>>> df = pl.DataFrame({"kind": ["kernel", "api"], "start_ns": [10, None], "duration_ns": [5, 7]})
+>>> df.filter(kind_is("kernel") & timed()).select(end_ns())["end_ns"].to_list()
+[15]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+#: Copy directions that cross the host link (PCIe, or NVLink-C2C on Grace systems).
+HOST_DEVICE = ("HtoD", "DtoH")
+#: Event kinds that are work on a device.
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+#: (category, regular expression on the lower-cased kernel name); the first match wins.
+KERNEL_CATEGORIES: list[tuple[str, str]] = [
+    ("communication", r"nccl"),
+    ("normalization", r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|\bbn_(fw|bw)|::bn_|welford"),
+    ("pooling", r"pool"),
+    ("gemm/conv", r"gemm|gemv|conv|cutlass|xmma|wgmma|hmma|winograd|dgrad|wgrad|fprop|matmul|splitkreduce|cublas"
+                  r"|s1688|h1688|s884|h884|s16816|h16816|implicit_convolve"),
+    ("reduction", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum|scan_kernel"),
+    ("elementwise", r"elementwise|vectorized|multi_tensor_apply|foreach|fill|copy|threshold|relu|sigmoid|tanh"
+                    r"|gelu|silu|dropout|clamp|scale|add_kernel|mul_kernel|cast"),
+]
+#: The category of a kernel name no pattern of :data:`KERNEL_CATEGORIES` matches.
+OTHER_CATEGORY = "other"
+
+#: (class, regular expression matched at the start of a CUDA API name); the first match wins.
+API_CLASSES: list[tuple[str, str]] = [
+    # kernel launches, including CUDA < 9's cudaConfigureCall/cudaSetupArgument/cudaLaunch sequence and graphs
+    ("launch", r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch|cudaConfigureCall|cudaSetupArgument"
+               r"|__cudaPushCallConfiguration|__cudaPopCallConfiguration)"),
+    # data movement: copies, memsets, managed-memory prefetch
+    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemset|cuMemset|cudaMemPrefetchAsync|cuMemPrefetchAsync)"),
+    # the host waits for the GPU
+    ("synchronize", r"^(cudaDeviceSynchronize|cudaThreadSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
+                    r"|cudaStreamWaitEvent|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize"
+                    r"|cuStreamWaitEvent)"),
+    # device, host (pinned) and managed memory allocation and release
+    ("allocation", r"^(cudaMalloc|cudaFree|cudaHostAlloc|cudaHostRegister|cudaHostUnregister|cudaMemPool"
+                   r"|cuMemAlloc|cuMemFree|cuMemHostAlloc|cuMemHostRegister|cuMemHostUnregister|cuMemCreate"
+                   r"|cuMemRelease|cuMemMap|cuMemUnmap|cuMemAddressReserve|cuMemAddressFree|cuMemPool)"),
+]
+#: The class of an API name no pattern of :data:`API_CLASSES` matches.
+OTHER_CLASS = "other"
+#: Every API class, in the table's order, then :data:`OTHER_CLASS`.
+API_CLASS_NAMES = tuple(c for c, _ in API_CLASSES) + (OTHER_CLASS,)
+
+
+def timed() -> pl.Expr:
+    """True for rows placed in time (``start_ns`` set); aggregated rows have no start.
+
+    >>> pl.DataFrame({"start_ns": [1, None]}).select(timed())["start_ns"].to_list()
+    [True, False]
+    """
+    return pl.col("start_ns").is_not_null()
+
+
+def end_ns() -> pl.Expr:
+    """``start_ns + duration_ns``, named ``end_ns``: the (exclusive) end of a half-open interval."""
+    return (pl.col("start_ns") + pl.col("duration_ns")).alias("end_ns")
+
+
+def kind_is(*kinds: str) -> pl.Expr:
+    """True for rows whose ``kind`` is one of ``kinds`` (works on the Enum column and on plain text).
+
+    >>> pl.DataFrame({"kind": ["kernel", "api"]}).select(kind_is("kernel", "memcpy"))["kind"].to_list()
+    [True, False]
+    """
+    return pl.col("kind").cast(pl.String).is_in(list(kinds))
+
+
+def calls() -> pl.Expr:
+    """``calls`` with a missing count read as 1: one row is one call unless it says otherwise."""
+    return pl.col("calls").fill_null(1)
+
+
+def is_copy_kind(kinds: Iterable[str]) -> pl.Expr:
+    """True for rows whose ``copy_kind`` is one of ``kinds`` (false when the direction is unknown)."""
+    return pl.col("copy_kind").cast(pl.String).is_in(list(kinds)).fill_null(False)
+
+
+def first_match(names: pl.Expr, table: list[tuple[str, str]], default: str, *, lowercase: bool = False) -> pl.Expr:
+    """For each name, the label of the first ``(label, regex)`` row of ``table`` that matches it, else ``default``.
+
+    Classifications (kernel categories, API classes) stay a readable table
+    instead of a chain of conditions; ``lowercase`` matches the lower-cased name.
+
+    >>> names = pl.Series(["cudaLaunchKernel", "cudaFree", "cuInit"])
+    >>> pl.select(first_match(pl.lit(names), API_CLASSES, "other")).to_series().to_list()
+    ['launch', 'allocation', 'other']
+    """
+    subject = names.str.to_lowercase() if lowercase else names
+    expr = pl.lit(default)
+    for label, pattern in reversed(table):
+        expr = pl.when(subject.str.contains(pattern)).then(pl.lit(label)).otherwise(expr)
+    return expr
+
+
+def kernel_category(names: pl.Expr) -> pl.Expr:
+    """The category of each kernel name (:data:`KERNEL_CATEGORIES`, case-insensitive)."""
+    return first_match(names, KERNEL_CATEGORIES, OTHER_CATEGORY, lowercase=True)
+
+
+def api_class(names: pl.Expr) -> pl.Expr:
+    """The class of each CUDA API name (:data:`API_CLASSES`); a null name is "other"."""
+    return first_match(names.fill_null(""), API_CLASSES, OTHER_CLASS)
+
+
+def prefer_timed(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """``rows`` without its aggregated rows when it also has timed ones, and how many were dropped.
+
+    Call it on the rows of one kind: when timed events of that kind exist,
+    the aggregated rows summarize the same calls and would count them twice.
+    A table of only aggregated (or only timed) rows is returned unchanged.
+    """
+    n_timed = int(rows.select(timed().sum()).item() or 0)
+    if n_timed == 0 or n_timed == rows.height:
+        return rows, 0
+    return rows.filter(timed()), rows.height - n_timed
+
+
+def flat_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """``rows`` without call-path rows (``call_path`` with `` => ``) when the flat rows are there too; and how many.
+
+    A profile with call paths (TAU) holds each routine flat and once per call
+    path; counting both would count its time twice.
+    """
+    if "call_path" not in rows.columns:
+        return rows, 0
+    nested = pl.col("call_path").fill_null("").str.contains(" => ", literal=True)
+    n_nested = int(rows.select(nested.sum()).item() or 0)
+    if n_nested == 0 or n_nested == rows.height:
+        return rows, 0
+    return rows.filter(~nested), n_nested
+
+
+def pct(part: float | int | None, whole: float | int | None) -> float | None:
+    """100 × part / whole rounded to 4 decimals, or None when whole is 0 or unknown (the ``_pct`` convention).
+
+    >>> pct(1, 3), pct(5, 0)
+    (33.3333, None)
+    """
+    if part is None or not whole:
+        return None
+    return round(100.0 * part / whole, 4)
+
+
+def gbps(nbytes: int | None, ns: int | None) -> float | None:
+    """Bytes per nanosecond, i.e. GB/s with 1 GB = 10⁹ bytes, rounded to 4 decimals; None without time.
+
+    >>> gbps(3_000, 1_000)
+    3.0
+    """
+    if nbytes is None or not ns:
+        return None
+    return round(nbytes / ns, 4)

@@ -1,0 +1,36 @@
+"""Measures: public functions from events to polars frames, each a per-partition part and a combine step.
+
+=================  ==========================================================
+measure            what it gives
+=================  ==========================================================
+device_busy        per device: span, busy (union) and idle time, gap count
+gaps               every idle gap of every device, with its neighbours' names
+overlap            per device: time of side a running while side b runs
+concurrency        per device: time with ≥ 1 and ≥ N intervals running
+time_by_name       calls and time per (kind, name)
+time_by_category   calls and time per category of names (kernel categories)
+api_classes        calls and time per CUDA API class
+copy_stats         copies, bytes, time per direction, memory kinds and size
+steps              ProfilerStep#N windows
+=================  ==========================================================
+
+``m(events, **params)`` measures a whole table; ``partitioned(m, events,
+by="device_id")`` (or ``by="trace_id"``, or ``chunks=N``) runs ``m.part`` per
+partition and ``m.combine`` over them, with the same result. The roofline
+figures (:mod:`traceparse.measures.roofline`) are a whole-trace computation.
+"""
+
+from traceparse.measures.base import DEVICE, PARTITIONS, Measure, partitioned
+from traceparse.measures.busy import device_busy, gaps
+from traceparse.measures.concurrency import concurrency
+from traceparse.measures.copies import copy_stats
+from traceparse.measures.overlap import overlap
+from traceparse.measures.steps import steps
+from traceparse.measures.time import api_classes, time_by_category, time_by_name
+
+#: Every measure, by name.
+MEASURES: dict[str, Measure] = {m.name: m for m in (device_busy, gaps, overlap, concurrency, time_by_name,
+                                                    time_by_category, api_classes, copy_stats, steps)}
+
+__all__ = ["DEVICE", "MEASURES", "PARTITIONS", "Measure", "api_classes", "concurrency", "copy_stats", "device_busy",
+           "gaps", "overlap", "partitioned", "steps", "time_by_category", "time_by_name"]

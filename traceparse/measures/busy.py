@@ -1,0 +1,107 @@
+"""Device busy and idle time, and the idle gaps between a device's activities."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import intervals
+from traceparse.expr import GPU_KINDS
+from traceparse.measures.base import DEVICE, Measure, keyed, placed, rows_of, unkeyed
+
+
+def _activity(events: pl.DataFrame, kinds) -> pl.DataFrame:
+    return keyed(rows_of(events, kinds).filter(placed()))
+
+
+class DeviceBusy(Measure):
+    """Per device, the span from its first to its last activity, the time it is busy, and the idle rest.
+
+    Activity is the timed rows of ``kinds`` (default kernel, memcpy, memset)
+    as half-open intervals; aggregated rows have no start and are left out.
+    Per (``trace_id``, ``device_id``; a null device is one group):
+    ``first_ns`` / ``last_ns`` = first start / last end, ``span_ns`` = last −
+    first, ``busy_ns`` = length of the union of the intervals (nested and
+    overlapping ones merge, touching ones leave no gap), ``idle_ns`` = span −
+    busy, ``gaps`` = the number of idle gaps.
+
+    Part: the union of a partition's intervals per device; combine: the union
+    of the parts' unions, which is the union of the whole. Valid partitions:
+    device, trace, row chunks.
+
+    >>> ev = pl.DataFrame({"trace_id": ["t"] * 3, "device_id": [0, 0, 0], "kind": ["kernel"] * 3,
+    ...                    "start_ns": [0, 5, 20], "duration_ns": [10, 2, 5]})
+    >>> device_busy(ev).select("span_ns", "busy_ns", "idle_ns", "gaps").row(0)
+    (25, 15, 10, 1)
+    """
+
+    name = "device_busy"
+
+    def part(self, events: pl.DataFrame, kinds=GPU_KINDS) -> pl.DataFrame:
+        return intervals.union(_activity(events, kinds), DEVICE)
+
+    def combine(self, parts: list[pl.DataFrame], kinds=GPU_KINDS) -> pl.DataFrame:
+        merged = intervals.merge(pl.concat(parts), DEVICE)
+        out = (merged.group_by(DEVICE).agg(
+            first_ns=pl.col("start").min(), last_ns=pl.col("end").max(),
+            busy_ns=(pl.col("end") - pl.col("start")).sum(), gaps=(pl.len() - 1).cast(pl.Int64))
+            .with_columns(span_ns=pl.col("last_ns") - pl.col("first_ns"))
+            .with_columns(idle_ns=pl.col("span_ns") - pl.col("busy_ns"))
+            .sort(DEVICE))
+        return unkeyed(out).select(*DEVICE, "first_ns", "last_ns", "span_ns", "busy_ns", "idle_ns", "gaps")
+
+
+class Gaps(Measure):
+    """Every idle gap of every device, with the activities on either side.
+
+    Activity as in :class:`DeviceBusy`. Columns: ``trace_id``, ``device_id``,
+    ``start``, ``end``, ``length`` (ns) of each gap between the device's merged
+    intervals, ``before`` / ``after``: the name of the activity on that device
+    that ends where the gap starts / starts where it ends (of several, the
+    first in the trace's order, by ``event_id``). Sorted by device and start.
+
+    Part: the union per device, each merged interval with the first activity
+    ending at its end and starting at its start; combine: the merged union,
+    which takes those names from the parts' intervals sharing its ends. Valid
+    partitions: device, trace, row chunks.
+    """
+
+    name = "gaps"
+
+    def part(self, events: pl.DataFrame, kinds=GPU_KINDS) -> pl.DataFrame:
+        rows = _activity(events, kinds).with_columns(end=pl.col("start_ns") + pl.col("duration_ns"))
+        union = intervals.union(rows, DEVICE)
+        ends = _first_at(rows, "end", "end_event", "end_name")
+        starts = _first_at(rows.with_columns(start=pl.col("start_ns")), "start", "start_event", "start_name")
+        return (union.join(ends, on=[*DEVICE, "end"], how="left")
+                .join(starts, on=[*DEVICE, "start"], how="left"))
+
+    def combine(self, parts: list[pl.DataFrame], kinds=GPU_KINDS) -> pl.DataFrame:
+        every = pl.concat(parts)
+        merged = intervals.merge(every, DEVICE)
+        ends = _first_of(every, "end", "end_event", "end_name")
+        starts = _first_of(every, "start", "start_event", "start_name")
+        merged = (merged.join(ends, on=[*DEVICE, "end"], how="left").join(starts, on=[*DEVICE, "start"], how="left")
+                  .sort([*DEVICE, "start"]))
+        prev_end, prev_name = pl.col("end").shift(1).over(DEVICE), pl.col("end_name").shift(1).over(DEVICE)
+        gaps = (merged.with_columns(gap_start=prev_end, before=prev_name)
+                .filter(pl.col("gap_start").is_not_null())
+                .select(*DEVICE, pl.col("gap_start").alias("start"), pl.col("start").alias("end"),
+                        (pl.col("start") - pl.col("gap_start")).alias("length"), "before",
+                        pl.col("start_name").alias("after")))
+        return unkeyed(gaps)
+
+
+def _first_at(rows: pl.DataFrame, at: str, event: str, name: str) -> pl.DataFrame:
+    """Per device and instant ``at``: the first row (by event_id) with that value, its event_id and name."""
+    return (rows.sort("event_id").group_by([*DEVICE, at])
+            .agg(pl.col("event_id").first().alias(event), pl.col("name").first().alias(name)))
+
+
+def _first_of(parts: pl.DataFrame, at: str, event: str, name: str) -> pl.DataFrame:
+    """Of the parts' candidates for one instant, the one with the lowest event_id."""
+    return (parts.filter(pl.col(event).is_not_null()).sort(event).group_by([*DEVICE, at])
+            .agg(pl.col(event).first(), pl.col(name).first()))
+
+
+device_busy = DeviceBusy()
+gaps = Gaps()

@@ -1,0 +1,66 @@
+"""How much of one set of intervals runs while another runs: copy vs kernels, communication vs compute."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import intervals
+from traceparse.measures.base import DEVICE, Measure, keyed, placed, rows_of, unkeyed
+
+_SIDE = "side"
+
+
+class Overlap(Measure):
+    """Per device, the time of side ``a`` and the part of it that runs while side ``b`` runs.
+
+    ``a`` and ``b`` are kind names (a tuple) or boolean polars expressions
+    selecting rows (default: memcpy against kernels; communication against
+    compute is ``a=expr.kernel_category(pl.col("name")) == "communication"``
+    and its negation for ``b``, both with ``kind_is("kernel")``). Only timed
+    rows count. Per (``trace_id``, ``device_id``, *``group``*): ``count`` (a
+    rows), ``time_ns`` = Σ durations of the a rows, ``overlapped_ns`` = Σ over
+    a rows of |row ∩ union of the device's b intervals| (an a row overlapping
+    another a row counts in full each time, as its own time does),
+    ``exposed_ns`` = time − overlapped. ``group`` names columns of the a rows
+    to break the figures down by (e.g. ``copy_kind``).
+
+    The parts are interval edges (:func:`traceparse.intervals.edges`): Σ over
+    a rows of |row ∩ U| = ∫ depth_a(t) · [t ∈ U] dt, and edges of partitions
+    add up. Valid partitions: device, trace, row chunks.
+    """
+
+    name = "overlap"
+
+    def part(self, events: pl.DataFrame, a=("memcpy",), b=("kernel",), group=()) -> pl.DataFrame:
+        group = list(group)
+        rows_a = keyed(rows_of(events, a).filter(placed()))
+        rows_b = keyed(rows_of(events, b).filter(placed()))
+        edges_a = intervals.edges(rows_a.with_columns(pl.col(g).cast(pl.String) for g in group), [*DEVICE, *group])
+        edges_b = intervals.edges(rows_b, DEVICE).with_columns(pl.lit(None, pl.String).alias(g) for g in group)
+        return pl.concat([edges_a.with_columns(pl.lit("a").alias(_SIDE)),
+                          edges_b.with_columns(pl.lit("b").alias(_SIDE)).select(edges_a.columns + [_SIDE])])
+
+    def combine(self, parts: list[pl.DataFrame], a=("memcpy",), b=("kernel",), group=()) -> pl.DataFrame:
+        group = list(group)
+        keys = [*DEVICE, *group]
+        edges = intervals.combine_edges(parts, [_SIDE, *keys])
+        side_a = edges.filter(pl.col(_SIDE) == "a").drop(_SIDE)
+        side_b = edges.filter(pl.col(_SIDE) == "b").drop(_SIDE, *group)
+        covered = intervals.depth_segments(side_b, DEVICE).filter(pl.col("depth") > 0)
+        covered = intervals.merge(covered, DEVICE).with_columns(
+            start_ns=pl.col("start"), duration_ns=pl.col("end") - pl.col("start"))
+        segments = (intervals.depth_segments(side_a, keys).filter(pl.col("depth") > 0)
+                    .with_columns(start_ns=pl.col("start"), duration_ns=pl.col("end") - pl.col("start")))
+        segments = segments.with_columns(overlap=intervals.overlap_with(segments, covered, DEVICE))
+        counts = side_a.group_by(keys).agg(count=pl.col("opens").sum())
+        sums = segments.group_by(keys).agg(
+            time_ns=(pl.col("depth") * pl.col("duration_ns")).sum(),
+            overlapped_ns=(pl.col("depth") * pl.col("overlap")).sum())
+        out = (counts.join(sums, on=keys, how="left", nulls_equal=True)
+               .with_columns(pl.col("time_ns", "overlapped_ns").fill_null(0).cast(pl.Int64))
+               .with_columns(exposed_ns=pl.col("time_ns") - pl.col("overlapped_ns"))
+               .sort(keys, nulls_last=False))
+        return unkeyed(out).select(*keys, "count", "time_ns", "overlapped_ns", "exposed_ns")
+
+
+overlap = Overlap()

@@ -1,0 +1,84 @@
+"""Thin verdicts: a value and declared thresholds become a severity; a finding declares how it is shown.
+
+A rule is a measure, declared thresholds and prose; :func:`grade` is the one
+place that turns a figure into ``info``, ``warning`` or ``critical``, and
+:class:`Column` lets a finding say what its item columns and headline figures
+are, so the renderer never guesses a unit from a key's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: Severities, least to most severe.
+SEVERITIES = ("info", "warning", "critical")
+
+#: The units a column or figure may declare, and what each means on screen.
+UNITS = {
+    "ns": "a duration in integer nanoseconds (shown in ns, us, ms or s)",
+    "pct": "a percentage (shown with one decimal and %)",
+    "bytes": "a byte count, shown in SI units (kB, MB, GB)",
+    "bytes_binary": "a byte count, shown in binary units (KiB, MiB, GiB)",
+    "count": "a whole number (shown with thousands separators)",
+    "text": "text, left-aligned; text longer than a screen column is shortened",
+    "name": "a kernel, routine or API name: shortened on screen (return type, parameters dropped), whole in JSON",
+    "gbps": "GB/s, 1 GB = 10^9 bytes",
+    "flops": "floating-point operations (shown in GFLOP)",
+    "ratio": "a dimensionless ratio",
+    "number": "any other number or value, shown as is",
+}
+
+
+def grade(value: float | None, *, warning: float | None = None, critical: float | None = None,
+          higher_is_worse: bool = True) -> str:
+    """The severity of ``value`` against its thresholds: ``"info"``, ``"warning"`` or ``"critical"``.
+
+    With ``higher_is_worse`` a value at or above ``critical`` is critical, else
+    at or above ``warning`` a warning; otherwise a value *below* ``critical`` is
+    critical, else below ``warning`` a warning. A missing value or threshold
+    never raises the severity.
+
+    >>> grade(30, warning=25, critical=50), grade(5, warning=50, critical=10, higher_is_worse=False)
+    ('warning', 'critical')
+    >>> grade(None, warning=1)
+    'info'
+    """
+    if value is None:
+        return "info"
+
+    def reached(limit: float | None) -> bool:
+        if limit is None:
+            return False
+        return value >= limit if higher_is_worse else value < limit
+
+    if reached(critical):
+        return "critical"
+    if reached(warning):
+        return "warning"
+    return "info"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared column of a finding's items (or one headline figure): its key, its label, its unit.
+
+    ``unit`` is one of :data:`UNITS`.
+    """
+
+    key: str
+    label: str
+    unit: str = "number"
+
+    def __post_init__(self):
+        if self.unit not in UNITS:
+            raise ValueError(f"column {self.key!r}: unit {self.unit!r} is not one of {', '.join(UNITS)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def aggregated_note(ignored: int, what: str = "memcpy", timed: str = "copies") -> str:
+    """The sentence a finding adds when it left out aggregated rows that its timed events already count."""
+    if not ignored:
+        return ""
+    return f" {ignored} aggregated {what} rows ignored: the trace's timed {timed} already count those calls."
