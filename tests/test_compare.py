@@ -120,7 +120,8 @@ def test_terminal_tables_have_one_row_per_trace_and_cut_no_column(sweep_ids):
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80
     for header in ("GPU idle", "kernel concurrency", "memcpy overlap", "kernel /max_pool_backward/",
-                   "normalization", "gemm/conv", "elementwise", "pooling", "reduction", "other"):
+                   "normalization", "convolution", "gemm", "elementwise", "pooling", "reduction/softmax",
+                   "layout/copy", "optimizer"):
         assert header in out
     assert "█" in out
     for batch in BATCHES:  # one row per trace in each of the 5 tables (categories need two at 80 columns)

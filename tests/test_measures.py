@@ -39,7 +39,8 @@ CASES = [
     ("time_by_name", {}), ("time_by_name", {"kinds": ("kernel", "api"), "prefer_timed": False}),
     ("time_by_category", {}), ("api_classes", {}),
     ("copy_stats", {}), ("copy_stats", {"prefer_timed": False, "buckets": [1024, 131072]}),
-    ("steps", {}),
+    ("steps", {}), ("self_time", {}), ("launches", {}), ("launches", {"kinds": ("kernel",)}),
+    ("stream_idle", {}), ("stream_idle", {"kernel_wait_ns": 5_000}), ("memory_samples", {}), ("memory_peaks", {}),
 ]
 
 

@@ -128,7 +128,15 @@ def test_api_share_of_summary_rows_reproduces_the_tools_time_pct(path):
 def test_api_classes_by_hand():
     names = {
         "cudaLaunchKernel": "launch", "cudaLaunchKernelExC_v11060": "launch", "cuLaunchKernelEx": "launch",
-        "cudaLaunchCooperativeKernel": "launch", "cudaGraphLaunch_v10000": "launch", "cudaLaunch": "launch",
+        "cudaLaunchCooperativeKernel": "launch", "cudaGraphLaunch_v10000": "graph_launch", "cudaLaunch": "launch",
+        "cuGraphLaunch": "graph_launch", "hipGraphLaunch": "graph_launch",
+        # HIP (ROCm builds of PyTorch), names as the public ROCm traces write them
+        "hipLaunchKernel": "launch", "hipExtModuleLaunchKernel": "launch", "hipModuleLaunchKernel": "launch",
+        "hipExtLaunchKernel": "launch", "hipMemcpyWithStream": "memcpy", "hipMemcpyAsync": "memcpy",
+        "hipMemsetAsync": "memcpy", "hipDeviceSynchronize": "synchronize", "hipStreamSynchronize": "synchronize",
+        "hipEventSynchronize": "synchronize", "hipStreamWaitEvent": "synchronize", "hipMalloc": "allocation",
+        "hipFree": "allocation", "hipHostMalloc": "allocation", "hipGetDevicePropertiesR0600": "other",
+        "hipStreamIsCapturing": "other", "hipPointerGetAttribute": "other",
         "cudaConfigureCall": "launch", "cudaSetupArgument": "launch",
         "cudaMemcpy": "memcpy", "cudaMemcpyAsync_ptsz": "memcpy", "cuMemcpyHtoDAsync_v2": "memcpy",
         "cudaMemcpy2DAsync": "memcpy", "cudaMemset": "memcpy", "cuMemsetD32_v2": "memcpy",
@@ -148,7 +156,7 @@ def test_api_classes_by_hand():
     f = run_rule(synthetic(rows), "api-share", "api-share.top=1000")
     assert {i["name"]: i["class"] for i in f.items} == names
     total = sum((i + 1) * 10 for i in range(len(names)))
-    for cls in ("launch", "memcpy", "synchronize", "allocation", "other"):
+    for cls in ("graph_launch", "launch", "memcpy", "synchronize", "allocation", "other"):
         t = sum((i + 1) * 10 for i, n in enumerate(names) if names[n] == cls)
         assert f.metrics["classes"][cls] == {"calls": sum(1 for n in names if names[n] == cls), "time_ns": t,
                                              "share_pct": round(100 * t / total, 4)}

@@ -27,35 +27,103 @@ HOST_DEVICE = ("HtoD", "DtoH")
 #: Event kinds that are work on a device.
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
-#: (category, regular expression on the lower-cased kernel name); the first match wins.
+# -- kernel categories ---------------------------------------------------------
+#: What a kernel does, from its name: (category, regular expression searched in the lower-cased name). The
+#: first row that matches wins, so the order matters (a cuDNN flash-attention kernel's name also says
+#: "wgmma" and "fprop", a copy kernel's "elementwise_kernel"). Plugins put rows of their own in front of
+#: these with the hook ``traceparse_kernel_categories`` (see :func:`kernel_categories`). docs/rules.md
+#: (kernel-share) defines each category; tests/test_kernel_categories.py holds real names for every row.
 KERNEL_CATEGORIES: list[tuple[str, str]] = [
-    ("communication", r"nccl"),
-    ("normalization", r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|\bbn_(fw|bw)|::bn_|welford"),
-    ("pooling", r"pool"),
-    ("gemm/conv", r"gemm|gemv|conv|cutlass|xmma|wgmma|hmma|winograd|dgrad|wgrad|fprop|matmul|splitkreduce|cublas"
-                  r"|s1688|h1688|s884|h884|s16816|h16816|implicit_convolve"),
-    ("reduction", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum|scan_kernel"),
-    ("elementwise", r"elementwise|vectorized|multi_tensor_apply|foreach|fill|copy|threshold|relu|sigmoid|tanh"
-                    r"|gelu|silu|dropout|clamp|scale|add_kernel|mul_kernel|cast"),
+    # NCCL / RCCL (ncclKernel_*, ncclDevKernel_*, RCCL's ncclDevKernel_Generic), MSCCL
+    ("communication", r"nccl|rccl|msccl"),
+    # torch.compile (Inductor) names its Triton kernels triton_<kind>_fused_<the aten ops fused>: kind poi
+    # (pointwise), red (reduction), per (persistent reduction), for (foreach), tem (template: mm, conv,
+    # flex attention). A template is what it computes. A pointwise or reduction kernel takes the category of
+    # the op family its name mentions (norm, softmax/loss, pooling, embedding), else triton-fused; it is never
+    # a GEMM or a convolution ("convolution_backward" in a pointwise kernel's name is the bias gradient).
+    ("attention", r"^triton_tem_.*(attention|sdpa|attn)"),
+    ("convolution", r"^triton_tem_.*conv"),
+    ("gemm", r"^triton_tem_.*(mm|matmul|gemm)"),
+    ("normalization", r"^triton_(poi|red|per)_.*(batch_norm|layer_norm|group_norm|instance_norm|rms_norm|_norm_)"),
+    ("reduction/softmax", r"^triton_(poi|red|per)_.*(softmax|nll_loss|cross_entropy)"),
+    ("pooling", r"^triton_(poi|red|per)_.*pool"),
+    ("embedding", r"^triton_(poi|red|per)_.*embedding"),
+    ("triton-fused", r"^triton_"),
+    # flash / memory-efficient attention, cuDNN SDPA (and its dO·O and dQ helper kernels), CK / aiter fmha,
+    # Triton attn_fwd / _attn_bwd
+    ("attention", r"flash|fmha|sdpa|attention|attn_(fwd|bwd)|_attn|mha_(fwd|bwd)|cudnn::fusion::compute_dot_do_o"
+                  r"|cudnn::fusion::convert_dq"),
+    # batch / layer / group / instance / RMS norm and their backward kernels (cuDNN bn_fw/bn_bw, torch's
+    # GammaBetaBackward and layer_norm_grad_input, MIOpen MIOpenBatchNorm*)
+    ("normalization", r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|\bbn_(fw|bw)|::bn_|welford"
+                      r"|gammabetabackward|norm_grad"),
+    ("pooling", r"pool|adaptive_?av(era)?g"),
+    # cuDNN implicit-GEMM / xmma / cutlass convolutions (fprop, dgrad, wgrad), winograd, MIOpen igemm and
+    # naive conv, Composable Kernel grouped conv
+    ("convolution", r"conv(olu|olv|_|[1-3]d|uni)|implicit_?gemm|\bigemm|_igemm|dgrad|wgrad|fprop|winograd"
+                    r"|_bwd_weight"),
+    # cuBLAS (Hopper nvjet_* too), cuBLASLt split-K, cutlass / xmma GEMMs, rocBLAS / hipBLASLt Tensile Cijk_*,
+    # CK gemm, tensor-core tile names
+    ("gemm", r"nvjet|gemm|gemv|cublas|matmul|splitkreduce|reducesplitk|^cijk_|cutlass|xmma|wgmma|hmma"
+             r"|s1688|h1688|s884|h884|s16816|h16816|_bmm|addmm"),
+    # fused multi-tensor optimizer steps (torch foreach / fused Adam, SGD's foreach add), apex
+    ("optimizer", r"multi_tensor_apply|fused_?adam|adamw?_|fused_sgd|lamb_"),
+    # embedding lookups and their backward (index sort, segment sums)
+    ("embedding", r"embedding|index_?select|gather_kernel|sum_and_scatter|compute_grad_weight|partial_?segment"
+                  r"|partials_per_segment"),
+    # reductions, softmax, losses, and the scans and sorts of cub
+    ("reduction/softmax", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum"
+                          r"|scan_?kernel|devicescan|radix_?sort|segmented_?sort|unique_?by_?key|devicecompact"
+                          r"|histogram"),
+    # memory-format conversions (cuDNN nchwToNhwc, MIOpen transposes), transposes, copies and casts (torch's
+    # direct_copy_kernel_cuda, dtype copies), concatenation, padding, the HIP runtime's copy kernels
+    ("layout/copy", r"nchwtonhwc|nhwctonchw|nchw2|nhwc2|transpose|copy_kernel|catarray|batchedcopy|converttensor"
+                    r"|addpadding|im2col|col2im|permute|rocclr_copy|copybuffer"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|threshold|relu|sigmoid|tanh|gelu|silu"
+                    r"|dropout|clamp|scale|add_kernel|mul_kernel|cast|philox|random|distribution|bernoulli"
+                    r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"),
 ]
 #: The category of a kernel name no pattern of :data:`KERNEL_CATEGORIES` matches.
 OTHER_CATEGORY = "other"
+#: Every built-in kernel category once, in the table's order of first appearance, then :data:`OTHER_CATEGORY`.
+KERNEL_CATEGORY_NAMES = tuple(dict.fromkeys(c for c, _ in KERNEL_CATEGORIES)) + (OTHER_CATEGORY,)
 
-#: (class, regular expression matched at the start of a CUDA API name); the first match wins.
+
+def kernel_categories(reg=None) -> list[tuple[str, str]]:
+    """The kernel-category table in force: the rows plugins give (hook ``traceparse_kernel_categories``), then
+    :data:`KERNEL_CATEGORIES`.
+
+    A plugin's rows come first, so they win over the built-in ones for the names they match (an in-house
+    library's kernels, a finer split of a category).
+    """
+    from traceparse.plugins import registry
+
+    return list((reg or registry()).kernel_categories) + KERNEL_CATEGORIES
+
+
+#: (class, regular expression matched at the start of a CUDA or HIP API name); the first match wins.
 API_CLASSES: list[tuple[str, str]] = [
-    # kernel launches, including CUDA < 9's cudaConfigureCall/cudaSetupArgument/cudaLaunch sequence and graphs
-    ("launch", r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch|cudaConfigureCall|cudaSetupArgument"
-               r"|__cudaPushCallConfiguration|__cudaPopCallConfiguration)"),
+    # one call that replays a whole captured graph of kernels and copies (CUDA graphs, HIP graphs): its
+    # GPU work shares the call's correlation id (:data:`traceparse.measures.launches`)
+    ("graph_launch", r"^(cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)"),
+    # kernel launches, including CUDA < 9's cudaConfigureCall/cudaSetupArgument/cudaLaunch sequence, and HIP's
+    # hipLaunchKernel / hipExtLaunchKernel / hipModuleLaunchKernel / hipExtModuleLaunchKernel ...
+    ("launch", r"^(cudaLaunch|cuLaunch|cudaConfigureCall|cudaSetupArgument"
+               r"|__cudaPushCallConfiguration|__cudaPopCallConfiguration"
+               r"|hip\w*Launch|__hipPushCallConfiguration|__hipPopCallConfiguration)"),
     # data movement: copies, memsets, managed-memory prefetch
-    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemset|cuMemset|cudaMemPrefetchAsync|cuMemPrefetchAsync)"),
+    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemset|cuMemset|cudaMemPrefetchAsync|cuMemPrefetchAsync"
+               r"|hipMemcpy|hipMemset|hipMemPrefetchAsync)"),
     # the host waits for the GPU
     ("synchronize", r"^(cudaDeviceSynchronize|cudaThreadSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
                     r"|cudaStreamWaitEvent|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize"
-                    r"|cuStreamWaitEvent)"),
+                    r"|cuStreamWaitEvent|hip\w*Synchronize|hipStreamWaitEvent)"),
     # device, host (pinned) and managed memory allocation and release
     ("allocation", r"^(cudaMalloc|cudaFree|cudaHostAlloc|cudaHostRegister|cudaHostUnregister|cudaMemPool"
                    r"|cuMemAlloc|cuMemFree|cuMemHostAlloc|cuMemHostRegister|cuMemHostUnregister|cuMemCreate"
-                   r"|cuMemRelease|cuMemMap|cuMemUnmap|cuMemAddressReserve|cuMemAddressFree|cuMemPool)"),
+                   r"|cuMemRelease|cuMemMap|cuMemUnmap|cuMemAddressReserve|cuMemAddressFree|cuMemPool"
+                   r"|hipMalloc|hipExtMalloc|hipFree|hipHostMalloc|hipHostAlloc|hipHostFree|hipHostRegister"
+                   r"|hipHostUnregister|hipMemPool)"),
 ]
 #: The class of an API name no pattern of :data:`API_CLASSES` matches.
 OTHER_CLASS = "other"
@@ -113,9 +181,15 @@ def first_match(names: pl.Expr, table: list[tuple[str, str]], default: str, *, l
     return expr
 
 
-def kernel_category(names: pl.Expr) -> pl.Expr:
-    """The category of each kernel name (:data:`KERNEL_CATEGORIES`, case-insensitive)."""
-    return first_match(names, KERNEL_CATEGORIES, OTHER_CATEGORY, lowercase=True)
+def kernel_category(names: pl.Expr, table: list[tuple[str, str]] | None = None) -> pl.Expr:
+    """The category of each kernel name, case-insensitive: by :func:`kernel_categories` (plugins' rows, then
+    :data:`KERNEL_CATEGORIES`), or by ``table`` when given.
+
+    >>> names = pl.Series(["nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "triton_poi_fused_add_1", "foo"])
+    >>> pl.select(kernel_category(pl.lit(names))).to_series().to_list()
+    ['gemm', 'triton-fused', 'other']
+    """
+    return first_match(names, kernel_categories() if table is None else table, OTHER_CATEGORY, lowercase=True)
 
 
 def api_class(names: pl.Expr) -> pl.Expr:

@@ -78,3 +78,20 @@ def traceparse_gpu_specs():
     direction), clocks, and ``sources`` (where each figure comes from).
     Later plugins' entries with the same ``name`` replace earlier ones.
     """
+
+
+@hookspec
+def traceparse_kernel_categories():
+    """Return a list of ``(category, regex)`` rows that classify kernels by name, ahead of the built-in table.
+
+    The regular expression is searched in the lower-cased kernel name (Rust
+    regex syntax, as polars uses). Rows of every plugin come first, in
+    registration order, then :data:`traceparse.expr.KERNEL_CATEGORIES`; the
+    first row that matches a name gives its category (kernel-share, compare,
+    diff and every measure by category use it). A category may be a built-in
+    one (``"gemm"``) or a new one (``"my-library"``). Example::
+
+        @hookimpl
+        def traceparse_kernel_categories():
+            return [("attention", r"^my_paged_attention_"), ("gemm", r"^mylib_gemm")]
+    """

@@ -110,6 +110,11 @@ class Registry:
         self.gpu_specs  # noqa: B018 - collects, and counts
         return dict(self._provided.get("traceparse_gpu_specs", {}))
 
+    @cached_property
+    def kernel_categories(self) -> list[tuple[str, str]]:
+        """Kernel-category rows from every plugin (hook ``traceparse_kernel_categories``), in registration order."""
+        return [(str(category), str(pattern)) for category, pattern in self._collect("traceparse_kernel_categories")]
+
     def reader(self, name: str):
         """The reader called ``name``, or an :class:`InputError` listing those there are."""
         try:

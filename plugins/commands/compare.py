@@ -52,7 +52,7 @@ from traceparse.plugins import hookimpl
 from traceparse.report import fmt_ns
 from traceparse.trace import Trace
 KINDS = ("kernel", "memcpy", "memset", "api")
-CATEGORY_ORDER = [c for c, _ in expr.KERNEL_CATEGORIES] + [expr.OTHER_CATEGORY]
+CATEGORY_ORDER = list(expr.KERNEL_CATEGORY_NAMES)
 PLOT_SUFFIXES = (".png", ".svg", ".html")
 
 

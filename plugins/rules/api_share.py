@@ -18,8 +18,11 @@ are "other".
 
 Metrics: ``api_time_ns``, ``api_calls``, ``api_names`` (distinct names),
 ``classes`` ({class: {calls, time_ns, share_pct}}), and one
-``<class>_share_pct`` per class (launch, memcpy, synchronize, allocation,
-other). Items: the names with the most time: ``name``, ``class``, ``calls``,
+``<class>_share_pct`` per class (graph_launch, launch, memcpy, synchronize,
+allocation, other). HIP calls (ROCm builds of PyTorch write them under
+the same categories) have the same classes as their CUDA counterparts. A
+graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
+one call replays a whole captured graph of kernels. Items: the names with the most time: ``name``, ``class``, ``calls``,
 ``time_ns``, ``share_pct``.
 
 Severity: warning when a class's share reaches its ``<class>_warning_pct``.
@@ -49,6 +52,9 @@ TABLE = [Column("class", "class", "text"), Column("calls", "calls", "count"), Co
          Column("share_pct", "share %", "pct")]
 
 SUGGESTIONS = {
+    "graph_launch": ("Most API time is in graph launches: a graph launch replays many kernels, so this is "
+                     "usually the cheap side already; check that the graphs are large (kernels_per_graph_launch in "
+                     "launch-stats) and launched once per step."),
     "launch": ("The host spends its API time launching kernels: with many short kernels the GPU waits for the "
                "launches. Launch fewer, larger kernels: CUDA graphs (torch.cuda.graphs, torch.compile "
                "mode='reduce-overhead'), kernel fusion (torch.compile), larger batches."),
@@ -65,11 +71,12 @@ SUGGESTIONS = {
 
 class ApiShare(Rule):
     name = "api-share"
-    description = "CUDA API time by call and by class (launch, memcpy, synchronize, allocation, other)"
+    description = "CUDA/HIP API time by call and by class (graph launch, launch, memcpy, synchronize, allocation, other)"
     definition = __doc__
     thresholds = {
         "top": 15,                          # items listed
         "launch_warning_pct": 80.0,         # a class's share of API time at or above its value is a warning
+        "graph_launch_warning_pct": 101.0,  # (101: off)
         "memcpy_warning_pct": 101.0,        # (101: off)
         "synchronize_warning_pct": 101.0,
         "allocation_warning_pct": 20.0,

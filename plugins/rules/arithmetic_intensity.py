@@ -52,9 +52,15 @@ but no byte counts: items are then per operator name with achieved GFLOP/s
 (GPU time of the operator's kernels, joined by ``external_id``, else the
 operator's own time) against the fp32 peak, and the message says what is
 missing.
+
+A trace with neither counter rows linked to kernels nor operator FLOPs is
+answered at once (two column filters, before any per-kernel work): an info
+finding saying there is nothing to place on a roofline.
 """
 
 from __future__ import annotations
+
+import polars as pl
 
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
@@ -84,14 +90,11 @@ class ArithmeticIntensity(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         spec, how = gpu_for_trace(trace, options.gpu)
+        if not has_counts(trace.events):  # say so at once: no per-kernel sweep over a trace with nothing to place
+            return [self._nothing(trace, spec, how)]
         result = roofline(trace, spec, model_gflops=float(options.thresholds.get("model_gflops") or 0.0))
         if result["source"] == "none":
-            return [Finding(self.name, "info", "No FLOP or byte counts", _nothing_message(trace),
-                            "Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
-                            "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
-                            "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md), or record torch.profiler "
-                            "with with_flops=True.", metrics={"gpu": spec["name"] if spec else None, "gpu_source": how},
-                            figures={"gpu": "text", "gpu_source": "text"})]
+            return [self._nothing(trace, spec, how)]
         top = int(options.thresholds.get("top") or 0)
         items = result["items"] if top <= 0 else result["items"][:top]
         total = result["total"]
@@ -99,6 +102,27 @@ class ArithmeticIntensity(Rule):
         return [Finding(self.name, "info", "Roofline: arithmetic intensity and attained performance",
                         _message(result, spec, how), _suggestion(result), metrics=metrics, items=items,
                         columns=COLUMNS, figures=FIGURES)]
+
+
+    def _nothing(self, trace: Trace, spec: dict | None, how: str) -> Finding:
+        return Finding(self.name, "info", "No FLOP or byte counts", _nothing_message(trace),
+                       "Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
+                       "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
+                       "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md), or record torch.profiler "
+                       "with with_flops=True.", metrics={"gpu": spec["name"] if spec else None, "gpu_source": how},
+                       figures={"gpu": "text", "gpu_source": "text"})
+
+
+def has_counts(events: pl.DataFrame) -> bool:
+    """Whether the trace could give any roofline figure: a counter row linked to a kernel, or an operator's FLOPs.
+
+    Two filters over two columns, so a trace without counters is answered in milliseconds, whatever its size.
+    """
+    linked = events.select(((pl.col("kind") == "counter") & pl.col("parent_id").is_not_null()
+                            & pl.col("value").is_not_null()).any()).item()
+    if linked:
+        return True
+    return bool(events.select(((pl.col("kind") == "op") & (pl.col("flops") > 0)).any()).item())
 
 
 # -- text ----------------------------------------------------------------------

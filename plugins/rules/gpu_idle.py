@@ -23,6 +23,24 @@ starts / starts where it ends.
 
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct``.
+
+The finding also says why each stream waits (HTA's idle time breakdown,
+measure :data:`traceparse.measures.stream_idle`). Per stream (device,
+stream), its timed GPU activities in order of start; a gap is the time from
+the latest end of the activities before one to its start. The gap is host
+wait when that activity's launch call (linked by correlation id; a graph
+launch for every kernel it replays) started after the stream went idle:
+nothing was queued, the GPU waited for the host. Otherwise kernel wait when
+shorter than ``kernel_wait_below_ns`` (the overhead between back-to-back
+queued kernels), else other (queued work waiting for something else: an
+event of another stream, a copy, a synchronization; or an activity whose
+launch is not in the trace). Stream gaps are counted per stream, so with
+several streams their sum can exceed the device's idle time. Metrics:
+``stream_idle_ns``, ``host_wait_ns``, ``kernel_wait_ns``, ``other_wait_ns``,
+their shares of stream idle time ``host_wait_pct``, ``kernel_wait_pct``,
+``other_wait_pct``, and ``streams`` ({"device:stream": activities, span_ns,
+idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}). The breakdown does
+not change the severity; it picks the suggestion (host wait or other).
 """
 
 from __future__ import annotations
@@ -35,11 +53,17 @@ from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
-           "untimed_rows": "count"}
+           "untimed_rows": "count", "stream_idle_ns": "ns", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
+           "other_wait_pct": "pct"}
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
            Column("length_ns", "length", "ns"), Column("before", "before", "name"), Column("after", "after", "name")]
 DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
+STREAMS = [Column("stream", "device:stream", "text"), Column("activities", "activities", "count"),
+           Column("span_ns", "span", "ns"), Column("idle_ns", "idle", "ns"), Column("host_wait_ns", "host wait", "ns"),
+           Column("kernel_wait_ns", "kernel wait", "ns"), Column("other_wait_ns", "other", "ns")]
+SUGGESTION_OTHER = ("Most stream idle time is queued work waiting for something else than the host: look for "
+                    "cross-stream event waits, synchronous copies and synchronisations inside the step.")
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
               "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
               "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
@@ -54,6 +78,7 @@ class GpuIdle(Rule):
         "warning_idle_pct": 25.0,    # idle share of the span at or above this: warning
         "critical_idle_pct": 50.0,   # ... at or above this: critical
         "top": 10,                   # longest gaps listed
+        "kernel_wait_below_ns": 30000,   # a queued gap shorter than this is kernel wait (launch overhead)
     }
     kinds = expr.GPU_KINDS
 
@@ -92,11 +117,40 @@ class GpuIdle(Rule):
         message += (f"; the longest is {items[0]['length_ns'] / 1e6:.3f} ms." if items else ".")
         if untimed:
             message += f" {untimed} aggregated GPU rows left out: they have no start time."
+        breakdown, streams, sentence = self._breakdown(events, t)
+        message += sentence
+        suggestion = ""
+        if severity != "info":
+            suggestion = SUGGESTION
+            if (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):
+                suggestion = SUGGESTION_OTHER
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
-                        SUGGESTION if severity != "info" else "",
+                        suggestion,
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
-                                 "gaps": n_gaps, "untimed_rows": untimed, "devices": devices},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES})]
+                                 "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
+                                 "streams": streams},
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES, "streams": STREAMS})]
+
+    def _breakdown(self, events, t: dict) -> tuple[dict, dict, str]:
+        """Per-stream idle split into host wait, kernel wait and other: metrics, the streams table, a sentence."""
+        per_stream = measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
+        total = int(per_stream["idle_ns"].sum() or 0)
+        parts = {"host_wait_ns": int(per_stream["host_wait_ns"].sum() or 0),
+                 "kernel_wait_ns": int(per_stream["kernel_wait_ns"].sum() or 0),
+                 "other_wait_ns": int(per_stream["other_ns"].sum() or 0)}
+        metrics = {"stream_idle_ns": total, **parts,
+                   **{k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}}
+        streams = {f"{_device_key(r['device_id'])}:{_device_key(r['stream_id'])}": {
+            "activities": r["activities"], "span_ns": r["span_ns"], "idle_ns": r["idle_ns"],
+            "host_wait_ns": r["host_wait_ns"], "kernel_wait_ns": r["kernel_wait_ns"], "other_wait_ns": r["other_ns"]}
+            for r in per_stream.iter_rows(named=True)}
+        if not total:
+            return metrics, streams, ""
+        sentence = (f" Per stream ({per_stream.height}), the gaps between activities add up to {total / 1e6:.3f} ms: "
+                    f"host wait {metrics['host_wait_pct']:.1f}% (nothing queued), kernel wait "
+                    f"{metrics['kernel_wait_pct']:.1f}% (queued, gaps under {int(t['kernel_wait_below_ns']) / 1e3:g} us), "
+                    f"other {metrics['other_wait_pct']:.1f}%.")
+        return metrics, streams, sentence
 
 
 def _device_key(device_id: int | None) -> str:

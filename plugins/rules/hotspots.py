@@ -2,9 +2,13 @@
 
 Definition: the rows of the kinds in ``thresholds["kinds"]`` (routines of
 profiles, operators, kernels, API calls, copies). A row's time is its
-``exclusive_ns``, or its ``duration_ns`` where the source has no exclusive
-time (trace events and nvprof/nsys summaries: for kernels and copies the
-two are the same). A profile with call paths (TAU) holds each routine both
+``exclusive_ns`` where the source gives it (TAU); else, for a timed
+host-side event that nests on its thread (operators, annotations, API
+calls, Python regions), its self time from
+:data:`traceparse.measures.self_time`: its duration minus that of its
+direct children on the same (pid, tid), as torch's ``key_averages()``
+self time; else its ``duration_ns`` (kernels and copies, where the two are
+the same, and aggregated summaries). A profile with call paths (TAU) holds each routine both
 flat and once per call path (``call_path`` containing `` => ``); only the
 flat rows count, as in pprof's totals. When a kind has both timed events
 and aggregated rows (a trace and its summary), only the timed ones count.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceparse import measures
 from traceparse.expr import calls, flat_rows, kind_is, prefer_timed
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -33,7 +38,8 @@ from traceparse.trace import Trace
 
 THREAD = ["pid", "device_id", "tid"]
 FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "count",
-           "aggregated_rows_skipped": "count", "exclusive_rows": "count", "inclusive_only_rows": "count"}
+           "aggregated_rows_skipped": "count", "exclusive_rows": "count", "self_time_rows": "count",
+           "inclusive_only_rows": "count"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("inclusive_ns", "inclusive", "ns"),
            Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
@@ -74,8 +80,10 @@ class Hotspots(Rule):
             parts.append(kept)
             dropped += n
         rows = pl.concat(parts) if parts else rows
+        own = measures.self_time(rows).select("trace_id", "event_id", "self_ns")
+        rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
         rows = rows.with_columns(
-            time_ns=pl.coalesce("exclusive_ns", "duration_ns"),
+            time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"),
             calls=calls(),
             kind=pl.col("kind").cast(pl.String),
         ).filter(pl.col("time_ns").is_not_null())
@@ -108,7 +116,8 @@ class Hotspots(Rule):
                    "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
                    "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
                    "exclusive_rows": int(rows["exclusive_ns"].is_not_null().sum()),
-                   "inclusive_only_rows": int(rows["exclusive_ns"].is_null().sum())}
+                   "self_time_rows": int(rows["self_ns"].is_not_null().sum()),
+                   "inclusive_only_rows": int((rows["exclusive_ns"].is_null() & rows["self_ns"].is_null()).sum())}
         if items:
             top = items[0]
             message = (f"{by_name.height} routines on {n_threads} thread(s), {total / 1e6:.3f} ms in all; "
@@ -116,8 +125,11 @@ class Hotspots(Rule):
                        f"{', imbalance ' + str(top['imbalance']) if n_threads > 1 else ''}).")
         else:
             message = "No routine time in this trace."
-        nested_inclusive = int(rows.filter(pl.col("exclusive_ns").is_null()
-                                           & pl.col("kind").is_in(["op", "region", "api"])).height)
+        nested_inclusive = int(rows.filter(pl.col("exclusive_ns").is_null() & pl.col("self_ns").is_null()
+                                           & pl.col("kind").is_in(["op", "region", "api", "marker"])).height)
+        if metrics["self_time_rows"]:
+            message += (f" Self time of {metrics['self_time_rows']} nested host events computed from their nesting "
+                        "on each thread.")
         if nested_inclusive:
             message += (f" {nested_inclusive} operator/region/API rows have no exclusive time in this source and count "
                         "with their inclusive time (nested calls also count in their callers).")

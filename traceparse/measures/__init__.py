@@ -12,6 +12,11 @@ time_by_category   calls and time per category of names (kernel categories)
 api_classes        calls and time per CUDA API class
 copy_stats         copies, bytes, time per direction, memory kinds and size
 steps              ProfilerStep#N windows
+self_time          self (exclusive) time of nested host events per thread
+launches           GPU work with the host call that launched it (correlation)
+stream_idle        per stream: idle gaps as host wait, kernel wait, other
+memory_samples     the allocator's allocated/reserved totals over time
+memory_peaks       per device: peak allocated and reserved, and when
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -25,12 +30,17 @@ from traceparse.measures.busy import device_busy, gaps
 from traceparse.measures.concurrency import concurrency
 from traceparse.measures.copies import copy_stats
 from traceparse.measures.overlap import overlap
+from traceparse.measures.launches import launches, stream_idle
+from traceparse.measures.memory import memory_peaks, memory_samples
+from traceparse.measures.nesting import self_time
 from traceparse.measures.steps import steps
 from traceparse.measures.time import api_classes, time_by_category, time_by_name
 
 #: Every measure, by name.
 MEASURES: dict[str, Measure] = {m.name: m for m in (device_busy, gaps, overlap, concurrency, time_by_name,
-                                                    time_by_category, api_classes, copy_stats, steps)}
+                                                    time_by_category, api_classes, copy_stats, steps, self_time,
+                                                    launches, stream_idle, memory_samples, memory_peaks)}
 
 __all__ = ["DEVICE", "MEASURES", "PARTITIONS", "Measure", "api_classes", "concurrency", "copy_stats", "device_busy",
-           "gaps", "overlap", "partitioned", "steps", "time_by_category", "time_by_name"]
+           "gaps", "launches", "memory_peaks", "memory_samples", "overlap", "partitioned", "self_time", "steps",
+           "stream_idle", "time_by_category", "time_by_name"]

@@ -68,7 +68,8 @@ class TimeByCategory(Measure):
     ``trace_id``, ``kind``, ``category``, ``calls``, ``time_ns`` (null when no
     name of the category has a duration), ``names`` (distinct names),
     ``ignored_rows`` (as in :class:`TimeByName`). The defaults are the
-    kernel categories of kernels (:data:`traceparse.expr.KERNEL_CATEGORIES`,
+    kernel categories of kernels (:func:`traceparse.expr.kernel_categories`:
+    plugins' rows, then :data:`traceparse.expr.KERNEL_CATEGORIES`;
     timed and aggregated rows alike); :data:`api_classes` is this measure
     with the API classes of API calls. Valid partitions: device, trace, row
     chunks.
@@ -78,7 +79,7 @@ class TimeByCategory(Measure):
 
     def __init__(self, name: str = "time_by_category", **defaults):
         self.name = name
-        self.defaults = {"kinds": ("kernel",), "table": expr.KERNEL_CATEGORIES, "default": expr.OTHER_CATEGORY,
+        self.defaults = {"kinds": ("kernel",), "table": None, "default": expr.OTHER_CATEGORY,
                          "lowercase": True, "prefer_timed": False, **defaults}
 
     def part(self, events: pl.DataFrame, **params) -> pl.DataFrame:
@@ -88,7 +89,8 @@ class TimeByCategory(Measure):
     def combine(self, parts: list[pl.DataFrame], **params) -> pl.DataFrame:
         p = {**self.defaults, **params}
         by_name = time_by_name.combine(parts, kinds=p["kinds"], prefer_timed=p["prefer_timed"])
-        category = expr.first_match(pl.col("name").fill_null(""), p["table"], p["default"], lowercase=p["lowercase"])
+        table = expr.kernel_categories() if p["table"] is None else p["table"]
+        category = expr.first_match(pl.col("name").fill_null(""), table, p["default"], lowercase=p["lowercase"])
         return (by_name.with_columns(category=category)
                 .group_by("trace_id", "kind", "category")
                 .agg(calls=pl.col("calls").sum(),

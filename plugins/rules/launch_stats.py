@@ -1,0 +1,139 @@
+"""Rule ``launch-stats``: how long the host takes to launch each kernel, and how long the kernel waits to start.
+
+Definition: each timed kernel is linked to the API call that launched it by
+correlation id (measure :data:`traceparse.measures.launches`). A kernel
+launched by a launch call (class ``launch`` of
+:data:`traceparse.expr.API_CLASSES`: cudaLaunchKernel, cuLaunchKernel,
+hipLaunchKernel, hipExtModuleLaunchKernel, ...) is a *direct* launch; one
+replayed by a graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) shares
+that call with every kernel of the graph. For each linked kernel: launch_ns =
+the launch call's duration, kernel_ns = the kernel's duration, delay_ns =
+kernel start − launch call start (the launch delay: from the host issuing the
+launch to the kernel running).
+
+Metrics: ``kernels`` (timed kernels), ``linked_kernels``, ``direct_kernels``,
+``launches`` (distinct direct launch calls), ``launch_time_ns`` (Σ of their
+durations), ``graph_launches``, ``graph_kernels`` (kernels replayed by them),
+``kernels_per_graph_launch`` (mean), ``graph_launch_time_ns``;
+``launch_ns_p50``/``_p90``/``_max`` over direct launch calls;
+``delay_ns_min``/``_p50``/``_p90``/``_p99``/``_max`` over every linked kernel
+(quantiles by the nearest-rank rule: the value at position ⌈p·n⌉ of the
+sorted values); ``short_kernel_pct`` = 100 × direct kernels whose duration
+is under their launch call's / direct kernels (a kernel shorter than its
+launch: the host cannot launch fast enough to keep the GPU busy);
+``launch_outliers`` = direct launch calls lasting at least
+``launch_outlier_ns``; ``delay_outliers`` = linked kernels starting at least
+``delay_outlier_ns`` after their launch began. Items: the kernels with the
+longest launch delay, at most ``top``.
+
+Severity: warning when ``short_kernel_pct`` ≥ ``short_kernel_warning_pct``
+(with at least ``min_kernels`` direct kernels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from traceparse import expr, measures
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+FIGURES = {"kernels": "count", "linked_kernels": "count", "direct_kernels": "count", "launches": "count",
+           "launch_time_ns": "ns", "graph_launches": "count", "graph_kernels": "count",
+           "kernels_per_graph_launch": "number", "graph_launch_time_ns": "ns", "launch_ns_p50": "ns",
+           "launch_ns_p90": "ns", "launch_ns_max": "ns", "delay_ns_min": "ns", "delay_ns_p50": "ns",
+           "delay_ns_p90": "ns", "delay_ns_p99": "ns", "delay_ns_max": "ns", "short_kernel_pct": "pct",
+           "launch_outliers": "count", "delay_outliers": "count"}
+COLUMNS = [Column("name", "kernel", "name"), Column("launch_name", "launched by", "name"),
+           Column("device_id", "device", "number"), Column("stream_id", "stream", "number"),
+           Column("launch_ns", "launch", "ns"), Column("kernel_ns", "kernel", "ns"), Column("delay_ns", "delay", "ns"),
+           Column("graph_kernels", "kernels in launch", "count")]
+
+
+def nearest_rank(sorted_values: list[int], p: float) -> int | None:
+    """The value at position ⌈p·n⌉ (1-based) of ``sorted_values``; None when empty.
+
+    >>> nearest_rank([10, 20, 30, 40], 0.5), nearest_rank([10, 20, 30, 40], 0.9), nearest_rank([], 0.5)
+    (20, 40, None)
+    """
+    if not sorted_values:
+        return None
+    return sorted_values[max(1, math.ceil(p * len(sorted_values))) - 1]
+
+
+class LaunchStats(Rule):
+    name = "launch-stats"
+    description = "Kernel launches: CPU launch time vs kernel time, launch delay distribution, graph launches, outliers"
+    definition = __doc__
+    thresholds = {
+        "short_kernel_warning_pct": 50.0,   # kernels shorter than their launch call at or above this %: warning
+        "min_kernels": 100,                 # ... with at least this many directly launched kernels
+        "launch_outlier_ns": 50000,         # a launch call lasting this long is an outlier
+        "delay_outlier_ns": 100000,         # a kernel starting this long after its launch began is an outlier
+        "top": 10,                          # kernels listed (longest launch delay first)
+    }
+    kinds = ("kernel",)
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        rows = measures.launches(trace.events, kinds=("kernel",))
+        linked = rows.filter(pl.col("launch_event_id").is_not_null())
+        direct = linked.filter(pl.col("launch_class") == "launch")
+        graph = linked.filter(pl.col("launch_class") == "graph_launch")
+        direct_calls = direct.unique(["trace_id", "launch_event_id"])
+        graph_calls = graph.unique(["trace_id", "launch_event_id"])
+        launch_ns = direct_calls["launch_duration_ns"].sort().to_list()
+        delays = linked["delay_ns"].sort().to_list()
+        short = int((direct["duration_ns"] < direct["launch_duration_ns"]).sum())
+        metrics = {
+            "kernels": rows.height, "linked_kernels": linked.height, "direct_kernels": direct.height,
+            "launches": direct_calls.height, "launch_time_ns": int(direct_calls["launch_duration_ns"].sum() or 0),
+            "graph_launches": graph_calls.height, "graph_kernels": graph.height,
+            "kernels_per_graph_launch": round(graph.height / graph_calls.height, 4) if graph_calls.height else None,
+            "graph_launch_time_ns": int(graph_calls["launch_duration_ns"].sum() or 0),
+            "launch_ns_p50": nearest_rank(launch_ns, 0.5), "launch_ns_p90": nearest_rank(launch_ns, 0.9),
+            "launch_ns_max": launch_ns[-1] if launch_ns else None,
+            "delay_ns_min": delays[0] if delays else None, "delay_ns_p50": nearest_rank(delays, 0.5),
+            "delay_ns_p90": nearest_rank(delays, 0.9), "delay_ns_p99": nearest_rank(delays, 0.99),
+            "delay_ns_max": delays[-1] if delays else None,
+            "short_kernel_pct": expr.pct(short, direct.height),
+            "launch_outliers": int((direct_calls["launch_duration_ns"] >= int(t["launch_outlier_ns"])).sum()),
+            "delay_outliers": int((linked["delay_ns"] >= int(t["delay_outlier_ns"])).sum()),
+        }
+        items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
+                  "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
+                  "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}
+                 for r in linked.sort(["delay_ns", "event_id"], descending=[True, False])
+                 .head(int(t["top"])).iter_rows(named=True)]
+        enough = direct.height >= int(t["min_kernels"])
+        severity = grade(metrics["short_kernel_pct"] if enough else None, warning=t["short_kernel_warning_pct"])
+        if not linked.height:
+            message = (f"{rows.height} kernels, none linked to a launch call: the trace has no API calls with "
+                       "matching correlation ids.")
+        else:
+            message = f"{linked.height} of {rows.height} kernels linked to their launch call."
+            if direct.height:
+                message += (f" {direct.height} launched one by one by {direct_calls.height} calls taking "
+                            f"{metrics['launch_time_ns'] / 1e6:.3f} ms (median {metrics['launch_ns_p50'] / 1e3:.1f} us); "
+                            f"{metrics['short_kernel_pct']:.1f}% of them run shorter than their launch call.")
+            if graph.height:
+                message += (f" {graph.height} replayed by {graph_calls.height} graph launches "
+                            f"({metrics['kernels_per_graph_launch']:g} kernels per launch, "
+                            f"{metrics['graph_launch_time_ns'] / 1e6:.3f} ms of launch calls).")
+            message += (f" Launch delay: median {metrics['delay_ns_p50'] / 1e3:.1f} us, p99 "
+                        f"{metrics['delay_ns_p99'] / 1e3:.1f} us, max {metrics['delay_ns_max'] / 1e3:.1f} us; "
+                        f"{metrics['launch_outliers']} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
+                        f"{metrics['delay_outliers']} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
+        suggestion = ("Most kernels finish faster than the host launches them: the GPU starves. Capture the step in a "
+                      "CUDA graph (torch.compile mode='reduce-overhead', torch.cuda.graphs), fuse kernels "
+                      "(torch.compile), or give each kernel more work (larger batches)." if severity != "info" else "")
+        return [Finding(self.name, severity, "Kernel launches", message, suggestion, metrics=metrics, items=items,
+                        columns=COLUMNS, figures=FIGURES)]
+
+
+@hookimpl
+def traceparse_rules():
+    return [LaunchStats()]

@@ -1,0 +1,139 @@
+"""GPU work linked to the host call that launched it, and why each stream waits between its activities."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr
+from traceparse.measures.base import Measure, keyed, unkeyed
+
+_SIDE_COLUMNS = ["trace_id", "event_id", "kind", "name", "device_id", "stream_id", "correlation_id", "start_ns",
+                 "duration_ns", "tid"]
+STREAM = ["trace_id", "device_id", "stream_id"]
+#: Default kernel-wait threshold: a gap shorter than this between queued activities is launch overhead.
+KERNEL_WAIT_NS = 30_000
+
+
+def _projection(events: pl.DataFrame, kinds) -> pl.DataFrame:
+    """Timed GPU rows of ``kinds`` and timed API rows with a correlation id, with a ``side`` column."""
+    kind = pl.col("kind").cast(pl.String)
+    timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
+    gpu = kind.is_in(list(kinds)) & timed
+    api = (kind == "api") & timed & pl.col("correlation_id").is_not_null()
+    return keyed(events.filter(gpu | api).select(
+        *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
+        side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
+
+
+def _linked(rows: pl.DataFrame) -> pl.DataFrame:
+    """The GPU rows of a projection, each with the API call of the same trace and correlation id (or nulls)."""
+    gpu = rows.filter(pl.col("side") == "gpu").drop("side")
+    api = (rows.filter(pl.col("side") == "api").sort("start_ns", "event_id")
+           .group_by("trace_id", "correlation_id", maintain_order=True).first()
+           .select("trace_id", "correlation_id", launch_event_id="event_id", launch_name="name",
+                   launch_start_ns="start_ns", launch_duration_ns="duration_ns", launch_tid="tid"))
+    linked = gpu.join(api, on=["trace_id", "correlation_id"], how="left", nulls_equal=False)
+    return linked.with_columns(
+        launch_class=pl.when(pl.col("launch_name").is_not_null()).then(expr.api_class(pl.col("launch_name"))),
+        delay_ns=pl.col("start_ns") - pl.col("launch_start_ns"),
+        launch_gpu_rows=pl.when(pl.col("launch_event_id").is_not_null())
+        .then(pl.len().over("trace_id", "launch_event_id")).cast(pl.Int64))
+
+
+class Launches(Measure):
+    """Every timed GPU activity of ``kinds`` (default kernel, memcpy, memset) with the host call that launched it.
+
+    The link is the correlation id: the API row (kind ``api``) of the same
+    trace with the activity's ``correlation_id`` (of several, the first to
+    start). A CUDA/HIP graph launch has one correlation id for every kernel it
+    replays, so those kernels share one launch. Columns: ``trace_id``,
+    ``event_id``, ``kind``, ``name``, ``device_id``, ``stream_id``,
+    ``correlation_id``, ``start_ns``, ``duration_ns``, ``tid`` (null: GPU
+    side), and of the launch (null when none is linked): ``launch_event_id``,
+    ``launch_name``, ``launch_class`` (:func:`traceparse.expr.api_class`:
+    launch, graph_launch, memcpy, ...), ``launch_start_ns``,
+    ``launch_duration_ns``, ``launch_tid``, ``delay_ns`` = activity start −
+    launch start, ``launch_gpu_rows`` = the GPU activities linked to that
+    launch. Sorted by trace and event id.
+
+    Part: the GPU rows and the API rows with a correlation id (a projection);
+    combine: the join. Valid partitions: device, trace, row chunks.
+    """
+
+    name = "launches"
+
+    def part(self, events: pl.DataFrame, kinds=expr.GPU_KINDS) -> pl.DataFrame:
+        return _projection(events, kinds)
+
+    def combine(self, parts: list[pl.DataFrame], kinds=expr.GPU_KINDS) -> pl.DataFrame:
+        out = _linked(pl.concat(parts)).drop("tid").sort("trace_id", "event_id")
+        return unkeyed(out).select(
+            "trace_id", "event_id", "kind", "name", "device_id", "stream_id", "correlation_id", "start_ns",
+            "duration_ns", "launch_event_id", "launch_name", "launch_class", "launch_start_ns", "launch_duration_ns",
+            "launch_tid", "delay_ns", "launch_gpu_rows")
+
+
+class StreamIdle(Measure):
+    """Why each stream waits: its idle gaps split into host wait, kernel wait and other (HTA's idle time breakdown).
+
+    Per stream (``trace_id``, ``device_id``, ``stream_id``), the timed GPU
+    activities of ``kinds`` (default kernel, memcpy, memset) in order of
+    start; each activity after the first has a gap = its start − the latest
+    end of the activities before it on that stream, when positive. The gap is
+    **host wait** when the activity's launch call (:class:`Launches`) started
+    after that latest end: when the stream went idle nothing was queued for
+    it, the GPU waited for the host. Otherwise it is **kernel wait** when
+    shorter than ``kernel_wait_ns`` (default 30 µs: the overhead between
+    back-to-back queued activities), else **other** (queued work waiting on
+    something else: an event of another stream, a copy, a synchronization; or
+    an activity with no linked launch).
+
+    Columns: ``trace_id``, ``device_id``, ``stream_id``, ``activities``,
+    ``span_ns`` (first start to last end), ``busy_ns``, ``idle_ns`` (Σ gaps),
+    ``host_wait_ns``, ``kernel_wait_ns``, ``other_ns``, and the number of
+    gaps of each: ``gaps``, ``host_wait_gaps``, ``kernel_wait_gaps``,
+    ``other_gaps``. Sorted by stream.
+
+    Part: the projection of :class:`Launches`; combine: the sweep. Valid
+    partitions: device, trace, row chunks.
+    """
+
+    name = "stream_idle"
+
+    def part(self, events: pl.DataFrame, kinds=expr.GPU_KINDS, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+        return _projection(events, kinds)
+
+    def combine(self, parts: list[pl.DataFrame], kinds=expr.GPU_KINDS,
+                kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+        rows = _linked(pl.concat(parts)).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+        rows = rows.with_columns(pl.col("stream_id").fill_null(-1)).sort(
+            *STREAM, "start_ns", "end_ns", "event_id")
+        prev_end = pl.col("end_ns").cum_max().shift(1).over(STREAM)
+        gaps = rows.with_columns(prev_end=prev_end).with_columns(
+            gap=pl.when(pl.col("start_ns") > pl.col("prev_end")).then(pl.col("start_ns") - pl.col("prev_end"))
+            .otherwise(0))
+        category = (pl.when(pl.col("gap") <= 0).then(None)
+                    .when(pl.col("launch_start_ns") > pl.col("prev_end")).then(pl.lit("host_wait"))
+                    .when(pl.col("gap") < kernel_wait_ns).then(pl.lit("kernel_wait"))
+                    .otherwise(pl.lit("other")))
+        gaps = gaps.with_columns(category=category)
+
+        def of(label: str):
+            return [pl.col("gap").filter(pl.col("category") == label).sum().alias(f"{label}_ns"),
+                    (pl.col("category") == label).sum().cast(pl.Int64).alias(f"{label}_gaps")]
+
+        out = (gaps.group_by(STREAM).agg(
+            activities=pl.len().cast(pl.Int64), first=pl.col("start_ns").min(), last=pl.col("end_ns").max(),
+            idle_ns=pl.col("gap").sum(), gaps=(pl.col("gap") > 0).sum().cast(pl.Int64),
+            *of("host_wait"), *of("kernel_wait"), *of("other"))
+            .with_columns(span_ns=pl.col("last") - pl.col("first"))
+            .with_columns(busy_ns=pl.col("span_ns") - pl.col("idle_ns"),
+                          stream_id=pl.when(pl.col("stream_id") >= 0).then(pl.col("stream_id")))
+            .sort(STREAM, nulls_last=False))
+        return unkeyed(out).select(
+            *STREAM, "activities", "span_ns", "busy_ns", "idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns",
+            "gaps", "host_wait_gaps", "kernel_wait_gaps", "other_gaps")
+
+
+launches = Launches()
+stream_idle = StreamIdle()

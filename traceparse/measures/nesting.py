@@ -1,0 +1,82 @@
+"""Self time of host-side events that nest on a thread (torch operators, annotations, API calls, regions)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse.measures.base import Measure, keyed, unkeyed
+
+#: Host-side kinds whose events nest on their thread.
+HOST_KINDS = ("op", "marker", "api", "region")
+_THREAD = ["trace_id", "pid", "tid"]
+
+
+class SelfTime(Measure):
+    """Self (exclusive) time of every timed host event: its duration minus that of its direct children.
+
+    Rows: the timed rows of ``kinds`` (default op, marker, api, region) with a
+    ``pid``, a ``tid``, a start and a duration, and no ``exclusive_ns`` of
+    their own (a source that gives exclusive time, TAU, keeps it). Per thread
+    (``trace_id``, ``pid``, ``tid``), events of every kind nest together (an
+    API call inside an operator inside an annotation), as intervals
+    ``[start, start + duration)`` ordered by start, longer first on equal
+    starts, then by ``event_id``. One sweep with a stack of open events: an
+    event's parent is the innermost open event once every event ending at or
+    before its start is closed; a child that outlasts its parent (rounded
+    timestamps) counts only up to the parent's end. ``self_ns`` = duration −
+    Σ over direct children of (min(child end, parent end) − child start),
+    never below 0.
+
+    Columns: ``trace_id``, ``event_id``, ``self_ns``, ``parent_event_id``
+    (null at the top of a thread), ``depth`` (0 at the top), ``children``.
+
+    Part: the rows that take part (a projection); combine: the sweep over
+    every partition's rows. Valid partitions: device, trace, row chunks.
+    """
+
+    name = "self_time"
+
+    def part(self, events: pl.DataFrame, kinds=HOST_KINDS) -> pl.DataFrame:
+        ok = (pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("start_ns").is_not_null()
+              & pl.col("duration_ns").is_not_null() & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
+              & pl.col("exclusive_ns").is_null())
+        return keyed(events.filter(ok).select("trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
+
+    def combine(self, parts: list[pl.DataFrame], kinds=HOST_KINDS) -> pl.DataFrame:
+        rows = (pl.concat(parts).sort([*_THREAD, "start_ns", "duration_ns", "event_id"],
+                                      descending=[False, False, False, False, True, False]))
+        n = rows.height
+        start = rows["start_ns"].to_list()
+        end = (rows["start_ns"] + rows["duration_ns"]).to_list()
+        thread = rows.select(t=pl.struct(_THREAD).rle_id())["t"].to_list()
+        parent = [None] * n
+        depth = [0] * n
+        inner = [0] * n  # time of the direct children, each clipped to the parent's end
+        children = [0] * n
+        stack: list[int] = []
+        last_thread = None
+        for i in range(n):
+            if thread[i] != last_thread:
+                stack.clear()
+                last_thread = thread[i]
+            s = start[i]
+            while stack and end[stack[-1]] <= s:
+                stack.pop()
+            if stack:
+                p = stack[-1]
+                parent[i] = p
+                depth[i] = len(stack)
+                inner[p] += min(end[i], end[p]) - s
+                children[p] += 1
+            stack.append(i)
+        event_ids = rows["event_id"].to_list()
+        out = rows.select("trace_id", "event_id").with_columns(
+            self_ns=pl.Series([max(e - s - c, 0) for s, e, c in zip(start, end, inner)], dtype=pl.Int64),
+            parent_event_id=pl.Series([None if p is None else event_ids[p] for p in parent], dtype=pl.Int64),
+            depth=pl.Series(depth, dtype=pl.Int64),
+            children=pl.Series(children, dtype=pl.Int64),
+        )
+        return unkeyed(out.sort("trace_id", "event_id"))
+
+
+self_time = SelfTime()
