@@ -33,12 +33,51 @@ def find_gpu(name: str | None, reg: Registry | None = None) -> dict | None:
     return best
 
 
+#: How far a device's memory may be from an entry's ``identify.memory_gib`` (a share of it): drivers reserve
+#: some, and a virtual function reports a little less (MI300X VF: 191.45 GiB of 192).
+MEMORY_TOLERANCE = 0.03
+
+
+def identify_gpu(device, reg: Registry | None = None) -> tuple[dict | None, list[str]]:
+    """The catalog entry whose ``identify`` properties a device has, for devices with a generic name.
+
+    ROCm builds of PyTorch name every AMD GPU "AMD Radeon Graphics"; the
+    device's properties then tell: ``warp_size`` (``extra["warpSize"]``),
+    ``sm_count`` (numSms: compute units on AMD), ``memory_gib`` (memory in
+    GiB, within :data:`MEMORY_TOLERANCE`) and ``compute_capability``. Every
+    property an entry lists and the device has must agree, and the device must
+    have at least the compute units and the memory. Returns the first entry
+    that fits (catalog order) and the names of all that do, or ``(None, [])``.
+    """
+    fits = []
+    extra = getattr(device, "extra", None) or {}
+    for spec in (reg or default_registry()).gpu_specs:
+        want = spec.get("identify")
+        if not want or device.sm_count is None or device.memory_bytes is None:
+            continue
+        if "warp_size" in want and extra.get("warpSize") is not None and int(extra["warpSize"]) != want["warp_size"]:
+            continue
+        if "sm_count" in want and int(device.sm_count) != int(want["sm_count"]):
+            continue
+        if "memory_gib" in want:
+            gib = device.memory_bytes / 2**30
+            if abs(gib - want["memory_gib"]) > MEMORY_TOLERANCE * want["memory_gib"]:
+                continue
+        if ("compute_capability" in want and device.compute_capability
+                and str(device.compute_capability) != str(want["compute_capability"])):
+            continue
+        fits.append(spec)
+    return (fits[0] if fits else None), [f["name"] for f in fits]
+
+
 def gpu_for_trace(trace: Trace, override: str | None = None, reg: Registry | None = None) -> tuple[dict | None, str]:
     """The catalog entry for a trace's GPU and a sentence saying how it was chosen.
 
     ``override`` (the user's ``--gpu``) wins and must be known; otherwise the
     first device the trace describes is matched by name. Returns
-    ``(None, reason)`` when nothing matches.
+    ``(None, reason)`` when nothing matches. A device whose name matches no
+    entry (ROCm's "AMD Radeon Graphics") is identified by its properties
+    (:func:`identify_gpu`).
     """
     reg = reg or default_registry()
     if override:
@@ -52,6 +91,15 @@ def gpu_for_trace(trace: Trace, override: str | None = None, reg: Registry | Non
         spec = find_gpu(device_name, reg)
         if spec is not None:
             return spec, f"{spec['name']} (matched the trace's device {device_name!r})"
+    for device in trace.meta.devices:
+        spec, fits = identify_gpu(device, reg)
+        if spec is not None:
+            alike = f"; {' and '.join(fits)} have these properties and the same figures" if len(fits) > 1 else ""
+            return spec, (f"{spec['name']} (identified from the trace's device {device.name or '?'!r} by its "
+                          f"properties: {device.sm_count} compute units, {device.memory_bytes / 2**30:.0f} GiB"
+                          + (f", warp size {device.extra['warpSize']}" if device.extra.get("warpSize") else "")
+                          + (f", compute capability {device.compute_capability}" if device.compute_capability else "")
+                          + f"{alike}; --gpu to choose)")
     if names:
         return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass --gpu NAME"
     return None, "the trace does not name its GPU; pass --gpu NAME"

@@ -1,4 +1,4 @@
-"""The built-in GPU catalog: spec-sheet figures of NVIDIA GPUs, as data (``gpus.toml``).
+"""The built-in GPU catalog: spec-sheet figures of NVIDIA and AMD GPUs, as data (``gpus.toml``).
 
 This plugin only loads the data file and hands its entries to the core
 (hook ``traceparse_gpu_specs``); :mod:`traceparse.catalog` matches device
@@ -17,7 +17,7 @@ from traceparse.plugins import hookimpl
 
 DATA_FILE = "gpus.toml"
 #: Precisions ``peak_tflops`` may list (TFLOP/s, or TOP/s for int8), dense.
-PRECISIONS = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor",
+PRECISIONS = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "fp32_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor",
               "fp8_tensor", "int8_tensor")
 
 

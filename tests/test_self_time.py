@@ -1,0 +1,106 @@
+"""Self time of nested host events (measure self_time) and hotspots on it, against a plain-Python sweep of the JSON.
+
+The oracle reads the raw Chrome JSON (exact decimal microseconds), keeps the host-side complete events of the
+categories that nest on a thread (operators, annotations, runtime/driver calls, Python functions), and runs a
+stack sweep per (pid, tid): an event's parent is the innermost event still open at its start (events ending at
+or before that start are closed); a parent's self time is its duration minus, per direct child, the child's
+time up to the parent's end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, read_torch, us_to_ns
+from traceparse.analysis import analyze, parse_settings
+from traceparse import measures
+from traceparse.schema import conform
+from traceparse.trace import Trace
+
+HOST = {"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver",
+        "python_function"}
+TORCH = sorted((FIXTURES / "torch").glob("*.json.gz"))
+
+
+def oracle(path: Path) -> Counter:
+    """Counter of (pid, tid, name, start_ns, duration_ns, self_ns) over the host events of a torch trace."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f, parse_float=Decimal)["traceEvents"]
+    threads = defaultdict(list)
+    for i, e in enumerate(events):
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in HOST:
+            continue
+        if not isinstance(e.get("pid"), int) or not isinstance(e.get("tid"), int):
+            continue
+        start, dur = us_to_ns(e["ts"]), us_to_ns(e["dur"])
+        threads[(e["pid"], e["tid"])].append([start, dur, i, e["name"], 0])
+    out = Counter()
+    for (pid, tid), rows in threads.items():
+        rows.sort(key=lambda r: (r[0], -r[1], r[2]))
+        stack = []
+        for row in rows:
+            while stack and stack[-1][0] + stack[-1][1] <= row[0]:
+                stack.pop()
+            if stack:
+                parent = stack[-1]
+                parent[4] += min(row[0] + row[1], parent[0] + parent[1]) - row[0]
+            stack.append(row)
+        for start, dur, _, name, inner in rows:
+            out[(pid, tid, name, start, dur, max(dur - inner, 0))] += 1
+    return out
+
+
+@pytest.mark.parametrize("path", TORCH, ids=lambda p: p.name)
+def test_self_time_matches_the_json(path):
+    trace = read_torch(path)
+    events = trace.events
+    got = measures.self_time(events).join(events, on=["trace_id", "event_id"], nulls_equal=True)
+    counted = Counter(zip(got["pid"].to_list(), got["tid"].to_list(), got["name"].to_list(),
+                          got["start_ns"].to_list(), got["duration_ns"].to_list(), got["self_ns"].to_list()))
+    assert counted == oracle(path)
+
+
+def test_self_time_by_hand():
+    # thread 1: A [0, 100) holds B [10, 40) and C [50, 90); B holds D [20, 30); E [95, 120) outlasts A by 20 ns
+    # thread 2: F [0, 50) alone. A: 100 - 30 - 40 - 5 = 25; B: 30 - 10 = 20; C 40, D 10, E 25 (top: none), F 50.
+    # E starts inside A (95 < 100) so it is A's child, counted up to A's end: 5 ns.
+    rows = [("A", 1, 0, 100), ("B", 1, 10, 30), ("C", 1, 50, 40), ("D", 1, 20, 10), ("E", 1, 95, 25),
+            ("F", 2, 0, 50), ("K", None, 0, 10)]
+    events = conform(pl.DataFrame([{"kind": "op" if n != "K" else "kernel", "name": n, "pid": 7, "tid": t,
+                                     "start_ns": s, "duration_ns": d} for n, t, s, d in rows]), trace_id="t")
+    got = measures.self_time(events).join(events.select("event_id", "name"), on="event_id")
+    assert dict(zip(got["name"], got["self_ns"])) == {"A": 25, "B": 20, "C": 40, "D": 10, "E": 25, "F": 50}
+    parents = dict(zip(got["name"], got["parent_event_id"]))
+    assert parents == {"A": None, "B": 0, "C": 0, "D": 1, "E": 0, "F": None}
+
+
+def test_a_source_with_exclusive_time_keeps_it():
+    events = conform(pl.DataFrame([{"kind": "region", "name": "main", "pid": 0, "tid": 0, "start_ns": 0,
+                                    "duration_ns": 10, "exclusive_ns": 3}]), trace_id="t")
+    assert measures.self_time(events).height == 0
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "torch" / "resnet18_bs16.json.gz"], ids=lambda p: p.name)
+def test_hotspots_rank_self_time(path):
+    trace = read_torch(path)
+    f = analyze(trace, rules=["hotspots"], settings=parse_settings(["hotspots.top=1000"]))[0]
+    own = oracle(path)
+    per_name = defaultdict(int)
+    for (pid, tid, name, start, dur, self_ns), n in own.items():
+        per_name[name] += self_ns * n
+    for item in f.items:
+        if item["kind"] in ("op", "api", "marker", "region"):
+            assert item["time_ns"] == per_name[item["name"]], item["name"]
+    span = trace.events.select(pl.col("start_ns").min(), (pl.col("start_ns") + pl.col("duration_ns")).max().alias("end"))
+    # every host thread's self time fits in the trace's span (inclusive time counted nested calls many times)
+    host = Trace(trace.events.filter(pl.col("pid").is_not_null()), trace.meta)
+    g = analyze(host, rules=["hotspots"])[0]
+    per_thread = g.metrics["time_ns"] / max(1, sum(g.metrics["threads_per_kind"].values()))
+    assert per_thread <= span.row(0)[1] - span.row(0)[0]
