@@ -36,6 +36,7 @@ INPUTS = [
     FIXTURES / "tau" / "real" / "cpi-mpi",
     FIXTURES / "tau" / "handwritten" / "multi-cupti",
     FIXTURES / "tau" / "handwritten" / "pprof-papi-counts.txt",
+    FIXTURES / "chrome" / "handwritten" / "memory_counters.json",
 ]
 
 

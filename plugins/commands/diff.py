@@ -12,7 +12,7 @@ nsys SQLite export is ``cudaLaunchKernel`` in its stats reports and in
 torch.profiler traces); change = time in B − time in A
 (and the same for calls); a name only in B is *new*, only in A *vanished*.
 Rows are sorted by |change| (largest first). Kernels are also summarised by
-the kernel categories of kernel-share (traceparse.expr.KERNEL_CATEGORIES: gemm/conv, elementwise, ...; API calls
+the kernel categories of kernel-share (traceparse.expr.kernel_categories(): gemm, convolution, elementwise, ...; API calls
 form the category ``api``, copies ``memcpy`` / ``memset``). The summary line
 gives the total GPU time (kernels + memcpy + memset) and API time of A and B
 and their change. Works for every format, since it needs only names,

@@ -79,7 +79,7 @@ class Memory(Rule):
             alloc, reserved = by_series.get("allocated"), by_series.get("reserved")
             head = alloc or reserved
             at = head["peak_ns"]
-            series = samples.filter((pl.col("trace_id") == trace_id) & _same(pl.col("device_id"), device)
+            series = samples.filter(_same(pl.col("trace_id"), trace_id) & _same(pl.col("device_id"), device)
                                     & (pl.col("series") == head["series"]))
             cap = capacity.get(device) if device is not None else None
             reserved_pct = expr.pct(reserved["peak_bytes"], cap) if reserved and cap else None
@@ -105,7 +105,8 @@ class Memory(Rule):
                    "peak_reserved_pct": max((i["peak_reserved_pct"] for i in on_device
                                              if i["peak_reserved_pct"] is not None), default=None),
                    "capacity_bytes": top["capacity_bytes"], "devices": len(items), "samples": samples.height}
-        message = (f"Device {top['device']}: peak allocated {_gib(top['peak_allocated_bytes'])}"
+        where = "Host memory" if top["device"] == "host" else f"Device {top['device']}"
+        message = (f"{where}: peak allocated {_gib(top['peak_allocated_bytes'])}"
                    + (f", peak reserved {_gib(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
                    + (f" ({top['peak_reserved_pct']:.1f}% of {_gib(top['capacity_bytes'])})"
                       if top["peak_reserved_pct"] is not None else "")
