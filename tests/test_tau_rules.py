@@ -95,14 +95,15 @@ def test_hotspots_warns_on_imbalance_and_counts_timed_events_over_summaries():
     assert agg.metrics["threads"] == 4 and agg.metrics["threads_per_kind"] == {"op": 3, "kernel": 1}
     assert agg.metrics["aggregated_rows_skipped"] == 1
     conv = agg.items[0]
-    assert (conv["name"], conv["time_ns"], conv["max_ns"], conv["min_ns"], conv["threads"]) == ("aten::conv", 990, 900,
+    # self time: the conv on thread 1 [0, 90) holds the relu [50, 60), so it counts 80; the one on thread 2, 900
+    assert (conv["name"], conv["time_ns"], conv["max_ns"], conv["min_ns"], conv["threads"]) == ("aten::conv", 980, 900,
                                                                                                   0, 2)
-    assert conv["imbalance"] == round(900 / (990 / 3), 4)
+    assert conv["imbalance"] == round(900 / (980 / 3), 4)
     kernel = next(i for i in agg.items if i["name"] == "k")
     assert (kernel["time_ns"], kernel["calls"], kernel["imbalance"]) == (12, 2, 1.0)
     assert agg.severity == "warning"
     assert [i["name"] for i in agg.items] == ["aten::conv", "k", "aten::relu", "aten::add"]
-    assert "4 operator/region/API rows have no exclusive time" in agg.message
+    assert agg.metrics["self_time_rows"] == 4 and "Self time of 4 nested host events" in agg.message
 
 
 def plain_counter(metric: str, thread: int) -> dict[str, float]:
