@@ -26,6 +26,8 @@ launch: the host cannot launch fast enough to keep the GPU busy);
 ``delay_outlier_ns`` after their launch began. Items: the kernels with the
 longest launch delay, at most ``top``.
 
+The rule applies to traces with both kernels and API calls.
+
 Severity: warning when ``short_kernel_pct`` ≥ ``short_kernel_warning_pct``
 (with at least ``min_kernels`` direct kernels).
 """
@@ -76,6 +78,11 @@ class LaunchStats(Rule):
         "top": 10,                          # kernels listed (longest launch delay first)
     }
     kinds = ("kernel",)
+
+    def applies_to(self, trace: Trace) -> bool:
+        """A trace with kernels and API calls (a kernel table alone, ncu or a summary, has no launches to link)."""
+        present = set(trace.events["kind"].cast(str).unique().to_list())
+        return {"kernel", "api"} <= present
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
