@@ -71,7 +71,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
             if rules:
                 findings.append(Finding(
                     rule.name, "info", f"{rule.name}: not applicable",
-                    f"the trace has no {' / '.join(rule.kinds)} events", trace=trace.id,
+                    (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
+                     else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id,
                 ))
             continue
         options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)

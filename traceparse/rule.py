@@ -84,12 +84,16 @@ class Rule:
     definition: ClassVar[str] = ""
     thresholds: ClassVar[dict[str, Any]] = {}
     kinds: ClassVar[tuple[str, ...]] = ()
+    #: True when the rule needs events of every one of ``kinds`` (launches need kernels *and* API calls).
+    needs_all_kinds: ClassVar[bool] = False
 
     def applies_to(self, trace: Trace) -> bool:
         """True when the trace has events of a kind this rule needs."""
         if not self.kinds:
             return True
         present = set(trace.events["kind"].cast(str).unique().to_list())
+        if self.needs_all_kinds:
+            return set(self.kinds) <= present
         return bool(present & set(self.kinds))
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:

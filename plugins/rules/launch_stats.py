@@ -77,12 +77,8 @@ class LaunchStats(Rule):
         "delay_outlier_ns": 100000,         # a kernel starting this long after its launch began is an outlier
         "top": 10,                          # kernels listed (longest launch delay first)
     }
-    kinds = ("kernel",)
-
-    def applies_to(self, trace: Trace) -> bool:
-        """A trace with kernels and API calls (a kernel table alone, ncu or a summary, has no launches to link)."""
-        present = set(trace.events["kind"].cast(str).unique().to_list())
-        return {"kernel", "api"} <= present
+    kinds = ("kernel", "api")
+    needs_all_kinds = True  # a kernel table alone (ncu, a summary) has no launches to link
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
