@@ -229,3 +229,15 @@ def test_arithmetic_intensity_answers_at_once_without_counts():
     f = run_rule(trace, "arithmetic-intensity")
     assert time.perf_counter() - t0 < 0.5
     assert f.title == "No FLOP or byte counts"
+
+
+def test_launch_stats_on_a_kernel_table_alone_says_what_it_needs():
+    """A kernel table without API calls (an nsys kernel summary) has no launches: the rule says it needs both."""
+    from traceparse.analysis import analyze
+
+    kernels = conform(pl.DataFrame({"kind": ["kernel", "kernel"], "name": ["k", "k"],
+                                    "start_ns": [0, 100], "duration_ns": [10, 10]}))
+    trace = Trace(kernels, TraceMeta(id="t"))
+    [finding] = analyze(trace, rules=["launch-stats"])
+    assert (finding.title, finding.message) == ("launch-stats: not applicable", "it needs kernel and api events")
+    assert not [f for f in analyze(trace) if f.rule == "launch-stats"]  # by default it is skipped silently
