@@ -84,7 +84,7 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
     for label, values in (("grid", grid), ("block", block)):
         xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
         for axis, column in zip("xyz", xyz):
-            dims[f"{label}_{axis}"] = pl.Series(column, dtype=pl.Int32)
+            dims[f"{label}_{axis}"] = int_column(column, f"args.{label}", pl.Int32, coerced)
     times = {}
     for field in ("ts", "dur"):
         try:
@@ -101,6 +101,7 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         pid=pl.when(~is_gpu).then(pl.col("pid")),
         tid=pl.when(~is_gpu).then(pl.col("tid")),
         _gpu_pid=pl.when(is_gpu).then(pl.col("pid")).cast(pl.Int32, strict=False),
+        _gpu_tid=pl.when(is_gpu).then(pl.col("tid")),
     ).with_columns(
         # the device that runs the event: args.device; a peer-to-peer copy's args.inDevice (it has no
         # args.device); else, for GPU rows, the pid, which Kineto sets to the device (gpu_user_annotation)
@@ -109,7 +110,8 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         src_device=ints(from_device, "fromDevice", pl.Int32),
         dst_device=ints(to_device, "toDevice", pl.Int32),
         context_id=ints(context, "context", pl.Int32),
-        stream_id=ints(stream, "stream"),
+        # a GPU row without args.stream (gpu_user_annotation): its tid, which Kineto sets to the stream
+        stream_id=pl.coalesce(ints(stream, "stream"), pl.col("_gpu_tid")),
         correlation_id=ints(correlation, "correlation"),
         external_id=ints(external, "External id").fill_null(ints(external_legacy, "external id")),
         registers_per_thread=ints(registers, "registers per thread", pl.Int32),
@@ -130,7 +132,7 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
-    ).drop("copy", "_smem", "_gpu_pid")
+    ).drop("copy", "_smem", "_gpu_pid", "_gpu_tid")
     return df
 
 
