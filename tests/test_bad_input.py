@@ -65,10 +65,23 @@ def test_truncated_gzip(store, tmp_path, samples_dir):
 def test_wrong_type_in_event_names_the_record(store, tmp_path):
     p = tmp_path / "bad.json"
     p.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2},'
-                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"stream": "seven"}}]}')
+                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"grid": "seven"}}]}')
     assert_refused(["ingest", str(p)],
-                   f"{p}: traceEvents[1].args.stream: unexpected value in a trace event: Expected `int | null`, got `str`",
-                   store)
+                   f"{p}: traceEvents[1].args.grid: unexpected value in a trace event: "
+                   "Expected `array | null`, got `str`", store)
+
+
+def test_integer_argument_as_text_is_coerced_with_one_warning(store, tmp_path):
+    """ROCm builds write some integer arguments as text (issue 17): read them, or leave them empty, and say so once."""
+    p = tmp_path / "text_ids.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2},'
+                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"stream": "seven"}},'
+                 '{"ph": "X", "cat": "kernel", "name": "c", "ts": 5, "dur": 2, "args": {"stream": "0x7"}}]}')
+    code, _, err = run_cli("ingest", "-q", str(p))
+    assert code == 0
+    assert err == (f"traceparse: warning: {p}: 2 argument values not written as JSON integers (as ROCm and some "
+                   "other PyTorch builds write them): args.stream 1× not an integer, left empty; "
+                   "args.stream 1× text read as an integer\n")
 
 
 def test_unknown_format_rule_and_bad_set(store, samples_dir):

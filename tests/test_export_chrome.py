@@ -53,7 +53,7 @@ def test_torch_export_counts_and_exact_times(store, tmp_path):
     original = [e for e in _load(TORCH)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in KEPT]
     assert " ".join(message.split()) == f"wrote {out} (chrome, {len(original):,} events)"
     doc = _load(out)
-    assert list(doc)[:1] == ["traceparse"] and doc["traceparse"]["schema_version"] == 1
+    assert list(doc)[:1] == ["traceparse"] and doc["traceparse"]["schema_version"] == 2
     phases = Counter(e["ph"] for e in doc["traceEvents"])
     assert phases["X"] == len(original) and doc["traceparseRows"] == []
     # every slice keeps its name, start and duration to the nanosecond (ts written with 3 decimals)

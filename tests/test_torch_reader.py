@@ -32,7 +32,8 @@ def test_shared_samples_match_independent_parse(samples_dir):
 
 
 def test_fixture_traces_match_independent_parse(fixtures_dir):
-    paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*") if p.name != "manifest.json")
+    paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
+                   if p.name != "manifest.json" and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
     assert len(paths) == 16  # the 15-trace sweep and one tensorboard_trace_handler file
     for path in paths:
         check_against_independent(path)
@@ -41,7 +42,7 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
 def check_against_independent(path: Path) -> None:
     expected = independent(path)
     trace = read_paths([path])[0]
-    ev = trace.events
+    ev = trace.events.filter(pl.col("kind") != "counter")  # [memory] counters: tests/test_torch_modern.py
     assert ev.height == len(expected), path
     kinds = Counter(KIND_OF[e["cat"].lower()] for e in expected)
     got = dict(ev.group_by("kind").len().with_columns(pl.col("kind").cast(str)).iter_rows())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 #: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
@@ -67,6 +67,8 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
+    "src_device": (pl.Int32, "source GPU of a copy between GPUs (peer-to-peer); device_id is the GPU that runs it"),
+    "dst_device": (pl.Int32, "destination GPU of a copy between GPUs (peer-to-peer)"),
 }
 
 DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}

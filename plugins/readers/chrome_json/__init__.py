@@ -10,7 +10,8 @@ in memory bounded by the chunk size, and salvages a file cut short. Times
 """
 
 from traceparse_plugins.readers.chrome_json.decoder import (
-    CHUNK_BYTES, Event, gc_paused, stream_events, time_ns, times_ns, what, where,
+    CHUNK_BYTES, Event, check_file, gc_paused, stream_events, time_ns, times_ns, what, where,
 )
 
-__all__ = ["CHUNK_BYTES", "Event", "gc_paused", "stream_events", "time_ns", "times_ns", "what", "where"]
+__all__ = ["CHUNK_BYTES", "Event", "check_file", "gc_paused", "stream_events", "time_ns", "times_ns", "what",
+           "where"]

@@ -7,6 +7,14 @@ however large the file is: each chunk is cut at an event boundary (the
 prefix that decodes as a list of events) and decoded with msgspec into
 :class:`Event` structs holding only the fields a reader keeps. A file cut
 short (JSON or gzip stream) keeps its complete events and warns.
+
+Hostile input (see :class:`_Guarded`): a path that is not a regular file is
+refused in one line before it is opened; JSON nested deeper than msgspec
+reads is refused in one line; bytes that are not UTF-8 are replaced by
+U+FFFD and counted in one warning. Memory stays bounded: a run of whitespace
+(a gzip bomb of spaces) is collapsed as it streams, events may be separated
+by any amount of whitespace, and an event longer than :data:`MAX_EVENT_BYTES`
+(or 8 chunks) is refused rather than buffered.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from traceparse.sources import open_binary
 
 CHUNK_BYTES = 8 * 1024 * 1024  # peak memory grows with it; speed hardly does (benchmarks/)
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event longer than this (or than 8 chunks) is refused, not buffered
+_JSON_BLANK = b" \t\r\n"
+_NEXT_EVENT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{")
 
 A = TypeVar("A")
 
@@ -113,8 +124,11 @@ def stream_events(path: Path, options: ReadOptions, event_type: type, document_t
     reached (object form only). ``label`` names the format in errors;
     ``array_form`` accepts a bare ``[...]`` array of events.
     """
-    events_decoder = msgspec.json.Decoder(list[event_type])
-    document_decoder = msgspec.json.Decoder(document_type)
+    check_file(path)
+    repairs: list[int] = [0]  # invalid UTF-8 sequences replaced, over the whole file
+    events_decoder = _Guarded(msgspec.json.Decoder(list[event_type]), path, repairs)
+    document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
+    max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, events_start, form = reader.find_array(label, array_form)
@@ -126,9 +140,16 @@ def stream_events(path: Path, options: ReadOptions, event_type: type, document_t
             more = reader.read()
             if more is None:
                 break
+            if not more.translate(None, _JSON_BLANK):  # only whitespace: insignificant between JSON tokens
+                if buf[-1:] != b" ":
+                    buf += b" "
+                continue
             buf += more
             split = _split_events(path, events_decoder, buf, offset)
             if split is None:
+                if len(buf) > max_event:
+                    raise bad_input(path, f"traceEvents[{offset}]",
+                                    f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
                 continue
             events, cut = split
             start = buf.find(b"{", cut)
@@ -140,7 +161,48 @@ def stream_events(path: Path, options: ReadOptions, event_type: type, document_t
                                         reader.truncated, form)
         if document is not None and on_document is not None:
             on_document(document)
+        if repairs[0]:
+            options.warn(f"{path}: {repairs[0]} byte sequence{'s' if repairs[0] != 1 else ''} not valid UTF-8; "
+                         "read as U+FFFD (the replacement character)")
         yield offset, events  # the last events (maybe none: a reader may still want its empty batch)
+
+
+def check_file(path: Path) -> None:
+    """Refuse, in one line, a path that is not a regular file (a directory, a FIFO, a device)."""
+    try:
+        if path.is_dir():
+            raise bad_input(path, None, "a directory, not a file: give the trace file itself")
+        if not path.is_file():
+            raise bad_input(path, None, "not a regular file" if path.exists() else "no such file")
+    except OSError as exc:
+        raise bad_input(path, None, f"cannot be read: {exc.strerror or exc}") from None
+
+
+class _Guarded:
+    """A msgspec decoder that turns the hostile cases into one-line errors or counted repairs.
+
+    * JSON nested deeper than msgspec's limit (RecursionError) -> a one-line :class:`InputError`;
+    * bytes that are not UTF-8 (UnicodeDecodeError) -> decoded again with each bad sequence replaced by
+      U+FFFD, counted in ``repairs[0]`` for one warning per file.
+    msgspec's ValidationError and DecodeError pass through, for the caller to place.
+    """
+
+    def __init__(self, decoder: msgspec.json.Decoder, path: Path, repairs: list[int]):
+        self.decoder, self.path, self.repairs = decoder, path, repairs
+
+    def decode(self, data: bytes):
+        try:
+            return self.decoder.decode(data)
+        except RecursionError:
+            raise bad_input(self.path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
+        except UnicodeDecodeError:
+            pass
+        fixed = bytes(data).decode("utf-8", errors="replace")
+        self.repairs[0] += fixed.count("\ufffd") - bytes(data).count("\ufffd".encode())
+        try:
+            return self.decoder.decode(fixed.encode())
+        except RecursionError:
+            raise bad_input(self.path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
 
 
 class _ChunkReader:
@@ -195,7 +257,7 @@ class _ChunkReader:
                 raise bad_input(self.path, None, f'not a {label}: no "traceEvents" array in the first 64 MiB')
 
 
-def _split_events(path: Path, decoder: msgspec.json.Decoder, buf: bytearray, offset: int) -> tuple[list, int] | None:
+def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int) -> tuple[list, int] | None:
     """Decode the longest run of whole events in ``buf`` (which starts with ``[``); return them and where they end.
 
     A candidate end is a ``}`` followed by ``,`` and ``{`` (whitespace
@@ -209,8 +271,7 @@ def _split_events(path: Path, decoder: msgspec.json.Decoder, buf: bytearray, off
         pos = buf.rfind(b"}", 1, pos)
         if pos < 0:
             return None
-        rest = bytes(buf[pos + 1: pos + 64]).lstrip()
-        if not (rest.startswith(b",") and rest[1:].lstrip().startswith(b"{")):
+        if not _NEXT_EVENT.match(buf, pos + 1):  # "}" then "," then "{", any whitespace between
             continue
         saved = buf[pos + 1]
         buf[pos + 1] = ord("]")
@@ -229,7 +290,7 @@ def _split_events(path: Path, decoder: msgspec.json.Decoder, buf: bytearray, off
     return None
 
 
-def _decode_document(path: Path, decoder: msgspec.json.Decoder, data: bytes, where_: str, label: str):
+def _decode_document(path: Path, decoder: _Guarded, data: bytes, where_: str, label: str):
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:

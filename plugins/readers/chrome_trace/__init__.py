@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from traceparse.errors import bad_input
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Trace
 
+from traceparse_plugins.readers.chrome_json import check_file
 from traceparse_plugins.readers.chrome_trace.events import read_plain
 from traceparse_plugins.readers.chrome_trace.export import EXPORT_VERSION, is_export, read_export
 from traceparse_plugins.readers.chrome_trace.sniff import sniff
@@ -38,7 +40,13 @@ class ChromeTraceReader(Reader):
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         path = paths[0]
-        trace = read_export(path, options) if is_export(read_head(path, 4096)) else read_plain(path, options)
+        check_file(path)  # a directory or FIFO is refused before anything opens it
+        try:
+            trace = read_export(path, options) if is_export(read_head(path, 4096)) else read_plain(path, options)
+        except RecursionError:
+            raise bad_input(path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
+        except UnicodeDecodeError as exc:
+            raise bad_input(path, None, f"not UTF-8 text (byte {exc.start} of a decoded piece)") from None
         trace.meta.warnings = options.warnings  # the same list: warnings made while reading land in the metadata
         return trace
 

@@ -40,14 +40,24 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                                              "value")}
     open_spans: dict[tuple, list] = {}
     skipped: dict[str, int] = {}
+    out_of_range: dict[str, int] = {}
+
+    def id_of(value, field: str):
+        """An integer pid/tid within Int64; a label (string) or a number past Int64 is no id (the latter counted)."""
+        if not isinstance(value, int):
+            return None
+        if -(2 ** 63) <= value < 2 ** 63:
+            return value
+        out_of_range[field] = out_of_range.get(field, 0) + 1
+        return None
 
     def add(kind, name, start, dur, e, value=None):
         rows["kind"].append(kind)
         rows["name"].append(name)
         rows["start_ns"].append(start)
         rows["duration_ns"].append(dur)
-        rows["pid"].append(e.pid if isinstance(e.pid, int) else None)
-        rows["tid"].append(e.tid if isinstance(e.tid, int) else None)
+        rows["pid"].append(id_of(e.pid, "pid"))
+        rows["tid"].append(id_of(e.tid, "tid"))
         rows["group"].append(e.cat)
         rows["value"].append(value)
 
@@ -80,6 +90,10 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
     unclosed = sum(len(s) for s in open_spans.values())
     if unclosed:
         options.warn(f"{path}: {unclosed} B events have no matching E; left out")
+    if out_of_range:
+        options.warn(f"{path}: ids past 64-bit integers: "
+                     + "; ".join(f"{field} {n}× out of the column's range, left empty"
+                                 for field, n in sorted(out_of_range.items())))
     if skipped:
         options.warn(f"{path}: skipped events that are not timeline slices: "
                      + ", ".join(f"{n} {ph}" for ph, n in sorted(skipped.items())))

@@ -51,6 +51,25 @@ class _ExportDocument(msgspec.Struct):
     traceparseNonFinite: list[tuple[int, str, str]] = []
 
 
+#: An export is read whole; a gzip that inflates past this many times its size (and past 256 MiB) is refused.
+MAX_INFLATION = 100
+
+
+def _read_bounded(f, path: Path) -> bytes:
+    """The whole (decompressed) content, refusing a gzip bomb before it fills memory."""
+    limit = max(256 << 20, MAX_INFLATION * path.stat().st_size)
+    pieces, size = [], 0
+    while True:
+        piece = f.read(8 << 20)
+        if not piece:
+            return b"".join(pieces)
+        size += len(piece)
+        if size > limit:
+            raise bad_input(path, None, f"decompresses to more than {limit >> 20} MiB ({MAX_INFLATION}× its size): "
+                                        "refused as a compression bomb")
+        pieces.append(piece)
+
+
 def _row_type(dtype: pl.DataType) -> type:
     if dtype.is_integer():
         return int
@@ -74,7 +93,7 @@ def read_export(path: Path, options: ReadOptions) -> Trace:
     """Read a traceparse Chrome export back into its rows, metadata, tags and devices."""
     with open_binary(path) as f:
         try:
-            data = f.read()
+            data = _read_bounded(f, path)
         except (OSError, EOFError) as exc:
             raise bad_input(path, None, f"cannot be read (truncated gzip?): {exc}") from None
     options.progress(path.stat().st_size)

@@ -15,6 +15,18 @@ where they can: ``cuda*``/``cu*`` API names, ``Memory copy ...``, and on a
 GPU thread (or under a ``cudaLaunch*`` caller) every other routine but the
 top-level timer is a kernel. The tables below are the whole policy: the
 first match wins, anything else is a ``region``.
+
+APEX (which writes TAU profiles, ``APEX_PROFILE_OUTPUT``/``apex_exec --apex:tau``)
+names GPU activity with a ``GPU: `` prefix on the host's own thread, all in
+group ``TAU_USER``: older APEX ``GPU: Kernel(DataElement*)``,
+``GPU: Unified Memcpy HTOD``, ``GPU: Unified Memory copy DTOH``; current
+APEX (``src/apex/cupti_trace.cpp``, ``hip_trace.cpp``)
+``GPU: [CUDA] <kernel>``, ``GPU: [CUDA] Memcpy HtoD 0->0``,
+``GPU: [CUDA] Memset``, ``GPU: [HIP] <kernel>``. A ``GPU: `` timer is a copy
+or memset when its name says so, one of CUPTI's unified-memory events
+(page faults, thrashing, ...) stays a region, and any other is a kernel.
+Its byte counter (``GPU: Bytes <- NAME``, ``GPU: [CUDA] Bytes: NAME``) gives
+the copy's ``bytes`` (mean × samples) and is marked ``unit`` byte.
 """
 
 from __future__ import annotations
@@ -29,9 +41,19 @@ GROUP_KINDS: list[tuple[str, str]] = [
     ("api", r"(?:^|\|)\s*TAU_GPU_API\s*(?:$|\|)"),
 ]
 
+#: APEX's prefix of GPU activity timers: "GPU: ", then "[CUDA] " / "[HIP] " in current APEX
+APEX_GPU = r"^GPU: (?:\[\w+\] )?"
+
 #: (kind, regular expression on the routine's own name, the last part of a call path)
 NAME_KINDS: list[tuple[str, str]] = [
     ("memcpy", r"^(?:Unified )?Memory copy (?:Host to Device|Device to Host|Device to Device|Peer to Peer)"),
+    # APEX: "GPU: Unified Memcpy HTOD", "GPU: Unified Memory copy DTOH", "GPU: [CUDA] Memcpy HtoD 0->0"
+    ("memcpy", APEX_GPU + r"(?:Unified )?(?:Memcpy|Memory copy) (?i:[HDAP]to[HDAP])\b"),
+    ("memset", APEX_GPU + r"Memset\b"),
+    # CUPTI's unified-memory events that APEX names like copies but are not GPU work
+    ("region", APEX_GPU + r"Unified Memory (?:CPU Page Fault|GPU Page Fault|Trashing|Thrashing|Throttling"
+               r"|Remote Map|Count)"),
+    ("kernel", APEX_GPU + r"\S"),
     # cudaLaunchKernel, cuCtxCreate_v2, "cudaError_t cudaMalloc(void **, size_t) C"
     ("api", r"^(?:[A-Za-z_][\w:]*[\s*]+)?(?:cuda|cu)[A-Z]\w*\s*(?:\(.*)?$"),
 ]
@@ -44,11 +66,14 @@ GPU_THREAD_NON_KERNELS = r"^\.TAU application$|^\[(?:CONTEXT|SAMPLE|UNWIND|SUMMA
 
 #: copy direction from a TAU copy name
 COPY_KINDS: list[tuple[str, str]] = [
-    ("HtoD", r"Host to Device"),
-    ("DtoH", r"Device to Host"),
-    ("DtoD", r"Device to Device"),
-    ("PtoP", r"Peer to Peer"),
+    ("HtoD", r"Host to Device|\b(?i:HtoD)\b"),
+    ("DtoH", r"Device to Host|\b(?i:DtoH)\b"),
+    ("DtoD", r"Device to Device|\b(?i:DtoD)\b"),
+    ("PtoP", r"Peer to Peer|\b(?i:PtoP)\b"),
 ]
+
+#: APEX's byte counter of a GPU copy: "GPU: Bytes <- NAME" (older APEX), "GPU: [CUDA] Bytes: NAME"
+APEX_BYTES = APEX_GPU + r"Bytes(?: <-|:) (.+)$"
 
 #: thread metadata that marks a TAU thread as a GPU (CUDA) stream
 GPU_THREAD_KEYS = ("CUDA Device", "CUDA Context", "CUDA Stream")
@@ -65,6 +90,34 @@ def kind_expr(group: pl.Expr, name: str = "name", caller: str = "caller", gpu: s
     for kind, pattern in reversed(GROUP_KINDS):
         expr = pl.when(group.fill_null("").str.contains(pattern)).then(pl.lit(kind)).otherwise(expr)
     return expr
+
+
+def attach_copy_bytes(events: pl.DataFrame) -> pl.DataFrame:
+    """APEX copies get ``bytes`` from their byte counter (total = mean × samples), matched by name per thread.
+
+    The counter names the copy without APEX's ``GPU: `` prefix; the counter
+    rows get ``unit`` ``byte``.
+    """
+    if "value" not in events.columns or events.height == 0:
+        return events
+    is_bytes = (pl.col("kind") == "counter") & pl.col("name").str.contains(APEX_BYTES)
+    counters = events.filter(is_bytes)
+    if counters.height == 0:
+        return events
+    totals = (counters.with_columns(key=pl.col("name").str.extract(APEX_BYTES, 1).str.strip_chars())
+              .group_by("pid", "tid", "key")
+              .agg(_bytes=(pl.col("value") * pl.col("calls").fill_null(1)).sum().round(0).cast(pl.Int64)))
+    copies = pl.col("kind") == "memcpy"
+    key = pl.col("name").str.replace(APEX_GPU, "").str.strip_chars()
+    events = (events.with_columns(key=pl.when(copies).then(key))
+              .join(totals, on=["pid", "tid", "key"], how="left", nulls_equal=True, maintain_order="left"))
+    if "bytes" not in events.columns:
+        events = events.with_columns(bytes=pl.lit(None, dtype=pl.Int64))
+    return events.with_columns(
+        bytes=pl.coalesce(pl.col("bytes"), pl.col("_bytes")),
+        unit=pl.when(is_bytes).then(pl.lit("byte")).otherwise(pl.col("unit")) if "unit" in events.columns
+        else pl.when(is_bytes).then(pl.lit("byte")),
+    ).drop("key", "_bytes")
 
 
 def copy_kind_expr(name: str = "name") -> pl.Expr:

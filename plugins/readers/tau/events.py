@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .classify import copy_kind_expr, kind_expr
+from .classify import attach_copy_bytes, copy_kind_expr, kind_expr
 
 THREAD = ["node", "context", "thread"]
 
@@ -131,5 +131,5 @@ def build_events(routines: pl.DataFrame, counters: pl.DataFrame, user_events: pl
             "parent_id", *placement)
         parts.append(event_rows)
 
-    events = pl.concat(parts, how="diagonal_relaxed")
+    events = attach_copy_bytes(pl.concat(parts, how="diagonal_relaxed"))
     return events, notes

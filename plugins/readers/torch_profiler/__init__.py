@@ -25,8 +25,11 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.trace import Trace, TraceMeta
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, gc_paused, stream_events
+from traceparse_plugins.readers.torch_profiler.backend import fill_backend
+from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import to_frame
 from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
+from traceparse_plugins.readers.torch_profiler.memory import memory_frame
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
 
 
@@ -48,14 +51,25 @@ class TorchProfilerReader(Reader):
 
 
 def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int) -> Iterator[pl.DataFrame]:
-    """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way."""
+    """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way.
+
+    ``[memory]`` events become counter rows after the chunk's other rows
+    (:mod:`.memory`). Integer arguments written in another JSON type are
+    coerced and counted; one warning at the end says what (:mod:`.coerce`).
+    """
+    coerced = Coercions()
     for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
                                         label="torch.profiler trace", array_form=False,
-                                        on_document=lambda doc: fill_meta(meta, doc)):
+                                        on_document=lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))):
         with gc_paused():
-            batch = to_frame(path, events, offset)
+            batch = to_frame(path, events, offset, coerced)
+            memory = memory_frame(path, events, offset, coerced)
+        if memory is not None:
+            batch = pl.concat([batch, memory], how="diagonal_relaxed")
         del events
         yield batch
+    if coerced:
+        options.warn(coerced.warning(path))
 
 
 @hookimpl

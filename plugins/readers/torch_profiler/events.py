@@ -13,9 +13,11 @@ import polars as pl
 from msgspec.structs import astuple
 
 from traceparse.errors import bad_input
+from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.units import NumberError
 
 from traceparse_plugins.readers.chrome_json import times_ns
+from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
 from traceparse_plugins.readers.torch_profiler.kineto import Args, KinetoEvent
 
 #: Chrome-trace category (lower-cased) -> traceparse kind. Categories not here are skipped.
@@ -41,8 +43,14 @@ GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset", "gpu
 _COPY_NAME = r"(?i)^memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)"
 
 
-def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0) -> pl.DataFrame:
-    """Turn decoded events (``offset``: the index of the first in ``traceEvents``) into a batch of rows."""
+def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
+             coerced: Coercions | None = None) -> pl.DataFrame:
+    """Turn decoded events (``offset``: the index of the first in ``traceEvents``) into a batch of rows.
+
+    Integer arguments written as text or floats are coerced and counted in
+    ``coerced`` (:mod:`.coerce`), for the one warning the reader gives per trace.
+    """
+    coerced = Coercions() if coerced is None else coerced
     index = [i for i, e in enumerate(events) if e.ph == "X"]  # flows, instants and metadata are not kept
     if not index:
         return _EMPTY
@@ -68,12 +76,15 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0) -> pl.DataF
     a = [args[i] for i in keep]
     a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
     (external, external_legacy, correlation, device, context, stream, nbytes, grid, block,
-     registers, shared_memory, input_dims, flops) = zip(*a_rows)
+     registers, shared_memory, input_dims, flops, in_device, from_device, to_device, *_) = zip(*a_rows)
+
+    def ints(values, key: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
+        return int_column(values, f"args.{key}", dtype, coerced)
     dims = {}
     for label, values in (("grid", grid), ("block", block)):
         xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
         for axis, column in zip("xyz", xyz):
-            dims[f"{label}_{axis}"] = pl.Series(column, dtype=pl.Int32)
+            dims[f"{label}_{axis}"] = int_column(column, f"args.{label}", pl.Int32, coerced)
     times = {}
     for field in ("ts", "dur"):
         try:
@@ -89,31 +100,45 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0) -> pl.DataF
         duration_ns=times["dur"],
         pid=pl.when(~is_gpu).then(pl.col("pid")),
         tid=pl.when(~is_gpu).then(pl.col("tid")),
+        _gpu_pid=pl.when(is_gpu).then(pl.col("pid")).cast(pl.Int32, strict=False),
+        _gpu_tid=pl.when(is_gpu).then(pl.col("tid")),
     ).with_columns(
-        device_id=pl.Series(device, dtype=pl.Int32),
-        context_id=pl.Series(context, dtype=pl.Int32),
-        stream_id=pl.Series(stream, dtype=pl.Int64),
-        correlation_id=pl.Series(correlation, dtype=pl.Int64),
-        external_id=pl.Series(external, dtype=pl.Int64).fill_null(pl.Series(external_legacy, dtype=pl.Int64)),
-        registers_per_thread=pl.Series(registers, dtype=pl.Int32),
-        bytes=pl.Series(nbytes, dtype=pl.Int64),
+        # the device that runs the event: args.device; a peer-to-peer copy's args.inDevice (it has no
+        # args.device); else, for GPU rows, the pid, which Kineto sets to the device (gpu_user_annotation)
+        device_id=pl.coalesce(ints(device, "device", pl.Int32), ints(in_device, "inDevice", pl.Int32),
+                              pl.col("_gpu_pid")),
+        src_device=ints(from_device, "fromDevice", pl.Int32),
+        dst_device=ints(to_device, "toDevice", pl.Int32),
+        context_id=ints(context, "context", pl.Int32),
+        # a GPU row without args.stream (gpu_user_annotation): its tid, which Kineto sets to the stream
+        stream_id=pl.coalesce(ints(stream, "stream"), pl.col("_gpu_tid")),
+        correlation_id=ints(correlation, "correlation"),
+        external_id=ints(external, "External id").fill_null(ints(external_legacy, "external id")),
+        registers_per_thread=ints(registers, "registers per thread", pl.Int32),
+        bytes=ints(nbytes, "bytes"),
         flops=pl.Series(flops, dtype=pl.Float64),
         # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
         input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String)
         .str.replace_all(r"\s+", "").replace("", None),
-        _smem=pl.Series(shared_memory, dtype=pl.Int64),
+        _smem=ints(shared_memory, "shared memory"),
         **dims,
     )
     copy = pl.col("name").str.extract_groups(_COPY_NAME)
     df = df.with_columns(copy=pl.when(pl.col("kind") == "memcpy").then(copy)).with_columns(
-        copy_kind=pl.col("copy").struct.field("1"),
-        src_memory=pl.col("copy").struct.field("2").str.to_lowercase(),
-        dst_memory=pl.col("copy").struct.field("3").str.to_lowercase(),
+        copy_kind=_known(pl.col("copy").struct.field("1"), COPY_KINDS),
+        # ROCm names a copy "Memcpy HtoD (Host -> Device)": "host" does not say pageable or pinned, so null
+        src_memory=_known(pl.col("copy").struct.field("2").str.to_lowercase(), MEMORY_KINDS),
+        dst_memory=_known(pl.col("copy").struct.field("3").str.to_lowercase(), MEMORY_KINDS),
         # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
-    ).drop("copy", "_smem")
+    ).drop("copy", "_smem", "_gpu_pid", "_gpu_tid")
     return df
+
+
+def _known(value: pl.Expr, allowed: tuple[str, ...]) -> pl.Expr:
+    """``value`` where it is one of ``allowed`` (the schema's enum), else null."""
+    return pl.when(value.is_in(list(allowed))).then(value)
 
 
 _EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})

@@ -9,22 +9,37 @@ from traceparse.trace import Device, TraceMeta
 from traceparse_plugins.readers.chrome_json import Event
 
 
+#: An integer argument as builds write it: an int (CUDA builds), a string (ROCm: ``"stream": "0x0"``,
+#: ``"bytes": "128"``) or a float. :func:`.events.int_column` reads each as an integer and counts what it coerced.
+Int = int | float | str | None
+
+
 class Args(msgspec.Struct, gc=False):
     """The ``args`` fields traceparse keeps; the rest are skipped while decoding."""
 
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    external_id_legacy: int | None = msgspec.field(default=None, name="external id")
-    correlation: int | None = None
-    device: int | None = None
-    context: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
+    external_id: Int = msgspec.field(default=None, name="External id")
+    external_id_legacy: Int = msgspec.field(default=None, name="external id")
+    correlation: Int = None
+    device: Int = None
+    context: Int = None
+    stream: Int = None
+    bytes: Int = None
     grid: list[int] | None = None
     block: list[int] | None = None
-    registers: int | None = msgspec.field(default=None, name="registers per thread")
-    shared_memory: int | None = msgspec.field(default=None, name="shared memory")
+    registers: Int = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Int = msgspec.field(default=None, name="shared memory")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     flops: float | None = None
+    # peer-to-peer copies (several GPUs in one process): the device that runs the copy, its source and destination
+    in_device: Int = msgspec.field(default=None, name="inDevice")
+    from_device: Int = msgspec.field(default=None, name="fromDevice")
+    to_device: Int = msgspec.field(default=None, name="toDevice")
+    # [memory] instant events (profile_memory=True): see .memory
+    mem_bytes: Int = msgspec.field(default=None, name="Bytes")
+    mem_allocated: Int = msgspec.field(default=None, name="Total Allocated")
+    mem_reserved: Int = msgspec.field(default=None, name="Total Reserved")
+    mem_device_id: Int = msgspec.field(default=None, name="Device Id")
+    mem_device_type: Int = msgspec.field(default=None, name="Device Type")
 
 
 #: A Kineto trace event: the shared Chrome-JSON event with Kineto's arguments.
@@ -46,6 +61,11 @@ class Document(msgspec.Struct):
     record_shapes: int | None = None
     with_flops: int | None = None
     profile_memory: int | None = None
+    # ROCm builds (see .backend)
+    hip_runtime_version: int | str | None = None
+    hip_driver_version: int | str | None = None
+    roctracer_version: int | float | str | None = None
+    rocprofiler_sdk_version: int | float | str | None = msgspec.field(default=None, name="rocprofiler-sdk_version")
 
 
 def fill_meta(meta: TraceMeta, doc: Document) -> None:

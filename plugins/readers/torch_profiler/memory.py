@@ -1,0 +1,73 @@
+"""Kineto's ``[memory]`` instant events (``profile_memory=True``) as counter rows.
+
+Each allocation or free the caching allocator reports is an instant event
+(``"ph": "i"``, ``"name": "[memory]"``) whose arguments are ``Bytes`` (the
+change: positive for an allocation, negative for a free), ``Total Allocated``
+and ``Total Reserved`` (the allocator's totals on that device after the
+change), ``Device Id``, ``Device Type`` and ``Addr``. Each event becomes three
+``counter`` rows at its ``ts``, every one with ``unit`` ``byte``:
+
+=====================  ==================================
+name                   value
+=====================  ==================================
+``allocated_bytes``    ``Total Allocated``
+``reserved_bytes``     ``Total Reserved``
+``allocation_bytes``   ``Bytes`` (negative for a free)
+=====================  ==================================
+
+``device_id`` is ``Device Id`` for a GPU (any ``Device Type`` but 0); host
+memory (``Device Type`` 0, CPU, whose ``Device Id`` is -1) has a null device.
+``pid``/``tid`` are the host thread that allocated; ``duration_ns`` is null.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from traceparse.errors import bad_input
+from traceparse.units import NumberError
+
+from traceparse_plugins.readers.chrome_json import times_ns
+from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
+from traceparse_plugins.readers.torch_profiler.kineto import KinetoEvent
+
+MEMORY_EVENT = "[memory]"
+#: counter name -> the Args field it comes from
+COUNTERS = {"allocated_bytes": "mem_allocated", "reserved_bytes": "mem_reserved", "allocation_bytes": "mem_bytes"}
+#: c10::DeviceType of host memory
+CPU_DEVICE_TYPE = 0
+
+
+def memory_frame(path: Path, events: list[KinetoEvent], offset: int, coerced: Coercions) -> pl.DataFrame | None:
+    """The counter rows of the ``[memory]`` events in ``events`` (None when there are none)."""
+    index = [i for i, e in enumerate(events) if e.name == MEMORY_EVENT and e.ph in ("i", "I") and e.args is not None]
+    if not index:
+        return None
+    picked = [events[i] for i in index]
+    try:
+        ts = times_ns(pl.Series([bytes(e.ts) for e in picked], dtype=pl.Binary))
+    except NumberError as exc:
+        raise bad_input(path, f"traceEvents[{offset + index[exc.index]}].ts",
+                        f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+
+    def ints(field: str, key: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
+        return int_column([getattr(e.args, field) for e in picked], f"args.{key}", dtype, coerced)
+
+    device_type = ints("mem_device_type", "Device Type", pl.Int32)
+    device = ints("mem_device_id", "Device Id", pl.Int32)
+    base = pl.DataFrame({
+        "start_ns": ts,
+        "device_id": device,
+        "_type": device_type,
+        "pid": pl.Series([e.pid for e in picked], dtype=pl.Int64, strict=False),
+        "tid": pl.Series([e.tid for e in picked], dtype=pl.Int64, strict=False),
+        "_order": pl.int_range(0, len(picked), eager=True),
+    }).with_columns(device_id=pl.when(pl.col("_type") != CPU_DEVICE_TYPE).then(pl.col("device_id")))
+    keys = {"mem_allocated": "Total Allocated", "mem_reserved": "Total Reserved", "mem_bytes": "Bytes"}
+    frames = [base.with_columns(name=pl.lit(name), value=ints(field, keys[field]).cast(pl.Float64), _k=pl.lit(k))
+              for k, (name, field) in enumerate(COUNTERS.items())]
+    return (pl.concat(frames).sort("_order", "_k")
+            .with_columns(kind=pl.lit("counter"), unit=pl.lit("byte"))
+            .drop("_type", "_order", "_k"))

@@ -1,0 +1,154 @@
+"""Rule ``ncu-speedups``: kernels ranked by the speed-up Nsight Compute's own rules estimate for them.
+
+Source: the rule results of an ncu details page (``ncu --csv`` with sections;
+text output too), which the ncu reader stores as ``counter`` rows named
+``rule:<Rule Name>`` in ``group`` ``rule``, ``value`` = ncu's "Estimated
+Speedup" in %, ``parent_id`` = the profiled launch (a ``kernel`` row with its
+``duration_ns``). ncu gives each speed-up a kind, kept per rule name in
+``meta.extra["ncu_rules"][name]["speedup_types"]``: ``global`` (a share of
+the whole kernel's time) or ``local`` (a share of the part of the kernel the
+rule looks at, so an upper bound of the whole-kernel gain).
+
+Definition: per launch, est_saved_ns = duration_ns × speed-up / 100 for each
+rule result with a speed-up of at least ``min_speedup_pct``; the launch's
+saving is the largest of its rules' (their estimates overlap: they are never
+added). Per kernel name: launches, time_ns (Σ duration), est_saved_ns (Σ of
+the launches' savings), best_rule (the rule that gives the largest saving
+summed over the kernel's launches), speedup_pct (that rule's largest
+speed-up), speedup_kind (global / local), saved_pct = 100 × est_saved_ns /
+the profiled kernel time of all launches. Metrics: ``kernel_time_ns`` (Σ
+duration of every profiled launch), ``est_saved_ns`` (Σ over launches),
+``est_saved_pct`` = 100 × est_saved_ns / kernel_time_ns, ``global_saved_ns``
+and ``global_saved_pct`` (the same from ``global`` speed-ups only),
+``launches_with_speedups``, ``rule_results`` (rows with a speed-up),
+``rules`` (per rule name: results with a speed-up, its kind, Σ est_saved_ns).
+
+Severity: graded on ``global_saved_pct`` (a local speed-up is not a share
+of the kernel's time, so it ranks kernels but does not raise the severity):
+warning when it is ≥ ``warning_saved_pct``, critical from
+``critical_saved_pct``. The rule applies only to a trace with ncu rule
+results.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+RULE_PREFIX = "rule:"
+RULE_GROUP = "rule"
+FIGURES = {"kernel_time_ns": "ns", "est_saved_ns": "ns", "est_saved_pct": "pct", "global_saved_ns": "ns",
+           "global_saved_pct": "pct", "launches_with_speedups": "count", "rule_results": "count"}
+COLUMNS = [Column("name", "kernel", "name"), Column("launches", "launches", "count"), Column("time_ns", "time", "ns"),
+           Column("best_rule", "ncu rule", "text"), Column("speedup_kind", "kind", "text"),
+           Column("speedup_pct", "est. speed-up", "pct"), Column("est_saved_ns", "est. saving", "ns"),
+           Column("saved_pct", "of kernel time", "pct")]
+RULES_TABLE = [Column("rule", "ncu rule", "text"), Column("kind", "kind", "text"),
+               Column("results", "results", "count"), Column("est_saved_ns", "est. saving", "ns")]
+SUGGESTION = ("Open the top kernels in Nsight Compute (or read the rule's description with "
+              "`traceparse show TRACE --json`, extra.ncu_rules): the named rule says what limits the kernel "
+              "(tail effect of the launch configuration, occupancy limited by registers or shared memory, ...). "
+              "Global estimates are of the whole kernel; local ones only of the part the rule looks at.")
+
+
+def rule_results(events: pl.DataFrame) -> pl.DataFrame:
+    """ncu rule-result rows with a speed-up, joined to their launch: rule, speedup_pct, kernel name, duration."""
+    rules = events.filter(expr.kind_is("counter") & (pl.col("group") == RULE_GROUP)
+                          & pl.col("name").str.starts_with(RULE_PREFIX) & pl.col("value").is_not_null())
+    kernels = events.filter(expr.kind_is("kernel")).select(
+        "trace_id", parent_id="event_id", kernel="name", duration_ns="duration_ns")
+    return (rules.select("trace_id", "parent_id", rule=pl.col("name").str.strip_prefix(RULE_PREFIX),
+                         speedup_pct="value")
+            .join(kernels, on=["trace_id", "parent_id"], how="inner", nulls_equal=True))
+
+
+class NcuSpeedups(Rule):
+    name = "ncu-speedups"
+    description = "Kernels ranked by the speed-up Nsight Compute's own rules estimate (ncu details pages)"
+    definition = __doc__
+    thresholds = {
+        "warning_saved_pct": 10.0,    # est. saving of the profiled kernel time at or above this: warning
+        "critical_saved_pct": 30.0,   # ... at or above this: critical
+        "min_speedup_pct": 1.0,       # rule results estimating less than this are left out
+        "top": 10,                    # kernels listed
+    }
+    kinds = ("counter",)
+
+    def applies_to(self, trace: Trace) -> bool:
+        """Only traces with ncu rule results (``rule:*`` counters in group ``rule``)."""
+        ev = trace.events
+        return ev.filter(expr.kind_is("counter") & (pl.col("group") == RULE_GROUP)).height > 0
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        kinds = {name: (info.get("speedup_types") or ["?"])[0]
+                 for name, info in (trace.meta.extra.get("ncu_rules") or {}).items()}
+        launches = events.filter(expr.kind_is("kernel"))
+        kernel_ns = int(launches["duration_ns"].sum() or 0)
+        results = rule_results(events).filter(pl.col("speedup_pct") >= float(t["min_speedup_pct"]))
+        results = results.with_columns(
+            est_saved_ns=(pl.col("duration_ns").cast(pl.Float64) * pl.col("speedup_pct") / 100.0).round(0)
+            .cast(pl.Int64),
+            kind=pl.col("rule").replace_strict(kinds, default="?", return_dtype=pl.String))
+        if results.height == 0:
+            return [Finding(self.name, "info", "No speed-up estimated by ncu",
+                            f"{launches.height} profiled launches; none of ncu's rule results estimates a "
+                            f"speed-up of {t['min_speedup_pct']}% or more.",
+                            metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": 0, "est_saved_pct": 0.0,
+                                     "global_saved_ns": 0, "global_saved_pct": 0.0,
+                                     "launches_with_speedups": 0, "rule_results": 0},
+                            figures=FIGURES)]
+        best_per_launch = _best_per_launch(results)
+        saved_ns = int(best_per_launch["est_saved_ns"].sum())
+        saved_pct = expr.pct(saved_ns, kernel_ns)
+        global_ns = int(_best_per_launch(results.filter(pl.col("kind") == "global"))["est_saved_ns"].sum() or 0)
+        global_pct = expr.pct(global_ns, kernel_ns)
+        time_by_name = launches.group_by("name").agg(launches=pl.len(), time_ns=pl.col("duration_ns").sum())
+        per_rule = (results.group_by("kernel", "rule", "kind")
+                    .agg(rule_saved=pl.col("est_saved_ns").sum(), speedup_pct=pl.col("speedup_pct").max())
+                    .sort(["rule_saved", "rule"], descending=[True, False])
+                    .group_by("kernel", maintain_order=True).first())
+        by_name = (best_per_launch.group_by("kernel").agg(est_saved_ns=pl.col("est_saved_ns").sum())
+                   .join(per_rule.select("kernel", best_rule="rule", speedup_kind="kind", speedup_pct="speedup_pct"),
+                         on="kernel")
+                   .join(time_by_name, left_on="kernel", right_on="name", how="left")
+                   .sort(["est_saved_ns", "kernel"], descending=[True, False]))
+        items = [{"name": r["kernel"], "launches": r["launches"], "time_ns": r["time_ns"],
+                  "best_rule": r["best_rule"], "speedup_kind": r["speedup_kind"], "speedup_pct": r["speedup_pct"],
+                  "est_saved_ns": r["est_saved_ns"], "saved_pct": expr.pct(r["est_saved_ns"], kernel_ns)}
+                 for r in by_name.head(int(t["top"])).iter_rows(named=True)]
+        rules = {r["rule"]: {"kind": r["kind"], "results": r["results"], "est_saved_ns": r["est_saved_ns"]}
+                 for r in results.group_by("rule", "kind").agg(results=pl.len(),
+                                                               est_saved_ns=pl.col("est_saved_ns").sum())
+                 .sort(["est_saved_ns", "rule"], descending=[True, False]).iter_rows(named=True)}
+        severity = grade(global_pct, warning=t["warning_saved_pct"], critical=t["critical_saved_pct"])
+        top = items[0]
+        message = (f"ncu's rules estimate that {best_per_launch.height} of {launches.height} profiled launches "
+                   f"could run faster: up to {saved_ns / 1e6:.3f} ms of {kernel_ns / 1e6:.3f} ms "
+                   f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {global_ns / 1e6:.3f} ms "
+                   f"({global_pct or 0:.1f}%) from whole-kernel (global) estimates. The largest: "
+                   f"{top['best_rule']} on {top['name'][:60]} ({top['speedup_kind']} speed-up up to "
+                   f"{top['speedup_pct']:.1f}%).")
+        return [Finding(self.name, severity, "Speed-ups ncu estimates", message,
+                        SUGGESTION if severity != "info" else "",
+                        metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": saved_ns, "est_saved_pct": saved_pct,
+                                 "global_saved_ns": global_ns, "global_saved_pct": global_pct,
+                                 "launches_with_speedups": best_per_launch.height, "rule_results": results.height,
+                                 "rules": rules},
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"rules": RULES_TABLE})]
+
+
+def _best_per_launch(results: pl.DataFrame) -> pl.DataFrame:
+    """Each launch's rule result with the largest estimated saving (ties: the rule name first in order)."""
+    return (results.sort(["est_saved_ns", "rule"], descending=[True, False])
+            .group_by("trace_id", "parent_id", maintain_order=True).first())
+
+
+@hookimpl
+def traceparse_rules():
+    return [NcuSpeedups()]
