@@ -44,7 +44,8 @@ def linked_from_json(events: list[dict], cats=GPU_CATS):
             if c not in calls or s < calls[c]["start"]:
                 calls[c] = {"start": s, "dur": us_to_ns(e["dur"]), "name": e["name"], "id": id(e)}
     gpu = [{"start": us_to_ns(e["ts"]), "dur": us_to_ns(e["dur"]), "stream": e["args"].get("stream"),
-            "device": e["args"].get("device"), "launch": calls.get(e["args"].get("correlation")), "name": e["name"]}
+            "device": e["args"].get("device", e["args"].get("inDevice")),  # a P2P copy runs on its inDevice
+            "launch": calls.get(e["args"].get("correlation")), "name": e["name"]}
            for e in events if e.get("ph") == "X" and e.get("cat") in cats]
     return gpu, calls
 
