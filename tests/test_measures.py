@@ -40,6 +40,8 @@ CASES = [
     ("time_by_category", {}), ("api_classes", {}),
     ("copy_stats", {}), ("copy_stats", {"prefer_timed": False, "buckets": [1024, 131072]}),
     ("steps", {}),
+    ("comm_overlap", {}), ("collectives", {}), ("collective_waits", {}), ("collective_waits", {"align_clocks": True}),
+    ("rank_time", {}),
 ]
 
 

@@ -12,6 +12,10 @@ time_by_category   calls and time per category of names (kernel categories)
 api_classes        calls and time per CUDA API class
 copy_stats         copies, bytes, time per direction, memory kinds and size
 steps              ProfilerStep#N windows
+comm_overlap       per rank/device: communication-kernel time overlapped by compute
+collectives        collective instances per rank (device): arrival, end, bytes
+collective_waits   per instance and rank: wait for the last to arrive
+rank_time          per rank/device: compute, exposed comm, memcpy, idle time
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -22,6 +26,7 @@ figures (:mod:`traceparse.measures.roofline`) are a whole-trace computation.
 
 from traceparse.measures.base import DEVICE, PARTITIONS, Measure, partitioned
 from traceparse.measures.busy import device_busy, gaps
+from traceparse.measures.comm import collective_waits, collectives, comm_overlap, rank_time
 from traceparse.measures.concurrency import concurrency
 from traceparse.measures.copies import copy_stats
 from traceparse.measures.overlap import overlap
@@ -31,6 +36,8 @@ from traceparse.measures.time import api_classes, time_by_category, time_by_name
 #: Every measure, by name.
 MEASURES: dict[str, Measure] = {m.name: m for m in (device_busy, gaps, overlap, concurrency, time_by_name,
                                                     time_by_category, api_classes, copy_stats, steps)}
+MEASURES.update({m.name: m for m in (comm_overlap, collectives, collective_waits, rank_time)})
 
 __all__ = ["DEVICE", "MEASURES", "PARTITIONS", "Measure", "api_classes", "concurrency", "copy_stats", "device_busy",
-           "gaps", "overlap", "partitioned", "steps", "time_by_category", "time_by_name"]
+           "gaps", "overlap", "partitioned", "steps", "time_by_category", "time_by_name",
+           "comm_overlap", "collectives", "collective_waits", "rank_time"]
