@@ -27,7 +27,7 @@ MULTIRANK = {"slow": [FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2",
                       SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"],
              "balanced": [FIXTURES / "torch" / "multirank" / "gloo4_balanced",
                           SAMPLES / "multirank" / "gloo4_resnet18_bs16"]}
-DP2 = [FIXTURES / "torch" / "dp2_resnet18_bs16_comm.json.gz", SAMPLES / "torch" / "dp2_resnet18_bs16.json.gz"]
+DP2 = [FIXTURES / "torch" / "multigpu" / "dp2_resnet18_bs16.json.gz", SAMPLES / "torch" / "dp2_resnet18_bs16.json.gz"]
 
 
 def available(paths):
