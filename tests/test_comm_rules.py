@@ -326,7 +326,7 @@ def test_one_rank_alone_says_so(fixtures_dir):
     f = run_rule(trace, "stragglers")
     assert f.severity == "info" and f.title == "One rank alone" and "rank 2 of 4" in f.message
     g = run_rule(trace, "rank-balance")
-    assert g.severity == "info" and g.title == "One device alone" and "rank 2 of 4" in g.message
+    assert g.severity == "info" and g.title == "One rank alone" and "rank 2 of 4" in g.message
 
 
 # -- comm-compute-overlap -------------------------------------------------------------------------------------

@@ -55,9 +55,7 @@ class RankBalance(Rule):
 
     def applies_to(self, trace: Trace) -> bool:
         events = trace.events
-        gpu = events.filter(expr.kind_is(*expr.GPU_KINDS))
-        return bool(events["rank"].n_unique() > 1 or gpu["device_id"].drop_nulls().n_unique() > 1
-                    or events.select(expr.is_communication().any()).item())
+        return bool(events["rank"].drop_nulls().n_unique() > 1 or events.select(expr.is_communication().any()).item())
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
@@ -93,7 +91,7 @@ class RankBalance(Rule):
         if rows.height == 1:
             info = trace.meta.distributed
             alone = f" (rank {info['rank']} of {info.get('world_size', '?')})" if "rank" in info else ""
-            return [Finding(self.name, "info", f"One {label} alone",
+            return [Finding(self.name, "info", "One rank alone" if alone else f"One {label} alone",
                             f"Only {label} {slowest}{alone} has GPU activity ({shares}); balance needs several "
                             f"{label}s (ingest the rank directory as a run).",
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES,
