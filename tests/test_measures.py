@@ -41,6 +41,8 @@ CASES = [
     ("copy_stats", {}), ("copy_stats", {"prefer_timed": False, "buckets": [1024, 131072]}),
     ("steps", {}), ("self_time", {}), ("launches", {}), ("launches", {"kinds": ("kernel",)}),
     ("stream_idle", {}), ("stream_idle", {"kernel_wait_ns": 5_000}), ("memory_samples", {}), ("memory_peaks", {}),
+    ("comm_overlap", {}), ("collectives", {}), ("collective_waits", {}), ("collective_waits", {"align_clocks": True}),
+    ("rank_time", {}),
 ]
 
 

@@ -26,6 +26,7 @@ RULES = sorted(registry().rules)
 #: Fixtures that, together, give every built-in rule something to measure.
 INPUTS = [
     FIXTURES / "torch" / "resnet18_bs16.json.gz",
+    FIXTURES / "torch" / "multigpu" / "dp2_resnet18_bs16.json.gz",
     FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz",
     FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv",
     FIXTURES / "nvprof" / "handwritten" / "gpu_api_trace.log",

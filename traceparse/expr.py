@@ -245,3 +245,116 @@ def gbps(nbytes: int | None, ns: int | None) -> float | None:
     if nbytes is None or not ns:
         return None
     return round(nbytes / ns, 4)
+
+
+# =============================================================================================================
+# Collectives (issue 10): which events are communication, and which collective each one is.
+#
+# One table recognises the names of communication events in every format, across NCCL's renames, and one
+# table says which collective a name is, where the name says it. A reader that knows more (torch's
+# ``record_param_comms`` arguments, Kineto's collective arguments on NCCL kernels) fills the ``collective``
+# column itself; :func:`collective_of` gives the column with the names' verdict filled in where it is null.
+# =============================================================================================================
+
+#: (family, regular expression on the name as written, case-insensitive): names of communication events.
+#: The first match wins; a name matching none is not communication.
+COMMUNICATION_NAMES: list[tuple[str, str]] = [
+    # NCCL/RCCL kernels of every NCCL version: ncclAllReduceRingLLKernel_sum_f32 and ncclSendRecvKernel_copy_i8
+    # (<= 2.7), ncclKernel_AllReduce_RING_LL_Sum_float (2.8-2.18), ncclDevKernel_AllReduce_Sum_f32_RING_LL,
+    # ncclDevKernel_SendRecv and ncclDevKernel_Generic (2.19 on, and RCCL), ncclDevKernelDebug_Generic (RCCL)
+    ("nccl kernel", r"^(void\s+)?(nccl|rccl)\w*kernel"),
+    # MSCCL kernels (RCCL): mscclKernel_Sum_float_LL_...
+    ("msccl kernel", r"^(void\s+)?msccl\w*kernel"),
+    # torch.distributed operators: c10d::allreduce_, c10d::broadcast_, _c10d_functional::all_gather_into_tensor
+    ("c10d op", r"^_?c10d(_functional)?::"),
+    # Kineto's collective record (its collective is in its arguments; the reader fills it)
+    ("record_param_comms", r"^record_param_comms$"),
+    # process-group annotations: gloo:all_reduce, nccl:all_reduce
+    ("process-group annotation", r"^(gloo|nccl|ucc|mpi):"),
+    # NCCL calls as nsys and NVTX show them (NVTX domain NCCL): ncclAllReduce, ncclBroadcast, ncclSend, ...
+    ("nccl call", r"^nccl(allreduce|broadcast|bcast|reduce|allgather|reducescatter|alltoall|send|recv|gather"
+                  r"|scatter)"),
+]
+
+#: (collective, regular expression) on a communication name lower-cased with the parameter list dropped and
+#: every character but letters and digits removed (``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` ->
+#: ``nccldevkernelallreducesumf32ringll``, ``c10d::allreduce_`` -> ``c10dallreduce``). The first match wins,
+#: so a longer name comes before the shorter one it contains (all_reduce before reduce).
+COLLECTIVES: list[tuple[str, str]] = [
+    ("all_reduce", r"allreduce"),
+    ("reduce_scatter", r"reducescatter"),
+    ("all_gather", r"allgather"),
+    ("all_to_all", r"alltoall"),
+    ("send_recv", r"sendrecv"),
+    ("broadcast", r"broadcast|bcast"),
+    ("reduce", r"reduce"),
+    ("gather", r"gather"),
+    ("scatter", r"scatter"),
+    ("send", r"send"),
+    ("recv", r"recv"),
+    ("barrier", r"barrier"),
+]
+#: The collective of a communication kernel whose name does not say (RCCL's ``ncclDevKernel_Generic``, MSCCL).
+UNKNOWN_COLLECTIVE = "unknown"
+
+
+def _collective_key(names: pl.Expr) -> pl.Expr:
+    """A name lower-cased, without its parameter list, letters and digits only (the subject of :data:`COLLECTIVES`)."""
+    return names.str.to_lowercase().str.replace(r"\(.*$", "").str.replace_all(r"[^a-z0-9]", "")
+
+
+def communication_family(names: pl.Expr) -> pl.Expr:
+    """The family (:data:`COMMUNICATION_NAMES`) of each communication name; null for any other name.
+
+    >>> names = pl.Series(["ncclKernel_AllReduce_RING_LL_Sum_float", "c10d::allreduce_", "volta_sgemm_128x64"])
+    >>> pl.select(communication_family(pl.lit(names))).to_series().to_list()
+    ['nccl kernel', 'c10d op', None]
+    """
+    subject = names.str.to_lowercase()
+    out = pl.lit(None, dtype=pl.String)
+    for family, pattern in reversed(COMMUNICATION_NAMES):
+        out = pl.when(subject.str.contains(pattern)).then(pl.lit(family)).otherwise(out)
+    return out
+
+
+def collective(names: pl.Expr) -> pl.Expr:
+    """The collective each name is (:data:`COLLECTIVES`), null for names that are not communication.
+
+    A communication kernel whose name does not say its collective is :data:`UNKNOWN_COLLECTIVE`; any other
+    communication name that says none (``c10d::wait``, ``record_param_comms``, ``ncclGroupEnd``) is null.
+
+    >>> names = pl.Series(["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+    ...                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    ...                    "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "c10d::broadcast_",
+    ...                    "gloo:all_reduce", "ncclSendRecvKernel_copy_i8(ncclColl)", "reduce_kernel"])
+    >>> pl.select(collective(pl.lit(names))).to_series().to_list()
+    ['all_reduce', 'all_reduce', 'unknown', 'broadcast', 'all_reduce', 'send_recv', None]
+    """
+    family = communication_family(names)
+    said = first_match(_collective_key(names), COLLECTIVES, "")
+    kernel = family.is_in(["nccl kernel", "msccl kernel"])
+    return (pl.when(family.is_null()).then(pl.lit(None, dtype=pl.String))
+            .when(said != "").then(said)
+            .when(kernel).then(pl.lit(UNKNOWN_COLLECTIVE))
+            .otherwise(pl.lit(None, dtype=pl.String)))
+
+
+def normalize_collective(names: pl.Expr) -> pl.Expr:
+    """A collective name as a trace writes it (Kineto's ``"Collective name"``: ``allreduce``, ``_allgather_base``,
+    ``reduce_scatter_tensor_coalesced``) in :data:`COLLECTIVES`' words; null when it is none (``wait``).
+
+    >>> pl.select(normalize_collective(pl.lit(pl.Series(["allreduce", "_allgather_base", "wait"])))).to_series().to_list()
+    ['all_reduce', 'all_gather', None]
+    """
+    said = first_match(_collective_key(names.fill_null("")), COLLECTIVES, "")
+    return pl.when(said != "").then(said).otherwise(pl.lit(None, dtype=pl.String))
+
+
+def collective_of() -> pl.Expr:
+    """The ``collective`` column, filled from the name (:func:`collective`) where the reader left it null."""
+    return pl.coalesce(pl.col("collective"), collective(pl.col("name").fill_null(""))).alias("collective")
+
+
+def is_communication() -> pl.Expr:
+    """True for communication events: a collective filled in by the reader or recognised from the name."""
+    return collective_of().is_not_null()

@@ -69,6 +69,10 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
     "src_device": (pl.Int32, "source GPU of a copy between GPUs (peer-to-peer); device_id is the GPU that runs it"),
     "dst_device": (pl.Int32, "destination GPU of a copy between GPUs (peer-to-peer)"),
+    "rank": (pl.Int32, "rank of the process in a distributed run (null outside one)"),
+    "collective": (pl.String, "collective of a communication event (all_reduce, broadcast, all_gather, ...), lower-case"),
+    "seq": (pl.Int64, "collective sequence number within its process group, where the trace has it"),
+    "process_group": (pl.String, "process-group name (Kineto 'Process Group Name'; nsys/NVTX domain)"),
 }
 
 DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}

@@ -44,6 +44,7 @@ class TraceMeta:
     event_count: int | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    distributed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def path(self) -> str | None:

@@ -17,6 +17,10 @@ launches           GPU work with the host call that launched it (correlation)
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
 memory_samples     the allocator's allocated/reserved totals over time
 memory_peaks       per device: peak allocated and reserved, and when
+comm_overlap       per rank/device: communication-kernel time overlapped by compute
+collectives        collective instances per rank (device): arrival, end, bytes
+collective_waits   per instance and rank: wait for the last to arrive
+rank_time          per rank/device: compute, exposed comm, memcpy, idle time
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -27,6 +31,7 @@ figures (:mod:`traceparse.measures.roofline`) are a whole-trace computation.
 
 from traceparse.measures.base import DEVICE, PARTITIONS, Measure, partitioned
 from traceparse.measures.busy import device_busy, gaps
+from traceparse.measures.comm import collective_waits, collectives, comm_overlap, rank_time
 from traceparse.measures.concurrency import concurrency
 from traceparse.measures.copies import copy_stats
 from traceparse.measures.overlap import overlap
@@ -44,3 +49,5 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (device_busy, gaps, overlap, 
 __all__ = ["DEVICE", "MEASURES", "PARTITIONS", "Measure", "api_classes", "concurrency", "copy_stats", "device_busy",
            "gaps", "launches", "memory_peaks", "memory_samples", "overlap", "partitioned", "self_time", "steps",
            "stream_idle", "time_by_category", "time_by_name"]
+MEASURES.update({m.name: m for m in (comm_overlap, collectives, collective_waits, rank_time)})
+__all__ += ["comm_overlap", "collectives", "collective_waits", "rank_time"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 from msgspec.structs import astuple
 
+from traceparse import expr
 from traceparse.errors import bad_input
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.units import NumberError
@@ -133,6 +134,8 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
     ).drop("copy", "_smem", "_gpu_pid", "_gpu_tid")
+    df = df.with_columns(comm_columns(df["name"], a))
+    df = df.with_columns(bytes=pl.coalesce("bytes", "_comm_bytes")).drop("_comm_bytes")
     return df
 
 
@@ -144,3 +147,55 @@ def _known(value: pl.Expr, allowed: tuple[str, ...]) -> pl.Expr:
 _EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
 _NO_ARGS_ROW = astuple(Args())
 _NO_DIM3 = (None, None, None)
+
+
+# -- communication (issue 10) ------------------------------------------------------------------------------
+#: Bytes per element of the dtypes Kineto names in ``record_param_comms`` (c10 ScalarType names).
+DTYPE_BYTES = {
+    "Byte": 1, "Char": 1, "Bool": 1, "Float8_e5m2": 1, "Float8_e4m3fn": 1, "Float8_e5m2fnuz": 1,
+    "Float8_e4m3fnuz": 1, "UInt8": 1, "Int8": 1, "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2,
+    "Int": 4, "Float": 4, "UInt32": 4, "ComplexHalf": 4, "Long": 8, "Double": 8, "UInt64": 8,
+    "ComplexFloat": 8, "ComplexDouble": 16,
+}
+_COMM_NAME = r"(?i)^(void\s+)?((nccl|rccl|msccl)\w*kernel|_?c10d(_functional)?::|record_param_comms$|(gloo|nccl|ucc|mpi):)"
+
+
+def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
+    """``collective``, ``seq``, ``process_group`` and the message ``bytes`` of communication events.
+
+    The collective comes from Kineto's ``"Collective name"`` argument (``record_param_comms``, and the NCCL
+    kernels Kineto copies it onto) where there is one, else from the name
+    (:func:`traceparse.expr.collective`); ``seq`` from ``"Seq"``; ``process_group`` from ``"Process Group
+    Name"``; ``bytes`` = the larger of ``"In msg nelems"`` and ``"Out msg nelems"`` (``"In/Out msg size"``
+    before PyTorch 2.3) × the size of ``dtype`` (nccl-tests' message size: the output of an all_gather, the
+    input of a reduce_scatter). Only rows whose name is communication are looked at (fast on large traces).
+    """
+    n = len(names)
+    picked = names.str.contains(_COMM_NAME).fill_null(False).arg_true().to_list()
+    given, seq, group, nbytes = [None] * n, [None] * n, [None] * n, [None] * n
+    for i in picked:
+        x = args[i]
+        if x is None:
+            continue
+        given[i] = x.collective_name
+        seq[i] = _int_or_none(x.seq)
+        group[i] = None if x.pg_name is None else str(x.pg_name)
+        elems = [v for v in (x.in_nelems, x.out_nelems, x.in_nelems_legacy, x.out_nelems_legacy)
+                 if isinstance(v, int)]
+        size = DTYPE_BYTES.get(x.dtype or "")
+        if elems and size:
+            nbytes[i] = max(elems) * size
+    from_args = expr.normalize_collective(pl.lit(pl.Series(given, dtype=pl.String)))
+    from_name = expr.collective(pl.lit(names).fill_null(""))
+    out = pl.select(collective=pl.coalesce(from_args, from_name),
+                    bytes_comm=pl.lit(pl.Series(nbytes, dtype=pl.Int64)))
+    return [out["collective"], pl.Series("seq", seq, dtype=pl.Int64),
+            pl.Series("process_group", group, dtype=pl.String),
+            pl.Series("_comm_bytes", out["bytes_comm"])]
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None

@@ -40,6 +40,18 @@ class Args(msgspec.Struct, gc=False):
     mem_reserved: Int = msgspec.field(default=None, name="Total Reserved")
     mem_device_id: Int = msgspec.field(default=None, name="Device Id")
     mem_device_type: Int = msgspec.field(default=None, name="Device Type")
+    # communication (issue 10): Kineto's record_param_comms arguments, also copied onto NCCL kernels
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: Int = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Int = msgspec.field(default=None, name="Out msg nelems")
+    in_nelems_legacy: Int = msgspec.field(default=None, name="In msg size")  # before PyTorch 2.3
+    out_nelems_legacy: Int = msgspec.field(default=None, name="Out msg size")
+    dtype: str | None = None
+    group_size: Int = msgspec.field(default=None, name="Group size")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
+    seq: Int = msgspec.field(default=None, name="Seq")
 
 
 #: A Kineto trace event: the shared Chrome-JSON event with Kineto's arguments.
@@ -89,6 +101,7 @@ def fill_meta(meta: TraceMeta, doc: Document) -> None:
         for key in ("rank", "world_size", "backend"):
             if key in doc.distributedInfo:
                 meta.tags.setdefault(key, str(doc.distributedInfo[key]))
+    fill_distributed(meta, doc)
     if doc.schemaVersion is not None:
         meta.variant = f"Kineto schema {doc.schemaVersion}"
     elif meta.variant is None:
@@ -100,3 +113,32 @@ def fill_meta(meta: TraceMeta, doc: Document) -> None:
             meta.extra[key] = value
     if doc.cupti_version is not None:
         meta.tool_version = f"CUPTI {doc.cupti_version}"
+
+
+def fill_distributed(meta: TraceMeta, doc: Document) -> None:
+    """``meta.distributed`` from Kineto's ``distributedInfo``: rank, world size, backend, process groups, NCCL version.
+
+    ``pg_config`` entries (``pg_name``, ``pg_desc``, ``pg_size``, ``ranks``) become ``process_groups``
+    [{name, desc, size, ranks}]; ``nccl_version`` (written when the backend is nccl; RCCL's on ROCm) is kept
+    as text. A trace without ``distributedInfo`` leaves ``{}``.
+    """
+    info = doc.distributedInfo
+    if not isinstance(info, dict) or not info:
+        return
+    out: dict = {}
+    for key in ("rank", "world_size"):
+        if isinstance(info.get(key), int):
+            out[key] = info[key]
+    if info.get("backend") is not None:
+        out["backend"] = str(info["backend"])
+    groups = info.get("pg_config")
+    if isinstance(groups, dict):  # some versions write {name: config}
+        groups = [{"pg_name": k, **v} for k, v in groups.items() if isinstance(v, dict)]
+    if isinstance(groups, list):
+        out["process_groups"] = [
+            {"name": None if g.get("pg_name") is None else str(g["pg_name"]), "desc": g.get("pg_desc"),
+             "size": g.get("pg_size"), "ranks": g.get("ranks")}
+            for g in groups if isinstance(g, dict)]
+    if info.get("nccl_version") is not None:
+        out["nccl_version"] = str(info["nccl_version"])
+    meta.distributed = out

@@ -1,0 +1,113 @@
+"""Rule ``rank-balance``: where each rank's GPU time goes, and how unevenly the ranks are busy (HTA's temporal breakdown).
+
+Definition. Per rank and device (:data:`traceparse.measures.rank_time`; a trace without ranks: per device),
+over the span from the device's first to its last GPU activity (timed kernels, copies, memsets):
+``compute_ns`` = time compute kernels run; ``comm_exposed_ns`` = time communication kernels run and no
+compute kernel does; ``memcpy_ns`` = time copies or memsets run and no kernel does; ``idle_ns`` = time
+nothing runs. The four add up to ``span_ns``; ``busy_ns`` = compute + exposed communication + memcpy. A
+rank with several devices sums them. Each figure's share of the span is its ``_pct``. Communication here
+is on the GPU: a host-side collective (gloo) does not occupy it, and the GPU's wait for it is idle time.
+Rows without a device (copies whose device the trace does not say) count towards a rank, not a device.
+
+``imbalance`` = max busy / mean busy over the ranks (1.0: even); ``slowest_rank`` has the most busy time,
+``fastest_rank`` the least (of equals, the lowest).
+
+Metrics: ``imbalance``, ``slowest_rank``, ``fastest_rank``, ``members`` (``rank`` or ``device``),
+``compute_ns``, ``comm_exposed_ns``, ``memcpy_ns``, ``idle_ns``, ``span_ns``, ``busy_ns`` (summed over
+ranks), ``ranks`` ({rank: span_ns, compute_ns, comm_exposed_ns, memcpy_ns, idle_ns, busy_ns, compute_pct,
+comm_exposed_pct, memcpy_pct, idle_pct}). Items: every rank, busiest first.
+
+Severity: ``imbalance`` at or above ``warning_imbalance`` is a warning, at or above ``critical_imbalance``
+critical. One rank (or device) alone is info and says so.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr, measures
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+PARTS = ("compute", "comm_exposed", "memcpy", "idle")
+FIGURES = {"imbalance": "ratio", "slowest_rank": "number", "fastest_rank": "number", "compute_ns": "ns",
+           "comm_exposed_ns": "ns", "memcpy_ns": "ns", "idle_ns": "ns"}
+COLUMNS = [Column("rank", "rank / device", "number"), Column("span_ns", "span", "ns"),
+           Column("compute_ns", "compute", "ns"), Column("comm_exposed_ns", "exposed comm", "ns"),
+           Column("memcpy_ns", "memcpy", "ns"), Column("idle_ns", "idle", "ns"), Column("busy_ns", "busy", "ns"),
+           Column("idle_pct", "idle %", "pct")]
+RANKS = [Column("rank", "rank / device", "text"), Column("compute_pct", "compute %", "pct"),
+         Column("comm_exposed_pct", "exposed comm %", "pct"), Column("memcpy_pct", "memcpy %", "pct"),
+         Column("idle_pct", "idle %", "pct"), Column("busy_ns", "busy", "ns")]
+_SUMS = ["span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns"]
+
+
+class RankBalance(Rule):
+    name = "rank-balance"
+    description = "Per rank: compute, exposed communication, memcpy and idle time; how unevenly ranks are busy"
+    definition = __doc__
+    thresholds = {
+        "warning_imbalance": 1.2,   # max/mean busy time at or above this: warning
+        "critical_imbalance": 1.5,  # ... at or above this: critical
+    }
+    kinds = expr.GPU_KINDS
+
+    def applies_to(self, trace: Trace) -> bool:
+        events = trace.events
+        return bool(events["rank"].drop_nulls().n_unique() > 1 or events.select(expr.is_communication().any()).item())
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        per = measures.rank_time(trace.events)
+        ranked = per["rank"].is_not_null().any()
+        label = "rank" if ranked else "device"
+        key = "rank" if ranked else "device_id"
+        per = per.filter(pl.col(key).is_not_null())
+        if per.height == 0:
+            return [Finding(self.name, "info", "No timed GPU activity per rank",
+                            "No rank or device has timed kernels, copies or memsets.",
+                            metrics={"imbalance": None, "slowest_rank": None, "fastest_rank": None},
+                            figures=FIGURES)]
+        rows = (per.group_by(key).agg(pl.col(c).sum() for c in _SUMS).rename({key: "member"})
+                .with_columns(**{f"{p}_pct": pl.when(pl.col("span_ns") > 0)
+                                 .then((100.0 * pl.col(f"{p}_ns") / pl.col("span_ns")).round(4)) for p in PARTS})
+                .sort("member"))
+        busy = rows["busy_ns"]
+        mean = busy.mean()
+        imbalance = round(float(busy.max()) / mean, 4) if mean else None
+        by_busy = rows.sort(["busy_ns", "member"], descending=[True, False])
+        slowest = by_busy["member"][0]
+        fastest = rows.sort(["busy_ns", "member"])["member"][0]
+        totals = {c: int(rows[c].sum()) for c in _SUMS}
+        ranks = {str(r["member"]): {k: v for k, v in r.items() if k != "member"} for r in rows.iter_rows(named=True)}
+        items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
+                  "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],
+                  "busy_ns": r["busy_ns"], "idle_pct": r["idle_pct"]} for r in by_busy.iter_rows(named=True)]
+        metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
+                   **totals, "ranks": ranks}
+        shares = ", ".join(f"{p.replace('_', ' ')} {expr.pct(totals[f'{p}_ns'], totals['span_ns']) or 0:.1f}%"
+                           for p in PARTS)
+        if rows.height == 1:
+            info = trace.meta.distributed
+            alone = f" (rank {info['rank']} of {info.get('world_size', '?')})" if "rank" in info else ""
+            return [Finding(self.name, "info", "One rank alone" if alone else f"One {label} alone",
+                            f"Only {label} {slowest}{alone} has GPU activity ({shares}); balance needs several "
+                            f"{label}s (ingest the rank directory as a run).",
+                            metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES,
+                            tables={"ranks": RANKS})]
+        severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
+        message = (f"{rows.height} {label}s: busiest {label} {slowest} ({float(busy.max()) / 1e6:.3f} ms busy), "
+                   f"least busy {fastest} ({float(busy.min()) / 1e6:.3f} ms); imbalance (max/mean busy) "
+                   f"{imbalance:.3f}. Over all {label}s: {shares} of the span.")
+        suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
+                      "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "
+                      f"{label}." if severity != "info" else "")
+        return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
+                        message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
+                        tables={"ranks": RANKS})]
+
+
+@hookimpl
+def traceparse_rules():
+    return [RankBalance()]

@@ -1,0 +1,157 @@
+"""Rule ``stragglers``: which rank arrives last at the collectives, and what its lateness costs the others.
+
+Definition. Collective instances come from :data:`traceparse.measures.collective_waits`: on each rank the
+arrival at a collective is the start of its host-side call (``record_param_comms`` with a sequence number,
+else the ``c10d::*`` operator, else ``record_param_comms``, else a host annotation such as
+``gloo:all_reduce``), or of its communication kernel where only GPU events exist; an instance is matched
+across ranks by (process group, sequence number) where the trace has one, else as the n-th collective of
+that process group on each rank. A trace of one process driving several GPUs (rank null) compares its
+devices' communication kernels instead. In each instance the last rank to arrive holds the others: each
+other rank waits last arrival − its own arrival.
+
+Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks),
+``wait_caused_ns`` = Σ over the instances where it was last of Σ over the other ranks of (last arrival −
+their arrival), ``waited_ns`` = Σ of its own waits, ``step_ns`` = its step time (Σ of its host-side
+``ProfilerStep#N`` durations, else the span of its events). The candidate straggler is the rank with the
+largest ``wait_caused_ns``. The time it costs another rank, ``lost_ns``, is the length of the union of that
+rank's waits for it (asynchronous collectives overlap: a wait is not counted twice);
+``step_time_lost_pct`` = 100 × Σ lost / Σ step time of the other ranks.
+
+Metrics: ``straggler_rank`` (the candidate when ``step_time_lost_pct`` reaches ``warning_pct``, else null:
+no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` (of the candidate), ``lost_ns``,
+``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
+``members`` (``rank``, ``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective
+ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}). Items: every rank, most wait
+caused first.
+
+Clocks: ranks on one host share its clock, so arrivals compare as they are. Ranks on several hosts do not:
+with ``align_clocks`` each rank's clock is moved by the median over instances of (its end − the first
+rank's end) of the events that end with the collective (communication kernels, else backend annotations),
+since all ranks leave a collective together.
+
+Severity: ``step_time_lost_pct`` at or above ``warning_pct`` is a warning, at or above ``critical_pct``
+critical; a balanced run is info. One rank alone (a single rank's trace) is info and says so.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr, intervals, measures
+from traceparse.measures.comm import member_steps
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns": "ns", "lost_ns": "ns",
+           "step_time_lost_pct": "pct"}
+COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
+           Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
+           Column("waited_ns", "waited", "ns"), Column("step_ns", "step time", "ns")]
+RANKS = [Column("rank", "rank", "text"), Column("last_count", "last", "count"),
+         Column("wait_caused_ns", "wait caused", "ns"), Column("waited_ns", "waited", "ns"),
+         Column("step_ns", "step time", "ns")]
+
+
+class Stragglers(Rule):
+    name = "stragglers"
+    description = "The rank that arrives last at collectives, and the share of the others' step time it costs"
+    definition = __doc__
+    thresholds = {
+        "warning_pct": 10.0,     # others' step time lost to the straggler at or above this: warning
+        "critical_pct": 25.0,    # ... at or above this: critical
+        "align_clocks": False,   # ranks on several hosts: align clocks on collective end times
+    }
+    kinds = ("op", "marker", "kernel")
+
+    def applies_to(self, trace: Trace) -> bool:
+        return bool(trace.events.select(expr.is_communication().any()).item())
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        waits = measures.collective_waits(events, align_clocks=bool(t["align_clocks"]))
+        clock = "aligned on collective ends" if t["align_clocks"] else "shared"
+        if waits.height == 0:
+            return [Finding(self.name, "info", "No collective calls",
+                            "The trace has communication events but none placed in time.",
+                            metrics={"straggler_rank": None, "collectives": 0}, figures=FIGURES)]
+        label = "rank" if waits["rank"].is_not_null().any() else (
+            "device" if waits["member"].is_not_null().any() else "process")
+        n_instances = waits.select("process_group", "instance").unique().height
+        members = waits["member"].unique().sort(nulls_last=False).to_list()
+        if len(members) < 2:
+            info = trace.meta.distributed
+            who = (f"rank {members[0]}" if label == "rank" else
+                   f"rank {info['rank']} of {info.get('world_size', '?')}" if "rank" in info else "one process")
+            return [Finding(self.name, "info", "One rank alone",
+                            f"{n_instances} collectives on {who} only: finding a straggler needs the traces of "
+                            "every rank of the run (ingest the rank directory as a run).",
+                            metrics={"straggler_rank": None, "collectives": n_instances, "members": label,
+                                     "clock": clock}, figures=FIGURES)]
+        shared = waits.filter(pl.col("members") > 1)
+        caused = (shared.group_by("process_group", "instance", "last_member")
+                  .agg(caused=pl.col("wait_ns").sum()))
+        per = (waits.group_by("member").agg(
+            waited_ns=pl.col("wait_ns").sum(), device=pl.col("device_id").drop_nulls().first(),
+            rank=pl.col("rank").first())
+            .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),
+                  on="member", how="left", nulls_equal=True)
+            .join(caused.group_by("last_member").agg(wait_caused_ns=pl.col("caused").sum())
+                  .rename({"last_member": "member"}), on="member", how="left", nulls_equal=True)
+            .with_columns(pl.col("last_count", "wait_caused_ns").fill_null(0)))
+        step = member_steps(events, waits)
+        per = per.with_columns(step_ns=pl.col("member").replace_strict(step, default=0, return_dtype=pl.Int64))
+        per = per.sort(["wait_caused_ns", "member"], descending=[True, False], nulls_last=True)
+        top = per.row(0, named=True)
+        candidate = top["member"]
+        others = per.filter(pl.col("member") != candidate)
+        held = waits.filter((pl.col("last_member") == candidate) & (pl.col("member") != candidate)
+                            & (pl.col("wait_ns") > 0))
+        lost_ns = intervals.union_length(held.select("member", start_ns=pl.col("arrival_ns"),
+                                                     duration_ns=pl.col("wait_ns")), ["member"])
+        others_step = int(others["step_ns"].sum())
+        share = expr.pct(lost_ns, others_step)
+        severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
+        straggler = candidate if severity != "info" else None
+        incomplete = waits.filter(pl.col("members") < len(members)).select("process_group", "instance").unique().height
+        items = [{"rank": r["rank"], "device": r["device"], "last_count": r["last_count"],
+                  "wait_caused_ns": r["wait_caused_ns"], "waited_ns": r["waited_ns"], "step_ns": r["step_ns"]}
+                 for r in per.iter_rows(named=True)]
+        ranks = {_key(r["member"]): {k: r[k] for k in ("last_count", "wait_caused_ns", "waited_ns", "step_ns")}
+                 for r in per.sort("member", nulls_last=False).iter_rows(named=True)}
+        who = f"{label} {candidate}"
+        if straggler is not None:
+            title = f"Straggler: {who}"
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives and held the "
+                       f"others {top['wait_caused_ns'] / 1e6:.3f} ms in all; the others lost "
+                       f"{lost_ns / 1e6:.3f} ms waiting for it, {share:.1f}% of their step time.")
+            suggestion = (f"Find what {who} does before its collectives that the others do not: uneven data "
+                          "(batch sizes, sequence lengths), a slower input pipeline or host, extra work in "
+                          "hooks or logging on that rank, or a slower GPU or link.")
+        else:
+            title = "No straggler"
+            message = (f"{len(members)} {label}s, {n_instances} collectives: no {label} stands out; the most "
+                       f"waited-for, {who}, cost the others {lost_ns / 1e6:.3f} ms "
+                       f"({share or 0:.1f}% of their step time).")
+            suggestion = ""
+        if incomplete:
+            message += f" {incomplete} collectives are missing on some {label}s."
+        if t["align_clocks"]:
+            message += " Clocks aligned on collective end times."
+        return [Finding(self.name, severity, title, message, suggestion,
+                        metrics={"straggler_rank": straggler, "collectives": n_instances,
+                                 "wait_caused_ns": top["wait_caused_ns"], "lost_ns": lost_ns,
+                                 "others_step_ns": others_step, "step_time_lost_pct": share,
+                                 "incomplete_collectives": incomplete, "members": label, "clock": clock,
+                                 "ranks": ranks},
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS})]
+
+
+def _key(member) -> str:
+    return "-" if member is None else str(member)
+
+
+@hookimpl
+def traceparse_rules():
+    return [Stragglers()]

@@ -1,0 +1,393 @@
+"""Communication: the collective tables, the torch reader's collective columns, the comm measures and the rules
+comm-compute-overlap, stragglers and rank-balance, every figure against an independent computation.
+
+The oracles read the raw JSON (gzip + json, plain Python loops and sorted lists) and share no code with
+traceparse. The multi-rank traces are combined here the way a run is (each rank's events with ``rank`` and
+its own ``trace_id``), from the committed trimmed fixtures (fixtures/make_comm_fixtures.py) and, where they
+exist, from the shared samples they were made from.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, REPO, read_torch, run_rule, us_to_ns
+from traceparse import expr, measures
+from traceparse.measures import partitioned
+from traceparse.schema import conform
+from traceparse.trace import Trace, TraceMeta
+
+SAMPLES = REPO.parent / "shared" / "samples"
+MULTIRANK = {"slow": [FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2",
+                      SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"],
+             "balanced": [FIXTURES / "torch" / "multirank" / "gloo4_balanced",
+                          SAMPLES / "multirank" / "gloo4_resnet18_bs16"]}
+DP2 = [FIXTURES / "torch" / "multigpu" / "dp2_resnet18_bs16.json.gz", SAMPLES / "torch" / "dp2_resnet18_bs16.json.gz"]
+
+
+def available(paths):
+    return [pytest.param(p, id=str(p.relative_to(REPO.parent))) for p in paths if p.exists()]
+
+
+def run_of(folder: Path) -> Trace:
+    """The ranks of ``folder`` as one run's combined trace: each rank's events with rank and trace_id set."""
+    frames = []
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
+                                                           trace_id=pl.lit(f"rank{rank}")))
+    return Trace(pl.concat(frames), TraceMeta(format="run"))
+
+
+def raw(path: Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(intervals) -> int:
+    return sum(e - s for s, e in union(intervals))
+
+
+def intersect(s: int, e: int, merged: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(e, b) - max(s, a)) for a, b in merged)
+
+
+# -- independent oracles -------------------------------------------------------------------------------------
+def oracle_stragglers(folder: Path) -> dict:
+    """From the raw JSON: the n-th c10d::* operator of each rank is one instance (one process group)."""
+    arrivals, steps = {}, {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        events = raw(path)["traceEvents"]
+        ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+               and e["name"].startswith("c10d::")]
+        arrivals[rank] = sorted(us_to_ns(e["ts"]) for e in ops)
+        steps[rank] = sum(us_to_ns(e["dur"]) for e in events if e.get("ph") == "X"
+                          and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    ranks = sorted(arrivals)
+    n = len(arrivals[ranks[0]])
+    assert all(len(arrivals[r]) == n for r in ranks)
+    last_count = {r: 0 for r in ranks}
+    caused = {r: 0 for r in ranks}
+    waited = {r: 0 for r in ranks}
+    last_of = []
+    for i in range(n):
+        latest = max(arrivals[r][i] for r in ranks)
+        last = min(r for r in ranks if arrivals[r][i] == latest)
+        last_of.append((last, latest))
+        last_count[last] += 1
+        for r in ranks:
+            waited[r] += latest - arrivals[r][i]
+            caused[last] += latest - arrivals[r][i]
+    candidate = max(ranks, key=lambda r: (caused[r], -r))
+    lost = 0
+    for r in ranks:
+        if r != candidate:
+            lost += length([(arrivals[r][i], latest) for i, (last, latest) in enumerate(last_of)
+                            if last == candidate and latest > arrivals[r][i]])
+    others_step = sum(steps[r] for r in ranks if r != candidate)
+    return {"candidate": candidate, "collectives": n, "last_count": last_count, "wait_caused_ns": caused,
+            "waited_ns": waited, "step_ns": steps, "lost_ns": lost, "others_step_ns": others_step,
+            "pct": round(100.0 * lost / others_step, 4)}
+
+
+def gpu_intervals(events: list[dict]) -> dict:
+    """Per device: compute-kernel, communication-kernel and other GPU (copy, memset) intervals."""
+    out: dict = {}
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        dev = e["args"].get("device")
+        s = us_to_ns(e["ts"])
+        iv = (s, s + us_to_ns(e["dur"]))
+        layer = ("comm" if e["name"].startswith("nccl") else "compute") if e["cat"] == "kernel" else "copy"
+        out.setdefault(dev, {"compute": [], "comm": [], "copy": []})[layer].append(iv)
+    return out
+
+
+def oracle_overlap(path: Path) -> dict:
+    out = {}
+    for dev, layers in gpu_intervals(raw(path)["traceEvents"]).items():
+        if not layers["comm"]:
+            continue
+        compute = union(layers["compute"])
+        out[dev] = {"kernels": len(layers["comm"]), "comm_time_ns": sum(e - s for s, e in layers["comm"]),
+                    "overlapped_ns": sum(intersect(s, e, compute) for s, e in layers["comm"])}
+    return out
+
+
+def oracle_breakdown(layers: dict) -> dict:
+    everything = layers["compute"] + layers["comm"] + layers["copy"]
+    span = max(e for _, e in everything) - min(s for s, _ in everything)
+    compute = length(layers["compute"])
+    kernels = length(layers["compute"] + layers["comm"])
+    busy = length(everything)
+    return {"span_ns": span, "compute_ns": compute, "comm_exposed_ns": kernels - compute,
+            "memcpy_ns": busy - kernels, "idle_ns": span - busy, "busy_ns": busy}
+
+
+# -- the collective tables ------------------------------------------------------------------------------------
+RENAMES = [  # (old name, new name) of one collective across NCCL versions
+    ("ncclAllReduceRingLLKernel_sum_f32(ncclColl)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL128(ncclDevComm*, unsigned long, ncclWork*)"),
+    ("ncclKernel_ReduceScatter_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, ncclWork*)", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclBroadcastRingLLKernel_copy_i8(ncclColl)", "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclKernel_Reduce_RING_LL_Sum_float(ncclWorkElem)", "ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclSendRecvKernel_copy_i8(ncclColl)", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "nccldevkernel_sendrecv"),
+]
+
+
+def collectives_of(names: list[str]) -> list[str | None]:
+    return pl.select(expr.collective(pl.lit(pl.Series(names, dtype=pl.String)))).to_series().to_list()
+
+
+def test_nccl_renames_classify_the_same():
+    old, new = zip(*RENAMES)
+    assert collectives_of(list(old)) == collectives_of(list(new))
+    assert collectives_of(list(old)) == ["all_reduce", "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                         "reduce", "send_recv", "send_recv"]
+
+
+def test_other_communication_names():
+    names = ["ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernelDebug_Generic(x)",
+             "mscclKernel_Sum_float_LL_fullOps", "c10d::allreduce_", "c10d::_allgather_base_",
+             "c10d::reduce_scatter_tensor_coalesced_", "_c10d_functional::all_reduce", "c10d::recv_any_source_",
+             "c10d::barrier", "gloo:all_reduce", "gloo:broadcast", "nccl:all_reduce", "ncclAllReduce",
+             "_c10d_functional::wait_tensor", "record_param_comms", "ncclGroupEnd", "reduce_kernel",
+             "void at::native::reduce_kernel<512, 1>(...)", "cudaLaunchKernel", None]
+    assert collectives_of(names) == [
+        "unknown", "unknown", "unknown", "all_reduce", "all_gather", "reduce_scatter", "all_reduce", "recv",
+        "barrier", "all_reduce", "broadcast", "all_reduce", "all_reduce", None, None, None, None, None, None,
+        None]
+    said = pl.Series(["allreduce", "_allgather_base", "reduce_scatter_tensor_coalesced", "send", "wait", None])
+    assert pl.select(expr.normalize_collective(pl.lit(said))).to_series().to_list() == [
+        "all_reduce", "all_gather", "reduce_scatter", "send", None, None]
+
+
+# -- the torch reader -----------------------------------------------------------------------------------------
+def kineto(tmp_path: Path, events: list[dict], **top) -> Path:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], **top, "traceEvents": events}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_torch_reader_reads_record_param_comms_and_distributed_info(tmp_path):
+    info = {"backend": "nccl", "rank": 1, "world_size": 2, "pg_count": 2,
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2,
+                           "ranks": [0, 1]},
+                          {"pg_name": "3", "pg_desc": "tp", "backend_config": "cuda:nccl", "pg_size": 1,
+                           "ranks": [1]}],
+            "nccl_version": "2.27.5"}
+    comm_args = {"Collective name": "allreduce", "dtype": "BFloat16", "In msg nelems": 1000,
+                 "Out msg nelems": 1000, "Group size": 2, "Process Group Name": "0",
+                 "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]", "Seq": 7}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 11, "dur": 1,
+         "args": comm_args},
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 12, "dur": 1,
+         "args": {**comm_args, "Collective name": "_allgather_base", "dtype": "Float", "In msg nelems": 10,
+                  "Out msg nelems": 20, "Seq": "8"}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "pid": 0,
+         "tid": 7, "ts": 20, "dur": 3, "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "pid": 0,
+         "tid": 7, "ts": 30, "dur": 3, "args": {"device": 0, "stream": 7, **comm_args,
+                                                 "In msg size": 5, "In msg nelems": None, "Out msg nelems": None}},
+        {"ph": "X", "cat": "kernel", "name": "at::native::reduce_kernel", "pid": 0, "tid": 7, "ts": 40, "dur": 3,
+         "args": {"device": 0, "stream": 7}},
+    ]
+    trace = read_torch(kineto(tmp_path, events, distributedInfo=info))
+    ev = trace.events
+    assert ev["collective"].to_list() == ["all_reduce", "all_reduce", "all_gather", "unknown", "all_reduce", None]
+    assert ev["seq"].to_list() == [None, 7, 8, None, 7, None]
+    assert ev["process_group"].to_list() == [None, "0", "0", None, "0", None]
+    # the larger of In/Out msg nelems x dtype size: 1000 x 2 (BFloat16), 20 x 4 (Float), 5 x 2 (the old key)
+    assert ev["bytes"].to_list() == [None, 2000, 80, None, 10, None]
+    assert ev["rank"].null_count() == ev.height  # a run sets the rank, not the reader
+    assert trace.meta.distributed == {
+        "rank": 1, "world_size": 2, "backend": "nccl", "nccl_version": "2.27.5",
+        "process_groups": [{"name": "0", "desc": "default_pg", "size": 2, "ranks": [0, 1]},
+                           {"name": "3", "desc": "tp", "size": 1, "ranks": [1]}]}
+    assert trace.meta.tags == {"rank": "1", "world_size": "2", "backend": "nccl"}  # the tags stay
+
+
+def test_a_trace_without_distributed_info_has_an_empty_field(fixtures_dir):
+    trace = read_torch(fixtures_dir / "torch" / "resnet18_bs4.json.gz")
+    assert trace.meta.distributed == {} and trace.events["collective"].null_count() == trace.events.height
+
+
+# -- stragglers -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"]))
+def test_stragglers_names_rank_2_on_the_slow_run(folder):
+    want = oracle_stragglers(folder)
+    f = run_rule(run_of(folder), "stragglers")
+    m = f.metrics
+    assert want["candidate"] == 2 and m["straggler_rank"] == 2
+    assert f.severity == "critical"  # > 25% of the others' step time
+    assert m["collectives"] == want["collectives"] == 12
+    assert m["wait_caused_ns"] == want["wait_caused_ns"][2]
+    assert m["lost_ns"] == want["lost_ns"] and m["others_step_ns"] == want["others_step_ns"]
+    assert m["step_time_lost_pct"] == want["pct"]
+    for rank, row in m["ranks"].items():
+        r = int(rank)
+        assert row == {"last_count": want["last_count"][r], "wait_caused_ns": want["wait_caused_ns"][r],
+                       "waited_ns": want["waited_ns"][r], "step_ns": want["step_ns"][r]}
+    assert m["ranks"]["2"]["last_count"] == 8  # all six all_reduces and two of the six broadcasts
+    assert [i["rank"] for i in f.items][0] == 2
+
+
+@pytest.mark.parametrize("folder", available(MULTIRANK["balanced"]))
+def test_the_balanced_run_has_no_straggler(folder):
+    want = oracle_stragglers(folder)
+    trace = run_of(folder)
+    f = run_rule(trace, "stragglers")
+    assert f.severity == "info" and f.metrics["straggler_rank"] is None
+    assert f.metrics["step_time_lost_pct"] == want["pct"] < 10
+    assert {int(k): v["wait_caused_ns"] for k, v in f.metrics["ranks"].items()} == want["wait_caused_ns"]
+    assert all(g.severity == "info" for g in [run_rule(trace, r) for r in ("stragglers", "rank-balance")])
+
+
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"]))
+def test_aligned_clocks_undo_a_shifted_rank(folder):
+    trace = run_of(folder)
+    shifted = Trace(trace.events.with_columns(
+        start_ns=pl.when(pl.col("rank") == 1).then(pl.col("start_ns") + 5_000_000_000).otherwise(pl.col("start_ns"))),
+        TraceMeta(format="run"))
+    aligned = run_rule(trace, "stragglers", "stragglers.align_clocks=true").metrics
+    assert run_rule(shifted, "stragglers", "stragglers.align_clocks=true").metrics["ranks"] == aligned["ranks"]
+    assert aligned["straggler_rank"] == 2 and aligned["clock"] == "aligned on collective ends"
+    assert run_rule(shifted, "stragglers").metrics["straggler_rank"] == 1  # unaligned, the shift decides
+
+
+def one_rank(rank: int, times: list[tuple[int, int]], seqs=None, name="record_param_comms") -> list[dict]:
+    return [{"kind": "op", "name": name, "start_ns": s, "duration_ns": 10, "pid": 100 + rank, "tid": 1,
+             "rank": rank, "trace_id": f"r{rank}", "collective": "all_reduce", "process_group": "0",
+             "seq": None if seqs is None else seqs[i]}
+            for i, (s, _) in enumerate(times)]
+
+
+def test_a_rank_missing_a_collective_is_matched_by_sequence_number():
+    # rank 1 lacks seq 2: seq 3 still meets seq 3 (rank 1 is last there, 50 late)
+    rows = (one_rank(0, [(0, 0), (100, 0), (200, 0)], [1, 2, 3])
+            + one_rank(1, [(30, 0), (250, 0)], [1, 3]))
+    trace = Trace(conform(pl.DataFrame(rows)), TraceMeta(format="run"))
+    w = measures.collective_waits(trace.events)
+    assert w.select("member", "instance", "wait_ns", "members").rows() == [
+        (0, 1, 30, 2), (1, 1, 0, 2), (0, 2, 0, 1), (0, 3, 50, 2), (1, 3, 0, 2)]
+    f = run_rule(trace, "stragglers")
+    assert f.metrics["incomplete_collectives"] == 1 and f.metrics["ranks"]["1"]["wait_caused_ns"] == 80
+    assert f.metrics["ranks"]["1"]["last_count"] == 2 and f.metrics["ranks"]["0"]["last_count"] == 0
+
+
+def test_without_sequence_numbers_the_nth_collective_meets_the_nth():
+    rows = one_rank(0, [(0, 0), (100, 0)], name="c10d::allreduce_") + one_rank(1, [(5, 0)], name="c10d::allreduce_")
+    w = measures.collective_waits(conform(pl.DataFrame(rows)))
+    assert w.select("member", "instance", "wait_ns", "last").rows() == [
+        (0, 0, 5, False), (1, 0, 0, True), (0, 1, 0, True)]
+
+
+def test_old_and_new_nccl_kernel_names_meet_as_one_collective():
+    # two devices of one process (rank null): device 0 runs NCCL 2.7 names, device 1 NCCL 2.19 names
+    old, new = RENAMES[0][0], RENAMES[0][1]
+    rows = [{"kind": "kernel", "name": n, "start_ns": s, "duration_ns": 10, "device_id": d, "stream_id": 7}
+            for d, n, starts in ((0, old, (0, 100)), (1, new, (4, 130))) for s in starts]
+    rows.append({"kind": "kernel", "name": "sgemm", "start_ns": 5, "duration_ns": 10, "device_id": 1, "stream_id": 8})
+    trace = Trace(conform(pl.DataFrame(rows)), TraceMeta())
+    w = measures.collective_waits(trace.events)
+    assert w.select("member", "instance", "collective", "source", "wait_ns").rows() == [
+        (0, 0, "all_reduce", "kernel", 4), (1, 0, "all_reduce", "kernel", 0),
+        (0, 1, "all_reduce", "kernel", 30), (1, 1, "all_reduce", "kernel", 0)]
+    f = run_rule(trace, "comm-compute-overlap")
+    # device 1's first NCCL kernel [4, 14) runs beside sgemm [5, 15): 9 ns of its 10
+    assert f.metrics["ranks"] == {"0": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 0, "overlap_pct": 0.0},
+                                  "1": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 9, "overlap_pct": 45.0}}
+
+
+def test_one_rank_alone_says_so(fixtures_dir):
+    trace = read_torch(fixtures_dir / "torch" / "multirank" / "gloo4_slow_rank2" / "rank2.json.gz")
+    f = run_rule(trace, "stragglers")
+    assert f.severity == "info" and f.title == "One rank alone" and "rank 2 of 4" in f.message
+    g = run_rule(trace, "rank-balance")
+    assert g.severity == "info" and g.title == "One rank alone" and "rank 2 of 4" in g.message
+
+
+# -- comm-compute-overlap -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", available(DP2))
+def test_comm_compute_overlap_on_dp2_equals_an_independent_sweep(path):
+    want = oracle_overlap(path)
+    f = run_rule(read_torch(path), "comm-compute-overlap")
+    assert f.metrics["members"] == "device"
+    assert {int(k): {c: v[c] for c in ("kernels", "comm_time_ns", "overlapped_ns")}
+            for k, v in f.metrics["ranks"].items()} == want
+    assert f.metrics["comm_time_ns"] == sum(v["comm_time_ns"] for v in want.values())
+    assert f.metrics["overlapped_ns"] == sum(v["overlapped_ns"] for v in want.values())
+    assert sorted(want) == [0, 1] and all(v["kernels"] == 24 for v in want.values())
+
+
+def test_comm_compute_overlap_with_compute_beside_it():
+    # device 0: an all_reduce [0, 100) beside compute [50, 80) and [90, 150): 30 + 10 = 40 overlapped
+    rows = [{"kind": "kernel", "name": n, "start_ns": s, "duration_ns": d, "device_id": 0, "stream_id": st}
+            for n, s, d, st in (("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 100, 20), ("gemm", 50, 30, 7),
+                                ("relu", 90, 60, 7))]
+    f = run_rule(Trace(conform(pl.DataFrame(rows)), TraceMeta()), "comm-compute-overlap")
+    assert (f.metrics["comm_time_ns"], f.metrics["overlapped_ns"], f.metrics["overlap_pct"]) == (100, 40, 40.0)
+    assert f.severity == "warning" and "One device alone" in f.message
+
+
+# -- rank-balance ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"] + MULTIRANK["balanced"]))
+def test_rank_balance_equals_an_independent_breakdown(folder):
+    want = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        layers = gpu_intervals(raw(path)["traceEvents"])
+        assert list(layers) == [0]  # four ranks on one GPU
+        want[int(path.name[4:].split(".")[0])] = oracle_breakdown(layers[0])
+    f = run_rule(run_of(folder), "rank-balance")
+    got = {int(k): {c: v[c] for c in ("span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns")}
+           for k, v in f.metrics["ranks"].items()}
+    assert got == want
+    busy = [w["busy_ns"] for w in want.values()]
+    assert f.metrics["imbalance"] == round(max(busy) / (sum(busy) / len(busy)), 4)
+    assert f.metrics["slowest_rank"] == max(want, key=lambda r: (want[r]["busy_ns"], -r))
+    assert f.metrics["fastest_rank"] == min(want, key=lambda r: (want[r]["busy_ns"], r))
+
+
+@pytest.mark.parametrize("path", available(DP2))
+def test_rank_balance_on_two_devices_of_one_process(path):
+    layers = gpu_intervals(raw(path)["traceEvents"])
+    want = {d: oracle_breakdown(v) for d, v in layers.items() if d is not None}
+    f = run_rule(read_torch(path), "rank-balance")
+    assert f.metrics["members"] == "device"
+    got = {int(k): {c: v[c] for c in ("span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns")}
+           for k, v in f.metrics["ranks"].items()}
+    assert got == want
+
+
+# -- measures: partitioned equals whole -----------------------------------------------------------------------
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"][:1]))
+def test_comm_measures_partitioned_by_rank_and_trace_equal_whole(folder):
+    events = run_of(folder).events
+    for m, params in ((measures.comm_overlap, {}), (measures.collectives, {}), (measures.collective_waits, {}),
+                      (measures.collective_waits, {"align_clocks": True}), (measures.rank_time, {})):
+        whole = m(events, **params)
+        for split in ({"by": "rank"}, {"by": "trace_id"}, {"by": "device_id"}, {"chunks": 5}):
+            got = partitioned(m, events, **split, **params)
+            assert got.sort(got.columns, nulls_last=True).equals(whole.sort(whole.columns, nulls_last=True)), (m, split)

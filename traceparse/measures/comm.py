@@ -1,0 +1,324 @@
+"""Communication: collective kernels against compute, collective instances across ranks, per-rank time.
+
+A distributed run is one event table holding every rank's events with ``rank`` set (a run's combined trace);
+one trace of a process driving several GPUs has ``rank`` null and its devices take the ranks' place. The
+*members* of a collective are then the ranks, or the devices of that one process (only its communication
+kernels say which device took part), or the one process alone.
+
+Communication events are the rows :func:`traceparse.expr.is_communication` recognises: a ``collective`` the
+reader filled in, or a communication name (NCCL/RCCL kernels of every NCCL version, ``c10d::*`` operators,
+``record_param_comms``, ``gloo:``/``nccl:`` annotations, nsys NCCL ranges). Compute kernels are the other
+kernels.
+
+The per-device measures key by ``trace_id``, ``rank`` and ``device_id`` (a run's ranks are separate traces,
+so a rank is one trace); the collective measures match instances across traces, by rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceparse import expr, intervals
+from traceparse.measures.base import PARTITIONS, Measure, keyed, placed, unkeyed
+from traceparse.measures.overlap import overlap
+
+#: Key of the per-device communication measures: a rank's device (a run's ranks are separate traces).
+MEMBER = ["trace_id", "rank", "device_id"]
+#: Where an arrival comes from, most preferred first: each member's instances are its rows of the first source
+#: it has. ``record_param_comms`` with a sequence number carries the instance's identity; a ``c10d::*``
+#: operator is the host-side call itself; a host annotation (``gloo:all_reduce`` on a worker thread) starts
+#: when the backend takes the collective up; a communication kernel is the device's side, used where only GPU
+#: events exist.
+SOURCES = ("record_param_comms+seq", "c10d op", "record_param_comms", "host annotation", "kernel")
+_NO_RANK = -1  # stand-in for a null rank or device while grouping and joining
+_VALID = (*PARTITIONS, "rank")
+
+
+def comm_kernels() -> pl.Expr:
+    """Communication kernels (NCCL/RCCL of every version, or a ``collective`` the reader set on a kernel)."""
+    return expr.kind_is("kernel") & expr.is_communication()
+
+
+def compute_kernels() -> pl.Expr:
+    """Every kernel that is not communication."""
+    return expr.kind_is("kernel") & ~expr.is_communication()
+
+
+def _keyed(frame: pl.DataFrame) -> pl.DataFrame:
+    return keyed(frame).with_columns(pl.col("rank").cast(pl.Int32).fill_null(_NO_RANK))
+
+
+def _unkeyed(frame: pl.DataFrame) -> pl.DataFrame:
+    return unkeyed(frame).with_columns(pl.when(pl.col("rank") != _NO_RANK).then(pl.col("rank")).alias("rank"))
+
+
+# -- communication kernels against compute kernels --------------------------------------------------------------
+class CommOverlap(Measure):
+    """Per (``trace_id``, ``rank``, ``device_id``): communication-kernel time and the part of it overlapped by compute.
+
+    :data:`traceparse.measures.overlap` with ``a`` = :func:`comm_kernels` and ``b`` = :func:`compute_kernels`,
+    per rank (so ranks sharing a GPU, or traces without an id, never cover each other's kernels). Columns:
+    ``trace_id``, ``rank``, ``device_id``, ``kernels`` (communication kernels), ``comm_time_ns`` = Σ their durations,
+    ``overlapped_ns`` = Σ over them of |kernel ∩ union of the device's compute kernels|, ``exposed_ns`` =
+    comm − overlapped, ``overlap_pct`` = 100 × overlapped / comm (null without communication time). Only
+    devices with communication kernels have a row. Timed kernels only.
+
+    Part: the overlap measure's edges per rank; combine: the overlap measure's combine per rank. Valid partitions: rank, trace, device, row chunks.
+    """
+
+    name = "comm_overlap"
+    partitions = _VALID
+
+    def part(self, events: pl.DataFrame) -> pl.DataFrame:
+        groups = events.partition_by("rank", maintain_order=True) or [events]
+        return pl.concat([overlap.part(g, a=comm_kernels(), b=compute_kernels())
+                          .with_columns(rank=pl.lit(g["rank"][0] if g.height else None, dtype=pl.Int32))
+                          for g in groups])
+
+    def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
+        every = pl.concat(parts)
+        per_rank = [overlap.combine([g.drop("rank")], a=comm_kernels(), b=compute_kernels())
+                    .with_columns(rank=pl.lit(g["rank"][0], dtype=pl.Int32))
+                    for g in every.partition_by("rank", maintain_order=True)]
+        schema = {"trace_id": pl.String, "rank": pl.Int32, "device_id": pl.Int32, "count": pl.Int64,
+                  "time_ns": pl.Int64, "overlapped_ns": pl.Int64}
+        rows = pl.concat([r.select(*schema) for r in per_rank]) if per_rank else pl.DataFrame(schema=schema)
+        out = (_keyed(rows).filter(pl.col("count") > 0).group_by(MEMBER)
+               .agg(kernels=pl.col("count").sum(), comm_time_ns=pl.col("time_ns").sum(),
+                    overlapped_ns=pl.col("overlapped_ns").sum())
+               .with_columns(exposed_ns=pl.col("comm_time_ns") - pl.col("overlapped_ns"),
+                             overlap_pct=pl.when(pl.col("comm_time_ns") > 0)
+                             .then((100.0 * pl.col("overlapped_ns") / pl.col("comm_time_ns")).round(4)))
+               .sort(MEMBER))
+        return _unkeyed(out).select(*MEMBER, "kernels", "comm_time_ns", "overlapped_ns", "exposed_ns", "overlap_pct")
+
+
+# -- collective instances ------------------------------------------------------------------------------------
+_COLUMNS = ["trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
+            "process_group", "start_ns", "end_ns", "bytes", "source"]
+
+
+def _source() -> pl.Expr:
+    family = expr.communication_family(pl.col("name").fill_null(""))
+    record = pl.col("name") == "record_param_comms"
+    return (pl.when(expr.kind_is("op") & record & pl.col("seq").is_not_null()).then(pl.lit(SOURCES[0]))
+            .when(expr.kind_is("op") & (family == "c10d op")).then(pl.lit(SOURCES[1]))
+            .when(expr.kind_is("op") & record).then(pl.lit(SOURCES[2]))
+            .when(expr.kind_is("marker", "op", "region") & pl.col("pid").is_not_null()).then(pl.lit(SOURCES[3]))
+            .when(expr.kind_is("kernel")).then(pl.lit(SOURCES[4])))
+
+
+def _candidates(events: pl.DataFrame) -> pl.DataFrame:
+    """The communication rows that may stand for a collective call, each with its source."""
+    rows = events.filter(placed()).with_columns(expr.collective_of())
+    rows = rows.filter(pl.col("collective").is_not_null())
+    return (rows.with_columns(source=_source(), end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+            .filter(pl.col("source").is_not_null())
+            .select(pl.col(c) for c in _COLUMNS))
+
+
+def _members(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with ``member``: the rank; without ranks, the device of communication kernels on several
+    devices; else the one process (null)."""
+    if rows["rank"].is_not_null().any():
+        return rows.filter(pl.col("rank").is_not_null()).with_columns(member=pl.col("rank").cast(pl.Int32))
+    kernels = rows.filter((pl.col("source") == "kernel") & pl.col("device_id").is_not_null())
+    if kernels["device_id"].n_unique() > 1:
+        return kernels.with_columns(member=pl.col("device_id").cast(pl.Int32))
+    return rows.with_columns(member=pl.lit(None, dtype=pl.Int32))
+
+
+def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.DataFrame:
+    """Each member's rows of its preferred source, outermost calls only, numbered per process group."""
+    rows = _members(rows.filter(pl.col("source").is_in(list(sources))))
+    level = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, return_dtype=pl.Int32)
+    rows = rows.with_columns(level=level).filter(pl.col("level") == pl.col("level").min().over("member"))
+    # a collective call inside another of the same thread (or kernel stream) is part of it, not another one
+    thread = ["member", "trace_id", "pid", "tid", "device_id", "stream_id"]
+    rows = rows.sort([*thread, "start_ns", "event_id"], nulls_last=False)
+    outer_end = pl.col("end_ns").cum_max().shift(1).over(thread)
+    rows = rows.filter(outer_end.is_null() | (pl.col("start_ns") >= outer_end))
+    group = ["member", "process_group"]
+    rows = rows.sort(["member", "process_group", "start_ns", "trace_id", "event_id"], nulls_last=False)
+    rows = rows.with_columns(index=pl.int_range(pl.len(), dtype=pl.Int64).over(group))
+    by_seq = pl.col("seq").is_not_null().all().over("process_group")
+    return rows.with_columns(instance=pl.when(by_seq).then(pl.col("seq")).otherwise(pl.col("index"))).drop("level")
+
+
+class Collectives(Measure):
+    """Collective instances per member: when each rank (device) arrived at each collective and when it left.
+
+    Members as in the module docstring. A member's instances are its communication rows of its most
+    preferred source (:data:`SOURCES`): ``record_param_comms`` with a sequence number, else its ``c10d::*``
+    operators, else ``record_param_comms``, else host annotations, else communication kernels; a call nested
+    in another of the same thread is part of it. An instance is identified across members by
+    (``process_group``, ``seq``) where every row of that process group has a sequence number, else as the
+    n-th collective of that process group on each member (``index``, from 0, by arrival): ``instance`` is
+    that key. Columns: ``member``, ``rank``, ``device_id``, ``trace_id``, ``process_group``, ``instance``,
+    ``index``, ``seq``, ``collective``, ``name``, ``source``, ``arrival_ns`` (start of the call),
+    ``end_ns``, ``bytes``. Sorted by process group, instance and member.
+
+    Part: the candidate rows of a partition; combine: the choice of source per member and the numbering.
+    Valid partitions: rank, trace, device, row chunks.
+    """
+
+    name = "collectives"
+    partitions = _VALID
+
+    def part(self, events: pl.DataFrame) -> pl.DataFrame:
+        return _candidates(events)
+
+    def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
+        rows = _instances(pl.concat(parts))
+        return (rows.rename({"start_ns": "arrival_ns"})
+                .sort(["process_group", "instance", "member"], nulls_last=False)
+                .select("member", "rank", "device_id", "trace_id", "process_group", "instance", "index", "seq",
+                        "collective", "name", "source", "arrival_ns", "end_ns", "bytes"))
+
+
+def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Per member, how far its clock is ahead of the first member's, from collective end times.
+
+    All members leave a collective together, so for each instance the difference of a member's end time and
+    the first (lowest) member's end time is its clock offset plus noise; the median over instances is
+    taken. End times come from the events that end with the collective: communication kernels where every
+    member has them, else host annotations (a gloo worker's ``gloo:all_reduce``), else the instances
+    themselves. ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for the first).
+    """
+    rows = pl.concat(parts)
+    chosen = None
+    for sources in (("kernel",), ("host annotation",), SOURCES):
+        found = _instances(rows, sources)
+        n_members = _members(rows)["member"].n_unique()
+        if found.height and found["member"].n_unique() == n_members:
+            chosen = found
+            break
+    if chosen is None or chosen.height == 0:
+        return pl.DataFrame(schema={"member": pl.Int32, "offset_ns": pl.Int64})
+    first = chosen["member"].drop_nulls().min() if chosen["member"].is_not_null().any() else None
+    ref = chosen.filter(pl.col("member") == first if first is not None else pl.col("member").is_null())
+    joined = chosen.join(ref.select("process_group", "instance", ref_end=pl.col("end_ns")),
+                         on=["process_group", "instance"], how="inner", nulls_equal=True)
+    return (joined.group_by("member").agg(offset_ns=(pl.col("end_ns") - pl.col("ref_end")).median()
+                                          .round(0).cast(pl.Int64))
+            .sort("member", nulls_last=False))
+
+
+class CollectiveWaits(Measure):
+    """Per collective instance and member: its arrival, the last member's arrival, and its wait for it.
+
+    From :class:`Collectives`: for each (``process_group``, ``instance``), ``last_arrival_ns`` = the latest
+    arrival of its members, ``last_member`` = the member that arrived then (of several at the same instant,
+    the lowest), ``members`` = how many members have it, and per member ``wait_ns`` = last arrival − its
+    arrival (0 for the last) and ``last`` (it is the last member). With ``align_clocks`` (ranks on
+    several hosts, whose clocks differ), every member's arrival is first moved by its
+    :func:`clock_offsets` (members leave a collective together). Columns: those of :class:`Collectives`
+    plus ``offset_ns``, ``last_arrival_ns``, ``last_member``, ``members``, ``wait_ns``, ``last``.
+
+    Part and valid partitions: those of :class:`Collectives`.
+    """
+
+    name = "collective_waits"
+    partitions = _VALID
+
+    def part(self, events: pl.DataFrame, align_clocks: bool = False) -> pl.DataFrame:
+        return _candidates(events)
+
+    def combine(self, parts: list[pl.DataFrame], align_clocks: bool = False) -> pl.DataFrame:
+        rows = collectives.combine(parts)
+        if align_clocks:
+            rows = rows.join(clock_offsets(parts), on="member", how="left", nulls_equal=True)
+        else:
+            rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
+        rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
+                                 arrival_ns=pl.col("arrival_ns") - pl.col("offset_ns").fill_null(0))
+        inst = ["process_group", "instance"]
+        member_key = pl.col("member").fill_null(_NO_RANK)
+        last = (rows.sort([*inst, "arrival_ns", "member"], descending=[False, False, True, False], nulls_last=False)
+                .group_by(inst, maintain_order=True)
+                .agg(last_arrival_ns=pl.col("arrival_ns").first(), last_member=pl.col("member").first(),
+                     members=pl.len().cast(pl.Int64)))
+        out = (rows.join(last, on=inst, how="left", nulls_equal=True)
+               .with_columns(wait_ns=pl.col("last_arrival_ns") - pl.col("arrival_ns"),
+                             last=member_key == pl.col("last_member").fill_null(_NO_RANK))
+               .sort([*inst, "member"], nulls_last=False))
+        return out
+
+
+# -- per-rank time breakdown (HTA's temporal breakdown) ------------------------------------------------------
+_LAYERS = {"compute": compute_kernels, "kernels": lambda: expr.kind_is("kernel"),
+           "gpu": lambda: expr.kind_is(*expr.GPU_KINDS), "comm": comm_kernels}
+
+
+class RankTime(Measure):
+    """Per (``trace_id``, ``rank``, ``device_id``): where the device's time goes, compute first (HTA's temporal breakdown).
+
+    Over the span from the device's first to its last GPU activity (kernel, memcpy, memset; timed rows):
+    ``compute_ns`` = |union of compute kernels|, ``comm_exposed_ns`` = time communication kernels run and no
+    compute kernel does, ``memcpy_ns`` = time copies or memsets run and no kernel does, ``idle_ns`` = time
+    nothing runs; the four add up to ``span_ns``. ``busy_ns`` = span − idle; ``comm_ns`` = |union of the
+    communication kernels| (exposed or not). Communication here is on the device: a host-side collective
+    (gloo) does not occupy the GPU, and the GPU's wait for it is idle time.
+
+    Part: the unions of each layer per member; combine: their merge (union is associative). Valid
+    partitions: rank, trace, device, row chunks.
+    """
+
+    name = "rank_time"
+    partitions = _VALID
+
+    def part(self, events: pl.DataFrame) -> pl.DataFrame:
+        frames = []
+        for layer, select in _LAYERS.items():
+            rows = _keyed(events.filter(select() & placed()))
+            frames.append(intervals.union(rows, MEMBER).with_columns(layer=pl.lit(layer)))
+        return pl.concat(frames)
+
+    def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
+        merged = intervals.merge(pl.concat(parts), ["layer", *MEMBER])
+        length = pl.col("end") - pl.col("start")
+        wide = merged.group_by(MEMBER).agg(
+            **{f"{layer}_union": length.filter(pl.col("layer") == layer).sum() for layer in _LAYERS},
+            first_ns=pl.col("start").filter(pl.col("layer") == "gpu").min(),
+            last_ns=pl.col("end").filter(pl.col("layer") == "gpu").max())
+        wide = wide.filter(pl.col("first_ns").is_not_null()).with_columns(
+            pl.col(f"{layer}_union").fill_null(0).cast(pl.Int64) for layer in _LAYERS)
+        out = (wide.with_columns(span_ns=pl.col("last_ns") - pl.col("first_ns"),
+                                 compute_ns=pl.col("compute_union"),
+                                 comm_exposed_ns=pl.col("kernels_union") - pl.col("compute_union"),
+                                 memcpy_ns=pl.col("gpu_union") - pl.col("kernels_union"),
+                                 busy_ns=pl.col("gpu_union"), comm_ns=pl.col("comm_union"))
+               .with_columns(idle_ns=pl.col("span_ns") - pl.col("busy_ns"))
+               .sort(MEMBER))
+        return _unkeyed(out).select(*MEMBER, "first_ns", "last_ns", "span_ns", "compute_ns", "comm_exposed_ns",
+                                    "memcpy_ns", "idle_ns", "busy_ns", "comm_ns")
+
+
+comm_overlap = CommOverlap()
+collectives = Collectives()
+collective_waits = CollectiveWaits()
+rank_time = RankTime()
+
+
+def member_steps(events: pl.DataFrame, members: pl.DataFrame) -> dict[Any, int]:
+    """Each member's step time: Σ of its host-side ``ProfilerStep#N`` durations, else the span of its timed events.
+
+    ``members`` has ``member`` and ``rank`` (as :class:`Collectives` rows do). A rank's events are its rows;
+    the devices (or the process) of one trace share that trace's steps.
+    """
+    from traceparse.measures.steps import steps
+
+    out: dict[Any, int] = {}
+    for r in members.select("member", "rank").unique().iter_rows(named=True):
+        rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
+        s = steps(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
+        s = s.filter(pl.col("on_host")) if s.height and s["on_host"].any() else s
+        if s.height:
+            out[r["member"]] = int(s["duration_ns"].sum())
+        else:
+            span = rows.filter(placed()).select((pl.col("start_ns") + pl.col("duration_ns")).max()
+                                                - pl.col("start_ns").min()).item()
+            out[r["member"]] = int(span or 0)
+    return out
