@@ -112,7 +112,7 @@ def gpu_intervals(events: list[dict]) -> dict:
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
-        dev = e["args"].get("device")
+        dev = e["args"].get("device", e["args"].get("inDevice"))  # a P2P copy runs on its inDevice
         s = us_to_ns(e["ts"])
         iv = (s, s + us_to_ns(e["dur"]))
         layer = ("comm" if e["name"].startswith("nccl") else "compute") if e["cat"] == "kernel" else "copy"
