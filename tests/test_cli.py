@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from helpers import run_cli
+from traceparse.schema import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_analyze_json_document(bs16, store):
     code, out, err = run_cli("analyze", str(bs16), "--json")  # a path not yet stored is ingested first
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert [t["path"] for t in doc["traces"]] == [str(bs16)]
     rules = {f["rule"] for f in doc["findings"]}
     assert {"low-memcpy-overlap", "low-kernel-concurrency", "kernel-share"} <= rules

@@ -15,7 +15,7 @@ from polars.testing import assert_frame_equal
 
 from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.ingest import read_paths
-from traceparse.schema import conform
+from traceparse.schema import SCHEMA_VERSION, conform
 from traceparse.trace import Trace, TraceMeta
 from traceparse_plugins.exporters.chrome import ChromeExporter
 
@@ -53,7 +53,7 @@ def test_torch_export_counts_and_exact_times(store, tmp_path):
     original = [e for e in _load(TORCH)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in KEPT]
     assert " ".join(message.split()) == f"wrote {out} (chrome, {len(original):,} events)"
     doc = _load(out)
-    assert list(doc)[:1] == ["traceparse"] and doc["traceparse"]["schema_version"] == 1
+    assert list(doc)[:1] == ["traceparse"] and doc["traceparse"]["schema_version"] == SCHEMA_VERSION
     phases = Counter(e["ph"] for e in doc["traceEvents"])
     assert phases["X"] == len(original) and doc["traceparseRows"] == []
     # every slice keeps its name, start and duration to the nanosecond (ts written with 3 decimals)

@@ -18,6 +18,7 @@ import pytest
 
 from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.session import Session
+from traceparse.schema import SCHEMA_VERSION
 
 TORCH = FIXTURES / "torch"
 NETWORKS = ("resnet18", "vgg16", "alexnet")
@@ -269,7 +270,7 @@ def test_fit_on_the_three_shared_samples(samples_dir, store, tmp_path):
     code, out, err = run_cli("predict", "fit", *paths, "--model-out", str(model_path), "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert (doc.pop("schema_version"), doc.pop("command")) == (1, "predict fit")  # the envelope of every --json
+    assert (doc.pop("schema_version"), doc.pop("command")) == (SCHEMA_VERSION, "predict fit")  # the envelope of every --json
     assert doc == json.loads(model_path.read_text())
     assert doc["format"] == "traceparse-predict-model" and doc["version"] == 1
     steps = {b: _step_ns(Path(p)) for b, p in zip((4, 16, 64), paths)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 #: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
@@ -67,6 +67,7 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
+    "rank": (pl.Int32, "rank of the process in a distributed run (null outside one)"),
 }
 
 DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}

@@ -21,6 +21,10 @@ trace's first GPU activity on any device), ``length_ns``, and ``before`` /
 ``after``: the name of the activity on that device that ends where the gap
 starts / starts where it ends.
 
+On a run of many ranks (one trace of every rank's events), the figures sum
+over every rank's devices; ``devices`` names each ``rank R:D`` and every
+item has its ``rank``.
+
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct``.
 """
@@ -32,12 +36,14 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
            "untimed_rows": "count"}
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
            Column("length_ns", "length", "ns"), Column("before", "before", "name"), Column("after", "after", "name")]
+RANK = Column("rank", "rank", "number")
 DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
@@ -75,13 +81,15 @@ class GpuIdle(Rule):
         busy_ns = int(per_device["busy_ns"].sum())
         n_gaps = int(per_device["gaps"].sum())
         idle_pct = expr.pct(idle_ns, span_ns)
-        devices = {_device_key(r["device_id"]): {"span_ns": r["span_ns"], "busy_ns": r["busy_ns"],
+        ranks = rank_labels(trace)
+        devices = {device_label(ranks, r["trace_id"], r["device_id"]): {"span_ns": r["span_ns"], "busy_ns": r["busy_ns"],
                                                  "idle_ns": r["idle_ns"], "idle_pct": expr.pct(r["idle_ns"], r["span_ns"]),
                                                  "gaps": r["gaps"]}
-                   for r in per_device.iter_rows(named=True)}
+                   for r in in_rank_order(per_device, ranks).iter_rows(named=True)}
         origin = int(per_device["first_ns"].min())
         longest = gaps.sort(["length", "start", "device_id"], descending=[True, False, False], nulls_last=False)
-        items = [{"device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
+        items = [{**({"rank": ranks.get(r["trace_id"])} if ranks else {}),
+                  "device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
                   "before": r["before"], "after": r["after"]}
                  for r in longest.head(int(t["top"])).iter_rows(named=True)]
         severity = grade(idle_pct, warning=t["warning_idle_pct"], critical=t["critical_idle_pct"])
@@ -96,11 +104,8 @@ class GpuIdle(Rule):
                         SUGGESTION if severity != "info" else "",
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES})]
-
-
-def _device_key(device_id: int | None) -> str:
-    return "?" if device_id is None else str(device_id)
+                        items=items, columns=([RANK] if ranks else []) + COLUMNS, figures=FIGURES,
+                        tables={"devices": DEVICES})]
 
 
 @hookimpl
