@@ -8,6 +8,7 @@ shows runs beside traces, ``show RUN`` lists its ranks, ``rm RUN`` removes it.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rich.panel import Panel
@@ -59,6 +60,9 @@ def run_summary(store, run: dict, already_stored: bool = False) -> Panel:
     for group in run.get("process_groups") or []:
         table.add_row("process group", f"{group.get('name')} {group.get('desc') or ''} size {group.get('size')}")
     table.add_row("events", f"{run.get('event_count', 0):,}")
+    paths = [p for ps in (run.get("source_paths") or {}).values() for p in ps]
+    if paths:
+        table.add_row("source", os.path.commonpath([str(Path(p).parent) for p in paths]))
     if run.get("tags"):
         table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(run["tags"].items())))
     ranks = Table(header_style="bold", box=None, padding=(0, 1))
@@ -67,7 +71,7 @@ def run_summary(store, run: dict, already_stored: bool = False) -> Panel:
     for rank in sorted(run.get("ranks", {}), key=int):
         meta = store.rank_meta(run["id"], rank)
         ranks.add_row(rank, meta.id or "", f"{meta.event_count:,}" if meta.event_count is not None else "-",
-                      fmt_ns((meta.summary or {}).get("span_ns")), meta.path or "")
+                      fmt_ns((meta.summary or {}).get("span_ns")), Path(meta.path).name if meta.path else "")
     table.add_row("ranks", ranks)
     for w in run.get("warnings", []):
         table.add_row("[yellow]warning[/yellow]", w)
