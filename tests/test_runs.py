@@ -289,7 +289,7 @@ def test_list_show_rm_of_runs(tmp_path):
     assert ingest_json("--store", store, "rm", run["id"][:5])["removed"] == [run["id"]]
     assert ingest_json("--store", store, "list")["runs"] == []
     code, _, err = run_cli("--store", store, "show", "three")
-    assert code == 2 and "three: no such file, and no trace or run with this id" in err
+    assert code == 2 and "three: no such file, and no trace with this id" in err
 
 
 # -- parallel, bounded ------------------------------------------------------

@@ -112,7 +112,7 @@ class Store:
             named = [i for i in runs if self.run_meta(i).get("name") == ref]
             matches = [("run", i) for i in named]
         if not matches:
-            raise StoreError(f"{ref}: no such file, and no trace or run with this id in the store {self.root}")
+            raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
         if len(matches) > 1:
             raise StoreError(f"{ref}: ambiguous id, matches {', '.join(i for _, i in matches[:5])}")
         return matches[0]
