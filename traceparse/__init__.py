@@ -22,7 +22,10 @@ from traceparse.trace import Device, Trace, TraceMeta
 
 
 def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = None) -> Trace:
-    """Load a trace from a file (read directly, the store untouched) or from the store by id or unique prefix."""
+    """Load a trace from a file (read directly, the store untouched) or from the store by id or unique prefix.
+
+    A run's id (or name) gives the run as one trace (:meth:`traceparse.store.Store.load_run`).
+    """
     from traceparse.ingest import read_paths
     from traceparse.store import Store
 
@@ -32,7 +35,8 @@ def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = N
             raise InputError(f"{path_or_id}: holds {len(traces)} traces; use traceparse.ingest.read_paths")
         return traces[0]
     s = Store(store)
-    return s.load(s.resolve_id(str(path_or_id)))
+    kind, ref_id = s.resolve(str(path_or_id))
+    return s.load_run(ref_id) if kind == "run" else s.load(ref_id)
 
 
 def analyze(trace: Trace, rules: list[str] | None = None, settings: dict | None = None,

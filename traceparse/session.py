@@ -7,9 +7,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
 
 from traceparse.ingest import IngestResult, ingest
+from traceparse.run import RunResult, ingest_run, is_rank_directory
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
 from traceparse.trace import Trace
@@ -43,6 +45,42 @@ class Session:
 
         return bar
 
+    def rank_progress_factory(self):
+        """A factory for :func:`traceparse.run.ingest_run`'s bar counting ranks; None when quiet or not a terminal."""
+        if self.quiet or not self.err.is_terminal:
+            return None
+
+        @contextmanager
+        def bar(description: str, total: int):
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
+                          TimeElapsedColumn(), TimeRemainingColumn(), console=self.err, transient=True) as progress:
+                task = progress.add_task(description, total=total or None)
+                yield lambda n: progress.advance(task, n)
+
+        return bar
+
+    def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
+                   tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,
+                   scheduler: str | None = None) -> RunResult:
+        """Ingest a run (a rank directory, or one file per rank), printing its warnings."""
+        result = ingest_run(paths, store=self.store, name=name, fmt=fmt, params=params, jobs=jobs,
+                            scheduler=scheduler, tags=tags, progress_factory=self.rank_progress_factory(),
+                            reg=self.registry)
+        if not result.already_stored:
+            for warning in result.warnings:
+                self.warn(warning)
+        return result
+
+    def is_run_path(self, path: str | Path, fmt: str = "auto") -> bool:
+        """True when ``path`` is a directory of per-rank traces (no reader reads it as one trace)."""
+        return is_rank_directory(Path(path), fmt, self.registry)
+
+    def load(self, ref_id: str) -> Trace:
+        """A stored trace or run by its exact id (a run as its combined trace, :meth:`Store.load_run`)."""
+        if self.store.has_run(ref_id) and not self.store.has(ref_id):
+            return self.store.load_run(ref_id)
+        return self.store.load(ref_id)
+
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
                params: dict | None = None) -> list[IngestResult]:
         """Ingest paths into the store, printing the readers' warnings."""
@@ -55,16 +93,20 @@ class Session:
         return results
 
     def resolve(self, ref: str, fmt: str = "auto") -> list[Trace]:
-        """The trace(s) a TRACE argument names: a path (ingested first if new) or a store id / unique prefix."""
+        """The trace(s) a TRACE argument names: a path (ingested first if new; a rank directory as a run), or
+        the id (or unique prefix) of a stored trace or run, or a run's name. A run is its combined trace."""
         path = Path(ref)
         if path.exists():
+            if self.is_run_path(path, fmt):
+                return [self.store.load_run(self.ingest_run([ref], fmt=fmt).run["id"])]
             return [self.store.load(r.meta.id) for r in self.ingest([ref], fmt)]
-        return [self.store.load(self.store.resolve_id(ref))]
+        kind, ref_id = self.store.resolve(ref)
+        return [self.store.load_run(ref_id) if kind == "run" else self.store.load(ref_id)]
 
     def resolve_all(self, refs: list[str], fmt: str = "auto") -> list[Trace]:
-        """Resolve several TRACE arguments; none means the last ingested trace."""
+        """Resolve several TRACE arguments; none means the last ingested trace (or run)."""
         if not refs:
-            return [self.store.load(self.store.last_id())]
+            return [self.load(self.store.last_id())]
         traces = []
         for ref in refs:
             traces.extend(self.resolve(ref, fmt))

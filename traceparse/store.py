@@ -4,14 +4,19 @@ Layout::
 
     STORE/traces/<id>/events.parquet
     STORE/traces/<id>/meta.json
+    STORE/runs/<id>/run.json                       a run of many ranks (traceparse.run)
+    STORE/runs/<id>/rank=<N>/events.parquet        rank N's events (every row's ``rank`` is N)
+    STORE/runs/<id>/rank=<N>/meta.json             rank N's metadata (its own trace id)
     STORE/tmp/               entries being written
-    STORE/last               id of the last trace ingested
+    STORE/last               id of the last trace (or run) ingested
 
 An entry is written under ``tmp/`` and renamed into ``traces/`` in one
 ``rename``: a crash or Ctrl-C leaves no half entry, and when two ingests of
 the same content race, one rename wins and the other finds the entry there.
 The id is the start of the content's sha256, so the same content is
-recognised however it is named.
+recognised however it is named. A run is written the same way: every rank's
+partition and ``run.json`` under one ``tmp/`` directory, renamed into
+``runs/`` at once, so a run is stored whole or not at all.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class Store:
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root) if root is not None else default_store_path()
         self.traces_dir = self.root / "traces"
+        self.runs_dir = self.root / "runs"
         self.tmp_dir = self.root / "tmp"
 
     # -- reading -----------------------------------------------------------
@@ -94,13 +100,131 @@ class Store:
             raise StoreError(f"{ref}: ambiguous trace id, matches {', '.join(matches[:5])}")
         return matches[0]
 
+    def resolve(self, ref: str) -> tuple[str, str]:
+        """``("trace", id)`` or ``("run", id)``: the one trace or run whose id starts with ``ref``, or a run's name."""
+        traces, runs = self.ids(), self.run_ids()
+        if ref in traces:
+            return "trace", ref
+        if ref in runs:
+            return "run", ref
+        matches = [("trace", i) for i in traces if i.startswith(ref)] + [("run", i) for i in runs if i.startswith(ref)]
+        if not matches:
+            named = [i for i in runs if self.run_meta(i).get("name") == ref]
+            matches = [("run", i) for i in named]
+        if not matches:
+            raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
+        if len(matches) > 1:
+            raise StoreError(f"{ref}: ambiguous id, matches {', '.join(i for _, i in matches[:5])}")
+        return matches[0]
+
+    # -- runs --------------------------------------------------------------
+    def run_ids(self) -> list[str]:
+        """Ids of every complete run."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.runs_dir.iterdir() if (p / "run.json").is_file())
+
+    def has_run(self, run_id: str) -> bool:
+        """True when a run with exactly this id exists."""
+        return (self.runs_dir / run_id / "run.json").is_file()
+
+    def run_meta(self, run_id: str) -> dict:
+        """A run's metadata (``run.json``): id, name, format, world_size, ranks {rank: trace id}, ..."""
+        with open(self.runs_dir / run_id / "run.json", encoding="utf-8") as f:
+            return json.load(f)
+
+    def all_runs(self) -> list[dict]:
+        """Metadata of every run, oldest ingest first."""
+        runs = [self.run_meta(i) for i in self.run_ids()]
+        return sorted(runs, key=lambda r: (r.get("ingested_at") or "", r.get("id") or ""))
+
+    def rank_dir(self, run_id: str, rank: int | str) -> Path:
+        """The directory of one rank's partition: ``runs/<id>/rank=<N>``."""
+        return self.runs_dir / run_id / f"rank={int(rank)}"
+
+    def rank_meta(self, run_id: str, rank: int | str) -> TraceMeta:
+        """One rank's metadata (its own trace id, source path, devices ...)."""
+        with open(self.rank_dir(run_id, rank) / "meta.json", encoding="utf-8") as f:
+            return TraceMeta.from_dict(json.load(f))
+
+    def load_rank(self, run_id: str, rank: int | str) -> Trace:
+        """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
+        return Trace(pl.read_parquet(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
+
+    def load_run(self, run_id: str) -> Trace:
+        """A run as one :class:`Trace`: every rank's events concatenated in rank order.
+
+        Each row keeps its rank's ``trace_id`` and has ``rank`` set, so every
+        measure (keyed by trace_id and device_id) and rule runs on it
+        unchanged. ``meta.id`` is the run id, ``meta.format`` is ``"run"``,
+        ``meta.extra["run"]`` the run metadata, ``meta.distributed`` the run's
+        world size, backend and process groups.
+        """
+        run = self.run_meta(run_id)
+        ranks = sorted(run["ranks"], key=int)
+        frames = [pl.read_parquet(self.rank_dir(run_id, r) / "events.parquet") for r in ranks]
+        events = pl.concat(frames) if frames else empty_frame()
+        metas = [self.rank_meta(run_id, r) for r in ranks]
+        devices, seen = [], set()
+        for m in metas:
+            for d in m.devices:
+                if (d.id, d.name) not in seen:
+                    seen.add((d.id, d.name))
+                    devices.append(d)
+        meta = TraceMeta(
+            id=run_id, source_paths=[p for m in metas for p in m.source_paths], sha256=run.get("sha256"),
+            format="run", variant=run.get("format"), tool=metas[0].tool if metas else None,
+            tool_version=metas[0].tool_version if metas else None, devices=devices, tags={"run": run.get("name", "")},
+            warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=events.height,
+            summary={"events_per_kind": {}, "ranks": len(ranks)}, extra={"run": run},
+            distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
+        )
+        return Trace(events, meta, stamp_trace_id=False)
+
+    def commit_run(self, tmp: Path, run: dict) -> dict:
+        """Make the run written under ``tmp`` (its ``rank=N`` partitions) a stored run, in one rename.
+
+        ``run`` is its metadata (``run["id"]`` set); ``run.json`` is written
+        last. If the same run appeared meanwhile it is kept and ``tmp`` is
+        discarded. Returns the stored metadata.
+        """
+        try:
+            run["ingested_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+            _write_json(tmp / "run.json", run)
+            _fsync_dir(tmp)
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, self.runs_dir / run["id"])
+            except OSError:
+                if not self.has_run(run["id"]):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+                run = self.run_meta(run["id"])
+            _fsync_dir(self.runs_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.set_last(run["id"])
+        return run
+
+    def fresh_tmp(self) -> Path:
+        """A new empty directory under ``tmp/`` for an entry being written (removed on failure by its writer)."""
+        return self._fresh_tmp()
+
+    def remove_run(self, run_id: str) -> None:
+        """Delete a run (moved out of ``runs/`` in one rename first)."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        gone = self.tmp_dir / f"{uuid.uuid4().hex}.removed"
+        os.rename(self.runs_dir / run_id, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
     def last_id(self) -> str:
         """The id of the trace ingested last."""
         try:
             trace_id = (self.root / "last").read_text().strip()
         except FileNotFoundError:
             trace_id = ""
-        if trace_id and self.has(trace_id):
+        if trace_id and (self.has(trace_id) or self.has_run(trace_id)):
             return trace_id
         metas = self.all_meta()
         if not metas:
@@ -168,6 +292,17 @@ class Store:
         gone = self.tmp_dir / f"{uuid.uuid4().hex}.removed"
         os.rename(self.traces_dir / trace_id, gone)
         shutil.rmtree(gone, ignore_errors=True)
+
+
+def write_partition(trace: Trace, directory: Path) -> TraceMeta:
+    """Write a trace's events and metadata into ``directory`` (a part of an entry being written under
+    ``tmp/``, e.g. one rank of a run); return the metadata. The caller renames it into place."""
+    meta = trace.meta
+    directory.mkdir(parents=True, exist_ok=True)
+    meta.event_count, meta.summary = _write_events(trace.batches(), directory / "events.parquet")
+    meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    _write_json(directory / "meta.json", meta.to_dict())
+    return meta
 
 
 def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:

@@ -44,6 +44,8 @@ class TraceMeta:
     event_count: int | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What the trace says of the distributed job it belongs to: {"rank", "world_size", "backend",
+    #: "process_groups": [{"name", "desc", "size", "ranks"}], "nccl_version"?}; {} when it says nothing.
     distributed: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -80,13 +82,17 @@ class Trace:
     order with its schema type, ``kind`` the Enum, ``event_id`` numbered from
     0 across batches (unless the reader numbered rows itself) and ``trace_id``
     set to ``meta.id`` (null while the trace has no id, as when a reader is
-    called directly; the store's id once it is ingested).
+    called directly; the store's id once it is ingested). A run's combined
+    trace (:meth:`traceparse.store.Store.load_run`) is made with
+    ``stamp_trace_id=False``: each row keeps the ``trace_id`` of its rank.
     """
 
-    def __init__(self, events: pl.DataFrame | Iterable[pl.DataFrame], meta: TraceMeta | None = None):
+    def __init__(self, events: pl.DataFrame | Iterable[pl.DataFrame], meta: TraceMeta | None = None, *,
+                 stamp_trace_id: bool = True):
         self._source: pl.DataFrame | Iterable[pl.DataFrame] | None = events
         self._events: pl.DataFrame | None = None  # the conformed table, once built
         self._stamped: str | None = None  # the id _events' trace_id column holds
+        self._stamp = stamp_trace_id
         self.meta = meta or TraceMeta()
 
     @property
@@ -136,7 +142,7 @@ class Trace:
     def _with_trace_id(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with ``trace_id`` = ``meta.id``; unchanged while the trace has no id."""
         trace_id = self.meta.id
-        if trace_id is None:
+        if trace_id is None or not self._stamp:
             return frame
         column = frame["trace_id"]
         if column.null_count() == 0 and (column == trace_id).all():

@@ -21,6 +21,10 @@ trace's first GPU activity on any device), ``length_ns``, and ``before`` /
 ``after``: the name of the activity on that device that ends where the gap
 starts / starts where it ends.
 
+On a run of many ranks (one trace of every rank's events), the figures sum
+over every rank's devices; ``devices`` names each ``rank R:D`` and every
+item has its ``rank``.
+
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct``.
 
@@ -50,6 +54,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
@@ -57,6 +62,7 @@ FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct",
            "other_wait_pct": "pct"}
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
            Column("length_ns", "length", "ns"), Column("before", "before", "name"), Column("after", "after", "name")]
+RANK = Column("rank", "rank", "number")
 DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
 STREAMS = [Column("stream", "device:stream", "text"), Column("activities", "activities", "count"),
@@ -100,13 +106,15 @@ class GpuIdle(Rule):
         busy_ns = int(per_device["busy_ns"].sum())
         n_gaps = int(per_device["gaps"].sum())
         idle_pct = expr.pct(idle_ns, span_ns)
-        devices = {_device_key(r["device_id"]): {"span_ns": r["span_ns"], "busy_ns": r["busy_ns"],
+        ranks = rank_labels(trace)
+        devices = {device_label(ranks, r["trace_id"], r["device_id"]): {"span_ns": r["span_ns"], "busy_ns": r["busy_ns"],
                                                  "idle_ns": r["idle_ns"], "idle_pct": expr.pct(r["idle_ns"], r["span_ns"]),
                                                  "gaps": r["gaps"]}
-                   for r in per_device.iter_rows(named=True)}
+                   for r in in_rank_order(per_device, ranks).iter_rows(named=True)}
         origin = int(per_device["first_ns"].min())
         longest = gaps.sort(["length", "start", "device_id"], descending=[True, False, False], nulls_last=False)
-        items = [{"device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
+        items = [{**({"rank": ranks.get(r["trace_id"])} if ranks else {}),
+                  "device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
                   "before": r["before"], "after": r["after"]}
                  for r in longest.head(int(t["top"])).iter_rows(named=True)]
         severity = grade(idle_pct, warning=t["warning_idle_pct"], critical=t["critical_idle_pct"])
@@ -117,7 +125,7 @@ class GpuIdle(Rule):
         message += (f"; the longest is {items[0]['length_ns'] / 1e6:.3f} ms." if items else ".")
         if untimed:
             message += f" {untimed} aggregated GPU rows left out: they have no start time."
-        breakdown, streams, sentence = self._breakdown(events, t)
+        breakdown, streams, sentence = self._breakdown(events, t, ranks)
         message += sentence
         suggestion = ""
         if severity != "info":
@@ -129,9 +137,10 @@ class GpuIdle(Rule):
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES, "streams": STREAMS})]
+                        items=items, columns=([RANK] if ranks else []) + COLUMNS, figures=FIGURES,
+                        tables={"devices": DEVICES, "streams": STREAMS})]
 
-    def _breakdown(self, events, t: dict) -> tuple[dict, dict, str]:
+    def _breakdown(self, events, t: dict, ranks: dict) -> tuple[dict, dict, str]:
         """Per-stream idle split into host wait, kernel wait and other: metrics, the streams table, a sentence."""
         per_stream = measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
         total = int(per_stream["idle_ns"].sum() or 0)
@@ -140,7 +149,7 @@ class GpuIdle(Rule):
                  "other_wait_ns": int(per_stream["other_ns"].sum() or 0)}
         metrics = {"stream_idle_ns": total, **parts,
                    **{k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}}
-        streams = {f"{_device_key(r['device_id'])}:{_device_key(r['stream_id'])}": {
+        streams = {f"{device_label(ranks, r.get('trace_id'), r['device_id'])}:{_device_key(r['stream_id'])}": {
             "activities": r["activities"], "span_ns": r["span_ns"], "idle_ns": r["idle_ns"],
             "host_wait_ns": r["host_wait_ns"], "kernel_wait_ns": r["kernel_wait_ns"], "other_wait_ns": r["other_ns"]}
             for r in per_stream.iter_rows(named=True)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
+from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
@@ -48,11 +49,12 @@ class LowKernelConcurrency(Rule):
         pct = 100.0 * concurrent / busy if busy else 0.0
         n_kernels = int(per_device["count"].sum())
         mean_us = int(per_device["time_ns"].sum()) / n_kernels / 1e3
-        devices = {str(r["device_id"]): {"kernels": r["count"], "streams": r["streams"],
+        ranks = rank_labels(trace)
+        devices = {device_label(ranks, r["trace_id"], r["device_id"]) if ranks else str(r["device_id"]): {"kernels": r["count"], "streams": r["streams"],
                                          "kernel_busy_ns": r["busy_ns"], "concurrent_ns": r["concurrent_ns"],
                                          "concurrency_pct": expr.pct(r["concurrent_ns"], r["busy_ns"]),
                                          "max_concurrent": r["max_depth"]}
-                   for r in per_device.iter_rows(named=True)}
+                   for r in in_rank_order(per_device, ranks).iter_rows(named=True)}
         low = mean_us >= t["min_mean_kernel_us"] and grade(pct, warning=t["warning_below_pct"],
                                                            higher_is_worse=False) != "info"
         n_streams = len({s for ids in per_device["stream_ids"].to_list() for s in ids})

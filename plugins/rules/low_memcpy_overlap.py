@@ -20,6 +20,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
+from traceparse.run import device_label, rank_labels
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
@@ -57,12 +58,17 @@ class LowMemcpyOverlap(Rule):
         pct = 100.0 * overlapped_ns / memcpy_ns if memcpy_ns else None
         busy_ns = int(measures.device_busy(events, kinds=("kernel",))["busy_ns"].sum() or 0)
         share = 100.0 * memcpy_ns / busy_ns if busy_ns else 100.0
-        per_device = groups.group_by("device_id").agg(
+        ranks = rank_labels(trace)
+        by = ["trace_id", "device_id"] if ranks else ["device_id"]  # a run: each rank's devices apart
+        per_device = groups.group_by(by).agg(
             memcpy_time_ns=pl.col("time_ns").sum(), overlapped_ns=pl.col("overlapped_ns").sum(), copies=pl.col("count").sum())
-        devices = {str(r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
+        if ranks:
+            per_device = per_device.with_columns(_rank=pl.col("trace_id").replace_strict(ranks, default=None))
+        devices = {device_label(ranks, r.get("trace_id"), r["device_id"]) if ranks else str(r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
                                          "overlapped_ns": r["overlapped_ns"],
                                          "overlap_pct": expr.pct(r["overlapped_ns"], r["memcpy_time_ns"])}
-                   for r in per_device.sort("device_id", nulls_last=False).iter_rows(named=True)}
+                   for r in per_device.sort([*(["_rank"] if ranks else []), "device_id"],
+                                            nulls_last=False).iter_rows(named=True)}
         bytes_ = measures.copy_stats(events, prefer_timed=False).filter(~pl.col("aggregated"))
         bytes_ = bytes_.group_by(*GROUP).agg(bytes=pl.col("bytes").sum())
         worst = (groups.group_by(*GROUP).agg(copies=pl.col("count").sum(), time_ns=pl.col("time_ns").sum(),

@@ -15,7 +15,9 @@ and its own ranks) and, where it works per device, ``device_id``.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, ClassVar, Iterator
 
 import polars as pl
 
@@ -48,7 +50,17 @@ class Measure:
         raise NotImplementedError
 
     def __call__(self, events: pl.DataFrame, **params: Any) -> pl.DataFrame:
-        """The measure of the whole table: ``combine([part(events)])``."""
+        """The measure of the whole table: ``combine([part(events)])``.
+
+        While a partition runner is set (:func:`parts_by`, e.g. a Dask
+        cluster measuring a run's ranks), it may compute the parts instead:
+        ``combine`` still runs here, over the parts it returns.
+        """
+        runner = _RUNNER.get()
+        if runner is not None and "trace_id" in self.partitions:
+            parts = runner(self, events, params)
+            if parts is not None:
+                return self.combine(parts, **params)
         return self.combine([self.part(events, **params)], **params)
 
     def __repr__(self) -> str:
@@ -74,6 +86,27 @@ def partitioned(measure: Measure, events: pl.DataFrame, *, by: str | None = None
         frames = [events.slice(i, size) for i in range(0, events.height, size)]
     frames = frames or [events]
     return measure.combine([measure.part(f, **params) for f in frames], **params)
+
+
+#: The partition runner in effect (see :func:`parts_by`).
+_RUNNER: ContextVar[Callable[[Measure, pl.DataFrame, dict], list[pl.DataFrame] | None] | None] = ContextVar(
+    "traceparse_partition_runner", default=None)
+
+
+@contextmanager
+def parts_by(runner: Callable[[Measure, pl.DataFrame, dict], list[pl.DataFrame] | None]) -> Iterator[None]:
+    """Within the block, measures called on a table ask ``runner(measure, events, params)`` for their parts.
+
+    The runner returns the parts of ``events`` by ``trace_id`` (one per rank
+    of a run, computed wherever it likes: a Dask cluster reads each rank's
+    partition from the store), or None to let the measure run as usual (a
+    table it does not know). Only measures valid by ``trace_id`` ask.
+    """
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
 
 
 def keyed(frame: pl.DataFrame) -> pl.DataFrame:

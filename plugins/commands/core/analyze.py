@@ -1,8 +1,16 @@
-"""``traceparse analyze``: run the rules on traces and report their findings."""
+"""``traceparse analyze``: run the rules on traces and report their findings.
+
+A run (a rank directory, or a run id) is analysed as one trace of all its
+ranks (:meth:`traceparse.store.Store.load_run`): every rule gives its
+run-level figure, and rules with device tables name each rank's devices
+(``rank 2:0``). ``--scheduler`` computes the measures' per-rank parts on a
+Dask cluster (:mod:`traceparse.distributed`); the findings are the same.
+"""
 
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack, nullcontext
 
 from traceparse.analysis import analyze, parse_settings, worst_severity
 from traceparse.command import Command
@@ -22,20 +30,33 @@ class AnalyzeCommand(Command):
         parser.add_argument("--fail-on", choices=SEVERITIES,
                             help="exit 1 if a finding at or above this severity exists")
         parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+        parser.add_argument("--scheduler", metavar="ADDRESS",
+                            help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
+                                 "(default: $TRACEPARSE_SCHEDULER, else in-process)")
 
     def run(self, args: argparse.Namespace, session) -> int:
         """Analyze each trace; exit 1 when ``--fail-on`` is given and a finding reaches it."""
         settings = parse_settings(args.set or [], session.registry)
         for name in args.rule or []:
             session.registry.rule(name)  # unknown rule names fail before any work
+        from traceparse.distributed import connected, measures_on, scheduler_from
+
+        scheduler = scheduler_from(args.scheduler)
         traces = session.resolve_all(args.traces, fmt=args.format)
         findings = []
-        for trace in traces:
-            findings.extend(analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry))
+        with ExitStack() as stack:
+            client = None
+            if scheduler and any(t.meta.format == "run" for t in traces):
+                client = stack.enter_context(connected(scheduler))
+            for trace in traces:
+                on_cluster = (measures_on(client, session.store, trace)
+                              if client is not None and trace.meta.format == "run" else nullcontext())
+                with on_cluster:
+                    findings.extend(analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu,
+                                            reg=session.registry))
         if args.json:
             self.print_json({
-                "traces": [{"id": t.id, "path": t.meta.path, "format": t.meta.format, "tags": t.meta.tags}
-                           for t in traces],
+                "traces": [_trace_row(t) for t in traces],
                 "findings": [f.to_dict() for f in findings],
             })
         else:
@@ -44,3 +65,12 @@ class AnalyzeCommand(Command):
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0
+
+
+def _trace_row(trace) -> dict:
+    """A trace of ``analyze --json``'s ``traces``; a run adds ``run``: its name, world size and {rank: trace id}."""
+    row = {"id": trace.id, "path": trace.meta.path, "format": trace.meta.format, "tags": trace.meta.tags}
+    run = (trace.meta.extra or {}).get("run") if trace.meta.format == "run" else None
+    if run:
+        row["run"] = {"name": run.get("name"), "world_size": run.get("world_size"), "ranks": run.get("ranks")}
+    return row

@@ -1,10 +1,17 @@
-"""The commands over the store: ``ingest`` traces into it, ``list`` and ``show`` them, ``rm`` them, ``export`` one."""
+"""The commands over the store: ``ingest`` traces into it, ``list`` and ``show`` them, ``rm`` them, ``export`` one.
+
+A run of many ranks (:mod:`traceparse.run`) is stored by ``ingest DIR`` (a
+directory of per-rank files) or ``ingest FILES... --run NAME``; ``list``
+shows runs beside traces, ``show RUN`` lists its ranks, ``rm RUN`` removes it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from rich.panel import Panel
 from rich.table import Table
 
 from traceparse.command import Command
@@ -31,6 +38,47 @@ def meta_row(meta) -> dict:
             "devices": [d.name for d in meta.devices], "warnings": len(meta.warnings)}
 
 
+def run_row(run: dict) -> dict:
+    """One run of ``list --json``: its id, name, world size, ranks and their trace ids (in rank order)."""
+    ranks = sorted(run.get("ranks", {}), key=int)
+    return {"id": run["id"], "name": run.get("name"), "world_size": run.get("world_size"),
+            "ranks": [int(r) for r in ranks], "traces": [run["ranks"][r] for r in ranks],
+            "format": run.get("format"), "backend": run.get("backend"), "events": run.get("event_count"),
+            "tags": run.get("tags", {}), "ingested_at": run.get("ingested_at"), "warnings": len(run.get("warnings", []))}
+
+
+def run_summary(store, run: dict, already_stored: bool = False) -> Panel:
+    """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("run", f"{run['id']}  {run.get('name') or ''}")
+    table.add_row("format", run.get("format") or "")
+    table.add_row("world size", f"{run.get('world_size')} ({len(run.get('ranks', {}))} ranks stored)")
+    if run.get("backend"):
+        table.add_row("backend", run["backend"])
+    for group in run.get("process_groups") or []:
+        table.add_row("process group", f"{group.get('name')} {group.get('desc') or ''} size {group.get('size')}")
+    table.add_row("events", f"{run.get('event_count', 0):,}")
+    paths = [p for ps in (run.get("source_paths") or {}).values() for p in ps]
+    if paths:
+        table.add_row("source", os.path.commonpath([str(Path(p).parent) for p in paths]))
+    if run.get("tags"):
+        table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(run["tags"].items())))
+    ranks = Table(header_style="bold", box=None, padding=(0, 1))
+    for column in ("rank", "trace", "events", "span", "source"):
+        ranks.add_column(column)
+    for rank in sorted(run.get("ranks", {}), key=int):
+        meta = store.rank_meta(run["id"], rank)
+        ranks.add_row(rank, meta.id or "", f"{meta.event_count:,}" if meta.event_count is not None else "-",
+                      fmt_ns((meta.summary or {}).get("span_ns")), Path(meta.path).name if meta.path else "")
+    table.add_row("ranks", ranks)
+    for w in run.get("warnings", []):
+        table.add_row("[yellow]warning[/yellow]", w)
+    title = "already in the store" if already_stored else "ingested"
+    return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
+
+
 class IngestCommand(Command):
     name = "ingest"
     help = "read profiler output into the store"
@@ -41,33 +89,80 @@ class IngestCommand(Command):
         self.add_common_options(parser, json=True, fmt=True)
         parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                             help="tag the trace, e.g. batch=16")
+        parser.add_argument("--run", metavar="NAME",
+                            help="store the paths as one run of many ranks, named NAME (a directory of "
+                                 "per-rank files is a run without it, named after the directory)")
+        parser.add_argument("--jobs", type=int, metavar="N",
+                            help="ranks read at once (default: bounded by the cores and the memory a rank needs; "
+                                 "1 reads in this process)")
+        parser.add_argument("--scheduler", metavar="ADDRESS",
+                            help="read each rank on a Dask cluster: a scheduler address, or local[:N] for a "
+                                 "LocalCluster (default: $TRACEPARSE_SCHEDULER, else in-process)")
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """Ingest each path; print each trace's summary or, with ``--json``, its stored metadata."""
-        results = session.ingest(args.paths, fmt=args.format, tags=parse_tags(args.tag))
+        """Ingest each path (a rank directory, or all paths with ``--run``, as a run); print each summary or,
+        with ``--json``, ``{"traces": [...], "runs": [...]}`` (runs only when there are some)."""
+        from traceparse.distributed import scheduler_from
+
+        if args.jobs is not None and args.jobs < 1:
+            raise InputError(f"--jobs {args.jobs}: expected a number of processes, at least 1")
+        tags = parse_tags(args.tag)
+        scheduler = scheduler_from(args.scheduler)
+        runs, results = [], []
+        if args.run:
+            runs.append(session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
+                                           scheduler=scheduler))
+        else:
+            singles = []
+            for path in args.paths:
+                if session.is_run_path(path, args.format):
+                    runs.append(session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs,
+                                                   scheduler=scheduler))
+                else:
+                    singles.append(path)
+            if singles:
+                results = session.ingest(singles, fmt=args.format, tags=tags)
         if args.json:
-            self.print_json({"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored)
-                                              for r in results]})
+            doc = {"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored) for r in results]}
+            if runs:
+                doc["runs"] = [dict(r.run, already_stored=r.already_stored) for r in runs]
+            self.print_json(doc)
             return 0
         for r in results:
             session.out.print(trace_summary(r.meta, r.already_stored))
+        for r in runs:
+            session.out.print(run_summary(session.store, r.run, r.already_stored))
         return 0
 
 
 class ListCommand(Command):
     name = "list"
-    help = "list the traces in the store"
+    help = "list the traces and runs in the store"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """Only the common options: ``list`` takes no TRACE."""
         self.add_common_options(parser, json=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """A table of the stored traces, or ``{"store", "traces"}`` with ``--json``."""
+        """A table of the stored traces and runs, or ``{"store", "traces", "runs"}`` with ``--json``."""
         metas = session.store.all_meta()
+        runs = session.store.all_runs()
         if args.json:
-            self.print_json({"store": str(session.store.root), "traces": [meta_row(m) for m in metas]})
+            self.print_json({"store": str(session.store.root), "traces": [meta_row(m) for m in metas],
+                             "runs": [run_row(r) for r in runs]})
             return 0
+        if runs:
+            table = Table(header_style="bold", title="runs")
+            for column in ("id", "name", "format", "world size", "ranks", "events", "tags"):
+                table.add_column(column, overflow="fold")
+            for r in map(run_row, runs):
+                shown = ", ".join(map(str, r["ranks"][:8])) + (" ..." if len(r["ranks"]) > 8 else "")
+                table.add_row(r["id"], r["name"] or "", r["format"] or "", str(r["world_size"]), shown,
+                              f"{r['events']:,}" if r["events"] is not None else "-",
+                              " ".join(f"{k}={v}" for k, v in r["tags"].items()))
+            session.out.print(table)
+            if not metas:
+                return 0
         if not metas:
             session.out.print(f"The store {session.store.root} is empty.")
             return 0
@@ -84,14 +179,30 @@ class ListCommand(Command):
 
 class ShowCommand(Command):
     name = "show"
-    help = "show one trace's metadata"
+    help = "show one trace's (or run's) metadata"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        """One TRACE and the common options."""
+        """One TRACE (or RUN) and the common options."""
         self.add_common_options(parser, traces="1", json=True, fmt=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """The trace's summary, or its whole stored metadata with ``--json``."""
+        """The trace's summary, or its whole stored metadata with ``--json``; for a run, its ranks
+        (``--json``: ``{"run": run metadata, "ranks": [{"rank", "trace", ...rank metadata}]}``)."""
+        run_id = None
+        if not Path(args.trace).exists():
+            kind, ref_id = session.store.resolve(args.trace)
+            run_id = ref_id if kind == "run" else None
+        elif session.is_run_path(args.trace, args.format):
+            run_id = session.ingest_run([args.trace], fmt=args.format).run["id"]
+        if run_id is not None:
+            run = session.store.run_meta(run_id)
+            if args.json:
+                ranks = [dict(rank=int(r), trace=run["ranks"][r], **session.store.rank_meta(run_id, r).to_dict())
+                         for r in sorted(run["ranks"], key=int)]
+                self.print_json({"run": run, "ranks": ranks})
+            else:
+                session.out.print(run_summary(session.store, run, already_stored=True))
+            return 0
         trace = session.resolve(args.trace, fmt=args.format)[0]
         if args.json:
             self.print_json(trace.meta.to_dict())
@@ -102,18 +213,22 @@ class ShowCommand(Command):
 
 class RmCommand(Command):
     name = "rm"
-    help = "remove traces from the store"
+    help = "remove traces (or runs) from the store"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        """One or more TRACE ids (or prefixes) and the common options."""
-        self.add_common_options(parser, traces="+", json=True, trace_help="store ids (or unique prefixes)")
+        """One or more TRACE or RUN ids (or prefixes) and the common options."""
+        self.add_common_options(parser, traces="+", json=True,
+                                trace_help="store ids (or unique prefixes) of traces or runs")
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """Remove each trace; every id is resolved first, so one unknown id removes nothing."""
-        ids = [session.store.resolve_id(ref) for ref in args.traces]
+        """Remove each trace or run; every id is resolved first, so one unknown id removes nothing."""
+        ids = [session.store.resolve(ref) for ref in args.traces]
         removed = []
-        for trace_id in dict.fromkeys(ids):
-            session.store.remove(trace_id)
+        for kind, trace_id in dict.fromkeys(ids):
+            if kind == "run":
+                session.store.remove_run(trace_id)
+            else:
+                session.store.remove(trace_id)
             removed.append(trace_id)
             if not args.json:
                 session.out.print(f"removed {trace_id}")

@@ -1,0 +1,365 @@
+"""Runs of many ranks: rank detection, refusals, the stored run, list/show/rm, load_run, analyze RUN, Dask.
+
+Figures are checked against independent computations: the per-rank traces
+read on their own (``read_paths``), and each rank analysed alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, run_cli
+from traceparse.analysis import analyze
+from traceparse.ingest import read_paths
+from traceparse.plugins import registry
+from traceparse.run import (choose_workers, device_label, ingest_run, rank_from_name, rank_from_trace, rank_labels,
+                            run_id_for)
+from traceparse.sources import sha256_of
+from traceparse.store import Store, trace_id_for
+from traceparse.trace import TraceMeta
+
+MULTIRANK = Path(__file__).resolve().parents[2] / "shared" / "samples" / "multirank"
+BALANCED = MULTIRANK / "gloo4_resnet18_bs16"
+SLOW = MULTIRANK / "gloo4_resnet18_bs16_slow_rank2"
+needs_samples = pytest.mark.skipif(not BALANCED.is_dir(), reason="shared multirank samples not present")
+
+
+def kineto(rank: int | None, world_size: int | None = None, start_us: int = 1, name: str = "k") -> dict:
+    """A small Kineto document: two kernels and one copy on device 0, with distributedInfo when ``rank`` is given."""
+    doc = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": start_us, "dur": 2,
+         "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": name + "2", "pid": 0, "tid": 7, "ts": start_us + 5, "dur": 3,
+         "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+         "ts": start_us + 10, "dur": 1, "args": {"device": 0, "stream": 7, "bytes": 4096}}]}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world_size}
+    return doc
+
+
+def write(path: Path, doc: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def nothing_stored(store: Path) -> None:
+    """No run and no trace in the store, and no partial entry left under tmp/."""
+    s = Store(store)
+    assert s.run_ids() == [] and s.ids() == []
+    assert not (store / "tmp").exists() or not any((store / "tmp").iterdir())
+
+
+def ingest_json(*args: str) -> dict:
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# -- rank detection ---------------------------------------------------------
+@pytest.mark.parametrize("name, rank", [
+    ("rank3.json.gz", 3), ("rank_12.pt.trace.json", 12), ("worker-RANK-7.json", 7), ("trace_r5.json", 5),
+    ("host.r0.json", 0), ("profile.4.0.0", 4), ("report.11.nsys-rep", 11), ("trace.json", None),
+    ("resnet18_bs16.json.gz", None), ("run2.json", None)])
+def test_rank_from_file_name(name, rank):
+    assert rank_from_name(name) == rank
+
+
+def test_rank_from_the_trace_itself():
+    assert rank_from_trace(TraceMeta(distributed={"rank": 5, "world_size": 8}, tags={"rank": "2"})) == 5
+    assert rank_from_trace(TraceMeta(tags={"rank": "2"})) == 2
+    assert rank_from_trace(TraceMeta(format="tau"), pids=[3]) == 3     # one TAU node
+    assert rank_from_trace(TraceMeta(format="tau"), pids=[0, 1]) is None  # a profile of several nodes
+    assert rank_from_trace(TraceMeta(format="nsys"), pids=[4242]) is None  # a process id is not a rank
+    assert rank_from_trace(TraceMeta()) is None
+
+
+def test_distributed_info_gives_rank_and_world_size_and_beats_the_file_name(tmp_path):
+    d = tmp_path / "job"
+    write(d / "rank7.json", kineto(rank=1, world_size=2))   # the trace says 1: it wins, with a warning
+    write(d / "x.json", kineto(rank=0, world_size=2, start_us=3))
+    result = ingest_run([d], store=Store(tmp_path / "s"), jobs=1)
+    run = result.run
+    assert run["world_size"] == 2 and run["backend"] == "nccl" and run["name"] == "job"
+    assert run["rank_from"] == {"0": "trace", "1": "trace"}
+    assert run["source_paths"]["1"] == [str(d / "rank7.json")]
+    assert result.warnings == ["rank7.json: the trace says rank 1, the file name 7; rank 1 is used"]
+
+
+def test_file_name_gives_the_rank_when_the_trace_does_not(tmp_path):
+    d = tmp_path / "job"
+    write(d / "trace_r1.json", kineto(rank=None, start_us=4))
+    write(d / "trace_r0.json", kineto(rank=None))
+    run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
+    assert run["rank_from"] == {"0": "file name", "1": "file name"}
+    assert run["world_size"] == 2 and run["backend"] is None
+    events = Store(tmp_path / "s").load_run(run["id"]).events
+    assert events.group_by("rank").len().sort("rank").rows() == [(0, 3), (1, 3)]
+
+
+def test_no_rank_anywhere_is_an_error_naming_the_file(tmp_path):
+    d = tmp_path / "job"
+    write(d / "a.json", kineto(rank=0, world_size=2))
+    write(d / "b.json", kineto(rank=None, start_us=9))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"traceparse: error: {d / 'b.json'}: no rank:")
+    nothing_stored(tmp_path / "s")
+
+
+# -- refusals: nothing half-stored -------------------------------------------
+def test_duplicate_ranks_are_refused(tmp_path):
+    d = tmp_path / "job"
+    write(d / "a.json", kineto(rank=0, world_size=2))
+    write(d / "b.json", kineto(rank=0, world_size=2, start_us=50))
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2
+    assert err == f"traceparse: error: {d / 'b.json'}: rank 0 again (also {d / 'a.json'})\n"
+    nothing_stored(tmp_path / "s")
+
+
+def test_the_same_file_twice_is_refused(tmp_path):
+    a = write(tmp_path / "rank0.json", kineto(rank=None))
+    b = tmp_path / "rank1.json"
+    shutil.copy(a, b)
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(a), str(b), "--run", "twice")
+    assert code == 2 and err == f"traceparse: error: {b}: the same content as {a}: one rank given twice\n"
+    nothing_stored(tmp_path / "s")
+
+
+def test_ranks_missing_from_the_world_size_are_a_warning(tmp_path):
+    d = tmp_path / "job"
+    write(d / "rank0.json", kineto(rank=0, world_size=4))
+    write(d / "rank1.json", kineto(rank=1, world_size=4, start_us=2))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d), "--json")
+    assert code == 0
+    assert err == "traceparse: warning: 2 of 4 ranks missing from the run: 2, 3\n"
+    run = json.loads(out)["runs"][0]
+    assert run["world_size"] == 4 and sorted(run["ranks"]) == ["0", "1"] and run["already_stored"] is False
+
+
+def test_a_rank_beyond_the_world_size_is_refused(tmp_path):
+    d = tmp_path / "job"
+    write(d / "rank0.json", kineto(rank=0, world_size=2))
+    write(d / "rank5.json", kineto(rank=5, world_size=2, start_us=2))
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2 and err == f"traceparse: error: {d / 'rank5.json'}: rank 5 is outside the world size 2\n"
+    nothing_stored(tmp_path / "s")
+
+
+def test_mixed_formats_are_refused(tmp_path):
+    d = tmp_path / "job"
+    write(d / "rank0.json", kineto(rank=0, world_size=2))
+    shutil.copy(FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz", d / "rank1.sqlite.gz")
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2
+    assert err == f"traceparse: error: {d / 'rank1.sqlite.gz'}: mixed formats in one run: rank0.json is torch, " \
+                  "rank1.sqlite.gz is nsys\n"
+    nothing_stored(tmp_path / "s")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_one_unreadable_rank_stores_nothing(tmp_path, jobs):
+    d = tmp_path / "job"
+    write(d / "rank0.json", kineto(rank=0, world_size=2))
+    bad = kineto(rank=1, world_size=2)
+    bad["traceEvents"][1]["ts"] = "x1"
+    write(d / "rank1.json", bad)
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d), "--jobs", jobs)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"traceparse: error: {d / 'rank1.json'}: traceEvents[1].ts:")
+    nothing_stored(tmp_path / "s")
+
+
+# -- the stored run ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def slow_store(tmp_path_factory):
+    """The slow-rank2 sample run, ingested once (in this process)."""
+    if not SLOW.is_dir():
+        pytest.skip("shared multirank samples not present")
+    root = tmp_path_factory.mktemp("runs")
+    result = ingest_run([SLOW], store=Store(root), jobs=1)
+    return Store(root), result.run
+
+
+@needs_samples
+def test_run_metadata_and_layout(slow_store):
+    store, run = slow_store
+    files = [SLOW / f"rank{r}.json.gz" for r in range(4)]
+    assert run["id"] == run_id_for([sha256_of([f]) for f in files])
+    assert run["ranks"] == {str(r): trace_id_for(sha256_of([f])) for r, f in enumerate(files)}
+    assert (run["name"], run["format"], run["world_size"], run["backend"]) == \
+        ("gloo4_resnet18_bs16_slow_rank2", "torch", 4, "gloo")
+    for r in range(4):
+        assert (store.runs_dir / run["id"] / f"rank={r}" / "events.parquet").is_file()
+        assert store.rank_meta(run["id"], r).id == run["ranks"][str(r)]
+    assert store.ids() == []  # ranks are partitions of the run, not loose traces
+
+
+@needs_samples
+def test_load_run_is_the_rank_traces_concatenated(slow_store):
+    store, run = slow_store
+    combined = store.load_run(run["id"])
+    assert combined.meta.format == "run" and combined.id == run["id"]
+    assert combined.meta.extra["run"]["ranks"] == run["ranks"]
+    assert combined.meta.distributed == {"world_size": 4, "backend": "gloo", "process_groups": []}
+    expected = []
+    for r in range(4):
+        alone = read_paths([SLOW / f"rank{r}.json.gz"])[0].events
+        expected.append(alone.with_columns(trace_id=pl.lit(run["ranks"][str(r)]),
+                                           rank=pl.lit(r, dtype=pl.Int32)))
+    assert combined.events.equals(pl.concat(expected))
+    assert rank_labels(combined) == {tid: int(r) for r, tid in run["ranks"].items()}
+    assert device_label(rank_labels(combined), run["ranks"]["2"], 0) == "rank 2:0"
+    assert device_label({}, "x", None) == "?"
+
+
+@needs_samples
+def test_analyze_run_runs_every_rule_and_gives_run_level_and_per_rank_figures(slow_store):
+    store, run = slow_store
+    combined = store.load_run(run["id"])
+    findings = analyze(combined)
+    applicable = {r.name for r in registry().rules.values() if r.applies_to(combined)}
+    assert {f.rule for f in findings} == applicable and len(applicable) >= 10
+    by_rule = {f.rule: f for f in findings}
+    ranks = [store.load_rank(run["id"], r) for r in range(4)]
+    alone = [{f.rule: f for f in analyze(t)} for t in ranks]
+    # the run-level figure is the sum over ranks; the device table has one row per rank, equal to that rank alone
+    for rule, keys in (("gpu-idle", ("span_ns", "busy_ns", "idle_ns", "gaps")),
+                       ("low-kernel-concurrency", ("kernel_busy_ns", "concurrent_ns")),
+                       ("low-memcpy-overlap", ("memcpy_time_ns", "overlapped_ns"))):
+        metrics = by_rule[rule].metrics
+        for key in keys:
+            assert metrics[key] == sum(a[rule].metrics[key] for a in alone), (rule, key)
+        assert list(metrics["devices"]) == [f"rank {r}:0" for r in range(4)]
+        for r in range(4):
+            assert metrics["devices"][f"rank {r}:0"] == alone[r][rule].metrics["devices"]["0"]
+    gaps = by_rule["gpu-idle"]
+    assert gaps.columns[0].key == "rank" and {i["rank"] for i in gaps.items} <= {0, 1, 2, 3}
+    assert gaps.items[0]["length_ns"] == max(a["gpu-idle"].items[0]["length_ns"] for a in alone)
+
+
+@needs_samples
+@pytest.mark.parametrize("sample", ["gloo4_resnet18_bs16", "gloo4_resnet18_bs16_slow_rank2"])
+def test_cli_analyze_of_each_sample_run(tmp_path, sample):
+    store = str(tmp_path / "s")
+    doc = ingest_json("--store", store, "ingest", str(MULTIRANK / sample))
+    run = doc["runs"][0]
+    assert doc["traces"] == [] and run["name"] == sample and sorted(run["ranks"]) == ["0", "1", "2", "3"]
+    result = ingest_json("--store", store, "analyze", run["id"][:6])
+    assert result["traces"][0]["format"] == "run"
+    assert result["traces"][0]["run"] == {"name": sample, "world_size": 4, "ranks": run["ranks"]}
+    assert {f["trace"] for f in result["findings"]} == {run["id"]}
+    assert len({f["rule"] for f in result["findings"]}) >= 10
+    # the run's name, the directory again and no argument (the last ingested) name the same run
+    assert ingest_json("--store", store, "analyze", sample) == result
+    assert ingest_json("--store", store, "analyze", str(MULTIRANK / sample)) == result
+    assert ingest_json("--store", store, "analyze") == result
+
+
+# -- list / show / rm ---------------------------------------------------------
+def test_list_show_rm_of_runs(tmp_path):
+    store = str(tmp_path / "s")
+    files = [write(tmp_path / f"w{r}" / f"trace_r{r}.json", kineto(rank=None, start_us=r + 1)) for r in range(3)]
+    loose = write(tmp_path / "single.json", kineto(rank=None, start_us=40))
+    ingested = ingest_json("--store", store, "ingest", *map(str, files), "--run", "three", "--tag", "exp=a")
+    run = ingested["runs"][0]
+    ingest_json("--store", store, "ingest", str(loose))
+    listed = ingest_json("--store", store, "list")
+    assert [t["path"] for t in listed["traces"]] == [str(loose)]
+    assert listed["runs"] == [{
+        "id": run["id"], "name": "three", "world_size": 3, "ranks": [0, 1, 2],
+        "traces": [run["ranks"][str(r)] for r in range(3)], "format": "torch", "backend": None, "events": 9,
+        "tags": {"exp": "a"}, "ingested_at": run["ingested_at"], "warnings": 0}]
+    shown = ingest_json("--store", store, "show", "three")
+    assert shown["run"]["id"] == run["id"]
+    assert [(r["rank"], r["trace"], r["id"], r["event_count"], r["source_paths"]) for r in shown["ranks"]] == \
+        [(r, run["ranks"][str(r)], run["ranks"][str(r)], 3, [str(files[r])]) for r in range(3)]
+    code, out, _ = run_cli("--store", store, "show", run["id"])
+    assert code == 0 and "world size  3 (3 ranks stored)" in out and "trace_r2.json" in out
+    again = ingest_json("--store", store, "ingest", *map(str, files), "--run", "three")
+    assert again["runs"][0]["already_stored"] is True and again["runs"][0]["id"] == run["id"]
+    assert ingest_json("--store", store, "rm", run["id"][:5])["removed"] == [run["id"]]
+    assert ingest_json("--store", store, "list")["runs"] == []
+    code, _, err = run_cli("--store", store, "show", "three")
+    assert code == 2 and "three: no such file, and no trace with this id" in err
+
+
+# -- parallel, bounded ------------------------------------------------------
+@needs_samples
+def test_process_pool_gives_the_same_run_as_in_process(tmp_path, slow_store):
+    store, run = slow_store
+    pooled = Store(tmp_path / "s")
+    result = ingest_run([SLOW], store=pooled, jobs=2)
+    assert result.run["ranks"] == run["ranks"] and result.run["id"] == run["id"]
+    assert pooled.load_run(run["id"]).events.equals(store.load_run(run["id"]).events)
+
+
+def test_workers_are_bounded_by_cores_and_memory(tmp_path, monkeypatch):
+    import traceparse.run as run_module
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b"x" * (80 * 2**20))
+    ranks = [[big]] * 64
+    monkeypatch.setattr(run_module.os, "sched_getaffinity", lambda _: set(range(16)))
+    monkeypatch.setattr(run_module, "available_memory", lambda: 100 * 2**30)
+    assert choose_workers(ranks) == 16                      # cores bound
+    need = run_module.rank_memory([big])
+    assert need == 300 * 2**20 + 4 * 80 * 2**20
+    monkeypatch.setattr(run_module, "available_memory", lambda: 3 * need)
+    assert choose_workers(ranks) == 1                        # half of 3 ranks' memory: one at a time
+    monkeypatch.setattr(run_module, "available_memory", lambda: 10 * need)
+    assert choose_workers(ranks) == 5
+    assert choose_workers(ranks, jobs=3) == 3 and choose_workers(ranks[:2], jobs=8) == 2
+    small = write(tmp_path / "s.json", kineto(rank=0))
+    assert choose_workers([[small]] * 64) == 1               # a small run is read in this process
+
+
+def test_gzip_rank_memory_uses_the_uncompressed_size(tmp_path):
+    from traceparse.run import input_bytes
+
+    path = tmp_path / "rank0.json.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b" " * 1_000_000)
+    assert input_bytes([path]) == 1_000_000
+
+
+# -- Dask -------------------------------------------------------------------
+@needs_samples
+def test_dask_local_cluster_gives_the_same_json_as_in_process(tmp_path):
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    from traceparse import distributed as dist
+
+    inproc, ondask = str(tmp_path / "a"), str(tmp_path / "b")
+    plain = ingest_json("--store", inproc, "ingest", str(BALANCED))["runs"][0]
+    expected = ingest_json("--store", inproc, "analyze", plain["id"])
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        address = cluster.scheduler_address
+        via = ingest_json("--store", ondask, "ingest", str(BALANCED), "--scheduler", address)["runs"][0]
+        assert via["ranks"] == plain["ranks"] and via["id"] == plain["id"]
+        assert Store(ondask).load_run(via["id"]).events.equals(Store(inproc).load_run(plain["id"]).events)
+        got = ingest_json("--store", ondask, "analyze", via["id"], "--scheduler", address)
+        # the measures really ran on the workers: each read ranks of the run
+        cached = client.run(lambda: dist._rank_events.cache_info().currsize)
+        assert len(cached) == 2 and sum(cached.values()) >= 2
+    assert got == expected
+
+
+def test_scheduler_without_a_reachable_cluster_is_one_line(tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    write(tmp_path / "job" / "rank0.json", kineto(rank=0, world_size=1))
+    monkeypatch.setenv("TRACEPARSE_SCHEDULER", "local:x")
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(tmp_path / "job"))
+    assert code == 2 and err == "traceparse: error: --scheduler 'local:x': expected local or local:N " \
+                                "(N worker processes)\n"
+    nothing_stored(tmp_path / "s")

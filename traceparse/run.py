@@ -1,0 +1,456 @@
+"""A run: the traces of the ranks of one distributed job, stored together.
+
+``traceparse ingest DIR`` (a directory of per-rank files that no reader
+claims as one trace) or ``traceparse ingest FILES... --run NAME`` stores a
+run (:func:`ingest_run`):
+
+1. **Plan.** The files are sniffed and grouped as for any ingest
+   (:func:`traceparse.ingest.plan`); each group is one rank. Every rank must
+   be of one format ("mixed formats" is an error naming two files), and no
+   two ranks may have the same content.
+2. **Read, in parallel, bounded.** Each rank is read and written to its own
+   partition under ``STORE/tmp/`` by :func:`ingest_rank`: in a process pool
+   (by default), in this process (``jobs=1``), or on a Dask cluster
+   (``scheduler``, see :mod:`traceparse.distributed`). Workers are bounded
+   by the cores and by the memory one rank needs (:func:`choose_workers`),
+   so only that many ranks are in memory at once, whatever the run's size.
+3. **Name the ranks.** A rank's number comes from the trace itself where it
+   says (:func:`rank_from_trace`: ``meta.distributed["rank"]``, the torch
+   reader's ``rank`` tag, a TAU profile's single node), else from the file
+   name (:func:`rank_from_name`: ``rank3``, ``_r3``, ``.3.``), else it is an
+   error naming the file. Duplicate ranks are an error naming both files;
+   ranks missing from the world size, or world sizes that disagree, are
+   warnings.
+4. **Store, atomically.** :meth:`traceparse.store.Store.commit_run` renames
+   the whole run into place at once: a failure anywhere leaves nothing.
+
+:meth:`traceparse.store.Store.load_run` gives the run as one trace (every
+rank's rows, each with its ``rank`` and its own ``trace_id``), so every rule
+and measure runs on a run unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from contextlib import nullcontext
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable
+
+import polars as pl
+
+from traceparse.errors import InputError, TraceparseError
+from traceparse.ingest import plan, read_group
+from traceparse.plugins import Registry, registry as default_registry
+from traceparse.sources import sha256_of
+from traceparse.store import Store, trace_id_for, write_partition
+from traceparse.trace import Trace, TraceMeta
+
+#: File-name patterns that give a rank, tried in order on the file (or directory) name.
+RANK_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
+    ("rank3", re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)),
+    ("_r3", re.compile(r"(?:^|[_.-])r(\d+)(?=[_.-]|$)", re.IGNORECASE)),
+    (".3.", re.compile(r"\.(\d+)\.")),
+)
+#: Most ranks a worker process reads before it is replaced (returns its memory to the system).
+TASKS_PER_WORKER = 16
+#: Memory one rank needs, as a multiple of its uncompressed size, plus a worker's own base.
+BYTES_PER_INPUT_BYTE = 4
+WORKER_BASE_BYTES = 300 * 2**20
+#: A run whose inputs are smaller than this in all (uncompressed) is read in-process.
+SMALL_RUN_BYTES = 64 * 2**20
+#: Share of the available memory the workers may plan to use.
+MEMORY_SHARE = 0.5
+
+
+@dataclass
+class RunResult:
+    """What one run ingest did: the run's metadata and whether it was already stored."""
+
+    run: dict[str, Any]
+    already_stored: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+# -- ranks ------------------------------------------------------------------
+def rank_from_name(path: Path | str) -> int | None:
+    """The rank a file name gives (``rank3``, ``rank_3``, ``_r3``, ``.3.``), or None.
+
+    >>> [rank_from_name(p) for p in ("rank3.json.gz", "trace_r12.json", "profile.5.0.0", "gpu.json")]
+    [3, 12, 5, None]
+    """
+    name = Path(path).name
+    for _, pattern in RANK_PATTERNS:
+        match = pattern.search(name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def rank_from_trace(meta: TraceMeta, pids: list[int] | None = None) -> int | None:
+    """The rank the trace itself gives, or None.
+
+    ``meta.distributed["rank"]`` (Kineto ``distributedInfo``), else the
+    ``rank`` tag (the torch reader sets it from the same place), else, for a
+    TAU profile of exactly one node, that node (``pids``: the distinct
+    ``pid`` values of its rows). An nsys report names a process, not a rank:
+    its rank comes from the file name.
+    """
+    for value in (meta.distributed.get("rank"), meta.tags.get("rank")):
+        if value is not None and str(value).strip().lstrip("-").isdigit():
+            return int(value)
+    if meta.format == "tau" and pids is not None and len(pids) == 1 and pids[0] is not None:
+        return int(pids[0])
+    return None
+
+
+def world_size_of(meta: TraceMeta) -> int | None:
+    """The world size the trace gives (``meta.distributed`` or the ``world_size`` tag), or None."""
+    for value in (meta.distributed.get("world_size"), meta.tags.get("world_size")):
+        if value is not None and str(value).strip().isdigit():
+            return int(value)
+    return None
+
+
+def rank_labels(trace: Trace) -> dict[str, int]:
+    """{trace_id: rank} of a run's combined trace; {} for a trace that is not a run."""
+    run = (trace.meta.extra or {}).get("run") if trace.meta.format == "run" else None
+    if not run:
+        return {}
+    return {trace_id: int(rank) for rank, trace_id in run.get("ranks", {}).items()}
+
+
+def device_label(ranks: dict[str, int], trace_id: str | None, device_id: int | None) -> str:
+    """How a device is named in a rule's device table: ``"0"`` in one trace, ``"rank 2:0"`` in a run.
+
+    ``ranks`` is :func:`rank_labels` of the trace; a device with no id is ``?``.
+    """
+    device = "?" if device_id is None else str(device_id)
+    if not ranks or trace_id not in ranks:
+        return device
+    return f"rank {ranks[trace_id]}:{device}"
+
+
+def in_rank_order(frame: pl.DataFrame, ranks: dict[str, int]) -> pl.DataFrame:
+    """A measure's per-device frame (``trace_id``, ``device_id``) in rank then device order; unchanged outside a run."""
+    if not ranks:
+        return frame
+    order = frame["trace_id"].replace_strict(ranks, default=None, return_dtype=pl.Int64)
+    return (frame.with_columns(order.alias("__rank")).sort(["__rank", "device_id"], nulls_last=False)
+            .drop("__rank"))
+
+
+# -- planning ---------------------------------------------------------------
+def rank_inputs(paths: list[Path]) -> list[Path]:
+    """The inputs of a run: a directory's entries (sorted, hidden ones left out), or the files given."""
+    if len(paths) == 1 and paths[0].is_dir():
+        entries = sorted(p for p in paths[0].iterdir() if not p.name.startswith("."))
+        if not entries:
+            raise InputError(f"{paths[0]}: the directory is empty")
+        return entries
+    return paths
+
+
+def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> list[tuple[str, list[Path]]]:
+    """The ranks of a run: (reader name, paths) per rank, every rank of one format.
+
+    Raises a one-line :class:`InputError` naming the files for mixed formats.
+    """
+    reg = reg or default_registry()
+    groups = plan(rank_inputs(paths), fmt, reg)
+    formats: dict[str, Path] = {}
+    for reader, group in groups:
+        formats.setdefault(reader.name, group[0])
+    if len(formats) > 1:
+        (a, pa), (b, pb) = list(formats.items())[:2]
+        raise InputError(f"{pb}: mixed formats in one run: {pa.name} is {a}, {pb.name} is {b}")
+    return [(reader.name, group) for reader, group in groups]
+
+
+def is_rank_directory(path: Path, fmt: str = "auto", reg: Registry | None = None) -> bool:
+    """True when ``path`` is a directory no reader reads as one trace, and its entries are several traces."""
+    if not path.is_dir():
+        return False
+    reg = reg or default_registry()
+    try:
+        groups = plan([path], fmt, reg)
+    except InputError:
+        groups = []
+    if groups:
+        return False  # a reader reads the directory itself (a TAU profile, an nsys CSV capture)
+    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    return len(entries) >= 1
+
+
+# -- memory and workers -----------------------------------------------------
+def input_bytes(paths: list[Path]) -> int:
+    """The uncompressed size of a rank's input (gzip: its trailer's size field; else the file size)."""
+    total = 0
+    for path in paths:
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        for f in files:
+            size = f.stat().st_size
+            try:
+                with open(f, "rb") as fh:
+                    if fh.read(2) == b"\x1f\x8b" and size >= 18:
+                        fh.seek(-4, os.SEEK_END)
+                        isize = int.from_bytes(fh.read(4), "little")  # modulo 4 GiB
+                        size = isize if isize >= size else size * 10
+            except OSError:
+                pass
+            total += size
+    return total
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (``MemAvailable``; a cgroup limit when lower)."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+            if text.isdigit():
+                avail = min(avail, int(text))
+        except OSError:
+            pass
+    return avail
+
+
+def rank_memory(paths: list[Path]) -> int:
+    """The memory reading one rank takes, estimated from its input size (see :data:`BYTES_PER_INPUT_BYTE`)."""
+    return WORKER_BASE_BYTES + BYTES_PER_INPUT_BYTE * input_bytes(paths)
+
+
+def choose_workers(ranks: list[list[Path]], jobs: int | None = None) -> int:
+    """How many ranks to read at once: ``jobs`` if given, else bounded by the cores and by memory.
+
+    A run smaller than :data:`SMALL_RUN_BYTES` in all is read in this
+    process. Otherwise at most the cores, the number of ranks, and the number of the largest
+    rank's memory (:func:`rank_memory`) that fits in :data:`MEMORY_SHARE` of
+    the available memory; at least 1.
+    """
+    if jobs:
+        return max(1, min(jobs, len(ranks)))
+    if sum(input_bytes(r) for r in ranks) < SMALL_RUN_BYTES:
+        return 1  # starting worker processes would cost more than reading a few small ranks here
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    need = max((rank_memory(r) for r in ranks), default=WORKER_BASE_BYTES)
+    by_memory = int(available_memory() * MEMORY_SHARE // need)
+    return max(1, min(cores, len(ranks), by_memory))
+
+
+# -- one rank ---------------------------------------------------------------
+def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params: dict | None = None,
+                sha256: str | None = None) -> dict[str, Any]:
+    """Read one rank and write it to ``tmp/part-<index>``; return {index, rank, rank_from, world_size, meta}.
+
+    Runs in a worker (process pool or Dask): everything it takes and gives is
+    plain data. The ``rank`` column is set on every row as the batches are
+    written, from what the trace says by then (for torch, the header before
+    the events); if the trace says otherwise by its end, the column is
+    rewritten. A rank no source gives is an :class:`InputError` naming the file.
+    """
+    reg = default_registry()
+    files = [Path(p) for p in paths]
+    try:
+        trace = read_group(reg.readers[reader_name], files, params=params, sha256=sha256)
+        from_name = rank_from_name(files[0])
+        used: set = set()
+
+        def current() -> int | None:
+            rank = rank_from_trace(trace.meta)
+            return rank if rank is not None else from_name
+
+        def stamped():
+            for batch in trace.batches():
+                rank = current()
+                used.add(rank)
+                yield batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+
+        part = Path(tmp) / f"part-{index}"
+        meta = write_partition(Trace(stamped(), trace.meta), part)
+        pids = None
+        if meta.format == "tau":
+            pids = pl.scan_parquet(part / "events.parquet").select(pl.col("pid").drop_nulls().unique()) \
+                .collect()["pid"].to_list()
+        rank = rank_from_trace(meta, pids)
+        rank_from = "trace"
+        if rank is None:
+            rank, rank_from = from_name, "file name"
+        if rank is None:
+            raise InputError(f"{files[0]}: no rank: the trace does not say (no distributedInfo rank) and the file "
+                             "name has none (rank3, _r3, .3.)")
+        if used != {rank}:  # the trace said its rank only after some rows were written
+            events_path = part / "events.parquet"
+            frame = pl.read_parquet(events_path).with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+            frame.write_parquet(events_path, compression="zstd", compression_level=1)
+        if from_name is not None and rank_from == "trace" and from_name != rank:
+            meta.warnings.append(f"{files[0].name}: the trace says rank {rank}, the file name {from_name}; "
+                                 f"rank {rank} is used")
+    except TraceparseError as exc:
+        message = str(exc)
+        raise InputError(message if str(files[0]) in message else f"{files[0]}: {message}") from None
+    except Exception as exc:  # a reader's crash on one rank names that rank's file
+        raise InputError(f"{files[0]}: cannot read this rank: {type(exc).__name__}: {exc}") from None
+    return {"index": index, "rank": rank, "rank_from": rank_from, "world_size": world_size_of(meta),
+            "meta": meta.to_dict()}
+
+
+# -- the run ----------------------------------------------------------------
+def run_id_for(shas: list[str]) -> str:
+    """The id of a run: from its ranks' content hashes, whatever their order or file names."""
+    outer = hashlib.sha256(b"traceparse run\n")
+    for sha in sorted(shas):
+        outer.update(f"{sha}\n".encode())
+    return trace_id_for(outer.hexdigest())
+
+
+def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None, fmt: str = "auto",
+               params: dict | None = None, jobs: int | None = None, scheduler: str | None = None,
+               tags: dict[str, str] | None = None, progress_factory=None, reg: Registry | None = None) -> RunResult:
+    """Store the ranks in ``paths`` (a rank directory, or one file or capture per rank) as one run.
+
+    ``jobs`` fixes the number of worker processes (1: read in this
+    process); by default :func:`choose_workers` picks it. ``scheduler`` sends
+    each rank to a Dask cluster instead (an address, or ``"local"``).
+    ``progress_factory(description, total_ranks)`` may return a context
+    manager yielding an ``advance(n)`` callable, called once per rank read.
+    ``tags`` label the run (``run["tags"]``). Nothing is stored unless every rank is read and the ranks are consistent.
+    """
+    reg = reg or default_registry()
+    paths = [Path(p) for p in paths]
+    ranks = plan_run(paths, fmt, reg)
+    shas = [sha256_of(group) for _, group in ranks]
+    seen: dict[str, Path] = {}
+    for sha, (_, group) in zip(shas, ranks):
+        if sha in seen:
+            raise InputError(f"{group[0]}: the same content as {seen[sha]}: one rank given twice")
+        seen[sha] = group[0]
+    run_id = run_id_for(shas)
+    if name is None:
+        name = paths[0].name if len(paths) == 1 and paths[0].is_dir() else run_id
+    if store.has_run(run_id):
+        store.set_last(run_id)
+        return RunResult(store.run_meta(run_id), already_stored=True)
+    tmp = store.fresh_tmp()
+    try:
+        tasks = [(str(tmp), i, reader_name, [str(p) for p in group], params, sha)
+                 for i, ((reader_name, group), sha) in enumerate(zip(ranks, shas))]
+        bar = progress_factory(f"ranks of {name}", len(tasks)) if progress_factory else nullcontext(None)
+        with bar as advance:
+            if scheduler:
+                from traceparse.distributed import map_ingest
+
+                results = map_ingest(scheduler, tasks, advance)
+            else:
+                workers = choose_workers([group for _, group in ranks], jobs)
+                results = _map_local(tasks, workers, advance)
+        run, warnings = _assemble(run_id, name, ranks, results, tmp)
+        run["tags"] = dict(tags or {})
+        run = store.commit_run(tmp, run)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return RunResult(run, already_stored=False, warnings=warnings)
+
+
+def _map_local(tasks: list[tuple], workers: int, advance: Callable | None) -> list[dict]:
+    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``.
+
+    At most ``workers`` ranks are in flight; the first error cancels the rest.
+    """
+    results = []
+    if workers <= 1:
+        for task in tasks:
+            results.append(ingest_rank(*task))
+            if advance:
+                advance(1)
+        return results
+    pending: set[Future] = set()
+    queue = list(reversed(tasks))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             max_tasks_per_child=TASKS_PER_WORKER) as pool:
+        try:
+            while queue or pending:
+                while queue and len(pending) < workers:
+                    pending.add(pool.submit(ingest_rank, *queue.pop()))
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    results.append(future.result())
+                    if advance:
+                        advance(1)
+        except BrokenProcessPool:
+            raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
+                                  "--jobs 1 reads one rank at a time in this process") from None
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return results
+
+
+def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], results: list[dict],
+              tmp: Path) -> tuple[dict, list[str]]:
+    """Check the ranks' numbers, move each partition to ``rank=N`` and build the run metadata."""
+    results = sorted(results, key=lambda r: r["index"])
+    warnings: list[str] = []
+    by_rank: dict[int, dict] = {}
+    for result in results:
+        path = ranks[result["index"]][1][0]
+        if result["rank"] in by_rank:
+            other = ranks[by_rank[result["rank"]]["index"]][1][0]
+            raise InputError(f"{path}: rank {result['rank']} again (also {other})")
+        by_rank[result["rank"]] = result
+        warnings.extend(result["meta"].get("warnings", []))
+    sizes = {r["world_size"] for r in results if r["world_size"] is not None}
+    if len(sizes) > 1:
+        warnings.append(f"the ranks disagree on the world size ({', '.join(map(str, sorted(sizes)))}); "
+                        f"{max(sizes)} is used")
+    world_size = max(sizes) if sizes else max(by_rank) + 1
+    beyond = sorted(r for r in by_rank if r < 0 or r >= world_size)
+    if beyond:
+        path = ranks[by_rank[beyond[0]]["index"]][1][0]
+        raise InputError(f"{path}: rank {beyond[0]} is outside the world size {world_size}")
+    missing = sorted(set(range(world_size)) - set(by_rank))
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        warnings.append(f"{len(missing)} of {world_size} ranks missing from the run: {shown}")
+    for rank, result in by_rank.items():
+        os.rename(tmp / f"part-{result['index']}", tmp / f"rank={rank}")
+    metas = {rank: TraceMeta.from_dict(by_rank[rank]["meta"]) for rank in sorted(by_rank)}
+    backends = {m.distributed.get("backend") or m.tags.get("backend") for m in metas.values()} - {None}
+    groups: dict[str, dict] = {}
+    for m in metas.values():
+        for group in m.distributed.get("process_groups") or []:
+            groups.setdefault(str(group.get("name")), group)
+    formats = {m.format for m in metas.values()}
+    run = {
+        "id": run_id, "name": name, "format": formats.pop() if len(formats) == 1 else None,
+        "world_size": world_size, "ranks": {str(rank): m.id for rank, m in metas.items()},
+        "rank_from": {str(rank): by_rank[rank]["rank_from"] for rank in metas},
+        "process_groups": list(groups.values()), "backend": ", ".join(sorted(backends)) or None,
+        "source_paths": {str(rank): m.source_paths for rank, m in metas.items()},
+        "event_count": sum(m.event_count or 0 for m in metas.values()),
+        "warnings": warnings,
+    }
+    from traceparse.schema import SCHEMA_VERSION
+
+    run["schema_version"] = SCHEMA_VERSION
+    return run, warnings
