@@ -209,7 +209,10 @@ def test_load_run_is_the_rank_traces_concatenated(slow_store):
     combined = store.load_run(run["id"])
     assert combined.meta.format == "run" and combined.id == run["id"]
     assert combined.meta.extra["run"]["ranks"] == run["ranks"]
-    assert combined.meta.distributed == {"world_size": 4, "backend": "gloo", "process_groups": []}
+    info = json.loads(gzip.open(SLOW / "rank0.json.gz").read())["distributedInfo"]  # the trace's own words
+    groups = [{"name": g["pg_name"], "desc": g["pg_desc"], "size": g["pg_size"], "ranks": g["ranks"]}
+              for g in info["pg_config"]]
+    assert combined.meta.distributed == {"world_size": 4, "backend": "gloo", "process_groups": groups}
     expected = []
     for r in range(4):
         alone = read_paths([SLOW / f"rank{r}.json.gz"])[0].events
