@@ -162,45 +162,39 @@ def timeline(trace: Trace, activities: pl.DataFrame | None = None) -> Timeline:
 
 
 def replay(tl: Timeline, duration: np.ndarray, host_scale: float = 1.0) -> pl.DataFrame:
-    """Each step again with GPU durations ``duration`` (per activity, ns): step_ns, device_ns, wait_ns, host_ns.
+    """Each step again with GPU durations ``duration`` (per activity, ns): window, step_ns, device_ns.
 
     ``host_scale`` multiplies the host's own time (the time between host events that is not waiting).
+    Activities run in their measured order; each starts at max(launch + latency, previous end + queue gap);
+    a blocking call returns when the GPU has finished what ran before it, plus its measured wake-up.
     """
     n = len(tl.start)
-    # host events in host order: (time, type, index); type 0 = activity launch, 1 = blocking call
+    # host events in host order; at equal times a launch comes before a blocking call (a synchronous copy
+    # launches its own copy first)
     times = np.concatenate([tl.launch, tl.block_start]).astype(float)
     kinds = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(len(tl.block_start), dtype=np.int8)])
     index = np.concatenate([np.arange(n), np.arange(len(tl.block_start))])
     order = np.lexsort((kinds, times))
-    # activities must start in the measured execution order: process launches in launch order, but the GPU
-    # takes them in execution order (an activity cannot start before the one ahead of it in the queue)
-    exec_rank = np.empty(n, dtype=np.int64)
-    exec_rank[np.arange(n)] = np.arange(n)  # arrays are already in execution order
-    sim_start = np.full(n, np.nan)
     sim_end = np.full(n, np.nan)
-    shift = 0.0  # predicted minus measured host time, accumulated (waits, scaled host time)
+    launch_at = np.zeros(n)
+    launched = np.zeros(n, dtype=bool)
+    shift = 0.0  # predicted minus measured host time so far (waits, scaled host time)
     last_t = float(tl.step_start[0]) if len(tl.step_start) else 0.0
     gpu_free = -np.inf
-    next_exec = 0  # activities run in execution order: index of the next one the GPU takes
-    launched = np.zeros(n, dtype=bool)
-    step_shift_start = np.zeros(len(tl.step_start))
-    step_shift_end = np.zeros(len(tl.step_start))
+    next_exec = 0  # the next activity the GPU takes (arrays are in execution order)
     bounds = np.sort(np.concatenate([tl.step_start, tl.step_end]).astype(float))
-    marks = {}  # host time of a step boundary -> shift at that time
+    marks: dict[float, float] = {}  # host time of a step boundary -> shift at that time
     b_i = 0
-    pending = []
 
-    def run_ready():
+    def run_ready() -> None:
         nonlocal next_exec, gpu_free
         while next_exec < n and launched[next_exec]:
             k = next_exec
-            s = max(launch_at[k] + tl.latency[k], gpu_free + tl.queue_gap[k])
-            sim_start[k] = s
-            sim_end[k] = s + duration[k]
+            begin = max(launch_at[k] + tl.latency[k], gpu_free + tl.queue_gap[k])
+            sim_end[k] = begin + duration[k]
             gpu_free = sim_end[k]
             next_exec += 1
 
-    launch_at = np.zeros(n)
     for pos in order:
         t = times[pos]
         while b_i < len(bounds) and bounds[b_i] <= t:
@@ -214,16 +208,9 @@ def replay(tl: Timeline, duration: np.ndarray, host_scale: float = 1.0) -> pl.Da
             launched[i] = True
             run_ready()
         else:
-            # wait for every activity launched before this call returns (those are launched already or
-            # launched by this very call: a synchronous copy)
             run_ready()
-            need = tl.block_after[i]
-            done = -np.inf
-            if need >= 0:
-                ran = sim_end[:next_exec]
-                done = float(np.nanmax(ran)) if ran.size else -np.inf
-            begin = t + shift
-            wait = max(0.0, done - begin)
+            done = gpu_free if tl.block_after[i] >= 0 else -np.inf
+            wait = max(0.0, done - (t + shift))
             shift += wait - tl.block_wait[i]
     while b_i < len(bounds):
         marks[bounds[b_i]] = shift + (host_scale - 1.0) * (bounds[b_i] - last_t)
@@ -237,10 +224,6 @@ def replay(tl: Timeline, duration: np.ndarray, host_scale: float = 1.0) -> pl.Da
         if mine.any():
             s1 = max(s1, float(np.nanmax(sim_end[mine])))
         device = float(duration[mine].sum())
-        step = max(float(s1 - s0), device)
-        inside = (tl.block_start >= tl.step_start[w]) & (tl.block_start < tl.step_end[w])
-        rows.append((w, step, device))
-        step_shift_start[w], step_shift_end[w] = s0, s1
-    del pending, exec_rank, inside
+        rows.append((w, max(float(s1 - s0), device), device))
     return pl.DataFrame(rows, schema={"window": pl.Int64, "step_ns": pl.Float64, "device_ns": pl.Float64},
                         orient="row")
