@@ -313,8 +313,8 @@ def test_recorded_flops_replace_the_formula():
     assert per_type[("convolution", "backward")]["ops"] == untouched[("convolution", "backward")]["ops"]
 
 
-# -- issue 14: the two-sided step model on fixtures/torch/sweep2 (H100; ResNet18, VGG16, AlexNet, a small GPT) ------
-SWEEP2 = TORCH / "sweep2"
+# -- issue 14: the two-sided step model on fixtures/torch_sweep2 (H100; ResNet18, VGG16, AlexNet, a small GPT) ------
+SWEEP2 = FIXTURES / "torch_sweep2"
 NETWORKS2 = ("resnet18", "vgg16", "alexnet", "gpt")
 BATCHES2 = (4, 8, 16, 32, 64)
 
