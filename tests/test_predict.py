@@ -77,16 +77,18 @@ def test_extrapolation_to_the_largest_batch_matches_an_independent_fit(fitted):
         steps = {b: _step_ns(TORCH / f"{r['network']}_bs{b}.json.gz") for b in BATCHES}
         slope, intercept = np.polyfit([4, 8, 16, 32], [steps[b] for b in (4, 8, 16, 32)], 1)
         predicted = intercept + slope * 64
-        assert r["step"]["measured_ns"] == pytest.approx(steps[64], rel=1e-12)
-        assert r["step"]["predicted_ns"] == pytest.approx(predicted, rel=1e-9)
+        assert r["affine"]["measured_ns"] == pytest.approx(steps[64], rel=1e-12)
+        assert r["affine"]["predicted_ns"] == pytest.approx(predicted, rel=1e-9)
         ape = 100 * abs(predicted - steps[64]) / steps[64]
-        assert r["step"]["ape_pct"] == pytest.approx(ape, rel=1e-9)
+        assert r["affine"]["ape_pct"] == pytest.approx(ape, rel=1e-9)
         apes.append(ape)
-    mape = extra["mape_pct"]["step"]
+    mape = extra["mape_pct"]["affine"]
     assert mape == pytest.approx(sum(apes) / 3, rel=1e-9)
-    # the command prints the same figure, and says honestly whether the 10% goal is met
-    verdict = "met" if mape <= 10 else "NOT met"
-    assert f"extrapolation MAPE: end-to-end step time {mape:.1f}% (goal ≤ 10%: {verdict})" in " ".join(out.split())
+    # the command prints the step model's figure, and says honestly whether the 10% goal is met
+    step_mape = extra["mape_pct"]["step"]
+    verdict = "met" if step_mape <= 10 else "NOT met"
+    assert (f"extrapolation MAPE: step time {step_mape:.1f}% (goal ≤ 10%: {verdict}); affine baseline {mape:.1f}%"
+            in " ".join(out.split()))
     # per-layer models extrapolate the GPU time of a step to batch 64 within 10% on this sweep
     assert extra["mape_pct"]["layers"] < 10
 
@@ -99,9 +101,10 @@ def test_leave_one_trace_out_end_to_end_matches_an_independent_fit(fitted):
         others = [b for b in BATCHES if b != r["batch"]]
         steps = {b: _step_ns(TORCH / f"{r['network']}_bs{b}.json.gz") for b in BATCHES}
         slope, intercept = np.polyfit(others, [steps[b] for b in others], 1)
-        assert r["step"]["predicted_ns"] == pytest.approx(intercept + slope * r["batch"], rel=1e-9)
-    apes = [r["step"]["ape_pct"] for r in loto["traces"]]
-    assert loto["mape_pct"]["step"] == pytest.approx(sum(apes) / len(apes), rel=1e-12)
+        assert r["affine"]["predicted_ns"] == pytest.approx(intercept + slope * r["batch"], rel=1e-9)
+    for side in ("affine", "step"):
+        apes = [r[side]["ape_pct"] for r in loto["traces"]]
+        assert loto["mape_pct"][side] == pytest.approx(sum(apes) / len(apes), rel=1e-12)
 
 
 def test_every_gpu_nanosecond_is_attributed_per_step(fitted):
@@ -183,8 +186,11 @@ def test_run_predicts_from_the_model_coefficients(sweep_store, fitted, tmp_path)
         expected[kind] = expected.get(kind, 0.0) + max(0.0, calls * m["b0_ns"] + m["b1_ns_per_op"] * ops)
     assert {k: v["predicted_ns"] for k, v in result["types"].items()} == pytest.approx(expected, rel=1e-9)
     assert result["layers_predicted_ns"] == pytest.approx(sum(expected.values()), rel=1e-9)
-    e2e = doc["end_to_end"]["vgg16"]
-    assert result["step_predicted_ns"] == pytest.approx(e2e["a0_ns"] + 64 * e2e["a1_ns_per_sample"], rel=1e-12)
+    # the step is the replay of the trace's timeline: never shorter than its own GPU time, inside its interval
+    low, high = result["step_interval_ns"]
+    assert low <= result["step_predicted_ns"] <= high
+    assert result["step_predicted_ns"] >= result["device_predicted_ns"]
+    assert result["extrapolation"] == {"fitted_min": 4.0, "fitted_max": 64.0, "outside": False, "factor": 1.0}
     # the same through a flops table
     table = tmp_path / "vgg16_bs64.csv"
     assert run_cli("--store", sweep_store, "predict", "table", trace, "--batch", "64", "--out", str(table))[0] == 0
@@ -193,7 +199,18 @@ def test_run_predicts_from_the_model_coefficients(sweep_store, fitted, tmp_path)
     assert code == 0, err
     again = json.loads(out)
     assert again["layers_predicted_ns"] == pytest.approx(result["layers_predicted_ns"], rel=1e-12)
-    assert again["step_predicted_ns"] == result["step_predicted_ns"]
+    # no timeline: step = max(H, D) + κ min(H, D), D from the network's own layer models
+    net = doc["networks"]["vgg16"]
+    device = 0.0
+    coefficients = {(m["layer_type"], m["pass"]): m for m in net["layer_models"]}
+    for (kind, pass_), (calls, ops) in _table(sweep_store, "vgg16", 32, "--batch", "64").items():
+        m = coefficients[(kind, pass_)]
+        device += max(0.0, calls * m["b0_ns"] + m["b1_ns_per_op"] * ops)
+    host = net["host"]["median_ns"]
+    assert again["device_predicted_ns"] == pytest.approx(device, rel=1e-9)
+    assert again["step_predicted_ns"] == pytest.approx(max(host, device) + net["kappa"] * min(host, device),
+                                                       rel=1e-9)
+    assert again["step_predicted_ns"] >= again["device_predicted_ns"]
 
 
 def test_run_at_the_traces_own_batch_shows_measured_figures(sweep_store, fitted):
@@ -204,16 +221,16 @@ def test_run_at_the_traces_own_batch_shows_measured_figures(sweep_store, fitted)
     text = " ".join(out.split())
     step = _step_ns(TORCH / "alexnet_bs64.json.gz")
     assert f"(measured {step / 1e6:.3f} ms, error" in text
-    assert "measured (ms)" in out and "layers total (GPU time)" in text
+    assert "measured (ms)" in out and "layers total (GPU time, layer models of every network)" in text
 
 
 def test_model_of_another_version_is_a_one_line_error(fitted, tmp_path, store):
     doc, _, _ = fitted
     other = tmp_path / "model_v2.json"
-    other.write_text(json.dumps({**doc, "version": 2}))
+    other.write_text(json.dumps({**doc, "version": 1}))
     code, out, err = run_cli("predict", "run", "--model", str(other), "--flops-table", str(other))
     assert code == 2 and out == ""
-    assert err == (f"traceparse: error: {other}: version: model format version 2; this traceparse reads version 1 "
+    assert err == (f"traceparse: error: {other}: version: model format version 1; this traceparse reads version 2 "
                    "(fit the model again with `traceparse predict fit`)\n")
     not_model = tmp_path / "x.json"
     not_model.write_text("{}")
@@ -273,11 +290,11 @@ def test_fit_on_the_three_shared_samples(samples_dir, store, tmp_path):
     doc = json.loads(out)
     assert (doc.pop("schema_version"), doc.pop("command")) == (SCHEMA_VERSION, "predict fit")  # the envelope of every --json
     assert doc == json.loads(model_path.read_text())
-    assert doc["format"] == "traceparse-predict-model" and doc["version"] == 1
+    assert doc["format"] == "traceparse-predict-model" and doc["version"] == 2
     steps = {b: _step_ns(Path(p)) for b, p in zip((4, 16, 64), paths)}
     slope, intercept = np.polyfit([4, 16], [steps[4], steps[16]], 1)
     (r,) = doc["validation"]["extrapolation_to_largest_batch"]["traces"]
-    assert r["step"]["predicted_ns"] == pytest.approx(intercept + slope * 64, rel=1e-9)
+    assert r["affine"]["predicted_ns"] == pytest.approx(intercept + slope * 64, rel=1e-9)
 
 
 def test_recorded_flops_replace_the_formula():
@@ -296,3 +313,123 @@ def test_recorded_flops_replace_the_formula():
     untouched = {(r["layer_type"], r["pass"]): r for r in
                  profile(read_paths([TORCH / "resnet18_bs16.json.gz"])[0]).per_type().iter_rows(named=True)}
     assert per_type[("convolution", "backward")]["ops"] == untouched[("convolution", "backward")]["ops"]
+
+
+# -- issue 14: the two-sided step model on fixtures/torch_sweep2 (H100; ResNet18, VGG16, AlexNet, a small GPT) ------
+SWEEP2 = FIXTURES / "torch_sweep2"
+NETWORKS2 = ("resnet18", "vgg16", "alexnet", "gpt")
+BATCHES2 = (4, 8, 16, 32, 64)
+
+
+def _steps_of(path: Path) -> list[float]:
+    return [_ns(e["dur"]) for e in _events(path)
+            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+
+
+@pytest.fixture(scope="module")
+def sweep2(tmp_path_factory) -> tuple[dict, str, str]:
+    root = tmp_path_factory.mktemp("predict2") / "store"
+    session = Session(store=root, quiet=True)
+    paths = []
+    for network in NETWORKS2:
+        for batch in BATCHES2:
+            path = str(SWEEP2 / f"{network}_bs{batch}.json.gz")
+            session.ingest([path], tags={"batch": str(batch), "model": network})
+            paths.append(path)
+    model_path = tmp_path_factory.mktemp("model2") / "model.json"
+    code, out, err = run_cli("--store", str(root), "predict", "fit", *paths, "--model-out", str(model_path))
+    assert code == 0, err
+    return json.loads(model_path.read_text()), str(root), out
+
+
+def test_goal_step_time_at_batch_64_from_batches_4_to_32(sweep2):
+    """Issue 14's goal: fitted on batch 4–32, each network's step at batch 64 within 10% MAPE. The measured step
+    is recomputed from the raw JSON (mean ProfilerStep#N duration); the error from the model's prediction."""
+    doc, _, out = sweep2
+    extra = doc["validation"]["extrapolation_to_largest_batch"]
+    assert sorted(r["network"] for r in extra["traces"]) == sorted(NETWORKS2)
+    apes = {}
+    for r in extra["traces"]:
+        assert r["batch"] == 64 and r["fitted_batches"] == [4, 8, 16, 32] and r["step"]["reference_batch"] == 32
+        steps = _steps_of(SWEEP2 / f"{r['network']}_bs64.json.gz")
+        assert len(steps) == 5
+        measured = sum(steps) / len(steps)
+        assert r["step"]["measured_ns"] == pytest.approx(measured, rel=1e-12)
+        predicted = r["step"]["predicted_ns"]
+        # never shorter than its own GPU time; the interval holds the point
+        assert predicted >= r["device"]["predicted_ns"]
+        assert r["step"]["low_ns"] <= predicted <= r["step"]["high_ns"]
+        apes[r["network"]] = 100 * abs(predicted - measured) / measured
+    mape = sum(apes.values()) / len(apes)
+    assert extra["mape_pct"]["step"] == pytest.approx(mape, rel=1e-9)
+    assert mape <= 10, apes
+    assert f"extrapolation MAPE: step time {mape:.1f}% (goal ≤ 10%: met)" in " ".join(out.split())
+    # GPU-bound VGG16 and host-bound GPT are both within 10%; the per-network figures are in docs/predict.md
+    assert apes["vgg16"] < 10 and apes["gpt"] < 10
+
+
+def test_host_and_device_sides_add_up_and_replay_reproduces_the_steps(sweep2):
+    """Per trace: device time = Σ GPU activity durations / steps (raw JSON), host = step − wait, and replaying a
+    trace's timeline with its own durations gives back its measured steps."""
+    doc, _, _ = sweep2
+    for t in doc["training"]:
+        path = SWEEP2 / f"{t['network']}_bs{int(t['batch'])}.json.gz"
+        events = _events(path)
+        gpu = sum(_ns(e["dur"]) for e in events if e.get("cat") in GPU_CATS)
+        assert t["device_ns"] == pytest.approx(gpu / 5, rel=1e-12)
+        assert t["host_ns"] + t["wait_ns"] == pytest.approx(t["step_ns"], rel=1e-12)
+        assert t["hidden_ns"] == pytest.approx(max(0.0, t["device_ns"] - t["wait_ns"]), rel=1e-9, abs=1e3)
+        assert t["replay_ape_pct"] < 0.5
+
+
+def test_vgg16_waits_for_the_gpu_and_gpt_never_does(sweep2):
+    doc, _, _ = sweep2
+    by = {(t["network"], t["batch"]): t for t in doc["training"]}
+    vgg = by[("vgg16", 64)]
+    assert vgg["wait_ns"] > 0.7 * vgg["step_ns"] and vgg["device_ns"] > 0.95 * vgg["step_ns"]
+    assert all(by[("gpt", b)]["wait_ns"] < 0.01 * by[("gpt", b)]["step_ns"] for b in BATCHES2)
+    nets = doc["networks"]
+    assert nets["vgg16"]["crossover_batch"] < 16 < 128 < nets["gpt"]["crossover_batch"]
+
+
+def test_run_says_when_it_extrapolates_and_gives_an_interval(sweep2):
+    doc, store, _ = sweep2
+    trace = next(m.id for m in Session(store=store).store.all_meta() if m.tags == {"batch": "32", "model": "resnet18"})
+    fitted = Path(store).parent / "m32.json"
+    ids32 = [m.id for m in Session(store=store).store.all_meta() if int(m.tags["batch"]) <= 32]
+    assert run_cli("--store", store, "predict", "fit", *ids32, "--model-out", str(fitted), "--json")[0] == 0
+    code, out, err = run_cli("--store", store, "predict", "run", "--model", str(fitted), trace, "--batch", "128")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "EXTRAPOLATING: batch 128 is 4.00× the largest fitted batch of resnet18 (32; fitted 4–32)" in text
+    code, out, err = run_cli("--store", store, "predict", "run", "--model", str(fitted), trace, "--batch", "128",
+                             "--json")
+    result = json.loads(out)
+    assert result["extrapolation"] == {"fitted_min": 4.0, "fitted_max": 32.0, "outside": True, "factor": 4.0}
+    low, high = result["step_interval_ns"]
+    assert low <= result["step_predicted_ns"] <= high
+    assert result["step_predicted_ns"] >= result["device_predicted_ns"] > 0
+    # measured at 128 (the raw JSON): inside the interval
+    steps = _steps_of(SWEEP2 / "resnet18_bs128.json.gz")
+    assert low <= sum(steps) / len(steps) <= high
+
+
+def test_attention_ops_are_the_scaled_dot_product_flops():
+    """4 × B × heads × L × S × head dim per aten::scaled_dot_product_attention call (the GPT sweep: 4 blocks)."""
+    from traceparse.ingest import read_paths
+    from traceparse_plugins.predict.attribution import profile
+
+    path = SWEEP2 / "gpt_bs16.json.gz"
+    calls = [e for e in _events(path) if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention"]
+    # under autocast the operator dispatches to itself once more: count the calls no other one encloses
+    outer = [e for e in calls if not any(o is not e and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]
+                                         for o in calls)]
+    assert len(calls) == 2 * len(outer) == 40
+    expected = 0
+    for e in outer:
+        q, k = e["args"]["Input Dims"][:2]
+        expected += 4 * q[0] * q[1] * q[2] * k[2] * q[3]
+    assert expected == 5 * 4 * 4 * 16 * 8 * 256 * 256 * 64  # 5 steps, 4 blocks
+    per_type = {(r["layer_type"], r["pass"]): r for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
+    assert per_type[("attention", "forward")]["ops"] == expected / 5
+    assert per_type[("attention", "forward")]["calls"] == 4

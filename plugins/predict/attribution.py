@@ -59,6 +59,8 @@ class TraceProfile:
     gpu_ns: int
     attributed_ns: int
     warnings: list[str] = field(default_factory=list)
+    #: One row per GPU activity: event_id, top_id (null: unattributed), correlation_id, duration_ns.
+    activities: pl.DataFrame | None = None
 
     def per_type(self) -> pl.DataFrame:
         """Per (layer_type, pass): calls, ops and GPU time per step (ops summed over calls that have them)."""
@@ -107,7 +109,8 @@ def profile(trace: Trace) -> TraceProfile:
         warnings.append(f"{label}: {missing.height} layer calls have no recorded shapes (record_shapes off?) "
                         "and are left out of the fit")
     return TraceProfile(trace.id, trace.meta.path, dict(trace.meta.tags), steps, step_ns, step_source, calls,
-                        gpu_ns, attributed_ns, warnings)
+                        gpu_ns, attributed_ns, warnings,
+                        linked.select("event_id", "top_id", "correlation_id", "duration_ns"))
 
 
 def _with_top(ops: pl.DataFrame) -> pl.DataFrame:
@@ -211,7 +214,9 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
     rows = []
     for (name, text), dims in parsed.items():
         conv = mm = None
-        if name in layers.CONV_FORWARD:
+        if name in layers.ATTENTION:
+            conv = layers.attention_flops(dims)
+        elif name in layers.CONV_FORWARD:
             key = layers.conv_key(dims)
             output = outputs.get(key) if key is not None else None
             if key is not None and output is None:
@@ -229,7 +234,7 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
                                           "mm": pl.Float64, "elements": pl.Float64}, orient="row")
     ops = ops.join(formulas, on=["name", "input_dims"], how="left", nulls_equal=True)
     recorded = pl.col("flops").is_not_null() & (pl.col("flops") > 0)
-    is_conv = pl.col("name").is_in(list(layers.CONV_FORWARD | layers.CONV_BACKWARD))
+    is_conv = pl.col("name").is_in(list(layers.CONV_FORWARD | layers.CONV_BACKWARD | layers.ATTENTION))
     is_mm = pl.col("name").is_in(list(layers.MATMUL))
     ops = ops.with_columns(conv=pl.when(is_conv & recorded).then("flops").otherwise("conv"),
                            mm=pl.when(is_mm & recorded).then("flops").otherwise("mm"))
@@ -242,7 +247,7 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
            .join(conv, left_on="event_id", right_on="top_id", how="left")
            .join(mm, left_on="event_id", right_on="top_id", how="left")
            .join(elem, left_on="event_id", right_on="top_id", how="left"))
-    ops_expr = (pl.when(pl.col("layer_type") == "convolution").then("conv")
+    ops_expr = (pl.when(pl.col("layer_type").is_in(["convolution", "attention"])).then("conv")
                 .when(pl.col("layer_type") == "linear").then("mm")
                 .when((pl.col("layer_type") == layers.OPTIMIZER) & (pl.col("elements").fill_null(0) <= 1))
                 .then(pl.lit(params_per_step, dtype=pl.Float64))

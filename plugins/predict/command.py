@@ -20,6 +20,7 @@ from traceparse.errors import InputError, bad_input
 from traceparse.trace import Trace
 from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import profile
+from traceparse_plugins.predict.timeline import replay, timeline
 
 DEFAULT_NETWORK = "all"
 TABLE_COLUMNS = ("layer_type", "pass", "calls", "ops")
@@ -46,6 +47,10 @@ def _ms(ns: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
+
+
+def _batch(value: float | None) -> str:
+    return "none (never GPU-bound)" if value is None else f"{value:.1f}"
 
 
 class PredictCommand(Command):
@@ -89,6 +94,7 @@ class PredictCommand(Command):
     # -- fit ----------------------------------------------------------------------
     def _fit(self, args, session) -> int:
         from traceparse_plugins.predict import model  # numpy: loaded only when predicting
+        from traceparse_plugins.predict import step as step_model
 
         traces = _unique(session.resolve_all(args.traces, fmt=args.format))
         if len(traces) < 2:
@@ -100,24 +106,37 @@ class PredictCommand(Command):
             prof = profile(t)
             for w in prof.warnings:
                 session.warn(w)
-            samples.append(model.Sample(prof, t.meta.tags.get(args.network_tag, DEFAULT_NETWORK), batch))
+            samples.append(model.Sample(prof, t.meta.tags.get(args.network_tag, DEFAULT_NETWORK), batch,
+                                        timeline(t, prof.activities)))
         if len({s.batch for s in samples}) < 2:
             raise InputError(f"too few traces to fit: all {len(samples)} traces have {args.by}="
                              f"{samples[0].batch:g}; need at least 2 batch sizes")
         layer_models = model.fit_layers(samples)
         e2e = model.fit_end_to_end(samples)
+        networks = {}
+        for network in sorted({s.network for s in samples}):
+            mine = [s for s in samples if s.network == network]
+            if len({s.batch for s in mine}) >= 2:
+                networks[network] = step_model.fit_network(mine, layer_models)
         loto = model.leave_one_out(samples) if len(samples) >= 3 else None
         extra = model.extrapolation(samples)
-        training = [{"trace": s.profile.trace_id, "path": s.profile.path, "network": s.network, "batch": s.batch,
-                     "steps": s.profile.steps, "step_ns": s.profile.step_ns, "step_source": s.profile.step_source,
-                     "gpu_ns_per_step": s.profile.gpu_ns / s.profile.steps,
-                     "attributed_pct": round(100.0 * s.profile.attributed_ns / s.profile.gpu_ns, 4)
-                     if s.profile.gpu_ns else None} for s in samples]
+        training = []
+        for s in samples:
+            m = step_model.measured(s)
+            replayed = float(replay(s.timeline, s.timeline.duration.astype(float))["step_ns"].mean())
+            training.append({
+                "trace": s.profile.trace_id, "path": s.profile.path, "network": s.network, "batch": s.batch,
+                "steps": s.profile.steps, "step_ns": s.profile.step_ns, "step_source": s.profile.step_source,
+                "host_ns": m["host"], "device_ns": m["device"], "wait_ns": m["wait"], "hidden_ns": m["hidden"],
+                "replay_ape_pct": model.ape(replayed, m["step"]),
+                "gpu_ns_per_step": s.profile.gpu_ns / s.profile.steps,
+                "attributed_pct": round(100.0 * s.profile.attributed_ns / s.profile.gpu_ns, 4)
+                if s.profile.gpu_ns else None})
         validation = {"leave_one_trace_out": loto, "extrapolation_to_largest_batch": extra,
                       "goal_mape_pct": GOAL_PCT}
-        doc = model.to_json(layer_models, e2e, {"created_by": f"traceparse {__version__}", "by": args.by,
-                                                "network_tag": args.network_tag, "training": training,
-                                                "validation": validation})
+        doc = model.to_json(layer_models, e2e, networks,
+                            {"created_by": f"traceparse {__version__}", "by": args.by,
+                             "network_tag": args.network_tag, "training": training, "validation": validation})
         out = Path(args.model_out)
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -142,7 +161,23 @@ class PredictCommand(Command):
                           _pct(mape_types.get(kind)) if kind != last else "")
             last = kind
         console.print(table)
-        table = Table(header_style="bold", title="end-to-end models  step = a0 + a1 × batch")
+        table = Table(header_style="bold", title="step models per network  (host, device, overlap)")
+        for column in ("network", "batches", "host (ms) median [p25, p75]", "κ", "δ device", "D0 (ms)",
+                       "D1 (ms/sample)", "crossover batch", "replay error"):
+            table.add_column(column, justify="left" if column == "network" else "right")
+        replay_err = {}
+        for t in doc["training"]:
+            replay_err.setdefault(t["network"], []).append(t["replay_ape_pct"] or 0.0)
+        for name, m in doc["networks"].items():
+            h = m["host"]
+            d = m["device_per_step"]
+            table.add_row(name, " ".join(f"{b:g}" for b in m["batches"]),
+                          f"{_ms(h['median_ns'])} [{_ms(h['p25_ns'])}, {_ms(h['p75_ns'])}]", f"{m['kappa']:.2f}",
+                          _pct(m["device_error_pct"]), _ms(d["d0_ns"]),
+                          "-" if d["d1_ns_per_sample"] is None else f"{d['d1_ns_per_sample'] / 1e6:.4f}",
+                          _batch(m["crossover_batch"]), _pct(max(replay_err.get(name, [0.0]))))
+        console.print(table)
+        table = Table(header_style="bold", title="end-to-end affine baseline  step = a0 + a1 × batch")
         for column in ("network", "batches", "a0 (ms)", "a1 (ms/sample)", "R²"):
             table.add_column(column, justify="left" if column == "network" else "right")
         for name, m in doc["end_to_end"].items():
@@ -152,7 +187,9 @@ class PredictCommand(Command):
         if loto:
             console.print(_prediction_table("leave-one-trace-out predictions (ms per step)", loto))
             m = loto["mape_pct"]
-            console.print(f"LOTO MAPE: layers' GPU time {_pct(m['layers'])}, end-to-end step time {_pct(m['step'])}")
+            console.print(f"LOTO MAPE: step time {_pct(m['step'])} (affine baseline {_pct(m['affine'])}), "
+                          f"device time {_pct(m['device'])}, host time {_pct(m['host'])}, layers' GPU time "
+                          f"{_pct(m['layers'])}; measured step inside the interval: {loto['inside_interval']}")
         else:
             console.print("LOTO: needs at least 3 traces")
         if extra["traces"]:
@@ -160,8 +197,9 @@ class PredictCommand(Command):
             m = extra["mape_pct"]
             verdict = "" if m["step"] is None else (" (goal ≤ 10%: met)" if m["step"] <= GOAL_PCT
                                                     else " (goal ≤ 10%: NOT met)")
-            console.print(f"extrapolation MAPE: end-to-end step time {_pct(m['step'])}{verdict}; "
-                          f"layers' GPU time {_pct(m['layers'])}")
+            console.print(f"extrapolation MAPE: step time {_pct(m['step'])}{verdict}; affine baseline "
+                          f"{_pct(m['affine'])}; device time {_pct(m['device'])}; layers' GPU time "
+                          f"{_pct(m['layers'])}; measured step inside the interval: {extra['inside_interval']}")
         else:
             console.print(f"extrapolation: {extra.get('note', 'not possible')}")
         console.print(f"wrote {out}")
@@ -169,13 +207,15 @@ class PredictCommand(Command):
     # -- run ----------------------------------------------------------------------
     def _run(self, args, session) -> int:
         from traceparse_plugins.predict import model  # numpy: loaded only when predicting
+        from traceparse_plugins.predict import step as step_model
 
-        layer_models, e2e, data = model.load(Path(args.model))
+        layer_models, _e2e, networks, data = model.load(Path(args.model))
         if (args.trace is None) == (args.flops_table is None):
             raise InputError("predict run: give either TRACE or --flops-table FILE")
         measured = None
         source_batch = None
         network = args.network
+        sample = None
         if args.flops_table:
             per_type = read_flops_table(Path(args.flops_table))
             source = args.flops_table
@@ -194,6 +234,8 @@ class PredictCommand(Command):
                 measured = {"step_ns": prof.step_ns}
             network = network or trace.meta.tags.get(data.get("network_tag") or "model")
             source = f"{trace.id} ({Path(trace.meta.path).name})" if trace.meta.path else str(trace.id)
+            sample = model.Sample(prof, network or DEFAULT_NETWORK, source_batch or 1.0,
+                                  timeline(trace, prof.activities))
         batch = args.batch if args.batch is not None else source_batch
         table = model.predict_layers(layer_models, per_type)
         types = model.by_type(table)
@@ -202,16 +244,43 @@ class PredictCommand(Command):
         if missing:
             session.warn(f"no model for {', '.join(missing)}: left out of the total")
         total = sum(e["predicted_ns"] for e in types.values() if e["predicted_ns"] is not None)
-        if network is None and len(e2e) == 1:
-            network = next(iter(e2e))
-        end_to_end = None
-        if network in e2e and batch is not None:
-            end_to_end = e2e[network].predict(batch)
+        if network is None and len(networks) == 1:
+            network = next(iter(networks))
+        nm = networks.get(network)
+        step = None
+        if sample is not None:
+            if sample.timeline is not None and sample.timeline.steps:
+                if nm is None:
+                    session.warn(f"no step model for network {network!r} in {args.model} (it has: "
+                                 f"{', '.join(networks) or 'none'}): the host side is this trace's own and the "
+                                 "device side the layer models of every network")
+                    nm = step_model.fit_network([sample], layer_models, inner=False)
+                step = step_model.predict(nm, layer_models, sample, batch or sample.batch)
+        elif nm is not None:
+            device = model.predict_layers(nm.layer_models, per_type)
+            filled = [p if p is not None else f for p, f in zip(device["predicted_ns"].to_list(),
+                                                                table["predicted_ns"].to_list())]
+            device_ns = sum(v for v in filled if v is not None)
+            step = {**step_model.closed_form(nm.host, nm.kappa, device_ns, nm.device_error_pct),
+                    "device_ns": device_ns, "host_ns": nm.host.median_ns,
+                    "bound": "GPU" if device_ns >= nm.host.median_ns else "host",
+                    "crossover_batch": nm.crossover_batch}
+        extrapolation = None
+        if nm is not None and nm.batches and batch is not None:
+            lo, hi = min(nm.batches), max(nm.batches)
+            extrapolation = {"fitted_min": lo, "fitted_max": hi, "outside": not lo <= batch <= hi,
+                             "factor": batch / hi if batch > hi else (batch / lo if batch < lo else 1.0)}
         result = {"source": source, "batch": batch, "network": network,
                   "types": {k: {"predicted_ns": v["predicted_ns"],
                                 **({"measured_ns": v["measured_ns"]} if measured else {})} for k, v in types.items()},
                   "layers_predicted_ns": total,
-                  "step_predicted_ns": end_to_end,
+                  "step_predicted_ns": None if step is None else step["step_ns"],
+                  "step_interval_ns": None if step is None else [step["low_ns"], step["high_ns"]],
+                  "device_predicted_ns": None if step is None else step["device_ns"],
+                  "host_predicted_ns": None if step is None else step["host_ns"],
+                  "bound": None if step is None else step["bound"],
+                  "crossover_batch": None if step is None else step["crossover_batch"],
+                  "extrapolation": extrapolation,
                   **({"layers_measured_ns": sum(v["measured_ns"] for v in types.values()),
                       "step_measured_ns": measured["step_ns"]} if measured else {})}
         if args.json:
@@ -230,21 +299,33 @@ class PredictCommand(Command):
                 row += [_ms(v["measured_ns"]), _pct(model.ape(v["predicted_ns"], v["measured_ns"]))]
             t.add_row(*row)
         out.print(t)
-        line = f"layers total (GPU time): {_ms(total)} ms"
+        line = f"layers total (GPU time, layer models of every network): {_ms(total)} ms"
         if measured:
             line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
         out.print(line)
-        if end_to_end is not None:
-            line = f"end-to-end step time ({network} model, batch {batch:g}): {_ms(end_to_end)} ms"
+        if extrapolation is not None:
+            if extrapolation["outside"]:
+                where = "largest" if batch > extrapolation["fitted_max"] else "smallest"
+                edge = extrapolation["fitted_max"] if where == "largest" else extrapolation["fitted_min"]
+                out.print(f"EXTRAPOLATING: batch {batch:g} is {extrapolation['factor']:.2f}× the {where} fitted batch "
+                          f"of {network} ({edge:g}; fitted {extrapolation['fitted_min']:g}–"
+                          f"{extrapolation['fitted_max']:g})")
+            else:
+                out.print(f"batch {batch:g} is inside the fitted range of {network} "
+                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})")
+        if step is not None:
+            how = "replay of this trace's timeline" if sample is not None else "max(H, D) + κ·min(H, D)"
+            line = (f"step time ({network}, batch {batch:g}): {_ms(step['step_ns'])} ms, interval "
+                    f"[{_ms(step['low_ns'])}, {_ms(step['high_ns'])}] ms ({how}); device {_ms(step['device_ns'])} ms, "
+                    f"host {_ms(step['host_ns'])} ms: {step['bound']}-bound; crossover batch "
+                    f"{_batch(step['crossover_batch'])}")
             if measured:
                 line += (f" (measured {_ms(measured['step_ns'])} ms, error "
-                         f"{_pct(model.ape(end_to_end, measured['step_ns']))})")
+                         f"{_pct(model.ape(step['step_ns'], measured['step_ns']))})")
             out.print(line)
         else:
-            known = ", ".join(e2e) or "none"
-            out.print(f"end-to-end step time: no prediction (network {network!r}, batch "
-                      f"{'unknown' if batch is None else f'{batch:g}'}; end-to-end models in the file: {known}); "
-                      "pass --network NAME and --batch N")
+            out.print(f"step time: no prediction (no step model for network {network!r} in the file; it has "
+                      f"{', '.join(networks) or 'none'}); pass --network NAME, or a trace")
         return 0
 
     # -- table --------------------------------------------------------------------
@@ -322,12 +403,21 @@ def read_flops_table(path: Path) -> pl.DataFrame:
 
 def _prediction_table(title: str, result: dict) -> Table:
     table = Table(header_style="bold", title=title)
-    for column in ("trace", "network", "batch", "step", "e2e pred", "error", "layers GPU", "layers pred", "error"):
-        table.add_column(column, justify="left" if column in ("trace", "network") else "right")
+    for column in ("network", "batch", "from", "step", "predicted [interval]", "error", "affine err",
+                   "device", "pred", "host", "pred", "bound"):
+        table.add_column(column, justify="left" if column in ("network", "bound") else "right")
     for r in sorted(result["traces"], key=lambda r: (r["network"], r["batch"])):
-        table.add_row(r["trace"][:8], r["network"], f"{r['batch']:g}", _ms(r["step"]["measured_ns"]),
-                      _ms(r["step"]["predicted_ns"]), _pct(r["step"]["ape_pct"]), _ms(r["layers"]["measured_ns"]),
-                      _ms(r["layers"]["predicted_ns"]), _pct(r["layers"]["ape_pct"]))
+        st = r["step"]
+        interval = "-" if st["predicted_ns"] is None else \
+            f"{_ms(st['predicted_ns'])} [{_ms(st['low_ns'])}, {_ms(st['high_ns'])}]"
+        device, host = r.get("device", {}), r.get("host", {})
+        bound = r.get("bound")
+        table.add_row(r["network"], f"{r['batch']:g}",
+                      "-" if "reference_batch" not in st else f"{st['reference_batch']:g}",
+                      _ms(st["measured_ns"]), interval, _pct(st["ape_pct"]), _pct(r["affine"]["ape_pct"]),
+                      _ms(device.get("measured_ns")), _ms(device.get("predicted_ns")),
+                      _ms(host.get("measured_ns")), _ms(host.get("predicted_ns")),
+                      "-" if bound is None else f"{bound['measured']}/{bound['predicted']}")
     return table
 
 

@@ -54,6 +54,10 @@ LAYER_TYPES: list[tuple[str, str]] = [
     ("ReLU", r"relu|threshold_backward"),
     ("pooling", r"pool|meanbackward|aten::mean\b"),
     ("loss", r"loss|nll|cross_entropy|log_?softmax"),
+    ("attention", r"scaled_?dot_?product|flash_attention|efficient_attention|cudnn_attention|attentionbackward"),
+    ("layer norm", r"layer_?norm|rms_?norm"),
+    ("activation", r"gelu|silu|tanh|sigmoid|softplus|hardswish|mish"),
+    ("embedding", r"embedding"),
 ]
 OTHER = "other"
 OPTIMIZER = "optimizer step"
@@ -69,6 +73,11 @@ CONV_FORWARD = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convoluti
 CONV_BACKWARD = {"aten::convolution_backward", "aten::cudnn_convolution_backward",
                  "aten::convolution_backward_overrideable", "aten::miopen_convolution_backward",
                  "aten::mkldnn_convolution_backward"}
+ATTENTION = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+             "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+             "aten::_scaled_dot_product_flash_attention_backward",
+             "aten::_scaled_dot_product_efficient_attention_backward",
+             "aten::_scaled_dot_product_cudnn_attention_backward"}
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 
 
@@ -184,3 +193,15 @@ def matmul_flops(name: str, dims: list | None) -> float | None:
     k = a[-1]
     n = b[-1] if len(b) >= 2 else 1
     return 2.0 * math.prod(a[:-1]) * k * n
+
+
+def attention_flops(dims: list | None) -> float | None:
+    """4 × B × heads × L × S × head dim for scaled dot-product attention (QKᵀ and PV), from the first three
+    4-dimensional inputs (q, k, v; a backward's grad_output, q, k: the same shapes in self-attention)."""
+    if not dims:
+        return None
+    shapes = [d for d in dims if _is_shape(d) and len(d) == 4][:3]
+    if len(shapes) < 2:
+        return None
+    q, k = shapes[0], shapes[1]
+    return 4.0 * q[0] * q[1] * q[2] * k[2] * q[3]

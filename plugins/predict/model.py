@@ -36,9 +36,10 @@ import polars as pl
 from traceparse.errors import InputError, bad_input
 from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import TraceProfile
+from traceparse_plugins.predict.timeline import Timeline
 
 MODEL_FORMAT = "traceparse-predict-model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Sample:
     profile: TraceProfile
     network: str
     batch: float
+    #: host events and GPU activities (:mod:`.timeline`); None: the step model cannot use this trace
+    timeline: Timeline | None = None
 
 
 @dataclass
@@ -161,7 +164,13 @@ def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _trace_prediction(models, e2e: EndToEndModel | None, sample: Sample) -> dict[str, Any]:
+def _trace_prediction(models, e2e: EndToEndModel | None, sample: Sample,
+                      network_samples: list[Sample] | None = None) -> dict[str, Any]:
+    """Predict ``sample`` from models it was not fitted on: the layers' GPU time by the layer models (absolute,
+    the seed study's sum), the step by the affine baseline ``e2e`` and by the two-sided step model fitted on
+    ``network_samples`` (other traces of the same network; its nearest batch is the reference)."""
+    from traceparse_plugins.predict import step as step_model
+
     table = predict_layers(models, sample.profile.per_type())
     types = by_type(table)
     for entry in types.values():
@@ -169,13 +178,32 @@ def _trace_prediction(models, e2e: EndToEndModel | None, sample: Sample) -> dict
     layer_sum = None if any(e["predicted_ns"] is None for e in types.values()) else \
         sum(e["predicted_ns"] for e in types.values())
     measured_layers = sum(e["measured_ns"] for e in types.values())
-    step_pred = e2e.predict(sample.batch) if e2e is not None else None
-    return {"trace": sample.profile.trace_id, "network": sample.network, "batch": sample.batch,
-            "types": types,
-            "layers": {"measured_ns": measured_layers, "predicted_ns": layer_sum,
-                       "ape_pct": ape(layer_sum, measured_layers)},
-            "step": {"measured_ns": sample.profile.step_ns, "predicted_ns": step_pred,
-                     "ape_pct": ape(step_pred, sample.profile.step_ns)}}
+    affine = e2e.predict(sample.batch) if e2e is not None else None
+    result = {"trace": sample.profile.trace_id, "network": sample.network, "batch": sample.batch,
+              "types": types,
+              "layers": {"measured_ns": measured_layers, "predicted_ns": layer_sum,
+                         "ape_pct": ape(layer_sum, measured_layers)},
+              "affine": {"measured_ns": sample.profile.step_ns, "predicted_ns": affine,
+                         "ape_pct": ape(affine, sample.profile.step_ns)},
+              "step": {"measured_ns": sample.profile.step_ns, "predicted_ns": None, "ape_pct": None}}
+    usable = [s for s in network_samples or [] if s.timeline is not None and s.batch != sample.batch]
+    if sample.timeline is None or len({s.batch for s in usable}) < 2:
+        return result
+    nm = step_model.fit_network(usable, models)
+    pred = step_model.predict(nm, models, step_model.nearest(usable, sample.batch), sample.batch)
+    m = step_model.measured(sample)
+    step = sample.profile.step_ns
+    result["step"] = {"measured_ns": step, "predicted_ns": pred["step_ns"], "low_ns": pred["low_ns"],
+                      "high_ns": pred["high_ns"], "ape_pct": ape(pred["step_ns"], step),
+                      "inside": pred["low_ns"] <= step <= pred["high_ns"],
+                      "reference_batch": pred["reference_batch"]}
+    result["device"] = {"measured_ns": m["device"], "predicted_ns": pred["device_ns"],
+                        "ape_pct": ape(pred["device_ns"], m["device"])}
+    result["host"] = {"measured_ns": m["host"], "predicted_ns": pred["host_ns"],
+                      "ape_pct": ape(pred["host_ns"], m["host"])}
+    result["bound"] = {"measured": "GPU" if m["device"] >= m["host"] else "host", "predicted": pred["bound"]}
+    result["crossover_batch"] = pred["crossover_batch"]
+    return result
 
 
 def leave_one_out(samples: list[Sample]) -> dict[str, Any]:
@@ -183,8 +211,9 @@ def leave_one_out(samples: list[Sample]) -> dict[str, Any]:
     results = []
     for i, held in enumerate(samples):
         rest = samples[:i] + samples[i + 1:]
-        e2e = fit_end_to_end([s for s in rest if s.network == held.network]).get(held.network)
-        results.append(_trace_prediction(fit_layers(rest), e2e, held))
+        mine = [s for s in rest if s.network == held.network]
+        e2e = fit_end_to_end(mine).get(held.network)
+        results.append(_trace_prediction(fit_layers(rest), e2e, held, mine))
     return {"traces": results, **_mape(results)}
 
 
@@ -202,7 +231,13 @@ def extrapolation(samples: list[Sample]) -> dict[str, Any]:
     train = [s for s in samples if id(s) not in held_ids]
     models = fit_layers(train)
     e2e = fit_end_to_end(train)
-    results = [_trace_prediction(models, e2e.get(s.network), s) for group in held.values() for s in group]
+    results = []
+    for network, group in held.items():
+        mine = [s for s in train if s.network == network]
+        for s in group:
+            r = _trace_prediction(models, e2e.get(network), s, mine)
+            r["fitted_batches"] = sorted({t.batch for t in mine})
+            results.append(r)
     return {"traces": results, **_mape(results)}
 
 
@@ -212,23 +247,45 @@ def _mape(results: list[dict]) -> dict[str, Any]:
         values = [r["types"][kind]["ape_pct"] for r in results if kind in r["types"]]
         if values:
             types[kind] = _mean(values)
+    inside = [r["step"]["inside"] for r in results if "inside" in r["step"]]
     return {"mape_pct": {"types": types, "layers": _mean(r["layers"]["ape_pct"] for r in results),
-                         "step": _mean(r["step"]["ape_pct"] for r in results)}}
+                         "step": _mean(r["step"]["ape_pct"] for r in results),
+                         "affine": _mean(r["affine"]["ape_pct"] for r in results),
+                         "device": _mean(r["device"]["ape_pct"] for r in results if "device" in r),
+                         "host": _mean(r["host"]["ape_pct"] for r in results if "host" in r)},
+            "inside_interval": f"{sum(inside)}/{len(inside)}"}
 
 
 # -- model.json -----------------------------------------------------------------
-def to_json(models: dict[tuple[str, str], LayerModel], e2e: dict[str, EndToEndModel], meta: dict) -> dict:
-    """The model file's content."""
+def layer_model_json(m: LayerModel) -> dict[str, Any]:
+    return {**{k: v for k, v in asdict(m).items() if k != "pass_"}, "pass": m.pass_}
+
+
+def to_json(models: dict[tuple[str, str], LayerModel], e2e: dict[str, EndToEndModel], networks: dict,
+            meta: dict) -> dict:
+    """The model file's content (``networks``: the step models of :mod:`.step`, by network)."""
     order = {t: i for i, t in enumerate(layers.TYPE_ORDER)}
     layer_list = sorted(models.values(), key=lambda m: (order.get(m.layer_type, 99), m.pass_))
     return {"format": MODEL_FORMAT, "version": MODEL_VERSION, **meta,
-            "layer_models": [{**{k: v for k, v in asdict(m).items() if k != "pass_"}, "pass": m.pass_}
-                             for m in layer_list],
+            "layer_models": [layer_model_json(m) for m in layer_list],
+            "networks": {n: m.to_json() for n, m in sorted(networks.items())},
             "end_to_end": {n: asdict(m) for n, m in sorted(e2e.items())}}
 
 
-def load(path: Path) -> tuple[dict[tuple[str, str], LayerModel], dict[str, EndToEndModel], dict]:
-    """Read a model file; a one-line error for anything else, including another format version."""
+def _layer_models(entries) -> dict[tuple[str, str], LayerModel]:
+    models = {}
+    for m in entries:
+        model = LayerModel(str(m["layer_type"]), str(m["pass"]), _num(m["b0_ns"]), _num(m["b1_ns_per_op"]),
+                           m.get("r2"), int(m.get("points", 0)), bool(m.get("proportional", False)))
+        models[(model.layer_type, model.pass_)] = model
+    return models
+
+
+def load(path: Path):
+    """Read a model file: (layer models, end-to-end models, network step models, the document); a one-line
+    error for anything else, including another format version."""
+    from traceparse_plugins.predict.step import HostModel, NetworkModel
+
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -241,17 +298,22 @@ def load(path: Path) -> tuple[dict[tuple[str, str], LayerModel], dict[str, EndTo
         raise bad_input(path, "version", f"model format version {data.get('version')!r}; this traceparse reads "
                                          f"version {MODEL_VERSION} (fit the model again with `traceparse predict fit`)")
     try:
-        models = {}
-        for i, m in enumerate(data["layer_models"]):
-            model = LayerModel(str(m["layer_type"]), str(m["pass"]), _num(m["b0_ns"]), _num(m["b1_ns_per_op"]),
-                               m.get("r2"), int(m.get("points", 0)), bool(m.get("proportional", False)))
-            models[(model.layer_type, model.pass_)] = model
+        models = _layer_models(data["layer_models"])
         e2e = {str(n): EndToEndModel(str(n), _num(m["a0_ns"]), _num(m["a1_ns_per_sample"]), m.get("r2"),
                                      list(m.get("batches", [])))
                for n, m in data.get("end_to_end", {}).items()}
+        networks = {}
+        for n, m in data.get("networks", {}).items():
+            h = m["host"]
+            d = m.get("device_per_step") or {}
+            networks[str(n)] = NetworkModel(
+                str(n), [float(b) for b in m["batches"]],
+                HostModel(_num(h["median_ns"]), _num(h["p25_ns"]), _num(h["p75_ns"]), int(h.get("steps", 0))),
+                _num(m["kappa"]), _num(m["device_error_pct"]), _layer_models(m["layer_models"]),
+                d.get("d0_ns"), d.get("d1_ns_per_sample"), m.get("crossover_batch"), dict(m.get("reference") or {}))
     except (KeyError, TypeError, ValueError) as exc:
-        raise bad_input(path, "layer_models / end_to_end", f"malformed model entry ({exc!r})") from None
-    return models, e2e, data
+        raise bad_input(path, "layer_models / networks / end_to_end", f"malformed model entry ({exc!r})") from None
+    return models, e2e, networks, data
 
 
 def _num(value) -> float:
