@@ -10,6 +10,7 @@ interrupted.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import sys
@@ -70,16 +71,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as exc:  # the file system said no (a path, the store, an output): the user can act on it
+    except OSError as exc:  # the file system said no (io.UnsupportedOperation, a bug, is not one)
+        if isinstance(exc, io.UnsupportedOperation):
+            return _internal(exc)
+        # a path, the store, an output: the user can act on it
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"traceparse: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, not bad input: one line unless debugging
-        if os.environ.get("TRACEPARSE_DEBUG"):
-            raise
-        print(f"traceparse: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-              "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
-        return 3
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """A bug, not bad input: one line (exit 3), or the traceback with ``TRACEPARSE_DEBUG`` set."""
+    if os.environ.get("TRACEPARSE_DEBUG"):
+        raise exc
+    print(f"traceparse: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+          "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+    return 3
 
 
 _QUOTED = re.compile("'[^'\\n]{%d}[^'\\n]*'|\"[^\"\\n]{%d}[^\"\\n]*\"" % (EXCERPT, EXCERPT))

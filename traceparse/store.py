@@ -163,9 +163,11 @@ class Store:
         tmp = self._fresh_tmp()
         try:
             return self._write(trace, tmp)
-        except OSError as exc:
+        except OSError as exc:  # one the store met, not one of the reader's (those keep their own words)
             shutil.rmtree(tmp, ignore_errors=True)
-            raise self.error(exc, "cannot write to the store") from None
+            if exc.filename and str(exc.filename).startswith(str(self.root)) or getattr(exc, "in_store", False):
+                raise self.error(exc, "cannot write to the store") from None
+            raise
 
     def _write(self, trace: Trace, tmp: Path) -> TraceMeta:
         meta = trace.meta
@@ -274,6 +276,8 @@ class _ParquetSink:
                     writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", compression_level=1)
                 writer.write_table(table, row_group_size=256 * 1024)
         except BaseException as exc:  # reported to the caller on its next put() or at exit
+            if isinstance(exc, OSError):
+                exc.in_store = True  # disk full, quota: the store's, whatever pyarrow names
             self.error = exc
             while self.queue.get() is not None:
                 pass

@@ -96,7 +96,7 @@ class EmptyReport(Exception):
 def read_text(path: Path) -> str:
     """The file's text (gzip decompressed); :class:`EmptyReport` when it is empty; an error for binary files."""
     try:
-        with open_binary(path) as f:
+        with open_binary(path, text=True) as f:
             data = f.read()
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {exc}") from None

@@ -89,7 +89,7 @@ class LogScanner:
     # -- driving -----------------------------------------------------------
     def scan(self) -> ScanResult:
         """Read the whole log; return its tables and what else it says."""
-        with open_binary(self.path) as raw:
+        with open_binary(self.path, text=True) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
             consumed = 0
             for line_no, raw_line in enumerate(text, 1):

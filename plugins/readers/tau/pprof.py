@@ -44,10 +44,10 @@ from .decimals import is_number, scaled_int, to_float
 from .profile_text import whole_numbers
 from .profiles import ProfileSet
 
-THREAD_HEADER = r"^\s*NODE (\d+);\s*CONTEXT (\d+);\s*THREAD (\d+):"
-SUMMARY_HEADER = r"^\s*FUNCTION SUMMARY \((total|mean)\):"
+THREAD_HEADER = r"^[ \t]*NODE (\d+);\s*CONTEXT (\d+);\s*THREAD (\d+):"
+SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
 USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE (\d+),\s*CONTEXT (\d+),\s*THREAD (\d+)"
-COLUMN_HEADER = r"^\s*%Time\s+Exclusive\s+Inclusive"
+COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 USER_COLUMNS = r"^\s*NumSamples\s+MaxValue"
 ROW_EXPECTED = "'%Time Exclusive Inclusive #Call #Subrs Inclusive-per-call Name'"
 USER_ROW_EXPECTED = "'NumSamples MaxValue MinValue MeanValue Std.Dev. Name'"
@@ -64,7 +64,7 @@ def read_pprof(path: Path, warn: Callable[[str], None],
                progress: Callable[[int], None] = lambda n: None) -> tuple[ProfileSet, dict]:
     """Parse pprof output into the tables :func:`events.build_events` takes, plus what sections there were."""
     try:
-        with open_binary(path) as f:
+        with open_binary(path, text=True) as f:
             data = f.read()
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
