@@ -91,13 +91,14 @@ def _internal(exc: Exception) -> int:
     return 3
 
 
-_QUOTED = re.compile("'[^'\\n]{%d}[^'\\n]*'|\"[^\"\\n]{%d}[^\"\\n]*\"" % (EXCERPT, EXCERPT))
+_QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
 
 
 def one_line(message: str, limit: int = 1000) -> str:
     """``message`` as one line: line breaks shown as ``\\n``, each quoted value cut to an excerpt of at
     most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit`` characters."""
-    message = _QUOTED.sub(lambda m: m.group(0)[: EXCERPT - 1] + "…" + m.group(0)[-1], message)
+    message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
+                          else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)
     message = message.replace("\r", "\\r").replace("\n", "\\n")
     return message if len(message) <= limit else message[: limit - 1] + "…"
 

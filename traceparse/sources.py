@@ -75,7 +75,8 @@ class _Bounded(io.RawIOBase):
         return self.total
 
     def readinto(self, buffer) -> int:
-        data = self.inner.read(min(len(buffer), _CHUNK))
+        # read1 on a gzip stream: what was decompressed before a cut comes first, EOFError only after it
+        data = self._read(min(len(buffer), _CHUNK))
         n = len(data)
         buffer[:n] = data
         self._count(data)
@@ -83,10 +84,13 @@ class _Bounded(io.RawIOBase):
 
     def readall(self) -> bytes:
         chunks = []
-        while data := self.inner.read(_CHUNK):
+        while data := self._read(_CHUNK):
             self._count(data)
             chunks.append(data)
         return b"".join(chunks)
+
+    def _read(self, n: int) -> bytes:
+        return self.inner.read1(n) if self.compressed is not None else self.inner.read(n)
 
     def _count(self, data: bytes) -> None:
         n = len(data)
@@ -126,7 +130,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     if path.is_dir():
         return b""
     try:
-        with open_binary(path) as f:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as f:  # bounded by size already
             return f.read(size)
     except (OSError, EOFError):
         with open(path, "rb") as f:  # a gzip cut short: sniff what is there

@@ -32,7 +32,8 @@ from traceparse.trace import Device
 from .parsed import Parsed
 from .units import TIME_SPELLINGS, conversion
 
-NUMBER = r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?([eE][+-]?\d+)?$|^[+-]?\.\d+([eE][+-]?\d+)?$"
+# [0-9], not \d: polars' \d is Unicode (Arabic-Indic digits passed, then failed the cast: issue 16)
+NUMBER = r"^[+-]?([0-9]{1,3}(,[0-9]{3})+|[0-9]+)(\.[0-9]+)?([eE][+-]?[0-9]+)?$|^[+-]?\.[0-9]+([eE][+-]?[0-9]+)?$"
 DEVICE_PREFIX = "device__attribute_"
 #: Kernel-table columns and the metrics that fill them, raw-page name first, details-page label second.
 DURATION = ("gpu__time_duration.sum", "Duration")

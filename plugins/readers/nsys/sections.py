@@ -107,6 +107,8 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise bad_input(path, line, "not UTF-8 text: this is not an nsys stats report") from None
+    if "\r" in text:  # CR-only line endings (old Mac tools, some editors) read as line breaks too
+        text = re.sub(r"\r(?!\n)", "\n", text)
     return text
 
 
@@ -115,7 +117,10 @@ def header_cells(line: str) -> tuple[list[str], str] | None:
     for delimiter, layout in (("\t", "tsv"), (",", "csv")):
         if delimiter not in line:
             continue
-        cells = next(csv.reader([line], delimiter=delimiter))
+        try:
+            cells = next(csv.reader([line], delimiter=delimiter))
+        except csv.Error:  # a stray line break inside the line: not a header
+            continue
         if _looks_like_header(cells):
             return cells, layout
     return None

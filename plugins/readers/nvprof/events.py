@@ -117,8 +117,11 @@ def _clean(cell: pl.Expr) -> pl.Expr:
 
 def device_ids(cells: pl.Series, book: DeviceBook) -> pl.Series:
     """Device indices of device cells, resolving cut-off names against the log's full ones."""
-    mapping = {text: book.resolve(text) for text in cells.drop_nulls().unique().to_list()}
-    return cells.replace_strict(list(mapping), list(mapping.values()), default=None, return_dtype=pl.Int32) \
+    # in file order: the first value decides the type polars gives the list (issue 16: a device index of
+    # 2**70 first or second made an internal error in about half the runs)
+    mapping = {text: book.resolve(text) for text in cells.drop_nulls().unique(maintain_order=True).to_list()}
+    return cells.replace_strict(list(mapping), pl.Series(list(mapping.values()), dtype=pl.Int32), default=None,
+                                return_dtype=pl.Int32) \
         if mapping else pl.Series(cells.name, [None] * len(cells), dtype=pl.Int32)
 
 

@@ -69,7 +69,13 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     progress(len(data))
-    lines = pl.Series(data.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n"), dtype=pl.String)
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    kept, _, tail = text.rpartition("\n")
+    if tail.strip():  # pprof ends every line with a break: the last one was cut (issue 16), never half a row
+        warn(f"{path}:{kept.count(chr(10)) + 2 if kept else 1}: the file ends in the middle of this line "
+             "(cut short?); the line was left out")
+        text = kept
+    lines = pl.Series(text.split("\n"), dtype=pl.String)
     sections = _sections(lines)
     functions = [s for s in sections if s["type"] in ("thread", "total", "mean")]
     if not functions:
@@ -92,7 +98,7 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     event_frames = [_user_table(path, lines, s, warn) for s in sections if s["type"] == "user"]
     if chosen != "thread":
         event_frames = []
-    routines = pl.concat(routine_frames, how="vertical_relaxed")
+    routines = pl.concat(routine_frames, how="diagonal_relaxed")  # by name: a cut table may order columns apart
     counters = pl.concat(counter_frames, how="vertical_relaxed") if counter_frames else events.empty(events.COUNTERS)
     user_events = pl.concat(event_frames, how="vertical_relaxed") if event_frames else events.empty(events.USER_EVENTS)
     has_time = bool(routines["duration_ns"].is_not_null().any())
