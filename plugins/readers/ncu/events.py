@@ -181,7 +181,7 @@ def _rules(path: Path, rules: pl.DataFrame) -> pl.DataFrame:
     """Rule results with their estimated speedup as a number (null when the rule gives none)."""
     speed = pl.col("speedup").fill_null("").str.strip_chars().str.replace_all(",", "")
     out = rules.with_columns(speed=speed)
-    bad = out.filter((pl.col("speed") != "") & ~pl.col("speed").str.contains(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"))
+    bad = out.filter((pl.col("speed") != "") & ~pl.col("speed").str.contains(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"))
     if bad.height:
         row = bad.row(0, named=True)
         raise bad_input(path, row["line"], f"rule {row['name']!r}: estimated speedup {row['speedup']!r} is not a number")

@@ -16,7 +16,7 @@ from traceparse.trace import Device
 from traceparse_plugins.readers.nsys import memops
 from traceparse_plugins.readers.nsys.report_table import ReportTable
 
-_DEVICE = r"^(?P<name>.*?)\s*\((?P<id>\d+)\)\s*$"
+_DEVICE = r"^(?P<name>.*?)\s*\((?P<id>[0-9]+)\)\s*$"
 
 
 def _col(frame: pl.DataFrame, name: str, dtype: pl.DataType = pl.Int64) -> pl.Expr:
@@ -66,7 +66,7 @@ def _device_ids(frame: pl.DataFrame) -> pl.Expr:
     if "device" not in frame.columns:
         return pl.lit(None, dtype=pl.Int64)
     values = frame["device"].cast(pl.String).unique(maintain_order=True).drop_nulls()
-    ids = pl.select(pl.when(values.str.contains(r"^\s*\d+\s*$")).then(values.str.strip_chars())
+    ids = pl.select(pl.when(values.str.contains(r"^\s*[0-9]+\s*$")).then(values.str.strip_chars())
                     .otherwise(values.str.extract(_DEVICE, 2)).cast(pl.Int32, strict=False)).to_series()
     return pl.col("device").cast(pl.String).replace_strict(values.to_list(), ids.to_list(), default=None,
                                                           return_dtype=pl.Int64)

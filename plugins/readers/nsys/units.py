@@ -109,7 +109,7 @@ def integers(values: pl.Series, *, thousands: bool = False) -> pl.Series:
 
 def fraction_digits(values: pl.Series) -> int:
     """The most digits after the decimal point in a column of decimal text (0 for whole numbers)."""
-    digits = values.cast(pl.String).str.extract(r"\.(\d+)\s*$").str.len_chars().max()
+    digits = values.cast(pl.String).str.extract(r"\.([0-9]+)\s*$").str.len_chars().max()
     return int(digits or 0)
 
 

@@ -44,9 +44,9 @@ from .decimals import is_number, scaled_int, to_float
 from .profile_text import whole_numbers
 from .profiles import ProfileSet
 
-THREAD_HEADER = r"^[ \t]*NODE (\d+);\s*CONTEXT (\d+);\s*THREAD (\d+):"
+THREAD_HEADER = r"^[ \t]*NODE ([0-9]+);\s*CONTEXT ([0-9]+);\s*THREAD ([0-9]+):"
 SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
-USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE (\d+),\s*CONTEXT (\d+),\s*THREAD (\d+)"
+USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE ([0-9]+),\s*CONTEXT ([0-9]+),\s*THREAD ([0-9]+)"
 COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 USER_COLUMNS = r"^\s*NumSamples\s+MaxValue"
 ROW_EXPECTED = "'%Time Exclusive Inclusive #Call #Subrs Inclusive-per-call Name'"
@@ -169,7 +169,7 @@ def _function_table(path: Path, lines: pl.Series, section: dict, warn: Callable[
     rows = _extract(lines, first, last, numbers)
     numeric = [f"f{k}" for k in range(1, numbers + 1)]
     bad = rows.filter(pl.col(f"f{numbers + 1}").is_null() | (pl.col(f"f{numbers + 1}") == "")
-                      | ~pl.all_horizontal(is_number(pl.col(c)) | pl.col(c).str.contains(r"^[\d:.,]+$")
+                      | ~pl.all_horizontal(is_number(pl.col(c)) | pl.col(c).str.contains(r"^[0-9:.,]+$")
                                            for c in numeric))
     if bad.height:
         row = bad.row(0, named=True)
@@ -198,8 +198,8 @@ def _ms_to_ns(path: Path, rows: pl.DataFrame, column: str) -> pl.Series:
     """pprof's ToTimeStr text (milliseconds) to exact integer ns."""
     text = rows[column]
     df = pl.DataFrame({"t": text})
-    hms = df.select(pl.col("t").str.extract_groups(r"^(\d+):(\d\d):(\d\d)\.(\d{3})$").alias("g")).unnest("g")
-    ms = df.select(pl.col("t").str.extract_groups(r"^(\d+):(\d\d)\.(\d{3})$").alias("g")).unnest("g")
+    hms = df.select(pl.col("t").str.extract_groups(r"^([0-9]+):([0-9][0-9]):([0-9][0-9])\.([0-9]{3})$").alias("g")).unnest("g")
+    ms = df.select(pl.col("t").str.extract_groups(r"^([0-9]+):([0-9][0-9])\.([0-9]{3})$").alias("g")).unnest("g")
     sec = df.select(pl.col("t").str.extract_groups(r"^(\d+),(\d{3})$").alias("g")).unnest("g")
     plain = scaled_int(text, 6)
 
