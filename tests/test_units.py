@@ -72,7 +72,9 @@ def test_every_reader_converts_the_same_decimals_the_same_way(tmp_path):
         "tau": _tau(US, 3),
     }
     for reader, values in got.items():
-        assert values == US_NS, reader
+        # torch and chrome are read through the core, whose validation drops negative durations (issue 16)
+        expected = [v for v in US_NS if v >= 0] if reader in ("torch", "chrome") else US_NS
+        assert values == expected, reader
     seconds = {"nsys": _nsys(S, "s"), "nvprof": _nvprof(S, "s"), "ncu": _ncu(S, "second"), "tau": _tau(S, 9)}
     for reader, values in seconds.items():
         assert values == S_NS, reader

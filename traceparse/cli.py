@@ -10,7 +10,9 @@ interrupted.
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import re
 import sys
 
 from traceparse import __version__
@@ -18,6 +20,7 @@ from traceparse.command import add_common_options
 from traceparse.errors import TraceparseError
 from traceparse.plugins import Registry, registry
 from traceparse.session import Session
+from traceparse.validate import EXCERPT
 
 
 def build_parser(reg: Registry) -> argparse.ArgumentParser:
@@ -61,19 +64,43 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except TraceparseError as exc:
-        print(f"traceparse: error: {exc}", file=sys.stderr)
+        print(f"traceparse: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("traceparse: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the file system said no (io.UnsupportedOperation, a bug, is not one)
+        if isinstance(exc, io.UnsupportedOperation):
+            return _internal(exc)
+        # a path, the store, an output: the user can act on it
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"traceparse: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug, not bad input: one line unless debugging
-        if os.environ.get("TRACEPARSE_DEBUG"):
-            raise
-        print(f"traceparse: internal error: {type(exc).__name__}: {exc} "
-              "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
-        return 3
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """A bug, not bad input: one line (exit 3), or the traceback with ``TRACEPARSE_DEBUG`` set."""
+    if os.environ.get("TRACEPARSE_DEBUG"):
+        raise exc
+    print(f"traceparse: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+          "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+    return 3
+
+
+_QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
+
+
+def one_line(message: str, limit: int = 1000) -> str:
+    """``message`` as one line: line breaks shown as ``\\n``, each quoted value cut to an excerpt of at
+    most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit`` characters."""
+    message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
+                          else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from traceparse.errors import InputError
+from traceparse.errors import InputError, TraceparseError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import check_readable, content_size, read_head, sha256_of
@@ -86,6 +86,7 @@ def read_group(reader: Reader, paths: list[Path], progress: Callable[[int], None
     options = ReadOptions(progress=progress or (lambda n: None), params=dict(params or {}))
     sha256 = sha256 or sha256_of(paths)
     trace = reader.read(paths, options)
+    trace.refuse_empty = True  # the one rule of every reader: a trace with no events is not stored
     meta = trace.meta
     meta.source_paths = [str(p) for p in paths]
     meta.sha256 = sha256
@@ -106,22 +107,38 @@ def ingest(paths: list[Path | str], *, store: Store, fmt: str = "auto", tags: di
     """
     reg = reg or default_registry()
     results = []
-    for reader, group in plan([Path(p) for p in paths], fmt, reg):
-        sha256 = sha256_of(group)
-        trace_id = trace_id_for(sha256)
-        if store.has(trace_id):
-            meta = store.update_tags(trace_id, tags or {})
-            store.set_last(trace_id)
-            results.append(IngestResult(meta, already_stored=True))
-            continue
-        label = group[0].name + (f" (+{len(group) - 1})" if len(group) > 1 else "")
-        bar = progress_factory(f"reading {label}", content_size(group)) if progress_factory else nullcontext(None)
-        with bar as advance:
-            trace = read_group(reader, group, advance, params, sha256)
-            trace.meta.tags.update(tags or {})
-            meta = store.write(trace)
-        results.append(IngestResult(meta, already_stored=False))
+    groups = plan([Path(p) for p in paths], fmt, reg)
+    for done, (reader, group) in enumerate(groups):
+        try:
+            results.append(_ingest_group(reader, group, store, tags, params, progress_factory))
+        except TraceparseError as exc:
+            if len(groups) > 1:  # say what the earlier groups left in the store, and what was not read
+                stored = [f"{_label(g)} as {r.meta.id}" for (_, g), r in zip(groups, results)]
+                skipped = [_label(g) for _, g in groups[done + 1:]]
+                exc.args = (f"{exc} [stored: {', '.join(stored) or 'none'}; not stored: "
+                            f"{', '.join([_label(group)] + skipped)}]",)
+            raise
     return results
+
+
+def _label(group: list[Path]) -> str:
+    return str(group[0]) + (f" (+{len(group) - 1})" if len(group) > 1 else "")
+
+
+def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params, progress_factory) -> IngestResult:
+    sha256 = sha256_of(group)
+    trace_id = trace_id_for(sha256)
+    if store.has(trace_id):
+        meta = store.update_tags(trace_id, tags or {})
+        store.set_last(trace_id)
+        return IngestResult(meta, already_stored=True)
+    label = group[0].name + (f" (+{len(group) - 1})" if len(group) > 1 else "")
+    bar = progress_factory(f"reading {label}", content_size(group)) if progress_factory else nullcontext(None)
+    with bar as advance:
+        trace = read_group(reader, group, advance, params, sha256)
+        trace.meta.tags.update(tags or {})
+        meta = store.write(trace)
+    return IngestResult(meta, already_stored=False)
 
 
 def read_paths(paths: list[Path | str], fmt: str = "auto", params: dict | None = None,

@@ -126,3 +126,27 @@ def _cast(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
             raise ValueError(f"column {name}: {bad[0]!r} is not one of {', '.join(dtype.categories.to_list())}")
         return pl.col(name).cast(pl.String).cast(dtype)
     return pl.col(name).cast(dtype, strict=True)
+
+
+# -- validation (traceparse.validate): the ranges beside the columns ---------------------------------------
+#: Column -> (lowest, highest) allowed value (None: no bound beyond the column's type). Every numeric column
+#: must also fit its type, and a float column must be finite. A new column needs a line only for a range.
+RANGES: dict[str, tuple[int | float | None, int | float | None]] = {
+    "start_ns": (0, None),
+    "duration_ns": (0, None),
+    "calls": (0, None),
+    "min_ns": (0, None),
+    "max_ns": (0, None),
+    "exclusive_ns": (0, None),
+    "subcalls": (0, None),
+    "grid_x": (0, None), "grid_y": (0, None), "grid_z": (0, None),
+    "block_x": (0, None), "block_y": (0, None), "block_z": (0, None),
+    "registers_per_thread": (0, None),
+    "static_smem_bytes": (0, None),
+    "dynamic_smem_bytes": (0, None),
+    "bytes": (0, None),
+    "value_sumsq": (0, None),
+    "flops": (0, None),
+}
+#: Columns rules and measures add up: their total over a trace must fit Int64, so no sum can wrap.
+ADDITIVE: tuple[str, ...] = ("duration_ns", "exclusive_ns", "calls", "subcalls", "bytes")

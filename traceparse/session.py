@@ -29,7 +29,9 @@ class Session:
 
     def warn(self, message: str) -> None:
         """Print a warning on stderr (always, even with --quiet: warnings matter)."""
-        print(f"traceparse: warning: {message}", file=sys.stderr)
+        from traceparse.cli import one_line
+
+        print(f"traceparse: warning: {one_line(message)}", file=sys.stderr)
 
     def progress_factory(self):
         """A factory for :func:`traceparse.ingest.ingest`'s progress bars; None when quiet or not a terminal."""

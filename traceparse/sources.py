@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 from pathlib import Path
 from typing import BinaryIO
@@ -13,6 +14,13 @@ from traceparse.errors import InputError
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 
+#: Longest line a text format may have (``open_binary(..., text=True)``); a longer one is refused.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+#: A gzip stream may expand at most this many times its compressed size (profiler output: about 5 to 20)...
+MAX_GZIP_RATIO = 200
+#: ...once past this many decompressed bytes (a small, very regular file may expand more).
+GZIP_RATIO_FLOOR = 32 * 1024 * 1024
+
 
 def is_gzip(path: Path) -> bool:
     """True when the file starts with the gzip magic number."""
@@ -20,9 +28,101 @@ def is_gzip(path: Path) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
-def open_binary(path: Path) -> BinaryIO:
-    """Open ``path`` for reading bytes, decompressing gzip transparently."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
+    """Open ``path`` for reading bytes, decompressing gzip transparently, with the work bounded.
+
+    The decompressed bytes are counted: a gzip stream that expands more than
+    :data:`MAX_GZIP_RATIO` times (past :data:`GZIP_RATIO_FLOOR` bytes) is refused
+    with an :class:`InputError` as soon as it does (a compression bomb). With
+    ``text`` (a reader of a line-oriented text format) a NUL byte (binary data,
+    a sparse file) or a line longer than :data:`MAX_LINE_BYTES` is refused too.
+    """
+    if is_gzip(path):
+        inner = gzip.open(path, "rb")
+        compressed = inner.fileobj  # the file under the gzip stream: its position is the compressed bytes read
+    else:
+        inner, compressed = open(path, "rb"), None
+    if compressed is None and not text:
+        return inner
+    return _BoundedBuffer(_Bounded(path, inner, compressed, text), buffer_size=_CHUNK)
+
+
+_CHUNK = 1 << 20
+
+
+class _BoundedBuffer(io.BufferedReader):
+    """The buffered stream :func:`open_binary` returns; ``fileobj`` is the compressed file under a gzip stream
+    (as on :class:`gzip.GzipFile`), for progress counted in the file's own bytes."""
+
+    @property
+    def fileobj(self):
+        return self.raw.compressed
+
+
+class _Bounded(io.RawIOBase):
+    """A raw stream over ``inner`` that counts what it gives and refuses what no profiler writes."""
+
+    def __init__(self, path: Path, inner: BinaryIO, compressed, text: bool):
+        self.path, self.inner, self.compressed, self.text = path, inner, compressed, text
+        self.total = 0   # decompressed bytes given
+        self.run = 0     # bytes since the last line break
+        self.lines = 1
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.total
+
+    def readinto(self, buffer) -> int:
+        # read1 on a gzip stream: what was decompressed before a cut comes first, EOFError only after it
+        data = self._read(min(len(buffer), _CHUNK))
+        n = len(data)
+        buffer[:n] = data
+        self._count(data)
+        return n
+
+    def readall(self) -> bytes:
+        chunks = []
+        while data := self._read(_CHUNK):
+            self._count(data)
+            chunks.append(data)
+        return b"".join(chunks)
+
+    def _read(self, n: int) -> bytes:
+        return self.inner.read1(n) if self.compressed is not None else self.inner.read(n)
+
+    def _count(self, data: bytes) -> None:
+        n = len(data)
+        self.total += n
+        if self.compressed is not None and self.total > GZIP_RATIO_FLOOR:
+            packed = max(self.compressed.tell(), 1)
+            if self.total > MAX_GZIP_RATIO * packed:
+                raise InputError(f"{self.path}: the gzip stream expands more than {MAX_GZIP_RATIO} times "
+                                 f"({self.total:,} bytes from {packed:,}): not profiler output (a compression bomb?)")
+        if not self.text or not n:
+            return
+        nul = data.find(b"\0")
+        if nul >= 0:
+            raise InputError(f"{self.path}: binary data (a NUL byte at byte {self.total - n + nul:,}): "
+                             "not a text file (a sparse or damaged file?)")
+        breaks = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+        if not breaks:
+            self.run += n
+        else:  # chunks are at most _CHUNK bytes: only the run across chunk edges can pass the ceiling
+            self.run += min(breaks)
+            if self.run <= MAX_LINE_BYTES:
+                self.lines += data.count(b"\n") or data.count(b"\r")
+                self.run = n - max(data.rfind(b"\n"), data.rfind(b"\r")) - 1
+        if self.run > MAX_LINE_BYTES:
+            raise InputError(f"{self.path}: line {self.lines:,} is longer than {MAX_LINE_BYTES // (1024 * 1024)} "
+                             "MiB: not profiler text output")
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            super().close()
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
@@ -30,7 +130,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     if path.is_dir():
         return b""
     try:
-        with open_binary(path) as f:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as f:  # bounded by size already
             return f.read(size)
     except (OSError, EOFError):
         with open(path, "rb") as f:  # a gzip cut short: sniff what is there
@@ -51,6 +151,12 @@ def check_readable(path: Path, *, allow_empty: bool = False) -> None:
         raise InputError(f"{path}: permission denied")
     if not allow_empty and path.is_file() and path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty")
+    if path.is_file() and path.stat().st_size >= HEAD_BYTES:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+        if not head.strip(b"\0"):  # before hashing gigabytes of nothing
+            raise InputError(f"{path}: the file starts with {HEAD_BYTES // 1024} KiB of NUL bytes "
+                             "(a sparse or zeroed file, not profiler output)")
 
 
 def content_size(paths: list[Path]) -> int:

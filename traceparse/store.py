@@ -233,11 +233,47 @@ class Store:
 
     # -- writing -----------------------------------------------------------
     def _fresh_tmp(self) -> Path:
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        self.traces_dir.mkdir(parents=True, exist_ok=True)
-        path = self.tmp_dir / uuid.uuid4().hex
-        path.mkdir()
+        try:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            self.traces_dir.mkdir(parents=True, exist_ok=True)
+            self.clean_tmp()
+            path = self.tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
+            path.mkdir()
+        except OSError as exc:
+            raise self.error(exc, "cannot write to the store") from None
         return path
+
+    def error(self, exc: OSError, doing: str) -> StoreError:
+        """A one-line :class:`StoreError` for an OSError met in the store: what failed, where, and why."""
+        where = exc.filename or self.root
+        return StoreError(f"{doing} {self.root}: {where}: {exc.strerror or exc}")
+
+    def clean_tmp(self) -> list[str]:
+        """Remove what ingests killed mid-write (SIGTERM, power loss) left under ``tmp/``; return their names.
+
+        An entry is named ``<pid>-<uuid>`` by the process writing it; it is left alone while that
+        process lives (a concurrent ingest). Entries of another form (older traceparse, a removal
+        cut short) are removed once an hour old.
+        """
+        removed = []
+        try:
+            entries = list(self.tmp_dir.iterdir())
+        except OSError:
+            return removed
+        for entry in entries:
+            pid, dash, _ = entry.name.partition("-")
+            if dash and pid.isdigit():
+                if int(pid) == os.getpid() or _alive(int(pid)):
+                    continue
+            else:
+                try:
+                    if _dt.datetime.now().timestamp() - entry.stat().st_mtime < 3600:
+                        continue
+                except OSError:
+                    continue
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+        return removed
 
     def write(self, trace: Trace) -> TraceMeta:
         """Write a trace (streamed or not) as a new entry; return its final metadata.
@@ -249,6 +285,16 @@ class Store:
         meta = trace.meta
         assert meta.id, "a trace needs its id before it is stored"
         tmp = self._fresh_tmp()
+        try:
+            return self._write(trace, tmp)
+        except OSError as exc:  # one the store met, not one of the reader's (those keep their own words)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.filename and str(exc.filename).startswith(str(self.root)) or getattr(exc, "in_store", False):
+                raise self.error(exc, "cannot write to the store") from None
+            raise
+
+    def _write(self, trace: Trace, tmp: Path) -> TraceMeta:
+        meta = trace.meta
         try:
             meta.event_count, meta.summary = _write_events(trace.batches(), tmp / "events.parquet")
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
@@ -270,10 +316,13 @@ class Store:
 
     def set_last(self, trace_id: str) -> None:
         """Remember ``trace_id`` as the last ingested trace."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".last.{uuid.uuid4().hex}"
-        tmp.write_text(trace_id + "\n")
-        os.replace(tmp, self.root / "last")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f".last.{uuid.uuid4().hex}"
+            tmp.write_text(trace_id + "\n")
+            os.replace(tmp, self.root / "last")
+        except OSError as exc:
+            raise self.error(exc, "cannot write to the store") from None
 
     def update_tags(self, trace_id: str, tags: dict[str, str]) -> TraceMeta:
         """Merge ``tags`` into an entry's tags (atomically replacing its meta.json)."""
@@ -303,6 +352,17 @@ def write_partition(trace: Trace, directory: Path) -> TraceMeta:
     meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     _write_json(directory / "meta.json", meta.to_dict())
     return meta
+
+
+def _alive(pid: int) -> bool:
+    """True when a process with this id exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:
@@ -351,6 +411,8 @@ class _ParquetSink:
                     writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", compression_level=1)
                 writer.write_table(table, row_group_size=256 * 1024)
         except BaseException as exc:  # reported to the caller on its next put() or at exit
+            if isinstance(exc, OSError):
+                exc.in_store = True  # disk full, quota: the store's, whatever pyarrow names
             self.error = exc
             while self.queue.get() is not None:
                 pass

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Iterator
 import polars as pl
 
 from traceparse.schema import SCHEMA_VERSION, conform, empty_frame
+from traceparse.validate import Validator
 
 
 @dataclass
@@ -94,6 +95,9 @@ class Trace:
         self._stamped: str | None = None  # the id _events' trace_id column holds
         self._stamp = stamp_trace_id
         self.meta = meta or TraceMeta()
+        #: Set by the core's ingest path (:func:`traceparse.ingest.read_group`): a trace that gives no
+        #: events at all is refused (exit 2) instead of stored empty.
+        self.refuse_empty = False
 
     @property
     def is_streamed(self) -> bool:
@@ -133,11 +137,16 @@ class Trace:
         source, self._source = self._source, None  # an iterator can be read only once
         if source is None:
             raise RuntimeError("the events of this streamed trace were already consumed by batches()")
+        validator = Validator(where=self.meta.path or "the trace")
         next_id = 0
-        for batch in (source,) if isinstance(source, pl.DataFrame) else source:
-            batch = self._with_trace_id(conform(batch, first_event_id=next_id))
-            next_id += batch.height
-            yield batch
+        try:
+            for batch in (source,) if isinstance(source, pl.DataFrame) else source:
+                batch = self._with_trace_id(conform(validator.check(batch), first_event_id=next_id))
+                next_id += batch.height
+                yield batch
+        finally:  # the warnings count what was dropped, also when the consumer stopped early
+            self.meta.warnings.extend(w for w in validator.warnings() if w not in self.meta.warnings)
+        validator.finish(refuse_empty=self.refuse_empty)
 
     def _with_trace_id(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with ``trace_id`` = ``meta.id``; unchanged while the trace has no id."""

@@ -48,10 +48,11 @@ class KernelShare(Rule):
         gpu_ns = int(gpu["time_ns"].sum() or 0)
         by_name = (gpu.filter(pl.col("kind") == "kernel").select("name", "calls", "time_ns")
                    .with_columns(category=expr.kernel_category(pl.col("name")))
-                   .sort(["time_ns", "name"], descending=[True, False]))
+                   .sort(["time_ns", "name"], descending=[True, False], nulls_last=True))
         total = int(by_name["time_ns"].sum() or 0)
         known = by_name["time_ns"].null_count() < by_name.height
-        by_category = measures.time_by_category(events).sort(["time_ns", "category"], descending=[True, False])
+        by_category = measures.time_by_category(events).sort(["time_ns", "category"], descending=[True, False],
+                                                             nulls_last=True)
         items = [
             {"name": r["name"], "category": r["category"], "calls": r["calls"], "time_ns": r["time_ns"],
              "share_pct": expr.pct(r["time_ns"], total), "gpu_share_pct": expr.pct(r["time_ns"], gpu_ns)}

@@ -144,6 +144,9 @@ class TuningCandidates(Rule):
                 missing.append(spec["name"])
                 continue
             ranked = _rank(parents.join(wide, on="parent_id", how="inner"), spec, alt)
+            if ranked.height == 0:  # its counters belong to no routine kept (a thread's file missing)
+                missing.append(spec["name"])
+                continue
             used[spec["name"]] = {"formula": formula_text(alt), "description": spec["description"],
                                   "routines": ranked.height}
             items.extend({"name": r["name"], "metric": spec["name"], "value": _round(r["value"]),

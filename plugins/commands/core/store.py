@@ -252,8 +252,12 @@ class ExportCommand(Command):
         exporters = session.registry.exporters
         if args.to not in exporters:
             raise InputError(f"unknown --to {args.to!r}; known: {', '.join(sorted(exporters))}")
-        trace = session.resolve(args.trace, fmt=args.format)[0]
         out = Path(args.out)
+        if out.is_dir():
+            raise InputError(f"--out {out}: is a directory; expected the path of a file to write")
+        if not out.parent.is_dir():
+            raise InputError(f"--out {out}: the directory {out.parent} does not exist")
+        trace = session.resolve(args.trace, fmt=args.format)[0]
         exporters[args.to].export(trace, out)
         if args.json:
             self.print_json({"trace": trace.id, "to": args.to, "out": str(out), "events": trace.events.height})

@@ -42,6 +42,8 @@ DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_HEADER = {"Rule Name": "name", "Rule Type": "type", "Rule Description": "description",
                "Estimated Speedup Type": "speedup_type", "Estimated Speedup": "speedup"}
 SUMMARY_COLUMNS = ("Minimum", "Maximum", "Average")
+#: Longest record whose quoted field spans lines (an unclosed quote would otherwise take the whole file).
+MAX_FIELD_CHARS = 16 * 1024 * 1024
 TOOL_PREFIXES = ("==PROF==", "==WARNING==", "==ERROR==", "==WARN==", "==INFO==")
 
 
@@ -76,20 +78,25 @@ def _records(path: Path, options: ReadOptions) -> tuple[list[list[str]], list[in
     pending: list[str] = []
     start = 0
     other = 0
-    with open_binary(path) as raw:
+    with open_binary(path, text=True) as raw:
         stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
         for lineno, line in enumerate(stream, 1):
             options.progress(len(line))
             if pending:
                 pending.append(line)
-                if "".join(pending).count('"') % 2 == 0:
+                quotes += line.count('"')
+                size += len(line)
+                if quotes % 2 == 0:
                     texts.append("".join(pending))
                     lines.append(start)
                     pending = []
+                elif size > MAX_FIELD_CHARS:
+                    raise bad_input(path, start, f"a quoted field longer than {MAX_FIELD_CHARS:,} characters "
+                                                 "(an unclosed quote?)")
                 continue
             if line.startswith('"'):
                 if line.count('"') % 2:
-                    pending, start = [line], lineno
+                    pending, start, quotes, size = [line], lineno, line.count('"'), len(line)
                     continue
                 texts.append(line)
                 lines.append(lineno)

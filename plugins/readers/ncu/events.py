@@ -32,7 +32,8 @@ from traceparse.trace import Device
 from .parsed import Parsed
 from .units import TIME_SPELLINGS, conversion
 
-NUMBER = r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?([eE][+-]?\d+)?$|^[+-]?\.\d+([eE][+-]?\d+)?$"
+# [0-9], not \d: polars' \d is Unicode (Arabic-Indic digits passed, then failed the cast: issue 16)
+NUMBER = r"^[+-]?([0-9]{1,3}(,[0-9]{3})+|[0-9]+)(\.[0-9]+)?([eE][+-]?[0-9]+)?$|^[+-]?\.[0-9]+([eE][+-]?[0-9]+)?$"
 DEVICE_PREFIX = "device__attribute_"
 #: Kernel-table columns and the metrics that fill them, raw-page name first, details-page label second.
 DURATION = ("gpu__time_duration.sum", "Duration")
@@ -180,7 +181,7 @@ def _rules(path: Path, rules: pl.DataFrame) -> pl.DataFrame:
     """Rule results with their estimated speedup as a number (null when the rule gives none)."""
     speed = pl.col("speedup").fill_null("").str.strip_chars().str.replace_all(",", "")
     out = rules.with_columns(speed=speed)
-    bad = out.filter((pl.col("speed") != "") & ~pl.col("speed").str.contains(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"))
+    bad = out.filter((pl.col("speed") != "") & ~pl.col("speed").str.contains(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"))
     if bad.height:
         row = bad.row(0, named=True)
         raise bad_input(path, row["line"], f"rule {row['name']!r}: estimated speedup {row['speedup']!r} is not a number")

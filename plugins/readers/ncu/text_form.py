@@ -42,10 +42,10 @@ KERNEL = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<blo
                     r"(?:, Device (?P<device>\d+), CC (?P<cc>\d+\.\d+))?")
 KERNEL_OLD = re.compile(r"^  (?P<name>\S.*?), (?P<kernel_time>\d{4}-[A-Za-z]{3}-\d{1,2} \d{1,2}:\d{2}:\d{2}), "
                         r"Context (?P<context>\d+), Stream (?P<stream>\d+)")
-SECTION = re.compile(r"^    Section: (?P<section>.+?)\s*$")
+SECTION = re.compile(r"^    Section: (?P<section>\s*+\S++(?:\s++\S++)*+)\s*+$")  # possessive: linear time
 DASHES = re.compile(r"^    -+( -+)+\s*$")
-RULE = re.compile(r"^    (?P<type>OPT|INF|WRN|ERR|WARN|ERROR)\s{2,}(?P<text>.*?)\s*$")
-CONTINUATION = re.compile(r"^ {10}(?P<text>\S.*?)\s*$")
+RULE = re.compile(r"^    (?P<type>OPT|INF|WRN|ERR|WARN|ERROR)\s{2,}+(?P<text>(?:\S++(?:\s++\S++)*+)?+)\s*+$")
+CONTINUATION = re.compile(r"^ {10}(?P<text>\S++(?:\s++\S++)*+)\s*+$")
 SPEEDUP = re.compile(r"^Est\. (?:(?P<kind>Local|Global) )?Speedup: (?P<value>[\d.,]+)%\s*(?P<rest>.*)$")
 
 
@@ -57,7 +57,7 @@ def looks_like_ncu_text(head: bytes) -> bool:
 def read_text(path: Path, options: ReadOptions) -> Parsed:
     """Parse ncu's plain-text details output into string tables."""
     state = _State(path)
-    with open_binary(path) as raw:
+    with open_binary(path, text=True) as raw:
         stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
         last = ""
         for lineno, line in enumerate(stream, 1):

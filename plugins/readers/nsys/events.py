@@ -16,7 +16,7 @@ from traceparse.trace import Device
 from traceparse_plugins.readers.nsys import memops
 from traceparse_plugins.readers.nsys.report_table import ReportTable
 
-_DEVICE = r"^(?P<name>.*?)\s*\((?P<id>\d+)\)\s*$"
+_DEVICE = r"^(?P<name>.*?)\s*\((?P<id>[0-9]+)\)\s*$"
 
 
 def _col(frame: pl.DataFrame, name: str, dtype: pl.DataType = pl.Int64) -> pl.Expr:
@@ -65,9 +65,9 @@ def _device_ids(frame: pl.DataFrame) -> pl.Expr:
     """``Device`` cells (``NVIDIA H100 80GB HBM3 (0)``, or a bare number) -> device ids, parsed once per value."""
     if "device" not in frame.columns:
         return pl.lit(None, dtype=pl.Int64)
-    values = frame["device"].cast(pl.String).unique().drop_nulls()
-    ids = pl.select(pl.when(values.str.contains(r"^\s*\d+\s*$")).then(values.str.strip_chars())
-                    .otherwise(values.str.extract(_DEVICE, 2)).cast(pl.Int64)).to_series()
+    values = frame["device"].cast(pl.String).unique(maintain_order=True).drop_nulls()
+    ids = pl.select(pl.when(values.str.contains(r"^\s*[0-9]+\s*$")).then(values.str.strip_chars())
+                    .otherwise(values.str.extract(_DEVICE, 2)).cast(pl.Int32, strict=False)).to_series()
     return pl.col("device").cast(pl.String).replace_strict(values.to_list(), ids.to_list(), default=None,
                                                           return_dtype=pl.Int64)
 
@@ -77,7 +77,8 @@ def devices_of(table: ReportTable) -> list[Device]:
     if "device" not in table.frame.columns:
         return []
     parsed = (table.frame.select(pl.col("device").cast(pl.String).unique().str.extract_groups(_DEVICE).alias("d"))
-              .unnest("d").drop_nulls("id").unique().sort("id"))
+              .unnest("d").with_columns(pl.col("id").cast(pl.Int32, strict=False)).drop_nulls("id")
+              .unique().sort("id"))
     return [Device(id=int(r["id"]), name=r["name"] or None) for r in parsed.iter_rows(named=True)]
 
 

@@ -70,6 +70,9 @@ class Section:
 
     def lines(self) -> pl.Series:
         """The rows as lines of text (a polars series, for vectorized checks)."""
+        if "\x1f" in self.body:  # the separator below is in the text (a hostile file): split in Python
+            text = self.body[:-1] if self.body.endswith("\n") else self.body
+            return pl.Series("line", [line or None for line in text.split("\n")], dtype=pl.String)
         frame = pl.read_csv(io.BytesIO(self.body_bytes()), has_header=False, separator="\x1f", quote_char=None,
                             new_columns=["line"], infer_schema=False)
         return frame["line"]
@@ -96,7 +99,7 @@ class EmptyReport(Exception):
 def read_text(path: Path) -> str:
     """The file's text (gzip decompressed); :class:`EmptyReport` when it is empty; an error for binary files."""
     try:
-        with open_binary(path) as f:
+        with open_binary(path, text=True) as f:
             data = f.read()
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {exc}") from None
@@ -107,6 +110,8 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise bad_input(path, line, "not UTF-8 text: this is not an nsys stats report") from None
+    if "\r" in text:  # CR-only line endings (old Mac tools, some editors) read as line breaks too
+        text = re.sub(r"\r(?!\n)", "\n", text)
     return text
 
 
@@ -115,7 +120,10 @@ def header_cells(line: str) -> tuple[list[str], str] | None:
     for delimiter, layout in (("\t", "tsv"), (",", "csv")):
         if delimiter not in line:
             continue
-        cells = next(csv.reader([line], delimiter=delimiter))
+        try:
+            cells = next(csv.reader([line], delimiter=delimiter))
+        except csv.Error:  # a stray line break inside the line: not a header
+            continue
         if _looks_like_header(cells):
             return cells, layout
     return None

@@ -30,7 +30,7 @@ from traceparse_plugins.readers.nsys.sections import header_cells, _DASHES, _loo
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _NSYS_TABLES = (b"StringIds", b"TARGET_INFO_", b"NVTX_EVENTS", b"ENUM_NSYS_", b"META_DATA_EXPORT")
-_NSYS_MESSAGE = re.compile(r"^\s*(usage: nsys|WARNING: Existing SQLite export|NOTICE: Existing SQLite export|"
+_NSYS_MESSAGE = re.compile(r"^[ \t]*(usage: nsys|WARNING: Existing SQLite export|NOTICE: Existing SQLite export|"
                            r"Processing \[.*\] with \[|\*\* .*\((cuda|nvtx|osrt|gpu)\w*\):)", re.MULTILINE)
 
 

@@ -21,6 +21,7 @@ headers, and for SQLite its ``StringTable`` and CUPTI activity tables.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import polars as pl
@@ -65,11 +66,14 @@ class NvprofReader(Reader):
 
 
 def _read_sqlite(path: Path, options: ReadOptions) -> Trace:
-    with open_readonly(path) as conn:
-        db = NvprofDatabase(path, conn)
-        db.check()
-        events = db.events()
-        devices = db.devices()
+    try:
+        with open_readonly(path) as conn:
+            db = NvprofDatabase(path, conn)
+            db.check()
+            events = db.events()
+            devices = db.devices()
+    except sqlite3.DatabaseError as exc:  # a damaged or cut .nvvp: SQLite finds it out while reading
+        raise bad_input(path, None, f"the nvprof database is damaged ({exc}): re-export it with nvprof") from None
     meta = TraceMeta(tool="nvprof", variant="SQLite profile", devices=devices,
                      warnings=options.warnings)  # the same list: no warning is lost
     if events.height == 0:

@@ -23,7 +23,7 @@ def parse_device(text: str | None) -> tuple[str | None, int | None]:
     if not text or text == "-":
         return None, None
     m = _WITH_INDEX.match(text)
-    if m:
+    if m and len(m.group(2)) <= 9:  # a GPU index, not a number past Int32 (issue 16: 2**70)
         return m.group(1), int(m.group(2))
     return text, None
 

@@ -26,7 +26,7 @@ from .units import DIMENSION_UNITS, RATE_UNITS, SIZE_UNITS, TIME_UNITS, split_nu
 #: What each kind of number looks like, for error messages.
 _EXPECTED = {"time": "a time such as 4.5440us", "size": "a size such as 4.0000KB", "int": "a whole number",
              "value": "a number, a percentage, a rate such as 1.2GB/s or a level such as Low (1)"}
-_LEVEL = r"^\s*[A-Za-z]+ \((\d+)\)\s*$"
+_LEVEL = r"^\s*[A-Za-z]+ \(([0-9]+)\)\s*$"
 _API_NAME = r"^cu(?:da)?[A-Z][A-Za-z0-9_]*$"  # cudaMalloc, cuDeviceGetAttribute, cudaLaunchKernel_ptsz
 
 
@@ -117,8 +117,11 @@ def _clean(cell: pl.Expr) -> pl.Expr:
 
 def device_ids(cells: pl.Series, book: DeviceBook) -> pl.Series:
     """Device indices of device cells, resolving cut-off names against the log's full ones."""
-    mapping = {text: book.resolve(text) for text in cells.drop_nulls().unique().to_list()}
-    return cells.replace_strict(list(mapping), list(mapping.values()), default=None, return_dtype=pl.Int32) \
+    # in file order: the first value decides the type polars gives the list (issue 16: a device index of
+    # 2**70 first or second made an internal error in about half the runs)
+    mapping = {text: book.resolve(text) for text in cells.drop_nulls().unique(maintain_order=True).to_list()}
+    return cells.replace_strict(list(mapping), pl.Series(list(mapping.values()), dtype=pl.Int32), default=None,
+                                return_dtype=pl.Int32) \
         if mapping else pl.Series(cells.name, [None] * len(cells), dtype=pl.Int32)
 
 
@@ -165,8 +168,7 @@ def trace_frame(path: Path, table: Table, book: DeviceBook) -> pl.DataFrame:
         spec[f"grid_{axis}"] = (f"grid_{axis}", "int")
         spec[f"block_{axis}"] = (f"block_{axis}", "int")
     columns = c.numbers(**spec)
-    for name in ("registers_per_thread", "context_id", *(f"{d}_{a}" for d in ("grid", "block") for a in "xyz")):
-        columns[name] = columns[name].cast(pl.Int32)
+    # Int64 as parsed: the core's validation drops (and counts) a value past Int32 (issue 16)
     frame = frame.with_columns(**columns, device_id=device_ids(c.raw("device"), book))
     frame = frame.with_columns(*_dims(c, "grid"), *_dims(c, "block"))
     um_bytes = _unified_memory_bytes(c)
@@ -191,14 +193,15 @@ def _dims(c: Converter, key: str) -> list[pl.Series]:
     """``(64 32 1)`` cells as three Int32 columns ``_key_x/y/z``; an error for a cell of another shape."""
     cells = c.raw(key)
     groups = pl.DataFrame({"cell": cells}).select(
-        pl.col("cell").str.extract_groups(r"^\(\s*(\d+)\s+(\d+)\s+(\d+)\s*\)$").alias("g"))["g"]
+        pl.col("cell").str.extract_groups(r"^\(\s*([0-9]+)\s+([0-9]+)\s+([0-9]+)\s*\)$").alias("g"))["g"]
     parsed = groups.struct.field("1")
     bad = cells.is_not_null() & parsed.is_null()
     if bad.any():
         i = int(bad.arg_max())
         raise bad_input(c.path, int(c.frame["_line"][i]),
                         f"column {c._label(key)!r}: expected a size such as (64 32 1), found {cells[i]!r}")
-    return [groups.struct.field(str(n + 1)).cast(pl.Int32).alias(f"_{key}_{axis}") for n, axis in enumerate("xyz")]
+    return [groups.struct.field(str(n + 1)).cast(pl.Int32, strict=False).alias(f"_{key}_{axis}")
+            for n, axis in enumerate("xyz")]
 
 
 def _unified_memory_bytes(c: Converter) -> pl.Series:

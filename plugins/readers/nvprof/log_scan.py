@@ -89,7 +89,7 @@ class LogScanner:
     # -- driving -----------------------------------------------------------
     def scan(self) -> ScanResult:
         """Read the whole log; return its tables and what else it says."""
-        with open_binary(self.path) as raw:
+        with open_binary(self.path, text=True) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
             consumed = 0
             for line_no, raw_line in enumerate(text, 1):
@@ -295,7 +295,7 @@ class LogScanner:
         for chunk in self.table.chunks:  # device names the rows carry (full ones resolve cut-off ones)
             for column in ("device", "_device", "src_dev", "dst_dev"):
                 if column in chunk.columns:
-                    for text in chunk[column].drop_nulls().unique().to_list():
+                    for text in chunk[column].drop_nulls().unique(maintain_order=True).to_list():
                         self.out.devices.note(text)
         if self.table.unended_line is not None:
             self.options.warn(f"{self.path}:{self.table.unended_line}: the file does not end with a line break; "

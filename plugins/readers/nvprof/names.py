@@ -21,8 +21,8 @@ MEMORY_WORDS = {"pageable": "pageable", "pinned": "pinned", "device": "device", 
                 "managed": "managed"}
 
 _COPY = r"^\[CUDA memcpy (\w+)\]$"
-_TRAILING_ID = r"^(.*\S)\s+\[(\d+)\]$"
-_API_LAUNCH = r"^(\S+)\s+\((.*)\s+\[(\d+)\]\)$"
+_TRAILING_ID = r"^(.*\S)\s+\[([0-9]+)\]$"
+_API_LAUNCH = r"^(\S+)\s+\((.*)\s+\[([0-9]+)\]\)$"
 UNIFIED_MEMORY_GROUP = "Unified Memory"
 
 

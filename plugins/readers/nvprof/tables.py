@@ -50,18 +50,21 @@ LABELS = {SUMMARY: SUMMARY_LABELS, TRACE: TRACE_LABELS, METRICS: METRIC_LABELS, 
 LEGEND = re.compile(r"^\s*(Regs|SSMem|DSMem|SrcMemType|DstMemType|Size|Throughput)\s*:\s")
 
 _LABEL_RUNS = re.compile(r"\S+(?: \S+)*")  # runs of text separated by two or more spaces
-_TYPE_LABEL = r"[A-Za-z][A-Za-z ()]*?"
+# Possessive runs (*+, ++): \s and \S are disjoint, so each pattern matches what it did with plain runs, but
+# no run of spaces is tried again from each of its positions: time linear in the line (issue 16).
+_TYPE_LABEL = r"[A-Za-z][A-Za-z ()]*+"
+_WORDS = r"\S++(?:\s++\S++)*+"  # words separated by spaces, first and last not a space
 _SUMMARY_ROW = re.compile(
-    rf"^\s*(?:(?P<type>{_TYPE_LABEL}):)?\s*(?P<percent>\S+%)\s+(?P<time>\S+)\s+(?P<calls>\S+)\s+"
-    r"(?P<avg>\S+)\s+(?P<min>\S+)\s+(?P<max>\S+)\s+(?P<name>\S.*?)\s*$")
-SUMMARY_ROW_START = re.compile(rf"^\s*(?:{_TYPE_LABEL}:)?\s*[\d.]+%")
+    rf"^\s*+(?:(?P<type>{_TYPE_LABEL}):)?+\s*+(?P<percent>\S+%)\s++(?P<time>\S++)\s++(?P<calls>\S++)\s++"
+    rf"(?P<avg>\S++)\s++(?P<min>\S++)\s++(?P<max>\S++)\s++(?P<name>{_WORDS})\s*+$")
+SUMMARY_ROW_START = re.compile(rf"^\s*+(?:{_TYPE_LABEL}:)?+\s*+[\d.]+%")
 TRACE_ROW_START = re.compile(r"^\s*\d[\d.]*(?:ns|us|ms|s)\s")
 COUNT_ROW_START = re.compile(r"^\s*\d+\s+\S")
 _VALUE = r"(?:[A-Za-z]+ \(\d+\)|\S+)"  # a metric value: 12.5%, 1.2GB/s, 0.75, Low (1)
-_METRIC_ROW = re.compile(rf"^\s*(?P<invocations>\S+)\s+(?P<counter>\S+)\s+(?P<description>\S.*?)\s+"
-                         rf"(?P<min>{_VALUE})\s+(?P<max>{_VALUE})\s+(?P<avg>{_VALUE})\s*$")
-_EVENT_ROW = re.compile(rf"^\s*(?P<invocations>\S+)\s+(?P<counter>\S+)\s+(?P<min>{_VALUE})\s+(?P<max>{_VALUE})"
-                        rf"\s+(?P<avg>{_VALUE})\s+(?P<total>{_VALUE})\s*$")
+_METRIC_ROW = re.compile(rf"^\s*+(?P<invocations>\S++)\s++(?P<counter>\S++)\s++(?P<description>\S++(?:\s++\S++)*?)"
+                         rf"\s++(?P<min>{_VALUE})\s++(?P<max>{_VALUE})\s++(?P<avg>{_VALUE})\s*+$")
+_EVENT_ROW = re.compile(rf"^\s*+(?P<invocations>\S++)\s++(?P<counter>\S++)\s++(?P<min>{_VALUE})\s++(?P<max>{_VALUE})"
+                        rf"\s++(?P<avg>{_VALUE})\s++(?P<total>{_VALUE})\s*+$")
 
 
 @dataclass

@@ -15,7 +15,7 @@ import polars as pl
 from traceparse import units
 
 #: sign, integer digits, fraction digits, exponent
-DECIMAL_PATTERN = r"^\s*([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?\s*$"
+DECIMAL_PATTERN = r"^\s*([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?\s*$"
 #: 10**power -> the unit TAU's text is in, as integer ns (times) or a plain count.
 _UNIT_OF_POWER = {0: "1", 3: "us", 6: "ms", 9: "s"}
 
@@ -34,7 +34,7 @@ def scaled_int(text: pl.Series, power: int = 0) -> pl.Series:
 
 def is_number(text: pl.Expr) -> pl.Expr:
     """True where ``text`` is a decimal number (optionally with an exponent)."""
-    return text.str.contains(DECIMAL_PATTERN) & text.str.contains(r"\d")
+    return text.str.contains(DECIMAL_PATTERN) & text.str.contains(r"[0-9]")
 
 
 def to_float(text: pl.Expr) -> pl.Expr:

@@ -44,10 +44,10 @@ from .decimals import is_number, scaled_int, to_float
 from .profile_text import whole_numbers
 from .profiles import ProfileSet
 
-THREAD_HEADER = r"^\s*NODE (\d+);\s*CONTEXT (\d+);\s*THREAD (\d+):"
-SUMMARY_HEADER = r"^\s*FUNCTION SUMMARY \((total|mean)\):"
-USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE (\d+),\s*CONTEXT (\d+),\s*THREAD (\d+)"
-COLUMN_HEADER = r"^\s*%Time\s+Exclusive\s+Inclusive"
+THREAD_HEADER = r"^[ \t]*NODE ([0-9]+);\s*CONTEXT ([0-9]+);\s*THREAD ([0-9]+):"
+SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
+USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE ([0-9]+),\s*CONTEXT ([0-9]+),\s*THREAD ([0-9]+)"
+COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 USER_COLUMNS = r"^\s*NumSamples\s+MaxValue"
 ROW_EXPECTED = "'%Time Exclusive Inclusive #Call #Subrs Inclusive-per-call Name'"
 USER_ROW_EXPECTED = "'NumSamples MaxValue MinValue MeanValue Std.Dev. Name'"
@@ -64,12 +64,18 @@ def read_pprof(path: Path, warn: Callable[[str], None],
                progress: Callable[[int], None] = lambda n: None) -> tuple[ProfileSet, dict]:
     """Parse pprof output into the tables :func:`events.build_events` takes, plus what sections there were."""
     try:
-        with open_binary(path) as f:
+        with open_binary(path, text=True) as f:
             data = f.read()
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     progress(len(data))
-    lines = pl.Series(data.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n"), dtype=pl.String)
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    kept, _, tail = text.rpartition("\n")
+    if tail.strip():  # pprof ends every line with a break: the last one was cut (issue 16), never half a row
+        warn(f"{path}:{kept.count(chr(10)) + 2 if kept else 1}: the file ends in the middle of this line "
+             "(cut short?); the line was left out")
+        text = kept
+    lines = pl.Series(text.split("\n"), dtype=pl.String)
     sections = _sections(lines)
     functions = [s for s in sections if s["type"] in ("thread", "total", "mean")]
     if not functions:
@@ -92,7 +98,7 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     event_frames = [_user_table(path, lines, s, warn) for s in sections if s["type"] == "user"]
     if chosen != "thread":
         event_frames = []
-    routines = pl.concat(routine_frames, how="vertical_relaxed")
+    routines = pl.concat(routine_frames, how="diagonal_relaxed")  # by name: a cut table may order columns apart
     counters = pl.concat(counter_frames, how="vertical_relaxed") if counter_frames else events.empty(events.COUNTERS)
     user_events = pl.concat(event_frames, how="vertical_relaxed") if event_frames else events.empty(events.USER_EVENTS)
     has_time = bool(routines["duration_ns"].is_not_null().any())
@@ -163,7 +169,7 @@ def _function_table(path: Path, lines: pl.Series, section: dict, warn: Callable[
     rows = _extract(lines, first, last, numbers)
     numeric = [f"f{k}" for k in range(1, numbers + 1)]
     bad = rows.filter(pl.col(f"f{numbers + 1}").is_null() | (pl.col(f"f{numbers + 1}") == "")
-                      | ~pl.all_horizontal(is_number(pl.col(c)) | pl.col(c).str.contains(r"^[\d:.,]+$")
+                      | ~pl.all_horizontal(is_number(pl.col(c)) | pl.col(c).str.contains(r"^[0-9:.,]+$")
                                            for c in numeric))
     if bad.height:
         row = bad.row(0, named=True)
@@ -192,8 +198,8 @@ def _ms_to_ns(path: Path, rows: pl.DataFrame, column: str) -> pl.Series:
     """pprof's ToTimeStr text (milliseconds) to exact integer ns."""
     text = rows[column]
     df = pl.DataFrame({"t": text})
-    hms = df.select(pl.col("t").str.extract_groups(r"^(\d+):(\d\d):(\d\d)\.(\d{3})$").alias("g")).unnest("g")
-    ms = df.select(pl.col("t").str.extract_groups(r"^(\d+):(\d\d)\.(\d{3})$").alias("g")).unnest("g")
+    hms = df.select(pl.col("t").str.extract_groups(r"^([0-9]+):([0-9][0-9]):([0-9][0-9])\.([0-9]{3})$").alias("g")).unnest("g")
+    ms = df.select(pl.col("t").str.extract_groups(r"^([0-9]+):([0-9][0-9])\.([0-9]{3})$").alias("g")).unnest("g")
     sec = df.select(pl.col("t").str.extract_groups(r"^(\d+),(\d{3})$").alias("g")).unnest("g")
     plain = scaled_int(text, 6)
 

@@ -44,7 +44,7 @@ USEREVENTS = re.compile(r"^\s*(\d+)\s+userevents\s*$")
 USEREVENT_COLUMNS = "# eventname numevents"
 ROW_EXPECTED = '"NAME" Calls Subrs Excl Incl ProfileCalls [GROUP="..."]'
 USEREVENT_EXPECTED = '"NAME" numevents max min mean sumsqr'
-_GROUP_TAIL = re.compile(r'\s+GROUP="[^"]*"\s*$')
+_GROUP_TAIL = re.compile(r'(?<!\s)\s++GROUP="[^"]*+"\s*+$')  # starts only where a space run starts: linear
 
 
 def _row_pattern(numbers: int) -> str:
@@ -73,7 +73,7 @@ def read_profile_file(path: Path) -> ProfileFile:
     records a warning instead.
     """
     try:
-        with open_binary(path) as f:
+        with open_binary(path, text=True) as f:
             data = f.read()
     except (OSError, EOFError) as exc:
         raise bad_input(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None

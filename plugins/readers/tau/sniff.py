@@ -18,7 +18,8 @@ from .profiles import MULTI_PREFIX, PROFILE_NAME
 
 HEADER = re.compile(rb"^\s*\d+\s+templated_functions")
 SNAPSHOT_NAME = re.compile(r"^snapshot\.\d+\.\d+\.\d+(?:\.gz)?$")
-XML_HEAD = re.compile(rb"^\s*(?:\xef\xbb\xbf)?\s*(?:<\?xml[^>]*\?>\s*)?<profile_xml>")
+# possessive spaces: two runs side by side would retry each other's split (quadratic in a head of spaces)
+XML_HEAD = re.compile(rb"^\s*+(?:\xef\xbb\xbf)?+\s*+(?:<\?xml[^>]*\?>\s*)?<profile_xml>")
 
 
 def sniff(path: Path, head: bytes) -> float:

@@ -40,7 +40,7 @@ from .profile_text import whole_numbers
 from .decimals import is_number, to_float
 
 CHUNK = 1 << 20
-_DECLARATION = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?\?>', re.DOTALL)
+_DECLARATION = re.compile(rb'^\s*+(?:\xef\xbb\xbf)?+\s*+<\?xml[^>]*?\?>', re.DOTALL)
 _ENCODING = re.compile(rb'encoding\s*=\s*["\']([A-Za-z0-9._-]+)["\']')
 _THREAD_ID = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 

@@ -1,0 +1,173 @@
+"""The one validation step every event takes before it is stored: types and ranges per schema column.
+
+:meth:`traceparse.trace.Trace._conformed_batches` runs :class:`Validator` on
+each raw batch a reader yields, just before :func:`traceparse.schema.conform`.
+The rules are data (:data:`traceparse.schema.RANGES` and
+:data:`traceparse.schema.ADDITIVE`, beside the columns they judge), so a new
+column needs at most one line there:
+
+- every value must fit its column's type (Int64 times and ids, Int32
+  grid/block/devices, ...); a float column holds finite numbers only;
+- a column with a range in :data:`~traceparse.schema.RANGES` must lie in it
+  (durations, counts and bytes are never negative);
+- ``start_ns + duration_ns`` must fit Int64 (an end time never wraps);
+- the running total of each additive column (:data:`~traceparse.schema.ADDITIVE`:
+  durations, calls, bytes) over the whole trace must fit Int64, so that no sum a
+  rule or a measure takes over a subset of the rows can wrap.
+
+One policy: a row that breaks a rule is dropped, and the trace's metadata gets
+one warning per field, with the count, the first record (the event's position
+in the reader's output) and a short excerpt of its value. When rows were given
+and none is valid, the file is refused (:class:`~traceparse.errors.InputError`,
+exit 2). docs/validation.md lists the rules and the warnings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceparse.errors import InputError
+from traceparse.schema import ADDITIVE, DTYPES, RANGES
+
+INT64_MAX = 2**63 - 1
+#: Longest excerpt of a bad value quoted in a message.
+EXCERPT = 80
+
+_INT_BOUNDS = {pl.Int8: (-2**7, 2**7 - 1), pl.Int16: (-2**15, 2**15 - 1), pl.Int32: (-2**31, 2**31 - 1),
+               pl.Int64: (-2**63, 2**63 - 1), pl.UInt8: (0, 2**8 - 1), pl.UInt16: (0, 2**16 - 1),
+               pl.UInt32: (0, 2**32 - 1), pl.UInt64: (0, 2**64 - 1)}
+
+
+def excerpt(value: object, limit: int = EXCERPT) -> str:
+    """``repr(value)`` cut to at most ``limit`` characters (an ellipsis marks the cut)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def type_name(dtype: pl.DataType) -> str:
+    return str(dtype.base_type() if hasattr(dtype, "base_type") else dtype)
+
+
+@dataclass
+class _Dropped:
+    count: int = 0
+    first: int | None = None
+    value: object = None
+
+
+@dataclass
+class Validator:
+    """Checks raw batches one after the other; keeps the counts for :meth:`warnings` and :meth:`finish`."""
+
+    where: str = "the trace"
+    seen: int = 0
+    kept: int = 0
+    dropped: dict[tuple[str, str], _Dropped] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def check(self, batch: pl.DataFrame) -> pl.DataFrame:
+        """``batch`` without its invalid rows (a raw batch: any subset of the schema's columns)."""
+        n = batch.height
+        offset, self.seen = self.seen, self.seen + n
+        if n == 0:
+            return batch
+        reasons: list[tuple[str, str, pl.Expr]] = []  # (field, reason, bad-row mask)
+        casted: dict[str, pl.Expr] = {}
+        for name in batch.columns:
+            dtype = DTYPES.get(name)
+            source = batch.schema[name]
+            if dtype is None or not (dtype.is_numeric()) or source == pl.Null:
+                continue
+            col = pl.col(name)
+            if source.is_numeric() or source == pl.Boolean:
+                value = col.cast(dtype, strict=False)
+                if source.is_float() and dtype.is_integer():
+                    # a float column headed for integers: non-finite values and values past the type
+                    lo, hi = _INT_BOUNDS.get(dtype.base_type(), (-2**63, 2**63 - 1))
+                    value = pl.when(col.is_finite() & (col >= float(lo)) & (col < float(hi))).then(value)
+            else:
+                value = col.cast(pl.String).cast(dtype, strict=False)
+            reasons.append((name, f"does not fit {type_name(dtype)}", col.is_not_null() & value.is_null()))
+            if dtype.is_float():
+                reasons.append((name, "is not a finite number", value.is_not_null() & ~value.is_finite()))
+            casted[name] = value
+            lo, hi = RANGES.get(name, (None, None))
+            if lo is not None:
+                reasons.append((name, f"is below {lo}", value < lo))
+            if hi is not None:
+                reasons.append((name, f"is above {hi}", value > hi))
+        if "start_ns" in casted and "duration_ns" in casted:
+            reasons.append(("duration_ns", "makes start_ns + duration_ns pass Int64",
+                            casted["duration_ns"].cast(pl.Int128) + casted["start_ns"].cast(pl.Int128) > INT64_MAX))
+        if not reasons:
+            self.kept += n
+            return batch
+        masks = batch.select([mask.fill_null(False).alias(f"{i}") for i, (_, _, mask) in enumerate(reasons)])
+        bad = pl.Series("bad", [False] * n)
+        for i, (name, reason, _) in enumerate(reasons):
+            column = masks[f"{i}"]
+            column = column & ~bad  # a row is counted under its first broken rule only
+            hits = int(column.sum())
+            if hits:
+                self._note(name, reason, batch[name], column, offset, hits)
+                bad = bad | column
+        batch = batch.filter(~bad) if bad.any() else batch
+        batch = self._within_totals(batch, offset, bad)
+        self.kept += batch.height
+        return batch
+
+    def _within_totals(self, batch: pl.DataFrame, offset: int, dropped_before: pl.Series) -> pl.DataFrame:
+        """Drop the rows that would carry the trace's total of an additive column past Int64."""
+        positions = None  # positions in the reader's output of the rows still here, built when needed
+        for name in ADDITIVE:
+            if name not in batch.columns or batch.schema[name] == pl.Null:
+                continue
+            values = batch[name].cast(pl.Int64, strict=False).fill_null(0).clip(0, None).cast(pl.Int128)
+            running = self.totals.get(name, 0)
+            total = int(values.sum() or 0)
+            if running + total <= INT64_MAX:
+                self.totals[name] = running + total
+                continue
+            if positions is None:
+                positions = pl.Series(range(offset, offset + len(dropped_before))).filter(~dropped_before)
+            over = pl.select((values.cum_sum() + pl.lit(running, dtype=pl.Int128)) > INT64_MAX).to_series()
+            self._note(name, "would carry the trace's total past Int64 (its sums would wrap)", batch[name],
+                       over, 0, int(over.sum()), positions)
+            batch, positions = batch.filter(~over), positions.filter(~over)
+            self.totals[name] = running + int(values.filter(~over).sum() or 0)
+        return batch
+
+    def _note(self, name: str, reason: str, column: pl.Series, mask: pl.Series, offset: int, hits: int,
+              positions: pl.Series | None = None) -> None:
+        entry = self.dropped.setdefault((name, reason), _Dropped())
+        if entry.first is None:
+            index = int(mask.arg_true()[0])
+            entry.first = int(positions[index]) if positions is not None else offset + index
+            entry.value = column[index]
+        entry.count += hits
+
+    def warnings(self) -> list[str]:
+        """One warning per (field, reason): how many rows were dropped, the first record and its value."""
+        out = []
+        for (name, reason), d in self.dropped.items():
+            value = d.value
+            if isinstance(value, float) and not math.isfinite(value):
+                shown = str(value)
+            else:
+                shown = excerpt(value)
+            rows = "1 event" if d.count == 1 else f"{d.count} events"
+            out.append(f"{self.where}: dropped {rows} whose {name} {reason} "
+                       f"(first: event {d.first}, {name}={shown})")
+        return out
+
+    def finish(self, *, refuse_empty: bool = False) -> None:
+        """Refuse the file when rows were given and none was valid, or (``refuse_empty``) when none was given."""
+        if self.seen and not self.kept:
+            (name, reason), d = next(iter(self.dropped.items()))
+            raise InputError(f"{self.where}: no valid event: all {self.seen} break the validation rules "
+                             f"(first: event {d.first}, {name} {reason})")
+        if refuse_empty and not self.seen:
+            raise InputError(f"{self.where}: the trace has no events (nothing to store)")
