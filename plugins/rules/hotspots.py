@@ -90,7 +90,7 @@ class Hotspots(Rule):
         per_thread = rows.group_by(["name", "kind", *THREAD]).agg(
             time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum())
         n_threads = per_thread.select(THREAD).unique().height
-        per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len())
+        per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
         by_name = per_thread.group_by(["name", "kind"]).agg(
             time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("inclusive_ns").sum(), calls=pl.col("calls").sum(),
