@@ -39,21 +39,34 @@ MEMORY_TOLERANCE = 0.03
 
 
 def identify_gpu(device, reg: Registry | None = None) -> tuple[dict | None, list[str]]:
-    """The catalog entry whose ``identify`` properties a device has, for devices with a generic name.
+    """The catalog entry whose properties a device has, for devices with a generic name or none.
 
     ROCm builds of PyTorch name every AMD GPU "AMD Radeon Graphics"; the
     device's properties then tell: ``warp_size`` (``extra["warpSize"]``),
     ``sm_count`` (numSms: compute units on AMD), ``memory_gib`` (memory in
     GiB, within :data:`MEMORY_TOLERANCE`) and ``compute_capability``. Every
-    property an entry lists and the device has must agree, and the device must
-    have at least the compute units and the memory. Returns the first entry
-    that fits (catalog order) and the names of all that do, or ``(None, [])``.
+    property an entry's ``identify`` table lists and the device has must agree,
+    and the device must have at least the compute units and the memory.
+
+    A device with **no name** (an ncu details page gives only its compute
+    capability and SM count) is also matched against entries without an
+    ``identify`` table by their own ``compute_capability`` and ``sm_count``
+    (both needed), and by ``memory_gb`` (within :data:`NAMELESS_MEMORY_TOLERANCE`
+    of the device's memory in GiB) when the device gives its memory: "sm 9.0
+    with 132 SMs" is an H100 SXM, or an H100 NVL, H200, H200 NVL or GH200.
+
+    Returns the first entry that fits (catalog order) and the names of all that
+    do, or ``(None, [])``; callers say so when several fit.
     """
     fits = []
     extra = getattr(device, "extra", None) or {}
     for spec in (reg or default_registry()).gpu_specs:
         want = spec.get("identify")
-        if not want or device.sm_count is None or device.memory_bytes is None:
+        if not want:
+            if _fits_by_own_figures(device, spec):
+                fits.append(spec)
+            continue
+        if device.sm_count is None or device.memory_bytes is None:
             continue
         if "warp_size" in want and extra.get("warpSize") is not None and int(extra["warpSize"]) != want["warp_size"]:
             continue
@@ -68,6 +81,51 @@ def identify_gpu(device, reg: Registry | None = None) -> tuple[dict | None, list
             continue
         fits.append(spec)
     return (fits[0] if fits else None), [f["name"] for f in fits]
+
+
+#: How far a nameless device's memory (GiB) may be from an entry's ``memory_gb`` (a share of it): NVIDIA
+#: sells "80GB" boards that report 79.2 GiB, "141GB" ones that report 139.8 GiB.
+NAMELESS_MEMORY_TOLERANCE = 0.05
+
+
+def _fits_by_own_figures(device, spec: dict) -> bool:
+    """Whether a device without a name has an entry's compute capability, SM count (and memory, if it says)."""
+    if getattr(device, "name", None) or device.sm_count is None or not device.compute_capability:
+        return False
+    if spec.get("sm_count") is None or spec.get("compute_capability") is None:
+        return False
+    if int(device.sm_count) != int(spec["sm_count"]):
+        return False
+    if str(device.compute_capability) != str(spec["compute_capability"]):
+        return False
+    if device.memory_bytes is not None and spec.get("memory_gb"):
+        gib = device.memory_bytes / 2**30
+        if abs(gib - spec["memory_gb"]) > NAMELESS_MEMORY_TOLERANCE * spec["memory_gb"]:
+            return False
+    return True
+
+
+def _same_figures(specs: list[dict]) -> bool:
+    """Whether entries have the same peaks and bandwidths, within 1% (sources round them differently: an MI210's
+    181 TFLOP/s is one MI250 GCD's 181.05)."""
+    def close(a, b) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return abs(a - b) <= 0.01 * max(abs(a), abs(b))
+        return a == b
+    keys = ("peak_tflops", "dram_gbps", "host_link")
+    return all(all(close(s.get(k), specs[0].get(k)) for k in keys) for s in specs[1:])
+
+
+def _properties(device) -> str:
+    extra = getattr(device, "extra", None) or {}
+    warp = extra.get("warpSize")
+    parts = [f"{device.sm_count} {'compute units' if warp == 64 else 'SMs'}" if device.sm_count is not None else None,
+             f"{device.memory_bytes / 2**30:.0f} GiB" if device.memory_bytes is not None else None,
+             f"warp size {warp}" if warp else None,
+             f"compute capability {device.compute_capability}" if device.compute_capability else None]
+    return ", ".join(p for p in parts if p)
 
 
 def gpu_for_trace(trace: Trace, override: str | None = None, reg: Registry | None = None) -> tuple[dict | None, str]:
@@ -94,12 +152,19 @@ def gpu_for_trace(trace: Trace, override: str | None = None, reg: Registry | Non
     for device in trace.meta.devices:
         spec, fits = identify_gpu(device, reg)
         if spec is not None:
-            alike = f"; {' and '.join(fits)} have these properties and the same figures" if len(fits) > 1 else ""
-            return spec, (f"{spec['name']} (identified from the trace's device {device.name or '?'!r} by its "
-                          f"properties: {device.sm_count} compute units, {device.memory_bytes / 2**30:.0f} GiB"
-                          + (f", warp size {device.extra['warpSize']}" if device.extra.get("warpSize") else "")
-                          + (f", compute capability {device.compute_capability}" if device.compute_capability else "")
-                          + f"{alike}; --gpu to choose)")
+            others = [f for f in fits if f != spec["name"]]
+            alike = ""
+            if others:
+                specs = [s for s in reg.gpu_specs if s["name"] in fits]
+                listed = ", ".join(others[:-1]) + (" and " if len(others) > 1 else "") + others[-1]
+                if _same_figures(specs):
+                    alike = f"; {' and '.join(fits)} have these properties and the same figures"
+                else:
+                    alike = (f"; ambiguous: {listed} {'has' if len(others) == 1 else 'have'} these properties too, "
+                             f"with other peak figures; the first catalog entry is used")
+            which = repr(device.name) if device.name else f"{device.id if device.id is not None else ''} (unnamed)"
+            return spec, (f"{spec['name']} (identified from the trace's device {which} by its "
+                          f"properties: {_properties(device)}{alike}; --gpu to choose)")
     if names:
         return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass --gpu NAME"
     return None, "the trace does not name its GPU; pass --gpu NAME"

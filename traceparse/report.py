@@ -150,6 +150,9 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
     table.add_row("time span", fmt_ns(summary.get("span_ns")))
     for d in meta.devices:
         bits = [d.name or "?"]
+        identified = _identified(d)
+        if identified:
+            bits[0] += f" ({identified})"
         if d.compute_capability:
             bits.append(f"sm {d.compute_capability}")
         if d.sm_count:
@@ -163,6 +166,22 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
         table.add_row(Text("warning", style="yellow"), w)
     title = "already in the store" if already_stored else "ingested"
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
+
+
+def _identified(device) -> str:
+    """For a device whose name is missing or generic: the catalog entry its properties name, and the look-alikes."""
+    from traceparse.catalog import find_gpu, identify_gpu
+
+    try:
+        if device.name and find_gpu(device.name) is not None:
+            return ""
+        spec, fits = identify_gpu(device)
+    except Exception:  # the catalog is an aid to the reader here, never a reason for show to fail
+        return ""
+    if spec is None:
+        return ""
+    others = [f for f in fits if f != spec["name"]]
+    return f"{spec['name']} by its properties" + (f"; also fits {', '.join(others)}" if others else "")
 
 
 def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta]) -> None:
