@@ -61,7 +61,7 @@ def test_the_renderer_uses_the_declared_units_not_the_key_names():
     assert "1,500" in text and "1.500 us" not in text        # a key ending in _ns is not taken for a duration
     assert "12.3%" in text and "2.00 KiB" in text
     assert "hidden_ns" not in text                           # undeclared figures are not shown
-    assert "2.500 ms" in text and "HtoD (pinned -> device)" in text
+    assert "when (ms)" in text and "2.500" in text and "HtoD (pinned -> device)" in text  # one unit per column, in its header
     assert "other" not in text                               # nor undeclared item columns
 
 

@@ -17,7 +17,7 @@ from traceparse.trace import TraceMeta
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
 
 
-def short_name(name: str | None, width: int = 70) -> str:
+def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
     """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
 
     Steps, each taken only while the name is still longer than ``width``:
@@ -40,7 +40,7 @@ def short_name(name: str | None, width: int = 70) -> str:
         if len(s) <= width:
             break
         s = re.sub(r"\s+", " ", step(s))
-    return s if len(s) <= width else s[: width - 1] + "…"
+    return s if len(s) <= width or not cut else s[: width - 1] + "…"
 
 
 def _drop_parameters(s: str) -> str:
@@ -99,7 +99,7 @@ def fmt_unit(unit: str, value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
+        return _plain(value)
     if unit == "ns":
         return fmt_ns(value)
     if unit == "pct":
@@ -195,7 +195,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
             meta = traces.get(current)
             label = f"{current}  {meta.path}" if meta else str(current)
             console.rule(f"[bold]{label}[/bold]")
-        console.print(_finding_panel(finding))
+        console.print(_finding_panel(finding, console.width))
     if findings:
         console.print(_tally(findings))
 
@@ -208,23 +208,24 @@ def _tally(findings: list[Finding]) -> str:
     return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
 
 
-def _finding_panel(finding: Finding) -> Panel:
+def _finding_panel(finding: Finding, width: int = 80) -> Panel:
     style = SEVERITY_STYLE.get(finding.severity, "white")
+    inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [Text(finding.message)]
     figures = _figures(finding)
     if figures:
         grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="dim")
+        grid.add_column(style="dim", no_wrap=True)
         grid.add_column(justify="right")
         for key, unit in figures.items():
             grid.add_row(key, fmt_unit(unit, finding.metrics.get(key)))
         parts.append(grid)
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
-        if isinstance(data, dict) and data:
-            parts.append(_dict_table(key, data, columns))
+        if isinstance(data, dict) and data and columns:
+            parts.extend(_dict_table(key, data, columns, inner))
     if finding.items:
-        parts.append(_items_table(finding.items, _columns(finding)))
+        parts.extend(_items_table(finding.items, _columns(finding), inner))
     if finding.suggestion:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
@@ -246,41 +247,189 @@ def _columns(finding: Finding) -> list[Column]:
     return [Column(k, k, "number") for k in keys]
 
 
-def _dict_table(title: str, data: dict[str, dict], columns: list[Column]) -> Table:
+def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width: int = 76) -> list[Any]:
     """A metric that is a table: the first declared column labels the row keys, the others its values."""
     head, rest = columns[0], columns[1:]
-    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-    table.add_column(head.label, no_wrap=True)
-    for c in rest:
-        table.add_column(c.label, justify="right", no_wrap=True)
-    for key, row in data.items():
-        table.add_row(str(key), *(fmt_unit(c.unit, row.get(c.key)) for c in rest))
-    return table
+    key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
+    rows = [{head.key: str(key), **{c.key: (row or {}).get(c.key) for c in rest}} for key, row in data.items()]
+    return _fitted_table([key_column, *rest], rows, width, title=title)
 
 
-def _items_table(items: list[dict], columns: list[Column]) -> Table:
-    rows = [[_cell(c, item.get(c.key)) for c in columns] for item in items]
-    table = Table(show_edge=False, header_style="bold")
+def _items_table(items: list[dict], columns: list[Column], width: int = 76) -> list[Any]:
+    """The finding's items as a table that fits ``width`` (see :func:`_fitted_table`)."""
+    return _fitted_table(columns, items, width)
+
+
+#: Units whose cells are text: left-aligned, the only ones that may be shortened.
+TEXT_UNITS = ("name", "text")
+#: The least width a text column keeps before columns are dropped.
+MIN_TEXT_WIDTH = 16
+MIN_OTHER_TEXT_WIDTH = 8
+
+
+def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+    """A table that fits ``width`` columns of screen without ever cutting a number.
+
+    Each numeric column shows all its values in one unit (named in its
+    header) at its full width, never wrapped. The name column (the first
+    ``name`` column, else the first ``text`` one) takes the width left, at
+    least :data:`MIN_TEXT_WIDTH`; a name longer than its cell is shortened
+    from the middle and numbered, and a key below the table gives the full
+    names. When even that does not fit, the last declared columns (the least
+    important) are dropped and a note below the table names them.
+    Returns the renderables: the table, then the key and the note if any.
+    """
+    if not columns:
+        return []
+    formatted = [_format_column(c, [r.get(c.key) for r in rows]) for c in columns]
+    headers = [f[0] for f in formatted]
+    cells = [f[1] for f in formatted]
+    text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
+    name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
+    natural = [max([len(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    minimum = []
     for i, c in enumerate(columns):
-        if c.unit == "name":
-            table.add_column(c.label, overflow="ellipsis", min_width=24)
-            continue
-        widest = max([len(c.label)] + [len(r[i]) for r in rows])
-        table.add_column(c.label, no_wrap=True, min_width=widest, justify="left" if c.unit in ("text", "name") else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
+        if i == name_idx:
+            minimum.append(min(natural[i], max(MIN_TEXT_WIDTH, len(headers[i]))))
+        elif c.unit in TEXT_UNITS:
+            minimum.append(min(natural[i], max(MIN_OTHER_TEXT_WIDTH, len(headers[i]))))
+        else:
+            minimum.append(natural[i])
+    shown = list(range(len(columns)))
+
+    def overhead(n: int) -> int:  # one space of padding either side of a cell, a rule between cells
+        return 2 * n + (n - 1)
+
+    # drop the least important columns (the last declared), never the name column nor the first figure
+    first_figure = next((i for i in shown if columns[i].unit not in TEXT_UNITS), None)
+    while sum(minimum[i] for i in shown) + overhead(len(shown)) > width:
+        candidates = [i for i in shown if i not in (name_idx, first_figure)]
+        if not candidates:
+            break
+        shown.remove(candidates[-1])
+    dropped = [columns[i].label or columns[i].key for i in range(len(columns)) if i not in shown]
+    # text columns share the width the figures leave, the name column first
+    widths = {i: minimum[i] for i in shown}
+    spare = width - overhead(len(shown)) - sum(widths.values())
+    short = [i for i in shown if i in text_idx and i != name_idx and natural[i] <= 20]
+    order = short + ([name_idx] if name_idx in shown else []) + [i for i in shown if i in text_idx and i not in short]
+    for i in dict.fromkeys(order):
+        if spare <= 0:
+            break
+        grow = min(spare, natural[i] - widths[i])
+        widths[i] += grow
+        spare -= grow
+    key: dict[str, int] = {}
+    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    for i in shown:
+        c = columns[i]
+        if c.unit in TEXT_UNITS:
+            table.add_column(headers[i], no_wrap=True, width=widths[i], overflow="crop")
+        else:
+            table.add_column(headers[i], no_wrap=True, min_width=widths[i], justify="right")
+    for r in range(len(rows)):
+        out = []
+        for i in shown:
+            cell = cells[i][r]
+            if columns[i].unit in TEXT_UNITS and len(cell) > widths[i]:
+                full = str(rows[r].get(columns[i].key))
+                n = key.setdefault(full, len(key) + 1)
+                cell = middle_cut(cell, widths[i] - len(f" [{n}]")) + f" [{n}]"
+            out.append(cell)
+        table.add_row(*out)
+    parts: list[Any] = [table]
+    if key:
+        lines = Text()
+        for full, n in key.items():
+            lines.append(f"[{n}] ", style="dim")
+            lines.append(short_name(full, width=10**6) + ("\n" if n < len(key) else ""))
+        parts.append(lines)
+    if dropped:
+        parts.append(Text(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
+    return parts
+
+
+def middle_cut(s: str, width: int) -> str:
+    """``s`` shortened to ``width`` characters by replacing its middle with ``…``."""
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"[:max(width, 0)]
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return s[:head] + "…" + (s[-tail:] if tail else "")
 
 
 NAME_WIDTH = 60
 
+#: Durations: a column's unit is the largest whose scale its largest value reaches.
+_NS_SCALES = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+
+
+def _numbers(values: list[Any]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
+    """A column's header and cells: every number of the column in one unit, chosen from its values."""
+    label = column.label if column.label is not None else column.key
+    nums = _numbers(values)
+    peak = max((abs(v) for v in nums), default=0.0)
+    unit = column.unit
+    if unit in TEXT_UNITS or not nums:
+        return label, [_cell(column, v) for v in values]
+    if unit == "ns":
+        name, scale = next(((n, s) for n, s in _NS_SCALES if peak >= s), ("ns", 1.0))
+        digits = 0 if scale == 1.0 else 3
+        return f"{label} ({name})", [_fmt_scaled(v, scale, digits) for v in values]
+    if unit in ("bytes", "bytes_binary"):
+        scales = ((("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if unit == "bytes"
+                  else (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)))
+        name, scale = next(((n, s) for n, s in scales if peak >= s), ("B", 1.0))
+        return f"{label} ({name})", [_fmt_scaled(v, scale, 0 if scale == 1.0 else 2) for v in values]
+    if unit == "gbps":
+        return f"{label} (GB/s)", [_fmt_scaled(v, 1.0, 2) for v in values]
+    if unit == "flops":
+        return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, 3 if peak < 1e12 else 1) for v in values]
+    if unit == "pct":
+        return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
+    if unit == "count" or all(float(v).is_integer() for v in nums):
+        if all(float(v).is_integer() for v in nums):
+            return label, [f"{int(v):,}" if _is_number(v) else _plain(v) for v in values]
+    digits = 0 if peak >= 1000 else 1 if peak >= 10 else 2 if peak >= 0.01 or peak == 0 else 4
+    return label, [f"{float(v):,.{digits}f}" if _is_number(v) else _plain(v) for v in values]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _fmt_scaled(v: Any, scale: float, digits: int) -> str:
+    if not _is_number(v):
+        return _plain(v)
+    return f"{float(v) / scale:,.{digits}f}"
+
+
+def _plain(value: Any) -> str:
+    """A value that is not a number, without Python's spelling: yes/no, -, a, b."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)
+
 
 def _cell(column: Column, value: Any) -> str:
-    """A table cell; long text (kernel names, the kernel before a gap) is shortened.
-
-    Names lose the spaces after commas so that the table cuts them with …
-    instead of wrapping them over several lines.
-    """
-    if isinstance(value, str) and (column.unit == "name" or len(value) > NAME_WIDTH):
-        return short_name(value, NAME_WIDTH).replace(", ", ",")
+    """A text cell: names lose their return type, parameters and deep template arguments."""
+    if isinstance(value, str) and column.unit == "name":
+        return _shortened(value)
+    if column.unit in TEXT_UNITS:
+        return _plain(value)
     return fmt_unit(column.unit, value)
+
+
+def _shortened(name: str) -> str:
+    """A kernel name without return type and parameters, templates collapsed when long; never cut."""
+    return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")

@@ -1,0 +1,106 @@
+"""Every rule's finding on a representative set of fixtures, rendered at 80 columns: no table loses its name
+column or its names, no number is cut with an ellipsis, the headline figures are there (issue 11, items 3-4)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from rich.console import Console
+
+from helpers import FIXTURES, run_cli
+from traceparse.report import _cell, fmt_unit, render_findings
+
+CASES = ["torch/resnet18_bs16.json.gz", "nsys/resnet18_bs8.sqlite.gz", "ncu/ncu_raw_vgg11_bs16.csv",
+         "tau/real/cpi-mpi", "nvprof/real/rlscope_gpu_trace.csv", "torch/multirank/gloo4_slow_rank2"]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """{fixture: (findings, text at 80 columns)}, the findings analysed through the CLI's store."""
+    from traceparse.analysis import analyze
+    from traceparse.session import Session
+
+    store = tmp_path_factory.mktemp("store")
+    out = {}
+    for case in CASES:
+        session = Session(store)
+        traces = session.resolve_all([str(FIXTURES / case)], fmt="auto")
+        findings = [f for t in traces for f in analyze(t, reg=session.registry)]
+        console = Console(width=80, record=True, file=open("/dev/null", "w"))
+        render_findings(console, findings, {t.id: t.meta for t in traces})
+        out[case] = (findings, console.export_text())
+    return out
+
+
+def _rows(text: str) -> list[str]:
+    return [line.strip("│ ") for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_line_fits_80_columns(rendered, case):
+    _, text = rendered[case]
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_table_keeps_its_name_column_and_names(rendered, case):
+    findings, text = rendered[case]
+    for f in findings:
+        tables = [(f.columns, f.items)] if f.items and f.columns else []
+        for key, cols in f.tables.items():
+            data = f.metrics.get(key)
+            if isinstance(data, dict) and data and cols:
+                tables.append(([cols[0]] + list(cols[1:]), [{cols[0].key: str(k)} for k in data]))
+        for cols, items in tables:
+            name = next((c for c in cols if c.unit == "name"), None) or next(
+                (c for c in cols if c.unit == "text"), cols[0])
+            assert re.search(rf"(^|[│┃ ]){re.escape(name.label)}( |$)", text, re.M), (f.rule, name.label)
+            for item in items:
+                shown = _cell(name, item.get(name.key))
+                if shown in text:
+                    continue
+                # shortened from the middle: the head of the name, an ellipsis, a key number, the key below
+                head = shown[:4]
+                assert re.search(rf"{re.escape(head)}[^│\n]*…[^│\n]*\[(\d+)\]", text), (f.rule, shown)
+
+
+NUMERIC = ("ns", "pct", "bytes", "bytes_binary", "count", "gbps", "flops", "ratio")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_number_is_cut(rendered, case):
+    _, text = rendered[case]
+    cells = [c.strip() for line in text.splitlines() for c in re.split(r"[│┃]", line)]
+    assert not [c for c in cells if re.fullmatch(r"[-\d.,]+ ?\S*…", c)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_headline_figures_and_no_python_reprs(rendered, case):
+    findings, text = rendered[case]
+    for f in findings:
+        for key, unit in f.figures.items():
+            assert key in text, (f.rule, key)
+            if unit not in ("text", "name"):
+                assert fmt_unit(unit, f.metrics.get(key)) in text, (f.rule, key)
+    cells = [c.strip() for line in text.splitlines() for c in re.split(r"[│┃]", line)]
+    assert not {"True", "False", "None"} & set(cells)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_unit_per_column(rendered, case):
+    _, text = rendered[case]
+    for line in text.splitlines():
+        if "┃" in line:
+            assert not re.search(r"\d (ms|us|ns)\b", line)
+    # a duration column names its unit in its header and no cell repeats a unit
+    rows = [line for line in text.splitlines() if line.count("│") >= 3]
+    assert not [r for r in rows if re.search(r"\d\.\d{3} (ms|us) *│", r)]
+
+
+def test_the_cli_piped_uses_80_columns(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(FIXTURES / "torch/resnet18_bs16.json.gz"))
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert " name " in out and "aten::convolution_backward" in out
