@@ -33,7 +33,8 @@ NSYS_GPU_TRACES = sorted((FIXTURES / "nsys").glob("*_cuda_gpu_trace.csv"))
 #: The class of every API name the torch traces and nsys reports here contain, written out by hand.
 EXPECTED_CLASS = {
     "cudaLaunchKernel": "launch", "cudaLaunchKernelExC": "launch", "cudaLaunchKernelExC_v11060": "launch",
-    "cuLaunchKernel": "launch",
+    "cuLaunchKernel": "launch", "cuLaunchKernelEx": "launch",
+    "cudaGraphLaunch": "graph_launch",  # one call replays a whole graph: its own class, not a launch
     "cudaMemcpyAsync": "memcpy", "cudaMemsetAsync": "memcpy",
     "cudaStreamSynchronize": "synchronize", "cudaDeviceSynchronize": "synchronize",
     "cudaStreamWaitEvent": "synchronize",
@@ -191,9 +192,8 @@ def test_api_share_ignores_summary_rows_beside_timed_calls():
 
 
 def test_api_share_on_the_shared_samples(samples_dir):
-    # the ResNet18 batch sweep; the newer samples (two GPUs, CUDA graphs, a transformer) are read
-    # partly wrong today and are tested with the modern-traces work
-    for path in sorted((samples_dir / "torch").glob("torch_resnet18_bs*.json.gz")):
+    # every shared torch sample: the ResNet18 sweep, two GPUs, CUDA graphs, a transformer, memory
+    for path in sorted((samples_dir / "torch").glob("*.json.gz")):
         time = {}
         for e in json_events(path, ("cuda_runtime", "cuda_driver")):
             time[e["name"]] = time.get(e["name"], 0) + us_to_ns(e["dur"])
@@ -316,13 +316,13 @@ def test_gpu_idle_needs_timestamps():
 
 
 def test_gpu_idle_on_the_shared_samples(samples_dir):
-    # the ResNet18 batch sweep; the newer samples (two GPUs, CUDA graphs, a transformer) are read
-    # partly wrong today and are tested with the modern-traces work
-    for path in sorted((samples_dir / "torch").glob("torch_resnet18_bs*.json.gz")):
+    # every shared torch sample: the ResNet18 sweep, two GPUs, CUDA graphs, a transformer, memory
+    for path in sorted((samples_dir / "torch").glob("*.json.gz")):
         events = []
         for e in json_events(path, ("kernel", "gpu_memcpy", "gpu_memset")):
             start = us_to_ns(e["ts"])
-            events.append((e["args"]["device"], start, start + us_to_ns(e["dur"]), e["name"]))
+            device = e["args"].get("device", e["args"].get("inDevice"))  # a P2P copy runs on its inDevice
+            events.append((device, start, start + us_to_ns(e["dur"]), e["name"]))
         check_idle(run_rule(read_torch(path), "gpu-idle"), events, top=10)
 
 

@@ -285,8 +285,8 @@ def test_pinned_fixtures_have_no_pageable_copies(path):
 
 
 def test_pageable_copies_in_the_shared_samples(samples_dir):
-    # the ResNet18 batch sweep; the newer samples (two GPUs, CUDA graphs, a transformer) are read
-    # partly wrong today and are tested with the modern-traces work
+    # the ResNet18 batch sweep, whose batches are copied from pageable memory (the transformer sample
+    # makes its data on the GPU and copies nothing pageable, so the premise holds only for these)
     for path in sorted((samples_dir / "torch").glob("torch_resnet18_bs*.json.gz")):
         host = [c for c in json_copies(path) if c["kind"] in ("HtoD", "DtoH")]
         pageable = [c for c in host if (c["src"] if c["kind"] == "HtoD" else c["dst"]) == "pageable"]
