@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from helpers import FIXTURES, run_cli
-from traceparse.report import _cell, fmt_unit, render_findings
+from traceparse.report import _cell, figure_label, fmt_unit, render_findings
 
 CASES = ["torch/resnet18_bs16.json.gz", "nsys/resnet18_bs8.sqlite.gz", "ncu/ncu_raw_vgg11_bs16.csv",
          "tau/real/cpi-mpi", "nvprof/real/rlscope_gpu_trace.csv", "torch/multirank/gloo4_slow_rank2"]
@@ -80,7 +80,7 @@ def test_headline_figures_and_no_python_reprs(rendered, case):
     findings, text = rendered[case]
     for f in findings:
         for key, unit in f.figures.items():
-            assert key in text, (f.rule, key)
+            assert figure_label(key, unit) in text, (f.rule, key)
             if unit not in ("text", "name"):
                 assert fmt_unit(unit, f.metrics.get(key)) in text, (f.rule, key)
     cells = [c.strip() for line in text.splitlines() for c in re.split(r"[│┃]", line)]

@@ -71,6 +71,18 @@ def test_a_finding_that_declares_nothing_is_shown_plainly():
     assert "calls_ns" in text and "1500" in text and "x_pct" in text and "0.5" in text and "%" not in text
 
 
+def test_a_declared_figure_is_labelled_without_its_units_suffix():
+    from traceparse.report import figure_label
+
+    assert [figure_label(k, u) for k, u in (("idle_ns", "ns"), ("idle_pct", "pct"), ("peak_bytes", "bytes_binary"),
+                                            ("calls_ns", "count"), ("ns", "ns"))] == \
+        ["idle", "idle", "peak", "calls ns", "ns"]  # a suffix that is not its unit's stays: no guessing
+    f = Finding("r", "info", "t", "m", metrics={"busy_ns": 1500, "copy_gbps": 2.5},
+                figures={"busy_ns": "ns", "copy_gbps": "gbps"})
+    text = render(f)
+    assert "busy_ns" not in text and "busy" in text and "copy" in text
+
+
 @pytest.mark.parametrize("module", [traceparse.expr, traceparse.verdict, traceparse.measures.busy])
 def test_docstring_examples(module):
     result = doctest.testmod(module)

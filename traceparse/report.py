@@ -214,11 +214,17 @@ def _finding_panel(finding: Finding, width: int = 80) -> Panel:
     parts: list[Any] = [Text(finding.message)]
     figures = _figures(finding)
     if figures:
+        pairs = [(figure_label(key, unit) if finding.figures else key, fmt_unit(unit, finding.metrics.get(key))) for key, unit in figures.items()]
+        widest = max(len(label) + len(value) for label, value in pairs)
+        # two figures a line where every pair fits in half the panel; else one a line, long values wrapping
+        across = 2 if len(pairs) > 3 and 2 * (widest + 4) <= inner else 1
         grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(justify="right")
-        for key, unit in figures.items():
-            grid.add_row(key, fmt_unit(unit, finding.metrics.get(key)))
+        for _ in range(across):
+            grid.add_column(style="dim", no_wrap=True)
+            grid.add_column(justify="right", no_wrap=across > 1)
+        for i in range(0, len(pairs), across):
+            row = [cell for pair in pairs[i:i + across] for cell in pair]
+            grid.add_row(*row, *[""] * (2 * across - len(row)))
         parts.append(grid)
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
@@ -230,6 +236,20 @@ def _finding_panel(finding: Finding, width: int = 80) -> Panel:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
+
+
+#: The suffix a metric key carries for its declared unit; the screen label leaves it out (the value shows the unit).
+UNIT_SUFFIXES = {"ns": "_ns", "pct": "_pct", "bytes": "_bytes", "bytes_binary": "_bytes", "gbps": "_gbps",
+                 "flops": "_flops"}
+
+
+def figure_label(key: str, unit: str) -> str:
+    """A headline figure's label on screen: its key without the suffix of its declared unit, in words
+    (``idle_ns`` declared in ns is "idle"; a key whose suffix is not its unit's is kept whole)."""
+    suffix = UNIT_SUFFIXES.get(unit)
+    if suffix and key.endswith(suffix) and len(key) > len(suffix):
+        key = key[: -len(suffix)]
+    return key.replace("_", " ")
 
 
 def _figures(finding: Finding) -> dict[str, str]:
