@@ -52,3 +52,15 @@ def test_a_rule_imports_no_other_rule(path):
 def test_readers_convert_decimals_only_through_traceparse_units(path):
     text = path.read_text(encoding="utf-8")
     assert "ROUND_" not in text and "quantize(" not in text, f"{path}: a private decimal rounding"
+
+
+@pytest.mark.parametrize("path", sources("traceparse"), ids=lambda p: p.name)
+def test_the_core_never_branches_on_a_format_name(path):
+    """Format knowledge lives in readers: the core may test for a run, never for "tau", "torch", "nsys"..."""
+    from traceparse.plugins import registry
+
+    names = set(registry().readers)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            literals = {c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)}
+            assert not literals & names, f"{path.name}:{node.lineno} compares with a format name"

@@ -75,10 +75,19 @@ def test_rank_from_file_name(name, rank):
 def test_rank_from_the_trace_itself():
     assert rank_from_trace(TraceMeta(distributed={"rank": 5, "world_size": 8}, tags={"rank": "2"})) == 5
     assert rank_from_trace(TraceMeta(tags={"rank": "2"})) == 2
-    assert rank_from_trace(TraceMeta(format="tau"), pids=[3]) == 3     # one TAU node
-    assert rank_from_trace(TraceMeta(format="tau"), pids=[0, 1]) is None  # a profile of several nodes
-    assert rank_from_trace(TraceMeta(format="nsys"), pids=[4242]) is None  # a process id is not a rank
+    assert rank_from_trace(TraceMeta(format="nsys", tags={"pid": "4242"})) is None  # a process id is not a rank
     assert rank_from_trace(TraceMeta()) is None
+
+
+def test_a_tau_profile_of_one_node_names_its_rank(tmp_path):
+    """The TAU reader says the rank (its node) where the profile holds exactly one node; the core only reads it."""
+    cpi = FIXTURES / "tau" / "real" / "cpi-mpi"  # four nodes: a whole job, not one rank
+    assert read_paths([cpi])[0].meta.distributed == {}
+    one = tmp_path / "node2"
+    one.mkdir()
+    shutil.copy(cpi / "profile.2.0.0", one / "profile.2.0.0")
+    meta = read_paths([one])[0].meta
+    assert meta.distributed == {"rank": 2} and rank_from_trace(meta) == 2
 
 
 def test_distributed_info_gives_rank_and_world_size_and_beats_the_file_name(tmp_path):

@@ -15,8 +15,8 @@ run (:func:`ingest_run`):
    by the cores and by the memory one rank needs (:func:`choose_workers`),
    so only that many ranks are in memory at once, whatever the run's size.
 3. **Name the ranks.** A rank's number comes from the trace itself where it
-   says (:func:`rank_from_trace`: ``meta.distributed["rank"]``, the torch
-   reader's ``rank`` tag, a TAU profile's single node), else from the file
+   says (:func:`rank_from_trace`: ``meta.distributed["rank"]``, which readers
+   fill, or the torch reader's ``rank`` tag), else from the file
    name (:func:`rank_from_name`: ``rank3``, ``_r3``, ``.3.``), else it is an
    error naming the file. Duplicate ranks are an error naming both files;
    ranks missing from the world size, or world sizes that disagree, are
@@ -93,20 +93,17 @@ def rank_from_name(path: Path | str) -> int | None:
     return None
 
 
-def rank_from_trace(meta: TraceMeta, pids: list[int] | None = None) -> int | None:
+def rank_from_trace(meta: TraceMeta) -> int | None:
     """The rank the trace itself gives, or None.
 
-    ``meta.distributed["rank"]`` (Kineto ``distributedInfo``), else the
-    ``rank`` tag (the torch reader sets it from the same place), else, for a
-    TAU profile of exactly one node, that node (``pids``: the distinct
-    ``pid`` values of its rows). An nsys report names a process, not a rank:
-    its rank comes from the file name.
+    ``meta.distributed["rank"]``, which a reader fills where its format says
+    (Kineto ``distributedInfo``; a TAU profile of exactly one node), else the
+    ``rank`` tag (the torch reader sets it from the same place). An nsys
+    report names a process, not a rank: its rank comes from the file name.
     """
     for value in (meta.distributed.get("rank"), meta.tags.get("rank")):
         if value is not None and str(value).strip().lstrip("-").isdigit():
             return int(value)
-    if meta.format == "tau" and pids is not None and len(pids) == 1 and pids[0] is not None:
-        return int(pids[0])
     return None
 
 
@@ -286,11 +283,7 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
 
         part = Path(tmp) / f"part-{index}"
         meta = write_partition(Trace(stamped(), trace.meta), part)
-        pids = None
-        if meta.format == "tau":
-            pids = pl.scan_parquet(part / "events.parquet").select(pl.col("pid").drop_nulls().unique()) \
-                .collect()["pid"].to_list()
-        rank = rank_from_trace(meta, pids)
+        rank = rank_from_trace(meta)
         rank_from = "trace"
         if rank is None:
             rank, rank_from = from_name, "file name"

@@ -120,6 +120,9 @@ def _meta(profile: ProfileSet, variant: str, extra: dict) -> TraceMeta:
                   "files_read": profile.files_read, **extra}
     if first:
         meta.extra["metadata"] = first
+    nodes = profile.routines["node"].drop_nulls().unique().to_list() if "node" in profile.routines.columns else []
+    if len(nodes) == 1:  # one node's profile: TAU's node is the MPI rank, so this file is one rank of a run
+        meta.distributed = {"rank": int(nodes[0])}
     return meta
 
 
