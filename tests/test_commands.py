@@ -146,6 +146,8 @@ def test_every_json_command_has_an_example():
 def test_json_envelope(path, prepared, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(prepared["store"], store)
+    if path == ("flops",):
+        pytest.importorskip("torch")  # `flops` counts a model's FLOPs with PyTorch, an optional extra
     values = {"tmp": str(tmp_path), "model": prepared["model"], "bs4": prepared["bs4"], "bs8": prepared["bs8"]}
     argv = [arg.format(**values) for arg in EXAMPLES[path]]
     code, out, err = run_cli("--store", str(store), "-q", *argv, "--json")
@@ -168,6 +170,11 @@ def test_json_keeps_each_commands_keys(prepared, tmp_path):
     out = run_cli("--store", str(store), "show", prepared["bs4"], "--json")[1]
     doc = json.loads(out)
     assert doc["id"] == prepared["bs4"] and doc["tags"] == {"batch": "4"} and doc["command"] == "show"
+
+
+
+def test_flops_json_keeps_its_keys():
+    pytest.importorskip("torch")  # `flops` needs the optional PyTorch extra
     out = run_cli("flops", "alexnet", "--batch", "2", "--json")[1]
     doc = json.loads(out)
     assert (doc["model"], doc["batch"], doc["input"]) == ("alexnet", 2, [3, 224, 224])
