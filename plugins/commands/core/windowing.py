@@ -39,6 +39,7 @@ class View:
     label: str | None = None
     steps: list[dict[str, Any]] | None = None
     cuts: list[dict[str, Any]] = field(default_factory=list)
+    origins: dict[str, int] = field(default_factory=dict)  # each trace's first start, for the table's start column
 
     def json(self) -> dict[str, Any]:
         """The keys ``analyze --json`` gains: ``window`` when a window was chosen, ``steps`` with ``--step all``."""
@@ -58,10 +59,10 @@ class View:
             inside = sum(x["end_ns"] - x["start_ns"] for x in w.get("windows", []))
             console.print(f"[bold]{_name(trace)}[/]: {w.get('label')}, {fmt_ns(inside)} analysed")
         if self.steps:
-            console.print(steps_table(self.steps))
+            console.print(steps_table(self.steps, self.origins))
 
 
-def steps_table(rows: list[dict[str, Any]]) -> Table:
+def steps_table(rows: list[dict[str, Any]], origins: dict[str, int]) -> Table:
     """The per-step table: step, start (from the trace's start), time, GPU busy, idle, top kernel category."""
     several = len({r["trace"] for r in rows}) > 1
     table = Table(title="steps", title_justify="left")
@@ -75,7 +76,8 @@ def steps_table(rows: list[dict[str, Any]]) -> Table:
     table.add_column("top category", overflow="fold")
     for r in rows:
         busy = "-" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.1f}%"
-        cells = [str(r["step"]), fmt_ns(r["start_from_trace_ns"]), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
+        since = r["start_ns"] - origins.get(r["trace"] or "", r["start_ns"])
+        cells = [str(r["step"]), fmt_ns(since), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
                  r["top_category"] or "-"]
         table.add_row(*([str(r["trace"])[:8]] if several else []), *cells)
     return table
@@ -105,15 +107,11 @@ def apply(args: argparse.Namespace, traces: list) -> View:
             raise InputError(_nothing(args, before))
     cuts = [{"trace": t.id, **{k: v for k, v in w.items() if k != "trace"}}
             for t in cut for w in t.meta.extra["window"]["windows"]]
-    steps = None
+    steps, origins = None, {}
     if args.step is not None and number is None:
-        steps = []
-        for trace in traces:
-            origin = window.origins(trace.events)
-            for row in window.step_table(trace):
-                row["start_from_trace_ns"] = row["start_ns"] - origin.get(row["trace"] or "", row["start_ns"])
-                steps.append(row)
-    return View(cut, label, steps, cuts)
+        steps = [row for trace in traces for row in window.step_table(trace)]
+        origins = {k: v for trace in traces for k, v in window.origins(trace.events).items()}
+    return View(cut, label, steps, cuts, origins)
 
 
 def _step_number(text: str) -> int | None:
