@@ -98,10 +98,11 @@ def test_step_all_table_matches_the_raw_json(store, torch_trace):
             if cat == "kernel" and min(e, hi) > max(s, lo):
                 per_category[category_of(name)] = per_category.get(category_of(name), 0) + min(e, hi) - max(s, lo)
         top = max(sorted(per_category), key=per_category.get)
-        assert set(row) == {"trace", "step", "start_ns", "dur_ns", "gpu_busy_pct", "idle_ns", "top_category"}
+        assert set(row) == {"trace", "rank", "step", "start_ns", "dur_ns", "gpu_busy_pct", "idle_ns", "top_category"}
         assert (row["start_ns"], row["dur_ns"], row["idle_ns"]) == (lo, hi - lo, hi - lo - busy)
         assert row["gpu_busy_pct"] == pytest.approx(100 * busy / (hi - lo), rel=1e-12)
         assert row["top_category"] == top
+        assert row["rank"] is None
         assert 0 < busy < hi - lo
 
 
@@ -287,3 +288,16 @@ def test_cut_busy_never_exceeds_the_window():
     busy = device_busy(out.events).row(0, named=True)
     # window [15, 45) ns from the first start (0): a [0, 30) keeps [15, 30), b [40, 140) keeps [40, 45)
     assert (busy["first_ns"], busy["last_ns"], busy["busy_ns"], busy["span_ns"]) == (15, 45, 20, 30)
+
+
+def test_step_all_of_a_run_gives_each_rank_its_own_steps(store, samples_dir):
+    run = samples_dir / "multirank" / "gloo4_resnet18_bs16"
+    rows = analyze_json(str(run), "--step", "all", "--rule", "gpu-idle")["steps"]
+    assert [(r["rank"], r["step"]) for r in rows] == [(rank, step) for rank in range(4) for step in (1, 2, 3)]
+    for rank in range(4):
+        steps, gpu = torch_raw(run / f"rank{rank}.json.gz")
+        mine = [r for r in rows if r["rank"] == rank]
+        for row in mine:
+            lo, hi = steps[row["step"]]
+            busy = union_length([(s, e) for s, e, _, _ in gpu], lo, hi)
+            assert (row["start_ns"], row["dur_ns"], row["idle_ns"]) == (lo, hi - lo, hi - lo - busy)

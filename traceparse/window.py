@@ -239,8 +239,9 @@ def step_table(trace: Trace) -> list[dict]:
     over the trace's GPUs (those with any activity); ``idle_ns`` is the step's
     duration minus that busy time (per GPU, averaged); ``top_category`` the
     kernel category with the most kernel time inside the step. No GPU: both
-    None. One dict per step: ``trace``, ``step``, ``start_ns``, ``dur_ns``,
-    ``gpu_busy_pct``, ``idle_ns``, ``top_category``.
+    None. One dict per step: ``trace``, ``rank`` (of a run's rank; else
+    None), ``step``, ``start_ns``, ``dur_ns``, ``gpu_busy_pct``, ``idle_ns``,
+    ``top_category``.
     """
     from traceparse.measures import device_busy, time_by_category
 
@@ -248,6 +249,7 @@ def step_table(trace: Trace) -> list[dict]:
     gpu = events.filter(pl.col("kind").cast(pl.String).is_in(GPU_KINDS) & placed())
     devices = _key(gpu).group_by(_KEY).agg(pl.col("device_id").n_unique().alias("n"))
     n_devices = dict(devices.iter_rows())
+    ranks = dict(_key(events).filter(pl.col("rank").is_not_null()).group_by(_KEY).agg(pl.col("rank").first()).iter_rows())
     rows = []
     for key, step, start, end in step_windows(trace).select(_KEY, "step", "start", "end").iter_rows():
         one = pl.DataFrame({_KEY: [key], "start": [start], "end": [end]})
@@ -258,9 +260,9 @@ def step_table(trace: Trace) -> list[dict]:
         cats = time_by_category(inside).filter(pl.col("time_ns").is_not_null()).sort(
             ["time_ns", "category"], descending=[True, False])
         rows.append({
-            "trace": key or None, "step": step, "start_ns": start, "dur_ns": dur,
+            "trace": key or None, "rank": ranks.get(key), "step": step, "start_ns": start, "dur_ns": dur,
             "gpu_busy_pct": 100.0 * busy / (dur * n) if n and dur else None,
             "idle_ns": round(dur - busy / n) if n else None,
             "top_category": cats["category"][0] if cats.height else None,
         })
-    return rows
+    return sorted(rows, key=lambda r: (r["rank"] is None, r["rank"] or 0, r["trace"] or "", r["step"]))

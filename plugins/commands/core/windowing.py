@@ -9,6 +9,7 @@ time, GPU busy %, idle time and top kernel category.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,30 +57,36 @@ class View:
             return
         for trace in self.traces:
             w = trace.meta.extra.get("window", {})
-            inside = sum(x["end_ns"] - x["start_ns"] for x in w.get("windows", []))
-            console.print(f"[bold]{_name(trace)}[/]: {w.get('label')}, {fmt_ns(inside)} analysed")
+            per: dict[Any, int] = {}
+            for x in w.get("windows", []):
+                per[x["trace"]] = per.get(x["trace"], 0) + x["end_ns"] - x["start_ns"]
+            inside = sum(per.values()) / max(len(per), 1)
+            console.print(f"{w.get('label')}: {fmt_ns(inside)} analysed{' per rank' if len(per) > 1 else ''} "
+                          f"of {Path(_name(trace)).name}", highlight=False)
         if self.steps:
             console.print(steps_table(self.steps, self.origins))
 
 
 def steps_table(rows: list[dict[str, Any]], origins: dict[str, int]) -> Table:
     """The per-step table: step, start (from the trace's start), time, GPU busy, idle, top kernel category."""
-    several = len({r["trace"] for r in rows}) > 1
+    ranks = any(r["rank"] is not None for r in rows)
+    several = not ranks and len({r["trace"] for r in rows}) > 1
     table = Table(title="steps", title_justify="left")
-    if several:
-        table.add_column("trace", overflow="fold")
+    if ranks or several:
+        table.add_column("rank" if ranks else "trace", justify="right" if ranks else "left", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("start", justify="right", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
     table.add_column("GPU busy", justify="right", no_wrap=True)
     table.add_column("idle", justify="right", no_wrap=True)
-    table.add_column("top category", overflow="fold")
+    table.add_column("top category", no_wrap=True)
     for r in rows:
         busy = "-" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.1f}%"
         since = r["start_ns"] - origins.get(r["trace"] or "", r["start_ns"])
         cells = [str(r["step"]), fmt_ns(since), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
                  r["top_category"] or "-"]
-        table.add_row(*([str(r["trace"])[:8]] if several else []), *cells)
+        first = [str(r["rank"])] if ranks else [str(r["trace"])[:8]] if several else []
+        table.add_row(*first, *cells)
     return table
 
 
@@ -144,4 +151,5 @@ def _nothing(args: argparse.Namespace, trace) -> str:
 
 
 def _name(trace) -> str:
-    return trace.meta.path or trace.id or "the trace"
+    run = (trace.meta.extra or {}).get("run") or {}
+    return run.get("name") or trace.meta.path or trace.id or "the trace"
