@@ -85,10 +85,12 @@ def torch_trace(request, fixtures_dir):
     return request.getfixturevalue("samples_dir") / "torch" / "torch_resnet18_bs16.json.gz"
 
 
-def test_step_all_table_matches_the_raw_json(store, torch_trace):
+@pytest.mark.parametrize("steps_from", [[], ["--nvtx", "ProfilerStep#*"]], ids=["steps", "range-instances"])
+def test_step_all_table_matches_the_raw_json(store, torch_trace, steps_from):
+    """The steps measure's steps, or the instances of a range (here the same annotations, by a glob)."""
     steps, gpu = torch_raw(torch_trace)
     assert len(steps) == 2  # the two ProfilerStep#N host annotations of these captures
-    rows = analyze_json(str(torch_trace), "--step", "all", "--rule", "kernel-share")["steps"]
+    rows = analyze_json(str(torch_trace), "--step", "all", *steps_from, "--rule", "kernel-share")["steps"]
     assert [r["step"] for r in rows] == sorted(steps)
     for row in rows:
         lo, hi = steps[row["step"]]
@@ -166,6 +168,16 @@ def test_nvtx_range_of_the_nsys_fixture(store, fixtures_dir, tmp_path, name):
                                           if k == "kernel" and min(e, hi) > max(s, lo))
 
 
+def test_instances_of_an_nvtx_range_as_steps(store, fixtures_dir, tmp_path):
+    path = fixtures_dir / "nsys" / "resnet18_bs8.sqlite.gz"
+    ranges, gpu = nsys_raw(path, tmp_path, "train_step")
+    (lo, hi), = ranges
+    doc = analyze_json(str(path), "--nvtx", "train_step", "--step", "all", "--rule", "gpu-idle")
+    busy = union_length([(s, e) for s, e, _ in gpu], lo, hi)
+    assert [(r["step"], r["start_ns"], r["dur_ns"], r["idle_ns"]) for r in doc["steps"]] == [(1, lo, hi - lo, hi - lo - busy)]
+    assert doc["window"]["label"] == "range train_step (all instances)"
+
+
 def test_nvtx_range_excludes_the_setup_of_a_whole_process_capture(store, samples_dir, tmp_path):
     """The shared nsys sample captures the whole process (1.47 s); its one train_step range is 20.8 ms of it."""
     path = samples_dir / "nsys" / "resnet18_bs16.sqlite.gz"
@@ -229,6 +241,11 @@ def test_nsys_errors_name_what_the_capture_has(store, fixtures_dir):
     one_line_error(["analyze", path, "--nvtx", "step"],
                    f"--nvtx 'step': {path} has no range named step "
                    "(its ranges: backward, forward, h2d_copies, optimizer, train_step)")
+    one_line_error(["analyze", path, "--nvtx", "train_step", "--step", "2"],
+                   f"--step 2: {path} has 1 instance of range train_step, no 2")
+    one_line_error(["analyze", path, "--window", "1:", "--step", "1"],
+                   "--window cannot be combined with --step or --nvtx (a window is a part of the trace; "
+                   "steps and ranges are others)")
     one_line_error(["analyze", path, "--step", "all"],
                    f"--step all: {path} has no steps (no ProfilerStep#N annotations); "
                    "use --nvtx NAME or --window START:END")

@@ -119,19 +119,22 @@ def step_windows(trace: Trace, step: int | None = None) -> pl.DataFrame:
     return s.select(_KEY, "step", start=pl.col("start_ns"), end=pl.col("end_ns")).sort(_KEY, "start")
 
 
-def range_windows(trace: Trace, name: str) -> pl.DataFrame:
+def range_windows(trace: Trace, name: str, instance: int | None = None) -> pl.DataFrame:
     """The windows of every instance of the range ``name`` (NVTX range, user annotation; glob patterns allowed).
 
     Timed rows of :data:`RANGE_KINDS` with a positive duration whose name
     matches; per trace, the host-side instances (rows with a ``pid``) where
     there are any, as for steps (torch also copies annotations onto the GPU
-    timeline).
+    timeline). Instances are numbered from 1 in order of start per trace
+    (column ``step``, so they serve as steps); ``instance`` keeps only that one.
     """
     rows = _key(_ranges(trace.events))
-    pattern = fnmatch.translate(name) if any(c in name for c in "*?[") else None
-    rows = rows.filter(pl.col("name").str.contains(pattern) if pattern else pl.col("name") == name)
+    names = [n for n in rows["name"].unique().to_list() if fnmatch.fnmatchcase(n, name)]  # Python's glob, exact
+    rows = rows.filter(pl.col("name").is_in(names))
     rows = rows.filter(pl.col("pid").is_not_null() == pl.col("pid").is_not_null().max().over(_KEY))
-    return rows.select(_KEY, start=pl.col("start_ns"), end=pl.col("start_ns") + pl.col("duration_ns")).sort(_KEY, "start")
+    rows = (rows.select(_KEY, start=pl.col("start_ns"), end=pl.col("start_ns") + pl.col("duration_ns"))
+            .sort(_KEY, "start", "end").with_columns(step=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(_KEY)))
+    return rows if instance is None else rows.filter(pl.col("step") == instance)
 
 
 def range_names(trace: Trace, limit: int = 8) -> list[str]:
@@ -214,11 +217,12 @@ def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
 
     ``label`` says what the windows are (``step 3``, ``range train_step``,
     ``window 100:250 ms``); it is kept in ``meta.extra["window"]`` with the
-    windows themselves. The whole trace's summary figures are dropped (they
+    windows themselves, merged where they overlap or touch (the time analysed). The whole trace's summary figures are dropped (they
     describe the whole), and a warning counts the rows with no time left out.
     """
     events, left_out = clip(trace.events, windows)
-    mine = windows.filter(pl.col(_KEY).is_in(list(origins(trace.events))))
+    mine = intervals.merge(windows.filter(pl.col(_KEY).is_in(list(origins(trace.events))))
+                           .select(_KEY, "start", "end").cast(dict(_W)), [_KEY]).sort(_KEY, "start")
     extra = {**trace.meta.extra, "window": {
         "label": label, "windows": [{"trace": k or None, "start_ns": s, "end_ns": e}
                                     for k, s, e in mine.select(_KEY, "start", "end").iter_rows()]}}
@@ -231,8 +235,12 @@ def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
 
 
 # -- per-step figures ---------------------------------------------------------
-def step_table(trace: Trace) -> list[dict]:
-    """Per step of ``trace`` (:func:`step_windows`): its time, GPU busy %, idle time and top kernel category.
+def step_table(trace: Trace, windows: pl.DataFrame | None = None) -> list[dict]:
+    """Per step of ``trace``: its time, GPU busy %, idle time and top kernel category.
+
+    The steps are ``windows`` (columns ``__window_trace``, ``step``,
+    ``start``, ``end``, e.g. :func:`range_windows`), by default
+    :func:`step_windows`.
 
     ``gpu_busy_pct`` is the union of the GPU activity (kernels, copies,
     memsets) clipped to the step, per GPU, over the step's duration, averaged
@@ -251,7 +259,8 @@ def step_table(trace: Trace) -> list[dict]:
     n_devices = dict(devices.iter_rows())
     ranks = dict(_key(events).filter(pl.col("rank").is_not_null()).group_by(_KEY).agg(pl.col("rank").first()).iter_rows())
     rows = []
-    for key, step, start, end in step_windows(trace).select(_KEY, "step", "start", "end").iter_rows():
+    windows = step_windows(trace) if windows is None else windows
+    for key, step, start, end in windows.select(_KEY, "step", "start", "end").iter_rows():
         one = pl.DataFrame({_KEY: [key], "start": [start], "end": [end]})
         near = gpu.filter((pl.col("trace_id").fill_null("") == key) & (pl.col("start_ns") < end)
                           & (pl.col("start_ns") + pl.col("duration_ns") > start))  # cheap: clip only these

@@ -21,15 +21,15 @@ from traceparse.report import fmt_ns
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """The three mutually exclusive ways to choose a window."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--step", metavar="N|all",
-                       help="analyse only step N (a ProfilerStep#N annotation), or all steps with a per-step table")
-    group.add_argument("--window", metavar="START:END",
-                       help="analyse only this window, in ms from the trace's start (either side may be empty)")
-    group.add_argument("--nvtx", metavar="NAME",
-                       help="analyse only inside every instance of this NVTX range / user annotation "
-                            "(glob patterns allowed), laid end to end")
+    """``--step``, ``--window``, ``--nvtx`` (``--window`` goes with neither of the others)."""
+    parser.add_argument("--step", metavar="N|all",
+                        help="analyse only step N (a ProfilerStep#N annotation; with --nvtx, the range's Nth "
+                             "instance), or all steps with a per-step table first")
+    parser.add_argument("--window", metavar="START:END",
+                        help="analyse only this window, in ms from the trace's start (either side may be empty)")
+    parser.add_argument("--nvtx", metavar="NAME",
+                        help="analyse only inside the instances of this NVTX range / user annotation "
+                             "(glob patterns allowed), laid end to end")
 
 
 @dataclass
@@ -94,15 +94,19 @@ def apply(args: argparse.Namespace, traces: list) -> View:
     """Cut ``traces`` as ``--step`` / ``--window`` / ``--nvtx`` ask; one-line errors for values that select nothing."""
     if args.step is None and args.window is None and args.nvtx is None:
         return View(traces)
+    if args.window is not None and (args.step is not None or args.nvtx is not None):
+        raise InputError("--window cannot be combined with --step or --nvtx (a window is a part of the trace; "
+                         "steps and ranges are others)")
+    number = _step_number(args.step) if args.step is not None else None
     if args.window is not None:
         lo, hi = window.parse_window(args.window)
         label = f"window {args.window} ms"
         chosen = [(t, window.offset_windows(t, lo, hi)) for t in traces]
     elif args.nvtx is not None:
-        label = f"range {args.nvtx}"
-        chosen = [(t, window.range_windows(t, args.nvtx)) for t in traces]
+        label = f"range {args.nvtx}" + ("" if args.step is None else
+                                        " (all instances)" if number is None else f" instance {number}")
+        chosen = [(t, window.range_windows(t, args.nvtx, number)) for t in traces]
     else:
-        number = _step_number(args.step)
         label = "all steps" if number is None else f"step {number}"
         chosen = [(t, window.step_windows(t, number)) for t in traces]
     for trace, wins in chosen:
@@ -116,7 +120,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
             for t in cut for w in t.meta.extra["window"]["windows"]]
     steps, origins = None, {}
     if args.step is not None and number is None:
-        steps = [row for trace in traces for row in window.step_table(trace)]
+        steps = [row for trace, wins in chosen for row in window.step_table(trace, wins)]
         origins = {k: v for trace in traces for k, v in window.origins(trace.events).items()}
     return View(cut, label, steps, cuts, origins)
 
@@ -133,6 +137,9 @@ def _step_number(text: str) -> int | None:
 def _nothing(args: argparse.Namespace, trace) -> str:
     """The one-line error for a window that selects nothing in ``trace``, naming what it has instead."""
     name = _name(trace)
+    if args.nvtx is not None and args.step is not None and window.range_windows(trace, args.nvtx).height:
+        count = window.range_windows(trace, args.nvtx).height
+        return f"--step {args.step}: {name} has {count} instance{'s' * (count != 1)} of range {args.nvtx}, no {args.step}"
     if args.nvtx is not None:
         names = window.range_names(trace)
         have = f"its ranges: {', '.join(names)}" if names else "it has no timed ranges"
