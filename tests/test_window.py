@@ -17,6 +17,8 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import FIXTURES, run_cli, us_to_ns
 
@@ -318,3 +320,42 @@ def test_step_all_of_a_run_gives_each_rank_its_own_steps(store, samples_dir):
             lo, hi = steps[row["step"]]
             busy = union_length([(s, e) for s, e, _, _ in gpu], lo, hi)
             assert (row["start_ns"], row["dur_ns"], row["idle_ns"]) == (lo, hi - lo, hi - lo - busy)
+
+
+def _merged(windows):
+    out = []
+    for s, e in sorted(windows):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), min_size=1, max_size=25),
+       windows=st.lists(st.tuples(st.integers(0, 1200), st.integers(1, 200)), min_size=1, max_size=5))
+def test_cut_keeps_exactly_the_time_inside_the_windows(events, windows):
+    """For random events and windows: each kept event's duration is its time inside the windows, its start the
+    window time before it (plus the first window's start), and an event with no time inside is dropped."""
+    from traceparse import window
+    from traceparse.trace import Trace, TraceMeta
+
+    trace = Trace(pl.DataFrame({"kind": ["kernel"] * len(events), "start_ns": [s for s, _ in events],
+                                "duration_ns": [d for _, d in events], "device_id": [0] * len(events)}),
+                  TraceMeta(id="h"))
+    wins = _merged([(s, s + n) for s, n in windows])
+    frame = pl.DataFrame({"__window_trace": ["h"] * len(windows), "start": [s for s, _ in windows],
+                          "end": [s + n for s, n in windows]})
+    out = {r["event_id"]: r for r in window.cut(trace, frame, "w").events.iter_rows(named=True)}
+
+    def before(t):  # window time before instant t
+        return sum(max(0, min(e, t) - s) for s, e in wins)
+
+    for i, (s, d) in enumerate(events):
+        inside = sum(max(0, min(e, s + d) - max(st_, s)) for st_, e in wins)
+        instant_in = d == 0 and any(st_ <= s < e for st_, e in wins)
+        if inside > 0 or instant_in:
+            assert (out[i]["start_ns"], out[i]["duration_ns"]) == (wins[0][0] + before(s), inside)
+        else:
+            assert i not in out
