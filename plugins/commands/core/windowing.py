@@ -4,6 +4,9 @@ The traces are cut with :mod:`traceparse.window` before any rule runs, so
 every rule sees a normal trace that holds only the chosen time. ``--step
 all`` also prints (and puts in the JSON as ``steps``) one row per step: its
 time, GPU busy %, idle time and top kernel category.
+
+With ``--scheduler``, a cut run is measured in this process: the cluster's
+workers read whole ranks from the store, not the cut.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from typing import Any
 
 from rich.table import Table
 
-from traceparse import window
 from traceparse.errors import InputError
 from traceparse.report import fmt_ns
 
@@ -94,6 +96,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
     """Cut ``traces`` as ``--step`` / ``--window`` / ``--nvtx`` ask; one-line errors for values that select nothing."""
     if args.step is None and args.window is None and args.nvtx is None:
         return View(traces)
+    from traceparse import window  # here: the cut's modules load only when a window is asked for
     if args.window is not None and (args.step is not None or args.nvtx is not None):
         raise InputError("--window cannot be combined with --step or --nvtx (a window is a part of the trace; "
                          "steps and ranges are others)")
@@ -136,6 +139,8 @@ def _step_number(text: str) -> int | None:
 
 def _nothing(args: argparse.Namespace, trace) -> str:
     """The one-line error for a window that selects nothing in ``trace``, naming what it has instead."""
+    from traceparse import window
+
     name = _name(trace)
     if args.nvtx is not None and args.step is not None and window.range_windows(trace, args.nvtx).height:
         count = window.range_windows(trace, args.nvtx).height
