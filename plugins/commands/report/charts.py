@@ -124,7 +124,8 @@ def names_chart(go, names: dict) -> Chart:
                       "%{customdata[2]:,} calls<extra></extra>"))
     _layout(fig, xaxis_title="kernel time (ms)", height=max(360, 24 * len(rows) + 100),
             margin=dict(l=20, r=20, t=30, b=50), yaxis=dict(automargin=True))
-    note = f"The {len(rows)} kernels with the most time, names shortened (hover for more)"
+    note = (f"The {len(rows)} kernels with the most time" if len(rows) > 1 else "The one kernel") + \
+        ", names shortened (hover for more)"
     if names["rest_names"]:
         note += (f"; the other {names['rest_names']} names take {fmt_ns(names['rest_ns'])} "
                  f"({100.0 * names['rest_ns'] / total:.1f}%)")
@@ -178,10 +179,16 @@ def roofline_chart(go, roof: dict) -> Chart:
     lo = min(p["ai"] for p in points) / 4
     hi = max(p["ai"] for p in points) * 4
     dram = roof.get("dram_gbps")
+    if roof["roofs"] and dram:
+        ridges = [peak / dram for _, peak in roof["roofs"]]
+        lo, hi = min(lo, min(ridges) / 4), max(hi, max(ridges) * 4)
+        top = max(ridges)
+        fig.add_trace(go.Scatter(x=[lo, top], y=[dram * lo, dram * top], mode="lines", name="DRAM roof",
+                                 line=dict(color="#555", width=1.5),
+                                 hovertemplate=f"DRAM: {dram:,.0f} GB/s<extra></extra>"))
     for i, (precision, peak) in enumerate(roof["roofs"]):
         ridge = peak / dram
-        xs = [min(lo, ridge / 4), ridge, max(hi, ridge * 4)]
-        fig.add_trace(go.Scatter(x=xs, y=[dram * xs[0], peak, peak], mode="lines", name=f"{esc(precision)} roof",
+        fig.add_trace(go.Scatter(x=[ridge, hi], y=[peak, peak], mode="lines", name=f"{esc(precision)} roof",
                                  line=dict(color=_colour(precision, i), dash="dash", width=1.5),
                                  hovertemplate=f"{esc(precision)}: {peak:,.0f} GFLOP/s, ridge {ridge:.3g} FLOP/B"
                                                "<extra></extra>"))

@@ -233,7 +233,7 @@ def metadata_html(trace) -> str:
         rows.append((f"device {d.id if d.id is not None else '?'}", ", ".join(bits)))
     if meta.distributed:
         info = meta.distributed
-        rows.append(("distributed", ", ".join(f"{k} {info[k]}" for k in ("rank", "world_size", "backend")
+        rows.append(("distributed", ", ".join(f"{k.replace('_', ' ')} {info[k]}" for k in ("rank", "world_size", "backend")
                                                if info.get(k) is not None)))
     if meta.tags:
         rows.append(("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items()))))
