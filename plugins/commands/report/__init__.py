@@ -112,4 +112,5 @@ def build_report(trace, rules=None, settings=None, gpu=None, bins: int = data.DE
 
 @hookimpl
 def traceparse_commands():
+    """The ``report`` command."""
     return [ReportCommand()]
