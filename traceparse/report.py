@@ -244,20 +244,16 @@ def repeated_tables(findings: list[Finding]) -> dict[int, str]:
     rows = {id(f): _rows(f) for f in findings}
     for i, b in enumerate(findings):
         mine = rows[id(b)]
-        if not mine:
-            continue
         for j, a in enumerate(findings):
             theirs = rows[id(a)]
-            if a is b or id(a) in out or a.trace != b.trace or not mine <= theirs:
+            if not mine or a is b or a.trace != b.trace or not mine <= theirs:
                 continue
-            if mine == theirs:
-                narrower = (len(_columns(a)), j) < (len(_columns(b)), i)
-                if not narrower:
-                    continue
-            elif a.rule != b.rule:
-                continue
-            out[id(b)] = a.rule
-            break
+            if a.rule == b.rule and mine != theirs:  # a part of its own rule's main table
+                out[id(b)] = out.get(id(a), a.rule)
+                break
+            if mine == theirs and id(a) not in out and (len(_columns(a)), j) < (len(_columns(b)), i):
+                out[id(b)] = a.rule
+                break
     return out
 
 
@@ -292,8 +288,10 @@ def steps_text(summary: dict) -> str:
     if not n:
         return "none marked (no ProfilerStep#N annotations or step ranges)"
     source = summary.get("step_source") or ""
-    text = f"{n} ({source}), mean {fmt_ns(summary.get('step_time_ns'))}"
-    if n > 1:
+    windows = summary.get("step_windows") or n
+    text = f"{n} ({source}{f', {windows} windows over the ranks' if windows != n else ''}), " \
+           f"mean {fmt_ns(summary.get('step_time_ns'))}"
+    if windows > 1:
         text += (f", {fmt_ns(summary.get('step_min_ns'))} to {fmt_ns(summary.get('step_max_ns'))}"
                  f" (stdev {fmt_ns(summary.get('step_stdev_ns'))})")
     return text
@@ -309,11 +307,20 @@ def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: in
     """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake."""
     rows = []
     for s in summaries:
-        meta = traces.get(s["trace"])
-        name = meta.path.rsplit("/", 1)[-1] if meta and meta.path else s["trace"]
+        rows.append({**s, "trace": _trace_name(traces.get(s["trace"]), s["trace"])})
         worst = s.get("bottleneck") or {}
-        rows.append({**s, "trace": name, "bottleneck": worst.get("rule", "-"), "impact_ns": worst.get("impact_ns")})
+        rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
     return Group(Text("summary of the traces", style="bold"), *_fitted_table(SUMMARY_COLUMNS, rows, width))
+
+
+def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
+    """A trace's short name in the table of traces: a run's name, else its file's name up to the first dot."""
+    run = ((meta.extra or {}).get("run") or {}) if meta else {}
+    if run.get("name"):
+        return str(run["name"])
+    if meta and meta.path:
+        return meta.path.rstrip("/").rsplit("/", 1)[-1].split(".")[0] or trace_id
+    return trace_id
 
 
 def _tally(findings: list[Finding]) -> str:

@@ -28,7 +28,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     """One trace's summary: what a reader needs before the findings, as a JSON-ready dict.
 
     Keys: ``trace`` (id), ``span_ns`` (first start to last end of any timed
-    row), ``steps`` (how many), ``step_time_ns`` (their mean duration),
+    row), ``steps`` (how many), ``step_windows`` (how many windows their
+    figures are over: in a run, each rank's), ``step_time_ns`` (the windows'
+    mean duration),
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
@@ -44,7 +46,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     return {
         "trace": trace.id,
         "span_ns": trace_span(events),
-        "steps": len(durations),
+        "steps": steps["step"].n_unique() if durations else 0,
+        "step_windows": len(durations),
         "step_time_ns": round(statistics.fmean(durations)) if durations else None,
         "step_min_ns": min(durations) if durations else None,
         "step_max_ns": max(durations) if durations else None,
@@ -68,7 +71,7 @@ def trace_span(events: pl.DataFrame) -> int | None:
 
 
 def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
-    """The trace's iterations: one row per step and rank (``duration_ns``, ``source``), or None.
+    """The trace's iterations: one row per step and rank (``step``, ``duration_ns``, ``source``), or None.
 
     The host-side ``ProfilerStep#N`` annotations (measure ``steps``,
     ``on_host``) where the trace has them, source ``"ProfilerStep#N"``; else
@@ -79,7 +82,7 @@ def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
     """
     steps = measures.steps(events).filter(pl.col("on_host"))
     if steps.height:
-        return steps.select("duration_ns", source=pl.lit("ProfilerStep#N"))
+        return steps.select("step", "duration_ns", source=pl.lit("ProfilerStep#N"))
     ranges = events.filter(pl.col("kind").cast(pl.String).is_in(["marker", "region"])
                            & pl.col("duration_ns").is_not_null() & pl.col("start_ns").is_not_null()
                            & pl.col("pid").is_not_null() & pl.col("name").str.contains(STEP_RANGE)
@@ -88,7 +91,8 @@ def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
         return None
     name = (ranges.group_by("name").agg(total=pl.col("duration_ns").sum())
             .sort(["total", "name"], descending=[True, False])["name"][0])
-    return ranges.filter(pl.col("name") == name).select("duration_ns", source=pl.lit(f"range {name}"))
+    return (ranges.filter(pl.col("name") == name).sort("start_ns")
+            .select(pl.int_range(pl.len()).alias("step"), "duration_ns", source=pl.lit(f"range {name}")))
 
 
 def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:
