@@ -41,6 +41,16 @@ def test_select_min_severity_and_top_per_trace():
     assert [f.rule for f in select_findings(found)] == [f.rule for f in order_findings(found)]
 
 
+def test_the_bottleneck_is_the_most_time_at_stake_whatever_the_severity():
+    from traceparse.summary import bottleneck
+
+    assert bottleneck([_f("a", "critical", 5), _f("b", "info", 7), _f("c", "warning", None)])["rule"] == "b"
+    assert bottleneck([_f("b", "info", 7), _f("c", "warning", 7), _f("a", "info", 7)]) == {
+        "rule": "c", "impact_ns": 7, "title": "c", "severity": "warning"}
+    assert bottleneck([_f("a", "info", 7), _f("b", "info", 7)])["rule"] == "a"
+    assert bottleneck([_f("a", "critical", 0), _f("b", "info", None)]) is None
+
+
 def test_quiet_means_info_with_nothing_at_stake():
     assert is_quiet(_f("a", "info", 0))
     assert is_quiet(_f("a", "info", 99), span_ns=10_000)          # under 1% of the span

@@ -93,10 +93,9 @@ def test_gpu_busy_and_the_idle_bottleneck_from_merged_intervals(analysed, path):
     assert summary["gpu_busy_pct"] == pytest.approx(100.0 * busy / span, abs=1e-4)
     [idle] = [f for f in doc["findings"] if f["rule"] == "gpu-idle"]
     assert idle["impact_ns"] == span - busy == idle["metrics"]["idle_ns"]
-    # the bottleneck: of the findings that warn (else of all), the one with the most time at stake
+    # the bottleneck: the finding with the most time at stake, whatever its severity
     timed = [f for f in doc["findings"] if f["impact_ns"]]
-    warned = [f for f in timed if f["severity"] != "info"] or timed
-    best = max(warned, key=lambda f: f["impact_ns"]) if warned else None
+    best = max(timed, key=lambda f: f["impact_ns"]) if timed else None
     assert summary["bottleneck"] == (None if best is None else {
         "rule": best["rule"], "impact_ns": best["impact_ns"], "title": best["title"], "severity": best["severity"]})
 

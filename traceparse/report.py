@@ -203,7 +203,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     by_trace: dict[Any, list[Finding]] = {}
     for finding in ranked:
         by_trace.setdefault(finding.trace, []).append(finding)
-    for trace in list(by_trace) + [t for t in summaries if t not in by_trace]:
+    for trace in dict.fromkeys([*summaries, *by_trace]):  # the traces in the order given, findings or none
         meta = traces.get(trace)
         console.rule(f"[bold]{trace}  {meta.path}[/bold]" if meta else f"[bold]{trace}[/bold]")
         summary = summaries.get(trace)

@@ -98,15 +98,14 @@ def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
 def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:
     """The finding with the most time at stake: {rule, impact_ns, title, severity}, or None.
 
-    Among the findings with ``impact_ns`` > 0; those at warning or above
-    first (an info finding names the bottleneck only when no finding warns),
-    then the largest ``impact_ns``, then the rule name.
+    The largest ``impact_ns`` (> 0) of any severity: an info finding with
+    more time at stake than a warning is the bottleneck, and the panel shows
+    its severity beside it; ties go to the worse severity, then the rule name.
     """
     timed = [f for f in findings if f.impact_ns]
     if not timed:
         return None
-    warned = [f for f in timed if severity_rank(f.severity) > 0] or timed
-    best = min(warned, key=lambda f: (-f.impact_ns, f.rule))
+    best = min(timed, key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule))
     return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity}
 
 
