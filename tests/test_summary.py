@@ -137,3 +137,52 @@ def test_a_trace_without_steps_or_timed_gpu_work(tmp_path):
     assert summary["bottleneck"] is None
     code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path))
     assert "steps        none marked" in out and "bottleneck   none: no finding has time at stake" in out
+
+
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
+
+
+def test_launch_stats_impact_is_launch_time_beyond_the_kernel_from_the_raw_json(tmp_path):
+    """Σ over kernels launched one by one of max(0, launch call − kernel), pairing them by correlation id."""
+    path = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    events = _raw(path)
+    calls = {e["args"]["correlation"]: us_to_ns(e["dur"]) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES}
+    kernels = [(e["args"]["correlation"], us_to_ns(e["dur"])) for e in events if e.get("cat") == "kernel"]
+    assert len(kernels) == 744 and all(c in calls for c, _ in kernels)
+    expected = sum(max(0, calls[c] - d) for c, d in kernels)
+    code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path), "--json", "--rule", "launch-stats")
+    [finding] = json.loads(out)["findings"]
+    assert finding["impact_ns"] == expected > 0
+
+
+@pytest.mark.parametrize("case, must", [("torch/multirank/gloo4_slow_rank2", "stragglers"),
+                                        ("ncu/ncu_details_vgg11_bs16.csv", "ncu-speedups"),
+                                        ("nvprof/handwritten/gpu_api_trace.log", "api-share"),
+                                        ("torch/resnet18_bs16.json.gz", "low-memcpy-throughput")])
+def test_each_rules_impact_is_its_stated_time_at_stake(case, must, tmp_path):
+    """impact_ns against the figures each rule reports (docs/rules.md, "Time at stake")."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(FIXTURES / case), "--json")
+    assert code == 0, err
+    found = {f["rule"]: f for f in json.loads(out)["findings"] if f["title"] != "Hotspots per thread"}
+    checked = set()
+    for rule, f in found.items():
+        m, impact = f["metrics"], f["impact_ns"]
+        if rule == "stragglers" and "lost_ns" in m:
+            assert impact == m["lost_ns"] > 0
+        elif rule == "rank-balance" and m.get("imbalance") is not None:
+            busy = [r["busy_ns"] for r in m["ranks"].values()]
+            assert impact == int(max(busy) - sum(busy) / len(busy))
+        elif rule == "ncu-speedups":
+            assert impact == m["global_saved_ns"]
+        elif rule == "api-share":
+            warned = [c for c in m["classes"] if f["severity"] != "info" and c in f["title"].split()]
+            assert impact == (sum(m["classes"][c]["time_ns"] for c in warned) if warned else None)
+        elif rule == "low-memcpy-throughput" and m["copy_time_ns"]:
+            assert impact == max(0, m["copy_time_ns"] - round(m["bytes"] / m["peak_gbps"]))
+        elif rule in ("kernel-share", "hotspots", "memory", "arithmetic-intensity", "tuning-candidates"):
+            assert impact is None
+        else:
+            continue
+        checked.add(rule)
+    assert must in checked and len(checked) >= 2
