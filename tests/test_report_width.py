@@ -28,7 +28,7 @@ def rendered(tmp_path_factory):
         traces = session.resolve_all([str(FIXTURES / case)], fmt="auto")
         findings = [f for t in traces for f in analyze(t, reg=session.registry)]
         console = Console(width=80, record=True, file=open("/dev/null", "w"))
-        render_findings(console, findings, {t.id: t.meta for t in traces}, full=True)  # every finding, quiet ones too
+        render_findings(console, findings, {t.id: t.meta for t in traces})
         out[case] = (findings, console.export_text())
     return out
 

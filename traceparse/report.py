@@ -185,15 +185,16 @@ def _identified(device) -> str:
 
 
 def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta],
-                    summaries: dict[str, dict] | None = None, full: bool = False) -> None:
+                    summaries: dict[str, dict] | None = None, full: bool = True) -> None:
     """Print each trace's summary panel, its findings worst first, its quiet rules in one line; then a tally.
 
     ``findings`` are shown in the order :func:`traceparse.analysis.order_findings`
     gives. ``summaries`` ({trace id: :func:`traceparse.summary.summarize`})
     open each trace's section, and with several traces a table of them (one
     row each) follows the findings. Findings with nothing to say
-    (:func:`traceparse.analysis.is_quiet`) are named in one line at the end
-    of their trace unless ``full``; a finding's table whose rows another
+    (:func:`traceparse.analysis.is_quiet`) are shown in full, or with
+    ``full=False`` (``analyze`` without ``--all``) named in one line at the
+    end of their trace; a finding's table whose rows another
     finding of the trace already lists is not drawn again (:func:`repeated_tables`).
     """
     from traceparse.analysis import is_quiet, order_findings

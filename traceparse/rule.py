@@ -44,12 +44,12 @@ class Finding:
             "trace": self.trace,
             "rule": self.rule,
             "severity": self.severity,
-            "impact_ns": self.impact_ns,
             "title": self.title,
             "message": self.message,
             "suggestion": self.suggestion,
             "metrics": self.metrics,
             "items": self.items,
+            "impact_ns": self.impact_ns,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),
         }

@@ -69,7 +69,7 @@ class AnalyzeCommand(Command):
             })
         else:
             render_findings(session.out, findings, {t.id: t.meta for t in traces}, summaries,
-                            full=args.all or bool(args.rule))
+                            full=args.all or bool(args.rule))  # else quiet rules in one line
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0
