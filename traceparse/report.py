@@ -274,7 +274,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                                                  (str(worst.get("severity", "")).upper(), style),
                                                  f" {worst.get('title', '')}"))
     else:
-        grid.add_row("bottleneck", "none: no finding has time at stake")
+        grid.add_row("bottleneck", "none: no finding here has time at stake")
     cats = summary.get("top_categories") or []
     if cats:
         grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats))
