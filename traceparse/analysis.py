@@ -79,7 +79,57 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
         for finding in rule.check(trace, options):
             finding.trace = trace.id
             findings.append(finding)
-    return findings
+    return order_findings(findings)
+
+
+def order_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings worst first, so that the first one read is the one that matters most.
+
+    Traces keep the order they first appear in; within a trace, by severity
+    (critical first), then ``impact_ns`` (the most time at stake first; a
+    finding without one after those with one), then rule name; findings
+    equal on all three keep their order (a rule's own findings stay in the
+    order it gave them). The order is the same on screen and in JSON.
+    """
+    findings = list(findings)
+    traces = {t: i for i, t in enumerate(dict.fromkeys(f.trace for f in findings))}
+    return sorted(findings, key=lambda f: (traces[f.trace], -severity_rank(f.severity),
+                                           (0, -f.impact_ns) if f.impact_ns is not None else (1, 0), f.rule))
+
+
+def select_findings(findings: Iterable[Finding], min_severity: str | None = None,
+                    top: int | None = None) -> list[Finding]:
+    """Ordered findings (:func:`order_findings`) at or above ``min_severity``, the first ``top`` of each trace."""
+    kept: list[Finding] = []
+    per_trace: dict[str | None, int] = {}
+    floor = severity_rank(min_severity) if min_severity else 0
+    for f in order_findings(findings):
+        if severity_rank(f.severity) < floor:
+            continue
+        per_trace[f.trace] = per_trace.get(f.trace, 0) + 1
+        if top is None or per_trace[f.trace] <= top:
+            kept.append(f)
+    return kept
+
+
+#: An info finding whose time at stake is under this share of its trace's span has nothing to say.
+QUIET_SHARE = 0.01
+
+
+def is_quiet(finding: Finding, span_ns: int | None = None) -> bool:
+    """True for a finding with nothing to say, which ``analyze`` folds into one line.
+
+    That is an info finding that either found no time at stake
+    (``impact_ns`` 0, or under :data:`QUIET_SHARE` of the trace's span
+    ``span_ns``), or has no time at stake and nothing to list (no items:
+    it says only that the trace lacks what the rule needs). Warnings are
+    never quiet.
+    """
+    if finding.severity != "info":
+        return False
+    if finding.impact_ns is None:
+        return not finding.items
+    return finding.impact_ns == 0 or (bool(span_ns) and finding.impact_ns < QUIET_SHARE * span_ns)
 
 
 def worst_severity(findings: Iterable[Finding]) -> str | None:

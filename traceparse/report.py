@@ -184,20 +184,144 @@ def _identified(device) -> str:
     return f"{spec['name']} by its properties" + (f"; also fits {', '.join(others)}" if others else "")
 
 
-def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta]) -> None:
-    """Print a panel per finding, most severe first within each trace, then a one-line tally."""
-    order = {trace: i for i, trace in enumerate(dict.fromkeys(f.trace for f in findings))}
-    ranked = sorted(findings, key=lambda f: (order[f.trace], -SEVERITIES.index(f.severity)))
-    current = None
+def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta],
+                    summaries: dict[str, dict] | None = None, full: bool = True) -> None:
+    """Print each trace's summary panel, its findings worst first, its quiet rules in one line; then a tally.
+
+    ``findings`` are shown in the order :func:`traceparse.analysis.order_findings`
+    gives. ``summaries`` ({trace id: :func:`traceparse.summary.summarize`})
+    open each trace's section, and with several traces a table of them (one
+    row each) follows the findings. Findings with nothing to say
+    (:func:`traceparse.analysis.is_quiet`) are shown in full, or with
+    ``full=False`` (``analyze`` without ``--all``) named in one line at the
+    end of their trace; a finding's table whose rows another
+    finding of the trace already lists is not drawn again (:func:`repeated_tables`).
+    """
+    from traceparse.analysis import is_quiet, order_findings
+
+    summaries = summaries or {}
+    ranked = order_findings(findings)
+    by_trace: dict[Any, list[Finding]] = {}
     for finding in ranked:
-        if finding.trace != current:
-            current = finding.trace
-            meta = traces.get(current)
-            label = f"{current}  {meta.path}" if meta else str(current)
-            console.rule(f"[bold]{label}[/bold]")
-        console.print(_finding_panel(finding, console.width))
+        by_trace.setdefault(finding.trace, []).append(finding)
+    for trace in dict.fromkeys([*summaries, *by_trace]):  # the traces in the order given, findings or none
+        meta = traces.get(trace)
+        console.rule(f"[bold]{trace}  {meta.path}[/bold]" if meta else f"[bold]{trace}[/bold]")
+        summary = summaries.get(trace)
+        own = by_trace.get(trace, [])
+        if summary is not None:
+            console.print(summary_panel(summary, own))
+        span = summary.get("span_ns") if summary else None
+        quiet = [] if full else [f for f in own if is_quiet(f, span)]
+        shown = [f for f in own if f not in quiet]
+        repeats = repeated_tables(shown)
+        for finding in shown:
+            console.print(_finding_panel(finding, console.width, repeats.get(id(finding))))
+        if quiet:
+            names = ", ".join(dict.fromkeys(f.rule for f in quiet))
+            console.print(Text.assemble(("Nothing to report: ", "bold"), names,
+                                        (" (--all shows them)", "dim")))
+    if len(summaries) > 1:
+        console.print(summary_table(list(summaries.values()), traces, console.width))
     if findings:
         console.print(_tally(findings))
+
+
+def _rows(finding: Finding) -> frozenset:
+    """The (name, time) pairs of a finding's items: what two tables of one trace share when one repeats the other."""
+    return frozenset((i.get("name"), i.get("time_ns")) for i in finding.items if i.get("name") is not None)
+
+
+def repeated_tables(findings: list[Finding]) -> dict[int, str]:
+    """{id(finding): the rule whose table it repeats}: the item tables not drawn, so that no table is shown twice.
+
+    A finding's table repeats another's (of the same trace) when its rows
+    (name and time) are the same set: then the narrower table (fewer
+    columns) is kept, or on a tie the first; or when they are a part of the
+    rows of another finding of the same rule (a per-thread table of one
+    thread repeats the rule's main table).
+    """
+    out: dict[int, str] = {}
+    rows = {id(f): _rows(f) for f in findings}
+    for i, b in enumerate(findings):
+        mine = rows[id(b)]
+        for j, a in enumerate(findings):
+            theirs = rows[id(a)]
+            if not mine or a is b or a.trace != b.trace or not mine <= theirs:
+                continue
+            if a.rule == b.rule and mine != theirs:  # a part of its own rule's main table
+                out[id(b)] = out.get(id(a), a.rule)
+                break
+            if mine == theirs and id(a) not in out and (len(_columns(a)), j) < (len(_columns(b)), i):
+                out[id(b)] = a.rule
+                break
+    return out
+
+
+def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
+    """The panel a trace's section opens with: span, steps, GPU busy, bottleneck, top kernel categories, findings."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("span", fmt_ns(summary.get("span_ns")))
+    grid.add_row("steps", steps_text(summary))
+    busy = summary.get("gpu_busy_pct")
+    grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of the devices' span (first to last activity)")
+    worst = summary.get("bottleneck")
+    if worst:
+        style = SEVERITY_STYLE.get(worst.get("severity"), "white")
+        grid.add_row("bottleneck", Text.assemble((worst["rule"], "bold"), f": {fmt_ns(worst['impact_ns'])} at stake, ",
+                                                 (str(worst.get("severity", "")).upper(), style),
+                                                 f" {worst.get('title', '')}"))
+    else:
+        grid.add_row("bottleneck", "none: no finding here has time at stake")
+    cats = summary.get("top_categories") or []
+    if cats:
+        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats))
+    if findings:
+        grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
+    return Panel(grid, title="[bold]summary[/bold]", title_align="left")
+
+
+def steps_text(summary: dict) -> str:
+    """Steps on screen: how many, where they come from, mean and spread (min–max, stdev)."""
+    n = summary.get("steps") or 0
+    if not n:
+        return "none marked (no ProfilerStep#N annotations or step ranges)"
+    source = summary.get("step_source") or ""
+    windows = summary.get("step_windows") or n
+    text = f"{n} ({source}{f', {windows} windows over the ranks' if windows != n else ''}), " \
+           f"mean {fmt_ns(summary.get('step_time_ns'))}"
+    if windows > 1:
+        text += (f", {fmt_ns(summary.get('step_min_ns'))} to {fmt_ns(summary.get('step_max_ns'))}"
+                 f" (stdev {fmt_ns(summary.get('step_stdev_ns'))})")
+    return text
+
+
+#: The columns of the table of traces that ends a report of several.
+SUMMARY_COLUMNS = [Column("trace", "trace", "text"), Column("span_ns", "span", "ns"), Column("steps", "steps", "count"),
+                   Column("step_time_ns", "step time", "ns"), Column("gpu_busy_pct", "GPU busy", "pct"),
+                   Column("bottleneck", "bottleneck", "text"), Column("impact_ns", "at stake", "ns")]
+
+
+def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: int = 80) -> Group:
+    """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake."""
+    rows = []
+    for s in summaries:
+        rows.append({**s, "trace": _trace_name(traces.get(s["trace"]), s["trace"])})
+        worst = s.get("bottleneck") or {}
+        rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
+    return Group(Text("summary of the traces", style="bold"), *_fitted_table(SUMMARY_COLUMNS, rows, width))
+
+
+def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
+    """A trace's short name in the table of traces: a run's name, else its file's name up to the first dot."""
+    run = ((meta.extra or {}).get("run") or {}) if meta else {}
+    if run.get("name"):
+        return str(run["name"])
+    if meta and meta.path:
+        return meta.path.rstrip("/").rsplit("/", 1)[-1].split(".")[0] or trace_id
+    return trace_id
 
 
 def _tally(findings: list[Finding]) -> str:
@@ -208,7 +332,7 @@ def _tally(findings: list[Finding]) -> str:
     return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
 
 
-def _finding_panel(finding: Finding, width: int = 80) -> Panel:
+def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None) -> Panel:
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [Text(finding.message)]
@@ -228,14 +352,32 @@ def _finding_panel(finding: Finding, width: int = 80) -> Panel:
         parts.append(grid)
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
-        if isinstance(data, dict) and data and columns:
+        if isinstance(data, dict) and data and columns and not repeats_figures(finding, data, columns):
             parts.extend(_dict_table(key, data, columns, inner))
-    if finding.items:
+    if finding.items and repeats:
+        parts.append(Text(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
+    elif finding.items:
         parts.extend(_items_table(finding.items, _columns(finding), inner))
     if finding.suggestion:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
+
+
+def repeats_figures(finding: Finding, data: dict, columns: list[Column]) -> bool:
+    """True for a one-row table that repeats the headline figures (a per-device table of one device).
+
+    That is: at least half of its value columns are headline figures of the
+    finding, each with the same value (what is left, such as a count of
+    kernels, the message says); such a table is not drawn.
+    """
+    if len(data) != 1:
+        return False
+    row = next(iter(data.values())) or {}
+    values = [c.key for c in columns[1:]]
+    shared = [k for k in values if k in finding.figures]
+    return (bool(shared) and 2 * len(shared) >= len(values)
+            and all(row.get(k) == finding.metrics.get(k) for k in shared))
 
 
 #: The suffix a metric key carries for its declared unit; the screen label leaves it out (the value shows the unit).

@@ -20,6 +20,9 @@ class Finding:
     ``tables`` the columns of a metric that is a table ({row key: {column:
     value}}), the row key first. The renderer shows what is declared and
     guesses nothing; a finding that declares nothing is shown plainly.
+    ``impact_ns`` is the time at stake (idle time, exposed copy time, ...):
+    what ranks findings of one severity and names the bottleneck; None where
+    the finding has no time at stake, 0 where the rule looked and found none.
     """
 
     rule: str
@@ -33,6 +36,7 @@ class Finding:
     columns: list[Column] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)
     tables: dict[str, list[Column]] = field(default_factory=dict)
+    impact_ns: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used by ``traceparse analyze --json``."""
@@ -45,6 +49,7 @@ class Finding:
             "suggestion": self.suggestion,
             "metrics": self.metrics,
             "items": self.items,
+            "impact_ns": self.impact_ns,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),
         }

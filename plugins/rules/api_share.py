@@ -115,7 +115,8 @@ class ApiShare(Rule):
         return [Finding(self.name, "warning" if flagged else "info",
                         "API time dominated by " + " and ".join(flagged) if flagged else "Where the API time goes",
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES, tables={"classes": TABLE})]
+                        columns=COLUMNS, figures=FIGURES, tables={"classes": TABLE},
+                        impact_ns=sum(classes[c]["time_ns"] for c in flagged) if flagged else None)]
 
 
 @hookimpl

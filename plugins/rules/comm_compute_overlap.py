@@ -99,7 +99,8 @@ class CommComputeOverlap(Rule):
                         else "Communication/compute overlap", message, suggestion,
                         metrics={"comm_time_ns": comm_ns, "overlapped_ns": overlapped_ns, "overlap_pct": pct,
                                  "comm_share_pct": share, "members": label, "ranks": ranks},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS})]
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS},
+                        impact_ns=comm_ns - overlapped_ns)]
 
 
 @hookimpl

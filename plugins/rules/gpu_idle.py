@@ -138,7 +138,7 @@ class GpuIdle(Rule):
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams},
                         items=items, columns=([RANK] if ranks else []) + COLUMNS, figures=FIGURES,
-                        tables={"devices": DEVICES, "streams": STREAMS})]
+                        tables={"devices": DEVICES, "streams": STREAMS}, impact_ns=idle_ns)]
 
     def _breakdown(self, events, t: dict, ranks: dict) -> tuple[dict, dict, str]:
         """Per-stream idle split into host wait, kernel wait and other: metrics, the streams table, a sentence."""

@@ -118,7 +118,7 @@ class InefficientMemcpySize(Rule):
                         metrics={"copies": n_copies, "copy_time_ns": copy_ns, "small_copies": n_small,
                                  "small_copy_time_ns": small_ns, "small_bytes": small_bytes,
                                  "small_copy_share_pct": share, "skipped_copies": skipped},
-                        items=items, columns=COLUMNS, figures=FIGURES)]
+                        items=items, columns=COLUMNS, figures=FIGURES, impact_ns=small_ns)]
 
 
 def _size(n: int) -> str:

@@ -134,7 +134,8 @@ class LaunchStats(Rule):
                       "CUDA graph (torch.compile mode='reduce-overhead', torch.cuda.graphs), fuse kernels "
                       "(torch.compile), or give each kernel more work (larger batches)." if severity != "info" else "")
         return [Finding(self.name, severity, "Kernel launches", message, suggestion, metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES)]
+                        columns=COLUMNS, figures=FIGURES,  # at stake: how much the launch calls outlast their kernels
+                        impact_ns=int((direct["launch_duration_ns"] - direct["duration_ns"]).clip(0).sum() or 0))]
 
 
 @hookimpl

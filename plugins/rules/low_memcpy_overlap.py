@@ -93,7 +93,8 @@ class LowMemcpyOverlap(Rule):
                         metrics={"memcpy_time_ns": memcpy_ns, "overlapped_ns": overlapped_ns,
                                  "overlap_pct": None if pct is None else round(pct, 4),
                                  "memcpy_share_of_busy_pct": round(share, 4), "devices": devices},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES})]
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES},
+                        impact_ns=memcpy_ns - overlapped_ns)]
 
 
 @hookimpl

@@ -130,7 +130,8 @@ class LowMemcpyThroughput(Rule):
                         metrics={"achieved_gbps": achieved, "peak_gbps": host_peak, "pct_of_peak": host_pct,
                                  "copy_time_ns": host_ns, "bytes": host_bytes, "peak_source": host_source,
                                  "skipped_copies": skipped},
-                        items=items, columns=COLUMNS, figures=FIGURES)]
+                        items=items, columns=COLUMNS, figures=FIGURES,  # at stake: the time beyond the copies at peak
+                        impact_ns=max(0, host_ns - round(host_bytes / host_peak)) if host_peak else None)]
 
 
 def _peaks(trace: Trace, options: RuleOptions) -> tuple[float, str, float | None, str]:

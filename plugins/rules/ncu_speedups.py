@@ -102,7 +102,7 @@ class NcuSpeedups(Rule):
                             metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": 0, "est_saved_pct": 0.0,
                                      "global_saved_ns": 0, "global_saved_pct": 0.0,
                                      "launches_with_speedups": 0, "rule_results": 0},
-                            figures=FIGURES)]
+                            figures=FIGURES, impact_ns=0)]
         best_per_launch = _best_per_launch(results)
         saved_ns = int(best_per_launch["est_saved_ns"].sum())
         saved_pct = expr.pct(saved_ns, kernel_ns)
@@ -140,7 +140,8 @@ class NcuSpeedups(Rule):
                                  "global_saved_ns": global_ns, "global_saved_pct": global_pct,
                                  "launches_with_speedups": best_per_launch.height, "rule_results": results.height,
                                  "rules": rules},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"rules": RULES_TABLE})]
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"rules": RULES_TABLE},
+                        impact_ns=global_ns)]
 
 
 def _best_per_launch(results: pl.DataFrame) -> pl.DataFrame:

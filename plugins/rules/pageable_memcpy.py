@@ -104,7 +104,7 @@ class PageableMemcpy(Rule):
                                  "pageable_share_pct": share,
                                  "pageable_gbps": _achieved(pageable), "pinned_gbps": _achieved(pinned),
                                  "unknown_memory_copies": unknown},
-                        items=items, columns=COLUMNS, figures=FIGURES)]
+                        items=items, columns=COLUMNS, figures=FIGURES, impact_ns=pageable_ns)]
 
 
 def _achieved(copies: pl.DataFrame) -> float | None:

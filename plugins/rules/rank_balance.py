@@ -105,7 +105,7 @@ class RankBalance(Rule):
                       f"{label}." if severity != "info" else "")
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
-                        tables={"ranks": RANKS})]
+                        tables={"ranks": RANKS}, impact_ns=int(busy.max() - mean))]
 
 
 @hookimpl

@@ -145,7 +145,7 @@ class Stragglers(Rule):
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
                                  "ranks": ranks},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS})]
+                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS}, impact_ns=lost_ns)]
 
 
 def _key(member) -> str:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 from contextlib import ExitStack, nullcontext
 
-from traceparse.analysis import analyze, parse_settings, worst_severity
+from traceparse.analysis import analyze, parse_settings, select_findings, worst_severity
 from traceparse.command import Command
 from traceparse.report import render_findings
 from traceparse.rule import SEVERITIES, severity_rank
+from traceparse.summary import summarize
 from traceparse_plugins.commands.core import windowing
 
 
@@ -31,6 +32,9 @@ class AnalyzeCommand(Command):
         parser.add_argument("--fail-on", choices=SEVERITIES,
                             help="exit 1 if a finding at or above this severity exists")
         parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+        parser.add_argument("--min-severity", choices=SEVERITIES, help="show only findings at or above this severity")
+        parser.add_argument("--top", type=_positive, metavar="N", help="show the N worst findings of each trace")
+        parser.add_argument("--all", action="store_true", help="show findings with nothing to report in full")
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
                                  "(default: $TRACEPARSE_SCHEDULER, else in-process)")
@@ -46,7 +50,7 @@ class AnalyzeCommand(Command):
         scheduler = scheduler_from(args.scheduler)
         view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format))
         traces = view.traces
-        findings = []
+        findings, summaries = [], {}
         with ExitStack() as stack:
             client = None
             if scheduler and any(t.meta.format == "run" for t in traces):
@@ -55,21 +59,32 @@ class AnalyzeCommand(Command):
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
                 with on_cluster:
-                    findings.extend(analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu,
-                                            reg=session.registry))
+                    found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry)
+                    findings.extend(found)
+                    summaries[trace.id] = summarize(trace, found)
+        worst = worst_severity(findings)  # --fail-on judges every finding, whatever is shown
+        findings = select_findings(findings, args.min_severity, args.top)
         if args.json:
             self.print_json({
                 "traces": [_trace_row(t) for t in traces],
+                "summary": list(summaries.values()),
                 "findings": [f.to_dict() for f in findings],
                 **view.json(),
             })
         else:
             view.render(session.out)
-            render_findings(session.out, findings, {t.id: t.meta for t in traces})
-        worst = worst_severity(findings)
+            render_findings(session.out, findings, {t.id: t.meta for t in traces}, summaries,
+                            full=args.all or bool(args.rule))  # else quiet rules in one line
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0
+
+
+def _positive(text: str) -> int:
+    """``--top N``: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
 
 
 def _trace_row(trace) -> dict:

@@ -1,0 +1,188 @@
+"""The summary ``analyze`` opens with (issue 11, item 1): its figures checked against the raw JSON of real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, REPO, run_cli, us_to_ns
+
+SAMPLES = REPO.parent / "shared" / "samples" / "torch"
+TORCH_SAMPLES = sorted(SAMPLES.glob("*.json.gz")) if SAMPLES.is_dir() else []
+STEP = re.compile(r"^ProfilerStep#\d+$")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _raw(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f, parse_float=Decimal)["traceEvents"]
+
+
+def raw_steps(events: list[dict]) -> list[int]:
+    """Durations (ns) of the host-side ProfilerStep#N annotations: ph X, category user_annotation."""
+    return [us_to_ns(e["dur"]) for e in events
+            if e.get("ph") == "X" and e.get("cat") == "user_annotation" and STEP.match(e.get("name", ""))]
+
+
+def raw_busy(events: list[dict]) -> tuple[int, int] | None:
+    """(Σ busy, Σ span) over devices from merging each device's kernel/memcpy/memset intervals; None when
+    some GPU event names no device (peer copies), which this oracle does not place."""
+    per_device: dict[int, list[tuple[int, int]]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES:
+            device = (e.get("args") or {}).get("device")
+            if device is None:
+                return None
+            start = us_to_ns(e["ts"])
+            per_device.setdefault(int(device), []).append((start, start + us_to_ns(e["dur"])))
+    busy = span = 0
+    for spans in per_device.values():
+        spans.sort()
+        end = None
+        for s, e in spans:
+            if end is None or s > end:
+                busy += e - s
+                end = e
+            elif e > end:
+                busy += e - end
+                end = e
+        span += max(e for _, e in spans) - spans[0][0]
+    return busy, span
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """{sample name: analyze --json document} over every shared torch sample (one store)."""
+    if not TORCH_SAMPLES:
+        pytest.skip(f"shared samples not available at {SAMPLES}")
+    store = tmp_path_factory.mktemp("store")
+    out = {}
+    for path in TORCH_SAMPLES:
+        code, text, err = run_cli("--store", str(store), "analyze", str(path), "--json")
+        assert code == 0, err
+        out[path.name] = json.loads(text)
+    return out
+
+
+@pytest.mark.parametrize("path", TORCH_SAMPLES, ids=lambda p: p.name)
+def test_steps_are_the_host_profiler_step_annotations(analysed, path):
+    [summary] = analysed[path.name]["summary"]
+    durations = raw_steps(_raw(path))
+    assert durations, "every shared torch sample has ProfilerStep#N annotations"
+    assert summary["steps"] == len(durations) == summary["step_windows"]
+    assert summary["step_source"] == "ProfilerStep#N"
+    assert summary["step_time_ns"] == round(statistics.fmean(durations))
+    assert (summary["step_min_ns"], summary["step_max_ns"]) == (min(durations), max(durations))
+    assert summary["step_stdev_ns"] == round(statistics.pstdev(durations))
+
+
+@pytest.mark.parametrize("path", TORCH_SAMPLES, ids=lambda p: p.name)
+def test_gpu_busy_and_the_idle_bottleneck_from_merged_intervals(analysed, path):
+    doc = analysed[path.name]
+    [summary] = doc["summary"]
+    figures = raw_busy(_raw(path))
+    if figures is None:
+        pytest.skip("peer copies without args.device: not placed by this oracle")
+    busy, span = figures
+    assert summary["gpu_busy_pct"] == pytest.approx(100.0 * busy / span, abs=1e-4)
+    [idle] = [f for f in doc["findings"] if f["rule"] == "gpu-idle"]
+    assert idle["impact_ns"] == span - busy == idle["metrics"]["idle_ns"]
+    # the bottleneck: the finding with the most time at stake, whatever its severity
+    timed = [f for f in doc["findings"] if f["impact_ns"]]
+    best = max(timed, key=lambda f: f["impact_ns"]) if timed else None
+    assert summary["bottleneck"] == (None if best is None else {
+        "rule": best["rule"], "impact_ns": best["impact_ns"], "title": best["title"], "severity": best["severity"]})
+
+
+def test_span_is_the_stored_span_and_categories_are_kernel_shares(analysed, tmp_path):
+    for path in TORCH_SAMPLES[:2]:
+        [summary] = analysed[path.name]["summary"]
+        code, out, _ = run_cli("--store", str(tmp_path), "show", str(path), "--json")
+        assert summary["span_ns"] == json.loads(out)["summary"]["span_ns"]
+        [share] = [f for f in analysed[path.name]["findings"] if f["rule"] == "kernel-share"]
+        cats = share["metrics"]["categories"]
+        top = sorted(cats, key=lambda c: (-cats[c]["time_ns"], c))[:3]
+        assert [c["category"] for c in summary["top_categories"]] == top
+        assert [c["time_ns"] for c in summary["top_categories"]] == [cats[c]["time_ns"] for c in top]
+
+
+def test_an_nvtx_step_range_stands_in_for_profiler_steps(tmp_path):
+    """The nsys capture has no ProfilerStep#N but one NVTX range train_step (also Optimizer-like ranges)."""
+    path = FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz"
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--json")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    import polars as pl
+
+    import traceparse
+
+    markers = traceparse.load(str(path)).events.filter(pl.col("name") == "train_step")
+    assert summary["step_source"] == "range train_step"
+    assert summary["steps"] == markers.height == 1
+    assert summary["step_time_ns"] == markers["duration_ns"][0]
+
+
+def test_a_trace_without_steps_or_timed_gpu_work(tmp_path):
+    path = FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_kern_sum.csv"  # a kernel summary: no start times
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--json")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    assert (summary["steps"], summary["step_time_ns"], summary["gpu_busy_pct"], summary["span_ns"]) == (0, None, None, None)
+    assert summary["bottleneck"] is None
+    code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path))
+    assert "steps        none marked" in out and "bottleneck   none: no finding here has time at stake" in out
+
+
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
+
+
+def test_launch_stats_impact_is_launch_time_beyond_the_kernel_from_the_raw_json(tmp_path):
+    """Σ over kernels launched one by one of max(0, launch call − kernel), pairing them by correlation id."""
+    path = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    events = _raw(path)
+    calls = {e["args"]["correlation"]: us_to_ns(e["dur"]) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES}
+    kernels = [(e["args"]["correlation"], us_to_ns(e["dur"])) for e in events if e.get("cat") == "kernel"]
+    assert len(kernels) == 744 and all(c in calls for c, _ in kernels)
+    expected = sum(max(0, calls[c] - d) for c, d in kernels)
+    code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path), "--json", "--rule", "launch-stats")
+    [finding] = json.loads(out)["findings"]
+    assert finding["impact_ns"] == expected > 0
+
+
+@pytest.mark.parametrize("case, must", [("torch/multirank/gloo4_slow_rank2", "stragglers"),
+                                        ("ncu/ncu_details_vgg11_bs16.csv", "ncu-speedups"),
+                                        ("nvprof/handwritten/gpu_api_trace.log", "api-share"),
+                                        ("torch/resnet18_bs16.json.gz", "low-memcpy-throughput")])
+def test_each_rules_impact_is_its_stated_time_at_stake(case, must, tmp_path):
+    """impact_ns against the figures each rule reports (docs/rules.md, "Time at stake")."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(FIXTURES / case), "--json")
+    assert code == 0, err
+    found = {f["rule"]: f for f in json.loads(out)["findings"] if f["title"] != "Hotspots per thread"}
+    checked = set()
+    for rule, f in found.items():
+        m, impact = f["metrics"], f["impact_ns"]
+        if rule == "stragglers" and "lost_ns" in m:
+            assert impact == m["lost_ns"] > 0
+        elif rule == "rank-balance" and m.get("imbalance") is not None:
+            busy = [r["busy_ns"] for r in m["ranks"].values()]
+            assert impact == int(max(busy) - sum(busy) / len(busy))
+        elif rule == "ncu-speedups":
+            assert impact == m["global_saved_ns"]
+        elif rule == "api-share":
+            warned = [c for c in m["classes"] if f["severity"] != "info" and c in f["title"].split()]
+            assert impact == (sum(m["classes"][c]["time_ns"] for c in warned) if warned else None)
+        elif rule == "low-memcpy-throughput" and m["copy_time_ns"]:
+            assert impact == max(0, m["copy_time_ns"] - round(m["bytes"] / m["peak_gbps"]))
+        elif rule in ("kernel-share", "hotspots", "memory", "arithmetic-intensity", "tuning-candidates"):
+            assert impact is None
+        else:
+            continue
+        checked.add(rule)
+    assert must in checked and len(checked) >= 2

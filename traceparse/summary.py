@@ -1,0 +1,120 @@
+"""The figures ``analyze`` opens with: span, steps, GPU busy, the bottleneck and the top kernel categories.
+
+Computed from the measures (:mod:`traceparse.measures`) and the findings
+the rules gave, so the summary of a trace says nothing a rule or a measure
+does not; it knows no format and no rule.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+import polars as pl
+
+from traceparse import measures
+from traceparse.rule import Finding, severity_rank
+from traceparse.trace import Trace
+
+#: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
+#: annotation named like ``train_step``, ``step 3``, ``iteration``, ``iter_12`` (not ``Optimizer.step``).
+STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
+NOT_STEP_RANGE = r"(?i)optim"
+#: Kernel categories listed in the summary.
+TOP_CATEGORIES = 3
+
+
+def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
+    """One trace's summary: what a reader needs before the findings, as a JSON-ready dict.
+
+    Keys: ``trace`` (id), ``span_ns`` (first start to last end of any timed
+    row), ``steps`` (how many), ``step_windows`` (how many windows their
+    figures are over: in a run, each rank's), ``step_time_ns`` (the windows'
+    mean duration),
+    ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
+    ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
+    / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
+    minus gpu-idle's idle %; None without timed GPU work), ``bottleneck``
+    (:func:`bottleneck`) and ``top_categories`` (the kernel categories with
+    the most time: category, time_ns, share_pct of kernel time).
+    """
+    events = trace.events
+    steps = step_windows(events)
+    durations = steps["duration_ns"].to_list() if steps is not None else []
+    busy = measures.device_busy(events)
+    span_sum = int(busy["span_ns"].sum() or 0) if busy.height else 0
+    return {
+        "trace": trace.id,
+        "span_ns": trace_span(events),
+        "steps": steps["step"].n_unique() if durations else 0,
+        "step_windows": len(durations),
+        "step_time_ns": round(statistics.fmean(durations)) if durations else None,
+        "step_min_ns": min(durations) if durations else None,
+        "step_max_ns": max(durations) if durations else None,
+        "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
+        "step_source": steps["source"][0] if durations else None,
+        "gpu_busy_pct": round(100.0 * int(busy["busy_ns"].sum()) / span_sum, 4) if span_sum else None,
+        "bottleneck": bottleneck(findings),
+        "top_categories": top_categories(events),
+    }
+
+
+def trace_span(events: pl.DataFrame) -> int | None:
+    """Nanoseconds from the first start to the last end of the trace's rows, as ``ingest`` and ``show`` give it.
+
+    The first ``start_ns`` of any row to the last ``start_ns + duration_ns``
+    of a row with both (the store's ``span_ns``); None when nothing is timed.
+    """
+    first, last = events.select(first=pl.col("start_ns").min(),
+                                last=(pl.col("start_ns") + pl.col("duration_ns")).max()).row(0)
+    return None if first is None or last is None else int(last - first)
+
+
+def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
+    """The trace's iterations: one row per step and rank (``step``, ``duration_ns``, ``source``), or None.
+
+    The host-side ``ProfilerStep#N`` annotations (measure ``steps``,
+    ``on_host``) where the trace has them, source ``"ProfilerStep#N"``; else
+    the host-side ranges (kinds marker and region, with a duration and a
+    process) whose name reads as an iteration (:data:`STEP_RANGE`, such as an
+    NVTX ``train_step``), of the name with the most time, source ``"range
+    NAME"``.
+    """
+    steps = measures.steps(events).filter(pl.col("on_host"))
+    if steps.height:
+        return steps.select("step", "duration_ns", source=pl.lit("ProfilerStep#N"))
+    ranges = events.filter(pl.col("kind").cast(pl.String).is_in(["marker", "region"])
+                           & pl.col("duration_ns").is_not_null() & pl.col("start_ns").is_not_null()
+                           & pl.col("pid").is_not_null() & pl.col("name").str.contains(STEP_RANGE)
+                           & ~pl.col("name").str.contains(NOT_STEP_RANGE))
+    if ranges.height == 0:
+        return None
+    name = (ranges.group_by("name").agg(total=pl.col("duration_ns").sum())
+            .sort(["total", "name"], descending=[True, False])["name"][0])
+    return (ranges.filter(pl.col("name") == name).sort("start_ns")
+            .select(pl.int_range(pl.len()).alias("step"), "duration_ns", source=pl.lit(f"range {name}")))
+
+
+def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:
+    """The finding with the most time at stake: {rule, impact_ns, title, severity}, or None.
+
+    The largest ``impact_ns`` (> 0) of any severity: an info finding with
+    more time at stake than a warning is the bottleneck, and the panel shows
+    its severity beside it; ties go to the worse severity, then the rule name.
+    """
+    timed = [f for f in findings if f.impact_ns]
+    if not timed:
+        return None
+    best = min(timed, key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule))
+    return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity}
+
+
+def top_categories(events: pl.DataFrame, n: int = TOP_CATEGORIES) -> list[dict[str, Any]]:
+    """The ``n`` kernel categories with the most time (measure ``time_by_category``), with their share of kernel time."""
+    cats = measures.time_by_category(events).filter(pl.col("time_ns").is_not_null())
+    cats = cats.group_by("category").agg(pl.col("time_ns").sum()).sort(["time_ns", "category"],
+                                                                         descending=[True, False])
+    total = int(cats["time_ns"].sum() or 0)
+    return [{"category": r["category"], "time_ns": int(r["time_ns"]),
+             "share_pct": round(100.0 * r["time_ns"] / total, 4) if total else None}
+            for r in cats.head(n).iter_rows(named=True)]
