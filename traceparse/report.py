@@ -453,3 +453,10 @@ def _cell(column: Column, value: Any) -> str:
 def _shortened(name: str) -> str:
     """A kernel name without return type and parameters, templates collapsed when long; never cut."""
     return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")
+
+
+def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+    """A table of ``rows`` (dicts keyed by each column's key) that fits ``width`` screen columns without ever
+    cutting a number: the renderables of :func:`_fitted_table` (the table, then the key to shortened names and a
+    note naming dropped columns), for commands that lay out their own tables the way findings are laid out."""
+    return _fitted_table(columns, rows, width, title)
