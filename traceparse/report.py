@@ -133,6 +133,22 @@ def fmt_bytes_binary(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def trace_label(meta: TraceMeta) -> str:
+    """A short name for a trace on screen, where its 16-character id says little: its file's name; for several
+    files (an nsys capture's reports) the common start of their names and ``*`` (``resnet18_bs8_*``); a run's
+    name; else the id."""
+    import os
+
+    names = [os.path.basename(p) for p in (meta.source_paths or [])]
+    if len(names) == 1:
+        return names[0]
+    if len(names) > 1:
+        common = os.path.commonprefix(names)
+        return common + "*" if common else f"{names[0]} (+{len(names) - 1})"
+    run = (meta.extra or {}).get("run") or {}
+    return run.get("name") or (os.path.basename(meta.path) if meta.path else str(meta.id or ""))
+
+
 def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
     """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings."""
     table = Table.grid(padding=(0, 2))

@@ -29,8 +29,6 @@ durations and calls.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 import polars as pl
 from rich.text import Text
 
@@ -38,7 +36,7 @@ from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, fmt_ns, short_name
+from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
@@ -177,7 +175,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     width = console.width
     for label, trace in (("A", a), ("B", b)):
         line = Text(f"{label} ", style="bold")
-        line.append(f"{trace_label(trace)}  {trace.id}  {_tags(trace)}".rstrip())
+        line.append(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip())
         console.print(line)
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
@@ -210,21 +208,6 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
 
 def _by_change(rows: pl.DataFrame, status: str) -> list[tuple[str, str]]:
     return [(r["kind"], r["name"]) for r in rows.filter(pl.col("status") == status).iter_rows(named=True)]
-
-
-def trace_label(trace: Trace) -> str:
-    """A short name for a trace: its file's name; the common start of its files' names + ``*`` for several
-    files (an nsys capture's reports: ``resnet18_bs8_*``); a run's name; else its id."""
-    paths = [Path(p).name for p in (trace.meta.source_paths or [])]
-    if len(paths) == 1:
-        return paths[0]
-    if len(paths) > 1:
-        import os
-
-        common = os.path.commonprefix(paths)
-        return (common + "*") if common else f"{paths[0]} (+{len(paths) - 1})"
-    run = (trace.meta.extra or {}).get("run") or {}
-    return run.get("name") or (Path(trace.meta.path).name if trace.meta.path else str(trace.id))
 
 
 class DiffCommand(Command):
