@@ -149,8 +149,9 @@ def trace_label(meta: TraceMeta) -> str:
     return run.get("name") or (os.path.basename(meta.path) if meta.path else str(meta.id or ""))
 
 
-def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
-    """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings."""
+def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None) -> Panel:
+    """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings; titled ``title``,
+    else "ingested" or "already in the store"."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -180,7 +181,7 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
         table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items())))
     for w in meta.warnings:
         table.add_row(Text("warning", style="yellow"), w)
-    title = "already in the store" if already_stored else "ingested"
+    title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
 
 

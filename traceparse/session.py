@@ -26,12 +26,18 @@ class Session:
         self.quiet = quiet
         self.out = Console(soft_wrap=False)
         self.err = Console(stderr=True)
+        self._warned: set[str] = set()
 
     def warn(self, message: str) -> None:
-        """Print a warning on stderr (always, even with --quiet: warnings matter)."""
+        """Print a warning on stderr (always, even with --quiet: warnings matter), once per command: the same
+        warning given again (a trace named twice, a reader's warning seen again) is not repeated."""
         from traceparse.cli import one_line
 
-        print(f"traceparse: warning: {one_line(message)}", file=sys.stderr)
+        line = one_line(message)
+        if line in self._warned:
+            return
+        self._warned.add(line)
+        print(f"traceparse: warning: {line}", file=sys.stderr)
 
     def progress_factory(self):
         """A factory for :func:`traceparse.ingest.ingest`'s progress bars; None when quiet or not a terminal."""
@@ -63,12 +69,13 @@ class Session:
 
     def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,
-                   scheduler: str | None = None) -> RunResult:
-        """Ingest a run (a rank directory, or one file per rank), printing its warnings."""
+                   scheduler: str | None = None, warn: bool = True) -> RunResult:
+        """Ingest a run (a rank directory, or one file per rank), printing its warnings (unless ``warn`` is
+        false: the caller shows them, e.g. in the run's panel)."""
         result = ingest_run(paths, store=self.store, name=name, fmt=fmt, params=params, jobs=jobs,
                             scheduler=scheduler, tags=tags, progress_factory=self.rank_progress_factory(),
                             reg=self.registry)
-        if not result.already_stored:
+        if warn and not result.already_stored:
             for warning in result.warnings:
                 self.warn(warning)
         return result
@@ -84,11 +91,12 @@ class Session:
         return self.store.load(ref_id)
 
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
-               params: dict | None = None) -> list[IngestResult]:
-        """Ingest paths into the store, printing the readers' warnings."""
+               params: dict | None = None, warn: bool = True) -> list[IngestResult]:
+        """Ingest paths into the store, printing the readers' warnings (unless ``warn`` is false: the caller
+        shows them, e.g. in the trace's panel)."""
         results = ingest(paths, store=self.store, fmt=fmt, tags=tags, params=params,
                          progress_factory=self.progress_factory(), reg=self.registry)
-        for result in results:
+        for result in results if warn else []:
             if not result.already_stored:
                 for warning in result.meta.warnings:
                     self.warn(warning)
@@ -105,11 +113,22 @@ class Session:
         kind, ref_id = self.store.resolve(ref)
         return [self.store.load_run(ref_id) if kind == "run" else self.store.load(ref_id)]
 
-    def resolve_all(self, refs: list[str], fmt: str = "auto") -> list[Trace]:
-        """Resolve several TRACE arguments; none means the last ingested trace (or run)."""
+    def resolve_all(self, refs: list[str], fmt: str = "auto", group: bool = False) -> list[Trace]:
+        """Resolve several TRACE arguments; none means the last ingested trace (or run).
+
+        With ``group`` the files among them are grouped into traces as ``ingest`` groups them (the CSV
+        reports of one nsys capture are one trace, not one trace per report); the traces of those files
+        come where the first of them stands.
+        """
         if not refs:
             return [self.load(self.store.last_id())]
-        traces = []
+        files = [r for r in refs if Path(r).is_file()] if group else []
+        traces, done = [], False
         for ref in refs:
+            if len(files) > 1 and ref in files:
+                if not done:
+                    traces.extend(self.store.load(r.meta.id) for r in self.ingest(files, fmt))
+                    done = True
+                continue
             traces.extend(self.resolve(ref, fmt))
         return traces

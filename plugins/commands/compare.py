@@ -444,7 +444,7 @@ class CompareCommand(Command):
         out = Path(args.out) if args.out else None
         if out is not None and out.suffix.lower() not in PLOT_SUFFIXES:
             raise InputError(f"--out {args.out}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}")
-        traces = session.resolve_all(args.traces, fmt=args.format)
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)  # a capture's files: one trace
         seen, unique = set(), []
         for t in traces:  # the same trace named twice is one row
             if t.id not in seen:

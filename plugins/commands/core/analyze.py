@@ -42,7 +42,7 @@ class AnalyzeCommand(Command):
         from traceparse.distributed import connected, measures_on, scheduler_from
 
         scheduler = scheduler_from(args.scheduler)
-        traces = session.resolve_all(args.traces, fmt=args.format)
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)  # a capture's files: one trace
         findings = []
         with ExitStack() as stack:
             client = None
