@@ -41,7 +41,7 @@ def parse_tag_edits(values: list[str]) -> tuple[dict[str, str], list[str]]:
         key, eq, val = value.partition("=")
         key, val = key.strip(), val.strip()
         if not eq or not key:
-            raise InputError(f"{value!r}: expected KEY=VALUE (or KEY= to remove the tag), e.g. batch=16")
+            raise InputError(f"{value!r}: expected KEY=VALUE (or KEY= to remove a tag), e.g. batch=16")
         if val:
             tags[key] = val
             remove = [k for k in remove if k != key]
