@@ -163,3 +163,58 @@ def test_terminal_at_80_columns(capture_vs_torch, monkeypatch):
     s = capture_vs_torch["summary"]
     assert f"not matched, only in A (vanished): {s['vanished']}" in out
     assert f"not matched, only in B (new): {s['new']}" in out
+
+
+# One pair per row of traceparse.expr.TEMPLATE_SPELLINGS, nsys's spelling first and torch.profiler's second, cut
+# to the part that shows the rule from fixtures/nsys/resnet18_bs8_cuda_gpu_trace.csv and
+# fixtures/torch/resnet18_bs8.json.gz (`unsigned int` = `unsigned`, which these two files do not need, is the
+# issue's example); then pairs of different kernels (cuDNN variants) that must stay apart.
+SAME = [
+    ("void at::native::<unnamed>::max_pool_forward_nchw<float, int>(T2, const T1 *, long)",
+     "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, int>(int, float const*, long)"),
+    ("void f<(int)128, (int)2, void g(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)",
+     "void f<128, 2, g(at::TensorIteratorBase&, float const&)::{lambda(int)#1}>(int, float)"),
+    ("void softmax_warp_forward<float, float, float, (int)10, (bool)1, (bool)0>(T2 *, const T1 *, int)",
+     "void softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*, int)"),
+    ("void k<(int)4, std::array<char *, (unsigned long)3>>(int, T2, T3)",
+     "void k<4, std::array<char*, 3ul> >(int, float, std::array<char*, 3ul>)"),
+    ("void r<float, unsigned int, float>(T3)", "void r<float, unsigned, float>(float)"),
+    ("void s<cublasGemvTensorStridedBatched<const float>>(T1)", "void s<cublasGemvTensorStridedBatched<float const> >(x)"),
+    ("void t<float, float>::operator ()(at::TensorIterator &)::[lambda(float, float) (instance 1)]",
+     "void t<float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}"),
+]
+APART = [
+    ("void nchwToNhwcKernel<float, (bool)0, (cudnnKernelDataType_t)0>(T1)",
+     "void nchwToNhwcKernel<float, false, (cudnnKernelDataType_t)2>(float)"),
+    ("void bn_bw_1C11_kernel_new<float, (int)128, (bool)1>(T2)", "void bn_bw_1C11_kernel_new<float, 512, true>(float)"),
+]
+
+
+@pytest.mark.parametrize("a,b", SAME)
+def test_spellings_of_one_kernel_share_a_key(a, b):
+    from traceparse.expr import spelling_key
+
+    assert spelling_key("kernel", a) == spelling_key("kernel", b)
+
+
+@pytest.mark.parametrize("a,b", APART)
+def test_different_kernels_keep_different_keys(a, b):
+    from traceparse.expr import spelling_key
+
+    assert spelling_key("kernel", a) != spelling_key("kernel", b)
+
+
+@pytest.mark.parametrize("kind,names,key", [
+    ("memcpy", ["[CUDA memcpy Host-to-Device]", "[CUDA memcpy HtoD]", "Memcpy HtoD (Pageable -> Device)",
+                "Memcpy HtoD (Pinned -> Device)"], "memcpy HtoD"),
+    ("memcpy", ["[CUDA memcpy Device-to-Host]", "[CUDA memcpy DtoH]", "Memcpy DtoH (Device -> Pinned)"], "memcpy DtoH"),
+    ("memcpy", ["[CUDA memcpy Device-to-Device]", "[CUDA memcpy DtoD]", "Memcpy DtoD (Device -> Device)"],
+     "memcpy DtoD"),
+    ("memcpy", ["[CUDA memcpy PtoP]", "[CUDA memcpy Peer-to-Peer]"], "memcpy PtoP"),
+    ("memset", ["[CUDA memset]", "Memset (Device)"], "memset"),
+    ("api", ["cudaLaunchKernel_v7000", "cudaLaunchKernel"], "cudaLaunchKernel"),
+])
+def test_copies_by_direction_and_api_without_version(kind, names, key):
+    from traceparse.expr import spelling_key
+
+    assert {spelling_key(kind, n) for n in names} == {key}
