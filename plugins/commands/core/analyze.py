@@ -16,6 +16,7 @@ from traceparse.analysis import analyze, parse_settings, worst_severity
 from traceparse.command import Command
 from traceparse.report import render_findings
 from traceparse.rule import SEVERITIES, severity_rank
+from traceparse_plugins.commands.core import windowing
 
 
 class AnalyzeCommand(Command):
@@ -33,6 +34,7 @@ class AnalyzeCommand(Command):
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
                                  "(default: $TRACEPARSE_SCHEDULER, else in-process)")
+        windowing.add_options(parser)  # --step, --window, --nvtx
 
     def run(self, args: argparse.Namespace, session) -> int:
         """Analyze each trace; exit 1 when ``--fail-on`` is given and a finding reaches it."""
@@ -42,7 +44,9 @@ class AnalyzeCommand(Command):
         from traceparse.distributed import connected, measures_on, scheduler_from
 
         scheduler = scheduler_from(args.scheduler)
-        traces = session.resolve_all(args.traces, fmt=args.format, group=True)  # a capture's files: one trace
+        # a capture's files are one trace, as ingest groups them
+        view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format, group=True))
+        traces = view.traces
         findings = []
         with ExitStack() as stack:
             client = None
@@ -58,8 +62,10 @@ class AnalyzeCommand(Command):
             self.print_json({
                 "traces": [_trace_row(t) for t in traces],
                 "findings": [f.to_dict() for f in findings],
+                **view.json(),
             })
         else:
+            view.render(session.out)
             render_findings(session.out, findings, {t.id: t.meta for t in traces})
         worst = worst_severity(findings)
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):

@@ -1,0 +1,279 @@
+"""Cutting a trace to time windows: a step, a named range's instances, or START:END from the trace's start.
+
+The result of :func:`cut` is a normal :class:`~traceparse.trace.Trace` (same
+schema, the same id, re-validated when its events are read), so every rule
+and measure runs on it unchanged.
+
+**Clipping.** Windows are half-open ``[start, end)`` on each trace's own
+clock (a run's ranks each have their own windows, keyed by ``trace_id``).
+An event fully inside is kept as it is; an event that straddles an edge is
+*clipped* to the window (its start moved in, its duration shortened), not
+kept whole or dropped: kept whole, a 30 ms kernel crossing the edge of a 1 ms
+window would make the GPU busier than the window is long; dropped, the busy
+time inside the window would be missing. A clipped event's ``bytes`` and
+``flops`` are scaled by the fraction of its time kept, so a copy's throughput
+(bytes / duration) and a kernel's FLOP rate stay what they were;
+``exclusive_ns``, ``min_ns`` and ``max_ns`` are capped at the new duration.
+Instants (counter samples, marks: no duration or duration 0) are kept when
+they fall inside a window. Rows with no time (aggregated summaries) cannot
+be placed in a window and are left out, with one warning, except rows whose
+``parent_id`` is a kept event (a kernel's counters), which stay with it.
+
+**Several windows** (every instance of a named range, every step) are
+merged where they overlap or touch and laid end to end: the time between
+two windows is removed, shifting later windows' events earlier by the gaps
+before them (the first window keeps its timestamps). So the trace's span is
+the time inside the windows, and no rule counts the setup or the pauses
+between instances as idle time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+
+import polars as pl
+
+from traceparse import intervals, units
+from traceparse.errors import InputError
+from traceparse.expr import GPU_KINDS
+from traceparse.measures.base import placed
+from traceparse.trace import Trace
+
+#: Kinds whose named, timed rows are ranges ``--nvtx NAME`` can select (NVTX ranges, user annotations, regions).
+RANGE_KINDS = ("marker", "region")
+_KEY = "__window_trace"  # trace_id with nulls as "", so a trace not in the store has windows too
+_W = pl.Schema({_KEY: pl.String, "start": pl.Int64, "end": pl.Int64})
+
+
+def _key(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.col("trace_id").cast(pl.String).fill_null("").alias(_KEY))
+
+
+def _trace_key(trace: Trace) -> str:
+    return trace.id or ""
+
+
+# -- choosing windows ---------------------------------------------------------
+def parse_window(text: str) -> tuple[int | None, int | None]:
+    """``START:END`` in ms from the trace's start (either side may be empty) as (start, end) ns offsets.
+
+    Raises :class:`InputError` with a one-line message for anything else, a
+    negative edge, or an end not after the start.
+    """
+    head, colon, tail = text.partition(":")
+    if not colon:
+        raise InputError(f"--window {text!r}: expected START:END in ms from the trace's start, e.g. 100:250 or 100:")
+    edges = []
+    for side in (head, tail):
+        if not side.strip():
+            edges.append(None)
+            continue
+        try:
+            edges.append(units.to_int(side, "ms"))
+        except ValueError:
+            raise InputError(f"--window {text!r}: {side.strip()!r} is not a number of ms") from None
+    lo, hi = edges
+    if (lo is not None and lo < 0) or (hi is not None and hi < 0):
+        raise InputError(f"--window {text!r}: the edges are ms from the trace's start and cannot be negative")
+    if lo is not None and hi is not None and hi <= lo:
+        raise InputError(f"--window {text!r}: the end must be after the start")
+    return lo, hi
+
+
+def origins(events: pl.DataFrame) -> dict[str, int]:
+    """Per trace (key: trace id, "" for none), the first start of any timed row: where ``--window`` counts from."""
+    rows = _key(events).filter(pl.col("start_ns").is_not_null()).group_by(_KEY).agg(pl.col("start_ns").min())
+    return dict(rows.iter_rows())
+
+
+def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame:
+    """The window ``[origin + lo, origin + hi)`` of each trace in ``trace`` (a run has one per rank).
+
+    An empty side means the trace's first start / last end.
+    """
+    ev = _key(trace.events).filter(pl.col("start_ns").is_not_null())
+    per = ev.group_by(_KEY).agg(first=pl.col("start_ns").min(),
+                                last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max())
+    start = pl.col("first") + (lo or 0)
+    end = pl.col("first") + hi if hi is not None else pl.col("last") + 1  # +1: an instant at the very end is in
+    return per.select(_KEY, start=start, end=end).cast(dict(_W))
+
+
+def step_windows(trace: Trace, step: int | None = None) -> pl.DataFrame:
+    """The windows of the trace's steps (``step`` N only, or all), one row per trace and step.
+
+    Steps come from :data:`traceparse.measures.steps`: per trace, the host-side
+    ``ProfilerStep#N`` annotations where it has them, else the device-side
+    ones. Columns ``__window_trace``, ``step``, ``start``, ``end``.
+    """
+    from traceparse.measures import steps
+
+    s = steps(trace.events)
+    if s.height == 0:
+        return pl.DataFrame(schema={**dict(_W), "step": pl.Int64})
+    s = s.with_columns(pl.col("trace_id").fill_null("").alias(_KEY))
+    s = s.filter(pl.col("on_host") == pl.col("on_host").max().over(_KEY))  # host side where the trace has it
+    if step is not None:
+        s = s.filter(pl.col("step") == step)
+    return s.select(_KEY, "step", start=pl.col("start_ns"), end=pl.col("end_ns")).sort(_KEY, "start")
+
+
+def range_windows(trace: Trace, name: str, instance: int | None = None) -> pl.DataFrame:
+    """The windows of every instance of the range ``name`` (NVTX range, user annotation; glob patterns allowed).
+
+    Timed rows of :data:`RANGE_KINDS` with a positive duration whose name
+    matches; per trace, the host-side instances (rows with a ``pid``) where
+    there are any, as for steps (torch also copies annotations onto the GPU
+    timeline). Instances are numbered from 1 in order of start per trace
+    (column ``step``, so they serve as steps); ``instance`` keeps only that one.
+    """
+    rows = _key(_ranges(trace.events))
+    names = [n for n in rows["name"].unique().to_list() if fnmatch.fnmatchcase(n, name)]  # Python's glob, exact
+    rows = rows.filter(pl.col("name").is_in(names))
+    rows = rows.filter(pl.col("pid").is_not_null() == pl.col("pid").is_not_null().max().over(_KEY))
+    rows = (rows.select(_KEY, start=pl.col("start_ns"), end=pl.col("start_ns") + pl.col("duration_ns"))
+            .sort(_KEY, "start", "end").with_columns(step=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(_KEY)))
+    return rows if instance is None else rows.filter(pl.col("step") == instance)
+
+
+def range_names(trace: Trace, limit: int = 8) -> list[str]:
+    """The most frequent range names of the trace (for an error message that says what there is)."""
+    counts = _ranges(trace.events).group_by("name").len().sort(["len", "name"], descending=[True, False])
+    return counts["name"].head(limit).to_list()
+
+
+def _ranges(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter(pl.col("kind").cast(pl.String).is_in(RANGE_KINDS) & placed()
+                         & (pl.col("duration_ns") > 0) & pl.col("name").is_not_null())
+
+
+# -- cutting ------------------------------------------------------------------
+def clip(events: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """``events`` (a normalized table) cut to ``windows`` (``__window_trace``, ``start``, ``end``), as the module says.
+
+    Returns the cut table (rows in their order, ``event_id`` kept) and the
+    number of rows with no time that were left out. Rows of a trace with no
+    window are all left out.
+    """
+    merged = intervals.merge(windows.select(_KEY, "start", "end").cast(dict(_W)), [_KEY])
+    merged = merged.filter(pl.col("end") > pl.col("start")).sort(_KEY, "start").with_columns(
+        base=pl.col("start").min().over(_KEY),
+        before=(pl.col("end") - pl.col("start")).cum_sum().over(_KEY) - (pl.col("end") - pl.col("start")))
+    ev = _key(events).with_row_index("__row")
+    timed = ev.filter(pl.col("start_ns").is_not_null()).with_columns(
+        __end=pl.col("start_ns") + pl.col("duration_ns").fill_null(0))
+    start = _compact(timed, "start_ns", merged)
+    end = _compact(timed, "__end", merged)
+    timed = timed.with_columns(__s=start["mapped"], __inside=start["inside"], __e=end["mapped"])
+    duration = pl.col("duration_ns")
+    new = pl.col("__e") - pl.col("__s")
+    keep = (new > 0) | ((duration.is_null() | (duration == 0)) & pl.col("__inside"))
+    timed = timed.filter(keep)
+    clipped = duration.is_not_null() & (new < duration)
+    scale = new.cast(pl.Float64) / duration.cast(pl.Float64)
+
+    def scaled(col: str, dtype) -> pl.Expr:
+        value = (pl.col(col).cast(pl.Float64) * scale)
+        value = value.round().cast(dtype) if dtype == pl.Int64 else value
+        return pl.when(clipped).then(value).otherwise(pl.col(col)).alias(col)
+
+    def capped(col: str) -> pl.Expr:
+        return pl.when(clipped).then(pl.min_horizontal(pl.col(col), new)).otherwise(pl.col(col)).alias(col)
+
+    timed = timed.with_columns(
+        scaled("bytes", pl.Int64), scaled("flops", pl.Float64), capped("exclusive_ns"), capped("min_ns"),
+        capped("max_ns"), pl.col("__s").alias("start_ns"),
+        pl.when(duration.is_not_null()).then(new).alias("duration_ns"))
+    kept = timed.select(_KEY, "event_id")
+    untimed = ev.filter(pl.col("start_ns").is_null())
+    with_parent = untimed.join(kept.rename({"event_id": "parent_id"}), on=[_KEY, "parent_id"], how="semi")
+    left_out = untimed.height - with_parent.height
+    out = pl.concat([timed.select(ev.columns), with_parent.select(ev.columns)]).sort("__row")
+    return out.drop("__row", _KEY), left_out
+
+
+def _compact(timed: pl.DataFrame, at: str, merged: pl.DataFrame) -> pl.DataFrame:
+    """Per row of ``timed``: ``mapped``, the instant ``at`` on the windows laid end to end, and ``inside``.
+
+    The map is the first window's start plus the window time before the
+    instant: increasing, the identity inside the first window, and constant
+    across the time between windows (so that time vanishes).
+    """
+    points = timed.select("__row", _KEY, pl.col(at).alias("t")).sort("t")
+    hit = points.join_asof(merged.sort("start"), left_on="t", right_on="start", by=_KEY, strategy="backward",
+                          check_sortedness=False)  # both sorted by time above; polars cannot check within groups
+    first = merged.group_by(_KEY).agg(pl.col("start").min().alias("first"))
+    hit = hit.join(first, on=_KEY, how="left")
+    length = pl.col("end") - pl.col("start")
+    mapped = (pl.when(pl.col("start").is_null()).then(pl.col("first"))  # before the first window (or no window)
+              .otherwise(pl.col("base") + pl.col("before") + pl.min_horizontal(pl.col("t") - pl.col("start"), length)))
+    return (hit.with_columns(mapped=mapped, inside=pl.col("start").is_not_null() & (pl.col("t") < pl.col("end")))
+            .sort("__row").select("mapped", pl.col("inside").fill_null(False)))
+
+
+def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
+    """``trace`` cut to ``windows`` (clipped and laid end to end): a new, normal trace with the same id.
+
+    ``label`` says what the windows are (``step 3``, ``range train_step``,
+    ``window 100:250 ms``); it is kept in ``meta.extra["window"]`` with the
+    windows themselves, merged where they overlap or touch (the time analysed). The whole trace's summary figures are dropped (they
+    describe the whole), and a warning counts the rows with no time left out.
+    """
+    events, left_out = clip(trace.events, windows)
+    mine = intervals.merge(windows.filter(pl.col(_KEY).is_in(list(origins(trace.events))))
+                           .select(_KEY, "start", "end").cast(dict(_W)), [_KEY]).sort(_KEY, "start")
+    extra = {**trace.meta.extra, "window": {
+        "label": label, "windows": [{"trace": k or None, "start_ns": s, "end_ns": e}
+                                    for k, s, e in mine.select(_KEY, "start", "end").iter_rows()]}}
+    warnings = list(trace.meta.warnings)
+    if left_out:
+        warnings.append(f"{trace.meta.path or trace.id}: {label}: {left_out} rows with no time (aggregated summaries) "
+                        "cannot be placed in the window and were left out")
+    meta = dataclasses.replace(trace.meta, extra=extra, warnings=warnings, summary={}, event_count=events.height)
+    return Trace(events, meta, stamp_trace_id=False)
+
+
+# -- per-step figures ---------------------------------------------------------
+def step_table(trace: Trace, windows: pl.DataFrame | None = None) -> list[dict]:
+    """Per step of ``trace``: its time, GPU busy %, idle time and top kernel category.
+
+    The steps are ``windows`` (columns ``__window_trace``, ``step``,
+    ``start``, ``end``, e.g. :func:`range_windows`), by default
+    :func:`step_windows`.
+
+    ``gpu_busy_pct`` is the union of the GPU activity (kernels, copies,
+    memsets) clipped to the step, per GPU, over the step's duration, averaged
+    over the trace's GPUs (those with any activity); ``idle_ns`` is the step's
+    duration minus that busy time (per GPU, averaged); ``top_category`` the
+    kernel category with the most kernel time inside the step. No GPU: both
+    None. One dict per step: ``trace``, ``rank`` (of a run's rank; else
+    None), ``step``, ``start_ns``, ``dur_ns``, ``gpu_busy_pct``, ``idle_ns``,
+    ``top_category``.
+    """
+    from traceparse.measures import device_busy, time_by_category
+
+    events = trace.events
+    gpu = events.filter(pl.col("kind").cast(pl.String).is_in(GPU_KINDS) & placed())
+    devices = _key(gpu).group_by(_KEY).agg(pl.col("device_id").n_unique().alias("n"))
+    n_devices = dict(devices.iter_rows())
+    ranks = dict(_key(events).filter(pl.col("rank").is_not_null()).group_by(_KEY).agg(pl.col("rank").first()).iter_rows())
+    rows = []
+    windows = step_windows(trace) if windows is None else windows
+    for key, step, start, end in windows.select(_KEY, "step", "start", "end").iter_rows():
+        one = pl.DataFrame({_KEY: [key], "start": [start], "end": [end]})
+        near = gpu.filter((pl.col("trace_id").fill_null("") == key) & (pl.col("start_ns") < end)
+                          & (pl.col("start_ns") + pl.col("duration_ns") > start))  # cheap: clip only these
+        inside, _ = clip(near, one)
+        dur = end - start
+        n = n_devices.get(key, 0)
+        busy = int(device_busy(inside)["busy_ns"].sum()) if inside.height else 0
+        cats = time_by_category(inside).filter(pl.col("time_ns").is_not_null()).sort(
+            ["time_ns", "category"], descending=[True, False])
+        rows.append({
+            "trace": key or None, "rank": ranks.get(key), "step": step, "start_ns": start, "dur_ns": dur,
+            "gpu_busy_pct": 100.0 * busy / (dur * n) if n and dur else None,
+            "idle_ns": round(dur - busy / n) if n else None,
+            "top_category": cats["category"][0] if cats.height else None,
+        })
+    return sorted(rows, key=lambda r: (r["rank"] is None, r["rank"] or 0, r["trace"] or "", r["step"]))
