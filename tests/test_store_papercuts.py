@@ -138,7 +138,10 @@ def test_analyze_groups_a_captures_files_as_ingest_does(store):
 def test_each_warning_once(store):
     code, out, err = run_cli("ingest", *map(str, CAPTURE))
     assert code == 0
-    assert (out + err).count(ROUNDED) == 1  # in the panel, not again on stderr
+    assert (out + err).count(ROUNDED) == 1 and err.count(ROUNDED) == 1  # on stderr, not again in the panel
+    assert re.search(r"warnings +1, printed on stderr \(`traceparse show` lists it\)", out)
+    code, out, _ = run_cli("show", _capture_id())
+    assert out.count(ROUNDED) == 1
     code, out, err = run_cli("rm", _capture_id())
     code, out, err = run_cli("ingest", *map(str, CAPTURE), "--json")
     assert err.count(ROUNDED) == 1 and json.loads(out)["traces"][0]["warnings"]

@@ -149,9 +149,16 @@ def trace_label(meta: TraceMeta) -> str:
     return run.get("name") or (os.path.basename(meta.path) if meta.path else str(meta.id or ""))
 
 
-def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None) -> Panel:
+def warning_count(n: int) -> str:
+    """The panel line for warnings printed on stderr already (``ingest``): their number, where to see them."""
+    return f"{n}, printed on stderr (`traceparse show` lists {'it' if n == 1 else 'them'})"
+
+
+def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None,
+                  warnings: bool = True) -> Panel:
     """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings; titled ``title``,
-    else "ingested" or "already in the store"."""
+    else "ingested" or "already in the store". ``warnings`` false (``ingest``, which printed them on stderr as
+    it read): the panel gives their number instead of saying them a second time."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -179,8 +186,11 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
         table.add_row(f"device {d.id if d.id is not None else '?'}", ", ".join(bits))
     if meta.tags:
         table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items())))
-    for w in meta.warnings:
-        table.add_row(Text("warning", style="yellow"), w)
+    if warnings or not meta.warnings:
+        for w in meta.warnings:
+            table.add_row(Text("warning", style="yellow"), w)
+    else:
+        table.add_row(Text("warnings", style="yellow"), warning_count(len(meta.warnings)))
     title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
 

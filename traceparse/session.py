@@ -69,13 +69,12 @@ class Session:
 
     def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,
-                   scheduler: str | None = None, warn: bool = True) -> RunResult:
-        """Ingest a run (a rank directory, or one file per rank), printing its warnings (unless ``warn`` is
-        false: the caller shows them, e.g. in the run's panel)."""
+                   scheduler: str | None = None) -> RunResult:
+        """Ingest a run (a rank directory, or one file per rank), printing its warnings."""
         result = ingest_run(paths, store=self.store, name=name, fmt=fmt, params=params, jobs=jobs,
                             scheduler=scheduler, tags=tags, progress_factory=self.rank_progress_factory(),
                             reg=self.registry)
-        if warn and not result.already_stored:
+        if not result.already_stored:
             for warning in result.warnings:
                 self.warn(warning)
         return result
@@ -91,12 +90,11 @@ class Session:
         return self.store.load(ref_id)
 
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
-               params: dict | None = None, warn: bool = True) -> list[IngestResult]:
-        """Ingest paths into the store, printing the readers' warnings (unless ``warn`` is false: the caller
-        shows them, e.g. in the trace's panel)."""
+               params: dict | None = None) -> list[IngestResult]:
+        """Ingest paths into the store, printing the readers' warnings."""
         results = ingest(paths, store=self.store, fmt=fmt, tags=tags, params=params,
                          progress_factory=self.progress_factory(), reg=self.registry)
-        for result in results if warn else []:
+        for result in results:
             if not result.already_stored:
                 for warning in result.meta.warnings:
                     self.warn(warning)

@@ -312,7 +312,7 @@ class PredictCommand(Command):
                 row += [_ms(v["measured_ns"]), _pct(model.ape(v["predicted_ns"], v["measured_ns"]))]
             t.add_row(*row)
         out.print(t)
-        line = f"layers total (GPU time per step, layer models of every network): {_ms(total)} ms"
+        line = f"layers total (GPU time, layer models of every network): {_ms(total)} ms"
         if measured:
             line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
         out.print(line)

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
-from traceparse.report import fmt_ns, trace_summary
+from traceparse.report import fmt_ns, trace_summary, warning_count
 
 
 def parse_tags(values: list[str]) -> dict[str, str]:
@@ -132,9 +132,11 @@ def run_row(run: dict) -> dict:
             "tags": run.get("tags", {}), "ingested_at": run.get("ingested_at"), "warnings": len(run.get("warnings", []))}
 
 
-def run_summary(store, run: dict, already_stored: bool = False, title: str | None = None) -> Panel:
+def run_summary(store, run: dict, already_stored: bool = False, title: str | None = None,
+                warnings: bool = True) -> Panel:
     """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank; titled
-    ``title``, else "ingested" or "already in the store"."""
+    ``title``, else "ingested" or "already in the store"; the warnings in full, or (``warnings`` false: they
+    were just printed on stderr) their number."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -159,8 +161,11 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
         ranks.add_row(rank, meta.id or "", f"{meta.event_count:,}" if meta.event_count is not None else "-",
                       fmt_ns((meta.summary or {}).get("span_ns")), Path(meta.path).name if meta.path else "")
     table.add_row("ranks", ranks)
-    for w in run.get("warnings", []):
-        table.add_row("[yellow]warning[/yellow]", w)
+    if warnings or not run.get("warnings"):
+        for w in run.get("warnings", []):
+            table.add_row("[yellow]warning[/yellow]", w)
+    else:
+        table.add_row("[yellow]warnings[/yellow]", warning_count(len(run["warnings"])))
     title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
 
@@ -194,31 +199,31 @@ class IngestCommand(Command):
             raise InputError(f"--jobs {args.jobs}: expected a number of processes, at least 1")
         tags = parse_tags(args.tag)
         scheduler = scheduler_from(args.scheduler)
-        warn = args.json  # without --json each panel lists its warnings: printing them on stderr too said them twice
         runs, results = [], []
         if args.run:
             runs.append(session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
-                                           scheduler=scheduler, warn=warn))
+                                           scheduler=scheduler))
         else:
             singles = []
             for path in args.paths:
                 if session.is_run_path(path, args.format):
                     runs.append(session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs,
-                                                   scheduler=scheduler, warn=warn))
+                                                   scheduler=scheduler))
                 else:
                     singles.append(path)
             if singles:
-                results = session.ingest(singles, fmt=args.format, tags=tags, warn=warn)
+                results = session.ingest(singles, fmt=args.format, tags=tags)
         if args.json:
             doc = {"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored) for r in results]}
             if runs:
                 doc["runs"] = [dict(r.run, already_stored=r.already_stored) for r in runs]
             self.print_json(doc)
             return 0
+        # the warnings were printed on stderr as the traces were read: the panels count them, not say them again
         for r in results:
-            session.out.print(trace_summary(r.meta, r.already_stored))
+            session.out.print(trace_summary(r.meta, r.already_stored, warnings=r.already_stored))
         for r in runs:
-            session.out.print(run_summary(session.store, r.run, r.already_stored))
+            session.out.print(run_summary(session.store, r.run, r.already_stored, warnings=r.already_stored))
         return 0
 
 
