@@ -288,3 +288,33 @@ def test_series_plot_file(two_sweeps, tmp_path):
     assert code == 0, err
     text = out.read_text()
     assert "GPU idle · run=a" in text and "GPU idle · run=b" in text and "samples/s" in text
+
+
+def test_traces_of_two_gpus_are_two_plot_lines(store, tmp_path):
+    """The same sweep under two GPU names (a real trace re-exported with its device renamed): --series device
+    groups by the GPU each trace names, and a plot of traces from several GPUs has one line per GPU anyway."""
+    from traceparse_plugins.commands.compare import plot_lines
+
+    ids = []
+    for b in (8, 16):
+        a = _ingest(SWEEP[b], batch=b)
+        exported = tmp_path / f"r{b}.json"
+        assert run_cli("export", a, "--to", "chrome", "--out", str(exported), "-q")[0] == 0
+        renamed = tmp_path / f"a100_bs{b}.json"
+        renamed.write_text(exported.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"))
+        ids += [a, _ingest(renamed, batch=b)]
+    code, out, err = run_cli("compare", *ids, "--by", "batch", "--series", "device", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["device"], r["tags"]["batch"]) for r in rows] == [
+        ("NVIDIA A100-SXM4-80GB", "8"), ("NVIDIA A100-SXM4-80GB", "16"),
+        ("NVIDIA H100 80GB HBM3", "8"), ("NVIDIA H100 80GB HBM3", "16")]
+    idle = plot_lines(rows, "batch", "device")["rule figures (%)"]
+    for gpu in ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"):
+        assert [x for x, _ in idle[f"GPU idle · device={gpu}"]] == [8.0, 16.0]
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "two.svg"
+    code, _, err = run_cli("compare", *ids, "--by", "batch", "--out", str(svg))
+    assert code == 0 and err.count("; the plot has one line per device") == 1
+    text = svg.read_text()
+    assert "GPU idle · device=NVIDIA A100-SXM4-80GB" in text and "GPU idle · device=NVIDIA H100 80GB HBM3" in text

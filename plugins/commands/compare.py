@@ -149,8 +149,26 @@ def sort_key(value: str):
     return (1, 0.0, value)
 
 
+#: ``--series device``: the GPU named in each trace's metadata, for traces without a ``device`` tag.
+DEVICE_SERIES = "device"
+
+
+def series_of(row: dict, series: str | None) -> str | None:
+    """A row's value of the ``series`` tag; for ``device`` without such a tag, the trace's GPU name."""
+    if not series:
+        return None
+    if series in row["tags"]:
+        return row["tags"][series]
+    return row["device"] if series == DEVICE_SERIES else None
+
+
+def _device_of(t: Trace) -> str | None:
+    return ", ".join(d.name for d in t.meta.devices if d.name) or None
+
+
 def _require_tag(traces: list[Trace], tag: str, option: str) -> None:
-    missing = [t for t in traces if tag not in t.meta.tags]
+    missing = [t for t in traces if tag not in t.meta.tags
+               and not (option == "--series" and tag == DEVICE_SERIES and _device_of(t))]
     if missing:
         t = missing[0]
         raise InputError(f"trace {t.id} ({t.meta.path}) has no tag {tag!r} (its tags: "
@@ -168,14 +186,14 @@ def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str]
         _require_tag(traces, by, "--by")
     if series:
         _require_tag(traces, series, "--series")
-    traces = sorted(traces, key=lambda t: (sort_key(t.meta.tags[series]) if series else (0, 0.0, ""),
-                                           sort_key(t.meta.tags[by]) if by else (0, 0.0, "")))
+    traces = sorted(traces, key=lambda t: (sort_key(t.meta.tags.get(series) or _device_of(t) or "") if series
+                                           else (0, 0.0, ""), sort_key(t.meta.tags[by]) if by else (0, 0.0, "")))
     rows = []
     for t in traces:
         metrics = trace_metrics(t, kernel_patterns, api_patterns)
         metrics["samples_per_s"] = samples_per_s(t.meta.tags, metrics["step_time_ns"])
         rows.append({"trace": t.id, "label": trace_label(t.meta), "path": t.meta.path, "format": t.meta.format,
-                     "device": ", ".join(d.name for d in t.meta.devices if d.name) or None,
+                     "device": _device_of(t),
                      "tags": dict(t.meta.tags), "metrics": metrics})
     return rows
 
@@ -212,7 +230,7 @@ def row_labels(rows: list[dict], by: str | None, series: str | None = None) -> t
     tags = [t for t in (series, by) if t]
     if not tags:
         return "trace", [r["label"] for r in rows]
-    return " ".join(tags), [" ".join(r["tags"][t] for t in tags) for r in rows]
+    return " ".join(tags), [" ".join(series_of(r, t) or "-" for t in tags) for r in rows]
 
 
 def tag_keys(rows: list[dict], by: str | None, series: str | None = None) -> list[str]:
@@ -260,7 +278,7 @@ def render(console, rows: list[dict], by: str | None, series: str | None = None)
     keys = tag_keys(rows, by, series)
     columns = [Column("label", "trace", "name"), *[Column(f"tag {k}", k, "text") for k in keys],
                Column("step_time_ns", "step", "ns"), Column("samples_per_s", "samples/s", "number")]
-    data = [{"label": r["label"], **{f"tag {k}": r["tags"].get(k) for k in keys},
+    data = [{"label": r["label"], **{f"tag {k}": series_of(r, k) for k in keys},
              **{k: r["metrics"][k] for k in ("step_time_ns", "samples_per_s")}} for r in rows]
     for part in fitted_table(columns, data, console.width, title="traces (step: mean ProfilerStep#N time; "
                                                                  "samples/s: batch / step)"):
@@ -332,14 +350,14 @@ def plot_lines(rows: list[dict], by: str | None, series: str | None = None) -> d
     ``series`` one line per figure and value of that tag (``GPU idle · gpu=H100``), each through the rows of
     that value only; points without a value are left out."""
     _, xs, _, _ = x_axis(rows, by)
-    groups = list(dict.fromkeys(r["tags"][series] for r in rows)) if series else [None]
+    groups = list(dict.fromkeys(series_of(r, series) for r in rows)) if series else [None]
     out: dict[str, dict[str, list[tuple]]] = {}
     for title, figures in share_series(rows).items():
         lines = out.setdefault(title, {})
         for label, values in figures.items():
             for group in groups:
                 points = [(x, v) for x, v, r in zip(xs, values, rows)
-                          if v is not None and (group is None or r["tags"][series] == group)]
+                          if v is not None and (group is None or series_of(r, series) == group)]
                 if points:
                     lines[label if group is None else f"{label} · {series}={group}"] = points
     return out
@@ -361,7 +379,7 @@ def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None)
         raise InputError("--out needs matplotlib, which is in the optional 'plot' extra: "
                          "pip install 'traceparse[plot]'") from None
     numeric, xs, ticks, tick_labels = x_axis(rows, by)
-    groups = list(dict.fromkeys(r["tags"][series] for r in rows)) if series else [None]
+    groups = list(dict.fromkeys(series_of(r, series) for r in rows)) if series else [None]
     panels = plot_lines(rows, by, series)
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 6.5), layout="constrained")
     trend = numeric or (bool(by) and series is not None)  # points of one sweep: a line shows its trend
@@ -410,7 +428,7 @@ def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = 
     body = []
     for r in rows:
         m = r["metrics"]
-        cells = [r["label"], *[r["tags"].get(k, "-") for k in keys],
+        cells = [r["label"], *[series_of(r, k) or "-" for k in keys],
                  *["-" if m[k] is None else f"{m[k] / 1e6:.3f}" for k in ("step_time_ns",)],
                  "-" if m["samples_per_s"] is None else f"{m['samples_per_s']:.1f}",
                  "-" if m["span_ns"] is None else f"{m['span_ns'] / 1e6:.3f}",
@@ -435,7 +453,8 @@ class CompareCommand(Command):
         parser.add_argument("--api", action="append", default=[], metavar="REGEX",
                             help="also show the share of API time in calls matching REGEX (repeatable)")
         parser.add_argument("--series", metavar="TAG",
-                            help="group the traces by this tag (e.g. gpu) and plot one line per value")
+                            help="group the traces by this tag (e.g. gpu) and plot one line per value; 'device': "
+                                 "by the GPU each trace names (the plot's default when they name several)")
         parser.add_argument("--out", metavar="FILE", help="plot each share against the tag (.png, .svg or .html)")
 
     def run(self, args: argparse.Namespace, session) -> int:
@@ -452,10 +471,12 @@ class CompareCommand(Command):
                 unique.append(t)
         rows = compare_rows(unique, args.by, kernel_patterns, api_patterns, series=args.series)
         warning = device_warning(rows)
+        plot_series = args.series or (DEVICE_SERIES if warning else None)  # never one line through two GPUs
         if warning:
-            session.warn(warning)
+            session.warn(warning + ("; the plot has one line per device" if out is not None and not args.series
+                                    else ""))
         if out is not None:
-            plot(rows, args.by, out, series=args.series)
+            plot(rows, args.by, out, series=plot_series)
             if not args.quiet:
                 session.err.print(f"wrote {out}")
         if args.json:
