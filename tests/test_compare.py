@@ -318,3 +318,9 @@ def test_traces_of_two_gpus_are_two_plot_lines(store, tmp_path):
     assert code == 0 and err.count("; the plot has one line per device") == 1
     text = svg.read_text()
     assert "GPU idle · device=NVIDIA A100-SXM4-80GB" in text and "GPU idle · device=NVIDIA H100 80GB HBM3" in text
+
+
+def test_traces_of_the_same_file_name_are_told_apart_by_their_folder(two_sweeps):
+    code, out, err = run_cli("compare", *two_sweeps.values(), "--by", "batch", "--series", "run", "--json")
+    labels = [r["label"] for r in json.loads(out)["rows"]]
+    assert labels == [f"{folder}/resnet18_bs{b}.json.gz" for folder in ("torch", "torch_sweep2") for b in (4, 16, 64)]

@@ -179,6 +179,15 @@ def _require_tag(traces: list[Trace], tag: str, option: str) -> None:
                          f"{', '.join(f'{k}={v}' for k, v in t.meta.tags.items()) or 'none'})")
 
 
+def _label(trace: Trace, traces: list[Trace]) -> str:
+    """The trace's short name (:func:`traceparse.report.trace_label`); with its folder when another trace of
+    the comparison has the same name (two sweeps' ``resnet18_bs4.json.gz``)."""
+    label = trace_label(trace.meta)
+    if sum(trace_label(t.meta) == label for t in traces) > 1 and trace.meta.path:
+        return f"{Path(trace.meta.path).parent.name}/{label}"
+    return label
+
+
 def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str],
                  api_patterns: list[str], series: str | None = None) -> list[dict]:
     """The rows of ``compare --json``: ordered by the ``series`` tag, then by the ``by`` tag."""
@@ -192,7 +201,7 @@ def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str]
     for t in traces:
         metrics = trace_metrics(t, kernel_patterns, api_patterns)
         metrics["samples_per_s"] = samples_per_s(t.meta.tags, metrics["step_time_ns"])
-        rows.append({"trace": t.id, "label": trace_label(t.meta), "path": t.meta.path, "format": t.meta.format,
+        rows.append({"trace": t.id, "label": _label(t, traces), "path": t.meta.path, "format": t.meta.format,
                      "device": _device_of(t),
                      "tags": dict(t.meta.tags), "metrics": metrics})
     return rows
