@@ -1,0 +1,262 @@
+"""The report's interactive charts: plotly figures drawn from :mod:`.data`, as JSON the page hands to plotly.js.
+
+Every text that comes from the trace (kernel names, categories, device
+labels) is HTML-escaped before it goes into a figure: plotly.js reads a few
+HTML tags in labels and decodes entities, so an escaped name is shown as
+written and never as markup.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+
+from traceparse.report import fmt_ns, short_name
+
+from . import data
+
+#: Colours of the rank breakdown's parts and of idle time.
+PART_COLOURS = {"compute_ns": "#4c78a8", "comm_exposed_ns": "#e45756", "memcpy_ns": "#f58518", "idle_ns": "#d9d9d9"}
+IDLE_COLOUR = "#d9d9d9"
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac",
+           "#eeca3b")
+#: Characters of a kernel name on a bar's axis label and in its hover text.
+LABEL_WIDTH = 60
+HOVER_WIDTH = 160
+#: Members drawn as lines on the busy timeline; more become the rows of a heatmap.
+LINES_UP_TO = 2
+#: A colour per precision, the same for its roof and its points on the roofline.
+PRECISION_COLOURS = {"fp32": "#4c78a8", "fp64": "#b279a2", "fp16": "#72b7b2", "bf16": "#9d755d",
+                     "tf32_tensor": "#f58518", "fp16_tensor": "#e45756", "bf16_tensor": "#ff9da6",
+                     "fp8_tensor": "#eeca3b", "int8_tensor": "#bab0ac", "fp64_tensor": "#54a24b"}
+
+
+@dataclass
+class Chart:
+    """One chart of the page: an id (the div's), a title, a sentence under it, and the plotly figure."""
+
+    id: str
+    title: str
+    note: str
+    figure: object  # plotly.graph_objects.Figure
+
+
+def esc(text) -> str:
+    """Trace-derived text made safe for a plotly label: ``&``, ``<`` and ``>`` as entities, which plotly.js decodes
+    back for display (it decodes no ``&quot;``, and without ``<`` a quote can start no tag)."""
+    return html.escape(str(text), quote=False)
+
+
+def _layout(fig, **extra) -> None:
+    base = dict(template="plotly_white", margin=dict(l=60, r=20, t=30, b=50), height=360,
+                legend=dict(orientation="h", y=-0.2), font=dict(size=12))
+    fig.update_layout(**{**base, **extra})
+
+
+def timeline_chart(go, tl: dict) -> Chart:
+    """GPU busy % per member over time: a line per member, or a heatmap (a row per member) for more than
+    :data:`LINES_UP_TO` members."""
+    fig = go.Figure()
+    members = tl["members"]
+    if len(members) <= LINES_UP_TO:
+        for i, m in enumerate(members):
+            fig.add_trace(go.Scatter(x=tl["x_ms"], y=m["busy_pct"], mode="lines", name=esc(m["label"]),
+                                     line=dict(width=1.5, color=PALETTE[i % len(PALETTE)], shape="hvh"),
+                                     hovertemplate="%{x:.3f} ms: busy %{y:.1f}%<extra>" + esc(m["label"])
+                                                   + "</extra>"))
+        _layout(fig, xaxis_title="time from the first GPU activity (ms)", yaxis_title="GPU busy (%)",
+                yaxis_range=[0, 102])
+    else:
+        fig.add_trace(go.Heatmap(x=tl["x_ms"], y=[esc(m["label"]) for m in members],
+                                 z=[m["busy_pct"] for m in members], zmin=0, zmax=100, colorscale="Blues",
+                                 colorbar=dict(title=dict(text="busy %"), thickness=12),
+                                 hovertemplate="%{y}, %{x:.3f} ms: busy %{z:.1f}%<extra></extra>"))
+        _layout(fig, xaxis_title="time from the first GPU activity (ms)",
+                yaxis=dict(autorange="reversed", automargin=True), height=max(300, 28 * len(members) + 140))
+    note = (f"Share of each bin of {fmt_ns(tl['width_ns'])} in which the GPU runs a kernel, copy or memset; "
+            "the rest of the bin is idle.")
+    return Chart("chart-timeline", "GPU busy over time", note, fig)
+
+
+def steps_chart(go, sb: dict) -> Chart:
+    """Per step: each member's GPU busy time, with the idle rest of the step stacked on it."""
+    fig = go.Figure()
+    for i, m in enumerate(sb["members"]):
+        x = [f"step {n}" for n in m["step"]]
+        label = esc(m["label"])
+        fig.add_trace(go.Bar(x=x, y=[b / 1e6 for b in m["busy_ns"]], name=f"{label} busy", offsetgroup=str(i),
+                             marker_color=PALETTE[i % len(PALETTE)], legendgroup=str(i), legendrank=i,
+                             hovertemplate="%{x}: busy %{y:.3f} ms<extra>" + label + "</extra>"))
+        fig.add_trace(go.Bar(x=x, y=[d / 1e6 for d in m["idle_ns"]], base=[b / 1e6 for b in m["busy_ns"]],
+                             name="idle", offsetgroup=str(i), marker_color=IDLE_COLOUR, legendgroup="idle",
+                             showlegend=i == 0, legendrank=10_000, hovertemplate="%{x}: idle %{y:.3f} ms<extra>" + label + "</extra>"))
+    _layout(fig, barmode="group", yaxis_title="time in the step (ms)")
+    return Chart("chart-steps", "GPU busy and idle per step", "Each ProfilerStep#N window: the time the GPU is busy "
+                 "(coloured) and idle (grey).", fig)
+
+
+def categories_chart(go, cats: list[dict]) -> Chart:
+    """Kernel time by category, as a donut."""
+    fig = go.Figure(go.Pie(labels=[esc(c["category"]) for c in cats], values=[c["time_ns"] / 1e6 for c in cats],
+                           hole=0.45, sort=False, textinfo="label+percent",
+                           customdata=[c["calls"] for c in cats],
+                           hovertemplate="%{label}: %{value:.3f} ms, %{percent}, %{customdata:,} calls<extra></extra>",
+                           marker=dict(colors=[PALETTE[i % len(PALETTE)] for i in range(len(cats))])))
+    _layout(fig, showlegend=False)
+    total = sum(c["time_ns"] for c in cats)
+    return Chart("chart-categories", "Kernel time by category", f"{fmt_ns(total)} of kernel time.", fig)
+
+
+def names_chart(go, names: dict) -> Chart:
+    """The kernels with the most time, one bar each, longest on top (the rest are named in the note)."""
+    rows = [(short_name(n["name"], LABEL_WIDTH), short_name(n["name"], HOVER_WIDTH), n["time_ns"], n["calls"])
+            for n in names["names"]]
+    labels, seen = [], {}
+    for label, *_ in rows:  # equal short labels would share a bar: number the repeats
+        seen[label] = seen.get(label, 0) + 1
+        labels.append(esc(label if seen[label] == 1 else f"{label} ({seen[label]})"))
+    total = names["total_ns"] or 1
+    fig = go.Figure(go.Bar(
+        y=labels[::-1], x=[r[2] / 1e6 for r in rows][::-1], orientation="h", marker_color=PALETTE[0],
+        customdata=[[esc(r[1]), 100.0 * r[2] / total, r[3]] for r in rows][::-1],
+        hovertemplate="%{customdata[0]}<br>%{x:.3f} ms (%{customdata[1]:.1f}% of kernel time), "
+                      "%{customdata[2]:,} calls<extra></extra>"))
+    _layout(fig, xaxis_title="kernel time (ms)", height=max(360, 24 * len(rows) + 100),
+            margin=dict(l=20, r=20, t=30, b=50), yaxis=dict(automargin=True))
+    note = (f"The {len(rows)} kernels with the most time" if len(rows) > 1 else "The one kernel") + \
+        ", names shortened (hover for more)"
+    if names["rest_names"]:
+        note += (f"; the other {names['rest_names']} names take {fmt_ns(names['rest_ns'])} "
+                 f"({100.0 * names['rest_ns'] / total:.1f}%)")
+    return Chart("chart-names", "Kernel time by name", note + ".", fig)
+
+
+def copies_chart(go, make_subplots, rows: list[dict]) -> Chart:
+    """Bytes and time of the copies by direction, side by side."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes (MB)", "time (ms)"))
+    x = [esc(r["direction"]) for r in rows]
+    rate = [f"{r['bytes'] / r['time_ns']:.2f} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
+    custom = [[r["copies"], g] for r, g in zip(rows, rate)]
+    fig.add_trace(go.Bar(x=x, y=[(r["bytes"] or 0) / 1e6 for r in rows], marker_color=PALETTE[1], name="bytes",
+                         customdata=custom,
+                         hovertemplate="%{x}: %{y:.3f} MB in %{customdata[0]:,} copies, %{customdata[1]}"
+                                       "<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=x, y=[(r["time_ns"] or 0) / 1e6 for r in rows], marker_color=PALETTE[0], name="time",
+                         customdata=custom,
+                         hovertemplate="%{x}: %{y:.3f} ms in %{customdata[0]:,} copies, %{customdata[1]}"
+                                       "<extra></extra>"), row=1, col=2)
+    _layout(fig, showlegend=False)
+    return Chart("chart-copies", "Copies by direction", "Host-to-device (HtoD), device-to-host (DtoH), "
+                 "device-to-device (DtoD) and peer copies: bytes moved and time taken.", fig)
+
+
+def ranks_chart(go, rows: list[dict]) -> Chart:
+    """Per rank: compute, exposed communication, memcpy and idle time of its span, stacked."""
+    fig = go.Figure()
+    y = [f"rank {r['rank']}" for r in rows]
+    for key, label in data.RANK_PARTS:
+        fig.add_trace(go.Bar(y=y, x=[r[key] / 1e6 for r in rows], orientation="h", name=label,
+                             marker_color=PART_COLOURS[key],
+                             customdata=[100.0 * r[key] / r["span_ns"] if r["span_ns"] else 0 for r in rows],
+                             hovertemplate="%{y}: " + label + " %{x:.3f} ms (%{customdata:.1f}%)<extra></extra>"))
+    _layout(fig, barmode="stack", xaxis_title="time in the rank's GPU span (ms)", legend_traceorder="normal",
+            height=max(300, 40 * len(rows) + 140), yaxis=dict(autorange="reversed"))
+    busy = [r["busy_ns"] for r in rows]
+    mean = sum(busy) / len(busy)
+    return Chart("chart-ranks", "Time per rank", f"Where each rank's GPU time goes (rank-balance); imbalance "
+                 f"(max / mean busy) {max(busy) / mean:.3f}." if mean else "Where each rank's GPU time goes.", fig)
+
+
+def _colour(precision: str, i: int) -> str:
+    return PRECISION_COLOURS.get(precision, PALETTE[(i + 5) % len(PALETTE)])
+
+
+def roofline_chart(go, roof: dict) -> Chart:
+    """Arithmetic intensity against attained GFLOP/s per kernel name, log-log, under the GPU's roofs."""
+    fig = go.Figure()
+    points = roof["points"]
+    lo = min(p["ai"] for p in points) / 4
+    hi = max(p["ai"] for p in points) * 4
+    dram = roof.get("dram_gbps")
+    if roof["roofs"] and dram:
+        ridges = [peak / dram for _, peak in roof["roofs"]]
+        lo, hi = min(lo, min(ridges) / 4), max(hi, max(ridges) * 4)
+        top = max(ridges)
+        fig.add_trace(go.Scatter(x=[lo, top], y=[dram * lo, dram * top], mode="lines", name="DRAM roof",
+                                 line=dict(color="#555", width=1.5),
+                                 hovertemplate=f"DRAM: {dram:,.0f} GB/s<extra></extra>"))
+    for i, (precision, peak) in enumerate(roof["roofs"]):
+        ridge = peak / dram
+        fig.add_trace(go.Scatter(x=[ridge, hi], y=[peak, peak], mode="lines", name=f"{esc(precision)} roof",
+                                 line=dict(color=_colour(precision, i), dash="dash", width=1.5),
+                                 hovertemplate=f"{esc(precision)}: {peak:,.0f} GFLOP/s, ridge {ridge:.3g} FLOP/B"
+                                               "<extra></extra>"))
+    longest = max(p["time_ns"] or 0 for p in points) or 1
+    by_precision: dict[str, list[dict]] = {}
+    for p in points:
+        by_precision.setdefault(p["precision"] or "unknown", []).append(p)
+    for i, (precision, group) in enumerate(sorted(by_precision.items())):
+        fig.add_trace(go.Scatter(
+            x=[p["ai"] for p in group], y=[p["gflops"] for p in group], mode="markers", name=esc(precision),
+            marker=dict(size=[6 + 30 * math.sqrt((p["time_ns"] or 0) / longest) for p in group], opacity=0.7,
+                        color=_colour(precision, i), line=dict(width=0.5, color="#333")),
+            customdata=[[esc(short_name(p["name"], HOVER_WIDTH)), fmt_ns(p["time_ns"]), esc(p["bound"] or "-")]
+                        for p in group],
+            hovertemplate="%{customdata[0]}<br>%{x:.3g} FLOP/B, %{y:,.1f} GFLOP/s, %{customdata[1]}, "
+                          "%{customdata[2]}-bound<extra></extra>"))
+    _layout(fig, xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+            yaxis=dict(type="log", title="attained GFLOP/s"), height=440)
+    gpu = f"roofs of the {esc(roof['gpu'])}" if roof.get("gpu") else "no GPU in the catalog: no roofs"
+    return Chart("chart-roofline", "Roofline", f"One point per kernel name, its area proportional to its time; "
+                 f"{gpu}.", fig)
+
+
+def require_plotly():
+    """The plotly modules (graph_objects, make_subplots, io, offline), or ImportError when plotly is missing."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    import plotly.offline as offline
+    from plotly.subplots import make_subplots
+
+    return go, make_subplots, pio, offline
+
+
+def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -> tuple[list[Chart], list[str]]:
+    """Every chart the trace has data for, and a sentence for each chart left out (and why)."""
+    go, make_subplots, _, _ = require_plotly()
+    events = trace.events
+    charts: list[Chart] = []
+    missing: list[str] = []
+    tl = data.timeline(events, bins)
+    if tl:
+        charts.append(timeline_chart(go, tl))
+    else:
+        missing.append("GPU busy over time: the trace has no timed kernels, copies or memsets.")
+    sb = data.step_busy(events) if tl else None
+    if sb:
+        charts.append(steps_chart(go, sb))
+    else:
+        missing.append("GPU busy per step: the trace has no ProfilerStep#N annotations with timed GPU work.")
+    cats = data.kernel_categories(events)
+    names = data.kernel_names(events)
+    if cats:
+        charts.append(categories_chart(go, cats))
+    if names["names"]:
+        charts.append(names_chart(go, names))
+    if not cats and not names["names"]:
+        missing.append("Kernel time: the trace has no kernel durations.")
+    rows = data.copies(events)
+    if rows and any((r["bytes"] or 0) or (r["time_ns"] or 0) for r in rows):
+        charts.append(copies_chart(go, make_subplots, rows))
+    else:
+        missing.append("Copies: the trace has no memcpy with bytes or time.")
+    ranks = data.rank_breakdown(events)
+    if ranks:
+        charts.append(ranks_chart(go, ranks))
+    roof = data.roofline_points(trace, gpu)
+    if roof:
+        charts.append(roofline_chart(go, roof))
+    else:
+        missing.append("Roofline: the trace has no FLOP counts (ncu metrics or torch.profiler with_flops).")
+    return charts, missing

@@ -1,0 +1,193 @@
+"""The figures behind the HTML report's charts, computed from the measures (no plotly here).
+
+Every function takes a :class:`~traceparse.trace.Trace` (or its events) and
+returns plain Python data (lists and dicts of numbers and raw, unescaped
+names), so the figures can be tested without a browser and the charts
+(:mod:`.charts`) only draw them. A *member* is one device of one trace: in a
+run, one rank's GPU (``rank 2 GPU 0``); elsewhere the trace's GPU
+(``GPU 0``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceparse import expr, intervals, measures
+from traceparse.measures.base import placed
+
+#: Union of GPU activity per member: a trace's (or a rank's) device.
+MEMBER = ["trace_id", "rank", "device_id"]
+#: Bins of the busy timeline.
+DEFAULT_BINS = 200
+#: Kernel names shown by name; the rest are summed in one bar.
+TOP_NAMES = 15
+
+
+def member_label(rank: Any, device: Any) -> str:
+    """How the report names a member: ``rank 2 GPU 0`` in a run, ``GPU 0`` otherwise (``GPU ?``: no device id)."""
+    gpu = f"GPU {device}" if device is not None else "GPU ?"
+    return f"rank {rank} {gpu}" if rank is not None else gpu
+
+
+def gpu_unions(events: pl.DataFrame) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per member (trace_id, rank, device_id): the merged busy intervals of its timed kernels, copies and memsets,
+    as sorted, disjoint (starts, ends) arrays in ns."""
+    rows = events.filter(expr.kind_is(*expr.GPU_KINDS) & placed())
+    union = intervals.union(rows, MEMBER).sort([*MEMBER, "start"], nulls_last=False)
+    out = {}
+    for key, part in union.group_by(MEMBER, maintain_order=True):
+        out[tuple(key)] = (part["start"].to_numpy().astype(np.int64), part["end"].to_numpy().astype(np.int64))
+    def order(key):
+        trace_id, rank, device = key
+        return (rank is None, rank or 0, device is None, device or 0, trace_id or "")
+
+    return {key: out[key] for key in sorted(out, key=order)}
+
+
+def busy_until(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """B(t): the busy time of sorted disjoint intervals before each instant of ``t`` (ns), exact in integers.
+
+    The busy time inside any window [a, b) is B(b) − B(a).
+    """
+    t = np.asarray(t, dtype=np.int64)
+    if starts.size == 0:
+        return np.zeros_like(t)
+    before = np.concatenate(([0], np.cumsum(ends - starts)))  # busy time of the first i intervals
+    i = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
+    last = np.maximum(i - 1, 0)
+    inside = np.where(i > 0, np.clip(t - starts[last], 0, ends[last] - starts[last]), 0)
+    return before[last] + inside
+
+
+def timeline(events: pl.DataFrame, bins: int = DEFAULT_BINS) -> dict | None:
+    """GPU busy % per member in ``bins`` equal bins from the first to the last GPU activity of the trace.
+
+    Returns ``{"origin_ns", "width_ns", "x_ms" (bin centres from the origin), "members": [{"label",
+    "busy_pct": [...], "busy_ns", "span_ns"}]}``, or None when no GPU activity is timed.
+    """
+    unions = gpu_unions(events)
+    if not unions:
+        return None
+    t0 = min(int(s[0]) for s, _ in unions.values())
+    t1 = max(int(e[-1]) for _, e in unions.values())
+    width = max(1, -(-(t1 - t0) // bins))  # ceiling: the last bin ends at or after t1
+    edges = t0 + width * np.arange(bins + 1, dtype=np.int64)
+    members = []
+    for (trace_id, rank, device), (starts, ends) in unions.items():
+        busy = np.diff(busy_until(starts, ends, edges))
+        members.append({"label": member_label(rank, device), "trace_id": trace_id,
+                        "busy_pct": [round(100.0 * float(b) / width, 3) for b in busy],
+                        "busy_ns": int(np.sum(ends - starts)), "span_ns": int(ends[-1] - starts[0])})
+    centres = (edges[:-1] - t0 + width / 2) / 1e6
+    return {"origin_ns": t0, "width_ns": width, "x_ms": [round(float(x), 6) for x in centres], "members": members}
+
+
+def host_steps(events: pl.DataFrame) -> pl.DataFrame:
+    """The host-side ``ProfilerStep#N`` windows per trace (the device-side copies when a trace has no host ones)."""
+    s = measures.steps(events)
+    if s.height == 0:
+        return s
+    host_traces = s.filter(pl.col("on_host"))["trace_id"].unique().to_list()
+    return s.filter(pl.col("on_host") | ~pl.col("trace_id").is_in(host_traces)).sort("trace_id", "step")
+
+
+def step_busy(events: pl.DataFrame) -> dict | None:
+    """Per step and member: the step's duration and the member's GPU busy and idle time inside the step's window.
+
+    Returns ``{"steps": [N, ...], "members": [{"label", "step": [...], "duration_ns": [...], "busy_ns": [...],
+    "idle_ns": [...]}]}`` or None when the trace has no step annotations or no timed GPU activity.
+    """
+    s = host_steps(events)
+    unions = gpu_unions(events)
+    if s.height == 0 or not unions:
+        return None
+    members = []
+    for (trace_id, rank, device), (starts, ends) in unions.items():
+        own = s.filter(pl.col("trace_id") == trace_id) if trace_id is not None else s
+        if own.height == 0:
+            continue
+        a, b = own["start_ns"].to_numpy(), own["end_ns"].to_numpy()
+        busy = busy_until(starts, ends, b) - busy_until(starts, ends, a)
+        window = b - a
+        members.append({"label": member_label(rank, device), "step": own["step"].to_list(),
+                        "duration_ns": own["duration_ns"].to_list(), "busy_ns": [int(x) for x in busy],
+                        "idle_ns": [int(w - x) for w, x in zip(window, busy)]})
+    if not members:
+        return None
+    return {"steps": sorted({n for m in members for n in m["step"]}), "members": members}
+
+
+def kernel_categories(events: pl.DataFrame) -> list[dict]:
+    """Kernel time per category (:func:`traceparse.measures.time_by_category`), largest first: ``[{"category",
+    "time_ns", "calls"}]``; categories without a duration are left out."""
+    by = (measures.time_by_category(events).filter(pl.col("time_ns").is_not_null())
+          .group_by("category").agg(pl.col("time_ns").sum(), pl.col("calls").sum())
+          .filter(pl.col("time_ns") > 0).sort(["time_ns", "category"], descending=[True, False]))
+    return by.to_dicts()
+
+
+def kernel_names(events: pl.DataFrame, top: int = TOP_NAMES) -> dict:
+    """Kernel time per name (timed events preferred over aggregated rows): the ``top`` names, largest first,
+    and the rest summed: ``{"names": [{"name", "time_ns", "calls"}], "rest_ns", "rest_names", "total_ns"}``."""
+    by = (measures.time_by_name(events, kinds=("kernel",)).filter(pl.col("time_ns").is_not_null())
+          .group_by("name").agg(pl.col("time_ns").sum(), pl.col("calls").sum())
+          .filter(pl.col("time_ns") > 0).sort(["time_ns", "name"], descending=[True, False]))
+    head, rest = by.head(top), by.slice(top)
+    return {"names": head.to_dicts(), "rest_ns": int(rest["time_ns"].sum() or 0), "rest_names": rest.height,
+            "total_ns": int(by["time_ns"].sum() or 0)}
+
+
+def copies(events: pl.DataFrame) -> list[dict]:
+    """Copies per direction (:func:`traceparse.measures.copy_stats`): ``[{"direction", "copies", "bytes",
+    "time_ns"}]``, most time first; a direction the trace does not say is ``unknown``."""
+    stats = measures.copy_stats(events)
+    if stats.height == 0:
+        return []
+    by = (stats.group_by(direction=pl.col("copy_kind").fill_null("unknown"))
+          .agg(pl.col("copies").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum())
+          .sort(["time_ns", "direction"], descending=[True, False], nulls_last=True))
+    return by.to_dicts()
+
+
+#: The parts of a member's span in the rank breakdown, in the order drawn (measures.rank_time).
+RANK_PARTS = (("compute_ns", "compute"), ("comm_exposed_ns", "exposed communication"),
+              ("memcpy_ns", "memcpy / memset"), ("idle_ns", "idle"))
+
+
+def rank_breakdown(events: pl.DataFrame) -> list[dict] | None:
+    """Per rank (a rank's devices summed; :func:`traceparse.measures.rank_time`): span, compute, exposed
+    communication, memcpy and idle time, by rank. None unless the trace has more than one rank."""
+    if events["rank"].drop_nulls().n_unique() < 2:
+        return None
+    per = measures.rank_time(events).filter(pl.col("rank").is_not_null())
+    cols = ["span_ns", *(key for key, _ in RANK_PARTS), "busy_ns"]
+    rows = per.group_by("rank").agg(pl.col(c).sum() for c in cols).sort("rank")
+    return rows.to_dicts() if rows.height > 1 else None
+
+
+def roofline_points(trace, gpu: str | None = None) -> dict | None:
+    """The roofline by kernel name (:func:`traceparse.measures.roofline.roofline`) with the GPU's roofs, or None
+    when the trace has no FLOP counts: ``{"gpu", "gpu_source", "peaks", "points": [{"name", "ai", "gflops",
+    "time_ns", "precision", "bound"}]}`` (points with both an intensity and a rate only)."""
+    from traceparse.catalog import gpu_for_trace
+    from traceparse.measures.roofline import roofline
+
+    spec, how = gpu_for_trace(trace, gpu)
+    result = roofline(trace, spec, group="name")
+    if result["source"] == "none":
+        return None
+    points = [{"name": i["name"], "ai": i.get("arithmetic_intensity"), "gflops": i.get("achieved_gflops"),
+               "time_ns": i.get("time_ns"), "precision": i.get("precision"), "bound": i.get("bound")}
+              for i in result["items"]]
+    points = [p for p in points if p["ai"] and p["gflops"] and p["ai"] > 0 and p["gflops"] > 0]
+    if not points:
+        return None
+    precisions = ["fp32"] + sorted({p["precision"] for p in points if p["precision"]}
+                                   | set(result["extra"].get("flops_by_precision", {})))
+    peaks = result["peaks"] or {}
+    roofs = [(p, peaks[p]) for p in dict.fromkeys(precisions) if p in peaks] if "dram" in peaks else []
+    return {"gpu": spec["name"] if spec else None, "gpu_source": how, "dram_gbps": peaks.get("dram"),
+            "roofs": sorted(roofs, key=lambda r: r[1]), "points": points, "source": result["source"]}

@@ -1,0 +1,350 @@
+"""The report as one self-contained HTML page: metadata, summary, charts, every finding with its tables.
+
+The page loads nothing at view time: plotly.js is inlined once, the
+figures are JSON in the page, and a Content-Security-Policy forbids every
+request. Every text that comes from the trace is escaped here (names come
+from untrusted files): :func:`esc` for HTML, :func:`script_json` for data
+inside a ``<script>``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from datetime import datetime, timezone
+from typing import Any
+
+from traceparse.report import figure_label, fmt_ns, fmt_unit, short_name
+from traceparse.rule import Finding
+from traceparse.verdict import Column
+
+#: No request of any kind: scripts and styles are inline, images (plotly's PNG export) data/blob URLs.
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
+       "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
+#: Characters of a name in a table cell (the whole name is its tooltip).
+NAME_WIDTH = 70
+
+STYLE = """
+:root { --fg: #1d2330; --muted: #5b6475; --line: #e3e6ec; --bg: #f6f7f9; --info: #2b7bb9; --warning: #b7791f;
+        --critical: #c53030; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       color: var(--fg); background: var(--bg); }
+header { background: #1d2330; color: #fff; padding: 14px 28px; }
+header h1 { margin: 0; font-size: 20px; font-weight: 600; }
+header .sub { color: #c3c9d6; font-size: 13px; word-break: break-all; }
+main { max-width: 1280px; margin: 0 auto; padding: 18px 28px 40px; }
+h2 { font-size: 17px; margin: 26px 0 10px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 14px 18px; margin-bottom: 14px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(190px, 1fr)); gap: 12px; margin-bottom: 14px; }
+.cards .card { margin: 0; }
+.big { font-size: 22px; font-weight: 600; }
+.label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.muted { color: var(--muted); }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 4px 18px; margin: 0; }
+dl.meta dt { color: var(--muted); }
+dl.meta dd { margin: 0; word-break: break-word; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 14px; }
+.charts .card { margin: 0; min-width: 0; }
+.chart-title { font-weight: 600; }
+.chart-note { color: var(--muted); font-size: 12px; margin-bottom: 4px; }
+.sev { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 11px; font-weight: 700;
+       letter-spacing: .05em; vertical-align: 1px; }
+.sev-info { background: var(--info); } .sev-warning { background: var(--warning); }
+.sev-critical { background: var(--critical); }
+details.finding { background: #fff; border: 1px solid var(--line); border-left: 5px solid var(--info);
+                  border-radius: 8px; margin-bottom: 10px; padding: 10px 16px; }
+details.finding.warning { border-left-color: var(--warning); }
+details.finding.critical { border-left-color: var(--critical); }
+details.finding > summary { cursor: pointer; font-size: 15px; }
+details.finding > summary .rule { font-weight: 600; }
+.suggestion { color: #276749; margin-top: 8px; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(240px, 1fr)); gap: 2px 24px; margin: 10px 0; }
+.figures div { display: flex; justify-content: space-between; border-bottom: 1px dotted var(--line); }
+.figures span:first-child { color: var(--muted); }
+.tablewrap { overflow-x: auto; margin: 8px 0; }
+table { border-collapse: collapse; font-size: 13px; }
+caption { text-align: left; color: var(--muted); font-size: 12px; padding: 4px 0; }
+th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); white-space: nowrap; }
+th { text-align: left; background: #f0f2f5; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+ul.worst { margin: 4px 0 0; padding-left: 18px; }
+footer { color: var(--muted); font-size: 12px; margin-top: 30px; }
+a { color: #2b6cb0; }
+"""
+
+#: Draws every figure of the page once plotly.js has loaded; a chart that fails to draw is an error in the console.
+BOOT = """
+(function () {
+  var figures = JSON.parse(document.getElementById('figures').textContent);
+  var config = {displaylogo: false, responsive: true};
+  Object.keys(figures).forEach(function (id) {
+    var fig = figures[id];
+    Plotly.newPlot(id, fig.data, fig.layout, config);
+  });
+})();
+"""
+
+
+def esc(value: Any) -> str:
+    """Text made safe for HTML content and attribute values."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def script_json(value: Any) -> str:
+    """JSON that can sit inside a ``<script>`` element: ``<``, ``>`` and ``&`` as unicode escapes."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def plain(value: Any) -> str:
+    """A value that is not a number, as a person reads it: yes/no, -, lists joined by commas."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(plain(v) for v in value)
+    return str(value)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: Units whose cells are scaled together, so a column shows one unit named in its header.
+_SCALES = {"ns": (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0)),
+           "bytes": (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)),
+           "bytes_binary": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1.0))}
+
+
+def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[str, str | None]], bool]:
+    """A column's header, its cells as (text, tooltip or None), and whether it is numeric (right-aligned).
+
+    Durations and byte counts take one unit per column, the largest their
+    largest value reaches, named in the header; names are shortened with the
+    whole name as the tooltip; other units are formatted by
+    :func:`traceparse.report.fmt_unit`.
+    """
+    label = column.label or column.key
+    if column.unit in ("name", "text"):
+        cells = []
+        for v in values:
+            text = plain(v)
+            if column.unit == "name" and isinstance(v, str):
+                short = short_name(v, NAME_WIDTH)
+                cells.append((short, v if short != v else None))
+            else:
+                cells.append((text, None))
+        return label, cells, False
+    numbers = [float(v) for v in values if _is_number(v)]
+    if column.unit in _SCALES and numbers:
+        peak = max(abs(v) for v in numbers)
+        name, scale = next(((n, s) for n, s in _SCALES[column.unit] if peak >= s), _SCALES[column.unit][-1])
+        digits = 0 if scale == 1.0 else (3 if column.unit == "ns" else 2)
+        return (f"{label} ({name})",
+                [(f"{float(v) / scale:,.{digits}f}" if _is_number(v) else plain(v), None) for v in values], True)
+    return label, [(fmt_unit(column.unit, v) if _is_number(v) else plain(v), None) for v in values], bool(numbers)
+
+
+def table_html(columns: list[Column], rows: list[dict], caption: str | None = None) -> str:
+    """A finding's table: the declared columns, in order, with their units."""
+    formatted = [format_column(c, [r.get(c.key) for r in rows]) for c in columns]
+    head = "".join(f'<th class="{"num" if numeric else ""}">{esc(label)}</th>' for label, _, numeric in formatted)
+    body = []
+    for i in range(len(rows)):
+        cells = []
+        for label, column_cells, numeric in formatted:
+            text, tip = column_cells[i]
+            title = f' title="{esc(tip)}"' if tip else ""
+            cells.append(f'<td class="{"num" if numeric else ""}"{title}>{esc(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return (f'<div class="tablewrap"><table>{cap}<thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def finding_figures(finding: Finding) -> dict[str, str]:
+    """The headline figures of a finding: those it declares, else its scalar metrics (shown as they are)."""
+    if finding.figures:
+        return dict(finding.figures)
+    return {k: "number" for k, v in finding.metrics.items() if not isinstance(v, (dict, list))}
+
+
+def finding_columns(finding: Finding) -> list[Column]:
+    """The item columns of a finding: those it declares, else every key of its items."""
+    if finding.columns:
+        return list(finding.columns)
+    return [Column(k, k, "number") for k in dict.fromkeys(k for item in finding.items for k in item)]
+
+
+def finding_html(finding: Finding, index: int) -> str:
+    """One finding: severity, rule and title (open unless info), message, figures, tables, items, suggestion."""
+    parts = [f'<p class="message">{esc(finding.message)}</p>']
+    figures = finding_figures(finding)
+    if figures:
+        cells = "".join(f"<div><span>{esc(figure_label(key, unit) if finding.figures else key)}</span>"
+                        f"<span>{esc(fmt_unit(unit, finding.metrics.get(key)))}</span></div>"
+                        for key, unit in figures.items())
+        parts.append(f'<div class="figures">{cells}</div>')
+    for key, columns in finding.tables.items():
+        table = finding.metrics.get(key)
+        if isinstance(table, dict) and table and columns:
+            head, rest = columns[0], columns[1:]
+            key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
+            rows = [{head.key: str(k), **{c.key: (row or {}).get(c.key) for c in rest}} for k, row in table.items()]
+            parts.append(table_html([key_column, *rest], rows, caption=key.replace("_", " ")))
+    if finding.items:
+        parts.append(table_html(finding_columns(finding), finding.items))
+    if finding.suggestion:
+        parts.append(f'<p class="suggestion">→ {esc(finding.suggestion)}</p>')
+    sev = finding.severity if finding.severity in ("info", "warning", "critical") else "info"
+    opened = "" if sev == "info" else " open"
+    return (f'<details class="finding {sev}" id="finding-{index}"{opened}><summary>'
+            f'<span class="sev sev-{sev}">{esc(sev.upper())}</span> <span class="rule">{esc(finding.rule)}</span>: '
+            f'{esc(finding.title)}</summary>{"".join(parts)}</details>')
+
+
+def metadata_html(trace) -> str:
+    """The trace's metadata: id, source, format, tool, events per kind, devices, tags, run, warnings."""
+    meta = trace.meta
+    rows: list[tuple[str, str]] = [("id", meta.id or trace.id or "")]
+    run = (meta.extra or {}).get("run") if meta.format == "run" else None
+    if run:
+        rows.append(("run", f"{run.get('name') or ''} — world size {run.get('world_size', '?')}, "
+                            f"{len(run.get('ranks') or {})} ranks stored"))
+    rows.append(("source", "\n".join(meta.source_paths)))
+    rows.append(("format", " / ".join(x for x in (meta.format, meta.variant) if x)))
+    if meta.tool or meta.tool_version:
+        rows.append(("tool", " ".join(x for x in (meta.tool, meta.tool_version) if x)))
+    kinds = trace.events.group_by(trace.events["kind"].cast(str).alias("k")).len().sort("k")
+    per_kind = ", ".join(f"{k} {n:,}" for k, n in kinds.iter_rows())
+    rows.append(("events", f"{trace.events.height:,}" + (f" ({per_kind})" if per_kind else "")))
+    for d in meta.devices:
+        bits = [d.name or "?"]
+        if d.compute_capability:
+            bits.append(f"sm {d.compute_capability}")
+        if d.sm_count:
+            bits.append(f"{d.sm_count} SMs")
+        if d.memory_bytes:
+            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+        rows.append((f"device {d.id if d.id is not None else '?'}", ", ".join(bits)))
+    if meta.distributed:
+        info = meta.distributed
+        rows.append(("distributed", ", ".join(f"{k.replace('_', ' ')} {info[k]}" for k in ("rank", "world_size", "backend")
+                                               if info.get(k) is not None)))
+    if meta.tags:
+        rows.append(("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items()))))
+    for w in meta.warnings:
+        rows.append(("warning", w))
+    body = "".join(f"<dt>{esc(k)}</dt><dd>{'<br>'.join(esc(x) for x in v.splitlines()) or '-'}</dd>" for k, v in rows)
+    return f'<div class="card"><dl class="meta">{body}</dl></div>'
+
+
+def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
+    """The summary cards: span, GPU busy, steps, bottleneck, top categories, and the worst findings as links."""
+    steps = summary.get("steps") or 0
+    step_time = summary.get("step_time_ns")
+    if steps and step_time is not None:
+        spread = (f"{fmt_ns(summary['step_min_ns'])} – {fmt_ns(summary['step_max_ns'])}"
+                  if summary.get("step_min_ns") is not None else "")
+        steps_card = (f'<div class="big">{steps} × {esc(fmt_ns(step_time))}</div>'
+                      f'<div class="muted">mean step; range {esc(spread)}</div>')
+    else:
+        steps_card = '<div class="big">-</div><div class="muted">no ProfilerStep#N annotations</div>'
+    busy = summary.get("gpu_busy_pct")
+    bottleneck = summary.get("bottleneck")
+    if bottleneck:
+        at_stake = (f", {esc(fmt_ns(bottleneck['impact_ns']))} at stake" if bottleneck.get("impact_ns") else "")
+        link = anchors.get((bottleneck["rule"], bottleneck["title"]))
+        name = esc(bottleneck["rule"])
+        bottleneck_card = (f'<div class="big"><a href="#finding-{link}">{name}</a></div>' if link is not None
+                           else f'<div class="big">{name}</div>')
+        bottleneck_card += (f'<div class="muted"><span class="sev sev-{esc(bottleneck["severity"])}">'
+                            f'{esc(bottleneck["severity"].upper())}</span> {esc(bottleneck["title"])}{at_stake}</div>')
+    else:
+        bottleneck_card = '<div class="big">none</div><div class="muted">no warning or critical finding</div>'
+    top = summary.get("top_categories") or []
+    cats = ", ".join(f"{esc(c['category'])} {c['share_pct']:.1f}%" for c in top if c.get("share_pct") is not None)
+    cards = [
+        ("span", f'<div class="big">{esc(fmt_ns(summary.get("span_ns")))}</div><div class="muted">'
+                 f'{"first to last timed event" if summary.get("span_ns") is not None else "no timed events"}</div>'),
+        ("GPU busy", f'<div class="big">{esc(fmt_unit("pct", busy)) if busy is not None else "-"}</div>'
+                     f'<div class="muted">{"of the devices&#39; GPU span" if busy is not None else "no timed GPU activity"}'
+                     f'</div>'),
+        ("steps", steps_card),
+        ("bottleneck", bottleneck_card),
+        ("top kernel categories", f'<div>{cats or "-"}</div>'),
+    ]
+    out = "".join(f'<div class="card"><div class="label">{esc(label)}</div>{body}</div>' for label, body in cards)
+    worst = summary.get("worst") or []
+    items = []
+    for w in worst:
+        link = anchors.get((w["rule"], w["title"]))
+        at_stake = f" — {esc(fmt_ns(w['impact_ns']))} at stake" if w.get("impact_ns") else ""
+        text = f"{esc(w['rule'])}: {esc(w['title'])}"
+        text = f'<a href="#finding-{link}">{text}</a>' if link is not None else text
+        items.append(f'<li><span class="sev sev-{esc(w["severity"])}">{esc(w["severity"].upper())}</span> '
+                     f'{text}{at_stake}</li>')
+    worst_html = (f'<div class="card"><div class="label">worst findings</div><ul class="worst">{"".join(items)}</ul>'
+                  f'</div>' if items else "")
+    return f'<div class="cards" id="summary">{out}</div>{worst_html}'
+
+
+def report_name(trace) -> str:
+    """What the page is about: a run's name and directory, else the trace's source path (or its id)."""
+    run = (trace.meta.extra or {}).get("run") if trace.meta.format == "run" else None
+    if run:
+        paths = trace.meta.source_paths
+        folder = str(Path(os.path.commonpath(paths))) if len(paths) > 1 else (paths[0] if paths else "")
+        return f"run {run.get('name') or trace.id}" + (f" ({folder})" if folder else "")
+    return trace.meta.path or trace.id or ""
+
+
+def render_page(trace, summary: dict, findings: list[Finding], charts: list, missing: list[str], plotly_js: str,
+                figure_json: dict[str, str], version: str) -> str:
+    """The whole page. ``figure_json`` maps each chart's id to its plotly figure as JSON text."""
+    anchors: dict[tuple[str, str], int] = {}
+    for i, f in enumerate(findings):
+        anchors.setdefault((f.rule, f.title), i)
+    chart_cards = "".join(
+        f'<div class="card" id="{esc(c.id)}-card"><div class="chart-title">{esc(c.title)}</div><div class="chart-note">{esc(c.note)}</div>'
+        f'<div class="chart" id="{esc(c.id)}" data-chart="{esc(c.id)}"></div></div>' for c in charts)
+    missing_html = "".join(f"<li>{esc(m)}</li>" for m in missing)
+    missing_html = f'<ul class="muted">{missing_html}</ul>' if missing else ""
+    figures = "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in figure_json.items()) + "}"
+    name = report_name(trace)
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in ("critical", "warning", "info")}
+    tally = ", ".join(f"{n} {'warnings' if s == 'warning' and n != 1 else s}" for s, n in counts.items() if n)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>traceparse report: {esc(name)}</title>
+<style>{STYLE}</style>
+<script>{plotly_js}</script>
+</head>
+<body>
+<header><h1>traceparse report</h1><div class="sub">{esc(name)}</div></header>
+<main>
+<h2>Summary</h2>
+{summary_html(summary, anchors)}
+<h2>Trace</h2>
+{metadata_html(trace)}
+<h2>Charts</h2>
+<div class="charts">{chart_cards}</div>
+{missing_html}
+<h2>Findings <span class="muted">({len(findings)}{": " + esc(tally) if tally else ""})</span></h2>
+<div id="findings">{"".join(finding_html(f, i) for i, f in enumerate(findings))}</div>
+<footer>Written by traceparse {esc(version)} on {esc(now)}. Self-contained: opens without a network.</footer>
+</main>
+<script type="application/json" id="figures">{script_json(figures)}</script>
+<script>{BOOT}</script>
+</body>
+</html>
+"""

@@ -1,0 +1,421 @@
+"""``traceparse report TRACE --html FILE``, opened in a real browser (headless Chromium driven by Playwright).
+
+Each report (a torch trace, an nsys capture, an ncu page, a run of four
+ranks) must load with no console error, no page error and no request
+beyond the file itself; every chart must be drawn with data; and the
+figures it draws are checked against an independent reading of the raw
+files (the JSON, the SQLite export). A trace whose names are HTML and
+script must show them as text and run nothing. A screenshot of each page is
+saved (in $TRACEPARSE_SCREENSHOTS when set: docs/img/ is made that way).
+
+The browser tests skip when Chromium or Playwright is missing, unless
+$TRACEPARSE_REQUIRE_BROWSER is set (.ci/run sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+import sys
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, run_cli, us_to_ns
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1400, "height": 1300}  # the screenshot: summary, metadata, the first charts
+TORCH = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+NSYS = FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz"
+NCU = FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+# -- the browser -------------------------------------------------------------------------------------------
+def chromium_path() -> str | None:
+    """Debian's Chromium (``chromium`` on PATH, else /usr/bin/chromium), or None."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    return "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+
+
+def browser_or_skip() -> tuple[str, object]:
+    """Chromium's path and Playwright's sync API; a skip when either is missing, a failure when the browser is
+    required ($TRACEPARSE_REQUIRE_BROWSER, set by .ci/run)."""
+    required = bool(os.environ.get("TRACEPARSE_REQUIRE_BROWSER"))
+    path = chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    missing = ("chromium is not installed (apt-get install chromium)" if path is None
+               else "playwright is not installed (pip install -e '.[dev]')" if sync_playwright is None else None)
+    if missing:
+        if required:
+            pytest.fail(f"TRACEPARSE_REQUIRE_BROWSER is set but {missing}")
+        pytest.skip(missing)
+    return path, sync_playwright
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium for the module, with a fresh profile directory and no network-facing services."""
+    path, sync_playwright = browser_or_skip()
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(profile), executable_path=path, headless=True,
+                                                       args=CHROMIUM_FLAGS, viewport=VIEWPORT)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+class Opened:
+    """A report open in the browser, and what went wrong while it loaded."""
+
+    def __init__(self, page, problems: list[str]):
+        self.page = page
+        self.problems = problems
+
+    def charts(self) -> dict[str, list[dict]]:
+        """Every chart div's traces as plotly drew them: {div id: [{type, name, points, x, y, values}]}."""
+        return self.page.evaluate("""() => {
+          const out = {};
+          document.querySelectorAll('div.chart').forEach(div => {
+            out[div.id] = (div._fullData || []).map(t => ({
+              type: t.type, name: t.name, x: t.x ? Array.from(t.x) : null, y: t.y ? Array.from(t.y) : null,
+              values: t.values ? Array.from(t.values) : null, labels: t.labels ? Array.from(t.labels) : null,
+              z: t.z ? Array.from(t.z, row => Array.from(row)) : null,
+              points: (t.x || t.values || []).length,
+              drawn: div.querySelectorAll('.main-svg').length}));
+          });
+          return out;
+        }""")
+
+
+def open_report(context, path: Path, screenshot: Path, publish: bool = True) -> Opened:
+    """Open ``path`` in a new tab, wait until every chart is drawn, save a screenshot of the first screen (and,
+    with ``publish``, a copy in $TRACEPARSE_SCREENSHOTS when set)."""
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:", "blob:", "about:"))
+            else problems.append(f"request: {r.url}"))
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(path.as_uri(), wait_until="load")
+    page.wait_for_function("""() => Array.from(document.querySelectorAll('div.chart'))
+                                 .every(d => d._fullLayout && d.querySelector('.main-svg'))""", timeout=30_000)
+    page.screenshot(path=str(screenshot))
+    out = os.environ.get("TRACEPARSE_SCREENSHOTS")
+    if out and publish:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(screenshot, Path(out) / screenshot.name)
+    return Opened(page, problems)
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory where it is under it (as a user types it; the page shows it)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def report(tmp_path: Path, *args: str) -> Path:
+    """Run ``traceparse report ARGS --html FILE`` in-process; the file's path."""
+    out = tmp_path / "report.html"
+    code, stdout, err = run_cli("report", *args, "--html", str(out), "-q")
+    assert code == 0, err
+    assert out.stat().st_size > 1_000_000  # plotly.js is inside
+    return out
+
+
+def check_drawn(opened: Opened, expected: set[str]) -> dict[str, list[dict]]:
+    """No problem while loading; exactly the ``expected`` charts, each drawn with at least one trace of data."""
+    assert opened.problems == []
+    charts = opened.charts()
+    assert set(charts) == expected
+    for chart_id, traces in charts.items():
+        assert traces, chart_id
+        assert all(t["drawn"] > 0 for t in traces), chart_id
+        assert any(t["points"] > 0 for t in traces), chart_id
+    return charts
+
+
+def findings_on_page(opened: Opened) -> list[tuple[str, str, str]]:
+    """(severity, rule, title) of every finding section of the page, in its order."""
+    return opened.page.evaluate("""() => Array.from(document.querySelectorAll('details.finding')).map(d => {
+        const s = d.querySelector('summary');
+        return [s.querySelector('.sev').textContent.toLowerCase(), s.querySelector('.rule').textContent,
+                s.textContent.split(': ').slice(1).join(': ')];
+      })""")
+
+
+def analyzed(*args: str) -> list[dict]:
+    code, out, err = run_cli("analyze", "--json", *args)
+    assert code in (0, 1), err
+    return json.loads(out)["findings"]
+
+
+def union_length(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of half-open intervals, computed here (independent of traceparse.intervals)."""
+    total, cur_start, cur_end = 0, None, None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    return total + (cur_end - cur_start if cur_end is not None else 0)
+
+
+def timeline_busy_ns(traces: list[dict]) -> dict[str, float]:
+    """The busy time each member of the timeline stands for: Σ busy % × bin width (equal bins, centres one width
+    apart), from its lines, or from the rows of its heatmap."""
+    out = {}
+    for t in traces:
+        width_ns = (t["x"][1] - t["x"][0]) * 1e6
+        rows = zip(t["y"], t["z"]) if t["type"] == "heatmap" else [(t["name"], t["y"])]
+        for label, pct in rows:
+            out[label] = sum(pct) / 100.0 * width_ns
+    return out
+
+
+def raw_torch(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f, parse_float=Decimal)["traceEvents"]
+
+
+def torch_gpu_figures(events: list[dict]) -> tuple[int, dict[str, int], set[int]]:
+    """From the raw JSON: busy time (union of GPU events), kernel time per name, host ProfilerStep numbers."""
+    spans, by_name, steps = [], defaultdict(int), set()
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") in GPU_CATS:
+            start = us_to_ns(e["ts"])
+            spans.append((start, start + us_to_ns(e["dur"])))
+            if e["cat"] == "kernel":
+                by_name[e["name"]] += us_to_ns(e["dur"])
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
+            steps.add(int(e["name"].split("#")[1]))
+    return union_length(spans), dict(by_name), steps
+
+
+# -- the four reports --------------------------------------------------------------------------------------
+def test_torch_trace_report(browser, store, tmp_path):
+    page = open_report(browser, report(tmp_path, shown(TORCH)), tmp_path / "report_torch.png")
+    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies"})
+    busy, by_name, steps = torch_gpu_figures(raw_torch(TORCH))
+    # the timeline's one line holds the GPU's busy time, to the rounding of its percentages (3 decimals per bin)
+    assert timeline_busy_ns(charts["chart-timeline"]) == {"GPU 0": pytest.approx(busy, rel=1e-4)}
+    # the 15 longest kernel names, longest on top (the last of the reversed list); the rest named in the note
+    bar = charts["chart-names"][0]
+    top = sorted(by_name.values(), reverse=True)
+    assert bar["x"][::-1] == pytest.approx([t / 1e6 for t in top[:15]], rel=1e-12)
+    note = page.page.inner_text("#chart-names-card .chart-note")
+    assert f"the other {len(top) - 15} names take " in note
+    pie = charts["chart-categories"][0]
+    assert sum(pie["values"]) == pytest.approx(sum(by_name.values()) / 1e6, rel=1e-12)
+    # one group of bars per step, each step's busy + idle = the step's window
+    busy_bars = charts["chart-steps"][0]
+    assert busy_bars["x"] == [f"step {n}" for n in sorted(steps)]
+    summary = page.page.inner_text("#summary")
+    assert f"{len(steps)} ×" in summary
+    # every finding of analyze, most severe first
+    expected = analyzed(str(TORCH))
+    on_page = findings_on_page(page)
+    assert sorted((f["severity"], f["rule"], f["title"]) for f in expected) == sorted(map(tuple, on_page))
+    ranks = [("critical", "warning", "info").index(s) for s, _, _ in on_page]
+    assert ranks == sorted(ranks)
+
+
+def test_nsys_capture_report(browser, store, tmp_path):
+    page = open_report(browser, report(tmp_path, shown(NSYS)), tmp_path / "report_nsys.png")
+    charts = check_drawn(page, {"chart-timeline", "chart-categories", "chart-names", "chart-copies"})
+    db = tmp_path / "capture.sqlite"
+    with gzip.open(NSYS) as f, open(db, "wb") as g:
+        shutil.copyfileobj(f, g)
+    con = sqlite3.connect(db)
+    try:
+        spans = [tuple(r) for t in ("KERNEL", "MEMCPY", "MEMSET")
+                 for r in con.execute(f"SELECT start, end FROM CUPTI_ACTIVITY_KIND_{t}")]
+        names = dict(con.execute("SELECT s.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                 "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value"))
+        copies = dict(con.execute("SELECT copyKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind"))
+    finally:
+        con.close()
+    assert timeline_busy_ns(charts["chart-timeline"]) == {"GPU 0": pytest.approx(union_length(spans), rel=1e-4)}
+    bar = charts["chart-names"][0]
+    top = sorted(names.values(), reverse=True)[:15]
+    assert bar["x"][::-1] == pytest.approx([t / 1e6 for t in top], rel=1e-12)
+    copy_bytes = charts["chart-copies"][0]  # bytes (MB) per direction; CUPTI copyKind 1 = HtoD, 2 = DtoH
+    assert sorted(copy_bytes["y"]) == pytest.approx(sorted(v / 1e6 for v in copies.values()), rel=1e-12)
+    assert len(findings_on_page(page)) == len(analyzed(str(NSYS)))
+
+
+def test_ncu_page_report(browser, store, tmp_path):
+    page = open_report(browser, report(tmp_path, shown(NCU)), tmp_path / "report_ncu.png")
+    charts = check_drawn(page, {"chart-categories", "chart-names", "chart-roofline"})
+    code, out, err = run_cli("roofline", str(NCU), "--json", "--group", "name")
+    assert code == 0, err
+    items = [i for i in json.loads(out)["items"]
+             if (i["arithmetic_intensity"] or 0) > 0 and (i["achieved_gflops"] or 0) > 0]
+    points = [t for t in charts["chart-roofline"] if t["name"] and not t["name"].endswith(" roof")]
+    assert sum(t["points"] for t in points) == len(items)
+    drawn = sorted(x for t in points for x in t["x"])
+    assert drawn == pytest.approx(sorted(i["arithmetic_intensity"] for i in items), rel=1e-12)
+    roofs = [t for t in charts["chart-roofline"] if t["name"].endswith(" roof")]
+    assert {"DRAM roof", "fp32 roof"} <= {t["name"] for t in roofs}
+    # no timed GPU activity on an ncu page: the page says why there is no timeline
+    assert "GPU busy over time: the trace has no timed kernels" in page.page.inner_text("main")
+    assert len(findings_on_page(page)) == len(analyzed(str(NCU)))
+
+
+def test_run_report(browser, store, tmp_path, samples_dir):
+    run_dir = samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
+    page = open_report(browser, report(tmp_path, os.path.relpath(run_dir)), tmp_path / "report_run.png")
+    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies",
+                                "chart-ranks"})
+    per_rank = {}
+    for rank in range(4):
+        busy, _, _ = torch_gpu_figures(raw_torch(run_dir / f"rank{rank}.json.gz"))
+        per_rank[rank] = busy
+    # four members: a heatmap, a row per rank's GPU
+    assert [t["type"] for t in charts["chart-timeline"]] == ["heatmap"]
+    assert timeline_busy_ns(charts["chart-timeline"]) == {f"rank {r} GPU 0": pytest.approx(busy, rel=1e-4)
+                                                          for r, busy in per_rank.items()}
+    # the per-rank breakdown: four bars per part, compute + exposed comm + memcpy = each rank's busy time
+    parts = {t["name"]: t for t in charts["chart-ranks"]}
+    assert list(parts) == ["compute", "exposed communication", "memcpy / memset", "idle"]
+    assert parts["compute"]["y"] == [f"rank {r}" for r in range(4)]
+    for i, rank in enumerate(range(4)):
+        busy_ms = sum(parts[p]["x"][i] for p in ("compute", "exposed communication", "memcpy / memset"))
+        assert busy_ms == pytest.approx(per_rank[rank] / 1e6, rel=1e-12)
+    assert "world size 4" in page.page.inner_text("main")
+    on_page = findings_on_page(page)
+    assert len(on_page) == len(analyzed(str(run_dir)))
+    assert ("critical", "stragglers", "Straggler: rank 2") in [tuple(s) for s in on_page]
+
+
+# -- untrusted names ---------------------------------------------------------------------------------------
+HOSTILE_KERNEL = '<img src=x onerror="alert(1)">'
+HOSTILE_OP = "</script><script>alert(2)</script>"
+
+
+def hostile_trace(path: Path) -> Path:
+    """A small torch trace whose kernel and operator names are HTML and script."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 100}]
+    for i in range(3):
+        events.append({"ph": "X", "cat": "cpu_op", "name": HOSTILE_OP, "pid": 1, "tid": 1, "ts": 10 + 20 * i,
+                       "dur": 5, "args": {"External id": i}})
+        events.append({"ph": "X", "cat": "kernel", "name": HOSTILE_KERNEL, "pid": 0, "tid": 7, "ts": 12 + 20 * i,
+                       "dur": 8, "args": {"device": 0, "stream": 7, "correlation": 100 + i, "External id": i}})
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": events}))
+    return path
+
+
+def test_hostile_names_are_text(browser, store, tmp_path):
+    trace = hostile_trace(tmp_path / "hostile.json")
+    code, _, err = run_cli("ingest", str(trace), "--tag", "note=<b>bold</b>", "-q")
+    assert code == 0, err
+    out = report(tmp_path)  # no TRACE: the last ingested
+    text = out.read_text()
+    assert HOSTILE_KERNEL not in text and HOSTILE_OP not in text and "<b>bold</b>" not in text
+    page = open_report(browser, out, tmp_path / "report_hostile.png", publish=False)
+    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names"})
+    main = page.page.text_content("main")  # closed findings (info) included
+    assert HOSTILE_KERNEL in main and HOSTILE_OP in main and "note=<b>bold</b>" in main
+    assert page.page.evaluate("document.querySelectorAll('img, main script, b').length") == 0
+    # plotly shows the escaped name as written, on the axis and in the data
+    assert charts["chart-names"][0]["y"] == ['&lt;img src=x onerror="alert(1)"&gt;']
+    ticks = page.page.evaluate("Array.from(document.querySelectorAll('#chart-names .ytick text'))"
+                               ".map(t => t.textContent)")
+    assert ticks == [HOSTILE_KERNEL]
+
+
+# -- without a browser -------------------------------------------------------------------------------------
+def test_missing_plotly_is_one_line(store, tmp_path, monkeypatch):
+    for name in ("plotly", "plotly.graph_objects", "plotly.io", "plotly.offline", "plotly.subplots"):
+        monkeypatch.setitem(sys.modules, name, None)
+    code, out, err = run_cli("report", str(TORCH), "--html", str(tmp_path / "r.html"))
+    assert (code, out) == (2, "")
+    assert err == ("traceparse: error: report --html needs plotly, which is not installed: "
+                   "pip install 'traceparse[html]'\n")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_bad_arguments(store, tmp_path):
+    code, _, err = run_cli("report", str(TORCH), "--html", str(tmp_path / "r.txt"))
+    assert (code, err) == (2, f"traceparse: error: --html {tmp_path / 'r.txt'}: expected a .html file name\n")
+    code, _, err = run_cli("report", str(TORCH), str(NCU), "--html", str(tmp_path / "r.html"))
+    assert (code, err) == (2, "traceparse: error: report takes one trace or run; these 2 paths make 2 traces: "
+                              "report each one\n")
+    code, _, err = run_cli("report", str(TORCH), "--html", str(tmp_path / "r.html"), "--bins", "0")
+    assert (code, err) == (2, "traceparse: error: --bins 0: expected a positive number of bins\n")
+
+
+def test_the_csv_reports_of_one_capture_make_one_report(store, tmp_path):
+    pytest.importorskip("plotly")
+    paths = sorted(str(p) for p in (FIXTURES / "nsys").glob("resnet18_bs8_*.csv"))
+    assert len(paths) > 1
+    out = report(tmp_path, *paths)
+    assert "resnet18_bs8_" in out.read_text()
+
+
+def test_summary_figures_against_the_raw_json(store):
+    """The summary's GPU busy % and step time, from the torch fixture's raw JSON."""
+    from traceparse_plugins.commands.report.summary import summarize
+
+    from traceparse.ingest import read_paths
+
+    trace = read_paths([TORCH])[0]
+    summary = summarize(trace, [])
+    events = raw_torch(TORCH)
+    busy, _, steps = torch_gpu_figures(events)
+    gpu = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
+           if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    span = max(end for _, end in gpu) - min(start for start, _ in gpu)
+    assert summary["gpu_busy_pct"] == pytest.approx(100.0 * busy / span, rel=1e-12)
+    durations = [us_to_ns(e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                 and e["name"].startswith("ProfilerStep#")]
+    assert summary["steps"] == len(steps) == len(durations)
+    assert summary["step_time_ns"] == pytest.approx(sum(durations) / len(durations), rel=1e-12)
+    assert (summary["step_min_ns"], summary["step_max_ns"]) == (min(durations), max(durations))
+    assert summary["bottleneck"] is None and summary["worst"] == []  # no findings given
+
+
+def test_binned_busy_time_adds_up_to_the_union():
+    """Any split of the time into windows gives back exactly the union's length (B(b) - B(a) per window)."""
+    import numpy as np
+
+    from traceparse_plugins.commands.report.data import busy_until
+
+    rng = np.random.default_rng(7)
+    raw = sorted((int(s), int(s + d)) for s, d in zip(rng.integers(0, 10_000, 300), rng.integers(1, 200, 300)))
+    merged: list[list[int]] = []
+    for s, e in raw:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    starts = np.array([m[0] for m in merged], dtype=np.int64)
+    ends = np.array([m[1] for m in merged], dtype=np.int64)
+    edges = np.array(sorted({0, 10_300, *rng.integers(0, 10_300, 50).tolist()}), dtype=np.int64)
+    per_window = np.diff(busy_until(starts, ends, edges))
+    assert int(per_window.sum()) == union_length(raw)
+    for a, b, got in zip(edges[:-1], edges[1:], per_window):  # each window against a direct clip
+        assert got == sum(max(0, min(e, b) - max(s, a)) for s, e in merged)
