@@ -24,7 +24,7 @@ from traceparse.session import Session
 BS4 = FIXTURES / "torch" / "resnet18_bs4.json.gz"
 BS8 = FIXTURES / "torch" / "resnet18_bs8.json.gz"
 NCU = FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"
-CORE_ORDER = ["ingest", "analyze", "list", "show", "rm", "rules", "formats", "plugins", "export"]
+CORE_ORDER = ["ingest", "analyze", "list", "show", "tag", "rm", "rules", "formats", "plugins", "export"]
 
 
 def _subparsers(parser: argparse.ArgumentParser):
@@ -57,6 +57,7 @@ EXAMPLES = {
     ("analyze",): ["analyze", "{bs4}", "--rule", "kernel-share"],
     ("list",): ["list"],
     ("show",): ["show", "{bs4}"],
+    ("tag",): ["tag", "{bs4}", "gpu=H100"],
     ("rm",): ["rm", "{bs8}"],
     ("rules",): ["rules"],
     ("formats",): ["formats"],

@@ -134,7 +134,7 @@ def test_a_trace_without_the_tag_is_an_error(store):
     code, out, err = run_cli("compare", tagged, untagged, "--by", "batch")
     assert code == 2
     assert err == (f"traceparse: error: trace {untagged} ({SWEEP[8]}) has no tag 'batch' (its tags: none); "
-                   "ingest it with --tag batch=VALUE\n")
+                   f"ingest it with --tag batch=VALUE, or add it with traceparse tag {untagged} batch=VALUE\n")
     assert out == ""
 
 
@@ -148,8 +148,9 @@ def test_traces_of_different_devices_warn(store, tmp_path):
     b = _ingest(tmp_path / "a100.json", batch=32)
     code, out, err = run_cli("compare", a, b, "--by", "batch", "--json")
     assert code == 0
-    assert (f"traceparse: warning: the traces come from different devices ({a}: NVIDIA H100 80GB HBM3; "
-            f"{b}: NVIDIA A100-SXM4-80GB); their figures are not like for like") in err
+    assert (f"traceparse: warning: the traces come from different devices (resnet18_bs16.json.gz ({a}): "
+            f"NVIDIA H100 80GB HBM3; a100.json ({b}): NVIDIA A100-SXM4-80GB); their figures are not like for like"
+            ) in err
     assert json.loads(out)["warnings"]
 
 
@@ -193,3 +194,133 @@ def test_compare_on_the_shared_samples(samples_dir, store):
         path = samples_dir / "torch" / f"torch_resnet18_bs{row['tags']['batch']}.json.gz"
         ref = _independent(path, "nchwToNhwc", "cudaLaunchKernel")
         assert row["metrics"]["gpu_ns"] == ref["gpu_ns"] and row["metrics"]["idle_ns"] == ref["idle_ns"]
+
+
+def _host_steps(path: Path) -> list[int]:
+    """The durations of the host-side ProfilerStep#N annotations (events with a pid), from the raw JSON."""
+    return [_ns(e["dur"]) for e in _events(path)
+            if re.fullmatch(r"ProfilerStep#\d+", e["name"]) and e.get("cat") == "user_annotation"]
+
+
+def test_step_time_and_throughput_from_the_raw_steps(sweep_ids):
+    code, out, err = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--json")
+    assert code == 0, err
+    for row in json.loads(out)["rows"]:
+        batch = int(row["tags"]["batch"])
+        steps = _host_steps(SWEEP[batch])
+        assert len(steps) == 2  # fixtures/README.md: two active steps per trace
+        m = row["metrics"]
+        assert m["steps"] == 2 and m["step_time_ns"] == round(sum(steps) / 2)
+        assert m["samples_per_s"] == round(batch * 1e9 / m["step_time_ns"], 4)
+    # a trace without a batch tag has a step time and no throughput
+    code, out, err = run_cli("compare", str(FIXTURES / "torch" / "vgg16_bs8.json.gz"), "--json")
+    m = json.loads(out)["rows"][0]["metrics"]
+    assert m["step_time_ns"] == round(sum(_host_steps(FIXTURES / "torch" / "vgg16_bs8.json.gz")) / 2)
+    assert m["samples_per_s"] is None
+
+
+def test_rows_named_by_file_with_tags_as_columns_at_80_columns(sweep_ids, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, err = run_cli("compare", *sweep_ids.values(), "--by", "batch")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80
+    header = next(line for line in lines if line.lstrip().startswith("trace "))
+    assert re.search(r"trace +┃ batch ┃ model +┃ step \(ms\) ┃ samples/s", header)
+    code, doc, _ = run_cli("compare", *sweep_ids.values(), "--by", "batch", "--json")
+    for r in json.loads(doc)["rows"]:
+        name = f"resnet18_bs{r['tags']['batch']}.json.gz"
+        assert r["label"] == name
+        step = f"{r['metrics']['step_time_ns'] / 1e6:.3f}"
+        assert re.search(rf"^ {re.escape(name)} +│ {r['tags']['batch']} +│ resnet18 │ +{step} │ +[\d,]+ *$",
+                         out, flags=re.M), name
+    assert not any(id_[:8] in out for id_ in sweep_ids.values())  # no hashes for names
+    table = [line for line in lines if "│" in line]
+    assert not [line for line in table if "…" in line]
+
+
+@pytest.fixture
+def two_sweeps(store) -> dict[tuple[str, int], str]:
+    """The same ResNet18 sweep made twice (fixtures/torch and fixtures/torch_sweep2), tagged run=a and run=b."""
+    ids = {}
+    for b in (4, 16, 64):
+        ids[("b", b)] = _ingest(FIXTURES / "torch_sweep2" / f"resnet18_bs{b}.json.gz", batch=b, run="b")
+        ids[("a", b)] = _ingest(SWEEP[b], batch=b, run="a")
+    return ids
+
+
+def test_series_groups_rows_and_draws_one_line_per_value(two_sweeps):
+    from traceparse_plugins.commands.compare import plot_lines
+
+    code, out, err = run_cli("compare", *two_sweeps.values(), "--by", "batch", "--series", "run", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert doc["series"] == "run"
+    assert [(r["tags"]["run"], r["tags"]["batch"]) for r in rows] == [
+        ("a", "4"), ("a", "16"), ("a", "64"), ("b", "4"), ("b", "16"), ("b", "64")]
+    lines = plot_lines(rows, "batch", "run")
+    idle = lines["rule figures (%)"]
+    assert set(idle) >= {"GPU idle · run=a", "GPU idle · run=b"} and "GPU idle" not in idle
+    for run in ("a", "b"):
+        assert idle[f"GPU idle · run={run}"] == [(float(r["tags"]["batch"]), r["metrics"]["idle_pct"])
+                                                 for r in rows if r["tags"]["run"] == run]
+        steps = lines["time (ms)"][f"step · run={run}"]
+        for (x, y), b in zip(steps, (4, 16, 64)):
+            path = SWEEP[b] if run == "a" else FIXTURES / "torch_sweep2" / f"resnet18_bs{b}.json.gz"
+            raw = _host_steps(path)
+            assert x == b and y == round(sum(raw) / len(raw)) / 1e6
+    # without --series: one line through every row, in --by order
+    assert len(plot_lines(rows, "batch")["rule figures (%)"]["GPU idle"]) == 6
+
+
+def test_series_tag_missing_is_an_error(two_sweeps):
+    some = list(two_sweeps.values())[:2]
+    code, out, err = run_cli("compare", *some, "--by", "batch", "--series", "gpu")
+    assert code == 2 and out == ""
+    assert err.startswith(f"traceparse: error: --series gpu: trace {some[0]} (") and "has no tag 'gpu'" in err
+
+
+def test_series_plot_file(two_sweeps, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "series.svg"
+    code, _, err = run_cli("compare", *two_sweeps.values(), "--by", "batch", "--series", "run", "--out", str(out))
+    assert code == 0, err
+    text = out.read_text()
+    assert "GPU idle · run=a" in text and "GPU idle · run=b" in text and "samples/s" in text
+
+
+def test_traces_of_two_gpus_are_two_plot_lines(store, tmp_path):
+    """The same sweep under two GPU names (a real trace re-exported with its device renamed): --series device
+    groups by the GPU each trace names, and a plot of traces from several GPUs has one line per GPU anyway."""
+    from traceparse_plugins.commands.compare import plot_lines
+
+    ids = []
+    for b in (8, 16):
+        a = _ingest(SWEEP[b], batch=b)
+        exported = tmp_path / f"r{b}.json"
+        assert run_cli("export", a, "--to", "chrome", "--out", str(exported), "-q")[0] == 0
+        renamed = tmp_path / f"a100_bs{b}.json"
+        renamed.write_text(exported.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"))
+        ids += [a, _ingest(renamed, batch=b)]
+    code, out, err = run_cli("compare", *ids, "--by", "batch", "--series", "device", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [(r["device"], r["tags"]["batch"]) for r in rows] == [
+        ("NVIDIA A100-SXM4-80GB", "8"), ("NVIDIA A100-SXM4-80GB", "16"),
+        ("NVIDIA H100 80GB HBM3", "8"), ("NVIDIA H100 80GB HBM3", "16")]
+    idle = plot_lines(rows, "batch", "device")["rule figures (%)"]
+    for gpu in ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"):
+        assert [x for x, _ in idle[f"GPU idle · device={gpu}"]] == [8.0, 16.0]
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "two.svg"
+    code, _, err = run_cli("compare", *ids, "--by", "batch", "--out", str(svg))
+    assert code == 0 and err.count("; the plot has one line per device") == 1
+    text = svg.read_text()
+    assert "GPU idle · device=NVIDIA A100-SXM4-80GB" in text and "GPU idle · device=NVIDIA H100 80GB HBM3" in text
+
+
+def test_traces_of_the_same_file_name_are_told_apart_by_their_folder(two_sweeps):
+    code, out, err = run_cli("compare", *two_sweeps.values(), "--by", "batch", "--series", "run", "--json")
+    labels = [r["label"] for r in json.loads(out)["rows"]]
+    assert labels == [f"{folder}/resnet18_bs{b}.json.gz" for folder in ("torch", "torch_sweep2") for b in (4, 16, 64)]

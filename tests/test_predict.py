@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -401,7 +402,9 @@ def test_run_says_when_it_extrapolates_and_gives_an_interval(sweep2):
     code, out, err = run_cli("--store", store, "predict", "run", "--model", str(fitted), trace, "--batch", "128")
     assert code == 0, err
     text = " ".join(out.split())
-    assert "EXTRAPOLATING: batch 128 is 4.00× the largest fitted batch of resnet18 (32; fitted 4–32)" in text
+    assert "EXTRAPOLATING: batch 128 is outside the fitted range of resnet18 (4–32)" in text
+    assert err.count("traceparse: warning: extrapolating: batch 128 is 4.00× the largest fitted batch of "
+                     "resnet18 (32; fitted 4–32)") == 1
     code, out, err = run_cli("--store", store, "predict", "run", "--model", str(fitted), trace, "--batch", "128",
                              "--json")
     result = json.loads(out)
@@ -433,3 +436,37 @@ def test_attention_ops_are_the_scaled_dot_product_flops():
     per_type = {(r["layer_type"], r["pass"]): r for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
     assert per_type[("attention", "forward")]["ops"] == expected / 5
     assert per_type[("attention", "forward")]["calls"] == 4
+
+
+def test_run_never_prints_a_step_shorter_than_its_gpu_time_and_warns_outside_the_fit(sweep_store, tmp_path):
+    """Fitted on ResNet18 at batches 4-32 and run from the batch-8 trace: at 128 the step model's replay would
+    give a step shorter than the layer models' GPU time per step; it is raised to it, and it says so."""
+    ids = [_id(sweep_store, "resnet18", b) for b in (4, 8, 16, 32)]
+    model_path = tmp_path / "r18.json"
+    assert run_cli("--store", sweep_store, "predict", "fit", *ids, "--model-out", str(model_path), "--json")[0] == 0
+    trace = _id(sweep_store, "resnet18", 8)
+    for batch, where, edge in (("128", "largest", "32"), ("1", "smallest", "4")):
+        code, out, err = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
+                                 "--batch", batch, "--json")
+        assert code == 0, err
+        r = json.loads(out)
+        factor = int(batch) / int(edge)
+        expected = (f"extrapolating: batch {batch} is {factor:.2f}× the {where} fitted batch of resnet18 ({edge}; "
+                    "fitted 4–32)")
+        assert r["warnings"][0].startswith(expected)
+        assert err.count(f"traceparse: warning: {expected}") == 1
+        gpu = max(r["device_predicted_ns"], r["layers_predicted_ns"])
+        low, high = r["step_interval_ns"]
+        assert gpu <= low <= r["step_predicted_ns"] <= high
+        if r["step_floored_ns"] is not None:
+            assert r["step_floored_ns"] == gpu
+        code, text, err = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
+                                  "--batch", batch)
+        assert code == 0 and err.count("traceparse: warning: extrapolating") == 1
+        shown = [float(x) for x in re.findall(r"step time \(resnet18, batch \d+\): ([\d.]+) ms, interval "
+                                              r"\[([\d.]+), ([\d.]+)\]", " ".join(text.split()))[0]]
+        assert min(shown) >= round(gpu / 1e6, 3)
+    # at 128 the floor is what raised it (the replay alone gives less than the layers' GPU time)
+    code, out, _ = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
+                           "--batch", "128", "--json")
+    assert json.loads(out)["step_floored_ns"] == json.loads(out)["layers_predicted_ns"]

@@ -358,3 +358,94 @@ def collective_of() -> pl.Expr:
 def is_communication() -> pl.Expr:
     """True for communication events: a collective filled in by the reader or recognised from the name."""
     return collective_of().is_not_null()
+
+
+# =============================================================================================================
+# Spellings (issue 11): the same work named by different tools. ``traceparse diff`` matches names that no
+# exact comparison pairs through these tables: one spelling key per name, equal keys are the same work.
+# =============================================================================================================
+
+#: (canonical name, regular expression searched in the lower-cased name): copies and memsets as each tool
+#: writes them. nsys ``[CUDA memcpy Host-to-Device]``, nvprof ``[CUDA memcpy HtoD]``, torch.profiler / Kineto
+#: ``Memcpy HtoD (Pinned -> Device)``, ROCm Kineto ``Memcpy DtoD (Device -> Device)``; nsys ``[CUDA memset]``,
+#: torch ``Memset (Device)``. The first match wins; the direction words follow :data:`traceparse.schema.COPY_KINDS`.
+COPY_SPELLINGS: list[tuple[str, str]] = [
+    ("memcpy HtoD", r"memcpy.*\b(htod|host-to-device|host to device)\b"),
+    ("memcpy DtoH", r"memcpy.*\b(dtoh|device-to-host|device to host)\b"),
+    ("memcpy DtoD", r"memcpy.*\b(dtod|device-to-device|device to device)\b"),
+    ("memcpy HtoH", r"memcpy.*\b(htoh|host-to-host|host to host)\b"),
+    ("memcpy PtoP", r"memcpy.*\b(ptop|peer-to-peer|peer to peer)\b"),
+    ("memset", r"memset"),
+]
+
+#: (regular expression, replacement, what it unifies): rewrites that make two spellings of one demangled C++
+#: kernel name equal, applied in order after the parameter lists are dropped (:func:`spelling_key`). nsys
+#: (and the CUDA demangler) writes template arguments as casts and lambdas in brackets; torch.profiler
+#: (the GNU demangler) as literals and lambdas in braces; spacing differs everywhere.
+TEMPLATE_SPELLINGS: list[tuple[str, str, str]] = [
+    (r"<unnamed>|\(anonymous namespace\)", "(anon)", "nsys <unnamed> = torch (anonymous namespace)"),
+    (r"\[lambda\(([^()]*)\) \(instance (\d+)\)\]", r"{lambda(\1)#\2}", "[lambda(int) (instance 1)] = {lambda(int)#1}"),
+    (r"\(bool\)1\b", "true", "(bool)1 = true"),
+    (r"\(bool\)0\b", "false", "(bool)0 = false"),
+    (r"\((?:(?:unsigned|signed) )?(?:char|short|int|long|long long|unsigned)\)(-?\d+)", r"\1",
+     "(int)10 = 10, (unsigned long)2 = 2"),
+    (r"\b(\d+)(?:ull|ul|ll|u|l)\b", r"\1", "2ul = 2"),
+    (r"\bunsigned int\b", "unsigned", "unsigned int = unsigned"),
+    (r"\bconst ([\w:]+)", r"\1 const", "const float = float const"),
+    (r"([<,])\s*void\s+", r"\1", "a function in a template argument: nsys writes its return type, torch not"),
+    (r"\s*([<>,*&()\[\]{}])\s*", r"\1", "spacing: > > = >>, char * = char*"),
+]
+
+
+def _drop_parameter_lists(name: str) -> str:
+    """``name`` without every parenthesised group that follows a name (a function's parameter list, also
+    those of functions nested in template arguments); casts such as ``(cudnnKernelDataType_t)0`` stay."""
+    out: list[str] = []
+    last = ""  # the last character kept that is not a space
+    depth = 0
+    for ch in name:
+        if depth:
+            depth += (ch == "(") - (ch == ")")
+            continue
+        if ch == "(" and last and (last.isalnum() or last in "_>)"):
+            while out and out[-1].isspace():  # ``operator ()(...)`` as ``operator()(...)``
+                out.pop()
+            depth = 1
+            continue
+        out.append(ch)
+        if not ch.isspace():
+            last = ch
+    return "".join(out)
+
+
+def spelling_key(kind: str, name: str) -> str:
+    """The key under which two tools' names of the same ``kind`` of work are equal.
+
+    Copies and memsets: the canonical name of :data:`COPY_SPELLINGS` (the name as written when none
+    matches). API calls: the name without the CUPTI interface version (``cudaLaunchKernel_v7000``).
+    Kernels: without ``void``, parameter lists dropped, then :data:`TEMPLATE_SPELLINGS` applied.
+    A mangled name (``_Z...``) is its own key: it spells nothing to compare.
+
+    >>> spelling_key("memcpy", "[CUDA memcpy Host-to-Device]") == spelling_key("memcpy", "Memcpy HtoD (Pinned -> Device)")
+    True
+    >>> spelling_key("kernel", "void f<float, (int)10, (bool)1>(T1 *, int)")
+    'f<float,10,true>'
+    >>> spelling_key("kernel", "void f<float, 10, true>(float*, int)")
+    'f<float,10,true>'
+    """
+    import re
+
+    if kind in ("memcpy", "memset"):
+        lowered = name.lower()
+        return next((canonical for canonical, pattern in COPY_SPELLINGS if re.search(pattern, lowered)), name)
+    if kind == "api":
+        return re.sub(r"_v\d+$", "", name)
+    if kind != "kernel" or name.startswith("_Z"):
+        return name
+    s = re.sub(r"^(?:__global__\s+)?void\s+", "", name.strip())
+    for pattern, replacement, _ in TEMPLATE_SPELLINGS[:2]:  # before parameter lists go: lambdas keep their number
+        s = re.sub(pattern, replacement, s)
+    s = _drop_parameter_lists(s)
+    for pattern, replacement, _ in TEMPLATE_SPELLINGS[2:]:
+        s = re.sub(pattern, replacement, s)
+    return s

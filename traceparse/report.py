@@ -133,8 +133,32 @@ def fmt_bytes_binary(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
-    """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings."""
+def trace_label(meta: TraceMeta) -> str:
+    """A short name for a trace on screen, where its 16-character id says little: its file's name; for several
+    files (an nsys capture's reports) the common start of their names and ``*`` (``resnet18_bs8_*``); a run's
+    name; else the id."""
+    import os
+
+    names = [os.path.basename(p) for p in (meta.source_paths or [])]
+    if len(names) == 1:
+        return names[0]
+    if len(names) > 1:
+        common = os.path.commonprefix(names)
+        return common + "*" if common else f"{names[0]} (+{len(names) - 1})"
+    run = (meta.extra or {}).get("run") or {}
+    return run.get("name") or (os.path.basename(meta.path) if meta.path else str(meta.id or ""))
+
+
+def warning_count(n: int) -> str:
+    """The panel line for warnings printed on stderr already (``ingest``): their number, where to see them."""
+    return f"{n}, printed on stderr (`traceparse show` lists {'it' if n == 1 else 'them'})"
+
+
+def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None,
+                  warnings: bool = True) -> Panel:
+    """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings; titled ``title``,
+    else "ingested" or "already in the store". ``warnings`` false (``ingest``, which printed them on stderr as
+    it read): the panel gives their number instead of saying them a second time."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -162,9 +186,12 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False) -> Panel:
         table.add_row(f"device {d.id if d.id is not None else '?'}", ", ".join(bits))
     if meta.tags:
         table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items())))
-    for w in meta.warnings:
-        table.add_row(Text("warning", style="yellow"), w)
-    title = "already in the store" if already_stored else "ingested"
+    if warnings or not meta.warnings:
+        for w in meta.warnings:
+            table.add_row(Text("warning", style="yellow"), w)
+    else:
+        table.add_row(Text("warnings", style="yellow"), warning_count(len(meta.warnings)))
+    title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
 
 
@@ -595,3 +622,10 @@ def _cell(column: Column, value: Any) -> str:
 def _shortened(name: str) -> str:
     """A kernel name without return type and parameters, templates collapsed when long; never cut."""
     return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")
+
+
+def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+    """A table of ``rows`` (dicts keyed by each column's key) that fits ``width`` screen columns without ever
+    cutting a number: the renderables of :func:`_fitted_table` (the table, then the key to shortened names and a
+    note naming dropped columns), for commands that lay out their own tables the way findings are laid out."""
+    return _fitted_table(columns, rows, width, title)

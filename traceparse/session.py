@@ -26,12 +26,18 @@ class Session:
         self.quiet = quiet
         self.out = Console(soft_wrap=False)
         self.err = Console(stderr=True)
+        self._warned: set[str] = set()
 
     def warn(self, message: str) -> None:
-        """Print a warning on stderr (always, even with --quiet: warnings matter)."""
+        """Print a warning on stderr (always, even with --quiet: warnings matter), once per command: the same
+        warning given again (a trace named twice, a reader's warning seen again) is not repeated."""
         from traceparse.cli import one_line
 
-        print(f"traceparse: warning: {one_line(message)}", file=sys.stderr)
+        line = one_line(message)
+        if line in self._warned:
+            return
+        self._warned.add(line)
+        print(f"traceparse: warning: {line}", file=sys.stderr)
 
     def progress_factory(self):
         """A factory for :func:`traceparse.ingest.ingest`'s progress bars; None when quiet or not a terminal."""
@@ -105,11 +111,22 @@ class Session:
         kind, ref_id = self.store.resolve(ref)
         return [self.store.load_run(ref_id) if kind == "run" else self.store.load(ref_id)]
 
-    def resolve_all(self, refs: list[str], fmt: str = "auto") -> list[Trace]:
-        """Resolve several TRACE arguments; none means the last ingested trace (or run)."""
+    def resolve_all(self, refs: list[str], fmt: str = "auto", group: bool = False) -> list[Trace]:
+        """Resolve several TRACE arguments; none means the last ingested trace (or run).
+
+        With ``group`` the files among them are grouped into traces as ``ingest`` groups them (the CSV
+        reports of one nsys capture are one trace, not one trace per report); the traces of those files
+        come where the first of them stands.
+        """
         if not refs:
             return [self.load(self.store.last_id())]
-        traces = []
+        files = [r for r in refs if Path(r).is_file()] if group else []
+        traces, done = [], False
         for ref in refs:
+            if len(files) > 1 and ref in files:
+                if not done:
+                    traces.extend(self.store.load(r.meta.id) for r in self.ingest(files, fmt))
+                    done = True
+                continue
             traces.extend(self.resolve(ref, fmt))
         return traces

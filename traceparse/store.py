@@ -324,16 +324,35 @@ class Store:
         except OSError as exc:
             raise self.error(exc, "cannot write to the store") from None
 
-    def update_tags(self, trace_id: str, tags: dict[str, str]) -> TraceMeta:
-        """Merge ``tags`` into an entry's tags (atomically replacing its meta.json)."""
+    def update_tags(self, trace_id: str, tags: dict[str, str], remove: Iterable[str] = ()) -> TraceMeta:
+        """Merge ``tags`` into an entry's tags and drop the keys in ``remove`` (atomically replacing its
+        meta.json; nothing is written when nothing changes)."""
         meta = self.meta(trace_id)
-        if tags and any(meta.tags.get(k) != v for k, v in tags.items()):
+        remove = [k for k in remove if k in meta.tags]
+        if remove or (tags and any(meta.tags.get(k) != v for k, v in tags.items())):
             meta.tags.update(tags)
+            for key in remove:
+                del meta.tags[key]
             target = self.traces_dir / trace_id / "meta.json"
             tmp = target.with_name(f".meta.{uuid.uuid4().hex}.json")
             _write_json(tmp, meta.to_dict())
             os.replace(tmp, target)
         return meta
+
+    def update_run_tags(self, run_id: str, tags: dict[str, str], remove: Iterable[str] = ()) -> dict:
+        """Merge ``tags`` into a run's tags and drop the keys in ``remove`` (atomically replacing its run.json)."""
+        run = self.run_meta(run_id)
+        current = dict(run.get("tags") or {})
+        changed = dict(current, **tags)
+        for key in remove:
+            changed.pop(key, None)
+        if changed != current:
+            run["tags"] = changed
+            target = self.runs_dir / run_id / "run.json"
+            tmp = target.with_name(f".run.{uuid.uuid4().hex}.json")
+            _write_json(tmp, run)
+            os.replace(tmp, target)
+        return run
 
     def remove(self, trace_id: str) -> None:
         """Delete an entry (moved out of ``traces/`` in one rename first)."""

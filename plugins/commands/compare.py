@@ -15,6 +15,12 @@ Figures per trace (``--json`` keys in ``metrics``):
   rows of that kind (timed events preferred over aggregated rows of the same
   kind, as the rules do, so no call counts twice); ``gpu_ns`` = kernel +
   memcpy + memset;
+* ``step_time_ns``: the mean duration of the trace's ``ProfilerStep#N``
+  annotations (the host-side ones where it has them, else the device-side
+  copies; :data:`traceparse.measures.steps`), ``steps`` their number; null / 0
+  without step annotations; ``samples_per_s``: with a ``batch`` tag (a
+  number), batch / step time in seconds, the training or inference
+  throughput; null without either;
 * ``kernel_pattern_pct``: for each ``--kernel REGEX``, 100 × Σ time of the
   kernels whose name matches / ``gpu_ns`` (nvprof's "GPU activities" Time(%),
   the seed study's "% of time in ncclBroadcast");
@@ -25,7 +31,10 @@ Figures per trace (``--json`` keys in ``metrics``):
 The figures come from the measures the rules use (:mod:`traceparse.measures`),
 so compare shows what ``traceparse analyze`` reports. Rows are ordered by the
 ``--by`` tag's value (numerically when every value is a number); a trace
-without the tag is an error. Traces from different GPUs are compared with a
+without the tag is an error. ``--series TAG`` groups the rows by another
+tag's value first (e.g. the GPU of a sweep run on two GPUs) and draws one line
+per value in the plot. Rows are named by their trace's file (not its id) and
+every tag is a column. Traces from different GPUs are compared with a
 warning.
 """
 
@@ -49,11 +58,15 @@ from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fmt_ns
+from traceparse.report import fitted_table, trace_label
 from traceparse.trace import Trace
+from traceparse.verdict import Column
+
 KINDS = ("kernel", "memcpy", "memset", "api")
 CATEGORY_ORDER = list(expr.KERNEL_CATEGORY_NAMES)
 PLOT_SUFFIXES = (".png", ".svg", ".html")
+#: The tag that holds the number of samples per step, for ``samples_per_s``.
+BATCH_TAG = "batch"
 
 
 def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[str]) -> dict[str, Any]:
@@ -82,9 +95,32 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
         metrics[f"{kind}_ns"] = totals[kind]
     metrics["gpu_ns"] = totals["kernel"] + totals["memcpy"] + totals["memset"]
     kernel_rows, api_rows = by_name.filter(pl.col("kind") == "kernel"), by_name.filter(pl.col("kind") == "api")
+    metrics.update(step_metrics(events))
     metrics["kernel_pattern_pct"] = {p: _share(kernel_rows, p, metrics["gpu_ns"]) for p in kernel_patterns}
     metrics["api_pattern_pct"] = {p: _share(api_rows, p, totals["api"]) for p in api_patterns}
     return metrics
+
+
+def step_metrics(events: pl.DataFrame) -> dict[str, Any]:
+    """``steps`` and ``step_time_ns`` (their mean duration, rounded to the ns; null without steps) from the
+    ``ProfilerStep#N`` annotations: the host-side ones where the trace has them, else the device-side copies."""
+    s = measures.steps(events)
+    if s.height and s["on_host"].any():
+        s = s.filter(pl.col("on_host"))
+    if not s.height:
+        return {"steps": 0, "step_time_ns": None}
+    return {"steps": s.height, "step_time_ns": round(int(s["duration_ns"].sum()) / s.height)}
+
+
+def samples_per_s(tags: dict[str, str], step_time_ns: int | None) -> float | None:
+    """The ``batch`` tag / the step time in seconds (4 decimals); null without a numeric batch tag or steps."""
+    try:
+        batch = float(tags.get(BATCH_TAG, ""))
+    except ValueError:
+        return None
+    if not step_time_ns or not math.isfinite(batch) or batch <= 0:
+        return None
+    return round(batch * 1e9 / step_time_ns, 4)
 
 
 def _share(by_name: pl.DataFrame, pattern: str, whole: int) -> float | None:
@@ -113,21 +149,62 @@ def sort_key(value: str):
     return (1, 0.0, value)
 
 
+#: ``--series device``: the GPU named in each trace's metadata, for traces without a ``device`` tag.
+DEVICE_SERIES = "device"
+
+
+def series_of(row: dict, series: str | None) -> str | None:
+    """A row's value of the ``series`` tag; for ``device`` without such a tag, the trace's GPU name."""
+    if not series:
+        return None
+    if series in row["tags"]:
+        return row["tags"][series]
+    return row["device"] if series == DEVICE_SERIES else None
+
+
+def _device_of(t: Trace) -> str | None:
+    return ", ".join(d.name for d in t.meta.devices if d.name) or None
+
+
+def _require_tag(traces: list[Trace], tag: str, option: str) -> None:
+    missing = [t for t in traces if tag not in t.meta.tags
+               and not (option == "--series" and tag == DEVICE_SERIES and _device_of(t))]
+    if missing:
+        t = missing[0]
+        raise InputError(f"trace {t.id} ({t.meta.path}) has no tag {tag!r} (its tags: "
+                         f"{', '.join(f'{k}={v}' for k, v in t.meta.tags.items()) or 'none'}); "
+                         f"ingest it with --tag {tag}=VALUE, or add it with traceparse tag {t.id} {tag}=VALUE"
+                         if option == "--by" else
+                         f"{option} {tag}: trace {t.id} ({t.meta.path}) has no tag {tag!r} (its tags: "
+                         f"{', '.join(f'{k}={v}' for k, v in t.meta.tags.items()) or 'none'})")
+
+
+def _label(trace: Trace, traces: list[Trace]) -> str:
+    """The trace's short name (:func:`traceparse.report.trace_label`); with its folder when another trace of
+    the comparison has the same name (two sweeps' ``resnet18_bs4.json.gz``)."""
+    label = trace_label(trace.meta)
+    if sum(trace_label(t.meta) == label for t in traces) > 1 and trace.meta.path:
+        return f"{Path(trace.meta.path).parent.name}/{label}"
+    return label
+
+
 def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str],
-                 api_patterns: list[str]) -> list[dict]:
-    """The rows of ``compare --json``, ordered by the ``by`` tag."""
+                 api_patterns: list[str], series: str | None = None) -> list[dict]:
+    """The rows of ``compare --json``: ordered by the ``series`` tag, then by the ``by`` tag."""
     if by:
-        missing = [t for t in traces if by not in t.meta.tags]
-        if missing:
-            t = missing[0]
-            raise InputError(f"trace {t.id} ({t.meta.path}) has no tag {by!r} (its tags: "
-                             f"{', '.join(f'{k}={v}' for k, v in t.meta.tags.items()) or 'none'}); "
-                             f"ingest it with --tag {by}=VALUE")
-        traces = sorted(traces, key=lambda t: sort_key(t.meta.tags[by]))
-    return [{"trace": t.id, "path": t.meta.path, "format": t.meta.format,
-             "device": ", ".join(d.name for d in t.meta.devices if d.name) or None,
-             "tags": dict(t.meta.tags), "metrics": trace_metrics(t, kernel_patterns, api_patterns)}
-            for t in traces]
+        _require_tag(traces, by, "--by")
+    if series:
+        _require_tag(traces, series, "--series")
+    traces = sorted(traces, key=lambda t: (sort_key(t.meta.tags.get(series) or _device_of(t) or "") if series
+                                           else (0, 0.0, ""), sort_key(t.meta.tags[by]) if by else (0, 0.0, "")))
+    rows = []
+    for t in traces:
+        metrics = trace_metrics(t, kernel_patterns, api_patterns)
+        metrics["samples_per_s"] = samples_per_s(t.meta.tags, metrics["step_time_ns"])
+        rows.append({"trace": t.id, "label": _label(t, traces), "path": t.meta.path, "format": t.meta.format,
+                     "device": _device_of(t),
+                     "tags": dict(t.meta.tags), "metrics": metrics})
+    return rows
 
 
 def device_warning(rows: list[dict]) -> str | None:
@@ -135,7 +212,7 @@ def device_warning(rows: list[dict]) -> str | None:
     devices = {r["device"] for r in rows if r["device"]}
     if len(devices) <= 1:
         return None
-    listed = "; ".join(f"{r['trace']}: {r['device']}" for r in rows if r["device"])
+    listed = "; ".join(f"{r['label']} ({r['trace']}): {r['device']}" for r in rows if r["device"])
     return f"the traces come from different devices ({listed}); their figures are not like for like"
 
 
@@ -156,9 +233,21 @@ def bar(pct: float | None, width: int = BAR_WIDTH) -> Text:
     return text
 
 
-def _label(row: dict, by: str | None) -> str:
-    name = Path(row["path"]).name if row["path"] else ""
-    return row["tags"][by] if by else (name or row["trace"])
+def row_labels(rows: list[dict], by: str | None, series: str | None = None) -> tuple[str, list[str]]:
+    """The first column of the figure tables: (its header, one label per row): the ``series`` and ``by`` tags'
+    values (``H100 16``) when given, else each trace's short name (its file, not its id)."""
+    tags = [t for t in (series, by) if t]
+    if not tags:
+        return "trace", [r["label"] for r in rows]
+    return " ".join(tags), [" ".join(series_of(r, t) or "-" for t in tags) for r in rows]
+
+
+def tag_keys(rows: list[dict], by: str | None, series: str | None = None) -> list[str]:
+    """Every tag of the rows once: ``series``, ``by``, then the others in order of first appearance."""
+    keys = [t for t in (series, by) if t]
+    for r in rows:
+        keys.extend(k for k in r["tags"] if k not in keys)
+    return keys
 
 
 def _table(title: str, first: str) -> Table:
@@ -190,18 +279,24 @@ def _bar_tables(console, title: str, first: str, labels: list[str], headers: lis
         console.print(table)
 
 
-def render(console, rows: list[dict], by: str | None) -> None:
-    """Tables with one row per trace: times; the rules' figures; kernel-time shares; pattern shares."""
-    first = by or "trace"
-    labels = [_label(r, by) for r in rows]
-    table = _table("GPU and API time", first)
-    for column in ("trace", "GPU span", "kernel", "memcpy", "memset", "API"):
-        table.add_column(column, justify="left" if column == "trace" else "right", no_wrap=True)
-    for label, r in zip(labels, rows):
-        m = r["metrics"]
-        table.add_row(label, r["trace"][:8], *[fmt_ns(m[k]) for k in
-                                               ("span_ns", "kernel_ns", "memcpy_ns", "memset_ns", "api_ns")])
-    console.print(table)
+def render(console, rows: list[dict], by: str | None, series: str | None = None) -> None:
+    """Tables with one row per trace: the traces with their tags, steps and throughput; times; the rules'
+    figures; kernel-time shares; pattern shares. Every table fits the console's width without cutting a number
+    (a column that does not fit is dropped with a note, or goes to a further table)."""
+    first, labels = row_labels(rows, by, series)
+    keys = tag_keys(rows, by, series)
+    columns = [Column("label", "trace", "name"), *[Column(f"tag {k}", k, "text") for k in keys],
+               Column("step_time_ns", "step", "ns"), Column("samples_per_s", "samples/s", "number")]
+    data = [{"label": r["label"], **{f"tag {k}": series_of(r, k) for k in keys},
+             **{k: r["metrics"][k] for k in ("step_time_ns", "samples_per_s")}} for r in rows]
+    for part in fitted_table(columns, data, console.width, title="traces (step: mean ProfilerStep#N time; "
+                                                                 "samples/s: batch / step)"):
+        console.print(part)
+    columns = [Column("label", first, "name"), Column("span_ns", "GPU span", "ns"), Column("kernel_ns", "kernel", "ns"),
+               Column("memcpy_ns", "memcpy", "ns"), Column("api_ns", "API", "ns"), Column("memset_ns", "memset", "ns")]
+    data = [{"label": label, **{c.key: r["metrics"][c.key] for c in columns[1:]}} for label, r in zip(labels, rows)]
+    for part in fitted_table(columns, data, console.width, title="GPU and API time"):
+        console.print(part)
     _bar_tables(console, "rule figures, % (memcpy time overlapping kernels; kernel busy time with 2+ kernels; "
                          "GPU span idle)", first, labels, ["memcpy overlap", "kernel concurrency", "GPU idle"],
                 [[r["metrics"][k] for k in ("overlap_pct", "concurrency_pct", "idle_pct")] for r in rows])
@@ -229,7 +324,7 @@ def _union(dicts) -> list[str]:
 
 # -- plot -------------------------------------------------------------------------
 def share_series(rows: list[dict]) -> dict[str, dict[str, list[float | None]]]:
-    """The plotted series: panel title -> {line label -> one value per row}."""
+    """The plotted figures: panel title -> {figure label -> one value per row}."""
     categories = _union(r["metrics"]["category_pct"] for r in rows)
     rule = {label: [r["metrics"][key] for r in rows] for label, key in
             (("memcpy overlap", "overlap_pct"), ("kernel concurrency", "concurrency_pct"), ("GPU idle", "idle_pct"))}
@@ -239,16 +334,51 @@ def share_series(rows: list[dict]) -> dict[str, dict[str, list[float | None]]]:
     for p in (rows[0]["metrics"]["api_pattern_pct"] if rows else {}):
         shares[f"API /{p}/ (of API time)"] = [r["metrics"]["api_pattern_pct"][p] for r in rows]
     times = {label: [None if r["metrics"][key] is None else r["metrics"][key] / 1e6 for r in rows]
-             for label, key in (("GPU span", "span_ns"), ("kernel", "kernel_ns"), ("memcpy", "memcpy_ns"),
-                                ("API", "api_ns"))}
-    return {"rule figures (%)": rule, "time shares (%)": shares, "time (ms)": times}
+             for label, key in (("step", "step_time_ns"), ("GPU span", "span_ns"), ("kernel", "kernel_ns"),
+                                ("memcpy", "memcpy_ns"), ("API", "api_ns"))}
+    panels = {"rule figures (%)": rule, "time shares (%)": shares, "time (ms)": times}
+    if any(r["metrics"].get("samples_per_s") is not None for r in rows):
+        panels["throughput (samples/s)"] = {"samples/s": [r["metrics"].get("samples_per_s") for r in rows]}
+    return panels
+
+
+def x_axis(rows: list[dict], by: str | None) -> tuple[bool, list[float], list[float], list[str]]:
+    """(numeric, x of each row, tick positions, tick labels): the ``by`` tag's value when every value is a
+    number, else the position of the row's ``by`` value (of its trace's name without ``by``) among them."""
+    values = [r["tags"][by] if by else r["label"] for r in rows]
+    numeric = bool(by) and all(sort_key(v)[0] == 0 for v in values)
+    ticks = sorted(dict.fromkeys(values), key=sort_key) if by else list(dict.fromkeys(values))
+    if numeric:
+        return True, [float(v) for v in values], [float(v) for v in ticks], ticks
+    where = {v: float(i) for i, v in enumerate(ticks)}
+    return False, [where[v] for v in values], [where[v] for v in ticks], ticks
+
+
+def plot_lines(rows: list[dict], by: str | None, series: str | None = None) -> dict[str, dict[str, list[tuple]]]:
+    """What the plot draws: panel title -> {line label -> [(x, y), ...]}, one line per figure, and with
+    ``series`` one line per figure and value of that tag (``GPU idle · gpu=H100``), each through the rows of
+    that value only; points without a value are left out."""
+    _, xs, _, _ = x_axis(rows, by)
+    groups = list(dict.fromkeys(series_of(r, series) for r in rows)) if series else [None]
+    out: dict[str, dict[str, list[tuple]]] = {}
+    for title, figures in share_series(rows).items():
+        lines = out.setdefault(title, {})
+        for label, values in figures.items():
+            for group in groups:
+                points = [(x, v) for x, v, r in zip(xs, values, rows)
+                          if v is not None and (group is None or series_of(r, series) == group)]
+                if points:
+                    lines[label if group is None else f"{label} · {series}={group}"] = points
+    return out
 
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+_STYLES = ("-", "--", ":", "-.")
 
 
-def plot(rows: list[dict], by: str | None, out: Path) -> None:
-    """Each share (and the times) against the tag, as PNG, SVG or an HTML page with the SVG inline."""
+def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None) -> None:
+    """Each figure against the ``by`` tag (one line per ``series`` value), as PNG, SVG or an HTML page with
+    the SVG inline."""
     try:
         import matplotlib
 
@@ -257,24 +387,26 @@ def plot(rows: list[dict], by: str | None, out: Path) -> None:
     except ImportError:
         raise InputError("--out needs matplotlib, which is in the optional 'plot' extra: "
                          "pip install 'traceparse[plot]'") from None
-    labels = [r["tags"][by] if by else (Path(r["path"]).name if r["path"] else r["trace"]) for r in rows]
-    numeric = bool(by) and all(sort_key(v)[0] == 0 for v in labels)
-    xs = [float(v) for v in labels] if numeric else list(range(len(rows)))
-    series = share_series(rows)
-    fig, axes = plt.subplots(1, 3, figsize=(18, 6.5), layout="constrained")
-    for ax, (title, lines) in zip(axes, series.items()):
-        for i, (label, values) in enumerate(lines.items()):
-            points = [(x, v) for x, v in zip(xs, values) if v is not None]
-            if not points:
-                continue
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker=_MARKERS[i % len(_MARKERS)], ms=max(4.0, 9.0 - 1.5 * i),
-                    # traces that are not points of one numeric sweep get markers only: a line would suggest a trend
-                    linestyle=("-" if i < 10 else "--") if numeric else "", label=label, alpha=0.9)
+    numeric, xs, ticks, tick_labels = x_axis(rows, by)
+    groups = list(dict.fromkeys(series_of(r, series) for r in rows)) if series else [None]
+    panels = plot_lines(rows, by, series)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 6.5), layout="constrained")
+    trend = numeric or (bool(by) and series is not None)  # points of one sweep: a line shows its trend
+    for ax, (title, lines) in zip(axes, panels.items()):
+        figures = list(dict.fromkeys(label.split(" · ")[0] for label in lines))
+        for label, points in lines.items():
+            figure, _, group = label.partition(" · ")
+            i = figures.index(figure)
+            g = groups.index(group.partition("=")[2]) if group else 0
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{i % 10}",
+                    marker=_MARKERS[(g if series else i) % len(_MARKERS)], ms=max(4.0, 9.0 - 1.5 * (0 if series else i)),
+                    # traces that are not points of one sweep get markers only: a line would suggest a trend
+                    linestyle=_STYLES[g % len(_STYLES)] if trend else "", label=label, alpha=0.9)
         ax.set_title(title)
         ax.set_xlabel(by or "trace")
         if numeric and min(xs) > 0 and max(xs) / min(xs) >= 4:
             ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, labels, rotation=0 if numeric else 30, ha="center" if numeric else "right")
+        ax.set_xticks(ticks, tick_labels, rotation=0 if numeric else 30, ha="center" if numeric else "right")
         ax.minorticks_off()
         if title.endswith("(%)"):
             ax.set_ylim(-3, 103)  # lines at 0 or 100 stay visible off the frame
@@ -282,27 +414,32 @@ def plot(rows: list[dict], by: str | None, out: Path) -> None:
             ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            below = -0.14 if numeric else -0.16 - 0.012 * max(len(str(v)) for v in labels)  # clear rotated labels
+            below = -0.14 if numeric else -0.16 - 0.012 * max(len(str(v)) for v in tick_labels)  # clear rotated labels
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, below), ncols=2, frameon=False)
-    fig.suptitle(f"traceparse compare: {len(rows)} traces" + (f" by {by}" if by else ""))
+    fig.suptitle(f"traceparse compare: {len(rows)} traces" + (f" by {by}" if by else "")
+                 + (f", one line per {series}" if series else ""))
     suffix = out.suffix.lower()
     if suffix == ".html":
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", bbox_inches="tight")
         svg = buffer.getvalue()
         svg = svg[svg.find("<svg"):]
-        out.write_text(_html_page(rows, by, svg), encoding="utf-8")
+        out.write_text(_html_page(rows, by, svg, series), encoding="utf-8")
     else:
         fig.savefig(out, dpi=110, bbox_inches="tight")  # legends sit below the axes: keep them in
     plt.close(fig)
 
 
-def _html_page(rows: list[dict], by: str | None, svg: str) -> str:
-    head = ["trace", *([by] if by else []), "GPU span (ms)", "memcpy overlap %", "kernel concurrency %", "GPU idle %"]
+def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
+    keys = tag_keys(rows, by, series)
+    head = ["trace", *keys, "step (ms)", "samples/s", "GPU span (ms)", "memcpy overlap %", "kernel concurrency %",
+            "GPU idle %"]
     body = []
     for r in rows:
         m = r["metrics"]
-        cells = [r["trace"], *([r["tags"][by]] if by else []),
+        cells = [r["label"], *[series_of(r, k) or "-" for k in keys],
+                 *["-" if m[k] is None else f"{m[k] / 1e6:.3f}" for k in ("step_time_ns",)],
+                 "-" if m["samples_per_s"] is None else f"{m['samples_per_s']:.1f}",
                  "-" if m["span_ns"] is None else f"{m['span_ns'] / 1e6:.3f}",
                  *["-" if m[k] is None else f"{m[k]:.1f}" for k in ("overlap_pct", "concurrency_pct", "idle_pct")]]
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
@@ -324,6 +461,9 @@ class CompareCommand(Command):
                             help="also show the share of GPU time in kernels matching REGEX (repeatable)")
         parser.add_argument("--api", action="append", default=[], metavar="REGEX",
                             help="also show the share of API time in calls matching REGEX (repeatable)")
+        parser.add_argument("--series", metavar="TAG",
+                            help="group the traces by this tag (e.g. gpu) and plot one line per value; 'device': "
+                                 "by the GPU each trace names (the plot's default when they name several)")
         parser.add_argument("--out", metavar="FILE", help="plot each share against the tag (.png, .svg or .html)")
 
     def run(self, args: argparse.Namespace, session) -> int:
@@ -332,24 +472,27 @@ class CompareCommand(Command):
         out = Path(args.out) if args.out else None
         if out is not None and out.suffix.lower() not in PLOT_SUFFIXES:
             raise InputError(f"--out {args.out}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}")
-        traces = session.resolve_all(args.traces, fmt=args.format)
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)  # a capture's files: one trace
         seen, unique = set(), []
         for t in traces:  # the same trace named twice is one row
             if t.id not in seen:
                 seen.add(t.id)
                 unique.append(t)
-        rows = compare_rows(unique, args.by, kernel_patterns, api_patterns)
+        rows = compare_rows(unique, args.by, kernel_patterns, api_patterns, series=args.series)
         warning = device_warning(rows)
+        plot_series = args.series or (DEVICE_SERIES if warning else None)  # never one line through two GPUs
         if warning:
-            session.warn(warning)
+            session.warn(warning + ("; the plot has one line per device" if out is not None and not args.series
+                                    else ""))
         if out is not None:
-            plot(rows, args.by, out)
+            plot(rows, args.by, out, series=plot_series)
             if not args.quiet:
                 session.err.print(f"wrote {out}")
         if args.json:
-            self.print_json({"by": args.by, "rows": rows, "warnings": [warning] if warning else []})
+            self.print_json({"by": args.by, "series": args.series, "rows": rows,
+                             "warnings": [warning] if warning else []})
         else:
-            render(session.out, rows, args.by)
+            render(session.out, rows, args.by, args.series)
         return 0
 
 

@@ -6,11 +6,18 @@ aggregated row its number of calls), time = Σ duration_ns. When a trace has
 both timed events and aggregated rows of one kind (e.g. an nvprof log with a
 GPU trace and a summary), only the timed ones count, as in the rules
 (the ``time_by_name`` measure), so no call is counted twice.
-Names are matched exactly between A and B, except that API names lose the
-CUPTI interface version some tools append (``cudaLaunchKernel_v7000`` in an
-nsys SQLite export is ``cudaLaunchKernel`` in its stats reports and in
-torch.profiler traces); change = time in B − time in A
-(and the same for calls); a name only in B is *new*, only in A *vanished*.
+Names are matched in two passes. First exactly, except that API names lose
+the CUPTI interface version some tools append (``cudaLaunchKernel_v7000`` in
+an nsys SQLite export is ``cudaLaunchKernel`` in its stats reports and in
+torch.profiler traces). Then the names left over on both sides are matched by
+their spelling key (:func:`traceparse.expr.spelling_key`): copies and memsets
+by direction (nsys ``[CUDA memcpy Host-to-Device]`` = torch ``Memcpy HtoD
+(Pinned -> Device)``), kernels without parameter lists and with one spelling
+of template arguments (``(bool)1`` = ``true``, ``(int)10`` = ``10``,
+``<unnamed>`` = ``(anonymous namespace)``, spacing); names of one side that
+share a key are summed into one row, status *renamed*. ``--exact`` skips the
+second pass. Change = time in B − time in A (and the same for calls); a name
+only in B is *new*, only in A *vanished*: the names diff could not match.
 Rows are sorted by |change| (largest first). Kernels are also summarised by
 the kernel categories of kernel-share (traceparse.expr.kernel_categories(): gemm, convolution, elementwise, ...; API calls
 form the category ``api``, copies ``memcpy`` / ``memset``). The summary line
@@ -22,20 +29,25 @@ durations and calls.
 from __future__ import annotations
 
 import argparse
-
 import polars as pl
-from rich.table import Table
+from rich.text import Text
 
 from traceparse import expr, measures
 from traceparse.command import Command
+from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fmt_ns, short_name
+from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
 from traceparse.trace import Trace
+from traceparse.verdict import Column
 
 KINDS = ("kernel", "memcpy", "memset", "api")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 #: The CUPTI interface version some tools append to API names (nsys: cudaLaunchKernel_v7000).
 API_VERSION_SUFFIX = r"_v\d+$"
+#: ``status`` of a row: in both traces under one name; in both under different spellings; only in B; only in A.
+STATUSES = ("both", "renamed", "new", "vanished")
+ROW_COLUMNS = ("kind", "category", "name", "status", "calls_a", "calls_b", "delta_calls", "time_a_ns", "time_b_ns",
+               "delta_ns", "delta_pct", "names_a", "names_b")
 
 
 def totals_by_name(trace: Trace) -> pl.DataFrame:
@@ -47,23 +59,61 @@ def totals_by_name(trace: Trace) -> pl.DataFrame:
     return rows.select("kind", "name", "calls", pl.col("time_ns").fill_null(0))
 
 
-def diff_tables(a: Trace, b: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _side(frame: pl.DataFrame) -> dict[tuple[str, str], tuple[int, int]]:
+    return {(r["kind"], r["name"]): (int(r["calls"] or 0), int(r["time_ns"] or 0)) for r in frame.iter_rows(named=True)}
+
+
+def matched_rows(ta: pl.DataFrame, tb: pl.DataFrame, exact: bool = False) -> list[dict]:
+    """The names of A and B paired: exactly first, then (unless ``exact``) the leftovers by spelling key.
+
+    One dict per row: kind, name (A's spelling; a copy's canonical name when several spellings were summed),
+    status (:data:`STATUSES`), names_a / names_b (the spellings summed on each side), calls and time per side.
+    """
+    a, b = _side(ta), _side(tb)
+    rows = []
+    for key in a.keys() & b.keys():
+        rows.append(_row(key[0], key[1], "both", {key: a[key]}, {key: b[key]}))
+    left_a = {k: v for k, v in a.items() if k not in b}
+    left_b = {k: v for k, v in b.items() if k not in a}
+    if not exact:
+        groups: dict[tuple[str, str], tuple[dict, dict]] = {}
+        for side, left in ((0, left_a), (1, left_b)):
+            for (kind, name), value in left.items():
+                groups.setdefault((kind, expr.spelling_key(kind, name)), ({}, {}))[side][(kind, name)] = value
+        for (kind, spelling), (in_a, in_b) in groups.items():
+            if in_a and in_b:
+                several = len(in_a) > 1 or kind in ("memcpy", "memset")
+                name = spelling if several else next(iter(in_a))[1]
+                rows.append(_row(kind, name, "renamed", in_a, in_b))
+                for k in in_a:
+                    del left_a[k]
+                for k in in_b:
+                    del left_b[k]
+    rows += [_row(k[0], k[1], "vanished", {k: v}, {}) for k, v in left_a.items()]
+    rows += [_row(k[0], k[1], "new", {}, {k: v}) for k, v in left_b.items()]
+    return rows
+
+
+def _row(kind: str, name: str, status: str, in_a: dict, in_b: dict) -> dict:
+    return {"kind": kind, "name": name, "status": status,
+            "calls_a": sum(c for c, _ in in_a.values()), "time_a_ns": sum(t for _, t in in_a.values()),
+            "calls_b": sum(c for c, _ in in_b.values()), "time_b_ns": sum(t for _, t in in_b.values()),
+            "names_a": sorted(n for _, n in in_a), "names_b": sorted(n for _, n in in_b)}
+
+
+def diff_tables(a: Trace, b: Trace, exact: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per-name rows, per-category rows) of the change from ``a`` to ``b``."""
-    ta, tb = totals_by_name(a), totals_by_name(b)
-    rows = ta.join(tb, on=["kind", "name"], how="full", coalesce=True, suffix="_b").rename(
-        {"calls": "calls_a", "time_ns": "time_a_ns", "time_ns_b": "time_b_ns"})
+    schema = {"kind": pl.String, "name": pl.String, "status": pl.String, "calls_a": pl.Int64,
+              "time_a_ns": pl.Int64, "calls_b": pl.Int64, "time_b_ns": pl.Int64, "names_a": pl.List(pl.String),
+              "names_b": pl.List(pl.String)}
+    rows = pl.DataFrame(matched_rows(totals_by_name(a), totals_by_name(b), exact), schema=schema, orient="row")
     rows = rows.with_columns(
-        status=pl.when(pl.col("calls_a").is_null()).then(pl.lit("new"))
-        .when(pl.col("calls_b").is_null()).then(pl.lit("vanished")).otherwise(pl.lit("both")),
         category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name"))).otherwise(pl.col("kind")),
-    ).with_columns(pl.col("calls_a", "calls_b", "time_a_ns", "time_b_ns").fill_null(0)).with_columns(
         delta_calls=pl.col("calls_b") - pl.col("calls_a"),
         delta_ns=pl.col("time_b_ns") - pl.col("time_a_ns"),
     ).with_columns(
         delta_pct=pl.when(pl.col("time_a_ns") > 0).then(100.0 * pl.col("delta_ns") / pl.col("time_a_ns")),
-    ).sort([pl.col("delta_ns").abs(), "kind", "name"], descending=[True, False, False]).select(
-        "kind", "category", "name", "status", "calls_a", "calls_b", "delta_calls", "time_a_ns", "time_b_ns",
-        "delta_ns", "delta_pct")
+    ).sort([pl.col("delta_ns").abs(), "kind", "name"], descending=[True, False, False]).select(ROW_COLUMNS)
     categories = (rows.group_by("category").agg(
         names=pl.len(), new=(pl.col("status") == "new").sum(), vanished=(pl.col("status") == "vanished").sum(),
         calls_a=pl.col("calls_a").sum(), calls_b=pl.col("calls_b").sum(),
@@ -75,7 +125,8 @@ def diff_tables(a: Trace, b: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def summary(rows: pl.DataFrame) -> dict:
-    """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time, and new / vanished names."""
+    """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time; names matched (by name,
+    by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and ``b``)."""
     def total(frame: pl.DataFrame, column: str) -> int:
         return int(frame[column].sum() or 0)
 
@@ -87,9 +138,13 @@ def summary(rows: pl.DataFrame) -> dict:
         a, b = total(frame, "time_a_ns"), total(frame, "time_b_ns")
         out[label] = {"time_a_ns": a, "time_b_ns": b, "delta_ns": b - a,
                       "delta_pct": round(100.0 * (b - a) / a, 4) if a else None}
-    out["new"] = int((rows["status"] == "new").sum())
-    out["vanished"] = int((rows["status"] == "vanished").sum())
-    out["matched"] = int((rows["status"] == "both").sum())
+    count = {s: int((rows["status"] == s).sum()) for s in STATUSES}
+    out["new"] = count["new"]
+    out["vanished"] = count["vanished"]
+    out["matched"] = count["both"] + count["renamed"]
+    out["renamed"] = count["renamed"]
+    out["unmatched"] = {side: sorted(rows.filter(pl.col("status") == status)["name"].to_list())
+                        for side, status in (("a", "vanished"), ("b", "new"))}
     return out
 
 
@@ -101,6 +156,60 @@ def _pct(value) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
+CATEGORY_COLUMNS = [Column("category", "category", "text"), Column("time_a_ns", "A", "ns"),
+                    Column("time_b_ns", "B", "ns"), Column("delta_ns", "B−A", "ns"), Column("delta_pct", "%", "pct"),
+                    Column("new", "new", "count"), Column("vanished", "vanished", "count"),
+                    Column("names", "names", "count")]
+NAME_COLUMNS = [Column("name", "name", "name"), Column("status", "status", "text"), Column("time_a_ns", "A", "ns"),
+                Column("time_b_ns", "B", "ns"), Column("delta_ns", "B−A", "ns"), Column("delta_pct", "%", "pct")]
+#: Shown where the width allows (at least :data:`WIDE`): calls in A and B, and the kind.
+WIDE_NAME_COLUMNS = [Column("calls_a", "calls A", "count"), Column("calls_b", "calls B", "count"),
+                     Column("kind", "kind", "text")]
+WIDE = 110
+
+
+def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataFrame, totals: dict, top: int) -> None:
+    """The terminal report: A and B, the category table, the top names by |change|, the totals, and the names
+    diff could not match. Tables fit the console's width (numbers never cut; long names shortened from the
+    middle with a numbered key; the least important columns dropped last)."""
+    width = console.width
+    for label, trace in (("A", a), ("B", b)):
+        line = Text(f"{label} ", style="bold")
+        line.append(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip())
+        console.print(line)
+    for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
+        console.print(part)
+    shown = rows.head(top).to_dicts()
+    for r in shown:
+        r["status"] = "" if r["status"] == "both" else r["status"]
+        r["name"] = short_name(r["name"], 2 * width - 8)  # the key below the table: two lines at most
+    columns = NAME_COLUMNS + (WIDE_NAME_COLUMNS if width >= WIDE else [])
+    for part in fitted_table(columns, shown, width,
+                             title=f"by name (top {len(shown)} of {rows.height} by absolute change)"):
+        console.print(part)
+    if width < WIDE:
+        console.print(Text(f"(calls A, calls B and kind: from {WIDE} columns, or in --json)", style="dim"))
+    g, api = totals["gpu"], totals["api"]
+    console.print(f"[bold]total[/bold]: GPU time {fmt_ns(g['time_a_ns'])} -> {fmt_ns(g['time_b_ns'])} "
+                  f"({_signed_ns(g['delta_ns'])}, {_pct(g['delta_pct'])}); API time {fmt_ns(api['time_a_ns'])} -> "
+                  f"{fmt_ns(api['time_b_ns'])} ({_signed_ns(api['delta_ns'])}, {_pct(api['delta_pct'])}); "
+                  f"{totals['matched']} names in both ({totals['renamed']} under another spelling), "
+                  f"{totals['new']} new, {totals['vanished']} vanished")
+    for side, word in (("a", "only in A (vanished)"), ("b", "only in B (new)")):
+        names = _by_change(rows, "vanished" if side == "a" else "new")
+        if not names:
+            continue
+        console.print(f"[bold]not matched[/bold], {word}: {len(names)}")
+        for kind, name in names[:top]:
+            console.print(Text(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
+        if len(names) > top:
+            console.print(Text(f"  ... and {len(names) - top} more (--top N shows more; --json lists all)", style="dim"))
+
+
+def _by_change(rows: pl.DataFrame, status: str) -> list[tuple[str, str]]:
+    return [(r["kind"], r["name"]) for r in rows.filter(pl.col("status") == status).iter_rows(named=True)]
+
+
 class DiffCommand(Command):
     name = "diff"
     help = "compare two traces kernel by kernel and API call by API call"
@@ -109,9 +218,14 @@ class DiffCommand(Command):
         parser.add_argument("a", metavar="A", help="the first trace: store id (or prefix) or path")
         parser.add_argument("b", metavar="B", help="the second trace")
         parser.add_argument("--top", type=int, default=25, metavar="N", help="rows shown on screen (default 25)")
+        parser.add_argument("--exact", action="store_true",
+                            help="match names only as written (no matching of copies and kernels across tools' "
+                                 "spellings)")
         self.add_common_options(parser, json=True, fmt=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
+        if args.top < 1:
+            raise InputError(f"--top {args.top}: expected a number of rows, at least 1")
         a = session.resolve(args.a, args.format)[0]
         b = session.resolve(args.b, args.format)[0]
         for label, trace in (("A", a), ("B", b)):
@@ -119,44 +233,14 @@ class DiffCommand(Command):
             if not present & set(KINDS):
                 session.warn(f"{label} ({trace.id}) has no kernel, memcpy, memset or API rows (it has: "
                              f"{', '.join(sorted(present)) or 'no events'}); diff compares only those")
-        rows, categories = diff_tables(a, b)
+        rows, categories = diff_tables(a, b, exact=args.exact)
         totals = summary(rows)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "summary": totals,
                    "categories": categories.to_dicts(), "rows": rows.to_dicts()}
             self.print_json(doc)
             return 0
-        out = session.out
-        out.print(f"[bold]A[/bold] {a.id} {a.meta.path or ''}  {_tags(a)}")
-        out.print(f"[bold]B[/bold] {b.id} {b.meta.path or ''}  {_tags(b)}")
-        table = Table(header_style="bold", title="by category")
-        for column in ("category", "names", "new", "vanished", "time A", "time B", "change", "%"):
-            table.add_column(column, justify="left" if column == "category" else "right")
-        for r in categories.iter_rows(named=True):
-            table.add_row(r["category"], str(r["names"]), str(r["new"]), str(r["vanished"]), fmt_ns(r["time_a_ns"]),
-                          fmt_ns(r["time_b_ns"]), _signed_ns(r["delta_ns"]), _pct(r["delta_pct"]))
-        out.print(table)
-        table = Table(header_style="bold", title=f"by name (top {min(args.top, rows.height)} of {rows.height} "
-                                                 "by absolute change)")
-        for column in ("kind", "name", "", "calls A", "calls B", "time A", "time B", "change", "%"):
-            table.add_column(column, justify="left" if column in ("kind", "name", "") else "right",
-                             overflow="fold" if column == "name" else "ellipsis")
-        shown = rows.head(args.top)
-        labels = [short_name(n, 60) for n in shown["name"]]
-        clash = {label for label in labels if labels.count(label) > 1}
-        for label, r in zip(labels, shown.iter_rows(named=True)):
-            if label in clash:  # two kernels that differ only in what short_name hides: show more of the name
-                label = r["name"] if len(r["name"]) <= 160 else r["name"][:159] + "…"
-            status = {"new": "[green]new[/green]", "vanished": "[red]vanished[/red]"}.get(r["status"], "")
-            table.add_row(r["kind"], label, status, f"{r['calls_a']:,}", f"{r['calls_b']:,}",
-                          fmt_ns(r["time_a_ns"]), fmt_ns(r["time_b_ns"]), _signed_ns(r["delta_ns"]),
-                          _pct(r["delta_pct"]))
-        out.print(table)
-        g, api = totals["gpu"], totals["api"]
-        out.print(f"[bold]total[/bold]: GPU time {fmt_ns(g['time_a_ns'])} -> {fmt_ns(g['time_b_ns'])} "
-                  f"({_signed_ns(g['delta_ns'])}, {_pct(g['delta_pct'])}); API time {fmt_ns(api['time_a_ns'])} -> "
-                  f"{fmt_ns(api['time_b_ns'])} ({_signed_ns(api['delta_ns'])}, {_pct(api['delta_pct'])}); "
-                  f"{totals['matched']} names in both, {totals['new']} new, {totals['vanished']} vanished")
+        render(session.out, a, b, rows, categories, totals, args.top)
         return 0
 
 

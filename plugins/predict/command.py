@@ -265,11 +265,22 @@ class PredictCommand(Command):
                     "device_ns": device_ns, "host_ns": nm.host.median_ns,
                     "bound": "GPU" if device_ns >= nm.host.median_ns else "host",
                     "crossover_batch": nm.crossover_batch}
+        if step is not None:
+            step = floor_step(step, total)
+        warnings = []
         extrapolation = None
-        if nm is not None and nm.batches and batch is not None:
-            lo, hi = min(nm.batches), max(nm.batches)
+        fitted = fitted_batches(nm, data, network)
+        if fitted and batch is not None:
+            lo, hi = min(fitted), max(fitted)
             extrapolation = {"fitted_min": lo, "fitted_max": hi, "outside": not lo <= batch <= hi,
                              "factor": batch / hi if batch > hi else (batch / lo if batch < lo else 1.0)}
+            if extrapolation["outside"]:
+                where = "largest" if batch > hi else "smallest"
+                warnings.append(f"extrapolating: batch {batch:g} is {extrapolation['factor']:.2f}× the {where} "
+                                f"fitted batch of {network or 'the model'} ({hi if batch > hi else lo:g}; fitted "
+                                f"{lo:g}–{hi:g}): the prediction is less certain than inside that range")
+        for w in warnings:
+            session.warn(w)
         result = {"source": source, "batch": batch, "network": network,
                   "types": {k: {"predicted_ns": v["predicted_ns"],
                                 **({"measured_ns": v["measured_ns"]} if measured else {})} for k, v in types.items()},
@@ -281,6 +292,8 @@ class PredictCommand(Command):
                   "bound": None if step is None else step["bound"],
                   "crossover_batch": None if step is None else step["crossover_batch"],
                   "extrapolation": extrapolation,
+                  "step_floored_ns": None if step is None else step.get("floored_ns"),
+                  "warnings": warnings,
                   **({"layers_measured_ns": sum(v["measured_ns"] for v in types.values()),
                       "step_measured_ns": measured["step_ns"]} if measured else {})}
         if args.json:
@@ -304,12 +317,9 @@ class PredictCommand(Command):
             line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
         out.print(line)
         if extrapolation is not None:
-            if extrapolation["outside"]:
-                where = "largest" if batch > extrapolation["fitted_max"] else "smallest"
-                edge = extrapolation["fitted_max"] if where == "largest" else extrapolation["fitted_min"]
-                out.print(f"EXTRAPOLATING: batch {batch:g} is {extrapolation['factor']:.2f}× the {where} fitted batch "
-                          f"of {network} ({edge:g}; fitted {extrapolation['fitted_min']:g}–"
-                          f"{extrapolation['fitted_max']:g})")
+            if extrapolation["outside"]:  # the warning on stderr says it; this line keeps it beside the figures
+                out.print(f"EXTRAPOLATING: batch {batch:g} is outside the fitted range of {network or 'the model'} "
+                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})")
             else:
                 out.print(f"batch {batch:g} is inside the fitted range of {network} "
                           f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})")
@@ -319,6 +329,9 @@ class PredictCommand(Command):
                     f"[{_ms(step['low_ns'])}, {_ms(step['high_ns'])}] ms ({how}); device {_ms(step['device_ns'])} ms, "
                     f"host {_ms(step['host_ns'])} ms: {step['bound']}-bound; crossover batch "
                     f"{_batch(step['crossover_batch'])}")
+            if step.get("floored_ns"):
+                line += (f"; raised to the predicted GPU time per step, {_ms(step['floored_ns'])} ms: a step is "
+                         "never shorter than its GPU work")
             if measured:
                 line += (f" (measured {_ms(measured['step_ns'])} ms, error "
                          f"{_pct(model.ape(step['step_ns'], measured['step_ns']))})")
@@ -343,6 +356,27 @@ class PredictCommand(Command):
         else:
             sys.stdout.write(text)
         return 0
+
+
+def floor_step(step: dict, layers_ns: float) -> dict:
+    """``step`` with its time and interval never below its GPU time per step: the larger of the step model's
+    device time and the layer models' total (two estimates of the same GPU work; a step holds all of its GPU
+    work, so it cannot take less). ``floored_ns`` is that floor when it raised a figure, else absent."""
+    floor = max(step["device_ns"] or 0.0, layers_ns or 0.0)
+    if min(step["step_ns"], step["low_ns"]) >= floor:
+        return step
+    return dict(step, step_ns=max(step["step_ns"], floor), low_ns=max(step["low_ns"], floor),
+                high_ns=max(step["high_ns"], floor), floored_ns=floor)
+
+
+def fitted_batches(nm, data: dict, network: str | None) -> list[float]:
+    """The batches the prediction was fitted on: the network model's, else those of the model file's training
+    traces of ``network`` (of every network when it has none)."""
+    if nm is not None and nm.batches:
+        return list(nm.batches)
+    training = data.get("training") or []
+    mine = [t["batch"] for t in training if t.get("network") == network]
+    return sorted(set(mine or [t["batch"] for t in training if t.get("batch") is not None]))
 
 
 def scale(per_type: pl.DataFrame, from_batch: float, to_batch: float) -> pl.DataFrame:

@@ -1,6 +1,6 @@
 """Plugin ``core_commands``: the sub-commands every traceparse has.
 
-``ingest``, ``analyze``, ``list``, ``show``, ``rm``, ``rules``, ``formats``,
+``ingest``, ``analyze``, ``list``, ``show``, ``tag``, ``rm``, ``rules``, ``formats``,
 ``plugins`` and ``export`` are :class:`traceparse.command.Command` plugins
 registered through the ``traceparse`` entry-point group, exactly as a
 third-party command is; the CLI knows none of them by name. The hook is
@@ -16,11 +16,11 @@ from traceparse.plugins import hookimpl
 from traceparse_plugins.commands.core.analyze import AnalyzeCommand
 from traceparse_plugins.commands.core.catalog import FormatsCommand, PluginsCommand, RulesCommand
 from traceparse_plugins.commands.core.store import (ExportCommand, IngestCommand, ListCommand, RmCommand,
-                                                    ShowCommand)
+                                                    ShowCommand, TagCommand)
 
 
 @hookimpl(tryfirst=True)
 def traceparse_commands():
     """The core commands, in the order ``traceparse --help`` lists them."""
-    return [IngestCommand(), AnalyzeCommand(), ListCommand(), ShowCommand(), RmCommand(), RulesCommand(),
+    return [IngestCommand(), AnalyzeCommand(), ListCommand(), ShowCommand(), TagCommand(), RmCommand(), RulesCommand(),
             FormatsCommand(), PluginsCommand(), ExportCommand()]

@@ -48,7 +48,8 @@ class AnalyzeCommand(Command):
         from traceparse.distributed import connected, measures_on, scheduler_from
 
         scheduler = scheduler_from(args.scheduler)
-        view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format))
+        # a capture's files are one trace, as ingest groups them
+        view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format, group=True))
         traces = view.traces
         findings, summaries = [], {}
         with ExitStack() as stack:

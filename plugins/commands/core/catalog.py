@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 
+from rich.markdown import Markdown
 from rich.table import Table
 
 from traceparse.command import Command
@@ -18,6 +21,26 @@ def plugin_of(registry, obj) -> str:
     return module
 
 
+def rest_to_markdown(text: str) -> str:
+    """A rule's definition, written as a docstring (reStructuredText), as Markdown: ````x```` and Sphinx roles
+    (``:func:`x```) become code spans, ``x::`` a colon before a literal block, hyperlink references their text."""
+    text = re.sub(r":[\w:]+:`~?([^`]+)`", r"`\1`", text)      # :func:`traceparse.measures.x` -> `...`
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)                # ``x`` -> `x`
+    text = re.sub(r"`([^`<]+?)(?:\s*<[^>]+>)?`_{1,2}", r"\1", text)  # `text <url>`_ -> text
+    text = re.sub(r"(\S)::$", r"\1:", text, flags=re.M)
+    return text
+
+
+def rule_markdown(rule) -> str:
+    """One rule as a Markdown section: its name, description, the kinds it needs, its thresholds (settable with
+    ``--set``) and its definition."""
+    thresholds = ", ".join(f"`{k}={v}`" for k, v in rule.thresholds.items()) or "none"
+    return (f"## {rule.name}\n\n{rule.description}\n\n"
+            f"**Needs:** {', '.join(rule.kinds) or 'any events'}. "
+            f"**Thresholds** (`--set {rule.name}.KEY=VALUE`): {thresholds}\n\n"
+            + rest_to_markdown(textwrap.dedent(rule.definition or "").strip()) + "\n")
+
+
 class RulesCommand(Command):
     name = "rules"
     help = "list the analysis rules"
@@ -25,7 +48,8 @@ class RulesCommand(Command):
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """``--verbose`` and the common options."""
         self.add_common_options(parser, json=True)
-        parser.add_argument("-v", "--verbose", action="store_true", help="include each rule's definition")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="each rule in full: description, thresholds and definition (as Markdown)")
 
     def run(self, args: argparse.Namespace, session) -> int:
         """A table of the rules and their thresholds, or ``{"rules": [...]}`` with ``--json``."""
@@ -36,12 +60,17 @@ class RulesCommand(Command):
                  "definition": (r.definition or "").strip(), "plugin": plugin_of(session.registry, r)}
                 for r in rules]})
             return 0
+        if args.verbose:
+            for r in rules:
+                session.out.print(Markdown(rule_markdown(r)))
+                session.out.print()
+            return 0
         table = Table(header_style="bold")
         for column in ("rule", "needs", "thresholds (--set RULE.KEY=VALUE)", "description"):
             table.add_column(column, overflow="fold")
         for r in rules:
             table.add_row(r.name, ", ".join(r.kinds), "\n".join(f"{k}={v}" for k, v in r.thresholds.items()),
-                          r.description + ("\n\n" + (r.definition or "").strip() if args.verbose else ""))
+                          r.description)
         session.out.print(table)
         return 0
 

@@ -1,8 +1,12 @@
-"""The commands over the store: ``ingest`` traces into it, ``list`` and ``show`` them, ``rm`` them, ``export`` one.
+"""The commands over the store: ``ingest`` traces into it, ``list`` and ``show`` them, ``tag`` and ``rm`` them,
+``export`` one.
 
 A run of many ranks (:mod:`traceparse.run`) is stored by ``ingest DIR`` (a
 directory of per-rank files) or ``ingest FILES... --run NAME``; ``list``
 shows runs beside traces, ``show RUN`` lists its ranks, ``rm RUN`` removes it.
+``rm`` and ``tag`` take a stored trace's files as well as its id: the files are
+grouped into traces as ``ingest`` groups them and found by their content hash
+(else by the paths they were ingested from); nothing is read into the store.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from traceparse.command import Command
-from traceparse.errors import InputError
-from traceparse.report import fmt_ns, trace_summary
+from traceparse.errors import InputError, StoreError
+from traceparse.report import fmt_ns, trace_summary, warning_count
 
 
 def parse_tags(values: list[str]) -> dict[str, str]:
@@ -28,6 +32,87 @@ def parse_tags(values: list[str]) -> dict[str, str]:
             raise InputError(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag batch=16")
         tags[key.strip()] = val.strip()
     return tags
+
+
+def parse_tag_edits(values: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``KEY=VALUE`` arguments of ``tag`` as (tags to set, keys to remove: ``KEY=`` with no value)."""
+    tags, remove = {}, []
+    for value in values:
+        key, eq, val = value.partition("=")
+        key, val = key.strip(), val.strip()
+        if not eq or not key:
+            raise InputError(f"{value!r}: expected KEY=VALUE (or KEY= to remove a tag), e.g. batch=16")
+        if val:
+            tags[key] = val
+            remove = [k for k in remove if k != key]
+        else:
+            remove.append(key)
+            tags.pop(key, None)
+    return tags, remove
+
+
+def stored_refs(session, refs: list[str], fmt: str = "auto") -> list[tuple[str, str]]:
+    """``("trace", id)`` or ``("run", id)`` for each TRACE argument of ``rm`` and ``tag``, without ingesting:
+    store ids (or prefixes, or run names) as :meth:`Store.resolve` gives them; existing paths grouped into
+    traces as ``ingest`` groups them (the reports of one nsys capture are one trace) and found by content
+    hash, else by the paths their trace was ingested from; a rank directory as the run read from it. A path
+    that no stored trace came from is a one-line error."""
+    from traceparse.ingest import plan
+    from traceparse.sources import sha256_of
+    from traceparse.store import trace_id_for
+
+    out: list[tuple[str, str]] = []
+    paths = [Path(r) for r in refs if Path(r).exists()]
+    for ref in refs:
+        if not Path(ref).exists():
+            out.append(session.store.resolve(ref))
+    files = []
+    for path in paths:
+        if session.is_run_path(path, fmt):
+            out.append(("run", _run_from(session.store, path)))
+        else:
+            files.append(path)
+    if files:
+        for _, group in plan(files, fmt, session.registry):
+            trace_id = trace_id_for(sha256_of(group))
+            if not session.store.has(trace_id):
+                trace_id = _trace_from(session.store, group)
+            out.append(("trace", trace_id))
+    return out
+
+
+def _same_file(a: str, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _trace_from(store, group: list[Path]) -> str:
+    """The stored trace ingested from exactly the files of ``group`` (their content has changed since)."""
+    partial = None
+    for meta in store.all_meta():
+        found = [g for g in group if any(_same_file(p, g) for p in meta.source_paths)]
+        if len(found) == len(group) == len(meta.source_paths):
+            return meta.id
+        if found and partial is None:
+            partial = meta
+    label = str(group[0]) + (f" (+{len(group) - 1} files)" if len(group) > 1 else "")
+    if partial is not None:
+        raise StoreError(f"{label}: part of the stored trace {partial.id}, which was read from "
+                         f"{len(partial.source_paths)} files together; name all of them, or the id")
+    raise StoreError(f"{label}: not in the store {store.root} (no stored trace was read from it); "
+                     "`traceparse list` shows what is stored")
+
+
+def _run_from(store, directory: Path) -> str:
+    """The stored run read from the rank directory ``directory``."""
+    for run in store.all_runs():
+        paths = [p for ps in (run.get("source_paths") or {}).values() for p in ps]
+        if paths and all(directory.resolve() in Path(p).resolve().parents for p in paths):
+            return run["id"]
+    raise StoreError(f"{directory}: not in the store {store.root} (no stored run was read from it); "
+                     "`traceparse list` shows what is stored")
 
 
 def meta_row(meta) -> dict:
@@ -47,8 +132,11 @@ def run_row(run: dict) -> dict:
             "tags": run.get("tags", {}), "ingested_at": run.get("ingested_at"), "warnings": len(run.get("warnings", []))}
 
 
-def run_summary(store, run: dict, already_stored: bool = False) -> Panel:
-    """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank."""
+def run_summary(store, run: dict, already_stored: bool = False, title: str | None = None,
+                warnings: bool = True) -> Panel:
+    """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank; titled
+    ``title``, else "ingested" or "already in the store"; the warnings in full, or (``warnings`` false: they
+    were just printed on stderr) their number."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -73,9 +161,12 @@ def run_summary(store, run: dict, already_stored: bool = False) -> Panel:
         ranks.add_row(rank, meta.id or "", f"{meta.event_count:,}" if meta.event_count is not None else "-",
                       fmt_ns((meta.summary or {}).get("span_ns")), Path(meta.path).name if meta.path else "")
     table.add_row("ranks", ranks)
-    for w in run.get("warnings", []):
-        table.add_row("[yellow]warning[/yellow]", w)
-    title = "already in the store" if already_stored else "ingested"
+    if warnings or not run.get("warnings"):
+        for w in run.get("warnings", []):
+            table.add_row("[yellow]warning[/yellow]", w)
+    else:
+        table.add_row("[yellow]warnings[/yellow]", warning_count(len(run["warnings"])))
+    title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
 
 
@@ -128,10 +219,11 @@ class IngestCommand(Command):
                 doc["runs"] = [dict(r.run, already_stored=r.already_stored) for r in runs]
             self.print_json(doc)
             return 0
+        # the warnings were printed on stderr as the traces were read: the panels count them, not say them again
         for r in results:
-            session.out.print(trace_summary(r.meta, r.already_stored))
+            session.out.print(trace_summary(r.meta, r.already_stored, warnings=r.already_stored))
         for r in runs:
-            session.out.print(run_summary(session.store, r.run, r.already_stored))
+            session.out.print(run_summary(session.store, r.run, r.already_stored, warnings=r.already_stored))
         return 0
 
 
@@ -154,7 +246,8 @@ class ListCommand(Command):
         if runs:
             table = Table(header_style="bold", title="runs")
             for column in ("id", "name", "format", "world size", "ranks", "events", "tags"):
-                table.add_column(column, overflow="fold")
+                # ids, counts and formats never wrap (an id cut over two lines cannot be copied); text folds
+                table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "world size", "events"))
             for r in map(run_row, runs):
                 shown = ", ".join(map(str, r["ranks"][:8])) + (" ..." if len(r["ranks"]) > 8 else "")
                 table.add_row(r["id"], r["name"] or "", r["format"] or "", str(r["world_size"]), shown,
@@ -168,7 +261,8 @@ class ListCommand(Command):
             return 0
         table = Table(header_style="bold")
         for column in ("id", "format", "events", "span", "tags", "path"):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "events", "span"),
+                             justify="right" if column in ("events", "span") else "left")
         for m in metas:
             table.add_row(m.id, m.format or "", f"{m.event_count:,}" if m.event_count is not None else "-",
                           fmt_ns((m.summary or {}).get("span_ns")), " ".join(f"{k}={v}" for k, v in m.tags.items()),
@@ -201,13 +295,13 @@ class ShowCommand(Command):
                          for r in sorted(run["ranks"], key=int)]
                 self.print_json({"run": run, "ranks": ranks})
             else:
-                session.out.print(run_summary(session.store, run, already_stored=True))
+                session.out.print(run_summary(session.store, run, title="stored run"))
             return 0
         trace = session.resolve(args.trace, fmt=args.format)[0]
         if args.json:
             self.print_json(trace.meta.to_dict())
         else:
-            session.out.print(trace_summary(trace.meta, already_stored=True))
+            session.out.print(trace_summary(trace.meta, title="stored trace"))
         return 0
 
 
@@ -216,13 +310,15 @@ class RmCommand(Command):
     help = "remove traces (or runs) from the store"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        """One or more TRACE or RUN ids (or prefixes) and the common options."""
-        self.add_common_options(parser, traces="+", json=True,
-                                trace_help="store ids (or unique prefixes) of traces or runs")
+        """One or more TRACE or RUN ids (or prefixes, or the files a trace was ingested from), ``--format`` and
+        the common options."""
+        self.add_common_options(parser, traces="+", json=True, fmt=True,
+                                trace_help="store ids (or unique prefixes) of traces or runs, or the files they "
+                                           "were ingested from")
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """Remove each trace or run; every id is resolved first, so one unknown id removes nothing."""
-        ids = [session.store.resolve(ref) for ref in args.traces]
+        """Remove each trace or run; every argument is resolved first, so one unknown removes nothing."""
+        ids = stored_refs(session, args.traces, args.format)
         removed = []
         for kind, trace_id in dict.fromkeys(ids):
             if kind == "run":
@@ -234,6 +330,44 @@ class RmCommand(Command):
                 session.out.print(f"removed {trace_id}")
         if args.json:
             self.print_json({"removed": removed})
+        return 0
+
+
+class TagCommand(Command):
+    name = "tag"
+    help = "set or remove tags of a stored trace (or run) without reading it again"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """TRACE... KEY=VALUE... (``KEY=`` removes a tag), ``--format`` and the common options."""
+        parser.usage = "%(prog)s [options] TRACE... KEY=VALUE..."
+        parser.add_argument("items", nargs="+", metavar="TRACE... KEY=VALUE...",
+                            help="the trace: a store id (or unique prefix) of a trace or run, or the file(s) it was "
+                                 "ingested from; then the tags: KEY=VALUE sets KEY, KEY= removes it")
+        self.add_common_options(parser, json=True, fmt=True)
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        """Update the tags in place; print the trace's tags after the change (``--json``: id, kind, tags)."""
+        split = len(args.items)
+        while split > 0 and "=" in args.items[split - 1] and not Path(args.items[split - 1]).exists():
+            split -= 1
+        refs, edits = args.items[:split], args.items[split:]
+        if not refs or not edits:
+            raise InputError("tag: expected TRACE then KEY=VALUE (or KEY= to remove a tag), "
+                             "e.g. traceparse tag resnet18_bs16.json.gz batch=16")
+        tags, remove = parse_tag_edits(edits)
+        found = list(dict.fromkeys(stored_refs(session, refs, args.format)))
+        if len(found) != 1:
+            raise InputError(f"{' '.join(refs)}: names {len(found)} stored traces or runs; tag one at a time")
+        kind, ref_id = found[0]
+        if kind == "run":
+            now = session.store.update_run_tags(ref_id, tags, remove).get("tags", {})
+        else:
+            now = session.store.update_tags(ref_id, tags, remove).tags
+        if args.json:
+            self.print_json({"id": ref_id, "kind": kind, "tags": now})
+        else:
+            shown = " ".join(f"{k}={v}" for k, v in now.items()) or "(no tags)"
+            session.out.print(f"{kind} {ref_id}: {shown}")
         return 0
 
 
