@@ -166,6 +166,7 @@ class Collectives(Measure):
 
     name = "collectives"
     partitions = _VALID
+    per_trace = False  # instances are matched across ranks
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
         return _candidates(events)
@@ -222,6 +223,7 @@ class CollectiveWaits(Measure):
 
     name = "collective_waits"
     partitions = _VALID
+    per_trace = False  # instances are matched across ranks
 
     def part(self, events: pl.DataFrame, align_clocks: bool = False) -> pl.DataFrame:
         return _candidates(events)
