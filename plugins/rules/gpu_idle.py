@@ -102,7 +102,7 @@ class GpuIdle(Rule):
                             "cannot be placed in time.",
                             metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed},
                             figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "untimed_rows": "count"})]
-        gaps = measures.gaps(events)
+        gaps = measures.gaps(events, longest=int(t["top"]))  # each trace's (rank's) longest: enough for the top
         span_ns = int(per_device["span_ns"].sum())
         idle_ns = int(per_device["idle_ns"].sum())
         busy_ns = int(per_device["busy_ns"].sum())
