@@ -93,7 +93,9 @@ class Rule:
         """True when the trace has events of a kind this rule needs (an aggregate: a run's rows stay in the store)."""
         if not self.kinds:
             return True
-        present = set(trace.events.select(pl.col("kind").unique().cast(pl.String)).to_series().to_list())
+        known = getattr(trace.events, "kind_counts", None)  # a run's ranks: counted at ingest, nothing to read
+        present = (set(k for k, n in known.items() if n) if known is not None else
+                   set(trace.events.select(pl.col("kind").unique().cast(pl.String)).to_series().to_list()))
         if self.needs_all_kinds:
             return set(self.kinds) <= present
         return bool(present & set(self.kinds))

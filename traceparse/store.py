@@ -172,7 +172,11 @@ class Store:
         if lazy:
             from traceparse.measures.base import PartitionedEvents
 
-            table = PartitionedEvents(paths, [m.id or "" for m in metas])
+            kinds: dict[str, int] = {}
+            for m in metas:
+                for kind, n in (m.summary or {}).get("events_per_kind", {}).items():
+                    kinds[kind] = kinds.get(kind, 0) + n
+            table = PartitionedEvents(paths, [m.id or "" for m in metas], kind_counts=kinds)
             count = sum(m.event_count or 0 for m in metas)
             return _RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
         frames = [pl.read_parquet(p) for p in paths]

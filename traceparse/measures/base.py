@@ -98,14 +98,18 @@ class PartitionedEvents:
       bounded.
 
     ``paths`` are the partitions' Parquet files in the order of the whole
-    table; ``trace_ids`` their trace ids. :attr:`loaded` counts the
+    table; ``trace_ids`` their trace ids; ``kind_counts`` the rows per kind
+    when the caller knows them. :attr:`loaded` counts the
     partitions read for measures, :attr:`most_at_once` the most of them alive
     at once (a test holds it to 1 in this process).
     """
 
-    def __init__(self, paths: list[Any], trace_ids: list[str], executor: Callable | None = None):
+    def __init__(self, paths: list[Any], trace_ids: list[str], executor: Callable | None = None,
+                 kind_counts: dict[str, int] | None = None):
         self.paths = [str(p) for p in paths]
         self.trace_ids = list(trace_ids)
+        #: Rows per kind of the whole table when known without reading it (the store's metadata), else None.
+        self.kind_counts = kind_counts
         #: ``executor(fn, args) -> [fn(events of partition i, *args) for each i]``, or None: in this process.
         self.executor = executor
         self.loaded = 0
