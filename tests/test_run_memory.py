@@ -204,3 +204,36 @@ def test_routine_time_per_trace_equals_the_whole_table_algorithm(case):
         assert int(routines["self_time_rows"].sum()) == counts["self_time_rows"]
     with pytest.raises(ValueError, match="cannot be partitioned by device_id"):
         measures.partitioned(routine_time, events, by="device_id", **params)
+
+
+# -- collective instances on the real gloo files: no sequence numbers, so the n-th call of each rank ----------------
+@needs_samples
+@pytest.mark.parametrize("name", SAMPLES)
+def test_gloo_samples_have_no_collective_seq_and_instances_are_the_nth_call_of_each_rank(runs, name):
+    import gzip
+
+    from helpers import us_to_ns
+
+    store, ids = runs
+    expected = {}
+    for rank in range(4):
+        doc = json.loads(gzip.open(MULTIRANK / name / f"rank{rank}.json.gz").read())
+        events = doc["traceEvents"]
+        # what Kineto writes for collectives with a sequence number is absent from these files; the autograd
+        # "Sequence number" of operators is there, and is not a collective's
+        assert not [e for e in events if e.get("name") == "record_param_comms"]
+        assert not [e for e in events if {"Seq", "Process Group Name"} & set(e.get("args") or {})]
+        assert any("Sequence number" in (e.get("args") or {}) for e in events)
+        calls = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name", "").startswith("c10d::")),
+                       key=lambda e: e["ts"])
+        expected[rank] = [(e["name"], us_to_ns(e["ts"])) for e in calls]
+    table = store.load_run(ids[name], lazy=True).events
+    assert table.select(pl.col("seq").is_not_null().sum()).item() == 0
+    found = measures.collectives(table)
+    assert set(found["source"]) == {"c10d op"} and found["seq"].null_count() == found.height
+    assert (found["instance"] == found["index"]).all()
+    for rank in range(4):
+        mine = found.filter(pl.col("member") == rank).sort("instance")
+        assert list(zip(mine["name"], mine["arrival_ns"])) == expected[rank]
+    # every instance has all four ranks
+    assert set(found.group_by("process_group", "instance").len()["len"]) == {4}
