@@ -95,6 +95,8 @@ def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_who
     assert table.filter(kernels).equals(whole.filter(kernels))
     assert table.select(kernels.sum()).item() == whole.select(kernels.sum()).item() > 0
     assert table["rank"].equals(whole["rank"]) and table.height == whole.height and table.columns == whole.columns
+    counts = {str(k): n for k, n in whole.group_by("kind").len().iter_rows()}
+    assert {k: n for k, n in table.kind_counts.items() if n} == counts  # the ranks' ingest summaries
     assert table.whole_loads == 0 and table.loaded == 0  # none of these read a rank into memory
     assert table.sort("start_ns").equals(whole.sort("start_ns"))  # anything else: the whole table, counted
     assert table.whole_loads == 1
