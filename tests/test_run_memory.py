@@ -239,3 +239,23 @@ def test_gloo_samples_have_no_collective_seq_and_instances_are_the_nth_call_of_e
         assert list(zip(mine["name"], mine["arrival_ns"])) == expected[rank]
     # every instance has all four ranks
     assert set(found.group_by("process_group", "instance").len()["len"]) == {4}
+
+
+@needs_samples
+def test_a_measure_not_declared_per_trace_gets_every_ranks_part_combined(runs):
+    from traceparse.measures.base import Measure
+
+    class Rows(Measure):  # a third-party measure that sums over traces, declaring nothing
+        name = "rows"
+
+        def part(self, events, **params):
+            return pl.DataFrame({"rows": [events.height]})
+
+        def combine(self, parts, **params):
+            return pl.DataFrame({"rows": [int(pl.concat(parts)["rows"].sum())]})
+
+    store, ids = runs
+    table = store.load_run(ids[SAMPLES[0]], lazy=True).events
+    assert Rows.per_trace is False
+    assert Rows()(table)["rows"].to_list() == [store.load_run(ids[SAMPLES[0]]).events.height]
+    assert table.most_at_once == 1 and table.loaded == 4

@@ -38,11 +38,11 @@ class Measure:
 
     name: ClassVar[str] = ""
     partitions: ClassVar[tuple[str, ...]] = PARTITIONS
-    #: True when the result's rows of one trace depend only on that trace's events and the result is sorted by
-    #: ``trace_id`` first: then on a :class:`PartitionedEvents` (a run's ranks) ``combine([part(rank)])`` runs per
-    #: rank, where the rank is, and only the small results are concatenated. False for a measure that matches
-    #: rows across traces (collective instances across ranks): its parts are combined together.
-    per_trace: ClassVar[bool] = True
+    #: Set True when the result's rows of one trace depend only on that trace's events and the result is sorted
+    #: by ``trace_id`` first: then on a :class:`PartitionedEvents` (a run's ranks) ``combine([part(rank)])`` runs
+    #: per rank, where the rank is, and only the small results are concatenated. False (the default, and the
+    #: collective measures, which match rows across ranks): the ranks' parts are combined together.
+    per_trace: ClassVar[bool] = False
 
     def part(self, events: pl.DataFrame, **params: Any) -> pl.DataFrame:
         """The partial result of one partition of the event table."""

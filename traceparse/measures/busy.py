@@ -35,6 +35,7 @@ class DeviceBusy(Measure):
     """
 
     name = "device_busy"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=GPU_KINDS) -> pl.DataFrame:
         return intervals.union(_activity(events, kinds), DEVICE)
@@ -69,6 +70,7 @@ class Gaps(Measure):
     """
 
     name = "gaps"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=GPU_KINDS, longest: int | None = None) -> pl.DataFrame:
         rows = _activity(events, kinds).with_columns(end=pl.col("start_ns") + pl.col("duration_ns"))

@@ -69,6 +69,7 @@ class CommOverlap(Measure):
     """
 
     name = "comm_overlap"
+    per_trace = True
     partitions = _VALID
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
@@ -166,7 +167,6 @@ class Collectives(Measure):
 
     name = "collectives"
     partitions = _VALID
-    per_trace = False  # instances are matched across ranks
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
         return _candidates(events)
@@ -223,7 +223,6 @@ class CollectiveWaits(Measure):
 
     name = "collective_waits"
     partitions = _VALID
-    per_trace = False  # instances are matched across ranks
 
     def part(self, events: pl.DataFrame, align_clocks: bool = False) -> pl.DataFrame:
         return _candidates(events)
@@ -269,6 +268,7 @@ class RankTime(Measure):
     """
 
     name = "rank_time"
+    per_trace = True
     partitions = _VALID
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:

@@ -72,6 +72,7 @@ class RoutineTime(Measure):
     """
 
     name = "routine_time"
+    per_trace = True
     partitions = ("trace_id",)
 
     def part(self, events: pl.DataFrame, kinds=("region", "kernel", "op"), drop_nested: bool = False,
