@@ -55,7 +55,9 @@ def tree_rss(proc: psutil.Process) -> int:
 
 
 def measure(cmd: list[str], env: dict | None = None) -> dict:
-    """Run ``cmd``; its wall time and the peak summed RSS of its process tree (sampled every 20 ms)."""
+    """Run ``cmd``; its wall time, the peak summed RSS of its process tree (sampled every 20 ms), and the
+    machine's 1-minute load average before it started (the box is shared: other work slows a run down)."""
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     ps = psutil.Process(proc.pid)
@@ -70,11 +72,11 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
     err = proc.stderr.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    return {"seconds": elapsed, "peak_rss_mb": peak / 2**20}
+    return {"seconds": elapsed, "peak_rss_mb": peak / 2**20, "load_1min": round(load, 2)}
 
 
 def summarize(runs: list[dict]) -> dict:
-    out = {"runs": runs}
+    out = {"runs": runs, "load_1min": [r.get("load_1min") for r in runs]}
     for key in ("seconds", "peak_rss_mb"):
         values = [r[key] for r in runs]
         out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -107,7 +109,8 @@ def bench(ranks: list[int], repeat: int, hta_python: str | None) -> dict:
                 runs["hta_load"].append(measure([hta_python, "-c", HTA_LOAD, str(directory)]))
         results[n] = {k: summarize(v) for k, v in runs.items() if v}
         results[n]["input_mb"] = sum(p.stat().st_size for p in directory.glob("*")) / 2**20
-        print(f"{n} ranks: " + ", ".join(f"{k} {v['seconds']['median']:.2f} s {v['peak_rss_mb']['median']:.0f} MB"
+        print(f"{n} ranks: " + ", ".join(f"{k} {v['seconds']['median']:.2f} s {v['peak_rss_mb']['median']:.0f} MB "
+                                         f"(load {v['load_1min']})"
                                          for k, v in results[n].items() if isinstance(v, dict)), file=sys.stderr)
     return results
 
@@ -139,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = bench(args.ranks, args.repeat, args.hta_python)
     machine = {"date": _dt.date.today().isoformat(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform()}
+               "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform(),
+               "uptime_after": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
-    print(f"{machine['date']}, {machine['cpus']} CPUs, {machine['memory_gb']} GB, Python {machine['python']}")
+    print(f"{machine['date']}, {machine['cpus']} CPUs, {machine['memory_gb']} GB, Python {machine['python']}; "
+          f"uptime at the end: {machine['uptime_after']}")
     print(table(results))
     return 0
 

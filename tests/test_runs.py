@@ -362,7 +362,7 @@ def test_dask_local_cluster_gives_the_same_json_as_in_process(tmp_path):
         assert Store(ondask).load_run(via["id"]).events.equals(Store(inproc).load_run(plain["id"]).events)
         got = ingest_json("--store", ondask, "analyze", via["id"], "--scheduler", address)
         # the measures really ran on the workers: each read ranks of the run
-        cached = client.run(lambda: dist._rank_events.cache_info().currsize)
+        cached = client.run(lambda: dist._partition.cache_info().currsize)
         assert len(cached) == 2 and sum(cached.values()) >= 2
     assert got == expected
 

@@ -16,13 +16,15 @@ What is mapped and what is reduced:
   same paths as the client (a shared filesystem).
 - **analyze**: each measure a rule calls on a run (a
   :class:`traceparse.measures.Measure`, valid by ``trace_id``) runs its
-  ``part`` per rank on the workers (:func:`measure_rank`, which reads that
-  rank's partition from the store) and its ``combine`` on the client, over
-  the small partial frames. It is the measures' own part/combine split, not a
-  second implementation, so the figures are the same as in-process.
-
-The client still loads the run's table for what rules compute outside the
-measures (applicability, top items, roofline); see docs/scale.md.
+  per-rank step on the workers (:func:`rank_task`: the rank's ``part``,
+  finished by ``combine`` when the measure never merges two ranks) and the
+  client concatenates the small per-rank results (or combines the parts of a
+  measure that matches collectives across ranks). It is the in-process
+  path of :class:`traceparse.measures.base.PartitionedEvents` with the loop
+  over ranks sent to the cluster, not a second implementation, so the
+  figures are the same. What a rule reads outside the measures (a filter,
+  an aggregate) the client answers by a lazy scan of the ranks' Parquet
+  files; see docs/scale.md.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Callable, Iterator
 import polars as pl
 
 from traceparse.errors import InputError
-from traceparse.measures.base import Measure, parts_by
+from traceparse.measures.base import PartitionedEvents
 from traceparse.store import Store
 from traceparse.trace import Trace
 
@@ -103,33 +105,39 @@ def map_ingest(address: str, tasks: list[tuple], advance: Callable[[int], Any] |
 
 # -- measures ---------------------------------------------------------------
 @lru_cache(maxsize=2)
-def _rank_events(root: str, run_id: str, rank: str) -> pl.DataFrame:
-    """A rank's events, read once per worker for the several measures of one analyze (two ranks kept)."""
-    return Store(root).load_rank(run_id, rank).events
+def _partition(path: str) -> pl.DataFrame:
+    """A rank's events, read on a worker (the last two kept: a worker often gets the same rank twice in a row)."""
+    return pl.read_parquet(path)
 
 
-def measure_rank(measure: Measure, root: str, run_id: str, rank: str, params: dict) -> pl.DataFrame:
-    """``measure.part`` of one rank of a stored run, on a worker."""
-    return measure.part(_rank_events(root, run_id, rank), **params)
+def rank_task(fn: Callable, path: str, args: tuple) -> Any:
+    """``fn(events of the rank at path, *args)`` on a worker: :func:`traceparse.measures.base.rank_result`."""
+    return fn(_partition(path), *args)
 
 
 @contextmanager
 def measures_on(client: Any, store: Store, run: Trace) -> Iterator[None]:
-    """Within the block, measures called on ``run``'s table run their parts per rank on the cluster.
+    """Within the block, the measures called on ``run``'s events run per rank on the cluster.
 
-    ``run`` is :meth:`traceparse.store.Store.load_run`'s trace. A measure
-    called on any other table (a rule's own subset) runs here as usual.
+    ``run`` is :meth:`traceparse.store.Store.load_run`'s lazy trace: its
+    events are a :class:`traceparse.measures.base.PartitionedEvents`, whose
+    per-rank step (:func:`traceparse.measures.base.rank_result`) is sent to
+    the workers instead of run here; the client concatenates the small
+    per-rank results, or combines the parts of a measure that matches rows
+    across ranks. The same code as in-process, so the same figures. Workers
+    read the ranks' Parquet files at the client's (resolved) paths.
     """
-    info = run.meta.extra["run"]
-    ranks = sorted(info["ranks"], key=int)
     table = run.events
-    root = str(Path(store.root).resolve())
+    if not isinstance(table, PartitionedEvents):
+        raise TypeError("measures_on needs a run loaded with Store.load_run(run_id, lazy=True)")
+    paths = [str(Path(p).resolve()) for p in table.paths]
 
-    def runner(measure: Measure, events: pl.DataFrame, params: dict) -> list[pl.DataFrame] | None:
-        if events is not table:
-            return None
-        futures = [client.submit(measure_rank, measure, root, run.id, rank, params, pure=False) for rank in ranks]
+    def executor(fn: Callable, args: tuple) -> list[Any]:
+        futures = [client.submit(rank_task, fn, path, args, pure=False) for path in paths]
         return client.gather(futures)
 
-    with parts_by(runner):
+    previous, table.executor = table.executor, executor
+    try:
         yield
+    finally:
+        table.executor = previous

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import polars as pl
+
 from traceparse.trace import Trace
 from traceparse.verdict import SEVERITIES, Column, grade  # noqa: F401 - the verdict floor, re-exported
 
@@ -93,10 +95,12 @@ class Rule:
     needs_all_kinds: ClassVar[bool] = False
 
     def applies_to(self, trace: Trace) -> bool:
-        """True when the trace has events of a kind this rule needs."""
+        """True when the trace has events of a kind this rule needs (an aggregate: a run's rows stay in the store)."""
         if not self.kinds:
             return True
-        present = set(trace.events["kind"].cast(str).unique().to_list())
+        known = getattr(trace.events, "kind_counts", None)  # a run's ranks: counted at ingest, nothing to read
+        present = (set(k for k, n in known.items() if n) if known is not None else
+                   set(trace.events.select(pl.col("kind").unique().cast(pl.String)).to_series().to_list()))
         if self.needs_all_kinds:
             return set(self.kinds) <= present
         return bool(present & set(self.kinds))

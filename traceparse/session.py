@@ -83,10 +83,10 @@ class Session:
         """True when ``path`` is a directory of per-rank traces (no reader reads it as one trace)."""
         return is_rank_directory(Path(path), fmt, self.registry)
 
-    def load(self, ref_id: str) -> Trace:
+    def load(self, ref_id: str, lazy_runs: bool = False) -> Trace:
         """A stored trace or run by its exact id (a run as its combined trace, :meth:`Store.load_run`)."""
         if self.store.has_run(ref_id) and not self.store.has(ref_id):
-            return self.store.load_run(ref_id)
+            return self.store.load_run(ref_id, lazy=lazy_runs)
         return self.store.load(ref_id)
 
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
@@ -100,26 +100,29 @@ class Session:
                     self.warn(warning)
         return results
 
-    def resolve(self, ref: str, fmt: str = "auto") -> list[Trace]:
+    def resolve(self, ref: str, fmt: str = "auto", lazy_runs: bool = False) -> list[Trace]:
         """The trace(s) a TRACE argument names: a path (ingested first if new; a rank directory as a run), or
-        the id (or unique prefix) of a stored trace or run, or a run's name. A run is its combined trace."""
+        the id (or unique prefix) of a stored trace or run, or a run's name. A run is its combined trace
+        (with ``lazy_runs``, its events read rank by rank: :meth:`Store.load_run`)."""
         path = Path(ref)
         if path.exists():
             if self.is_run_path(path, fmt):
-                return [self.store.load_run(self.ingest_run([ref], fmt=fmt).run["id"])]
+                return [self.store.load_run(self.ingest_run([ref], fmt=fmt).run["id"], lazy=lazy_runs)]
             return [self.store.load(r.meta.id) for r in self.ingest([ref], fmt)]
         kind, ref_id = self.store.resolve(ref)
-        return [self.store.load_run(ref_id) if kind == "run" else self.store.load(ref_id)]
+        return [self.store.load_run(ref_id, lazy=lazy_runs) if kind == "run" else self.store.load(ref_id)]
 
-    def resolve_all(self, refs: list[str], fmt: str = "auto", group: bool = False) -> list[Trace]:
+    def resolve_all(self, refs: list[str], fmt: str = "auto", group: bool = False,
+                    lazy_runs: bool = False) -> list[Trace]:
         """Resolve several TRACE arguments; none means the last ingested trace (or run).
 
         With ``group`` the files among them are grouped into traces as ``ingest`` groups them (the CSV
         reports of one nsys capture are one trace, not one trace per report); the traces of those files
-        come where the first of them stands.
+        come where the first of them stands. With ``lazy_runs`` a run's events stay in the store's rank
+        files (:class:`traceparse.measures.base.PartitionedEvents`).
         """
         if not refs:
-            return [self.load(self.store.last_id())]
+            return [self.load(self.store.last_id(), lazy_runs)]
         files = [r for r in refs if Path(r).is_file()] if group else []
         traces, done = [], False
         for ref in refs:
@@ -128,5 +131,5 @@ class Session:
                     traces.extend(self.store.load(r.meta.id) for r in self.ingest(files, fmt))
                     done = True
                 continue
-            traces.extend(self.resolve(ref, fmt))
+            traces.extend(self.resolve(ref, fmt, lazy_runs))
         return traces

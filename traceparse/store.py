@@ -151,7 +151,7 @@ class Store:
         """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
         return Trace(pl.read_parquet(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
-    def load_run(self, run_id: str) -> Trace:
+    def load_run(self, run_id: str, lazy: bool = False) -> Trace:
         """A run as one :class:`Trace`: every rank's events concatenated in rank order.
 
         Each row keeps its rank's ``trace_id`` and has ``rank`` set, so every
@@ -159,27 +159,47 @@ class Store:
         unchanged. ``meta.id`` is the run id, ``meta.format`` is ``"run"``,
         ``meta.extra["run"]`` the run metadata, ``meta.distributed`` the run's
         world size, backend and process groups.
+
+        With ``lazy`` (what ``analyze`` uses) the events stay in the store:
+        ``trace.events`` is a :class:`traceparse.measures.base.PartitionedEvents`
+        over the ranks' Parquet files, which measures read one rank at a time,
+        so memory does not grow with the number of ranks.
         """
         run = self.run_meta(run_id)
         ranks = sorted(run["ranks"], key=int)
-        frames = [pl.read_parquet(self.rank_dir(run_id, r) / "events.parquet") for r in ranks]
-        events = pl.concat(frames) if frames else empty_frame()
         metas = [self.rank_meta(run_id, r) for r in ranks]
+        paths = [self.rank_dir(run_id, r) / "events.parquet" for r in ranks]
+        if lazy:
+            from traceparse.measures.base import PartitionedEvents
+
+            kinds: dict[str, int] = {}
+            for m in metas:
+                for kind, n in (m.summary or {}).get("events_per_kind", {}).items():
+                    kinds[kind] = kinds.get(kind, 0) + n
+            table = PartitionedEvents(paths, [m.id or "" for m in metas], kind_counts=kinds)
+            count = sum(m.event_count or 0 for m in metas)
+            return _RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
+        frames = [pl.read_parquet(p) for p in paths]
+        events = pl.concat(frames) if frames else empty_frame()
+        return Trace(events, self._run_trace_meta(run_id, run, metas, events.height), stamp_trace_id=False)
+
+    @staticmethod
+    def _run_trace_meta(run_id: str, run: dict, metas: list[TraceMeta], count: int) -> TraceMeta:
+        """The metadata of a run's combined trace (see :meth:`load_run`)."""
         devices, seen = [], set()
         for m in metas:
             for d in m.devices:
                 if (d.id, d.name) not in seen:
                     seen.add((d.id, d.name))
                     devices.append(d)
-        meta = TraceMeta(
+        return TraceMeta(
             id=run_id, source_paths=[p for m in metas for p in m.source_paths], sha256=run.get("sha256"),
             format="run", variant=run.get("format"), tool=metas[0].tool if metas else None,
             tool_version=metas[0].tool_version if metas else None, devices=devices, tags={"run": run.get("name", "")},
-            warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=events.height,
-            summary={"events_per_kind": {}, "ranks": len(ranks)}, extra={"run": run},
+            warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=count,
+            summary={"events_per_kind": {}, "ranks": len(metas)}, extra={"run": run},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
-        return Trace(events, meta, stamp_trace_id=False)
 
     def commit_run(self, tmp: Path, run: dict) -> dict:
         """Make the run written under ``tmp`` (its ``rank=N`` partitions) a stored run, in one rename.
@@ -360,6 +380,31 @@ class Store:
         gone = self.tmp_dir / f"{uuid.uuid4().hex}.removed"
         os.rename(self.traces_dir / trace_id, gone)
         shutil.rmtree(gone, ignore_errors=True)
+
+
+class _RunTrace(Trace):
+    """A run whose events stay in the store: ``events`` is a partitioned table read rank by rank (``load_run(lazy=True)``)."""
+
+    def __init__(self, table, meta: TraceMeta):
+        super().__init__(empty_frame(), meta, stamp_trace_id=False)
+        self._table = table
+
+    @property
+    def is_streamed(self) -> bool:
+        return False
+
+    @property
+    def events(self):
+        """The run's :class:`traceparse.measures.base.PartitionedEvents`."""
+        return self._table
+
+    def batches(self):
+        """One batch per rank, read in turn."""
+        for i in range(len(self._table.paths)):
+            yield self._table.partition(i)
+
+    def of_kind(self, *kinds: str) -> pl.DataFrame:
+        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))
 
 
 def write_partition(trace: Trace, directory: Path) -> TraceMeta:

@@ -91,16 +91,18 @@ class GpuIdle(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
-        gpu = events.filter(expr.kind_is(*expr.GPU_KINDS))
-        untimed = gpu.height - gpu.filter(expr.timed() & pl.col("duration_ns").is_not_null()).height
+        gpu = expr.kind_is(*expr.GPU_KINDS)  # counted, not collected: a run's rows stay in the store
+        gpu_rows, placed = events.select(gpu.sum(), (gpu & expr.timed() & pl.col("duration_ns").is_not_null())
+                                         .sum().alias("placed")).row(0)
+        untimed = gpu_rows - placed
         per_device = measures.device_busy(events)
         if per_device.height == 0:
             return [Finding(self.name, "info", "No timed GPU activity",
-                            f"The trace's {gpu.height} GPU rows are aggregated (no start times), so idle gaps "
+                            f"The trace's {gpu_rows} GPU rows are aggregated (no start times), so idle gaps "
                             "cannot be placed in time.",
                             metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed},
                             figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "untimed_rows": "count"})]
-        gaps = measures.gaps(events)
+        gaps = measures.gaps(events, longest=int(t["top"]))  # each trace's (rank's) longest: enough for the top
         span_ns = int(per_device["span_ns"].sum())
         idle_ns = int(per_device["idle_ns"].sum())
         busy_ns = int(per_device["busy_ns"].sum())

@@ -31,7 +31,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import measures
-from traceparse.expr import calls, flat_rows, kind_is, prefer_timed
+from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -71,24 +71,13 @@ class Hotspots(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        events = trace.events
-        rows = events.filter(kind_is(*t["kinds"]))
-        rows, nested = flat_rows(rows)
-        parts, dropped = [], 0
-        for kind in rows["kind"].cast(pl.String).unique().sort().to_list():
-            kept, n = prefer_timed(rows.filter(pl.col("kind") == kind))
-            parts.append(kept)
-            dropped += n
-        rows = pl.concat(parts) if parts else rows
-        own = measures.self_time(rows).select("trace_id", "event_id", "self_ns")
-        rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
-        rows = rows.with_columns(
-            time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"),
-            calls=calls(),
-            kind=pl.col("kind").cast(pl.String),
-        ).filter(pl.col("time_ns").is_not_null())
-        per_thread = rows.group_by(["name", "kind", *THREAD]).agg(
-            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum())
+        events = trace.events  # a run's events are read rank by rank: the rows are summed per routine and thread
+        chosen = routine_choices(events, t["kinds"])
+        nested, dropped = chosen["nested"], chosen["dropped"]
+        routines = routine_time(events, kinds=tuple(t["kinds"]), drop_nested=chosen["drop_nested"],
+                                drop_aggregated=tuple(chosen["drop_aggregated"]))
+        per_thread = routines.group_by(["name", "kind", *THREAD]).agg(
+            pl.col("time_ns", "inclusive_ns", "calls").sum())
         n_threads = per_thread.select(THREAD).unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
@@ -115,9 +104,9 @@ class Hotspots(Rule):
         metrics = {"time_ns": total, "threads": n_threads, "routines": by_name.height,
                    "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
                    "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
-                   "exclusive_rows": int(rows["exclusive_ns"].is_not_null().sum()),
-                   "self_time_rows": int(rows["self_ns"].is_not_null().sum()),
-                   "inclusive_only_rows": int((rows["exclusive_ns"].is_null() & rows["self_ns"].is_null()).sum())}
+                   "exclusive_rows": int(routines["exclusive_rows"].sum()),
+                   "self_time_rows": int(routines["self_time_rows"].sum()),
+                   "inclusive_only_rows": int(routines["inclusive_only_rows"].sum())}
         if items:
             top = items[0]
             message = (f"{by_name.height} routines on {n_threads} thread(s), {total / 1e6:.3f} ms in all; "
@@ -125,8 +114,7 @@ class Hotspots(Rule):
                        f"{', imbalance ' + str(top['imbalance']) if n_threads > 1 else ''}).")
         else:
             message = "No routine time in this trace."
-        nested_inclusive = int(rows.filter(pl.col("exclusive_ns").is_null() & pl.col("self_ns").is_null()
-                                           & pl.col("kind").is_in(["op", "region", "api", "marker"])).height)
+        nested_inclusive = int(routines["host_inclusive_rows"].sum())
         if metrics["self_time_rows"]:
             message += (f" Self time of {metrics['self_time_rows']} nested host events computed from their nesting "
                         "on each thread.")

@@ -15,9 +15,7 @@ and its own ranks) and, where it works per device, ``device_id``.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar
 
 import polars as pl
 
@@ -40,6 +38,11 @@ class Measure:
 
     name: ClassVar[str] = ""
     partitions: ClassVar[tuple[str, ...]] = PARTITIONS
+    #: Set True when the result's rows of one trace depend only on that trace's events and the result is sorted
+    #: by ``trace_id`` first: then on a :class:`PartitionedEvents` (a run's ranks) ``combine([part(rank)])`` runs
+    #: per rank, where the rank is, and only the small results are concatenated. False (the default, and the
+    #: collective measures, which match rows across ranks): the ranks' parts are combined together.
+    per_trace: ClassVar[bool] = False
 
     def part(self, events: pl.DataFrame, **params: Any) -> pl.DataFrame:
         """The partial result of one partition of the event table."""
@@ -52,19 +55,157 @@ class Measure:
     def __call__(self, events: pl.DataFrame, **params: Any) -> pl.DataFrame:
         """The measure of the whole table: ``combine([part(events)])``.
 
-        While a partition runner is set (:func:`parts_by`, e.g. a Dask
-        cluster measuring a run's ranks), it may compute the parts instead:
-        ``combine`` still runs here, over the parts it returns.
+        On a :class:`PartitionedEvents` (a run's ranks, in the store) it runs
+        partition by partition (:meth:`PartitionedEvents.measure`), in this
+        process or on a Dask cluster, with the same result.
         """
-        runner = _RUNNER.get()
-        if runner is not None and "trace_id" in self.partitions:
-            parts = runner(self, events, params)
-            if parts is not None:
-                return self.combine(parts, **params)
+        if isinstance(events, PartitionedEvents):
+            return events.measure(self, params)
         return self.combine([self.part(events, **params)], **params)
 
     def __repr__(self) -> str:
         return f"<measure {self.name}>"
+
+
+def rank_result(events: pl.DataFrame, measure: Measure, params: dict, finish: bool) -> pl.DataFrame:
+    """``measure.part`` of one partition's events, finished by ``combine`` when ``finish`` (see :attr:`Measure.per_trace`).
+
+    The one per-rank step of a measure on a run, in this process or on a Dask worker alike.
+    """
+    part = measure.part(events, **params)
+    return measure.combine([part], **params) if finish else part
+
+
+class PartitionedEvents:
+    """An event table held as one partition per trace (a stored run's ranks), read one partition at a time.
+
+    What a rule gets as ``trace.events`` of a run in ``analyze``
+    (:meth:`traceparse.store.Store.load_run` with ``lazy=True``), so that the
+    run's table is never in memory at once:
+
+    - a measure called on it runs :func:`rank_result` per partition through
+      :meth:`map` (in this process, or on a Dask cluster when
+      :attr:`executor` is set, see :mod:`traceparse.distributed`) and
+      concatenates the per-trace results in ``trace_id`` order (the order its
+      combine sorts by) or, for a measure that is not :attr:`Measure.per_trace`,
+      combines the partitions' parts;
+    - ``filter``, ``select``, ``height``, ``columns``, ``schema`` and a
+      column (``events["kind"]``) are answered by a lazy scan of the
+      partitions' Parquet files, whole-table semantics, reading only what the
+      query needs;
+    - anything else reads the whole table once (counted in
+      :attr:`whole_loads`, kept for the rest of the analysis): correct, not
+      bounded.
+
+    ``paths`` are the partitions' Parquet files in the order of the whole
+    table; ``trace_ids`` their trace ids; ``kind_counts`` the rows per kind
+    when the caller knows them. :attr:`loaded` counts the
+    partitions read for measures, :attr:`most_at_once` the most of them alive
+    at once (a test holds it to 1 in this process).
+    """
+
+    def __init__(self, paths: list[Any], trace_ids: list[str], executor: Callable | None = None,
+                 kind_counts: dict[str, int] | None = None):
+        self.paths = [str(p) for p in paths]
+        self.trace_ids = list(trace_ids)
+        #: Rows per kind of the whole table when known without reading it (the store's metadata), else None.
+        self.kind_counts = kind_counts
+        #: ``executor(fn, args) -> [fn(events of partition i, *args) for each i]``, or None: in this process.
+        self.executor = executor
+        self.loaded = 0
+        self.most_at_once = 0
+        self.whole_loads = 0
+        self._alive = 0
+        self._whole: pl.DataFrame | None = None
+
+    # -- measures ---------------------------------------------------------------
+    def map(self, fn: Callable, *args: Any) -> list[Any]:
+        """``[fn(events of partition i, *args)]`` for every partition, in order; one partition in memory at a time here."""
+        if self.executor is not None:
+            return self.executor(fn, args)
+        out = []
+        for i in range(len(self.paths)):
+            out.append(fn(self.partition(i), *args))
+        return out
+
+    def partition(self, i: int) -> pl.DataFrame:
+        """Partition ``i``'s events, read from its file (counted while alive in :attr:`most_at_once`)."""
+        import weakref
+
+        events = pl.read_parquet(self.paths[i])
+        self.loaded += 1
+        self._alive += 1
+        self.most_at_once = max(self.most_at_once, self._alive)
+        weakref.finalize(events, self._release)
+        return events
+
+    def _release(self) -> None:
+        self._alive -= 1
+
+    def measure(self, measure: Measure, params: dict) -> pl.DataFrame:
+        """``measure`` of the whole table, computed partition by partition (see the class docstring)."""
+        if "trace_id" not in measure.partitions or not self.paths:  # it must see the whole table
+            return measure.combine([measure.part(self.whole(), **params)], **params)
+        finish = measure.per_trace
+        results = self.map(rank_result, measure, params, finish)
+        if not finish:
+            return measure.combine(results, **params)
+        order = sorted(range(len(results)), key=lambda i: self.trace_ids[i])
+        return pl.concat([results[i] for i in order])
+
+    # -- the table, lazily ------------------------------------------------------
+    def lazy(self) -> pl.LazyFrame:
+        """The whole table as a lazy scan of the partitions (rows in table order)."""
+        return pl.scan_parquet(self.paths)
+
+    def filter(self, *predicates: Any, **constraints: Any) -> pl.DataFrame:
+        """``DataFrame.filter`` of the whole table: only the matching rows are read into memory."""
+        return self.lazy().filter(*predicates, **constraints).collect()
+
+    def select(self, *exprs: Any, **named: Any) -> pl.DataFrame:
+        """``DataFrame.select`` of the whole table (an aggregate reads only its columns)."""
+        return self.lazy().select(*exprs, **named).collect()
+
+    def __getitem__(self, column: str) -> pl.Series:
+        """One column of the whole table."""
+        if not isinstance(column, str):
+            return self.whole()[column]
+        return self.select(column).to_series()
+
+    @property
+    def height(self) -> int:
+        """Rows of the whole table."""
+        return int(self.lazy().select(pl.len()).collect().item())
+
+    def __len__(self) -> int:
+        return self.height
+
+    @property
+    def schema(self) -> pl.Schema:
+        """The table's schema."""
+        return self.lazy().collect_schema()
+
+    @property
+    def columns(self) -> list[str]:
+        """The table's column names."""
+        return self.schema.names()
+
+    def whole(self) -> pl.DataFrame:
+        """The whole table in memory (once; counted in :attr:`whole_loads`): what the other DataFrame methods use."""
+        if self._whole is None:
+            self.whole_loads += 1
+            from traceparse.schema import empty_frame
+
+            self._whole = self.lazy().collect() if self.paths else empty_frame()
+        return self._whole
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.whole(), name)
+
+    def __repr__(self) -> str:
+        return f"<PartitionedEvents {len(self.paths)} partitions>"
 
 
 def partitioned(measure: Measure, events: pl.DataFrame, *, by: str | None = None, chunks: int | None = None,
@@ -86,27 +227,6 @@ def partitioned(measure: Measure, events: pl.DataFrame, *, by: str | None = None
         frames = [events.slice(i, size) for i in range(0, events.height, size)]
     frames = frames or [events]
     return measure.combine([measure.part(f, **params) for f in frames], **params)
-
-
-#: The partition runner in effect (see :func:`parts_by`).
-_RUNNER: ContextVar[Callable[[Measure, pl.DataFrame, dict], list[pl.DataFrame] | None] | None] = ContextVar(
-    "traceparse_partition_runner", default=None)
-
-
-@contextmanager
-def parts_by(runner: Callable[[Measure, pl.DataFrame, dict], list[pl.DataFrame] | None]) -> Iterator[None]:
-    """Within the block, measures called on a table ask ``runner(measure, events, params)`` for their parts.
-
-    The runner returns the parts of ``events`` by ``trace_id`` (one per rank
-    of a run, computed wherever it likes: a Dask cluster reads each rank's
-    partition from the store), or None to let the measure run as usual (a
-    table it does not know). Only measures valid by ``trace_id`` ask.
-    """
-    token = _RUNNER.set(runner)
-    try:
-        yield
-    finally:
-        _RUNNER.reset(token)
 
 
 def keyed(frame: pl.DataFrame) -> pl.DataFrame:

@@ -35,6 +35,7 @@ class DeviceBusy(Measure):
     """
 
     name = "device_busy"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=GPU_KINDS) -> pl.DataFrame:
         return intervals.union(_activity(events, kinds), DEVICE)
@@ -58,6 +59,9 @@ class Gaps(Measure):
     intervals, ``before`` / ``after``: the name of the activity on that device
     that ends where the gap starts / starts where it ends (of several, the
     first in the trace's order, by ``event_id``). Sorted by device and start.
+    With ``longest`` = N, only the N longest gaps of each trace (by length,
+    then start and device): what a rule listing the longest gaps needs, N
+    rows per rank of a run instead of every gap.
 
     Part: the union per device, each merged interval with the first activity
     ending at its end and starting at its start; combine: the merged union,
@@ -66,8 +70,9 @@ class Gaps(Measure):
     """
 
     name = "gaps"
+    per_trace = True
 
-    def part(self, events: pl.DataFrame, kinds=GPU_KINDS) -> pl.DataFrame:
+    def part(self, events: pl.DataFrame, kinds=GPU_KINDS, longest: int | None = None) -> pl.DataFrame:
         rows = _activity(events, kinds).with_columns(end=pl.col("start_ns") + pl.col("duration_ns"))
         union = intervals.union(rows, DEVICE)
         ends = _first_at(rows, "end", "end_event", "end_name")
@@ -75,7 +80,7 @@ class Gaps(Measure):
         return (union.join(ends, on=[*DEVICE, "end"], how="left")
                 .join(starts, on=[*DEVICE, "start"], how="left"))
 
-    def combine(self, parts: list[pl.DataFrame], kinds=GPU_KINDS) -> pl.DataFrame:
+    def combine(self, parts: list[pl.DataFrame], kinds=GPU_KINDS, longest: int | None = None) -> pl.DataFrame:
         every = pl.concat(parts)
         merged = intervals.merge(every, DEVICE)
         ends = _first_of(every, "end", "end_event", "end_name")
@@ -88,6 +93,9 @@ class Gaps(Measure):
                 .select(*DEVICE, pl.col("gap_start").alias("start"), pl.col("start").alias("end"),
                         (pl.col("start") - pl.col("gap_start")).alias("length"), "before",
                         pl.col("start_name").alias("after")))
+        if longest is not None:
+            gaps = (gaps.sort(["length", "start", "device_id"], descending=[True, False, False])
+                    .group_by("trace_id", maintain_order=True).head(max(0, int(longest))).sort([*DEVICE, "start"]))
         return unkeyed(gaps)
 
 

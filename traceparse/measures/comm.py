@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from traceparse import expr, intervals
-from traceparse.measures.base import PARTITIONS, Measure, keyed, placed, unkeyed
+from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, unkeyed
 from traceparse.measures.overlap import overlap
 
 #: Key of the per-device communication measures: a rank's device (a run's ranks are separate traces).
@@ -69,6 +69,7 @@ class CommOverlap(Measure):
     """
 
     name = "comm_overlap"
+    per_trace = True
     partitions = _VALID
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
@@ -267,6 +268,7 @@ class RankTime(Measure):
     """
 
     name = "rank_time"
+    per_trace = True
     partitions = _VALID
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
@@ -302,23 +304,39 @@ collective_waits = CollectiveWaits()
 rank_time = RankTime()
 
 
-def member_steps(events: pl.DataFrame, members: pl.DataFrame) -> dict[Any, int]:
+def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
     """Each member's step time: Σ of its host-side ``ProfilerStep#N`` durations, else the span of its timed events.
 
     ``members`` has ``member`` and ``rank`` (as :class:`Collectives` rows do). A rank's events are its rows;
-    the devices (or the process) of one trace share that trace's steps.
+    the devices (or the process) of one trace share that trace's steps. On a run's partitions
+    (:class:`traceparse.measures.base.PartitionedEvents`, one rank each) every rank is measured in turn.
     """
+    wanted = members.select("member", "rank").unique()
+    if isinstance(events, PartitionedEvents):
+        per_rank: dict[Any, int] = {}
+        for found in events.map(_rank_step_times):
+            per_rank.update(found)
+        return {r["member"]: per_rank.get(r["rank"], 0) for r in wanted.iter_rows(named=True)}
+    out: dict[Any, int] = {}
+    for r in wanted.iter_rows(named=True):
+        rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
+        out[r["member"]] = _step_time(rows)
+    return out
+
+
+def _rank_step_times(events: pl.DataFrame) -> dict[Any, int]:
+    """{rank: step time} of one partition of a run (one rank's rows)."""
+    return {rank: _step_time(events.filter(pl.col("rank") == rank))
+            for rank in events["rank"].drop_nulls().unique().to_list()}
+
+
+def _step_time(rows: pl.DataFrame) -> int:
     from traceparse.measures.steps import steps
 
-    out: dict[Any, int] = {}
-    for r in members.select("member", "rank").unique().iter_rows(named=True):
-        rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
-        s = steps(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
-        s = s.filter(pl.col("on_host")) if s.height and s["on_host"].any() else s
-        if s.height:
-            out[r["member"]] = int(s["duration_ns"].sum())
-        else:
-            span = rows.filter(placed()).select((pl.col("start_ns") + pl.col("duration_ns")).max()
-                                                - pl.col("start_ns").min()).item()
-            out[r["member"]] = int(span or 0)
-    return out
+    s = steps(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
+    s = s.filter(pl.col("on_host")) if s.height and s["on_host"].any() else s
+    if s.height:
+        return int(s["duration_ns"].sum())
+    span = rows.filter(placed()).select((pl.col("start_ns") + pl.col("duration_ns")).max()
+                                        - pl.col("start_ns").min()).item()
+    return int(span or 0)

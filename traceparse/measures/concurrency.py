@@ -23,6 +23,7 @@ class Concurrency(Measure):
     """
 
     name = "concurrency"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=("kernel",), at_least: int = 2) -> pl.DataFrame:
         return intervals.edges(keyed(rows_of(events, kinds).filter(placed())), [*DEVICE, "stream_id"])

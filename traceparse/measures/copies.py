@@ -30,6 +30,7 @@ class CopyStats(Measure):
     """
 
     name = "copy_stats"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=("memcpy",), prefer_timed: bool = True, buckets=None) -> pl.DataFrame:
         calls = expr.calls()

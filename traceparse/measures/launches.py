@@ -61,6 +61,7 @@ class Launches(Measure):
     """
 
     name = "launches"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=expr.GPU_KINDS) -> pl.DataFrame:
         return _projection(events, kinds)
@@ -99,6 +100,7 @@ class StreamIdle(Measure):
     """
 
     name = "stream_idle"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=expr.GPU_KINDS, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
         return _projection(events, kinds)

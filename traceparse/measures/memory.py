@@ -38,6 +38,7 @@ class MemorySamples(Measure):
     """
 
     name = "memory_samples"
+    per_trace = True
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
         rows = events.filter((pl.col("kind").cast(pl.String) == "counter") & pl.col("start_ns").is_not_null()
@@ -65,6 +66,7 @@ class MemoryPeaks(Measure):
     """
 
     name = "memory_peaks"
+    per_trace = True
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
         return memory_samples.part(events)

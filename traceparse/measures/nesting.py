@@ -35,6 +35,7 @@ class SelfTime(Measure):
     """
 
     name = "self_time"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=HOST_KINDS) -> pl.DataFrame:
         ok = (pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("start_ns").is_not_null()

@@ -30,6 +30,7 @@ class Overlap(Measure):
     """
 
     name = "overlap"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, a=("memcpy",), b=("kernel",), group=()) -> pl.DataFrame:
         group = list(group)

@@ -24,6 +24,7 @@ class Steps(Measure):
     """
 
     name = "steps"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=None) -> pl.DataFrame:
         rows = events if kinds is None else rows_of(events, kinds)

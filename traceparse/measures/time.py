@@ -28,6 +28,7 @@ class TimeByName(Measure):
     """
 
     name = "time_by_name"
+    per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=None, prefer_timed: bool = True) -> pl.DataFrame:
         rows = events if kinds is None else rows_of(events, kinds)
@@ -76,6 +77,8 @@ class TimeByCategory(Measure):
     """
 
     name = "time_by_category"
+
+    per_trace = True
 
     def __init__(self, name: str = "time_by_category", **defaults):
         self.name = name

@@ -3,8 +3,10 @@
 A run (a rank directory, or a run id) is analysed as one trace of all its
 ranks (:meth:`traceparse.store.Store.load_run`): every rule gives its
 run-level figure, and rules with device tables name each rank's devices
-(``rank 2:0``). ``--scheduler`` computes the measures' per-rank parts on a
-Dask cluster (:mod:`traceparse.distributed`); the findings are the same.
+(``rank 2:0``). The run's events stay in the store and are read rank by rank
+(``lazy=True``), so memory does not grow with the ranks. ``--scheduler``
+computes the measures' per-rank steps on a Dask cluster
+(:mod:`traceparse.distributed`); the findings are the same.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class AnalyzeCommand(Command):
         from traceparse.distributed import connected, measures_on, scheduler_from
 
         scheduler = scheduler_from(args.scheduler)
-        # a capture's files are one trace, as ingest groups them
-        view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format, group=True))
+        # a capture's files are one trace, as ingest groups them; a run's ranks stay in the store
+        view = windowing.apply(args, session.resolve_all(args.traces, fmt=args.format, group=True, lazy_runs=True))
         traces = view.traces
         findings, summaries = [], {}
         with ExitStack() as stack:

@@ -1,0 +1,261 @@
+"""``analyze RUN`` reads a run rank by rank: the same findings as on the whole table, one rank in memory at a time.
+
+The reference is the whole-table evaluation (``Store.load_run`` without
+``lazy``: every rank's rows concatenated, what analyze did before), run in
+this process; the rank-by-rank evaluation must give the same findings JSON,
+byte for byte, in-process and on a Dask LocalCluster of two workers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from helpers import REPO, run_cli
+from traceparse import measures
+from traceparse.analysis import analyze
+from traceparse.expr import calls, flat_rows, kind_is, prefer_timed
+from traceparse.measures.base import PartitionedEvents
+from traceparse.measures.routines import routine_choices, routine_time
+from traceparse.run import ingest_run
+from traceparse.schema import conform
+from traceparse.store import Store
+
+MULTIRANK = REPO.parent / "shared" / "samples" / "multirank"
+SAMPLES = ["gloo4_resnet18_bs16", "gloo4_resnet18_bs16_slow_rank2"]
+needs_samples = pytest.mark.skipif(not (MULTIRANK / SAMPLES[0]).is_dir(), reason="shared multirank samples not present")
+
+
+def findings_json(trace) -> str:
+    return json.dumps([f.to_dict() for f in analyze(trace)], sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The two real 4-rank gloo runs and a synthetic 6-rank run (benchmarks/make_ranks.py: skew, slow rank 3)."""
+    if not (MULTIRANK / SAMPLES[0]).is_dir():
+        pytest.skip("shared multirank samples not present")
+    store = Store(tmp_path_factory.mktemp("store"))
+    synthetic = tmp_path_factory.mktemp("ranks") / "synthetic6"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_ranks.py"),
+                    str(MULTIRANK / SAMPLES[0] / "rank1.json.gz"), str(synthetic), "--ranks", "6", "--slow-rank", "3",
+                    "--skew-us", "500"], check=True, capture_output=True)
+    ids = {}
+    for name, path in [*((s, MULTIRANK / s) for s in SAMPLES), ("synthetic6", synthetic)]:
+        ids[name] = ingest_run([path], store=store, jobs=1).run["id"]
+    return store, ids
+
+
+@needs_samples
+@pytest.mark.parametrize("name", [*SAMPLES, "synthetic6"])
+def test_rank_by_rank_gives_the_whole_table_findings_with_one_rank_in_memory(runs, name):
+    store, ids = runs
+    whole = store.load_run(ids[name])
+    lazy = store.load_run(ids[name], lazy=True)
+    table = lazy.events
+    assert isinstance(table, PartitionedEvents) and not isinstance(whole.events, PartitionedEvents)
+    assert findings_json(lazy) == findings_json(whole)
+    # the memory bound: measures read one rank at a time, every rank the same number of times, and no rule
+    # needed the whole table (the fallback that would read it is counted)
+    ranks = len(whole.meta.extra["run"]["ranks"])
+    assert table.most_at_once == 1
+    assert table.loaded > 0 and table.loaded % ranks == 0
+    assert table.whole_loads == 0
+    if name == "gloo4_resnet18_bs16_slow_rank2":
+        stragglers = json.loads(findings_json(lazy))
+        assert [f["metrics"]["straggler_rank"] for f in stragglers if f["rule"] == "stragglers"] == [2]
+
+
+@needs_samples
+def test_every_measure_on_the_partitions_equals_the_whole_table(runs):
+    store, ids = runs
+    for name, run_id in ids.items():
+        whole = store.load_run(run_id).events
+        table = store.load_run(run_id, lazy=True).events
+        for measure_name, measure in measures.MEASURES.items():
+            assert measure(table).equals(measure(whole)), (name, measure_name)
+        # per-trace results are concatenated in trace-id order (what combine sorts by), not rank order
+        order = [t for t in table.trace_ids]
+        assert order != sorted(order) or name == "synthetic6"
+        assert table.most_at_once == 1 and table.whole_loads == 0
+
+
+@needs_samples
+def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_whole_table(runs):
+    store, ids = runs
+    whole = store.load_run(ids[SAMPLES[1]]).events
+    table = store.load_run(ids[SAMPLES[1]], lazy=True).events
+    kernels = kind_is("kernel")
+    assert table.filter(kernels).equals(whole.filter(kernels))
+    assert table.select(kernels.sum()).item() == whole.select(kernels.sum()).item() > 0
+    assert table["rank"].equals(whole["rank"]) and table.height == whole.height and table.columns == whole.columns
+    counts = {str(k): n for k, n in whole.group_by("kind").len().iter_rows()}
+    assert {k: n for k, n in table.kind_counts.items() if n} == counts  # the ranks' ingest summaries
+    assert table.whole_loads == 0 and table.loaded == 0  # none of these read a rank into memory
+    assert table.sort("start_ns").equals(whole.sort("start_ns"))  # anything else: the whole table, counted
+    assert table.whole_loads == 1
+
+
+@needs_samples
+@pytest.mark.parametrize("name", SAMPLES)
+def test_cli_analyze_of_a_run_in_process_gives_the_whole_table_findings(runs, name, tmp_path):
+    store, ids = runs
+    code, out, err = run_cli("--store", str(store.root), "analyze", "--json", ids[name])
+    assert code == 0, err
+    got = json.loads(out)["findings"]
+    assert json.dumps(got, sort_keys=True) == findings_json(store.load_run(ids[name]))
+
+
+@needs_samples
+def test_dask_local_cluster_of_two_workers_gives_the_whole_table_findings(runs):
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    from traceparse import distributed as dist
+
+    store, ids = runs
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for name in SAMPLES:
+            lazy = store.load_run(ids[name], lazy=True)
+            with dist.measures_on(client, store, lazy):
+                got = findings_json(lazy)
+            assert got == findings_json(store.load_run(ids[name])), name
+            assert lazy.events.loaded == 0  # every rank was read on a worker, none here
+        reads = client.run(lambda: dist._partition.cache_info().misses)
+        assert len(reads) == 2 and all(n > 0 for n in reads.values())  # both workers read ranks
+
+
+def test_measures_on_refuses_a_run_held_in_memory(tmp_path):
+    from traceparse import distributed as dist
+    from traceparse.trace import Trace
+
+    with pytest.raises(TypeError, match="lazy=True"):
+        with dist.measures_on(None, Store(tmp_path), Trace(conform(pl.DataFrame({"kind": ["kernel"]})))):
+            pass
+
+
+# -- hotspots' routines, against the whole-table algorithm they replace --------------------------------------------
+def whole_table_routines(events: pl.DataFrame, kinds: list[str]) -> tuple[pl.DataFrame, dict]:
+    """The hotspots rule's rows before per-rank measuring: filter, flat rows, timed rows per kind, self time."""
+    rows = events.filter(kind_is(*kinds))
+    rows, nested = flat_rows(rows)
+    parts, dropped = [], 0
+    for kind in rows["kind"].cast(pl.String).unique().sort().to_list():
+        kept, n = prefer_timed(rows.filter(pl.col("kind") == kind))
+        parts.append(kept)
+        dropped += n
+    rows = pl.concat(parts) if parts else rows
+    own = measures.self_time(rows).select("trace_id", "event_id", "self_ns")
+    rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
+    rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),
+                             kind=pl.col("kind").cast(pl.String)).filter(pl.col("time_ns").is_not_null())
+    thread = ["pid", "device_id", "tid"]
+    per_thread = rows.group_by(["name", "kind", *thread]).agg(
+        time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum())
+    return per_thread, {"nested": nested, "dropped": dropped,
+                        "exclusive_rows": int(rows["exclusive_ns"].is_not_null().sum()),
+                        "self_time_rows": int(rows["self_ns"].is_not_null().sum())}
+
+
+def table_of(rows: list[tuple]) -> pl.DataFrame:
+    cols = ["trace_id", "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns",
+            "call_path", "calls"]
+    return conform(pl.DataFrame([dict(zip(cols, r)) for r in rows]))
+
+
+CASES = {
+    # two traces; op nests an api call; aggregated op rows beside timed ones (left out); a kernel without a thread
+    "mixed": [("a", 0, "op", "fwd", 1, 1, 0, 100, None, None, None), ("a", 1, "api", "launch", 1, 1, 10, 20, None,
+              None, None), ("a", 2, "op", "fwd", 1, 1, None, 300, None, None, 3), ("a", 3, "kernel", "k", None, None,
+              5, 50, None, None, None), ("b", 0, "op", "fwd", 1, 1, 0, 70, None, None, None),
+              ("b", 1, "op", "bwd", 1, 2, 0, 40, None, None, None)],
+    # TAU-like: exclusive time, flat rows and call-path rows (the call-path rows are left out)
+    "callpaths": [("t", 0, "region", "main", 0, 0, None, 500, 200, "main", 1), ("t", 1, "region", "f", 0, 0, None,
+                  300, 300, "f", 2), ("t", 2, "region", "main => f", 0, 0, None, 300, 300, "main => f", 2),
+                  ("u", 0, "region", "main", 0, 0, None, 400, 100, "main", 1)],
+    # only aggregated rows: kept
+    "aggregated": [("a", 0, "op", "x", 1, 1, None, 10, None, None, 2), ("b", 0, "op", "x", 1, 1, None, 30, None,
+                   None, 5)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_routine_time_per_trace_equals_the_whole_table_algorithm(case):
+    events = table_of(CASES[case])
+    kinds = ["region", "kernel", "op", "api"]
+    expected, counts = whole_table_routines(events, kinds)
+    chosen = routine_choices(events, kinds)
+    assert (chosen["nested"], chosen["dropped"]) == (counts["nested"], counts["dropped"])
+    params = {"kinds": tuple(kinds), "drop_nested": chosen["drop_nested"],
+              "drop_aggregated": tuple(chosen["drop_aggregated"])}
+    for routines in (routine_time(events, **params),
+                     measures.partitioned(routine_time, events, by="trace_id", **params)):
+        got = routines.group_by(["name", "kind", "pid", "device_id", "tid"]).agg(
+            pl.col("time_ns", "inclusive_ns", "calls").sum())
+        key = ["name", "kind", "pid", "device_id", "tid"]
+        assert_frame_equal(got.sort(key, nulls_last=False), expected.sort(key, nulls_last=False),
+                           check_dtypes=False, check_column_order=False)
+        assert int(routines["exclusive_rows"].sum()) == counts["exclusive_rows"]
+        assert int(routines["self_time_rows"].sum()) == counts["self_time_rows"]
+    with pytest.raises(ValueError, match="cannot be partitioned by device_id"):
+        measures.partitioned(routine_time, events, by="device_id", **params)
+
+
+# -- collective instances on the real gloo files: no sequence numbers, so the n-th call of each rank ----------------
+@needs_samples
+@pytest.mark.parametrize("name", SAMPLES)
+def test_gloo_samples_have_no_collective_seq_and_instances_are_the_nth_call_of_each_rank(runs, name):
+    import gzip
+
+    from helpers import us_to_ns
+
+    store, ids = runs
+    expected = {}
+    for rank in range(4):
+        doc = json.loads(gzip.open(MULTIRANK / name / f"rank{rank}.json.gz").read())
+        events = doc["traceEvents"]
+        # what Kineto writes for collectives with a sequence number is absent from these files; the autograd
+        # "Sequence number" of operators is there, and is not a collective's
+        assert not [e for e in events if e.get("name") == "record_param_comms"]
+        assert not [e for e in events if {"Seq", "Process Group Name"} & set(e.get("args") or {})]
+        assert any("Sequence number" in (e.get("args") or {}) for e in events)
+        calls = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name", "").startswith("c10d::")),
+                       key=lambda e: e["ts"])
+        expected[rank] = [(e["name"], us_to_ns(e["ts"])) for e in calls]
+    table = store.load_run(ids[name], lazy=True).events
+    assert table.select(pl.col("seq").is_not_null().sum()).item() == 0
+    found = measures.collectives(table)
+    assert set(found["source"]) == {"c10d op"} and found["seq"].null_count() == found.height
+    assert (found["instance"] == found["index"]).all()
+    for rank in range(4):
+        mine = found.filter(pl.col("member") == rank).sort("instance")
+        assert list(zip(mine["name"], mine["arrival_ns"])) == expected[rank]
+    # every instance has all four ranks
+    assert set(found.group_by("process_group", "instance").len()["len"]) == {4}
+
+
+@needs_samples
+def test_a_measure_not_declared_per_trace_gets_every_ranks_part_combined(runs):
+    from traceparse.measures.base import Measure
+
+    class Rows(Measure):  # a third-party measure that sums over traces, declaring nothing
+        name = "rows"
+
+        def part(self, events, **params):
+            return pl.DataFrame({"rows": [events.height]})
+
+        def combine(self, parts, **params):
+            return pl.DataFrame({"rows": [int(pl.concat(parts)["rows"].sum())]})
+
+    store, ids = runs
+    table = store.load_run(ids[SAMPLES[0]], lazy=True).events
+    assert Rows.per_trace is False
+    assert Rows()(table)["rows"].to_list() == [store.load_run(ids[SAMPLES[0]]).events.height]
+    assert table.most_at_once == 1 and table.loaded == 4

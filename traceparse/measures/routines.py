@@ -1,0 +1,105 @@
+"""Exclusive time per routine and thread: what the hotspots rule ranks, measured trace by trace.
+
+A run's ranks are measured one at a time (a
+:class:`traceparse.measures.base.PartitionedEvents`); the choices that
+depend on the whole table (leave out call-path rows, leave out aggregated
+rows of a kind that also has timed ones) are made first, by
+:func:`routine_choices`, from a few counts over the whole table, and passed to
+every rank's part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceparse.expr import calls, kind_is, timed
+from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.measures.nesting import self_time
+
+#: Key of :data:`routine_time`: a routine (name, kind) on one thread of one trace.
+ROUTINE = ["trace_id", "name", "kind", "pid", "device_id", "tid"]
+#: Host kinds whose rows count with their inclusive time when the source gives no exclusive time.
+_HOST = ["op", "region", "api", "marker"]
+
+
+def _nested() -> pl.Expr:
+    return pl.col("call_path").fill_null("").str.contains(" => ", literal=True)
+
+
+def routine_choices(events: Any, kinds: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """What to leave out of the rows of ``kinds``, decided on the whole table (a DataFrame or a run's partitions).
+
+    As :func:`traceparse.expr.flat_rows` then :func:`traceparse.expr.prefer_timed` per kind do on the
+    whole table: ``drop_nested`` when some but not all rows are call-path rows (``nested``: how many);
+    ``drop_aggregated``: the kinds with both timed and aggregated rows (``dropped``: their aggregated rows).
+    One aggregate over the table (for a run, a lazy scan of three columns).
+    """
+    kinds = list(kinds)
+    ours = kind_is(*kinds)
+    nested = _nested()
+    exprs = [ours.sum().alias("rows"), (ours & nested).sum().alias("nested")]
+    for i, k in enumerate(kinds):
+        mine = pl.col("kind") == k
+        exprs += [mine.sum().alias(f"r{i}"), (mine & timed()).sum().alias(f"t{i}"),
+                  (mine & ~nested).sum().alias(f"rf{i}"), (mine & ~nested & timed()).sum().alias(f"tf{i}")]
+    counts = events.select(exprs).row(0, named=True)
+    drop_nested = 0 < counts["nested"] < counts["rows"]
+    drop, dropped = [], 0
+    for i, k in enumerate(kinds):
+        n, t = (counts[f"rf{i}"], counts[f"tf{i}"]) if drop_nested else (counts[f"r{i}"], counts[f"t{i}"])
+        if 0 < t < n:
+            drop.append(k)
+            dropped += n - t
+    return {"drop_nested": drop_nested, "nested": counts["nested"] if drop_nested else 0,
+            "drop_aggregated": drop, "dropped": dropped}
+
+
+class RoutineTime(Measure):
+    """Per routine and thread (``trace_id``, ``name``, ``kind``, ``pid``, ``device_id``, ``tid``): exclusive and inclusive time.
+
+    Rows: those of ``kinds``, less call-path rows when ``drop_nested`` and less the aggregated rows of the
+    kinds in ``drop_aggregated`` (see :func:`routine_choices`). A row's time is its ``exclusive_ns``, else
+    its self time from its nesting on its thread (:data:`traceparse.measures.self_time`), else its
+    duration; rows with none are left out. Columns: the key, ``time_ns``, ``inclusive_ns`` (Σ duration),
+    ``calls``, and counts of the rows by where their time came from: ``exclusive_rows``,
+    ``self_time_rows``, ``inclusive_only_rows``, ``host_inclusive_rows`` (inclusive-only rows of a host
+    kind: op, region, api, marker). Sorted by the key.
+
+    Part: the sums of one partition (the self time needs whole threads); combine: their sums. Valid
+    partitions: trace.
+    """
+
+    name = "routine_time"
+    per_trace = True
+    partitions = ("trace_id",)
+
+    def part(self, events: pl.DataFrame, kinds=("region", "kernel", "op"), drop_nested: bool = False,
+             drop_aggregated=()) -> pl.DataFrame:
+        keep = kind_is(*kinds)
+        if drop_nested:
+            keep = keep & ~_nested()
+        if drop_aggregated:
+            keep = keep & ~(kind_is(*drop_aggregated) & ~timed())
+        rows = events.filter(keep)
+        own = self_time(rows).select("trace_id", "event_id", "self_ns")
+        rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
+        rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),
+                                 kind=pl.col("kind").cast(pl.String)).filter(pl.col("time_ns").is_not_null())
+        inclusive_only = pl.col("exclusive_ns").is_null() & pl.col("self_ns").is_null()
+        return keyed(rows).group_by(ROUTINE).agg(
+            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum(),
+            exclusive_rows=pl.col("exclusive_ns").is_not_null().sum().cast(pl.Int64),
+            self_time_rows=pl.col("self_ns").is_not_null().sum().cast(pl.Int64),
+            inclusive_only_rows=inclusive_only.sum().cast(pl.Int64),
+            host_inclusive_rows=(inclusive_only & pl.col("kind").is_in(_HOST)).sum().cast(pl.Int64))
+
+    def combine(self, parts: list[pl.DataFrame], **params: Any) -> pl.DataFrame:
+        sums = ["time_ns", "inclusive_ns", "calls", "exclusive_rows", "self_time_rows", "inclusive_only_rows",
+                "host_inclusive_rows"]
+        out = pl.concat(parts).group_by(ROUTINE).agg(pl.col(sums).sum()).sort(ROUTINE, nulls_last=False)
+        return unkeyed(out)
+
+
+routine_time = RoutineTime()
