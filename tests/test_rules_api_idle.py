@@ -164,7 +164,8 @@ def test_api_classes_by_hand():
 
 
 def test_api_share_severity_and_settings():
-    # launch 850 ns of 1000 (85%): warning by default (launch_warning_pct 80); allocation 100 (10%); other 50.
+    # launch 850 ns of 1000 (85%): info by default (launch_warning_pct 101, off: every asynchronous loop's API
+    # time is mostly launches), a warning from 80%; allocation 100 (10%); other 50.
     rows = [{"kind": "api", "name": "cudaLaunchKernel", "calls": 100, "duration_ns": 850},
             {"kind": "api", "name": "cudaMalloc", "calls": 2, "duration_ns": 100},
             {"kind": "api", "name": "cudaGetDeviceProperties", "calls": 1, "duration_ns": 50}]
@@ -172,6 +173,8 @@ def test_api_share_severity_and_settings():
     f = run_rule(trace, "api-share")
     assert (f.metrics["launch_share_pct"], f.metrics["allocation_share_pct"], f.metrics["other_share_pct"]) == \
         (85.0, 10.0, 5.0)
+    assert f.severity == "info"
+    f = run_rule(trace, "api-share", "api-share.launch_warning_pct=80")
     assert f.severity == "warning"
     assert "launch" in f.title and "CUDA graphs" in f.suggestion
     f = run_rule(trace, "api-share", "api-share.launch_warning_pct=90")

@@ -26,11 +26,14 @@ one call replays a whole captured graph of kernels. Items: the names with the mo
 ``time_ns``, ``share_pct``.
 
 Severity: warning when a class's share reaches its ``<class>_warning_pct``.
-By default only launch (80%: the host does little but launch kernels, the
-seed's case, typical of launch-bound small kernels) and allocation (20%:
-allocation in the steady state can be avoided) warn; a host blocked in a
+By default only allocation (20%: allocation in the steady state can be
+avoided) warns. Launch is off (101): launch calls take 80–86% of the API
+time of every asynchronous training loop, healthy or launch-bound alike
+(all 32 traces of the batch-size sweep), so the share says nothing;
+whether launches hold the GPU back is ``launch-stats``' question (kernels
+shorter than their launch call) and ``gpu-idle``'s. A host blocked in a
 synchronize or a synchronous copy is waiting for the GPU, which is normal
-when the GPU is the bottleneck, so those are off (101) unless set lower.
+when the GPU is the bottleneck, so those are off too unless set lower.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class ApiShare(Rule):
     definition = __doc__
     thresholds = {
         "top": 15,                          # items listed
-        "launch_warning_pct": 80.0,         # a class's share of API time at or above its value is a warning
+        "launch_warning_pct": 101.0,        # a class's share of API time at or above its value is a warning
         "graph_launch_warning_pct": 101.0,  # (101: off)
         "memcpy_warning_pct": 101.0,        # (101: off)
         "synchronize_warning_pct": 101.0,
