@@ -129,8 +129,8 @@ def test_low_kernel_concurrency_underused_share_matches_the_raw_json(samples_dir
     assert (f.metrics["idle_sm_ns"], f.metrics["small_grid_kernels"], f.metrics["sm_count"]) == (idle, small, sms)
     assert f.metrics["short_kernel_ns"] == 0  # every kernel has its grid
     assert f.metrics["underused_pct"] == round(100 * idle / total, 4)
-    # one stream (or two GPUs) of kernels that leave under a quarter of the SMs idle: low concurrency is normal
-    assert f.metrics["concurrency_pct"] < 5 and f.metrics["underused_pct"] < 25
+    # one stream (or two GPUs) of kernels that leave under 30% of the SM time unused: low concurrency is normal
+    assert f.metrics["concurrency_pct"] < 5 and f.metrics["underused_pct"] < 30
     assert f.severity == "info" and "not a problem here" in f.message
 
 
