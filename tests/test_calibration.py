@@ -270,3 +270,54 @@ def test_hotspots_imbalance_among_autograd_peers():
     assert run("hotspots.imbalance_warning=1.5")[0].severity == "warning"
     assert sorted({i["thread"] for i in per.items}) == ["50/50 (python3)", "50/61 (pt_autograd_0)",
                                                         "50/62 (pt_autograd_1)"]
+
+
+def test_nsys_sqlite_thread_names_match_the_export(samples_dir, tmp_path):
+    import shutil
+    import sqlite3
+
+    path = samples_dir / "nsys" / "resnet18_bs16.sqlite.gz"
+    db_path = tmp_path / "r.sqlite"
+    with gzip.open(path, "rb") as src, db_path.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    db = sqlite3.connect(db_path)
+    callers = {g for (g,) in db.execute("SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    want = {f"{(g >> 24) & 0xFFFFFF}/{g & 0xFFFFFF}": name for g, name in db.execute(
+        "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId") if g in callers}
+    db.close()
+    assert sorted(want.values()) == ["pt_autograd_0", "python3"]
+    trace = read_paths([path])[0]
+    assert trace.meta.extra["thread_names"] == want
+    per = next(f for f in analyze(trace, rules=["hotspots"]) if f.title == "Hotspots per thread")
+    labels = {i["thread"] for i in per.items if i["tid"] is not None}
+    assert labels == {f"{key} ({name})" for key, name in want.items()}
+
+
+def run_rule(rows: list[dict], rule: str, *settings: str):
+    trace = Trace(conform(pl.DataFrame(rows, infer_schema_length=None), trace_id="s"), TraceMeta(id="s"))
+    (f,) = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
+    return f
+
+
+def test_gpu_idle_warns_on_one_gap_of_half_a_second():
+    # 100 kernels of 1 s back to back, then one gap of 600 ms, then one more: 0.59% idle, under the 25% warning,
+    # but one gap at least nsys gpu_gaps' 500 ms
+    rows = [kernel("k", i * 1_000_000_000, (i + 1) * 1_000_000_000) for i in range(100)]
+    rows.append(kernel("k", 100_600_000_000, 101_600_000_000))
+    f = run_rule(rows, "gpu-idle")
+    assert (f.metrics["idle_ns"], f.metrics["gaps"]) == (600_000_000, 1)
+    assert f.metrics["idle_pct"] == round(100 * 0.6 / 101.6, 4)
+    assert f.severity == "warning"
+    assert run_rule(rows, "gpu-idle", "gpu-idle.warning_gap_ms=600.1").severity == "info"
+
+
+def test_inefficient_memcpy_size_needs_time_at_stake():
+    # 15 HtoD copies of 4 KiB, 3 us each: all small, 100% of the copy time, but 45 us in all
+    rows = [{"kind": "memcpy", "name": "Memcpy HtoD", "device_id": 0, "copy_kind": "HtoD", "bytes": 4096,
+             "start_ns": i * 10_000, "duration_ns": 3_000} for i in range(15)]
+    f = run_rule(rows, "inefficient-memcpy-size")
+    assert (f.metrics["small_copies"], f.metrics["small_copy_time_ns"], f.metrics["small_copy_share_pct"]) == (
+        15, 45_000, 100.0)
+    assert f.severity == "info"
+    assert run_rule(rows, "inefficient-memcpy-size", "inefficient-memcpy-size.min_small_time_us=45").severity == \
+        "critical"

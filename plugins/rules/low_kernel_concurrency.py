@@ -97,7 +97,7 @@ class LowKernelConcurrency(Rule):
                     + ").")
         if n_kernels < 2:
             message += " One kernel cannot overlap another."
-        elif not low and pct < t["warning_below_pct"]:
+        elif pct < t["warning_below_pct"] and underused < t["warning_underused_pct"]:
             message += (f" Low concurrency is not a problem here: under {t['warning_underused_pct']:g}% unused, "
                         "the kernels fill the GPU one at a time.")
         suggestion = ""
