@@ -18,25 +18,24 @@ shown as ``pid/tid (name)`` where the trace names its threads
 (:mod:`traceparse.threads`). Threads are compared only with their peers:
 threads of the same role (:func:`traceparse.threads.thread_role`: ``main``
 for a thread whose id is its process id, else the thread's name without a
-trailing number: ``pt_autograd_0`` and ``pt_autograd_1`` are peers; the
-main thread and the autograd thread, which runs the backward pass by
-design, are not; a thread
-the trace does not name is a ``gpu`` thread when it has GPU activity
-(kernels, copies, memsets: TAU's CUDA and OpenCL threads), else one of the
-unnamed threads, all peers as in pprof). Per routine (name and
-kind): ``time_ns`` = sum over threads; ``threads`` = threads where it ran;
-per role, over the T threads of that role that have rows of its kind (GPU
+trailing number: ``pt_autograd_0`` and ``pt_autograd_1`` are peers; the main
+thread and the autograd thread, which runs the backward pass by design, are
+not; a thread the trace does not name is a ``gpu`` thread when it has GPU
+activity (kernels, copies, memsets: TAU's CUDA and OpenCL threads), else one
+of the unnamed threads, all peers as in pprof). Per routine (name and kind):
+``time_ns`` = sum over threads; ``threads`` = threads where it ran; per
+role, over the T threads of that role that have rows of its kind (GPU
 devices for kernels, host threads for operators), mean = time in the role /
 T, min and max (0 on a thread where it did not run, as pprof's mean counts
-it) and max/mean (1 = even, T = all on one thread); ``mean_ns``,
-``min_ns``, ``max_ns``, ``imbalance`` and ``peers`` (T) are those of the
-routine's most uneven role. ``share_pct`` = 100 × time_ns / the total. The
-second finding lists each thread's top routines with their share of that
-thread's time. Severity is warning when a routine holding at least
+it) and max/mean (1 = even, T = all on one thread); ``mean_ns``, ``min_ns``,
+``max_ns``, ``imbalance`` and ``peers`` (T) are those of the routine's most
+uneven role. ``share_pct`` = 100 × time_ns / the total. The second finding
+lists each thread's top routines with their share of that thread's time.
+Severity is warning when a routine holding at least
 ``imbalance_min_share_pct`` of the time has ``imbalance`` ≥
-``imbalance_warning`` among several peers; copies and memsets are listed
-but never warn (they run on the device their data goes to; the copy rules
-judge them).
+``imbalance_warning`` among several peers; copies and memsets are listed but
+never warn (they run on the device their data goes to; the copy rules judge
+them).
 """
 
 from __future__ import annotations
