@@ -86,12 +86,14 @@ def test_low_kernel_concurrency_definition():
     assert f.metrics["kernel_busy_ns"] == 400
     assert f.metrics["concurrent_ns"] == 70
     assert f.metrics["concurrency_pct"] == 17.5
+    # no grid and no SM count: every kernel is judged by its length, all under 10 us, so all their time is unused
     assert f.metrics["devices"] == {
         "0": {"kernels": 4, "streams": 3, "kernel_busy_ns": 200, "concurrent_ns": 70, "concurrency_pct": 35.0,
-              "max_concurrent": 3},
+              "max_concurrent": 3, "underused_pct": 100.0},
         "1": {"kernels": 2, "streams": 1, "kernel_busy_ns": 200, "concurrent_ns": 0, "concurrency_pct": 0.0,
-              "max_concurrent": 1},
+              "max_concurrent": 1, "underused_pct": 100.0},
     }
+    assert (f.metrics["underused_pct"], f.metrics["short_kernel_ns"], f.metrics["sm_count"]) == (100.0, 490, None)
     assert f.severity == "info"  # 17.5% >= 5%
     f = run(synthetic(rows), "low-kernel-concurrency", "low-kernel-concurrency.warning_below_pct=20")
     assert f.severity == "warning"

@@ -164,11 +164,15 @@ def test_api_classes_by_hand():
 
 
 def test_api_share_severity_and_settings():
-    # launch 850 ns of 1000 (85%): warning by default (launch_warning_pct 80); allocation 100 (10%); other 50.
-    rows = [{"kind": "api", "name": "cudaLaunchKernel", "calls": 100, "duration_ns": 850},
-            {"kind": "api", "name": "cudaMalloc", "calls": 2, "duration_ns": 100},
-            {"kind": "api", "name": "cudaGetDeviceProperties", "calls": 1, "duration_ns": 50}]
+    # launch 8.5 ms of 10 (85%): warning by default (launch_warning_pct 80); allocation 1 ms (10%); other 0.5.
+    rows = [{"kind": "api", "name": "cudaLaunchKernel", "calls": 100, "duration_ns": 8_500_000},
+            {"kind": "api", "name": "cudaMalloc", "calls": 2, "duration_ns": 1_000_000},
+            {"kind": "api", "name": "cudaGetDeviceProperties", "calls": 1, "duration_ns": 500_000}]
     trace = synthetic(rows)
+    # the same shares in a thousandth of the time (launches 8.5 us in all): nothing at stake under 1 ms
+    small = synthetic([{**r, "duration_ns": r["duration_ns"] // 1000} for r in rows])
+    assert run_rule(small, "api-share").severity == "info"
+    assert run_rule(small, "api-share", "api-share.min_class_time_us=8.5").severity == "warning"
     f = run_rule(trace, "api-share")
     assert (f.metrics["launch_share_pct"], f.metrics["allocation_share_pct"], f.metrics["other_share_pct"]) == \
         (85.0, 10.0, 5.0)

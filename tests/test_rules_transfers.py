@@ -329,14 +329,26 @@ def test_pageable_share_by_hand():
     f = run_rule(trace, "pageable-memcpy")
     assert f.metrics == {"pageable_copies": 3, "pageable_bytes": 3010, "pageable_time_ns": 700,
                          "host_device_time_ns": 1000, "pageable_share_pct": 70.0,
-                         "pageable_gbps": 4.3, "pinned_gbps": 30.0, "unknown_memory_copies": 1}
+                         "pageable_gbps": 4.3, "pinned_gbps": 30.0, "unknown_memory_copies": 1,
+                         "staged_htod_time_ns": 600}
     assert [(i["copy_kind"], i["copies"], i["bytes"], i["time_ns"], i["share_pct"]) for i in f.items] == \
         [("HtoD", 2, 3000, 600, 60.0), ("DtoH", 1, 10, 100, 10.0)]
     assert f.severity == "info"  # 700 ns < the default 10 us minimum
+    # the two pageable HtoD copies (1000 and 2000 B) are at most 64 KiB: staged, they return at once and count
+    # nothing toward the warning, which is left with the DtoH copy's 100 ns (10%)
     f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5")
+    assert f.severity == "info"
+    f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.1")
     assert f.severity == "warning"
+    f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.1",
+                 "pageable-memcpy.warning_share_pct=10.1")
+    assert f.severity == "info"
+    # with no size exempt, all 700 ns (70%) count
+    exempt_none = "pageable-memcpy.async_htod_max_bytes=0"
+    f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5", exempt_none)
+    assert f.severity == "warning" and f.metrics["staged_htod_time_ns"] == 0
     f = run_rule(trace, "pageable-memcpy", "pageable-memcpy.min_pageable_time_us=0.5",
-            "pageable-memcpy.warning_share_pct=70.1")
+                 "pageable-memcpy.warning_share_pct=70.1", exempt_none)
     assert f.severity == "info"
 
 

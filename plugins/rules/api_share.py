@@ -25,7 +25,10 @@ graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
 one call replays a whole captured graph of kernels. Items: the names with the most time: ``name``, ``class``, ``calls``,
 ``time_ns``, ``share_pct``.
 
-Severity: warning when a class's share reaches its ``<class>_warning_pct``.
+Severity: warning when a class's share reaches its ``<class>_warning_pct``
+and the class takes at least ``min_class_time_us`` (1 ms: ten launches
+taking 80 us in all are 100% of a tiny profile's API time and nothing at
+stake).
 By default only launch (80%: the host does little but launch kernels, the
 seed's case, typical of launch-bound small kernels) and allocation (20%:
 allocation in the steady state can be avoided) warn; a host blocked in a
@@ -81,6 +84,7 @@ class ApiShare(Rule):
         "synchronize_warning_pct": 101.0,
         "allocation_warning_pct": 20.0,
         "other_warning_pct": 101.0,
+        "min_class_time_us": 1000.0,        # a class taking less time than this never warns
     }
     kinds = ("api",)
 
@@ -101,7 +105,8 @@ class ApiShare(Rule):
                   "share_pct": expr.pct(r["time_ns"], total)}
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         flagged = [c for c in CLASSES
-                   if grade(classes[c]["share_pct"], warning=t[f"{c}_warning_pct"]) != "info"]
+                   if grade(classes[c]["share_pct"], warning=t[f"{c}_warning_pct"]) != "info"
+                   and classes[c]["time_ns"] >= t["min_class_time_us"] * 1000]
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             message = (f"{calls} API calls ({by_name.height} distinct) take {total / 1e6:.3f} ms; "

@@ -26,7 +26,10 @@ over every rank's devices; ``devices`` names each ``rank R:D`` and every
 item has its ``rank``.
 
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
-``critical_idle_pct``.
+``critical_idle_pct`` (Nsight Systems' ``gpu_time_util`` flags time under
+50% busy); also a warning when one gap lasts at least ``warning_gap_ms``
+(500 ms, Nsight Systems' ``gpu_gaps``), however small the idle share of a
+long trace.
 
 The finding also says why each stream waits (HTA's idle time breakdown,
 measure :data:`traceparse.measures.stream_idle`). Per stream (device,
@@ -84,6 +87,7 @@ class GpuIdle(Rule):
         "warning_idle_pct": 25.0,    # idle share of the span at or above this: warning
         "critical_idle_pct": 50.0,   # ... at or above this: critical
         "top": 10,                   # longest gaps listed
+        "warning_gap_ms": 500.0,     # one gap at least this long is a warning whatever the idle share
         "kernel_wait_below_ns": 30000,   # a queued gap shorter than this is kernel wait (launch overhead)
     }
     kinds = expr.GPU_KINDS
@@ -120,6 +124,9 @@ class GpuIdle(Rule):
                   "before": r["before"], "after": r["after"]}
                  for r in longest.head(int(t["top"])).iter_rows(named=True)]
         severity = grade(idle_pct, warning=t["warning_idle_pct"], critical=t["critical_idle_pct"])
+        long_gap = int(gaps["length"].max() or 0) >= t["warning_gap_ms"] * 1e6
+        if severity == "info" and long_gap:
+            severity = "warning"
         n_dev = per_device.height
         message = (f"The GPU{'s' if n_dev > 1 else ''} ran nothing for {idle_ns / 1e6:.3f} ms of "
                    f"{span_ns / 1e6:.3f} ms{' (summed over ' + str(n_dev) + ' devices)' if n_dev > 1 else ''} "

@@ -13,17 +13,29 @@ flat and once per call path (``call_path`` containing `` => ``); only the
 flat rows count, as in pprof's totals. When a kind has both timed events
 and aggregated rows (a trace and its summary), only the timed ones count.
 
-A thread is (``pid``, ``device_id``, ``tid``): TAU's node, context, thread.
-Per routine (name and kind): ``time_ns`` = sum over threads; ``threads`` =
-threads where it ran; over the T threads that have rows of its kind (GPU
-streams for kernels, host threads for operators) ``mean_ns`` = time_ns / T,
-``min_ns`` and ``max_ns`` (0 on a thread where it did not run, as pprof's
-mean counts it), ``imbalance`` = max_ns / mean_ns (1 = even, T = all on one
-thread); ``share_pct`` = 100 × time_ns / the total. The
-second finding lists each thread's top routines with their share of that
-thread's time. Severity is warning when a routine holding at least
+A thread is (``pid``, ``device_id``, ``tid``): TAU's node, context, thread;
+shown as ``pid/tid (name)`` where the trace names its threads
+(:mod:`traceparse.threads`). Threads are compared only with their peers:
+threads of the same role (:func:`traceparse.threads.thread_role`: ``main``
+for a thread whose id is its process id, else the thread's name without a
+trailing number: ``pt_autograd_0`` and ``pt_autograd_1`` are peers; the main
+thread and the autograd thread, which runs the backward pass by design, are
+not; a thread the trace does not name is a ``gpu`` thread when it has GPU
+activity (kernels, copies, memsets: TAU's CUDA and OpenCL threads), else one
+of the unnamed threads, all peers as in pprof). Per routine (name and kind):
+``time_ns`` = sum over threads; ``threads`` = threads where it ran; per
+role, over the T threads of that role that have rows of its kind (GPU
+devices for kernels, host threads for operators), mean = time in the role /
+T, min and max (0 on a thread where it did not run, as pprof's mean counts
+it) and max/mean (1 = even, T = all on one thread); ``mean_ns``, ``min_ns``,
+``max_ns``, ``imbalance`` and ``peers`` (T) are those of the routine's most
+uneven role. ``share_pct`` = 100 × time_ns / the total. The second finding
+lists each thread's top routines with their share of that thread's time.
+Severity is warning when a routine holding at least
 ``imbalance_min_share_pct`` of the time has ``imbalance`` ≥
-``imbalance_warning`` on a trace of several threads.
+``imbalance_warning`` among several peers; copies and memsets are listed but
+never warn (they run on the device their data goes to; the copy rules judge
+them).
 """
 
 from __future__ import annotations
@@ -31,12 +43,16 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import measures
+from traceparse.expr import GPU_KINDS
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.threads import thread_label as _label, thread_names, thread_role
 from traceparse.trace import Trace
 
 THREAD = ["pid", "device_id", "tid"]
+#: Kinds whose spread over threads is placement, not load: a copy runs on the device its data goes to.
+PLACED_KINDS = ("memcpy", "memset")
 FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "count",
            "aggregated_rows_skipped": "count", "exclusive_rows": "count", "self_time_rows": "count",
            "inclusive_only_rows": "count"}
@@ -44,15 +60,15 @@ COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Colum
            Column("time_ns", "time", "ns"), Column("inclusive_ns", "inclusive", "ns"),
            Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
            Column("mean_ns", "mean", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
-           Column("imbalance", "imbalance", "ratio")]
+           Column("imbalance", "imbalance", "ratio"), Column("peers", "peers", "count")]
 THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
                   Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
                   Column("inclusive_ns", "inclusive", "ns"), Column("share_pct", "share %", "pct")]
 
 
-def thread_label(pid, device, tid) -> str:
-    """pprof's ``node,context,thread`` label; ``-`` where a part is unknown."""
-    return ",".join("-" if v is None else str(v) for v in (pid, device, tid))
+def thread_label(pid, device, tid, names: dict | None = None) -> str:
+    """``pid/tid (name)`` of a host thread, ``GPU d`` of device rows (:func:`traceparse.threads.thread_label`)."""
+    return _label(pid, device, tid, names)
 
 
 class Hotspots(Rule):
@@ -78,31 +94,31 @@ class Hotspots(Rule):
                                 drop_aggregated=tuple(chosen["drop_aggregated"]))
         per_thread = routines.group_by(["name", "kind", *THREAD]).agg(
             pl.col("time_ns", "inclusive_ns", "calls").sum())
+        names = thread_names(trace.meta)
+        per_thread = per_thread.join(_roles(per_thread, names), on=THREAD, how="left", nulls_equal=True)
         n_threads = per_thread.select(THREAD).unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
         by_name = per_thread.group_by(["name", "kind"]).agg(
             time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("inclusive_ns").sum(), calls=pl.col("calls").sum(),
-            threads=pl.len(), max_ns=pl.col("time_ns").max(), min_present=pl.col("time_ns").min(),
-        ).join(per_kind, on="kind").with_columns(
-            min_ns=pl.when(pl.col("threads") == pl.col("kind_threads")).then(pl.col("min_present")).otherwise(0),
-            mean_ns=pl.col("time_ns") / pl.col("kind_threads"),
-        ).with_columns(
-            imbalance=pl.when(pl.col("mean_ns") > 0).then(pl.col("max_ns") / pl.col("mean_ns")),
+            threads=pl.len(),
+        ).join(_most_uneven_role(per_thread), on=["name", "kind"]).with_columns(
             share_pct=(100.0 * pl.col("time_ns") / total) if total else pl.lit(None, pl.Float64),
         ).sort(["time_ns", "name", "kind"], descending=[True, False, False])
         items = [
             {"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"],
              "inclusive_ns": r["inclusive_ns"], "share_pct": _round(r["share_pct"]), "threads": r["threads"],
              "mean_ns": _round(r["mean_ns"], 1), "min_ns": r["min_ns"], "max_ns": r["max_ns"],
-             "imbalance": _round(r["imbalance"])}
+             "imbalance": _round(r["imbalance"]), "peers": r["peers"]}
             for r in by_name.head(int(t["top"])).iter_rows(named=True)
         ]
-        imbalanced = [i for i in items if i["imbalance"] is not None
+        imbalanced = [i for i in items if i["imbalance"] is not None and i["peers"] > 1
+                      and i["kind"] not in PLACED_KINDS
                       and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
                       and grade(i["imbalance"], warning=t["imbalance_warning"]) != "info"]
         metrics = {"time_ns": total, "threads": n_threads, "routines": by_name.height,
                    "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
+                   "thread_roles": sorted(r for r in per_thread["role"].unique().to_list() if r),
                    "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
                    "exclusive_rows": int(routines["exclusive_rows"].sum()),
                    "self_time_rows": int(routines["self_time_rows"].sum()),
@@ -130,10 +146,10 @@ class Hotspots(Rule):
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
                             message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES)]
-        findings.append(self._per_thread(per_thread, t))
+        findings.append(self._per_thread(per_thread, t, names))
         return findings
 
-    def _per_thread(self, per_thread: pl.DataFrame, t: dict) -> Finding:
+    def _per_thread(self, per_thread: pl.DataFrame, t: dict, names: dict) -> Finding:
         totals = per_thread.group_by(THREAD).agg(thread_ns=pl.col("time_ns").sum())
         chosen = totals.sort(["thread_ns", *THREAD], descending=[True, False, False, False],
                              nulls_last=True).head(int(t["max_threads"]))
@@ -142,7 +158,9 @@ class Hotspots(Rule):
                         nulls_last=True)
                   .group_by(THREAD, maintain_order=True).head(int(t["per_thread_top"])))
         items = [
-            {"thread": thread_label(r["pid"], r["device_id"], r["tid"]), "name": r["name"], "kind": r["kind"],
+            {"thread": thread_label(r["pid"], r["device_id"], r["tid"], names), "pid": r["pid"],
+             **({"device_id": r["device_id"]} if r["device_id"] is not None else {}), "tid": r["tid"],
+             "thread_name": names.get((r["pid"], r["tid"])), "name": r["name"], "kind": r["kind"],
              "calls": r["calls"], "time_ns": r["time_ns"], "inclusive_ns": r["inclusive_ns"],
              "share_pct": _round(100.0 * r["time_ns"] / r["thread_ns"]) if r["thread_ns"] else None}
             for r in ranked.iter_rows(named=True)
@@ -152,6 +170,36 @@ class Hotspots(Rule):
         return Finding(self.name, "info", "Hotspots per thread", message,
                        metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,
                        columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
+
+
+def _roles(per_thread: pl.DataFrame, names: dict) -> pl.DataFrame:
+    """Each thread of ``per_thread`` with its role: its name's (:func:`traceparse.threads.thread_role`), else
+    ``gpu`` for a thread with GPU activity (a TAU CUDA/OpenCL thread), else ``""``."""
+    threads = per_thread.group_by(THREAD).agg(gpu=pl.col("kind").is_in(list(GPU_KINDS)).any())
+    roles = [thread_role(p, t, names) or ("gpu" if g else "") for p, t, g in
+             zip(threads["pid"].to_list(), threads["tid"].to_list(), threads["gpu"].to_list())]
+    return threads.select(THREAD).with_columns(role=pl.Series(roles, dtype=pl.String))
+
+
+def _most_uneven_role(per_thread: pl.DataFrame) -> pl.DataFrame:
+    """Per routine, mean/min/max over the peers of one role and max/mean, for the role where it is most uneven.
+
+    The peers of a role are its threads that have rows of the routine's kind;
+    a routine counts 0 on a peer where it did not run. Ties go to the role
+    with more time, then to the role's name.
+    """
+    peers = per_thread.select("kind", "role", *THREAD).unique().group_by("kind", "role").agg(peers=pl.len())
+    return (per_thread.group_by(["name", "kind", "role"]).agg(
+        role_ns=pl.col("time_ns").sum(), present=pl.len(), max_ns=pl.col("time_ns").max(),
+        min_present=pl.col("time_ns").min(),
+    ).join(peers, on=["kind", "role"]).with_columns(
+        min_ns=pl.when(pl.col("present") == pl.col("peers")).then(pl.col("min_present")).otherwise(0),
+        mean_ns=pl.col("role_ns") / pl.col("peers"),
+    ).with_columns(
+        imbalance=pl.when(pl.col("mean_ns") > 0).then(pl.col("max_ns") / pl.col("mean_ns")),
+    ).sort(["imbalance", "role_ns", "role"], descending=[True, True, False], nulls_last=True)
+     .group_by(["name", "kind"], maintain_order=True).first()
+     .select("name", "kind", "mean_ns", "min_ns", "max_ns", "imbalance", "peers"))
 
 
 def _round(value, digits: int = 4):

@@ -31,9 +31,9 @@ achievable rate; counting the host call (L ≈ 8 µs) it reaches 23% on PCIe 5.0
 and, with PCIe 3.0's ≈ 12 GB/s (L·B ≈ 96 KB), 58%. Below 128 KiB, fixed costs
 take over a quarter of a copy's time on every PCIe generation.
 
-Severity: warning when ``small_copies`` ≥ ``min_small_copies`` and
-``small_copy_share_pct`` ≥ ``warning_share_pct``; critical from
-``critical_share_pct``.
+Severity: warning when ``small_copies`` ≥ ``min_small_copies``, they take
+at least ``min_small_time_us`` and ``small_copy_share_pct`` ≥
+``warning_share_pct``; critical from ``critical_share_pct``.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class InefficientMemcpySize(Rule):
         "small_below_bytes": 131072,              # a copy under this size is small (128 KiB; see the definition)
         "copy_kinds": ["HtoD", "DtoH", "PtoP"],   # copy directions considered
         "min_small_copies": 10,                   # fewer small copies than this is never a warning
+        "min_small_time_us": 100.0,               # small copies taking less time than this: never a warning
         "warning_share_pct": 25.0,                # small copies take at least this % of copy time: warning
         "critical_share_pct": 75.0,               # ... and at least this %: critical
         "top": 10,                                # items listed
@@ -95,7 +96,7 @@ class InefficientMemcpySize(Rule):
                 item["aggregated"] = True
             items.append(item)
         severity = "info"
-        if n_small >= int(t["min_small_copies"]):
+        if n_small >= int(t["min_small_copies"]) and small_ns >= t["min_small_time_us"] * 1000:
             severity = grade(share, warning=t["warning_share_pct"], critical=t["critical_share_pct"])
         limit = _size(int(t["small_below_bytes"]))
         kinds = "/".join(t["copy_kinds"])

@@ -23,8 +23,12 @@ nvprof summaries; they are left out). Items: the pageable copies by
 ``copy_kind`` (with ``src_memory``, ``dst_memory``): ``copies``, ``bytes``,
 ``time_ns``, ``share_pct`` of host_device_time_ns, ``achieved_gbps``.
 
-Severity: warning when ``pageable_share_pct`` ≥ ``warning_share_pct`` and
-pageable copies take at least ``min_pageable_time_us``.
+Severity: warning when the pageable copies take at least
+``min_pageable_time_us`` and ``warning_share_pct`` of the host-device copy
+time, not counting pageable HtoD copies of at most ``async_htod_max_bytes``
+(64 KiB: the driver stages them and the call returns at once, so they block
+nothing; Nsight Systems' ``cuda_memcpy_sync`` rule leaves them out too);
+``staged_htod_time_ns`` is their time.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class PageableMemcpy(Rule):
     thresholds = {
         "warning_share_pct": 10.0,      # pageable copies take at least this % of host-device copy time ...
         "min_pageable_time_us": 10.0,   # ... and at least this long: warning
+        "async_htod_max_bytes": 65536,  # pageable HtoD copies up to this size return at once: not counted
         "top": 10,                      # items listed
     }
     kinds = ("memcpy",)
@@ -82,8 +87,12 @@ class PageableMemcpy(Rule):
                   "copies": r["copies"], "bytes": r["bytes"], "time_ns": r["time_ns"],
                   "share_pct": expr.pct(r["time_ns"], total_ns), "achieved_gbps": expr.gbps(r["bytes"], r["sized_ns"])}
                  for r in groups.head(int(t["top"])).iter_rows(named=True)]
-        warn = (pageable_ns >= t["min_pageable_time_us"] * 1e3
-                and grade(share, warning=t["warning_share_pct"]) != "info")
+        staged = pageable.filter((pl.col("copy_kind") == "HtoD") & pl.col("mean_bytes").is_not_null()
+                                 & (pl.col("mean_bytes") <= t["async_htod_max_bytes"]))
+        staged_ns = int(staged["time_ns"].sum() or 0)
+        blocking_share = expr.pct(pageable_ns - staged_ns, total_ns)
+        warn = (pageable_ns - staged_ns >= t["min_pageable_time_us"] * 1e3
+                and grade(blocking_share, warning=t["warning_share_pct"]) != "info")
         if total_ns:
             message = (f"{n_pageable} host-device copies use pageable host memory: {pageable_bytes / 1e6:.3f} MB "
                        f"in {pageable_ns / 1e6:.3f} ms, {share:.1f}% of the {total_ns / 1e6:.3f} ms of "
@@ -103,7 +112,7 @@ class PageableMemcpy(Rule):
                                  "pageable_time_ns": pageable_ns, "host_device_time_ns": total_ns,
                                  "pageable_share_pct": share,
                                  "pageable_gbps": _achieved(pageable), "pinned_gbps": _achieved(pinned),
-                                 "unknown_memory_copies": unknown},
+                                 "unknown_memory_copies": unknown, "staged_htod_time_ns": staged_ns},
                         items=items, columns=COLUMNS, figures=FIGURES, impact_ns=pageable_ns)]
 
 

@@ -7,6 +7,7 @@ device_busy        per device: span, busy (union) and idle time, gap count
 gaps               every idle gap of every device, with its neighbours' names
 overlap            per device: time of side a running while side b runs
 concurrency        per device: time with ≥ 1 and ≥ N intervals running
+grid_fill          per device: kernel time on grids smaller than the GPU, SM time left empty
 time_by_name       calls and time per (kind, name)
 time_by_category   calls and time per category of names (kernel categories)
 api_classes        calls and time per CUDA API class
@@ -34,6 +35,7 @@ from traceparse.measures.busy import device_busy, gaps
 from traceparse.measures.comm import collective_waits, collectives, comm_overlap, rank_time
 from traceparse.measures.concurrency import concurrency
 from traceparse.measures.copies import copy_stats
+from traceparse.measures.grid import grid_fill
 from traceparse.measures.overlap import overlap
 from traceparse.measures.launches import launches, stream_idle
 from traceparse.measures.memory import memory_peaks, memory_samples
@@ -51,3 +53,5 @@ __all__ = ["DEVICE", "MEASURES", "PARTITIONS", "Measure", "api_classes", "concur
            "stream_idle", "time_by_category", "time_by_name"]
 MEASURES.update({m.name: m for m in (comm_overlap, collectives, collective_waits, rank_time)})
 __all__ += ["comm_overlap", "collectives", "collective_waits", "rank_time"]
+MEASURES[grid_fill.name] = grid_fill
+__all__ += ["grid_fill"]

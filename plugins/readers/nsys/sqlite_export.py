@@ -436,6 +436,9 @@ def _fill_meta(db: sqlite3.Connection, tables: set[str], meta: TraceMeta, path: 
             if row and row[0]:
                 meta.extra["session_start_utc_ns"] = row[0]
         meta.extra["processes"] = _processes(db, tables)
+        names = _thread_names(db, tables)
+        if names:
+            meta.extra["thread_names"] = names
     except sqlite3.DatabaseError as exc:
         raise bad_input(path, None, f"cannot be read: {exc}") from None
 
@@ -444,6 +447,21 @@ def _key_values(db: sqlite3.Connection, tables: set[str], table: str) -> dict[st
     if table not in tables or not {"name", "value"} <= _columns(db, table):
         return {}
     return {str(k): str(v) for k, v in db.execute(f"SELECT name, value FROM {table}") if v is not None}
+
+
+def _thread_names(db: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
+    """``pid/tid`` -> thread name (``ThreadNames``), for the threads that made CUDA calls."""
+    if ("ThreadNames" not in tables or "StringIds" not in tables
+            or not {"nameId", "globalTid"} <= _columns(db, "ThreadNames")):
+        return {}
+    active = [f"SELECT DISTINCT globalTid AS g FROM {table}" for table in
+              ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+              if table in tables and "globalTid" in _columns(db, table)]
+    if not active:
+        return {}
+    sql = (f"SELECT {_PID.format(g='t.globalTid')}, {_TID.format(g='t.globalTid')}, s.value FROM ThreadNames t "
+           f"JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)})")
+    return {f"{p}/{t}": str(n) for p, t, n in db.execute(sql) if n}
 
 
 def _processes(db: sqlite3.Connection, tables: set[str]) -> dict[str, str]:

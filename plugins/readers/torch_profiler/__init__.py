@@ -31,6 +31,7 @@ from traceparse_plugins.readers.torch_profiler.events import to_frame
 from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
 from traceparse_plugins.readers.torch_profiler.memory import memory_frame
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
+from traceparse_plugins.readers.torch_profiler.threads import collect_thread_names
 
 
 class TorchProfilerReader(Reader):
@@ -58,9 +59,11 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     coerced and counted; one warning at the end says what (:mod:`.coerce`).
     """
     coerced = Coercions()
+    names: dict[str, str] = {}
     for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
                                         label="torch.profiler trace", array_form=False,
                                         on_document=lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))):
+        collect_thread_names(events, names)
         with gc_paused():
             batch = to_frame(path, events, offset, coerced)
             memory = memory_frame(path, events, offset, coerced)
@@ -68,6 +71,8 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
             batch = pl.concat([batch, memory], how="diagonal_relaxed")
         del events
         yield batch
+    if names:
+        meta.extra["thread_names"] = names
     if coerced:
         options.warn(coerced.warning(path))
 

@@ -52,6 +52,8 @@ class Args(msgspec.Struct, gc=False):
     pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     seq: Int = msgspec.field(default=None, name="Seq")
+    # metadata events ("ph": "M"): a thread_name event's name, kept raw (decoded only there; see .threads)
+    meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
 
 
 #: A Kineto trace event: the shared Chrome-JSON event with Kineto's arguments.

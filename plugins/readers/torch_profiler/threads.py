@@ -1,0 +1,33 @@
+"""Thread names from Kineto's ``thread_name`` metadata events, for ``meta.extra["thread_names"]``.
+
+Kineto writes ``{"ph": "M", "name": "thread_name", "pid": P, "tid": T,
+"args": {"name": "thread T (pt_autograd_0)"}}`` for every host thread (and
+``"stream 7 "`` for GPU streams, which are not host threads and are left
+out). A thread named twice keeps its last name (Kineto first names the
+autograd thread after the process, then ``pt_autograd_0``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+_LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
+
+
+def collect_thread_names(events, into: dict[str, str]) -> None:
+    """Add the ``pid/tid -> name`` of the ``thread_name`` events among ``events`` to ``into``."""
+    for e in [e for e in events if e.ph == "M" and e.name == "thread_name"]:
+        if e.args is None or not isinstance(e.pid, int) or not isinstance(e.tid, int):
+            continue
+        try:
+            label = msgspec.json.decode(e.args.meta_name) if e.args.meta_name else None
+        except msgspec.DecodeError:
+            continue
+        if not isinstance(label, str) or label.lower().startswith("stream"):
+            continue
+        m = _LABEL.match(label)
+        name = (m.group(1) if m else label).strip()
+        if name:
+            into[f"{e.pid}/{e.tid}"] = name
