@@ -15,8 +15,8 @@ Sections (each can be left out: ``--repeat 0``, ``--ranks 0``, no ``--sizes-gb``
 1. *one trace*: ``traceparse ingest TRACE`` (default decoding: worker processes where the machine has the
    cores), the same with ``TRACEPARSE_DECODE_WORKERS=0`` (one process), ``traceparse analyze`` with every rule
    on the stored trace, and HTA's ``TraceAnalysis(trace_dir=...)`` on a directory holding only TRACE;
-2. *rank set*: N ranks made from TRACE (each with its own ``distributedInfo.rank``, benchmarks/make_ranks.py,
-   kept in benchmarks/data/) ingested as one run, against HTA's ``TraceAnalysis`` on the same directory;
+2. *rank set*: N ranks made from TRACE (copies, each with its own ``distributedInfo.rank``; kept in
+   benchmarks/data/) ingested as one run, against HTA's ``TraceAnalysis`` on the same directory;
 3. *sizes*: traces of about 1 and 7 GB synthesized from TRACE (its events repeated, shifted in time; kept in
    benchmarks/data/), each ingested: throughput in MB/s and peak memory, to show that memory stays flat.
 
@@ -133,11 +133,25 @@ def bench_one(trace: Path, hta_python: str | None, repeat: int) -> dict:
 
 # -- 2. a rank set -----------------------------------------------------------------------------------------
 def rank_dir(trace: Path, n: int) -> Path:
-    """``benchmarks/data/ranks{n}_<trace>``: N ranks made from ``trace`` (made once, then kept)."""
+    """``benchmarks/data/ranks{n}_<trace>/rank{r}.json``: N copies of ``trace``, each its own rank (made once).
+
+    Each copy is the trace's bytes with ``"distributedInfo": {"backend": "nccl", "rank": r, "world_size": N}``
+    written as its first key (a trace that has a ``distributedInfo`` already is refused). Plain JSON, so
+    that neither tool spends the run decompressing; benchmarks/make_ranks.py makes skewed gzip ranks.
+    """
     path = DATA / f"ranks{n}_{trace.name.split('.')[0]}"
-    if not (path.is_dir() and len(list(path.glob("rank*.json.gz"))) == n):
-        subprocess.run([sys.executable, str(HERE / "make_ranks.py"), str(trace), str(path), "--ranks", str(n),
-                        "--skew-us", "200"], check=True)
+    if path.is_dir() and len(list(path.glob("rank*.json"))) == n:
+        return path
+    data = trace.read_bytes() if trace.suffix != ".gz" else gzip.decompress(trace.read_bytes())
+    if b'"distributedInfo"' in data[: 1 << 20]:
+        raise SystemExit(f"{trace}: already has distributedInfo; make the ranks with benchmarks/make_ranks.py")
+    start = data.index(b"{") + 1
+    path.mkdir(parents=True, exist_ok=True)
+    for rank in range(n):
+        info = json.dumps({"backend": "nccl", "rank": rank, "world_size": n}).encode()
+        with open(path / f"rank{rank}.json", "wb") as f:
+            f.write(data[:start] + b'\n  "distributedInfo": ' + info + b",")
+            f.write(memoryview(data)[start:])
     return path
 
 
@@ -157,8 +171,7 @@ def bench_ranks(trace: Path, n: int, hta_python: str | None, repeat: int) -> dic
                                                           if v), file=sys.stderr, flush=True)
     out = {k: summarize(v) for k, v in runs.items() if v}
     out["ranks"] = n
-    out["input_mb_gz"] = round(sum(p.stat().st_size for p in directory.glob("rank*.json.gz")) / 2**20, 1)
-    out["input_mb"] = round(n * _json_bytes(trace) / 2**20, 1)
+    out["input_mb"] = round(sum(p.stat().st_size for p in directory.glob("rank*.json")) / 2**20, 1)
     return out
 
 
@@ -288,8 +301,7 @@ def report(results: dict) -> str:
         lines.append("")
     ranks = results.get("ranks")
     if ranks:
-        lines += [f"Rank set: {ranks['ranks']} ranks made from the trace ({ranks['input_mb']:.0f} MB of JSON, "
-                  f"{ranks['input_mb_gz']:.0f} MB gzip)", "",
+        lines += [f"Rank set: {ranks['ranks']} ranks made from the trace ({ranks['input_mb']:.0f} MB of JSON)", "",
                   "| | runs | wall s | peak RSS MB (tree) | CPU s (tree) | load avg |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for key, label in (("hta", "HTA `TraceAnalysis(trace_dir=...)`"), ("ingest", "`traceparse ingest DIR`")):

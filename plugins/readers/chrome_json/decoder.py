@@ -419,6 +419,8 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
 def _content_bytes(path: Path) -> int:
     """The (uncompressed) size of the file's content: a gzip file's trailer says it (modulo 4 GiB)."""
     try:
+        if not path.is_file():  # a FIFO or a device is refused later, unopened (check_file)
+            return 0
         size = path.stat().st_size
         with open(path, "rb") as f:
             if f.read(2) == b"\x1f\x8b" and size >= 18:
@@ -453,7 +455,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     repairs = [0]
     max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
     spec = (event_type, document_type, convert, str(path))
-    pool = _pool(workers, (convert.__module__,))
+    pool = _pool(workers)
     limit = max(2, workers * IN_FLIGHT_PER_WORKER)
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
@@ -638,12 +640,12 @@ def _decode_final(path: Path, events_decoder: _Guarded, document_decoder: _Guard
 _POOLS: dict = {}
 
 
-def _pool(workers: int, preload: tuple[str, ...] = ()):
+def _pool(workers: int):
     """A process pool of ``workers`` (kept for this process's later traces), started through a fork server.
 
-    The fork server imports this module (and with it polars and msgspec) once;
-    each worker is a fork of it, so starting workers costs little, and this
-    process, which may run threads (the Parquet writer), is never forked.
+    This process, which may run threads (the Parquet writer, polars' pool), is never forked: workers are
+    forks of a fresh fork server that has imported nothing (a process that has started polars' threads
+    cannot be forked safely), and each imports the decoder and the reader itself on its first chunk.
     """
     pool = _POOLS.get(workers)
     if pool is None:
@@ -651,6 +653,6 @@ def _pool(workers: int, preload: tuple[str, ...] = ()):
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__, *preload])
+        context.set_forkserver_preload([])  # not even __main__ (the default): the server stays a bare interpreter
         pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     return pool
