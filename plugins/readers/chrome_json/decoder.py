@@ -392,6 +392,8 @@ class EventError(Exception):
 #: Chunks in flight per worker (decoded or being decoded, not yet written): memory is bounded by
 #: ``max(2, workers * IN_FLIGHT_PER_WORKER)`` chunks of raw bytes and of rows, plus the one being written.
 IN_FLIGHT_PER_WORKER = 2
+#: Fewest cores on which a large trace is decoded in worker processes by default (see :func:`decode_workers`).
+MIN_CORES = 4
 _MISPLIT = "misplit"
 
 
@@ -399,9 +401,11 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     """How many worker processes decode ``path`` (0: this process decodes it alone).
 
     ``requested`` (the ``workers`` reader parameter), else ``$TRACEPARSE_DECODE_WORKERS``, else: one fewer
-    than the cores (at most 8; this process collects, validates and writes the rows), for a file of at least
-    4 chunks; a smaller file, or a single core, is decoded here, since starting workers would cost more
-    than it saves.
+    than the cores (at most 8; this process collects, validates and writes the rows) on a machine of
+    :data:`MIN_CORES` cores or more, for a file of at least 4 chunks. A smaller file, or a smaller machine,
+    is decoded here: on 2 cores a decoding worker beside this process was measured slower (26.6 s against
+    22.9 s, median of 3 alternating runs on a loaded box), with 1.3× the CPU and 1.7× the memory
+    (benchmarks/bench_ingest.py).
     """
     if requested is None and os.environ.get("TRACEPARSE_DECODE_WORKERS", "").strip().isdigit():
         requested = int(os.environ["TRACEPARSE_DECODE_WORKERS"])
@@ -411,7 +415,7 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    if cores < 2 or _content_bytes(path) < 4 * chunk_bytes:
+    if cores < MIN_CORES or _content_bytes(path) < 4 * chunk_bytes:
         return 0
     return min(cores - 1, 8)
 
