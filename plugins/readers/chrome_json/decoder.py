@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
@@ -30,7 +31,7 @@ import msgspec
 import polars as pl
 
 from traceparse import units
-from traceparse.errors import InputError, bad_input
+from traceparse.errors import InputError, TraceparseError, bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 
@@ -476,7 +477,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
 
         def take_front() -> Iterator[tuple[int, Any]]:
             data, sep, final, future = queue[0]
-            result = future.result()
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                _POOLS.pop(workers, None)
+                raise TraceparseError(f"{path}: a decoding worker process died (out of memory?); "
+                                      "TRACEPARSE_DECODE_WORKERS=0 decodes in one process") from None
             if result == _MISPLIT:  # the cut was no boundary: decode this chunk and the next as one
                 nxt = queue[1]
                 nxt[3].cancel()
@@ -656,7 +662,10 @@ def _pool(workers: int):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([])  # not even __main__ (the default): the server stays a bare interpreter
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([])  # not even __main__ (the default): the server stays a bare interpreter
+        else:  # Windows: no fork at all
+            context = multiprocessing.get_context("spawn")
         pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     return pool
