@@ -1,153 +1,346 @@
-"""Benchmark: ingest and analyze a large torch.profiler trace, side by side with HolisticTraceAnalysis.
+"""Benchmark: traceparse ingest and analyze side by side with HolisticTraceAnalysis, on one trace, a rank set and large sizes.
 
-Each measurement runs in a fresh Python process that reports its own wall
-time and peak resident memory (ru_maxrss), imports included, so the figures
-are what a user waits for. Usage::
+Every measurement is a fresh process tree (the command, its worker processes, HTA's fork pool), sampled
+every 20 ms with psutil: wall time, peak of the *summed* resident memory of the tree (shared pages of forked
+workers count once per process, for both tools alike), and the CPU seconds the tree used. The machine's load
+average is recorded before each run: on a shared box the wall times move with it, and alternating the tools
+(traceparse, HTA, traceparse, HTA, ...) makes the ratio fair under the same load. Each traceparse run gets a
+fresh store, so the content-hash cache never answers instead of the parser. Usage::
 
-    python benchmarks/bench_ingest.py TRACE.json[.gz] [--hta-python PATH] [--repeat 3]
-    python benchmarks/bench_ingest.py --synthesize-gb 7 --from TRACE.json.gz   # larger-than-RAM/4 check
+    python benchmarks/bench_ingest.py TRACE.json --hta-python /path/to/hta-venv/bin/python \\
+        [--repeat 3] [--ranks 8 --rank-repeat 3] [--sizes-gb 1 7 --size-repeat 1] [--out FILE]
 
-``--hta-python`` is the interpreter of a virtual environment with the PyPI
-package HolisticTraceAnalysis installed (kept apart: it pins its own
-dependency versions). Results are printed as a table and written as JSON
-next to the trace (``--out``).
+Sections (each can be left out: ``--repeat 0``, ``--ranks 0``, no ``--sizes-gb``):
+
+1. *one trace*: ``traceparse ingest TRACE`` (default decoding: worker processes on 4 cores or more), the
+   same with ``--workers`` decoding workers (``TRACEPARSE_DECODE_WORKERS``), ``traceparse analyze`` with
+   every rule on the stored trace, and HTA's ``TraceAnalysis(trace_dir=...)`` on a directory holding only TRACE;
+2. *rank set*: N ranks made from TRACE (copies, each with its own ``distributedInfo.rank``; kept in
+   benchmarks/data/) ingested as one run, against HTA's ``TraceAnalysis`` on the same directory;
+3. *sizes*: traces of about 1 and 7 GB synthesized from TRACE (its events repeated, shifted in time; kept in
+   benchmarks/data/), each ingested: throughput in MB/s and peak memory, to show that memory stays flat.
+
+The table printed at the end is what the README's Performance section quotes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import gzip
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-MEASURE = r"""
-import json, resource, sys, time
-t0 = time.perf_counter()
-{body}
-elapsed = time.perf_counter() - t0
-print(json.dumps({{"seconds": elapsed, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
-"""
+import psutil
 
-TRACEPARSE_INGEST = """
-from traceparse.cli import main
-assert main(["--store", {store!r}, "-q", "ingest", {trace!r}]) == 0
-"""
-
-TRACEPARSE_ANALYZE = """
-import contextlib, io
-from traceparse.cli import main
-with contextlib.redirect_stdout(io.StringIO()):
-    main(["--store", {store!r}, "analyze", "--json", "--rule", "low-memcpy-overlap",
-          "--rule", "low-kernel-concurrency", "--rule", "kernel-share"])
-"""
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
 
 HTA_LOAD = """
-import logging
+import logging, sys
 logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
-TraceAnalysis(trace_dir={trace_dir!r})
+TraceAnalysis(trace_dir=sys.argv[1])
 """
 
 
-def measure(python: str, body: str) -> dict:
-    """Run ``body`` in a fresh interpreter and return its wall time and peak RSS."""
-    out = subprocess.run([python, "-c", MEASURE.format(body=body)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+# -- measuring ---------------------------------------------------------------------------------------------
+def measure(cmd: list[str], env: dict | None = None) -> dict:
+    """Run ``cmd``: wall seconds, peak summed RSS of its process tree (MB), CPU seconds of the tree, load before."""
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    root = psutil.Process(proc.pid)
+    peak, cpu = 0, {}
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        rss = 0
+        for p in procs:
+            try:
+                rss += p.memory_info().rss
+                times = p.cpu_times()
+                cpu[p.pid] = max(cpu.get(p.pid, 0.0), times.user + times.system)
+            except psutil.Error:
+                pass
+        peak = max(peak, rss)
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return {"seconds": round(elapsed, 3), "peak_rss_mb": round(peak / 2**20, 1), "cpu_s": round(sum(cpu.values()), 2),
+            "load": round(load, 2)}
 
 
 def summarize(runs: list[dict]) -> dict:
-    return {"seconds": statistics.median(r["seconds"] for r in runs),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": len(runs)}
+    """Median, min and max of each figure over the runs (and the runs themselves)."""
+    out: dict = {"runs": runs, "n": len(runs)}
+    for key in ("seconds", "peak_rss_mb", "cpu_s", "load"):
+        values = [r[key] for r in runs]
+        out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return out
 
 
-def bench(trace: Path, hta_python: str | None, repeat: int) -> dict:
-    results: dict = {"trace": str(trace), "size_mb": trace.stat().st_size / 2**20}
-    ingest_runs, analyze_runs = [], []
-    for _ in range(repeat):
-        store = tempfile.mkdtemp(prefix="tp-bench-")
+def traceparse_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "traceparse.cli", *args]
+
+
+def env_with(**values: str) -> dict:
+    env = dict(os.environ)
+    env.update(values)
+    return env
+
+
+# -- 1. one trace ------------------------------------------------------------------------------------------
+def bench_one(trace: Path, hta_python: str | None, repeat: int, workers: int) -> dict:
+    """Alternate traceparse ingest (default; with ``workers`` decoding workers), analyze (every rule) and HTA."""
+    runs: dict[str, list] = {"ingest": [], "ingest_workers": [], "analyze": [], "hta": []}
+    hta_dir = Path(tempfile.mkdtemp(prefix="hta-one-"))
+    os.symlink(trace.resolve(), hta_dir / trace.name)
+    try:
+        for i in range(repeat):
+            store = tempfile.mkdtemp(prefix="tp-bench-")
+            try:
+                runs["ingest"].append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(trace))))
+                runs["analyze"].append(measure(traceparse_cmd("--store", store, "analyze", "--json")))
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
+            if hta_python:
+                runs["hta"].append(measure([hta_python, "-c", HTA_LOAD, str(hta_dir)]))
+            store = tempfile.mkdtemp(prefix="tp-bench-")
+            try:
+                runs["ingest_workers"].append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(trace)),
+                                                      env_with(TRACEPARSE_DECODE_WORKERS=str(workers))))
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
+            print(f"  one trace, round {i + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f} s" for k, v in runs.items()
+                                                              if v), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(hta_dir, ignore_errors=True)
+    return {k: summarize(v) for k, v in runs.items() if v}
+
+
+# -- 2. a rank set -----------------------------------------------------------------------------------------
+def rank_dir(trace: Path, n: int) -> Path:
+    """``benchmarks/data/ranks{n}_<trace>/rank{r}.json``: N copies of ``trace``, each its own rank (made once).
+
+    Each copy is the trace's bytes with ``"distributedInfo": {"backend": "nccl", "rank": r, "world_size": N}``
+    written as its first key (a trace that has a ``distributedInfo`` already is refused). Plain JSON, so
+    that neither tool spends the run decompressing; benchmarks/make_ranks.py makes skewed gzip ranks.
+    """
+    path = DATA / f"ranks{n}_{trace.name.split('.')[0]}"
+    if path.is_dir() and len(list(path.glob("rank*.json"))) == n:
+        return path
+    data = trace.read_bytes() if trace.suffix != ".gz" else gzip.decompress(trace.read_bytes())
+    if b'"distributedInfo"' in data[: 1 << 20]:
+        raise SystemExit(f"{trace}: already has distributedInfo; make the ranks with benchmarks/make_ranks.py")
+    start = data.index(b"{") + 1
+    path.mkdir(parents=True, exist_ok=True)
+    for rank in range(n):
+        info = json.dumps({"backend": "nccl", "rank": rank, "world_size": n}).encode()
+        with open(path / f"rank{rank}.json", "wb") as f:
+            f.write(data[:start] + b'\n  "distributedInfo": ' + info + b",")
+            f.write(memoryview(data)[start:])
+    return path
+
+
+def bench_ranks(trace: Path, n: int, hta_python: str | None, repeat: int) -> dict:
+    """Alternate ``traceparse ingest DIR`` (a run of N ranks) and HTA's ``TraceAnalysis(trace_dir=DIR)``."""
+    directory = rank_dir(trace, n)
+    runs: dict[str, list] = {"ingest": [], "hta": []}
+    for i in range(repeat):
+        store = tempfile.mkdtemp(prefix="tp-ranks-")
         try:
-            ingest_runs.append(measure(sys.executable, TRACEPARSE_INGEST.format(store=store, trace=str(trace))))
-            analyze_runs.append(measure(sys.executable, TRACEPARSE_ANALYZE.format(store=store)))
+            runs["ingest"].append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(directory))))
         finally:
             shutil.rmtree(store, ignore_errors=True)
-    results["traceparse_ingest"] = summarize(ingest_runs)
-    results["traceparse_analyze"] = summarize(analyze_runs)
-    if hta_python:
-        trace_dir = tempfile.mkdtemp(prefix="hta-bench-")
-        try:
-            os.symlink(trace.resolve(), Path(trace_dir) / trace.name)
-            results["hta_load"] = summarize([measure(hta_python, HTA_LOAD.format(trace_dir=trace_dir))
-                                             for _ in range(repeat)])
-        finally:
-            shutil.rmtree(trace_dir, ignore_errors=True)
-    return results
+        if hta_python:
+            runs["hta"].append(measure([hta_python, "-c", HTA_LOAD, str(directory)]))
+        print(f"  {n} ranks, round {i + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f} s" for k, v in runs.items()
+                                                          if v), file=sys.stderr, flush=True)
+    out = {k: summarize(v) for k, v in runs.items() if v}
+    out["ranks"] = n
+    out["input_mb"] = round(sum(p.stat().st_size for p in directory.glob("rank*.json")) / 2**20, 1)
+    return out
 
 
+# -- 3. sizes ----------------------------------------------------------------------------------------------
 def synthesize(source: Path, target: Path, gigabytes: float) -> int:
-    """Write a trace of about ``gigabytes`` by repeating ``source``'s events shifted in time; returns event count."""
-    opener = gzip.open if source.suffix == ".gz" else open
-    with opener(source, "rt") as f:
-        doc = json.load(f)
-    events = doc.pop("traceEvents")
-    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events if isinstance(e.get("ts"), (int, float)))
-    base = min(e["ts"] for e in events if isinstance(e.get("ts"), (int, float)))
-    period = (span - base) * 1.01
-    limit = gigabytes * 2**30
-    written, count, copy = 0, 0, 0
-    with open(target, "w") as out:
-        header = json.dumps(doc)[:-1]
-        out.write(header + ', "traceEvents": [\n')
-        first = True
-        while written < limit:
-            shift = copy * period
-            for e in events:
-                if isinstance(e.get("ts"), (int, float)):
-                    e = dict(e, ts=round(e["ts"] + shift, 3))
-                line = ("" if first else ",\n") + json.dumps(e)
-                first = False
-                out.write(line)
-                written += len(line)
-                count += 1
-            copy += 1
-        out.write("\n]}\n")
-    return count
+    """Write a trace of about ``gigabytes`` GiB: ``source``'s header, then its ``traceEvents`` repeated.
+
+    The copies are the events' bytes as they are (times not shifted: the ingest does the same work, and
+    writing 7 GB takes seconds instead of the half hour formatting every event would take on a busy box).
+    Returns the number of events written.
+    """
+    data = source.read_bytes() if source.suffix != ".gz" else gzip.decompress(source.read_bytes())
+    start = data.index(b"[", data.index(b'"traceEvents"')) + 1
+    end = data.rindex(b"]")
+    events = memoryview(data)[start:end].tobytes().rstrip()
+    count = len(json.loads(b"[" + events + b"]"))
+    copies = max(1, int(gigabytes * 2**30 // len(events)))
+    tmp = target.with_suffix(".part")
+    with open(tmp, "wb") as out:
+        out.write(data[:start])
+        for i in range(copies):
+            out.write(events if i == 0 else b",\n" + events)
+        out.write(data[end:])
+    os.replace(tmp, target)
+    return count * copies
 
 
-def main() -> int:
+def bench_sizes(trace: Path, sizes: list[float], repeat: int) -> list[dict]:
+    """Ingest traces of each size (synthesized once into benchmarks/data/): MB/s and peak memory."""
+    out = []
+    for gb in sizes:
+        big = DATA / f"synth_{gb:g}gb_{trace.name.split('.')[0]}.json"
+        if not big.is_file():
+            t0 = time.perf_counter()
+            n = synthesize(trace, big, gb)
+            print(f"  synthesized {big.name}: {n} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        runs, base = [], []
+        for i in range(repeat):
+            for target, into in ((trace, base), (big, runs)):  # the trace itself just before: the same load
+                store = tempfile.mkdtemp(prefix="tp-size-", dir=DATA)
+                try:
+                    into.append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(target))))
+                finally:
+                    shutil.rmtree(store, ignore_errors=True)
+            print(f"  {gb:g} GB, round {i + 1}: {runs[-1]['seconds']:.1f} s, {runs[-1]['peak_rss_mb']:.0f} MB; "
+                  f"the trace just before: {base[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
+        size_mb = big.stat().st_size / 2**20
+        result = summarize(runs)
+        base_mb_per_s = _json_bytes(trace) / 2**20 / statistics.median(r["seconds"] for r in base)
+        result.update(file=big.name, size_mb=round(size_mb, 1),
+                      mb_per_s=round(size_mb / result["seconds"]["median"], 1), base=summarize(base),
+                      base_mb_per_s=round(base_mb_per_s, 1))
+        out.append(result)
+    return out
+
+
+def _json_bytes(trace: Path) -> int:
+    if trace.suffix != ".gz":
+        return trace.stat().st_size
+    with gzip.open(trace, "rb") as f:
+        return sum(len(b) for b in iter(lambda: f.read(1 << 24), b""))
+
+
+# -- report ------------------------------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpus": os.cpu_count(),
+            "cpu": cpu, "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def _cell(s: dict | None, key: str, fmt: str) -> str:
+    if not s:
+        return "-"
+    v = s[key]
+    return f"{fmt.format(v['median'])} ({fmt.format(v['min'])}–{fmt.format(v['max'])})"
+
+
+def report(results: dict) -> str:
+    """The Markdown tables of the results (median, then min–max over the runs)."""
+    lines = []
+    one = results.get("one_trace")
+    if one:
+        lines += [f"One trace: {results['trace']} ({results['trace_mb']:.0f} MB)", "",
+                  "| | runs | wall s | peak RSS MB (tree) | CPU s (tree) | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        workers = results.get("workers", 1)
+        names = {"hta": "HTA `TraceAnalysis` load", "ingest": "`traceparse ingest` (default)",
+                 "ingest_workers": f"`traceparse ingest`, {workers} decoding worker(s) "
+                                   f"(`TRACEPARSE_DECODE_WORKERS={workers}`)",
+                 "analyze": "`traceparse analyze`, every rule, stored trace"}
+        for key, label in names.items():
+            if key in one:
+                s = one[key]
+                lines.append(f"| {label} | {s['n']} | {_cell(s, 'seconds', '{:.2f}')} | "
+                             f"{_cell(s, 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'cpu_s', '{:.1f}')} | "
+                             f"{_cell(s, 'load', '{:.1f}')} |")
+        if "hta" in one:
+            for key in ("ingest", "ingest_workers"):
+                ratio = one["hta"]["seconds"]["median"] / one[key]["seconds"]["median"]
+                mem = one[key]["peak_rss_mb"]["median"] / one["hta"]["peak_rss_mb"]["median"]
+                lines.append(f"\n{names[key]}: {ratio:.1f}× faster than HTA (median wall), "
+                             f"peak memory {mem:.2f}× HTA's")
+        lines.append("")
+    ranks = results.get("ranks")
+    if ranks:
+        lines += [f"Rank set: {ranks['ranks']} ranks made from the trace ({ranks['input_mb']:.0f} MB of JSON)", "",
+                  "| | runs | wall s | peak RSS MB (tree) | CPU s (tree) | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for key, label in (("hta", "HTA `TraceAnalysis(trace_dir=...)`"), ("ingest", "`traceparse ingest DIR`")):
+            if key in ranks:
+                s = ranks[key]
+                lines.append(f"| {label} | {s['n']} | {_cell(s, 'seconds', '{:.1f}')} | "
+                             f"{_cell(s, 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'cpu_s', '{:.1f}')} | "
+                             f"{_cell(s, 'load', '{:.1f}')} |")
+        if "hta" in ranks:
+            ratio = ranks["hta"]["seconds"]["median"] / ranks["ingest"]["seconds"]["median"]
+            mem = ranks["ingest"]["peak_rss_mb"]["median"] / ranks["hta"]["peak_rss_mb"]["median"]
+            lines.append(f"\n{ranks['ranks']} ranks: {ratio:.1f}× faster than HTA, peak memory {mem:.2f}× HTA's")
+        lines.append("")
+    sizes = results.get("sizes")
+    if sizes:
+        lines += ["Sizes (`traceparse ingest`, one file; each size right after the trace itself, same load)", "",
+                  "| file | MB | runs | wall s | MB/s | MB/s of the trace just before | peak RSS MB (tree) | "
+                  "the trace's peak RSS MB | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for s in sizes:
+            lines.append(f"| {s['file']} | {s['size_mb']:.0f} | {s['n']} | {_cell(s, 'seconds', '{:.1f}')} | "
+                         f"{s['mb_per_s']:.1f} | {s['base_mb_per_s']:.1f} | {_cell(s, 'peak_rss_mb', '{:.0f}')} | "
+                         f"{_cell(s['base'], 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'load', '{:.1f}')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trace", nargs="?", type=Path)
+    parser.add_argument("trace", type=Path, help="the benchmark trace (fixtures/make_benchmark_trace.py)")
     parser.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis installed")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--synthesize-gb", type=float, help="build a trace this large from --from and ingest it once")
-    parser.add_argument("--from", dest="source", type=Path, help="source trace for --synthesize-gb")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    args = parser.parse_args()
-
-    if args.synthesize_gb:
-        work = Path(tempfile.mkdtemp(prefix="tp-big-"))
-        try:
-            big = work / "big.json"
-            n = synthesize(args.source, big, args.synthesize_gb)
-            store = work / "store"
-            r = measure(sys.executable, TRACEPARSE_INGEST.format(store=str(store), trace=str(big)))
-            results = {"synthetic_gb": big.stat().st_size / 2**30, "events_in_file": n, "ingest": r}
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    else:
-        results = bench(args.trace, args.hta_python, args.repeat)
-    print(json.dumps(results, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds on the one trace (0: leave out)")
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                        help="decoding workers of the second ingest of the one trace (default: cores - 1)")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks in the rank set (0: leave out)")
+    parser.add_argument("--rank-repeat", type=int, default=3)
+    parser.add_argument("--sizes-gb", type=float, nargs="*", default=[], help="synthesized sizes to ingest, GiB")
+    parser.add_argument("--size-repeat", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=DATA / "bench_ingest.json", help="results as JSON")
+    args = parser.parse_args(argv)
+    DATA.mkdir(parents=True, exist_ok=True)
+    results: dict = {"machine": machine(), "trace": str(args.trace), "trace_mb": _json_bytes(args.trace) / 2**20,
+                     "load_at_start": os.getloadavg()}
+    if args.repeat:
+        results["workers"] = args.workers
+        results["one_trace"] = bench_one(args.trace, args.hta_python, args.repeat, args.workers)
+    if args.ranks:
+        results["ranks"] = bench_ranks(args.trace, args.ranks, args.hta_python, args.rank_repeat)
+    if args.sizes_gb:
+        results["sizes"] = bench_sizes(args.trace, args.sizes_gb, args.size_repeat)
+    results["load_at_end"] = os.getloadavg()
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    m = results["machine"]
+    print(f"{m['date']}: {m['cpus']} CPUs ({m['cpu']}), {m['memory_gb']} GiB, Python {m['python']}; "
+          f"load average {results['load_at_start'][0]:.1f} at the start, {results['load_at_end'][0]:.1f} at the end")
+    print(report(results))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -330,6 +330,9 @@ def collective(names: pl.Expr) -> pl.Expr:
     >>> pl.select(collective(pl.lit(names))).to_series().to_list()
     ['all_reduce', 'all_reduce', 'unknown', 'broadcast', 'all_reduce', 'send_recv', None]
     """
+    # every pattern is tried on communication names only (any other name becomes ""): one regex pass over
+    # all names instead of twenty, the same result
+    names = pl.when(names.str.to_lowercase().str.contains(_ANY_COMMUNICATION)).then(names).otherwise(pl.lit(""))
     family = communication_family(names)
     said = first_match(_collective_key(names), COLLECTIVES, "")
     kernel = family.is_in(["nccl kernel", "msccl kernel"])
@@ -337,6 +340,10 @@ def collective(names: pl.Expr) -> pl.Expr:
             .when(said != "").then(said)
             .when(kernel).then(pl.lit(UNKNOWN_COLLECTIVE))
             .otherwise(pl.lit(None, dtype=pl.String)))
+
+
+#: Any name of :data:`COMMUNICATION_NAMES` (lower-cased), in one regular expression.
+_ANY_COMMUNICATION = "|".join(f"(?:{pattern})" for _, pattern in COMMUNICATION_NAMES)
 
 
 def normalize_collective(names: pl.Expr) -> pl.Expr:

@@ -354,7 +354,7 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
                 results = map_ingest(scheduler, tasks, advance)
             else:
                 workers = choose_workers([group for _, group in ranks], jobs)
-                results = _map_local(tasks, workers, advance)
+                results = _map_local(_share_cores(tasks, workers), workers, advance)
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = dict(tags or {})
         run = store.commit_run(tmp, run)
@@ -362,6 +362,22 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return RunResult(run, already_stored=False, warnings=warnings)
+
+
+def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
+    """The tasks with the reader parameter ``workers`` (decoding processes per rank) set so that the ranks read
+    at once and their decoding workers together use the cores, not more: one pool, one budget.
+
+    With one rank at a time the reader chooses for itself; a ``workers`` the caller gave is kept.
+    """
+    if workers <= 1:
+        return tasks
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    per_rank = max(0, cores // workers - 1)
+    return [(*task[:4], {"workers": per_rank, **(task[4] or {})}, *task[5:]) for task in tasks]
 
 
 def _map_local(tasks: list[tuple], workers: int, advance: Callable | None) -> list[dict]:

@@ -85,8 +85,8 @@ class Store:
         return self.traces_dir / trace_id / "events.parquet"
 
     def load(self, trace_id: str) -> Trace:
-        """An entry as a :class:`Trace`."""
-        return Trace(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
+        """An entry as a :class:`Trace` (its events as stored: not validated again, see :meth:`Trace.from_store`)."""
+        return Trace.from_store(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
 
     def resolve_id(self, ref: str) -> str:
         """The id of the one entry whose id starts with ``ref``."""

@@ -20,7 +20,6 @@ from traceparse.errors import InputError, bad_input
 from traceparse.trace import Trace
 from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import profile
-from traceparse_plugins.predict.timeline import replay, timeline
 
 DEFAULT_NETWORK = "all"
 TABLE_COLUMNS = ("layer_type", "pass", "calls", "ops")
@@ -95,6 +94,7 @@ class PredictCommand(Command):
     def _fit(self, args, session) -> int:
         from traceparse_plugins.predict import model  # numpy: loaded only when predicting
         from traceparse_plugins.predict import step as step_model
+        from traceparse_plugins.predict.timeline import replay, timeline
 
         traces = _unique(session.resolve_all(args.traces, fmt=args.format))
         if len(traces) < 2:
@@ -208,6 +208,7 @@ class PredictCommand(Command):
     def _run(self, args, session) -> int:
         from traceparse_plugins.predict import model  # numpy: loaded only when predicting
         from traceparse_plugins.predict import step as step_model
+        from traceparse_plugins.predict.timeline import timeline
 
         layer_models, _e2e, networks, data = model.load(Path(args.model))
         if (args.trace is None) == (args.flops_table is None):

@@ -70,10 +70,11 @@ class SelfTime(Measure):
                 inner[p] += min(end[i], end[p]) - s
                 children[p] += 1
             stack.append(i)
-        event_ids = rows["event_id"].to_list()
+        # the per-row arithmetic in polars, not Python (the sweep above is the only loop)
+        own = (rows["duration_ns"] - pl.Series(inner, dtype=pl.Int64)).clip(lower_bound=0)
         out = rows.select("trace_id", "event_id").with_columns(
-            self_ns=pl.Series([max(e - s - c, 0) for s, e, c in zip(start, end, inner)], dtype=pl.Int64),
-            parent_event_id=pl.Series([None if p is None else event_ids[p] for p in parent], dtype=pl.Int64),
+            self_ns=own.cast(pl.Int64),
+            parent_event_id=rows["event_id"].gather(pl.Series(parent, dtype=pl.UInt32)).cast(pl.Int64),
             depth=pl.Series(depth, dtype=pl.Int64),
             children=pl.Series(children, dtype=pl.Int64),
         )

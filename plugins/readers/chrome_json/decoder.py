@@ -20,16 +20,18 @@ by any amount of whitespace, and an event longer than :data:`MAX_EVENT_BYTES`
 from __future__ import annotations
 
 import gc
+import os
 import re
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 import msgspec
 import polars as pl
 
 from traceparse import units
-from traceparse.errors import bad_input
+from traceparse.errors import InputError, TraceparseError, bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 
@@ -38,6 +40,8 @@ _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event longer than this (or than 8 chunks) is refused, not buffered
 _JSON_BLANK = b" \t\r\n"
 _NEXT_EVENT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{")
+#: a time as profilers write it: up to 15 integer and 3 decimal digits (microseconds to nanoseconds, exactly)
+_SIMPLE_TIME = r"^([0-9]{1,15})(?:\.([0-9]{1,3}))?$"
 
 A = TypeVar("A")
 
@@ -96,11 +100,38 @@ def times_ns(raw: pl.Series) -> pl.Series:
 
     An absent or ``null`` field gives null; a quoted number is read as the
     number. Raises :class:`traceparse.units.NumberError` at the first value
-    that is not a number.
+    that is not a number. Times as profilers write them (at most 15 integer
+    and 3 decimal digits, no sign or exponent) are converted in one vectorized
+    step; any other cell goes through :func:`traceparse.units.column_to_int`,
+    which gives the same integer for the common ones.
     """
     text = raw.cast(pl.String).str.strip_chars(" \t\r\n").str.strip_chars('"')
     text = pl.select(pl.when(text.is_in(["", "null"])).then(None).otherwise(text)).to_series()
-    return units.column_to_int(text, "us", to="ns")
+    parts = text.str.extract_groups(_SIMPLE_TIME).struct
+    fast = parts.field("1").cast(pl.Int64) * 1000 + parts.field("2").str.pad_end(3, "0").cast(pl.Int64).fill_null(0)
+    todo = (text.is_not_null() & fast.is_null()).arg_true()
+    if todo.len() == 0:
+        return fast.alias(text.name)
+    try:
+        slow = units.column_to_int(text.gather(todo), "us", to="ns")
+    except units.NumberError as exc:
+        raise units.NumberError(int(todo[exc.index]), exc.text, exc.reason) from None
+    return fast.scatter(todo, slow).alias(text.name)
+
+
+def raw_times_ns(raws: Sequence[msgspec.Raw]) -> pl.Series:
+    """:func:`times_ns` of decoded ``msgspec.Raw`` values, joined into one buffer (no bytes object per event)."""
+    if not raws:
+        return pl.Series([], dtype=pl.Int64)
+    joined = b"\x00".join(raws)  # NUL cannot appear in a JSON value: it separates them
+    if joined.count(b"\x00") == len(raws) - 1:
+        try:
+            text = pl.Series([joined.decode("utf-8")], dtype=pl.String).str.split("\x00").explode()
+        except UnicodeDecodeError:
+            text = None
+        if text is not None:
+            return times_ns(text)
+    return times_ns(pl.Series(list(map(bytes, raws)), dtype=pl.Binary))
 
 
 def time_ns(raw: msgspec.Raw | bytes) -> int | None:
@@ -257,7 +288,8 @@ class _ChunkReader:
                 raise bad_input(self.path, None, f'not a {label}: no "traceEvents" array in the first 64 MiB')
 
 
-def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int) -> tuple[list, int] | None:
+def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int, *,
+                  raise_validation: bool = False) -> tuple[list, int] | None:
     """Decode the longest run of whole events in ``buf`` (which starts with ``[``); return them and where they end.
 
     A candidate end is a ``}`` followed by ``,`` and ``{`` (whitespace
@@ -281,6 +313,8 @@ def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int) ->
             with gc_paused():
                 return decoder.decode(chunk), pos + 1
         except msgspec.ValidationError as exc:
+            if raise_validation:  # a worker's chunk: the caller knows the offset
+                raise
             raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
                 from None
         except msgspec.DecodeError:
@@ -336,3 +370,302 @@ def _decode_tail(path: Path, events_decoder, document_decoder, buf: bytes, offse
     options.warn(f"{path}: the file ends early (truncated{' gzip stream' if truncated else ' JSON'}); "
                  f"kept the {kept} complete events")
     return events, None
+
+
+# -- the parallel decoder ------------------------------------------------------------------------------------
+class EventError(Exception):
+    """A bad value in one event, found while converting decoded events: the decoder names the record.
+
+    ``index`` is the event's position in the list handed to the converter,
+    ``field`` what follows ``traceEvents[N]`` in the message (``".ts"``), and
+    ``expected`` the rest of the one-line message.
+    """
+
+    def __init__(self, index: int, field: str, expected: str):
+        super().__init__(index, field, expected)
+        self.index, self.field, self.expected = index, field, expected
+
+    def at(self, path: Path, offset: int) -> Exception:
+        """The one-line :class:`InputError` for the event, ``offset`` events into ``traceEvents``."""
+        return bad_input(path, f"traceEvents[{offset + self.index}]{self.field}", self.expected)
+
+
+#: Chunks in flight per worker (decoded or being decoded, not yet written): memory is bounded by
+#: ``max(2, workers * IN_FLIGHT_PER_WORKER)`` chunks of raw bytes and of rows, plus the one being written.
+IN_FLIGHT_PER_WORKER = 2
+#: Fewest cores on which a large trace is decoded in worker processes by default (see :func:`decode_workers`).
+MIN_CORES = 4
+_MISPLIT = "misplit"
+
+
+def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -> int:
+    """How many worker processes decode ``path`` (0: this process decodes it alone).
+
+    ``requested`` (the ``workers`` reader parameter), else ``$TRACEPARSE_DECODE_WORKERS``, else: one fewer
+    than the cores (at most 8; this process collects, validates and writes the rows) on a machine of
+    :data:`MIN_CORES` cores or more, for a file of at least 4 chunks. A smaller file, or a smaller machine,
+    is decoded here: on 2 cores a decoding worker beside this process was measured slower (26.6 s against
+    22.9 s, median of 3 alternating runs on a loaded box), with 1.3× the CPU and 1.7× the memory
+    (benchmarks/bench_ingest.py).
+    """
+    if requested is None and os.environ.get("TRACEPARSE_DECODE_WORKERS", "").strip().isdigit():
+        requested = int(os.environ["TRACEPARSE_DECODE_WORKERS"])
+    if requested is not None:
+        return max(0, int(requested))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    if cores < MIN_CORES or _content_bytes(path) < 4 * chunk_bytes:
+        return 0
+    return min(cores - 1, 8)
+
+
+def _content_bytes(path: Path) -> int:
+    """The (uncompressed) size of the file's content: a gzip file's trailer says it (modulo 4 GiB)."""
+    try:
+        if not path.is_file():  # a FIFO or a device is refused later, unopened (check_file)
+            return 0
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b" and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                return max(int.from_bytes(f.read(4), "little"), size * 4)
+    except OSError:
+        return 0
+    return size
+
+
+def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type: type,
+               convert: Callable[[Path, list], Any], *, workers: int, chunk_bytes: int = CHUNK_BYTES,
+               label: str = "Chrome trace", array_form: bool = True,
+               on_document: Callable[[Any], None] | None = None) -> Iterator[tuple[int, Any]]:
+    """Decode and convert the events of ``path`` in ``workers`` processes; yield ``(offset, convert(path, events))``.
+
+    The same contract as :func:`stream_events` (and the same errors and
+    warnings), with the conversion done where the decoding is: this process
+    reads the file and cuts the ``traceEvents`` array into chunks at
+    candidate event boundaries (a ``}`` then ``,`` then ``{``) without
+    decoding anything; each worker decodes a chunk as a list of events and
+    hands it to ``convert`` (a module-level function, so that it pickles;
+    it raises :class:`EventError` for a bad event). Results come back in file
+    order. A candidate that was no boundary (inside a string, or between
+    objects nested in an event) shows as a chunk that does not decode, since
+    every chunk starts where the previous one, decoded, ended: it is merged
+    with the next chunk and decoded again, so the output never depends on
+    where the cuts fell. At most ``max(2, workers * IN_FLIGHT_PER_WORKER)``
+    chunks are in flight, which bounds memory.
+    """
+    check_file(path)
+    repairs = [0]
+    max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
+    spec = (event_type, document_type, convert, str(path))
+    pool = _pool(workers)
+    limit = max(2, workers * IN_FLIGHT_PER_WORKER)
+    with open_binary(path) as f:
+        reader = _ChunkReader(f, chunk_bytes, options, path)
+        head, rest, form = reader.find_array(label, array_form)
+        if form == "object" and on_document is not None:
+            document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
+            on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
+        queue: list[list] = []  # [data, separator after it, final, future], in file order
+        state = {"offset": 0}
+
+        def submit(data: bytes, sep: bytes, final: bool) -> list:
+            job = [data, sep, final, pool.submit(_decode_piece, spec, data, final, form, reader.truncated)]
+            return job
+
+        def take_front() -> Iterator[tuple[int, Any]]:
+            data, sep, final, future = queue[0]
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                _POOLS.pop(workers, None)
+                raise TraceparseError(f"{path}: a decoding worker process died (out of memory?); "
+                                      "TRACEPARSE_DECODE_WORKERS=0 decodes in one process") from None
+            if result == _MISPLIT:  # the cut was no boundary: decode this chunk and the next as one
+                nxt = queue[1]
+                nxt[3].cancel()
+                merged = data + sep + nxt[0]
+                if len(merged) > max_event and not nxt[2]:
+                    raise bad_input(path, f"traceEvents[{state['offset']}]",
+                                    f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
+                queue[0:2] = [submit(merged, nxt[1], nxt[2])]
+                return
+            del queue[0]
+            yield from _settle(path, options, result, state, repairs, on_document, final)
+
+        buf = bytearray(rest)
+        while True:
+            more = reader.read()
+            if more is None:
+                break
+            if not more.translate(None, _JSON_BLANK):  # only whitespace: insignificant between JSON tokens
+                if buf[-1:] != b" ":
+                    buf += b" "
+                continue
+            buf += more
+            cut = _last_candidate(buf)
+            if cut is None:
+                if len(buf) > max_event:
+                    raise bad_input(path, f"traceEvents[{state['offset']}...]",
+                                    f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
+                continue
+            end, start = cut
+            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False))
+            del buf[:start]
+            while len(queue) > limit:
+                yield from take_front()
+        queue.append(submit(bytes(buf), b"", True))
+        del buf
+        while queue:
+            yield from take_front()
+    if repairs[0]:
+        options.warn(f"{path}: {repairs[0]} byte sequence{'s' if repairs[0] != 1 else ''} not valid UTF-8; "
+                     "read as U+FFFD (the replacement character)")
+
+
+def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repairs: list[int],
+            on_document: Callable[[Any], None] | None, final: bool) -> Iterator[tuple[int, Any]]:
+    """Turn one chunk's result into its output (or its error), now that every chunk before it is settled."""
+    status, value, count, repaired, extra = result
+    repairs[0] += repaired
+    offset = state["offset"]
+    if status == "event-error":
+        raise value.at(path, offset)
+    if status == "validation":
+        local, message = value
+        raise bad_input(path, where(message, offset), f"unexpected value in a trace event: {what(message)}")
+    if status == "error":
+        raise value
+    state["offset"] = offset + count
+    if final:
+        document, salvaged = extra
+        if salvaged is not None:
+            kept = offset + count
+            if kept == 0:
+                raise bad_input(path, None, "the trace ends before its first complete event (truncated file?)")
+            options.warn(f"{path}: the file ends early (truncated{' gzip stream' if salvaged else ' JSON'}); "
+                         f"kept the {kept} complete events")
+        if document is not None and on_document is not None:
+            on_document(document)
+    yield offset, value
+
+
+def _last_candidate(buf: bytearray) -> tuple[int, int] | None:
+    """(end of the last candidate event boundary in ``buf``, start of the next event), or None.
+
+    A candidate is a ``}`` followed by ``,`` and ``{`` (any whitespace
+    between); whether it is a real boundary is settled by decoding.
+    """
+    pos = len(buf)
+    for _ in range(1000):
+        pos = buf.rfind(b"}", 0, pos)
+        if pos < 0:
+            return None
+        m = _NEXT_EVENT.match(buf, pos + 1)
+        if m:
+            return pos + 1, m.end() - 1
+    return None
+
+
+_DECODERS: dict = {}
+
+
+def _decoders(event_type: type, document_type: type, path: Path, repairs: list[int]) -> tuple[_Guarded, _Guarded]:
+    """This process's decoders for the types (built once per worker), counting repairs into ``repairs``."""
+    key = (event_type, document_type)
+    if key not in _DECODERS:
+        _DECODERS[key] = (msgspec.json.Decoder(list[event_type]), msgspec.json.Decoder(document_type))
+    events, document = _DECODERS[key]
+    return _Guarded(events, path, repairs), _Guarded(document, path, repairs)
+
+
+def _decode_piece(spec: tuple, data: bytes, final: bool, form: str, truncated: bool) -> tuple:
+    """In a worker: decode one chunk and convert its events.
+
+    Returns ``(status, value, events, repairs, extra)``: status ``"ok"``
+    (value: what ``convert`` made), ``"misplit"`` (a plain string: the chunk
+    does not decode, its end was no boundary), ``"event-error"`` (value: an
+    :class:`EventError`), ``"validation"`` (value: (index, msgspec message)),
+    or ``"error"`` (value: a one-line :class:`InputError`). For the final
+    chunk ``extra`` is ``(document after the array or None, salvaged)``,
+    ``salvaged`` None when the array ended properly, else whether the gzip
+    stream was cut short.
+    """
+    event_type, document_type, convert, path_text = spec
+    path = Path(path_text)
+    repairs = [0]
+    events_decoder, document_decoder = _decoders(event_type, document_type, path, repairs)
+    extra = None
+    try:
+        with gc_paused():
+            if not final:
+                try:
+                    events = events_decoder.decode(b"[" + data + b"]")
+                except msgspec.DecodeError:
+                    return _MISPLIT
+            else:
+                events, document, salvaged = _decode_final(path, events_decoder, document_decoder, data, form,
+                                                           truncated)
+                if document is not None:
+                    document.traceEvents = []  # the events go back as rows, not twice
+                extra = (document, salvaged)
+            value = convert(path, events)
+    except msgspec.ValidationError as exc:
+        return ("validation", (None, str(exc)), 0, repairs[0], extra)
+    except EventError as exc:
+        return ("event-error", exc, 0, repairs[0], extra)
+    except InputError as exc:
+        return ("error", exc, 0, repairs[0], extra)
+    return ("ok", value, len(events), repairs[0], extra)
+
+
+def _decode_final(path: Path, events_decoder: _Guarded, document_decoder: _Guarded, data: bytes, form: str,
+                  truncated: bool) -> tuple[list, Any, bool | None]:
+    """The last chunk's events, the document after the array (object form), and whether it was salvaged."""
+    try:
+        if form == "object":
+            document = document_decoder.decode(b'{"traceEvents": [' + data)
+            return document.traceEvents, document, None
+        return events_decoder.decode(b"[" + data), None, None
+    except msgspec.DecodeError:
+        pass
+    if form == "array" and not truncated:
+        try:  # the format allows leaving out the final ]
+            return events_decoder.decode(b"[" + data.rstrip().rstrip(b",") + b"]"), None, None
+        except msgspec.DecodeError:
+            pass
+    split = _split_events(path, events_decoder, bytearray(b"[") + data, 0, raise_validation=True)
+    if split is not None:
+        events = split[0]
+    else:
+        try:  # the last complete event may be the only one left
+            events = events_decoder.decode(b"[" + data.rstrip().rstrip(b",") + b"]")
+        except msgspec.DecodeError:
+            events = []
+    return events, None, truncated
+
+
+_POOLS: dict = {}
+
+
+def _pool(workers: int):
+    """A process pool of ``workers`` (kept for this process's later traces), started through a fork server.
+
+    This process, which may run threads (the Parquet writer, polars' pool), is never forked: workers are
+    forks of a fresh fork server that has imported nothing (a process that has started polars' threads
+    cannot be forked safely), and each imports the decoder and the reader itself on its first chunk.
+    """
+    pool = _POOLS.get(workers)
+    if pool is None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([])  # not even __main__ (the default): the server stays a bare interpreter
+        else:  # Windows: no fork at all
+            context = multiprocessing.get_context("spawn")
+        pool = _POOLS[workers] = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    return pool

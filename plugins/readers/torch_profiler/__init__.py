@@ -24,12 +24,14 @@ from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
 from traceparse.trace import Trace, TraceMeta
 
-from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, gc_paused, stream_events
+from traceparse_plugins.readers.chrome_json import (
+    CHUNK_BYTES, EventError, decode_workers, gc_paused, map_chunks, stream_events,
+)
 from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
-from traceparse_plugins.readers.torch_profiler.events import to_frame
+from traceparse_plugins.readers.torch_profiler.events import rows_of
 from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
-from traceparse_plugins.readers.torch_profiler.memory import memory_frame
+from traceparse_plugins.readers.torch_profiler.memory import memory_rows
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
 from traceparse_plugins.readers.torch_profiler.threads import collect_thread_names
 
@@ -48,33 +50,65 @@ class TorchProfilerReader(Reader):
         path = paths[0]
         meta = TraceMeta(tool="torch.profiler")
         chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
-        return Trace(_batches(path, meta, options, chunk), meta)
+        workers = decode_workers(path, chunk, options.params.get("workers"))
+        return Trace(_batches(path, meta, options, chunk, workers), meta)
 
 
-def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int) -> Iterator[pl.DataFrame]:
+def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int,
+             workers: int = 0) -> Iterator[pl.DataFrame]:
     """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way.
 
+    With ``workers`` > 0 the chunks are decoded and turned into rows in that
+    many worker processes (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`),
+    this process only collecting the batches in order; the batches are the same.
     ``[memory]`` events become counter rows after the chunk's other rows
     (:mod:`.memory`). Integer arguments written in another JSON type are
     coerced and counted; one warning at the end says what (:mod:`.coerce`).
     """
     coerced = Coercions()
     names: dict[str, str] = {}
-    for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
-                                        label="torch.profiler trace", array_form=False,
-                                        on_document=lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))):
-        collect_thread_names(events, names)
-        with gc_paused():
-            batch = to_frame(path, events, offset, coerced)
-            memory = memory_frame(path, events, offset, coerced)
-        if memory is not None:
-            batch = pl.concat([batch, memory], how="diagonal_relaxed")
-        del events
-        yield batch
+    on_document = lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))  # noqa: E731
+    if workers > 0:
+        for _, (batch, counts, chunk_names) in map_chunks(
+                path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
+                label="torch.profiler trace", array_form=False, on_document=on_document):
+            coerced.counts.update(counts.counts)
+            names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
+            yield batch
+    else:
+        for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
+                                            label="torch.profiler trace", array_form=False,
+                                            on_document=on_document):
+            try:
+                with gc_paused():
+                    batch, _, chunk_names = chunk_rows(path, events, coerced)
+            except EventError as exc:
+                raise exc.at(path, offset) from None
+            names.update(chunk_names)
+            del events
+            yield batch
     if names:
         meta.extra["thread_names"] = names
     if coerced:
         options.warn(coerced.warning(path))
+
+
+def chunk_rows(path: Path, events: list,
+               coerced: Coercions | None = None) -> tuple[pl.DataFrame, Coercions, dict[str, str]]:
+    """The rows of one chunk of decoded events (``[memory]`` counters after the others), what was coerced,
+    and the chunk's thread names (:mod:`.threads`).
+
+    Runs in a decoding worker (hence module-level, and a bad event raises
+    :class:`~traceparse_plugins.readers.chrome_json.EventError`, placed by the caller).
+    """
+    coerced = Coercions() if coerced is None else coerced
+    batch = rows_of(events, coerced)
+    memory = memory_rows(events, coerced)
+    if memory is not None:
+        batch = pl.concat([batch, memory], how="diagonal_relaxed")
+    names: dict[str, str] = {}
+    collect_thread_names(events, names)
+    return batch, coerced, names
 
 
 @hookimpl

@@ -13,11 +13,10 @@ import polars as pl
 from msgspec.structs import astuple
 
 from traceparse import expr
-from traceparse.errors import bad_input
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.units import NumberError
 
-from traceparse_plugins.readers.chrome_json import times_ns
+from traceparse_plugins.readers.chrome_json.decoder import EventError, raw_times_ns
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
 from traceparse_plugins.readers.torch_profiler.kineto import Args, KinetoEvent
 
@@ -51,30 +50,38 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
     Integer arguments written as text or floats are coerced and counted in
     ``coerced`` (:mod:`.coerce`), for the one warning the reader gives per trace.
     """
+    try:
+        return rows_of(events, coerced)
+    except EventError as exc:
+        raise exc.at(path, offset) from None
+
+
+def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.DataFrame:
+    """:func:`to_frame` where the caller names the record: a bad event raises :class:`EventError`.
+
+    The structs are transposed into columns in C (``astuple`` + ``zip``), the
+    rows kept are chosen by a polars filter, and only the kept rows' arguments
+    are transposed; Python touches each event a constant, small number of times.
+    """
     coerced = Coercions() if coerced is None else coerced
-    index = [i for i, e in enumerate(events) if e.ph == "X"]  # flows, instants and metadata are not kept
-    if not index:
+    if not events:
         return _EMPTY
-    events = [events[i] for i in index]
     ph, cat, name, pid, tid, ts, dur, args = zip(*map(astuple, events))
-    raw = pl.DataFrame({
-        "ph": pl.Series(ph, dtype=pl.String),
-        "cat": pl.Series(cat, dtype=pl.String),
-        "name": pl.Series(name, dtype=pl.String),
-        "pid": pl.Series(pid, dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
-        "tid": pl.Series(tid, dtype=pl.Int64, strict=False),
-        "ts": pl.Series(list(map(bytes, ts)), dtype=pl.Binary),
-        "dur": pl.Series(list(map(bytes, dur)), dtype=pl.Binary),
-        "_i": pl.int_range(0, len(ph), eager=True),
-    })
-    category = pl.col("cat").str.to_lowercase()
-    raw = raw.with_columns(kind=category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
-                           gpu=category.is_in(list(GPU_CATEGORIES)))
-    raw = raw.filter(pl.col("kind").is_not_null())
-    if raw.height == 0:
+    category = pl.Series(cat, dtype=pl.String).str.to_lowercase()
+    head = pl.DataFrame({"ph": pl.Series(ph, dtype=pl.String), "category": category}).select(
+        kind=pl.col("category").replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
+        gpu=pl.col("category").is_in(list(GPU_CATEGORIES)),
+        keep=(pl.col("ph") == "X").fill_null(False),  # flows, instants and metadata are not kept
+    )
+    rows = head.select((pl.col("keep") & pl.col("kind").is_not_null()).arg_true()).to_series()
+    if rows.len() == 0:
         return _EMPTY
-    keep = raw["_i"].to_list()
-    a = [args[i] for i in keep]
+    keep = rows.to_list()
+    if len(keep) == len(events):
+        pick = lambda values: values  # noqa: E731 - every event is kept
+    else:
+        pick = lambda values: [values[i] for i in keep]  # noqa: E731
+    a = pick(args)
     a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
     (external, external_legacy, correlation, device, context, stream, nbytes, grid, block,
      registers, shared_memory, input_dims, flops, in_device, from_device, to_device, *_) = zip(*a_rows)
@@ -87,13 +94,17 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         for axis, column in zip("xyz", xyz):
             dims[f"{label}_{axis}"] = int_column(column, f"args.{label}", pl.Int32, coerced)
     times = {}
-    for field in ("ts", "dur"):
+    for field, raws in (("ts", ts), ("dur", dur)):
         try:
-            times[field] = times_ns(raw[field])
+            times[field] = raw_times_ns(pick(raws))
         except NumberError as exc:
-            record = offset + index[keep[exc.index]]
-            raise bad_input(path, f"traceEvents[{record}].{field}",
-                            f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+            raise EventError(keep[exc.index], f".{field}",
+                             f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+    raw = head.select("kind", "gpu").gather(rows).with_columns(
+        name=pl.Series(name, dtype=pl.String).gather(rows),
+        pid=pl.Series(pick(pid), dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
+        tid=pl.Series(pick(tid), dtype=pl.Int64, strict=False),
+    )
     is_gpu = pl.col("gpu")
     df = raw.select(
         "kind", "name",
@@ -119,13 +130,13 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
         bytes=ints(nbytes, "bytes"),
         flops=pl.Series(flops, dtype=pl.Float64),
         # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
-        input_dims=pl.Series(list(map(bytes, input_dims)), dtype=pl.Binary).cast(pl.String)
-        .str.replace_all(r"\s+", "").replace("", None),
+        input_dims=_raw_text(input_dims).str.replace_all(r"\s+", "").replace("", None),
         _smem=ints(shared_memory, "shared memory"),
         **dims,
     )
+    memcpy = pl.col("kind") == "memcpy"
     copy = pl.col("name").str.extract_groups(_COPY_NAME)
-    df = df.with_columns(copy=pl.when(pl.col("kind") == "memcpy").then(copy)).with_columns(
+    df = df.with_columns(copy=pl.when(memcpy).then(copy)).with_columns(
         copy_kind=_known(pl.col("copy").struct.field("1"), COPY_KINDS),
         # ROCm names a copy "Memcpy HtoD (Host -> Device)": "host" does not say pageable or pinned, so null
         src_memory=_known(pl.col("copy").struct.field("2").str.to_lowercase(), MEMORY_KINDS),
@@ -137,6 +148,17 @@ def to_frame(path: Path, events: list[KinetoEvent], offset: int = 0,
     df = df.with_columns(comm_columns(df["name"], a))
     df = df.with_columns(bytes=pl.coalesce("bytes", "_comm_bytes")).drop("_comm_bytes")
     return df
+
+
+def _raw_text(raws) -> pl.Series:
+    """``msgspec.Raw`` values as a String column (an absent value: the empty string), joined in one buffer."""
+    joined = b"\x00".join(raws)  # NUL cannot appear in JSON text: it separates the values
+    if raws and joined.count(b"\x00") == len(raws) - 1:
+        try:
+            return pl.Series([joined.decode("utf-8")], dtype=pl.String).str.split("\x00").explode()
+        except UnicodeDecodeError:
+            pass
+    return pl.Series(list(map(bytes, raws)), dtype=pl.Binary).cast(pl.String)
 
 
 def _known(value: pl.Expr, allowed: tuple[str, ...]) -> pl.Expr:
@@ -185,13 +207,24 @@ def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
         size = DTYPE_BYTES.get(x.dtype or "")
         if elems and size:
             nbytes[i] = max(elems) * size
-    from_args = expr.normalize_collective(pl.lit(pl.Series(given, dtype=pl.String)))
-    from_name = expr.collective(pl.lit(names).fill_null(""))
-    out = pl.select(collective=pl.coalesce(from_args, from_name),
-                    bytes_comm=pl.lit(pl.Series(nbytes, dtype=pl.Int64)))
-    return [out["collective"], pl.Series("seq", seq, dtype=pl.Int64),
+    # the collective, worked out only on the rows that may be communication (any family's name, or a
+    # "Collective name" argument): the same values as on every row, at a fraction of the cost on large traces
+    lowered = names.fill_null("").str.to_lowercase()
+    given_series = pl.Series(given, dtype=pl.String)
+    rows = (lowered.str.contains(_ANY_FAMILY) | given_series.is_not_null()).arg_true()
+    collective = pl.Series("collective", [None] * n, dtype=pl.String)
+    if rows.len():
+        from_args = expr.normalize_collective(pl.lit(given_series.gather(rows)))
+        from_name = expr.collective(pl.lit(names.gather(rows)).fill_null(""))
+        collective = collective.scatter(rows, pl.select(pl.coalesce(from_args, from_name)).to_series())
+    return [collective, pl.Series("seq", seq, dtype=pl.Int64),
             pl.Series("process_group", group, dtype=pl.String),
-            pl.Series("_comm_bytes", out["bytes_comm"])]
+            pl.Series("_comm_bytes", nbytes, dtype=pl.Int64)]
+
+
+#: A lower-cased name of any communication family (:data:`traceparse.expr.COMMUNICATION_NAMES`): the rows
+#: :func:`traceparse.expr.collective` can give a collective for.
+_ANY_FAMILY = "|".join(f"(?:{pattern})" for _, pattern in expr.COMMUNICATION_NAMES)
 
 
 def _int_or_none(value) -> int | None:

@@ -26,10 +26,9 @@ from pathlib import Path
 
 import polars as pl
 
-from traceparse.errors import bad_input
 from traceparse.units import NumberError
 
-from traceparse_plugins.readers.chrome_json import times_ns
+from traceparse_plugins.readers.chrome_json.decoder import EventError, times_ns
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
 from traceparse_plugins.readers.torch_profiler.kineto import KinetoEvent
 
@@ -42,6 +41,14 @@ CPU_DEVICE_TYPE = 0
 
 def memory_frame(path: Path, events: list[KinetoEvent], offset: int, coerced: Coercions) -> pl.DataFrame | None:
     """The counter rows of the ``[memory]`` events in ``events`` (None when there are none)."""
+    try:
+        return memory_rows(events, coerced)
+    except EventError as exc:
+        raise exc.at(path, offset) from None
+
+
+def memory_rows(events: list[KinetoEvent], coerced: Coercions) -> pl.DataFrame | None:
+    """:func:`memory_frame` where the caller names the record: a bad time raises :class:`EventError`."""
     index = [i for i, e in enumerate(events) if e.name == MEMORY_EVENT and e.ph in ("i", "I") and e.args is not None]
     if not index:
         return None
@@ -49,8 +56,8 @@ def memory_frame(path: Path, events: list[KinetoEvent], offset: int, coerced: Co
     try:
         ts = times_ns(pl.Series([bytes(e.ts) for e in picked], dtype=pl.Binary))
     except NumberError as exc:
-        raise bad_input(path, f"traceEvents[{offset + index[exc.index]}].ts",
-                        f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+        raise EventError(index[exc.index], ".ts", f"a time in microseconds, got {exc.text!r} ({exc.reason})") \
+            from None
 
     def ints(field: str, key: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
         return int_column([getattr(e.args, field) for e in picked], f"args.{key}", dtype, coerced)

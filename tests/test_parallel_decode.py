@@ -1,0 +1,136 @@
+"""The torch reader decoding a trace in worker processes (chrome_json.map_chunks) gives what one process gives.
+
+Every test reads the same file serially (``workers`` 0) and in worker processes with a chunk size far smaller
+than the file, so that cuts fall everywhere, and checks the parallel table against an independent parse too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+
+import pytest
+
+from helpers import us_to_ns
+from test_torch_reader import KIND_OF, independent_prefix
+from traceparse.errors import InputError
+from traceparse.ingest import read_paths
+from traceparse_plugins.readers.chrome_json.decoder import _last_candidate
+
+SERIAL = {"workers": 0, "chunk_bytes": 2_000}
+PARALLEL = {"workers": 2, "chunk_bytes": 2_000}
+
+
+def read(path, params):
+    trace = read_paths([path], params=params)[0]
+    return trace.events, trace.meta
+
+
+def kept(events: list[dict]) -> list[dict]:
+    return [e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() in KIND_OF]
+
+
+def test_real_trace_same_table_with_workers(samples_dir):
+    path = samples_dir / "torch" / "torch_resnet18_bs4.json.gz"
+    serial, serial_meta = read(path, {"workers": 0, "chunk_bytes": 20_000})
+    parallel, parallel_meta = read(path, {"workers": 2, "chunk_bytes": 20_000})
+    whole, _ = read(path, {"workers": 0})
+    assert parallel.equals(serial) and parallel.equals(whole)
+    assert parallel_meta.devices == serial_meta.devices and parallel_meta.extra == serial_meta.extra
+    with gzip.open(path, "rt") as f:
+        assert parallel.height == len(kept(json.load(f)["traceEvents"]))
+
+
+def tricky_trace(n: int = 300) -> dict:
+    """Events whose names and arguments hold what looks like an event boundary: '},{' in strings (with escaped
+    quotes and backslashes), and arrays of objects nested in args."""
+    names = ['op},{"ph": "X"}', 'a"},{"b', "back\\\\slash},{", "[[1, 2]], {x}", 'quote \\"}, {\\" end', "plain"]
+    events = []
+    for i in range(n):
+        events.append({"ph": "X", "cat": "cpu_op", "name": names[i % len(names)] + f" #{i}", "pid": 1, "tid": 2,
+                       "ts": round(1000 + i + (i % 1000) / 1000, 3), "dur": 1.5,
+                       "args": {"External id": i, "nested": [{"a": 1}, {"b": "},{"}], "Input Dims": [[i, 2], []]}})
+        if i % 7 == 0:
+            events.append({"ph": "f", "id": i, "pid": 1, "tid": 2, "ts": 1000 + i, "cat": "ac2g", "name": "flow"})
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": events,
+            "traceName": "tricky"}
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_cuts_only_at_event_boundaries(tmp_path, indent):
+    text = json.dumps(tricky_trace(), indent=indent)
+    path = tmp_path / "tricky.json"
+    path.write_text(text)
+    truth = kept(json.loads(text, parse_float=Decimal)["traceEvents"])
+    serial, _ = read(path, SERIAL)
+    parallel, meta = read(path, PARALLEL)
+    assert parallel.equals(serial)
+    assert parallel["name"].to_list() == [e["name"] for e in truth]
+    assert parallel["external_id"].to_list() == [e["args"]["External id"] for e in truth]
+    assert parallel["start_ns"].to_list() == [us_to_ns(e["ts"]) for e in truth]
+    assert parallel["input_dims"].to_list() == [json.dumps(e["args"]["Input Dims"], separators=(",", ":"))
+                                                for e in truth]
+    assert meta.extra["traceName"] == "tricky"
+
+
+def test_last_candidate_is_any_brace_comma_brace():
+    buf = bytearray(b'{"a": 1}, {"name": "x},{y"}  ,\n {"b": 2}')
+    end, start = _last_candidate(buf)
+    assert buf[end - 1:end] == b"}" and buf[start:start + 1] == b"{" and buf[start:] == b'{"b": 2}'
+    assert _last_candidate(bytearray(b'{"a": 1}')) is None
+
+
+def test_truncated_array_keeps_complete_events_with_workers(samples_dir, tmp_path):
+    raw = gzip.open(samples_dir / "torch" / "torch_resnet18_bs4.json.gz").read()
+    cut = raw[: len(raw) * 2 // 3]
+    path = tmp_path / "cut.json"
+    path.write_bytes(cut)
+    complete = independent_prefix(cut)
+    serial, serial_meta = read(path, {"workers": 0, "chunk_bytes": 20_000})
+    parallel, parallel_meta = read(path, {"workers": 2, "chunk_bytes": 20_000})
+    assert parallel.height == len(complete) > 0
+    assert parallel.equals(serial)
+    warnings = [w for w in parallel_meta.warnings if "ends early" in w]
+    assert warnings == [w for w in serial_meta.warnings if "ends early" in w]
+    assert len(warnings) == 1 and warnings[0].endswith("complete events")
+
+
+def test_truncated_gzip_stream_with_workers(samples_dir, tmp_path):
+    data = (samples_dir / "torch" / "torch_resnet18_bs4.json.gz").read_bytes()
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    serial, serial_meta = read(path, {"workers": 0, "chunk_bytes": 20_000})
+    parallel, parallel_meta = read(path, {"workers": 2, "chunk_bytes": 20_000})
+    assert parallel.equals(serial) and parallel.height > 0
+    assert [w for w in parallel_meta.warnings if "gzip" in w] == [w for w in serial_meta.warnings if "gzip" in w]
+    assert any("truncated gzip stream" in w for w in parallel_meta.warnings)
+
+
+def test_bad_time_names_the_same_record(tmp_path):
+    doc = tricky_trace(200)
+    bad = 150
+    doc["traceEvents"][bad]["ts"] = "12abc"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    messages = []
+    for params in (SERIAL, PARALLEL):
+        with pytest.raises(InputError) as err:
+            read(path, params)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert f"traceEvents[{bad}].ts: a time in microseconds, got '12abc'" in messages[1]
+
+
+def test_bad_type_names_the_same_record(tmp_path):
+    doc = tricky_trace(200)
+    doc["traceEvents"][120]["pid"] = [1]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    messages = []
+    for params in (SERIAL, PARALLEL):
+        with pytest.raises(InputError) as err:
+            read(path, params)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "traceEvents[120].pid" in messages[1]
