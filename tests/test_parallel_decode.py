@@ -38,6 +38,7 @@ def test_real_trace_same_table_with_workers(samples_dir):
     whole, _ = read(path, {"workers": 0})
     assert parallel.equals(serial) and parallel.equals(whole)
     assert parallel_meta.devices == serial_meta.devices and parallel_meta.extra == serial_meta.extra
+    assert "pt_autograd_0" in parallel_meta.extra["thread_names"].values()  # collected in the workers too
     with gzip.open(path, "rt") as f:
         assert parallel.height == len(kept(json.load(f)["traceEvents"]))
 
