@@ -389,11 +389,11 @@ def test_summary_figures_against_the_raw_json(store):
     gpu = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
            if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
     span = max(end for _, end in gpu) - min(start for start, _ in gpu)
-    assert summary["gpu_busy_pct"] == pytest.approx(100.0 * busy / span, rel=1e-12)
+    assert summary["gpu_busy_pct"] == pytest.approx(100.0 * busy / span, abs=5e-5)  # rounded to 4 decimals
     durations = [us_to_ns(e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
                  and e["name"].startswith("ProfilerStep#")]
     assert summary["steps"] == len(steps) == len(durations)
-    assert summary["step_time_ns"] == pytest.approx(sum(durations) / len(durations), rel=1e-12)
+    assert summary["step_time_ns"] == pytest.approx(sum(durations) / len(durations), abs=0.5)  # whole ns
     assert (summary["step_min_ns"], summary["step_max_ns"]) == (min(durations), max(durations))
     assert summary["bottleneck"] is None and summary["worst"] == []  # no findings given
 

@@ -265,7 +265,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
         bottleneck_card += (f'<div class="muted"><span class="sev sev-{esc(bottleneck["severity"])}">'
                             f'{esc(bottleneck["severity"].upper())}</span> {esc(bottleneck["title"])}{at_stake}</div>')
     else:
-        bottleneck_card = '<div class="big">none</div><div class="muted">no warning or critical finding</div>'
+        bottleneck_card = '<div class="big">none</div><div class="muted">no finding with time at stake</div>'
     top = summary.get("top_categories") or []
     cats = ", ".join(f"{esc(c['category'])} {c['share_pct']:.1f}%" for c in top if c.get("share_pct") is not None)
     cards = [
