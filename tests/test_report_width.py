@@ -104,3 +104,29 @@ def test_the_cli_piped_uses_80_columns(tmp_path, monkeypatch):
     assert code == 0
     assert max(len(line) for line in out.splitlines()) <= 80
     assert " name " in out and "aten::convolution_backward" in out
+
+
+@pytest.mark.parametrize("args, width", [(["--width", "120"], 120), (["--wide"], 240), ([], 80)])
+def test_width_and_wide_set_the_layout_width(tmp_path, monkeypatch, args, width):
+    """``--width N`` and ``--wide`` (before or after the command's name) lay the report out for that many
+    columns: no line is longer, and the panels use it (a panel's border spans the whole width)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    trace = str(FIXTURES / "torch/resnet18_bs16.json.gz")
+    for argv in (["--store", str(tmp_path), *args, "analyze", trace], ["--store", str(tmp_path), "analyze", trace, *args]):
+        code, out, err = run_cli(*argv)
+        assert code == 0, err
+        lengths = [len(line) for line in out.splitlines()]
+        assert max(lengths) == width
+        assert any(line.startswith("╭─ summary") and len(line) == width for line in out.splitlines())
+
+
+@pytest.mark.parametrize("value", ["39", "0", "wide", "-5"])
+def test_width_below_40_or_not_a_number_is_refused(tmp_path, value, capsys):
+    from traceparse.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--store", str(tmp_path), "analyze", f"--width={value}"])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == ("traceparse analyze: error: argument --width: expected a whole number of columns, at least 40, "
+                    f"got '{value}'")

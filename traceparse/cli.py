@@ -16,7 +16,7 @@ import re
 import sys
 
 from traceparse import __version__
-from traceparse.command import add_common_options
+from traceparse.command import WIDE, add_common_options, screen_width
 from traceparse.errors import TraceparseError
 from traceparse.plugins import Registry, registry
 from traceparse.session import Session
@@ -39,6 +39,10 @@ def build_parser(reg: Registry) -> argparse.ArgumentParser:
     parser.add_argument("--store", metavar="DIR", default=None,
                         help="store directory (default: $TRACEPARSE_STORE or ./.traceparse)")
     parser.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress bar")
+    parser.add_argument("--width", type=screen_width, metavar="N", default=None,
+                        help="render tables for N columns (default: the terminal's width; 80 when piped)")
+    parser.add_argument("--wide", action="store_true", default=False,
+                        help=f"render for {WIDE} columns: long names whole where they fit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in reg.commands.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
@@ -57,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return 2
-        session = Session(store=args.store, quiet=args.quiet, reg=reg)
+        width = args.width or (WIDE if args.wide else None)
+        session = Session(store=args.store, quiet=args.quiet, reg=reg, width=width)
         for warning in reg.warnings:
             session.warn(warning)
         code = args.command_object.run(args, session)

@@ -71,7 +71,8 @@ def add_common_options(parser: argparse.ArgumentParser, traces: str | None = Non
       written with :func:`print_json`.
     - ``fmt``: ``--format NAME`` (``args.format``, default ``auto``): the reader
       for path arguments not yet in the store.
-    - always ``--store DIR`` and ``-q/--quiet``, unless the parser has them
+    - always ``--store DIR``, ``-q/--quiet``, ``--width N`` and ``--wide``
+      (the screen width tables are laid out for), unless the parser has them
       already. Their default is "not given" (``argparse.SUPPRESS``), so a value
       given before the sub-command's name (``traceparse --store DIR list``)
       is kept and one given after it (``traceparse list --store DIR``) wins.
@@ -102,6 +103,25 @@ def add_common_options(parser: argparse.ArgumentParser, traces: str | None = Non
     if not _has_option(parser, "--quiet"):
         group.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                            help="no progress bar or progress messages")
+    if not _has_option(parser, "--width"):
+        group.add_argument("--width", type=screen_width, metavar="N", default=argparse.SUPPRESS,
+                           help="render tables for N columns (default: the terminal's width; 80 when piped)")
+    if not _has_option(parser, "--wide"):
+        group.add_argument("--wide", action="store_true", default=argparse.SUPPRESS,
+                           help=f"render for {WIDE} columns: long names whole where they fit")
+
+
+#: The width ``--wide`` renders for.
+WIDE = 240
+#: The narrowest width tables are laid out for.
+MIN_WIDTH = 40
+
+
+def screen_width(text: str) -> int:
+    """``--width N``: a whole number of columns, at least :data:`MIN_WIDTH` (narrower, no table keeps its names)."""
+    if not text.isdigit() or int(text) < MIN_WIDTH:
+        raise argparse.ArgumentTypeError(f"expected a whole number of columns, at least {MIN_WIDTH}, got {text!r}")
+    return int(text)
 
 
 def envelope(command: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -20,11 +20,12 @@ from traceparse.trace import Trace
 class Session:
     """The store, registry and consoles of one command, and how TRACE arguments become traces."""
 
-    def __init__(self, store: Path | str | None = None, quiet: bool = False, reg: Registry | None = None):
+    def __init__(self, store: Path | str | None = None, quiet: bool = False, reg: Registry | None = None,
+                 width: int | None = None):
         self.store = Store(store)
         self.registry = reg or registry()
         self.quiet = quiet
-        self.out = Console(soft_wrap=False)
+        self.out = Console(soft_wrap=False, width=width)  # width None: the terminal's, or $COLUMNS, or 80
         self.err = Console(stderr=True)
         self._warned: set[str] = set()
 
