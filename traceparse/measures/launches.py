@@ -80,7 +80,7 @@ TOP_COLUMNS = ["event_id", "name", "launch_name", "device_id", "stream_id", "lau
 
 
 class LaunchSummary(Measure):
-    """Per trace, what the ``launch-stats`` rule needs of :class:`Launches`: counts, sums, sorted numbers, top items.
+    """Per trace, :class:`Launches` summed up small enough to gather from every rank: counts, sorted numbers, top items.
 
     One row per trace (``trace_id``) with timed GPU activities of ``kinds``
     (default kernel, memcpy, memset), linked to their launch calls as in
