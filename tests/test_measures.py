@@ -40,6 +40,7 @@ CASES = [
     ("time_by_category", {}), ("api_classes", {}),
     ("copy_stats", {}), ("copy_stats", {"prefer_timed": False, "buckets": [1024, 131072]}),
     ("steps", {}), ("self_time", {}), ("launches", {}), ("launches", {"kinds": ("kernel",)}),
+    ("launch_summary", {}), ("launch_summary", {"kinds": ("kernel",), "top": 3}),
     ("stream_idle", {}), ("stream_idle", {"kernel_wait_ns": 5_000}), ("memory_samples", {}), ("memory_peaks", {}),
     ("comm_overlap", {}), ("collectives", {}), ("collective_waits", {}), ("collective_waits", {"align_clocks": True}),
     ("rank_time", {}), ("grid_fill", {}), ("grid_fill", {"sm_count": 132, "short_ns": 5_000}),

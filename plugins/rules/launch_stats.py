@@ -55,13 +55,13 @@ COLUMNS = [Column("name", "kernel", "name"), Column("launch_name", "launched by"
            Column("graph_kernels", "kernels in launch", "count")]
 
 
-def nearest_rank(sorted_values: list[int], p: float) -> int | None:
+def nearest_rank(sorted_values: list[int] | pl.Series, p: float) -> int | None:
     """The value at position ⌈p·n⌉ (1-based) of ``sorted_values``; None when empty.
 
     >>> nearest_rank([10, 20, 30, 40], 0.5), nearest_rank([10, 20, 30, 40], 0.9), nearest_rank([], 0.5)
     (20, 40, None)
     """
-    if not sorted_values:
+    if len(sorted_values) == 0:
         return None
     return sorted_values[max(1, math.ceil(p * len(sorted_values))) - 1]
 
@@ -82,48 +82,50 @@ class LaunchStats(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        rows = measures.launches(trace.events, kinds=("kernel",))
-        linked = rows.filter(pl.col("launch_event_id").is_not_null())
-        direct = linked.filter(pl.col("launch_class") == "launch")
-        graph = linked.filter(pl.col("launch_class") == "graph_launch")
-        direct_calls = direct.unique(["trace_id", "launch_event_id"])
-        graph_calls = graph.unique(["trace_id", "launch_event_id"])
-        launch_ns = direct_calls["launch_duration_ns"].sort().to_list()
-        delays = linked["delay_ns"].sort().to_list()
-        short = int((direct["duration_ns"] < direct["launch_duration_ns"]).sum())
+        # per trace (a run: per rank, where the rank is): counts, sums, the sorted launch and delay figures and
+        # the top items; the quantiles over every launch of the run are taken here, exactly, from the numbers
+        per_trace = measures.launch_summary(trace.events, kinds=("kernel",), top=int(t["top"]))
+        total = {c: int(per_trace[c].sum()) for c in ("rows", "linked", "direct", "graph", "short",
+                                                       "launch_excess_ns", "graph_launches", "graph_launch_time_ns")}
+        launch_ns = per_trace["launch_ns"].explode().drop_nulls().sort()
+        delays = per_trace["delay_ns"].explode().drop_nulls().sort()
+        n_linked, n_direct, n_graph, n_calls = total["linked"], total["direct"], total["graph"], launch_ns.len()
         metrics = {
-            "kernels": rows.height, "linked_kernels": linked.height, "direct_kernels": direct.height,
-            "launches": direct_calls.height, "launch_time_ns": int(direct_calls["launch_duration_ns"].sum() or 0),
-            "graph_launches": graph_calls.height, "graph_kernels": graph.height,
-            "kernels_per_graph_launch": round(graph.height / graph_calls.height, 4) if graph_calls.height else None,
-            "graph_launch_time_ns": int(graph_calls["launch_duration_ns"].sum() or 0),
+            "kernels": total["rows"], "linked_kernels": n_linked, "direct_kernels": n_direct,
+            "launches": n_calls, "launch_time_ns": int(launch_ns.sum() or 0),
+            "graph_launches": total["graph_launches"], "graph_kernels": n_graph,
+            "kernels_per_graph_launch": (round(n_graph / total["graph_launches"], 4) if total["graph_launches"]
+                                         else None),
+            "graph_launch_time_ns": total["graph_launch_time_ns"],
             "launch_ns_p50": nearest_rank(launch_ns, 0.5), "launch_ns_p90": nearest_rank(launch_ns, 0.9),
-            "launch_ns_max": launch_ns[-1] if launch_ns else None,
-            "delay_ns_min": delays[0] if delays else None, "delay_ns_p50": nearest_rank(delays, 0.5),
+            "launch_ns_max": launch_ns[-1] if n_calls else None,
+            "delay_ns_min": delays[0] if n_linked else None, "delay_ns_p50": nearest_rank(delays, 0.5),
             "delay_ns_p90": nearest_rank(delays, 0.9), "delay_ns_p99": nearest_rank(delays, 0.99),
-            "delay_ns_max": delays[-1] if delays else None,
-            "short_kernel_pct": expr.pct(short, direct.height),
-            "launch_outliers": int((direct_calls["launch_duration_ns"] >= int(t["launch_outlier_ns"])).sum()),
-            "delay_outliers": int((linked["delay_ns"] >= int(t["delay_outlier_ns"])).sum()),
+            "delay_ns_max": delays[-1] if n_linked else None,
+            "short_kernel_pct": expr.pct(total["short"], n_direct),
+            "launch_outliers": int((launch_ns >= int(t["launch_outlier_ns"])).sum()),
+            "delay_outliers": int((delays >= int(t["delay_outlier_ns"])).sum()),
         }
+        # each trace's top items, in trace order, then the same sort as over every linked kernel: the run's top
+        candidates = per_trace.select("top").explode("top").drop_nulls().unnest("top")
         items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
                   "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
                   "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}
-                 for r in linked.sort(["delay_ns", "event_id"], descending=[True, False])
+                 for r in candidates.sort(["delay_ns", "event_id"], descending=[True, False], maintain_order=True)
                  .head(int(t["top"])).iter_rows(named=True)]
-        enough = direct.height >= int(t["min_kernels"])
+        enough = n_direct >= int(t["min_kernels"])
         severity = grade(metrics["short_kernel_pct"] if enough else None, warning=t["short_kernel_warning_pct"])
-        if not linked.height:
-            message = (f"{rows.height} kernels, none linked to a launch call: the trace has no API calls with "
+        if not n_linked:
+            message = (f"{total['rows']} kernels, none linked to a launch call: the trace has no API calls with "
                        "matching correlation ids.")
         else:
-            message = f"{linked.height} of {rows.height} kernels linked to their launch call."
-            if direct.height:
-                message += (f" {direct.height} launched one by one by {direct_calls.height} calls taking "
+            message = f"{n_linked} of {total['rows']} kernels linked to their launch call."
+            if n_direct:
+                message += (f" {n_direct} launched one by one by {n_calls} calls taking "
                             f"{metrics['launch_time_ns'] / 1e6:.3f} ms (median {metrics['launch_ns_p50'] / 1e3:.1f} us); "
                             f"{metrics['short_kernel_pct']:.1f}% of them run shorter than their launch call.")
-            if graph.height:
-                message += (f" {graph.height} replayed by {graph_calls.height} graph launches "
+            if n_graph:
+                message += (f" {n_graph} replayed by {metrics['graph_launches']} graph launches "
                             f"({metrics['kernels_per_graph_launch']:g} kernels per launch, "
                             f"{metrics['graph_launch_time_ns'] / 1e6:.3f} ms of launch calls).")
             message += (f" Launch delay: median {metrics['delay_ns_p50'] / 1e3:.1f} us, p99 "
@@ -135,7 +137,7 @@ class LaunchStats(Rule):
                       "(torch.compile), or give each kernel more work (larger batches)." if severity != "info" else "")
         return [Finding(self.name, severity, "Kernel launches", message, suggestion, metrics=metrics, items=items,
                         columns=COLUMNS, figures=FIGURES,  # at stake: how much the launch calls outlast their kernels
-                        impact_ns=int((direct["launch_duration_ns"] - direct["duration_ns"]).clip(0).sum() or 0))]
+                        impact_ns=total["launch_excess_ns"])]
 
 
 @hookimpl

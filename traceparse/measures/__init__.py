@@ -15,6 +15,7 @@ copy_stats         copies, bytes, time per direction, memory kinds and size
 steps              ProfilerStep#N windows
 self_time          self (exclusive) time of nested host events per thread
 launches           GPU work with the host call that launched it (correlation)
+launch_summary     per trace: launch counts, sorted launch/delay times, top delays
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
 memory_samples     the allocator's allocated/reserved totals over time
 memory_peaks       per device: peak allocated and reserved, and when
@@ -37,7 +38,7 @@ from traceparse.measures.concurrency import concurrency
 from traceparse.measures.copies import copy_stats
 from traceparse.measures.grid import grid_fill
 from traceparse.measures.overlap import overlap
-from traceparse.measures.launches import launches, stream_idle
+from traceparse.measures.launches import launch_summary, launches, stream_idle
 from traceparse.measures.memory import memory_peaks, memory_samples
 from traceparse.measures.nesting import self_time
 from traceparse.measures.steps import steps
@@ -55,3 +56,5 @@ MEASURES.update({m.name: m for m in (comm_overlap, collectives, collective_waits
 __all__ += ["comm_overlap", "collectives", "collective_waits", "rank_time"]
 MEASURES[grid_fill.name] = grid_fill
 __all__ += ["grid_fill"]
+MEASURES[launch_summary.name] = launch_summary
+__all__ += ["launch_summary"]

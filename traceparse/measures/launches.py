@@ -74,6 +74,75 @@ class Launches(Measure):
             "launch_tid", "delay_ns", "launch_gpu_rows")
 
 
+#: The columns of one launch-delay item of :class:`LaunchSummary` (the ``top`` list), in order.
+TOP_COLUMNS = ["event_id", "name", "launch_name", "device_id", "stream_id", "launch_duration_ns", "duration_ns",
+               "delay_ns", "launch_gpu_rows"]
+
+
+class LaunchSummary(Measure):
+    """Per trace, :class:`Launches` summed up small enough to gather from every rank: counts, sorted numbers, top items.
+
+    One row per trace (``trace_id``) with timed GPU activities of ``kinds``
+    (default kernel, memcpy, memset), linked to their launch calls as in
+    :class:`Launches`. *Direct* activities are those whose launch call is of
+    class ``launch``, *graph* ones of class ``graph_launch``; a launch call
+    counts once however many activities it launched. Columns: ``rows``,
+    ``linked``, ``direct``, ``graph`` (activities), ``short`` (direct ones
+    shorter than their launch call), ``launch_excess_ns`` (Σ over direct
+    activities of max(0, launch call − activity duration)),
+    ``graph_launches`` and ``graph_launch_time_ns`` (distinct graph launch
+    calls, Σ of their durations); two sorted ``List[Int64]`` columns,
+    ``launch_ns`` (the durations of the distinct direct launch calls) and
+    ``delay_ns`` (activity start − launch start of every linked activity), so
+    that quantiles over all the traces of a run stay exact; and ``top``: the
+    ``top`` linked activities with the longest delay (ties: lower event id
+    first) as a list of structs of :data:`TOP_COLUMNS`. Only ``top`` holds
+    names: a rank's result is about 16 bytes per launch instead of a row of
+    :class:`Launches` with two names. Sorted by trace.
+
+    Part: the projection of :class:`Launches`; combine: the join, then the
+    per-trace summary. Valid partitions: device, trace, row chunks.
+    """
+
+    name = "launch_summary"
+    per_trace = True
+
+    def part(self, events: pl.DataFrame, kinds=expr.GPU_KINDS, top: int = 10) -> pl.DataFrame:
+        return _projection(events, kinds)
+
+    def combine(self, parts: list[pl.DataFrame], kinds=expr.GPU_KINDS, top: int = 10) -> pl.DataFrame:
+        rows = unkeyed(_linked(pl.concat(parts)))
+        # longest delay first (ties: lower event id), so that each trace's first linked rows are its top items
+        rows = rows.sort(["trace_id", "delay_ns", "event_id"], descending=[False, True, False], nulls_last=True)
+        linked = pl.col("launch_event_id").is_not_null()
+        direct = pl.col("launch_class") == "launch"
+        graph = pl.col("launch_class") == "graph_launch"
+        first = pl.col("first_of_call")  # one row per launch call: its activity with the lowest event id
+
+        def count(cond: pl.Expr) -> pl.Expr:
+            return cond.fill_null(False).sum().cast(pl.Int64)
+
+        out = rows.with_columns(
+            first_of_call=linked & (pl.col("event_id") == pl.col("event_id").min().over("trace_id", "launch_event_id"))
+        ).group_by("trace_id", maintain_order=True).agg(
+            rows=pl.len().cast(pl.Int64), linked=count(linked), direct=count(direct), graph=count(graph),
+            short=count(direct & (pl.col("duration_ns") < pl.col("launch_duration_ns"))),
+            launch_excess_ns=(pl.col("launch_duration_ns") - pl.col("duration_ns")).clip(0)
+            .filter(direct.fill_null(False)).sum().cast(pl.Int64),
+            graph_launches=count(graph & first),
+            graph_launch_time_ns=pl.col("launch_duration_ns").filter((graph & first).fill_null(False)).sum()
+            .cast(pl.Int64),
+            launch_ns=pl.col("launch_duration_ns").filter((direct & first).fill_null(False)).sort(),
+            delay_ns=pl.col("delay_ns").filter(linked).sort(),
+            top=pl.struct(TOP_COLUMNS).filter(linked).head(top))
+        # the top items' names are views into the partition's string buffers: copy them, so that a rank's result
+        # does not keep (or, on a cluster, send) every name of the rank
+        out = out.with_columns(pl.Series("top", out["top"].to_list(), dtype=out.schema["top"]))
+        return out.sort("trace_id", nulls_last=False).select(
+            "trace_id", "rows", "linked", "direct", "graph", "short", "launch_excess_ns", "graph_launches",
+            "graph_launch_time_ns", "launch_ns", "delay_ns", "top")
+
+
 class StreamIdle(Measure):
     """Why each stream waits: its idle gaps split into host wait, kernel wait and other (HTA's idle time breakdown).
 
@@ -138,4 +207,5 @@ class StreamIdle(Measure):
 
 
 launches = Launches()
+launch_summary = LaunchSummary()
 stream_idle = StreamIdle()
