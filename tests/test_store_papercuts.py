@@ -91,6 +91,8 @@ def test_tag_sets_and_removes_tags_without_reading_again(store):
     code, out, err = run_cli("tag", RUN.name, "world=4", "--json")
     assert code == 0 and json.loads(out)["kind"] == "run", err
     assert [r["tags"] for r in _stored().values() if r.get("name") == RUN.name] == [{"world": "4"}]
+    code, out, err = run_cli("analyze", RUN.name, "--rule", "kernel-share", "--json")
+    assert code == 0 and json.loads(out)["traces"][0]["tags"] == {"run": RUN.name, "world": "4"}, err
 
 
 @pytest.mark.parametrize("args,message", [

@@ -195,7 +195,8 @@ class Store:
         return TraceMeta(
             id=run_id, source_paths=[p for m in metas for p in m.source_paths], sha256=run.get("sha256"),
             format="run", variant=run.get("format"), tool=metas[0].tool if metas else None,
-            tool_version=metas[0].tool_version if metas else None, devices=devices, tags={"run": run.get("name", "")},
+            tool_version=metas[0].tool_version if metas else None, devices=devices,
+            tags={"run": run.get("name", ""), **(run.get("tags") or {})},  # the run's own tags (`traceparse tag RUN`)
             warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=count,
             summary={"events_per_kind": {}, "ranks": len(metas)}, extra={"run": run},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
