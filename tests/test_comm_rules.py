@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, read_torch, run_rule, us_to_ns
+from helpers import FIXTURES, REPO, read_torch, run_cli, run_rule, us_to_ns
 from traceparse import expr, measures
 from traceparse.measures import partitioned
 from traceparse.schema import conform
@@ -391,3 +391,85 @@ def test_comm_measures_partitioned_by_rank_and_trace_equal_whole(folder):
         for split in ({"by": "rank"}, {"by": "trace_id"}, {"by": "device_id"}, {"chunks": 5}):
             got = partitioned(m, events, **split, **params)
             assert got.sort(got.columns, nulls_last=True).equals(whole.sort(whole.columns, nulls_last=True)), (m, split)
+
+
+# -- real NCCL: DistributedDataParallel on two H200s, one process per GPU (fixtures/make_nccl_ddp.py) -----------
+NCCL = {"slow": FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1",
+        "balanced": FIXTURES / "torch" / "multirank" / "nccl2_balanced"}
+
+
+@pytest.mark.parametrize("kind", sorted(NCCL))
+def test_nccl_ranks_say_who_they_are_and_their_collectives(kind):
+    """distributedInfo (backend, NCCL version, world size) and the NCCL kernels' collectives, from the raw JSON;
+    this PyTorch (2.11) writes no "Seq" on record_param_comms, so instances meet as the n-th of each rank."""
+    for path in sorted(NCCL[kind].glob("rank*.json.gz")):
+        doc = raw(path)
+        trace = read_torch(path)
+        info = doc["distributedInfo"]
+        assert trace.meta.distributed["rank"] == info["rank"] == int(path.name[4])
+        assert (trace.meta.distributed["world_size"], trace.meta.distributed["backend"]) == (2, "nccl")
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+        comm = trace.events.filter(pl.col("kind") == "kernel", pl.col("collective").is_not_null())
+        assert comm.height == len(kernels)
+        want = {"all_reduce": sum("AllReduce" in e["name"] for e in kernels),
+                "broadcast": sum("Broadcast" in e["name"] for e in kernels)}
+        assert dict(comm.group_by("collective").len().iter_rows()) == want and sum(want.values()) == len(kernels)
+        assert not any("Seq" in (e.get("args") or {}) for e in doc["traceEvents"])
+        assert trace.events["seq"].null_count() == trace.events.height
+
+
+def test_stragglers_names_rank_1_on_the_real_nccl_run():
+    want = oracle_stragglers(NCCL["slow"])
+    f = run_rule(run_of(NCCL["slow"]), "stragglers")
+    m = f.metrics
+    assert want["candidate"] == m["straggler_rank"] == 1 and f.severity == "critical"
+    assert m["collectives"] == want["collectives"] == 15
+    assert (m["wait_caused_ns"], m["lost_ns"], m["others_step_ns"]) == (
+        want["wait_caused_ns"][1], want["lost_ns"], want["others_step_ns"])
+    assert m["step_time_lost_pct"] == want["pct"] > 25
+    for rank, row in m["ranks"].items():
+        r = int(rank)
+        assert row == {"last_count": want["last_count"][r], "wait_caused_ns": want["wait_caused_ns"][r],
+                       "waited_ns": want["waited_ns"][r], "step_ns": want["step_ns"][r]}
+
+
+def test_the_balanced_nccl_run_figures_equal_the_raw_json():
+    """Without a planted sleep, rank 0 still arrives last at most collectives here (the figures, whatever they
+    say, must be the raw JSON's)."""
+    want = oracle_stragglers(NCCL["balanced"])
+    f = run_rule(run_of(NCCL["balanced"]), "stragglers")
+    assert f.metrics["step_time_lost_pct"] == want["pct"]
+    assert {int(k): v["wait_caused_ns"] for k, v in f.metrics["ranks"].items()} == want["wait_caused_ns"]
+    assert f.metrics["straggler_rank"] in (None, want["candidate"])
+
+
+@pytest.mark.parametrize("kind", sorted(NCCL))
+def test_comm_overlap_and_rank_balance_on_real_nccl_ranks(kind):
+    """Each rank drives its own GPU (device = local rank): per-rank overlap and breakdown from the raw JSON."""
+    trace = run_of(NCCL[kind])
+    overlap = run_rule(trace, "comm-compute-overlap").metrics
+    balance = run_rule(trace, "rank-balance").metrics
+    assert overlap["members"] == balance["members"] == "rank"
+    for path in sorted(NCCL[kind].glob("rank*.json.gz")):
+        rank = int(path.name[4])
+        layers = gpu_intervals(raw(path)["traceEvents"])
+        assert list(layers) == [rank]  # rank r runs on GPU r
+        (dev_overlap,) = oracle_overlap(path).values()
+        assert {c: overlap["ranks"][str(rank)][c] for c in ("kernels", "comm_time_ns", "overlapped_ns")} == dev_overlap
+        got = {c: balance["ranks"][str(rank)][c]
+               for c in ("span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns")}
+        assert got == oracle_breakdown(layers[rank])
+
+
+def test_the_real_nccl_run_through_the_store(tmp_path):
+    """`traceparse analyze DIR` on the rank directory: a run of two ranks, rank 1 the straggler, as in memory."""
+    want = run_rule(run_of(NCCL["slow"]), "stragglers").metrics
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(NCCL["slow"]), "--rule", "stragglers", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["traces"][0]["run"]["world_size"] == 2 and sorted(doc["traces"][0]["run"]["ranks"]) == ["0", "1"]
+    (finding,) = doc["findings"]
+    assert finding["metrics"]["straggler_rank"] == 1
+    assert finding["metrics"]["lost_ns"] == want["lost_ns"] and finding["impact_ns"] == want["lost_ns"]
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(NCCL["slow"]), "--rule", "stragglers")
+    assert code == 0 and "run nccl2_slow_rank1 (2 ranks)" in out.splitlines()[0], out[:300]  # the run, not rank 0's file

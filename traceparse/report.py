@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -233,7 +234,10 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
         by_trace.setdefault(finding.trace, []).append(finding)
     for trace in dict.fromkeys([*summaries, *by_trace]):  # the traces in the order given, findings or none
         meta = traces.get(trace)
-        console.rule(f"[bold]{trace}  {meta.path}[/bold]" if meta else f"[bold]{trace}[/bold]")
+        run = ((meta.extra or {}).get("run") or {}) if meta else {}
+        where = (f"run {run['name']} ({len(run.get('ranks') or {})} ranks)" if meta and meta.format == "run"
+                 and run.get("name") else (meta.path if meta else None))
+        console.rule(f"[bold]{trace}  {escape(str(where))}[/bold]" if where else f"[bold]{trace}[/bold]")
         summary = summaries.get(trace)
         own = by_trace.get(trace, [])
         if summary is not None:
