@@ -283,7 +283,7 @@ def repeated_tables(findings: list[Finding]) -> dict[int, str]:
             if a.rule == b.rule and mine != theirs:  # a part of its own rule's main table
                 out[id(b)] = out.get(id(a), a.rule)
                 break
-            if mine == theirs and id(a) not in out and (len(_columns(a)), j) < (len(_columns(b)), i):
+            if mine == theirs and id(a) not in out and (len(finding_columns(a)), j) < (len(finding_columns(b)), i):
                 out[id(b)] = a.rule
                 break
     return out
@@ -367,7 +367,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [Text(finding.message)]
-    figures = _figures(finding)
+    figures = finding_figures(finding)
     if figures:
         pairs = [(figure_label(key, unit) if finding.figures else key, fmt_unit(unit, finding.metrics.get(key))) for key, unit in figures.items()]
         widest = max(len(label) + len(value) for label, value in pairs)
@@ -388,7 +388,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     if finding.items and repeats:
         parts.append(Text(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
-        parts.extend(_items_table(finding.items, _columns(finding), inner))
+        parts.extend(_items_table(finding.items, finding_columns(finding), inner))
     if finding.suggestion:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
@@ -425,15 +425,15 @@ def figure_label(key: str, unit: str) -> str:
     return key.replace("_", " ")
 
 
-def _figures(finding: Finding) -> dict[str, str]:
-    """The headline figures: those the finding declares, else every scalar metric shown as is."""
+def finding_figures(finding: Finding) -> dict[str, str]:
+    """The headline figures: those the finding declares, else every scalar metric shown as is (screen and HTML)."""
     if finding.figures:
         return dict(finding.figures)
     return {k: "number" for k, v in finding.metrics.items() if not isinstance(v, (dict, list))}
 
 
-def _columns(finding: Finding) -> list[Column]:
-    """The item columns: those the finding declares, else every key of its items shown as is."""
+def finding_columns(finding: Finding) -> list[Column]:
+    """The item columns: those the finding declares, else every key of its items shown as is (screen and HTML)."""
     if finding.columns:
         return list(finding.columns)
     keys = dict.fromkeys(k for item in finding.items for k in item)
@@ -465,8 +465,9 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
 
     Each numeric column shows all its values in one unit (named in its
     header) at its full width, never wrapped. The name column (the first
-    ``name`` column, else the first ``text`` one) takes the width left, at
-    least :data:`MIN_TEXT_WIDTH`; a name longer than its cell is shortened
+    ``name`` column, else the first ``text`` one) is at least
+    :data:`MIN_TEXT_WIDTH` wide; short text columns get their width, then the
+    long ones share what is left equally; a name longer than its cell is shortened
     from the middle and numbered, and a key below the table gives the full
     names. When even that does not fit, the last declared columns (the least
     important) are dropped and a note below the table names them.
@@ -501,17 +502,25 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             break
         shown.remove(candidates[-1])
     dropped = [columns[i].label or columns[i].key for i in range(len(columns)) if i not in shown]
-    # text columns share the width the figures leave, the name column first
+    # text columns share the width the figures leave: short ones whole first, then the long ones (the name
+    # column and any other long names, e.g. the kernels before and after a gap) in equal shares
     widths = {i: minimum[i] for i in shown}
     spare = width - overhead(len(shown)) - sum(widths.values())
     short = [i for i in shown if i in text_idx and i != name_idx and natural[i] <= 20]
-    order = short + ([name_idx] if name_idx in shown else []) + [i for i in shown if i in text_idx and i not in short]
-    for i in dict.fromkeys(order):
-        if spare <= 0:
-            break
-        grow = min(spare, natural[i] - widths[i])
+    for i in short:
+        grow = max(0, min(spare, natural[i] - widths[i]))
         widths[i] += grow
         spare -= grow
+    long = [i for i in shown if i in text_idx and i not in short]
+    while spare > 0:
+        wanting = [i for i in long if widths[i] < natural[i]]
+        if not wanting:
+            break
+        share = max(1, spare // len(wanting))
+        for i in wanting:
+            grow = min(share, natural[i] - widths[i], spare)
+            widths[i] += grow
+            spare -= grow
     key: dict[str, int] = {}
     table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
     for i in shown:

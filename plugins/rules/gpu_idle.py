@@ -63,6 +63,8 @@ from traceparse.trace import Trace
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
            "untimed_rows": "count", "stream_idle_ns": "ns", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
            "other_wait_pct": "pct"}
+#: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
+#: names before and after each gap get the width.
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
            Column("length_ns", "length", "ns"), Column("before", "before", "name"), Column("after", "after", "name")]
 RANK = Column("rank", "rank", "number")
@@ -146,7 +148,8 @@ class GpuIdle(Rule):
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams},
-                        items=items, columns=([RANK] if ranks else []) + COLUMNS, figures=FIGURES,
+                        items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
+                        figures=FIGURES,
                         tables={"devices": DEVICES, "streams": STREAMS}, impact_ns=idle_ns)]
 
     def _breakdown(self, events, t: dict, ranks: dict) -> tuple[dict, dict, str]:

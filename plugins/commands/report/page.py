@@ -16,7 +16,7 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
-from traceparse.report import figure_label, fmt_ns, fmt_unit, short_name
+from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit, short_name
 from traceparse.rule import Finding
 from traceparse.verdict import Column
 
@@ -164,20 +164,6 @@ def table_html(columns: list[Column], rows: list[dict], caption: str | None = No
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return (f'<div class="tablewrap"><table>{cap}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
-
-
-def finding_figures(finding: Finding) -> dict[str, str]:
-    """The headline figures of a finding: those it declares, else its scalar metrics (shown as they are)."""
-    if finding.figures:
-        return dict(finding.figures)
-    return {k: "number" for k, v in finding.metrics.items() if not isinstance(v, (dict, list))}
-
-
-def finding_columns(finding: Finding) -> list[Column]:
-    """The item columns of a finding: those it declares, else every key of its items."""
-    if finding.columns:
-        return list(finding.columns)
-    return [Column(k, k, "number") for k in dict.fromkeys(k for item in finding.items for k in item)]
 
 
 def finding_html(finding: Finding, index: int) -> str:

@@ -39,6 +39,17 @@ CHUNK_BYTES = 8 * 1024 * 1024  # peak memory grows with it; speed hardly does (b
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event longer than this (or than 8 chunks) is refused, not buffered
 _JSON_BLANK = b" \t\r\n"
+
+
+def _append(buf: bytearray, more: bytes) -> bool:
+    """Add a chunk read from the file to ``buf``; False when it held only whitespace, which is insignificant
+    between JSON tokens and kept as one space (a run of blank chunks never grows the buffer)."""
+    if not more.translate(None, _JSON_BLANK):
+        if buf[-1:] != b" ":
+            buf += b" "
+        return False
+    buf += more
+    return True
 _NEXT_EVENT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{")
 #: a time as profilers write it: up to 15 integer and 3 decimal digits (microseconds to nanoseconds, exactly)
 _SIMPLE_TIME = r"^([0-9]{1,15})(?:\.([0-9]{1,3}))?$"
@@ -171,11 +182,8 @@ def stream_events(path: Path, options: ReadOptions, event_type: type, document_t
             more = reader.read()
             if more is None:
                 break
-            if not more.translate(None, _JSON_BLANK):  # only whitespace: insignificant between JSON tokens
-                if buf[-1:] != b" ":
-                    buf += b" "
+            if not _append(buf, more):
                 continue
-            buf += more
             split = _split_events(path, events_decoder, buf, offset)
             if split is None:
                 if len(buf) > max_event:
@@ -500,11 +508,8 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
             more = reader.read()
             if more is None:
                 break
-            if not more.translate(None, _JSON_BLANK):  # only whitespace: insignificant between JSON tokens
-                if buf[-1:] != b" ":
-                    buf += b" "
+            if not _append(buf, more):
                 continue
-            buf += more
             cut = _last_candidate(buf)
             if cut is None:
                 if len(buf) > max_event:
