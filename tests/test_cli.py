@@ -58,7 +58,7 @@ def test_fail_on_and_set(bs16, store):
     code, out, _ = run_cli("analyze", "--rule", "low-memcpy-overlap", "--fail-on", "warning", "--json")
     assert code == 1 and json.loads(out)["findings"][0]["severity"] == "critical"
     code, out, _ = run_cli("analyze", "--rule", "low-memcpy-overlap", "--fail-on", "warning", "--json",
-                           "--set", "low-memcpy-overlap.min_memcpy_share_pct=99")
+                           "--set", "low-memcpy-overlap.min_memcpy_to_kernel_ratio=0.99")
     assert code == 0 and json.loads(out)["findings"][0]["severity"] == "info"
 
 

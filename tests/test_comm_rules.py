@@ -69,41 +69,46 @@ def intersect(s: int, e: int, merged: list[tuple[int, int]]) -> int:
 
 # -- independent oracles -------------------------------------------------------------------------------------
 def oracle_stragglers(folder: Path) -> dict:
-    """From the raw JSON: the n-th c10d::* operator of each rank is one instance (one process group)."""
-    arrivals, steps = {}, {}
+    """From the raw JSON: the n-th c10d::* operator of each rank is one instance (one process group).
+
+    A rank's wait at an instance is [its arrival, the last arrival); its waited time is the length of the
+    union of its waits inside its ProfilerStep# windows (waits of two collectives in flight count once), and
+    the wait a rank causes is, over the other ranks, that length for the instances it was last to.
+    """
+    arrivals, windows = {}, {}
     for path in sorted(folder.glob("rank*.json.gz")):
         rank = int(path.name[4:].split(".")[0])
         events = raw(path)["traceEvents"]
         ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
                and e["name"].startswith("c10d::")]
         arrivals[rank] = sorted(us_to_ns(e["ts"]) for e in ops)
-        steps[rank] = sum(us_to_ns(e["dur"]) for e in events if e.get("ph") == "X"
-                          and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+        windows[rank] = union([(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
+                               if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                               and e["name"].startswith("ProfilerStep#")])
+    steps = {r: length(w) for r, w in windows.items()}
     ranks = sorted(arrivals)
     n = len(arrivals[ranks[0]])
     assert all(len(arrivals[r]) == n for r in ranks)
     last_count = {r: 0 for r in ranks}
-    caused = {r: 0 for r in ranks}
-    waited = {r: 0 for r in ranks}
     last_of = []
     for i in range(n):
         latest = max(arrivals[r][i] for r in ranks)
         last = min(r for r in ranks if arrivals[r][i] == latest)
         last_of.append((last, latest))
         last_count[last] += 1
-        for r in ranks:
-            waited[r] += latest - arrivals[r][i]
-            caused[last] += latest - arrivals[r][i]
+
+    def waited(r: int, by: int | None = None) -> int:  # |union of r's waits (for ``by``) ∩ r's steps|
+        waits = union([(arrivals[r][i], latest) for i, (last, latest) in enumerate(last_of)
+                       if latest > arrivals[r][i] and (by is None or last == by)])
+        return sum(intersect(s, e, windows[r]) for s, e in waits)
+
+    waited_ns = {r: waited(r) for r in ranks}
+    caused = {c: sum(waited(r, c) for r in ranks if r != c) for c in ranks}
     candidate = max(ranks, key=lambda r: (caused[r], -r))
-    lost = 0
-    for r in ranks:
-        if r != candidate:
-            lost += length([(arrivals[r][i], latest) for i, (last, latest) in enumerate(last_of)
-                            if last == candidate and latest > arrivals[r][i]])
     others_step = sum(steps[r] for r in ranks if r != candidate)
     return {"candidate": candidate, "collectives": n, "last_count": last_count, "wait_caused_ns": caused,
-            "waited_ns": waited, "step_ns": steps, "lost_ns": lost, "others_step_ns": others_step,
-            "pct": round(100.0 * lost / others_step, 4)}
+            "waited_ns": waited_ns, "step_ns": steps, "others_step_ns": others_step,
+            "pct": round(100.0 * caused[candidate] / others_step, 4)}
 
 
 def gpu_intervals(events: list[dict]) -> dict:
@@ -243,9 +248,11 @@ def test_stragglers_names_rank_2_on_the_slow_run(folder):
     assert want["candidate"] == 2 and m["straggler_rank"] == 2
     assert f.severity == "critical"  # > 25% of the others' step time
     assert m["collectives"] == want["collectives"] == 12
-    assert m["wait_caused_ns"] == want["wait_caused_ns"][2]
-    assert m["lost_ns"] == want["lost_ns"] and m["others_step_ns"] == want["others_step_ns"]
+    assert m["wait_caused_ns"] == want["wait_caused_ns"][2] and m["others_step_ns"] == want["others_step_ns"]
     assert m["step_time_lost_pct"] == want["pct"]
+    assert m["wait_caused_per_step_ns"] == round(want["wait_caused_ns"][2] / 3 / 3)  # 3 other ranks, 3 steps
+    # counted once, no rank waits longer than its steps (gloo keeps two collectives in flight)
+    assert all(row["waited_ns"] <= row["step_ns"] for row in m["ranks"].values())
     for rank, row in m["ranks"].items():
         r = int(rank)
         assert row == {"last_count": want["last_count"][r], "wait_caused_ns": want["wait_caused_ns"][r],
@@ -293,7 +300,9 @@ def test_a_rank_missing_a_collective_is_matched_by_sequence_number():
     assert w.select("member", "instance", "wait_ns", "members").rows() == [
         (0, 1, 30, 2), (1, 1, 0, 2), (0, 2, 0, 1), (0, 3, 50, 2), (1, 3, 0, 2)]
     f = run_rule(trace, "stragglers")
-    assert f.metrics["incomplete_collectives"] == 1 and f.metrics["ranks"]["1"]["wait_caused_ns"] == 80
+    # rank 0 waits [0, 30) and [200, 250) for rank 1, but its events end at 210 (no steps: its span is its
+    # window), so 30 + 10 of it count
+    assert f.metrics["incomplete_collectives"] == 1 and f.metrics["ranks"]["1"]["wait_caused_ns"] == 40
     assert f.metrics["ranks"]["1"]["last_count"] == 2 and f.metrics["ranks"]["0"]["last_count"] == 0
 
 
@@ -424,8 +433,7 @@ def test_stragglers_names_rank_1_on_the_real_nccl_run():
     m = f.metrics
     assert want["candidate"] == m["straggler_rank"] == 1 and f.severity == "critical"
     assert m["collectives"] == want["collectives"] == 15
-    assert (m["wait_caused_ns"], m["lost_ns"], m["others_step_ns"]) == (
-        want["wait_caused_ns"][1], want["lost_ns"], want["others_step_ns"])
+    assert (m["wait_caused_ns"], m["others_step_ns"]) == (want["wait_caused_ns"][1], want["others_step_ns"])
     assert m["step_time_lost_pct"] == want["pct"] > 25
     for rank, row in m["ranks"].items():
         r = int(rank)
@@ -470,6 +478,8 @@ def test_the_real_nccl_run_through_the_store(tmp_path):
     assert doc["traces"][0]["run"]["world_size"] == 2 and sorted(doc["traces"][0]["run"]["ranks"]) == ["0", "1"]
     (finding,) = doc["findings"]
     assert finding["metrics"]["straggler_rank"] == 1
-    assert finding["metrics"]["lost_ns"] == want["lost_ns"] and finding["impact_ns"] == want["lost_ns"]
+    # a run's time at stake is per rank: the wait rank 1 causes over the 2 ranks
+    assert finding["metrics"]["wait_caused_ns"] == want["wait_caused_ns"]
+    assert finding["impact_ns"] == round(want["wait_caused_ns"] / 2)
     code, out, err = run_cli("--store", str(tmp_path), "analyze", str(NCCL["slow"]), "--rule", "stragglers")
     assert code == 0 and "run nccl2_slow_rank1 (2 ranks)" in out.splitlines()[0], out[:300]  # the run, not rank 0's file

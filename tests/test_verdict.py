@@ -59,7 +59,7 @@ def test_the_renderer_uses_the_declared_units_not_the_key_names():
                 columns=[Column("when_ns", "when", "ns"), Column("label", "copy", "text")])
     text = render(f)
     assert "1,500" in text and "1.500 us" not in text        # a key ending in _ns is not taken for a duration
-    assert "12.3%" in text and "2.00 KiB" in text
+    assert "12.3%" in text and "2.000 KiB" in text             # four significant figures
     assert "hidden_ns" not in text                           # undeclared figures are not shown
     assert "when (ms)" in text and "2.500" in text and "HtoD (pinned -> device)" in text  # one unit per column, in its header
     assert "other" not in text                               # nor undeclared item columns

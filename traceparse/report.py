@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from traceparse.figures import decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.rule import SEVERITIES, Finding
 from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
@@ -84,17 +85,6 @@ def _last_components(s: str) -> str:
     return head.split("::")[-1] + sep + rest
 
 
-def fmt_ns(ns: Any) -> str:
-    """A duration in the most readable unit."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def fmt_unit(unit: str, value: Any) -> str:
     """A value for the screen, by its declared unit (:data:`traceparse.verdict.UNITS`)."""
     if value is None:
@@ -104,25 +94,27 @@ def fmt_unit(unit: str, value: Any) -> str:
     if unit == "ns":
         return fmt_ns(value)
     if unit == "pct":
-        return f"{value:.1f}%"
+        return fmt_pct(value)
     if unit == "bytes":
         return fmt_bytes(value)
     if unit == "bytes_binary":
         return fmt_bytes_binary(value)
     if unit == "count":
-        return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+        return f"{value:,}" if isinstance(value, int) else fmt_number(value)
     if unit == "gbps":
-        return f"{value:.2f} GB/s"
+        return f"{fmt_number(float(value))} GB/s"
     if unit == "flops":
-        return f"{value / 1e9:.4g} GFLOP"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+        return f"{fmt_number(value / 1e9)} GFLOP"
+    if unit == "ratio":
+        return fmt_ratio(value)
+    return str(value) if isinstance(value, int) else fmt_number(value)
 
 
 def fmt_bytes(n: float) -> str:
     """A byte count in SI units (1 kB = 1000 B)."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
+            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
     return f"{n:.0f} B"
 
 
@@ -130,7 +122,7 @@ def fmt_bytes_binary(n: float) -> str:
     """A byte count in binary units (1 KiB = 1024 B)."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
+            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
     return f"{n:.0f} B"
 
 
@@ -178,10 +170,11 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
         identified = _identified(d)
         if identified:
             bits[0] += f" ({identified})"
+        amd = str((d.extra or {}).get("vendor", "")).upper() == "AMD"  # a reader's word: HIP's units are CUs
         if d.compute_capability:
-            bits.append(f"sm {d.compute_capability}")
+            bits.append(f"gfx {d.compute_capability}" if amd else f"sm {d.compute_capability}")
         if d.sm_count:
-            bits.append(f"{d.sm_count} SMs")
+            bits.append(f"{d.sm_count} {'CUs' if amd else 'SMs'}")
         if d.memory_bytes:
             bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
         table.add_row(f"device {d.id if d.id is not None else '?'}", ", ".join(bits))
@@ -212,8 +205,14 @@ def _identified(device) -> str:
     return f"{spec['name']} by its properties" + (f"; also fits {', '.join(others)}" if others else "")
 
 
+#: Rows of a finding's per-rank, per-device or per-stream table shown on screen (``analyze --rows``); the rest
+#: are one row.
+TABLE_ROWS = 8
+
+
 def render_findings(console: Console, findings: list[Finding], traces: dict[str, TraceMeta],
-                    summaries: dict[str, dict] | None = None, full: bool = True) -> None:
+                    summaries: dict[str, dict] | None = None, full: bool = True,
+                    rows: int = TABLE_ROWS) -> None:
     """Print each trace's summary panel, its findings worst first, its quiet rules in one line; then a tally.
 
     ``findings`` are shown in the order :func:`traceparse.analysis.order_findings`
@@ -224,6 +223,9 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     ``full=False`` (``analyze`` without ``--all``) named in one line at the
     end of their trace; a finding's table whose rows another
     finding of the trace already lists is not drawn again (:func:`repeated_tables`).
+    A table of the finding's metrics (per rank, device or stream) shows its
+    first ``rows`` rows (the rule lists the worst first) and one row for the
+    rest, so that a report of 128 ranks is as long as one of 8.
     """
     from traceparse.analysis import is_quiet, order_findings
 
@@ -247,7 +249,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
         shown = [f for f in own if f not in quiet]
         repeats = repeated_tables(shown)
         for finding in shown:
-            console.print(_finding_panel(finding, console.width, repeats.get(id(finding))))
+            console.print(_finding_panel(finding, console.width, repeats.get(id(finding)), rows))
         if quiet:
             names = ", ".join(dict.fromkeys(f.rule for f in quiet))
             console.print(Text.assemble(("Nothing to report: ", "bold"), names,
@@ -301,11 +303,14 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     worst = summary.get("bottleneck")
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
-        grid.add_row("bottleneck", Text.assemble((worst["rule"], "bold"), f": {fmt_ns(worst['impact_ns'])} at stake, ",
+        per_rank = f" per rank (mean of {summary['ranks']})" if (summary.get("ranks") or 1) > 1 else ""
+        grid.add_row("bottleneck", Text.assemble((worst["rule"], "bold"), f": {fmt_ns(worst['impact_ns'])} at stake{per_rank}, ",
                                                  (str(worst.get("severity", "")).upper(), style),
                                                  f" {worst.get('title', '')}"))
     else:
         grid.add_row("bottleneck", "none: no finding here has time at stake")
+    for line in summary.get("highlights") or []:
+        grid.add_row(str(line["label"]), Text(str(line["text"])))
     cats = summary.get("top_categories") or []
     if cats:
         grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats))
@@ -363,7 +368,8 @@ def _tally(findings: list[Finding]) -> str:
     return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
 
 
-def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None) -> Panel:
+def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None,
+                   rows: int = TABLE_ROWS) -> Panel:
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [Text(finding.message)]
@@ -384,7 +390,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
         if isinstance(data, dict) and data and columns and not repeats_figures(finding, data, columns):
-            parts.extend(_dict_table(key, data, columns, inner))
+            parts.extend(_dict_table(key, data, columns, inner, rows))
     if finding.items and repeats:
         parts.append(Text(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
@@ -422,6 +428,8 @@ def figure_label(key: str, unit: str) -> str:
     suffix = UNIT_SUFFIXES.get(unit)
     if suffix and key.endswith(suffix) and len(key) > len(suffix):
         key = key[: -len(suffix)]
+    elif suffix and suffix + "_" in key:  # ``delay_ns_p50`` shown in us: "delay p50", the unit in the value
+        key = key.replace(suffix + "_", "_", 1)
     return key.replace("_", " ")
 
 
@@ -440,12 +448,34 @@ def finding_columns(finding: Finding) -> list[Column]:
     return [Column(k, k, "number") for k in keys]
 
 
-def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width: int = 76) -> list[Any]:
-    """A metric that is a table: the first declared column labels the row keys, the others its values."""
+def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width: int = 76,
+                max_rows: int | None = None) -> list[Any]:
+    """A metric that is a table: the first declared column labels the row keys, the others its values.
+
+    With ``max_rows``, a longer table shows its first ``max_rows`` rows and
+    one row for the rest (:func:`_rest_row`).
+    """
     head, rest = columns[0], columns[1:]
     key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
     rows = [{head.key: str(key), **{c.key: (row or {}).get(c.key) for c in rest}} for key, row in data.items()]
+    if max_rows is not None and len(rows) > max_rows + 1:
+        others = rows[max_rows:]
+        rows = rows[:max_rows] + [_rest_row(head.key, rest, others)]
     return _fitted_table([key_column, *rest], rows, width, title=title)
+
+
+def _rest_row(key: str, columns: list[Column], rows: list[dict]) -> dict:
+    """One row standing for ``rows``: their number, and for each column the largest of their values.
+
+    The largest, not the sum: the rows of such a table are often parts of
+    different wholes (streams of different devices, whose spans overlap), so
+    a sum could be larger than any whole.
+    """
+    out: dict[str, Any] = {key: f"({len(rows)} more, max)"}
+    for c in columns:
+        values = [r.get(c.key) for r in rows if _is_number(r.get(c.key))]
+        out[c.key] = max(values) if values else None
+    return out
 
 
 def _items_table(items: list[dict], columns: list[Column], width: int = 76) -> list[Any]:
@@ -582,23 +612,26 @@ def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
         name, scale = next(((n, s) for n, s in _NS_SCALES if peak >= s), ("ns", 1.0))
-        digits = 0 if scale == 1.0 else 3
+        digits = 0 if scale == 1.0 else decimals_for(peak / scale)
         return f"{label} ({name})", [_fmt_scaled(v, scale, digits) for v in values]
     if unit in ("bytes", "bytes_binary"):
         scales = ((("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if unit == "bytes"
                   else (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)))
         name, scale = next(((n, s) for n, s in scales if peak >= s), ("B", 1.0))
-        return f"{label} ({name})", [_fmt_scaled(v, scale, 0 if scale == 1.0 else 2) for v in values]
+        return f"{label} ({name})", [_fmt_scaled(v, scale, 0 if scale == 1.0 else decimals_for(peak / scale))
+                                     for v in values]
     if unit == "gbps":
-        return f"{label} (GB/s)", [_fmt_scaled(v, 1.0, 2) for v in values]
+        return f"{label} (GB/s)", [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]
     if unit == "flops":
-        return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, 3 if peak < 1e12 else 1) for v in values]
+        return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, decimals_for(peak / 1e9)) for v in values]
+    if unit == "ratio":
+        return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
     if unit == "count" or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _plain(v) for v in values]
-    digits = 0 if peak >= 1000 else 1 if peak >= 10 else 2 if peak >= 0.01 or peak == 0 else 4
+    digits = decimals_for(peak)
     return label, [f"{float(v):,.{digits}f}" if _is_number(v) else _plain(v) for v in values]
 
 

@@ -25,6 +25,9 @@ class Finding:
     ``impact_ns`` is the time at stake (idle time, exposed copy time, ...):
     what ranks findings of one severity and names the bottleneck; None where
     the finding has no time at stake, 0 where the rule looked and found none.
+    On a run of several ranks it is per rank (the mean over the ranks, see
+    :attr:`Rule.impact_per_rank`), so that it is never longer than a rank's
+    time and findings of a run rank fairly against each other.
     """
 
     rule: str
@@ -39,6 +42,8 @@ class Finding:
     figures: dict[str, str] = field(default_factory=dict)
     tables: dict[str, list[Column]] = field(default_factory=dict)
     impact_ns: int | None = None
+    #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
+    summary: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used by ``traceparse analyze --json``."""
@@ -52,6 +57,7 @@ class Finding:
             "metrics": self.metrics,
             "items": self.items,
             "impact_ns": self.impact_ns,
+            "summary": list(self.summary) if self.summary else None,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),
         }
@@ -93,6 +99,9 @@ class Rule:
     kinds: ClassVar[tuple[str, ...]] = ()
     #: True when the rule needs events of every one of ``kinds`` (launches need kernels *and* API calls).
     needs_all_kinds: ClassVar[bool] = False
+    #: True when the rule's ``impact_ns`` on a run is already per rank; else (the default: a rule that sums its
+    #: time over the run's ranks) the core divides it by the number of ranks (:func:`traceparse.analysis.analyze`).
+    impact_per_rank: ClassVar[bool] = False
 
     def applies_to(self, trace: Trace) -> bool:
         """True when the trace has events of a kind this rule needs (an aggregate: a run's rows stay in the store)."""

@@ -463,3 +463,8 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
 
     run["schema_version"] = SCHEMA_VERSION
     return run, warnings
+
+
+def trace_ranks(trace: Trace) -> int:
+    """How many ranks a run's combined trace holds (1 for a trace that is not a run)."""
+    return max(1, len(rank_labels(trace)))

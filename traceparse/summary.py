@@ -14,6 +14,7 @@ import polars as pl
 
 from traceparse import measures
 from traceparse.rule import Finding, severity_rank
+from traceparse.run import trace_ranks
 from traceparse.trace import Trace
 
 #: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
@@ -35,7 +36,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
     minus gpu-idle's idle %; None without timed GPU work), ``bottleneck``
-    (:func:`bottleneck`) and ``top_categories`` (the kernel categories with
+    (:func:`bottleneck`; on a run its time at stake is per rank), ``ranks`` (1
+    for a single trace), ``highlights`` (:func:`highlights`: e.g. a run's
+    straggler) and ``top_categories`` (the kernel categories with
     the most time: category, time_ns, share_pct of kernel time).
     """
     events = trace.events
@@ -55,6 +58,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * int(busy["busy_ns"].sum()) / span_sum, 4) if span_sum else None,
         "bottleneck": bottleneck(findings),
+        "ranks": trace_ranks(trace),
+        "highlights": highlights(findings),
         "top_categories": top_categories(events),
     }
 
@@ -93,6 +98,13 @@ def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
             .sort(["total", "name"], descending=[True, False])["name"][0])
     return (ranges.filter(pl.col("name") == name).sort("start_ns")
             .select(pl.int_range(pl.len()).alias("step"), "duration_ns", source=pl.lit(f"range {name}")))
+
+
+def highlights(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """The lines rules asked the summary to show (:attr:`Finding.summary`), worst finding first: {rule, label, text}."""
+    found = [f for f in findings if f.summary]
+    found.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_ns or 0), f.rule))
+    return [{"rule": f.rule, "label": f.summary[0], "text": f.summary[1]} for f in found]
 
 
 def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:

@@ -43,6 +43,8 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
 
@@ -51,6 +53,8 @@ FIGURES = {"api_time_ns": "ns", "api_calls": "count", "api_names": "count",
            **{f"{c}_share_pct": "pct" for c in CLASSES}}
 COLUMNS = [Column("name", "name", "name"), Column("class", "class", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct")]
+#: On a run, each call's ranks: on how many it was made, and its most loaded rank's time over the mean rank's.
+RUN_COLUMNS = [Column("ranks", "ranks", "count"), Column("rank_imbalance", "rank max/mean", "ratio")]
 TABLE = [Column("class", "class", "text"), Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
          Column("share_pct", "share %", "pct")]
 
@@ -90,28 +94,35 @@ class ApiShare(Rule):
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
-        api = measures.time_by_name(trace.events, kinds=("api",), prefer_timed=True)
-        ignored_aggregated = int(api["ignored_rows"].max() or 0)
-        by_name = (api.select("name", "calls", pl.col("time_ns").fill_null(0))
+        run = bool(rank_labels(trace))
+        per_trace = measures.time_by_name(trace.events, kinds=("api",), prefer_timed=True)
+        ignored_aggregated = int(per_trace.group_by("trace_id").agg(pl.col("ignored_rows").max())["ignored_rows"].sum()
+                                 or 0)
+        # a run's ranks are separate traces: every call once, its time summed over the ranks
+        api = measures.merge_ranks(per_trace, ["name"], ["calls", "time_ns"], spread="time_ns")
+        by_name = (api.select("name", "calls", pl.col("time_ns").fill_null(0), "ranks", "rank_imbalance")
                    .with_columns(**{"class": expr.api_class(pl.col("name"))})
                    .sort(["time_ns", "name"], descending=[True, False]))
         total = int(by_name["time_ns"].sum() or 0)
         calls = int(by_name["calls"].sum() or 0)
-        by_class = measures.api_classes(trace.events).select("category", "calls", pl.col("time_ns").fill_null(0))
+        by_class = (measures.merge_ranks(measures.api_classes(trace.events), ["category"], ["calls", "time_ns"])
+                    .select("category", "calls", pl.col("time_ns").fill_null(0)))
         per_class = {r["category"]: r for r in by_class.iter_rows(named=True)}
         classes = {c: {"calls": per_class.get(c, {}).get("calls", 0), "time_ns": per_class.get(c, {}).get("time_ns", 0),
                        "share_pct": expr.pct(per_class.get(c, {}).get("time_ns", 0), total)} for c in CLASSES}
         items = [{"name": r["name"], "class": r["class"], "calls": r["calls"], "time_ns": r["time_ns"],
-                  "share_pct": expr.pct(r["time_ns"], total)}
+                  "share_pct": expr.pct(r["time_ns"], total),
+                  **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         flagged = [c for c in CLASSES
                    if grade(classes[c]["share_pct"], warning=t[f"{c}_warning_pct"]) != "info"
                    and classes[c]["time_ns"] >= t["min_class_time_us"] * 1000]
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
-            message = (f"{calls} API calls ({by_name.height} distinct) take {total / 1e6:.3f} ms; "
-                       + ", ".join(f"{c} {classes[c]['share_pct']:.1f}%" for c in ranked if classes[c]["time_ns"])
-                       + f". The top call is {items[0]['name']} ({items[0]['share_pct']:.1f}%).")
+            over = f" over {trace_ranks(trace)} ranks" if run else ""
+            message = (f"{calls} API calls ({by_name.height} distinct) take {fmt_ns(total)}{over}; "
+                       + ", ".join(f"{c} {fmt_pct(classes[c]['share_pct'])}" for c in ranked if classes[c]["time_ns"])
+                       + f". The top call is {items[0]['name']} ({fmt_pct(items[0]['share_pct'])}).")
         else:
             message = f"{calls} API calls, with no recorded time."
         message += aggregated_note(ignored_aggregated, "API", "API events")
@@ -120,7 +131,7 @@ class ApiShare(Rule):
         return [Finding(self.name, "warning" if flagged else "info",
                         "API time dominated by " + " and ".join(flagged) if flagged else "Where the API time goes",
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES, tables={"classes": TABLE},
+                        columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, tables={"classes": TABLE},
                         impact_ns=sum(classes[c]["time_ns"] for c in flagged) if flagged else None)]
 
 

@@ -23,7 +23,8 @@ starts / starts where it ends.
 
 On a run of many ranks (one trace of every rank's events), the figures sum
 over every rank's devices; ``devices`` names each ``rank R:D`` and every
-item has its ``rank``.
+item has its ``rank``. The time at stake (``impact_ns``) is the idle time
+of the mean device (``idle_ns`` / devices): per GPU, so per rank on a run.
 
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct`` (Nsight Systems' ``gpu_time_util`` flags time under
@@ -42,11 +43,14 @@ shorter than ``kernel_wait_below_ns`` (the overhead between back-to-back
 queued kernels), else other (queued work waiting for something else: an
 event of another stream, a copy, a synchronization; or an activity whose
 launch is not in the trace). Stream gaps are counted per stream, so with
-several streams their sum can exceed the device's idle time. Metrics:
-``stream_idle_ns``, ``host_wait_ns``, ``kernel_wait_ns``, ``other_wait_ns``,
-their shares of stream idle time ``host_wait_pct``, ``kernel_wait_pct``,
-``other_wait_pct``, and ``streams`` ({"device:stream": activities, span_ns,
-idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}). The breakdown does
+several streams their sum can exceed the device's idle time: it is no part
+of the span, and only the reasons' shares of it are used. Metrics:
+``host_wait_pct``, ``kernel_wait_pct``, ``other_wait_pct`` (the reasons'
+shares of the streams' gap time), ``host_wait_ns``, ``kernel_wait_ns``,
+``other_wait_ns`` (the devices' ``idle_ns`` split by those shares, so they
+add up to it), and ``streams`` ({"device:stream": activities, span_ns,
+idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
+first; the screen shows the worst few and one row for the rest). The breakdown does
 not change the severity; it picks the suggestion (host wait or other).
 """
 
@@ -56,12 +60,13 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
-           "untimed_rows": "count", "stream_idle_ns": "ns", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
+           "untimed_rows": "count", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
            "other_wait_pct": "pct"}
 #: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
 #: names before and after each gap get the width.
@@ -93,6 +98,7 @@ class GpuIdle(Rule):
         "kernel_wait_below_ns": 30000,   # a queued gap shorter than this is kernel wait (launch overhead)
     }
     kinds = expr.GPU_KINDS
+    impact_per_rank = True  # the idle time of the mean device: on a run of one GPU a rank, per rank
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
@@ -130,13 +136,17 @@ class GpuIdle(Rule):
         if severity == "info" and long_gap:
             severity = "warning"
         n_dev = per_device.height
-        message = (f"The GPU{'s' if n_dev > 1 else ''} ran nothing for {idle_ns / 1e6:.3f} ms of "
-                   f"{span_ns / 1e6:.3f} ms{' (summed over ' + str(n_dev) + ' devices)' if n_dev > 1 else ''} "
-                   f"between first and last activity: {idle_pct or 0:.1f}% idle, in {n_gaps} gaps")
-        message += (f"; the longest is {items[0]['length_ns'] / 1e6:.3f} ms." if items else ".")
+        if n_dev > 1:
+            message = (f"The {n_dev} GPUs ran nothing for {fmt_pct(idle_pct or 0)} of their time between first and "
+                       f"last activity ({fmt_ns(idle_ns / n_dev)} of {fmt_ns(span_ns / n_dev)} a GPU on average), "
+                       f"in {n_gaps} gaps")
+        else:
+            message = (f"The GPU ran nothing for {fmt_ns(idle_ns)} of {fmt_ns(span_ns)} between first and last "
+                       f"activity: {fmt_pct(idle_pct or 0)} idle, in {n_gaps} gaps")
+        message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
             message += f" {untimed} aggregated GPU rows left out: they have no start time."
-        breakdown, streams, sentence = self._breakdown(events, t, ranks)
+        breakdown, streams, sentence = self._breakdown(events, t, ranks, idle_ns)
         message += sentence
         suggestion = ""
         if severity != "info":
@@ -150,27 +160,35 @@ class GpuIdle(Rule):
                                  "streams": streams},
                         items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES,
-                        tables={"devices": DEVICES, "streams": STREAMS}, impact_ns=idle_ns)]
+                        tables={"devices": DEVICES, "streams": STREAMS}, impact_ns=round(idle_ns / n_dev))]
 
-    def _breakdown(self, events, t: dict, ranks: dict) -> tuple[dict, dict, str]:
-        """Per-stream idle split into host wait, kernel wait and other: metrics, the streams table, a sentence."""
+    def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int) -> tuple[dict, dict, str]:
+        """Idle time split into host wait, kernel wait and other by the streams' gaps: metrics, the streams table
+        (worst first), a sentence.
+
+        Each stream's gaps are classified; the shares of the three reasons in the streams' gap time split the
+        devices' idle time (streams overlap, so the gaps of several streams may cover one idle moment: their
+        sum is no part of the span, their shares are).
+        """
         per_stream = measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
         total = int(per_stream["idle_ns"].sum() or 0)
         parts = {"host_wait_ns": int(per_stream["host_wait_ns"].sum() or 0),
                  "kernel_wait_ns": int(per_stream["kernel_wait_ns"].sum() or 0),
                  "other_wait_ns": int(per_stream["other_ns"].sum() or 0)}
-        metrics = {"stream_idle_ns": total, **parts,
-                   **{k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}}
+        shares = {k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}
+        metrics = {**{k: round(idle_ns * v / total) if total else 0 for k, v in parts.items()}, **shares}
+        per_stream = per_stream.sort(["idle_ns", "trace_id", "device_id", "stream_id"],
+                                     descending=[True, False, False, False], nulls_last=True)
         streams = {f"{device_label(ranks, r.get('trace_id'), r['device_id'])}:{_device_key(r['stream_id'])}": {
             "activities": r["activities"], "span_ns": r["span_ns"], "idle_ns": r["idle_ns"],
             "host_wait_ns": r["host_wait_ns"], "kernel_wait_ns": r["kernel_wait_ns"], "other_wait_ns": r["other_ns"]}
             for r in per_stream.iter_rows(named=True)}
         if not total:
             return metrics, streams, ""
-        sentence = (f" Per stream ({per_stream.height}), the gaps between activities add up to {total / 1e6:.3f} ms: "
-                    f"host wait {metrics['host_wait_pct']:.1f}% (nothing queued), kernel wait "
-                    f"{metrics['kernel_wait_pct']:.1f}% (queued, gaps under {int(t['kernel_wait_below_ns']) / 1e3:g} us), "
-                    f"other {metrics['other_wait_pct']:.1f}%.")
+        sentence = (f" Why the {per_stream.height} streams wait, by their gap time: "
+                    f"host wait {fmt_pct(shares['host_wait_pct'])} (nothing queued), kernel wait "
+                    f"{fmt_pct(shares['kernel_wait_pct'])} (queued, gaps under "
+                    f"{fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(shares['other_wait_pct'])}.")
         return metrics, streams, sentence
 
 

@@ -29,7 +29,9 @@ devices for kernels, host threads for operators), mean = time in the role /
 T, min and max (0 on a thread where it did not run, as pprof's mean counts
 it) and max/mean (1 = even, T = all on one thread); ``mean_ns``, ``min_ns``,
 ``max_ns``, ``imbalance`` and ``peers`` (T) are those of the routine's most
-uneven role. ``share_pct`` = 100 × time_ns / the total. The second finding
+uneven role (``mean_ns`` is per thread, shown as "mean per thread"; the
+mean of one call is ``per_call_ns`` = time_ns / calls, nvprof's Avg).
+``share_pct`` = 100 × time_ns / the total. The second finding
 lists each thread's top routines with their share of that thread's time.
 Severity is warning when a routine holding at least
 ``imbalance_min_share_pct`` of the time has ``imbalance`` ≥
@@ -46,6 +48,7 @@ from traceparse import measures
 from traceparse.expr import GPU_KINDS
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
+from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.threads import thread_label as _label, thread_names, thread_role
 from traceparse.trace import Trace
@@ -57,9 +60,10 @@ FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_r
            "aggregated_rows_skipped": "count", "exclusive_rows": "count", "self_time_rows": "count",
            "inclusive_only_rows": "count"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
-           Column("time_ns", "time", "ns"), Column("inclusive_ns", "inclusive", "ns"),
+           Column("time_ns", "time", "ns"), Column("per_call_ns", "per call", "ns"),
+           Column("inclusive_ns", "inclusive", "ns"),
            Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
-           Column("mean_ns", "mean", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
+           Column("mean_ns", "mean per thread", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
            Column("imbalance", "imbalance", "ratio"), Column("peers", "peers", "count")]
 THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
                   Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
@@ -107,6 +111,7 @@ class Hotspots(Rule):
         ).sort(["time_ns", "name", "kind"], descending=[True, False, False])
         items = [
             {"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"],
+             "per_call_ns": round(r["time_ns"] / r["calls"]) if r["calls"] else None,
              "inclusive_ns": r["inclusive_ns"], "share_pct": _round(r["share_pct"]), "threads": r["threads"],
              "mean_ns": _round(r["mean_ns"], 1), "min_ns": r["min_ns"], "max_ns": r["max_ns"],
              "imbalance": _round(r["imbalance"]), "peers": r["peers"]}
@@ -125,9 +130,9 @@ class Hotspots(Rule):
                    "inclusive_only_rows": int(routines["inclusive_only_rows"].sum())}
         if items:
             top = items[0]
-            message = (f"{by_name.height} routines on {n_threads} thread(s), {total / 1e6:.3f} ms in all; "
-                       f"{top['name']!r} leads with {top['share_pct']}% ({top['time_ns'] / 1e6:.3f} ms"
-                       f"{', imbalance ' + str(top['imbalance']) if n_threads > 1 else ''}).")
+            message = (f"{by_name.height} routines on {n_threads} thread(s), {fmt_ns(total)} in all; "
+                       f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
+                       f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
         else:
             message = "No routine time in this trace."
         nested_inclusive = int(routines["host_inclusive_rows"].sum())
@@ -141,7 +146,7 @@ class Hotspots(Rule):
         if imbalanced:
             worst = max(imbalanced, key=lambda i: i["imbalance"])
             message += (f" {len(imbalanced)} of the top routines are unevenly spread over threads; "
-                        f"{worst['name']!r}: max/mean {worst['imbalance']}.")
+                        f"{worst['name']!r}: max/mean {fmt_ratio(worst['imbalance'])}.")
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",

@@ -20,12 +20,16 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
+from traceparse.figures import fmt_ns, fmt_pct
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
 COLUMNS = [Column("name", "name", "name"), Column("category", "category", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct"),
            Column("gpu_share_pct", "GPU share %", "pct")]
+#: On a run, each row's ranks: on how many it ran, and its most loaded rank's time over the mean rank's.
+RUN_COLUMNS = [Column("ranks", "ranks", "count"), Column("rank_imbalance", "rank max/mean", "ratio")]
 CATEGORY_TABLE = [Column("category", "category", "text"), Column("calls", "calls", "count"),
                   Column("time_ns", "time", "ns"), Column("kernels", "kernels", "count"),
                   Column("share_pct", "share %", "pct")]
@@ -44,22 +48,29 @@ class KernelShare(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
-        gpu = measures.time_by_name(events, kinds=expr.GPU_KINDS, prefer_timed=False)
+        run = bool(rank_labels(trace))
+        # a run's ranks are separate traces: every name and category once, its time summed over the ranks
+        gpu = measures.merge_ranks(measures.time_by_name(events, kinds=expr.GPU_KINDS, prefer_timed=False),
+                                   ["kind", "name"], ["calls", "time_ns"], spread="time_ns")
         gpu_ns = int(gpu["time_ns"].sum() or 0)
-        by_name = (gpu.filter(pl.col("kind") == "kernel").select("name", "calls", "time_ns")
+        by_name = (gpu.filter(pl.col("kind") == "kernel")
+                   .select("name", "calls", "time_ns", "ranks", "rank_imbalance")
                    .with_columns(category=expr.kernel_category(pl.col("name")))
                    .sort(["time_ns", "name"], descending=[True, False], nulls_last=True))
         total = int(by_name["time_ns"].sum() or 0)
         known = by_name["time_ns"].null_count() < by_name.height
-        by_category = measures.time_by_category(events).sort(["time_ns", "category"], descending=[True, False],
-                                                             nulls_last=True)
+        by_category = (measures.merge_ranks(measures.time_by_category(events), ["category"], ["calls", "time_ns"])
+                       .join(by_name.group_by("category").agg(names=pl.len().cast(pl.Int64)), on="category",
+                             how="left")
+                       .sort(["time_ns", "category"], descending=[True, False], nulls_last=True))
         items = [
             {"name": r["name"], "category": r["category"], "calls": r["calls"], "time_ns": r["time_ns"],
-             "share_pct": expr.pct(r["time_ns"], total), "gpu_share_pct": expr.pct(r["time_ns"], gpu_ns)}
+             "share_pct": expr.pct(r["time_ns"], total), "gpu_share_pct": expr.pct(r["time_ns"], gpu_ns),
+             **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
             for r in by_name.head(int(t["top"])).iter_rows(named=True)
         ]
         categories = {r["category"]: {"calls": r["calls"], "time_ns": r["time_ns"], "kernels": r["names"],
-                                      "share_pct": expr.pct(r["time_ns"], total)}
+                                      "share_pct": expr.pct(r["time_ns"], total), **({"ranks": r["ranks"]} if run else {})}
                       for r in by_category.iter_rows(named=True)}
         top = items[0] if items else None
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
@@ -69,9 +80,10 @@ class KernelShare(Rule):
                        "gives them no durations (e.g. a metrics-only log), so their shares cannot be computed.")
         elif top:
             lead = by_category.row(0, named=True)
+            over = f" over {trace_ranks(trace)} ranks" if run else ""
             message = (f"{by_name.height} distinct kernels, {int(by_name['calls'].sum())} calls, "
-                       f"{total / 1e6:.3f} ms of kernel time; the top kernel takes {top['share_pct']:.1f}%; "
-                       f"{lead['category']} kernels take {100.0 * lead['time_ns'] / total:.1f}%.")
+                       f"{fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
+                       f"{lead['category']} kernels take {fmt_pct(categories[lead['category']]['share_pct'])}.")
         else:
             message = "No kernel time in this trace."
         return [Finding(self.name, "warning" if dominant else "info", "Where the kernel time goes", message,
@@ -80,7 +92,8 @@ class KernelShare(Rule):
                         metrics={"kernel_time_ns": total if known else None,
                                  "gpu_time_ns": gpu_ns if known else None, "kernels": by_name.height,
                                  "calls": int(by_name["calls"].sum() or 0), "categories": categories},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"categories": CATEGORY_TABLE})]
+                        items=items, columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES,
+                        tables={"categories": CATEGORY_TABLE + (RUN_COLUMNS[:1] if run else [])})]
 
 
 @hookimpl

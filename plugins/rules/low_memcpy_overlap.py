@@ -5,12 +5,13 @@ overlapped = sum over memcpy events of |memcpy interval ∩ union of the kernel
 intervals on the same device|; overlap_pct = 100 × overlapped / total memcpy
 time, over all devices. Only timed events count (aggregated rows have no
 start). Metrics: ``memcpy_time_ns``, ``overlapped_ns``, ``overlap_pct``,
-``memcpy_share_of_busy_pct`` = 100 × memcpy time / kernel busy time, and
+``memcpy_to_kernel_ratio`` = memcpy time / kernel busy time (a ratio, not a
+share: copies on their own engines may take longer than the kernels), and
 per device ``devices``. Items: the copy directions and memory kinds with the
 most exposed (not overlapped) time.
 
-Severity: when copies take at least ``min_memcpy_share_pct`` of the kernel
-busy time, warning under ``warning_below_pct``, critical under
+Severity: when copy time is at least ``min_memcpy_to_kernel_ratio`` × the
+kernel busy time, warning under ``warning_below_pct``, critical under
 ``critical_below_pct``.
 """
 
@@ -21,10 +22,11 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.run import device_label, rank_labels
+from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
-FIGURES = {"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct", "memcpy_share_of_busy_pct": "pct"}
+FIGURES = {"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct", "memcpy_to_kernel_ratio": "ratio"}
 COLUMNS = [Column("copy", "copy", "text"), Column("copies", "copies", "count"), Column("time_ns", "time", "ns"),
            Column("exposed_ns", "exposed", "ns"), Column("bytes", "bytes", "bytes")]
 DEVICES = [Column("device", "device", "text"), Column("copies", "copies", "count"),
@@ -40,7 +42,7 @@ class LowMemcpyOverlap(Rule):
     thresholds = {
         "warning_below_pct": 50.0,      # overlap under this is a warning ...
         "critical_below_pct": 10.0,     # ... and under this critical ...
-        "min_memcpy_share_pct": 5.0,    # ... when copies take at least this % of kernel busy time
+        "min_memcpy_to_kernel_ratio": 0.05,  # ... when copy time is at least this × the kernel busy time
     }
     kinds = ("memcpy",)
 
@@ -57,7 +59,7 @@ class LowMemcpyOverlap(Rule):
         overlapped_ns = int(groups["overlapped_ns"].sum())
         pct = 100.0 * overlapped_ns / memcpy_ns if memcpy_ns else None
         busy_ns = int(measures.device_busy(events, kinds=("kernel",))["busy_ns"].sum() or 0)
-        share = 100.0 * memcpy_ns / busy_ns if busy_ns else 100.0
+        ratio = memcpy_ns / busy_ns if busy_ns else None
         ranks = rank_labels(trace)
         by = ["trace_id", "device_id"] if ranks else ["device_id"]  # a run: each rank's devices apart
         per_device = groups.group_by(by).agg(
@@ -80,11 +82,13 @@ class LowMemcpyOverlap(Rule):
                   "bytes": r["bytes"] or 0}
                  for r in worst.head(5).iter_rows(named=True)]
         severity = "info"
-        if share >= t["min_memcpy_share_pct"]:
+        if ratio is None or ratio >= t["min_memcpy_to_kernel_ratio"]:
             severity = grade(pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
                              higher_is_worse=False)
-        message = (f"{pct:.1f}% of {memcpy_ns / 1e6:.3f} ms of memcpy time overlaps kernel execution "
-                   f"({overlapped_ns / 1e6:.3f} ms); copies take {share:.1f}% of the kernel busy time.")
+        message = (f"{fmt_pct(pct)} of {fmt_ns(memcpy_ns)} of memcpy time overlaps kernel execution "
+                   f"({fmt_ns(overlapped_ns)}); "
+                   + (f"copy time is {fmt_ratio(ratio)} the kernel busy time." if ratio is not None
+                      else "no kernel runs."))
         suggestion = ("Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
                       "(non_blocking=True / cudaMemcpyAsync) on a stream other than the compute stream, "
                       "so copies run while kernels do." if severity != "info" else "")
@@ -92,7 +96,8 @@ class LowMemcpyOverlap(Rule):
                         else "Memcpy/compute overlap", message, suggestion,
                         metrics={"memcpy_time_ns": memcpy_ns, "overlapped_ns": overlapped_ns,
                                  "overlap_pct": None if pct is None else round(pct, 4),
-                                 "memcpy_share_of_busy_pct": round(share, 4), "devices": devices},
+                                 "memcpy_to_kernel_ratio": None if ratio is None else round(ratio, 4),
+                                 "devices": devices},
                         items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES},
                         impact_ns=memcpy_ns - overlapped_ns)]
 

@@ -45,6 +45,7 @@ _SUMS = ["span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "bu
 
 class RankBalance(Rule):
     name = "rank-balance"
+    impact_per_rank = True  # the busiest rank over the mean: per rank already
     description = "Per rank: compute, exposed communication, memcpy and idle time; how unevenly ranks are busy"
     definition = __doc__
     thresholds = {

@@ -9,20 +9,24 @@ that process group on each rank. A trace of one process driving several GPUs (ra
 devices' communication kernels instead. In each instance the last rank to arrive holds the others: each
 other rank waits last arrival − its own arrival.
 
-Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks),
-``wait_caused_ns`` = Σ over the instances where it was last of Σ over the other ranks of (last arrival −
-their arrival), ``waited_ns`` = Σ of its own waits, ``step_ns`` = its step time (Σ of its host-side
-``ProfilerStep#N`` durations, else the span of its events). The candidate straggler is the rank with the
-largest ``wait_caused_ns``. The time it costs another rank, ``lost_ns``, is the length of the union of that
-rank's waits for it (asynchronous collectives overlap: a wait is not counted twice);
-``step_time_lost_pct`` = 100 × Σ lost / Σ step time of the other ranks.
+Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks), ``waited_ns`` =
+the time it spent waiting, counted once: the length of the union of its waiting intervals [arrival, last
+arrival) inside its step windows (gloo keeps two collectives in flight, whose waits cover the same time;
+waits outside the steps are not step time), ``step_ns`` = its step time (Σ of its host-side
+``ProfilerStep#N`` windows, else the span of its events), so ``waited_ns`` ≤ ``step_ns`` always;
+``wait_caused_ns`` = Σ over the other ranks of the union of their waiting intervals (inside their steps) at
+the instances where it was last. The candidate straggler is the rank with the largest ``wait_caused_ns``;
+``step_time_lost_pct`` = 100 × its ``wait_caused_ns`` / Σ step time of the other ranks (≤ 100), and
+``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank loses
+to it in a step.
 
 Metrics: ``straggler_rank`` (the candidate when ``step_time_lost_pct`` reaches ``warning_pct``, else null:
-no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` (of the candidate), ``lost_ns``,
-``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
+no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` and ``wait_caused_per_step_ns`` (of the
+candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
 ``members`` (``rank``, ``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective
 ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}). Items: every rank, most wait
-caused first.
+caused first. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
+the mean per rank. The finding of a straggler gives the run's summary a line naming it.
 
 Clocks: ranks on one host share its clock, so arrivals compare as they are. Ranks on several hosts do not:
 with ``align_clocks`` each rank's clock is moved by the median over instances of (its end − the first
@@ -37,26 +41,25 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceparse import expr, intervals, measures
-from traceparse.measures.comm import member_steps
+from traceparse import expr, measures
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.comm import member_windows, waiting_time
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
-FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns": "ns", "lost_ns": "ns",
-           "step_time_lost_pct": "pct"}
+FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns": "ns",
+           "wait_caused_per_step_ns": "ns", "step_time_lost_pct": "pct"}
 COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
            Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
            Column("waited_ns", "waited", "ns"), Column("step_ns", "step time", "ns")]
-RANKS = [Column("rank", "rank", "text"), Column("last_count", "last", "count"),
-         Column("wait_caused_ns", "wait caused", "ns"), Column("waited_ns", "waited", "ns"),
-         Column("step_ns", "step time", "ns")]
 
 
 class Stragglers(Rule):
     name = "stragglers"
     description = "The rank that arrives last at collectives, and the share of the others' step time it costs"
     definition = __doc__
+    impact_per_rank = True  # the wait it causes, over the ranks: a mean per rank
     thresholds = {
         "warning_pct": 10.0,     # others' step time lost to the straggler at or above this: warning
         "critical_pct": 25.0,    # ... at or above this: critical
@@ -90,62 +93,70 @@ class Stragglers(Rule):
                             metrics={"straggler_rank": None, "collectives": n_instances, "members": label,
                                      "clock": clock}, figures=FIGURES)]
         shared = waits.filter(pl.col("members") > 1)
-        caused = (shared.group_by("process_group", "instance", "last_member")
-                  .agg(caused=pl.col("wait_ns").sum()))
-        per = (waits.group_by("member").agg(
-            waited_ns=pl.col("wait_ns").sum(), device=pl.col("device_id").drop_nulls().first(),
-            rank=pl.col("rank").first())
-            .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),
-                  on="member", how="left", nulls_equal=True)
-            .join(caused.group_by("last_member").agg(wait_caused_ns=pl.col("caused").sum())
-                  .rename({"last_member": "member"}), on="member", how="left", nulls_equal=True)
-            .with_columns(pl.col("last_count", "wait_caused_ns").fill_null(0)))
-        step = member_steps(events, waits)
-        per = per.with_columns(step_ns=pl.col("member").replace_strict(step, default=0, return_dtype=pl.Int64))
-        per = per.sort(["wait_caused_ns", "member"], descending=[True, False], nulls_last=True)
+        windows = member_windows(events, waits)
+        step = {m: sum(e - a for a, e in w) for m, w in windows.items()}
+        steps_per_member = {m: len(w) for m, w in windows.items()}
+        waited = dict(waiting_time(waits, windows).iter_rows())
+        # the wait a member causes: over the others, the union of their waits at the instances it was last to
+        caused = {}
+        for (last,), held in shared.filter(pl.col("member") != pl.col("last_member")).group_by(
+                "last_member", maintain_order=True):
+            caused[last] = int(waiting_time(held, windows)["waited_ns"].sum() or 0)
+        per = (waits.group_by("member").agg(device=pl.col("device_id").drop_nulls().first(),
+                                            rank=pl.col("rank").first())
+               .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),
+                     on="member", how="left", nulls_equal=True)
+               .with_columns(pl.col("last_count").fill_null(0),
+                             waited_ns=pl.col("member").replace_strict(waited, default=0, return_dtype=pl.Int64),
+                             wait_caused_ns=pl.col("member").replace_strict(caused, default=0, return_dtype=pl.Int64),
+                             step_ns=pl.col("member").replace_strict(step, default=0, return_dtype=pl.Int64))
+               .sort(["wait_caused_ns", "member"], descending=[True, False], nulls_last=True))
         top = per.row(0, named=True)
         candidate = top["member"]
         others = per.filter(pl.col("member") != candidate)
-        held = waits.filter((pl.col("last_member") == candidate) & (pl.col("member") != candidate)
-                            & (pl.col("wait_ns") > 0))
-        lost_ns = intervals.union_length(held.select("member", start_ns=pl.col("arrival_ns"),
-                                                     duration_ns=pl.col("wait_ns")), ["member"])
+        caused_ns = int(top["wait_caused_ns"])
         others_step = int(others["step_ns"].sum())
-        share = expr.pct(lost_ns, others_step)
+        share = expr.pct(caused_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         straggler = candidate if severity != "info" else None
         incomplete = waits.filter(pl.col("members") < len(members)).select("process_group", "instance").unique().height
+        n_steps = max(steps_per_member.get(candidate, 0), 1)
+        per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
         items = [{"rank": r["rank"], "device": r["device"], "last_count": r["last_count"],
                   "wait_caused_ns": r["wait_caused_ns"], "waited_ns": r["waited_ns"], "step_ns": r["step_ns"]}
                  for r in per.iter_rows(named=True)]
         ranks = {_key(r["member"]): {k: r[k] for k in ("last_count", "wait_caused_ns", "waited_ns", "step_ns")}
                  for r in per.sort("member", nulls_last=False).iter_rows(named=True)}
         who = f"{label} {candidate}"
+        each = f"{label}s" if len(members) > 2 else label
         if straggler is not None:
             title = f"Straggler: {who}"
-            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives and held the "
-                       f"others {top['wait_caused_ns'] / 1e6:.3f} ms in all; the others lost "
-                       f"{lost_ns / 1e6:.3f} ms waiting for it, {share:.1f}% of their step time.")
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives. The other "
+                       f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), "
+                       f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step.")
             suggestion = (f"Find what {who} does before its collectives that the others do not: uneven data "
                           "(batch sizes, sequence lengths), a slower input pipeline or host, extra work in "
                           "hooks or logging on that rank, or a slower GPU or link.")
         else:
             title = "No straggler"
             message = (f"{len(members)} {label}s, {n_instances} collectives: no {label} stands out; the most "
-                       f"waited-for, {who}, cost the others {lost_ns / 1e6:.3f} ms "
-                       f"({share or 0:.1f}% of their step time).")
+                       f"waited-for, {who}, made the others wait {fmt_ns(caused_ns)} "
+                       f"({fmt_pct(share or 0)} of their step time).")
             suggestion = ""
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
+        summary = (("straggler", f"{who}: the others wait {fmt_ns(per_step_ns)} per step for it "
+                           f"({fmt_pct(share)} of their step time)") if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
-                                 "wait_caused_ns": top["wait_caused_ns"], "lost_ns": lost_ns,
+                                 "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
                                  "ranks": ranks},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS}, impact_ns=lost_ns)]
+                        items=items, columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
+                        figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
 
 
 def _key(member) -> str:

@@ -23,6 +23,7 @@ comm_overlap       per rank/device: communication-kernel time overlapped by comp
 collectives        collective instances per rank (device): arrival, end, bytes
 collective_waits   per instance and rank: wait for the last to arrive
 rank_time          per rank/device: compute, exposed comm, memcpy, idle time
+merge_ranks        a per-trace frame summed over a run's ranks (``ranks``, spread)
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -58,3 +59,5 @@ MEASURES[grid_fill.name] = grid_fill
 __all__ += ["grid_fill"]
 MEASURES[launch_summary.name] = launch_summary
 __all__ += ["launch_summary"]
+from traceparse.measures.ranks import merge_ranks  # noqa: E402
+__all__ += ["merge_ranks"]

@@ -304,39 +304,75 @@ collective_waits = CollectiveWaits()
 rank_time = RankTime()
 
 
-def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
-    """Each member's step time: Σ of its host-side ``ProfilerStep#N`` durations, else the span of its timed events.
+def member_windows(events: Any, members: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
+    """Each member's step windows, ``[(start_ns, end_ns), ...]`` in its own clock: its host-side ``ProfilerStep#N``
+    annotations, else one window over the span of its timed events.
 
     ``members`` has ``member`` and ``rank`` (as :class:`Collectives` rows do). A rank's events are its rows;
     the devices (or the process) of one trace share that trace's steps. On a run's partitions
-    (:class:`traceparse.measures.base.PartitionedEvents`, one rank each) every rank is measured in turn.
+    (:class:`traceparse.measures.base.PartitionedEvents`, one rank each) every rank is measured in turn. The
+    windows bound what a member can wait: a wait is counted inside them only, so it is never longer than the
+    member's step time (:func:`member_steps`).
     """
     wanted = members.select("member", "rank").unique()
     if isinstance(events, PartitionedEvents):
-        per_rank: dict[Any, int] = {}
-        for found in events.map(_rank_step_times):
+        per_rank: dict[Any, list[tuple[int, int]]] = {}
+        for found in events.map(_rank_windows):
             per_rank.update(found)
-        return {r["member"]: per_rank.get(r["rank"], 0) for r in wanted.iter_rows(named=True)}
-    out: dict[Any, int] = {}
+        return {r["member"]: per_rank.get(r["rank"], []) for r in wanted.iter_rows(named=True)}
+    out: dict[Any, list[tuple[int, int]]] = {}
     for r in wanted.iter_rows(named=True):
         rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
-        out[r["member"]] = _step_time(rows)
+        out[r["member"]] = _windows(rows)
     return out
 
 
-def _rank_step_times(events: pl.DataFrame) -> dict[Any, int]:
-    """{rank: step time} of one partition of a run (one rank's rows)."""
-    return {rank: _step_time(events.filter(pl.col("rank") == rank))
+def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
+    """Each member's step time: the total length of its :func:`member_windows`."""
+    return {m: sum(e - s for s, e in w) for m, w in member_windows(events, members).items()}
+
+
+def _rank_windows(events: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
+    """{rank: step windows} of one partition of a run (one rank's rows)."""
+    return {rank: _windows(events.filter(pl.col("rank") == rank))
             for rank in events["rank"].drop_nulls().unique().to_list()}
 
 
-def _step_time(rows: pl.DataFrame) -> int:
+def _windows(rows: pl.DataFrame) -> list[tuple[int, int]]:
     from traceparse.measures.steps import steps
 
     s = steps(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
     s = s.filter(pl.col("on_host")) if s.height and s["on_host"].any() else s
     if s.height:
-        return int(s["duration_ns"].sum())
-    span = rows.filter(placed()).select((pl.col("start_ns") + pl.col("duration_ns")).max()
-                                        - pl.col("start_ns").min()).item()
-    return int(span or 0)
+        merged = intervals.union(s.select("start_ns", duration_ns=pl.col("end_ns") - pl.col("start_ns")))
+        return [(int(a), int(b)) for a, b in merged.select("start", "end").iter_rows()]
+    first, last = rows.filter(placed()).select(pl.col("start_ns").min().alias("first"),
+                                               (pl.col("start_ns") + pl.col("duration_ns")).max().alias("last")).row(0)
+    return [] if first is None or last is None else [(int(first), int(last))]
+
+
+def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]]) -> pl.DataFrame:
+    """Per member, the time it spent waiting, counted once: |union of its waits ∩ its step windows|.
+
+    ``waits`` are :class:`CollectiveWaits` rows (any subset: e.g. only the instances one rank was last at);
+    a wait is the interval from the member's arrival to the last arrival (on the aligned clock, so the
+    windows move by the member's ``offset_ns`` too). Collectives in flight at once (gloo keeps two) wait
+    over the same time: the union counts it once, and the windows keep it inside the member's steps, so
+    no member waits longer than its step time. Columns: ``member``, ``waited_ns``.
+    """
+    rows = waits.filter(pl.col("wait_ns") > 0)
+    if rows.height == 0:
+        return pl.DataFrame(schema={"member": pl.Int32, "waited_ns": pl.Int64})
+    key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
+    spans = intervals.union(rows.select(member=key, start_ns=pl.col("arrival_ns"), duration_ns=pl.col("wait_ns")),
+                            ["member"])
+    offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows())
+    cover = pl.DataFrame(
+        [{"member": _NO_RANK if m is None else m, "start_ns": a - offsets.get(_NO_RANK if m is None else m, 0),
+          "duration_ns": b - a} for m, w in windows.items() for a, b in w],
+        schema={"member": pl.Int32, "start_ns": pl.Int64, "duration_ns": pl.Int64})
+    spans = spans.select("member", start_ns=pl.col("start"), duration_ns=pl.col("end") - pl.col("start"))
+    inside = intervals.overlap_with(spans, cover, ["member"])
+    out = (spans.with_columns(inside.alias("waited_ns")).group_by("member")
+           .agg(pl.col("waited_ns").sum().cast(pl.Int64)).sort("member"))
+    return out.with_columns(member=pl.when(pl.col("member") != _NO_RANK).then(pl.col("member")))

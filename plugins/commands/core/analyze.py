@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 from contextlib import ExitStack, nullcontext
 
-from traceparse.analysis import analyze, parse_settings, select_findings, worst_severity
+from traceparse.analysis import CRITICAL_FLOOR_PCT, analyze, parse_settings, select_findings, worst_severity
 from traceparse.command import Command
-from traceparse.report import render_findings
+from traceparse.figures import set_digits
+from traceparse.report import TABLE_ROWS, render_findings
 from traceparse.rule import SEVERITIES, severity_rank
 from traceparse.summary import summarize
 from traceparse_plugins.commands.core import windowing
@@ -37,6 +38,14 @@ class AnalyzeCommand(Command):
         parser.add_argument("--min-severity", choices=SEVERITIES, help="show only findings at or above this severity")
         parser.add_argument("--top", type=_positive, metavar="N", help="show the N worst findings of each trace")
         parser.add_argument("--all", action="store_true", help="show findings with nothing to report in full")
+        parser.add_argument("--rows", type=_positive, metavar="N", default=TABLE_ROWS,
+                            help=f"rows of a per-rank, per-device or per-stream table shown (default {TABLE_ROWS}; "
+                                 "the rest are one row)")
+        parser.add_argument("--critical-floor", type=float, metavar="PCT", default=CRITICAL_FLOOR_PCT,
+                            help="a finding with less time at stake than PCT%% of the span is never critical "
+                                 f"(default {CRITICAL_FLOOR_PCT:g})")
+        parser.add_argument("--digits", type=_positive, metavar="N",
+                            help="significant figures of the figures shown (default 4)")
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
                                  "(default: $TRACEPARSE_SCHEDULER, else in-process)")
@@ -45,6 +54,7 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace, session) -> int:
         """Analyze each trace; exit 1 when ``--fail-on`` is given and a finding reaches it."""
         settings = parse_settings(args.set or [], session.registry)
+        set_digits(args.digits)
         for name in args.rule or []:
             session.registry.rule(name)  # unknown rule names fail before any work
         from traceparse.distributed import connected, measures_on, scheduler_from
@@ -62,7 +72,8 @@ class AnalyzeCommand(Command):
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
                 with on_cluster:
-                    found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry)
+                    found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry,
+                                    critical_floor_pct=args.critical_floor)
                     findings.extend(found)
                     summaries[trace.id] = summarize(trace, found)
         worst = worst_severity(findings)  # --fail-on judges every finding, whatever is shown
@@ -77,7 +88,7 @@ class AnalyzeCommand(Command):
         else:
             view.render(session.out)
             render_findings(session.out, findings, {t.id: t.meta for t in traces}, summaries,
-                            full=args.all or bool(args.rule))  # else quiet rules in one line
+                            full=args.all or bool(args.rule), rows=args.rows)  # else quiet rules in one line
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0

@@ -32,6 +32,8 @@ def fill_backend(meta: TraceMeta, doc) -> None:
         isinstance(d, dict) and d.get("warpSize") == 64 for d in (doc.deviceProperties or []))
     if rocm:
         meta.extra["backend"] = "rocm"
+        for device in meta.devices:  # HIP's numSms counts compute units; major.minor is the gfx architecture
+            device.extra.setdefault("vendor", "AMD")
         if meta.tool_version is None:
             for key, label in (("roctracer_version", "roctracer"), ("rocprofiler_sdk_version", "rocprofiler-sdk")):
                 if getattr(doc, key, None) is not None:

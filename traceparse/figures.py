@@ -1,0 +1,89 @@
+"""How a figure is written for a person: at most four significant figures, one unit, no exponent.
+
+The one place that turns a duration, a percentage, a ratio or a plain
+number into the text a message, a panel or a table shows, so that the same
+quantity reads the same everywhere. JSON keeps the exact values; only the
+screen rounds. ``--digits N`` (:func:`set_digits`) asks for more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: Significant figures shown by default.
+DEFAULT_DIGITS = 4
+_digits = DEFAULT_DIGITS
+
+#: Durations: the largest unit whose scale the value reaches.
+NS_SCALES = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+
+
+def set_digits(n: int | None) -> None:
+    """Show ``n`` significant figures from now on (None: the default, 4)."""
+    global _digits
+    _digits = DEFAULT_DIGITS if n is None else max(1, int(n))
+
+
+def digits() -> int:
+    """The significant figures in force."""
+    return _digits
+
+
+def decimals_for(peak: float, sig: int | None = None) -> int:
+    """Decimals that give ``peak`` ``sig`` significant figures (0 for values of ``sig`` digits or more)."""
+    sig = _digits if sig is None else sig
+    if not peak or not math.isfinite(peak):
+        return min(sig - 1, 3)
+    whole = int(math.floor(math.log10(abs(peak)))) + 1
+    return max(0, sig - whole)
+
+
+def fmt_number(value: float | int) -> str:
+    """A plain number: integers with thousands separators, others to the significant figures in force."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value) and abs(value) >= 10 ** (_digits - 1):
+        return f"{int(value):,}"
+    return f"{value:,.{decimals_for(value)}f}"
+
+
+def fmt_ns(ns: Any) -> str:
+    """A duration in the most readable unit, to the significant figures in force: ``388.7 ms``, ``1.563 s``."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    for i, (unit, scale) in enumerate(NS_SCALES):
+        if abs(ns) >= scale or unit == "ns":
+            v = ns / scale
+            if unit == "ns":
+                return f"{v:.0f} ns"
+            text = f"{v:.{decimals_for(v)}f}"
+            if abs(float(text)) >= 1000 and i > 0:  # rounded up into the next unit: 999.96 ms is 1 s
+                unit, scale = NS_SCALES[i - 1]
+                text = f"{ns / scale:.{decimals_for(ns / scale)}f}"
+            return f"{_trimmed(text)} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _trimmed(text: str) -> str:
+    """``30.00`` as ``30``, ``1.500`` as ``1.5``: zeros after the point say nothing in prose."""
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def fmt_pct(value: Any) -> str:
+    """A percentage with one decimal (``53.9%``); ``-`` when unknown."""
+    if value is None:
+        return "-"
+    return f"{float(value):.1f}%"
+
+
+def fmt_ratio(value: Any) -> str:
+    """A dimensionless ratio to the significant figures in force, marked as a ratio: ``1.099×``."""
+    if value is None:
+        return "-"
+    return f"{fmt_number(float(value))}×"
