@@ -64,6 +64,7 @@ import polars as pl
 
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
@@ -149,7 +150,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
                          f"{total['bound']}-bound at {total['roof_pct']:.1f}% of its roof.")
         if extra["lower_bound_kernels"]:
             parts.append(f"{extra['lower_bound_kernels']} tensor-core kernels "
-                         f"({extra['lower_bound_time_ns'] / 1e6:.3f} ms) have no tensor FLOP counts: their SASS FLOPs "
+                         f"({fmt_ns(extra['lower_bound_time_ns'])}) have no tensor FLOP counts: their SASS FLOPs "
                          "are a lower bound, so their arithmetic intensity and GFLOP/s are too.")
         if extra["flops_estimated"]:
             parts.append(f"{extra['flops_estimated'] / 1e9:.4g} of the {(total['flops'] or 0) / 1e9:.4g} GFLOP are "

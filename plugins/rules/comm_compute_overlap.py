@@ -7,8 +7,9 @@ Definition. Communication kernels are the kernels :func:`traceparse.expr.is_comm
 communication kernels of |kernel ∩ union of the same device's compute kernels|; ``overlap_pct`` = 100 ×
 overlapped / communication time, over all ranks. Only timed kernels count.
 
-Metrics: ``comm_time_ns``, ``overlapped_ns``, ``overlap_pct``, ``comm_share_pct`` = 100 × communication
-time / kernel busy time (union of all kernels), ``members`` (``rank`` or ``device``), ``ranks`` ({rank or
+Metrics: ``comm_time_ns``, ``overlapped_ns``, ``overlap_pct``, ``comm_share_pct`` = 100 × the time
+communication kernels run / the time any kernel runs (both unions per rank and device, summed: two
+collectives in flight at once on two streams count once, so the share is at most 100), ``members`` (``rank`` or ``device``), ``ranks`` ({rank or
 device: kernels, comm_time_ns, overlapped_ns, overlap_pct}). Items per rank (device), least overlapped
 first: ``rank``, ``device``, ``kernels``, ``comm_time_ns``, ``overlapped_ns``, ``exposed_ns``,
 ``overlap_pct``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -64,11 +66,12 @@ class CommComputeOverlap(Rule):
         comm_ns = int(per["comm_time_ns"].sum())
         overlapped_ns = int(per["overlapped_ns"].sum())
         pct = expr.pct(overlapped_ns, comm_ns)
-        busy_ns = int(measures.device_busy(events, kinds=("kernel",))["busy_ns"].sum() or 0)
-        if ranked:  # a run's ranks may share a GPU (and a trace id): busy time per rank, then summed
-            busy_ns = int(sum(measures.device_busy(g, kinds=("kernel",))["busy_ns"].sum() or 0
-                              for g in events.filter(expr.kind_is("kernel")).partition_by("rank")))
-        share = expr.pct(comm_ns, busy_ns) if busy_ns else 100.0
+        # unions per rank and device: collectives in flight at once on two streams count once
+        layers = measures.rank_time(events)
+        comm_union = int(layers["comm_ns"].sum() or 0)
+        busy_ns = int((layers["compute_ns"] + layers["comm_exposed_ns"]).sum() or 0)
+        exposed_ns = int(layers["comm_exposed_ns"].sum() or 0)
+        share = expr.pct(comm_union, busy_ns) if busy_ns else 100.0
         items = [{"rank": r["rank"], "device": r["device_id"], "kernels": r["kernels"],
                   "comm_time_ns": r["comm_time_ns"], "overlapped_ns": r["overlapped_ns"],
                   "exposed_ns": r["exposed_ns"], "overlap_pct": r["overlap_pct"]}
@@ -86,9 +89,9 @@ class CommComputeOverlap(Rule):
             severity = grade(pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
                              higher_is_worse=False)
         n = len(ranks)
-        message = (f"{pct or 0:.1f}% of {comm_ns / 1e6:.3f} ms of communication-kernel time "
+        message = (f"{pct or 0:.1f}% of {fmt_ns(comm_ns)} of communication-kernel time "
                    f"({n} {label}{'s' if n != 1 else ''}) runs while compute kernels run "
-                   f"({overlapped_ns / 1e6:.3f} ms); communication takes {share or 0:.1f}% of the kernel busy time.")
+                   f"({fmt_ns(overlapped_ns)}); communication runs during {share or 0:.1f}% of the time kernels run.")
         if n == 1:
             message += f" One {label} alone: the figure is that {label}'s."
         suggestion = ("Overlap communication with compute: DistributedDataParallel buckets (bucket_cap_mb) so "
@@ -100,7 +103,7 @@ class CommComputeOverlap(Rule):
                         metrics={"comm_time_ns": comm_ns, "overlapped_ns": overlapped_ns, "overlap_pct": pct,
                                  "comm_share_pct": share, "members": label, "ranks": ranks},
                         items=items, columns=COLUMNS, figures=FIGURES, tables={"ranks": RANKS},
-                        impact_ns=comm_ns - overlapped_ns)]
+                        impact_ns=exposed_ns)]
 
 
 @hookimpl

@@ -41,6 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -105,7 +106,7 @@ class InefficientMemcpySize(Rule):
                        + (f" ({skipped} copies skipped: direction or size unknown)." if skipped else "."))
         else:
             message = (f"{n_small} of {n_copies} {kinds} copies are smaller than {limit}; they take "
-                       f"{small_ns / 1e6:.3f} ms, {share or 0:.1f}% of the {copy_ns / 1e6:.3f} ms of copy time.")
+                       f"{fmt_ns(small_ns)}, {share or 0:.1f}% of the {fmt_ns(copy_ns)} of copy time.")
             if skipped:
                 message += f" {skipped} copies skipped: direction or size unknown."
         message += aggregated_note(ignored_aggregated)

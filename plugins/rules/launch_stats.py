@@ -39,6 +39,7 @@ import math
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -122,14 +123,14 @@ class LaunchStats(Rule):
             message = f"{n_linked} of {total['rows']} kernels linked to their launch call."
             if n_direct:
                 message += (f" {n_direct} launched one by one by {n_calls} calls taking "
-                            f"{metrics['launch_time_ns'] / 1e6:.3f} ms (median {metrics['launch_ns_p50'] / 1e3:.1f} us); "
+                            f"{fmt_ns(metrics['launch_time_ns'])} (median {fmt_ns(metrics['launch_ns_p50'])}); "
                             f"{metrics['short_kernel_pct']:.1f}% of them run shorter than their launch call.")
             if n_graph:
                 message += (f" {n_graph} replayed by {metrics['graph_launches']} graph launches "
                             f"({metrics['kernels_per_graph_launch']:g} kernels per launch, "
-                            f"{metrics['graph_launch_time_ns'] / 1e6:.3f} ms of launch calls).")
-            message += (f" Launch delay: median {metrics['delay_ns_p50'] / 1e3:.1f} us, p99 "
-                        f"{metrics['delay_ns_p99'] / 1e3:.1f} us, max {metrics['delay_ns_max'] / 1e3:.1f} us; "
+                            f"{fmt_ns(metrics['graph_launch_time_ns'])} of launch calls).")
+            message += (f" Launch delay: median {fmt_ns(metrics['delay_ns_p50'])}, p99 "
+                        f"{fmt_ns(metrics['delay_ns_p99'])}, max {fmt_ns(metrics['delay_ns_max'])}; "
                         f"{metrics['launch_outliers']} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
                         f"{metrics['delay_outliers']} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
         suggestion = ("Most kernels finish faster than the host launches them: the GPU starves. Capture the step in a "

@@ -32,6 +32,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.measures.memory import sparkline
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -110,7 +111,7 @@ class Memory(Rule):
                    + (f", peak reserved {_gib(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
                    + (f" ({top['peak_reserved_pct']:.1f}% of {_gib(top['capacity_bytes'])})"
                       if top["peak_reserved_pct"] is not None else "")
-                   + f", reached {top['peak_ns'] / 1e6:.3f} ms into the memory timeline"
+                   + f", reached {fmt_ns(top['peak_ns'])} into the memory timeline"
                    + (f" in step {top['step']}" if top["step"] is not None else "")
                    + (f" during {top['op']}" if top["op"] else "") + f". Allocated over time: {top['timeline']}")
         suggestion = ("Reserved memory is close to the device's capacity: free references early, use activation "

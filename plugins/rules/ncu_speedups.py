@@ -35,6 +35,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -129,8 +130,8 @@ class NcuSpeedups(Rule):
         severity = grade(global_pct, warning=t["warning_saved_pct"], critical=t["critical_saved_pct"])
         top = items[0]
         message = (f"ncu's rules estimate that {best_per_launch.height} of {launches.height} profiled launches "
-                   f"could run faster: up to {saved_ns / 1e6:.3f} ms of {kernel_ns / 1e6:.3f} ms "
-                   f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {global_ns / 1e6:.3f} ms "
+                   f"could run faster: up to {fmt_ns(saved_ns)} of {fmt_ns(kernel_ns)} "
+                   f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {fmt_ns(global_ns)} "
                    f"({global_pct or 0:.1f}%) from whole-kernel (global) estimates. The largest: "
                    f"{top['best_rule']} on {top['name'][:60]} ({top['speedup_kind']} speed-up up to "
                    f"{top['speedup_pct']:.1f}%).")

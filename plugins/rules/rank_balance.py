@@ -26,6 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -98,8 +99,8 @@ class RankBalance(Rule):
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES,
                             tables={"ranks": RANKS})]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
-        message = (f"{rows.height} {label}s: busiest {label} {slowest} ({float(busy.max()) / 1e6:.3f} ms busy), "
-                   f"least busy {fastest} ({float(busy.min()) / 1e6:.3f} ms); imbalance (max/mean busy) "
+        message = (f"{rows.height} {label}s: busiest {label} {slowest} ({fmt_ns(float(busy.max()))} busy), "
+                   f"least busy {fastest} ({fmt_ns(float(busy.min()))}); imbalance (max/mean busy) "
                    f"{imbalance:.3f}. Over all {label}s: {shares} of the span.")
         suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
                       "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "

@@ -1,0 +1,180 @@
+"""No figure larger than the whole it is part of, on every shared run and trace (issue: figures a user can trust).
+
+Every rule's findings of ``analyze --json --all`` on the shared runs (gloo, real NCCL) and on the shared
+single traces are checked against bounds that hold by definition: a share is 0–100 and the shares of one
+table add up to 100; a rank waits no longer than its step time; the time at stake is never longer than the
+trace (per rank on a run); a time summed over a trace's devices or threads is never longer than the span
+times their number. Then the figures of a run are checked against the raw rank files: the kernel
+categories' shares of the run's kernel time, the same in the summary, the message and the table, each name
+listed once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, REPO, run_cli, us_to_ns
+from traceparse import expr
+
+SHARED = REPO.parent / "shared" / "samples"
+RUNS = [p for p in [*(SHARED / "multirank").glob("*"), *(FIXTURES / "torch" / "multirank").glob("*")] if p.is_dir()]
+TRACES = [p for p in [*(SHARED / "torch").glob("*.json.gz"), SHARED / "nsys" / "resnet18_bs16.sqlite.gz",
+                      *(SHARED / "ncu").glob("*.csv"), FIXTURES / "torch" / "rocm" /
+                      "hta_mi250_minitoy_train_ROCm6_2_kineto.json.gz"] if p.exists()]
+CASES = RUNS + TRACES
+
+
+def analyzed(path: Path, store: Path) -> dict:
+    code, out, err = run_cli("--store", str(store), "analyze", str(path), "--json", "--all")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def _walk(x, path, visit):
+    visit(x, path)
+    if isinstance(x, dict):
+        for k, v in x.items():
+            _walk(v, f"{path}.{k}", visit)
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            _walk(v, f"{path}[{i}]", visit)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    return {case: analyzed(case, tmp_path_factory.mktemp("store")) for case in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=_name)
+def test_no_share_outside_0_100_and_the_shares_of_a_table_add_up_to_100(documents, case):
+    doc = documents[case]
+    bad = []
+
+    def visit(x, path):
+        if isinstance(x, dict):
+            shares = [v["share_pct"] for v in x.values() if isinstance(v, dict) and isinstance(v.get("share_pct"), float)]
+            if len(shares) >= 2 and abs(sum(shares) - 100) > 0.001 * len(shares):
+                bad.append(f"{path}: shares add up to {sum(shares)}")
+            for k, v in x.items():
+                if re.search(r"(share|pct)$", k) and isinstance(v, (int, float)) and not -1e-9 <= v <= 100 + 1e-9:
+                    bad.append(f"{path}.{k} = {v}")
+
+    for f in doc["findings"]:
+        _walk(f["metrics"], f["rule"], visit)
+        _walk(f["items"], f["rule"] + ".items", visit)
+    assert bad == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=_name)
+def test_no_wait_longer_than_the_step_and_no_time_longer_than_its_whole(documents, case):
+    doc = documents[case]
+    (summary,) = doc["summary"]
+    span = summary["span_ns"]
+    if span is None:
+        pytest.skip("nothing timed (an ncu report)")
+    # a time summed over the trace's timelines (devices, ranks, threads) is at most span × their number
+    timelines = max([summary["ranks"], 1] + [len(f["metrics"]["devices"]) for f in doc["findings"]
+                                              if isinstance(f["metrics"].get("devices"), dict)]
+                    + [f["metrics"]["threads"] for f in doc["findings"] if isinstance(f["metrics"].get("threads"), int)])
+    bad = []
+    for f in doc["findings"]:
+        if f["impact_ns"] is not None and f["impact_ns"] > span:  # per rank on a run: never longer than the run
+            bad.append(f"{f['rule']}: at stake {f['impact_ns']} > span {span}")
+        for rank, row in (f["metrics"].get("ranks") or {}).items():
+            if isinstance(row, dict) and "waited_ns" in row and row["waited_ns"] > row["step_ns"]:
+                bad.append(f"{f['rule']}: rank {rank} waited {row['waited_ns']} > its step {row['step_ns']}")
+
+        def visit(x, path):
+            if isinstance(x, dict):
+                for k, v in x.items():
+                    if k.endswith("_ns") and isinstance(v, int) and v > span * timelines:
+                        bad.append(f"{path}.{k} = {v} > {timelines} × span {span}")
+
+        _walk(f["metrics"], f["rule"], visit)
+    assert bad == []
+
+
+# -- a run's figures against the raw rank files -------------------------------------------------------------------
+SLOW = [p for p in RUNS if p.name.endswith("slow_rank2")]
+
+
+def raw_kernels(folder: Path) -> list[tuple[int, str, int]]:
+    """(rank, kernel name, duration ns) of every kernel of every rank file."""
+    out = []
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        for e in json.load(gzip.open(path))["traceEvents"]:
+            if e.get("ph") == "X" and e.get("cat") == "kernel":
+                out.append((rank, e["name"], us_to_ns(e["dur"])))
+    return out
+
+
+@pytest.mark.parametrize("folder", SLOW, ids=_name)
+def test_a_runs_kernel_shares_are_of_the_runs_kernel_time_everywhere(documents, folder):
+    kernels = raw_kernels(folder)
+    total = sum(d for _, _, d in kernels)
+    by_category: dict[str, int] = {}
+    for _, name, d in kernels:
+        category = next((label for label, pattern in expr.kernel_categories() if re.search(pattern, name.lower())),
+                        expr.OTHER_CATEGORY)
+        by_category[category] = by_category.get(category, 0) + d
+    want = {c: round(100.0 * t / total, 4) for c, t in by_category.items()}
+    doc = documents[folder]
+    (share,) = [f for f in doc["findings"] if f["rule"] == "kernel-share"]
+    got = {c: row["share_pct"] for c, row in share["metrics"]["categories"].items()}
+    assert got == want and abs(sum(got.values()) - 100) < 0.001
+    assert share["metrics"]["kernel_time_ns"] == total
+    assert all(row["ranks"] == 4 for row in share["metrics"]["categories"].values())
+    # one figure per quantity: the summary, the message and the table agree
+    top = doc["summary"][0]["top_categories"]
+    assert [(c["category"], c["share_pct"]) for c in top] == sorted(want.items(), key=lambda kv: -kv[1])[:3]
+    lead = top[0]
+    assert f"{lead['category']} kernels take {lead['share_pct']:.1f}%" in share["message"]
+    # each kernel once, with the ranks it ran on and its time summed over them
+    names = [i["name"] for i in share["items"]]
+    assert len(names) == len(set(names))
+    for item in share["items"]:
+        per_rank = {}
+        for rank, name, d in kernels:
+            if name == item["name"]:
+                per_rank[rank] = per_rank.get(rank, 0) + d
+        assert item["time_ns"] == sum(per_rank.values()) and item["ranks"] == len(per_rank)
+        mean = sum(per_rank.values()) / len(per_rank)
+        assert item["rank_imbalance"] == round(max(per_rank.values()) / mean, 4)
+
+
+@pytest.mark.parametrize("folder", SLOW, ids=_name)
+def test_the_summary_of_a_slow_run_names_the_straggler(documents, folder):
+    doc = documents[folder]
+    (summary,) = doc["summary"]
+    (straggler,) = [f for f in doc["findings"] if f["rule"] == "stragglers"]
+    assert straggler["metrics"]["straggler_rank"] == 2
+    (line,) = [h for h in summary["highlights"] if h["rule"] == "stragglers"]
+    per_step = straggler["metrics"]["wait_caused_per_step_ns"]
+    assert line["label"] == "straggler" and line["text"].startswith("rank 2: the others wait ")
+    # 3 other ranks, 3 steps
+    assert per_step == round(straggler["metrics"]["wait_caused_ns"] / 3 / 3)
+    assert summary["bottleneck"]["impact_ns"] <= summary["span_ns"]
+
+
+def test_the_run_report_lists_the_worst_rows_and_one_for_the_rest(tmp_path):
+    folder = SLOW[0] if SLOW else pytest.skip("no slow-rank run")
+    code, out, err = run_cli("--store", str(tmp_path), "--width", "120", "analyze", str(folder),
+                             "--rule", "gpu-idle", "--rows", "3")
+    assert code == 0, err
+    doc = analyzed(folder, tmp_path)
+    (idle,) = [f for f in doc["findings"] if f["rule"] == "gpu-idle"]
+    streams = idle["metrics"]["streams"]
+    shown = [line for line in out.splitlines() if re.search(r"│\s+rank \d:\d+:\d+\s", line)]
+    assert len(shown) == 3 and f"({len(streams) - 3} more, max)" in out
+    worst = sorted(streams.values(), key=lambda r: -r["idle_ns"])[:3]
+    assert [r["idle_ns"] for r in list(streams.values())[:3]] == [r["idle_ns"] for r in worst]
