@@ -394,11 +394,20 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     if finding.items and repeats:
         parts.append(Text(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
-        parts.extend(_items_table(finding.items, finding_columns(finding), inner))
+        columns = finding_columns(finding)
+        items = finding.items
+        if columns and columns[0].key in MEMBER_KEYS and len(items) > rows + 1:  # one row per rank: the worst
+            items = items[:rows] + [_rest_row(columns[0].key, columns[1:], items[rows:])]
+        parts.extend(_items_table(items, columns, inner))
     if finding.suggestion:
         parts.append(Text("→ " + finding.suggestion, style="green"))
     title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
+
+
+#: The first column of an items table with one row per rank or device: such a table shows its first rows (the
+#: rule lists the worst first) and one row for the rest.
+MEMBER_KEYS = ("rank", "device", "device_id")
 
 
 def repeats_figures(finding: Finding, data: dict, columns: list[Column]) -> bool:

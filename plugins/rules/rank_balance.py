@@ -26,7 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_ratio
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -38,9 +38,6 @@ COLUMNS = [Column("rank", "rank / device", "number"), Column("span_ns", "span", 
            Column("compute_ns", "compute", "ns"), Column("comm_exposed_ns", "exposed comm", "ns"),
            Column("memcpy_ns", "memcpy", "ns"), Column("idle_ns", "idle", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_pct", "idle %", "pct")]
-RANKS = [Column("rank", "rank / device", "text"), Column("compute_pct", "compute %", "pct"),
-         Column("comm_exposed_pct", "exposed comm %", "pct"), Column("memcpy_pct", "memcpy %", "pct"),
-         Column("idle_pct", "idle %", "pct"), Column("busy_ns", "busy", "ns")]
 _SUMS = ["span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns"]
 
 
@@ -96,18 +93,17 @@ class RankBalance(Rule):
             return [Finding(self.name, "info", "One rank alone" if alone else f"One {label} alone",
                             f"Only {label} {slowest}{alone} has GPU activity ({shares}); balance needs several "
                             f"{label}s (ingest the rank directory as a run).",
-                            metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES,
-                            tables={"ranks": RANKS})]
+                            metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES)]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
         message = (f"{rows.height} {label}s: busiest {label} {slowest} ({fmt_ns(float(busy.max()))} busy), "
                    f"least busy {fastest} ({fmt_ns(float(busy.min()))}); imbalance (max/mean busy) "
-                   f"{imbalance:.3f}. Over all {label}s: {shares} of the span.")
+                   f"{fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
         suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
                       "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "
                       f"{label}." if severity != "info" else "")
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
-                        tables={"ranks": RANKS}, impact_ns=int(busy.max() - mean))]
+                        impact_ns=int(busy.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
 
 
 @hookimpl
