@@ -47,7 +47,8 @@ def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
     direct_calls = direct.unique(["trace_id", "launch_event_id"])
     graph_calls = graph.unique(["trace_id", "launch_event_id"])
     launch_ns = sorted(direct_calls["launch_duration_ns"].to_list())
-    delays = sorted(linked["delay_ns"].to_list())
+    everything = sorted(linked["delay_ns"].to_list())
+    delays = [d for d in everything if d >= 0]  # a kernel before its launch: clocks disagree, not a delay
     short = int((direct["duration_ns"] < direct["launch_duration_ns"]).sum())
     metrics = {
         "kernels": rows.height, "linked_kernels": linked.height, "direct_kernels": direct.height,
@@ -57,6 +58,7 @@ def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
         "graph_launch_time_ns": int(graph_calls["launch_duration_ns"].sum() or 0),
         "launch_ns_p50": nearest_rank(launch_ns, 0.5), "launch_ns_p90": nearest_rank(launch_ns, 0.9),
         "launch_ns_max": launch_ns[-1] if launch_ns else None,
+        "clock_inconsistent": len(everything) - len(delays),
         "delay_ns_min": delays[0] if delays else None, "delay_ns_p50": nearest_rank(delays, 0.5),
         "delay_ns_p90": nearest_rank(delays, 0.9), "delay_ns_p99": nearest_rank(delays, 0.99),
         "delay_ns_max": delays[-1] if delays else None,
@@ -65,7 +67,7 @@ def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
         "delay_outliers": sum(1 for v in delays if v >= THRESHOLDS["delay_outlier_ns"]),
     }
     # longest delay first; ties: lower event id, then the earlier trace (rows are in trace order): a stable sort
-    ordered = sorted(enumerate(linked.iter_rows(named=True)),
+    ordered = sorted(((i, r) for i, r in enumerate(linked.iter_rows(named=True)) if r["delay_ns"] >= 0),
                      key=lambda ir: (-ir[1]["delay_ns"], ir[1]["event_id"], ir[0]))
     items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
               "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
@@ -190,3 +192,22 @@ def test_launch_stats_of_a_trace_with_direct_and_graph_launches_equals_the_rule_
     trace = read_torch(TORCH / name)
     check_against_oracle(trace, trace.events)
     check_against_oracle(trace, trace.events, top=1)
+
+
+def test_kernels_before_their_launch_are_clock_inconsistent_not_negative_delays():
+    """Hand-made edge case: one kernel starts 5 us before its launch call (clock-inconsistent input)."""
+    from traceparse.schema import conform
+    from traceparse.trace import Trace, TraceMeta
+
+    rows = []
+    for i, (launch, kernel) in enumerate([(1000, 3000), (10000, 5000), (20000, 26000)]):
+        rows.append({"kind": "api", "name": "cudaLaunchKernel", "start_ns": launch, "duration_ns": 500,
+                     "pid": 1, "tid": 1, "correlation_id": i + 1, "trace_id": "t"})
+        rows.append({"kind": "kernel", "name": f"k{i}", "start_ns": kernel, "duration_ns": 100, "device_id": 0,
+                     "stream_id": 7, "correlation_id": i + 1, "trace_id": "t"})
+    trace = Trace(conform(pl.DataFrame(rows)), TraceMeta(id="t"))
+    f = run_rule(trace, "launch-stats")
+    assert f.metrics["clock_inconsistent"] == 1
+    assert (f.metrics["delay_ns_min"], f.metrics["delay_ns_max"]) == (2000, 6000)
+    assert all(i["delay_ns"] >= 0 for i in f.items) and len(f.items) == 2
+    assert "1 kernels start before their launch call" in f.message

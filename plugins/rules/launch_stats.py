@@ -17,6 +17,8 @@ durations), ``graph_launches``, ``graph_kernels`` (kernels replayed by them),
 ``kernels_per_graph_launch`` (mean), ``graph_launch_time_ns``;
 ``launch_ns_p50``/``_p90``/``_max`` over direct launch calls;
 ``delay_ns_min``/``_p50``/``_p90``/``_p99``/``_max`` over every linked kernel
+that starts after its launch call (``clock_inconsistent`` counts those that
+start before it: the host and GPU clocks disagree there, the message says so)
 (quantiles by the nearest-rank rule: the value at position ⌈p·n⌉ of the
 sorted values); ``short_kernel_pct`` = 100 × direct kernels whose duration
 is under their launch call's / direct kernels (a kernel shorter than its
@@ -90,6 +92,9 @@ class LaunchStats(Rule):
                                                        "launch_excess_ns", "graph_launches", "graph_launch_time_ns")}
         launch_ns = per_trace["launch_ns"].explode().drop_nulls().sort()
         delays = per_trace["delay_ns"].explode().drop_nulls().sort()
+        # a kernel cannot start before the call that launched it: such delays say the clocks disagree
+        inconsistent = int((delays < 0).sum())
+        delays = delays.filter(delays >= 0)
         n_linked, n_direct, n_graph, n_calls = total["linked"], total["direct"], total["graph"], launch_ns.len()
         metrics = {
             "kernels": total["rows"], "linked_kernels": n_linked, "direct_kernels": n_direct,
@@ -100,15 +105,16 @@ class LaunchStats(Rule):
             "graph_launch_time_ns": total["graph_launch_time_ns"],
             "launch_ns_p50": nearest_rank(launch_ns, 0.5), "launch_ns_p90": nearest_rank(launch_ns, 0.9),
             "launch_ns_max": launch_ns[-1] if n_calls else None,
-            "delay_ns_min": delays[0] if n_linked else None, "delay_ns_p50": nearest_rank(delays, 0.5),
+            "clock_inconsistent": inconsistent,
+            "delay_ns_min": delays[0] if delays.len() else None, "delay_ns_p50": nearest_rank(delays, 0.5),
             "delay_ns_p90": nearest_rank(delays, 0.9), "delay_ns_p99": nearest_rank(delays, 0.99),
-            "delay_ns_max": delays[-1] if n_linked else None,
+            "delay_ns_max": delays[-1] if delays.len() else None,
             "short_kernel_pct": expr.pct(total["short"], n_direct),
             "launch_outliers": int((launch_ns >= int(t["launch_outlier_ns"])).sum()),
             "delay_outliers": int((delays >= int(t["delay_outlier_ns"])).sum()),
         }
         # each trace's top items, in trace order, then the same sort as over every linked kernel: the run's top
-        candidates = per_trace.select("top").explode("top").drop_nulls().unnest("top")
+        candidates = per_trace.select("top").explode("top").drop_nulls().unnest("top").filter(pl.col("delay_ns") >= 0)
         items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
                   "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
                   "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}
@@ -133,6 +139,9 @@ class LaunchStats(Rule):
                         f"{fmt_ns(metrics['delay_ns_p99'])}, max {fmt_ns(metrics['delay_ns_max'])}; "
                         f"{metrics['launch_outliers']} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
                         f"{metrics['delay_outliers']} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
+            if inconsistent:
+                message += (f" {inconsistent} kernels start before their launch call: the host and GPU clocks "
+                            "disagree there, so their delays are left out.")
         suggestion = ("Most kernels finish faster than the host launches them: the GPU starves. Capture the step in a "
                       "CUDA graph (torch.compile mode='reduce-overhead', torch.cuda.graphs), fuse kernels "
                       "(torch.compile), or give each kernel more work (larger batches)." if severity != "info" else "")
