@@ -244,7 +244,9 @@ def test_torch_trace_report(browser, store, tmp_path):
 
 def test_nsys_capture_report(browser, store, tmp_path):
     page = open_report(browser, report(tmp_path, shown(NSYS)), tmp_path / "report_nsys.png")
-    charts = check_drawn(page, {"chart-timeline", "chart-categories", "chart-names", "chart-copies"})
+    # its one NVTX train_step range is its one step, as in the summary and analyze --step
+    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies"})
+    assert charts["chart-steps"][0]["x"] == ["step 1"]
     db = tmp_path / "capture.sqlite"
     with gzip.open(NSYS) as f, open(db, "wb") as g:
         shutil.copyfileobj(f, g)

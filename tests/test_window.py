@@ -220,7 +220,7 @@ def test_window_counts_from_the_trace_start(store, fixtures_dir, tmp_path):
 
 # -- bad values: one line, exit 2 ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("option, expected", [
-    (["--step", "9"], "--step 9: {path} has no step 9 (its steps: 1, 2)"),
+    (["--step", "9"], "--step 9: {path} has no step 9 (its steps, from ProfilerStep#N: 1, 2)"),
     (["--step", "two"], "--step 'two': expected a step number (as in ProfilerStep#N) or all"),
     (["--window", "5"], "--window '5': expected START:END in ms from the trace's start, e.g. 100:250 or 100:"),
     (["--window", "10:5"], "--window '10:5': the end must be after the start"),
@@ -248,9 +248,12 @@ def test_nsys_errors_name_what_the_capture_has(store, fixtures_dir):
     one_line_error(["analyze", path, "--window", "1:", "--step", "1"],
                    "--window cannot be combined with --step or --nvtx (a window is a part of the trace; "
                    "steps and ranges are others)")
-    one_line_error(["analyze", path, "--step", "all"],
-                   f"--step all: {path} has no steps (no ProfilerStep#N annotations); "
-                   "use --nvtx NAME or --window START:END")
+    one_line_error(["analyze", path, "--step", "2"],  # its one train_step range is its step 1
+                   f"--step 2: {path} has no step 2 (its steps, from range train_step: 1)")
+    nvprof = str(fixtures_dir / "nvprof" / "real" / "rlscope_gpu_trace.csv")  # GPU rows only: nothing marks a step
+    one_line_error(["analyze", nvprof, "--step", "all"],
+                   f"--step all: {nvprof} has no steps (no ProfilerStep#N annotations, ranges named like steps "
+                   "or optimizer annotations); use --nvtx NAME or --window START:END")
 
 
 # -- the cut itself, on a hand-written table of edge cases ----------------------------------------------------------

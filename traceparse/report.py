@@ -323,7 +323,7 @@ def steps_text(summary: dict) -> str:
     """Steps on screen: how many, where they come from, mean and spread (min–max, stdev)."""
     n = summary.get("steps") or 0
     if not n:
-        return "none marked (no ProfilerStep#N annotations or step ranges)"
+        return "none marked (no ProfilerStep#N annotations, step ranges or optimizer annotations)"
     source = summary.get("step_source") or ""
     windows = summary.get("step_windows") or n
     text = f"{n} ({source}{f', {windows} windows over the ranks' if windows != n else ''}), " \

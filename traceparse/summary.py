@@ -13,14 +13,11 @@ from typing import Any, Iterable
 import polars as pl
 
 from traceparse import measures
+from traceparse.measures.steps import step_series
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
 from traceparse.trace import Trace
 
-#: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
-#: annotation named like ``train_step``, ``step 3``, ``iteration``, ``iter_12`` (not ``Optimizer.step``).
-STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
-NOT_STEP_RANGE = r"(?i)optim"
 #: Kernel categories listed in the summary.
 TOP_CATEGORIES = 3
 
@@ -78,26 +75,12 @@ def trace_span(events: pl.DataFrame) -> int | None:
 def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
     """The trace's iterations: one row per step and rank (``step``, ``duration_ns``, ``source``), or None.
 
-    The host-side ``ProfilerStep#N`` annotations (measure ``steps``,
-    ``on_host``) where the trace has them, source ``"ProfilerStep#N"``; else
-    the host-side ranges (kinds marker and region, with a duration and a
-    process) whose name reads as an iteration (:data:`STEP_RANGE`, such as an
-    NVTX ``train_step``), of the name with the most time, source ``"range
-    NAME"``.
+    :func:`traceparse.measures.steps.step_series`, the steps ``analyze --step``
+    cuts and its per-step table lists: ``ProfilerStep#N``, else ranges named
+    like steps (keeping their numbers), else one step per optimizer annotation.
     """
-    steps = measures.steps(events).filter(pl.col("on_host"))
-    if steps.height:
-        return steps.select("step", "duration_ns", source=pl.lit("ProfilerStep#N"))
-    ranges = events.filter(pl.col("kind").cast(pl.String).is_in(["marker", "region"])
-                           & pl.col("duration_ns").is_not_null() & pl.col("start_ns").is_not_null()
-                           & pl.col("pid").is_not_null() & pl.col("name").str.contains(STEP_RANGE)
-                           & ~pl.col("name").str.contains(NOT_STEP_RANGE))
-    if ranges.height == 0:
-        return None
-    name = (ranges.group_by("name").agg(total=pl.col("duration_ns").sum())
-            .sort(["total", "name"], descending=[True, False])["name"][0])
-    return (ranges.filter(pl.col("name") == name).sort("start_ns")
-            .select(pl.int_range(pl.len()).alias("step"), "duration_ns", source=pl.lit(f"range {name}")))
+    steps = step_series(events)
+    return steps.select("step", "duration_ns", "source") if steps.height else None
 
 
 def highlights(findings: Iterable[Finding]) -> list[dict[str, Any]]:

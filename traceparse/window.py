@@ -103,20 +103,25 @@ def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame
 def step_windows(trace: Trace, step: int | None = None) -> pl.DataFrame:
     """The windows of the trace's steps (``step`` N only, or all), one row per trace and step.
 
-    Steps come from :data:`traceparse.measures.steps`: per trace, the host-side
-    ``ProfilerStep#N`` annotations where it has them, else the device-side
-    ones. Columns ``__window_trace``, ``step``, ``start``, ``end``.
+    The steps are :func:`traceparse.measures.steps.step_series`, the ones the
+    summary counts: ``ProfilerStep#N``, else ranges named like steps (keeping
+    their numbers: ``step 3`` is step 3), else one step per optimizer
+    annotation. Columns ``__window_trace``, ``step``, ``start``, ``end``.
     """
-    from traceparse.measures import steps
+    from traceparse.measures.steps import step_series
 
-    s = steps(trace.events)
-    if s.height == 0:
-        return pl.DataFrame(schema={**dict(_W), "step": pl.Int64})
-    s = s.with_columns(pl.col("trace_id").fill_null("").alias(_KEY))
-    s = s.filter(pl.col("on_host") == pl.col("on_host").max().over(_KEY))  # host side where the trace has it
+    s = step_series(trace.events).with_columns(pl.col("trace_id").fill_null("").alias(_KEY))
     if step is not None:
         s = s.filter(pl.col("step") == step)
     return s.select(_KEY, "step", start=pl.col("start_ns"), end=pl.col("end_ns")).sort(_KEY, "start")
+
+
+def step_source(trace: Trace) -> str | None:
+    """What marks the trace's steps (``ProfilerStep#N``, ``range step N``, ``one per Optimizer.step#SGD.step``), or None."""
+    from traceparse.measures.steps import step_series
+
+    s = step_series(trace.events)
+    return s["source"][0] if s.height else None
 
 
 def range_windows(trace: Trace, name: str, instance: int | None = None) -> pl.DataFrame:
@@ -126,14 +131,25 @@ def range_windows(trace: Trace, name: str, instance: int | None = None) -> pl.Da
     matches; per trace, the host-side instances (rows with a ``pid``) where
     there are any, as for steps (torch also copies annotations onto the GPU
     timeline). Instances are numbered from 1 in order of start per trace
-    (column ``step``, so they serve as steps); ``instance`` keeps only that one.
+    (column ``step``, so they serve as steps), except where the matching names
+    differ only by a trailing number (``step 2`` .. ``step 5``, as
+    :func:`traceparse.measures.steps.series_numbers` says): then each keeps its
+    own number. ``instance`` keeps only that one.
     """
+    from traceparse.measures.steps import series_numbers
+
     rows = _key(_ranges(trace.events))
     names = [n for n in rows["name"].unique().to_list() if fnmatch.fnmatchcase(n, name)]  # Python's glob, exact
     rows = rows.filter(pl.col("name").is_in(names))
     rows = rows.filter(pl.col("pid").is_not_null() == pl.col("pid").is_not_null().max().over(_KEY))
-    rows = (rows.select(_KEY, start=pl.col("start_ns"), end=pl.col("start_ns") + pl.col("duration_ns"))
-            .sort(_KEY, "start", "end").with_columns(step=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(_KEY)))
+    numbers = series_numbers(rows["name"].unique().sort().to_list())
+    rows = rows.select(_KEY, "name", start=pl.col("start_ns"), end=pl.col("start_ns") + pl.col("duration_ns"))
+    if numbers is None:
+        rows = rows.sort(_KEY, "start", "end").with_columns(step=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(_KEY))
+    else:  # one series: each instance keeps its number (two of one number, on two threads say, are one window)
+        rows = (rows.with_columns(step=pl.col("name").replace_strict(numbers, return_dtype=pl.Int64))
+                .group_by(_KEY, "step").agg(pl.col("start").min(), pl.col("end").max()).sort(_KEY, "start", "end"))
+    rows = rows.select(_KEY, "start", "end", "step")
     return rows if instance is None else rows.filter(pl.col("step") == instance)
 
 

@@ -1,6 +1,9 @@
-"""Step windows: the ``ProfilerStep#N`` annotations torch.profiler writes around each step."""
+"""Steps: the ``ProfilerStep#N`` annotations torch.profiler writes around each step (measure ``steps``), and
+:func:`step_series`, the steps a trace has whatever marks them (the one source of steps for every command)."""
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 
@@ -43,3 +46,126 @@ class Steps(Measure):
 
 
 steps = Steps()
+
+
+# -- the steps a trace has, whatever marks them --------------------------------
+#: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
+#: annotation named like ``train_step``, ``step 3``, ``iteration 7``, ``iter_12`` (not ``Optimizer.step``).
+STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
+NOT_STEP_RANGE = r"(?i)optim"
+#: A name's trailing number (``step 3``, ``iter_12``, ``step3``): ranges whose names differ only by it are one
+#: series, each range keeping its number. Groups: stem, separator, number.
+TRAILING_NUMBER = r"^(.*?[^\d\s_#:.\-])([\s_#:.\-]*)(\d+)$"
+#: Annotations that recur once per iteration where nothing else marks one (torch's own optimizer
+#: annotations), in order of preference, with the edge of the iteration each sits at: ``"end"`` (the
+#: mark ends its iteration: step k runs from the end of mark k-1 to the end of mark k, the first from
+#: the trace's first host row) or ``"start"`` (step k runs from the start of mark k to the start of
+#: mark k+1, the last to the trace's last host row).
+ITERATION_MARKS = ((r"^Optimizer\.step#", "end"), (r"^Optimizer\.zero_grad#", "start"))
+#: Range kinds (NVTX ranges, user annotations, regions).
+RANGE_KINDS = ("marker", "region")
+STEP_SCHEMA = pl.Schema({"trace_id": pl.String, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                         "duration_ns": pl.Int64, "source": pl.String})
+
+
+def step_series(events: pl.DataFrame) -> pl.DataFrame:
+    """The trace's steps from what it has: one row per trace and step, the one source of steps for every command.
+
+    In this order, the first that the trace has:
+
+    1. the ``ProfilerStep#N`` annotations (measure :data:`steps`), step N, the
+       host-side ones where a trace has them; source ``"ProfilerStep#N"``;
+    2. host-side ranges (a ``pid``) whose name reads as an iteration
+       (:data:`STEP_RANGE`): names that differ only by a trailing number
+       (``step 2`` .. ``step 5``) are one series keeping their numbers,
+       source ``"range step N"``; a repeated constant name (``train_step``)
+       is numbered from 1 in order of start, source ``"range train_step"``;
+       of several series, the one with the most time;
+    3. a repeated host-side annotation of :data:`ITERATION_MARKS`
+       (``Optimizer.step#SGD.step``): one step per instance, source
+       ``"one per Optimizer.step#SGD.step"``.
+
+    Columns of :data:`STEP_SCHEMA` (``duration_ns`` = ``end_ns - start_ns``,
+    so a step's time is the same wherever it is shown); sorted by trace and
+    step; empty when the trace marks no step.
+    """
+    found = _profiler_steps(events)
+    if found.height == 0:
+        found = _range_steps(events)
+    if found.height == 0:
+        found = _mark_steps(events)
+    return (found.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns")).select(STEP_SCHEMA.names())
+            .cast(dict(STEP_SCHEMA)).sort("trace_id", "step", nulls_last=False))
+
+
+def _profiler_steps(events: pl.DataFrame) -> pl.DataFrame:
+    s = steps(events)
+    if s.height == 0:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    s = s.with_columns(pl.col("trace_id").cast(pl.String))
+    host = pl.col("on_host") == pl.col("on_host").max().over(pl.col("trace_id").fill_null(""))
+    return s.filter(host).select("trace_id", "step", "start_ns", "end_ns", source=pl.lit("ProfilerStep#N"))
+
+
+def _host_ranges(events: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
+    return events.filter(pl.col("kind").cast(pl.String).is_in(RANGE_KINDS) & pl.col("pid").is_not_null()
+                         & pl.col("start_ns").is_not_null() & (pl.col("duration_ns") > 0) & name
+                         ).select(pl.col("trace_id").cast(pl.String), "name", "start_ns",
+                                  end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+
+
+def series_numbers(names: list[str]) -> dict[str, int] | None:
+    """``{name: its number}`` when ``names`` differ only by a trailing number (``step 2``, ``step 3``), else None.
+
+    One name counts as a series only when it ends in a number; the numbers
+    must be distinct (two names, one number: not one series).
+    """
+    parts = [re.match(TRAILING_NUMBER, n) for n in names]
+    if not parts or any(p is None for p in parts) or len({p.group(1, 2) for p in parts}) != 1:
+        return None
+    numbers = {n: int(p.group(3)) for n, p in zip(names, parts)}
+    return numbers if len(set(numbers.values())) == len(numbers) else None
+
+
+def _range_steps(events: pl.DataFrame) -> pl.DataFrame:
+    rows = _host_ranges(events, pl.col("name").str.contains(STEP_RANGE) & ~pl.col("name").str.contains(NOT_STEP_RANGE))
+    if rows.height == 0:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    parts = pl.col("name").str.extract_groups(TRAILING_NUMBER)
+    rows = rows.with_columns(stem=parts.struct.field("1"), sep=parts.struct.field("2"),
+                             number=parts.struct.field("3").cast(pl.Int64))
+    series = pl.when(pl.col("number").is_not_null()).then(pl.col("stem") + pl.col("sep") + pl.lit("N"))
+    rows = rows.with_columns(series=series.otherwise(pl.col("name")))
+    best = (rows.group_by("series").agg(total=(pl.col("end_ns") - pl.col("start_ns")).sum())
+            .sort(["total", "series"], descending=[True, False])["series"][0])
+    rows = rows.filter(pl.col("series") == best)
+    if rows["number"].is_null().any():  # a constant name: numbered from 1 in order of start, per trace
+        key = pl.col("trace_id").fill_null("")
+        rows = rows.sort("start_ns").with_columns(number=pl.int_range(1, pl.len() + 1).over(key).cast(pl.Int64))
+    return (rows.group_by("trace_id", step="number")
+            .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+            .with_columns(source=pl.lit(f"range {best}")))
+
+
+def _mark_steps(events: pl.DataFrame) -> pl.DataFrame:
+    for pattern, edge in ITERATION_MARKS:
+        marks = _host_ranges(events, pl.col("name").str.contains(pattern))
+        if marks.height == 0:
+            continue
+        name = marks.group_by("name").len().sort(["len", "name"], descending=[True, False])["name"][0]
+        marks = marks.filter(pl.col("name") == name)
+        key = pl.col("trace_id").fill_null("")
+        bounds = (events.filter(pl.col("pid").is_not_null() & pl.col("start_ns").is_not_null())
+                  .group_by(key.cast(pl.String).alias("__k"))
+                  .agg(first=pl.col("start_ns").min(),
+                       last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max()))
+        marks = marks.sort("start_ns").with_columns(__k=key).join(bounds, on="__k", how="left")
+        if edge == "end":
+            start = pl.col("end_ns").shift(1).over("__k").fill_null(pl.col("first"))
+            marks = marks.with_columns(start_ns=start)
+        else:
+            end = pl.col("start_ns").shift(-1).over("__k").fill_null(pl.col("last"))
+            marks = marks.with_columns(end_ns=end)
+        return marks.select("trace_id", step=pl.int_range(1, pl.len() + 1).over("__k").cast(pl.Int64),
+                            start_ns="start_ns", end_ns="end_ns", source=pl.lit(f"one per {name}"))
+    return pl.DataFrame(schema=STEP_SCHEMA)

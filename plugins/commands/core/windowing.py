@@ -25,8 +25,9 @@ from traceparse.report import fmt_ns
 def add_options(parser: argparse.ArgumentParser) -> None:
     """``--step``, ``--window``, ``--nvtx`` (``--window`` goes with neither of the others)."""
     parser.add_argument("--step", metavar="N|all",
-                        help="analyse only step N (a ProfilerStep#N annotation; with --nvtx, the range's Nth "
-                             "instance), or all steps with a per-step table first")
+                        help="analyse only step N (as the trace numbers its steps: ProfilerStep#N, a range "
+                             "named like 'step N', else the Nth optimizer step; with --nvtx, the range's Nth "
+                             "instance or the one numbered N), or all steps with a per-step table first")
     parser.add_argument("--window", metavar="START:END",
                         help="analyse only this window, in ms from the trace's start (either side may be empty)")
     parser.add_argument("--nvtx", metavar="NAME",
@@ -41,6 +42,7 @@ class View:
     traces: list
     label: str | None = None
     steps: list[dict[str, Any]] | None = None
+    source: str | None = None  # what marks the steps (--step without --nvtx), as the summary says it
     cuts: list[dict[str, Any]] = field(default_factory=list)
     origins: dict[str, int] = field(default_factory=dict)  # each trace's first start, for the table's start column
 
@@ -49,6 +51,8 @@ class View:
         out: dict[str, Any] = {}
         if self.label:
             out["window"] = {"label": self.label, "windows": self.cuts}
+            if self.source:
+                out["window"]["step_source"] = self.source
         if self.steps is not None:
             out["steps"] = self.steps
         return out
@@ -66,14 +70,17 @@ class View:
             console.print(f"{w.get('label')}: {fmt_ns(inside)} analysed{' per rank' if len(per) > 1 else ''} "
                           f"of {Path(_name(trace)).name}", highlight=False)
         if self.steps:
-            console.print(steps_table(self.steps, self.origins))
+            console.print(steps_table(self.steps, self.origins, self.source))
 
 
-def steps_table(rows: list[dict[str, Any]], origins: dict[str, int]) -> Table:
-    """The per-step table: step, start (from the trace's start), time, GPU busy, idle, top kernel category."""
+def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str | None = None) -> Table:
+    """The per-step table: step, start (from the trace's start), time, GPU busy, idle, top kernel category.
+
+    ``source`` (what marks the steps, as the summary says it) goes in the title.
+    """
     ranks = any(r["rank"] is not None for r in rows)
     several = not ranks and len({r["trace"] for r in rows}) > 1
-    table = Table(title="steps", title_justify="left")
+    table = Table(title=f"steps ({source})" if source else "steps", title_justify="left")
     if ranks or several:
         table.add_column("rank" if ranks else "trace", justify="right" if ranks else "left", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
@@ -101,6 +108,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
         raise InputError("--window cannot be combined with --step or --nvtx (a window is a part of the trace; "
                          "steps and ranges are others)")
     number = _step_number(args.step) if args.step is not None else None
+    source = None
     if args.window is not None:
         lo, hi = window.parse_window(args.window)
         label = f"window {args.window} ms"
@@ -112,6 +120,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
     else:
         label = "all steps" if number is None else f"step {number}"
         chosen = [(t, window.step_windows(t, number)) for t in traces]
+        source = next((s for t in traces if (s := window.step_source(t))), None)
     for trace, wins in chosen:
         if wins.height == 0:
             raise InputError(_nothing(args, trace))
@@ -125,7 +134,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
     if args.step is not None and number is None:
         steps = [row for trace, wins in chosen for row in window.step_table(trace, wins)]
         origins = {k: v for trace in traces for k, v in window.origins(trace.events).items()}
-    return View(cut, label, steps, cuts, origins)
+    return View(cut, label, steps, source, cuts, origins)
 
 
 def _step_number(text: str) -> int | None:
@@ -157,9 +166,17 @@ def _nothing(args: argparse.Namespace, trace) -> str:
         return f"--window {args.window!r}: {name} has no event in that window (it spans {fmt_ns(span)} from its start)"
     steps = window.step_windows(trace)["step"].unique().sort().to_list()
     if not steps:
-        return (f"--step {args.step}: {name} has no steps (no ProfilerStep#N annotations); "
-                "use --nvtx NAME or --window START:END")
-    return f"--step {args.step}: {name} has no step {args.step} (its steps: {', '.join(map(str, steps))})"
+        return (f"--step {args.step}: {name} has no steps (no ProfilerStep#N annotations, ranges named like steps "
+                "or optimizer annotations); use --nvtx NAME or --window START:END")
+    return (f"--step {args.step}: {name} has no step {args.step} "
+            f"(its steps, from {window.step_source(trace)}: {_numbers(steps)})")
+
+
+def _numbers(steps: list[int]) -> str:
+    """``1, 2, 3`` or, for many, ``1-60`` where they run without a gap (an error message stays one short line)."""
+    if len(steps) > 6 and steps == list(range(steps[0], steps[0] + len(steps))):
+        return f"{steps[0]}-{steps[-1]}"
+    return ", ".join(map(str, steps))
 
 
 def _name(trace) -> str:

@@ -92,8 +92,8 @@ def steps_chart(go, sb: dict) -> Chart:
                              name="idle", offsetgroup=str(i), marker_color=IDLE_COLOUR, legendgroup="idle",
                              showlegend=i == 0, legendrank=10_000, hovertemplate="%{x}: idle %{y:.3f} ms<extra>" + label + "</extra>"))
     _layout(fig, barmode="group", yaxis_title="time in the step (ms)")
-    return Chart("chart-steps", "GPU busy and idle per step", "Each ProfilerStep#N window: the time the GPU is busy "
-                 "(coloured) and idle (grey).", fig)
+    return Chart("chart-steps", "GPU busy and idle per step", "Each step's window (as the summary counts steps): the "
+                 "time the GPU is busy (coloured) and idle (grey).", fig)
 
 
 def categories_chart(go, cats: list[dict]) -> Chart:
@@ -237,7 +237,7 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
     if sb:
         charts.append(steps_chart(go, sb))
     else:
-        missing.append("GPU busy per step: the trace has no ProfilerStep#N annotations with timed GPU work.")
+        missing.append("GPU busy per step: the trace marks no steps (ProfilerStep#N, step ranges, optimizer annotations) with timed GPU work.")
     cats = data.kernel_categories(events)
     names = data.kernel_names(events)
     if cats:

@@ -86,12 +86,11 @@ def timeline(events: pl.DataFrame, bins: int = DEFAULT_BINS) -> dict | None:
 
 
 def host_steps(events: pl.DataFrame) -> pl.DataFrame:
-    """The host-side ``ProfilerStep#N`` windows per trace (the device-side copies when a trace has no host ones)."""
-    s = measures.steps(events)
-    if s.height == 0:
-        return s
-    host_traces = s.filter(pl.col("on_host"))["trace_id"].unique().to_list()
-    return s.filter(pl.col("on_host") | ~pl.col("trace_id").is_in(host_traces)).sort("trace_id", "step")
+    """The trace's step windows per trace, as the summary and ``analyze --step`` find them
+    (:func:`traceparse.measures.steps.step_series`: ``ProfilerStep#N``, else step ranges, else optimizer marks)."""
+    from traceparse.measures.steps import step_series
+
+    return step_series(events)
 
 
 def step_busy(events: pl.DataFrame) -> dict | None:

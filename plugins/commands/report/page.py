@@ -237,9 +237,10 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
         spread = (f"{fmt_ns(summary['step_min_ns'])} – {fmt_ns(summary['step_max_ns'])}"
                   if summary.get("step_min_ns") is not None else "")
         steps_card = (f'<div class="big">{steps} × {esc(fmt_ns(step_time))}</div>'
-                      f'<div class="muted">mean step; range {esc(spread)}</div>')
+                      f'<div class="muted">mean step; range {esc(spread)}'
+                      f'{"; " + esc(summary["step_source"]) if summary.get("step_source") else ""}</div>')
     else:
-        steps_card = '<div class="big">-</div><div class="muted">no ProfilerStep#N annotations</div>'
+        steps_card = '<div class="big">-</div><div class="muted">no steps marked</div>'
     busy = summary.get("gpu_busy_pct")
     bottleneck = summary.get("bottleneck")
     if bottleneck:

@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from traceparse.errors import bad_input
+from traceparse.report import fmt_ns as fmt_shift
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
@@ -37,6 +38,7 @@ from .events import table_frame
 from .log_scan import LogScanner, ScanResult
 from .sniff import sniff
 from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly
+from .streams import serialize_streams
 from .tables import TRACE
 
 
@@ -90,6 +92,11 @@ def _read_log(path: Path, options: ReadOptions) -> Trace:
     events = pl.concat(frames, how="diagonal_relaxed")
     for message in scan.messages:
         options.warn(f"{path}: {message}")
+    events, moved, most = serialize_streams(events)  # printed starts are rounded: one stream never overlaps itself
+    if moved:
+        options.warn(f"{path}: {moved} GPU event{'s' * (moved != 1)} started, as printed, before the previous one on "
+                     f"{'their' if moved != 1 else 'its'} stream ended (nvprof prints Start with few digits); moved "
+                     f"later by at most {fmt_shift(most)} so that no two events of one stream overlap")
     meta = TraceMeta(tool="nvprof", variant=", ".join(dict.fromkeys(f"{t.form.replace('_', ' ')} ({t.style})"
                                                                     for t in filled)),
                      devices=[Device(id=i, name=n) for i, n in sorted(scan.devices.by_index.items())],
