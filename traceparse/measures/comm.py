@@ -305,8 +305,9 @@ rank_time = RankTime()
 
 
 def member_windows(events: Any, members: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
-    """Each member's step windows, ``[(start_ns, end_ns), ...]`` in its own clock: its host-side ``ProfilerStep#N``
-    annotations, else one window over the span of its timed events.
+    """Each member's step windows, ``[(start_ns, end_ns), ...]`` in its own clock: its steps
+    (:func:`traceparse.measures.steps.step_series`: ``ProfilerStep#N``, step ranges, iteration marks), else
+    one window over the span of its timed events.
 
     ``members`` has ``member`` and ``rank`` (as :class:`Collectives` rows do). A rank's events are its rows;
     the devices (or the process) of one trace share that trace's steps. On a run's partitions
@@ -339,12 +340,11 @@ def _rank_windows(events: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
 
 
 def _windows(rows: pl.DataFrame) -> list[tuple[int, int]]:
-    from traceparse.measures.steps import steps
+    from traceparse.measures.steps import step_series
 
-    s = steps(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
-    s = s.filter(pl.col("on_host")) if s.height and s["on_host"].any() else s
+    s = step_series(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
     if s.height:
-        merged = intervals.union(s.select("start_ns", duration_ns=pl.col("end_ns") - pl.col("start_ns")))
+        merged = intervals.union(s.select("start_ns", "duration_ns"))
         return [(int(a), int(b)) for a, b in merged.select("start", "end").iter_rows()]
     first, last = rows.filter(placed()).select(pl.col("start_ns").min().alias("first"),
                                                (pl.col("start_ns") + pl.col("duration_ns")).max().alias("last")).row(0)
