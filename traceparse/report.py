@@ -290,7 +290,8 @@ def repeated_tables(findings: list[Finding]) -> dict[int, str]:
 
 
 def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
-    """The panel a trace's section opens with: span, steps, GPU busy, bottleneck, top kernel categories, findings."""
+    """The panel a trace's section opens with: span, steps, GPU busy, GPU time by part (where copies or memsets
+    have time), bottleneck, top kernel categories (shares of kernel time), findings."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -298,6 +299,10 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_row("steps", steps_text(summary))
     busy = summary.get("gpu_busy_pct")
     grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of the devices' span (first to last activity)")
+    split = summary.get("gpu_time")
+    if split and any(p["part"] != "kernels" for p in split["parts"]):
+        grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])}: " + ", ".join(
+            f"{p['part']} {fmt_unit('pct', p['share_pct'])}" for p in split["parts"]))
     worst = summary.get("bottleneck")
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
@@ -308,7 +313,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row("bottleneck", "none: no finding here has time at stake")
     cats = summary.get("top_categories") or []
     if cats:
-        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats))
+        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
+                     + (" of kernel time" if split and len(split["parts"]) > 1 else ""))
     if findings:
         grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")

@@ -34,9 +34,11 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work), ``bottleneck``
-    (:func:`bottleneck`) and ``top_categories`` (the kernel categories with
-    the most time: category, time_ns, share_pct of kernel time).
+    minus gpu-idle's idle %; None without timed GPU work), ``gpu_time``
+    (:func:`gpu_time`: GPU time split into kernels, each copy direction and
+    memsets; measure ``gpu_time_parts``), ``bottleneck`` (:func:`bottleneck`) and ``top_categories`` (the
+    kernel categories with the most time: category, time_ns, share_pct of
+    kernel time).
     """
     events = trace.events
     steps = step_windows(events)
@@ -54,6 +56,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * int(busy["busy_ns"].sum()) / span_sum, 4) if span_sum else None,
+        "gpu_time": gpu_time(events),
         "bottleneck": bottleneck(findings),
         "top_categories": top_categories(events),
     }
@@ -93,6 +96,25 @@ def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
             .sort(["total", "name"], descending=[True, False])["name"][0])
     return (ranges.filter(pl.col("name") == name).sort("start_ns")
             .select(pl.int_range(pl.len()).alias("step"), "duration_ns", source=pl.lit(f"range {name}")))
+
+
+def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
+    """GPU time split by what the GPU did: kernels, each copy direction, memsets; or None without GPU time.
+
+    ``{"total_ns", "parts": [{"part", "time_ns", "share_pct"}, ...]}``, parts
+    largest first, as :func:`traceparse.measures.gpu_time_parts` gives them
+    (kernels, each copy direction, memset: Σ durations, overlaps counted
+    twice); the shares are of their total and add up to 100. It is what a
+    trace without a timeline (nvprof or nsys summary reports) says about
+    where the GPU's time went, copies included.
+    """
+    parts = measures.gpu_time_parts(events)
+    total = int(parts["time_ns"].sum() or 0)
+    if not total:
+        return None
+    return {"total_ns": total,
+            "parts": [{"part": r["part"], "time_ns": r["time_ns"], "share_pct": round(100.0 * r["time_ns"] / total, 4)}
+                      for r in parts.iter_rows(named=True)]}
 
 
 def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:
