@@ -197,15 +197,20 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
 
 
 def _identified(device) -> str:
-    """For a device whose name is missing or generic: the catalog entry its properties name, and the look-alikes."""
-    from traceparse.catalog import find_gpu, identify_gpu
+    """For a device whose name is missing or generic: the catalog entry its properties name, and the look-alikes;
+    for one that gives only its compute capability, the catalog entries of that compute capability."""
+    from traceparse.catalog import candidates_by_cc, find_gpu, identify_gpu
 
     try:
         if device.name and find_gpu(device.name) is not None:
             return ""
         spec, fits = identify_gpu(device)
+        family = candidates_by_cc(device) if spec is None else []
     except Exception:  # the catalog is an aid to the reader here, never a reason for show to fail
         return ""
+    if family:
+        return (f"compute capability {device.compute_capability}: one of {', '.join(family)}; "
+                "no SM count or name in the trace to tell which")
     if spec is None:
         return ""
     others = [f for f in fits if f != spec["name"]]
