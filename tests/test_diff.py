@@ -33,20 +33,38 @@ def _torch_totals(path: Path) -> dict[tuple[str, str], list[int]]:
     return totals
 
 
+def _raw_name(row: dict) -> str:
+    """The one spelling a row was written as (the same on both sides of a torch-vs-torch diff)."""
+    (name,) = set(row["names_a"]) | set(row["names_b"])
+    return name
+
+
 def _diff(a: str, b: str) -> dict:
     code, out, err = run_cli("diff", a, b, "--json")
     assert code == 0, err
     return json.loads(out)
 
 
+def _torch_steps(path: Path) -> int:
+    """How many ProfilerStep#N annotations (host side: cat user_annotation) the raw JSON has."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f, parse_float=Decimal)["traceEvents"]
+    return len({e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                and re.match(r"^ProfilerStep#\d+$", e.get("name", ""))})
+
+
 def test_torch_sweep_deltas_match_independent_totals(store):
+    """Whole-trace figures (--per trace) are the raw totals."""
     a_path, b_path = TORCH / "resnet18_bs4.json.gz", TORCH / "resnet18_bs64.json.gz"
-    doc = _diff(str(a_path), str(b_path))
+    code, out, err = run_cli("diff", str(a_path), str(b_path), "--json", "--per", "trace")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["basis"]["per"] == "trace"
     ta, tb = _torch_totals(a_path), _torch_totals(b_path)
     keys = set(ta) | set(tb)
     assert len(doc["rows"]) == len(keys)
     for row in doc["rows"]:
-        key = (row["kind"], row["name"])
+        key = (row["kind"], _raw_name(row))  # mangled kernel names are shown demangled; names_a/b as written
         calls_a, time_a = ta.get(key, [0, 0])
         calls_b, time_b = tb.get(key, [0, 0])
         assert (row["calls_a"], row["time_a_ns"], row["calls_b"], row["time_b_ns"]) == (calls_a, time_a, calls_b,
@@ -67,6 +85,23 @@ def test_torch_sweep_deltas_match_independent_totals(store):
     assert sum(c["time_a_ns"] for c in categories.values()) == sum(v[1] for v in ta.values())
     assert sum(c["time_b_ns"] for c in categories.values()) == sum(v[1] for v in tb.values())
     assert {"api", "memcpy", "convolution", "gemm"} <= set(categories)
+
+
+def test_torch_sweep_is_per_step_by_default(store):
+    """Both traces mark steps: every row is its raw total divided by the trace's ProfilerStep count."""
+    a_path, b_path = TORCH / "resnet18_bs4.json.gz", TORCH / "resnet18_bs64.json.gz"
+    doc = _diff(str(a_path), str(b_path))
+    na, nb = _torch_steps(a_path), _torch_steps(b_path)
+    assert doc["basis"] == {"per": "step", "steps_a": na, "steps_b": nb, "step_source_a": "ProfilerStep#N",
+                            "step_source_b": "ProfilerStep#N"}
+    ta, tb = _torch_totals(a_path), _torch_totals(b_path)
+    for row in doc["rows"]:
+        key = (row["kind"], _raw_name(row))
+        calls_a, time_a = ta.get(key, [0, 0])
+        calls_b, time_b = tb.get(key, [0, 0])
+        assert row["time_a_ns"] == round(Decimal(time_a) / na) and row["time_b_ns"] == round(Decimal(time_b) / nb)
+        assert row["calls_a"] == pytest.approx(calls_a / na) and row["calls_b"] == pytest.approx(calls_b / nb)
+    assert doc["differences"] == []  # same GPU, same world, same number of steps
 
 
 def test_a_trace_against_itself_changes_nothing(store):
@@ -108,7 +143,7 @@ def test_terminal_output_has_categories_names_and_a_total_line(store):
                              "--top", "5")
     assert code == 0, err
     assert "by category" in out and "top 5 of" in out
-    total = [line for line in out.splitlines() if line.startswith("total: GPU time")]
+    total = [line for line in out.splitlines() if line.startswith("total per step: GPU time")]
     assert len(total) == 1 and re.search(r"-> [\d.]+ ms \(\+[\d.]+ ms, \+[\d.]+%\)", total[0])
 
 

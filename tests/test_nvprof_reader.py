@@ -176,8 +176,9 @@ def oracle(path: Path) -> dict:
 # -- every fixture ---------------------------------------------------------
 def test_fixture_inventory():
     names = {p.relative_to(NVPROF).as_posix() for p in FILES}
-    assert len(names) == 26
+    assert len(names) == 28
     assert {"real/cudajl_summary.log", "real/rlscope_gpu_trace_warning.csv", "handwritten/small.nvvp",
+            "real/pytorch_wavelets_summary.log", "handwritten/copy_dominated_summary.log",
             "handwritten/metrics_events.log", "handwritten/gpu_trace_p2p.csv"} <= names
 
 

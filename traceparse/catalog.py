@@ -83,6 +83,22 @@ def identify_gpu(device, reg: Registry | None = None) -> tuple[dict | None, list
     return (fits[0] if fits else None), [f["name"] for f in fits]
 
 
+def candidates_by_cc(device, reg: Registry | None = None) -> list[str]:
+    """Names of the catalog entries of a nameless device's compute capability, when that is all it says.
+
+    An ncu text report (``--section SpeedOfLight``) gives each kernel's
+    ``CC 9.0`` but no SM count, memory or name: not enough for
+    :func:`identify_gpu`, but it narrows the GPU to a family ("sm 9.0: H100
+    SXM, H100 PCIe, ..., GH200"). Empty for a named device, one with an SM
+    count (:func:`identify_gpu` decides those) or one without a compute
+    capability.
+    """
+    if getattr(device, "name", None) or device.sm_count is not None or not device.compute_capability:
+        return []
+    return [s["name"] for s in (reg or default_registry()).gpu_specs
+            if "identify" not in s and str(s.get("compute_capability")) == str(device.compute_capability)]
+
+
 #: How far a nameless device's memory (GiB) may be from an entry's ``memory_gb`` (a share of it): NVIDIA
 #: sells "80GB" boards that report 79.2 GiB, "141GB" ones that report 139.8 GiB.
 NAMELESS_MEMORY_TOLERANCE = 0.05

@@ -190,15 +190,20 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
 
 
 def _identified(device) -> str:
-    """For a device whose name is missing or generic: the catalog entry its properties name, and the look-alikes."""
-    from traceparse.catalog import find_gpu, identify_gpu
+    """For a device whose name is missing or generic: the catalog entry its properties name, and the look-alikes;
+    for one that gives only its compute capability, the catalog entries of that compute capability."""
+    from traceparse.catalog import candidates_by_cc, find_gpu, identify_gpu
 
     try:
         if device.name and find_gpu(device.name) is not None:
             return ""
         spec, fits = identify_gpu(device)
+        family = candidates_by_cc(device) if spec is None else []
     except Exception:  # the catalog is an aid to the reader here, never a reason for show to fail
         return ""
+    if family:
+        return (f"compute capability {device.compute_capability}: one of {', '.join(family)}; "
+                "no SM count or name in the trace to tell which")
     if spec is None:
         return ""
     others = [f for f in fits if f != spec["name"]]
@@ -292,7 +297,8 @@ def repeated_tables(findings: list[Finding]) -> dict[int, str]:
 
 
 def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
-    """The panel a trace's section opens with: span, steps, GPU busy, bottleneck, top kernel categories, findings."""
+    """The panel a trace's section opens with: span, steps, GPU busy, GPU time by part (where copies or memsets
+    have time), bottleneck, top kernel categories (shares of kernel time), findings."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -300,6 +306,10 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_row("steps", steps_text(summary))
     busy = summary.get("gpu_busy_pct")
     grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of the devices' span (first to last activity)")
+    split = summary.get("gpu_time")
+    if split and any(p["part"] != "kernels" for p in split["parts"]):
+        grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])}: " + ", ".join(
+            f"{p['part']} {fmt_unit('pct', p['share_pct'])}" for p in split["parts"]))
     worst = summary.get("bottleneck")
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
@@ -313,7 +323,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row(str(line["label"]), Text(str(line["text"])))
     cats = summary.get("top_categories") or []
     if cats:
-        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats))
+        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
+                     + (" of kernel time" if split and len(split["parts"]) > 1 else ""))
     if findings:
         grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")

@@ -32,11 +32,13 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work), ``bottleneck``
-    (:func:`bottleneck`; on a run its time at stake is per rank), ``ranks`` (1
-    for a single trace), ``highlights`` (:func:`highlights`: e.g. a run's
-    straggler) and ``top_categories`` (the kernel categories with
-    the most time: category, time_ns, share_pct of kernel time).
+    minus gpu-idle's idle %; None without timed GPU work), ``gpu_time``
+    (:func:`gpu_time`: GPU time split into kernels, each copy direction and
+    memsets; measure ``gpu_time_parts``), ``bottleneck`` (:func:`bottleneck`;
+    on a run its time at stake is per rank), ``ranks`` (1 for a single
+    trace), ``highlights`` (:func:`highlights`: e.g. a run's straggler) and
+    ``top_categories`` (the kernel categories with the most time: category,
+    time_ns, share_pct of kernel time).
     """
     events = trace.events
     steps = step_windows(events)
@@ -54,6 +56,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * int(busy["busy_ns"].sum()) / span_sum, 4) if span_sum else None,
+        "gpu_time": gpu_time(events),
         "bottleneck": bottleneck(findings),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
@@ -88,6 +91,25 @@ def highlights(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     found = [f for f in findings if f.summary]
     found.sort(key=lambda f: (-severity_rank(f.severity), -(f.impact_ns or 0), f.rule))
     return [{"rule": f.rule, "label": f.summary[0], "text": f.summary[1]} for f in found]
+
+
+def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
+    """GPU time split by what the GPU did: kernels, each copy direction, memsets; or None without GPU time.
+
+    ``{"total_ns", "parts": [{"part", "time_ns", "share_pct"}, ...]}``, parts
+    largest first, as :func:`traceparse.measures.gpu_time_parts` gives them
+    (kernels, each copy direction, memset: Σ durations, overlaps counted
+    twice); the shares are of their total and add up to 100. It is what a
+    trace without a timeline (nvprof or nsys summary reports) says about
+    where the GPU's time went, copies included.
+    """
+    parts = measures.gpu_time_parts(events)
+    total = int(parts["time_ns"].sum() or 0)
+    if not total:
+        return None
+    return {"total_ns": total,
+            "parts": [{"part": r["part"], "time_ns": r["time_ns"], "share_pct": round(100.0 * r["time_ns"] / total, 4)}
+                      for r in parts.iter_rows(named=True)]}
 
 
 def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:

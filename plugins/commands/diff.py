@@ -24,6 +24,21 @@ form the category ``api``, copies ``memcpy`` / ``memset``). The summary line
 gives the total GPU time (kernels + memcpy + memset) and API time of A and B
 and their change. Works for every format, since it needs only names,
 durations and calls.
+
+Mangled kernel names (``_Z...``, as torch.profiler writes some CUTLASS
+kernels) are demangled (``itanium_demangler``) before matching, so they meet
+their demangled twins in an nsys capture; the row keeps the spellings as
+written in ``names_a`` / ``names_b`` and is *renamed* when they differ.
+
+Per step. When both traces mark iterations (the steps the summary uses,
+:func:`traceparse.summary.step_windows`: ``ProfilerStep#N``, else an NVTX
+range named like ``train_step``), every figure (calls and time, each row
+and total) is per step: the trace's total divided by its number of steps
+(time rounded to the ns), so a torch trace of 2 steps and an nsys capture of
+1 compare like for like. Otherwise (``--per trace``, or a side without
+steps) the figures are whole-trace totals, and a line says so. A different
+device, world size or step count is one line at the top (``differences``
+in ``--json``).
 """
 
 from __future__ import annotations
@@ -37,6 +52,8 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
+from traceparse.run import world_size_of
+from traceparse.summary import step_windows
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
@@ -50,17 +67,50 @@ ROW_COLUMNS = ("kind", "category", "name", "status", "calls_a", "calls_b", "delt
                "delta_ns", "delta_pct", "names_a", "names_b")
 
 
+def demangle(name: str) -> str:
+    """A mangled C++ name (``_Z...``) as its declaration, or the name unchanged when it is not one we can read.
+
+    ``itanium_demangler`` (pure Python) writes template arguments as nsys does
+    (``(int)64``), so a torch trace's ``_ZN17cutlass__5x_cudnn6KernelI...`` reads
+    ``void cutlass__5x_cudnn::Kernel<...>(T1::Params)`` like its twin in an
+    nsys capture.
+    """
+    if not name.startswith("_Z"):
+        return name
+    try:
+        from itanium_demangler import parse
+
+        node = parse(name)
+    except Exception:  # an unusual mangling is not an error: the name is compared as written
+        return name
+    return str(node) if node is not None else name
+
+
 def totals_by_name(trace: Trace) -> pl.DataFrame:
-    """Calls and time per (kind, name) of one trace, timed events preferred over aggregated rows."""
-    events = trace.events.with_columns(
-        name=pl.when(expr.kind_is("api")).then(pl.col("name").str.replace(API_VERSION_SUFFIX, ""))
-        .otherwise(pl.col("name")))
-    rows = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
-    return rows.select("kind", "name", "calls", pl.col("time_ns").fill_null(0))
+    """Calls and time per (kind, name, raw name) of one trace, timed events preferred over aggregated rows.
+
+    ``name`` is what is matched: API names without the CUPTI version suffix,
+    mangled kernel names demangled (:func:`demangle`); ``raw`` the name as
+    the trace wrote it (API names without the version suffix: that
+    difference is not a renaming).
+    """
+    rows = measures.time_by_name(trace.events, kinds=KINDS, prefer_timed=True)
+    mangled = rows.filter((pl.col("kind") == "kernel") & pl.col("name").str.starts_with("_Z"))["name"].to_list()
+    readable = {n: demangle(n) for n in mangled}
+    api = pl.col("kind") == "api"
+    raw = pl.when(api).then(pl.col("name").str.replace(API_VERSION_SUFFIX, "")).otherwise(pl.col("name"))
+    name = pl.when(api).then(raw).otherwise(pl.col("name").replace(readable)) if readable else raw
+    return rows.select("kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
 
 
-def _side(frame: pl.DataFrame) -> dict[tuple[str, str], tuple[int, int]]:
-    return {(r["kind"], r["name"]): (int(r["calls"] or 0), int(r["time_ns"] or 0)) for r in frame.iter_rows(named=True)}
+def _side(frame: pl.DataFrame) -> dict[tuple[str, str], tuple[int, int, frozenset]]:
+    """(kind, name) -> (calls, time, the spellings as written), spellings that read the same summed."""
+    out: dict[tuple[str, str], tuple[int, int, frozenset]] = {}
+    for r in frame.iter_rows(named=True):
+        calls, time, raws = out.get((r["kind"], r["name"]), (0, 0, frozenset()))
+        out[(r["kind"], r["name"])] = (calls + int(r["calls"] or 0), time + int(r["time_ns"] or 0),
+                                       raws | {r.get("raw") or r["name"]})
+    return out
 
 
 def matched_rows(ta: pl.DataFrame, tb: pl.DataFrame, exact: bool = False) -> list[dict]:
@@ -72,7 +122,8 @@ def matched_rows(ta: pl.DataFrame, tb: pl.DataFrame, exact: bool = False) -> lis
     a, b = _side(ta), _side(tb)
     rows = []
     for key in a.keys() & b.keys():
-        rows.append(_row(key[0], key[1], "both", {key: a[key]}, {key: b[key]}))
+        status = "both" if a[key][2] == b[key][2] else "renamed"  # e.g. a mangled name and its demangled twin
+        rows.append(_row(key[0], key[1], status, {key: a[key]}, {key: b[key]}))
     left_a = {k: v for k, v in a.items() if k not in b}
     left_b = {k: v for k, v in b.items() if k not in a}
     if not exact:
@@ -96,17 +147,29 @@ def matched_rows(ta: pl.DataFrame, tb: pl.DataFrame, exact: bool = False) -> lis
 
 def _row(kind: str, name: str, status: str, in_a: dict, in_b: dict) -> dict:
     return {"kind": kind, "name": name, "status": status,
-            "calls_a": sum(c for c, _ in in_a.values()), "time_a_ns": sum(t for _, t in in_a.values()),
-            "calls_b": sum(c for c, _ in in_b.values()), "time_b_ns": sum(t for _, t in in_b.values()),
-            "names_a": sorted(n for _, n in in_a), "names_b": sorted(n for _, n in in_b)}
+            "calls_a": sum(v[0] for v in in_a.values()), "time_a_ns": sum(v[1] for v in in_a.values()),
+            "calls_b": sum(v[0] for v in in_b.values()), "time_b_ns": sum(v[1] for v in in_b.values()),
+            "names_a": sorted({raw for v in in_a.values() for raw in v[2]}),
+            "names_b": sorted({raw for v in in_b.values() for raw in v[2]})}
 
 
-def diff_tables(a: Trace, b: Trace, exact: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per-name rows, per-category rows) of the change from ``a`` to ``b``."""
+def diff_tables(a: Trace, b: Trace, exact: bool = False, per_a: int = 1,
+                per_b: int = 1) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-name rows, per-category rows) of the change from ``a`` to ``b``.
+
+    ``per_a`` / ``per_b``: what each side's figures are divided by (its number of steps, for per-step
+    figures; 1 for whole traces): calls become a mean per step (4 decimals), time integer ns, rounded half
+    to even.
+    """
     schema = {"kind": pl.String, "name": pl.String, "status": pl.String, "calls_a": pl.Int64,
               "time_a_ns": pl.Int64, "calls_b": pl.Int64, "time_b_ns": pl.Int64, "names_a": pl.List(pl.String),
               "names_b": pl.List(pl.String)}
     rows = pl.DataFrame(matched_rows(totals_by_name(a), totals_by_name(b), exact), schema=schema, orient="row")
+    if per_a != 1 or per_b != 1:
+        rows = rows.with_columns(
+            calls_a=(pl.col("calls_a") / per_a).round(4), calls_b=(pl.col("calls_b") / per_b).round(4),
+            time_a_ns=pl.col("time_a_ns").map_elements(lambda t: _per(t, per_a), return_dtype=pl.Int64),
+            time_b_ns=pl.col("time_b_ns").map_elements(lambda t: _per(t, per_b), return_dtype=pl.Int64))
     rows = rows.with_columns(
         category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name"))).otherwise(pl.col("kind")),
         delta_calls=pl.col("calls_b") - pl.col("calls_a"),
@@ -122,6 +185,60 @@ def diff_tables(a: Trace, b: Trace, exact: bool = False) -> tuple[pl.DataFrame, 
         .with_columns(delta_pct=pl.when(pl.col("time_a_ns") > 0).then(100.0 * pl.col("delta_ns") / pl.col("time_a_ns")))
         .sort([pl.col("delta_ns").abs(), "category"], descending=[True, False]))
     return rows, categories
+
+
+def _per(total: int, n: int) -> int:
+    """``total`` / ``n`` as an integer, rounded half to even (exact: integer arithmetic)."""
+    q, r = divmod(total, n)
+    return q + (1 if 2 * r > n or (2 * r == n and q % 2) else 0)
+
+
+def step_count(trace: Trace) -> tuple[int, str | None]:
+    """How many steps the trace marks and where they come from, as the summary finds them (0, None: none)."""
+    steps = step_windows(trace.events)
+    if steps is None or steps.height == 0:
+        return 0, None
+    return int(steps["step"].n_unique()), str(steps["source"][0])
+
+
+def basis(a: Trace, b: Trace, per: str = "auto") -> dict:
+    """What the figures are per: ``per`` ("step" or "trace"), each side's steps and their source, and the
+    divisors; "auto" is per step when both sides have steps, else per trace."""
+    (na, source_a), (nb, source_b) = step_count(a), step_count(b)
+    if per == "step" and not (na and nb):
+        without = " and ".join(label for label, n in (("A", na), ("B", nb)) if not n)
+        raise InputError(f"--per step: {without} marks no steps (no ProfilerStep#N annotations and no NVTX range "
+                         "named like train_step); use --per trace")
+    chosen = "step" if per == "step" or (per == "auto" and na and nb) else "trace"
+    return {"per": chosen, "steps_a": na, "steps_b": nb, "step_source_a": source_a, "step_source_b": source_b,
+            "divisor_a": na if chosen == "step" else 1, "divisor_b": nb if chosen == "step" else 1}
+
+
+def differences(a: Trace, b: Trace, base: dict) -> list[str]:
+    """What differs between the two runs besides their work: device, world size, step count (one text each)."""
+    out = []
+    devices = [sorted({d.name for d in t.meta.devices if d.name}) for t in (a, b)]
+    if all(devices) and devices[0] != devices[1]:
+        out.append(f"device: A {', '.join(devices[0])}, B {', '.join(devices[1])}")
+    sizes = [world_size_of(t.meta) for t in (a, b)]
+    if sizes[0] != sizes[1] and any(s is not None for s in sizes):
+        out.append(f"world size: A {sizes[0] if sizes[0] is not None else 'not given'}, "
+                   f"B {sizes[1] if sizes[1] is not None else 'not given'}")
+    if base["steps_a"] != base["steps_b"]:
+        out.append(f"steps: A {base['steps_a'] or 'none marked'}, B {base['steps_b'] or 'none marked'}")
+    return out
+
+
+def basis_line(base: dict) -> str:
+    """One line saying what the figures are per."""
+    def side(label: str, key: str) -> str:
+        n, source = base[f"steps_{key}"], base[f"step_source_{key}"]
+        return f"{label} {n} step{'s' if n != 1 else ''} ({source})" if n else f"{label} no steps"
+
+    sides = f"{side('A', 'a')}, {side('B', 'b')}"
+    if base["per"] == "step":
+        return f"figures per step: {sides}; each trace's totals divided by its step count"
+    return f"figures are whole-trace totals, not per step: {sides}"
 
 
 def summary(rows: pl.DataFrame) -> dict:
@@ -168,15 +285,21 @@ WIDE_NAME_COLUMNS = [Column("calls_a", "calls A", "count"), Column("calls_b", "c
 WIDE = 110
 
 
-def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataFrame, totals: dict, top: int) -> None:
-    """The terminal report: A and B, the category table, the top names by |change|, the totals, and the names
-    diff could not match. Tables fit the console's width (numbers never cut; long names shortened from the
-    middle with a numbered key; the least important columns dropped last)."""
+def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataFrame, totals: dict, top: int,
+           base: dict | None = None, differ: list[str] = ()) -> None:
+    """The terminal report: what differs besides the work (one line), A and B, what the figures are per, the
+    category table, the top names by |change|, the totals, and the names diff could not match. Tables fit the
+    console's width (numbers never cut; long names shortened from the middle with a numbered key; the least
+    important columns dropped last)."""
     width = console.width
+    if differ:
+        console.print(Text("not the same setup: " + "; ".join(differ), style="yellow"))
     for label, trace in (("A", a), ("B", b)):
         line = Text(f"{label} ", style="bold")
         line.append(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip())
         console.print(line)
+    if base:
+        console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
     shown = rows.head(top).to_dicts()
@@ -190,7 +313,8 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     if width < WIDE:
         console.print(Text(f"(calls A, calls B and kind: from {WIDE} columns, or in --json)", style="dim"))
     g, api = totals["gpu"], totals["api"]
-    console.print(f"[bold]total[/bold]: GPU time {fmt_ns(g['time_a_ns'])} -> {fmt_ns(g['time_b_ns'])} "
+    per = " per step" if base and base["per"] == "step" else ""
+    console.print(f"[bold]total{per}[/bold]: GPU time {fmt_ns(g['time_a_ns'])} -> {fmt_ns(g['time_b_ns'])} "
                   f"({_signed_ns(g['delta_ns'])}, {_pct(g['delta_pct'])}); API time {fmt_ns(api['time_a_ns'])} -> "
                   f"{fmt_ns(api['time_b_ns'])} ({_signed_ns(api['delta_ns'])}, {_pct(api['delta_pct'])}); "
                   f"{totals['matched']} names in both ({totals['renamed']} under another spelling), "
@@ -218,6 +342,9 @@ class DiffCommand(Command):
         parser.add_argument("a", metavar="A", help="the first trace: store id (or prefix) or path")
         parser.add_argument("b", metavar="B", help="the second trace")
         parser.add_argument("--top", type=int, default=25, metavar="N", help="rows shown on screen (default 25)")
+        parser.add_argument("--per", choices=("auto", "step", "trace"), default="auto",
+                            help="figures per step (each trace's totals divided by its step count) or whole-trace "
+                                 "totals; auto (default): per step when both traces mark steps")
         parser.add_argument("--exact", action="store_true",
                             help="match names only as written (no matching of copies and kernels across tools' "
                                  "spellings)")
@@ -233,14 +360,17 @@ class DiffCommand(Command):
             if not present & set(KINDS):
                 session.warn(f"{label} ({trace.id}) has no kernel, memcpy, memset or API rows (it has: "
                              f"{', '.join(sorted(present)) or 'no events'}); diff compares only those")
-        rows, categories = diff_tables(a, b, exact=args.exact)
+        base = basis(a, b, args.per)
+        differ = differences(a, b, base)
+        rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"])
         totals = summary(rows)
         if args.json:
-            doc = {"a": _trace_ref(a), "b": _trace_ref(b), "summary": totals,
-                   "categories": categories.to_dicts(), "rows": rows.to_dicts()}
+            doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
+                   "basis": {k: v for k, v in base.items() if not k.startswith("divisor")},
+                   "summary": totals, "categories": categories.to_dicts(), "rows": rows.to_dicts()}
             self.print_json(doc)
             return 0
-        render(session.out, a, b, rows, categories, totals, args.top)
+        render(session.out, a, b, rows, categories, totals, args.top, base, differ)
         return 0
 
 

@@ -20,8 +20,16 @@ the profiled kernel time of all launches. Metrics: ``kernel_time_ns`` (Σ
 duration of every profiled launch), ``est_saved_ns`` (Σ over launches),
 ``est_saved_pct`` = 100 × est_saved_ns / kernel_time_ns, ``global_saved_ns``
 and ``global_saved_pct`` (the same from ``global`` speed-ups only),
-``launches_with_speedups``, ``rule_results`` (rows with a speed-up),
-``rules`` (per rule name: results with a speed-up, its kind, Σ est_saved_ns).
+``launches_with_speedups``, ``rule_results`` (every rule result ncu gave:
+OPT, INF, WRN, ..., with a speed-up or not), ``rule_types`` ({type:
+results}), ``speedup_results`` (results with a speed-up of at least
+``min_speedup_pct``), ``rules`` (per rule name: results with a speed-up,
+its kind, Σ est_saved_ns). Table ``ncu_says``: what ncu's rules say, one
+row per rule, type and text (from ``meta.extra["ncu_rule_results"]``),
+the first ``top``: launches it was said of, the largest speed-up, the
+text; warnings and optimisation hints (OPT) first, keyed "1", "2", ... A trace whose rule results estimate no
+speed-up (the text output of ``--section SpeedOfLight``) gets an info
+finding that still lists them.
 
 Severity: graded on ``global_saved_pct`` (a local speed-up is not a share
 of the kernel's time, so it ranks kernels but does not raise the severity):
@@ -43,13 +51,19 @@ from traceparse.trace import Trace
 RULE_PREFIX = "rule:"
 RULE_GROUP = "rule"
 FIGURES = {"kernel_time_ns": "ns", "est_saved_ns": "ns", "est_saved_pct": "pct", "global_saved_ns": "ns",
-           "global_saved_pct": "pct", "launches_with_speedups": "count", "rule_results": "count"}
+           "global_saved_pct": "pct", "launches_with_speedups": "count", "rule_results": "count",
+           "speedup_results": "count"}
 COLUMNS = [Column("name", "kernel", "name"), Column("launches", "launches", "count"), Column("time_ns", "time", "ns"),
            Column("best_rule", "ncu rule", "text"), Column("speedup_kind", "kind", "text"),
            Column("speedup_pct", "est. speed-up", "pct"), Column("est_saved_ns", "est. saving", "ns"),
            Column("saved_pct", "of kernel time", "pct")]
 RULES_TABLE = [Column("rule", "ncu rule", "text"), Column("kind", "kind", "text"),
                Column("results", "results", "count"), Column("est_saved_ns", "est. saving", "ns")]
+SAYS_TABLE = [Column("n", "#", "text"), Column("type", "type", "text"), Column("rule", "ncu rule", "text"),
+              Column("launches", "launches", "count"), Column("speedup_pct", "est. speed-up", "pct"),
+              Column("text", "ncu says", "text")]
+#: Rule-result types in the order they are listed: what to change first, what is informational last.
+TYPE_ORDER = {"ERR": 0, "ERROR": 0, "WRN": 1, "WARN": 1, "OPT": 2, "INF": 3}
 SUGGESTION = ("Open the top kernels in Nsight Compute (or read the rule's description with "
               "`traceparse show TRACE --json`, extra.ncu_rules): the named rule says what limits the kernel "
               "(tail effect of the launch configuration, occupancy limited by registers or shared memory, ...). "
@@ -87,6 +101,11 @@ class NcuSpeedups(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
+        said = trace.meta.extra.get("ncu_rule_results") or []
+        types = _type_counts(trace)
+        n_results = sum(types.values())
+        says_rows = _says(said)
+        says = {str(i + 1): row for i, row in enumerate(says_rows[:int(t["top"])])}
         kinds = {name: (info.get("speedup_types") or ["?"])[0]
                  for name, info in (trace.meta.extra.get("ncu_rules") or {}).items()}
         launches = events.filter(expr.kind_is("kernel"))
@@ -97,13 +116,18 @@ class NcuSpeedups(Rule):
             .cast(pl.Int64),
             kind=pl.col("rule").replace_strict(kinds, default="?", return_dtype=pl.String))
         if results.height == 0:
-            return [Finding(self.name, "info", "No speed-up estimated by ncu",
-                            f"{launches.height} profiled launches; none of ncu's rule results estimates a "
-                            f"speed-up of {t['min_speedup_pct']}% or more.",
+            typed = ", ".join(f"{k} {v}" for k, v in types.items())
+            return [Finding(self.name, "info", "No speed-up estimated by ncu" if not n_results
+                            else "What ncu's rules say (no speed-up estimated)",
+                            f"{launches.height} profiled launches, {n_results} rule results from ncu"
+                            + (f" ({typed})" if typed else "") + "; none estimates a speed-up of "
+                            f"{t['min_speedup_pct']}% or more." + (f" The first: {says_rows[0]['type']} "
+                                                                    f"{says_rows[0]['text']}" if says_rows else ""),
                             metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": 0, "est_saved_pct": 0.0,
                                      "global_saved_ns": 0, "global_saved_pct": 0.0,
-                                     "launches_with_speedups": 0, "rule_results": 0},
-                            figures=FIGURES, impact_ns=0)]
+                                     "launches_with_speedups": 0, "rule_results": n_results,
+                                     "rule_types": types, "speedup_results": 0, "ncu_says": says},
+                            figures=FIGURES, tables={"ncu_says": SAYS_TABLE}, impact_ns=0)]
         best_per_launch = _best_per_launch(results)
         saved_ns = int(best_per_launch["est_saved_ns"].sum())
         saved_pct = expr.pct(saved_ns, kernel_ns)
@@ -139,10 +163,35 @@ class NcuSpeedups(Rule):
                         SUGGESTION if severity != "info" else "",
                         metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": saved_ns, "est_saved_pct": saved_pct,
                                  "global_saved_ns": global_ns, "global_saved_pct": global_pct,
-                                 "launches_with_speedups": best_per_launch.height, "rule_results": results.height,
-                                 "rules": rules},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"rules": RULES_TABLE},
+                                 "launches_with_speedups": best_per_launch.height, "rule_results": n_results,
+                                 "rule_types": types, "speedup_results": results.height, "rules": rules,
+                                 "ncu_says": says},
+                        items=items, columns=COLUMNS, figures=FIGURES,
+                        tables={"rules": RULES_TABLE, "ncu_says": SAYS_TABLE},
                         impact_ns=global_ns)]
+
+
+def _type_counts(trace: Trace) -> dict[str, int]:
+    """Rule results per type (OPT, INF, WRN, ...) over every rule name, from the reader's per-rule summary."""
+    counts: dict[str, int] = {}
+    for info in (trace.meta.extra.get("ncu_rules") or {}).values():
+        for kind, n in (info.get("types") or {}).items():
+            counts[kind] = counts.get(kind, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: (TYPE_ORDER.get(kv[0], 9), kv[0])))
+
+
+def _says(results: list[dict]) -> list[dict]:
+    """One row per (rule, type, text) ncu wrote: launches it was said of and its largest speed-up; OPT/WRN first."""
+    rows: dict[tuple, dict] = {}
+    for r in results:
+        key = (r.get("rule"), r.get("type"), r.get("text"))
+        row = rows.setdefault(key, {"type": r.get("type"), "rule": r.get("rule"), "launches": 0,
+                                    "speedup_pct": None, "text": r.get("text")})
+        row["launches"] += 1
+        if r.get("speedup_pct") is not None:
+            row["speedup_pct"] = max(row["speedup_pct"] or 0.0, float(r["speedup_pct"]))
+    return sorted(rows.values(), key=lambda r: (TYPE_ORDER.get(r["type"], 9), -(r["speedup_pct"] or 0),
+                                                -r["launches"], r["rule"] or "", r["text"] or ""))
 
 
 def _best_per_launch(results: pl.DataFrame) -> pl.DataFrame:

@@ -12,6 +12,7 @@ time_by_name       calls and time per (kind, name)
 time_by_category   calls and time per category of names (kernel categories)
 api_classes        calls and time per CUDA API class
 copy_stats         copies, bytes, time per direction, memory kinds and size
+gpu_time_parts     GPU time by part: kernels, each copy direction, memset (a function on two measures)
 steps              ProfilerStep#N windows
 self_time          self (exclusive) time of nested host events per thread
 launches           GPU work with the host call that launched it (correlation)
@@ -36,7 +37,7 @@ from traceparse.measures.base import DEVICE, PARTITIONS, Measure, partitioned
 from traceparse.measures.busy import device_busy, gaps
 from traceparse.measures.comm import collective_waits, collectives, comm_overlap, rank_time
 from traceparse.measures.concurrency import concurrency
-from traceparse.measures.copies import copy_stats
+from traceparse.measures.copies import copy_stats, gpu_time_parts
 from traceparse.measures.grid import grid_fill
 from traceparse.measures.overlap import overlap
 from traceparse.measures.launches import launch_summary, launches, stream_idle
@@ -58,6 +59,6 @@ __all__ += ["comm_overlap", "collectives", "collective_waits", "rank_time"]
 MEASURES[grid_fill.name] = grid_fill
 __all__ += ["grid_fill"]
 MEASURES[launch_summary.name] = launch_summary
-__all__ += ["launch_summary"]
+__all__ += ["launch_summary", "gpu_time_parts"]
 from traceparse.measures.ranks import merge_ranks  # noqa: E402
 __all__ += ["merge_ranks"]

@@ -67,3 +67,34 @@ class CopyStats(Measure):
 
 
 copy_stats = CopyStats()
+
+
+def gpu_time_parts(events: pl.DataFrame) -> pl.DataFrame:
+    """GPU time by what the GPU did: one row per part (``part``, ``time_ns``, ``aggregated``), largest first.
+
+    Parts: ``kernels``, ``memset`` and one per copy direction (``HtoD``,
+    ``DtoH``, ``DtoD``, ...; ``memcpy`` for copies of unknown direction), each
+    the Σ of its rows' durations as measures ``time_by_name`` and
+    :data:`copy_stats` give them (timed events in preference to aggregated
+    rows of the same kind), so it is GPU time as a summary report counts it
+    (nvprof's "GPU activities", nsys's ``cuda_gpu_kern_sum`` and
+    ``cuda_gpu_mem_time_sum``), overlaps counted twice. ``aggregated`` says
+    whether the part's time comes from aggregated rows (no timeline). Parts
+    with no time are left out. Built on the two measures, so it partitions
+    as they do.
+    """
+    from traceparse.measures.time import time_by_name
+
+    names = time_by_name(events, kinds=("kernel", "memset"), prefer_timed=True)
+    raw = rows_of(events, ("kernel", "memset", "memcpy"))
+    timed_kinds = set(raw.filter(expr.timed())["kind"].cast(pl.String).unique().to_list())
+    rows = [{"part": "kernels" if k == "kernel" else k,
+             "time_ns": int(names.filter(pl.col("kind") == k)["time_ns"].sum() or 0),
+             "aggregated": k not in timed_kinds} for k in ("kernel", "memset")]
+    copies = (copy_stats(events).with_columns(pl.col("copy_kind").fill_null("memcpy"))
+              .group_by("copy_kind").agg(pl.col("time_ns").sum(), pl.col("aggregated").all()))
+    rows += [{"part": r["copy_kind"], "time_ns": int(r["time_ns"] or 0), "aggregated": bool(r["aggregated"])}
+             for r in copies.iter_rows(named=True)]
+    out = pl.DataFrame(rows, schema={"part": pl.String, "time_ns": pl.Int64, "aggregated": pl.Boolean},
+                       orient="row")
+    return out.filter(pl.col("time_ns") > 0).sort(["time_ns", "part"], descending=[True, False])

@@ -68,7 +68,7 @@ def to_events(path: Path, parsed: Parsed, options: ReadOptions) -> tuple[pl.Data
     devices = _devices(path, parsed, device_rows, kernels)
     summary = {"kernels": n_kernels, "metric_values": counters.height, "rule_results": rule_rows.height,
                "metric_names": values["name"].n_unique(), "form": parsed.form}
-    extra = {"ncu_rules": _rule_summary(rules)} if rules.height else {}
+    extra = {"ncu_rules": _rule_summary(rules), "ncu_rule_results": _rule_results(rules)} if rules.height else {}
     return events, devices, {"summary": summary, "extra": extra}
 
 
@@ -187,6 +187,18 @@ def _rules(path: Path, rules: pl.DataFrame) -> pl.DataFrame:
         raise bad_input(path, row["line"], f"rule {row['name']!r}: estimated speedup {row['speedup']!r} is not a number")
     return out.with_columns(value=pl.when(pl.col("speed") == "").then(None).otherwise(pl.col("speed"))
                             .cast(pl.Float64))
+
+
+#: Most rule results kept with their text in the trace metadata (the rule rows themselves are all kept).
+MAX_RULE_RESULTS = 2000
+
+
+def _rule_results(rules: pl.DataFrame) -> list[dict]:
+    """Each rule result as ncu wrote it, for the findings to quote: launch (the kernel row's event_id), rule,
+    type (OPT, INF, WRN, ...), speed-up % and its kind, text; the first :data:`MAX_RULE_RESULTS`."""
+    return [{"launch": r["parent_id"], "rule": r["name"], "type": r["type"], "speedup_pct": r["value"],
+             "speedup_type": (r["speedup_type"] or "").lower() or None, "text": r["description"]}
+            for r in rules.head(MAX_RULE_RESULTS).iter_rows(named=True)]
 
 
 def _rule_summary(rules: pl.DataFrame) -> dict:

@@ -1,0 +1,100 @@
+"""Rule ``copy-dominated``: copies take most of the GPU's time.
+
+Definition: GPU time = Σ durations of kernels, copies (memcpy) and memsets,
+per part as measure ``gpu_time_parts`` gives it (timed events in preference
+to aggregated rows of the same kind, so nvprof's summary and nsys's
+``*_sum`` reports count with their totals); ``copy_pct`` = 100 × copy time /
+GPU time, ``host_device_pct`` the same for HtoD and DtoH copies only.
+Overlaps are counted twice, as summary reports count them (nvprof's "GPU
+activities" Time(%)).
+
+Time at stake (the summary's bottleneck): where copies take at least
+``warning_pct`` of GPU time, the copy time that no kernel hides: Σ copy
+time for aggregated rows (a summary cannot say what overlapped), and for
+timed copies the part not overlapped by a kernel on the same device
+(measure ``overlap``). Under ``warning_pct``: none (the copies are not
+what the GPU mostly does).
+
+Metrics: ``gpu_time_ns``, ``copy_time_ns``, ``copy_pct``,
+``host_device_time_ns``, ``host_device_pct``, ``kernel_time_ns``,
+``exposed_copy_ns``, ``aggregated`` (true when the copy time comes from
+summary rows). Items, one per part of GPU time: ``part``, ``time_ns``,
+``share_pct``.
+
+Severity: warning when ``copy_pct`` is at or above ``warning_pct``,
+critical from ``critical_pct``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceparse import expr, measures
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+FIGURES = {"gpu_time_ns": "ns", "copy_time_ns": "ns", "copy_pct": "pct", "host_device_time_ns": "ns",
+           "host_device_pct": "pct", "kernel_time_ns": "ns", "exposed_copy_ns": "ns"}
+COLUMNS = [Column("part", "part", "text"), Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct")]
+NOT_COPIES = ("kernels", "memset")
+
+
+class CopyDominated(Rule):
+    name = "copy-dominated"
+    description = "Share of the GPU's time spent copying (HtoD, DtoH, DtoD, ...) rather than running kernels"
+    definition = __doc__
+    thresholds = {
+        "warning_pct": 50.0,     # copies at or above this % of GPU time: warning (and time at stake)
+        "critical_pct": 80.0,    # ... at or above this %: critical
+    }
+    kinds = ("memcpy",)
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        parts = measures.gpu_time_parts(events)
+        gpu_ns = int(parts["time_ns"].sum() or 0)
+        copies = parts.filter(~pl.col("part").is_in(NOT_COPIES))
+        copy_ns = int(copies["time_ns"].sum() or 0)
+        host_ns = int(copies.filter(pl.col("part").is_in(expr.HOST_DEVICE))["time_ns"].sum() or 0)
+        kernel_ns = int(parts.filter(pl.col("part") == "kernels")["time_ns"].sum() or 0)
+        aggregated = bool(copies.height and copies["aggregated"].all())
+        copy_pct = expr.pct(copy_ns, gpu_ns)
+        host_pct = expr.pct(host_ns, gpu_ns)
+        items = [{"part": r["part"], "time_ns": r["time_ns"], "share_pct": expr.pct(r["time_ns"], gpu_ns)}
+                 for r in parts.iter_rows(named=True)]
+        exposed = copy_ns if aggregated else _exposed(events, copy_ns)
+        severity = grade(copy_pct, warning=t["warning_pct"], critical=t["critical_pct"]) if gpu_ns else "info"
+        if not copy_ns:
+            message = "No copy with a known duration."
+        else:
+            message = (f"Copies take {copy_ns / 1e6:.3f} ms of {gpu_ns / 1e6:.3f} ms of GPU time ({copy_pct:.1f}%; "
+                       f"host-device {host_pct:.1f}%), kernels {kernel_ns / 1e6:.3f} ms "
+                       f"({expr.pct(kernel_ns, gpu_ns) or 0:.1f}%). ")
+            message += ("The copy time comes from summary rows, so what kernels hid of it is unknown."
+                        if aggregated else f"{exposed / 1e6:.3f} ms of it runs while no kernel runs on its device.")
+        suggestion = ""
+        if severity != "info":
+            suggestion = ("Keep data on the GPU between steps, copy less (smaller dtypes, only what changed), and "
+                          "overlap what must be copied with compute: pinned host memory and non_blocking copies on "
+                          "their own stream (see low-memcpy-throughput and pageable-memcpy).")
+        return [Finding(self.name, severity, "Copy-dominated GPU" if severity != "info" else "Copies in GPU time",
+                        message, suggestion,
+                        metrics={"gpu_time_ns": gpu_ns, "copy_time_ns": copy_ns, "copy_pct": copy_pct,
+                                 "host_device_time_ns": host_ns, "host_device_pct": host_pct,
+                                 "kernel_time_ns": kernel_ns, "exposed_copy_ns": exposed, "aggregated": aggregated},
+                        items=items, columns=COLUMNS, figures=FIGURES,
+                        impact_ns=exposed if severity != "info" else None)]
+
+
+def _exposed(events: pl.DataFrame, copy_ns: int) -> int:
+    """Copy time not overlapped by a kernel on the same device (timed copies), at most ``copy_ns``."""
+    overlap = measures.overlap(events, a=("memcpy",), b=("kernel",))
+    exposed = int(overlap["exposed_ns"].sum() or 0) if overlap.height else copy_ns
+    return min(exposed, copy_ns)
+
+
+@hookimpl
+def traceparse_rules():
+    return [CopyDominated()]

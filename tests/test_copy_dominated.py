@@ -1,0 +1,121 @@
+"""Rule copy-dominated and the summary's GPU time split, on summary-only traces (no timeline).
+
+Oracles parse the raw files here: nvprof's "GPU activities" rows (the Time
+column with its unit, exact decimals) and nsys's ``cuda_gpu_kern_sum`` /
+``cuda_gpu_mem_time_sum`` CSVs (Total Time (ns)).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from decimal import Decimal
+
+import pytest
+
+from helpers import FIXTURES, run_cli
+
+REAL = FIXTURES / "nvprof" / "real" / "pytorch_wavelets_summary.log"
+COPY_BOUND = FIXTURES / "nvprof" / "handwritten" / "copy_dominated_summary.log"
+NSYS = FIXTURES / "nsys"
+UNIT_NS = {"ns": 1, "us": 1000, "ms": 10**6, "s": 10**9}
+ROW = re.compile(r"^\s*(?:GPU activities:)?\s+[\d.]+%\s+(?P<time>[\d.]+)(?P<unit>[mun]?s)\s+\d+\s+\S+\s+\S+\s+\S+\s+"
+                 r"(?P<name>\S.*)$")
+
+
+def nvprof_gpu_parts(path) -> dict[str, int]:
+    """GPU time (ns) per part from the 'GPU activities' rows: kernels, or the copy direction / memset."""
+    parts: dict[str, int] = {}
+    in_gpu = False
+    for line in path.read_text().splitlines():
+        if "GPU activities:" in line:
+            in_gpu = True
+        elif "API calls:" in line or not line.strip():
+            in_gpu = False
+        if not in_gpu:
+            continue
+        m = ROW.match(line)
+        assert m, line
+        ns = int(Decimal(m["time"]) * UNIT_NS[m["unit"]])
+        name = m["name"]
+        copy = re.match(r"\[CUDA memcpy (\w+)\]", name)
+        part = copy.group(1) if copy else "memset" if name == "[CUDA memset]" else "kernels"
+        parts[part] = parts.get(part, 0) + ns
+    return parts
+
+
+def analyze(store, path, *args) -> dict:
+    code, out, err = run_cli("--store", str(store), "analyze", str(path), "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def finding(doc: dict, rule: str) -> dict:
+    (found,) = [f for f in doc["findings"] if f["rule"] == rule]
+    return found
+
+
+def test_a_copy_bound_summary_names_copies_as_the_bottleneck(tmp_path):
+    raw = nvprof_gpu_parts(COPY_BOUND)
+    total = sum(raw.values())
+    copies = raw["HtoD"] + raw["DtoH"]
+    assert 66 < 100 * copies / total < 68  # the case of issue 21: host-device copies 67% of GPU time
+    doc = analyze(tmp_path, COPY_BOUND)
+    (summary,) = doc["summary"]
+    assert summary["gpu_time"]["total_ns"] == total
+    assert {p["part"]: p["time_ns"] for p in summary["gpu_time"]["parts"]} == raw
+    assert sum(p["share_pct"] for p in summary["gpu_time"]["parts"]) == pytest.approx(100, abs=1e-3)
+    assert summary["bottleneck"]["rule"] == "copy-dominated"
+    assert summary["bottleneck"]["impact_ns"] == copies
+    f = finding(doc, "copy-dominated")
+    assert f["severity"] == "warning"
+    assert f["metrics"]["copy_time_ns"] == copies and f["metrics"]["gpu_time_ns"] == total
+    assert f["metrics"]["copy_pct"] == round(100 * copies / total, 4)
+    assert f["metrics"]["aggregated"] is True
+
+
+def test_the_real_nvprof_summary_splits_gpu_time_and_the_threshold_is_settable(tmp_path):
+    raw = nvprof_gpu_parts(REAL)
+    assert set(raw) == {"kernels", "HtoD"}
+    total = sum(raw.values())
+    doc = analyze(tmp_path, REAL)
+    (summary,) = doc["summary"]
+    assert {p["part"]: p["time_ns"] for p in summary["gpu_time"]["parts"]} == raw
+    f = finding(doc, "copy-dominated")
+    share = round(100 * raw["HtoD"] / total, 4)
+    assert f["metrics"]["copy_pct"] == share and share < 50
+    assert f["severity"] == "info" and f.get("impact_ns") is None  # under the default 50%: nothing at stake
+    lowered = analyze(tmp_path, REAL, "--set", "copy-dominated.warning_pct=20")
+    f = finding(lowered, "copy-dominated")
+    assert f["severity"] == "warning" and f["impact_ns"] == raw["HtoD"]
+
+
+def test_nsys_summary_reports_split_gpu_time_by_copy_direction(tmp_path):
+    kern = NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv"
+    mem = NSYS / "resnet18_bs8_cuda_gpu_mem_time_sum.csv"
+    with kern.open() as f:
+        kernels = sum(int(r["Total Time (ns)"]) for r in csv.DictReader(f))
+    direction = {"Host-to-Device": "HtoD", "Device-to-Host": "DtoH", "Device-to-Device": "DtoD"}
+    raw = {"kernels": kernels}
+    with mem.open() as f:
+        for r in csv.DictReader(f):
+            m = re.match(r"\[CUDA memcpy (.+)\]", r["Operation"])
+            part = direction[m.group(1)] if m else "memset" if r["Operation"] == "[CUDA memset]" else None
+            assert part, r["Operation"]
+            raw[part] = raw.get(part, 0) + int(r["Total Time (ns)"])
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(kern), str(mem), "--json")
+    assert code == 0, err
+    (summary,) = json.loads(out)["summary"]
+    assert {p["part"]: p["time_ns"] for p in summary["gpu_time"]["parts"]} == raw
+    copies = sum(v for k, v in raw.items() if k not in ("kernels", "memset"))
+    f = finding(json.loads(out), "copy-dominated")
+    assert f["metrics"]["copy_time_ns"] == copies
+
+
+def test_the_panel_shows_the_split_and_says_kernel_shares_are_of_kernel_time(tmp_path):
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(COPY_BOUND))
+    assert code == 0, err
+    assert "GPU time     28.699 ms: HtoD 44.8%, kernels 33.0%, DtoH 22.2%" in out
+    assert "of kernel time" in out
+    assert "bottleneck   copy-dominated: 19.219 ms at stake" in out
