@@ -37,6 +37,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
+from traceparse.text import literal, visible
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
@@ -175,7 +176,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     width = console.width
     for label, trace in (("A", a), ("B", b)):
         line = Text(f"{label} ", style="bold")
-        line.append(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip())
+        line.append(visible(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip()))
         console.print(line)
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
@@ -201,7 +202,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
             continue
         console.print(f"[bold]not matched[/bold], {word}: {len(names)}")
         for kind, name in names[:top]:
-            console.print(Text(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
+            console.print(literal(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
         if len(names) > top:
             console.print(Text(f"  ... and {len(names) - top} more (--top N shows more; --json lists all)", style="dim"))
 
