@@ -239,13 +239,18 @@ class ListCommand(Command):
         self.add_common_options(parser, json=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """A table of the stored traces and runs, or ``{"store", "traces", "runs"}`` with ``--json``."""
+        """A table of the stored traces and runs, or ``{"store", "traces", "runs", "damaged"}`` with ``--json``;
+        entries whose metadata cannot be read are listed as damaged, each with the ``rm`` that removes it."""
         metas = session.store.all_meta()
         runs = session.store.all_runs()
+        damaged = session.store.damaged()
         if args.json:
             self.print_json({"store": str(session.store.root), "traces": [meta_row(m) for m in metas],
-                             "runs": [run_row(r) for r in runs]})
+                             "runs": [run_row(r) for r in runs],
+                             "damaged": [{"id": d.id, "kind": d.kind, "path": str(d.path), "error": d.reason}
+                                         for d in damaged]})
             return 0
+        self._damaged(session, damaged)
         if runs:
             table = Table(header_style="bold", title="runs")
             for column in ("id", "name", "format", "world size", "ranks", "events", "tags"):
@@ -273,6 +278,13 @@ class ListCommand(Command):
                           literal(" ".join(f"{k}={v}" for k, v in m.tags.items())), literal(m.path or ""))
         session.out.print(table)
         return 0
+
+    @staticmethod
+    def _damaged(session, damaged: list) -> None:
+        """One line per damaged entry on stdout (it is part of what is stored), with how to remove it."""
+        for d in damaged:
+            session.out.print(literal(f"damaged {d.kind} {d.id}: {d.path} cannot be read ({d.reason}); "
+                                      f"`traceparse rm {d.id}` removes it"), style="yellow", soft_wrap=True)
 
 
 class ShowCommand(Command):
