@@ -135,3 +135,53 @@ def test_the_warnings_reach_the_stored_metadata(store, tmp_path):
     meta = json.loads(out)["traces"][0]
     assert any("dropped 1 event whose duration_ns is below 0" in w for w in meta["warnings"]), meta["warnings"]
     assert "dropped 1 event whose duration_ns is below 0" in err
+
+
+def _two_traces_one_cut(store_dir, how: str):
+    """Two stored traces and a run; the first trace's meta.json damaged as ``how`` says."""
+    for path in (FIXTURES / "torch" / "alexnet_bs4.json.gz", FIXTURES / "torch" / "alexnet_bs8.json.gz"):
+        assert run_cli("ingest", str(path))[0] == 0
+    ids = sorted(p.name for p in (store_dir / "traces").iterdir())
+    meta = store_dir / "traces" / ids[0] / "meta.json"
+    data = meta.read_bytes()
+    meta.write_bytes({"half": data[: len(data) // 2], "list": b"[1, 2]", "latin1": b'{"id": "\xff"}',
+                      "layout": b'{"devices": 7}'}[how])
+    return ids, meta
+
+
+@pytest.mark.parametrize("how", ["half", "list", "latin1", "layout"])
+def test_one_damaged_entry_leaves_the_store_usable(store, how):
+    """Issue 22.3: a meta.json cut in half made list and analyze exit 3 for the whole store."""
+    ids, meta = _two_traces_one_cut(store, how)
+    damaged, intact = ids
+    code, out, err = run_cli("list", "--width", "240")
+    assert code == 0, err
+    assert intact in out
+    line = next(line for line in out.splitlines() if line.startswith("damaged"))
+    assert line.startswith(f"damaged trace {damaged}: {meta} cannot be read (")
+    assert line.endswith(f"); `traceparse rm {damaged}` removes it")
+    doc = json.loads(run_cli("list", "--json")[1])
+    assert [t["id"] for t in doc["traces"]] == [intact]
+    assert [(d["id"], d["kind"], d["path"]) for d in doc["damaged"]] == [(damaged, "trace", str(meta))]
+    assert run_cli("analyze", intact)[0] == 0
+    code, out, err = run_cli("show", damaged)
+    one_line_error(code, err, f"trace {damaged}: damaged in the store: {meta} cannot be read (",
+                   f"`traceparse rm {damaged}` removes it")
+    assert run_cli("rm", damaged) == (0, f"removed {damaged}\n", "")
+    assert json.loads(run_cli("list", "--json")[1])["damaged"] == []
+
+
+def test_a_damaged_run_is_listed_and_removable(store):
+    assert run_cli("ingest", str(FIXTURES / "torch" / "multirank" / "gloo4_balanced"))[0] == 0
+    assert run_cli("ingest", str(FIXTURES / "torch" / "alexnet_bs4.json.gz"))[0] == 0
+    (run_id,) = [p.name for p in (store / "runs").iterdir()]
+    run_json = store / "runs" / run_id / "run.json"
+    run_json.write_text('{"id": 3')
+    doc = json.loads(run_cli("list", "--json")[1])
+    assert doc["runs"] == [] and len(doc["traces"]) == 1
+    assert [(d["id"], d["kind"]) for d in doc["damaged"]] == [(run_id, "run")]
+    assert doc["damaged"][0]["error"] == "not JSON: Expecting ',' delimiter: line 1 column 9 (char 8)"
+    code, _, err = run_cli("analyze", run_id)
+    one_line_error(code, err, f"run {run_id}: damaged in the store: {run_json} cannot be read")
+    assert run_cli("rm", run_id)[0] == 0
+    assert json.loads(run_cli("list", "--json")[1])["damaged"] == []

@@ -20,6 +20,7 @@ from traceparse.command import WIDE, add_common_options, screen_width
 from traceparse.errors import TraceparseError
 from traceparse.plugins import Registry, registry
 from traceparse.session import Session
+from traceparse.text import visible
 from traceparse.validate import EXCERPT
 
 
@@ -100,11 +101,13 @@ _QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' th
 
 
 def one_line(message: str, limit: int = 1000) -> str:
-    """``message`` as one line: line breaks shown as ``\\n``, each quoted value cut to an excerpt of at
-    most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit`` characters."""
+    """``message`` as one line: line breaks shown as ``\\n`` and every other control character made visible
+    (:func:`traceparse.text.visible`: no escape sequence from a file reaches the terminal), each quoted value
+    cut to an excerpt of at most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit``
+    characters."""
     message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
                           else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)
-    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    message = visible(message)
     return message if len(message) <= limit else message[: limit - 1] + "…"
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 from traceparse.errors import InputError, TraceparseError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.reader import ReadOptions, Reader
-from traceparse.sources import check_readable, content_size, read_head, sha256_of
+from traceparse.sources import check_readable, content_size, read_head, sha256_of, source_notes
 from traceparse.store import Store, trace_id_for
 from traceparse.trace import Trace, TraceMeta
 
@@ -81,11 +81,15 @@ def read_group(reader: Reader, paths: list[Path], progress: Callable[[int], None
     """Read one group of paths with ``reader`` into a (possibly streamed) :class:`Trace`.
 
     The metadata gets the source paths, content hash, format and id; the
-    reader's warnings are appended to ``meta.warnings`` as it reads.
+    reader's warnings are appended to ``meta.warnings`` as it reads, and so are the notes of the streams it
+    opened (:func:`traceparse.sources.source_notes`: a gzip stream cut short), whatever the format.
     """
     options = ReadOptions(progress=progress or (lambda n: None), params=dict(params or {}))
     sha256 = sha256 or sha256_of(paths)
-    trace = reader.read(paths, options)
+    with source_notes() as notes:
+        trace = reader.read(paths, options)
+    for message in notes:
+        options.warn(message)
     trace.refuse_empty = True  # the one rule of every reader: a trace with no events is not stored
     meta = trace.meta
     meta.source_paths = [str(p) for p in paths]

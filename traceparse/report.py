@@ -6,13 +6,13 @@ import re
 from typing import Any
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from traceparse.figures import decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.rule import SEVERITIES, Finding
+from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
@@ -155,18 +155,18 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("id", meta.id or "")
-    table.add_row("source", "\n".join(meta.source_paths))
-    table.add_row("format", " / ".join(x for x in (meta.format, meta.variant) if x))
+    table.add_row("id", literal(meta.id or ""))
+    table.add_row("source", Text("\n").join(map(literal, meta.source_paths)))
+    table.add_row("format", literal(" / ".join(x for x in (meta.format, meta.variant) if x)))
     if meta.tool or meta.tool_version:
-        table.add_row("tool", " ".join(x for x in (meta.tool, meta.tool_version) if x))
+        table.add_row("tool", literal(" ".join(x for x in (meta.tool, meta.tool_version) if x)))
     summary = meta.summary or {}
     kinds = summary.get("events_per_kind", {})
     table.add_row("events", f"{meta.event_count:,}" + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")"
                                                         if kinds else "") if meta.event_count is not None else "-")
     table.add_row("time span", fmt_ns(summary.get("span_ns")))
     for d in meta.devices:
-        bits = [d.name or "?"]
+        bits = [visible(d.name or "?")]
         identified = _identified(d)
         if identified:
             bits[0] += f" ({identified})"
@@ -177,16 +177,21 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
             bits.append(f"{d.sm_count} {'CUs' if amd else 'SMs'}")
         if d.memory_bytes:
             bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
-        table.add_row(f"device {d.id if d.id is not None else '?'}", ", ".join(bits))
+        table.add_row(literal(f"device {d.id if d.id is not None else '?'}"), literal(", ".join(bits)))
     if meta.tags:
-        table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items())))
+        table.add_row("tags", tags_text(meta.tags))
     if warnings or not meta.warnings:
         for w in meta.warnings:
-            table.add_row(Text("warning", style="yellow"), w)
+            table.add_row(Text("warning", style="yellow"), literal(w))
     else:
         table.add_row(Text("warnings", style="yellow"), warning_count(len(meta.warnings)))
     title = title or ("already in the store" if already_stored else "ingested")
-    return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
+    return Panel(table, title=f"[bold]{markup_literal(title)}[/bold]", expand=False)
+
+
+def tags_text(tags: dict) -> Text:
+    """Tags on screen, ``KEY=VALUE`` in key order, each key and value shown literally."""
+    return literal(" ".join(f"{k}={v}" for k, v in sorted(tags.items())))
 
 
 def _identified(device) -> str:
@@ -244,7 +249,8 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
         run = ((meta.extra or {}).get("run") or {}) if meta else {}
         where = (f"run {run['name']} ({len(run.get('ranks') or {})} ranks)" if meta and meta.format == "run"
                  and run.get("name") else (meta.path if meta else None))
-        console.rule(f"[bold]{trace}  {escape(str(where))}[/bold]" if where else f"[bold]{trace}[/bold]")
+        console.rule(f"[bold]{markup_literal(trace)}  {markup_literal(where)}[/bold]" if where
+                     else f"[bold]{markup_literal(trace)}[/bold]")
         summary = summaries.get(trace)
         own = by_trace.get(trace, [])
         if summary is not None:
@@ -257,7 +263,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
             console.print(_finding_panel(finding, console.width, repeats.get(id(finding)), rows))
         if quiet:
             names = ", ".join(dict.fromkeys(f.rule for f in quiet))
-            console.print(Text.assemble(("Nothing to report: ", "bold"), names,
+            console.print(Text.assemble(("Nothing to report: ", "bold"), visible(names),
                                         (" (--all shows them)", "dim")))
     if len(summaries) > 1:
         console.print(summary_table(list(summaries.values()), traces, console.width))
@@ -314,17 +320,18 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
         per_rank = f" per rank (mean of {summary['ranks']})" if (summary.get("ranks") or 1) > 1 else ""
-        grid.add_row("bottleneck", Text.assemble((worst["rule"], "bold"), f": {fmt_ns(worst['impact_ns'])} at stake{per_rank}, ",
-                                                 (str(worst.get("severity", "")).upper(), style),
-                                                 f" {worst.get('title', '')}"))
+        grid.add_row("bottleneck", Text.assemble((visible(worst["rule"]), "bold"),
+                                                 f": {fmt_ns(worst['impact_ns'])} at stake{per_rank}, ",
+                                                 (visible(str(worst.get("severity", "")).upper()), style),
+                                                 f" {visible(worst.get('title', ''))}"))
     else:
         grid.add_row("bottleneck", "none: no finding here has time at stake")
     for line in summary.get("highlights") or []:
-        grid.add_row(str(line["label"]), Text(str(line["text"])))
+        grid.add_row(literal(str(line["label"])), literal(str(line["text"])))
     cats = summary.get("top_categories") or []
     if cats:
-        grid.add_row("top kernels", ", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
-                     + (" of kernel time" if split and len(split["parts"]) > 1 else ""))
+        grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
+                                            + (" of kernel time" if split and len(split["parts"]) > 1 else "")))
     if findings:
         grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
@@ -383,7 +390,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
                    rows: int = TABLE_ROWS) -> Panel:
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
-    parts: list[Any] = [Text(finding.message)]
+    parts: list[Any] = [literal(finding.message)]
     figures = finding_figures(finding)
     if figures:
         pairs = [(figure_label(key, unit) if finding.figures else key, fmt_unit(unit, finding.metrics.get(key))) for key, unit in figures.items()]
@@ -396,14 +403,14 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
             grid.add_column(justify="right", no_wrap=across > 1)
         for i in range(0, len(pairs), across):
             row = [cell for pair in pairs[i:i + across] for cell in pair]
-            grid.add_row(*row, *[""] * (2 * across - len(row)))
+            grid.add_row(*map(literal, row), *[""] * (2 * across - len(row)))
         parts.append(grid)
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
         if isinstance(data, dict) and data and columns and not repeats_figures(finding, data, columns):
             parts.extend(_dict_table(key, data, columns, inner, rows))
     if finding.items and repeats:
-        parts.append(Text(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
+        parts.append(literal(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
         columns = finding_columns(finding)
         items = finding.items
@@ -411,8 +418,9 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
             items = items[:rows] + [_rest_row(columns[0].key, columns[1:], items[rows:])]
         parts.extend(_items_table(items, columns, inner))
     if finding.suggestion:
-        parts.append(Text("→ " + finding.suggestion, style="green"))
-    title = f"[{style}]{finding.severity.upper()}[/{style}]  [bold]{finding.rule}[/bold]: {finding.title}"
+        parts.append(literal("→ " + finding.suggestion, style="green"))
+    title = (f"[{style}]{markup_literal(finding.severity.upper())}[/{style}]  [bold]{markup_literal(finding.rule)}"
+             f"[/bold]: {markup_literal(finding.title)}")
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
 
 
@@ -572,13 +580,14 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             widths[i] += grow
             spare -= grow
     key: dict[str, int] = {}
-    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    table = Table(title=None if title is None else literal(title), title_justify="left", show_edge=False,
+                  header_style="bold")
     for i in shown:
         c = columns[i]
         if c.unit in TEXT_UNITS:
-            table.add_column(headers[i], no_wrap=True, width=widths[i], overflow="crop")
+            table.add_column(literal(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
         else:
-            table.add_column(headers[i], no_wrap=True, min_width=widths[i], justify="right")
+            table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i], justify="right")
     for r in range(len(rows)):
         out = []
         for i in shown:
@@ -588,16 +597,16 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
                 n = key.setdefault(full, len(key) + 1)
                 cell = middle_cut(cell, widths[i] - len(f" [{n}]")) + f" [{n}]"
             out.append(cell)
-        table.add_row(*out)
+        table.add_row(*map(literal, out))
     parts: list[Any] = [table]
     if key:
         lines = Text()
         for full, n in key.items():
             lines.append(f"[{n}] ", style="dim")
-            lines.append(short_name(full, width=10**6) + ("\n" if n < len(key) else ""))
+            lines.append(visible(short_name(full, width=10**6)) + ("\n" if n < len(key) else ""))
         parts.append(lines)
     if dropped:
-        parts.append(Text(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
+        parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
     return parts
 
 
@@ -673,13 +682,13 @@ def _plain(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, (list, tuple, set)):
         return ", ".join(_plain(v) for v in value)
-    return str(value)
+    return visible(value)
 
 
 def _cell(column: Column, value: Any) -> str:
     """A text cell: names lose their return type, parameters and deep template arguments."""
     if isinstance(value, str) and column.unit == "name":
-        return _shortened(value)
+        return visible(_shortened(value))
     if column.unit in TEXT_UNITS:
         return _plain(value)
     return fmt_unit(column.unit, value)

@@ -54,10 +54,16 @@ from traceparse.trace import Trace, TraceMeta
 
 #: File-name patterns that give a rank, tried in order on the file (or directory) name.
 RANK_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
-    ("rank3", re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)),
-    ("_r3", re.compile(r"(?:^|[_.-])r(\d+)(?=[_.-]|$)", re.IGNORECASE)),
-    (".3.", re.compile(r"\.(\d+)\.")),
+    ("rank3", re.compile(r"rank[_-]?([0-9]+)", re.IGNORECASE)),  # ASCII digits: \d takes "٣" and "³" too
+    ("_r3", re.compile(r"(?:^|[_.-])r([0-9]+)(?=[_.-]|$)", re.IGNORECASE)),
+    (".3.", re.compile(r"\.([0-9]+)\.")),
 )
+#: The largest rank a run holds (the ``rank`` column is a 32-bit integer).
+MAX_RANK = 2**31 - 1
+#: A world size (or a rank) more than this many times the rank files given is not believed: a warning, and the
+#: missing ranks are counted, never listed one by one.
+PLAUSIBLE_RANKS_PER_FILE = 1000
+_ASCII_INT = re.compile(r"\s*(-?[0-9]{1,19})\s*", re.ASCII)
 #: Most ranks a worker process reads before it is replaced (returns its memory to the system).
 TASKS_PER_WORKER = 16
 #: Memory one rank needs, as a multiple of its uncompressed size, plus a worker's own base.
@@ -93,6 +99,17 @@ def rank_from_name(path: Path | str) -> int | None:
     return None
 
 
+def ascii_int(value: Any) -> int | None:
+    """``value`` as an integer when it is one (not a bool) or ASCII digits with an optional sign (at most 19
+    digits); else None. ``"²".isdigit()`` is True in Python, and ``int("٣")`` is 3: neither is a rank."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    match = _ASCII_INT.fullmatch(value) if isinstance(value, str) else None
+    return int(match.group(1)) if match else None
+
+
 def rank_from_trace(meta: TraceMeta) -> int | None:
     """The rank the trace itself gives, or None.
 
@@ -102,16 +119,18 @@ def rank_from_trace(meta: TraceMeta) -> int | None:
     report names a process, not a rank: its rank comes from the file name.
     """
     for value in (meta.distributed.get("rank"), meta.tags.get("rank")):
-        if value is not None and str(value).strip().lstrip("-").isdigit():
-            return int(value)
+        rank = ascii_int(value)
+        if rank is not None:
+            return rank
     return None
 
 
 def world_size_of(meta: TraceMeta) -> int | None:
     """The world size the trace gives (``meta.distributed`` or the ``world_size`` tag), or None."""
     for value in (meta.distributed.get("world_size"), meta.tags.get("world_size")):
-        if value is not None and str(value).strip().isdigit():
-            return int(value)
+        size = ascii_int(value)
+        if size is not None and size >= 1:
+            return size
     return None
 
 
@@ -273,7 +292,8 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
 
         def current() -> int | None:
             rank = rank_from_trace(trace.meta)
-            return rank if rank is not None else from_name
+            rank = rank if rank is not None else from_name
+            return rank if rank is not None and 0 <= rank <= MAX_RANK else None  # checked below, in one line
 
         def stamped():
             for batch in trace.batches():
@@ -290,6 +310,9 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
         if rank is None:
             raise InputError(f"{files[0]}: no rank: the trace does not say (no distributedInfo rank) and the file "
                              "name has none (rank3, _r3, .3.)")
+        if not 0 <= rank <= MAX_RANK:
+            raise InputError(f"{files[0]}: rank {rank} (from the {rank_from}) is outside 0 to {MAX_RANK:,}, the "
+                             "ranks a run can hold")
         if used != {rank}:  # the trace said its rank only after some rows were written
             events_path = part / "events.parquet"
             frame = pl.read_parquet(events_path).with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
@@ -307,6 +330,16 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
 
 
 # -- the run ----------------------------------------------------------------
+def _first_missing(present: dict[int, Any] | set[int], world_size: int, count: int) -> list[int]:
+    """The ``count`` lowest ranks below ``world_size`` not in ``present``: at most len(present) + count steps."""
+    out, rank = [], 0
+    while len(out) < count and rank < world_size and rank <= len(present) + count:
+        if rank not in present:
+            out.append(rank)
+        rank += 1
+    return out
+
+
 def run_id_for(shas: list[str]) -> str:
     """The id of a run: from its ranks' content hashes, whatever their order or file names."""
     outer = hashlib.sha256(b"traceparse run\n")
@@ -432,15 +465,23 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
     if len(sizes) > 1:
         warnings.append(f"the ranks disagree on the world size ({', '.join(map(str, sorted(sizes)))}); "
                         f"{max(sizes)} is used")
+    plausible = PLAUSIBLE_RANKS_PER_FILE * len(results)
+    if sizes and max(sizes) > plausible:  # never believed: a world size is not an allocation
+        claimed = max(sizes)
+        sizes = set()
+        warnings.append(f"the ranks claim a world size of {claimed:,} for {len(results)} rank file"
+                        f"{'s' if len(results) != 1 else ''} (more than {PLAUSIBLE_RANKS_PER_FILE} times as many); "
+                        "the world size is taken from the ranks present")
     world_size = max(sizes) if sizes else max(by_rank) + 1
     beyond = sorted(r for r in by_rank if r < 0 or r >= world_size)
     if beyond:
         path = ranks[by_rank[beyond[0]]["index"]][1][0]
         raise InputError(f"{path}: rank {beyond[0]} is outside the world size {world_size}")
-    missing = sorted(set(range(world_size)) - set(by_rank))
-    if missing:
-        shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        warnings.append(f"{len(missing)} of {world_size} ranks missing from the run: {shown}")
+    if len(by_rank) < world_size:
+        missing = world_size - len(by_rank)
+        first = _first_missing(by_rank, world_size, 10)  # never a set of every expected rank: a rank may be 2^31 - 1
+        shown = ", ".join(map(str, first)) + (f" and {missing - len(first):,} more" if missing > len(first) else "")
+        warnings.append(f"{missing:,} of {world_size:,} ranks missing from the run: {shown}")
     for rank, result in by_rank.items():
         os.rename(tmp / f"part-{result['index']}", tmp / f"rank={rank}")
     metas = {rank: TraceMeta.from_dict(by_rank[rank]["meta"]) for rank in sorted(by_rank)}

@@ -6,7 +6,6 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 
@@ -14,6 +13,7 @@ from traceparse.ingest import IngestResult, ingest
 from traceparse.run import RunResult, ingest_run, is_rank_directory
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
+from traceparse.text import SafeConsole, visible
 from traceparse.trace import Trace
 
 
@@ -25,8 +25,8 @@ class Session:
         self.store = Store(store)
         self.registry = reg or registry()
         self.quiet = quiet
-        self.out = Console(soft_wrap=False, width=width)  # width None: the terminal's, or $COLUMNS, or 80
-        self.err = Console(stderr=True)
+        self.out = SafeConsole(soft_wrap=False, width=width)  # width None: the terminal's, or $COLUMNS, or 80
+        self.err = SafeConsole(stderr=True)
         self._warned: set[str] = set()
 
     def warn(self, message: str) -> None:
@@ -47,9 +47,9 @@ class Session:
 
         @contextmanager
         def bar(description: str, total: int):
-            with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                          TimeRemainingColumn(), console=self.err, transient=True) as progress:
-                task = progress.add_task(description, total=total or None)
+            with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
+                          TransferSpeedColumn(), TimeRemainingColumn(), console=self.err, transient=True) as progress:
+                task = progress.add_task(visible(description), total=total or None)
                 yield lambda n: progress.advance(task, n)
 
         return bar
@@ -61,9 +61,10 @@ class Session:
 
         @contextmanager
         def bar(description: str, total: int):
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
-                          TimeElapsedColumn(), TimeRemainingColumn(), console=self.err, transient=True) as progress:
-                task = progress.add_task(description, total=total or None)
+            with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("ranks"), TimeElapsedColumn(), TimeRemainingColumn(), console=self.err,
+                          transient=True) as progress:
+                task = progress.add_task(visible(description), total=total or None)
                 yield lambda n: progress.advance(task, n)
 
         return bar

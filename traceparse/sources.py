@@ -6,8 +6,11 @@ import gzip
 import hashlib
 import io
 import os
+import zlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 from traceparse.errors import InputError
 
@@ -20,6 +23,43 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_GZIP_RATIO = 200
 #: ...once past this many decompressed bytes (a small, very regular file may expand more).
 GZIP_RATIO_FLOOR = 32 * 1024 * 1024
+
+
+#: What a damaged gzip stream raises: a CRC or length mismatch, a bad header (BadGzipFile), bad deflate data.
+GZIP_DAMAGE = (gzip.BadGzipFile, zlib.error)
+
+#: Notes of the streams read in this context (a gzip stream cut short), collected by :func:`source_notes`.
+_NOTES: ContextVar[list[str] | None] = ContextVar("traceparse_source_notes", default=None)
+
+
+def damaged_gzip(path: Path, exc: BaseException) -> InputError:
+    """The one-line error for a gzip stream whose data is damaged (changed bytes): it names the file and what
+    zlib said. Every reader says the same (the JSON, text and SQLite readers alike)."""
+    return InputError(f"{path}: the gzip stream is damaged ({exc}); the file cannot be read")
+
+
+def cut_gzip(path: Path, what: str = "") -> str:
+    """The warning for a gzip stream cut short whose complete part was read (``what``: what was kept)."""
+    return f"{path}: the gzip stream ends early (the file was cut short)" + (f"; {what}" if what else "")
+
+
+def note(message: str) -> None:
+    """Record a note about a stream read in this context (see :func:`source_notes`); none is kept outside one."""
+    notes = _NOTES.get()
+    if notes is not None and message not in notes:
+        notes.append(message)
+
+
+@contextmanager
+def source_notes() -> Iterator[list[str]]:
+    """Collect the notes (:func:`note`) of the streams opened inside the block: the core turns them into the
+    trace's warnings, so that no reader has to know how its input was compressed."""
+    notes: list[str] = []
+    token = _NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
 
 
 def is_gzip(path: Path) -> bool:
@@ -36,6 +76,12 @@ def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
     with an :class:`InputError` as soon as it does (a compression bomb). With
     ``text`` (a reader of a line-oriented text format) a NUL byte (binary data,
     a sparse file) or a line longer than :data:`MAX_LINE_BYTES` is refused too.
+
+    A damaged gzip stream (changed bytes: a CRC mismatch, bad deflate data) is
+    a one-line :class:`InputError` (:func:`damaged_gzip`). A gzip stream cut
+    short raises :class:`EOFError` after its complete part for a binary
+    reader; for a text reader it ends after the last complete line, and a
+    warning (:func:`cut_gzip`) is noted for the trace (:func:`source_notes`).
     """
     if is_gzip(path):
         inner = gzip.open(path, "rb")
@@ -67,6 +113,9 @@ class _Bounded(io.RawIOBase):
         self.total = 0   # decompressed bytes given
         self.run = 0     # bytes since the last line break
         self.lines = 1
+        self.tail = b""  # text from a gzip stream: the bytes after the last line break, held back until it ends
+        self.ended = False
+        self.over = b""  # what did not fit the caller's buffer
 
     def readable(self) -> bool:
         return True
@@ -76,21 +125,53 @@ class _Bounded(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         # read1 on a gzip stream: what was decompressed before a cut comes first, EOFError only after it
-        data = self._read(min(len(buffer), _CHUNK))
-        n = len(data)
-        buffer[:n] = data
-        self._count(data)
+        data = self.over or self._read(min(len(buffer), _CHUNK))
+        n = min(len(data), len(buffer))  # held-back text joined to a chunk may be longer than the buffer
+        buffer[:n] = data[:n]
+        self.over = data[n:]
+        self._count(data[:n])
         return n
 
     def readall(self) -> bytes:
         chunks = []
-        while data := self._read(_CHUNK):
+        while data := (self.over or self._read(_CHUNK)):
+            self.over = b""
             self._count(data)
             chunks.append(data)
         return b"".join(chunks)
 
     def _read(self, n: int) -> bytes:
-        return self.inner.read1(n) if self.compressed is not None else self.inner.read(n)
+        if self.compressed is None:
+            return self.inner.read(n)
+        while not self.ended:
+            try:
+                data = self.inner.read1(n)
+            except EOFError:
+                self.ended = True
+                if not self.text:
+                    raise
+                lost = len(self.tail)
+                self.tail = b""
+                note(cut_gzip(self.path, "kept its complete lines" + (
+                    f"; the last {lost:,} bytes, a line cut in the middle, were not read" if lost else "")))
+                return b""
+            except GZIP_DAMAGE as exc:
+                raise damaged_gzip(self.path, exc) from None
+            if not self.text:
+                return data
+            if not data:  # the stream's proper end: the last line is whole even without a line break
+                self.ended = True
+                out, self.tail = self.tail, b""
+                return out
+            data = self.tail + data
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+            self.tail = data[cut:]
+            if len(self.tail) > MAX_LINE_BYTES:
+                raise InputError(f"{self.path}: line {self.lines:,} is longer than "
+                                 f"{MAX_LINE_BYTES // (1024 * 1024)} MiB: not profiler text output")
+            if cut:
+                return data[:cut]
+        return b""
 
     def _count(self, data: bytes) -> None:
         n = len(data)
@@ -129,12 +210,22 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     """The first ``size`` bytes of the (decompressed) content; empty for a directory."""
     if path.is_dir():
         return b""
-    try:
-        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as f:  # bounded by size already
+    if not is_gzip(path):
+        with open(path, "rb") as f:
             return f.read(size)
-    except (OSError, EOFError):
-        with open(path, "rb") as f:  # a gzip cut short: sniff what is there
-            return f.read(size)
+    # a gzip stream damaged or cut short: sniff what decompresses before the damage; a one-line error if nothing
+    out, failure = b"", None
+    with gzip.open(path, "rb") as f:
+        try:
+            while len(out) < size and (piece := f.read1(size - len(out))):
+                out += piece
+        except EOFError:
+            pass
+        except GZIP_DAMAGE as exc:
+            failure = exc
+    if failure is not None and not out:
+        raise damaged_gzip(path, failure)
+    return out
 
 
 def check_readable(path: Path, *, allow_empty: bool = False) -> None:

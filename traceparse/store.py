@@ -72,14 +72,32 @@ class Store:
         return (self.traces_dir / trace_id / "meta.json").is_file()
 
     def meta(self, trace_id: str) -> TraceMeta:
-        """The metadata of an entry."""
-        with open(self.traces_dir / trace_id / "meta.json", encoding="utf-8") as f:
-            return TraceMeta.from_dict(json.load(f))
+        """The metadata of an entry; a :class:`DamagedEntry` (one line, exit 2) when it cannot be read."""
+        path = self.traces_dir / trace_id / "meta.json"
+        return _read_meta(path, trace_id, lambda doc: TraceMeta.from_dict(doc))
 
     def all_meta(self) -> list[TraceMeta]:
-        """Metadata of every entry, oldest ingest first."""
-        metas = [self.meta(i) for i in self.ids()]
+        """Metadata of every entry, oldest ingest first; an entry whose metadata cannot be read is left out
+        (:meth:`damaged` lists it), so one damaged entry never stops the others."""
+        metas = []
+        for i in self.ids():
+            try:
+                metas.append(self.meta(i))
+            except DamagedEntry:
+                continue
         return sorted(metas, key=lambda m: (m.ingested_at or "", m.id or ""))
+
+    def damaged(self) -> list[DamagedEntry]:
+        """The traces and runs whose metadata cannot be read (cut short, not JSON, not the layout), each with why
+        and how to remove it."""
+        out = []
+        for ids, read in ((self.ids(), self.meta), (self.run_ids(), self.run_meta)):
+            for i in ids:
+                try:
+                    read(i)
+                except DamagedEntry as exc:
+                    out.append(exc)
+        return out
 
     def events_path(self, trace_id: str) -> Path:
         return self.traces_dir / trace_id / "events.parquet"
@@ -109,7 +127,7 @@ class Store:
             return "run", ref
         matches = [("trace", i) for i in traces if i.startswith(ref)] + [("run", i) for i in runs if i.startswith(ref)]
         if not matches:
-            named = [i for i in runs if self.run_meta(i).get("name") == ref]
+            named = [r["id"] for r in self.all_runs() if r.get("name") == ref]
             matches = [("run", i) for i in named]
         if not matches:
             raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
@@ -129,13 +147,19 @@ class Store:
         return (self.runs_dir / run_id / "run.json").is_file()
 
     def run_meta(self, run_id: str) -> dict:
-        """A run's metadata (``run.json``): id, name, format, world_size, ranks {rank: trace id}, ..."""
-        with open(self.runs_dir / run_id / "run.json", encoding="utf-8") as f:
-            return json.load(f)
+        """A run's metadata (``run.json``): id, name, format, world_size, ranks {rank: trace id}, ...; a
+        :class:`DamagedEntry` when it cannot be read."""
+        return _read_meta(self.runs_dir / run_id / "run.json", run_id, _run_doc, kind="run")
 
     def all_runs(self) -> list[dict]:
-        """Metadata of every run, oldest ingest first."""
-        runs = [self.run_meta(i) for i in self.run_ids()]
+        """Metadata of every run, oldest ingest first; a run whose metadata cannot be read is left out
+        (:meth:`damaged` lists it)."""
+        runs = []
+        for i in self.run_ids():
+            try:
+                runs.append(self.run_meta(i))
+            except DamagedEntry:
+                continue
         return sorted(runs, key=lambda r: (r.get("ingested_at") or "", r.get("id") or ""))
 
     def rank_dir(self, run_id: str, rank: int | str) -> Path:
@@ -143,9 +167,10 @@ class Store:
         return self.runs_dir / run_id / f"rank={int(rank)}"
 
     def rank_meta(self, run_id: str, rank: int | str) -> TraceMeta:
-        """One rank's metadata (its own trace id, source path, devices ...)."""
-        with open(self.rank_dir(run_id, rank) / "meta.json", encoding="utf-8") as f:
-            return TraceMeta.from_dict(json.load(f))
+        """One rank's metadata (its own trace id, source path, devices ...); a :class:`DamagedEntry` (naming the
+        run, which ``rm`` removes whole) when it cannot be read."""
+        return _read_meta(self.rank_dir(run_id, rank) / "meta.json", run_id, lambda doc: TraceMeta.from_dict(doc),
+                          kind="run")
 
     def load_rank(self, run_id: str, rank: int | str) -> Trace:
         """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
@@ -381,6 +406,38 @@ class Store:
         gone = self.tmp_dir / f"{uuid.uuid4().hex}.removed"
         os.rename(self.traces_dir / trace_id, gone)
         shutil.rmtree(gone, ignore_errors=True)
+
+
+class DamagedEntry(StoreError):
+    """A stored trace or run whose metadata cannot be read: one line naming it, why, and how to remove it."""
+
+    def __init__(self, kind: str, entry_id: str, path: Path, reason: str):
+        self.kind, self.id, self.path, self.reason = kind, entry_id, path, reason
+        super().__init__(f"{kind} {entry_id}: damaged in the store: {path} cannot be read ({reason}); "
+                         f"`traceparse rm {entry_id}` removes it")
+
+
+def _read_meta(path: Path, entry_id: str, build, kind: str = "trace"):
+    """``build(document)`` of the JSON file ``path``; a :class:`DamagedEntry` when the file is cut short, not
+    JSON, not UTF-8, or not the layout ``build`` expects."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise TypeError(f"a JSON {type(doc).__name__}, not an object")
+        return build(doc)
+    except FileNotFoundError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, json.JSONDecodeError) else f"not JSON: {exc}"
+        raise DamagedEntry(kind, entry_id, path, reason) from None
+
+
+def _run_doc(doc: dict) -> dict:
+    """A run's metadata as stored; its ``id`` and ``ranks`` are what every command relies on."""
+    if not isinstance(doc.get("id"), str) or not isinstance(doc.get("ranks", {}), dict):
+        raise TypeError("no id, or ranks not an object")
+    return doc
 
 
 class _RunTrace(Trace):

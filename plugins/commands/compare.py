@@ -59,6 +59,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, trace_label
+from traceparse.text import literal
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
@@ -251,8 +252,8 @@ def tag_keys(rows: list[dict], by: str | None, series: str | None = None) -> lis
 
 
 def _table(title: str, first: str) -> Table:
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column(first, no_wrap=True)
+    table = Table(title=literal(title), header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(literal(first), no_wrap=True)
     return table
 
 
@@ -273,9 +274,9 @@ def _bar_tables(console, title: str, first: str, labels: list[str], headers: lis
     for n, group in enumerate(groups):
         table = _table(title + (f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""), first)
         for i in group:
-            table.add_column(headers[i], no_wrap=True, min_width=max(BAR_WIDTH + 6, len(headers[i])))
+            table.add_column(literal(headers[i]), no_wrap=True, min_width=max(BAR_WIDTH + 6, len(headers[i])))
         for label, row in zip(labels, values):
-            table.add_row(label, *[bar(row[i]) for i in group])
+            table.add_row(literal(label), *[bar(row[i]) for i in group])
         console.print(table)
 
 
@@ -487,7 +488,7 @@ class CompareCommand(Command):
         if out is not None:
             plot(rows, args.by, out, series=plot_series)
             if not args.quiet:
-                session.err.print(f"wrote {out}")
+                session.err.print(literal(f"wrote {out}"))
         if args.json:
             self.print_json({"by": args.by, "series": args.series, "rows": rows,
                              "warnings": [warning] if warning else []})

@@ -54,6 +54,7 @@ from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
 from traceparse.run import world_size_of
 from traceparse.summary import step_windows
+from traceparse.text import literal, visible
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
@@ -293,10 +294,10 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     important columns dropped last)."""
     width = console.width
     if differ:
-        console.print(Text("not the same setup: " + "; ".join(differ), style="yellow"))
+        console.print(literal("not the same setup: " + "; ".join(differ), style="yellow"))
     for label, trace in (("A", a), ("B", b)):
         line = Text(f"{label} ", style="bold")
-        line.append(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip())
+        line.append(visible(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip()))
         console.print(line)
     if base:
         console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
@@ -325,7 +326,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
             continue
         console.print(f"[bold]not matched[/bold], {word}: {len(names)}")
         for kind, name in names[:top]:
-            console.print(Text(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
+            console.print(literal(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
         if len(names) > top:
             console.print(Text(f"  ... and {len(names) - top} more (--top N shows more; --json lists all)", style="dim"))
 

@@ -29,6 +29,7 @@ from rich.table import Table
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
+from traceparse.text import literal
 
 TORCH_HINT = "install the torch extra: pip install 'traceparse[torch]'"
 INPUT_SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
@@ -153,11 +154,13 @@ class FlopsCommand(Command):
                              "layers": [asdict(r) for r in rows], "total": total})
             return 0
         table = Table(header_style="bold", show_edge=False,
-                      title=f"{args.model}, batch {args.batch}, input {args.input}: forward pass", title_justify="left")
+                      title=literal(f"{args.model}, batch {args.batch}, input {args.input}: forward pass"),
+                      title_justify="left")
         for col in ("#", "layer", "type", "output shape", "params", "GFLOP", "MB moved"):
             table.add_column(col, justify="left" if col in ("layer", "type", "output shape") else "right")
         for r in rows:
-            table.add_row(str(r.index), r.layer, r.type, "x".join(map(str, r.output_shape)), f"{r.params:,}",
+            table.add_row(str(r.index), literal(r.layer), literal(r.type), "x".join(map(str, r.output_shape)),
+                          f"{r.params:,}",
                           f"{r.flops / 1e9:.4f}" if r.flops else "-", f"{r.bytes_moved / 1e6:.2f}")
         table.add_section()
         table.add_row("", "total", "", "", f"{total['params']:,}", f"{total_flops / 1e9:.4f}",

@@ -26,6 +26,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fmt_ns, short_name
+from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
 
 CHART_SUFFIXES = (".png", ".svg", ".html")
@@ -78,7 +79,7 @@ class RooflineCommand(Command):
         if out is not None:
             write_chart(out, trace, spec, result)
             if not args.quiet:
-                session.err.print(f"wrote {out}")
+                session.err.print(literal(f"wrote {out}"))
         return 0
 
 
@@ -124,14 +125,14 @@ def roof_lines(result: dict) -> list[tuple[str, float, float]]:
 def print_text(console, trace, spec, how, result, top: int, model_note: str | None) -> None:
     """The roofline as text: the roofs, the total, and a table of the rows sorted by time."""
     total, extra, items = result["total"], result["extra"], result["items"]
-    console.print(f"[bold]Roofline[/bold] of {trace.id}  {trace.meta.path or ''}")
+    console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(trace.meta.path or '')}")
     if spec:
         roofs = "; ".join(f"{p} {peak:,.0f} GFLOP/s (ridge {ridge:.3g} FLOP/B)" for p, peak, ridge in roof_lines(result))
-        console.print(f"GPU: {how}. Roofs: DRAM {spec.get('dram_gbps', '?')} GB/s; {roofs}")
+        console.print(literal(f"GPU: {how}. Roofs: DRAM {spec.get('dram_gbps', '?')} GB/s; {roofs}"))
     else:
-        console.print(f"GPU unknown: {how}; peaks, bound and roof % are left out.")
+        console.print(literal(f"GPU unknown: {how}; peaks, bound and roof % are left out."))
     if model_note:
-        console.print(model_note)
+        console.print(literal(model_note))
     time_total = total.get("time_ns") or 0
     console.print(f"Total: {_g(total['flops'], 1e9, 'GFLOP')}, {_g(total['dram_bytes'], 1e9, 'GB')}, "
                   f"{fmt_ns(total['time_ns'])}; AI {_f(total['arithmetic_intensity'])} FLOP/B, "
@@ -153,7 +154,7 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
         table.add_column(header, justify="left" if header in ("bound", "prec.") else "right", no_wrap=True,
                          min_width=width)
     for i, row in zip(shown, cells):
-        table.add_row(short_name(i["name"], name_width), *row)
+        table.add_row(literal(short_name(i["name"], name_width)), *map(literal, row))
     console.print(table)
     if len(items) > len(shown):
         console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")
@@ -161,7 +162,7 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
                   "tensor FLOPs were not counted, so its FLOPs, FLOP/B and GFLOP/s are lower bounds; ~: FLOPs "
                   "partly estimated from the model (docs/roofline.md).")
     if extra.get("missing"):
-        console.print(f"missing: {extra['missing']}")
+        console.print(literal(f"missing: {extra['missing']}"))
 
 
 def _short_ns(ns) -> str:

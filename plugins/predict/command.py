@@ -17,6 +17,7 @@ from rich.table import Table
 from traceparse import __version__
 from traceparse.command import Command
 from traceparse.errors import InputError, bad_input
+from traceparse.text import literal
 from traceparse.trace import Trace
 from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import profile
@@ -155,7 +156,7 @@ class PredictCommand(Command):
         last = None
         for m in doc["layer_models"]:
             kind = m["layer_type"]
-            table.add_row(kind if kind != last else "", m["pass"], str(m["points"]), f"{m['b0_ns'] / 1e3:.2f}",
+            table.add_row(literal(kind if kind != last else ""), literal(m["pass"]), str(m["points"]), f"{m['b0_ns'] / 1e3:.2f}",
                           f"{m['b1_ns_per_op'] * 1e6:.4g}" + (" (∝)" if m["proportional"] else ""),
                           "-" if m["r2"] is None else f"{m['r2']:.3f}",
                           _pct(mape_types.get(kind)) if kind != last else "")
@@ -171,7 +172,7 @@ class PredictCommand(Command):
         for name, m in doc["networks"].items():
             h = m["host"]
             d = m["device_per_step"]
-            table.add_row(name, " ".join(f"{b:g}" for b in m["batches"]),
+            table.add_row(literal(name), " ".join(f"{b:g}" for b in m["batches"]),
                           f"{_ms(h['median_ns'])} [{_ms(h['p25_ns'])}, {_ms(h['p75_ns'])}]", f"{m['kappa']:.2f}",
                           _pct(m["device_error_pct"]), _ms(d["d0_ns"]),
                           "-" if d["d1_ns_per_sample"] is None else f"{d['d1_ns_per_sample'] / 1e6:.4f}",
@@ -181,7 +182,7 @@ class PredictCommand(Command):
         for column in ("network", "batches", "a0 (ms)", "a1 (ms/sample)", "R²"):
             table.add_column(column, justify="left" if column == "network" else "right")
         for name, m in doc["end_to_end"].items():
-            table.add_row(name, " ".join(f"{b:g}" for b in m["batches"]), f"{m['a0_ns'] / 1e6:.3f}",
+            table.add_row(literal(name), " ".join(f"{b:g}" for b in m["batches"]), f"{m['a0_ns'] / 1e6:.3f}",
                           f"{m['a1_ns_per_sample'] / 1e6:.4f}", "-" if m["r2"] is None else f"{m['r2']:.4f}")
         console.print(table)
         if loto:
@@ -202,7 +203,7 @@ class PredictCommand(Command):
                           f"{_pct(m['layers'])}; measured step inside the interval: {extra['inside_interval']}")
         else:
             console.print(f"extrapolation: {extra.get('note', 'not possible')}")
-        console.print(f"wrote {out}")
+        console.print(literal(f"wrote {out}"))
 
     # -- run ----------------------------------------------------------------------
     def _run(self, args, session) -> int:
@@ -302,7 +303,7 @@ class PredictCommand(Command):
             return 0
         out = session.out
         title = f"predicted GPU time per step by layer type, {source}" + (f", batch {batch:g}" if batch else "")
-        t = Table(header_style="bold", title=title)
+        t = Table(header_style="bold", title=literal(title))
         for column in ("layer type", "calls", "ops", "predicted (ms)") + (("measured (ms)", "error") if measured else ()):
             t.add_column(column, justify="left" if column == "layer type" else "right")
         per_kind = table.group_by("layer_type").agg(pl.col("calls").sum(), pl.col("ops").sum())
@@ -311,19 +312,19 @@ class PredictCommand(Command):
             row = [kind, f"{info[kind]['calls']:g}", f"{info[kind]['ops']:.4g}", _ms(v["predicted_ns"])]
             if measured:
                 row += [_ms(v["measured_ns"]), _pct(model.ape(v["predicted_ns"], v["measured_ns"]))]
-            t.add_row(*row)
+            t.add_row(*map(literal, row))
         out.print(t)
         line = f"layers total (GPU time, layer models of every network): {_ms(total)} ms"
         if measured:
             line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
-        out.print(line)
+        out.print(literal(line))
         if extrapolation is not None:
             if extrapolation["outside"]:  # the warning on stderr says it; this line keeps it beside the figures
-                out.print(f"EXTRAPOLATING: batch {batch:g} is outside the fitted range of {network or 'the model'} "
-                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})")
+                out.print(literal(f"EXTRAPOLATING: batch {batch:g} is outside the fitted range of {network or 'the model'} "
+                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})"))
             else:
-                out.print(f"batch {batch:g} is inside the fitted range of {network} "
-                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})")
+                out.print(literal(f"batch {batch:g} is inside the fitted range of {network} "
+                          f"({extrapolation['fitted_min']:g}–{extrapolation['fitted_max']:g})"))
         if step is not None:
             how = "replay of this trace's timeline" if sample is not None else "max(H, D) + κ·min(H, D)"
             line = (f"step time ({network}, batch {batch:g}): {_ms(step['step_ns'])} ms, interval "
@@ -336,10 +337,10 @@ class PredictCommand(Command):
             if measured:
                 line += (f" (measured {_ms(measured['step_ns'])} ms, error "
                          f"{_pct(model.ape(step['step_ns'], measured['step_ns']))})")
-            out.print(line)
+            out.print(literal(line))
         else:
-            out.print(f"step time: no prediction (no step model for network {network!r} in the file; it has "
-                      f"{', '.join(networks) or 'none'}); pass --network NAME, or a trace")
+            out.print(literal(f"step time: no prediction (no step model for network {network!r} in the file; it has "
+                      f"{', '.join(networks) or 'none'}); pass --network NAME, or a trace"))
         return 0
 
     # -- table --------------------------------------------------------------------
@@ -447,7 +448,7 @@ def _prediction_table(title: str, result: dict) -> Table:
             f"{_ms(st['predicted_ns'])} [{_ms(st['low_ns'])}, {_ms(st['high_ns'])}]"
         device, host = r.get("device", {}), r.get("host", {})
         bound = r.get("bound")
-        table.add_row(r["network"], f"{r['batch']:g}",
+        table.add_row(literal(r["network"]), f"{r['batch']:g}",
                       "-" if "reference_batch" not in st else f"{st['reference_batch']:g}",
                       _ms(st["measured_ns"]), interval, _pct(st["ape_pct"]), _pct(r["affine"]["ape_pct"]),
                       _ms(device.get("measured_ns")), _ms(device.get("predicted_ns")),

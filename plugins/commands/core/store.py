@@ -20,7 +20,8 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
-from traceparse.report import fmt_ns, trace_summary, warning_count
+from traceparse.report import fmt_ns, tags_text, trace_summary, warning_count
+from traceparse.text import literal, markup_literal
 
 
 def parse_tags(values: list[str]) -> dict[str, str]:
@@ -140,34 +141,36 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("run", f"{run['id']}  {run.get('name') or ''}")
-    table.add_row("format", run.get("format") or "")
-    table.add_row("world size", f"{run.get('world_size')} ({len(run.get('ranks', {}))} ranks stored)")
+    table.add_row("run", literal(f"{run['id']}  {run.get('name') or ''}"))
+    table.add_row("format", literal(run.get("format") or ""))
+    table.add_row("world size", literal(f"{run.get('world_size')} ({len(run.get('ranks', {}))} ranks stored)"))
     if run.get("backend"):
-        table.add_row("backend", run["backend"])
+        table.add_row("backend", literal(run["backend"]))
     for group in run.get("process_groups") or []:
-        table.add_row("process group", f"{group.get('name')} {group.get('desc') or ''} size {group.get('size')}")
+        table.add_row("process group",
+                      literal(f"{group.get('name')} {group.get('desc') or ''} size {group.get('size')}"))
     table.add_row("events", f"{run.get('event_count', 0):,}")
     paths = [p for ps in (run.get("source_paths") or {}).values() for p in ps]
     if paths:
-        table.add_row("source", os.path.commonpath([str(Path(p).parent) for p in paths]))
+        table.add_row("source", literal(os.path.commonpath([str(Path(p).parent) for p in paths])))
     if run.get("tags"):
-        table.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(run["tags"].items())))
+        table.add_row("tags", tags_text(run["tags"]))
     ranks = Table(header_style="bold", box=None, padding=(0, 1))
     for column in ("rank", "trace", "events", "span", "source"):
         ranks.add_column(column)
     for rank in sorted(run.get("ranks", {}), key=int):
         meta = store.rank_meta(run["id"], rank)
-        ranks.add_row(rank, meta.id or "", f"{meta.event_count:,}" if meta.event_count is not None else "-",
-                      fmt_ns((meta.summary or {}).get("span_ns")), Path(meta.path).name if meta.path else "")
+        ranks.add_row(literal(rank), literal(meta.id or ""),
+                      f"{meta.event_count:,}" if meta.event_count is not None else "-",
+                      fmt_ns((meta.summary or {}).get("span_ns")), literal(Path(meta.path).name if meta.path else ""))
     table.add_row("ranks", ranks)
     if warnings or not run.get("warnings"):
         for w in run.get("warnings", []):
-            table.add_row("[yellow]warning[/yellow]", w)
+            table.add_row("[yellow]warning[/yellow]", literal(w))
     else:
         table.add_row("[yellow]warnings[/yellow]", warning_count(len(run["warnings"])))
     title = title or ("already in the store" if already_stored else "ingested")
-    return Panel(table, title=f"[bold]{title}[/bold]", expand=False)
+    return Panel(table, title=f"[bold]{markup_literal(title)}[/bold]", expand=False)
 
 
 class IngestCommand(Command):
@@ -236,13 +239,18 @@ class ListCommand(Command):
         self.add_common_options(parser, json=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
-        """A table of the stored traces and runs, or ``{"store", "traces", "runs"}`` with ``--json``."""
+        """A table of the stored traces and runs, or ``{"store", "traces", "runs", "damaged"}`` with ``--json``;
+        entries whose metadata cannot be read are listed as damaged, each with the ``rm`` that removes it."""
         metas = session.store.all_meta()
         runs = session.store.all_runs()
+        damaged = session.store.damaged()
         if args.json:
             self.print_json({"store": str(session.store.root), "traces": [meta_row(m) for m in metas],
-                             "runs": [run_row(r) for r in runs]})
+                             "runs": [run_row(r) for r in runs],
+                             "damaged": [{"id": d.id, "kind": d.kind, "path": str(d.path), "error": d.reason}
+                                         for d in damaged]})
             return 0
+        self._damaged(session, damaged)
         if runs:
             table = Table(header_style="bold", title="runs")
             for column in ("id", "name", "format", "world size", "ranks", "events", "tags"):
@@ -250,25 +258,33 @@ class ListCommand(Command):
                 table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "world size", "events"))
             for r in map(run_row, runs):
                 shown = ", ".join(map(str, r["ranks"][:8])) + (" ..." if len(r["ranks"]) > 8 else "")
-                table.add_row(r["id"], r["name"] or "", r["format"] or "", str(r["world_size"]), shown,
-                              f"{r['events']:,}" if r["events"] is not None else "-",
-                              " ".join(f"{k}={v}" for k, v in r["tags"].items()))
+                table.add_row(literal(r["id"]), literal(r["name"] or ""), literal(r["format"] or ""),
+                              literal(r["world_size"]), shown, f"{r['events']:,}" if r["events"] is not None else "-",
+                              literal(" ".join(f"{k}={v}" for k, v in r["tags"].items())))
             session.out.print(table)
             if not metas:
                 return 0
         if not metas:
-            session.out.print(f"The store {session.store.root} is empty.")
+            session.out.print(literal(f"The store {session.store.root} is empty."))
             return 0
         table = Table(header_style="bold")
         for column in ("id", "format", "events", "span", "tags", "path"):
             table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "events", "span"),
                              justify="right" if column in ("events", "span") else "left")
         for m in metas:
-            table.add_row(m.id, m.format or "", f"{m.event_count:,}" if m.event_count is not None else "-",
-                          fmt_ns((m.summary or {}).get("span_ns")), " ".join(f"{k}={v}" for k, v in m.tags.items()),
-                          m.path or "")
+            table.add_row(literal(m.id), literal(m.format or ""),
+                          f"{m.event_count:,}" if m.event_count is not None else "-",
+                          fmt_ns((m.summary or {}).get("span_ns")),
+                          literal(" ".join(f"{k}={v}" for k, v in m.tags.items())), literal(m.path or ""))
         session.out.print(table)
         return 0
+
+    @staticmethod
+    def _damaged(session, damaged: list) -> None:
+        """One line per damaged entry on stdout (it is part of what is stored), with how to remove it."""
+        for d in damaged:
+            session.out.print(literal(f"damaged {d.kind} {d.id}: {d.path} cannot be read ({d.reason}); "
+                                      f"`traceparse rm {d.id}` removes it"), style="yellow", soft_wrap=True)
 
 
 class ShowCommand(Command):
@@ -327,7 +343,7 @@ class RmCommand(Command):
                 session.store.remove(trace_id)
             removed.append(trace_id)
             if not args.json:
-                session.out.print(f"removed {trace_id}")
+                session.out.print(literal(f"removed {trace_id}"))
         if args.json:
             self.print_json({"removed": removed})
         return 0
@@ -367,7 +383,7 @@ class TagCommand(Command):
             self.print_json({"id": ref_id, "kind": kind, "tags": now})
         else:
             shown = " ".join(f"{k}={v}" for k, v in now.items()) or "(no tags)"
-            session.out.print(f"{kind} {ref_id}: {shown}")
+            session.out.print(literal(f"{kind} {ref_id}: {shown}"))
         return 0
 
 
@@ -396,5 +412,5 @@ class ExportCommand(Command):
         if args.json:
             self.print_json({"trace": trace.id, "to": args.to, "out": str(out), "events": trace.events.height})
         elif not args.quiet:
-            session.err.print(f"wrote {out} ({args.to}, {trace.events.height:,} events)")
+            session.err.print(literal(f"wrote {out} ({args.to}, {trace.events.height:,} events)"))
         return 0

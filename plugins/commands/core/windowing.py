@@ -20,6 +20,7 @@ from rich.table import Table
 
 from traceparse.errors import InputError
 from traceparse.report import fmt_ns
+from traceparse.text import literal
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +68,8 @@ class View:
             for x in w.get("windows", []):
                 per[x["trace"]] = per.get(x["trace"], 0) + x["end_ns"] - x["start_ns"]
             inside = sum(per.values()) / max(len(per), 1)
-            console.print(f"{w.get('label')}: {fmt_ns(inside)} analysed{' per rank' if len(per) > 1 else ''} "
-                          f"of {Path(_name(trace)).name}", highlight=False)
+            console.print(literal(f"{w.get('label')}: {fmt_ns(inside)} analysed{' per rank' if len(per) > 1 else ''} "
+                                  f"of {Path(_name(trace)).name}"), highlight=False)
         if self.steps:
             console.print(steps_table(self.steps, self.origins, self.source))
 
@@ -95,7 +96,7 @@ def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str
         cells = [str(r["step"]), fmt_ns(since), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
                  r["top_category"] or "-"]
         first = [str(r["rank"])] if ranks else [str(r["trace"])[:8]] if several else []
-        table.add_row(*first, *cells)
+        table.add_row(*map(literal, first), *map(literal, cells))
     return table
 
 

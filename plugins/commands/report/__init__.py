@@ -17,6 +17,7 @@ from traceparse.analysis import analyze, parse_settings
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
+from traceparse.text import literal, markup_literal
 
 from . import data
 
@@ -53,7 +54,7 @@ class ReportCommand(Command):
         for name in args.rule or []:
             session.registry.rule(name)
         trace = one_trace(session, args.traces, args.format)
-        status = (session.err.status(f"writing the report of {trace.id}")
+        status = (session.err.status(f"writing the report of {markup_literal(trace.id)}")
                   if session.err.is_terminal and not session.quiet else nullcontext())
         with status:
             text = build_report(trace, rules=args.rule, settings=settings, gpu=args.gpu, bins=args.bins,
@@ -63,7 +64,7 @@ class ReportCommand(Command):
             except OSError as e:
                 raise InputError(f"--html {args.html}: cannot write: {e.strerror or e}") from None
         if not session.quiet:
-            session.err.print(f"wrote {out}")
+            session.err.print(literal(f"wrote {out}"))
         return 0
 
 

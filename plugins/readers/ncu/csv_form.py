@@ -135,6 +135,10 @@ def _details(path: Path, header: list[str], body: list[tuple[list[str], int]], o
     ident = {col: index[h] for h, col in IDENTITY.items() if h in index}
     section, mname, munit, mvalue = (index[c] for c in DETAILS_COLUMNS)
     rule = {col: index[h] for h, col in RULE_HEADER.items() if h in index}
+    if rule and len(rule) < len(RULE_HEADER):  # the rule columns come together: one alone is a damaged header
+        missing = ", ".join(repr(h) for h in RULE_HEADER if h not in index)
+        raise bad_input(path, None, f"the details page has rule columns but not {missing}: a column the reader "
+                                    "needs is missing from the header")
     kernels: dict[str, dict] = {}
     metrics = {c: [] for c in METRIC_COLUMNS}
     rules = {c: [] for c in RULE_COLUMNS}

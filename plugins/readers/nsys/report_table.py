@@ -86,6 +86,11 @@ def build(section: Section, report: str) -> ReportTable:
             raise bad_input(path, section.header_line,
                             f"column {cell.strip()!r}: unknown unit {exc.args[0]!r} "
                             f"(expected ns/us/ms/s for times, B/KB/MB/GB/KiB/MiB/GiB for sizes)") from None
+    missing = [header for name, header in reports.REQUIRED.get(report, {}).items() if name not in data]
+    if missing:
+        raise bad_input(path, section.header_line,
+                        f"the {report} report has no {' or '.join(repr(m) for m in missing)} column "
+                        f"(its columns: {', '.join(c.strip() for c in section.header)}); traceparse needs it")
     table.frame = pl.DataFrame(data)
     return table
 

@@ -125,6 +125,19 @@ NSYS_ONLY = {"corr", "grid_x", "block_x", "regs", "ssmem", "src_kind", "stream",
              "total_time", "range", "style", "operation", "thread_name"}
 
 
+#: The columns each report must have (its events are built from them, events.py), as nsys heads them.
+REQUIRED = {
+    "cuda_gpu_trace": {"start": "Start", "duration": "Duration", "name": "Name"},
+    "cuda_api_trace": {"start": "Start", "duration": "Duration", "name": "Name"},
+    "cuda_gpu_kern_sum": {"name": "Name"},
+    "cuda_api_sum": {"name": "Name"},
+    "nvtx_sum": {"range": "Range"},
+    "cuda_gpu_mem_time_sum": {"operation": "Operation"},
+    "cuda_gpu_mem_size_sum": {"operation": "Operation"},
+    "cuda_gpu_sum": {"operation": "Operation"},
+}
+
+
 def field_of(base: str) -> str | None:
     """The canonical field for a header base name, or None for a column traceparse does not use."""
     return FIELDS.get(" ".join(base.lower().split()))

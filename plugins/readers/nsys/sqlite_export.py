@@ -41,7 +41,7 @@ import polars as pl
 
 from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
-from traceparse.sources import is_gzip
+from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
 
 from traceparse_plugins.readers.nsys import memops
@@ -79,6 +79,8 @@ def decompressed(path: Path, workdir: Path, options: ReadOptions) -> Path:
     try:
         with gzip.open(path, "rb") as src, open(target, "wb") as dst:
             shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+    except GZIP_DAMAGE as exc:
+        raise damaged_gzip(path, exc) from None
     except EOFError:
         raise bad_input(path, None, "the gzip stream ends early (cut short?); the SQLite export cannot be read "
                                     "from a partial file") from None

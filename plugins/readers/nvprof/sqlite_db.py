@@ -33,7 +33,7 @@ from typing import Iterator
 import polars as pl
 
 from traceparse.errors import InputError, bad_input
-from traceparse.sources import is_gzip
+from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device
 
 KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL")
@@ -74,7 +74,12 @@ def open_readonly(path: Path) -> Iterator[sqlite3.Connection]:
             try:
                 with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-            except (OSError, EOFError) as exc:
+            except GZIP_DAMAGE as exc:
+                raise damaged_gzip(path, exc) from None
+            except EOFError:
+                raise bad_input(path, None, "the gzip stream ends early (cut short?); the SQLite database cannot "
+                                            "be read from a partial file") from None
+            except OSError as exc:
                 raise bad_input(path, None, f"the gzip stream cannot be read ({exc})") from None
             target = tmp
         uri = target.resolve().as_uri() + "?mode=ro"

@@ -1,0 +1,90 @@
+"""Text from files, paths and the command line, shown literally on a terminal.
+
+A kernel name, a device name, a tag, a file name or a warning that quotes a
+record is data. Two things go wrong when data is handed to a terminal
+renderer as it is:
+
+- rich reads ``[...]`` as markup: TAU's ``launch [/home/x/a.cu:35]`` is a
+  closing tag (MarkupError), ``cfg=[fp16]`` loses ``[fp16]``;
+- control characters reach the terminal: ``ESC[2J`` clears it, an OSC
+  sequence sets its title, a carriage return hides what came before.
+
+Every renderer (tables, panels, rules, progress descriptions, warnings and
+errors on stderr) passes such text through this module: :func:`literal` for
+a rich renderable, :func:`markup_literal` where it is embedded in a markup
+string of our own, :func:`visible` for plain ``print``. JSON output is not
+passed through here: it stays exact. :class:`SafeConsole` is the consoles'
+last line: no control character of a text segment reaches the terminal,
+whatever a call site forgot.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.segment import Segment
+from rich.text import Text
+
+#: Characters never written as they are: C0 controls, DEL, C1 controls (``\x9b`` is a one-byte CSI), and the
+#: Unicode direction overrides and isolates that reorder what a terminal shows.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: The same, but line breaks and tabs are kept (rich lays those out itself; used on rendered segments).
+_CONTROL_IN_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _shown(match: re.Match) -> str:
+    char = match.group(0)
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(value: Any) -> str:
+    """``value`` as a string whose control characters are made visible: ESC is ``\\x1b``, a line break
+    ``\\n``, U+202E ``\\u202e``; everything else unchanged. What plain ``print`` and every renderer
+    show of text from a file, a path or the command line."""
+    s = value if isinstance(value, str) else str(value)
+    return CONTROL.sub(_shown, s) if CONTROL.search(s) else s
+
+
+def literal(value: Any, style: str = "") -> Text:
+    """``value`` as a rich :class:`~rich.text.Text` shown exactly as it is: never read as markup (``[/x]``
+    stays ``[/x]``), no emoji codes, control characters made visible (:func:`visible`)."""
+    return Text(visible(value), style=style)
+
+
+def markup_literal(value: Any) -> str:
+    """``value`` for a markup string of our own (a panel title ``f"[bold]{...}[/bold]"``): markup escaped and
+    control characters made visible, so that rich shows it literally."""
+    return escape(visible(value))
+
+
+def visible_segments(segments):
+    """Rendered segments with every control character of their text made visible (line breaks and tabs kept;
+    rich's own control segments, such as cursor moves, untouched)."""
+    for segment in segments:
+        text = segment.text
+        if not segment.control and text and _CONTROL_IN_LAYOUT.search(text):
+            yield Segment(_CONTROL_IN_LAYOUT.sub(_shown, text), segment.style, segment.control)
+        else:
+            yield segment
+
+
+class SafeConsole(Console):
+    """A rich console that writes no control character from data: each rendered text segment goes through
+    :func:`visible_segments`. Emoji codes (``:smile:``) are off: a name holding one is shown as written."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
+
+    def render(self, renderable, options=None):
+        """:meth:`rich.console.Console.render`, with control characters made visible."""
+        return visible_segments(super().render(renderable, options))
