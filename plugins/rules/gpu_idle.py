@@ -185,7 +185,9 @@ class GpuIdle(Rule):
             for r in per_stream.iter_rows(named=True)}
         if not total:
             return metrics, streams, ""
-        sentence = (f" Why the {per_stream.height} streams wait, by their gap time: "
+        who = ("the stream waits, by its" if per_stream.height == 1
+               else f"the {per_stream.height} streams wait, by their")
+        sentence = (f" Why {who} gap time: "
                     f"host wait {fmt_pct(shares['host_wait_pct'])} (nothing queued), kernel wait "
                     f"{fmt_pct(shares['kernel_wait_pct'])} (queued, gaps under "
                     f"{fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(shares['other_wait_pct'])}.")
