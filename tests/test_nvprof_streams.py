@@ -13,6 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from traceparse.figures import fmt_ns
+
 from helpers import FIXTURES, exact_int, run_cli
 from traceparse.ingest import read_paths
 
@@ -73,7 +75,7 @@ def test_printed_starts_overlap_on_one_stream_and_are_moved(store):
     assert events["duration_ns"].to_list() == [r["dur"] for r in rows]
     assert trace.meta.warnings == [
         f"{ROUNDED}: {len(moved)} GPU events started, as printed, before the previous one on their stream ended "
-        f"(nvprof prints Start with few digits); moved later by at most {max(moved) / 1000:.3f} us so that no two "
+        f"(nvprof prints Start with few digits); moved later by at most {fmt_ns(max(moved))} so that no two "
         "events of one stream overlap"]
 
     code, out, err = run_cli("analyze", str(ROUNDED), "--rule", "low-memcpy-overlap", "--json")

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from traceparse.figures import fmt_ns
+
 from helpers import FIXTURES, run_cli
 from traceparse.analysis import is_quiet, order_findings, select_findings
 from traceparse.rule import SEVERITIES, Finding
@@ -73,7 +75,7 @@ def test_json_findings_are_ordered_and_carry_impact(doc):
     d, _ = doc
     keys = [(-SEVERITIES.index(f["severity"]), (0, -f["impact_ns"]) if f["impact_ns"] is not None else (1, 0),
              f["rule"]) for f in d["findings"]]
-    assert keys == sorted(keys) and len(keys) == 12
+    assert keys == sorted(keys) and len(keys) == 13
     impact = {f["rule"]: f["impact_ns"] for f in d["findings"] if f["title"] != "Hotspots per thread"}
     m = {f["rule"]: f["metrics"] for f in d["findings"]}
     assert impact["gpu-idle"] == m["gpu-idle"]["idle_ns"] > 0
@@ -112,10 +114,10 @@ def test_screen_summary_first_then_the_worst_finding_and_quiet_rules_last(doc, m
     titles = [line for line in out.splitlines() if line.startswith("╭")]
     assert titles[0].startswith("╭─ summary") and titles[1].startswith("╭─ CRITICAL  gpu-idle: GPU idle")
     [summary] = d["summary"]
-    idle_ms = f"{summary['bottleneck']['impact_ns'] / 1e6:.3f} ms"
+    idle_ms = fmt_ns(summary['bottleneck']['impact_ns'])
     assert re.search(rf"│ bottleneck +gpu-idle: {idle_ms} at stake, CRITICAL GPU idle", out)
     assert re.search(rf"│ GPU busy +{summary['gpu_busy_pct']:.1f}% ", out)
-    assert re.search(rf"│ steps +2 \(ProfilerStep#N\), mean {summary['step_time_ns'] / 1e6:.3f} ms", out)
+    assert re.search(rf"│ steps +2 \(ProfilerStep#N\), mean {fmt_ns(summary['step_time_ns'])}", out)
     quiet = sorted({f["rule"] for f in d["findings"]
                     if f["severity"] == "info" and (f["impact_ns"] == 0 or (f["impact_ns"] is None and not f["items"])
                                                     or (f["impact_ns"] is not None

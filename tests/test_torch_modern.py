@@ -19,6 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from traceparse.figures import fmt_ns
+
 from helpers import FIXTURES, run_rule, us_to_ns
 from traceparse.ingest import read_paths
 
@@ -84,7 +86,10 @@ def test_two_gpus_in_one_process(samples_dir, name):
         got = devices[str(device)]
         assert {k: got[k] for k in figures} == figures, device
     assert finding.metrics["span_ns"] == sum(f["span_ns"] for f in expected.values())
-    assert "summed over 2 devices" in finding.message
+    spans = [f["span_ns"] for f in expected.values()]
+    idle = finding.metrics["idle_ns"]
+    assert finding.message.startswith(f"The 2 GPUs ran nothing for {finding.metrics['idle_pct']:.1f}% of their time")
+    assert f"({fmt_ns(idle / 2)} of {fmt_ns(sum(spans) / 2)} a GPU on average)" in finding.message
 
 
 def test_gpu_annotations_are_on_their_device(samples_dir):

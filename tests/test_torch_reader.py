@@ -34,7 +34,8 @@ def test_shared_samples_match_independent_parse(samples_dir):
 def test_fixture_traces_match_independent_parse(fixtures_dir):
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name != "manifest.json" and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
-    assert len(paths) == 29  # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures
+    # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace
+    assert len(paths) == 30
     for path in paths:
         check_against_independent(path)
 

@@ -17,6 +17,8 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
+
+from traceparse.figures import fmt_ns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -235,7 +237,7 @@ def test_bad_window_values_are_one_line_errors(store, fixtures_dir, option, expe
     with gzip.open(path, "rt") as fh:  # the span of the complete events (the profiler's own "Trace" span is no event)
         timed = [e for e in json.load(fh, parse_float=Decimal)["traceEvents"] if e.get("ph") == "X" and e["cat"] != "Trace"]
     span = max(us_to_ns(e["ts"]) + us_to_ns(e["dur"]) for e in timed) - min(us_to_ns(e["ts"]) for e in timed)
-    one_line_error(["analyze", str(path), *option], expected.format(path=path, span=f"{span / 1e6:.3f} ms"))
+    one_line_error(["analyze", str(path), *option], expected.format(path=path, span=fmt_ns(span)))
 
 
 def test_nsys_errors_name_what_the_capture_has(store, fixtures_dir):
