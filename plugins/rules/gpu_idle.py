@@ -160,7 +160,7 @@ class GpuIdle(Rule):
                                  "streams": streams},
                         items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES,
-                        tables={"devices": DEVICES, "streams": STREAMS}, impact_ns=round(idle_ns / n_dev))]
+                        tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {})}, impact_ns=round(idle_ns / n_dev))]
 
     def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int) -> tuple[dict, dict, str]:
         """Idle time split into host wait, kernel wait and other by the streams' gaps: metrics, the streams table
