@@ -25,6 +25,10 @@ graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
 one call replays a whole captured graph of kernels. Items: the names with the most time: ``name``, ``class``, ``calls``,
 ``time_ns``, ``share_pct``.
 
+On a run, names and classes are merged across the ranks
+(:func:`traceparse.measures.merge_ranks`): shares are of the run's total API
+time, and items gain ``ranks`` and ``rank_imbalance``.
+
 Severity: warning when a class's share reaches its ``<class>_warning_pct``
 and the class takes at least ``min_class_time_us`` (1 ms: ten launches
 taking 80 us in all are 100% of a tiny profile's API time and nothing at

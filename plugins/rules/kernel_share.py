@@ -9,6 +9,13 @@ kernel also gets a category from :data:`traceparse.expr.KERNEL_CATEGORIES`,
 the first pattern that matches its name (case-insensitive), and the
 finding's metrics give the time and share per category.
 
+On a run (one trace of every rank), names and categories are merged across
+the ranks (:func:`traceparse.measures.merge_ranks`): one row each, its
+calls and time summed over the ranks, so every share is of the run's total
+kernel time and the categories add up to 100; items and categories gain
+``ranks`` (how many ranks ran it) and items ``rank_imbalance`` (its most
+loaded rank's time over the mean of the ranks that ran it).
+
 Severity: warning when the top kernel's ``share_pct`` is at or above
 ``dominant_kernel_pct`` (101: off).
 """
