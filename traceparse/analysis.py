@@ -68,15 +68,16 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     (divided by the ranks, unless the rule gives it per rank already). A
     critical finding with less time at stake than ``critical_floor_pct`` of
     the trace's span is lowered to a warning, and says so: a percentage
-    alone (0.6% overlap of 38 us of copies) does not make a problem critical. ``settings`` are threshold overrides as returned by
-    :func:`parse_settings`.
+    alone (0.6% overlap of 38 us of copies) does not make a problem critical.
+    ``settings`` are threshold overrides as returned by :func:`parse_settings`.
     """
     from traceparse.run import trace_ranks
+    from traceparse.summary import trace_span
 
     reg = reg or default_registry()
     settings = settings or {}
     ranks = trace_ranks(trace)
-    span_ns = _span(trace)
+    span_ns = trace_span(trace.events)
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())
     findings: list[Finding] = []
     for rule in chosen:
@@ -96,12 +97,6 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
             _apply_floor(finding, span_ns, critical_floor_pct)
             findings.append(finding)
     return order_findings(findings)
-
-
-def _span(trace: Trace) -> int | None:
-    from traceparse.summary import trace_span
-
-    return trace_span(trace.events)
 
 
 def _apply_floor(finding: Finding, span_ns: int | None, floor_pct: float) -> None:

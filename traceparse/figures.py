@@ -25,11 +25,6 @@ def set_digits(n: int | None) -> None:
     _digits = DEFAULT_DIGITS if n is None else max(1, int(n))
 
 
-def digits() -> int:
-    """The significant figures in force."""
-    return _digits
-
-
 def decimals_for(peak: float, sig: int | None = None) -> int:
     """Decimals that give ``peak`` ``sig`` significant figures (0 for values of ``sig`` digits or more)."""
     sig = _digits if sig is None else sig

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.figures import decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
+from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.rule import SEVERITIES, Finding
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import Column
@@ -623,8 +623,6 @@ def middle_cut(s: str, width: int) -> str:
 
 NAME_WIDTH = 60
 
-#: Durations: a column's unit is the largest whose scale its largest value reaches.
-_NS_SCALES = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
 
 
 def _numbers(values: list[Any]) -> list[float]:
@@ -640,7 +638,7 @@ def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
     if unit in TEXT_UNITS or not nums:
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
-        name, scale = next(((n, s) for n, s in _NS_SCALES if peak >= s), ("ns", 1.0))
+        name, scale = next(((n, s) for n, s in NS_SCALES if peak >= s), ("ns", 1.0))
         digits = 0 if scale == 1.0 else decimals_for(peak / scale)
         return f"{label} ({name})", [_fmt_scaled(v, scale, digits) for v in values]
     if unit in ("bytes", "bytes_binary"):

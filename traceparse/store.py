@@ -79,13 +79,7 @@ class Store:
     def all_meta(self) -> list[TraceMeta]:
         """Metadata of every entry, oldest ingest first; an entry whose metadata cannot be read is left out
         (:meth:`damaged` lists it), so one damaged entry never stops the others."""
-        metas = []
-        for i in self.ids():
-            try:
-                metas.append(self.meta(i))
-            except DamagedEntry:
-                continue
-        return sorted(metas, key=lambda m: (m.ingested_at or "", m.id or ""))
+        return sorted(_readable(self.ids(), self.meta), key=lambda m: (m.ingested_at or "", m.id or ""))
 
     def damaged(self) -> list[DamagedEntry]:
         """The traces and runs whose metadata cannot be read (cut short, not JSON, not the layout), each with why
@@ -154,13 +148,7 @@ class Store:
     def all_runs(self) -> list[dict]:
         """Metadata of every run, oldest ingest first; a run whose metadata cannot be read is left out
         (:meth:`damaged` lists it)."""
-        runs = []
-        for i in self.run_ids():
-            try:
-                runs.append(self.run_meta(i))
-            except DamagedEntry:
-                continue
-        return sorted(runs, key=lambda r: (r.get("ingested_at") or "", r.get("id") or ""))
+        return sorted(_readable(self.run_ids(), self.run_meta), key=lambda r: (r.get("ingested_at") or "", r.get("id") or ""))
 
     def rank_dir(self, run_id: str, rank: int | str) -> Path:
         """The directory of one rank's partition: ``runs/<id>/rank=<N>``."""
@@ -415,6 +403,17 @@ class DamagedEntry(StoreError):
         self.kind, self.id, self.path, self.reason = kind, entry_id, path, reason
         super().__init__(f"{kind} {entry_id}: damaged in the store: {path} cannot be read ({reason}); "
                          f"`traceparse rm {entry_id}` removes it")
+
+
+def _readable(ids, read) -> list:
+    """``read(i)`` of every id whose metadata can be read; the damaged ones are left out (``Store.damaged``)."""
+    out = []
+    for i in ids:
+        try:
+            out.append(read(i))
+        except DamagedEntry:
+            continue
+    return out
 
 
 def _read_meta(path: Path, entry_id: str, build, kind: str = "trace"):

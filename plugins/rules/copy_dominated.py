@@ -30,6 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -69,11 +70,11 @@ class CopyDominated(Rule):
         if not copy_ns:
             message = "No copy with a known duration."
         else:
-            message = (f"Copies take {copy_ns / 1e6:.3f} ms of {gpu_ns / 1e6:.3f} ms of GPU time ({copy_pct:.1f}%; "
-                       f"host-device {host_pct:.1f}%), kernels {kernel_ns / 1e6:.3f} ms "
-                       f"({expr.pct(kernel_ns, gpu_ns) or 0:.1f}%). ")
+            message = (f"Copies take {fmt_ns(copy_ns)} of {fmt_ns(gpu_ns)} of GPU time ({fmt_pct(copy_pct)}; "
+                       f"host-device {fmt_pct(host_pct)}), kernels {fmt_ns(kernel_ns)} "
+                       f"({fmt_pct(expr.pct(kernel_ns, gpu_ns) or 0)}). ")
             message += ("The copy time comes from summary rows, so what kernels hid of it is unknown."
-                        if aggregated else f"{exposed / 1e6:.3f} ms of it runs while no kernel runs on its device.")
+                        if aggregated else f"{fmt_ns(exposed)} of it runs while no kernel runs on its device.")
         suggestion = ""
         if severity != "info":
             suggestion = ("Keep data on the GPU between steps, copy less (smaller dtypes, only what changed), and "
