@@ -25,6 +25,7 @@ collectives        collective instances per rank (device): arrival, end, bytes
 collective_waits   per instance and rank: wait for the last to arrive
 rank_time          per rank/device: compute, exposed comm, memcpy, idle time
 merge_ranks        a per-trace frame summed over a run's ranks (``ranks``, spread)
+dependency_graph   the dependency graph of a trace or run; ``critical_path.critical_paths`` walks it per step
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -62,3 +63,6 @@ MEASURES[launch_summary.name] = launch_summary
 __all__ += ["launch_summary", "gpu_time_parts"]
 from traceparse.measures.ranks import merge_ranks  # noqa: E402
 __all__ += ["merge_ranks"]
+from traceparse.measures.critical_path import dependency_graph  # noqa: E402
+MEASURES[dependency_graph.name] = dependency_graph
+__all__ += ["dependency_graph"]
