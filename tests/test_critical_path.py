@@ -336,3 +336,93 @@ def test_one_trace_and_the_json_envelope(tmp_path):
     assert all(d["length_ns"] <= d["step_ns"] for d in m["per_step"])
     assert sum(m["by_kind"].values()) == pytest.approx(m["length_ns"], abs=len(m["by_kind"]))
     assert m["ranks"] == {} and finding["impact_ns"] is None
+
+
+# -- stragglers: what the slow rank did (issue 24 item 4) --------------------------------------------------------
+HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+COMMUNICATION = ("gloo:", "c10d::", "nccl:", "ProfilerStep#")
+
+
+def raw_step_time_by_name(path: Path) -> tuple[dict[tuple[str, str], float], int]:
+    """{(kind, name): time per step} of one rank from its raw JSON, and its step time: host operators and
+    annotations by self time (duration − their direct children's on the thread, a stack sweep), GPU work by
+    duration, each counted when it starts inside a ProfilerStep# window."""
+    events = raw_events(path)
+    steps = sorted(raw_steps(path).values())
+    inside = lambda t: any(s <= t < e for s, e in steps)  # noqa: E731
+    out: dict[tuple[str, str], int] = {}
+    threads: dict = {}
+    for i, e in enumerate(events):
+        if e.get("cat") in HOST_CATS:
+            threads.setdefault((e["pid"], e["tid"]), []).append(i)
+        elif e.get("cat") in GPU_CATS and inside(us_to_ns(e["ts"])):
+            key = (GPU_CATS[e["cat"]], e["name"])
+            out[key] = out.get(key, 0) + us_to_ns(e["dur"])
+    for rows in threads.values():
+        rows.sort(key=lambda i: (us_to_ns(events[i]["ts"]), -us_to_ns(events[i]["dur"]), i))
+        own = {i: us_to_ns(events[i]["dur"]) for i in rows}
+        stack: list[int] = []
+        for i in rows:
+            s = us_to_ns(events[i]["ts"])
+            while stack and us_to_ns(events[stack[-1]]["ts"]) + us_to_ns(events[stack[-1]]["dur"]) <= s:
+                stack.pop()
+            if stack:
+                parent = stack[-1]
+                parent_end = us_to_ns(events[parent]["ts"]) + us_to_ns(events[parent]["dur"])
+                own[parent] -= min(s + us_to_ns(events[i]["dur"]), parent_end) - s
+            stack.append(i)
+        for i in rows:
+            e = events[i]
+            if e["cat"] in ("cpu_op", "user_annotation") and inside(us_to_ns(e["ts"])) \
+                    and not e["name"].startswith(COMMUNICATION):
+                key = ("op" if e["cat"] == "cpu_op" else "marker", e["name"])
+                out[key] = out.get(key, 0) + max(own[i], 0)
+    return {k: v / len(steps) for k, v in out.items()}, sum(e - s for s, e in steps)
+
+
+def oracle_excess(folder: Path, slow: int, floor_pct: float, top: int = 5) -> dict[str, list[dict]]:
+    import statistics
+
+    per_rank, step_time = {}, {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        per_rank[rank], step_time[rank] = raw_step_time_by_name(path)
+    floor = floor_pct / 100 * step_time[slow] / 3
+    rows = []
+    for key in set().union(*per_rank.values()):
+        mine, median = per_rank[slow].get(key, 0.0), statistics.median(per_rank[r].get(key, 0.0) for r in per_rank)
+        if mine > median and round(mine) - round(median) >= floor:
+            rows.append({"kind": key[0], "name": key[1], "slow_ns": round(mine), "median_ns": round(median),
+                         "excess_ns": round(mine) - round(median)})
+    rows.sort(key=lambda r: (-r["excess_ns"], r["kind"], r["name"]))
+    return {"slow_rank_host": [r for r in rows if r["kind"] in ("op", "marker")][:top],
+            "slow_rank_gpu": [r for r in rows if r["kind"] in GPU_CATS.values()][:top]}
+
+
+@needs_samples
+def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
+    trace = run_of(SLOW)
+    finding = run_rule(trace, "stragglers")
+    m = finding.metrics
+    want = oracle_excess(SLOW, 2, 1.0)
+    assert m["slow_rank_host"] == want["slow_rank_host"] and m["slow_rank_gpu"] == want["slow_rank_gpu"] == []
+    (sleep,) = m["slow_rank_host"]  # only the hook's sleep exceeds the median rank by 1% of a step
+    assert sleep["name"] == "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    assert sleep["excess_ns"] > 55_000_000
+    assert (f"Longer on rank 2 than on the median rank, per step: {sleep['name']} (host, "
+            f"{fmt_ns(sleep['slow_ns'])} a step against {fmt_ns(sleep['median_ns'])}).") in finding.message
+    assert "No kernel or copy takes" in finding.message
+    assert finding.suggestion.startswith(f"Start with {sleep['name']} on rank 2: ")
+    # with no floor, every name longer on rank 2 is a candidate: the five largest of each side, as the raw JSON says
+    everything = run_rule(trace, "stragglers", "stragglers.min_excess_pct=0").metrics
+    want = oracle_excess(SLOW, 2, 0.0)
+    assert everything["slow_rank_host"] == want["slow_rank_host"]
+    assert everything["slow_rank_gpu"] == want["slow_rank_gpu"] and len(want["slow_rank_gpu"]) == 5
+
+
+def test_stragglers_on_a_trimmed_run_says_it_cannot_compare_host_work():
+    finding = run_rule(run_of(MULTIRANK / "nccl2_slow_rank1"), "stragglers")
+    assert finding.metrics["straggler_rank"] == 1
+    assert "The trace of rank 1 has no operators (recorded or trimmed without them)" in finding.message
+    assert finding.metrics["slow_rank_host"] == []

@@ -45,6 +45,7 @@ CASES = [
     ("comm_overlap", {}), ("collectives", {}), ("collective_waits", {}), ("collective_waits", {"align_clocks": True}),
     ("rank_time", {}), ("grid_fill", {}), ("grid_fill", {"sm_count": 132, "short_ns": 5_000}),
     ("dependency_graph", {}), ("dependency_graph", {"min_wait_ns": 1_000, "max_wake_ns": 100_000}),
+    ("step_time_by_name", {}),
 ]
 
 

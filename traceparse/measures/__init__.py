@@ -15,6 +15,7 @@ copy_stats         copies, bytes, time per direction, memory kinds and size
 gpu_time_parts     GPU time by part: kernels, each copy direction, memset (a function on two measures)
 steps              ProfilerStep#N windows
 self_time          self (exclusive) time of nested host events per thread
+step_time_by_name  per trace: each name's time inside the steps (host self time, GPU durations)
 launches           GPU work with the host call that launched it (correlation)
 launch_summary     per trace: launch counts, sorted launch/delay times, top delays
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
@@ -66,3 +67,6 @@ __all__ += ["merge_ranks"]
 from traceparse.measures.critical_path import dependency_graph  # noqa: E402
 MEASURES[dependency_graph.name] = dependency_graph
 __all__ += ["dependency_graph"]
+from traceparse.measures.nesting import step_time_by_name  # noqa: E402
+MEASURES[step_time_by_name.name] = step_time_by_name
+__all__ += ["step_time_by_name"]
