@@ -113,9 +113,10 @@ class CriticalPath(Rule):
         others = dict(((a, b), int(c)) for a, b, c in segments.filter(pl.col("other")).group_by(key)
                       .agg(pl.col("duration_ns").sum()).iter_rows())
         details = []
+        per_path = segments.partition_by(key, as_dict=True) if segments.height else {}
         for p in paths.sort("step", "rank", nulls_last=True).iter_rows(named=True):
             k = (p["trace_id"], p["step"])
-            mine = segments.filter(pl.col("trace_id").eq_missing(p["trace_id"]) & pl.col("step").eq_missing(p["step"]))
+            mine = per_path.get(k, segments.clear())
             details.append({"step": p["step"], "rank": p["rank"], "step_ns": p["step_ns"],
                             "length_ns": p["length_ns"], "unexplained_ns": p["unexplained_ns"],
                             "wait_ns": waits.get(k, 0), "other_rank_ns": others.get(k, 0),

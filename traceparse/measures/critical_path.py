@@ -516,17 +516,23 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataF
     on_host = pl.col("tid").is_not_null()
     nodes = pl.concat([graph.select(trace_id="src_trace", node="src_node", t="src_ns", host=on_host),
                        graph.select(trace_id="dst_trace", node="dst_node", t="dst_ns", host=on_host)]
-                      ).unique(["trace_id", "node"], keep="first")
+                      ).unique(["trace_id", "node"], keep="first").sort("trace_id", "t", "host", "node")
+    # per trace, its nodes in order (time, then host before GPU, then node): the last one at or before a time is
+    # where a path ending then starts
+    by_trace = {}
+    for (trace,), rows in nodes.group_by("trace_id", maintain_order=True):
+        by_trace[trace] = (rows["t"].to_numpy(), rows["node"].to_list())
     paths, segments = [], []
     for w in windows.sort("trace_id", "step", nulls_last=False).iter_rows(named=True):
-        mine = nodes.filter(pl.col("trace_id").eq_missing(w["trace_id"]) & (pl.col("t") <= w["end_ns"]))
+        times, ids = by_trace.get(w["trace_id"], (np.array([], dtype=np.int64), []))
+        at = int(np.searchsorted(times, w["end_ns"], side="right")) - 1
         step_ns = w["end_ns"] - w["start_ns"]
         rank = w.get("rank")
-        if mine.height == 0:
+        if at < 0:
             paths.append((w["trace_id"], rank, w["step"], w["start_ns"], w["end_ns"], step_ns, 0, step_ns, 0))
             continue
-        last = mine.sort(["t", "host", "node"], descending=[True, True, True]).row(0, named=True)
-        key, t = (last["trace_id"], last["node"]), last["t"]
+        last = {"t": int(times[at])}
+        key, t = (w["trace_id"], ids[at]), last["t"]
         seen = set()
         walked = []
         while t > w["start_ns"] and key in into and key not in seen:
