@@ -518,7 +518,8 @@ MIN_TEXT_WIDTH = 16
 MIN_OTHER_TEXT_WIDTH = 8
 
 
-def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                  as_written: bool = False) -> list[Any]:
     """A table that fits ``width`` columns of screen without ever cutting a number.
 
     Each numeric column shows all its values in one unit (named in its
@@ -527,8 +528,9 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     :data:`MIN_TEXT_WIDTH` wide; short text columns get their width, then the
     long ones share what is left equally; a name longer than its cell is shortened
     from the middle and numbered, and a key below the table gives the full
-    names. When even that does not fit, the last declared columns (the least
-    important) are dropped and a note below the table names them.
+    names (shortened as kernel names are, or ``as_written``). When even that
+    does not fit, the last declared columns (the least important) are dropped
+    and a note below the table names them.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -603,7 +605,7 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         lines = Text()
         for full, n in key.items():
             lines.append(f"[{n}] ", style="dim")
-            lines.append(visible(short_name(full, width=10**6)) + ("\n" if n < len(key) else ""))
+            lines.append(visible(full if as_written else short_name(full, width=10**6)) + ("\n" if n < len(key) else ""))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
@@ -697,8 +699,11 @@ def _shortened(name: str) -> str:
     return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")
 
 
-def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                 as_written: bool = False) -> list[Any]:
     """A table of ``rows`` (dicts keyed by each column's key) that fits ``width`` screen columns without ever
     cutting a number: the renderables of :func:`_fitted_table` (the table, then the key to shortened names and a
-    note naming dropped columns), for commands that lay out their own tables the way findings are laid out."""
-    return _fitted_table(columns, rows, width, title)
+    note naming dropped columns), for commands that lay out their own tables the way findings are laid out.
+    ``as_written``: the key gives each shortened text whole, as written (``traceparse sql``), not as a kernel
+    name is shortened."""
+    return _fitted_table(columns, rows, width, title, as_written)

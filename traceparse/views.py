@@ -217,6 +217,15 @@ def _statements(query: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+#: polars' SQL table functions, which read any file: the polars engine refuses them (DuckDB limits its own to the
+#: store's directory).
+_TABLE_FUNCTIONS = re.compile(r"\bread_[a-z_]+\s*\(", re.IGNORECASE)
+
+
+def _without_strings(statement: str) -> str:
+    return re.sub(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"", "''", statement)
+
+
 def check_query(query: str) -> str:
     """``query`` if it is one read-only query; else a one-line :class:`SQLError` naming what was refused.
 
@@ -530,6 +539,10 @@ def run_query(query: str, selection: Selection, engine: str, *, normalize: bool 
             raise SQLError(f"duckdb: the result has two columns named {dup!r}: name each column once (AS ...)")
         result = pl.from_arrow(table)
     else:
+        function = _TABLE_FUNCTIONS.search(_without_strings(statement))
+        if function:
+            raise SQLError(f"polars: {function.group(0).rstrip('( ')}() refused: a query reads the store's views "
+                           "(docs/sql.md), not other files")
         try:
             context = pl.SQLContext(polars_views(selection, wanted), eager=False)
             result = context.execute(statement).collect(engine="streaming")
