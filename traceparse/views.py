@@ -463,8 +463,9 @@ def _findings(selection: Selection) -> pl.DataFrame:
                 found = pl.read_parquet(path)
             except (OSError, pl.exceptions.PolarsError):  # cut short: that analysis is not kept, the others are
                 continue
-            parts.append(found.with_columns(trace_id=pl.lit(trace_id, dtype=pl.String),
-                                            run_id=pl.lit(run_id, dtype=pl.String)).select(schema.names()))
+            found = found.with_columns(trace_id=pl.lit(trace_id, dtype=pl.String), run_id=pl.lit(run_id, dtype=pl.String))
+            parts.append(found.select(pl.col(c).cast(t) if c in found.columns else pl.lit(None, dtype=t).alias(c)
+                                      for c, t in schema.items()))  # a column an older analyze did not keep: null
     return pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(schema=schema)
 
 
@@ -519,10 +520,13 @@ def run_query(query: str, selection: Selection, engine: str, *, normalize: bool 
     if engine == "duckdb":
         import duckdb
 
-        if any(s.type.name != "SELECT" for s in duckdb.extract_statements(statement)):
-            kind = duckdb.extract_statements(statement)[0].type.name
-            raise SQLError(f"{kind} refused: only a query (SELECT or WITH ...) runs here; the store is read-only "
-                           "to SQL")
+        try:
+            kinds = [s.type.name for s in duckdb.extract_statements(statement)]
+        except duckdb.Error as exc:
+            raise SQLError(f"duckdb: {_message(exc)}") from None
+        if kinds != ["SELECT"]:
+            raise SQLError(f"{kinds[0] if kinds else 'the statement'} refused: only a query (SELECT or WITH ...) "
+                           "runs here; the store is read-only to SQL")
         try:
             con = _duckdb_connection(selection, wanted)
             try:

@@ -99,11 +99,11 @@ class AnalyzeCommand(Command):
         return 0
 
 
-def _keep(session, trace, found, window: str | None) -> None:
+def _keep(session, trace, found, scope: str | None) -> None:
     """Keep the trace's findings in the store beside it (the ``findings`` view of ``traceparse sql``); a store
     that cannot be written to costs a warning, never the analysis."""
     try:
-        session.store.save_findings(trace.id, findings_frame(found, window))
+        session.store.save_findings(trace.id, findings_frame(found, scope))
     except StoreError as exc:
         session.warn(f"findings not kept in the store: {exc}")
 
