@@ -283,13 +283,10 @@ def polars_views(selection: Selection, wanted: Iterable[str] = VIEWS) -> dict[st
     steps and findings views are built only when in ``wanted``, else empty."""
     wanted = set(wanted)
     scans = [_scan(files, run_id) for run_id, files in selection.event_files()]
-    if scans:
-        events = pl.concat(scans, how="vertical").select(_event_exprs())
-    else:
-        events = pl.LazyFrame(schema=EVENT_COLUMNS)
-    views = {"events": events}
-    for name, view in KIND_VIEWS.items():
-        views[name] = events.filter(pl.col("kind").is_in(list(view.kinds))).select(
+    raw = pl.concat(scans, how="vertical") if scans else pl.LazyFrame(schema={**DTYPES, "run_id": pl.String})
+    views = {"events": raw.select(_event_exprs())}
+    for name, view in KIND_VIEWS.items():  # the kind filter before the casts, so that it reaches the scan too
+        views[name] = raw.filter(pl.col("kind").is_in(list(view.kinds))).select(_event_exprs()).select(
             [_computed_polars(c) for c in view.columns])
     for name, frame in _small_views(selection, wanted).items():
         views[name] = frame.lazy()
