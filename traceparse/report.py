@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.console import Console, Group
@@ -10,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names  # noqa: F401 - re-exported
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.rule import SEVERITIES, Finding
 from traceparse.text import literal, markup_literal, visible
@@ -17,72 +17,6 @@ from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
-
-
-def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
-    """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
-
-    Steps, each taken only while the name is still longer than ``width``:
-    drop the return type and parameter list; replace template arguments
-    nested two deep with ``…``; drop casts such as ``(bool)1`` -> ``1``;
-    keep only the last component of the qualified name; replace all
-    template arguments with ``…``; cut.
-    """
-    if not name:
-        return ""
-    s = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
-    s = _drop_parameters(s)
-    steps = (
-        lambda x: _collapse_templates(x, keep_depth=1),
-        lambda x: re.sub(r"\((?:bool|int|unsigned int|unsigned long|long|\w+_t|\w+)\)(?=[-\w])", "", x),
-        _last_components,
-        lambda x: _collapse_templates(x, keep_depth=0),
-    )
-    for step in steps:
-        if len(s) <= width:
-            break
-        s = re.sub(r"\s+", " ", step(s))
-    return s if len(s) <= width or not cut else s[: width - 1] + "…"
-
-
-def _drop_parameters(s: str) -> str:
-    if not s.endswith(")"):
-        return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        if s[i] == ")":
-            depth += 1
-        elif s[i] == "(":
-            depth -= 1
-            if depth == 0:
-                head = s[:i].rstrip()
-                return head if head and head[-1] not in "<,(" else s
-    return s
-
-
-def _collapse_templates(s: str, keep_depth: int) -> str:
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == keep_depth + 1:
-                out.append("<…>")
-            elif depth <= keep_depth:
-                out.append(ch)
-            continue
-        if ch == ">":
-            depth -= 1
-            if depth < keep_depth:
-                out.append(ch)
-            continue
-        if depth <= keep_depth:
-            out.append(ch)
-    return "".join(out)
-
-
-def _last_components(s: str) -> str:
-    head, sep, rest = s.partition("<")
-    return head.split("::")[-1] + sep + rest
 
 
 def fmt_unit(unit: str, value: Any) -> str:
@@ -539,6 +473,12 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
     natural = [max([len(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
+        room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
+        if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
+            c = columns[name_idx]
+            headers[name_idx], cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)
+            natural[name_idx] = max([len(headers[name_idx])] + [len(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
         if i == name_idx:
@@ -588,37 +528,29 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             table.add_column(literal(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
         else:
             table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i], justify="right")
-    for r in range(len(rows)):
-        out = []
+    for r in range(len(rows)):  # the key numbers, in order of the rows
         for i in shown:
-            cell = cells[i][r]
-            if columns[i].unit in TEXT_UNITS and len(cell) > widths[i]:
-                full = str(rows[r].get(columns[i].key))
-                n = key.setdefault(full, len(key) + 1)
-                cell = middle_cut(cell, widths[i] - len(f" [{n}]")) + f" [{n}]"
-            out.append(cell)
-        table.add_row(*map(literal, out))
+            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
+                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
+    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
+        if columns[i].unit in TEXT_UNITS:
+            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
+            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
+            room = widths[i] - max((len(n) for n in numbers), default=0)
+            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
+                cells[i][r] = cut + number
+    for r in range(len(rows)):
+        table.add_row(*(literal(cells[i][r]) for i in shown))
     parts: list[Any] = [table]
     if key:
         lines = Text()
         for full, n in key.items():
             lines.append(f"[{n}] ", style="dim")
-            lines.append(visible(short_name(full, width=10**6)) + ("\n" if n < len(key) else ""))
+            lines.append(visible(key_entry(full, width - 4)) + ("\n" if n < len(key) else ""))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
     return parts
-
-
-def middle_cut(s: str, width: int) -> str:
-    """``s`` shortened to ``width`` characters by replacing its middle with ``…``."""
-    if len(s) <= width:
-        return s
-    if width <= 1:
-        return "…"[:max(width, 0)]
-    head = (width - 1 + 1) // 2
-    tail = width - 1 - head
-    return s[:head] + "…" + (s[-tail:] if tail else "")
 
 
 NAME_WIDTH = 60
@@ -629,12 +561,17 @@ def _numbers(values: list[Any]) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
-    """A column's header and cells: every number of the column in one unit, chosen from its values."""
+def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tuple[str, list[str]]:
+    """A column's header and cells: every number of the column in one unit, chosen from its values; names
+    shortened towards ``name_width`` (default :data:`NAME_WIDTH`), no two different ones alike."""
     label = column.label if column.label is not None else column.key
     nums = _numbers(values)
     peak = max((abs(v) for v in nums), default=0.0)
     unit = column.unit
+    if unit == "name":
+        names = [v if isinstance(v, str) else None for v in values]
+        shortened = iter(short_names([n for n in names if n is not None], name_width or NAME_WIDTH, compact=True))
+        return label, [visible(next(shortened)) if n is not None else _cell(column, v) for n, v in zip(names, values)]
     if unit in TEXT_UNITS or not nums:
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
@@ -686,15 +623,10 @@ def _plain(value: Any) -> str:
 def _cell(column: Column, value: Any) -> str:
     """A text cell: names lose their return type, parameters and deep template arguments."""
     if isinstance(value, str) and column.unit == "name":
-        return visible(_shortened(value))
+        return visible(short_name(value, NAME_WIDTH, cut=False).replace(", ", ","))
     if column.unit in TEXT_UNITS:
         return _plain(value)
     return fmt_unit(column.unit, value)
-
-
-def _shortened(name: str) -> str:
-    """A kernel name without return type and parameters, templates collapsed when long; never cut."""
-    return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")
 
 
 def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:

@@ -69,6 +69,25 @@ class Session:
 
         return bar
 
+    @contextmanager
+    def steps(self, description: str, total: int, unit: str):
+        """A bar counting ``total`` steps of one piece of work (rules of ``analyze``), for work that can take
+        seconds; yields ``advance(label)``, which names the step now under way. Nothing when quiet or piped."""
+        if self.quiet or not self.err.is_terminal:
+            yield lambda label=None: None
+            return
+        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                      TextColumn(unit), TextColumn("{task.fields[now]}", markup=False), TimeElapsedColumn(),
+                      console=self.err, transient=True) as progress:
+            task = progress.add_task(visible(description), total=total or None, now="")
+            started = [False]
+
+            def advance(label: str | None = None) -> None:
+                progress.update(task, advance=1 if started[0] else 0, now=visible(label or ""))
+                started[0] = True
+
+            yield advance
+
     def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,
                    scheduler: str | None = None) -> RunResult:

@@ -18,14 +18,13 @@ import html
 import io
 from pathlib import Path
 
-from rich import box
-from rich.table import Table
 
 from traceparse.catalog import gpu_for_trace
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fmt_ns, short_name
+from traceparse.report import fitted_table, fmt_ns, short_name
+from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
 
@@ -139,23 +138,12 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
                   f"{_f(total['achieved_gflops'])} GFLOP/s"
                   + (f", {total['bound']}-bound at {total['roof_pct']:.1f}% of the roof" if total.get("bound") else ""))
     shown = items if top <= 0 else items[:top]
-    headers = ("n", "time", "%", "GFLOP", "FLOP/B", "GFLOP/s", "bound", "roof%", "prec.")
-    cells = []
-    for i in shown:
-        share = 100.0 * (i["time_ns"] or 0) / time_total if time_total else None
-        cells.append((str(i.get("launches", i.get("calls", 1))), _short_ns(i["time_ns"]), _f(share, 1),
-                      _g(i["flops"], 1e9, digits=3), _f(i["arithmetic_intensity"]), _f(i["achieved_gflops"]),
-                      i.get("bound") or "-", _f(i["roof_pct"], 1), _precision_label(i)))
-    widths = [max([len(h)] + [len(row[n]) for row in cells]) for n, h in enumerate(headers)]
-    name_width = max(16, min(60, console.width - sum(widths) - 2 * len(widths) - 2))
-    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    table.add_column("kernel", width=name_width, no_wrap=True, overflow="ellipsis")
-    for header, width in zip(headers, widths):
-        table.add_column(header, justify="left" if header in ("bound", "prec.") else "right", no_wrap=True,
-                         min_width=width)
-    for i, row in zip(shown, cells):
-        table.add_row(literal(short_name(i["name"], name_width)), *map(literal, row))
-    console.print(table)
+    rows = [{"name": i["name"], "n": i.get("launches", i.get("calls", 1)), "time_ns": i["time_ns"],
+             "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
+             "ai": i["arithmetic_intensity"], "gflops": i["achieved_gflops"], "roof_pct": i["roof_pct"],
+             "prec": _precision_label(i), "bound": i.get("bound") or "-"} for i in shown]
+    for part in fitted_table(TABLE_COLUMNS, rows, console.width):
+        console.print(part)
     if len(items) > len(shown):
         console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")
     console.print("prec.: the precision of most of the row's FLOPs (TC: tensor cores); *: a tensor-core kernel whose "
@@ -165,14 +153,11 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
         console.print(literal(f"missing: {extra['missing']}"))
 
 
-def _short_ns(ns) -> str:
-    """A duration in 3 significant digits: 570us, 1.18ms."""
-    if ns is None:
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g}{unit}"
-    return f"{ns:.0f}ns"
+#: The terminal table's columns, the most important first (the last are dropped on a narrow screen).
+TABLE_COLUMNS = [Column("name", "kernel", "name"), Column("time_ns", "time", "ns"), Column("share", "%", "pct"),
+                 Column("prec", "prec.", "text"), Column("flops", "FLOPs", "flops"), Column("ai", "FLOP/B", "number"),
+                 Column("gflops", "GFLOP/s", "number"), Column("roof_pct", "roof%", "pct"),
+                 Column("bound", "bound", "text"), Column("n", "n", "count")]
 
 
 def _precision_label(item: dict) -> str:
