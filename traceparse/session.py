@@ -13,7 +13,7 @@ from traceparse.ingest import IngestResult, ingest
 from traceparse.run import RunResult, ingest_run, is_rank_directory
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
-from traceparse.text import SafeConsole, visible
+from traceparse.text import SafeConsole, one_line, visible
 from traceparse.trace import Trace
 
 
@@ -32,8 +32,6 @@ class Session:
     def warn(self, message: str) -> None:
         """Print a warning on stderr (always, even with --quiet: warnings matter), once per command: the same
         warning given again (a trace named twice, a reader's warning seen again) is not repeated."""
-        from traceparse.cli import one_line
-
         line = one_line(message)
         if line in self._warned:
             return
