@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console, Group
@@ -58,6 +59,18 @@ def fmt_bytes_binary(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
     return f"{n:.0f} B"
+
+
+def shown_path(path: str | None) -> str:
+    """A stored trace's path for the screen: relative to the working directory when it lies under it (as the
+    user typed it, most often), else whole. JSON keeps the whole path."""
+    if not path:
+        return ""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if relative.startswith("..") or os.path.isabs(relative) else relative
 
 
 def trace_label(meta: TraceMeta) -> str:
@@ -178,11 +191,12 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     by_trace: dict[Any, list[Finding]] = {}
     for finding in ranked:
         by_trace.setdefault(finding.trace, []).append(finding)
+    silent = 0  # findings with nothing to say: not counted as findings, named at the end of their trace
     for trace in dict.fromkeys([*summaries, *by_trace]):  # the traces in the order given, findings or none
         meta = traces.get(trace)
         run = ((meta.extra or {}).get("run") or {}) if meta else {}
         where = (f"run {run['name']} ({len(run.get('ranks') or {})} ranks)" if meta and meta.format == "run"
-                 and run.get("name") else (meta.path if meta else None))
+                 and run.get("name") else (shown_path(meta.path) if meta else None))
         console.rule(f"[bold]{markup_literal(trace)}  {markup_literal(where)}[/bold]" if where
                      else f"[bold]{markup_literal(trace)}[/bold]")
         summary = summaries.get(trace)
@@ -190,7 +204,9 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
         if summary is not None:
             console.print(summary_panel(summary, own))
         span = summary.get("span_ns") if summary else None
-        quiet = [] if full else [f for f in own if is_quiet(f, span)]
+        nothing = [f for f in own if is_quiet(f, span)]
+        silent += len(nothing)
+        quiet = [] if full else nothing
         shown = [f for f in own if f not in quiet]
         repeats = repeated_tables(shown)
         for finding in shown:
@@ -202,7 +218,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     if len(summaries) > 1:
         console.print(summary_table(list(summaries.values()), traces, console.width))
     if findings:
-        console.print(_tally(findings))
+        console.print(Text.from_markup(_tally(findings, silent)))
 
 
 def _rows(finding: Finding) -> frozenset:
@@ -267,7 +283,11 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
                                             + (" of kernel time" if split and len(split["parts"]) > 1 else "")))
     if findings:
-        grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
+        from traceparse.analysis import is_quiet
+
+        span = summary.get("span_ns")
+        silent = sum(1 for f in findings if is_quiet(f, span))
+        grid.add_row("findings", Text.from_markup(_tally(list(findings), silent).partition(": ")[2]))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
 
 
@@ -312,12 +332,19 @@ def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
     return trace_id
 
 
-def _tally(findings: list[Finding]) -> str:
+def _tally(findings: list[Finding], silent: int = 0) -> str:
+    """"2 findings: 1 critical, 1 warning; 11 rules with nothing to report" (markup): the ``silent`` findings
+    with nothing to say (all info, :func:`traceparse.analysis.is_quiet`) are not counted as findings."""
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in reversed(SEVERITIES)}
+    counts["info"] -= silent
+    said = len(findings) - silent
     label = {"warning": "warnings"}  # "2 critical", "2 info", but "2 warnings"
     parts = [f"[{SEVERITY_STYLE[sev]}]{n} {label.get(sev, sev) if n != 1 else sev}[/{SEVERITY_STYLE[sev]}]"
              for sev, n in counts.items() if n]
-    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
+    text = f"{said} finding{'s' if said != 1 else ''}: " + (", ".join(parts) or "none")
+    if silent:
+        text += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
+    return text
 
 
 def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None,

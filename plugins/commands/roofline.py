@@ -23,7 +23,7 @@ from traceparse.catalog import gpu_for_trace
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, fmt_ns, short_name
+from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
@@ -124,7 +124,7 @@ def roof_lines(result: dict) -> list[tuple[str, float, float]]:
 def print_text(console, trace, spec, how, result, top: int, model_note: str | None) -> None:
     """The roofline as text: the roofs, the total, and a table of the rows sorted by time."""
     total, extra, items = result["total"], result["extra"], result["items"]
-    console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(trace.meta.path or '')}")
+    console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(shown_path(trace.meta.path))}")
     if spec:
         roofs = "; ".join(f"{p} {peak:,.0f} GFLOP/s (ridge {ridge:.3g} FLOP/B)" for p, peak, ridge in roof_lines(result))
         console.print(literal(f"GPU: {how}. Roofs: DRAM {spec.get('dram_gbps', '?')} GB/s; {roofs}"))
