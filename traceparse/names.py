@@ -286,6 +286,9 @@ def _cut_at_difference(text: str, others: list[str], width: int) -> str:
     if len(text) <= width or width < 8:
         return middle_cut(text, width)
     differs = max(_common_prefix(text, o) for o in others)
+    word = max(text.rfind(sep, 0, differs + 1) for sep in SEPARATORS) + 1  # the word in which it differs
+    if 0 < word and len(text) - word + 1 <= width:  # a path's file name, a name's last words: "…alexnet_bs128.json"
+        return "…" + text[word:]
     head = max(width // 3, 4)
     start = max(head, differs - 6)
     if start <= head:
@@ -295,6 +298,10 @@ def _cut_at_difference(text: str, others: list[str], width: int) -> str:
     if start + room < len(text):
         middle = middle[:-1] + "…"
     return text[:head] + "…" + middle
+
+
+#: Where a word of a name or path ends, for :func:`cut_apart`.
+SEPARATORS = "/\\:._<>, "
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from rich.console import Console, Group
@@ -95,15 +96,19 @@ def warning_count(n: int) -> str:
 
 
 def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None,
-                  warnings: bool = True) -> Panel:
+                  warnings: bool = True, width: int | None = None) -> Panel:
     """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings; titled ``title``,
     else "ingested" or "already in the store". ``warnings`` false (``ingest``, which printed them on stderr as
-    it read): the panel gives their number instead of saying them a second time."""
+    it read): the panel gives their number instead of saying them a second time. Source paths longer than
+    ``width`` allows are cut where they do not tell the files apart (a capture's reports keep their kinds)."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row("id", literal(meta.id or ""))
-    table.add_row("source", Text("\n").join(map(literal, meta.source_paths)))
+    sources = [shown_path(p) for p in meta.source_paths]
+    if width:
+        sources = cut_apart(sources, max(width - 17, 20))  # the panel's border and first column
+    table.add_row("source", Text("\n").join(map(literal, sources)))
     table.add_row("format", literal(" / ".join(x for x in (meta.format, meta.variant) if x)))
     if meta.tool or meta.tool_version:
         table.add_row("tool", literal(" ".join(x for x in (meta.tool, meta.tool_version) if x)))
@@ -307,19 +312,28 @@ def steps_text(summary: dict) -> str:
 
 
 #: The columns of the table of traces that ends a report of several.
-SUMMARY_COLUMNS = [Column("trace", "trace", "text"), Column("span_ns", "span", "ns"), Column("steps", "steps", "count"),
-                   Column("step_time_ns", "step time", "ns"), Column("gpu_busy_pct", "GPU busy", "pct"),
-                   Column("bottleneck", "bottleneck", "text"), Column("impact_ns", "at stake", "ns")]
+SUMMARY_COLUMNS = [Column("trace", "trace", "text"), Column("step_time_ns", "step time", "ns"),
+                   Column("gpu_busy_pct", "GPU busy", "pct"), Column("bottleneck", "bottleneck", "id"),
+                   Column("impact_ns", "at stake", "ns"), Column("span_ns", "span", "ns"),
+                   Column("steps", "steps", "count")]  # the most important first: the last are dropped first
 
 
 def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: int = 80) -> Group:
-    """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake."""
+    """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake; in natural order of
+    their names (bs4, bs8, bs16, not bs16, bs4, bs8 as a shell's glob gives them)."""
     rows = []
     for s in summaries:
         rows.append({**s, "trace": _trace_name(traces.get(s["trace"]), s["trace"])})
         worst = s.get("bottleneck") or {}
         rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
+    rows.sort(key=lambda r: natural_key(r["trace"]))
     return Group(Text("summary of the traces", style="bold"), *_fitted_table(SUMMARY_COLUMNS, rows, width))
+
+
+def natural_key(text: str) -> tuple:
+    """A sort key that orders the numbers inside names by value: ``bs4 < bs8 < bs16``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+                 for part in re.split(r"(\d+)", text) if part)
 
 
 def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
@@ -554,7 +568,8 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         if c.unit in TEXT_UNITS:
             table.add_column(literal(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
         else:
-            table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i], justify="right")
+            table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i],
+                             justify="left" if c.unit == "id" else "right")
     for r in range(len(rows)):  # the key numbers, in order of the rows
         for i in shown:
             if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
