@@ -61,3 +61,29 @@ def test_the_ingest_panel_keeps_a_captures_report_kinds_apart(store, tmp_path, m
     for f in files:  # each report's kind is readable on its line
         kind = f.name.removeprefix("resnet18_bs8_").removesuffix(".csv")
         assert sum(line.endswith(f"_{kind}.csv") for line in lines) == 1, (kind, lines)
+
+
+def test_html_plots_need_only_plotly(store, tmp_path, monkeypatch):
+    """``--out x.html`` of compare and roofline draw with plotly (the ``html`` extra) without matplotlib."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    sweep = [str(FIXTURES / "torch_sweep2" / f"alexnet_bs{b}.json.gz") for b in (4, 8, 16)]
+    ids = []
+    for path, batch in zip(sweep, (4, 8, 16)):
+        code, out, err = run_cli("--store", str(store), "ingest", path, "--tag", f"batch={batch}", "--json")
+        assert code == 0, err
+        ids.append(__import__("json").loads(out)["traces"][0]["id"])
+    page = tmp_path / "compare.html"
+    code, _, err = run_cli("--store", str(store), "compare", *ids, "--by", "batch", "--out", str(page), "-q")
+    assert code == 0, err
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "plotly" in text and text.count("alexnet_bs") >= 3
+    page = tmp_path / "roofline.html"
+    code, _, err = run_cli("--store", str(store), "roofline", str(FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"),
+                           "--out", str(page), "-q")
+    assert code == 0, err
+    text = page.read_text()
+    assert "plotly" in text and "Roofline of" in text and "<td>sm90_xmma_wgrad" in text
+    code, _, err = run_cli("--store", str(store), "compare", *ids, "--out", str(tmp_path / "p.png"))
+    assert code == 2 and "matplotlib" in err

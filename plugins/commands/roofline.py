@@ -23,6 +23,7 @@ from traceparse.catalog import gpu_for_trace
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
+from traceparse.names import short_names
 from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
@@ -61,7 +62,8 @@ class RooflineCommand(Command):
         if out is not None:
             if out.suffix.lower() not in CHART_SUFFIXES:
                 raise InputError(f"--out {args.out}: expected a .png, .svg or .html file name")
-            require_matplotlib()
+            if not (out.suffix.lower() == ".html" and _plotly() is not None):
+                require_matplotlib()
         model_gflops, model_note = _model_gflops(args)
         trace = (session.resolve(args.trace, fmt=args.format) if args.trace else session.resolve_all([]))[0]
         spec, how = gpu_for_trace(trace, args.gpu)
@@ -76,7 +78,7 @@ class RooflineCommand(Command):
         else:
             print_text(session.out, trace, spec, how, result, args.top, model_note)
         if out is not None:
-            write_chart(out, trace, spec, result)
+            write_chart(out, trace, spec, result, gpu=args.gpu)
             if not args.quiet:
                 session.err.print(literal(f"wrote {out}"))
         return 0
@@ -187,8 +189,32 @@ def _g(value, scale: float, unit: str = "", digits: int = 4) -> str:
 
 
 # -- chart ----------------------------------------------------------------------
-def write_chart(out: Path, trace, spec, result) -> None:
-    """Write the log-log roofline chart as PNG, SVG or HTML (SVG inside a page with the table)."""
+def _plotly():
+    """plotly's graph_objects when the ``html`` extra is installed, else None."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return None
+    return go
+
+
+def write_chart(out: Path, trace, spec, result, gpu: str | None = None) -> None:
+    """Write the log-log roofline chart as PNG, SVG or HTML: the HTML page draws it with plotly (the ``html``
+    extra, interactive) where installed, else holds matplotlib's SVG; the table follows the chart."""
+    go = _plotly() if out.suffix.lower() == ".html" else None
+    if go is not None:
+        import plotly.io as pio
+
+        from traceparse_plugins.commands.report import charts, data  # the report page's roofline chart
+
+        roof = data.roofline_points(trace, gpu)
+        body = (pio.to_html(charts.roofline_chart(go, roof).figure, include_plotlyjs=True, full_html=False)
+                if roof else "<p>no kernel has both FLOPs and DRAM bytes: nothing to plot</p>")
+        try:
+            out.write_text(_html_page(trace, spec, result, body, svg=False), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write the chart ({exc.strerror or exc})") from None
+        return
     matplotlib = require_matplotlib()
     figure = draw_chart(matplotlib, trace, spec, result)
     suffix = out.suffix.lower()
@@ -286,10 +312,11 @@ def draw_chart(matplotlib, trace, spec, result):
     return fig
 
 
-def _html_page(trace, spec, result, svg: str) -> str:
+def _html_page(trace, spec, result, chart: str, svg: bool = True) -> str:
+    """The roofline page: its title, the chart (an SVG, or plotly's <div> when ``svg`` is false) and the table."""
     rows = []
-    for i in result["items"]:
-        cells = [short_name(i["name"], 70), i.get("launches", 1), fmt_ns(i["time_ns"]), _g(i["flops"], 1e9),
+    for i, name in zip(result["items"], short_names([i["name"] for i in result["items"]], 70)):
+        cells = [name, i.get("launches", 1), fmt_ns(i["time_ns"]), _g(i["flops"], 1e9),
                  _g(i["dram_bytes"], 1e9, digits=3), _f(i["arithmetic_intensity"]), _f(i["achieved_gflops"]),
                  i.get("bound") or "-", _f(i["roof_pct"], 1), i.get("precision") or "-",
                  "lower bound" if i.get("flops_lower_bound") else ""]
@@ -297,11 +324,12 @@ def _html_page(trace, spec, result, svg: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("kernel", "n", "time", "GFLOP", "GB", "FLOP/B", "GFLOP/s", "bound",
                                               "roof %", "precision", "note"))
     title = html.escape(f"Roofline of {trace.id} on {spec['name'] if spec else 'unknown GPU'}")
-    svg_body = svg[svg.find("<svg"):] if "<svg" in svg else svg
+    if svg:  # matplotlib's file, from its <svg> element on; else plotly's <div> as it is
+        chart = chart[chart.find("<svg"):] if "<svg" in chart else chart
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title><style>"
             "body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;font-size:13px}"
             "td,th{border-bottom:1px solid #ddd;padding:2px 8px;text-align:right} td:first-child{text-align:left}"
-            f"</style></head><body><h1>{title}</h1>\n{svg_body}\n<table><tr>{head}</tr>{''.join(rows)}</table>"
+            f"</style></head><body><h1>{title}</h1>\n{chart}\n<table><tr>{head}</tr>{''.join(rows)}</table>"
             "</body></html>\n")
 
 
