@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import polars as pl
 
@@ -63,7 +63,8 @@ CRITICAL_FLOOR_PCT = 1.0
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,
             gpu: str | None = None, reg: Registry | None = None,
-            critical_floor_pct: float = CRITICAL_FLOOR_PCT) -> list[Finding]:
+            critical_floor_pct: float = CRITICAL_FLOOR_PCT,
+            on_rule: Callable[[str], None] | None = None) -> list[Finding]:
     """Run rules on a trace and return their findings.
 
     ``rules`` names the rules to run; by default every rule that applies to
@@ -73,6 +74,7 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     the trace's span is lowered to a warning, and says so: a percentage
     alone (0.6% overlap of 38 us of copies) does not make a problem critical.
     ``settings`` are threshold overrides as returned by :func:`parse_settings`.
+    ``on_rule`` is told each rule's name as it starts (a progress bar).
     """
     from traceparse.run import trace_ranks
     from traceparse.summary import trace_span
@@ -84,6 +86,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())
     findings: list[Finding] = []
     for rule in chosen:
+        if on_rule is not None:
+            on_rule(rule.name)
         if not rule.applies_to(trace):
             if rules:
                 findings.append(Finding(

@@ -21,7 +21,7 @@ from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, pa
 from traceparse.command import Command
 from traceparse.errors import StoreError
 from traceparse.figures import set_digits
-from traceparse.report import TABLE_ROWS, render_findings
+from traceparse.report import TABLE_ROWS, render_findings, trace_label
 from traceparse.rule import SEVERITIES, severity_rank
 from traceparse.summary import summarize
 from traceparse_plugins.commands.core import windowing
@@ -75,10 +75,13 @@ class AnalyzeCommand(Command):
             for trace in traces:
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
-                with on_cluster:
+                rules = args.rule or list(session.registry.rules)
+                with on_cluster, session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
+                                               "rules") as advance:
                     found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry,
-                                    critical_floor_pct=args.critical_floor)
+                                    critical_floor_pct=args.critical_floor, on_rule=advance)
                     findings.extend(found)
+                    advance("summary")
                     summaries[trace.id] = summarize(trace, found)
                 _keep(session, trace, found, view.label)
         worst = worst_severity(findings)  # --fail-on judges every finding, whatever is shown
