@@ -46,6 +46,7 @@ CASES = [
     ("rank_time", {}), ("grid_fill", {}), ("grid_fill", {"sm_count": 132, "short_ns": 5_000}),
     ("dependency_graph", {}), ("dependency_graph", {"min_wait_ns": 1_000, "max_wake_ns": 100_000}),
     ("step_time_by_name", {}),
+    ("gap_activity", {}), ("gap_activity", {"kernel_wait_ns": 5_000}),
 ]
 
 

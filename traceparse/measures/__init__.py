@@ -19,6 +19,7 @@ step_time_by_name  per trace: each name's time inside the steps (host self time,
 launches           GPU work with the host call that launched it (correlation)
 launch_summary     per trace: launch counts, sorted launch/delay times, top delays
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
+gap_activity       per trace: host-wait gap time by what the launching thread was doing
 memory_samples     the allocator's allocated/reserved totals over time
 memory_peaks       per device: peak allocated and reserved, and when
 comm_overlap       per rank/device: communication-kernel time overlapped by compute
@@ -70,3 +71,6 @@ __all__ += ["dependency_graph"]
 from traceparse.measures.nesting import step_time_by_name  # noqa: E402
 MEASURES[step_time_by_name.name] = step_time_by_name
 __all__ += ["step_time_by_name"]
+from traceparse.measures.gap_activity import gap_activity  # noqa: E402
+MEASURES[gap_activity.name] = gap_activity
+__all__ += ["gap_activity"]

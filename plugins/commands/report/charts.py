@@ -12,7 +12,8 @@ import html
 import math
 from dataclasses import dataclass
 
-from traceparse.report import fmt_ns, short_name
+from traceparse.names import cut_apart, short_name, short_names
+from traceparse.report import fmt_ns
 
 from . import data
 
@@ -110,12 +111,13 @@ def categories_chart(go, cats: list[dict]) -> Chart:
 
 def names_chart(go, names: dict) -> Chart:
     """The kernels with the most time, one bar each, longest on top (the rest are named in the note)."""
-    rows = [(short_name(n["name"], LABEL_WIDTH), short_name(n["name"], HOVER_WIDTH), n["time_ns"], n["calls"])
-            for n in names["names"]]
-    labels, seen = [], {}
-    for label, *_ in rows:  # equal short labels would share a bar: number the repeats
-        seen[label] = seen.get(label, 0) + 1
-        labels.append(esc(label if seen[label] == 1 else f"{label} ({seen[label]})"))
+    full = [n["name"] for n in names["names"]]
+    short = cut_apart(short_names(full, LABEL_WIDTH, compact=True), LABEL_WIDTH)  # equal labels would share a bar
+    rows = [(label, short_name(n["name"], HOVER_WIDTH), n["time_ns"], n["calls"])
+            for label, n in zip(short, names["names"])]
+    labels = [esc(label) for label, *_ in rows]
+    if len(set(labels)) < len(set(full)):  # cut alike after all: number them
+        labels = [f"{label} ({i})" for i, label in enumerate(labels, 1)]
     total = names["total_ns"] or 1
     fig = go.Figure(go.Bar(
         y=labels[::-1], x=[r[2] / 1e6 for r in rows][::-1], orientation="h", marker_color=PALETTE[0],

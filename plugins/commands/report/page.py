@@ -16,7 +16,8 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
-from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit, short_name
+from traceparse.names import cut_apart, short_names
+from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit
 from traceparse.rule import Finding
 from traceparse.verdict import Column
 
@@ -130,14 +131,15 @@ def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[st
     """
     label = column.label or column.key
     if column.unit in ("name", "text"):
+        names = [v for v in values if column.unit == "name" and isinstance(v, str)]
+        shortened = iter(cut_apart(short_names(names, NAME_WIDTH), NAME_WIDTH))
         cells = []
         for v in values:
-            text = plain(v)
             if column.unit == "name" and isinstance(v, str):
-                short = short_name(v, NAME_WIDTH)
+                short = next(shortened)
                 cells.append((short, v if short != v else None))
             else:
-                cells.append((text, None))
+                cells.append((plain(v), None))
         return label, cells, False
     numbers = [float(v) for v in values if _is_number(v)]
     if column.unit in _SCALES and numbers:
