@@ -426,3 +426,24 @@ def test_stragglers_on_a_trimmed_run_says_it_cannot_compare_host_work():
     assert finding.metrics["straggler_rank"] == 1
     assert "The trace of rank 1 has no operators (recorded or trimmed without them)" in finding.message
     assert finding.metrics["slow_rank_host"] == []
+
+
+# -- replay: the same graph run forwards -------------------------------------------------------------------------
+def test_replay_with_the_measured_weights_gives_back_every_measured_time():
+    from traceparse.measures.critical_path import replay
+
+    runs = [MULTIRANK / "nccl2_slow_rank1"] + ([SLOW] if SLOW.exists() else [])
+    for events in [table(*STEP)] + [run_of(folder).events for folder in runs]:
+        placed = replay(dependency_graph(events))
+        assert placed.height > 0 and (placed["replayed_ns"] == placed["measured_ns"]).all()
+
+
+def test_replay_of_a_shorter_kernel_shortens_the_sync_and_the_step():
+    from traceparse.measures.critical_path import replay
+
+    graph = dependency_graph(table(*STEP))
+    half = pl.when(pl.col("segment") == "kernel").then(pl.col("weight_ns") // 2).otherwise(pl.col("weight_ns"))
+    at = dict(((t, n), r) for t, n, _, r in replay(graph, half).iter_rows())
+    # K starts at 25 and now runs 77 ns; the sync (its own time weighs nothing: it only ever waited) ends its
+    # 20 ns wake-up after K, and the step 10 ns after the sync: 25 + 77 + 20 + 10
+    assert at[("t", 11)] == 102 and at[("t", 9)] == 122 and at[("t", 1)] == 132
