@@ -101,7 +101,8 @@ def test_predict_fit_shows_each_held_out_trace_with_its_measured_step(fit):
     steps = {(n, b): _host_step_ns(TORCH / f"{n}_bs{b}.json.gz") / 1e6 for n, b in SWEEP}
     peak = max(steps.values())
     for (network, batch), ms in steps.items():
-        row = re.search(rf"^ {network} {batch} +│ +([\d.,]+) │ +([\d.,]+) │ +\[([\d.,]+), ([\d.,]+)\] │", part, re.M)
+        row = re.search(rf"^ {network} {batch} +│ +([\d.,]+) │ +([\d.,]+) │ +\[([\d.,]+), ([\d.,]+)\] │",
+                        part, re.M)
         assert row, (network, batch, part)
         assert row.group(1) == _shown(ms, peak)
         low, predicted, high = (float(row.group(i).replace(",", "")) for i in (3, 2, 4))
@@ -166,6 +167,7 @@ def test_list_and_ingest_at_80_columns(sweep, tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(TORCH / "multirank" / "gloo4_slow_rank2"))
     assert code == 0, err
     assert_fits_80(out)
-    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz"))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest",
+                             str(FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz"))
     assert code == 0, err
     assert_fits_80(out)

@@ -175,7 +175,8 @@ class PredictCommand(Command):
             device.append({"network": name, "d0": d["d0_ns"], "d1": d["d1_ns_per_sample"],
                            "error": m["device_error_pct"],
                            "crossover": "never" if m["crossover_batch"] is None else m["crossover_batch"]})
-        _print_table(console, HOST_COLUMNS, host, "step models: host time H, overlap κ; step = max(H, D) + κ·min(H, D)")
+        _print_table(console, HOST_COLUMNS, host,
+                     "step models: host time H, overlap κ; step = max(H, D) + κ·min(H, D)")
         _print_table(console, DEVICE_COLUMNS, device, "step models: device time per step D = D0 + D1 × batch")
         rows = [{"network": name, "batches": _batches(m["batches"]), "a0": m["a0_ns"], "a1": m["a1_ns_per_sample"],
                  "r2": m["r2"]} for name, m in doc["end_to_end"].items()]
