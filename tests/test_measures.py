@@ -44,6 +44,7 @@ CASES = [
     ("stream_idle", {}), ("stream_idle", {"kernel_wait_ns": 5_000}), ("memory_samples", {}), ("memory_peaks", {}),
     ("comm_overlap", {}), ("collectives", {}), ("collective_waits", {}), ("collective_waits", {"align_clocks": True}),
     ("rank_time", {}), ("grid_fill", {}), ("grid_fill", {"sm_count": 132, "short_ns": 5_000}),
+    ("gap_activity", {}), ("gap_activity", {"kernel_wait_ns": 5_000}),
 ]
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from typing import Any, Callable, Iterable
+
+import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry as default_registry
@@ -172,3 +175,24 @@ def worst_severity(findings: Iterable[Finding]) -> str | None:
     from traceparse.rule import SEVERITIES
 
     return SEVERITIES[max(ranks)] if ranks else None
+
+
+#: The columns of a stored analysis (:meth:`traceparse.store.Store.save_findings`, the ``findings`` SQL view).
+FINDINGS_SCHEMA = pl.Schema({"rule": pl.String, "severity": pl.String, "title": pl.String, "message": pl.String,
+                             "suggestion": pl.String, "impact_ns": pl.Int64, "metrics": pl.String,
+                             "items": pl.String, "scope": pl.String, "analyzed_at": pl.String})
+
+
+def findings_frame(findings: Iterable[Finding], scope: str | None = None) -> pl.DataFrame:
+    """Findings as one row each (:data:`FINDINGS_SCHEMA`), to keep beside their trace in the store.
+
+    ``metrics`` and ``items`` are the JSON text ``analyze --json`` prints for them; ``scope`` names the part
+    of the trace analysed (``step 3``, the window's label), null for the whole trace; ``analyzed_at`` is now, in
+    UTC.
+    """
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rows = [{"rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
+             "suggestion": f.suggestion, "impact_ns": f.impact_ns,
+             "metrics": json.dumps(f.metrics, default=str), "items": json.dumps(f.items, default=str),
+             "scope": scope, "analyzed_at": now} for f in findings]
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA, strict=False)

@@ -493,7 +493,8 @@ MIN_TEXT_WIDTH = 16
 MIN_OTHER_TEXT_WIDTH = 8
 
 
-def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                  as_written: bool = False) -> list[Any]:
     """A table that fits ``width`` columns of screen without ever cutting a number.
 
     Each numeric column shows all its values in one unit (named in its
@@ -502,10 +503,10 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     :data:`MIN_TEXT_WIDTH` wide; short text columns get their width, then the
     long ones share what is left equally; a name longer than its cell is shortened
     from the middle and numbered, and a key below the table gives the full
-    names. When even that does not fit, the last declared columns (the least
-    important) are dropped and a note below the table names them. A label
-    may take two lines (``"host\\nmedian"``): its column is as wide as its
-    longest line.
+    names (shortened as kernel names are, or ``as_written``). When even that
+    does not fit, the last declared columns (the least important) are dropped
+    and a note below the table names them. A label may take two lines
+    (``"host\\nmedian"``): its column is as wide as its longest line.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -592,7 +593,8 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         lines.add_column(overflow="fold")
         room = width - len(f"[{len(key)}]") - 1
         for full, n in key.items():
-            lines.add_row(f"[{n}]", literal(key_entry(full, room)))
+            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
+            lines.add_row(f"[{n}]", literal(entry))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
@@ -700,8 +702,11 @@ def _cell(column: Column, value: Any) -> str:
     return fmt_unit(column.unit, value)
 
 
-def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                 as_written: bool = False) -> list[Any]:
     """A table of ``rows`` (dicts keyed by each column's key) that fits ``width`` screen columns without ever
     cutting a number: the renderables of :func:`_fitted_table` (the table, then the key to shortened names and a
-    note naming dropped columns), for commands that lay out their own tables the way findings are laid out."""
-    return _fitted_table(columns, rows, width, title)
+    note naming dropped columns), for commands that lay out their own tables the way findings are laid out.
+    ``as_written``: the key gives each shortened text as written (``traceparse sql``: not demangled, nothing
+    dropped; at most three lines, cut in the middle beyond), not as a kernel name is shown."""
+    return _fitted_table(columns, rows, width, title, as_written)

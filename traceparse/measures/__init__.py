@@ -18,6 +18,7 @@ self_time          self (exclusive) time of nested host events per thread
 launches           GPU work with the host call that launched it (correlation)
 launch_summary     per trace: launch counts, sorted launch/delay times, top delays
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
+gap_activity       per trace: host-wait gap time by what the launching thread was doing
 memory_samples     the allocator's allocated/reserved totals over time
 memory_peaks       per device: peak allocated and reserved, and when
 comm_overlap       per rank/device: communication-kernel time overlapped by compute
@@ -62,3 +63,6 @@ MEASURES[launch_summary.name] = launch_summary
 __all__ += ["launch_summary", "gpu_time_parts"]
 from traceparse.measures.ranks import merge_ranks  # noqa: E402
 __all__ += ["merge_ranks"]
+from traceparse.measures.gap_activity import gap_activity  # noqa: E402
+MEASURES[gap_activity.name] = gap_activity
+__all__ += ["gap_activity"]

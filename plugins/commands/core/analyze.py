@@ -6,7 +6,9 @@ run-level figure, and rules with device tables name each rank's devices
 (``rank 2:0``). The run's events stay in the store and are read rank by rank
 (``lazy=True``), so memory does not grow with the ranks. ``--scheduler``
 computes the measures' per-rank steps on a Dask cluster
-(:mod:`traceparse.distributed`); the findings are the same.
+(:mod:`traceparse.distributed`); the findings are the same. The findings of
+each stored trace or run are kept beside it (``findings.parquet``, replaced by
+the next analysis): ``traceparse sql`` reads them as the ``findings`` view.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 from contextlib import ExitStack, nullcontext
 
-from traceparse.analysis import CRITICAL_FLOOR_PCT, analyze, parse_settings, select_findings, worst_severity
+from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, parse_settings, select_findings,
+                                 worst_severity)
 from traceparse.command import Command
+from traceparse.errors import StoreError
 from traceparse.figures import set_digits
 from traceparse.report import TABLE_ROWS, render_findings, trace_label
 from traceparse.rule import SEVERITIES, severity_rank
@@ -79,6 +83,7 @@ class AnalyzeCommand(Command):
                     findings.extend(found)
                     advance("summary")
                     summaries[trace.id] = summarize(trace, found)
+                _keep(session, trace, found, view.label)
         worst = worst_severity(findings)  # --fail-on judges every finding, whatever is shown
         findings = select_findings(findings, args.min_severity, args.top)
         if args.json:
@@ -95,6 +100,15 @@ class AnalyzeCommand(Command):
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0
+
+
+def _keep(session, trace, found, scope: str | None) -> None:
+    """Keep the trace's findings in the store beside it (the ``findings`` view of ``traceparse sql``); a store
+    that cannot be written to costs a warning, never the analysis."""
+    try:
+        session.store.save_findings(trace.id, findings_frame(found, scope))
+    except StoreError as exc:
+        session.warn(f"findings not kept in the store: {exc}")
 
 
 def _positive(text: str) -> int:
