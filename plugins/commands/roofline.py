@@ -43,7 +43,10 @@ class RooflineCommand(Command):
     help = "roofline of a trace: arithmetic intensity and GFLOP/s per kernel against the GPU's roofs"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        self.add_common_options(parser, traces="?", json=True, fmt=True)
+        self.add_common_options(parser, traces="*", json=True, fmt=True,
+                                trace_help="a store id (or prefix) or a path; several paths only when they are one "
+                                           "capture (an nvprof GPU trace log and the metrics log of the same "
+                                           "program; default: the last ingested trace)")
         self.add_gpu_options(parser)
         parser.add_argument("--out", metavar="FILE", help="write the chart: .png, .svg or .html (needs matplotlib, "
                                                           "the plot extra)")
@@ -66,7 +69,11 @@ class RooflineCommand(Command):
             if not (out.suffix.lower() == ".html" and _plotly() is not None):
                 require_matplotlib()
         model_gflops, model_note = _model_gflops(args)
-        trace = (session.resolve(args.trace, fmt=args.format) if args.trace else session.resolve_all([]))[0]
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)
+        if len(traces) != 1:
+            raise InputError(f"roofline takes one trace; these {len(args.traces)} arguments make {len(traces)} "
+                             "traces: give one, or the files of one capture")
+        trace = traces[0]
         choice = gpu_choice(args)
         spec, how = gpu_for_trace(trace, choice)
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
