@@ -87,3 +87,17 @@ def test_html_plots_need_only_plotly(store, tmp_path, monkeypatch):
     assert "plotly" in text and "Roofline of" in text and "<td>sm90_xmma_wgrad" in text
     code, _, err = run_cli("--store", str(store), "compare", *ids, "--out", str(tmp_path / "p.png"))
     assert code == 2 and "matplotlib" in err
+
+
+def test_rules_verbose_speaks_to_the_user(store, monkeypatch):
+    """``rules -v`` renders the rules' definitions: no internal wording (the study the project began from, its
+    fixtures and issues), no internal module or measure names, only what a user can see or look up."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli("rules", "-v")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    for pattern in (r"\bseed", r"\bfixtures?\b", r"\bissue \d", r"\btraceparse\.\w", r"\bmeasure [`\w]",
+                    r":(data|func|mod|class):", r"\btests?/"):
+        found = re.findall(rf".{{0,60}}{pattern}.{{0,40}}", flat, re.I)
+        assert not found, (pattern, found)
+    assert "graph_launch (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch)" in flat  # the API classes, in words

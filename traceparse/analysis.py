@@ -62,7 +62,7 @@ CRITICAL_FLOOR_PCT = 1.0
 
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,
-            gpu: str | None = None, reg: Registry | None = None,
+            gpu: Any = None, reg: Registry | None = None,
             critical_floor_pct: float = CRITICAL_FLOOR_PCT,
             on_rule: Callable[[str], None] | None = None) -> list[Finding]:
     """Run rules on a trace and return their findings.

@@ -505,7 +505,8 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     from the middle and numbered, and a key below the table gives the full
     names (shortened as kernel names are, or ``as_written``). When even that
     does not fit, the last declared columns (the least important) are dropped
-    and a note below the table names them.
+    and a note below the table names them. A label may take two lines
+    (``"host\\nmedian"``): its column is as wide as its longest line.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -515,19 +516,19 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     cells = [f[1] for f in formatted]
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
-    natural = [max([len(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    natural = [max([_header_width(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
     if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
         room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
         if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
             c = columns[name_idx]
             headers[name_idx], cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)
-            natural[name_idx] = max([len(headers[name_idx])] + [len(x) for x in cells[name_idx]])
+            natural[name_idx] = max([_header_width(headers[name_idx])] + [len(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
         if i == name_idx:
-            minimum.append(min(natural[i], max(MIN_TEXT_WIDTH, len(headers[i]))))
+            minimum.append(min(natural[i], max(MIN_TEXT_WIDTH, _header_width(headers[i]))))
         elif c.unit in TEXT_UNITS:
-            minimum.append(min(natural[i], max(MIN_OTHER_TEXT_WIDTH, len(headers[i]))))
+            minimum.append(min(natural[i], max(MIN_OTHER_TEXT_WIDTH, _header_width(headers[i]))))
         else:
             minimum.append(natural[i])
     shown = list(range(len(columns)))
@@ -542,7 +543,7 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         if not candidates:
             break
         shown.remove(candidates[-1])
-    dropped = [columns[i].label or columns[i].key for i in range(len(columns)) if i not in shown]
+    dropped = [(columns[i].label or columns[i].key).replace("\n", " ") for i in range(len(columns)) if i not in shown]
     # text columns share the width the figures leave: short ones whole first, then the long ones (the name
     # column and any other long names, e.g. the kernels before and after a gap) in equal shares
     widths = {i: minimum[i] for i in shown}
@@ -568,9 +569,9 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     for i in shown:
         c = columns[i]
         if c.unit in TEXT_UNITS:
-            table.add_column(literal(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
+            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
         else:
-            table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i],
+            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
                              justify="left" if c.unit == "id" else "right")
     for r in range(len(rows)):  # the key numbers, in order of the rows
         for i in shown:
@@ -586,12 +587,14 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     for r in range(len(rows)):
         table.add_row(*(literal(cells[i][r]) for i in shown))
     parts: list[Any] = [table]
-    if key:
-        lines = Text()
+    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
+        lines = Table.grid(padding=(0, 1))
+        lines.add_column(style="dim", no_wrap=True)
+        lines.add_column(overflow="fold")
+        room = width - len(f"[{len(key)}]") - 1
         for full, n in key.items():
-            lines.append(f"[{n}] ", style="dim")
-            entry = middle_cut(full, max((width - 4) * 3 - 4, 8)) if as_written else key_entry(full, width - 4)
-            lines.append(visible(entry) + ("\n" if n < len(key) else ""))
+            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
+            lines.add_row(f"[{n}]", literal(entry))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
@@ -601,9 +604,31 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
 NAME_WIDTH = 60
 
 
+def _header(header: str) -> Text:
+    """A column's header on screen: each of its lines shown literally."""
+    return Text("\n").join(literal(line) for line in header.split("\n"))
+
+
+def _header_width(header: str) -> int:
+    """A header's width on screen: its longest line (a label may be written on two lines, ``"host\\nmedian"``,
+    so that a narrow column of figures keeps a long header)."""
+    return max(len(line) for line in header.split("\n"))
+
 
 def _numbers(values: list[Any]) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    """The numbers of a column's values, both ends of an interval included (what its unit is chosen from)."""
+    out = []
+    for v in values:
+        out.extend(float(x) for x in (_interval(v) or (v,)) if _is_number(x))
+    return out
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    """``value`` as an interval (low, high) when it is a pair of numbers (a tuple or list), else None: a cell
+    that shows a range, ``[6.20, 7.75]``, in its column's unit."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_number(x) for x in value):
+        return value[0], value[1]
+    return None
 
 
 def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tuple[str, list[str]]:
@@ -639,9 +664,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
     if unit == "count" or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
-            return label, [f"{int(v):,}" if _is_number(v) else _plain(v) for v in values]
-    digits = decimals_for(peak)
-    return label, [f"{float(v):,.{digits}f}" if _is_number(v) else _plain(v) for v in values]
+            return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
+    return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]
 
 
 def _is_number(v: Any) -> bool:
@@ -649,6 +673,10 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt_scaled(v: Any, scale: float, digits: int) -> str:
+    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals."""
+    pair = _interval(v)
+    if pair is not None:
+        return "[" + ", ".join(_fmt_scaled(x, scale, digits) for x in pair) + "]"
     if not _is_number(v):
         return _plain(v)
     return f"{float(v) / scale:,.{digits}f}"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 
 from traceparse.catalog import gpu_for_trace
+from traceparse.command import gpu_choice
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
@@ -42,8 +43,11 @@ class RooflineCommand(Command):
     help = "roofline of a trace: arithmetic intensity and GFLOP/s per kernel against the GPU's roofs"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        self.add_common_options(parser, traces="?", json=True, fmt=True)
-        parser.add_argument("--gpu", metavar="NAME", help="GPU whose roofs to use, overriding the trace's device")
+        self.add_common_options(parser, traces="*", json=True, fmt=True,
+                                trace_help="a store id (or prefix) or a path; several paths only when they are one "
+                                           "capture (an nvprof GPU trace log and the metrics log of the same "
+                                           "program; default: the last ingested trace)")
+        self.add_gpu_options(parser)
         parser.add_argument("--out", metavar="FILE", help="write the chart: .png, .svg or .html (needs matplotlib, "
                                                           "the plot extra)")
         parser.add_argument("--group", choices=("name", "launch"), default="name",
@@ -65,8 +69,13 @@ class RooflineCommand(Command):
             if not (out.suffix.lower() == ".html" and _plotly() is not None):
                 require_matplotlib()
         model_gflops, model_note = _model_gflops(args)
-        trace = (session.resolve(args.trace, fmt=args.format) if args.trace else session.resolve_all([]))[0]
-        spec, how = gpu_for_trace(trace, args.gpu)
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)
+        if len(traces) != 1:
+            raise InputError(f"roofline takes one trace; these {len(args.traces)} arguments make {len(traces)} "
+                             "traces: give one, or the files of one capture")
+        trace = traces[0]
+        choice = gpu_choice(args)
+        spec, how = gpu_for_trace(trace, choice)
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
@@ -78,7 +87,7 @@ class RooflineCommand(Command):
         else:
             print_text(session.out, trace, spec, how, result, args.top, model_note)
         if out is not None:
-            write_chart(out, trace, spec, result, gpu=args.gpu)
+            write_chart(out, trace, spec, result, gpu=choice)
             if not args.quiet:
                 session.err.print(literal(f"wrote {out}"))
         return 0
@@ -198,7 +207,7 @@ def _plotly():
     return go
 
 
-def write_chart(out: Path, trace, spec, result, gpu: str | None = None) -> None:
+def write_chart(out: Path, trace, spec, result, gpu=None) -> None:
     """Write the log-log roofline chart as PNG, SVG or HTML: the HTML page draws it with plotly (the ``html``
     extra, interactive) where installed, else holds matplotlib's SVG; the table follows the chart."""
     go = _plotly() if out.suffix.lower() == ".html" else None

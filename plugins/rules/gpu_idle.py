@@ -32,8 +32,8 @@ Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 (500 ms, Nsight Systems' ``gpu_gaps``), however small the idle share of a
 long trace.
 
-The finding also says why each stream waits (HTA's idle time breakdown,
-measure :data:`traceparse.measures.stream_idle`). Per stream (device,
+The finding also says why each stream waits (HTA's idle time breakdown).
+Per stream (device,
 stream), its timed GPU activities in order of start; a gap is the time from
 the latest end of the activities before one to its start. The gap is host
 wait when that activity's launch call (linked by correlation id; a graph
@@ -53,8 +53,7 @@ idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
 first; the screen shows the worst few and one row for the rest). The breakdown does
 not change the severity; it picks the suggestion (host wait or other).
 
-What the host did while the GPU waited for it (measure
-:data:`traceparse.measures.gap_activity`): each moment of a host-wait gap
+What the host did while the GPU waited for it: each moment of a host-wait gap
 goes to the innermost host row (op, annotation, runtime call, region) running
 then on the thread that launched the activity ending the gap, or to
 "(nothing recorded on the launching thread)", or, when the activity has no

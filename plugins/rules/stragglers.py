@@ -1,6 +1,6 @@
 """Rule ``stragglers``: which rank arrives last at the collectives, and what its lateness costs the others.
 
-Definition. Collective instances come from :data:`traceparse.measures.collective_waits`: on each rank the
+Definition. Collective instances: on each rank the
 arrival at a collective is the start of its host-side call (``record_param_comms`` with a sequence number,
 else the ``c10d::*`` operator, else ``record_param_comms``, else a host annotation such as
 ``gloo:all_reduce``), or of its communication kernel where only GPU events exist; an instance is matched

@@ -18,7 +18,7 @@ from contextlib import ExitStack, nullcontext
 
 from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, parse_settings, select_findings,
                                  worst_severity)
-from traceparse.command import Command
+from traceparse.command import Command, gpu_choice
 from traceparse.errors import StoreError
 from traceparse.figures import set_digits
 from traceparse.report import TABLE_ROWS, render_findings, trace_label
@@ -38,7 +38,7 @@ class AnalyzeCommand(Command):
         parser.add_argument("--set", action="append", metavar="RULE.PARAM=VALUE", help="override a rule threshold")
         parser.add_argument("--fail-on", choices=SEVERITIES,
                             help="exit 1 if a finding at or above this severity exists")
-        parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+        self.add_gpu_options(parser)
         parser.add_argument("--min-severity", choices=SEVERITIES, help="show only findings at or above this severity")
         parser.add_argument("--top", type=_positive, metavar="N", help="show the N worst findings of each trace")
         parser.add_argument("--all", action="store_true", help="show findings with nothing to report in full")
@@ -78,7 +78,7 @@ class AnalyzeCommand(Command):
                 rules = args.rule or list(session.registry.rules)
                 with on_cluster, session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
                                                "rules") as advance:
-                    found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry,
+                    found = analyze(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), reg=session.registry,
                                     critical_floor_pct=args.critical_floor, on_rule=advance)
                     findings.extend(found)
                     advance("summary")
