@@ -11,6 +11,8 @@ column needs at most one line there:
 - a column with a range in :data:`~traceparse.schema.RANGES` must lie in it
   (durations, counts and bytes are never negative);
 - ``start_ns + duration_ns`` must fit Int64 (an end time never wraps);
+- a number a measure reads from a name (:data:`~traceparse.schema.NAME_NUMBERS`: the step number of
+  ``ProfilerStep#N``) must fit Int64;
 - the running total of each additive column (:data:`~traceparse.schema.ADDITIVE`:
   durations, calls, bytes) over the whole trace must fit Int64, so that no sum a
   rule or a measure takes over a subset of the rows can wrap.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse.errors import InputError
-from traceparse.schema import ADDITIVE, DTYPES, RANGES
+from traceparse.schema import ADDITIVE, DTYPES, NAME_NUMBERS, RANGES
 
 INT64_MAX = 2**63 - 1
 #: Longest excerpt of a bad value quoted in a message.
@@ -45,6 +47,20 @@ def excerpt(value: object, limit: int = EXCERPT) -> str:
     """``repr(value)`` cut to at most ``limit`` characters (an ellipsis marks the cut)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def wide_ints(name: str, values: list, dtype: pl.DataType = pl.Int64) -> pl.Series:
+    """Integers a reader worked out (Python ints of any size, or None) as a raw column for this step.
+
+    ``dtype`` when every value fits it; else the values as decimal text, so that :class:`Validator` drops each
+    row whose value does not fit its column, with the one counted warning naming the file, the first record
+    and the field, instead of a polars error (exit 3) or a number wrapped past 2^63 (a ``Seq`` of 2^64, a
+    message of 2^62 elements × 4 bytes).
+    """
+    try:
+        return pl.Series(name, values, dtype=dtype)
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
 
 
 def type_name(dtype: pl.DataType) -> str:
@@ -99,6 +115,11 @@ class Validator:
                 reasons.append((name, f"is below {lo}", value < lo))
             if hi is not None:
                 reasons.append((name, f"is above {hi}", value > hi))
+        if "name" in batch.columns and batch.schema["name"] == pl.String:
+            for pattern, what in NAME_NUMBERS:  # a number in a name that a measure reads as an integer
+                number = pl.col("name").str.extract(pattern, 1)
+                reasons.append(("name", f"has a {what} that does not fit Int64",
+                                number.is_not_null() & number.cast(pl.Int64, strict=False).is_null()))
         if "start_ns" in casted and "duration_ns" in casted:
             reasons.append(("duration_ns", "makes start_ns + duration_ns pass Int64",
                             casted["duration_ns"].cast(pl.Int128) + casted["start_ns"].cast(pl.Int128) > INT64_MAX))
