@@ -27,6 +27,7 @@ exit 2). docs/validation.md lists the rules and the warnings.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -192,3 +193,60 @@ class Validator:
                              f"(first: event {d.first}, {name} {reason})")
         if refuse_empty and not self.seen:
             raise InputError(f"{self.where}: the trace has no events (nothing to store)")
+
+
+# -- device properties ---------------------------------------------------------------------------------------
+_CC = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+
+
+def _whole(lo: int, hi: int):
+    def check(value: object) -> bool:
+        return type(value) is int and lo <= value <= hi
+    return check
+
+
+def _finite_above_zero(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and 0 < value < 1e15
+
+
+#: Device field -> (the check a value passes, what a failing one is said to be). One table for every reader
+#: (Kineto ``deviceProperties``, nsys ``TARGET_INFO_GPU``, TAU metadata, ncu, nvprof) and the traceparse
+#: Chrome export's own header: a name that is a number, ``totalGlobalMem`` "80GB", ``numSms`` "many", -132 or
+#: 0 are dropped here, so no rule says "fewer blocks than the -132 SMs".
+DEVICE_RULES: dict[str, tuple] = {
+    "id": (_whole(0, 2**31 - 1), "is not a whole number from 0 to 2,147,483,647"),
+    "name": (lambda v: isinstance(v, str) and v.strip() != "", "is not a text name"),
+    "sm_count": (_whole(1, 2**31 - 1), "is not a whole number of SMs above 0"),
+    "memory_bytes": (_whole(1, INT64_MAX), "is not a whole number of bytes above 0"),
+    "compute_capability": (lambda v: isinstance(v, str) and _CC.fullmatch(v) is not None,
+                           "is not a compute capability MAJOR.MINOR"),
+    "core_clock_mhz": (_finite_above_zero, "is not a finite number of MHz above 0"),
+    "memory_clock_mhz": (_finite_above_zero, "is not a finite number of MHz above 0"),
+}
+
+
+def validate_devices(devices: list, where: str = "the trace") -> list[str]:
+    """Check every device's properties (:data:`DEVICE_RULES`) in place: a bad value becomes None (unknown).
+
+    One policy with the events': one warning per field and reason, with the count, the first device (its
+    position in the trace's device list) and a short excerpt of its value. Returns the warnings.
+    """
+    dropped: dict[tuple[str, str], _Dropped] = {}
+    for index, device in enumerate(devices):
+        for name, (ok, reason) in DEVICE_RULES.items():
+            value = getattr(device, name, None)
+            if value is None or ok(value):
+                continue
+            entry = dropped.setdefault((name, reason), _Dropped())
+            if entry.first is None:
+                entry.first, entry.value = index, value
+            entry.count += 1
+            setattr(device, name, None)
+        if not isinstance(device.extra, dict):
+            device.extra = {}
+    out = []
+    for (name, reason), d in dropped.items():
+        values = "1 device value" if d.count == 1 else f"{d.count} device values"
+        out.append(f"{where}: dropped {values} whose {name} {reason} (first: device {d.first}, "
+                   f"{name}={excerpt(d.value)})")
+    return out
