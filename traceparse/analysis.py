@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from typing import Any, Callable, Iterable
 
 import polars as pl
@@ -12,6 +13,7 @@ from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.rule import Finding, RuleOptions, severity_rank
 from traceparse.trace import Trace
+from traceparse.validate import excerpt
 
 
 def parse_settings(settings: Iterable[str], reg: Registry | None = None) -> dict[str, dict[str, Any]]:
@@ -44,9 +46,16 @@ def _convert(setting: str, raw: str, default: Any) -> Any:
                 return False
             raise ValueError
         if isinstance(default, int):
-            return int(raw)
+            value = int(raw)
+            if not -2**63 <= value < 2**63:  # every count and size a rule takes is Int64, like the columns
+                raise InputError(f"--set {setting!r}: {excerpt(raw)} does not fit a 64-bit integer "
+                                 f"(at most {2**63 - 1:,})")
+            return value
         if isinstance(default, float):
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):
+                raise InputError(f"--set {setting!r}: {excerpt(raw)} is not a finite number")
+            return value
         if isinstance(default, (list, dict)):
             value = json.loads(raw)
             if not isinstance(value, type(default)):

@@ -117,10 +117,16 @@ WIDE = 240
 MIN_WIDTH = 40
 
 
+#: The widest width tables are laid out for (rich keeps a line of this many cells in memory).
+MAX_WIDTH = 10_000
+
+
 def screen_width(text: str) -> int:
-    """``--width N``: a whole number of columns, at least :data:`MIN_WIDTH` (narrower, no table keeps its names)."""
-    if not text.isdigit() or int(text) < MIN_WIDTH:
-        raise argparse.ArgumentTypeError(f"expected a whole number of columns, at least {MIN_WIDTH}, got {text!r}")
+    """``--width N``: a whole number of columns from :data:`MIN_WIDTH` (narrower, no table keeps its names) to
+    :data:`MAX_WIDTH`."""
+    if not (text.isascii() and text.isdigit()) or not MIN_WIDTH <= int(text) <= MAX_WIDTH:
+        raise argparse.ArgumentTypeError(f"expected a whole number of columns from {MIN_WIDTH} to {MAX_WIDTH:,}, "
+                                         f"got {text[:40]!r}")
     return int(text)
 
 

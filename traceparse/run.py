@@ -49,7 +49,7 @@ from traceparse.errors import InputError, TraceparseError
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
-from traceparse.store import Store, trace_id_for, write_partition
+from traceparse.store import Store, _write_json, trace_id_for, write_partition
 from traceparse.trace import Trace, TraceMeta
 
 #: File-name patterns that give a rank, tried in order on the file (or directory) name.
@@ -484,6 +484,7 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
         warnings.append(f"{missing:,} of {world_size:,} ranks missing from the run: {shown}")
     for rank, result in by_rank.items():
         os.rename(tmp / f"part-{result['index']}", tmp / f"rank={rank}")
+    shifts = align_rank_clocks(tmp, by_rank, ranks, warnings)
     metas = {rank: TraceMeta.from_dict(by_rank[rank]["meta"]) for rank in sorted(by_rank)}
     backends = {m.distributed.get("backend") or m.tags.get("backend") for m in metas.values()} - {None}
     groups: dict[str, dict] = {}
@@ -500,10 +501,78 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
         "event_count": sum(m.event_count or 0 for m in metas.values()),
         "warnings": warnings,
     }
+    if shifts:
+        run["clock_shifts_ns"] = {str(rank): shift for rank, shift in sorted(shifts.items())}
     from traceparse.schema import SCHEMA_VERSION
 
     run["schema_version"] = SCHEMA_VERSION
     return run, warnings
+
+
+# -- clocks -----------------------------------------------------------------
+def _time_range(result: dict) -> tuple[int, int] | None:
+    summary = result["meta"].get("summary") or {}
+    start, end = summary.get("start_ns"), summary.get("end_ns")
+    return None if start is None or end is None else (int(start), int(end))
+
+
+def clock_shifts(ranges: dict[int, tuple[int, int]]) -> tuple[int | None, dict[int, int]]:
+    """The reference rank and, for each rank whose clock is not the reference's, the shift that aligns it.
+
+    The ranks of one job run at the same time, so on a shared clock their time ranges (first start, last end)
+    overlap. The reference is the rank whose range overlaps the most others (the lowest of a tie); a rank whose
+    range does not touch the reference's is on another clock (another host's boot time, a damaged clock field):
+    its shift moves its first event onto the reference's first event. Python integers: nothing can wrap.
+    """
+    if len(ranges) < 2:
+        return None, {}
+
+    def meets(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        return a[0] <= b[1] and b[0] <= a[1]
+
+    ref = min(ranges, key=lambda r: (-sum(meets(ranges[r], o) for o in ranges.values()), r))
+    return ref, {r: ranges[ref][0] - span[0] for r, span in sorted(ranges.items()) if not meets(span, ranges[ref])}
+
+
+def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str, list[Path]]],
+                      warnings: list[str]) -> dict[int, int]:
+    """Move the events of ranks on another clock (:func:`clock_shifts`) so the run shares one; one warning.
+
+    Cross-rank figures (collective waits, the run's span, the critical floor) compare times across ranks: a rank
+    whose clock is 9.2e18 ns off would make the run span 292 years and its waits that long. Each moved rank's
+    ``events.parquet`` (under ``tmp/rank=N``) and its metadata summary are rewritten. A rank that cannot be
+    moved without passing Int64 (its own events span nearly 2^63 ns) is refused in one line. Returns
+    {rank: shift_ns}.
+    """
+    from traceparse.figures import fmt_ns
+    from traceparse.validate import INT64_MAX
+
+    ranges = {rank: r for rank, result in by_rank.items() if (r := _time_range(result)) is not None}
+    ref, shifts = clock_shifts(ranges)
+    for rank, shift in shifts.items():
+        start, end = ranges[rank]
+        if end + shift > INT64_MAX:
+            path = ranks[by_rank[rank]["index"]][1][0]
+            raise InputError(f"{path}: rank {rank} is on another clock (its events never overlap those of rank "
+                             f"{ref} in time) and its span of {fmt_ns(end - start)} cannot be moved onto the clock "
+                             f"of rank {ref} within Int64 nanoseconds")
+        directory = tmp / f"rank={rank}"
+        events = pl.read_parquet(directory / "events.parquet")
+        events.with_columns(pl.col("start_ns") + shift).write_parquet(directory / "events.parquet",
+                                                                      compression="zstd", compression_level=1)
+        meta = by_rank[rank]["meta"]
+        meta["summary"] = {**meta["summary"], "start_ns": start + shift, "end_ns": end + shift}
+        meta.setdefault("extra", {})["clock_shift_ns"] = shift
+        _write_json(directory / "meta.json", meta)
+    if shifts:
+        first, shift = next(iter(shifts.items()))
+        ahead = "ahead of" if shift < 0 else "behind"
+        others = f" and {len(shifts) - 1:,} more rank{'s' if len(shifts) > 2 else ''}" if len(shifts) > 1 else ""
+        warnings.append(f"ranks on another clock: rank {first}{others} (its events never overlap those of rank "
+                        f"{ref} in time; rank {first} is {fmt_ns(abs(shift))} {ahead} rank {ref}); their times are "
+                        f"moved to start with the first event of rank {ref} (--set stragglers.align_clocks=true "
+                        "aligns the ranks on collective ends)")
+    return shifts
 
 
 def trace_ranks(trace: Trace) -> int:

@@ -150,3 +150,8 @@ RANGES: dict[str, tuple[int | float | None, int | float | None]] = {
 }
 #: Columns rules and measures add up: their total over a trace must fit Int64, so no sum can wrap.
 ADDITIVE: tuple[str, ...] = ("duration_ns", "exclusive_ns", "calls", "subcalls", "bytes")
+#: The name of a step annotation (torch.profiler's ``ProfilerStep#N``); the group is the step number.
+STEP_NAME = r"^ProfilerStep#([0-9]+)$"
+#: Names whose number a measure reads (pattern with one group, what the number is): the number must fit Int64,
+#: like a column's value (``ProfilerStep#`` with 20 digits is dropped with a warning, not a polars error).
+NAME_NUMBERS: tuple[tuple[str, str], ...] = ((STEP_NAME, "step number"),)

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from traceparse import measures
+from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_series
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
@@ -44,7 +45,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     steps = step_windows(events)
     durations = steps["duration_ns"].to_list() if steps is not None else []
     busy = measures.device_busy(events)
-    span_sum = int(busy["span_ns"].sum() or 0) if busy.height else 0
+    span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     return {
         "trace": trace.id,
         "span_ns": trace_span(events),
@@ -55,7 +56,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_max_ns": max(durations) if durations else None,
         "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
         "step_source": steps["source"][0] if durations else None,
-        "gpu_busy_pct": round(100.0 * int(busy["busy_ns"].sum()) / span_sum, 4) if span_sum else None,
+        "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
         "gpu_time": gpu_time(events),
         "bottleneck": bottleneck(findings),
         "ranks": trace_ranks(trace),

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 import polars as pl
 
 from traceparse.schema import DTYPES, SCHEMA_VERSION, conform, empty_frame
-from traceparse.validate import Validator
+from traceparse.validate import Validator, validate_devices
 
 
 @dataclass
@@ -159,7 +159,8 @@ class Trace:
                 next_id += batch.height
                 yield batch
         finally:  # the warnings count what was dropped, also when the consumer stopped early
-            self.meta.warnings.extend(w for w in validator.warnings() if w not in self.meta.warnings)
+            found = validator.warnings() + validate_devices(self.meta.devices, validator.where)
+            self.meta.warnings.extend(w for w in found if w not in self.meta.warnings)
         validator.finish(refuse_empty=self.refuse_empty)
 
     def _with_trace_id(self, frame: pl.DataFrame) -> pl.DataFrame:

@@ -11,6 +11,8 @@ column needs at most one line there:
 - a column with a range in :data:`~traceparse.schema.RANGES` must lie in it
   (durations, counts and bytes are never negative);
 - ``start_ns + duration_ns`` must fit Int64 (an end time never wraps);
+- a number a measure reads from a name (:data:`~traceparse.schema.NAME_NUMBERS`: the step number of
+  ``ProfilerStep#N``) must fit Int64;
 - the running total of each additive column (:data:`~traceparse.schema.ADDITIVE`:
   durations, calls, bytes) over the whole trace must fit Int64, so that no sum a
   rule or a measure takes over a subset of the rows can wrap.
@@ -25,12 +27,13 @@ exit 2). docs/validation.md lists the rules and the warnings.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceparse.errors import InputError
-from traceparse.schema import ADDITIVE, DTYPES, RANGES
+from traceparse.schema import ADDITIVE, DTYPES, NAME_NUMBERS, RANGES
 
 INT64_MAX = 2**63 - 1
 #: Longest excerpt of a bad value quoted in a message.
@@ -45,6 +48,20 @@ def excerpt(value: object, limit: int = EXCERPT) -> str:
     """``repr(value)`` cut to at most ``limit`` characters (an ellipsis marks the cut)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def wide_ints(name: str, values: list, dtype: pl.DataType = pl.Int64) -> pl.Series:
+    """Integers a reader worked out (Python ints of any size, or None) as a raw column for this step.
+
+    ``dtype`` when every value fits it; else the values as decimal text, so that :class:`Validator` drops each
+    row whose value does not fit its column, with the one counted warning naming the file, the first record
+    and the field, instead of a polars error (exit 3) or a number wrapped past 2^63 (a ``Seq`` of 2^64, a
+    message of 2^62 elements × 4 bytes).
+    """
+    try:
+        return pl.Series(name, values, dtype=dtype)
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
 
 
 def type_name(dtype: pl.DataType) -> str:
@@ -99,6 +116,11 @@ class Validator:
                 reasons.append((name, f"is below {lo}", value < lo))
             if hi is not None:
                 reasons.append((name, f"is above {hi}", value > hi))
+        if "name" in batch.columns and batch.schema["name"] == pl.String:
+            for pattern, what in NAME_NUMBERS:  # a number in a name that a measure reads as an integer
+                number = pl.col("name").str.extract(pattern, 1)
+                reasons.append(("name", f"has a {what} that does not fit Int64",
+                                number.is_not_null() & number.cast(pl.Int64, strict=False).is_null()))
         if "start_ns" in casted and "duration_ns" in casted:
             reasons.append(("duration_ns", "makes start_ns + duration_ns pass Int64",
                             casted["duration_ns"].cast(pl.Int128) + casted["start_ns"].cast(pl.Int128) > INT64_MAX))
@@ -171,3 +193,60 @@ class Validator:
                              f"(first: event {d.first}, {name} {reason})")
         if refuse_empty and not self.seen:
             raise InputError(f"{self.where}: the trace has no events (nothing to store)")
+
+
+# -- device properties ---------------------------------------------------------------------------------------
+_CC = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+
+
+def _whole(lo: int, hi: int):
+    def check(value: object) -> bool:
+        return type(value) is int and lo <= value <= hi
+    return check
+
+
+def _finite_above_zero(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and 0 < value < 1e15
+
+
+#: Device field -> (the check a value passes, what a failing one is said to be). One table for every reader
+#: (Kineto ``deviceProperties``, nsys ``TARGET_INFO_GPU``, TAU metadata, ncu, nvprof) and the traceparse
+#: Chrome export's own header: a name that is a number, ``totalGlobalMem`` "80GB", ``numSms`` "many", -132 or
+#: 0 are dropped here, so no rule says "fewer blocks than the -132 SMs".
+DEVICE_RULES: dict[str, tuple] = {
+    "id": (_whole(0, 2**31 - 1), "is not a whole number from 0 to 2,147,483,647"),
+    "name": (lambda v: isinstance(v, str) and v.strip() != "", "is not a text name"),
+    "sm_count": (_whole(1, 2**31 - 1), "is not a whole number of SMs above 0"),
+    "memory_bytes": (_whole(1, INT64_MAX), "is not a whole number of bytes above 0"),
+    "compute_capability": (lambda v: isinstance(v, str) and _CC.fullmatch(v) is not None,
+                           "is not a compute capability MAJOR.MINOR"),
+    "core_clock_mhz": (_finite_above_zero, "is not a finite number of MHz above 0"),
+    "memory_clock_mhz": (_finite_above_zero, "is not a finite number of MHz above 0"),
+}
+
+
+def validate_devices(devices: list, where: str = "the trace") -> list[str]:
+    """Check every device's properties (:data:`DEVICE_RULES`) in place: a bad value becomes None (unknown).
+
+    One policy with the events': one warning per field and reason, with the count, the first device (its
+    position in the trace's device list) and a short excerpt of its value. Returns the warnings.
+    """
+    dropped: dict[tuple[str, str], _Dropped] = {}
+    for index, device in enumerate(devices):
+        for name, (ok, reason) in DEVICE_RULES.items():
+            value = getattr(device, name, None)
+            if value is None or ok(value):
+                continue
+            entry = dropped.setdefault((name, reason), _Dropped())
+            if entry.first is None:
+                entry.first, entry.value = index, value
+            entry.count += 1
+            setattr(device, name, None)
+        if not isinstance(device.extra, dict):
+            device.extra = {}
+    out = []
+    for (name, reason), d in dropped.items():
+        values = "1 device value" if d.count == 1 else f"{d.count} device values"
+        out.append(f"{where}: dropped {values} whose {name} {reason} (first: device {d.first}, "
+                   f"{name}={excerpt(d.value)})")
+    return out

@@ -39,6 +39,7 @@ from traceparse.errors import InputError
 from traceparse.expr import GPU_KINDS
 from traceparse.measures.base import placed
 from traceparse.trace import Trace
+from traceparse.validate import INT64_MAX
 
 #: Kinds whose named, timed rows are ranges ``--nvtx NAME`` can select (NVTX ranges, user annotations, regions).
 RANGE_KINDS = ("marker", "region")
@@ -72,6 +73,9 @@ def parse_window(text: str) -> tuple[int | None, int | None]:
         try:
             edges.append(units.to_int(side, "ms"))
         except ValueError:
+            if _is_number(side):  # a number, past Int64 ns
+                raise InputError(f"--window {text!r}: {side.strip()!r} ms is past the largest time a trace holds "
+                                 f"({INT64_MAX // 10**6:,} ms)") from None
             raise InputError(f"--window {text!r}: {side.strip()!r} is not a number of ms") from None
     lo, hi = edges
     if (lo is not None and lo < 0) or (hi is not None and hi < 0):
@@ -79,6 +83,14 @@ def parse_window(text: str) -> tuple[int | None, int | None]:
     if lo is not None and hi is not None and hi <= lo:
         raise InputError(f"--window {text!r}: the end must be after the start")
     return lo, hi
+
+
+def _is_number(text: str) -> bool:
+    try:
+        units.parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def origins(events: pl.DataFrame) -> dict[str, int]:
@@ -95,9 +107,13 @@ def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame
     ev = _key(trace.events).filter(pl.col("start_ns").is_not_null())
     per = ev.group_by(_KEY).agg(first=pl.col("start_ns").min(),
                                 last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max())
-    start = pl.col("first") + (lo or 0)
-    end = pl.col("first") + hi if hi is not None else pl.col("last") + 1  # +1: an instant at the very end is in
-    return per.select(_KEY, start=start, end=end).cast(dict(_W))
+    # in Int128, then held at Int64's end: a window starting 9223372036854 ms after the trace's start is past
+    # its end (it selects nothing), never wrapped to before its start (the whole trace)
+    first, last = pl.col("first").cast(pl.Int128), pl.col("last").cast(pl.Int128)
+    start = first + (lo or 0)
+    end = first + hi if hi is not None else last + 1  # +1: an instant at the very end is in
+    return per.select(_KEY, start=start.clip(upper_bound=INT64_MAX),
+                      end=end.clip(upper_bound=INT64_MAX)).cast(dict(_W))
 
 
 def step_windows(trace: Trace, step: int | None = None) -> pl.DataFrame:

@@ -73,6 +73,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.base import exact_sum
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.trace import Trace
@@ -134,9 +135,9 @@ class GpuIdle(Rule):
                             metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed},
                             figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "untimed_rows": "count"})]
         gaps = measures.gaps(events, longest=int(t["top"]))  # each trace's (rank's) longest: enough for the top
-        span_ns = int(per_device["span_ns"].sum())
-        idle_ns = int(per_device["idle_ns"].sum())
-        busy_ns = int(per_device["busy_ns"].sum())
+        span_ns = exact_sum(per_device["span_ns"])  # each device's span fits Int64, their sum may not
+        idle_ns = exact_sum(per_device["idle_ns"])
+        busy_ns = exact_sum(per_device["busy_ns"])
         n_gaps = int(per_device["gaps"].sum())
         idle_pct = expr.pct(idle_ns, span_ns)
         ranks = rank_labels(trace)
@@ -216,12 +217,14 @@ class GpuIdle(Rule):
         sum is no part of the span, their shares are).
         """
         per_stream = measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
-        total = int(per_stream["idle_ns"].sum() or 0)
-        parts = {"host_wait_ns": int(per_stream["host_wait_ns"].sum() or 0),
-                 "kernel_wait_ns": int(per_stream["kernel_wait_ns"].sum() or 0),
-                 "other_wait_ns": int(per_stream["other_ns"].sum() or 0)}
+        total = exact_sum(per_stream["idle_ns"])
+        parts = {"host_wait_ns": exact_sum(per_stream["host_wait_ns"]),
+                 "kernel_wait_ns": exact_sum(per_stream["kernel_wait_ns"]),
+                 "other_wait_ns": exact_sum(per_stream["other_ns"])}
         shares = {k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}
-        metrics = {**{k: round(idle_ns * v / total) if total else 0 for k, v in parts.items()}, **shares}
+        # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns)
+        metrics = {**{k: (2 * idle_ns * v + total) // (2 * total) if total else 0 for k, v in parts.items()},
+                   **shares}
         per_stream = per_stream.sort(["idle_ns", "trace_id", "device_id", "stream_id"],
                                      descending=[True, False, False, False], nulls_last=True)
         streams = {f"{device_label(ranks, r.get('trace_id'), r['device_id'])}:{_device_key(r['stream_id'])}": {

@@ -27,6 +27,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_ratio
+from traceparse.measures.base import exact_sum, exact_total
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -68,7 +69,7 @@ class RankBalance(Rule):
                             "No rank or device has timed kernels, copies or memsets.",
                             metrics={"imbalance": None, "slowest_rank": None, "fastest_rank": None},
                             figures=FIGURES)]
-        rows = (per.group_by(key).agg(pl.col(c).sum() for c in _SUMS).rename({key: "member"})
+        rows = (per.group_by(key).agg(exact_total(c) for c in _SUMS).rename({key: "member"})
                 .with_columns(**{f"{p}_pct": pl.when(pl.col("span_ns") > 0)
                                  .then((100.0 * pl.col(f"{p}_ns") / pl.col("span_ns")).round(4)) for p in PARTS})
                 .sort("member"))
@@ -78,7 +79,7 @@ class RankBalance(Rule):
         by_busy = rows.sort(["busy_ns", "member"], descending=[True, False])
         slowest = by_busy["member"][0]
         fastest = rows.sort(["busy_ns", "member"])["member"][0]
-        totals = {c: int(rows[c].sum()) for c in _SUMS}
+        totals = {c: exact_sum(rows[c]) for c in _SUMS}
         ranks = {str(r["member"]): {k: v for k, v in r.items() if k != "member"} for r in rows.iter_rows(named=True)}
         items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
                   "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],

@@ -54,6 +54,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_windows, waiting_time
 from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
@@ -129,7 +130,7 @@ class Stragglers(Rule):
         candidate = top["member"]
         others = per.filter(pl.col("member") != candidate)
         caused_ns = int(top["wait_caused_ns"])
-        others_step = int(others["step_ns"].sum())
+        others_step = exact_sum(others["step_ns"])
         share = expr.pct(caused_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         straggler = candidate if severity != "info" else None

@@ -263,3 +263,21 @@ def rows_of(events: pl.DataFrame, kinds: Any) -> pl.DataFrame:
 def placed() -> pl.Expr:
     """Rows that are intervals: a start and a duration."""
     return pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
+
+
+def exact_sum(values: pl.Series) -> int:
+    """Σ of an integer column as a Python int, exact whatever its size (nulls count as 0).
+
+    polars adds Int64 columns in Int64 and wraps past 2^63 without a word: two ranks whose clocks jump by
+    9.2e18 ns each have spans that add up to -4.7e16 ns. Figures summed over devices, streams or ranks (spans,
+    idle times, step times) use this instead: each part fits Int64, their sum may not.
+    """
+    if values.dtype.is_integer():
+        values = values.cast(pl.Int128)
+    total = values.sum()
+    return int(total or 0)
+
+
+def exact_total(column: str) -> pl.Expr:
+    """The aggregation form of :func:`exact_sum`: Σ of an integer column in Int128 (never wraps)."""
+    return pl.col(column).cast(pl.Int128).sum()

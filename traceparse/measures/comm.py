@@ -277,6 +277,18 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return inst.sort(["process_group", "instance", "member"], nulls_last=False).select(out_columns)
 
 
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _moved(ns: pl.Expr, offset: pl.Expr) -> pl.Expr:
+    """``ns - offset`` computed in Int128 and kept inside Int64: a time moved onto another member's clock.
+
+    Both are Int64, so their difference may not be (a member's clock 9.2e18 ns behind the first one's, a
+    time near 2^63): it is clipped to Int64's range, never wrapped to the other end of it.
+    """
+    return (ns.cast(pl.Int128) - offset.cast(pl.Int128)).clip(*_INT64).cast(pl.Int64)
+
+
 class CollectiveWaits(Measure):
     """Per collective instance and member: its arrival, the last member's arrival, and its wait for it.
 
@@ -304,7 +316,7 @@ class CollectiveWaits(Measure):
         else:
             rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
         rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
-                                 arrival_ns=pl.col("arrival_ns") - pl.col("offset_ns").fill_null(0))
+                                 arrival_ns=_moved(pl.col("arrival_ns"), pl.col("offset_ns").fill_null(0)))
         inst = ["process_group", "instance"]
         member_key = pl.col("member").fill_null(_NO_RANK)
         last = (rows.sort([*inst, "arrival_ns", "member"], descending=[False, False, True, False], nulls_last=False)
@@ -312,7 +324,7 @@ class CollectiveWaits(Measure):
                 .agg(last_arrival_ns=pl.col("arrival_ns").first(), last_member=pl.col("member").first(),
                      members=pl.len().cast(pl.Int64)))
         out = (rows.join(last, on=inst, how="left", nulls_equal=True)
-               .with_columns(wait_ns=pl.col("last_arrival_ns") - pl.col("arrival_ns"),
+               .with_columns(wait_ns=_moved(pl.col("last_arrival_ns"), pl.col("arrival_ns")),
                              last=member_key == pl.col("last_member").fill_null(_NO_RANK))
                .sort([*inst, "member"], nulls_last=False))
         return out
@@ -438,7 +450,8 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]])
                             ["member"])
     offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows())
     cover = pl.DataFrame(
-        [{"member": _NO_RANK if m is None else m, "start_ns": a - offsets.get(_NO_RANK if m is None else m, 0),
+        [{"member": _NO_RANK if m is None else m,
+          "start_ns": min(max(a - offsets.get(_NO_RANK if m is None else m, 0), _INT64[0]), _INT64[1]),
           "duration_ns": b - a} for m, w in windows.items() for a, b in w],
         schema={"member": pl.Int32, "start_ns": pl.Int64, "duration_ns": pl.Int64})
     spans = spans.select("member", start_ns=pl.col("start"), duration_ns=pl.col("end") - pl.col("start"))

@@ -8,9 +8,7 @@ import re
 import polars as pl
 
 from traceparse.measures.base import Measure, keyed, rows_of, unkeyed
-
-#: The name of a step annotation; the group is the step number.
-STEP_NAME = r"^ProfilerStep#(\d+)$"
+from traceparse.schema import STEP_NAME  # the validation step checks its number fits Int64
 
 
 class Steps(Measure):
@@ -32,7 +30,7 @@ class Steps(Measure):
     def part(self, events: pl.DataFrame, kinds=None) -> pl.DataFrame:
         rows = events if kinds is None else rows_of(events, kinds)
         rows = keyed(rows.filter(pl.col("name").str.contains(STEP_NAME) & pl.col("duration_ns").is_not_null()))
-        return (rows.group_by("trace_id", step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64),
+        return (rows.group_by("trace_id", step=pl.col("name").str.extract(STEP_NAME, 1).cast(pl.Int64, strict=False),
                               on_host=pl.col("pid").is_not_null())
                 .agg(start_ns=pl.col("start_ns").min(), end_ns=(pl.col("start_ns") + pl.col("duration_ns")).max(),
                      duration_ns=pl.col("duration_ns").max(), annotations=pl.len().cast(pl.Int64)))
@@ -55,7 +53,7 @@ STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
 NOT_STEP_RANGE = r"(?i)optim"
 #: A name's trailing number (``step 3``, ``iter_12``, ``step3``): ranges whose names differ only by it are one
 #: series, each range keeping its number. Groups: stem, separator, number.
-TRAILING_NUMBER = r"^(.*?[^\d\s_#:.\-])([\s_#:.\-]*)(\d+)$"
+TRAILING_NUMBER = r"^(.*?[^\d\s_#:.\-])([\s_#:.\-]*)([0-9]{1,18})$"  # a longer number is part of the name
 #: Annotations that recur once per iteration where nothing else marks one (torch's own optimizer
 #: annotations), in order of preference, with the edge of the iteration each sits at: ``"end"`` (the
 #: mark ends its iteration: step k runs from the end of mark k-1 to the end of mark k, the first from

@@ -14,6 +14,7 @@ the next analysis): ``traceparse sql`` reads them as the ``findings`` view.
 from __future__ import annotations
 
 import argparse
+import math
 from contextlib import ExitStack, nullcontext
 
 from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, parse_settings, select_findings,
@@ -45,10 +46,10 @@ class AnalyzeCommand(Command):
         parser.add_argument("--rows", type=_positive, metavar="N", default=TABLE_ROWS,
                             help=f"rows of a per-rank, per-device or per-stream table shown (default {TABLE_ROWS}; "
                                  "the rest are one row)")
-        parser.add_argument("--critical-floor", type=float, metavar="PCT", default=CRITICAL_FLOOR_PCT,
+        parser.add_argument("--critical-floor", type=_percent, metavar="PCT", default=CRITICAL_FLOOR_PCT,
                             help="a finding with less time at stake than PCT%% of the span is never critical "
                                  f"(default {CRITICAL_FLOOR_PCT:g})")
-        parser.add_argument("--digits", type=_positive, metavar="N",
+        parser.add_argument("--digits", type=_digits, metavar="N",
                             help="significant figures of the figures shown (default 4)")
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
@@ -112,10 +113,34 @@ def _keep(session, trace, found, scope: str | None) -> None:
 
 
 def _positive(text: str) -> int:
-    """``--top N``: a whole number of at least 1."""
-    if not text.isdigit() or int(text) < 1:
+    """``--top N``: a whole number (ASCII digits) of at least 1; a huge one means all."""
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return min(int(text), MAX_COUNT)
+
+
+#: ``--top``/``--rows`` above this are this: all there is (a Python index cannot be larger).
+MAX_COUNT = 2**31 - 1
+#: Significant figures a float has: ``--digits`` above this would only print noise.
+MAX_DIGITS = 17
+
+
+def _digits(text: str) -> int:
+    """``--digits N``: a whole number from 1 to :data:`MAX_DIGITS`."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_DIGITS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_DIGITS}, got {text[:40]!r}")
     return int(text)
+
+
+def _percent(text: str) -> float:
+    """``--critical-floor PCT``: a finite number from 0 to 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 100:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text[:40]!r}")
+    return value
 
 
 def _trace_row(trace) -> dict:

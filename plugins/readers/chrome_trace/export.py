@@ -25,6 +25,7 @@ from traceparse.reader import ReadOptions
 from traceparse.schema import DTYPES, SCHEMA_VERSION, conform
 from traceparse.sources import open_binary
 from traceparse.trace import Device, Trace, TraceMeta
+from traceparse.validate import excerpt
 
 from traceparse_plugins.readers.chrome_json import Event, what, where
 
@@ -117,16 +118,39 @@ def read_export(path: Path, options: ReadOptions) -> Trace:
     events = _rows_frame(path, raws)
     if doc.traceparseNonFinite:
         events = _patch_non_finite(path, events, doc.traceparseNonFinite)
-    info = header.get("trace") or {}
-    meta = TraceMeta(tool=info.get("tool"), tool_version=info.get("tool_version"),
-                     variant=f"traceparse chrome export (layout {version}) of a {info.get('format') or '?'} trace")
-    meta.tags.update({str(k): str(v) for k, v in (info.get("tags") or {}).items()})
-    known = set(Device.__dataclass_fields__)
-    meta.devices = [Device(**{k: v for k, v in d.items() if k in known})
-                    for d in info.get("devices") or [] if isinstance(d, dict)]
+    info = _part(path, header, "trace", dict, "an object")
+    meta = TraceMeta(tool=_text(info.get("tool")), tool_version=_text(info.get("tool_version")),
+                     variant=f"traceparse chrome export (layout {version}) of a {_text(info.get('format')) or '?'} "
+                             "trace")
+    meta.tags.update({str(k): str(v) for k, v in _part(path, info, "tags", dict, "an object").items()})
+    known = set(Device.__dataclass_fields__) - {"extra"}
+    devices = _part(path, info, "devices", list, "a list")
+    for i, d in enumerate(devices):
+        if not isinstance(d, dict):
+            raise bad_input(path, f"traceparse.trace.devices[{i}]",
+                            f"expected an object of device properties, got {type(d).__name__}")
+    # the values themselves are checked with every reader's devices (traceparse.validate.validate_devices)
+    meta.devices = [Device(**{k: v for k, v in d.items() if k in known},
+                           extra=d["extra"] if isinstance(d.get("extra"), dict) else {}) for d in devices]
     meta.extra.update({"source_format": info.get("format"), "source_variant": info.get("variant"),
                        "source_trace_id": info.get("id"), "source_paths": info.get("source_paths")})
     return Trace(events, meta)
+
+
+def _part(path: Path, parent: dict, key: str, kind: type, said: str):
+    """``parent[key]`` of the export's header when it is of ``kind`` (empty when absent); else a one-line error
+    naming it (``tags`` a list, ``devices`` an int, ``trace`` a list)."""
+    value = parent.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        where = "traceparse" + ("" if key == "trace" else ".trace") + f".{key}"
+        raise bad_input(path, where, f"expected {said}, got {type(value).__name__} {excerpt(value)}")
+    return value
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _rows_frame(path: Path, raws: list[bytes]) -> pl.DataFrame:

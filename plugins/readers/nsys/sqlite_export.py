@@ -43,6 +43,7 @@ from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
+from traceparse.validate import excerpt
 
 from traceparse_plugins.readers.nsys import memops
 
@@ -150,18 +151,70 @@ def _events(db: sqlite3.Connection, tables: set[str], enums: "_Enums", path: Pat
     try:
         with closing(db):
             for table, query in _queries(db, tables, enums):
+                unfit = _Unfit(table)
                 try:
                     cursor = db.execute(query.sql)
                     while rows := cursor.fetchmany(BATCH_ROWS):
-                        yield query.finish(pl.DataFrame(rows, schema=query.schema, orient="row"), enums)
+                        yield query.finish(unfit.frame(rows, query.schema), enums)
                 except sqlite3.DatabaseError as exc:
                     raise bad_input(path, table, f"cannot be read: {exc}") from None
+                if unfit.count:
+                    options.warn(unfit.warning(path))
             if enums.open_ranges:
                 options.warn(f"{path}: {enums.open_ranges} NVTX ranges have no end (still open when the capture "
                              "stopped); they are kept with a null duration")
     finally:
         for workdir in workdirs:
             workdir.cleanup()
+
+
+class _Unfit:
+    """Rows of one table whose values are not of their column's type, dropped and counted (one warning).
+
+    SQLite columns take any type: a REAL 1e308 or the text "abc" in an INTEGER column of an edited export
+    made polars' row builder fail with a ComputeError (exit 3). A batch that does not build is walked row by
+    row; a row with a value its column cannot hold is left out, the first one quoted in the warning.
+    """
+
+    def __init__(self, table: str):
+        self.table, self.count, self.seen = table, 0, 0
+        self.first: tuple[int, str, object] | None = None
+
+    def frame(self, rows: list[tuple], schema: list[tuple[str, pl.DataType]]) -> pl.DataFrame:
+        """``rows`` as a frame of ``schema``, without the rows that do not fit it."""
+        offset, self.seen = self.seen, self.seen + len(rows)
+        try:
+            return pl.DataFrame(rows, schema=schema, orient="row")
+        except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
+            pass
+        kept = []
+        for i, row in enumerate(rows):
+            bad = next(((name, v) for (name, dtype), v in zip(schema, row) if not _fits(v, dtype)), None)
+            if bad is None:
+                kept.append(row)
+                continue
+            self.count += 1
+            if self.first is None:
+                self.first = (offset + i + 1, *bad)
+        return pl.DataFrame(kept, schema=schema, orient="row")
+
+    def warning(self, path: Path) -> str:
+        row, column, value = self.first
+        rows = "1 row" if self.count == 1 else f"{self.count:,} rows"
+        return (f"{path}: {self.table}: dropped {rows} whose {column} is not of the column's type (first: row "
+                f"{row}, {column}={excerpt(value)})")
+
+
+def _fits(value: object, dtype: pl.DataType) -> bool:
+    if value is None:
+        return True
+    if dtype == pl.String:
+        return isinstance(value, str)
+    if dtype.is_integer():
+        return type(value) is int and -2**63 <= value < 2**63
+    if dtype.is_float():
+        return type(value) in (int, float)
+    return True
 
 
 # -- queries -----------------------------------------------------------------
@@ -350,7 +403,8 @@ def _enum(db: sqlite3.Connection, tables: set[str], table: str, prefer: str = "l
     column = prefer if prefer in cols else "label" if "label" in cols else "name" if "name" in cols else None
     if column is None or "id" not in cols:
         return {}
-    return {int(i): str(v) for i, v in db.execute(f'SELECT id, "{column}" FROM {table}') if v is not None}
+    return {i: str(v) for i, v in db.execute(f'SELECT id, "{column}" FROM {table}')
+            if v is not None and type(i) is int}  # an id that is no integer names nothing
 
 
 def _nvtx_domains(db: sqlite3.Connection, tables: set[str], create_types: set[int]) -> dict[int, str]:
@@ -403,7 +457,7 @@ def _devices(db: sqlite3.Connection, tables: set[str]) -> list[Device]:
             core_clock_mhz=clock_hz / 1e6 if isinstance(clock_hz, (int, float)) and clock_hz else None,
             extra=extra,
         ))
-    return sorted(devices, key=lambda d: (d.id is None, d.id))
+    return sorted(devices, key=lambda d: (type(d.id) is not int, d.id if type(d.id) is int else 0))
 
 
 def _cuda_ordinals(db: sqlite3.Connection, tables: set[str]) -> dict[int, list[dict]]:
@@ -415,8 +469,8 @@ def _cuda_ordinals(db: sqlite3.Connection, tables: set[str]) -> dict[int, list[d
     pid = "pid" if "pid" in cols else "NULL"
     out: dict[int, list[dict]] = {}
     for gpu, cuda, p in db.execute(f"SELECT gpuId, cudaId, {pid} FROM TARGET_INFO_CUDA_DEVICE"):
-        if gpu is not None:
-            out.setdefault(int(gpu), []).append({"cuda_id": cuda, "pid": p})
+        if type(gpu) is int:  # SQLite columns take any type
+            out.setdefault(gpu, []).append({"cuda_id": cuda, "pid": p})
     return out
 
 

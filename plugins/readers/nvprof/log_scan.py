@@ -30,7 +30,8 @@ from .tables import (COUNT_ROW_START, EVENTS, LEGEND, METRICS, SUMMARY, SUMMARY_
                      split_text_row, text_header)
 from .units import UNIT_WORDS
 
-_PID_PREFIX = re.compile(r"==(\d+)== ?")
+_PID_PREFIX = re.compile(r"==([0-9]+)== ?")
+_PID_MAX = 2**63 - 1  # the pid column is Int64
 _IMPORT_PREFIX = re.compile(r"^={8} ?(.*)$")
 _DEVICE_LINE = re.compile(r'^\s*Device "(.*)"\s*$')
 _KERNEL_LINE = re.compile(r"^\s*Kernel: (.*?)\s*$")
@@ -85,6 +86,8 @@ class LogScanner:
         self.kernel: str | None = None
         self.last_type: str | None = None
         self.pending_csv: Table | None = None  # a CSV header waiting for its units row
+        self.bad_pid: tuple[int, str] | None = None  # the first ==PID== past Int64 (line, digits), and how many
+        self.bad_pids = 0
 
     # -- driving -----------------------------------------------------------
     def scan(self) -> ScanResult:
@@ -105,13 +108,18 @@ class LogScanner:
                 self.line(raw_line.rstrip("\r\n"), line_no, last_unended=not raw_line.endswith("\n"))
             self.options.progress(consumed)
         self.close_table(eof=True)
+        if self.bad_pid is not None:
+            no, digits = self.bad_pid
+            lines = "1 nvprof message" if self.bad_pids == 1 else f"{self.bad_pids:,} nvprof messages"
+            self.options.warn(f"{self.path}:{no}: {lines} with a process id that does not fit Int64 (first: "
+                              f"=={digits if len(digits) <= 40 else digits[:39] + '…'}==); read without a pid")
         return self.out
 
     def line(self, line: str, no: int, last_unended: bool) -> None:
         if "==" in line:
             m = _PID_PREFIX.search(line)
             if m:
-                self.message(int(m.group(1)), line[m.end():].strip(), no)
+                self.message(self.process_id(m.group(1), no), line[m.end():].strip(), no)
                 return
             m = _IMPORT_PREFIX.match(line)
             if m and _KNOWN_IMPORT_MESSAGES.match(m.group(1)):
@@ -130,6 +138,18 @@ class LogScanner:
             self.header_or_context(line, no)
         else:
             self.out.skipped_lines += 1
+
+    # -- messages ----------------------------------------------------------
+    def process_id(self, digits: str, no: int) -> int | None:
+        """The ``==PID==`` prefix's number, or None (counted, one warning at the end) when it does not fit the
+        ``pid`` column (Int64): a wrapped or refused number would lose the log."""
+        pid = int(digits)
+        if pid <= _PID_MAX:
+            return pid
+        if self.bad_pid is None:
+            self.bad_pid = (no, digits)
+        self.bad_pids += 1
+        return None
 
     # -- messages ----------------------------------------------------------
     def message(self, pid: int | None, msg: str, no: int) -> None:

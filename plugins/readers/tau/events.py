@@ -27,6 +27,8 @@ import polars as pl
 
 from .classify import attach_copy_bytes, copy_kind_expr, kind_expr
 
+#: The largest node, context or thread number (the node becomes the ``pid`` column, Int64).
+ID_MAX = 2**63 - 1
 THREAD = ["node", "context", "thread"]
 
 ROUTINES = {"node": pl.Int64, "context": pl.Int64, "thread": pl.Int64, "seq": pl.Int64, "raw": pl.String,

@@ -77,6 +77,10 @@ def read_pprof(path: Path, warn: Callable[[str], None],
         text = kept
     lines = pl.Series(text.split("\n"), dtype=pl.String)
     sections = _sections(lines)
+    for s in sections:  # the node becomes the pid column (Int64); context and thread are Int64 too
+        if any(k is not None and k > events.ID_MAX for k in s["key"]):
+            raise bad_input(path, s["start"] + 1, f"{lines[s['start']].strip()[:80]!r}: a node, context or thread "
+                                                  "number that does not fit Int64")
     functions = [s for s in sections if s["type"] in ("thread", "total", "mean")]
     if not functions:
         raise bad_input(path, None, "not pprof output: expected 'NODE n;CONTEXT c;THREAD t:' or "

@@ -54,7 +54,7 @@ def is_time_metric(metric: str) -> bool:
 
 def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
     """The profile files of a TAU output directory; InputError when there are none."""
-    top = _profiles_in(directory)
+    top = _profiles_in(directory, warn=warn)
     multi = sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith(MULTI_PREFIX))
     if top:
         if multi:
@@ -63,18 +63,31 @@ def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
         return top
     sources = []
     for sub in multi:
-        sources.extend(_profiles_in(sub, sub.name[len(MULTI_PREFIX):]))
+        sources.extend(_profiles_in(sub, sub.name[len(MULTI_PREFIX):], warn))
     if not sources:
         raise bad_input(directory, None, NO_PROFILES)
     return sources
 
 
-def _profiles_in(directory: Path, metric_dir: str | None = None) -> list[Source]:
-    out = []
+def _profiles_in(directory: Path, metric_dir: str | None = None,
+                 warn: Callable[[str], None] | None = None) -> list[Source]:
+    """The ``profile.N.C.T`` files of ``directory``; one whose numbers do not fit Int64 (the node is the pid
+    column) is left out, counted in one warning naming the first."""
+    out, unfit = [], []
     for p in directory.iterdir():
         m = PROFILE_NAME.match(p.name)
         if m and p.is_file():
-            out.append(Source(p, int(m.group(1)), int(m.group(2)), int(m.group(3)), metric_dir))
+            node, context, thread = (int(m.group(k)) for k in (1, 2, 3))
+            if max(node, context, thread) > events.ID_MAX:
+                unfit.append(p.name)
+                continue
+            out.append(Source(p, node, context, thread, metric_dir))
+    if unfit and not out:
+        raise bad_input(directory / min(unfit), None, _UNFIT)
+    if unfit and warn is not None:
+        first = min(unfit)
+        warn(f"{directory}: left out {len(unfit)} profile file{'s' if len(unfit) != 1 else ''} whose node, "
+             f"context or thread number does not fit Int64 (first: {first[:80] + ('…' if len(first) > 80 else '')})")
     return sorted(out, key=lambda s: (s.node, s.context, s.thread, s.metric_dir or "", s.path.name))
 
 
@@ -84,7 +97,13 @@ def source_for(path: Path) -> Source:
     metric_dir = path.parent.name[len(MULTI_PREFIX):] if path.parent.name.startswith(MULTI_PREFIX) else None
     if not m:
         return Source(path, 0, 0, 0, metric_dir)
-    return Source(path, int(m.group(1)), int(m.group(2)), int(m.group(3)), metric_dir)
+    numbers = [int(m.group(k)) for k in (1, 2, 3)]
+    if max(numbers) > events.ID_MAX:
+        raise bad_input(path, None, _UNFIT)
+    return Source(path, *numbers, metric_dir)
+
+
+_UNFIT = "its node, context or thread number (profile.NODE.CONTEXT.THREAD) does not fit Int64"
 
 
 @dataclass

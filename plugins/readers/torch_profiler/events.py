@@ -15,6 +15,7 @@ from msgspec.structs import astuple
 from traceparse import expr
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.units import NumberError
+from traceparse.validate import wide_ints
 
 from traceparse_plugins.readers.chrome_json.decoder import EventError, raw_times_ns
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
@@ -146,6 +147,8 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
     ).drop("copy", "_smem", "_gpu_pid", "_gpu_tid")
     df = df.with_columns(comm_columns(df["name"], a))
+    if df.schema["_comm_bytes"] == pl.String:  # a message size past Int64, left to the validation step
+        df = df.with_columns(pl.col("bytes").cast(pl.String))
     df = df.with_columns(bytes=pl.coalesce("bytes", "_comm_bytes")).drop("_comm_bytes")
     return df
 
@@ -217,9 +220,10 @@ def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
         from_args = expr.normalize_collective(pl.lit(given_series.gather(rows)))
         from_name = expr.collective(pl.lit(names.gather(rows)).fill_null(""))
         collective = collective.scatter(rows, pl.select(pl.coalesce(from_args, from_name)).to_series())
-    return [collective, pl.Series("seq", seq, dtype=pl.Int64),
+    # a Seq of 2^64 or elements × dtype size past 2^63: text, which the validation step drops with a warning
+    return [collective, wide_ints("seq", seq),
             pl.Series("process_group", group, dtype=pl.String),
-            pl.Series("_comm_bytes", nbytes, dtype=pl.Int64)]
+            wide_ints("_comm_bytes", nbytes)]
 
 
 #: A lower-cased name of any communication family (:data:`traceparse.expr.COMMUNICATION_NAMES`): the rows
