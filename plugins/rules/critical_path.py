@@ -1,10 +1,10 @@
 """Rule ``critical-path``: per step, the chain of work that held it, across ranks, and what it is made of.
 
-Definition. The dependency graph is :data:`traceparse.measures.dependency_graph` (docs/critical_path.md: host
+Definition. The dependency graph of a step (docs/critical_path.md: host
 threads in order, launch → GPU work, stream order, blocking calls waiting for the GPU work they waited for,
 collectives across ranks: every rank leaves an instance once its last rank joined). The critical path of a
-step (:func:`traceparse.measures.critical_path.critical_paths`) runs backwards from the step's end (the
-trace's steps as ``step_series`` finds them: ``ProfilerStep#N``, a step range, an optimizer mark; else the
+step runs backwards from the step's end (the trace's steps: ``ProfilerStep#N``, a step range, an optimizer
+mark; else the
 trace's span) following at every point the dependency that came last, and stops at the step's start. Its
 ``length_ns`` is the sum of its segments: never more than the step; the step time it does not cover lies
 before the first point the path reached. On a run, every rank's every step has its path; where it crosses to

@@ -22,7 +22,7 @@ to it in a step.
 
 What the straggler did: for a named straggler rank, per name (host operators and annotations by their self
 time, kernels, copies and memsets by their duration, each counted when it starts inside a step; not
-collectives or step annotations, whose time is waiting; :data:`traceparse.measures.step_time_by_name`), its
+collectives or step annotations, whose time is waiting), its
 time per step on every rank (0 where a rank never runs it) and the median over the ranks.
 ``slow_rank_host`` and ``slow_rank_gpu`` list the ``top_excess`` names whose time on the straggler exceeds the
 median rank's most, by at least ``min_excess_pct`` of the straggler's step time: ``kind``, ``name``,
