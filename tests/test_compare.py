@@ -148,10 +148,16 @@ def test_traces_of_different_devices_warn(store, tmp_path):
     b = _ingest(tmp_path / "a100.json", batch=32)
     code, out, err = run_cli("compare", a, b, "--by", "batch", "--json")
     assert code == 0
-    assert (f"traceparse: warning: the traces come from different devices (resnet18_bs16.json.gz ({a}): "
-            f"NVIDIA H100 80GB HBM3; a100.json ({b}): NVIDIA A100-SXM4-80GB); their figures are not like for like"
-            ) in err
+    assert (f"traceparse: warning: the traces come from 2 devices (NVIDIA H100 80GB HBM3: resnet18_bs16.json.gz "
+            f"({a}); NVIDIA A100-SXM4-80GB: a100.json ({b})); their figures are not like for like\n") in err
     assert json.loads(out)["warnings"]
+    # comparing the devices is the point: one line per device, no warning
+    code, out, err = run_cli("compare", a, b, "--by", "batch", "--series", "device", "--json")
+    assert code == 0 and "not like for like" not in err and json.loads(out)["warnings"] == []
+    # a tag that does not separate the devices keeps the warning
+    assert run_cli("tag", a, "run=x")[0] == 0 and run_cli("tag", b, "run=x")[0] == 0
+    code, out, err = run_cli("compare", a, b, "--by", "batch", "--series", "run", "--json")
+    assert code == 0 and "not like for like" in err
 
 
 def test_bad_pattern_and_bad_out_suffix_are_one_line_errors(sweep_ids):

@@ -152,6 +152,46 @@ def check_drawn(opened: Opened, expected: set[str]) -> dict[str, list[dict]]:
     return charts
 
 
+#: What overlaps on the page: in each chart, plotly's toolbar, titles (the figure's, the subplots', the axes'),
+#: legend and colour bar against each other; a chart wider than its card; summary or chart cards over each other.
+OVERLAPS_JS = """() => {
+  const boxes = (root, sel) => Array.from(root.querySelectorAll(sel)).map(e => [sel, e.getBoundingClientRect()])
+      .filter(([s, r]) => r.width > 0 && r.height > 0);
+  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const out = [];
+  document.querySelectorAll('div.chart').forEach(div => {
+    const parts = ['.modebar', '.infolayer .gtitle', '.annotation', '.g-xtitle', '.g-ytitle', '.legend', '.colorbar']
+      .flatMap(sel => boxes(div, sel));
+    for (let i = 0; i < parts.length; i++) for (let j = i + 1; j < parts.length; j++)
+      if (hit(parts[i][1], parts[j][1])) out.push(div.id + ': ' + parts[i][0] + ' overlaps ' + parts[j][0]);
+    const card = div.closest('.card').getBoundingClientRect();
+    const svg = div.querySelector('.main-svg').getBoundingClientRect();
+    if (svg.right > card.right + 1 || svg.left < card.left - 1) out.push(div.id + ': wider than its card');
+  });
+  for (const sel of ['.charts > .card', '.cards > .card']) {
+    const cards = boxes(document, sel);
+    for (let i = 0; i < cards.length; i++) for (let j = i + 1; j < cards.length; j++)
+      if (hit(cards[i][1], cards[j][1])) out.push(sel + ' ' + i + ' overlaps ' + j);
+  }
+  return out;
+}"""
+
+
+def check_layout(opened: Opened, screenshot: Path) -> None:
+    """With every finding opened (their tables shown): nothing overlaps (:data:`OVERLAPS_JS`), and a screenshot
+    of the whole page is as wide as the window (1400 px): no table or chart makes the page scroll sideways,
+    wide tables scroll inside their card."""
+    page = opened.page
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert page.evaluate(OVERLAPS_JS) == []
+    png = page.screenshot(path=str(screenshot), full_page=True)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(png[16:20], "big") == VIEWPORT["width"]  # the IHDR width of the whole page
+    assert page.evaluate("document.documentElement.scrollWidth") == VIEWPORT["width"]
+    assert page.evaluate("""() => Array.from(document.querySelectorAll('.tablewrap'))
+        .every(w => w.getBoundingClientRect().right <= w.closest('details, .card').getBoundingClientRect().right)""")
+
+
 def findings_on_page(opened: Opened) -> list[tuple[str, str, str]]:
     """(severity, rule, title) of every finding section of the page, in its order."""
     return opened.page.evaluate("""() => Array.from(document.querySelectorAll('details.finding')).map(d => {
@@ -240,6 +280,7 @@ def test_torch_trace_report(browser, store, tmp_path):
     assert sorted((f["severity"], f["rule"], f["title"]) for f in expected) == sorted(map(tuple, on_page))
     ranks = [("critical", "warning", "info").index(s) for s, _, _ in on_page]
     assert ranks == sorted(ranks)
+    check_layout(page, tmp_path / "report_torch_full.png")
 
 
 def test_nsys_capture_report(browser, store, tmp_path):
@@ -266,6 +307,7 @@ def test_nsys_capture_report(browser, store, tmp_path):
     copy_bytes = charts["chart-copies"][0]  # bytes (MB) per direction; CUPTI copyKind 1 = HtoD, 2 = DtoH
     assert sorted(copy_bytes["y"]) == pytest.approx(sorted(v / 1e6 for v in copies.values()), rel=1e-12)
     assert len(findings_on_page(page)) == len(analyzed(str(NSYS)))
+    check_layout(page, tmp_path / "report_nsys_full.png")
 
 
 def test_ncu_page_report(browser, store, tmp_path):
@@ -284,13 +326,67 @@ def test_ncu_page_report(browser, store, tmp_path):
     # no timed GPU activity on an ncu page: the page says why there is no timeline
     assert "GPU busy over time: the trace has no timed kernels" in page.page.inner_text("main")
     assert len(findings_on_page(page)) == len(analyzed(str(NCU)))
+    check_layout(page, tmp_path / "report_ncu_full.png")
+
+
+def host_steps_ns(events: list[dict]) -> list[int]:
+    """The host-side ProfilerStep#N durations of a torch trace (its GPU-side twins are left out)."""
+    return [us_to_ns(e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+            and e["name"].startswith("ProfilerStep#")]
+
+
+def raw_arrivals(run_dir: Path, ranks: int) -> list[dict[int, int]]:
+    """Each collective of a gloo run from the raw JSON: {rank: arrival ns}, the n-th ``c10d::*`` call of each
+    rank being the n-th collective (the runs have no sequence numbers), in the order the last rank arrives."""
+    calls = {}
+    for rank in range(ranks):
+        calls[rank] = sorted(us_to_ns(e["ts"]) for e in raw_torch(run_dir / f"rank{rank}.json.gz")
+                             if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("c10d::"))
+    assert len({len(c) for c in calls.values()}) == 1
+    instances = [{rank: calls[rank][i] for rank in calls} for i in range(len(calls[0]))]
+    return sorted(instances, key=max)
+
+
+def check_straggler_charts(charts: dict, run_dir: Path, straggler: int) -> None:
+    """The run's collectives chart and step time per rank against the raw JSON: each rank's lateness at each
+    collective, the wait caused there by the rank that arrived last, and each rank's mean step; the straggler
+    is the line far above the others and the rank the others wait for."""
+    instances = raw_arrivals(run_dir, 4)
+    lines = {t["name"]: t["y"] for t in charts["chart-collectives"] if t["type"] == "scatter"}
+    assert sorted(lines) == [f"rank {r}" for r in range(4)]
+    for rank in range(4):
+        expected = [(i[rank] - min(i.values())) / 1e6 for i in instances]
+        assert lines[f"rank {rank}"] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    bars = {t["name"]: t["y"] for t in charts["chart-collectives"] if t["type"] == "bar"}
+    caused: dict[int, float] = defaultdict(float)
+    for n, inst in enumerate(instances):
+        last = max(inst, key=lambda r: (inst[r], -r))
+        wait = sum(max(inst.values()) - a for a in inst.values()) / 1e6
+        caused[last] += wait
+        assert bars[f"rank {last} last"][n] == pytest.approx(wait, rel=1e-9)
+    assert sum(bars[f"rank {straggler} last"]) == pytest.approx(caused[straggler], rel=1e-9)
+    assert caused[straggler] > 0.8 * sum(caused.values())  # most of the waiting is for the straggler
+    lateness = {r: max(lines[f"rank {r}"]) for r in range(4)}
+    assert all(lateness[straggler] > 10 * lateness[r] for r in range(4) if r != straggler)
+    parts = {t["name"]: t for t in charts["chart-ranks"]}
+    assert list(parts) == ["waited at collectives for the last to arrive", "rest of the step"]
+    waited, rest = parts["waited at collectives for the last to arrive"], parts["rest of the step"]
+    assert waited["y"] == [f"rank {r}" for r in range(4)]
+    for i, rank in enumerate(range(4)):  # each rank's bar is its mean step, from its ProfilerStep#N annotations
+        steps = host_steps_ns(raw_torch(run_dir / f"rank{rank}.json.gz"))
+        assert waited["x"][i] + rest["x"][i] == pytest.approx(sum(steps) / len(steps) / 1e6, rel=1e-9)
+        assert 0 <= waited["x"][i] <= waited["x"][i] + rest["x"][i]
+    assert min(range(4), key=lambda i: waited["x"][i]) == straggler  # the one the others wait for
+
+
+RUN_CHARTS = {"chart-collectives", "chart-ranks", "chart-timeline", "chart-steps", "chart-categories", "chart-names",
+              "chart-copies"}
 
 
 def test_run_report(browser, store, tmp_path, samples_dir):
     run_dir = samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
     page = open_report(browser, report(tmp_path, os.path.relpath(run_dir)), tmp_path / "report_run.png")
-    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies",
-                                "chart-ranks"})
+    charts = check_drawn(page, RUN_CHARTS)
     per_rank = {}
     for rank in range(4):
         busy, _, _ = torch_gpu_figures(raw_torch(run_dir / f"rank{rank}.json.gz"))
@@ -299,17 +395,47 @@ def test_run_report(browser, store, tmp_path, samples_dir):
     assert [t["type"] for t in charts["chart-timeline"]] == ["heatmap"]
     assert timeline_busy_ns(charts["chart-timeline"]) == {f"rank {r} GPU 0": pytest.approx(busy, rel=1e-4)
                                                           for r, busy in per_rank.items()}
-    # the per-rank breakdown: four bars per part, compute + exposed comm + memcpy = each rank's busy time
-    parts = {t["name"]: t for t in charts["chart-ranks"]}
-    assert list(parts) == ["compute", "exposed communication", "memcpy / memset", "idle"]
-    assert parts["compute"]["y"] == [f"rank {r}" for r in range(4)]
-    for i, rank in enumerate(range(4)):
-        busy_ms = sum(parts[p]["x"][i] for p in ("compute", "exposed communication", "memcpy / memset"))
-        assert busy_ms == pytest.approx(per_rank[rank] / 1e6, rel=1e-12)
+    check_straggler_charts(charts, run_dir, straggler=2)
     assert "world size 4" in page.page.inner_text("main")
     on_page = findings_on_page(page)
     assert len(on_page) == len(analyzed(str(run_dir)))
-    assert ("critical", "stragglers", "Straggler: rank 2") in [tuple(s) for s in on_page]
+    assert tuple(on_page[0]) == ("critical", "stragglers", "Straggler: rank 2")
+    check_layout(page, tmp_path / "report_run_full.png")
+
+
+def test_the_slow_rank_run_shows_its_straggler_first(browser, store, tmp_path):
+    """The bundled slow-rank run (always present): the run's charts come first and show rank 2 standing out,
+    figures from the raw JSON; the straggler's finding opens the findings and the worst findings, and the
+    summary names it; at 1400 px nothing overlaps and the page does not scroll sideways (screenshot)."""
+    run_dir = FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2"
+    page = open_report(browser, report(tmp_path, shown(run_dir)), tmp_path / "report_slow_rank.png", publish=False)
+    charts = check_drawn(page, RUN_CHARTS)
+    order = page.page.evaluate("Array.from(document.querySelectorAll('div.chart')).map(d => d.id)")
+    assert order[:2] == ["chart-collectives", "chart-ranks"]
+    check_straggler_charts(charts, run_dir, straggler=2)
+    on_page = findings_on_page(page)
+    assert tuple(on_page[0]) == ("critical", "stragglers", "Straggler: rank 2")
+    worst = page.page.inner_text("ul.worst").splitlines()
+    assert worst[0].startswith("CRITICAL stragglers: Straggler: rank 2")
+    summary = page.page.inner_text("#summary")
+    assert "STRAGGLER" in summary and "rank 2: the others wait" in summary
+    check_layout(page, tmp_path / "report_slow_rank_full.png")
+
+
+def test_a_chart_without_data_is_left_out(browser, store, tmp_path):
+    """A TAU profile's copies have time but no bytes: the copies chart draws the time only (no empty bytes
+    panel on a −1…1 axis) and says why; every drawn bar has data."""
+    path = FIXTURES / "tau" / "real" / "apex-cuda"
+    page = open_report(browser, report(tmp_path, shown(path)), tmp_path / "report_tau.png", publish=False)
+    charts = check_drawn(page, {"chart-categories", "chart-names", "chart-copies"})
+    assert [t["name"] for t in charts["chart-copies"]] == ["time"]
+    assert all(any(v for v in t["y"] or t["x"] or t["values"] or []) for ts in charts.values() for t in ts
+               if t["type"] in ("bar", "pie"))
+    titles = page.page.evaluate("Array.from(document.querySelectorAll('#chart-copies .annotation')).map(a => "
+                                "a.textContent)")
+    assert titles == ["time (ms)"]
+    assert "The trace gives no bytes for its copies" in page.page.inner_text("#chart-copies-card .chart-note")
+    check_layout(page, tmp_path / "report_tau_full.png")
 
 
 # -- untrusted names ---------------------------------------------------------------------------------------

@@ -176,10 +176,11 @@ def oracle(path: Path) -> dict:
 # -- every fixture ---------------------------------------------------------
 def test_fixture_inventory():
     names = {p.relative_to(NVPROF).as_posix() for p in FILES}
-    assert len(names) == 28
+    assert len(names) == 30
     assert {"real/cudajl_summary.log", "real/rlscope_gpu_trace_warning.csv", "handwritten/small.nvvp",
             "real/pytorch_wavelets_summary.log", "handwritten/copy_dominated_summary.log",
-            "handwritten/metrics_events.log", "handwritten/gpu_trace_p2p.csv"} <= names
+            "handwritten/metrics_events.log", "handwritten/gpu_trace_p2p.csv", "handwritten/sgemm_gpu_trace.log",
+            "handwritten/sgemm_metrics.log"} <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -75,7 +75,7 @@ def test_json_findings_are_ordered_and_carry_impact(doc):
     d, _ = doc
     keys = [(-SEVERITIES.index(f["severity"]), (0, -f["impact_ns"]) if f["impact_ns"] is not None else (1, 0),
              f["rule"]) for f in d["findings"]]
-    assert keys == sorted(keys) and len(keys) == 13
+    assert keys == sorted(keys) and len(keys) == 14
     impact = {f["rule"]: f["impact_ns"] for f in d["findings"] if f["title"] != "Hotspots per thread"}
     m = {f["rule"]: f["metrics"] for f in d["findings"]}
     assert impact["gpu-idle"] == m["gpu-idle"]["idle_ns"] > 0

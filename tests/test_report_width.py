@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from helpers import FIXTURES, run_cli
-from traceparse.report import MEMBER_KEYS, TABLE_ROWS, _cell, figure_label, fmt_unit, render_findings
+from traceparse.report import MEMBER_KEYS, TABLE_ROWS, _cell, _format_column, figure_label, fmt_unit, render_findings
 
 CASES = ["torch/resnet18_bs16.json.gz", "nsys/resnet18_bs8.sqlite.gz", "ncu/ncu_raw_vgg11_bs16.csv",
          "tau/real/cpi-mpi", "nvprof/real/rlscope_gpu_trace.csv", "torch/multirank/gloo4_slow_rank2"]
@@ -64,8 +64,7 @@ def test_every_table_keeps_its_name_column_and_names(rendered, case):
             name = next((c for c in cols if c.unit == "name"), None) or next(
                 (c for c in cols if c.unit == "text"), cols[0])
             assert re.search(rf"(^|[│┃ ]){re.escape(name.label)}( |$)", text, re.M), (f.rule, name.label)
-            for item in items:
-                shown = _cell(name, item.get(name.key))
+            for shown in _format_column(name, [item.get(name.key) for item in items])[1]:
                 if shown in text:
                     continue
                 # shortened from the middle: the head of the name, an ellipsis, a key number, the key below

@@ -122,7 +122,7 @@ def test_list_at_80_columns_keeps_each_id_on_one_line(store, monkeypatch):
     code, out, _ = run_cli("list")
     assert code == 0 and max(map(len, out.splitlines())) <= 80
     for trace_id in (_sha(TORCH)[:16], _capture_id()):
-        assert re.search(rf"│ {trace_id} │", out)
+        assert re.search(rf"^ {trace_id} │", out, re.M)
 
 
 def test_analyze_groups_a_captures_files_as_ingest_does(store):

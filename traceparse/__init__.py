@@ -7,6 +7,7 @@ Python API::
     trace.events                                  # polars DataFrame (traceparse.schema)
     trace.to_pandas()
     findings = traceparse.analyze(trace, rules=["kernel-share"])
+    traceparse.sql("SELECT name, SUM(duration_ns) AS ns FROM kernels GROUP BY name ORDER BY ns DESC")  # polars
 """
 
 from __future__ import annotations
@@ -47,5 +48,18 @@ def analyze(trace: Trace, rules: list[str] | None = None, settings: dict | None 
     return _analyze(trace, rules=rules, settings=settings, gpu=gpu)
 
 
+def sql(query: str, *, store: str | Path | None = None, engine: str | None = None, traces: list[str] | tuple = (),
+        runs: list[str] | tuple = ()):
+    """Run one read-only SQL query over the store's views (docs/sql.md) and return a polars DataFrame
+    (``.to_pandas()`` for pandas).
+
+    ``engine``: ``"duckdb"`` (default when installed, extra ``sql``) or ``"polars"``; ``traces`` / ``runs``
+    narrow the views to those stored traces and runs (ids, unique prefixes, a run's name).
+    """
+    from traceparse.views import sql as _sql
+
+    return _sql(query, store=store, engine=engine, traces=traces, runs=runs)
+
+
 __all__ = ["Device", "Finding", "InputError", "StoreError", "Trace", "TraceMeta", "TraceparseError",
-           "__version__", "analyze", "hookimpl", "load"]
+           "__version__", "analyze", "hookimpl", "load", "sql"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry as default_registry
@@ -68,8 +71,9 @@ CRITICAL_FLOOR_PCT = 1.0
 
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,
-            gpu: str | None = None, reg: Registry | None = None,
-            critical_floor_pct: float = CRITICAL_FLOOR_PCT) -> list[Finding]:
+            gpu: Any = None, reg: Registry | None = None,
+            critical_floor_pct: float = CRITICAL_FLOOR_PCT,
+            on_rule: Callable[[str], None] | None = None) -> list[Finding]:
     """Run rules on a trace and return their findings.
 
     ``rules`` names the rules to run; by default every rule that applies to
@@ -79,6 +83,7 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     the trace's span is lowered to a warning, and says so: a percentage
     alone (0.6% overlap of 38 us of copies) does not make a problem critical.
     ``settings`` are threshold overrides as returned by :func:`parse_settings`.
+    ``on_rule`` is told each rule's name as it starts (a progress bar).
     """
     from traceparse.run import trace_ranks
     from traceparse.summary import trace_span
@@ -90,6 +95,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())
     findings: list[Finding] = []
     for rule in chosen:
+        if on_rule is not None:
+            on_rule(rule.name)
         if not rule.applies_to(trace):
             if rules:
                 findings.append(Finding(
@@ -177,3 +184,24 @@ def worst_severity(findings: Iterable[Finding]) -> str | None:
     from traceparse.rule import SEVERITIES
 
     return SEVERITIES[max(ranks)] if ranks else None
+
+
+#: The columns of a stored analysis (:meth:`traceparse.store.Store.save_findings`, the ``findings`` SQL view).
+FINDINGS_SCHEMA = pl.Schema({"rule": pl.String, "severity": pl.String, "title": pl.String, "message": pl.String,
+                             "suggestion": pl.String, "impact_ns": pl.Int64, "metrics": pl.String,
+                             "items": pl.String, "scope": pl.String, "analyzed_at": pl.String})
+
+
+def findings_frame(findings: Iterable[Finding], scope: str | None = None) -> pl.DataFrame:
+    """Findings as one row each (:data:`FINDINGS_SCHEMA`), to keep beside their trace in the store.
+
+    ``metrics`` and ``items`` are the JSON text ``analyze --json`` prints for them; ``scope`` names the part
+    of the trace analysed (``step 3``, the window's label), null for the whole trace; ``analyzed_at`` is now, in
+    UTC.
+    """
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rows = [{"rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
+             "suggestion": f.suggestion, "impact_ns": f.impact_ns,
+             "metrics": json.dumps(f.metrics, default=str), "items": json.dumps(f.items, default=str),
+             "scope": scope, "analyzed_at": now} for f in findings]
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA, strict=False)

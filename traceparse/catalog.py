@@ -8,6 +8,9 @@ the figures documented in docs/gpu_catalog.md.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.trace import Trace
@@ -17,8 +20,9 @@ def find_gpu(name: str | None, reg: Registry | None = None) -> dict | None:
     """The catalog entry for a device name as a tool writes it, or None.
 
     Every substring of an entry's ``match`` list must occur in the
-    lower-cased name; among matching entries the most specific (longest
-    total match) wins, so "A100-SXM4-80GB" prefers the 80 GB entry.
+    lower-cased name and none of its ``exclude`` list (a GeForce board's
+    Laptop GPU, its Ti sibling); among matching entries the most specific
+    (longest total match) wins, so "A100-SXM4-80GB" prefers the 80 GB entry.
     """
     if not name:
         return None
@@ -26,6 +30,8 @@ def find_gpu(name: str | None, reg: Registry | None = None) -> dict | None:
     best, best_len = None, 0
     for spec in (reg or default_registry()).gpu_specs:
         patterns = [p.lower() for p in spec.get("match", [])]
+        if any(x.lower() in lowered for x in spec.get("exclude", [])):
+            continue
         if patterns and all(p in lowered for p in patterns):
             length = sum(len(p) for p in patterns)
             if length > best_len:
@@ -144,15 +150,86 @@ def _properties(device) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def gpu_for_trace(trace: Trace, override: str | None = None, reg: Registry | None = None) -> tuple[dict | None, str]:
+#: The precisions a peak may be given for (``peak_tflops`` keys of a catalog entry, ``--peak-flops``): on the
+#: CUDA cores, then on the tensor (AMD: matrix) cores. TFLOP/s, TOP/s for int8.
+PRECISIONS = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "fp32_tensor", "tf32_tensor", "fp16_tensor",
+              "bf16_tensor", "fp8_tensor", "int8_tensor")
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """What the user chose of a GPU's figures: a catalog entry by name (``--gpu``) and peaks given by hand
+    (``--peak-flops PRECISION=GFLOPS``, ``--peak-bw GBPS``), which replace the entry's or stand alone."""
+
+    name: str | None = None
+    peak_gflops: tuple[tuple[str, float], ...] = ()
+    dram_gbps: float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.name or self.peak_gflops or self.dram_gbps)
+
+
+def parse_peak_flops(text: str) -> tuple[str, float]:
+    """``PRECISION=GFLOPS`` (``fp32=19500``) as (precision, GFLOP/s); ValueError with what was expected."""
+    precision, sep, value = text.partition("=")
+    precision = precision.strip().lower()
+    if not sep or precision not in PRECISIONS:
+        raise ValueError(f"expected PRECISION=GFLOPS with PRECISION one of {', '.join(PRECISIONS)}, got {text!r}")
+    return precision, _positive(value, "GFLOPS", text)
+
+
+def parse_peak_bw(text: str) -> float:
+    """A DRAM bandwidth in GB/s (``900``); ValueError with what was expected."""
+    return _positive(text, "GB/s", text)
+
+
+def _positive(value: str, unit: str, text: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"expected a positive number of {unit}, got {text!r}")
+    return number
+
+
+def _by_hand(spec: dict | None, how: str, choice: GpuChoice) -> tuple[dict | None, str]:
+    """``spec`` with the peaks ``choice`` gives by hand in place of its own (or a spec of those alone)."""
+    if not choice.peak_gflops and choice.dram_gbps is None:
+        return spec, how
+    out = {key: (dict(value) if isinstance(value, dict) else value) for key, value in (spec or {}).items()}
+    out.setdefault("name", "peaks given by hand")
+    if spec is not None:
+        out["name"] = f"{spec['name']}, peaks by hand"
+    out["peak_tflops"] = dict(out.get("peak_tflops") or {})
+    out["sources"] = dict(out.get("sources") or {})
+    given = []
+    for precision, gflops in choice.peak_gflops:
+        out["peak_tflops"][precision] = gflops / 1000.0
+        out["sources"][f"peak_tflops.{precision}"] = "given by hand (--peak-flops)"
+        given.append(f"{precision} {gflops:,g} GFLOP/s")
+    if choice.dram_gbps is not None:
+        out["dram_gbps"] = choice.dram_gbps
+        out["sources"]["dram_gbps"] = "given by hand (--peak-bw)"
+        given.append(f"DRAM {choice.dram_gbps:,g} GB/s")
+    said = "peaks given by hand: " + ", ".join(given)
+    return out, f"{said}; the rest from {how}" if spec is not None else f"{said} ({how})"
+
+
+def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
+                  reg: Registry | None = None) -> tuple[dict | None, str]:
     """The catalog entry for a trace's GPU and a sentence saying how it was chosen.
 
-    ``override`` (the user's ``--gpu``) wins and must be known; otherwise the
-    first device the trace describes is matched by name. Returns
-    ``(None, reason)`` when nothing matches. A device whose name matches no
-    entry (ROCm's "AMD Radeon Graphics") is identified by its properties
-    (:func:`identify_gpu`).
+    ``override`` (the user's ``--gpu``, or a :class:`GpuChoice` that may also
+    give peaks by hand) wins and must be known; otherwise the first device the
+    trace describes is matched by name. Returns ``(None, reason)`` when
+    nothing matches. A device whose name matches no entry (ROCm's "AMD Radeon
+    Graphics") is identified by its properties (:func:`identify_gpu`). Peaks
+    given by hand replace the entry's (or, with no entry, are the whole spec).
     """
+    if isinstance(override, GpuChoice):
+        spec, how = gpu_for_trace(trace, override.name, reg)
+        return _by_hand(spec, how, override)
     reg = reg or default_registry()
     if override:
         spec = find_gpu(override, reg)

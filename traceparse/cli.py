@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import sys
 
 from traceparse import __version__
@@ -20,8 +19,7 @@ from traceparse.command import WIDE, add_common_options, screen_width
 from traceparse.errors import TraceparseError
 from traceparse.plugins import Registry, registry
 from traceparse.session import Session
-from traceparse.text import visible
-from traceparse.validate import EXCERPT
+from traceparse.text import one_line  # noqa: F401 - re-exported: the CLI's one-line messages
 
 
 def build_parser(reg: Registry) -> argparse.ArgumentParser:
@@ -95,20 +93,6 @@ def _internal(exc: Exception) -> int:
     print(f"traceparse: internal error: {type(exc).__name__}: {one_line(str(exc))} "
           "(set TRACEPARSE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
     return 3
-
-
-_QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
-
-
-def one_line(message: str, limit: int = 1000) -> str:
-    """``message`` as one line: line breaks shown as ``\\n`` and every other control character made visible
-    (:func:`traceparse.text.visible`: no escape sequence from a file reaches the terminal), each quoted value
-    cut to an excerpt of at most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit``
-    characters."""
-    message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
-                          else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)
-    message = visible(message)
-    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 if __name__ == "__main__":

@@ -130,6 +130,48 @@ def screen_width(text: str) -> int:
     return int(text)
 
 
+def add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    """``--gpu NAME``, ``--peak-flops PRECISION=GFLOPS`` (repeatable) and ``--peak-bw GBPS``: the GPU whose peak
+    figures a command uses, and peaks given by hand in place of the catalog's (a GPU it lacks, a clock
+    locked lower); :func:`gpu_choice` reads them back."""
+    parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+    parser.add_argument("--peak-flops", action="append", type=peak_flops, metavar="PRECISION=GFLOPS",
+                        help="a peak by hand, e.g. fp32=19500 or fp16_tensor=312000 (repeatable); replaces the "
+                             "catalog's for that precision")
+    parser.add_argument("--peak-bw", type=peak_bw, metavar="GBPS",
+                        help="the peak DRAM bandwidth by hand, GB/s; replaces the catalog's")
+
+
+def peak_flops(text: str) -> tuple[str, float]:
+    """``--peak-flops PRECISION=GFLOPS`` (:func:`traceparse.catalog.parse_peak_flops`)."""
+    from traceparse.catalog import parse_peak_flops
+
+    try:
+        return parse_peak_flops(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def peak_bw(text: str) -> float:
+    """``--peak-bw GBPS`` (:func:`traceparse.catalog.parse_peak_bw`)."""
+    from traceparse.catalog import parse_peak_bw
+
+    try:
+        return parse_peak_bw(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def gpu_choice(args: argparse.Namespace):
+    """The :class:`traceparse.catalog.GpuChoice` of ``--gpu``, ``--peak-flops`` and ``--peak-bw``; None when
+    none is given (the trace's own GPU and the catalog's figures)."""
+    from traceparse.catalog import GpuChoice
+
+    choice = GpuChoice(getattr(args, "gpu", None), tuple(getattr(args, "peak_flops", None) or ()),
+                       getattr(args, "peak_bw", None))
+    return choice if choice else None
+
+
 def envelope(command: str, data: dict[str, Any]) -> dict[str, Any]:
     """The JSON document of ``command``: ``{"schema_version", "command", **data}``.
 
@@ -183,6 +225,7 @@ class Command:
 
     #: :func:`add_common_options`, reachable as ``self.add_common_options(parser, ...)``.
     add_common_options = staticmethod(add_common_options)
+    add_gpu_options = staticmethod(add_gpu_options)
 
     def print_json(self, data: dict[str, Any], *, command: str | None = None) -> None:
         """:func:`print_json` named after this command (or ``command``, e.g. ``"predict fit"``)."""

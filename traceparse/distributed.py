@@ -80,17 +80,17 @@ def connected(address: str) -> Iterator[Any]:
 
 
 # -- ingest -----------------------------------------------------------------
-def map_ingest(address: str, tasks: list[tuple], advance: Callable[[int], Any] | None = None) -> list[dict]:
-    """Run :func:`traceparse.run.ingest_rank` for every task on the cluster; the results, in any order.
+def map_ingest(address: str, work: Callable[..., dict], tasks: list[tuple],
+               advance: Callable[[int], Any] | None = None) -> list[dict]:
+    """Run ``work(*task)`` (the run's :func:`traceparse.run.ingest_rank`, given by its caller so that this module
+    stays below :mod:`traceparse.run`) for every task on the cluster; the results, in any order.
 
     The first failing rank cancels the others and its error is raised here.
     """
     from dask.distributed import as_completed
 
-    from traceparse.run import ingest_rank
-
     with connected(address) as client:
-        futures = [client.submit(ingest_rank, *task, pure=False) for task in tasks]
+        futures = [client.submit(work, *task, pure=False) for task in tasks]
         results = []
         try:
             for future in as_completed(futures):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -10,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names  # noqa: F401 - re-exported
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.rule import SEVERITIES, Finding
 from traceparse.text import literal, markup_literal, visible
@@ -17,72 +19,6 @@ from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
-
-
-def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
-    """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
-
-    Steps, each taken only while the name is still longer than ``width``:
-    drop the return type and parameter list; replace template arguments
-    nested two deep with ``…``; drop casts such as ``(bool)1`` -> ``1``;
-    keep only the last component of the qualified name; replace all
-    template arguments with ``…``; cut.
-    """
-    if not name:
-        return ""
-    s = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
-    s = _drop_parameters(s)
-    steps = (
-        lambda x: _collapse_templates(x, keep_depth=1),
-        lambda x: re.sub(r"\((?:bool|int|unsigned int|unsigned long|long|\w+_t|\w+)\)(?=[-\w])", "", x),
-        _last_components,
-        lambda x: _collapse_templates(x, keep_depth=0),
-    )
-    for step in steps:
-        if len(s) <= width:
-            break
-        s = re.sub(r"\s+", " ", step(s))
-    return s if len(s) <= width or not cut else s[: width - 1] + "…"
-
-
-def _drop_parameters(s: str) -> str:
-    if not s.endswith(")"):
-        return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        if s[i] == ")":
-            depth += 1
-        elif s[i] == "(":
-            depth -= 1
-            if depth == 0:
-                head = s[:i].rstrip()
-                return head if head and head[-1] not in "<,(" else s
-    return s
-
-
-def _collapse_templates(s: str, keep_depth: int) -> str:
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == keep_depth + 1:
-                out.append("<…>")
-            elif depth <= keep_depth:
-                out.append(ch)
-            continue
-        if ch == ">":
-            depth -= 1
-            if depth < keep_depth:
-                out.append(ch)
-            continue
-        if depth <= keep_depth:
-            out.append(ch)
-    return "".join(out)
-
-
-def _last_components(s: str) -> str:
-    head, sep, rest = s.partition("<")
-    return head.split("::")[-1] + sep + rest
 
 
 def fmt_unit(unit: str, value: Any) -> str:
@@ -126,6 +62,18 @@ def fmt_bytes_binary(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def shown_path(path: str | None) -> str:
+    """A stored trace's path for the screen: relative to the working directory when it lies under it (as the
+    user typed it, most often), else whole. JSON keeps the whole path."""
+    if not path:
+        return ""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if relative.startswith("..") or os.path.isabs(relative) else relative
+
+
 def trace_label(meta: TraceMeta) -> str:
     """A short name for a trace on screen, where its 16-character id says little: its file's name; for several
     files (an nsys capture's reports) the common start of their names and ``*`` (``resnet18_bs8_*``); a run's
@@ -148,15 +96,19 @@ def warning_count(n: int) -> str:
 
 
 def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | None = None,
-                  warnings: bool = True) -> Panel:
+                  warnings: bool = True, width: int | None = None) -> Panel:
     """The panel ``ingest`` and ``show`` print: events per kind, span, devices, tags, warnings; titled ``title``,
     else "ingested" or "already in the store". ``warnings`` false (``ingest``, which printed them on stderr as
-    it read): the panel gives their number instead of saying them a second time."""
+    it read): the panel gives their number instead of saying them a second time. Source paths longer than
+    ``width`` allows are cut where they do not tell the files apart (a capture's reports keep their kinds)."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row("id", literal(meta.id or ""))
-    table.add_row("source", Text("\n").join(map(literal, meta.source_paths)))
+    sources = [shown_path(p) for p in meta.source_paths]
+    if width:
+        sources = cut_apart(sources, max(width - 17, 20))  # the panel's border and first column
+    table.add_row("source", Text("\n").join(map(literal, sources)))
     table.add_row("format", literal(" / ".join(x for x in (meta.format, meta.variant) if x)))
     if meta.tool or meta.tool_version:
         table.add_row("tool", literal(" ".join(x for x in (meta.tool, meta.tool_version) if x)))
@@ -244,11 +196,12 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     by_trace: dict[Any, list[Finding]] = {}
     for finding in ranked:
         by_trace.setdefault(finding.trace, []).append(finding)
+    silent = 0  # findings with nothing to say: not counted as findings, named at the end of their trace
     for trace in dict.fromkeys([*summaries, *by_trace]):  # the traces in the order given, findings or none
         meta = traces.get(trace)
         run = ((meta.extra or {}).get("run") or {}) if meta else {}
         where = (f"run {run['name']} ({len(run.get('ranks') or {})} ranks)" if meta and meta.format == "run"
-                 and run.get("name") else (meta.path if meta else None))
+                 and run.get("name") else (shown_path(meta.path) if meta else None))
         console.rule(f"[bold]{markup_literal(trace)}  {markup_literal(where)}[/bold]" if where
                      else f"[bold]{markup_literal(trace)}[/bold]")
         summary = summaries.get(trace)
@@ -256,7 +209,9 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
         if summary is not None:
             console.print(summary_panel(summary, own))
         span = summary.get("span_ns") if summary else None
-        quiet = [] if full else [f for f in own if is_quiet(f, span)]
+        nothing = [f for f in own if is_quiet(f, span)]
+        silent += len(nothing)
+        quiet = [] if full else nothing
         shown = [f for f in own if f not in quiet]
         repeats = repeated_tables(shown)
         for finding in shown:
@@ -268,7 +223,7 @@ def render_findings(console: Console, findings: list[Finding], traces: dict[str,
     if len(summaries) > 1:
         console.print(summary_table(list(summaries.values()), traces, console.width))
     if findings:
-        console.print(_tally(findings))
+        console.print(Text.from_markup(_tally(findings, silent)))
 
 
 def _rows(finding: Finding) -> frozenset:
@@ -333,7 +288,11 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
                                             + (" of kernel time" if split and len(split["parts"]) > 1 else "")))
     if findings:
-        grid.add_row("findings", Text.from_markup(_tally(list(findings)).partition(": ")[2]))
+        from traceparse.analysis import is_quiet
+
+        span = summary.get("span_ns")
+        silent = sum(1 for f in findings if is_quiet(f, span))
+        grid.add_row("findings", Text.from_markup(_tally(list(findings), silent).partition(": ")[2]))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
 
 
@@ -353,19 +312,28 @@ def steps_text(summary: dict) -> str:
 
 
 #: The columns of the table of traces that ends a report of several.
-SUMMARY_COLUMNS = [Column("trace", "trace", "text"), Column("span_ns", "span", "ns"), Column("steps", "steps", "count"),
-                   Column("step_time_ns", "step time", "ns"), Column("gpu_busy_pct", "GPU busy", "pct"),
-                   Column("bottleneck", "bottleneck", "text"), Column("impact_ns", "at stake", "ns")]
+SUMMARY_COLUMNS = [Column("trace", "trace", "text"), Column("step_time_ns", "step time", "ns"),
+                   Column("gpu_busy_pct", "GPU busy", "pct"), Column("bottleneck", "bottleneck", "id"),
+                   Column("impact_ns", "at stake", "ns"), Column("span_ns", "span", "ns"),
+                   Column("steps", "steps", "count")]  # the most important first: the last are dropped first
 
 
 def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: int = 80) -> Group:
-    """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake."""
+    """One row per trace: span, steps, step time, GPU busy, bottleneck and its time at stake; in natural order of
+    their names (bs4, bs8, bs16, not bs16, bs4, bs8 as a shell's glob gives them)."""
     rows = []
     for s in summaries:
         rows.append({**s, "trace": _trace_name(traces.get(s["trace"]), s["trace"])})
         worst = s.get("bottleneck") or {}
         rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
+    rows.sort(key=lambda r: natural_key(r["trace"]))
     return Group(Text("summary of the traces", style="bold"), *_fitted_table(SUMMARY_COLUMNS, rows, width))
+
+
+def natural_key(text: str) -> tuple:
+    """A sort key that orders the numbers inside names by value: ``bs4 < bs8 < bs16``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+                 for part in re.split(r"(\d+)", text) if part)
 
 
 def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
@@ -378,12 +346,19 @@ def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
     return trace_id
 
 
-def _tally(findings: list[Finding]) -> str:
+def _tally(findings: list[Finding], silent: int = 0) -> str:
+    """"2 findings: 1 critical, 1 warning; 11 rules with nothing to report" (markup): the ``silent`` findings
+    with nothing to say (all info, :func:`traceparse.analysis.is_quiet`) are not counted as findings."""
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in reversed(SEVERITIES)}
+    counts["info"] -= silent
+    said = len(findings) - silent
     label = {"warning": "warnings"}  # "2 critical", "2 info", but "2 warnings"
     parts = [f"[{SEVERITY_STYLE[sev]}]{n} {label.get(sev, sev) if n != 1 else sev}[/{SEVERITY_STYLE[sev]}]"
              for sev, n in counts.items() if n]
-    return f"{len(findings)} finding{'s' if len(findings) != 1 else ''}: " + ", ".join(parts)
+    text = f"{said} finding{'s' if said != 1 else ''}: " + (", ".join(parts) or "none")
+    if silent:
+        text += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
+    return text
 
 
 def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None,
@@ -518,7 +493,8 @@ MIN_TEXT_WIDTH = 16
 MIN_OTHER_TEXT_WIDTH = 8
 
 
-def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                  as_written: bool = False) -> list[Any]:
     """A table that fits ``width`` columns of screen without ever cutting a number.
 
     Each numeric column shows all its values in one unit (named in its
@@ -527,8 +503,10 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     :data:`MIN_TEXT_WIDTH` wide; short text columns get their width, then the
     long ones share what is left equally; a name longer than its cell is shortened
     from the middle and numbered, and a key below the table gives the full
-    names. When even that does not fit, the last declared columns (the least
-    important) are dropped and a note below the table names them.
+    names (shortened as kernel names are, or ``as_written``). When even that
+    does not fit, the last declared columns (the least important) are dropped
+    and a note below the table names them. A label may take two lines
+    (``"host\\nmedian"``): its column is as wide as its longest line.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -538,13 +516,19 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     cells = [f[1] for f in formatted]
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
-    natural = [max([len(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    natural = [max([_header_width(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
+        room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
+        if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
+            c = columns[name_idx]
+            headers[name_idx], cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)
+            natural[name_idx] = max([_header_width(headers[name_idx])] + [len(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
         if i == name_idx:
-            minimum.append(min(natural[i], max(MIN_TEXT_WIDTH, len(headers[i]))))
+            minimum.append(min(natural[i], max(MIN_TEXT_WIDTH, _header_width(headers[i]))))
         elif c.unit in TEXT_UNITS:
-            minimum.append(min(natural[i], max(MIN_OTHER_TEXT_WIDTH, len(headers[i]))))
+            minimum.append(min(natural[i], max(MIN_OTHER_TEXT_WIDTH, _header_width(headers[i]))))
         else:
             minimum.append(natural[i])
     shown = list(range(len(columns)))
@@ -559,7 +543,7 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         if not candidates:
             break
         shown.remove(candidates[-1])
-    dropped = [columns[i].label or columns[i].key for i in range(len(columns)) if i not in shown]
+    dropped = [(columns[i].label or columns[i].key).replace("\n", " ") for i in range(len(columns)) if i not in shown]
     # text columns share the width the figures leave: short ones whole first, then the long ones (the name
     # column and any other long names, e.g. the kernels before and after a gap) in equal shares
     widths = {i: minimum[i] for i in shown}
@@ -585,56 +569,79 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     for i in shown:
         c = columns[i]
         if c.unit in TEXT_UNITS:
-            table.add_column(literal(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
+            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
         else:
-            table.add_column(literal(headers[i]), no_wrap=True, min_width=widths[i], justify="right")
-    for r in range(len(rows)):
-        out = []
+            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
+                             justify="left" if c.unit == "id" else "right")
+    for r in range(len(rows)):  # the key numbers, in order of the rows
         for i in shown:
-            cell = cells[i][r]
-            if columns[i].unit in TEXT_UNITS and len(cell) > widths[i]:
-                full = str(rows[r].get(columns[i].key))
-                n = key.setdefault(full, len(key) + 1)
-                cell = middle_cut(cell, widths[i] - len(f" [{n}]")) + f" [{n}]"
-            out.append(cell)
-        table.add_row(*map(literal, out))
+            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
+                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
+    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
+        if columns[i].unit in TEXT_UNITS:
+            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
+            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
+            room = widths[i] - max((len(n) for n in numbers), default=0)
+            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
+                cells[i][r] = cut + number
+    for r in range(len(rows)):
+        table.add_row(*(literal(cells[i][r]) for i in shown))
     parts: list[Any] = [table]
-    if key:
-        lines = Text()
+    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
+        lines = Table.grid(padding=(0, 1))
+        lines.add_column(style="dim", no_wrap=True)
+        lines.add_column(overflow="fold")
+        room = width - len(f"[{len(key)}]") - 1
         for full, n in key.items():
-            lines.append(f"[{n}] ", style="dim")
-            lines.append(visible(short_name(full, width=10**6)) + ("\n" if n < len(key) else ""))
+            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
+            lines.add_row(f"[{n}]", literal(entry))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
     return parts
 
 
-def middle_cut(s: str, width: int) -> str:
-    """``s`` shortened to ``width`` characters by replacing its middle with ``…``."""
-    if len(s) <= width:
-        return s
-    if width <= 1:
-        return "…"[:max(width, 0)]
-    head = (width - 1 + 1) // 2
-    tail = width - 1 - head
-    return s[:head] + "…" + (s[-tail:] if tail else "")
-
-
 NAME_WIDTH = 60
 
 
+def _header(header: str) -> Text:
+    """A column's header on screen: each of its lines shown literally."""
+    return Text("\n").join(literal(line) for line in header.split("\n"))
+
+
+def _header_width(header: str) -> int:
+    """A header's width on screen: its longest line (a label may be written on two lines, ``"host\\nmedian"``,
+    so that a narrow column of figures keeps a long header)."""
+    return max(len(line) for line in header.split("\n"))
+
 
 def _numbers(values: list[Any]) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    """The numbers of a column's values, both ends of an interval included (what its unit is chosen from)."""
+    out = []
+    for v in values:
+        out.extend(float(x) for x in (_interval(v) or (v,)) if _is_number(x))
+    return out
 
 
-def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
-    """A column's header and cells: every number of the column in one unit, chosen from its values."""
+def _interval(value: Any) -> tuple[float, float] | None:
+    """``value`` as an interval (low, high) when it is a pair of numbers (a tuple or list), else None: a cell
+    that shows a range, ``[6.20, 7.75]``, in its column's unit."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_number(x) for x in value):
+        return value[0], value[1]
+    return None
+
+
+def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tuple[str, list[str]]:
+    """A column's header and cells: every number of the column in one unit, chosen from its values; names
+    shortened towards ``name_width`` (default :data:`NAME_WIDTH`), no two different ones alike."""
     label = column.label if column.label is not None else column.key
     nums = _numbers(values)
     peak = max((abs(v) for v in nums), default=0.0)
     unit = column.unit
+    if unit == "name":
+        names = [v if isinstance(v, str) else None for v in values]
+        shortened = iter(short_names([n for n in names if n is not None], name_width or NAME_WIDTH, compact=True))
+        return label, [visible(next(shortened)) if n is not None else _cell(column, v) for n, v in zip(names, values)]
     if unit in TEXT_UNITS or not nums:
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
@@ -657,9 +664,8 @@ def _format_column(column: Column, values: list[Any]) -> tuple[str, list[str]]:
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
     if unit == "count" or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
-            return label, [f"{int(v):,}" if _is_number(v) else _plain(v) for v in values]
-    digits = decimals_for(peak)
-    return label, [f"{float(v):,.{digits}f}" if _is_number(v) else _plain(v) for v in values]
+            return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
+    return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]
 
 
 def _is_number(v: Any) -> bool:
@@ -667,6 +673,10 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt_scaled(v: Any, scale: float, digits: int) -> str:
+    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals."""
+    pair = _interval(v)
+    if pair is not None:
+        return "[" + ", ".join(_fmt_scaled(x, scale, digits) for x in pair) + "]"
     if not _is_number(v):
         return _plain(v)
     return f"{float(v) / scale:,.{digits}f}"
@@ -686,19 +696,17 @@ def _plain(value: Any) -> str:
 def _cell(column: Column, value: Any) -> str:
     """A text cell: names lose their return type, parameters and deep template arguments."""
     if isinstance(value, str) and column.unit == "name":
-        return visible(_shortened(value))
+        return visible(short_name(value, NAME_WIDTH, cut=False).replace(", ", ","))
     if column.unit in TEXT_UNITS:
         return _plain(value)
     return fmt_unit(column.unit, value)
 
 
-def _shortened(name: str) -> str:
-    """A kernel name without return type and parameters, templates collapsed when long; never cut."""
-    return short_name(name, NAME_WIDTH, cut=False).replace(", ", ",")
-
-
-def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None) -> list[Any]:
+def fitted_table(columns: list[Column], rows: list[dict], width: int, title: str | None = None,
+                 as_written: bool = False) -> list[Any]:
     """A table of ``rows`` (dicts keyed by each column's key) that fits ``width`` screen columns without ever
     cutting a number: the renderables of :func:`_fitted_table` (the table, then the key to shortened names and a
-    note naming dropped columns), for commands that lay out their own tables the way findings are laid out."""
-    return _fitted_table(columns, rows, width, title)
+    note naming dropped columns), for commands that lay out their own tables the way findings are laid out.
+    ``as_written``: the key gives each shortened text as written (``traceparse sql``: not demangled, nothing
+    dropped; at most three lines, cut in the middle beyond), not as a kernel name is shown."""
+    return _fitted_table(columns, rows, width, title, as_written)

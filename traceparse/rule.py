@@ -73,12 +73,14 @@ class RuleOptions:
     """What the core passes to :meth:`Rule.check`.
 
     ``thresholds`` are the rule's defaults overridden by ``--set``; ``gpu``
-    is the user's ``--gpu`` choice, if any; ``params`` holds anything else a
-    command passes on.
+    is the user's ``--gpu`` choice, if any (a name, or a
+    :class:`traceparse.catalog.GpuChoice` that may also give peaks by hand:
+    hand it to :func:`traceparse.catalog.gpu_for_trace`); ``params`` holds
+    anything else a command passes on.
     """
 
     thresholds: dict[str, Any] = field(default_factory=dict)
-    gpu: str | None = None
+    gpu: Any = None
     params: dict[str, Any] = field(default_factory=dict)
 
 

@@ -394,7 +394,7 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
             if scheduler:
                 from traceparse.distributed import map_ingest
 
-                results = map_ingest(scheduler, tasks, advance)
+                results = map_ingest(scheduler, ingest_rank, tasks, advance)
             else:
                 workers = choose_workers([group for _, group in ranks], jobs)
                 small = workers > 1 and max(input_bytes(group) for _, group in ranks) < SMALL_RANK_BYTES

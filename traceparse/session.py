@@ -13,7 +13,7 @@ from traceparse.ingest import IngestResult, ingest
 from traceparse.run import RunResult, ingest_run, is_rank_directory
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
-from traceparse.text import SafeConsole, visible
+from traceparse.text import SafeConsole, one_line, visible
 from traceparse.trace import Trace
 
 
@@ -32,8 +32,6 @@ class Session:
     def warn(self, message: str) -> None:
         """Print a warning on stderr (always, even with --quiet: warnings matter), once per command: the same
         warning given again (a trace named twice, a reader's warning seen again) is not repeated."""
-        from traceparse.cli import one_line
-
         line = one_line(message)
         if line in self._warned:
             return
@@ -68,6 +66,25 @@ class Session:
                 yield lambda n: progress.advance(task, n)
 
         return bar
+
+    @contextmanager
+    def steps(self, description: str, total: int, unit: str):
+        """A bar counting ``total`` steps of one piece of work (rules of ``analyze``), for work that can take
+        seconds; yields ``advance(label)``, which names the step now under way. Nothing when quiet or piped."""
+        if self.quiet or not self.err.is_terminal:
+            yield lambda label=None: None
+            return
+        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                      TextColumn(unit), TextColumn("{task.fields[now]}", markup=False), TimeElapsedColumn(),
+                      console=self.err, transient=True) as progress:
+            task = progress.add_task(visible(description), total=total or None, now="")
+            started = [False]
+
+            def advance(label: str | None = None) -> None:
+                progress.update(task, advance=1 if started[0] else 0, now=visible(label or ""))
+                started[0] = True
+
+            yield advance
 
     def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,

@@ -7,6 +7,7 @@ Layout::
     STORE/runs/<id>/run.json                       a run of many ranks (traceparse.run)
     STORE/runs/<id>/rank=<N>/events.parquet        rank N's events (every row's ``rank`` is N)
     STORE/runs/<id>/rank=<N>/meta.json             rank N's metadata (its own trace id)
+    STORE/traces/<id>/findings.parquet             the findings of its last ``analyze`` (also in runs/<id>/)
     STORE/tmp/               entries being written
     STORE/last               id of the last trace (or run) ingested
 
@@ -39,6 +40,8 @@ from traceparse.trace import Trace, TraceMeta
 
 DEFAULT_STORE = ".traceparse"
 ID_LENGTH = 16
+#: The findings of the last ``traceparse analyze`` of a trace or run, beside its events (the ``findings`` SQL view).
+FINDINGS_FILE = "findings.parquet"
 
 
 def default_store_path() -> Path:
@@ -128,6 +131,30 @@ class Store:
         if len(matches) > 1:
             raise StoreError(f"{ref}: ambiguous id, matches {', '.join(i for _, i in matches[:5])}")
         return matches[0]
+
+    def entry_dir(self, entry_id: str) -> Path | None:
+        """The directory of the stored trace or run with exactly this id (None when there is none)."""
+        if self.has(entry_id):
+            return self.traces_dir / entry_id
+        if self.has_run(entry_id):
+            return self.runs_dir / entry_id
+        return None
+
+    def save_findings(self, entry_id: str, findings: pl.DataFrame) -> bool:
+        """Keep ``findings`` (:func:`traceparse.analysis.findings_frame`) as the last analysis of a stored trace or
+        run: ``findings.parquet`` beside its events, replaced in one rename. False when no such entry is stored
+        (a trace read from a file and never ingested)."""
+        directory = self.entry_dir(entry_id)
+        if directory is None:
+            return False
+        tmp = directory / f".findings.{uuid.uuid4().hex}.parquet"
+        try:
+            findings.write_parquet(tmp)
+            os.replace(tmp, directory / FINDINGS_FILE)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self.error(exc, "cannot write to the store") from None
+        return True
 
     # -- runs --------------------------------------------------------------
     def run_ids(self) -> list[str]:

@@ -28,6 +28,8 @@ from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
+from traceparse.validate import EXCERPT
+
 #: Characters never written as they are: C0 controls, DEL, C1 controls (``\x9b`` is a one-byte CSI), and the
 #: Unicode direction overrides and isolates that reorder what a terminal shows.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -88,3 +90,17 @@ class SafeConsole(Console):
     def render(self, renderable, options=None):
         """:meth:`rich.console.Console.render`, with control characters made visible."""
         return visible_segments(super().render(renderable, options))
+
+
+_QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
+
+
+def one_line(message: str, limit: int = 1000) -> str:
+    """``message`` as one line: line breaks shown as ``\\n`` and every other control character made visible
+    (:func:`traceparse.text.visible`: no escape sequence from a file reaches the terminal), each quoted value
+    cut to an excerpt of at most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit``
+    characters."""
+    message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
+                          else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)
+    message = visible(message)
+    return message if len(message) <= limit else message[: limit - 1] + "…"

@@ -26,6 +26,7 @@ UNITS = {
     "flops": "floating-point operations (shown in GFLOP)",
     "ratio": "a dimensionless ratio",
     "number": "any other number or value, shown as is",
+    "id": "an identifier (a store id, a format): left-aligned, never shortened",
 }
 
 

@@ -13,12 +13,10 @@ import tomllib
 from functools import lru_cache
 from importlib import resources
 
+from traceparse.catalog import PRECISIONS  # noqa: F401 - the precisions ``peak_tflops`` may list (one list)
 from traceparse.plugins import hookimpl
 
 DATA_FILE = "gpus.toml"
-#: Precisions ``peak_tflops`` may list (TFLOP/s, or TOP/s for int8), dense.
-PRECISIONS = ("fp64", "fp32", "fp16", "bf16", "fp64_tensor", "fp32_tensor", "tf32_tensor", "fp16_tensor", "bf16_tensor",
-              "fp8_tensor", "int8_tensor")
 
 
 @lru_cache(maxsize=1)

@@ -208,13 +208,23 @@ def compare_rows(traces: list[Trace], by: str | None, kernel_patterns: list[str]
     return rows
 
 
-def device_warning(rows: list[dict]) -> str | None:
-    """A warning when the traces name different devices, else None."""
-    devices = {r["device"] for r in rows if r["device"]}
-    if len(devices) <= 1:
+def device_warning(rows: list[dict], series: str | None = None) -> str | None:
+    """A warning when traces compared as like for like name different devices, else None: none when the
+    devices are what is compared (``--series`` whose every line holds one device, as ``--series gpu`` does).
+    Each device is named once, with the first of its traces."""
+    groups: dict[str | None, set[str]] = {}
+    for r in rows:
+        if r["device"]:
+            groups.setdefault(series_of(r, series), set()).add(r["device"])
+    if all(len(devices) <= 1 for devices in groups.values()):
         return None
-    listed = "; ".join(f"{r['label']} ({r['trace']}): {r['device']}" for r in rows if r["device"])
-    return f"the traces come from different devices ({listed}); their figures are not like for like"
+    by_device: dict[str, list[str]] = {}
+    for r in rows:
+        if r["device"]:
+            by_device.setdefault(r["device"], []).append(f"{r['label']} ({r['trace']})")
+    listed = "; ".join(f"{device}: {traces[0]}" + (f" and {len(traces) - 1} more" if len(traces) > 1 else "")
+                       for device, traces in by_device.items())
+    return f"the traces come from {len(by_device)} devices ({listed}); their figures are not like for like"
 
 
 # -- terminal -------------------------------------------------------------------
@@ -378,8 +388,20 @@ _STYLES = ("-", "--", ":", "-.")
 
 
 def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None) -> None:
-    """Each figure against the ``by`` tag (one line per ``series`` value), as PNG, SVG or an HTML page with
-    the SVG inline."""
+    """Each figure against the ``by`` tag (one line per ``series`` value), as PNG, SVG or an HTML page: drawn
+    by plotly (interactive) where the ``html`` extra is installed, else matplotlib's SVG inline."""
+    if out.suffix.lower() == ".html":
+        try:
+            import plotly.graph_objects as go
+            import plotly.io as pio
+            from plotly.subplots import make_subplots
+        except ImportError:
+            pass
+        else:
+            figure = _plotly_figure(go, make_subplots, rows, by, series)
+            chart = pio.to_html(figure, include_plotlyjs=True, full_html=False)
+            out.write_text(_html_page(rows, by, chart, series), encoding="utf-8")
+            return
     try:
         import matplotlib
 
@@ -387,7 +409,9 @@ def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None)
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError("--out needs matplotlib, which is in the optional 'plot' extra: "
-                         "pip install 'traceparse[plot]'") from None
+                         "pip install 'traceparse[plot]'"
+                         + (" (or, for .html, plotly: pip install 'traceparse[html]')"
+                            if out.suffix.lower() == ".html" else "")) from None
     numeric, xs, ticks, tick_labels = x_axis(rows, by)
     groups = list(dict.fromkeys(series_of(r, series) for r in rows)) if series else [None]
     panels = plot_lines(rows, by, series)
@@ -429,6 +453,30 @@ def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None)
     else:
         fig.savefig(out, dpi=110, bbox_inches="tight")  # legends sit below the axes: keep them in
     plt.close(fig)
+
+
+def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: str | None):
+    """The plot of :func:`plot` as a plotly figure: one panel per kind of figure, one line per figure (and
+    ``series`` value), the same points as matplotlib's."""
+    numeric, _, ticks, tick_labels = x_axis(rows, by)
+    panels = plot_lines(rows, by, series)
+    figure = make_subplots(rows=1, cols=len(panels), subplot_titles=[html.escape(t) for t in panels])
+    trend = numeric or (bool(by) and series is not None)
+    for col, (title, lines) in enumerate(panels.items(), 1):
+        for label, points in lines.items():
+            figure.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points],
+                                        mode="lines+markers" if trend else "markers", name=html.escape(label),
+                                        legendgroup=html.escape(label)), row=1, col=col)
+        log = numeric and min(ticks) > 0 and max(ticks) / min(ticks) >= 4
+        figure.update_xaxes(title_text=html.escape(by or "trace"), type="log" if log else None,
+                            tickvals=ticks, ticktext=[html.escape(str(t)) for t in tick_labels], row=1, col=col)
+        if title.endswith("(%)"):
+            figure.update_yaxes(range=[-3, 103], row=1, col=col)
+    figure.update_layout(title=html.escape(f"traceparse compare: {len(rows)} traces" + (f" by {by}" if by else "")
+                                           + (f", one line per {series}" if series else "")),
+                         height=560, width=max(640, 560 * len(panels)), legend=dict(orientation="h", y=-0.2),
+                         margin=dict(t=90))
+    return figure
 
 
 def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
@@ -480,7 +528,7 @@ class CompareCommand(Command):
                 seen.add(t.id)
                 unique.append(t)
         rows = compare_rows(unique, args.by, kernel_patterns, api_patterns, series=args.series)
-        warning = device_warning(rows)
+        warning = device_warning(rows, args.series)
         plot_series = args.series or (DEVICE_SERIES if warning else None)  # never one line through two GPUs
         if warning:
             session.warn(warning + ("; the plot has one line per device" if out is not None and not args.series

@@ -51,7 +51,8 @@ from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, fmt_ns, short_name, trace_label
+from traceparse.names import demangle, short_name
+from traceparse.report import fitted_table, fmt_ns, trace_label
 from traceparse.run import world_size_of
 from traceparse.summary import step_windows
 from traceparse.text import literal, visible
@@ -66,25 +67,6 @@ API_VERSION_SUFFIX = r"_v\d+$"
 STATUSES = ("both", "renamed", "new", "vanished")
 ROW_COLUMNS = ("kind", "category", "name", "status", "calls_a", "calls_b", "delta_calls", "time_a_ns", "time_b_ns",
                "delta_ns", "delta_pct", "names_a", "names_b")
-
-
-def demangle(name: str) -> str:
-    """A mangled C++ name (``_Z...``) as its declaration, or the name unchanged when it is not one we can read.
-
-    ``itanium_demangler`` (pure Python) writes template arguments as nsys does
-    (``(int)64``), so a torch trace's ``_ZN17cutlass__5x_cudnn6KernelI...`` reads
-    ``void cutlass__5x_cudnn::Kernel<...>(T1::Params)`` like its twin in an
-    nsys capture.
-    """
-    if not name.startswith("_Z"):
-        return name
-    try:
-        from itanium_demangler import parse
-
-        node = parse(name)
-    except Exception:  # an unusual mangling is not an error: the name is compared as written
-        return name
-    return str(node) if node is not None else name
 
 
 def totals_by_name(trace: Trace) -> pl.DataFrame:
@@ -306,7 +288,6 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     shown = rows.head(top).to_dicts()
     for r in shown:
         r["status"] = "" if r["status"] == "both" else r["status"]
-        r["name"] = short_name(r["name"], 2 * width - 8)  # the key below the table: two lines at most
     columns = NAME_COLUMNS + (WIDE_NAME_COLUMNS if width >= WIDE else [])
     for part in fitted_table(columns, shown, width,
                              title=f"by name (top {len(shown)} of {rows.height} by absolute change)"):

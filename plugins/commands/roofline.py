@@ -18,14 +18,15 @@ import html
 import io
 from pathlib import Path
 
-from rich import box
-from rich.table import Table
 
 from traceparse.catalog import gpu_for_trace
+from traceparse.command import gpu_choice
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.report import fmt_ns, short_name
+from traceparse.names import short_names
+from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
+from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
 
@@ -42,8 +43,11 @@ class RooflineCommand(Command):
     help = "roofline of a trace: arithmetic intensity and GFLOP/s per kernel against the GPU's roofs"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        self.add_common_options(parser, traces="?", json=True, fmt=True)
-        parser.add_argument("--gpu", metavar="NAME", help="GPU whose roofs to use, overriding the trace's device")
+        self.add_common_options(parser, traces="*", json=True, fmt=True,
+                                trace_help="a store id (or prefix) or a path; several paths only when they are one "
+                                           "capture (an nvprof GPU trace log and the metrics log of the same "
+                                           "program; default: the last ingested trace)")
+        self.add_gpu_options(parser)
         parser.add_argument("--out", metavar="FILE", help="write the chart: .png, .svg or .html (needs matplotlib, "
                                                           "the plot extra)")
         parser.add_argument("--group", choices=("name", "launch"), default="name",
@@ -62,10 +66,16 @@ class RooflineCommand(Command):
         if out is not None:
             if out.suffix.lower() not in CHART_SUFFIXES:
                 raise InputError(f"--out {args.out}: expected a .png, .svg or .html file name")
-            require_matplotlib()
+            if not (out.suffix.lower() == ".html" and _plotly() is not None):
+                require_matplotlib()
         model_gflops, model_note = _model_gflops(args)
-        trace = (session.resolve(args.trace, fmt=args.format) if args.trace else session.resolve_all([]))[0]
-        spec, how = gpu_for_trace(trace, args.gpu)
+        traces = session.resolve_all(args.traces, fmt=args.format, group=True)
+        if len(traces) != 1:
+            raise InputError(f"roofline takes one trace; these {len(args.traces)} arguments make {len(traces)} "
+                             "traces: give one, or the files of one capture")
+        trace = traces[0]
+        choice = gpu_choice(args)
+        spec, how = gpu_for_trace(trace, choice)
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
@@ -77,7 +87,7 @@ class RooflineCommand(Command):
         else:
             print_text(session.out, trace, spec, how, result, args.top, model_note)
         if out is not None:
-            write_chart(out, trace, spec, result)
+            write_chart(out, trace, spec, result, gpu=choice)
             if not args.quiet:
                 session.err.print(literal(f"wrote {out}"))
         return 0
@@ -125,7 +135,7 @@ def roof_lines(result: dict) -> list[tuple[str, float, float]]:
 def print_text(console, trace, spec, how, result, top: int, model_note: str | None) -> None:
     """The roofline as text: the roofs, the total, and a table of the rows sorted by time."""
     total, extra, items = result["total"], result["extra"], result["items"]
-    console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(trace.meta.path or '')}")
+    console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(shown_path(trace.meta.path))}")
     if spec:
         roofs = "; ".join(f"{p} {peak:,.0f} GFLOP/s (ridge {ridge:.3g} FLOP/B)" for p, peak, ridge in roof_lines(result))
         console.print(literal(f"GPU: {how}. Roofs: DRAM {spec.get('dram_gbps', '?')} GB/s; {roofs}"))
@@ -139,23 +149,12 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
                   f"{_f(total['achieved_gflops'])} GFLOP/s"
                   + (f", {total['bound']}-bound at {total['roof_pct']:.1f}% of the roof" if total.get("bound") else ""))
     shown = items if top <= 0 else items[:top]
-    headers = ("n", "time", "%", "GFLOP", "FLOP/B", "GFLOP/s", "bound", "roof%", "prec.")
-    cells = []
-    for i in shown:
-        share = 100.0 * (i["time_ns"] or 0) / time_total if time_total else None
-        cells.append((str(i.get("launches", i.get("calls", 1))), _short_ns(i["time_ns"]), _f(share, 1),
-                      _g(i["flops"], 1e9, digits=3), _f(i["arithmetic_intensity"]), _f(i["achieved_gflops"]),
-                      i.get("bound") or "-", _f(i["roof_pct"], 1), _precision_label(i)))
-    widths = [max([len(h)] + [len(row[n]) for row in cells]) for n, h in enumerate(headers)]
-    name_width = max(16, min(60, console.width - sum(widths) - 2 * len(widths) - 2))
-    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    table.add_column("kernel", width=name_width, no_wrap=True, overflow="ellipsis")
-    for header, width in zip(headers, widths):
-        table.add_column(header, justify="left" if header in ("bound", "prec.") else "right", no_wrap=True,
-                         min_width=width)
-    for i, row in zip(shown, cells):
-        table.add_row(literal(short_name(i["name"], name_width)), *map(literal, row))
-    console.print(table)
+    rows = [{"name": i["name"], "n": i.get("launches", i.get("calls", 1)), "time_ns": i["time_ns"],
+             "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
+             "ai": i["arithmetic_intensity"], "gflops": i["achieved_gflops"], "roof_pct": i["roof_pct"],
+             "prec": _precision_label(i), "bound": i.get("bound") or "-"} for i in shown]
+    for part in fitted_table(TABLE_COLUMNS, rows, console.width):
+        console.print(part)
     if len(items) > len(shown):
         console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")
     console.print("prec.: the precision of most of the row's FLOPs (TC: tensor cores); *: a tensor-core kernel whose "
@@ -165,14 +164,11 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
         console.print(literal(f"missing: {extra['missing']}"))
 
 
-def _short_ns(ns) -> str:
-    """A duration in 3 significant digits: 570us, 1.18ms."""
-    if ns is None:
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g}{unit}"
-    return f"{ns:.0f}ns"
+#: The terminal table's columns, the most important first (the last are dropped on a narrow screen).
+TABLE_COLUMNS = [Column("name", "kernel", "name"), Column("time_ns", "time", "ns"), Column("share", "%", "pct"),
+                 Column("prec", "prec.", "text"), Column("flops", "FLOPs", "flops"), Column("ai", "FLOP/B", "number"),
+                 Column("gflops", "GFLOP/s", "number"), Column("roof_pct", "roof%", "pct"),
+                 Column("bound", "bound", "text"), Column("n", "n", "count")]
 
 
 def _precision_label(item: dict) -> str:
@@ -202,8 +198,32 @@ def _g(value, scale: float, unit: str = "", digits: int = 4) -> str:
 
 
 # -- chart ----------------------------------------------------------------------
-def write_chart(out: Path, trace, spec, result) -> None:
-    """Write the log-log roofline chart as PNG, SVG or HTML (SVG inside a page with the table)."""
+def _plotly():
+    """plotly's graph_objects when the ``html`` extra is installed, else None."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return None
+    return go
+
+
+def write_chart(out: Path, trace, spec, result, gpu=None) -> None:
+    """Write the log-log roofline chart as PNG, SVG or HTML: the HTML page draws it with plotly (the ``html``
+    extra, interactive) where installed, else holds matplotlib's SVG; the table follows the chart."""
+    go = _plotly() if out.suffix.lower() == ".html" else None
+    if go is not None:
+        import plotly.io as pio
+
+        from traceparse_plugins.commands.report import charts, data  # the report page's roofline chart
+
+        roof = data.roofline_points(trace, gpu)
+        body = (pio.to_html(charts.roofline_chart(go, roof).figure, include_plotlyjs=True, full_html=False)
+                if roof else "<p>no kernel has both FLOPs and DRAM bytes: nothing to plot</p>")
+        try:
+            out.write_text(_html_page(trace, spec, result, body, svg=False), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write the chart ({exc.strerror or exc})") from None
+        return
     matplotlib = require_matplotlib()
     figure = draw_chart(matplotlib, trace, spec, result)
     suffix = out.suffix.lower()
@@ -301,10 +321,11 @@ def draw_chart(matplotlib, trace, spec, result):
     return fig
 
 
-def _html_page(trace, spec, result, svg: str) -> str:
+def _html_page(trace, spec, result, chart: str, svg: bool = True) -> str:
+    """The roofline page: its title, the chart (an SVG, or plotly's <div> when ``svg`` is false) and the table."""
     rows = []
-    for i in result["items"]:
-        cells = [short_name(i["name"], 70), i.get("launches", 1), fmt_ns(i["time_ns"]), _g(i["flops"], 1e9),
+    for i, name in zip(result["items"], short_names([i["name"] for i in result["items"]], 70)):
+        cells = [name, i.get("launches", 1), fmt_ns(i["time_ns"]), _g(i["flops"], 1e9),
                  _g(i["dram_bytes"], 1e9, digits=3), _f(i["arithmetic_intensity"]), _f(i["achieved_gflops"]),
                  i.get("bound") or "-", _f(i["roof_pct"], 1), i.get("precision") or "-",
                  "lower bound" if i.get("flops_lower_bound") else ""]
@@ -312,11 +333,12 @@ def _html_page(trace, spec, result, svg: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("kernel", "n", "time", "GFLOP", "GB", "FLOP/B", "GFLOP/s", "bound",
                                               "roof %", "precision", "note"))
     title = html.escape(f"Roofline of {trace.id} on {spec['name'] if spec else 'unknown GPU'}")
-    svg_body = svg[svg.find("<svg"):] if "<svg" in svg else svg
+    if svg:  # matplotlib's file, from its <svg> element on; else plotly's <div> as it is
+        chart = chart[chart.find("<svg"):] if "<svg" in chart else chart
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title><style>"
             "body{font-family:sans-serif;margin:1.5em} table{border-collapse:collapse;font-size:13px}"
             "td,th{border-bottom:1px solid #ddd;padding:2px 8px;text-align:right} td:first-child{text-align:left}"
-            f"</style></head><body><h1>{title}</h1>\n{svg_body}\n<table><tr>{head}</tr>{''.join(rows)}</table>"
+            f"</style></head><body><h1>{title}</h1>\n{chart}\n<table><tr>{head}</tr>{''.join(rows)}</table>"
             "</body></html>\n")
 
 

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from rich.table import Table
 
 from traceparse import __version__
 from traceparse.command import Command
 from traceparse.errors import InputError, bad_input
+from traceparse.figures import fmt_number
+from traceparse.report import fitted_table
 from traceparse.text import literal
 from traceparse.trace import Trace
+from traceparse.verdict import Column
 from traceparse_plugins.predict import layers
 from traceparse_plugins.predict.attribution import profile
 
@@ -149,44 +151,38 @@ class PredictCommand(Command):
         return 0
 
     def _print_fit(self, console, doc: dict, loto: dict | None, extra: dict, out: Path) -> None:
-        table = Table(header_style="bold", title="per-layer models  t = b0 + b1 × ops  (one point per layer call)")
-        for column in ("layer type", "pass", "calls", "b0 (us)", "b1 (ns/Mop)", "R²", "LOTO MAPE"):
-            table.add_column(column, justify="left" if column in ("layer type", "pass") else "right")
         mape_types = (loto or {}).get("mape_pct", {}).get("types", {})
-        last = None
+        rows, last = [], None
         for m in doc["layer_models"]:
             kind = m["layer_type"]
-            table.add_row(literal(kind if kind != last else ""), literal(m["pass"]), str(m["points"]), f"{m['b0_ns'] / 1e3:.2f}",
-                          f"{m['b1_ns_per_op'] * 1e6:.4g}" + (" (∝)" if m["proportional"] else ""),
-                          "-" if m["r2"] is None else f"{m['r2']:.3f}",
-                          _pct(mape_types.get(kind)) if kind != last else "")
+            rows.append({"type": kind if kind != last else "", "pass": m["pass"], "calls": m["points"],
+                         "b0": m["b0_ns"], "b1": fmt_number(m["b1_ns_per_op"] * 1e6) + (" ∝" if m["proportional"]
+                                                                                       else ""),
+                         "r2": m["r2"], "mape": mape_types.get(kind) if kind != last else ""})
             last = kind
-        console.print(table)
-        table = Table(header_style="bold", title="step models per network  (host, device, overlap)")
-        for column in ("network", "batches", "host (ms) median [p25, p75]", "κ", "δ device", "D0 (ms)",
-                       "D1 (ms/sample)", "crossover batch", "replay error"):
-            table.add_column(column, justify="left" if column == "network" else "right")
-        replay_err = {}
+        _print_table(console, LAYER_COLUMNS, rows, "per-layer models  t = b0 + b1 × ops  (one point per layer call)")
+        if any(m["proportional"] for m in doc["layer_models"]):
+            console.print(literal("∝: one op count only, fitted through 0 (t = b1 × ops)", style="dim"))
+        replay_err: dict[str, list[float]] = {}
         for t in doc["training"]:
             replay_err.setdefault(t["network"], []).append(t["replay_ape_pct"] or 0.0)
+        host, device = [], []
         for name, m in doc["networks"].items():
-            h = m["host"]
-            d = m["device_per_step"]
-            table.add_row(literal(name), " ".join(f"{b:g}" for b in m["batches"]),
-                          f"{_ms(h['median_ns'])} [{_ms(h['p25_ns'])}, {_ms(h['p75_ns'])}]", f"{m['kappa']:.2f}",
-                          _pct(m["device_error_pct"]), _ms(d["d0_ns"]),
-                          "-" if d["d1_ns_per_sample"] is None else f"{d['d1_ns_per_sample'] / 1e6:.4f}",
-                          _batch(m["crossover_batch"]), _pct(max(replay_err.get(name, [0.0]))))
-        console.print(table)
-        table = Table(header_style="bold", title="end-to-end affine baseline  step = a0 + a1 × batch")
-        for column in ("network", "batches", "a0 (ms)", "a1 (ms/sample)", "R²"):
-            table.add_column(column, justify="left" if column == "network" else "right")
-        for name, m in doc["end_to_end"].items():
-            table.add_row(literal(name), " ".join(f"{b:g}" for b in m["batches"]), f"{m['a0_ns'] / 1e6:.3f}",
-                          f"{m['a1_ns_per_sample'] / 1e6:.4f}", "-" if m["r2"] is None else f"{m['r2']:.4f}")
-        console.print(table)
+            h, d = m["host"], m["device_per_step"]
+            host.append({"network": name, "batches": _batches(m["batches"]), "median": h["median_ns"],
+                         "iqr": _pair(h["p25_ns"], h["p75_ns"]), "kappa": m["kappa"],
+                         "replay": max(replay_err.get(name, [0.0]))})
+            device.append({"network": name, "d0": d["d0_ns"], "d1": d["d1_ns_per_sample"],
+                           "error": m["device_error_pct"],
+                           "crossover": "never" if m["crossover_batch"] is None else m["crossover_batch"]})
+        _print_table(console, HOST_COLUMNS, host,
+                     "step models: host time H, overlap κ; step = max(H, D) + κ·min(H, D)")
+        _print_table(console, DEVICE_COLUMNS, device, "step models: device time per step D = D0 + D1 × batch")
+        rows = [{"network": name, "batches": _batches(m["batches"]), "a0": m["a0_ns"], "a1": m["a1_ns_per_sample"],
+                 "r2": m["r2"]} for name, m in doc["end_to_end"].items()]
+        _print_table(console, AFFINE_COLUMNS, rows, "end-to-end affine baseline  step = a0 + a1 × batch")
         if loto:
-            console.print(_prediction_table("leave-one-trace-out predictions (ms per step)", loto))
+            _prediction_tables(console, "leave-one-trace-out predictions", loto)
             m = loto["mape_pct"]
             console.print(f"LOTO MAPE: step time {_pct(m['step'])} (affine baseline {_pct(m['affine'])}), "
                           f"device time {_pct(m['device'])}, host time {_pct(m['host'])}, layers' GPU time "
@@ -194,7 +190,7 @@ class PredictCommand(Command):
         else:
             console.print("LOTO: needs at least 3 traces")
         if extra["traces"]:
-            console.print(_prediction_table("extrapolation to each network's largest batch (ms per step)", extra))
+            _prediction_tables(console, "extrapolation to each network's largest batch", extra)
             m = extra["mape_pct"]
             verdict = "" if m["step"] is None else (" (goal ≤ 10%: met)" if m["step"] <= GOAL_PCT
                                                     else " (goal ≤ 10%: NOT met)")
@@ -303,17 +299,14 @@ class PredictCommand(Command):
             return 0
         out = session.out
         title = f"predicted GPU time per step by layer type, {source}" + (f", batch {batch:g}" if batch else "")
-        t = Table(header_style="bold", title=literal(title))
-        for column in ("layer type", "calls", "ops", "predicted (ms)") + (("measured (ms)", "error") if measured else ()):
-            t.add_column(column, justify="left" if column == "layer type" else "right")
         per_kind = table.group_by("layer_type").agg(pl.col("calls").sum(), pl.col("ops").sum())
         info = {r["layer_type"]: r for r in per_kind.iter_rows(named=True)}
-        for kind, v in types.items():
-            row = [kind, f"{info[kind]['calls']:g}", f"{info[kind]['ops']:.4g}", _ms(v["predicted_ns"])]
-            if measured:
-                row += [_ms(v["measured_ns"]), _pct(model.ape(v["predicted_ns"], v["measured_ns"]))]
-            t.add_row(*map(literal, row))
-        out.print(t)
+        rows = [{"type": kind, "calls": float(info[kind]["calls"]),
+                 "ops": "-" if info[kind]["ops"] is None else fmt_number(info[kind]["ops"] / 1e6),
+                 "predicted": v["predicted_ns"],
+                 **({"measured": v["measured_ns"], "error": model.ape(v["predicted_ns"], v["measured_ns"])}
+                    if measured else {})} for kind, v in types.items()]
+        _print_table(out, RUN_COLUMNS if measured else RUN_COLUMNS[:4], rows, title)
         line = f"layers total (GPU time, layer models of every network): {_ms(total)} ms"
         if measured:
             line += f" (measured {_ms(result['layers_measured_ns'])} ms)"
@@ -437,24 +430,63 @@ def read_flops_table(path: Path) -> pl.DataFrame:
                                       "ops": pl.Float64})
 
 
-def _prediction_table(title: str, result: dict) -> Table:
-    table = Table(header_style="bold", title=title)
-    for column in ("network", "batch", "from", "step", "predicted [interval]", "error", "affine err",
-                   "device", "pred", "host", "pred", "bound"):
-        table.add_column(column, justify="left" if column in ("network", "bound") else "right")
-    for r in sorted(result["traces"], key=lambda r: (r["network"], r["batch"])):
-        st = r["step"]
-        interval = "-" if st["predicted_ns"] is None else \
-            f"{_ms(st['predicted_ns'])} [{_ms(st['low_ns'])}, {_ms(st['high_ns'])}]"
-        device, host = r.get("device", {}), r.get("host", {})
-        bound = r.get("bound")
-        table.add_row(literal(r["network"]), f"{r['batch']:g}",
-                      "-" if "reference_batch" not in st else f"{st['reference_batch']:g}",
-                      _ms(st["measured_ns"]), interval, _pct(st["ape_pct"]), _pct(r["affine"]["ape_pct"]),
-                      _ms(device.get("measured_ns")), _ms(device.get("predicted_ns")),
-                      _ms(host.get("measured_ns")), _ms(host.get("predicted_ns")),
-                      "-" if bound is None else f"{bound['measured']}/{bound['predicted']}")
-    return table
+def _prediction_tables(console, title: str, result: dict) -> None:
+    """The predictions of held-out traces, two tables that each fit the screen: step time (measured, predicted,
+    interval, errors of the model and of the affine baseline) and its device and host parts."""
+    rows = sorted(result["traces"], key=lambda r: (r["network"], r["batch"]))
+    step, parts = [], []
+    for r in rows:
+        st, device, host, bound = r["step"], r.get("device", {}), r.get("host", {}), r.get("bound")
+        label = f"{r['network']} {r['batch']:g}"
+        step.append({"trace": label, "measured": st["measured_ns"], "predicted": st["predicted_ns"],
+                     "interval": None if st["predicted_ns"] is None else _pair(st["low_ns"], st["high_ns"]),
+                     "error": st["ape_pct"], "affine": r["affine"]["ape_pct"], "from": st.get("reference_batch")})
+        parts.append({"trace": label, "device": device.get("measured_ns"), "device_pred": device.get("predicted_ns"),
+                      "host": host.get("measured_ns"), "host_pred": host.get("predicted_ns"),
+                      "bound": None if bound is None else f"{bound['measured']}/{bound['predicted']}"})
+    _print_table(console, STEP_COLUMNS, step, f"{title}: step time")
+    _print_table(console, PART_COLUMNS, parts, f"{title}: device and host time per step")
+
+
+#: The tables of ``predict fit`` and ``predict run``, their columns in order of importance (the last are the
+#: first left out on a narrow screen, :func:`traceparse.report.fitted_table`).
+LAYER_COLUMNS = [Column("type", "layer type", "text"), Column("pass", "pass", "text"),
+                 Column("calls", "calls", "count"), Column("b0", "b0", "ns"), Column("b1", "b1\n(ns/Mop)", "number"),
+                 Column("r2", "R²", "number"), Column("mape", "LOTO\nMAPE", "pct")]
+HOST_COLUMNS = [Column("network", "network", "text"), Column("median", "host\nmedian", "ns"),
+                Column("iqr", "host\n[p25, p75]", "ns"), Column("kappa", "κ", "number"),
+                Column("replay", "replay\nerror", "pct"), Column("batches", "batches", "text")]
+DEVICE_COLUMNS = [Column("network", "network", "text"), Column("d0", "D0", "ns"),
+                  Column("d1", "D1 per\nsample", "ns"), Column("error", "D error\n(δ)", "pct"),
+                  Column("crossover", "GPU-bound\nfrom batch", "number")]
+AFFINE_COLUMNS = [Column("network", "network", "text"), Column("a0", "a0", "ns"),
+                  Column("a1", "a1 per\nsample", "ns"), Column("r2", "R²", "number"),
+                  Column("batches", "batches", "text")]
+STEP_COLUMNS = [Column("trace", "network\nbatch", "text"), Column("measured", "measured\nstep", "ns"),
+                Column("predicted", "predicted\nstep", "ns"), Column("interval", "interval", "ns"),
+                Column("error", "error", "pct"), Column("affine", "affine\nerror", "pct"),
+                Column("from", "from\nbatch", "number")]
+PART_COLUMNS = [Column("trace", "network\nbatch", "text"), Column("device", "measured\ndevice", "ns"),
+                Column("device_pred", "predicted\ndevice", "ns"), Column("host", "measured\nhost", "ns"),
+                Column("host_pred", "predicted\nhost", "ns"), Column("bound", "bound\nmeas./pred.", "text")]
+RUN_COLUMNS = [Column("type", "layer type", "text"), Column("calls", "calls", "number"),
+               Column("ops", "ops\n(M)", "number"), Column("predicted", "predicted", "ns"),
+               Column("measured", "measured", "ns"), Column("error", "error", "pct")]
+
+
+def _print_table(console, columns: list[Column], rows: list[dict], title: str) -> None:
+    """One table laid out for the console's width (:func:`traceparse.report.fitted_table`)."""
+    for part in fitted_table(columns, rows, console.width, title=title):
+        console.print(part)
+
+
+def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """An interval for a table cell (shown ``[low, high]`` in its column's unit), None when an end is unknown."""
+    return None if low is None or high is None else (low, high)
+
+
+def _batches(batches: list[float]) -> str:
+    return " ".join(f"{b:g}" for b in batches)
 
 
 def _unique(traces: list[Trace]) -> list[Trace]:

@@ -1,7 +1,7 @@
 """Rule ``api-share``: where the host's CUDA API time goes, by call and by class of call.
 
-As in the seed report's cudaLaunchKernel and memory-API analysis, and
-nvprof's "API calls" section. Definition: the rows of kind ``api`` (CUDA
+As nvprof's "API calls" section shows it, with the calls grouped by what
+they do. Definition: the rows of kind ``api`` (CUDA
 runtime and driver calls), timed events and aggregated rows alike, grouped
 by name: calls = Σ calls, time_ns = Σ duration_ns, share_pct = 100 ×
 time_ns / api_time_ns, where api_time_ns is the total time of all API rows
@@ -10,11 +10,15 @@ the trace has timed API events, aggregated API rows are ignored (they
 summarize the same calls). Calls that nest, e.g. a driver call inside a
 runtime call where a tool records both, count in both.
 
-Each name gets the class of the first pattern of
-:data:`traceparse.expr.API_CLASSES` that
-matches it (a regular expression on the start of the name, so version
-suffixes such as ``_v11060`` or ``_ptsz`` still match); names matching none
-are "other".
+Each name gets the first class whose names it starts with (so version
+suffixes such as ``_v11060`` or ``_ptsz`` still match): graph_launch
+(cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch), launch (cudaLaunch*,
+cuLaunch*, hip*Launch*, CUDA 8's cudaConfigureCall and cudaSetupArgument),
+memcpy (cudaMemcpy*, cudaMemset*, prefetches, and their cu/hip twins),
+synchronize (cudaDeviceSynchronize, cudaStreamSynchronize,
+cudaEventSynchronize, cudaStreamWaitEvent, ...), allocation (cudaMalloc*,
+cudaFree*, cudaHostAlloc, host registration, memory pools, ...); names
+matching none are "other".
 
 Metrics: ``api_time_ns``, ``api_calls``, ``api_names`` (distinct names),
 ``classes`` ({class: {calls, time_ns, share_pct}}), and one
@@ -25,16 +29,17 @@ graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
 one call replays a whole captured graph of kernels. Items: the names with the most time: ``name``, ``class``, ``calls``,
 ``time_ns``, ``share_pct``.
 
-On a run, names and classes are merged across the ranks
-(:func:`traceparse.measures.merge_ranks`): shares are of the run's total API
-time, and items gain ``ranks`` and ``rank_imbalance``.
+On a run, names and classes are merged across the ranks (one row each, its
+calls and time summed over the ranks): shares are of the run's total API
+time, and items gain ``ranks`` (how many ranks have the name) and
+``rank_imbalance`` (the most loaded rank's time over the mean rank's).
 
 Severity: warning when a class's share reaches its ``<class>_warning_pct``
 and the class takes at least ``min_class_time_us`` (1 ms: ten launches
 taking 80 us in all are 100% of a tiny profile's API time and nothing at
 stake).
-By default only launch (80%: the host does little but launch kernels, the
-seed's case, typical of launch-bound small kernels) and allocation (20%:
+By default only launch (80%: the host does little but launch kernels,
+typical of launch-bound small kernels) and allocation (20%:
 allocation in the steady state can be avoided) warn; a host blocked in a
 synchronize or a synchronous copy is waiting for the GPU, which is normal
 when the GPU is the bottleneck, so those are off (101) unless set lower.

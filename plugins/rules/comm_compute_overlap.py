@@ -1,9 +1,8 @@
 """Rule ``comm-compute-overlap``: how much communication-kernel time runs while compute kernels run.
 
-Definition. Communication kernels are the kernels :func:`traceparse.expr.is_communication` recognises
-(NCCL/RCCL kernels of every NCCL version: ``ncclKernel_*``, ``ncclDevKernel_*`` including ``Generic``,
-``ncclSendRecvKernel_*``, ...); compute kernels are the other kernels. Per rank and device
-(:data:`traceparse.measures.comm_overlap`; a trace without ranks: per device), overlapped = Σ over
+Definition. Communication kernels are the NCCL and RCCL kernels of every NCCL version (``ncclKernel_*``,
+``ncclDevKernel_*`` including ``Generic``, ``ncclSendRecvKernel_*``, ...); compute kernels are the other
+kernels. Per rank and device (a trace without ranks: per device), overlapped = Σ over
 communication kernels of |kernel ∩ union of the same device's compute kernels|; ``overlap_pct`` = 100 ×
 overlapped / communication time, over all ranks. Only timed kernels count.
 

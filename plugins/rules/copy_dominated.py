@@ -1,8 +1,8 @@
 """Rule ``copy-dominated``: copies take most of the GPU's time.
 
 Definition: GPU time = Σ durations of kernels, copies (memcpy) and memsets,
-per part as measure ``gpu_time_parts`` gives it (timed events in preference
-to aggregated rows of the same kind, so nvprof's summary and nsys's
+per part (timed events in preference to aggregated rows of the same kind, so
+nvprof's summary and nsys's
 ``*_sum`` reports count with their totals); ``copy_pct`` = 100 × copy time /
 GPU time, ``host_device_pct`` the same for HtoD and DtoH copies only.
 Overlaps are counted twice, as summary reports count them (nvprof's "GPU
@@ -11,8 +11,8 @@ activities" Time(%)).
 Time at stake (the summary's bottleneck): where copies take at least
 ``warning_pct`` of GPU time, the copy time that no kernel hides: Σ copy
 time for aggregated rows (a summary cannot say what overlapped), and for
-timed copies the part not overlapped by a kernel on the same device
-(measure ``overlap``). Under ``warning_pct``: none (the copies are not
+timed copies the part not overlapped by a kernel on the same device.
+Under ``warning_pct``: none (the copies are not
 what the GPU mostly does).
 
 Metrics: ``gpu_time_ns``, ``copy_time_ns``, ``copy_pct``,

@@ -32,8 +32,8 @@ Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 (500 ms, Nsight Systems' ``gpu_gaps``), however small the idle share of a
 long trace.
 
-The finding also says why each stream waits (HTA's idle time breakdown,
-measure :data:`traceparse.measures.stream_idle`). Per stream (device,
+The finding also says why each stream waits (HTA's idle time breakdown).
+Per stream (device,
 stream), its timed GPU activities in order of start; a gap is the time from
 the latest end of the activities before one to its start. The gap is host
 wait when that activity's launch call (linked by correlation id; a graph
@@ -52,6 +52,18 @@ add up to it), and ``streams`` ({"device:stream": activities, span_ns,
 idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
 first; the screen shows the worst few and one row for the rest). The breakdown does
 not change the severity; it picks the suggestion (host wait or other).
+
+What the host did while the GPU waited for it: each moment of a host-wait gap
+goes to the innermost host row (op, annotation, runtime call, region) running
+then on the thread that launched the activity ending the gap, or to
+"(nothing recorded on the launching thread)", or, when the activity has no
+launch in the trace, "(no launch in the trace)". Names that differ only by a
+trailing step number (``ProfilerStep#3``) are one activity (``ProfilerStep#N``).
+``host_activity`` ({activity: kind, wait_ns, share_pct, gaps}, the seven
+largest, then one "(other activities)" row for the rest): ``share_pct`` is
+the activity's share of the streams' host-wait gap time (the shares add up to
+100), ``wait_ns`` that share of ``host_wait_ns`` (so they add up to it),
+``gaps`` the host-wait gaps it had a part in.
 """
 
 from __future__ import annotations
@@ -76,6 +88,13 @@ COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "s
 RANK = Column("rank", "rank", "number")
 DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
+HOST_ACTIVITY = [Column("activity", "host activity", "name"), Column("kind", "kind", "text"),
+                 Column("wait_ns", "host wait", "ns"), Column("share_pct", "share", "pct"),
+                 Column("gaps", "gaps", "count")]
+#: Host activities named in ``host_activity``; the rest are one row.
+ACTIVITY_ROWS = 7
+#: The row standing for every activity after the :data:`ACTIVITY_ROWS` largest.
+OTHER_ACTIVITIES = "(other activities)"
 STREAMS = [Column("stream", "device:stream", "text"), Column("activities", "activities", "count"),
            Column("span_ns", "span", "ns"), Column("idle_ns", "idle", "ns"), Column("host_wait_ns", "host wait", "ns"),
            Column("kernel_wait_ns", "kernel wait", "ns"), Column("other_wait_ns", "other", "ns")]
@@ -149,6 +168,8 @@ class GpuIdle(Rule):
             message += f" {untimed} aggregated GPU rows left out: they have no start time."
         breakdown, streams, sentence = self._breakdown(events, t, ranks, idle_ns)
         message += sentence
+        activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
+        message += sentence
         suggestion = ""
         if severity != "info":
             suggestion = SUGGESTION
@@ -158,10 +179,34 @@ class GpuIdle(Rule):
                         suggestion,
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
-                                 "streams": streams},
+                                 "streams": streams, "host_activity": activity},
                         items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES,
-                        tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {})}, impact_ns=round(idle_ns / n_dev))]
+                        tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
+                                **({"host_activity": HOST_ACTIVITY} if activity else {})},
+                        impact_ns=round(idle_ns / n_dev))]
+
+    def _host_activity(self, events, t: dict, host_wait_ns: int) -> tuple[dict, str]:
+        """The host-wait time by what the launching thread did (see the definition): the table, a sentence."""
+        rows = measures.gap_activity(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
+        if rows.height == 0:
+            return {}, ""
+        merged = (rows.with_columns(name=pl.col("name").str.replace(r"#\d+$", "#N"))
+                  .group_by("kind", "name").agg(pl.col("wait_ns").sum(), pl.col("gaps").sum())
+                  .sort(["wait_ns", "name"], descending=[True, False], nulls_last=True))
+        total = int(merged["wait_ns"].sum())
+        if not total:
+            return {}, ""
+        shown, rest = merged.head(ACTIVITY_ROWS), merged.slice(ACTIVITY_ROWS)
+        table = {r["name"]: {"kind": r["kind"], "wait_ns": round(host_wait_ns * r["wait_ns"] / total),
+                             "share_pct": expr.pct(r["wait_ns"], total), "gaps": r["gaps"]}
+                 for r in shown.iter_rows(named=True)}
+        if rest.height:
+            table[OTHER_ACTIVITIES] = {"kind": None, "wait_ns": round(host_wait_ns * rest["wait_ns"].sum() / total),
+                                       "share_pct": expr.pct(int(rest["wait_ns"].sum()), total),
+                                       "gaps": int(rest["gaps"].sum())}
+        named = ", ".join(f"{name} {fmt_pct(v['share_pct'])}" for name, v in list(table.items())[:3])
+        return table, f" The host, while the GPU waited for it, was in: {named}."
 
     def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int) -> tuple[dict, dict, str]:
         """Idle time split into host wait, kernel wait and other by the streams' gaps: metrics, the streams table

@@ -4,8 +4,7 @@ Definition: the rows of the kinds in ``thresholds["kinds"]`` (routines of
 profiles, operators, kernels, API calls, copies). A row's time is its
 ``exclusive_ns`` where the source gives it (TAU); else, for a timed
 host-side event that nests on its thread (operators, annotations, API
-calls, Python regions), its self time from
-:data:`traceparse.measures.self_time`: its duration minus that of its
+calls, Python regions), its self time: its duration minus that of its
 direct children on the same (pid, tid), as torch's ``key_averages()``
 self time; else its ``duration_ns`` (kernels and copies, where the two are
 the same, and aggregated summaries). A profile with call paths (TAU) holds each routine both
@@ -14,9 +13,8 @@ flat rows count, as in pprof's totals. When a kind has both timed events
 and aggregated rows (a trace and its summary), only the timed ones count.
 
 A thread is (``pid``, ``device_id``, ``tid``): TAU's node, context, thread;
-shown as ``pid/tid (name)`` where the trace names its threads
-(:mod:`traceparse.threads`). Threads are compared only with their peers:
-threads of the same role (:func:`traceparse.threads.thread_role`: ``main``
+shown as ``pid/tid (name)`` where the trace names its threads.
+Threads are compared only with their peers: threads of the same role (``main``
 for a thread whose id is its process id, else the thread's name without a
 trailing number: ``pt_autograd_0`` and ``pt_autograd_1`` are peers; the main
 thread and the autograd thread, which runs the backward pass by design, are

@@ -23,7 +23,7 @@ Items: the small copies grouped by direction and size (``copy_kind``,
 ``aggregated``), with ``copies``, ``time_ns``, ``avg_ns``, ``share_pct`` (of
 copy_time_ns) and ``achieved_gbps``, the most time first.
 
-Default threshold, 128 KiB, from the H100 fixtures (PCIe 5.0 x16): large
+Default threshold, 128 KiB, from torch.profiler traces on an H100 (PCIe 5.0 x16): large
 pinned copies reach 54 GB/s, a 32-128 byte copy takes 0.8-1.0 µs on the GPU
 and its cudaMemcpyAsync call 7-10 µs on the host. With the GPU-side cost
 alone (L ≈ 1 µs, L·B ≈ 54 KB) a 128 KiB copy reaches at most 71% of the

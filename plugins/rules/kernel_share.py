@@ -5,12 +5,13 @@ time_ns = sum of duration_ns (so aggregated rows, e.g. nvprof summaries,
 count with their totals); share_pct = 100 × time_ns / total kernel time, and
 gpu_share_pct = 100 × time_ns / total GPU activity time (kernels, memcpy and
 memset: nvprof's "GPU activities" Time(%)). Items are sorted by time. Each
-kernel also gets a category from :data:`traceparse.expr.KERNEL_CATEGORIES`,
-the first pattern that matches its name (case-insensitive), and the
+kernel also gets a category (convolution, gemm, attention, normalization,
+elementwise, ...: the kernel-category table in docs/rules.md), the first
+whose pattern matches its name (case-insensitive), and the
 finding's metrics give the time and share per category.
 
 On a run (one trace of every rank), names and categories are merged across
-the ranks (:func:`traceparse.measures.merge_ranks`): one row each, its
+the ranks: one row each, its
 calls and time summed over the ranks, so every share is of the run's total
 kernel time and the categories add up to 100; items and categories gain
 ``ranks`` (how many ranks ran it) and items ``rank_imbalance`` (its most

@@ -1,9 +1,7 @@
 """Rule ``launch-stats``: how long the host takes to launch each kernel, and how long the kernel waits to start.
 
 Definition: each timed kernel is linked to the API call that launched it by
-correlation id (measure :data:`traceparse.measures.launches`). A kernel
-launched by a launch call (class ``launch`` of
-:data:`traceparse.expr.API_CLASSES`: cudaLaunchKernel, cuLaunchKernel,
+correlation id. A kernel launched by a launch call (cudaLaunchKernel, cuLaunchKernel,
 hipLaunchKernel, hipExtModuleLaunchKernel, ...) is a *direct* launch; one
 replayed by a graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) shares
 that call with every kernel of the graph. For each linked kernel: launch_ns =

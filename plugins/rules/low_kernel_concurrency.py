@@ -9,8 +9,7 @@ per device ``devices``.
 
 Low concurrency matters only when the kernels are too small to fill the GPU
 on their own: one stream of large kernels is normal. So the rule also
-measures (:data:`traceparse.measures.grid_fill`, communication kernels left
-out) the SM time the kernels leave unused: a kernel with fewer blocks than
+measures (communication kernels left out) the SM time the kernels leave unused: a kernel with fewer blocks than
 the GPU has SMs (Nsight Compute's "small grid") leaves ``1 − blocks / SMs``
 of the GPU without work for its whole duration; a kernel whose grid is not
 in the trace counts whole when it is shorter than ``short_kernel_us``.

@@ -13,7 +13,7 @@ Peaks (per direction, GB/s):
   trace names (``host_link.gbps``); ``host_link_gbps`` > 0 overrides it; when
   neither is known, ``default_host_link_gbps`` = 15.75, the per-direction
   rate of PCIe 3.0 x16 (8 GT/s × 16 lanes × 128/130 encoding / 8), the link of
-  the K80/P40/P100/V100 PCIe cards the seed reports profiled. Like the
+  the K80, P40, P100 and V100 PCIe cards of nvprof's time. Like the
   catalog's figures it is the spec-sheet rate: pinned copies usually reach
   75-85% of it, pageable ones much less. The message says which peak was used.
 - DtoD: the GPU's DRAM bandwidth (catalog ``dram_gbps``, or ``dram_gbps`` > 0);

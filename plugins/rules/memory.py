@@ -1,8 +1,8 @@
 """Rule ``memory``: peak device memory (allocated and reserved), when it is reached, and a timeline.
 
-Definition: the allocator's samples (measure
-:data:`traceparse.measures.memory_samples`): counter rows named in
-:data:`traceparse.measures.memory.MEMORY_COUNTERS`. torch.profiler with
+Definition: the allocator's samples: counter rows named ``allocated_bytes``,
+``[memory]`` or ``[memory] allocated`` (allocated), ``reserved_bytes`` or
+``[memory] reserved`` (reserved). torch.profiler with
 ``profile_memory=True`` writes a ``[memory]`` event at every allocation and
 release, with the totals after it: "allocated" is the bytes held by live
 tensors, "reserved" the bytes the caching allocator holds from the device

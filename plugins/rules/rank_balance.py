@@ -1,6 +1,6 @@
 """Rule ``rank-balance``: where each rank's GPU time goes, and how unevenly the ranks are busy (HTA's temporal breakdown).
 
-Definition. Per rank and device (:data:`traceparse.measures.rank_time`; a trace without ranks: per device),
+Definition. Per rank and device (a trace without ranks: per device),
 over the span from the device's first to its last GPU activity (timed kernels, copies, memsets):
 ``compute_ns`` = time compute kernels run; ``comm_exposed_ns`` = time communication kernels run and no
 compute kernel does; ``memcpy_ns`` = time copies or memsets run and no kernel does; ``idle_ns`` = time

@@ -1,6 +1,6 @@
 """Rule ``stragglers``: which rank arrives last at the collectives, and what its lateness costs the others.
 
-Definition. Collective instances come from :data:`traceparse.measures.collective_waits`: on each rank the
+Definition. Collective instances: on each rank the
 arrival at a collective is the start of its host-side call (``record_param_comms`` with a sequence number,
 else the ``c10d::*`` operator, else ``record_param_comms``, else a host annotation such as
 ``gloo:all_reduce``), or of its communication kernel where only GPU events exist; an instance is matched
@@ -20,11 +20,22 @@ the instances where it was last. The candidate straggler is the rank with the la
 ``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank loses
 to it in a step.
 
+What the straggler did: for a named straggler rank, per name (host operators and annotations by their self
+time, kernels, copies and memsets by their duration, each counted when it starts inside a step; not
+collectives or step annotations, whose time is waiting; :data:`traceparse.measures.step_time_by_name`), its
+time per step on every rank (0 where a rank never runs it) and the median over the ranks.
+``slow_rank_host`` and ``slow_rank_gpu`` list the ``top_excess`` names whose time on the straggler exceeds the
+median rank's most, by at least ``min_excess_pct`` of the straggler's step time: ``kind``, ``name``,
+``slow_ns`` and ``median_ns`` (per step), ``excess_ns``. The message names them (or says nothing exceeds it,
+and when the straggler's trace has no operators, that host work between annotations could not be
+compared); the suggestion starts with the first.
+
 Metrics: ``straggler_rank`` (the candidate when ``step_time_lost_pct`` reaches ``warning_pct``, else null:
 no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` and ``wait_caused_per_step_ns`` (of the
 candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
 ``members`` (``rank``, ``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective
-ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}). Items: every rank, most wait
+ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}), ``slow_rank_host``,
+``slow_rank_gpu`` (above; empty without a straggler rank). Items: every rank, most wait
 caused first. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
 the mean per rank. The finding of a straggler gives the run's summary a line naming it.
 
@@ -45,6 +56,7 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_windows, waiting_time
+from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -65,6 +77,8 @@ class Stragglers(Rule):
         "warning_pct": 10.0,     # others' step time lost to the straggler at or above this: warning
         "critical_pct": 25.0,    # ... at or above this: critical
         "align_clocks": False,   # ranks on several hosts: align clocks on collective end times
+        "top_excess": 5,         # the straggler's host ops / GPU work listed that take longer than the median rank's
+        "min_excess_pct": 1.0,   # ... by at least this share of the straggler's step time
     }
     kinds = ("op", "marker", "kernel")
 
@@ -148,6 +162,18 @@ class Stragglers(Rule):
             message += f" {incomplete} collectives are missing on some {label}s."
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
+        excess = {"slow_rank_host": [], "slow_rank_gpu": []}
+        if straggler is not None and label == "rank":
+            floor = t["min_excess_pct"] / 100 * step.get(candidate, 0) / n_steps
+            excess = slow_rank_excess(events, waits, straggler, int(t["top_excess"]), floor)
+            message += _excess_sentence(who, excess, floor)
+            if not _has_operators(events, waits, straggler):
+                message += (f" The trace of {who} has no operators (recorded or trimmed without them): only "
+                            "annotations and GPU work could be compared, not the host's work between them.")
+            lead = (excess["slow_rank_host"] or excess["slow_rank_gpu"] or [None])[0]
+            if lead is not None:
+                suggestion = (f"Start with {lead['name']} on {who}: {fmt_ns(lead['slow_ns'])} a step against "
+                              f"{fmt_ns(lead['median_ns'])} on the median rank. " + suggestion)
         summary = (("straggler", f"{who}: the others wait {fmt_ns(per_step_ns)} per step for it "
                            f"({fmt_pct(share)} of their step time)") if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
@@ -155,13 +181,70 @@ class Stragglers(Rule):
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
-                                 "ranks": ranks},
+                                 "ranks": ranks, **excess},
                         items=items, columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
 
 
 def _key(member) -> str:
     return "-" if member is None else str(member)
+
+
+def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: float = 0) -> dict[str, list[dict]]:
+    """What the straggler ``rank`` does longer than the median rank, per step (:data:`measures.step_time_by_name`).
+
+    Per name (host operators and annotations by self time; kernels, copies and memsets by duration; neither
+    communication nor step annotations, whose time is waiting), its time per step on each rank (0 on a rank
+    without it) and the median over the ranks; ``slow_rank_host`` and ``slow_rank_gpu`` are the ``top`` names
+    whose time on ``rank`` exceeds the median most, by at least ``floor`` ns a step: ``kind``, ``name``,
+    ``slow_ns``, ``median_ns`` (per step), ``excess_ns`` = the difference.
+    """
+    import statistics
+
+    traces = dict(waits.select("trace_id", "rank").unique().iter_rows())
+    slow_trace = next((tr for tr, r in traces.items() if r == rank), None)
+    if slow_trace is None:
+        return {"slow_rank_host": [], "slow_rank_gpu": []}
+    table = measures.step_time_by_name(events).filter(pl.col("trace_id").is_in(list(traces)))
+    waiting = pl.col("name").str.contains(STEP_NAME) | expr.collective(pl.col("name").fill_null("")).is_not_null()
+    table = table.filter(~waiting)
+    per_step = table.with_columns(per=pl.col("time_ns") / pl.col("steps"))
+    cells: dict[tuple, dict] = {}
+    for tr, kind, name, per in per_step.select("trace_id", "kind", "name", "per").iter_rows():
+        cells.setdefault((kind, name), {})[tr] = per
+    rows = []
+    for (kind, name), by_trace in cells.items():
+        values = [by_trace.get(tr, 0.0) for tr in traces]
+        slow, median = by_trace.get(slow_trace, 0.0), statistics.median(values)
+        if slow > median and round(slow) - round(median) >= floor:
+            rows.append({"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
+                         "excess_ns": round(slow) - round(median)})
+    rows.sort(key=lambda r: (-r["excess_ns"], r["kind"], r["name"]))
+    gpu = [r for r in rows if r["kind"] in expr.GPU_KINDS]
+    host = [r for r in rows if r["kind"] not in expr.GPU_KINDS and r["kind"] != "api"]
+    return {"slow_rank_host": host[:top], "slow_rank_gpu": gpu[:top]}
+
+
+def _has_operators(events, waits: pl.DataFrame, rank: int) -> bool:
+    """True when the rank's trace holds operators other than collective calls (a trimmed trace has none)."""
+    traces = [tr for tr, r in waits.select("trace_id", "rank").unique().iter_rows() if r == rank]
+    ops = (pl.col("trace_id").is_in(traces) & expr.kind_is("op")
+           & expr.collective(pl.col("name").fill_null("")).is_null() & (pl.col("name") != "record_param_comms"))
+    return bool(events.select(ops.any()).item())
+
+
+def _excess_sentence(who: str, excess: dict, floor: float) -> str:
+    parts = []
+    for key, what in (("slow_rank_host", "host"), ("slow_rank_gpu", "GPU")):
+        for r in excess[key][:2]:
+            parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])})")
+    text = (f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "." if parts else
+            f" Nothing on {who} takes {fmt_ns(floor)} a step longer than on the median rank.")
+    if parts and not excess["slow_rank_gpu"]:
+        text += f" No kernel or copy takes {fmt_ns(floor)} a step longer there."
+    elif parts and not excess["slow_rank_host"]:
+        text += f" No host operator or annotation takes {fmt_ns(floor)} a step longer there."
+    return text
 
 
 @hookimpl

@@ -15,9 +15,11 @@ copy_stats         copies, bytes, time per direction, memory kinds and size
 gpu_time_parts     GPU time by part: kernels, each copy direction, memset (a function on two measures)
 steps              ProfilerStep#N windows
 self_time          self (exclusive) time of nested host events per thread
+step_time_by_name  per trace: each name's time inside the steps (host self time, GPU durations)
 launches           GPU work with the host call that launched it (correlation)
 launch_summary     per trace: launch counts, sorted launch/delay times, top delays
 stream_idle        per stream: idle gaps as host wait, kernel wait, other
+gap_activity       per trace: host-wait gap time by what the launching thread was doing
 memory_samples     the allocator's allocated/reserved totals over time
 memory_peaks       per device: peak allocated and reserved, and when
 comm_overlap       per rank/device: communication-kernel time overlapped by compute
@@ -25,6 +27,7 @@ collectives        collective instances per rank (device): arrival, end, bytes
 collective_waits   per instance and rank: wait for the last to arrive
 rank_time          per rank/device: compute, exposed comm, memcpy, idle time
 merge_ranks        a per-trace frame summed over a run's ranks (``ranks``, spread)
+dependency_graph   the dependency graph of a trace or run; ``critical_path.critical_paths`` walks it per step
 =================  ==========================================================
 
 ``m(events, **params)`` measures a whole table; ``partitioned(m, events,
@@ -62,3 +65,12 @@ MEASURES[launch_summary.name] = launch_summary
 __all__ += ["launch_summary", "gpu_time_parts"]
 from traceparse.measures.ranks import merge_ranks  # noqa: E402
 __all__ += ["merge_ranks"]
+from traceparse.measures.critical_path import dependency_graph  # noqa: E402
+MEASURES[dependency_graph.name] = dependency_graph
+__all__ += ["dependency_graph"]
+from traceparse.measures.nesting import step_time_by_name  # noqa: E402
+MEASURES[step_time_by_name.name] = step_time_by_name
+__all__ += ["step_time_by_name"]
+from traceparse.measures.gap_activity import gap_activity  # noqa: E402
+MEASURES[gap_activity.name] = gap_activity
+__all__ += ["gap_activity"]

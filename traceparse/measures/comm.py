@@ -225,6 +225,76 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
             .sort("member", nulls_last=False))
 
 
+#: Events that end when a member leaves a collective, most preferred first (see :func:`completions`).
+COMPLETION_SOURCES = (("kernel",), ("host annotation",))
+
+
+def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Per collective instance and member, the event during which the member takes part: it starts when the
+    member joins the instance and ends when the member leaves it.
+
+    ``parts`` are :class:`Collectives` parts; instances, members and arrivals are those of :class:`Collectives`.
+    A member's taking part is its communication kernel where every member has them (an NCCL kernel starts on
+    its stream and spins until every rank's kernel has started), else its host annotation where every member
+    has them (gloo's worker thread runs ``gloo:all_reduce`` until the exchange is over), else the instance's own
+    call (``done_source`` ``"call"``). Kernels and annotations are matched to instances as the k-th of their
+    collective on that member and process group, in order of start; an instance with no k-th one keeps its own
+    call (a source that names no process group is matched whatever the group). Columns: ``member``, ``rank``,
+    ``device_id``, ``trace_id``, ``process_group``, ``instance``,
+    ``collective``, ``event_id`` and ``name`` (the instance's call), ``arrival_ns`` (its start),
+    ``done_event_id``, ``done_name``, ``done_source``, ``join_ns`` (the start of the event taking part),
+    ``done_ns`` (its end), ``done_tid`` and ``done_stream_id`` (its thread or stream). Sorted by process group,
+    instance and member.
+    """
+    out_columns = ["member", "rank", "device_id", "trace_id", "process_group", "instance", "collective",
+                   "event_id", "name", "arrival_ns", "done_event_id", "done_name", "done_source", "join_ns",
+                   "done_ns", "done_tid", "done_stream_id"]
+    rows = pl.concat(parts) if parts else pl.DataFrame()
+    if rows.height == 0:
+        schema = {"member": pl.Int32, "rank": pl.Int32, "device_id": pl.Int32, "trace_id": pl.String,
+                  "process_group": pl.String, "instance": pl.Int64, "collective": pl.String, "event_id": pl.Int64,
+                  "name": pl.String, "arrival_ns": pl.Int64, "done_event_id": pl.Int64, "done_name": pl.String,
+                  "done_source": pl.String, "join_ns": pl.Int64, "done_ns": pl.Int64, "done_tid": pl.Int64,
+                  "done_stream_id": pl.Int64}
+        return pl.DataFrame(schema=schema)
+    inst = _instances(rows).rename({"start_ns": "arrival_ns"})
+    members = set(inst["member"].to_list())
+    found = None
+    for sources in COMPLETION_SOURCES:
+        candidates = _instances(rows, sources)
+        if candidates.height and set(candidates["member"].to_list()) == members:
+            found = candidates
+            break
+    # one source may name the process group where the other does not (a c10d operator and its NCCL kernel):
+    # then the k-th of a collective on a member, whatever its group
+    same_groups = found is not None and not (inst["process_group"].is_null().all()
+                                             or found["process_group"].is_null().all())
+    group = pl.col("process_group") if same_groups else pl.lit(None, dtype=pl.String)
+    key = ["member", "_pg", "collective"]
+    inst = inst.with_columns(_pg=group).sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False)
+    inst = inst.with_columns(_k=pl.int_range(pl.len(), dtype=pl.Int64).over(key))
+    done = {"done_event_id": pl.Int64, "done_name": pl.String, "done_source": pl.String, "join_ns": pl.Int64,
+            "done_ns": pl.Int64, "done_tid": pl.Int64, "done_stream_id": pl.Int64}
+    if found is not None:
+        found = (found.with_columns(_pg=group).sort([*key, "start_ns", "trace_id", "event_id"], nulls_last=False)
+                 .with_columns(_k=pl.int_range(pl.len(), dtype=pl.Int64).over(key))
+                 .select(*key, "_k", done_event_id="event_id", done_name="name", done_source="source",
+                         join_ns="start_ns", done_ns="end_ns", done_tid="tid", done_stream_id="stream_id"))
+        inst = inst.join(found, on=[*key, "_k"], how="left", nulls_equal=True)
+    else:
+        inst = inst.with_columns(*[pl.lit(None, dtype=t).alias(c) for c, t in done.items()])
+    own = pl.col("done_event_id").is_null()
+    inst = inst.with_columns(
+        done_source=pl.when(own).then(pl.lit("call")).otherwise(pl.col("done_source")),
+        done_name=pl.when(own).then(pl.col("name")).otherwise(pl.col("done_name")),
+        join_ns=pl.when(own).then(pl.col("arrival_ns")).otherwise(pl.col("join_ns")),
+        done_ns=pl.when(own).then(pl.col("end_ns")).otherwise(pl.col("done_ns")),
+        done_tid=pl.when(own).then(pl.col("tid")).otherwise(pl.col("done_tid")),
+        done_stream_id=pl.when(own).then(pl.col("stream_id")).otherwise(pl.col("done_stream_id")),
+        done_event_id=pl.when(own).then(pl.col("event_id")).otherwise(pl.col("done_event_id")))
+    return inst.sort(["process_group", "instance", "member"], nulls_last=False).select(out_columns)
+
+
 _INT64 = (-2**63, 2**63 - 1)
 
 

@@ -40,6 +40,24 @@ def _linked(rows: pl.DataFrame) -> pl.DataFrame:
         .then(pl.len().over("trace_id", "launch_event_id")).cast(pl.Int64))
 
 
+def stream_gaps(projection: pl.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+    """Every GPU activity of a :func:`_projection` with its launch (:func:`_linked`), in stream order, with
+    ``end_ns``, ``prev_end`` (the latest end before it on its stream), ``gap`` (its start − ``prev_end`` when
+    positive, else 0) and ``category`` of the gap: host_wait, kernel_wait, other (null: no gap). The gaps
+    :class:`StreamIdle` sums; ``stream_id`` null is -1 here."""
+    rows = _linked(projection).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+    rows = rows.with_columns(pl.col("stream_id").fill_null(-1)).sort(*STREAM, "start_ns", "end_ns", "event_id")
+    prev_end = pl.col("end_ns").cum_max().shift(1).over(STREAM)
+    gaps = rows.with_columns(prev_end=prev_end).with_columns(
+        gap=pl.when(pl.col("start_ns") > pl.col("prev_end")).then(pl.col("start_ns") - pl.col("prev_end"))
+        .otherwise(0))
+    category = (pl.when(pl.col("gap") <= 0).then(None)
+                .when(pl.col("launch_start_ns") > pl.col("prev_end")).then(pl.lit("host_wait"))
+                .when(pl.col("gap") < kernel_wait_ns).then(pl.lit("kernel_wait"))
+                .otherwise(pl.lit("other")))
+    return gaps.with_columns(category=category)
+
+
 class Launches(Measure):
     """Every timed GPU activity of ``kinds`` (default kernel, memcpy, memset) with the host call that launched it.
 
@@ -176,18 +194,7 @@ class StreamIdle(Measure):
 
     def combine(self, parts: list[pl.DataFrame], kinds=expr.GPU_KINDS,
                 kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
-        rows = _linked(pl.concat(parts)).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
-        rows = rows.with_columns(pl.col("stream_id").fill_null(-1)).sort(
-            *STREAM, "start_ns", "end_ns", "event_id")
-        prev_end = pl.col("end_ns").cum_max().shift(1).over(STREAM)
-        gaps = rows.with_columns(prev_end=prev_end).with_columns(
-            gap=pl.when(pl.col("start_ns") > pl.col("prev_end")).then(pl.col("start_ns") - pl.col("prev_end"))
-            .otherwise(0))
-        category = (pl.when(pl.col("gap") <= 0).then(None)
-                    .when(pl.col("launch_start_ns") > pl.col("prev_end")).then(pl.lit("host_wait"))
-                    .when(pl.col("gap") < kernel_wait_ns).then(pl.lit("kernel_wait"))
-                    .otherwise(pl.lit("other")))
-        gaps = gaps.with_columns(category=category)
+        gaps = stream_gaps(pl.concat(parts), kernel_wait_ns)
 
         def of(label: str):
             return [pl.col("gap").filter(pl.col("category") == label).sum().alias(f"{label}_ns"),

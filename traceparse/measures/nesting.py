@@ -82,3 +82,66 @@ class SelfTime(Measure):
 
 
 self_time = SelfTime()
+
+
+#: Kinds of :class:`StepTimeByName`: host events by their self time, GPU work by its duration.
+_STEP_KINDS = (*HOST_KINDS, "kernel", "memcpy", "memset")
+_STEP_COLUMNS = ["trace_id", "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns",
+                 "device_id"]
+
+
+class StepTimeByName(Measure):
+    """Per trace, the time each name takes inside the trace's steps: host events by self time, GPU work by duration.
+
+    Steps are :func:`traceparse.measures.steps.step_series` (``ProfilerStep#N``, step ranges, optimizer
+    marks), else one window over the trace's timed rows. An event counts when it starts inside a step. Host
+    events (kinds op, marker, api, region) count their self time (:class:`SelfTime`, so an annotation that
+    only holds operators has little of its own); kernels, copies and memsets count their duration. Columns:
+    ``trace_id``, ``kind``, ``name``, ``steps`` (the trace's steps, 1 without steps), ``calls`` (events inside
+    them), ``time_ns``. Sorted by trace, kind and name. What the straggler does that the median rank does not
+    (rule ``stragglers``) compares these per step across a run's ranks.
+
+    Part: the rows that take part (a projection); combine: steps, nesting and sums. Valid partitions: device,
+    trace, row chunks.
+    """
+
+    name = "step_time_by_name"
+    per_trace = True
+
+    def part(self, events: pl.DataFrame) -> pl.DataFrame:
+        ok = pl.col("kind").cast(pl.String).is_in(list(_STEP_KINDS)) & pl.col("start_ns").is_not_null() \
+            & pl.col("duration_ns").is_not_null()
+        return keyed(events.filter(ok).select(_STEP_COLUMNS))
+
+    def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
+        from traceparse.measures.steps import step_series
+
+        schema = {"trace_id": pl.String, "kind": pl.String, "name": pl.String, "steps": pl.Int64,
+                  "calls": pl.Int64, "time_ns": pl.Int64}
+        rows = unkeyed(pl.concat(parts)) if parts else pl.DataFrame()
+        if rows.height == 0:
+            return pl.DataFrame(schema=schema)
+        out = []
+        for trace in rows.partition_by("trace_id", maintain_order=True):
+            steps = step_series(trace).select("start_ns", "end_ns").sort("start_ns")
+            n = steps.height
+            if n == 0:
+                steps = trace.select(start_ns=pl.col("start_ns").min(),
+                                     end_ns=(pl.col("start_ns") + pl.col("duration_ns")).max())
+            host = pl.col("kind").cast(pl.String).is_in(list(HOST_KINDS))
+            own = self_time.combine([self_time.part(trace.filter(host))]).select("event_id", "self_ns")
+            timed = (trace.join(own, on="event_id", how="left")
+                     .with_columns(time=pl.when(host).then(pl.col("self_ns")).otherwise(pl.col("duration_ns")))
+                     .filter(pl.col("time").is_not_null()).sort("start_ns"))
+            inside = (timed.join_asof(steps.rename({"start_ns": "w_start", "end_ns": "w_end"}),
+                                      left_on="start_ns", right_on="w_start", strategy="backward")
+                      .filter(pl.col("w_end").is_not_null() & (pl.col("start_ns") < pl.col("w_end"))))
+            out.append(inside.group_by(kind=pl.col("kind").cast(pl.String), name=pl.col("name"))
+                       .agg(calls=pl.len().cast(pl.Int64), time_ns=pl.col("time").sum().cast(pl.Int64))
+                       .with_columns(trace_id=pl.lit(trace["trace_id"][0], dtype=pl.String),
+                                     steps=pl.lit(max(n, 1), dtype=pl.Int64)))
+        return (pl.concat(out).select(list(schema)).cast(schema)
+                .sort("trace_id", "kind", "name", nulls_last=False))
+
+
+step_time_by_name = StepTimeByName()

@@ -100,7 +100,7 @@ def _kernel_counters(kernels: pl.DataFrame, counters: pl.DataFrame) -> list[dict
         by_kernel.setdefault(pid, {})[name] = (total, mean)
     tensor = _tensor_flops(linked)
     rows = []
-    for k in kernels.select("event_id", "name", "duration_ns").iter_rows(named=True):
+    for k in kernels.select("event_id", "name", "duration_ns", "start_ns", "calls").iter_rows(named=True):
         m = by_kernel.get(k["event_id"], {})
         flops = _sass_flops(m)
         if not flops:
@@ -195,13 +195,18 @@ def _classify(kernel: dict, sass: dict, tensor: dict, gmma: float | None, dram: 
         "flops_by_precision": {p: v for p, v in flops.items() if v}, "flops": sum(flops.values()) if has_flops else None,
         "dram_bytes": dram, "tensor_core": evidence is not None, "tensor_evidence": evidence,
         "flops_lower_bound": lower_bound, "lower_bound_precision": name_precision if lower_bound else None,
-        "flops_estimated": 0.0, "sm_clock_hz": clock,
+        "flops_estimated": 0.0, "sm_clock_hz": clock, "aggregated": kernel.get("start_ns") is None,
+        "calls": kernel.get("calls") or 1,
     }
 
 
 def _from_counters(all_rows: list[dict], spec: dict | None, model_gflops: float, group: str) -> dict:
     rows = [r for r in all_rows if r["flops"] is not None or r["dram_bytes"] is not None]
-    without = [r for r in all_rows if r["flops"] is None and r["dram_bytes"] is None]
+    # a kernel name whose counters sit on its aggregated row (nvprof: the summary's, or the launches of a trace
+    # summed for a metrics log of another run) stands for its timed launches: they are not kernels without counts
+    summarized = {r["name"] for r in rows if r["aggregated"]}
+    without = [r for r in all_rows if r["flops"] is None and r["dram_bytes"] is None
+               and not (r["name"] in summarized and not r["aggregated"])]
     measured_total = sum(r["flops"] or 0.0 for r in rows)
     estimated_total = 0.0
     lower = [r for r in rows if r["flops_lower_bound"]]
@@ -265,14 +270,15 @@ def _item(r: dict, peaks: dict) -> dict:
 
 
 def _group_by_name(rows: list[dict]) -> list[dict]:
-    """Launches of the same kernel name summed into one row (first event_id kept)."""
+    """Launches of the same kernel name summed into one row (first event_id kept); ``launches`` counts them (an
+    aggregated row counts its calls)."""
     groups: dict[str, dict] = {}
     for r in rows:
         g = groups.get(r["name"])
         if g is None:
-            groups[r["name"]] = dict(r, flops_by_precision=dict(r["flops_by_precision"]), launches=1)
+            groups[r["name"]] = dict(r, flops_by_precision=dict(r["flops_by_precision"]), launches=r["calls"])
             continue
-        g["launches"] += 1
+        g["launches"] += r["calls"]
         for key in ("flops", "dram_bytes", "time_ns"):
             if r[key] is not None:
                 g[key] = (g[key] or 0) + r[key]

@@ -6,7 +6,9 @@ run-level figure, and rules with device tables name each rank's devices
 (``rank 2:0``). The run's events stay in the store and are read rank by rank
 (``lazy=True``), so memory does not grow with the ranks. ``--scheduler``
 computes the measures' per-rank steps on a Dask cluster
-(:mod:`traceparse.distributed`); the findings are the same.
+(:mod:`traceparse.distributed`); the findings are the same. The findings of
+each stored trace or run are kept beside it (``findings.parquet``, replaced by
+the next analysis): ``traceparse sql`` reads them as the ``findings`` view.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import argparse
 import math
 from contextlib import ExitStack, nullcontext
 
-from traceparse.analysis import CRITICAL_FLOOR_PCT, analyze, parse_settings, select_findings, worst_severity
-from traceparse.command import Command
+from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, parse_settings, select_findings,
+                                 worst_severity)
+from traceparse.command import Command, gpu_choice
+from traceparse.errors import StoreError
 from traceparse.figures import set_digits
-from traceparse.report import TABLE_ROWS, render_findings
+from traceparse.report import TABLE_ROWS, render_findings, trace_label
 from traceparse.rule import SEVERITIES, severity_rank
 from traceparse.summary import summarize
 from traceparse_plugins.commands.core import windowing
@@ -35,7 +39,7 @@ class AnalyzeCommand(Command):
         parser.add_argument("--set", action="append", metavar="RULE.PARAM=VALUE", help="override a rule threshold")
         parser.add_argument("--fail-on", choices=SEVERITIES,
                             help="exit 1 if a finding at or above this severity exists")
-        parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+        self.add_gpu_options(parser)
         parser.add_argument("--min-severity", choices=SEVERITIES, help="show only findings at or above this severity")
         parser.add_argument("--top", type=_positive, metavar="N", help="show the N worst findings of each trace")
         parser.add_argument("--all", action="store_true", help="show findings with nothing to report in full")
@@ -72,11 +76,15 @@ class AnalyzeCommand(Command):
             for trace in traces:
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
-                with on_cluster:
-                    found = analyze(trace, rules=args.rule, settings=settings, gpu=args.gpu, reg=session.registry,
-                                    critical_floor_pct=args.critical_floor)
+                rules = args.rule or list(session.registry.rules)
+                with on_cluster, session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
+                                               "rules") as advance:
+                    found = analyze(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), reg=session.registry,
+                                    critical_floor_pct=args.critical_floor, on_rule=advance)
                     findings.extend(found)
+                    advance("summary")
                     summaries[trace.id] = summarize(trace, found)
+                _keep(session, trace, found, view.label)
         worst = worst_severity(findings)  # --fail-on judges every finding, whatever is shown
         findings = select_findings(findings, args.min_severity, args.top)
         if args.json:
@@ -93,6 +101,15 @@ class AnalyzeCommand(Command):
         if args.fail_on and worst and severity_rank(worst) >= severity_rank(args.fail_on):
             return 1
         return 0
+
+
+def _keep(session, trace, found, scope: str | None) -> None:
+    """Keep the trace's findings in the store beside it (the ``findings`` view of ``traceparse sql``); a store
+    that cannot be written to costs a warning, never the analysis."""
+    try:
+        session.store.save_findings(trace.id, findings_frame(found, scope))
+    except StoreError as exc:
+        session.warn(f"findings not kept in the store: {exc}")
 
 
 def _positive(text: str) -> int:

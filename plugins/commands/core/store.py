@@ -20,7 +20,8 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
-from traceparse.report import fmt_ns, tags_text, trace_summary, warning_count
+from traceparse.report import fitted_table, fmt_ns, shown_path, tags_text, trace_summary, warning_count
+from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
 
 
@@ -224,10 +225,35 @@ class IngestCommand(Command):
             return 0
         # the warnings were printed on stderr as the traces were read: the panels count them, not say them again
         for r in results:
-            session.out.print(trace_summary(r.meta, r.already_stored, warnings=r.already_stored))
+            session.out.print(trace_summary(r.meta, r.already_stored, warnings=r.already_stored,
+                                            width=session.out.width))
         for r in runs:
             session.out.print(run_summary(session.store, r.run, r.already_stored, warnings=r.already_stored))
         return 0
+
+
+#: ``list``'s tables: ids and counts never cut; a long name or path cut in the middle, with a key below.
+RUN_COLUMNS = [Column("id", "id", "id"), Column("name", "name", "name"), Column("format", "format", "id"),
+               Column("world_size", "world size", "count"), Column("ranks", "ranks", "text"),
+               Column("events", "events", "count"), Column("tags", "tags", "text")]
+TRACE_COLUMNS = [Column("id", "id", "id"), Column("format", "format", "id"), Column("events", "events", "count"),
+                 Column("span_ns", "span", "ns"), Column("path", "path", "name"), Column("tags", "tags", "text")]
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Ranks as ranges: ``0–3``, ``0–2, 5, 7–9``."""
+    parts: list[list[int]] = []
+    for r in sorted(ranks):
+        if parts and r == parts[-1][1] + 1:
+            parts[-1][1] = r
+        else:
+            parts.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
+
+
+def _filled(columns: list[Column], rows: list[dict]) -> list[Column]:
+    """The columns with something to show (no tags column where nothing is tagged: its room goes to the paths)."""
+    return [c for c in columns if c.key != "tags" or any(r.get("tags") for r in rows)]
 
 
 class ListCommand(Command):
@@ -251,32 +277,22 @@ class ListCommand(Command):
                                          for d in damaged]})
             return 0
         self._damaged(session, damaged)
+        width = session.out.width
         if runs:
-            table = Table(header_style="bold", title="runs")
-            for column in ("id", "name", "format", "world size", "ranks", "events", "tags"):
-                # ids, counts and formats never wrap (an id cut over two lines cannot be copied); text folds
-                table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "world size", "events"))
-            for r in map(run_row, runs):
-                shown = ", ".join(map(str, r["ranks"][:8])) + (" ..." if len(r["ranks"]) > 8 else "")
-                table.add_row(literal(r["id"]), literal(r["name"] or ""), literal(r["format"] or ""),
-                              literal(r["world_size"]), shown, f"{r['events']:,}" if r["events"] is not None else "-",
-                              literal(" ".join(f"{k}={v}" for k, v in r["tags"].items())))
-            session.out.print(table)
+            rows = [{**r, "ranks": rank_ranges(r["ranks"]),
+                     "tags": " ".join(f"{k}={v}" for k, v in r["tags"].items())} for r in map(run_row, runs)]
+            for part in fitted_table(_filled(RUN_COLUMNS, rows), rows, width, title="runs"):
+                session.out.print(part)
             if not metas:
                 return 0
         if not metas:
             session.out.print(literal(f"The store {session.store.root} is empty."))
             return 0
-        table = Table(header_style="bold")
-        for column in ("id", "format", "events", "span", "tags", "path"):
-            table.add_column(column, overflow="fold", no_wrap=column in ("id", "format", "events", "span"),
-                             justify="right" if column in ("events", "span") else "left")
-        for m in metas:
-            table.add_row(literal(m.id), literal(m.format or ""),
-                          f"{m.event_count:,}" if m.event_count is not None else "-",
-                          fmt_ns((m.summary or {}).get("span_ns")),
-                          literal(" ".join(f"{k}={v}" for k, v in m.tags.items())), literal(m.path or ""))
-        session.out.print(table)
+        rows = [{"id": m.id, "format": m.format or "", "events": m.event_count,
+                 "span_ns": (m.summary or {}).get("span_ns"), "tags": " ".join(f"{k}={v}" for k, v in m.tags.items()),
+                 "path": shown_path(m.path)} for m in metas]
+        for part in fitted_table(_filled(TRACE_COLUMNS, rows), rows, width, title="traces" if runs else None):
+            session.out.print(part)
         return 0
 
     @staticmethod
@@ -317,7 +333,7 @@ class ShowCommand(Command):
         if args.json:
             self.print_json(trace.meta.to_dict())
         else:
-            session.out.print(trace_summary(trace.meta, title="stored trace"))
+            session.out.print(trace_summary(trace.meta, title="stored trace", width=session.out.width))
         return 0
 
 

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from traceparse.analysis import analyze, parse_settings
-from traceparse.command import Command
+from traceparse.command import Command, gpu_choice
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.text import literal, markup_literal
@@ -38,7 +38,7 @@ class ReportCommand(Command):
         parser.add_argument("--html", required=True, metavar="FILE", help="write the report to this HTML file")
         parser.add_argument("--rule", action="append", metavar="NAME", help="run only this rule (repeatable)")
         parser.add_argument("--set", action="append", metavar="RULE.PARAM=VALUE", help="override a rule threshold")
-        parser.add_argument("--gpu", metavar="NAME", help="GPU to take peak figures from, overriding the trace's")
+        self.add_gpu_options(parser)
         parser.add_argument("--bins", type=int, default=data.DEFAULT_BINS, metavar="N",
                             help=f"bins of the GPU busy timeline (default {data.DEFAULT_BINS})")
 
@@ -57,7 +57,7 @@ class ReportCommand(Command):
         status = (session.err.status(f"writing the report of {markup_literal(trace.id)}")
                   if session.err.is_terminal and not session.quiet else nullcontext())
         with status:
-            text = build_report(trace, rules=args.rule, settings=settings, gpu=args.gpu, bins=args.bins,
+            text = build_report(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), bins=args.bins,
                                 reg=session.registry, plotly=modules)
             try:
                 out.write_text(text, encoding="utf-8")

@@ -12,12 +12,12 @@ import html
 import math
 from dataclasses import dataclass
 
-from traceparse.report import fmt_ns, short_name
+from traceparse.names import cut_apart, short_name, short_names
+from traceparse.report import fmt_ns
 
 from . import data
 
 #: Colours of the rank breakdown's parts and of idle time.
-PART_COLOURS = {"compute_ns": "#4c78a8", "comm_exposed_ns": "#e45756", "memcpy_ns": "#f58518", "idle_ns": "#d9d9d9"}
 IDLE_COLOUR = "#d9d9d9"
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac",
            "#eeca3b")
@@ -26,6 +26,14 @@ LABEL_WIDTH = 60
 HOVER_WIDTH = 160
 #: Members drawn as lines on the busy timeline; more become the rows of a heatmap.
 LINES_UP_TO = 2
+#: Members drawn as lines on the collectives chart; more become the rows of a heatmap.
+LINES_UP_TO_MEMBERS = 8
+#: Top margin of a figure with subplot titles: plotly's toolbar (top right, about 30 px) sits above them.
+TOP_WITH_SUBPLOT_TITLES = 64
+#: Bottom margin of a figure whose legend sits under its x axis's title.
+LEGEND_BELOW_MARGIN = 110
+#: Colour of time spent waiting for other ranks.
+WAIT_COLOUR = "#e45756"
 #: A colour per precision, the same for its roof and its points on the roofline.
 PRECISION_COLOURS = {"fp32": "#4c78a8", "fp64": "#b279a2", "fp16": "#72b7b2", "bf16": "#9d755d",
                      "tf32_tensor": "#f58518", "fp16_tensor": "#e45756", "bf16_tensor": "#ff9da6",
@@ -48,10 +56,16 @@ def esc(text) -> str:
     return html.escape(str(text), quote=False)
 
 
-def _layout(fig, **extra) -> None:
+def _layout(fig, legend_below: bool = False, **extra) -> None:
+    """The charts' common layout. ``legend_below``: the legend at the bottom of the figure, under the x axis's
+    title (a legend placed relative to the plot runs into that title on a short chart)."""
     base = dict(template="plotly_white", margin=dict(l=60, r=20, t=30, b=50), height=360,
                 legend=dict(orientation="h", y=-0.2), font=dict(size=12))
-    fig.update_layout(**{**base, **extra})
+    layout = {**base, **extra}
+    if legend_below:
+        layout["legend"] = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0)
+        layout["margin"] = {**layout["margin"], "b": LEGEND_BELOW_MARGIN}
+    fig.update_layout(**layout)
 
 
 def timeline_chart(go, tl: dict) -> Chart:
@@ -65,8 +79,8 @@ def timeline_chart(go, tl: dict) -> Chart:
                                      line=dict(width=1.5, color=PALETTE[i % len(PALETTE)], shape="hvh"),
                                      hovertemplate="%{x:.3f} ms: busy %{y:.1f}%<extra>" + esc(m["label"])
                                                    + "</extra>"))
-        _layout(fig, xaxis_title="time from the first GPU activity (ms)", yaxis_title="GPU busy (%)",
-                yaxis_range=[0, 102])
+        _layout(fig, legend_below=True, xaxis_title="time from the first GPU activity (ms)",
+                yaxis_title="GPU busy (%)", yaxis_range=[0, 102])
     else:
         fig.add_trace(go.Heatmap(x=tl["x_ms"], y=[esc(m["label"]) for m in members],
                                  z=[m["busy_pct"] for m in members], zmin=0, zmax=100, colorscale="Blues",
@@ -110,12 +124,13 @@ def categories_chart(go, cats: list[dict]) -> Chart:
 
 def names_chart(go, names: dict) -> Chart:
     """The kernels with the most time, one bar each, longest on top (the rest are named in the note)."""
-    rows = [(short_name(n["name"], LABEL_WIDTH), short_name(n["name"], HOVER_WIDTH), n["time_ns"], n["calls"])
-            for n in names["names"]]
-    labels, seen = [], {}
-    for label, *_ in rows:  # equal short labels would share a bar: number the repeats
-        seen[label] = seen.get(label, 0) + 1
-        labels.append(esc(label if seen[label] == 1 else f"{label} ({seen[label]})"))
+    full = [n["name"] for n in names["names"]]
+    short = cut_apart(short_names(full, LABEL_WIDTH, compact=True), LABEL_WIDTH)  # equal labels would share a bar
+    rows = [(label, short_name(n["name"], HOVER_WIDTH), n["time_ns"], n["calls"])
+            for label, n in zip(short, names["names"])]
+    labels = [esc(label) for label, *_ in rows]
+    if len(set(labels)) < len(set(full)):  # cut alike after all: number them
+        labels = [f"{label} ({i})" for i, label in enumerate(labels, 1)]
     total = names["total_ns"] or 1
     fig = go.Figure(go.Bar(
         y=labels[::-1], x=[r[2] / 1e6 for r in rows][::-1], orientation="h", marker_color=PALETTE[0],
@@ -133,39 +148,95 @@ def names_chart(go, names: dict) -> Chart:
 
 
 def copies_chart(go, make_subplots, rows: list[dict]) -> Chart:
-    """Bytes and time of the copies by direction, side by side."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes (MB)", "time (ms)"))
+    """Bytes and time of the copies by direction, side by side; a panel the trace has no figures for (a TAU
+    profile's copies have time but no bytes) is left out, and the note says so."""
     x = [esc(r["direction"]) for r in rows]
     rate = [f"{r['bytes'] / r['time_ns']:.2f} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
     custom = [[r["copies"], g] for r, g in zip(rows, rate)]
-    fig.add_trace(go.Bar(x=x, y=[(r["bytes"] or 0) / 1e6 for r in rows], marker_color=PALETTE[1], name="bytes",
-                         customdata=custom,
-                         hovertemplate="%{x}: %{y:.3f} MB in %{customdata[0]:,} copies, %{customdata[1]}"
-                                       "<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=[(r["time_ns"] or 0) / 1e6 for r in rows], marker_color=PALETTE[0], name="time",
-                         customdata=custom,
-                         hovertemplate="%{x}: %{y:.3f} ms in %{customdata[0]:,} copies, %{customdata[1]}"
-                                       "<extra></extra>"), row=1, col=2)
-    _layout(fig, showlegend=False)
-    return Chart("chart-copies", "Copies by direction", "Host-to-device (HtoD), device-to-host (DtoH), "
-                 "device-to-device (DtoD) and peer copies: bytes moved and time taken.", fig)
+    panels = [(key, title, colour, scale, unit) for key, title, colour, scale, unit in (
+        ("bytes", "bytes (MB)", PALETTE[1], 1e6, "MB"), ("time_ns", "time (ms)", PALETTE[0], 1e6, "ms"))
+        if any(r[key] for r in rows)]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels])
+    for col, (key, title, colour, scale, unit) in enumerate(panels, 1):
+        fig.add_trace(go.Bar(x=x, y=[(r[key] or 0) / scale for r in rows], marker_color=colour,
+                             name=title.split()[0], customdata=custom,
+                             hovertemplate="%{x}: %{y:.3f} " + unit + " in %{customdata[0]:,} copies, "
+                                           "%{customdata[1]}<extra></extra>"), row=1, col=col)
+    _layout(fig, showlegend=False, margin=dict(l=60, r=20, t=TOP_WITH_SUBPLOT_TITLES, b=50))
+    note = ("Host-to-device (HtoD), device-to-host (DtoH), device-to-device (DtoD) and peer copies: "
+            + " and ".join({"bytes": "bytes moved", "time_ns": "time taken"}[p[0]] for p in panels) + ".")
+    drawn = [p[0] for p in panels]
+    missing = [{"bytes": "bytes", "time_ns": "times"}[k] for k in ("bytes", "time_ns") if k not in drawn]
+    if missing:
+        note += f" The trace gives no {missing[0]} for its copies: that panel is left out."
+    return Chart("chart-copies", "Copies by direction", note, fig)
+
+
+def collectives_chart(go, make_subplots, late: dict) -> Chart:
+    """At each collective: how late each member (rank) arrived (top; lines, or a heatmap for more than
+    :data:`LINES_UP_TO_MEMBERS` members) and the others' wait it caused, coloured by the member that arrived
+    last (bottom): a straggler is the line high above the others and the colour of most of the bars."""
+    members, collectives = late["members"], late["collectives"]
+    x = list(range(1, len(collectives) + 1))
+    labels = [esc(c["label"]) for c in collectives]
+    colour = {m["label"]: PALETTE[i % len(PALETTE)] for i, m in enumerate(members)}
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12, row_heights=[0.55, 0.45],
+                        subplot_titles=("arrival after the first member (ms)", "wait caused, by who arrived last (ms)"))
+    if len(members) <= LINES_UP_TO_MEMBERS:
+        for m in members:
+            fig.add_trace(go.Scatter(x=x, y=[None if v is None else v / 1e6 for v in m["late_ns"]],
+                                     mode="lines+markers", name=esc(m["label"]), legendgroup=esc(m["label"]),
+                                     line=dict(color=colour[m["label"]], width=1.5), customdata=labels,
+                                     hovertemplate="%{customdata}: arrived %{y:.3f} ms after the first<extra>"
+                                                   + esc(m["label"]) + "</extra>"), row=1, col=1)
+    else:
+        fig.add_trace(go.Heatmap(x=x, y=[esc(m["label"]) for m in members], colorscale="Reds", zmin=0,
+                                 z=[[None if v is None else v / 1e6 for v in m["late_ns"]] for m in members],
+                                 colorbar=dict(title=dict(text="late (ms)"), thickness=12, len=0.5, y=0.78),
+                                 hovertemplate="%{y}, collective %{x}: %{z:.3f} ms after the first<extra></extra>"),
+                      row=1, col=1)
+        fig.update_yaxes(autorange="reversed", row=1, col=1)
+    for m in members:
+        mine = [c["caused_ns"] / 1e6 if c["last"] == m["label"] else 0.0 for c in collectives]
+        if not any(mine):
+            continue
+        fig.add_trace(go.Bar(x=x, y=mine, name=f"{esc(m['label'])} last", marker_color=colour[m["label"]],
+                             legendgroup=esc(m["label"]), showlegend=len(members) > LINES_UP_TO_MEMBERS,
+                             customdata=labels, hovertemplate="%{customdata}: the others waited %{y:.3f} ms for "
+                             + esc(m["label"]) + "<extra></extra>"), row=2, col=1)
+    _layout(fig, legend_below=True, barmode="stack", height=520,
+            margin=dict(l=60, r=20, t=TOP_WITH_SUBPLOT_TITLES, b=50))
+    fig.update_xaxes(title_text="collective, in the order they complete", row=2, col=1)
+    counts: dict[str, int] = {}
+    for c in collectives:
+        counts[c["last"]] = counts.get(c["last"], 0) + 1
+    most = max(counts, key=lambda k: (counts[k], -list(colour).index(k)))
+    note = (f"{most} arrived last at {counts[most]} of {len(collectives)} collectives. Top: each member's arrival "
+            "after the first; bottom: the other members' waits at that collective, added up.")
+    return Chart("chart-collectives", "Arrival at each collective", note, fig)
 
 
 def ranks_chart(go, rows: list[dict]) -> Chart:
-    """Per rank: compute, exposed communication, memcpy and idle time of its span, stacked."""
+    """Per rank: its mean step time, split into the time it waited at collectives for the last rank and the
+    rest of the step (the straggler is the rank that waits least: the others wait for it)."""
     fig = go.Figure()
-    y = [f"rank {r['rank']}" for r in rows]
-    for key, label in data.RANK_PARTS:
-        fig.add_trace(go.Bar(y=y, x=[r[key] / 1e6 for r in rows], orientation="h", name=label,
-                             marker_color=PART_COLOURS[key],
-                             customdata=[100.0 * r[key] / r["span_ns"] if r["span_ns"] else 0 for r in rows],
-                             hovertemplate="%{y}: " + label + " %{x:.3f} ms (%{customdata:.1f}%)<extra></extra>"))
-    _layout(fig, barmode="stack", xaxis_title="time in the rank's GPU span (ms)", legend_traceorder="normal",
-            height=max(300, 40 * len(rows) + 140), yaxis=dict(autorange="reversed"))
-    busy = [r["busy_ns"] for r in rows]
-    mean = sum(busy) / len(busy)
-    return Chart("chart-ranks", "Time per rank", f"Where each rank's GPU time goes (rank-balance); imbalance "
-                 f"(max / mean busy) {max(busy) / mean:.3f}." if mean else "Where each rank's GPU time goes.", fig)
+    y = [esc(r["label"]) for r in rows]
+    steps = [max(r["steps"], 1) for r in rows]
+    parts = (("waited at collectives for the last to arrive", [r["waited_ns"] for r in rows], WAIT_COLOUR),
+             ("rest of the step", [r["step_ns"] - r["waited_ns"] for r in rows], PALETTE[0]))
+    for label, values, colour in parts:
+        fig.add_trace(go.Bar(y=y, x=[v / n / 1e6 for v, n in zip(values, steps)], orientation="h", name=label,
+                             marker_color=colour,
+                             customdata=[100.0 * v / r["step_ns"] if r["step_ns"] else 0 for v, r in zip(values, rows)],
+                             hovertemplate="%{y}: " + label + " %{x:.3f} ms per step (%{customdata:.1f}%)"
+                                           "<extra></extra>"))
+    _layout(fig, legend_below=True, barmode="stack", xaxis_title="mean time per step (ms)",
+            legend_traceorder="normal", height=max(300, 40 * len(rows) + 160), yaxis=dict(autorange="reversed"))
+    least = min(rows, key=lambda r: r["waited_ns"] / r["step_ns"] if r["step_ns"] else 1.0)
+    note = (f"Each rank's step time (its steps' windows) and the part of it spent waiting at collectives (each "
+            f"wait counted once). {least['label']} waits least: "
+            f"{100.0 * least['waited_ns'] / least['step_ns'] if least['step_ns'] else 0:.1f}% of its step time.")
+    return Chart("chart-ranks", "Step time per rank", note, fig)
 
 
 def _colour(precision: str, i: int) -> str:
@@ -228,6 +299,14 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
     events = trace.events
     charts: list[Chart] = []
     missing: list[str] = []
+    late = data.collective_lateness(events)  # a run's charts first: where its straggler shows
+    if late:
+        charts.append(collectives_chart(go, make_subplots, late))
+        ranks = data.rank_steps(events)
+        if ranks:
+            charts.append(ranks_chart(go, ranks))
+    elif events["rank"].drop_nulls().n_unique() > 1:
+        missing.append("Arrival at each collective, step time per rank: the ranks share no collective call.")
     tl = data.timeline(events, bins)
     if tl:
         charts.append(timeline_chart(go, tl))
@@ -251,9 +330,6 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
         charts.append(copies_chart(go, make_subplots, rows))
     else:
         missing.append("Copies: the trace has no memcpy with bytes or time.")
-    ranks = data.rank_breakdown(events)
-    if ranks:
-        charts.append(ranks_chart(go, ranks))
     roof = data.roofline_points(trace, gpu)
     if roof:
         charts.append(roofline_chart(go, roof))

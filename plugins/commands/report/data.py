@@ -151,20 +151,73 @@ def copies(events: pl.DataFrame) -> list[dict]:
     return by.to_dicts()
 
 
-#: The parts of a member's span in the rank breakdown, in the order drawn (measures.rank_time).
-RANK_PARTS = (("compute_ns", "compute"), ("comm_exposed_ns", "exposed communication"),
-              ("memcpy_ns", "memcpy / memset"), ("idle_ns", "idle"))
+def _member_name(waits: pl.DataFrame):
+    """How the collective charts name a member: ``rank N`` in a run, ``GPU N`` for the devices of one process."""
+    word = "rank" if waits["rank"].is_not_null().any() else "GPU"
+    return lambda member: f"{word} {member}" if member is not None else "process"
 
 
-def rank_breakdown(events: pl.DataFrame) -> list[dict] | None:
-    """Per rank (a rank's devices summed; :func:`traceparse.measures.rank_time`): span, compute, exposed
-    communication, memcpy and idle time, by rank. None unless the trace has more than one rank."""
-    if events["rank"].drop_nulls().n_unique() < 2:
+def collective_lateness(events: pl.DataFrame) -> dict | None:
+    """At each collective (in the order they complete), how late each member arrived and the wait that caused.
+
+    From :data:`traceparse.measures.collective_waits` (the stragglers rule's measure): a member's lateness
+    at an instance is its arrival − the first member's arrival; the wait caused there is Σ over the other
+    members of their wait for the last to arrive (last arrival − their arrival), put down to that last member.
+    Returns ``{"collectives": [{"label", "last", "caused_ns"}], "members": [{"member", "label",
+    "late_ns": [...]}]}`` (``late_ns`` in the order of ``collectives``, None where the member lacks the
+    instance), or None with fewer than two members or no instance that two share.
+    """
+    waits = measures.collective_waits(events)
+    if waits.height == 0 or waits["member"].n_unique() < 2:
         return None
-    per = measures.rank_time(events).filter(pl.col("rank").is_not_null())
-    cols = ["span_ns", *(key for key, _ in RANK_PARTS), "busy_ns"]
-    rows = per.group_by("rank").agg(pl.col(c).sum() for c in cols).sort("rank")
-    return rows.to_dicts() if rows.height > 1 else None
+    shared = waits.filter(pl.col("members") > 1)
+    if shared.height == 0:
+        return None
+    name = _member_name(waits)
+    inst = ["process_group", "instance"]
+    order = (shared.group_by(inst, maintain_order=True)
+             .agg(first=pl.col("arrival_ns").min(), last_arrival=pl.col("last_arrival_ns").first(),
+                  last=pl.col("last_member").first(), collective=pl.col("collective").first(),
+                  caused=pl.col("wait_ns").sum())
+             .sort(["last_arrival", "process_group", "instance"], nulls_last=False))
+    groups = order["process_group"].drop_nulls().n_unique()
+    collectives = [{"label": f"#{i} {r['collective']}" + (f" (group {r['process_group']})" if groups > 1 else ""),
+                    "last": name(r["last"]), "caused_ns": int(r["caused"])}
+                   for i, r in enumerate(order.iter_rows(named=True), 1)]
+    position = {(r["process_group"], r["instance"]): i for i, r in enumerate(order.iter_rows(named=True))}
+    first = {(r["process_group"], r["instance"]): r["first"] for r in order.iter_rows(named=True)}
+    members = []
+    for member in sorted(shared["member"].unique().to_list(), key=lambda m: (m is None, m or 0)):
+        late: list[int | None] = [None] * len(collectives)
+        mine = shared.filter(pl.col("member") == member) if member is not None else shared.filter(
+            pl.col("member").is_null())
+        for r in mine.iter_rows(named=True):
+            key = (r["process_group"], r["instance"])
+            late[position[key]] = int(r["arrival_ns"] - first[key])
+        members.append({"member": member, "label": name(member), "late_ns": late})
+    return {"collectives": collectives, "members": members}
+
+
+def rank_steps(events: pl.DataFrame) -> list[dict] | None:
+    """Per member of the collectives (a run's ranks): its step time, and how much of it it spent waiting at
+    collectives for the last member to arrive, as the stragglers rule counts them
+    (:func:`traceparse.measures.comm.member_windows`, :func:`~traceparse.measures.comm.waiting_time`: each
+    wait counted once, inside the member's steps, so ``waited_ns`` ≤ ``step_ns``). ``[{"member", "label",
+    "steps", "step_ns", "waited_ns"}]`` by member, or None with fewer than two members."""
+    from traceparse.measures.comm import member_windows, waiting_time
+
+    waits = measures.collective_waits(events)
+    if waits.height == 0 or waits["member"].n_unique() < 2:
+        return None
+    name = _member_name(waits)
+    windows = member_windows(events, waits)
+    waited = dict(waiting_time(waits, windows).iter_rows())
+    rows = []
+    for member in sorted(windows, key=lambda m: (m is None, m or 0)):
+        spans = windows[member]
+        rows.append({"member": member, "label": name(member), "steps": len(spans),
+                     "step_ns": int(sum(b - a for a, b in spans)), "waited_ns": int(waited.get(member, 0))})
+    return rows
 
 
 def roofline_points(trace, gpu: str | None = None) -> dict | None:

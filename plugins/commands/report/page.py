@@ -16,7 +16,8 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
-from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit, short_name
+from traceparse.names import cut_apart, short_names
+from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit
 from traceparse.rule import Finding
 from traceparse.verdict import Column
 
@@ -38,7 +39,7 @@ header .sub { color: #c3c9d6; font-size: 13px; word-break: break-all; }
 main { max-width: 1280px; margin: 0 auto; padding: 18px 28px 40px; }
 h2 { font-size: 17px; margin: 26px 0 10px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 14px 18px; margin-bottom: 14px; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(190px, 1fr)); gap: 12px; margin-bottom: 14px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(190px, 100%), 1fr)); gap: 12px; margin-bottom: 14px; }
 .cards .card { margin: 0; }
 .big { font-size: 22px; font-weight: 600; }
 .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
@@ -46,7 +47,7 @@ h2 { font-size: 17px; margin: 26px 0 10px; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 4px 18px; margin: 0; }
 dl.meta dt { color: var(--muted); }
 dl.meta dd { margin: 0; word-break: break-word; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 14px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(560px, 100%), 1fr)); gap: 14px; }
 .charts .card { margin: 0; min-width: 0; }
 .chart-title { font-weight: 600; }
 .chart-note { color: var(--muted); font-size: 12px; margin-bottom: 4px; }
@@ -64,7 +65,8 @@ details.finding > summary .rule { font-weight: 600; }
 .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(240px, 1fr)); gap: 2px 24px; margin: 10px 0; }
 .figures div { display: flex; justify-content: space-between; border-bottom: 1px dotted var(--line); }
 .figures span:first-child { color: var(--muted); }
-.tablewrap { overflow-x: auto; margin: 8px 0; }
+.tablewrap { overflow-x: auto; max-width: 100%; margin: 8px 0; }
+details.finding, .card { min-width: 0; overflow-wrap: anywhere; }
 table { border-collapse: collapse; font-size: 13px; }
 caption { text-align: left; color: var(--muted); font-size: 12px; padding: 4px 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); white-space: nowrap; }
@@ -130,14 +132,15 @@ def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[st
     """
     label = column.label or column.key
     if column.unit in ("name", "text"):
+        names = [v for v in values if column.unit == "name" and isinstance(v, str)]
+        shortened = iter(cut_apart(short_names(names, NAME_WIDTH), NAME_WIDTH))
         cells = []
         for v in values:
-            text = plain(v)
             if column.unit == "name" and isinstance(v, str):
-                short = short_name(v, NAME_WIDTH)
+                short = next(shortened)
                 cells.append((short, v if short != v else None))
             else:
-                cells.append((text, None))
+                cells.append((plain(v), None))
         return label, cells, False
     numbers = [float(v) for v in values if _is_number(v)]
     if column.unit in _SCALES and numbers:
@@ -265,6 +268,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
         ("bottleneck", bottleneck_card),
         ("top kernel categories", f'<div>{cats or "-"}</div>'),
     ]
+    cards[4:4] = [(line["label"], f'<div>{esc(line["text"])}</div>') for line in summary.get("highlights") or []]
     out = "".join(f'<div class="card"><div class="label">{esc(label)}</div>{body}</div>' for label, body in cards)
     worst = summary.get("worst") or []
     items = []

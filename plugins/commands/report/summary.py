@@ -18,9 +18,17 @@ from traceparse.summary import summarize as core_summary
 WORST = 3
 
 
+#: The label of the summary line (:attr:`Finding.summary`) of a finding that names a run's straggler.
+STRAGGLER = "straggler"
+
+
 def ordered(findings: list[Finding]) -> list[Finding]:
-    """Findings in ``analyze``'s order: most severe first, then most time at stake (:func:`order_findings`)."""
-    return order_findings(findings)
+    """Findings in ``analyze``'s order (most severe first, then most time at stake: :func:`order_findings`),
+    except that a finding naming a run's straggler comes first: on a run the others' idle GPUs and waits
+    follow from it, so it is what to read first."""
+    out = order_findings(findings)
+    first = [f for f in out if f.summary and f.summary[0] == STRAGGLER]
+    return first + [f for f in out if not any(f is g for g in first)]
 
 
 def summarize(trace, findings: list[Finding]) -> dict[str, Any]:

@@ -11,7 +11,10 @@ Reads, from one file:
   ``--events`` results as counter rows tied to their kernel; the unified
   memory summary as marker rows;
 - the same in ``--csv`` form (quoted header, units row, ``--normalized-time-unit``);
-- the SQLite profile of ``-o file.nvvp`` (see :mod:`.sqlite_db`).
+- the SQLite profile of ``-o file.nvvp`` (see :mod:`.sqlite_db`);
+
+and, given together, a timeline log and the metrics or events log of another run of the same program as
+one trace, the counters standing for every launch of their kernel (:mod:`.capture`).
 
 Times become integer ns and sizes integer bytes exactly (see :mod:`.units`;
 nvprof's KB/MB/GB are binary). docs/formats/nvprof.md maps every column.
@@ -33,6 +36,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
+from . import capture
 from .counters import link_counters
 from .events import table_frame
 from .log_scan import LogScanner, ScanResult
@@ -60,11 +64,16 @@ class NvprofReader(Reader):
     def sniff(self, path: Path, head: bytes) -> float:
         return sniff(path, head)
 
+    def group(self, paths: list[Path]) -> list[list[Path]]:
+        """One trace per path, except that a log of metric or event results goes with the timeline log of the
+        same program given with it (:mod:`.capture`)."""
+        return capture.group(paths, lambda p: not is_sqlite(read_head(p, 64)))
+
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         path = paths[0]
         if is_sqlite(read_head(path, 64)):
             return _read_sqlite(path, options)
-        return _read_log(path, options)
+        return _read_log(path, options, extra=paths[1:])
 
 
 def _read_sqlite(path: Path, options: ReadOptions) -> Trace:
@@ -84,12 +93,29 @@ def _read_sqlite(path: Path, options: ReadOptions) -> Trace:
     return Trace(link_counters(events), meta)
 
 
-def _read_log(path: Path, options: ReadOptions) -> Trace:
+def _read_log(path: Path, options: ReadOptions, extra: list[Path] = ()) -> Trace:
+    """A log, and the metrics or events logs of other runs of its program (``extra``: :mod:`.capture`)."""
     scan = LogScanner(path, options).scan()
     filled = [t for t in scan.tables if t.rows]
     _check_complete(path, scan, filled, options)
+    others = []
+    for other in extra:
+        more = LogScanner(other, options).scan()
+        more_filled = [t for t in more.tables if t.rows]
+        _check_complete(other, more, more_filled, options)
+        for index, name in more.devices.by_index.items():  # full names resolve the timeline's cut Device cells
+            scan.devices.by_index.setdefault(index, name)
+        others.append((other, more, more_filled))
     frames = [table_frame(path, table, scan.devices) for table in filled]
     events = pl.concat(frames, how="diagonal_relaxed")
+    for other, more, more_filled in others:
+        counters = pl.concat([table_frame(other, table, more.devices) for table in more_filled],
+                             how="diagonal_relaxed")
+        events, counters = capture.attach(events, counters, other, path, options.warn)
+        events = pl.concat([events, counters], how="diagonal_relaxed")
+        filled = filled + more_filled
+        scan.processes.update({pid: p for pid, p in more.processes.items() if pid not in scan.processes})
+        scan.messages.extend(f"({other.name}) {m}" for m in more.messages)
     for message in scan.messages:
         options.warn(f"{path}: {message}")
     events, moved, most = serialize_streams(events)  # printed starts are rounded: one stream never overlaps itself

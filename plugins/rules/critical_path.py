@@ -1,0 +1,352 @@
+"""Rule ``critical-path``: per step, the chain of work that held it, across ranks, and what it is made of.
+
+Definition. The dependency graph is :data:`traceparse.measures.dependency_graph` (docs/critical_path.md: host
+threads in order, launch → GPU work, stream order, blocking calls waiting for the GPU work they waited for,
+collectives across ranks: every rank leaves an instance once its last rank joined). The critical path of a
+step (:func:`traceparse.measures.critical_path.critical_paths`) runs backwards from the step's end (the
+trace's steps as ``step_series`` finds them: ``ProfilerStep#N``, a step range, an optimizer mark; else the
+trace's span) following at every point the dependency that came last, and stops at the step's start. Its
+``length_ns`` is the sum of its segments: never more than the step; the step time it does not cover lies
+before the first point the path reached. On a run, every rank's every step has its path; where it crosses to
+another rank at a collective (that rank joined last), that rank's work is on it.
+
+Segment kinds: ``host op`` (an operator's or annotation's own time), ``runtime`` (other runtime calls),
+``launch`` (launch calls and the latency to the GPU work they launched), ``sync`` (a blocking call's own
+time and its wake-up once the GPU work it waited for ended), ``untraced`` (a thread running nothing the trace
+shows, or only its step annotation; a stream idle before work whose launch the trace lacks), ``wake-up`` and
+``stream wait`` (inferred: a thread resuming after another's event, a stream after another stream's work),
+``kernel`` (by category), ``copy``, ``memset``, ``queue`` (queued behind the previous work of its stream),
+``communication`` (a collective's own time: from the last rank's joining to the end, and the collective calls
+and annotations). From the view of the rank whose step it is, a segment on another rank, for the part of it
+between this rank's own joining of a collective and the last rank's joining, is ``waiting for another rank``.
+
+Metrics (means over the paths: every step of every rank): ``steps`` (distinct steps), ``paths`` (steps ×
+ranks), ``step_ns``, ``length_ns``, ``unexplained_ns`` (step − length), ``by_kind`` ({kind: ns}, the kinds
+above and ``waiting for another rank``; they add up to ``length_ns``), ``host_ops`` (host op time by name,
+the ``top`` largest and ``(others)``), ``kernel_categories``, ``wait_ns`` and ``wait_pct`` (waiting for
+another rank, and its share of the length), ``other_rank_ns`` and ``other_rank_pct`` (all of the path's time
+on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``untraced_pct`` and
+``inferred_pct`` (shares of the length the trace does not show, or that rest on inferred edges), ``missing``
+(the edges the trace cannot give, in words), ``per_step`` (per path: ``step``, ``rank``, ``step_ns``,
+``length_ns``, ``unexplained_ns``, ``wait_ns``, ``other_rank_ns``, ``crossings`` [{``collective``, ``name``,
+``from_rank``, ``to_rank``, ``offset_ns``: the last rank's joining, from the step's start}], ``top``: its three
+largest parts) and
+``ranks`` ({rank: ``steps``, ``length_ns``, ``wait_ns``, ``other_rank_ns`` (means per step), ``crossed_to``
+({rank: collectives})}). Items: the largest parts of the paths, summed over them and given per path (per
+step): ``rank``, ``lane`` (``thread T`` or ``stream S``), ``kind``, ``name``, ``per_step_ns``, ``share_pct``
+(of the length), ``other_rank`` (it was on another rank's path).
+
+Severity: on a run, ``wait_pct`` at or above ``warning_pct`` is a warning (a rank holds the others; the title
+names its largest part on the others' paths, and the run's summary gets a line naming it), at or above
+``critical_pct`` critical; otherwise, and on a single trace, info. Time at stake (``impact_ns``): on a run,
+the mean rank's waiting for other ranks over its steps; none on a single trace.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import polars as pl
+
+from traceparse import expr, measures
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.critical_path import critical_paths
+from traceparse.measures.steps import step_series
+from traceparse.plugins import hookimpl
+from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.trace import Trace
+
+FIGURES = {"steps": "count", "paths": "count", "step_ns": "ns", "length_ns": "ns", "unexplained_ns": "ns",
+           "wait_ns": "ns",
+           "wait_pct": "pct", "other_rank_ns": "ns", "untraced_pct": "pct", "inferred_pct": "pct"}
+RANK = Column("rank", "rank", "number")
+COLUMNS = [Column("lane", "thread / stream", "text"), Column("kind", "kind", "text"), Column("name", "name", "name"),
+           Column("per_step_ns", "per step", "ns"), Column("share_pct", "share", "pct")]
+OTHER_RANK = "waiting for another rank"
+
+
+class CriticalPath(Rule):
+    name = "critical-path"
+    description = "Per step, the chain of work that held it (across ranks) and what it is made of"
+    definition = __doc__
+    impact_per_rank = True  # the path of one rank's steps: per rank already
+    thresholds = {
+        "warning_pct": 10.0,      # share of the path spent waiting for another rank at or above this: warning
+        "critical_pct": 25.0,     # ... at or above this: critical
+        "top": 8,                 # largest parts listed
+        "min_wait_ns": 20000,     # shorter untraced gaps are overhead: no inferred wake-up into them
+        "max_wake_ns": 5000000,   # an inferred wake-up follows the other thread's (stream's) event by at most this
+        "align_clocks": False,    # ranks on several hosts: align clocks on collective end times
+    }
+    kinds = ("op", "marker", "api", "region", "kernel", "memcpy", "memset")
+
+    def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
+        t = options.thresholds
+        events = trace.events
+        graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]), max_wake_ns=int(t["max_wake_ns"]),
+                                          align_clocks=bool(t["align_clocks"]))
+        missing = _missing(events)
+        if graph.height == 0:
+            return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a critical "
+                            "path needs events placed in time.", metrics={"steps": 0, "missing": missing},
+                            figures=FIGURES)]
+        windows = _windows(events, graph)
+        paths, segments = critical_paths(graph, windows)
+        ranks_known = graph["rank"].is_not_null().any()
+        own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
+        segments = segments.with_columns(other=~own, lane=_lane())
+        parts = _split_waits(segments, graph)
+        n = paths.height  # paths: one per step of each rank
+        length = int(paths["length_ns"].sum())
+        per_step = lambda ns: round(ns / n) if n else 0  # noqa: E731
+        by_kind = _sums(parts, "kind", per_step)
+        host_ops = _sums(parts.filter(pl.col("kind") == "host op"), "name", per_step, top=int(t["top"]))
+        kernels = _sums(parts.filter(pl.col("kind") == "kernel"), "category", per_step)
+        wait_ns = int(parts.filter(pl.col("kind") == OTHER_RANK)["duration_ns"].sum())
+        other_ns = int(segments.filter(pl.col("other"))["duration_ns"].sum())
+        untraced = int(segments.filter(pl.col("segment") == "untraced")["duration_ns"].sum())
+        inferred = int(segments.filter(pl.col("inferred"))["duration_ns"].sum())
+        crossings = _crossings(segments, paths)
+        key = ["trace_id", "step"]
+        waits = dict(((a, b), int(c)) for a, b, c in parts.filter(pl.col("kind") == OTHER_RANK).group_by(key)
+                     .agg(pl.col("duration_ns").sum()).iter_rows())
+        others = dict(((a, b), int(c)) for a, b, c in segments.filter(pl.col("other")).group_by(key)
+                      .agg(pl.col("duration_ns").sum()).iter_rows())
+        details = []
+        per_path = segments.partition_by(key, as_dict=True) if segments.height else {}
+        for p in paths.sort("step", "rank", nulls_last=True).iter_rows(named=True):
+            k = (p["trace_id"], p["step"])
+            mine = per_path.get(k, segments.clear())
+            details.append({"step": p["step"], "rank": p["rank"], "step_ns": p["step_ns"],
+                            "length_ns": p["length_ns"], "unexplained_ns": p["unexplained_ns"],
+                            "wait_ns": waits.get(k, 0), "other_rank_ns": others.get(k, 0),
+                            "crossings": crossings.get(k, []), "top": _top(mine, 3, 1)})
+        items = _top(segments, int(t["top"]), n, length)
+        wait_pct = expr.pct(wait_ns, length)
+        severity = grade(wait_pct, warning=t["warning_pct"], critical=t["critical_pct"]) if ranks_known else "info"
+        rank_rows = _per_rank(details) if ranks_known else {}
+        metrics = {"steps": paths["step"].n_unique(), "paths": n, "step_ns": per_step(int(paths["step_ns"].sum())),
+                   "length_ns": per_step(length),
+                   "unexplained_ns": per_step(int(paths["unexplained_ns"].sum())), "by_kind": by_kind,
+                   "host_ops": host_ops, "kernel_categories": kernels, "wait_ns": per_step(wait_ns),
+                   "wait_pct": wait_pct, "other_rank_ns": per_step(other_ns),
+                   "other_rank_pct": expr.pct(other_ns, length),
+                   "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
+                   "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
+                   "missing": missing, "per_step": details, "ranks": rank_rows}
+        message = _message(metrics, items, details, ranks_known)
+        holder = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
+        title = "Critical path of each step"
+        suggestion = ""
+        summary = None
+        if severity != "info":
+            title = "Critical path: waits for another rank"
+            if holder is not None:
+                title = f"Rank {holder['rank']}'s {_short(holder['name'])} holds the step"
+                suggestion = (f"Rank {holder['rank']} holds the others: shorten {holder['name']} ({holder['kind']}, "
+                              f"{fmt_ns(holder['per_step_ns'])} per step on {holder['lane']}), or move it off the "
+                              "path (overlap it with communication, or do it on every rank alike).")
+                summary = ("critical path", f"rank {holder['rank']}'s {_short(holder['name'])} ({holder['kind']}, "
+                           f"{holder['lane']}) holds the step: {fmt_ns(holder['per_step_ns'])} of each step's "
+                           f"critical path ({fmt_pct(holder['share_pct'])})")
+        return [Finding(self.name, severity, title, message, suggestion, metrics=metrics, items=items,
+                        columns=([RANK] if ranks_known else []) + COLUMNS, figures=FIGURES,
+                        impact_ns=per_step(wait_ns) * (n // max(1, len(rank_rows))) if ranks_known else None,
+                        summary=summary)]
+
+
+def _short(name: str, width: int = 48) -> str:
+    """A name for a title: its last part (``autograd::engine::evaluate_function: torch::autograd::X`` is X), cut."""
+    name = name.rsplit(": ", 1)[-1].rsplit("::", 1)[-1]
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _lane() -> pl.Expr:
+    thread = pl.format("thread {}", pl.col("tid"))
+    stream = pl.format("stream {}", pl.col("stream_id"))
+    return (pl.when(pl.col("tid").is_not_null()).then(thread)
+            .when(pl.col("stream_id").is_not_null()).then(stream).otherwise(pl.lit("-")))
+
+
+def _windows(events, graph: pl.DataFrame) -> pl.DataFrame:
+    """Each trace's step windows with its rank, on the graph's clock; one window over its span without steps."""
+    ranks = (graph.filter(pl.col("dst_trace") != "(collective)").group_by(trace_id="dst_trace")
+             .agg(rank=pl.col("rank").first(), offset_ns=pl.col("offset_ns").first(),
+                  first=pl.col("src_ns").min(), last=pl.col("dst_ns").max()))
+    steps = step_series(events).select("trace_id", "step", "start_ns", "end_ns")
+    steps = steps.with_columns(pl.col("trace_id").cast(pl.String))
+    found = ranks.join(steps, on="trace_id", how="inner", nulls_equal=True)
+    spans = ranks.join(steps, on="trace_id", how="anti", nulls_equal=True).select(
+        "trace_id", "rank", "offset_ns", step=pl.lit(None, dtype=pl.Int64), start_ns="first", end_ns="last")
+    found = found.select("trace_id", "rank", "offset_ns", "step", "start_ns", "end_ns")
+    return pl.concat([found, spans]).with_columns(start_ns=pl.col("start_ns") - pl.col("offset_ns"),
+                                                  end_ns=pl.col("end_ns") - pl.col("offset_ns"))
+
+
+def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> dict:
+    rows = (segments.group_by(by).agg(ns=pl.col("duration_ns").sum())
+            .sort(["ns", by], descending=[True, False], nulls_last=True))
+    out = {str(k): per_step(int(v)) for k, v in rows.iter_rows()}
+    if top is not None and len(out) > top:
+        kept = dict(list(out.items())[:top])
+        kept["(others)"] = sum(list(out.values())[top:])
+        return kept
+    return out
+
+
+def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None) -> list[dict]:
+    """The largest parts (rank, lane, kind, name) of ``segments``, per step."""
+    rows = (segments.group_by("segment_rank", "lane", "segment", "name")
+            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+            .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
+            .head(top))
+    out = []
+    for r in rows.iter_rows(named=True):
+        item = {"rank": r["segment_rank"], "lane": r["lane"], "kind": r["segment"], "name": r["name"],
+                "per_step_ns": round(r["ns"] / max(steps, 1)), "other_rank": r["other"]}
+        if length is not None:
+            item["share_pct"] = expr.pct(r["ns"], length)
+        out.append(item)
+    return out
+
+
+def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[dict]]:
+    """{(trace, step): the collectives where the path moves to another rank, latest first}."""
+    starts = {(t, s): a for t, s, a in paths.select("trace_id", "step", "start_ns").iter_rows()}
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    rows = segments.sort(["trace_id", "step", "index"]).select(
+        "trace_id", "step", "edge", "segment_rank", "name", "category", "end_ns").iter_rows()
+    prev = None
+    for trace_id, step, edge, rank, name, category, end_ns in rows:
+        if (edge == "join" and prev is not None and prev[0] == (trace_id, step) and prev[1] == "leave"
+                and prev[2] != rank):
+            start = starts[(trace_id, step)]
+            out[(trace_id, step)].append({"collective": category or name, "name": name, "from_rank": prev[2],
+                                          "to_rank": rank, "offset_ns": end_ns - start})
+        prev = ((trace_id, step), edge, rank)
+    return dict(out)
+
+
+def _split_waits(segments: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
+    """The path's segments by what they are from the view of the rank whose step it is: its own segments by their
+    kind; a segment on another rank, inside a time when this rank had joined a collective and waited for the last
+    rank to join it (from its own joining to the instance), is ``waiting for another rank`` for that part, and
+    its own kind for the rest. Columns: those of ``segments`` with ``kind``; a split segment is two rows."""
+    joins = graph.filter(pl.col("edge") == "join").select("dst_node", "src_rank", "src_ns")
+    joined = {(n, r): t for n, r, t in joins.iter_rows()}
+    out = []
+    by_path = segments.partition_by(["trace_id", "step"], maintain_order=True) if segments.height else []
+    for path in by_path:
+        rank = path["rank"][0]
+        waits = []
+        for node, end, seg_rank in path.filter((pl.col("edge") == "join") & pl.col("other")).select(
+                "dst_node", "end_ns", "segment_rank").iter_rows():
+            began = joined.get((node, rank))
+            if began is not None and began < end:
+                waits.append((began, end))
+        merged: list[list[int]] = []
+        for a, b in sorted(waits):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        rows = path.with_columns(kind=pl.col("segment"))
+        if merged:
+            starts, ends = rows["start_ns"].to_list(), rows["end_ns"].to_list()
+            other = rows["other"].to_list()
+            inside = [sum(max(0, min(e, b) - max(s, a)) for a, b in merged) if o else 0
+                      for s, e, o in zip(starts, ends, other)]
+            rows = rows.with_columns(_in=pl.Series(inside, dtype=pl.Int64))
+            waited = rows.filter(pl.col("_in") > 0).with_columns(kind=pl.lit(OTHER_RANK), duration_ns=pl.col("_in"))
+            rest = rows.with_columns(duration_ns=pl.col("duration_ns") - pl.col("_in")).filter(
+                (pl.col("duration_ns") > 0) | (pl.col("_in") == 0))
+            rows = pl.concat([rest, waited]).drop("_in")
+        out.append(rows)
+    return pl.concat(out) if out else segments.with_columns(kind=pl.col("segment"))
+
+
+def _per_rank(details: list[dict]) -> dict:
+    """{rank: its paths' means per step and the ranks it crossed to}, from the per-step details."""
+    out: dict[str, dict] = {}
+    by_rank: dict = defaultdict(list)
+    for d in details:
+        by_rank[d["rank"]].append(d)
+    for rank in sorted(by_rank, key=lambda r: (r is None, r)):
+        rows = by_rank[rank]
+        to = Counter(c["to_rank"] for d in rows for c in d["crossings"])
+        out["-" if rank is None else str(rank)] = {
+            "steps": len(rows), "length_ns": round(sum(d["length_ns"] for d in rows) / len(rows)),
+            "wait_ns": round(sum(d["wait_ns"] for d in rows) / len(rows)),
+            "other_rank_ns": round(sum(d["other_rank_ns"] for d in rows) / len(rows)),
+            "crossed_to": {str(k): v for k, v in sorted(to.items(), key=lambda kv: (kv[0] is None, kv[0]))}}
+    return out
+
+
+def _missing(events) -> list[str]:
+    """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
+    host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
+            & pl.col("start_ns").is_not_null())
+    ops = expr.kind_is("op") & ~expr.is_communication()
+    row = events.select(host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(),
+                        api=expr.kind_is("api").sum(), ops=ops.sum(),
+                        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum()).row(0, named=True)
+    out = []
+    if not row["host"]:
+        out.append("no host events: the path follows the GPU streams only (stream order); launches, "
+                   "synchronisations and host work are not in the trace")
+    elif not row["threads"]:
+        out.append("host events without a thread id: launches link calls to GPU work, but the path cannot follow "
+                   "the host from one call to the next")
+    else:
+        if not row["api"]:
+            out.append("no runtime calls (launches, synchronisations): GPU work is linked to the operator of the "
+                       "same external id where it has one, and no wait for the GPU or another thread can be seen")
+        if not row["ops"]:
+            out.append("no operators (only annotations and collective calls): the host's own work between them is "
+                       "untraced time")
+    if not row["gpu"]:
+        out.append("no timed GPU work")
+    return out
+
+
+def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool) -> str:
+    if not m["paths"]:
+        return "No step window to follow."
+    parts = sorted(((k, v) for k, v in m["by_kind"].items() if v), key=lambda kv: -kv[1])
+    kinds = ", ".join(f"{k} {fmt_pct(expr.pct(v, m['length_ns']))}" for k, v in parts[:4])
+    ranks = len(m["ranks"])
+    counted = (f"{m['steps']} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else ""))
+    text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
+            f" ({counted}): {kinds}.")
+    if m["unexplained_ns"]:
+        text += (f" {fmt_ns(m['unexplained_ns'])} per step lies before the first event the path reached.")
+    if ranks_known:
+        to = Counter(c["to_rank"] for d in details for c in d["crossings"])
+        if to:
+            rank, count = sorted(to.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+            first = next(c for d in details for c in d["crossings"] if c["to_rank"] == rank)
+            text += (f" It crosses to rank {rank} at {count} collective{'s' if count > 1 else ''} ({first['name']}):"
+                     f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "
+                     f"{fmt_ns(m['wait_ns'])} of it ({fmt_pct(m['wait_pct'])} of the path) while this rank had joined "
+                     "a collective and waited for them.")
+    if items:
+        lead = items[0]
+        who = f"rank {lead['rank']} {lead['lane']}" if lead.get("rank") is not None else lead["lane"]
+        text += f" Its largest part: {lead['kind']} {lead['name']} on {who}, {fmt_ns(lead['per_step_ns'])} per step."
+        off = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
+        if off is not None and off is not lead:
+            text += (f" On rank {off['rank']}: {off['kind']} {off['name']} ({off['lane']}), "
+                     f"{fmt_ns(off['per_step_ns'])} per step.")
+    if m["untraced_pct"]:
+        text += f" {fmt_pct(m['untraced_pct'])} of the path is time the trace does not show."
+    if m["inferred_pct"]:
+        text += (f" {fmt_pct(m['inferred_pct'])} rests on inferred waits (a thread woken by another, a stream by "
+                 "another).")
+    for line in m["missing"]:
+        text += f" The trace has {line}."
+    return text
+
+
+@hookimpl
+def traceparse_rules():
+    return [CriticalPath()]

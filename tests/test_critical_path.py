@@ -1,0 +1,449 @@
+"""Issue 24: the dependency graph of a step (measure ``dependency_graph``) and its critical path (rule
+``critical-path``).
+
+Small handwritten traces pin every edge and the path exactly; on real traces the oracles read the raw JSON
+(gzip + json, plain Python) and share no code with traceparse: step windows, collective arrivals and joins,
+an operator's self time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, REPO, read_torch, run_cli, run_rule, us_to_ns
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures import dependency_graph, partitioned
+from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
+from traceparse.schema import conform
+from traceparse.trace import Trace, TraceMeta
+
+SAMPLES = REPO.parent / "shared" / "samples"
+MULTIRANK = FIXTURES / "torch" / "multirank"
+SLOW = SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
+BALANCED = SAMPLES / "multirank" / "gloo4_resnet18_bs16"
+GRAPHS = SAMPLES / "torch" / "resnet18_bs32_compiled_cudagraphs.json.gz"
+needs_samples = pytest.mark.skipif(not SLOW.exists(), reason="the shared multirank samples are not here")
+
+
+def table(*rows: dict) -> pl.DataFrame:
+    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id="t")
+
+
+def host(kind, name, start, end, tid=1, **more):
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "pid": 10, "tid": tid, **more}
+
+
+def gpu(name, start, end, stream=7, kind="kernel", **more):
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
+            "stream_id": stream, **more}
+
+
+def run_of(folder: Path) -> Trace:
+    """The ranks of ``folder`` as one run's combined trace (each rank's events with rank and trace_id set)."""
+    frames = []
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
+                                                           trace_id=pl.lit(f"rank{rank}")))
+    return Trace(pl.concat(frames), TraceMeta(format="run"))
+
+
+def raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def raw_steps(path: Path) -> dict[int, tuple[int, int]]:
+    """{N: (start, end)} of the host-side ProfilerStep#N annotations, in ns."""
+    return {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+            for e in raw_events(path) if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+
+
+def edges_of(graph: pl.DataFrame, edge: str) -> list[tuple]:
+    return sorted(graph.filter(pl.col("edge") == edge).select("src_node", "dst_node", "segment", "gap_ns",
+                                                             "critical").rows())
+
+
+# -- the graph, exactly, on handwritten traces ---------------------------------------------------------------
+#: One step: operator A launches kernel K (correlation 7) and runs op B; then a synchronisation waits for K.
+STEP = [host("marker", "ProfilerStep#1", 0, 210), host("op", "A", 0, 100), host("api", "cudaLaunchKernel", 10, 20,
+        correlation_id=7), host("op", "B", 30, 60), host("api", "cudaDeviceSynchronize", 100, 200),
+        gpu("K", 25, 180, correlation_id=7)]
+
+
+def test_every_edge_of_one_step():
+    graph = dependency_graph(table(*STEP))
+    # event ids: 0 step, 1 A, 2 launch, 3 B, 4 sync, 5 K; node 2e is a start, 2e + 1 an end
+    assert edges_of(graph, "thread") == [
+        (0, 2, "untraced", 0, True),      # step start -> A start (the step annotation's own time)
+        (2, 4, "host op", 10, True),      # A's own time before the launch
+        (3, 8, "untraced", 0, True),      # A ends, the sync starts at the same instant
+        (4, 5, "launch", 10, True),       # the launch call
+        (5, 6, "host op", 10, True),      # A again
+        (6, 7, "host op", 30, True),      # B
+        (7, 3, "host op", 40, True),      # A up to its end
+        (8, 9, "sync", 100, False),       # the sync's own time: not what held its end
+        (9, 1, "untraced", 10, True),     # the step annotation after the sync
+    ]
+    assert edges_of(graph, "launch") == [(4, 10, "launch", 15, True)]
+    assert edges_of(graph, "stream") == [(10, 11, "kernel", 155, True)]
+    assert edges_of(graph, "sync") == [(11, 9, "sync", 20, True)]  # K ended last within the sync: it held it
+    assert set(graph["edge"]) == {"thread", "launch", "stream", "sync"}
+
+
+def test_the_path_of_one_step_tiles_it():
+    events = table(*STEP)
+    graph = dependency_graph(events)
+    windows = pl.DataFrame({"trace_id": ["t"], "rank": [None], "step": [1], "start_ns": [0], "end_ns": [210]},
+                           schema_overrides={"rank": pl.Int32})
+    paths, segments = critical_paths(graph, windows)
+    assert paths.select("step_ns", "length_ns", "unexplained_ns").row(0) == (210, 210, 0)
+    assert segments.sort("index").select("segment", "name", "start_ns", "end_ns").rows() == [
+        ("untraced", "(nothing traced in ProfilerStep#1)", 200, 210), ("sync", "cudaDeviceSynchronize", 180, 200),
+        ("kernel", "K", 25, 180), ("launch", "cudaLaunchKernel", 10, 25), ("host op", "A", 0, 10)]
+    assert segments["duration_ns"].sum() == 210
+
+
+def test_a_graph_launch_reaches_every_kernel_of_the_graph():
+    events = table(host("api", "cudaGraphLaunch", 0, 5, correlation_id=9), gpu("k1", 10, 20, correlation_id=9),
+                   gpu("k2", 20, 30, correlation_id=9), gpu("k3", 31, 40, correlation_id=9))
+    graph = dependency_graph(events)
+    assert edges_of(graph, "launch") == [(0, 2, "launch", 10, True), (0, 4, "launch", 20, False),
+                                         (0, 6, "launch", 31, False)]
+    # k2 and k3 waited for the kernel before them (queued), not for the launch
+    assert [r[:3] + r[4:] for r in edges_of(graph, "stream") if r[2] == "queue"] == [(3, 4, "queue", True),
+                                                                                      (5, 6, "queue", True)]
+
+
+@pytest.mark.skipif(not GRAPHS.exists(), reason="the shared CUDA-graph sample is not here")
+def test_graph_launches_on_a_real_trace_equal_the_raw_json():
+    events = raw_events(GRAPHS)
+    launches = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"
+                and e["name"] == "cudaGraphLaunch"}
+    replayed = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                and e.get("args", {}).get("correlation") in launches]
+    graph = dependency_graph(read_torch(GRAPHS).events)
+    from_graph = graph.filter((pl.col("edge") == "launch") & (pl.col("name") == "cudaGraphLaunch"))
+    assert len(replayed) > 100
+    assert from_graph.height == len(replayed)
+
+
+def test_a_thread_woken_by_another_is_inferred_only_with_runtime_calls():
+    # thread 2 runs nothing from 1000 to 60_000; thread 1's op ends at 59_000; a runtime call makes waits visible
+    rows = [host("op", "work", 0, 1000, tid=2), host("op", "producer", 0, 59_000, tid=1),
+            host("op", "consumer", 60_000, 61_000, tid=2), host("api", "cudaGetDevice", 61_000, 61_100, tid=1)]
+    woke = dependency_graph(table(*rows)).filter(pl.col("edge") == "wake")
+    assert woke.select("src_node", "dst_node", "gap_ns", "critical", "inferred").rows() == [(3, 4, 1000, True, True)]
+    without = dependency_graph(table(*rows[:3]))
+    assert "wake" not in set(without["edge"])  # no runtime calls: the gap is untraced time, not a wait
+    assert without.filter(pl.col("dst_node") == 4).select("segment", "critical").rows() == [("untraced", True)]
+
+
+def test_formats_give_the_edges_they_carry():
+    from traceparse.ingest import read_paths
+
+    csv = read_paths([FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv"])[0].events
+    assert set(dependency_graph(csv)["edge"]) == {"stream"}  # no host events: stream order only
+    api = read_paths([FIXTURES / "nvprof" / "handwritten" / "gpu_api_trace.log"])[0].events
+    assert set(dependency_graph(api)["edge"]) == {"stream", "launch"}  # API rows without threads
+    sqlite = read_paths([FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz"])[0].events
+    assert {"thread", "stream", "launch"} <= set(dependency_graph(sqlite)["edge"])
+
+
+# -- collectives across ranks -----------------------------------------------------------------------------------
+def raw_parts(folder: Path, pick) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """{rank: {collective: [(start, end), ...] in order of start}} of the events ``pick`` selects."""
+    out = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        found: dict[str, list] = {}
+        for e in raw_events(path):
+            collective = pick(e)
+            if collective:
+                s = us_to_ns(e["ts"])
+                found.setdefault(collective, []).append((s, s + us_to_ns(e["dur"])))
+        out[rank] = {k: sorted(v) for k, v in found.items()}
+    return out
+
+
+def gloo_annotation(e: dict) -> str | None:
+    if e.get("cat") == "user_annotation" and e["name"].startswith("gloo:"):
+        return e["name"][5:]
+    return None
+
+
+def nccl_kernel(e: dict) -> str | None:
+    if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"):
+        return "all_reduce" if "AllReduce" in e["name"] else "broadcast"
+    return None
+
+
+@pytest.mark.parametrize("folder, pick", [(MULTIRANK / "gloo4_slow_rank2", gloo_annotation),
+                                          (MULTIRANK / "nccl2_slow_rank1", nccl_kernel)], ids=["gloo", "nccl"])
+def test_every_rank_leaves_a_collective_when_the_last_one_joined(folder, pick):
+    parts = raw_parts(folder, pick)
+    ranks = sorted(parts)
+    instants = sorted(max(parts[r][c][k][0] for r in ranks) for c in parts[ranks[0]]
+                      for k in range(len(parts[ranks[0]][c])))
+    graph = dependency_graph(run_of(folder).events)
+    joins = graph.filter(pl.col("edge") == "join")
+    # one node per instance, at the last member's joining: its part's start (gloo's annotation, NCCL's kernel)
+    assert sorted(joins.group_by("dst_node").agg(pl.col("dst_ns").first())["dst_ns"]) == instants
+    assert joins.height == len(instants) * len(ranks)
+    assert sorted(joins["src_ns"]) == sorted(s for r in ranks for c in parts[r] for s, _ in parts[r][c])
+    # each member leaves at the end of its part (these trimmed traces have nothing inside the annotations), where
+    # that is after the last joining: gloo's broadcast root may be done before the last receiver joined
+    leaves = graph.filter(pl.col("edge") == "leave")
+    early = lambda r, c, k: parts[r][c][k][1] < max(parts[q][c][k][0] for q in ranks)  # noqa: E731
+    ends = [parts[r][c][k][1] for r in ranks for c in parts[r] for k in range(len(parts[r][c])) if not early(r, c, k)]
+    assert {c for r in ranks for c in parts[r] for k in range(len(parts[r][c])) if early(r, c, k)} == {"broadcast"}
+    assert sorted(leaves["dst_ns"]) == sorted(ends)
+    # the instance's critical join is its last member
+    crit = joins.filter(pl.col("critical"))
+    assert sorted(crit["src_ns"]) == instants
+
+
+def test_the_run_graph_partitioned_by_rank_equals_the_whole():
+    events = run_of(MULTIRANK / "nccl2_slow_rank1").events
+    whole = dependency_graph(events).sort("trace_id", "dst_node", "src_trace", "src_node", "edge")
+    parted = partitioned(dependency_graph, events, by="trace_id").sort("trace_id", "dst_node", "src_trace",
+                                                                       "src_node", "edge")
+    assert whole.equals(parted)
+    assert whole.filter(pl.col("dst_trace") == INSTANCE_TRACE).height > 0
+
+
+# -- the critical path on real runs -----------------------------------------------------------------------------
+def self_time(events: list[dict], target: dict) -> int:
+    """``target``'s duration minus its direct children's on its thread (ns), from the raw events."""
+    s, e = us_to_ns(target["ts"]), us_to_ns(target["ts"]) + us_to_ns(target["dur"])
+    inside = sorted((us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
+                    if x is not target and x.get("tid") == target["tid"]
+                    and x.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")
+                    and s <= us_to_ns(x["ts"]) and us_to_ns(x["ts"]) + us_to_ns(x["dur"]) <= e)
+    covered, end = 0, s
+    for a, b in inside:  # the union of everything inside is the children's time
+        if b > end:
+            covered += b - max(a, end)
+            end = b
+    return (e - s) - covered
+
+
+@needs_samples
+def test_on_the_slow_run_the_path_crosses_to_rank_2_and_holds_its_sleep():
+    finding = run_rule(run_of(SLOW), "critical-path")
+    m = finding.metrics
+    calls = {"c10d::allreduce_": "all_reduce", "c10d::broadcast_": "broadcast"}
+    arrivals = raw_parts(SLOW, lambda e: calls.get(e["name"]) if e.get("cat") == "cpu_op" else None)
+    joins = raw_parts(SLOW, gloo_annotation)
+    last_at = {}  # the instant of each instance (its last join) -> (its last joiner, its last arrival by c10d call)
+    for c in joins[0]:
+        for k in range(len(joins[0][c])):
+            at = max(joins[r][c][k][0] for r in joins)
+            latest = max(arrivals[r][c][k][0] for r in arrivals)
+            last_at[at] = (max(joins, key=lambda r: joins[r][c][k][0]),
+                           min(r for r in arrivals if arrivals[r][c][k][0] == latest))
+    sleeps = {}
+    for r in range(4):
+        events = raw_events(SLOW / f"rank{r}.json.gz")
+        steps = raw_steps(SLOW / f"rank{r}.json.gz")
+        mine = [d for d in m["per_step"] if d["rank"] == r]
+        assert sorted(d["step"] for d in mine) == sorted(steps)
+        for d in mine:
+            start, end = steps[d["step"]]
+            assert d["step_ns"] == end - start
+            assert d["length_ns"] <= d["step_ns"] and d["length_ns"] >= 0.95 * d["step_ns"]
+            for c in d["crossings"]:  # every crossing goes to the rank that joined last, there
+                assert last_at[start + c["offset_ns"]][0] == c["to_rank"]
+            if r != 2:  # the others' paths cross to rank 2 where it arrived last
+                assert any(c["to_rank"] == 2 and last_at[start + c["offset_ns"]][1] == 2 for c in d["crossings"]), d
+        if r == 2:
+            name = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+            hooks = {n: [e for e in events if e["name"] == name and s <= us_to_ns(e["ts"]) < t]
+                     for n, (s, t) in steps.items()}
+            sleeps = {n: max(self_time(events, e) for e in found) for n, found in hooks.items()}
+            all_of_it = {n: sum(self_time(events, e) for e in found) for n, found in hooks.items()}
+    # rank 2's hook (a sleep in AccumulateGrad) is on every rank's path: the largest part, at least the sleep's
+    # self time and at most the self time of every call of that name in the step
+    top = finding.items[0]
+    assert (top["rank"], top["kind"], top["name"]) == (2, "host op", name)
+    assert min(sleeps.values()) > 50_000_000
+    assert 0.99 * sum(sleeps.values()) / 3 <= top["per_step_ns"] <= max(all_of_it.values())
+    assert finding.severity == "critical" and finding.title == "Rank 2's AccumulateGrad holds the step"
+    assert finding.summary == ("critical path", f"rank 2's AccumulateGrad (host op, thread {top['lane'][7:]}) holds "
+                               f"the step: {fmt_ns(top['per_step_ns'])} of each step's critical path "
+                               f"({fmt_pct(top['share_pct'])})")
+    assert m["ranks"]["0"]["crossed_to"]["2"] >= 3
+
+
+@needs_samples
+def test_segments_add_up_to_the_length_and_never_exceed_the_step():
+    events = run_of(SLOW).events
+    graph = dependency_graph(events)
+    windows = []
+    for r in range(4):
+        for n, (s, e) in raw_steps(SLOW / f"rank{r}.json.gz").items():
+            windows.append({"trace_id": f"rank{r}", "rank": r, "step": n, "start_ns": s, "end_ns": e})
+    paths, segments = critical_paths(graph, pl.DataFrame(windows, schema_overrides={"rank": pl.Int32}))
+    sums = dict(((t, s), v) for t, s, v in segments.group_by("trace_id", "step").agg(pl.col("duration_ns").sum())
+                .iter_rows())
+    for p in paths.iter_rows(named=True):
+        assert sums[(p["trace_id"], p["step"])] == p["length_ns"] <= p["step_ns"]
+        assert p["length_ns"] + p["unexplained_ns"] == p["end_ns"] - p["start_ns"]
+    # segments tile the path: each starts where the one before it (later in time) ended
+    for (_, _), seg in segments.sort("index").group_by("trace_id", "step", maintain_order=True):
+        assert seg["start_ns"].to_list()[:-1] == seg["end_ns"].to_list()[1:]
+
+
+@needs_samples
+def test_the_balanced_run_is_info():
+    finding = run_rule(run_of(BALANCED), "critical-path")
+    assert finding.severity == "info"
+    assert finding.metrics["wait_pct"] < 10
+    for d in finding.metrics["per_step"]:
+        assert d["length_ns"] <= d["step_ns"]
+
+
+def test_a_trimmed_run_says_what_it_cannot_see():
+    folder = MULTIRANK / "nccl2_slow_rank1"
+    finding = run_rule(run_of(folder), "critical-path")
+    m = finding.metrics
+    assert any(line.startswith("no runtime calls") for line in m["missing"])
+    assert "no runtime calls" in finding.message
+    for r in (0, 1):
+        steps = raw_steps(folder / f"rank{r}.json.gz")
+        for d in (d for d in m["per_step"] if d["rank"] == r):
+            start, end = steps[d["step"]]
+            assert d["step_ns"] == end - start and d["length_ns"] <= d["step_ns"]
+    # the host's wait for the GPU (a cudaDeviceSynchronize the trimming dropped) is untraced time, said so
+    assert m["untraced_pct"] > 50 and m["by_kind"]["untraced"] > 0
+    assert finding.severity == "info"
+
+
+def test_one_trace_and_the_json_envelope(tmp_path):
+    path = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    steps = raw_steps(path)
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    finding = json.loads(out)["findings"][0]
+    m = finding["metrics"]
+    assert finding["rule"] == "critical-path" and finding["severity"] == "info"
+    assert [(d["step"], d["step_ns"]) for d in m["per_step"]] == sorted((n, e - s) for n, (s, e) in steps.items())
+    assert all(d["length_ns"] <= d["step_ns"] for d in m["per_step"])
+    assert sum(m["by_kind"].values()) == pytest.approx(m["length_ns"], abs=len(m["by_kind"]))
+    assert m["ranks"] == {} and finding["impact_ns"] is None
+
+
+# -- stragglers: what the slow rank did (issue 24 item 4) --------------------------------------------------------
+HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+COMMUNICATION = ("gloo:", "c10d::", "nccl:", "ProfilerStep#")
+
+
+def raw_step_time_by_name(path: Path) -> tuple[dict[tuple[str, str], float], int]:
+    """{(kind, name): time per step} of one rank from its raw JSON, and its step time: host operators and
+    annotations by self time (duration − their direct children's on the thread, a stack sweep), GPU work by
+    duration, each counted when it starts inside a ProfilerStep# window."""
+    events = raw_events(path)
+    steps = sorted(raw_steps(path).values())
+    inside = lambda t: any(s <= t < e for s, e in steps)  # noqa: E731
+    out: dict[tuple[str, str], int] = {}
+    threads: dict = {}
+    for i, e in enumerate(events):
+        if e.get("cat") in HOST_CATS:
+            threads.setdefault((e["pid"], e["tid"]), []).append(i)
+        elif e.get("cat") in GPU_CATS and inside(us_to_ns(e["ts"])):
+            key = (GPU_CATS[e["cat"]], e["name"])
+            out[key] = out.get(key, 0) + us_to_ns(e["dur"])
+    for rows in threads.values():
+        rows.sort(key=lambda i: (us_to_ns(events[i]["ts"]), -us_to_ns(events[i]["dur"]), i))
+        own = {i: us_to_ns(events[i]["dur"]) for i in rows}
+        stack: list[int] = []
+        for i in rows:
+            s = us_to_ns(events[i]["ts"])
+            while stack and us_to_ns(events[stack[-1]]["ts"]) + us_to_ns(events[stack[-1]]["dur"]) <= s:
+                stack.pop()
+            if stack:
+                parent = stack[-1]
+                parent_end = us_to_ns(events[parent]["ts"]) + us_to_ns(events[parent]["dur"])
+                own[parent] -= min(s + us_to_ns(events[i]["dur"]), parent_end) - s
+            stack.append(i)
+        for i in rows:
+            e = events[i]
+            if e["cat"] in ("cpu_op", "user_annotation") and inside(us_to_ns(e["ts"])) \
+                    and not e["name"].startswith(COMMUNICATION):
+                key = ("op" if e["cat"] == "cpu_op" else "marker", e["name"])
+                out[key] = out.get(key, 0) + max(own[i], 0)
+    return {k: v / len(steps) for k, v in out.items()}, sum(e - s for s, e in steps)
+
+
+def oracle_excess(folder: Path, slow: int, floor_pct: float, top: int = 5) -> dict[str, list[dict]]:
+    import statistics
+
+    per_rank, step_time = {}, {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        per_rank[rank], step_time[rank] = raw_step_time_by_name(path)
+    floor = floor_pct / 100 * step_time[slow] / 3
+    rows = []
+    for key in set().union(*per_rank.values()):
+        mine, median = per_rank[slow].get(key, 0.0), statistics.median(per_rank[r].get(key, 0.0) for r in per_rank)
+        if mine > median and round(mine) - round(median) >= floor:
+            rows.append({"kind": key[0], "name": key[1], "slow_ns": round(mine), "median_ns": round(median),
+                         "excess_ns": round(mine) - round(median)})
+    rows.sort(key=lambda r: (-r["excess_ns"], r["kind"], r["name"]))
+    return {"slow_rank_host": [r for r in rows if r["kind"] in ("op", "marker")][:top],
+            "slow_rank_gpu": [r for r in rows if r["kind"] in GPU_CATS.values()][:top]}
+
+
+@needs_samples
+def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
+    trace = run_of(SLOW)
+    finding = run_rule(trace, "stragglers")
+    m = finding.metrics
+    want = oracle_excess(SLOW, 2, 1.0)
+    assert m["slow_rank_host"] == want["slow_rank_host"] and m["slow_rank_gpu"] == want["slow_rank_gpu"] == []
+    (sleep,) = m["slow_rank_host"]  # only the hook's sleep exceeds the median rank by 1% of a step
+    assert sleep["name"] == "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    assert sleep["excess_ns"] > 55_000_000
+    assert (f"Longer on rank 2 than on the median rank, per step: {sleep['name']} (host, "
+            f"{fmt_ns(sleep['slow_ns'])} a step against {fmt_ns(sleep['median_ns'])}).") in finding.message
+    assert "No kernel or copy takes" in finding.message
+    assert finding.suggestion.startswith(f"Start with {sleep['name']} on rank 2: ")
+    # with no floor, every name longer on rank 2 is a candidate: the five largest of each side, as the raw JSON says
+    everything = run_rule(trace, "stragglers", "stragglers.min_excess_pct=0").metrics
+    want = oracle_excess(SLOW, 2, 0.0)
+    assert everything["slow_rank_host"] == want["slow_rank_host"]
+    assert everything["slow_rank_gpu"] == want["slow_rank_gpu"] and len(want["slow_rank_gpu"]) == 5
+
+
+def test_stragglers_on_a_trimmed_run_says_it_cannot_compare_host_work():
+    finding = run_rule(run_of(MULTIRANK / "nccl2_slow_rank1"), "stragglers")
+    assert finding.metrics["straggler_rank"] == 1
+    assert "The trace of rank 1 has no operators (recorded or trimmed without them)" in finding.message
+    assert finding.metrics["slow_rank_host"] == []
+
+
+# -- replay: the same graph run forwards -------------------------------------------------------------------------
+def test_replay_with_the_measured_weights_gives_back_every_measured_time():
+    from traceparse.measures.critical_path import replay
+
+    runs = [MULTIRANK / "nccl2_slow_rank1"] + ([SLOW] if SLOW.exists() else [])
+    for events in [table(*STEP)] + [run_of(folder).events for folder in runs]:
+        placed = replay(dependency_graph(events))
+        assert placed.height > 0 and (placed["replayed_ns"] == placed["measured_ns"]).all()
+
+
+def test_replay_of_a_shorter_kernel_shortens_the_sync_and_the_step():
+    from traceparse.measures.critical_path import replay
+
+    graph = dependency_graph(table(*STEP))
+    half = pl.when(pl.col("segment") == "kernel").then(pl.col("weight_ns") // 2).otherwise(pl.col("weight_ns"))
+    at = dict(((t, n), r) for t, n, _, r in replay(graph, half).iter_rows())
+    # K starts at 25 and now runs 77 ns; the sync (its own time weighs nothing: it only ever waited) ends its
+    # 20 ns wake-up after K, and the step 10 ns after the sync: 25 + 77 + 20 + 10
+    assert at[("t", 11)] == 102 and at[("t", 9)] == 122 and at[("t", 1)] == 132

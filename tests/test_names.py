@@ -1,0 +1,136 @@
+"""Names on the screen: shortened, demangled, and never two different names alike (issue 23, item 1).
+
+The names are every kernel name of the shared real torch traces and the
+fixtures' nsys captures, read here straight from the raw files."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from helpers import FIXTURES, REPO
+from traceparse.names import cut_apart, demangle, key_entry, short_name, short_names
+from traceparse.report import fitted_table
+from traceparse.verdict import Column
+
+#: The shared real samples where present (they hold more names); the committed fixtures always.
+SHARED = Path(os.environ.get("TRACEPARSE_SAMPLES", REPO.parent / "shared" / "samples"))
+
+
+def _torch_kernel_names() -> list[str]:
+    names = set()
+    for path in sorted((SHARED / "torch").glob("*.json.gz")) + sorted((FIXTURES / "torch").glob("*.json.gz")):
+        try:
+            events = json.load(gzip.open(path)).get("traceEvents", [])
+        except (OSError, ValueError):
+            continue
+        names |= {e["name"] for e in events if e.get("cat") == "kernel" and isinstance(e.get("name"), str)}
+    return sorted(names)
+
+
+def _nsys_kernel_names() -> list[str]:
+    names = set()
+    for path in sorted((FIXTURES / "nsys").glob("*.sqlite.gz")):
+        raw = gzip.decompress(path.read_bytes())
+        db = sqlite3.connect(":memory:")
+        db.deserialize(raw)
+        try:
+            names |= {r[0] for r in db.execute(
+                "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName")}
+        except sqlite3.Error:
+            pass
+    return sorted(names)
+
+
+NAMES = _torch_kernel_names()
+
+
+def test_the_samples_hold_names_that_shorten_alike():
+    """The case this guards against is real: the old one-name-at-a-time shortening merged dozens of them."""
+    shortened = [short_name(n, 60, cut=False) for n in NAMES]
+    assert len(NAMES) > 50
+    assert len(set(shortened)) < len(NAMES) - 5
+
+
+@pytest.mark.parametrize("width", [30, 60, 120])
+def test_different_names_never_shorten_alike(width):
+    for names in (NAMES, _nsys_kernel_names()):
+        out = short_names(names, width, compact=True)
+        assert len(set(out)) == len(names)
+
+
+def test_a_name_that_clashes_with_none_is_shortened_as_alone():
+    out = dict(zip(NAMES, short_names(NAMES, 60)))
+    alone = {}
+    for n in NAMES:
+        alone.setdefault(short_name(n, 60, cut=False), []).append(n)
+    singles = [v[0] for v in alone.values() if len(v) == 1]
+    assert singles and all(out[n] == short_name(n, 60, cut=False) for n in singles)
+
+
+def test_cutlass_convolutions_keep_what_tells_them_apart():
+    convs = [n for n in NAMES if "ImplicitGemmConvolution" in n]
+    assert len(convs) >= 2
+    out = short_names(convs, 60)
+    assert len(set(out)) == len(convs)
+    assert all(len(s) <= 120 for s in out)
+    assert all(s.startswith("Kernel<ImplicitGemmConvolution<") for s in out)
+
+
+def test_names_that_differ_only_in_parameters_are_numbered_when_nothing_else_differs():
+    names = ["void k<int>(float)", "void k<int>(double)", "void k<int>(float)"]
+    out = short_names(names, 5)
+    assert out[0] == out[2] and len({out[0], out[1]}) == 2
+
+
+def test_identical_declarations_get_a_number():
+    out = short_names(["void f<1>()", "__global__ void f<1>()", "void f<1>()"], 60)
+    assert out == ["f<1>", "f<1> #2", "f<1>"]
+
+
+def test_a_mangled_name_is_demangled_before_it_is_shortened():
+    mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+    assert demangle(mangled) == ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>, "
+                                 "std::array<char*, (unsigned long)1>>(int, at::native::FillFunctor<float>, "
+                                 "std::array<char*, (unsigned long)1>)")
+    assert short_name(mangled, 60) == "vectorized_elementwise_kernel<…>"
+    assert short_name(mangled, 100) == ("at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<…>, "
+                                        "std::array<…>>")
+
+
+def test_a_key_entry_is_at_most_three_lines():
+    long = max(NAMES, key=len)
+    assert len(long) > 1500
+    entry = key_entry(long, 76)
+    assert len(entry) <= 3 * 76 and "…" in entry
+    assert long.startswith("_Z") and entry.startswith(demangle(long).removeprefix("void ")[:40])
+
+
+def test_cut_apart_keeps_the_differing_stretch():
+    a = "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn"
+    b = a.replace("tilesize128x128x32", "tilesize128x64x32")
+    out = cut_apart([a, b, "short"], 40)
+    assert out[2] == "short"
+    assert out[0] != out[1] and all(len(s) <= 40 for s in out[:2])
+    assert "128x128x32" in out[0] and "128x64x32" in out[1]
+
+
+@pytest.mark.parametrize("width", [80, 240])
+def test_a_table_never_prints_two_different_names_alike(width):
+    rows = [{"name": n, "time_ns": 1000 * (i + 1)} for i, n in enumerate(NAMES)]
+    columns = [Column("name", "kernel", "name"), Column("time_ns", "time", "ns")]
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    for part in fitted_table(columns, rows, width):
+        console.print(part)
+    text = console.export_text()
+    cells = [line.split("│")[0].strip() for line in text.splitlines() if "│" in line]
+    assert len(cells) == len(NAMES)
+    assert len(set(cells)) == len(NAMES)
+    assert max(len(line) for line in text.splitlines()) <= width

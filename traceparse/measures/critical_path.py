@@ -1,0 +1,592 @@
+"""The dependency graph of a step and its critical path: the chain of work that held the step, across ranks.
+
+A node is the start or the end of an event (node ``2 × event_id`` is its start, ``2 × event_id + 1`` its end,
+within its trace), or a collective instance (one node per instance, shared by its members). An edge
+``u → v`` says that ``v`` could not happen before ``u``; docs/critical_path.md defines every kind of edge and
+says which trace formats carry it:
+
+``thread``      consecutive points of one host thread (events nest: the segment between two points belongs to
+                the innermost event open there, or to nothing: time the trace does not show)
+``stream``      the end of a GPU activity → the start of the next one on its stream (and the activity itself,
+                start → end)
+``launch``      a launch call's start → the start of the GPU work it launched (correlation id: a graph launch
+                → every kernel of the graph; where the call is not in the trace, the operator of the same
+                external id)
+``sync``        the end of the GPU work a blocking call waited for → the call's end
+``wake``        inferred: the end of an event of another thread → a thread resuming after a wait the trace does
+                not show (a thread is woken by another; only where the trace records runtime calls)
+``stream_wait`` inferred: the end of an activity of another stream → an activity that waited for it (a
+                cross-stream event wait; only where the trace records runtime calls)
+``enqueue``     a collective call → the start of the backend's work on it (gloo's worker annotation)
+``join``        a member's joining a collective instance → the instance (all members leave once the last joined)
+``leave``       the instance → each member's leaving it (the end of its kernel or annotation; none for a member
+                done before the last one joined: a broadcast's root)
+
+The **critical path** of a step is found backwards from the step's end: at every node, the in-edge whose
+source happened last is the one that held it (the last-arriving dependency), and the path follows it. Every
+edge's measured time (``gap_ns`` = its end − its start) is at most the time between its two nodes, and the
+chosen edges' times are exactly that, so the path found this way is the longest path to the step's end in
+the graph weighted by those times, and its segments add up to the time from where it starts to the step's
+end: never more than the step. A replay (the ``whatif`` of issue 24) runs the same graph forwards: each node
+at the latest of its in-edges' source times plus their ``weight_ns``; with the measured weights it gives back
+the measured times.
+
+:data:`dependency_graph` (a measure: per-trace part, a combine that adds the collectives across ranks) builds
+the graph; :func:`critical_paths` walks it for each step window and returns the path's segments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceparse import expr
+from traceparse.measures.base import Measure, placed
+from traceparse.measures.comm import clock_offsets, collectives, completions
+from traceparse.measures.launches import launches
+from traceparse.measures.nesting import HOST_KINDS, self_time
+from traceparse.measures.steps import STEP_NAME
+
+#: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies).
+SYNC_CALLS = r"Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v2)?$"
+#: An untraced gap (host) or an unexplained wait (GPU) shorter than this is overhead, not a wait.
+MIN_WAIT_NS = 20_000
+#: A thread resuming (a stream starting) at most this long after another's event ended may have waited for it.
+MAX_WAKE_NS = 5_000_000
+#: Edge kinds in order of preference when two in-edges' sources happened at the same time.
+EDGE_KINDS = ("thread", "stream", "launch", "sync", "enqueue", "leave", "join", "wake", "stream_wait")
+#: What a segment of the path is (docs/critical_path.md).
+SEGMENT_KINDS = ("host op", "runtime", "launch", "sync", "untraced", "wake-up", "kernel", "copy", "memset",
+                 "queue", "stream wait", "communication", "join")
+#: The virtual trace of collective-instance nodes.
+INSTANCE_TRACE = "(collective)"
+
+EDGE_SCHEMA: dict[str, pl.DataType] = {
+    "src_trace": pl.String, "src_node": pl.Int64, "src_ns": pl.Int64, "src_rank": pl.Int32,
+    "dst_trace": pl.String, "dst_node": pl.Int64, "dst_ns": pl.Int64, "rank": pl.Int32,
+    "edge": pl.String, "segment": pl.String, "name": pl.String, "category": pl.String, "event_id": pl.Int64,
+    "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64, "inferred": pl.Boolean,
+}
+_COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,
+                "stream_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name": pl.String, "collective": pl.String,
+                "seq": pl.Int64, "process_group": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                "bytes": pl.Int64, "source": pl.String}
+
+
+def _empty_edges() -> pl.DataFrame:
+    return pl.DataFrame(schema=EDGE_SCHEMA)
+
+
+def _edges(frame: pl.DataFrame, trace_id: str, rank: int | None, **fixed: Any) -> pl.DataFrame:
+    """``frame`` (some edge columns) as a frame of :data:`EDGE_SCHEMA`: the rest from ``fixed`` or null."""
+    values = {"src_trace": trace_id, "dst_trace": trace_id, "src_rank": rank, "rank": rank, "inferred": False,
+              **fixed}
+    exprs = []
+    for column, dtype in EDGE_SCHEMA.items():
+        if column in frame.columns:
+            exprs.append(pl.col(column).cast(dtype))
+        else:
+            exprs.append(pl.lit(values.get(column), dtype=dtype).alias(column))
+    return frame.select(exprs)
+
+
+# -- one trace's own edges ---------------------------------------------------------------------------------------
+def _host_points(events: pl.DataFrame) -> pl.DataFrame:
+    """The start and end points of the trace's timed host events, in order on each thread, with the event that
+    owns the time after each point (the innermost one open there)."""
+    host = events.filter(expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
+                         & placed() & pl.col("exclusive_ns").is_null())
+    if host.height == 0:
+        return pl.DataFrame()
+    nest = self_time.combine([self_time.part(host)]).select("event_id", "parent_event_id", "depth")
+    host = host.with_columns(expr.collective_of()).select(
+        "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective").join(
+        nest, on="event_id", how="left")
+    some = pl.col("duration_ns") > 0
+    starts = host.select("event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns"),
+                         is_end=pl.lit(0, dtype=pl.Int8), grp=pl.lit(1, dtype=pl.Int8), sub=pl.col("depth"))
+    ends = host.select("event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns") + pl.col("duration_ns"),
+                       is_end=pl.lit(1, dtype=pl.Int8), grp=pl.when(some).then(0).otherwise(1).cast(pl.Int8),
+                       sub=pl.when(some).then(-pl.col("depth")).otherwise(pl.col("depth")))
+    # at one instant: ends before starts (siblings), outer starts before inner ones, inner ends before outer
+    # ones; a zero-length event's end right after its start
+    points = pl.concat([starts, ends]).sort(["pid", "tid", "t", "grp", "sub", "event_id", "is_end"])
+    owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
+    points = points.with_columns(node=2 * pl.col("event_id") + pl.col("is_end"), owner=owner)
+    info = host.select(owner="event_id", owner_kind=pl.col("kind").cast(pl.String), owner_name="name",
+                       owner_collective="collective")
+    return points.join(info, on="owner", how="left", maintain_order="left")
+
+
+def _host_segment() -> pl.Expr:
+    """The segment kind of host time owned by ``owner_kind`` / ``owner_name`` (a collective call or annotation's
+    own time is communication; a step annotation's own time is time the trace does not show)."""
+    cls = expr.api_class(pl.col("owner_name").fill_null(""))
+    nothing = pl.col("owner_kind").is_null() | pl.col("owner_name").str.contains(STEP_NAME)
+    return (pl.when(nothing).then(pl.lit("untraced"))
+            .when(pl.col("owner_collective").is_not_null()).then(pl.lit("communication"))
+            .when(pl.col("owner_kind") != "api").then(pl.lit("host op"))
+            .when(cls.is_in(["launch", "graph_launch"])).then(pl.lit("launch"))
+            .when(cls == "synchronize").then(pl.lit("sync"))
+            .otherwise(pl.lit("runtime")))
+
+
+def _thread_edges(points: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+    """``thread`` edges: each point → the next point of its thread, owned by the innermost open event."""
+    thread = ["pid", "tid"]
+    rows = points.with_columns(dst_node=pl.col("node").shift(-1).over(thread),
+                               dst_ns=pl.col("t").shift(-1).over(thread)).filter(pl.col("dst_node").is_not_null())
+    rows = rows.select(src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
+                       name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
+                       .when(pl.col("owner_name").str.contains(STEP_NAME))
+                       .then(pl.format("(nothing traced in {})", pl.col("owner_name")))
+                       .otherwise(pl.col("owner_name")),
+                       category=pl.coalesce("owner_collective", "owner_kind"), event_id="owner", pid="pid",
+                       tid="tid")
+    return _edges(rows, trace_id, rank, edge="thread")
+
+
+def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """The trace's timed GPU activities with their launch (call, or operator of the same external id)."""
+    linked = launches.combine([launches.part(events)])
+    if linked.height == 0:
+        return pl.DataFrame()
+    linked = linked.join(events.select("event_id", "external_id", "copy_kind"), on="event_id", how="left")
+    ops = events.filter(expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
+                        & pl.col("external_id").is_not_null()).select(
+        "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
+    unlinked = linked.filter(pl.col("launch_event_id").is_null() & pl.col("external_id").is_not_null())
+    if ops.height and unlinked.height:
+        # the operator of the same external id that started last before the activity (the innermost one)
+        via = (unlinked.select("event_id", "external_id", "start_ns").sort("start_ns")
+               .join_asof(ops, left_on="start_ns", right_on="op_start_ns", by="external_id", strategy="backward",
+                          check_sortedness=False)
+               .select("event_id", "op_event_id", "op_start_ns", "op_name"))
+        linked = linked.join(via, on="event_id", how="left")
+    else:
+        linked = linked.with_columns(op_event_id=pl.lit(None, dtype=pl.Int64), op_start_ns=pl.lit(None, dtype=pl.Int64),
+                                     op_name=pl.lit(None, dtype=pl.String))
+    return linked.with_columns(
+        end_ns=pl.col("start_ns") + pl.col("duration_ns"),
+        from_ns=pl.coalesce("launch_start_ns", "op_start_ns"),
+        from_node=pl.coalesce(2 * pl.col("launch_event_id"), 2 * pl.col("op_event_id")),
+        from_name=pl.coalesce("launch_name", "op_name"),
+        from_call=pl.col("launch_event_id").is_not_null(),
+    ).sort(["device_id", "stream_id", "start_ns", "end_ns", "event_id"], nulls_last=False)
+
+
+def _gpu_edges(gpu: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+    """``stream`` edges (each activity, and the previous activity's end → the next start) and ``launch`` edges."""
+    category = expr.kernel_category(pl.col("name").fill_null(""), expr.kernel_categories())
+    kind = pl.col("kind").cast(pl.String)
+    segment = (pl.when(kind == "memcpy").then(pl.lit("copy")).when(kind == "memset").then(pl.lit("memset"))
+               .when(category == "communication").then(pl.lit("communication")).otherwise(pl.lit("kernel")))
+    lane = {"device_id": "device_id", "stream_id": "stream_id"}
+    itself = gpu.select(src_node=2 * pl.col("event_id"), src_ns="start_ns", dst_node=2 * pl.col("event_id") + 1,
+                        dst_ns="end_ns", segment=segment, name="name",
+                        category=pl.when(kind == "memcpy").then(pl.col("copy_kind").cast(pl.String))
+                        .when(kind == "kernel").then(category), event_id="event_id", **lane)
+    stream = ["device_id", "stream_id"]
+    prev = gpu.with_columns(prev_node=2 * pl.col("event_id").shift(1).over(stream) + 1,
+                            prev_end=pl.col("end_ns").shift(1).over(stream))
+    prev = prev.filter(pl.col("prev_node").is_not_null() & (pl.col("prev_end") <= pl.col("start_ns")))
+    queued = prev.select(src_node="prev_node", src_ns="prev_end", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
+                         segment=pl.when(pl.col("from_ns").is_not_null()).then(pl.lit("queue"))
+                         .otherwise(pl.lit("untraced")),
+                         name=pl.when(pl.col("from_ns").is_not_null()).then(pl.col("name"))
+                         .otherwise(pl.lit("(GPU idle: the launch is not in the trace)")),
+                         event_id="event_id", **lane)
+    launched = gpu.filter(pl.col("from_ns").is_not_null() & (pl.col("from_ns") <= pl.col("start_ns"))).select(
+        src_node="from_node", src_ns="from_ns", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
+        segment=pl.lit("launch"), name="from_name",
+        category=pl.when(pl.col("from_call")).then(pl.lit("launch call")).otherwise(pl.lit("operator")),
+        event_id="event_id", **lane)
+    return pl.concat([_edges(itself, trace_id, rank, edge="stream"), _edges(queued, trace_id, rank, edge="stream"),
+                      _edges(launched, trace_id, rank, edge="launch")])
+
+
+def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+    """``sync`` edges: of the GPU work launched before a blocking call began, the activity that ended last
+    within the call → the call's end."""
+    calls = events.filter(expr.kind_is("api") & placed() & pl.col("name").str.contains(SYNC_CALLS)).select(
+        "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+    if calls.height == 0 or gpu.height == 0:
+        return _empty_edges()
+    by_end = gpu.select("event_id", "end_ns", "device_id", "stream_id",
+                        launched=pl.coalesce("from_ns", "start_ns")).sort("end_ns", "event_id")
+    ends = by_end["end_ns"].to_numpy()
+    launched = by_end["launched"].to_numpy()
+    found = []
+    for call_id, start, end in calls.select("event_id", "start_ns", "end_ns").iter_rows():
+        i = int(np.searchsorted(ends, end, side="right")) - 1
+        steps = 0
+        while i >= 0 and ends[i] >= start and steps < 10_000:
+            if launched[i] <= start:
+                found.append((call_id, i))
+                break
+            i -= 1
+            steps += 1
+    if not found:
+        return _empty_edges()
+    pairs = pl.DataFrame(found, schema={"event_id": pl.Int64, "row": pl.Int64}, orient="row")
+    gpu_side = by_end.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)).select(
+        "row", gpu_event_id="event_id", gpu_end="end_ns", device_id="device_id", stream_id="stream_id")
+    rows = pairs.join(gpu_side, on="row").join(calls, on="event_id").select(
+        src_node=2 * pl.col("gpu_event_id") + 1, src_ns="gpu_end", dst_node=2 * pl.col("event_id") + 1,
+        dst_ns="end_ns", segment=pl.lit("sync"), name="name", event_id="event_id", pid="pid", tid="tid",
+        device_id="device_id", stream_id="stream_id")
+    return _edges(rows, trace_id, rank, edge="sync")
+
+
+def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, trace_id: str, rank: int | None,
+                min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
+    """``wake`` edges (inferred): a thread resuming after a gap of at least ``min_wait_ns`` in which it ran no
+    event (or only an annotation: a range, not work), or starting its first event, at most ``max_wake_ns`` after
+    an event of another thread of its process ended within the gap → from that end."""
+    waiting = (pl.col("segment") == "untraced") | pl.col("category").is_in(["marker", "region"])
+    gaps = thread_edges.filter(waiting & (pl.col("dst_ns") - pl.col("src_ns") >= min_wait_ns)).select(
+        "pid", "tid", a="src_ns", b="dst_ns", dst_node="dst_node")
+    # a thread's first point: it may have been waiting since before the trace began
+    first = points.group_by("pid", "tid").agg(pl.all().sort_by("t").first()).select(
+        "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
+    gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
+    ends = points.filter(pl.col("is_end") == 1).select("pid", e_tid="tid", e="t", e_node="node",
+                                                      e_event="event_id").sort("e")
+    if gaps.height == 0 or ends.height == 0:
+        return _empty_edges()
+    woke = gaps.join_asof(ends, left_on="b", right_on="e", by="pid", strategy="backward", check_sortedness=False)
+    woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_tid") != pl.col("tid")) & (pl.col("e") > pl.col("a"))
+                       & (pl.col("b") - pl.col("e") <= max_wake_ns))
+    rows = woke.select(src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="b", segment=pl.lit("wake-up"),
+                       name=pl.lit("(resumed after another thread)"), event_id="e_event", pid="pid", tid="tid")
+    return _edges(rows, trace_id, rank, edge="wake", inferred=True)
+
+
+def _stream_wait_edges(gpu: pl.DataFrame, gpu_edges: pl.DataFrame, trace_id: str, rank: int | None,
+                       min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
+    """``stream_wait`` edges (inferred): an activity that started at least ``min_wait_ns`` after its launch and its
+    stream's previous activity, at most ``max_wake_ns`` after an activity of another stream of its device ended
+    in between → from that end (a cross-stream event wait: the trace does not say which event)."""
+    starts = gpu_edges.filter(pl.col("edge").is_in(["launch", "stream"]) & (pl.col("dst_node") % 2 == 0)).group_by(
+        "dst_node").agg(p=pl.col("src_ns").max())
+    rows = gpu.select("event_id", "device_id", "stream_id", s="start_ns", dst_node=2 * pl.col("event_id")).join(
+        starts, on="dst_node", how="inner").filter(pl.col("s") - pl.col("p") >= min_wait_ns).sort("s")
+    ends = gpu.select("device_id", e_stream="stream_id", e="end_ns", e_node=2 * pl.col("event_id") + 1,
+                      e_event="event_id").sort("e")
+    if rows.height == 0:
+        return _empty_edges()
+    woke = rows.join_asof(ends, left_on="s", right_on="e", by="device_id", strategy="backward",
+                          check_sortedness=False)
+    woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_stream") != pl.col("stream_id"))
+                       & (pl.col("e") > pl.col("p")) & (pl.col("s") - pl.col("e") <= max_wake_ns))
+    out = woke.select(src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="s", segment=pl.lit("stream wait"),
+                      name=pl.lit("(waited for another stream)"), event_id="e_event", device_id="device_id",
+                      stream_id="stream_id")
+    return _edges(out, trace_id, rank, edge="stream_wait", inferred=True)
+
+
+def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS) -> pl.DataFrame:
+    """Every edge of one trace's own graph (all but the collectives across members), as :data:`EDGE_SCHEMA`.
+
+    Inferred edges (``wake``, ``stream_wait``) only where the trace records runtime calls: without them a host
+    gap is work the trace does not show, not a wait.
+    """
+    if events.height == 0:
+        return _empty_edges()
+    trace_id = events["trace_id"][0] if "trace_id" in events.columns else None
+    ranks = events["rank"].drop_nulls()
+    rank = int(ranks[0]) if ranks.len() else None
+    runtime = bool(events.select(expr.kind_is("api").any()).item())
+    parts = []
+    points = _host_points(events)
+    thread = _empty_edges()
+    if points.height:
+        thread = _thread_edges(points, trace_id, rank)
+        parts.append(thread)
+    gpu = _gpu_rows(events)
+    gpu_edges = _empty_edges()
+    if gpu.height:
+        gpu_edges = _gpu_edges(gpu, trace_id, rank)
+        parts += [gpu_edges, _sync_edges(events, gpu, trace_id, rank)]
+    if runtime and points.height:
+        parts.append(_wake_edges(points, thread, trace_id, rank, min_wait_ns, max_wake_ns))
+    if runtime and gpu.height:
+        parts.append(_stream_wait_edges(gpu, gpu_edges, trace_id, rank, min_wait_ns, max_wake_ns))
+    return pl.concat(parts) if parts else _empty_edges()
+
+
+# -- the measure -------------------------------------------------------------------------------------------------
+class DependencyGraph(Measure):
+    """The dependency graph of a trace or a run (module docstring, docs/critical_path.md): one row per edge.
+
+    Columns (:data:`EDGE_SCHEMA` plus): ``trace_id`` (the trace the edge's time is on: its destination's, or
+    for a ``join`` its source's), ``src_trace``/``src_node``/``src_ns``/``src_rank`` and
+    ``dst_trace``/``dst_node``/``dst_ns``/``rank``: the edge's two nodes (trace, node number, time, rank;
+    collective instances are nodes of the trace :data:`INSTANCE_TRACE`), ``edge`` (its kind), ``segment``,
+    ``name``, ``category``, ``event_id`` (what the time between the two nodes is: the event that owns it),
+    ``pid``/``tid`` or ``device_id``/``stream_id`` (its lane), ``inferred``; ``gap_ns`` = dst − src time;
+    ``critical`` (the edge is its destination's last-arriving dependency, the one a critical path follows:
+    the in-edge whose source happened last; inferred edges exist only where a thread or stream waited for
+    something the trace does not name, so they are taken only when they are the last to arrive); ``weight_ns``
+    (what a replay adds to the source's time: ``gap_ns`` on critical edges, on the others
+    the least of ``gap_ns`` and the median ``gap_ns`` of the critical edges of that edge and segment kind);
+    ``offset_ns`` (how far the destination's rank clock was moved). Edges whose source is later than their
+    destination (clocks of two ranks) are left out. With ``align_clocks`` (ranks on several hosts) each rank's
+    times are moved by its :func:`traceparse.measures.comm.clock_offsets` (all ranks leave a collective together)
+    and ``offset_ns`` says by how much: a step window of that rank moves by as much.
+
+    Part: each trace's own edges (:func:`trace_edges`) and its collective calls; combine: the collectives
+    matched across ranks (:func:`traceparse.measures.comm.completions`) as ``enqueue``/``join``/``leave``
+    edges, and the choice of each node's critical edge. Valid partitions: trace (rank).
+    """
+
+    name = "dependency_graph"
+    partitions = ("trace_id", "rank")
+
+    def part(self, events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
+             align_clocks: bool = False) -> pl.DataFrame:
+        groups = events.partition_by("trace_id", maintain_order=True) if events.height else []
+        rows = []
+        for g in groups:
+            edges = trace_edges(g, min_wait_ns, max_wake_ns)
+            comm = collectives.part(g).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
+            rows.append(pl.DataFrame({"edges": [edges], "comm": [comm]},
+                                     schema={"edges": pl.List(pl.Struct(EDGE_SCHEMA)),
+                                             "comm": pl.List(pl.Struct(_COMM_SCHEMA))}))
+        if not rows:
+            return pl.DataFrame(schema={"edges": pl.List(pl.Struct(EDGE_SCHEMA)),
+                                        "comm": pl.List(pl.Struct(_COMM_SCHEMA))})
+        return pl.concat(rows)
+
+    def combine(self, parts: list[pl.DataFrame], min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
+                align_clocks: bool = False) -> pl.DataFrame:
+        every = pl.concat(parts) if parts else self.part(pl.DataFrame())
+        edges = _unnest(every, "edges", EDGE_SCHEMA)
+        comm = _unnest(every, "comm", _COMM_SCHEMA)
+        by: dict[int, int] = {}
+        if align_clocks and comm.height:
+            offsets = clock_offsets([comm])
+            by = {m: o for m, o in zip(offsets["member"].to_list(), offsets["offset_ns"].to_list()) if m is not None}
+        if by:  # every rank's own times on the first rank's clock, before the collectives are placed
+            edges = edges.with_columns(
+                src_ns=pl.col("src_ns") - pl.col("src_rank").replace_strict(by, default=0, return_dtype=pl.Int64),
+                dst_ns=pl.col("dst_ns") - pl.col("rank").replace_strict(by, default=0, return_dtype=pl.Int64))
+            moved = pl.col("rank").replace_strict(by, default=0, return_dtype=pl.Int64)
+            comm = comm.with_columns(_o=moved).with_columns(
+                start_ns=pl.col("start_ns") - pl.col("_o"), end_ns=pl.col("end_ns") - pl.col("_o")).drop("_o")
+        edges = pl.concat([edges, collective_edges(comm, edges)])
+        edges = edges.filter(pl.col("src_ns") <= pl.col("dst_ns")).with_columns(
+            offset_ns=pl.col("rank").replace_strict(by, default=0, return_dtype=pl.Int64) if by
+            else pl.lit(0, dtype=pl.Int64))
+        out = choose_critical(edges)
+        trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
+        return out.select(trace.alias("trace_id"), pl.all())
+
+
+def _unnest(frame: pl.DataFrame, column: str, schema: dict) -> pl.DataFrame:
+    if frame.height == 0:
+        return pl.DataFrame(schema=schema)
+    out = frame.select(column).explode(column).filter(pl.col(column).is_not_null()).unnest(column)
+    return out if out.height else pl.DataFrame(schema=schema)
+
+
+def collective_edges(comm: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+    """The ``enqueue``, ``join`` and ``leave`` edges of the collective calls ``comm`` (:class:`Collectives` parts of
+    every member), given the members' own ``edges``: one node per instance with two members or more, at the last
+    member's joining.
+
+    A member joins at the start of the event taking part (:func:`traceparse.measures.comm.completions`) and
+    leaves where that event stops waiting: a kernel at its end; a host annotation or call at the first point
+    inside it, after the last member joined, that ends its own time (the start of the first child event after
+    the wait, such as gloo's copy of the result, else its end)."""
+    done = completions([comm]) if comm.height else pl.DataFrame()
+    if done.height == 0:
+        return _empty_edges()
+    inst = ["process_group", "instance"]
+    done = done.with_columns(members=pl.len().over(inst), last_ns=pl.col("join_ns").max().over(inst))
+    done = done.filter(pl.col("members") > 1)
+    if done.height == 0:
+        return _empty_edges()
+    ids = done.select(inst).unique(maintain_order=True).with_row_index("k").with_columns(
+        node=-(pl.col("k").cast(pl.Int64) + 1))
+    done = done.join(ids.drop("k"), on=inst, how="left", nulls_equal=True)
+    done = done.with_columns(leave_node=2 * pl.col("done_event_id") + 1, leave_ns=pl.col("done_ns"))
+    own = edges.filter((pl.col("edge") == "thread") & pl.col("event_id").is_not_null()).select(
+        trace_id="dst_trace", done_event_id="event_id", own_node="dst_node", own_ns="dst_ns")
+    host = done.filter(pl.col("done_source") != "kernel").select("trace_id", "done_event_id", "last_ns", *inst)
+    if host.height and own.height:
+        first = (host.join(own, on=["trace_id", "done_event_id"], how="inner")
+                 .filter(pl.col("own_ns") >= pl.col("last_ns"))
+                 .sort("own_ns").group_by([*inst, "trace_id", "done_event_id"], maintain_order=True).first())
+        done = done.join(first.select(*inst, "trace_id", "done_event_id", "own_node", "own_ns"),
+                         on=[*inst, "trace_id", "done_event_id"], how="left", nulls_equal=True).with_columns(
+            leave_node=pl.coalesce("own_node", "leave_node"), leave_ns=pl.coalesce("own_ns", "leave_ns"))
+    member_lane = {"rank": pl.col("rank"), "device_id": pl.col("device_id"), "tid": pl.col("done_tid"),
+                   "stream_id": pl.col("done_stream_id")}
+    join = done.select(src_trace="trace_id", src_node=2 * pl.col("done_event_id"), src_ns="join_ns",
+                       src_rank="rank", dst_trace=pl.lit(INSTANCE_TRACE), dst_node="node", dst_ns="last_ns",
+                       segment=pl.lit("join"), name="done_name", category="collective", event_id="done_event_id",
+                       **member_lane)
+    leave = done.filter(pl.col("leave_ns") >= pl.col("last_ns")).select(
+        src_trace=pl.lit(INSTANCE_TRACE), src_node="node", src_ns="last_ns", src_rank=pl.lit(None, dtype=pl.Int32),
+        dst_trace="trace_id", dst_node="leave_node", dst_ns="leave_ns", segment=pl.lit("communication"),
+        name="done_name", category="collective", event_id="done_event_id", **member_lane)
+    handed = done.filter((pl.col("done_source") == "host annotation") & (pl.col("done_event_id") != pl.col("event_id"))
+                         & (pl.col("arrival_ns") <= pl.col("join_ns")))
+    enqueue = handed.select(src_trace="trace_id", src_node=2 * pl.col("event_id"), src_ns="arrival_ns", src_rank="rank",
+                            dst_trace="trace_id", dst_node=2 * pl.col("done_event_id"), dst_ns="join_ns",
+                            segment=pl.lit("communication"), name="name", category=pl.lit("enqueue"),
+                            event_id="event_id", **member_lane)
+
+    def typed(frame: pl.DataFrame, edge: str) -> pl.DataFrame:
+        return frame.with_columns(edge=pl.lit(edge), inferred=pl.lit(False)).select(
+            [pl.col(c).cast(t) if c in frame.columns or c in ("edge", "inferred") else pl.lit(None, dtype=t).alias(c)
+             for c, t in EDGE_SCHEMA.items()])
+
+    return pl.concat([typed(join, "join"), typed(leave, "leave"), typed(enqueue, "enqueue")])
+
+
+def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
+    """``edges`` with ``gap_ns``, ``critical`` and ``weight_ns`` (see :class:`DependencyGraph`), sorted."""
+    order = pl.col("edge").replace_strict({k: i for i, k in enumerate(EDGE_KINDS)}, return_dtype=pl.Int32)
+    edges = edges.with_columns(gap_ns=pl.col("dst_ns") - pl.col("src_ns"), _order=order)
+    dst = ["dst_trace", "dst_node"]
+    explicit = (edges.filter(~pl.col("inferred"))
+                .sort([*dst, "src_ns", "_order", "src_trace", "src_node"], descending=[False, False, True, False,
+                                                                                       False, False], nulls_last=True)
+                .group_by(dst, maintain_order=True).first())
+    inferred = (edges.filter(pl.col("inferred")).sort([*dst, "src_ns", "_order", "src_trace", "src_node"],
+                                                      descending=[False, False, True, False, False, False])
+                .group_by(dst, maintain_order=True).first())
+    chosen = explicit.join(inferred.select(*dst, i_trace="src_trace", i_node="src_node", i_edge="edge",
+                                           i_ns="src_ns"), on=dst, how="full", coalesce=True, nulls_equal=True)
+    use_inferred = pl.col("i_node").is_not_null() & (pl.col("src_node").is_null() | (pl.col("i_ns") > pl.col("src_ns")))
+    chosen = chosen.select(*dst, c_trace=pl.when(use_inferred).then(pl.col("i_trace")).otherwise(pl.col("src_trace")),
+                           c_node=pl.when(use_inferred).then(pl.col("i_node")).otherwise(pl.col("src_node")),
+                           c_edge=pl.when(use_inferred).then(pl.col("i_edge")).otherwise(pl.col("edge")))
+    edges = edges.join(chosen, on=dst, how="left", nulls_equal=True)
+    critical = ((pl.col("src_trace") == pl.col("c_trace")) & (pl.col("src_node") == pl.col("c_node"))
+                & (pl.col("edge") == pl.col("c_edge")))
+    edges = edges.with_columns(critical=critical.fill_null(False)).drop("c_trace", "c_node", "c_edge", "_order")
+    typical = (edges.filter(pl.col("critical")).group_by("edge", "segment")
+               .agg(_typical=pl.col("gap_ns").median().round(0).cast(pl.Int64)))
+    edges = edges.join(typical, on=["edge", "segment"], how="left", nulls_equal=True)
+    weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
+        pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
+    return (edges.with_columns(weight_ns=weight).drop("_typical")
+            .sort(["dst_trace", "dst_node", "src_trace", "src_node", "edge"], nulls_last=True))
+
+
+dependency_graph = DependencyGraph()
+
+
+# -- the critical path of each step --------------------------------------------------------------------------------
+SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "trace_id": pl.String, "rank": pl.Int32, "step": pl.Int64, "index": pl.Int64, "segment_trace": pl.String,
+    "segment_rank": pl.Int32, "edge": pl.String, "segment": pl.String, "name": pl.String, "category": pl.String,
+    "event_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64,
+    "inferred": pl.Boolean, "start_ns": pl.Int64, "end_ns": pl.Int64, "duration_ns": pl.Int64,
+    "src_trace": pl.String, "src_node": pl.Int64, "dst_trace": pl.String, "dst_node": pl.Int64,
+}
+PATH_SCHEMA: dict[str, pl.DataType] = {
+    "trace_id": pl.String, "rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "step_ns": pl.Int64, "length_ns": pl.Int64, "unexplained_ns": pl.Int64, "segments": pl.Int64,
+}
+
+
+def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The critical path of each window (a step of a trace or rank), from the graph of :data:`dependency_graph`.
+
+    ``windows``: ``trace_id``, ``step``, ``start_ns``, ``end_ns`` (on the graph's clock). The path starts at the
+    trace's last node at or before the window's end (the step annotation's end, where there is one), follows each
+    node's critical edge backwards, and stops at the window's start (the segment that crosses it is cut there) or
+    at a node with no edge into it. Returns ``(paths, segments)``: per window ``length_ns`` (Σ of its segments),
+    ``step_ns`` (the window), ``unexplained_ns`` = step − length (time before the first node the path reached),
+    ``segments`` (their number); and the segments, last first (``index`` 0 ends at the step's end), each with the
+    edge it follows (its two nodes) and what the time is (:data:`SEGMENT_SCHEMA`; ``segment_rank`` is the rank it
+    runs on, which differs from the window's ``rank`` where the path crossed to another rank at a collective).
+    """
+    crit = graph.filter(pl.col("critical"))
+    cols = crit.select("src_trace", "src_node", "src_ns", "src_rank", "dst_trace", "dst_node", "dst_ns", "rank",
+                       "edge", "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id",
+                       "inferred").to_dict(as_series=False)
+    into: dict[tuple, int] = {(t, n): i for i, (t, n) in enumerate(zip(cols["dst_trace"], cols["dst_node"]))}
+    on_host = pl.col("tid").is_not_null()
+    nodes = pl.concat([graph.select(trace_id="src_trace", node="src_node", t="src_ns", host=on_host),
+                       graph.select(trace_id="dst_trace", node="dst_node", t="dst_ns", host=on_host)]
+                      ).unique(["trace_id", "node"], keep="first").sort("trace_id", "t", "host", "node")
+    # per trace, its nodes in order (time, then host before GPU, then node): the last one at or before a time is
+    # where a path ending then starts
+    by_trace = {}
+    for (trace,), rows in nodes.group_by("trace_id", maintain_order=True):
+        by_trace[trace] = (rows["t"].to_numpy(), rows["node"].to_list())
+    paths, segments = [], []
+    for w in windows.sort("trace_id", "step", nulls_last=False).iter_rows(named=True):
+        times, ids = by_trace.get(w["trace_id"], (np.array([], dtype=np.int64), []))
+        at = int(np.searchsorted(times, w["end_ns"], side="right")) - 1
+        step_ns = w["end_ns"] - w["start_ns"]
+        rank = w.get("rank")
+        if at < 0:
+            paths.append((w["trace_id"], rank, w["step"], w["start_ns"], w["end_ns"], step_ns, 0, step_ns, 0))
+            continue
+        last = {"t": int(times[at])}
+        key, t = (w["trace_id"], ids[at]), last["t"]
+        seen = set()
+        walked = []
+        while t > w["start_ns"] and key in into and key not in seen:
+            seen.add(key)
+            i = into[key]
+            src_t = cols["src_ns"][i]
+            begin = max(src_t, w["start_ns"])
+            walked.append((w["trace_id"], rank, w["step"], len(walked), cols["dst_trace"][i] if cols["dst_trace"][i] !=
+                           INSTANCE_TRACE else cols["src_trace"][i], cols["rank"][i], cols["edge"][i],
+                           cols["segment"][i], cols["name"][i], cols["category"][i], cols["event_id"][i],
+                           cols["pid"][i], cols["tid"][i], cols["device_id"][i], cols["stream_id"][i],
+                           cols["inferred"][i], begin, t, t - begin, cols["src_trace"][i], cols["src_node"][i],
+                           key[0], key[1]))
+            key, t = (cols["src_trace"][i], cols["src_node"][i]), src_t
+        length = last["t"] - max(t, w["start_ns"]) if walked else 0  # the segments tile [where it stopped, its end]
+        paths.append((w["trace_id"], rank, w["step"], w["start_ns"], w["end_ns"], step_ns, length, step_ns - length,
+                      len(walked)))
+        segments += walked
+    return (pl.DataFrame(paths, schema=PATH_SCHEMA, orient="row"),
+            pl.DataFrame(segments, schema=SEGMENT_SCHEMA, orient="row"))
+
+
+# -- replay: the graph run forwards -------------------------------------------------------------------------------
+def replay(graph: pl.DataFrame, weight: pl.Expr | None = None) -> pl.DataFrame:
+    """Every node of ``graph`` (:data:`dependency_graph`) placed again by running the graph forwards.
+
+    A node with no in-edge stays at its measured time; any other is at the latest of its in-edges' source
+    time plus their weight: ``weight_ns``, or the expression ``weight`` (over the graph's columns: a what-if
+    scales the weights of a kind, e.g. ``pl.when(pl.col("segment") == "kernel").then(pl.col("weight_ns") // 2)
+    .otherwise(pl.col("weight_ns"))``). With the measured weights every node lands where it was measured
+    (each node's critical edge weighs its measured gap, every other edge at most its gap), so what a changed
+    weight moves is the prediction. Nodes are taken in an order where every edge's source comes first
+    (edges never run backwards in time; ties by a topological sort). Columns: ``trace``, ``node``,
+    ``measured_ns``, ``replayed_ns``.
+    """
+    from graphlib import TopologicalSorter
+
+    w = graph.with_columns((weight if weight is not None else pl.col("weight_ns")).cast(pl.Int64).alias("_w"))
+    src = list(zip(w["src_trace"].to_list(), w["src_node"].to_list()))
+    dst = list(zip(w["dst_trace"].to_list(), w["dst_node"].to_list()))
+    weights = w["_w"].to_list()
+    measured: dict[tuple, int] = {}
+    for keys, times in ((src, w["src_ns"].to_list()), (dst, w["dst_ns"].to_list())):
+        for k, t in zip(keys, times):
+            measured.setdefault(k, t)
+    into: dict[tuple, list[int]] = {}
+    order = TopologicalSorter()
+    for i, (u, v) in enumerate(zip(src, dst)):
+        into.setdefault(v, []).append(i)
+        order.add(v, u)
+    at: dict[tuple, int] = {}
+    for node in order.static_order():
+        edges = into.get(node)
+        at[node] = measured[node] if not edges else max(at[src[i]] + weights[i] for i in edges)
+    rows = [(k[0], k[1], measured[k], at[k]) for k in measured]
+    return pl.DataFrame(rows, schema={"trace": pl.String, "node": pl.Int64, "measured_ns": pl.Int64,
+                                      "replayed_ns": pl.Int64}, orient="row").sort("trace", "node", nulls_last=False)

@@ -1,0 +1,142 @@
+"""What the host was doing while a GPU stream waited for it: the host activity in each host-wait gap."""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+import polars as pl
+
+from traceparse import expr
+from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
+
+#: Host rows that can be what a thread is doing: operators, annotations, runtime calls, regions, syncs.
+HOST_KINDS = ("op", "marker", "api", "region", "sync")
+#: The name given to gap time when the launching thread recorded nothing then (Python without ops, another
+#: thread's work, a profiler that records no host events).
+NOTHING = "(nothing recorded on the launching thread)"
+#: The name given to host-wait gap time whose next activity has no launch in the trace.
+NO_LAUNCH = "(no launch in the trace)"
+_HOST_COLUMNS = ["trace_id", "tid", "kind", "name", "start_ns", "duration_ns"]
+
+
+class GapActivity(Measure):
+    """The host activity during the host-wait gaps of every stream (:class:`~traceparse.measures.launches.StreamIdle`).
+
+    A host-wait gap is a stream's idle time before an activity whose launch
+    call started after the stream went idle: nothing was queued, so what the
+    launching thread did in the meantime is what kept the GPU waiting. Each
+    moment of such a gap is given to the innermost host row (kinds
+    :data:`HOST_KINDS`: the op, annotation, runtime call or region that
+    started last among those running) on the thread of that launch; moments
+    when the thread ran no recorded row go to :data:`NOTHING`, gaps whose
+    activity has no launch in the trace to :data:`NO_LAUNCH`.
+
+    Columns: ``trace_id``, ``kind`` (null for the two placeholders), ``name``,
+    ``wait_ns`` (the gap time given to it, summed over the gaps; several
+    streams waiting at once each count theirs), ``gaps`` (the gaps it had a
+    part in). Sorted by trace, then ``wait_ns`` descending, then name.
+
+    Part: the projection of the launches plus the host rows of the threads
+    (row by row, so every partition is valid: device, trace, row chunks);
+    combine: the gaps and a sweep of each launching thread's rows.
+    """
+
+    name = "gap_activity"
+    per_trace = True
+
+    def part(self, events: pl.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+        launches = _projection(events, expr.GPU_KINDS)
+        kind = pl.col("kind").cast(pl.String)
+        host = keyed(events.filter(kind.is_in(list(HOST_KINDS)) & pl.col("tid").is_not_null()
+                                   & pl.col("device_id").is_null() & expr.timed()
+                                   & pl.col("duration_ns").is_not_null())
+                     .select(*[kind if c == "kind" else pl.col(c) for c in _HOST_COLUMNS]))
+        return pl.concat([launches.with_columns(host=pl.lit(False)),
+                          host.with_columns(host=pl.lit(True))], how="diagonal_relaxed")
+
+    def combine(self, parts: list[pl.DataFrame], kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+        rows = pl.concat(parts, how="diagonal_relaxed")
+        host = rows.filter(pl.col("host")).select(_HOST_COLUMNS)
+        gaps = (stream_gaps(rows.filter(~pl.col("host")).select(pl.exclude("host")), kernel_wait_ns)
+                .filter(pl.col("category") == "host_wait")
+                .select("trace_id", tid="launch_tid", start="prev_end", end="start_ns"))
+        out: list[dict] = []
+        for (trace_id,), trace_gaps in gaps.partition_by("trace_id", as_dict=True, maintain_order=True).items():
+            totals: dict[tuple, list[int]] = {}
+            no_launch = trace_gaps.filter(pl.col("tid").is_null())
+            if no_launch.height:
+                totals[(None, NO_LAUNCH)] = [int((no_launch["end"] - no_launch["start"]).sum()), no_launch.height]
+            launched = trace_gaps.filter(pl.col("tid").is_not_null())
+            own = host.filter(pl.col("trace_id") == trace_id)
+            for (tid,), thread_gaps in launched.partition_by("tid", as_dict=True).items():
+                rows_of = own.filter(pl.col("tid") == tid)
+                _attribute(thread_gaps["start"].to_numpy(), thread_gaps["end"].to_numpy(), rows_of, totals)
+            out += [{"trace_id": trace_id, "kind": kind, "name": name, "wait_ns": ns, "gaps": n}
+                    for (kind, name), (ns, n) in totals.items()]
+        schema = {"trace_id": pl.String, "kind": pl.String, "name": pl.String, "wait_ns": pl.Int64, "gaps": pl.Int64}
+        frame = pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
+        return unkeyed(frame).sort(["trace_id", "wait_ns", "name"], descending=[False, True, False], nulls_last=True)
+
+
+def _attribute(gap_starts: np.ndarray, gap_ends: np.ndarray, rows: pl.DataFrame, totals: dict) -> None:
+    """Add to ``totals`` ((kind, name) -> [ns, gaps]) each gap's time by the innermost row running then."""
+    order = np.argsort(gap_starts, kind="stable")
+    starts, ends = gap_starts[order], gap_ends[order]
+    # only rows overlapping a gap matter (a row's ancestors overlap whatever it overlaps, so nesting survives)
+    merged_ends = np.maximum.accumulate(ends)
+    r_start = rows["start_ns"].to_numpy()
+    r_end = r_start + rows["duration_ns"].to_numpy()
+    i = np.searchsorted(starts, r_end, side="left") - 1  # the last gap starting before the row ends
+    keep = (i >= 0) & (merged_ends[np.clip(i, 0, None)] > r_start)
+    kept = rows.filter(pl.Series(keep)).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns")).sort(
+        ["start_ns", "end_ns"], descending=[False, True])
+    segments = _innermost(kept["start_ns"].to_list(), kept["end_ns"].to_list(),
+                          list(zip(kept["kind"].to_list(), kept["name"].to_list())))
+    seg_ends = [s[1] for s in segments]
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        covered, named = 0, set()
+        k = bisect.bisect_right(seg_ends, start)
+        while k < len(segments) and segments[k][0] < end:
+            a, b, key = segments[k]
+            part = min(b, end) - max(a, start)
+            if part > 0:
+                entry = totals.setdefault(key, [0, 0])
+                entry[0] += part
+                if key not in named:
+                    entry[1] += 1
+                    named.add(key)
+                covered += part
+            k += 1
+        if end - start > covered:
+            entry = totals.setdefault((None, NOTHING), [0, 0])
+            entry[0] += end - start - covered
+            entry[1] += 1
+
+
+def _innermost(starts: list[int], ends: list[int], keys: list[tuple]) -> list[tuple[int, int, tuple]]:
+    """The thread's time cut into segments, each named by the innermost row running then (the one that
+    started last among the running ones), from rows sorted by start (longest first on ties)."""
+    segments: list[tuple[int, int, tuple]] = []
+    stack: list[tuple[int, tuple]] = []  # (end, key)
+    cursor = None
+    for start, end, key in zip(starts, ends, keys):
+        while stack and stack[-1][0] <= start:
+            top_end, top_key = stack.pop()
+            if cursor is not None and top_end > cursor:
+                segments.append((cursor, top_end, top_key))
+                cursor = top_end
+        if stack and cursor is not None and start > cursor:
+            segments.append((cursor, start, stack[-1][1]))
+        cursor = start if cursor is None else max(cursor, start)
+        stack.append((end, key))
+    while stack:
+        top_end, top_key = stack.pop()
+        if top_end > cursor:
+            segments.append((cursor, top_end, top_key))
+            cursor = top_end
+    return segments
+
+
+gap_activity = GapActivity()

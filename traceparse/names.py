@@ -1,0 +1,313 @@
+"""Kernel and function names for the screen: demangled, shortened, and never two different names alike.
+
+Every table and page shows names through :func:`short_names` (a column's
+worth at once, so that it can keep apart what shortening would merge) or
+:func:`short_name` (one name alone); JSON always keeps the whole name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+
+def demangle(name: str) -> str:
+    """A mangled C++ name (``_Z...``) as its declaration, or the name unchanged when it is not one we can read.
+
+    ``itanium_demangler`` (pure Python) writes template arguments as nsys does
+    (``(int)64``), so a torch trace's ``_ZN17cutlass__5x_cudnn6KernelI...`` reads
+    ``void cutlass__5x_cudnn::Kernel<...>(T1::Params)`` like its twin in an
+    nsys capture.
+    """
+    if not name.startswith("_Z"):
+        return name
+    try:
+        from itanium_demangler import parse
+
+        node = parse(name)
+    except Exception:  # an unusual mangling is not an error: the name is shown as written
+        return name
+    return str(node) if node is not None else name
+
+
+def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
+    """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
+
+    Steps, each taken only while the name is still longer than ``width``:
+    drop the return type and parameter list; replace template arguments
+    nested two deep with ``…``; drop casts such as ``(bool)1`` -> ``1``;
+    keep only the last component of the qualified name; replace all
+    template arguments with ``…``; cut in the middle.
+    """
+    if not name:
+        return ""
+    s = _declaration(name)
+    for step in _STEPS:
+        if len(s) <= width:
+            break
+        s = re.sub(r"\s+", " ", step(s))
+    return s if len(s) <= width or not cut else middle_cut(s, width)
+
+
+def short_names(names: Iterable[str | None], width: int = 70, compact: bool = False) -> list[str]:
+    """``names`` shortened as by :func:`short_name` (never cut), two different names never alike.
+
+    Names that shorten alike get back, in place of their collapsed template
+    arguments, the arguments that tell them apart (``Kernel<…,fprop_64x64,…>``
+    and ``Kernel<…,wgrad_128x64,…>``); when even that leaves two alike, the
+    less shortened spelling; when the declarations themselves read alike
+    (two spellings of one symbol), a number ``#2``, ``#3``. ``compact``
+    writes template arguments without the space after each comma.
+    """
+    out = _short_names([n or "" for n in names], width, 0)
+    return [s.replace(", ", ",") for s in out] if compact else out
+
+
+def _short_names(names: list[str], width: int, depth: int) -> list[str]:
+    out = [short_name(n, width, cut=False) for n in names]
+    clashes: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(out):
+        clashes[s].append(i)
+    for same in clashes.values():
+        if len({names[i] for i in same}) < 2:
+            continue
+        fulls = sorted({names[i] for i in same})
+        better = _told_apart(fulls, width, depth)
+        for i in same:
+            out[i] = better[names[i]]
+    for _ in range(3):  # a number could make a name read like another's: number again until none do
+        out = _numbered(names, out)
+        if len(set(out)) == len(set(names)):
+            break
+    return out
+
+
+def middle_cut(s: str, width: int) -> str:
+    """``s`` shortened to ``width`` characters by replacing its middle with ``…``."""
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"[:max(width, 0)]
+    head = width // 2
+    tail = width - 1 - head
+    return s[:head] + "…" + (s[-tail:] if tail else "")
+
+
+def key_entry(name: str, width: int, lines: int = 3) -> str:
+    """The whole (demangled) name for the key below a table: at most ``lines`` lines of ``width``, a longer one
+    cut in the middle, so one 1,800-character symbol does not fill the screen."""
+    return middle_cut(_declaration(name, keep_parameters=True), max(width * lines - 4, 8))
+
+
+def _declaration(name: str, keep_parameters: bool = False) -> str:
+    s = re.sub(r"^(void|__global__ void)\s+", "", demangle(name.strip()))
+    if keep_parameters:
+        return s
+    return _drop_parameters(re.sub(r"(?:<unnamed>|\(anonymous namespace\))::", "", s))  # namespaces without a name
+
+
+def _drop_parameters(s: str) -> str:
+    if not s.endswith(")"):
+        return s
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                head = s[:i].rstrip()
+                return head if head and head[-1] not in "<,(" else s
+    return s
+
+
+def _collapse_templates(s: str, keep_depth: int) -> str:
+    out, depth = [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == keep_depth + 1:
+                out.append("<…>")
+            elif depth <= keep_depth:
+                out.append(ch)
+            continue
+        if ch == ">":
+            depth -= 1
+            if depth < keep_depth:
+                out.append(ch)
+            continue
+        if depth <= keep_depth:
+            out.append(ch)
+    return "".join(out)
+
+
+def _drop_casts(s: str) -> str:
+    return re.sub(r"\((?:bool|int|unsigned int|unsigned long|long|\w+_t|\w+)\)(?=[-\w])", "", s)
+
+
+def _drop_scope_parameters(s: str) -> str:
+    """``f(at::TensorIteratorBase&)::{lambda(int)#1}`` -> ``f(…)::{lambda(int)#1}``: the parameters of an
+    enclosing function, which say where a lambda was written, not what it is."""
+    return re.sub(r"\((?:[^()]|\([^()]*\))+\)(?=\s*(?:const\s*)?::)", "(…)", s)
+
+
+def _last_components(s: str) -> str:
+    head, sep, rest = s.partition("<")
+    return head.split("::")[-1] + sep + rest
+
+
+_STEPS = (
+    _drop_scope_parameters,
+    lambda x: _collapse_templates(x, keep_depth=1),
+    _drop_casts,
+    _last_components,
+    lambda x: _collapse_templates(x, keep_depth=0),
+)
+
+
+def _template_arguments(s: str) -> tuple[str, list[str]] | None:
+    """``head`` and the top-level template arguments of a declaration ``head<a, b<c>, d>``, or None."""
+    start = s.find("<")
+    if start < 0 or not s.rstrip().endswith(">"):
+        return None
+    args, depth, current = [], 0, []
+    for ch in s[start + 1:s.rstrip().rfind(">")]:
+        if ch in "<({":
+            depth += 1
+        elif ch in ">)}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    args.append("".join(current).strip())
+    return s[:start], args
+
+
+def _told_apart(fulls: list[str], width: int, depth: int) -> dict[str, str]:
+    """For names that shorten alike: the template arguments that differ, each told apart the same way; failing
+    that, the declaration without casts, then with its parameters."""
+    decls = {f: _drop_casts(_declaration(f)) for f in fulls}
+    parts = {f: _template_arguments(d) for f, d in decls.items()}
+    if depth < MAX_DEPTH and all(p is not None for p in parts.values()):
+        heads = {p[0] for p in parts.values()}
+        count = max(len(p[1]) for p in parts.values())
+
+        def argument(f: str, k: int) -> str:
+            return parts[f][1][k] if k < len(parts[f][1]) else ""
+
+        differ = [k for k in range(count) if len({argument(f, k) for f in fulls}) > 1]
+        if differ:
+            told = {}
+            for k in differ:
+                values = sorted({argument(f, k) for f in fulls})
+                told[k] = dict(zip(values, _short_names(values, max(width // 2, 12), depth + 1)))
+            spelled = {}
+            for f in fulls:
+                shown, skipped = [], False
+                for k in range(count):
+                    if k in told:
+                        shown.append(told[k][argument(f, k)])
+                        skipped = False
+                    elif not skipped:
+                        shown.append("…")
+                        skipped = True
+                head = parts[f][0]
+                spelled[f] = f"{head.split('::')[-1] if len(heads) == 1 else head}<{', '.join(shown)}>"
+            if len(set(spelled.values())) == len(fulls) and max(map(len, spelled.values())) <= 2 * width:
+                return spelled
+    else:
+        differ, spelled = [], {}
+    fragments = _differing_tokens(fulls, decls)
+    if fragments:
+        return {f: f"{short_name(f, width, cut=False)} ⟨{fragments[f]}⟩" for f in fulls}
+    if differ and len(set(spelled.values())) == len(fulls):
+        return spelled
+    for spell in (lambda f: decls[f], lambda f: _declaration(f, keep_parameters=True)):
+        spelled = {f: re.sub(r"\s+", " ", spell(f)) for f in fulls}
+        if len(set(spelled.values())) == len(fulls):
+            return spelled
+    return {f: short_name(f, width, cut=False) for f in fulls}  # spellings of one declaration: numbered
+
+
+def _differing_tokens(fulls: list[str], decls: dict[str, str], most: int = 4) -> dict[str, str] | None:
+    """Where names of the same shape differ only in some words or numbers (tile sizes, say): those, at most
+    ``most`` of them per name, or None when that does not tell the names apart."""
+    tokens = {f: re.findall(r"\w+", decls[f]) for f in fulls}
+    if len({len(t) for t in tokens.values()}) == 1:  # the same shape: the words in which they differ, in place
+        count = len(next(iter(tokens.values())))
+        differ = [k for k in range(count) if len({tokens[f][k] for f in fulls}) > 1]
+        for shown in (differ[:most], differ[:3 * most]):
+            fragments = {f: ",".join(tokens[f][k] for k in shown) for f in fulls}
+            if shown and len(set(fragments.values())) == len(fulls):
+                return fragments
+    common = set.intersection(*(set(t) for t in tokens.values()))
+    own = {f: list(dict.fromkeys(t for t in tokens[f] if t not in common)) for f in fulls}
+    for n in (most, 3 * most):  # another shape: the words each has that not all of them have
+        fragments = {f: ",".join(own[f][:n]) for f in fulls}
+        if all(fragments.values()) and len(set(fragments.values())) == len(fulls):
+            return fragments
+    return None
+
+
+#: How deep :func:`short_names` looks into template arguments to tell names apart.
+MAX_DEPTH = 6
+
+
+def _numbered(names: list[str], out: list[str]) -> list[str]:
+    """Where different names still read alike, ``#2``, ``#3``… after all but the first (in order of the names)."""
+    owners: dict[str, list[str]] = defaultdict(list)
+    for name, s in zip(names, out):
+        if name not in owners[s]:
+            owners[s].append(name)
+    return [s if owners[s].index(name) == 0 else f"{s} #{owners[s].index(name) + 1}" for name, s in zip(names, out)]
+
+
+def cut_apart(texts: list[str], width: int) -> list[str]:
+    """``texts`` cut to ``width`` from the middle (:func:`middle_cut`), except where two different ones would read
+    alike: those keep their head and, in place of their middle, the stretch where they start to differ."""
+    out = [middle_cut(t, width) for t in texts]
+    groups: dict[str, set[str]] = defaultdict(set)
+    for t, s in zip(texts, out):
+        groups[s].add(t)
+    for same in (g for g in groups.values() if len(g) > 1):
+        others = sorted(same)
+        for i, t in enumerate(texts):
+            if t in same:
+                out[i] = _cut_at_difference(t, [o for o in others if o != t], width)
+    return out
+
+
+def _cut_at_difference(text: str, others: list[str], width: int) -> str:
+    """``text`` in ``width`` characters: its head, ``…``, then the stretch from where it first differs from every
+    one of ``others`` (six characters before it, for context), ``…`` if that is not its end."""
+    if len(text) <= width or width < 8:
+        return middle_cut(text, width)
+    differs = max(_common_prefix(text, o) for o in others)
+    word = max(text.rfind(sep, 0, differs + 1) for sep in SEPARATORS) + 1  # the word in which it differs
+    if 0 < word and len(text) - word + 1 <= width:  # a path's file name, a name's last words: "…alexnet_bs128.json"
+        return "…" + text[word:]
+    head = max(width // 3, 4)
+    start = max(head, differs - 6)
+    if start <= head:
+        return middle_cut(text, width)
+    room = width - head - 1
+    middle = text[start:start + room]
+    if start + room < len(text):
+        middle = middle[:-1] + "…"
+    return text[:head] + "…" + middle
+
+
+#: Where a word of a name or path ends, for :func:`cut_apart`.
+SEPARATORS = "/\\:._<>, "
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
