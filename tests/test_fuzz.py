@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import polars as pl
@@ -182,3 +183,219 @@ def test_property_tau_pprof_rows(tmp_path_factory, rows):
     path = folder / "pprof.txt"
     path.write_text("".join(source[:7]) + body)
     _check(path)
+
+
+# -- issue 22: names with markup and escapes, device properties, damaged gzip streams, rank directories, CLI
+# options, and one decoding process against several ----------------------------------------------------------
+RANK0 = FIXTURES / "torch" / "multirank" / "nccl2_balanced" / "rank0.json.gz"
+#: Text that was markup, an escape sequence, a fake event boundary or a line break when printed.
+HOSTILE_NAMES = ["[/x]", "[bold red]x[/]", "\x1b[2J\x1b[H", "\x1b]0;pwned\x07", '},{"ph": "X", "name": "',
+                 "\\\\\\\"", "\u202eevil", "a\nb\rc", "[link=file:///etc/passwd]x", "\x00\x7f\x9b"]
+HOSTILE_DEVICE = {"name": [42, "", "[/x]\x1b[2J", None], "numSms": ["many", -132, 0, 2**64, 1.5],
+                  "totalGlobalMem": ["80GB", -1, 2**70, 1e308], "computeMajor": ["x", -9], "id": ["0", 2**40, -3]}
+
+
+def _words(text: str) -> list[re.Match]:
+    return [m for m in re.finditer(r"(?<![\w\\])[A-Za-z_][A-Za-z_0-9]{5,}", text)]
+
+
+def _new_mutants() -> list[tuple[str, str, bytes]]:
+    """(id, file name, content) of names with markup and escapes, device properties and damaged gzip streams."""
+    rng = random.Random(SEED + 22)
+    out = []
+    for path in rng.sample(SOURCES, 10) + [RANK0]:
+        data = path.read_bytes()
+        data = gzip.decompress(data) if path.suffix == ".gz" else data
+        name = path.name.removesuffix(".gz")
+        rel = str(path.relative_to(FIXTURES))
+        text = data.decode("utf-8", "replace")
+        words = _words(text[len(text) // 4:])
+        if words:  # one word of the data becomes hostile text (JSON-escaped in JSON, raw elsewhere)
+            m = rng.choice(words)
+            at = len(text) // 4
+            hostile = rng.choice(HOSTILE_NAMES)
+            put = json.dumps(hostile)[1:-1] if name.endswith(".json") else hostile
+            out.append((f"{rel}:names", name, (text[: at + m.start()] + put + text[at + m.end():]).encode()))
+        cut = gzip.compress(data, 6, mtime=0)
+        flipped = bytearray(cut)
+        for _ in range(3):  # three changed bytes in the deflate stream (past its 10-byte header)
+            i = rng.randrange(10, max(11, len(flipped) - 8))
+            flipped[i] ^= 1 + rng.randrange(255)
+        out.append((f"{rel}:gzip-flip", name + ".gz", bytes(flipped)))
+        out.append((f"{rel}:gzip-cut", name + ".gz", cut[: len(cut) * 2 // 3]))
+    doc = json.loads(gzip.decompress(RANK0.read_bytes()))
+    for key, values in HOSTILE_DEVICE.items():
+        for value in rng.sample(values, 2):
+            mutant = json.loads(json.dumps(doc))
+            mutant["deviceProperties"][rng.randrange(len(mutant["deviceProperties"]))][key] = value
+            out.append((f"devices:{key}={value!r}", "rank0.json", json.dumps(mutant).encode()))
+    return out
+
+
+NEW_MUTANTS = _new_mutants()
+
+
+def _contract(code: int, out: str, err: str, name: str) -> None:
+    assert code in (0, 2), (name, err[-600:])
+    assert "Traceback" not in err and "\x1b" not in out and "\x1b" not in err, name
+    if code == 2:
+        assert err.startswith("traceparse: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("case", NEW_MUTANTS, ids=[m[0] for m in NEW_MUTANTS])
+def test_new_mutant(case, tmp_path, monkeypatch):
+    """Ingested and analyzed as a user would, on a terminal 120 columns wide and with --json."""
+    name, file_name, data = case
+    monkeypatch.setenv("TRACEPARSE_STORE", str(tmp_path / "store"))
+    path = tmp_path / file_name
+    path.write_bytes(data)
+    code, out, err = run_cli("analyze", "--width", "120", "--all", str(path))
+    _contract(code, out, err, name)
+    if code == 0:
+        code, out, err = run_cli("analyze", "--json", str(path))
+        _contract(code, out, err, name)
+        bad = [b for f in json.loads(out)["findings"] for b in _bad_figures(f.get("metrics", {}), f["rule"])]
+        assert not bad, (name, bad[:5])
+
+
+def _rank_edits():
+    def dist(**values):
+        return lambda i, doc: doc["distributedInfo"].update(values) if i == 0 else None
+
+    def clock(i, doc):
+        if i == 1:
+            for e in doc["traceEvents"]:
+                if "ts" in e:
+                    e["ts"] += 9.2e15
+
+    def late_half(i, doc):
+        events = [e for e in doc["traceEvents"] if "ts" in e]
+        middle = sorted(e["ts"] for e in events)[len(events) // 2]
+        for e in events:
+            if e["ts"] >= middle:
+                e["ts"] += 9.2e15
+
+    return {"world_size=1e9": dist(world_size=10**9), "rank=2^40": dist(rank=2**40), "rank=²": dist(rank="²"),
+            "world_size=٤": dist(world_size="٤"), "rank=-1": dist(rank=-1), "both rank 1": dist(rank=1),
+            "clock 9.2e15 us off": clock, "clocks jump": late_half,
+            "no distributedInfo": lambda i, doc: doc.pop("distributedInfo")}
+
+
+RANK_EDITS = _rank_edits()
+
+
+@pytest.mark.parametrize("edit", sorted(RANK_EDITS) + ["cut rank file", "same file twice", "rank99999999"])
+def test_rank_directory_mutant(edit, tmp_path, monkeypatch):
+    """The two-rank NCCL run with one thing wrong: exit 0 or one line, never an impossible figure."""
+    monkeypatch.setenv("TRACEPARSE_STORE", str(tmp_path / "store"))
+    run = tmp_path / "run"
+    run.mkdir()
+    sources = sorted((FIXTURES / "torch" / "multirank" / "nccl2_balanced").iterdir())
+    for i, source in enumerate(sources):
+        doc = json.loads(gzip.decompress(source.read_bytes()))
+        if edit in RANK_EDITS:
+            RANK_EDITS[edit](i, doc)
+        data = json.dumps(doc).encode()
+        target = run / source.name.removesuffix(".gz")
+        if edit == "cut rank file" and i == 1:
+            data = data[: len(data) // 2]
+        if edit == "rank99999999" and i == 0:
+            doc.pop("distributedInfo")
+            data, target = json.dumps(doc).encode(), run / "rank99999999.json"
+        target.write_bytes(data)
+        if edit == "same file twice" and i == 0:
+            (run / "rank0_copy.json").write_bytes(data)
+    code, out, err = run_cli("analyze", "--json", str(run))
+    assert code in (0, 2), (edit, err[-600:])
+    assert "Traceback" not in err
+    if code == 2:
+        assert err.startswith("traceparse: error: ") and err.count("\n") == 1, err
+        return
+    doc = json.loads(out)
+    bad = [b for f in doc["findings"] for b in _bad_figures(f.get("metrics", {}), f["rule"])]
+    assert not bad, (edit, bad[:5])
+    for f in doc["findings"]:
+        for key, value in f.get("metrics", {}).items():
+            if key.endswith("_pct") and isinstance(value, (int, float)):
+                assert value <= 100.0001, (edit, f["rule"], key, value)
+
+
+HOSTILE_VALUES = ["99999999999999999999", "-1", "nan", "1e400", "[/x]", "\x1b[2J", "", "0", "٣", "9223372036854:",
+                  ":0", "1:1", "all", "-9223372036854775808"]
+OPTIONS = ["--set gpu-idle.top=", "--set gpu-idle.warning_idle_pct=", "--set stragglers.align_clocks=",
+           "--window ", "--step ", "--nvtx ", "--rows ", "--digits ", "--width ", "--critical-floor ", "--top ",
+           "--min-severity ", "--rule "]
+
+
+def _option_cases() -> list[list[str]]:
+    rng = random.Random(SEED + 2)
+    cases = []
+    for option in OPTIONS:
+        for value in rng.sample(HOSTILE_VALUES, 2):
+            flag, _, prefix = option.partition(" ")
+            cases.append([flag, prefix + value])
+    return cases
+
+
+def _main(args: list[str]) -> tuple[int, str, str]:
+    """The CLI in-process, with argparse's own refusals (SystemExit 2, a usage line first) counted as exits."""
+    import contextlib
+    import io
+
+    from traceparse.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("option", _option_cases(), ids=lambda o: repr(" ".join(o)))
+def test_hostile_cli_option(option, tmp_path, monkeypatch):
+    """A hostile value of an analyze option on a real trace: exit 0 or one error line (argparse's after its
+    usage), no traceback, no escape sequence echoed."""
+    monkeypatch.setenv("TRACEPARSE_STORE", str(tmp_path / "store"))
+    code, out, err = _main(["analyze", *option, str(RANK0)])
+    assert code in (0, 2), (option, err[-600:])
+    assert "Traceback" not in err and "internal error" not in err and "\x1b" not in out + err, (option, err)
+    if code == 2:
+        assert err.splitlines()[-1].startswith(("traceparse: error: ", "traceparse analyze: error: ")), err
+    tagged = _main(["--store", str(tmp_path / "tags"), "ingest", "-q", "--tag", f"k={option[1]}", str(RANK0)])
+    assert tagged[0] in (0, 2) and "Traceback" not in tagged[2]
+    for command in (["list"], ["show"]):
+        code, out, err = _main(["--store", str(tmp_path / "tags"), *command])
+        assert code in (0, 2) and "\x1b" not in out + err, (command, err)
+
+
+# -- one decoding process and several give one answer (the parallel decoder cuts chunks of 2,000+ bytes) ------
+def _json_cases() -> list[tuple[str, str, bytes]]:
+    cases = [(m[0], m[1].name.removesuffix(".gz"), m[3]) for m in MUTANTS if m[1].name.endswith((".json", ".json.gz"))]
+    new = [m for m in NEW_MUTANTS if m[1].endswith((".json", ".json.gz"))]
+    return cases + [m for m in new if not m[0].startswith("devices:")] + [m for m in new if m[0].startswith("devices:")][:2]
+
+
+def _ingest_with(path: Path, store: Path, workers: int, chunk: int, monkeypatch) -> tuple[int, str, object]:
+    import traceparse_plugins.readers.torch_profiler as torch_reader
+    from traceparse.store import Store
+
+    monkeypatch.setenv("TRACEPARSE_DECODE_WORKERS", str(workers))
+    monkeypatch.setattr(torch_reader, "CHUNK_BYTES", chunk)
+    code, out, err = run_cli("--store", str(store), "ingest", "-q", "--json", str(path))
+    table = Store(store).load(json.loads(out)["traces"][0]["id"]).events if code == 0 else None
+    return code, err.replace(str(store), "STORE"), table
+
+
+@pytest.mark.parametrize("case", _json_cases(), ids=[c[0] for c in _json_cases()])
+def test_one_decoding_process_and_several_agree(case, tmp_path, monkeypatch):
+    """The same exit status, warnings and stored table from the decoder in this process and from two decoding
+    workers with small chunks (so that cuts fall inside names, nested arguments and the damage)."""
+    name, file_name, data = case
+    path = tmp_path / file_name
+    path.write_bytes(data)
+    serial = _ingest_with(path, tmp_path / "one", 0, 8 << 20, monkeypatch)
+    parallel = _ingest_with(path, tmp_path / "two", 2, max(2000, len(data) // 40), monkeypatch)
+    assert serial[:2] == parallel[:2], name
+    assert (serial[2] is None) == (parallel[2] is None) and (serial[2] is None or serial[2].equals(parallel[2])), name

@@ -103,21 +103,34 @@ def test_a_rank_on_another_clock_is_aligned_with_a_warning(store, tmp_path):
 
 
 def test_a_rank_that_cannot_be_moved_is_refused(store, tmp_path):
-    """Rank 0 on a clock 9.2e18 ns ahead, rank 1 jumping by 9.1e18 ns inside its trace (never reaching rank 0):
-    rank 1 cannot start where rank 0 starts without its end passing Int64."""
+    """Rank 0 on a clock 9.2e18 ns ahead; rank 1 on its own clock, jumping by 5e16 ns inside its trace: moving
+    rank 1 to start where rank 0 starts would carry its end past Int64."""
     def edit(i, events):
         times = sorted(Decimal(e["ts"]) for e in events if "ts" in e)
         for e in events:
             if "ts" in e and (i == 0 or Decimal(e["ts"]) >= times[len(times) // 2]):
-                e["ts"] = Decimal(e["ts"]) + (OFF_US if i == 0 else Decimal("9.1e15"))
+                e["ts"] = Decimal(e["ts"]) + (OFF_US if i == 0 else Decimal("5e13"))
     directory = _mutant(tmp_path, "nccl2_balanced", edit)
     spans = _raw_spans(directory)
-    assert spans[1][1] < spans[0][0] and spans[0][0] + (spans[1][1] - spans[1][0]) > 2**63 - 1
+    assert spans[0][0] - spans[1][1] > 100 * (spans[1][1] - spans[1][0])  # far apart: another clock
+    assert spans[0][0] + (spans[1][1] - spans[1][0]) > 2**63 - 1
     code, out, err = run_cli("ingest", "-q", "--jobs", "1", str(directory))
     assert code == 2 and err.count("\n") == 1
     assert err == (f"traceparse: error: {directory / 'rank1.json.gz'}: rank 1 is on another clock (its events never "
-                   "overlap those of rank 0 in time) and its span of 9100000000 s cannot be moved onto the clock of "
+                   "overlap those of rank 0 in time) and its span of 50000000 s cannot be moved onto the clock of "
                    "rank 0 within Int64 nanoseconds\n")
+
+
+def test_ranks_that_profiled_apart_are_left_alone(store, tmp_path):
+    """Rank 1 profiled 10 s after rank 0 (its windows do not overlap, but by less than a minute): one clock."""
+    directory = _mutant(tmp_path, "nccl2_balanced", lambda i, events: [
+        e.update(ts=Decimal(e["ts"]) + 10**7) for e in events if i == 1 and "ts" in e])
+    spans = _raw_spans(directory)
+    assert spans[1][0] > spans[0][1]
+    code, out, err = run_cli("ingest", "-q", "--jobs", "1", str(directory))
+    assert code == 0 and err == ""
+    run = json.loads((next((store / "runs").iterdir()) / "run.json").read_text())
+    assert "clock_shifts_ns" not in run
 
 
 def test_spans_that_add_up_past_int64_do_not_wrap(store, tmp_path):

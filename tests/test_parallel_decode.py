@@ -135,3 +135,80 @@ def test_bad_type_names_the_same_record(tmp_path):
         messages.append(str(err.value))
     assert messages[0] == messages[1]
     assert "traceEvents[120].pid" in messages[1]
+
+
+# -- issue 22 item 7: cutting is linear whatever the names hold ------------------------------------------------
+HOSTILE = ['},{', '"},{"', "\\", '\\"},{\\"', "{[", "]}", "},\n{", 'x"', "\\\\}, {"]
+
+
+def _events(n: int) -> list[bytes]:
+    return [json.dumps({"ph": "X", "cat": "cpu_op", "name": HOSTILE[i % len(HOSTILE)] * (1 + i % 5) + f"#{i}",
+                        "pid": 1, "tid": 1, "ts": i, "dur": 1,
+                        "args": {"nested": [{"a": "},{"}, {"b": [1, {"c": "]"}]}]}}).encode() for i in range(n)]
+
+
+def test_event_ends_are_the_real_boundaries():
+    """Against json.dumps's own event texts: every real boundary and no fake one, strings and nesting skipped."""
+    from traceparse_plugins.readers.chrome_json.decoder import event_ends
+
+    events = _events(60)
+    buf = b"[" + b", ".join(events) + b', {"ph": "X", "name": "},{ unclosed'
+    expected, pos = [], 1
+    for text in events:
+        pos += len(text)
+        expected.append((pos, pos + 2))
+        pos += 2
+    assert event_ends(buf) == expected
+
+
+def test_split_events_decodes_a_bounded_number_of_times():
+    """Every event name holds fake boundaries: the whole events before the last real one come out after at most
+    2 + log2(n) + 1 decodes (trying fake candidates one by one decoded the buffer up to 1,000 times)."""
+    from pathlib import Path
+
+    import msgspec
+
+    from traceparse_plugins.readers.chrome_json.decoder import _Guarded, _split_events
+    from traceparse_plugins.readers.torch_profiler.kineto import KinetoEvent
+
+    class Counting(_Guarded):
+        calls = 0
+
+        def decode(self, data):
+            Counting.calls += 1
+            return super().decode(data)
+
+    events = _events(2000)
+    buf = bytearray(b"[" + b",".join(events) + b',{"ph": "X", "name": "},{},{},{')
+    decoder = Counting(msgspec.json.Decoder(list[KinetoEvent]), Path("x.json"), [0])
+    decoded, end = _split_events(Path("x.json"), decoder, buf, 0)
+    assert len(decoded) == 2000 and [e.name for e in decoded] == [json.loads(t)["name"] for t in events]
+    assert buf[end - 1:end] == b"}" and buf[end:end + 2] == b',{'
+    assert Counting.calls <= 2 + 11 + 1
+
+
+def test_names_full_of_boundaries_read_the_same_with_workers(tmp_path):
+    """Names of `},{`, quotes and backslashes; small chunks, so almost every cut a worker gets is fake."""
+    doc = b'{"schemaVersion": 1, "traceEvents": [' + b",".join(_events(400)) + b"]}"
+    path = tmp_path / "hostile.json"
+    path.write_bytes(doc)
+    serial, _ = read(path, SERIAL)
+    parallel, _ = read(path, PARALLEL)
+    truth = kept(json.loads(doc)["traceEvents"])
+    assert parallel.equals(serial) and parallel["name"].to_list() == [e["name"] for e in truth]
+
+
+def test_a_wrongly_typed_key_after_the_events_is_refused_by_both(tmp_path):
+    """One process refused it; the parallel decoder (msgspec's ValidationError is a DecodeError too) took it for
+    a cut file and stored the trace with a false "truncated" warning."""
+    doc = tricky_trace(200)
+    events = doc.pop("traceEvents")
+    path = tmp_path / "key_after.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "deviceProperties": 5}))
+    messages = []
+    for params in (SERIAL, PARALLEL):
+        with pytest.raises(InputError) as err:
+            read(path, params)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] == (f"{path}: deviceProperties: unexpected value in a trace event: Expected "
+                                          "`array | null`, got `int`")

@@ -73,7 +73,13 @@ def test_rank_by_rank_gives_the_whole_table_findings_with_one_rank_in_memory(run
 
 
 @needs_samples
-def test_every_measure_on_the_partitions_equals_the_whole_table(runs):
+@pytest.mark.parametrize("group_rows", [0, 25_000, None])
+def test_every_measure_on_the_partitions_equals_the_whole_table(runs, group_rows, monkeypatch):
+    """Each rank alone (0), two ranks a group (25,000 rows; a sample rank has about 10,400), every rank together."""
+    from traceparse.measures import base
+
+    if group_rows is not None:
+        monkeypatch.setattr(base, "GROUP_ROWS", group_rows)
     store, ids = runs
     for name, run_id in ids.items():
         whole = store.load_run(run_id).events
@@ -84,10 +90,16 @@ def test_every_measure_on_the_partitions_equals_the_whole_table(runs):
         order = [t for t in table.trace_ids]
         assert order != sorted(order) or name == "synthetic6"
         assert table.most_at_once == 1 and table.whole_loads == 0
+        if group_rows == 25_000:
+            assert 1 < len(table.groups()) < len(table.paths), [table.sizes, table.groups()]
 
 
 @needs_samples
-def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_whole_table(runs):
+def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_whole_table(runs, monkeypatch):
+    """Ranks too large to share a group (GROUP_ROWS 0 here): filters and aggregates are lazy scans."""
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "GROUP_ROWS", 0)
     store, ids = runs
     whole = store.load_run(ids[SAMPLES[1]]).events
     table = store.load_run(ids[SAMPLES[1]], lazy=True).events
@@ -100,6 +112,22 @@ def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_who
     assert table.whole_loads == 0 and table.loaded == 0  # none of these read a rank into memory
     assert table.sort("start_ns").equals(whole.sort("start_ns"))  # anything else: the whole table, counted
     assert table.whole_loads == 1
+
+
+@needs_samples
+def test_small_ranks_are_read_together_once(runs):
+    """The 4 ranks of a sample run (a few thousand rows each) are one group: queries and measures read each rank
+    file once, and give what the whole table gives."""
+    store, ids = runs
+    whole = store.load_run(ids[SAMPLES[1]])
+    lazy = store.load_run(ids[SAMPLES[1]], lazy=True)
+    table = lazy.events
+    ranks = len(whole.meta.extra["run"]["ranks"])
+    assert table.groups() == [list(range(ranks))]
+    kernels = kind_is("kernel")
+    assert table.filter(kernels).equals(whole.events.filter(kernels))
+    assert findings_json(lazy) == findings_json(whole)
+    assert table.loaded == ranks and table.most_at_once == 1 and table.whole_loads == 0
 
 
 @needs_samples

@@ -331,7 +331,8 @@ def test_workers_are_bounded_by_cores_and_memory(tmp_path, monkeypatch):
     assert choose_workers(ranks) == 5
     assert choose_workers(ranks, jobs=3) == 3 and choose_workers(ranks[:2], jobs=8) == 2
     small = write(tmp_path / "s.json", kineto(rank=0))
-    assert choose_workers([[small]] * 64) == 1               # a small run is read in this process
+    assert choose_workers([[small]] * 63) == 1               # a small run is read in this process
+    assert choose_workers([[small]] * 64) == 10              # many small ranks: workers share their fixed cost
 
 
 def test_gzip_rank_memory_uses_the_uncompressed_size(tmp_path):

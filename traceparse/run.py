@@ -64,6 +64,10 @@ MAX_RANK = 2**31 - 1
 #: missing ranks are counted, never listed one by one.
 PLAUSIBLE_RANKS_PER_FILE = 1000
 _ASCII_INT = re.compile(r"\s*(-?[0-9]{1,19})\s*", re.ASCII)
+#: A rank whose events are further than this from the reference rank's, and than CLOCK_GAP_SPANS times the
+#: longest rank, is on another clock (:func:`clock_shifts`): a minute, and 100 profiling windows.
+CLOCK_GAP_NS = 60 * 10**9
+CLOCK_GAP_SPANS = 100
 #: Most ranks a worker process reads before it is replaced (returns its memory to the system).
 TASKS_PER_WORKER = 16
 #: Memory one rank needs, as a multiple of its uncompressed size, plus a worker's own base.
@@ -73,6 +77,12 @@ WORKER_BASE_BYTES = 300 * 2**20
 SMALL_RUN_BYTES = 64 * 2**20
 #: Share of the available memory the workers may plan to use.
 MEMORY_SHARE = 0.5
+#: A run of at least this many ranks is read by worker processes however small: each rank costs a fixed
+#: 40 to 90 ms of reading, validating and writing, which the workers share (1,000 one-kernel ranks).
+MANY_RANKS = 64
+#: A worker whose ranks are all smaller than this is never replaced (a small rank leaves little memory behind;
+#: starting a worker costs a second).
+SMALL_RANK_BYTES = 8 * 2**20
 
 
 @dataclass
@@ -261,7 +271,7 @@ def choose_workers(ranks: list[list[Path]], jobs: int | None = None) -> int:
     """
     if jobs:
         return max(1, min(jobs, len(ranks)))
-    if sum(input_bytes(r) for r in ranks) < SMALL_RUN_BYTES:
+    if sum(input_bytes(r) for r in ranks) < SMALL_RUN_BYTES and len(ranks) < MANY_RANKS:
         return 1  # starting worker processes would cost more than reading a few small ranks here
     try:
         cores = len(os.sched_getaffinity(0))
@@ -387,7 +397,9 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
                 results = map_ingest(scheduler, ingest_rank, tasks, advance)
             else:
                 workers = choose_workers([group for _, group in ranks], jobs)
-                results = _map_local(_share_cores(tasks, workers), workers, advance)
+                small = workers > 1 and max(input_bytes(group) for _, group in ranks) < SMALL_RANK_BYTES
+                results = _map_local(_share_cores(tasks, workers), workers, advance,
+                                     tasks_per_worker=None if small else TASKS_PER_WORKER)
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = dict(tags or {})
         run = store.commit_run(tmp, run)
@@ -413,8 +425,10 @@ def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
     return [(*task[:4], {"workers": per_rank, **(task[4] or {})}, *task[5:]) for task in tasks]
 
 
-def _map_local(tasks: list[tuple], workers: int, advance: Callable | None) -> list[dict]:
-    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``.
+def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
+               tasks_per_worker: int | None = TASKS_PER_WORKER) -> list[dict]:
+    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
+    each replaced after ``tasks_per_worker`` ranks (None: never).
 
     At most ``workers`` ranks are in flight; the first error cancels the rest.
     """
@@ -428,7 +442,7 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None) -> li
     pending: set[Future] = set()
     queue = list(reversed(tasks))
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             max_tasks_per_child=TASKS_PER_WORKER) as pool:
+                             max_tasks_per_child=tasks_per_worker) as pool:
         try:
             while queue or pending:
                 while queue and len(pending) < workers:
@@ -520,9 +534,10 @@ def clock_shifts(ranges: dict[int, tuple[int, int]]) -> tuple[int | None, dict[i
     """The reference rank and, for each rank whose clock is not the reference's, the shift that aligns it.
 
     The ranks of one job run at the same time, so on a shared clock their time ranges (first start, last end)
-    overlap. The reference is the rank whose range overlaps the most others (the lowest of a tie); a rank whose
-    range does not touch the reference's is on another clock (another host's boot time, a damaged clock field):
-    its shift moves its first event onto the reference's first event. Python integers: nothing can wrap.
+    overlap or nearly. The reference is the rank whose range overlaps the most others (the lowest of a tie); a
+    rank whose range is further from the reference's than :data:`CLOCK_GAP_NS` and :data:`CLOCK_GAP_SPANS`
+    times the longest rank is on another clock (another host's boot time, a damaged clock field): its shift
+    moves its first event onto the reference's first event. Python integers: nothing can wrap.
     """
     if len(ranges) < 2:
         return None, {}
@@ -531,7 +546,13 @@ def clock_shifts(ranges: dict[int, tuple[int, int]]) -> tuple[int | None, dict[i
         return a[0] <= b[1] and b[0] <= a[1]
 
     ref = min(ranges, key=lambda r: (-sum(meets(ranges[r], o) for o in ranges.values()), r))
-    return ref, {r: ranges[ref][0] - span[0] for r, span in sorted(ranges.items()) if not meets(span, ranges[ref])}
+    longest = max(end - start for start, end in ranges.values())
+    far = max(CLOCK_GAP_NS, CLOCK_GAP_SPANS * longest)  # ranks that merely profiled apart are left alone
+
+    def gap(span: tuple[int, int]) -> int:
+        return max(span[0] - ranges[ref][1], ranges[ref][0] - span[1])
+
+    return ref, {r: ranges[ref][0] - span[0] for r, span in sorted(ranges.items()) if gap(span) > far}
 
 
 def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str, list[Path]]],

@@ -93,9 +93,10 @@ class Validator:
             return batch
         reasons: list[tuple[str, str, pl.Expr]] = []  # (field, reason, bad-row mask)
         casted: dict[str, pl.Expr] = {}
+        schema = batch.schema  # built once: polars builds a Schema object on each access
         for name in batch.columns:
             dtype = DTYPES.get(name)
-            source = batch.schema[name]
+            source = schema[name]
             if dtype is None or not (dtype.is_numeric()) or source == pl.Null:
                 continue
             col = pl.col(name)
@@ -116,7 +117,7 @@ class Validator:
                 reasons.append((name, f"is below {lo}", value < lo))
             if hi is not None:
                 reasons.append((name, f"is above {hi}", value > hi))
-        if "name" in batch.columns and batch.schema["name"] == pl.String:
+        if "name" in batch.columns and schema["name"] == pl.String:
             for pattern, what in NAME_NUMBERS:  # a number in a name that a measure reads as an integer
                 number = pl.col("name").str.extract(pattern, 1)
                 reasons.append(("name", f"has a {what} that does not fit Int64",
@@ -144,15 +145,22 @@ class Validator:
     def _within_totals(self, batch: pl.DataFrame, offset: int, dropped_before: pl.Series) -> pl.DataFrame:
         """Drop the rows that would carry the trace's total of an additive column past Int64."""
         positions = None  # positions in the reader's output of the rows still here, built when needed
-        for name in ADDITIVE:
-            if name not in batch.columns or batch.schema[name] == pl.Null:
-                continue
-            values = batch[name].cast(pl.Int64, strict=False).fill_null(0).clip(0, None).cast(pl.Int128)
+        schema = batch.schema
+        names = [n for n in ADDITIVE if n in schema and schema[n] != pl.Null]
+        if not names:
+            return batch
+
+        def counted(name: str) -> pl.Expr:
+            return pl.col(name).cast(pl.Int64, strict=False).fill_null(0).clip(0, None).cast(pl.Int128)
+
+        totals = batch.select(counted(n).sum() for n in names).row(0)  # one query for every column
+        for name, total in zip(names, totals):
             running = self.totals.get(name, 0)
-            total = int(values.sum() or 0)
+            total = int(total or 0)
             if running + total <= INT64_MAX:
                 self.totals[name] = running + total
                 continue
+            values = batch.select(counted(name)).to_series()
             if positions is None:
                 positions = pl.Series(range(offset, offset + len(dropped_before))).filter(~dropped_before)
             over = pl.select((values.cum_sum() + pl.lit(running, dtype=pl.Int128)) > INT64_MAX).to_series()

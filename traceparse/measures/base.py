@@ -76,6 +76,11 @@ def rank_result(events: pl.DataFrame, measure: Measure, params: dict, finish: bo
     return measure.combine([part], **params) if finish else part
 
 
+#: Most rows of the partitions a :class:`PartitionedEvents` reads together (small ranks share the fixed cost of
+#: a measure; a rank of this size or more is read alone, so memory stays bounded by the largest rank or this).
+GROUP_ROWS = 250_000
+
+
 class PartitionedEvents:
     """An event table held as one partition per trace (a stored run's ranks), read one partition at a time.
 
@@ -99,17 +104,23 @@ class PartitionedEvents:
 
     ``paths`` are the partitions' Parquet files in the order of the whole
     table; ``trace_ids`` their trace ids; ``kind_counts`` the rows per kind
-    when the caller knows them. :attr:`loaded` counts the
-    partitions read for measures, :attr:`most_at_once` the most of them alive
-    at once (a test holds it to 1 in this process).
+    when the caller knows them; ``sizes`` their rows. Small partitions are
+    read together, up to :data:`GROUP_ROWS` rows at a time (:meth:`groups`),
+    so that a run of a thousand one-kernel ranks pays each measure's fixed
+    cost a few times, not a thousand (a measure valid by trace is valid on
+    any set of whole traces). :attr:`loaded` counts the partitions read for
+    measures, :attr:`most_at_once` the most groups alive at once (a test
+    holds it to 1 in this process).
     """
 
     def __init__(self, paths: list[Any], trace_ids: list[str], executor: Callable | None = None,
-                 kind_counts: dict[str, int] | None = None):
+                 kind_counts: dict[str, int] | None = None, sizes: list[int] | None = None):
         self.paths = [str(p) for p in paths]
         self.trace_ids = list(trace_ids)
         #: Rows per kind of the whole table when known without reading it (the store's metadata), else None.
         self.kind_counts = kind_counts
+        #: Rows of each partition when known (the store's metadata), else None: each partition is read alone.
+        self.sizes = list(sizes) if sizes is not None else None
         #: ``executor(fn, args) -> [fn(events of partition i, *args) for each i]``, or None: in this process.
         self.executor = executor
         self.loaded = 0
@@ -117,23 +128,55 @@ class PartitionedEvents:
         self.whole_loads = 0
         self._alive = 0
         self._whole: pl.DataFrame | None = None
+        self._last: tuple[tuple[int, ...], pl.DataFrame] | None = None
 
     # -- measures ---------------------------------------------------------------
+    def groups(self, order: list[int] | None = None) -> list[list[int]]:
+        """The partitions read together: consecutive ones (in ``order``, default the table's) up to
+        :data:`GROUP_ROWS` rows in all; a partition at least that large, or of unknown size, alone."""
+        order = list(range(len(self.paths))) if order is None else order
+        if self.sizes is None:
+            return [[i] for i in order]
+        out: list[list[int]] = []
+        rows = 0
+        for i in order:
+            size = self.sizes[i]
+            if out and rows + size <= GROUP_ROWS:
+                out[-1].append(i)
+                rows += size
+            else:
+                out.append([i])
+                rows = size
+        return out
+
     def map(self, fn: Callable, *args: Any) -> list[Any]:
-        """``[fn(events of partition i, *args)]`` for every partition, in order; one partition in memory at a time here."""
+        """``[fn(events, *args)]`` for every group of partitions (:meth:`groups`; on a cluster, every partition),
+        in table order; one group in memory at a time here. ``fn`` must not assume one trace per call."""
         if self.executor is not None:
             return self.executor(fn, args)
-        out = []
-        for i in range(len(self.paths)):
-            out.append(fn(self.partition(i), *args))
-        return out
+        return [fn(self.group(g), *args) for g in self.groups()]
 
     def partition(self, i: int) -> pl.DataFrame:
         """Partition ``i``'s events, read from its file (counted while alive in :attr:`most_at_once`)."""
+        return self.group([i])
+
+    def group(self, indices: list[int]) -> pl.DataFrame:
+        """The events of the partitions ``indices``, in that order, read from their files as one frame.
+
+        The last group read is kept until another is asked for: measure after measure on a run of one group
+        (every rank together under :data:`GROUP_ROWS` rows) reads its files once.
+        """
         import weakref
 
-        events = pl.read_parquet(self.paths[i])
-        self.loaded += 1
+        key = tuple(indices)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        self._last = None  # let the previous group go before reading the next one
+        # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of 4
+        # rows took 90 ms, on one chunk 5 ms)
+        events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
+        self._last = (key, events)
+        self.loaded += len(indices)
         self._alive += 1
         self.most_at_once = max(self.most_at_once, self._alive)
         weakref.finalize(events, self._release)
@@ -147,15 +190,28 @@ class PartitionedEvents:
         if "trace_id" not in measure.partitions or not self.paths:  # it must see the whole table
             return measure.combine([measure.part(self.whole(), **params)], **params)
         finish = measure.per_trace
-        results = self.map(rank_result, measure, params, finish)
+        if self.executor is not None:
+            results = self.executor(rank_result, (measure, params, finish))
+            if not finish:
+                return measure.combine(results, **params)
+            order = sorted(range(len(results)), key=lambda i: self.trace_ids[i])
+            return pl.concat([results[i] for i in order])
         if not finish:
-            return measure.combine(results, **params)
-        order = sorted(range(len(results)), key=lambda i: self.trace_ids[i])
-        return pl.concat([results[i] for i in order])
+            return measure.combine([rank_result(self.group(g), measure, params, False) for g in self.groups()],
+                                   **params)
+        groups = self.groups()
+        if len(groups) == 1:  # every partition together: what the whole table gives, its files read once
+            return rank_result(self.group(groups[0]), measure, params, True)
+        # per-trace results in trace-id order (the order combine sorts by): groups of partitions in that order
+        by_id = sorted(range(len(self.paths)), key=lambda i: self.trace_ids[i])
+        return pl.concat([rank_result(self.group(g), measure, params, True) for g in self.groups(by_id)])
 
     # -- the table, lazily ------------------------------------------------------
     def lazy(self) -> pl.LazyFrame:
-        """The whole table as a lazy scan of the partitions (rows in table order)."""
+        """The whole table as a lazy scan of the partitions (rows in table order); a table of one group
+        (:meth:`groups`) from memory, read once (a scan of a thousand small files costs 0.1 s a query)."""
+        if self.executor is None and self.paths and len(self.groups()) == 1:
+            return self.group(list(range(len(self.paths)))).lazy()
         return pl.scan_parquet(self.paths)
 
     def filter(self, *predicates: Any, **constraints: Any) -> pl.DataFrame:

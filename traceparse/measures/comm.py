@@ -73,6 +73,10 @@ class CommOverlap(Measure):
     partitions = _VALID
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
+        ranks = _rank_of_trace(events)
+        if ranks is not None:  # one rank per trace (a run's ranks): the trace key keeps ranks apart, in one pass
+            return (overlap.part(events, a=comm_kernels(), b=compute_kernels())
+                    .join(ranks, on="trace_id", how="left", nulls_equal=True))
         groups = events.partition_by("rank", maintain_order=True) or [events]
         return pl.concat([overlap.part(g, a=comm_kernels(), b=compute_kernels())
                           .with_columns(rank=pl.lit(g["rank"][0] if g.height else None, dtype=pl.Int32))
@@ -80,9 +84,14 @@ class CommOverlap(Measure):
 
     def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
         every = pl.concat(parts)
-        per_rank = [overlap.combine([g.drop("rank")], a=comm_kernels(), b=compute_kernels())
-                    .with_columns(rank=pl.lit(g["rank"][0], dtype=pl.Int32))
-                    for g in every.partition_by("rank", maintain_order=True)]
+        ranks = _rank_of_trace(every)
+        if ranks is not None:
+            per_rank = [overlap.combine([every.drop("rank")], a=comm_kernels(), b=compute_kernels())
+                        .join(ranks, on="trace_id", how="left", nulls_equal=True)]
+        else:
+            per_rank = [overlap.combine([g.drop("rank")], a=comm_kernels(), b=compute_kernels())
+                        .with_columns(rank=pl.lit(g["rank"][0], dtype=pl.Int32))
+                        for g in every.partition_by("rank", maintain_order=True)]
         schema = {"trace_id": pl.String, "rank": pl.Int32, "device_id": pl.Int32, "count": pl.Int64,
                   "time_ns": pl.Int64, "overlapped_ns": pl.Int64}
         rows = pl.concat([r.select(*schema) for r in per_rank]) if per_rank else pl.DataFrame(schema=schema)
@@ -94,6 +103,15 @@ class CommOverlap(Measure):
                              .then((100.0 * pl.col("overlapped_ns") / pl.col("comm_time_ns")).round(4)))
                .sort(MEMBER))
         return _unkeyed(out).select(*MEMBER, "kernels", "comm_time_ns", "overlapped_ns", "exposed_ns", "overlap_pct")
+
+
+def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
+    """``trace_id`` → ``rank`` (keyed trace ids: null as ""), when every trace of ``frame`` holds one rank; else
+    None (a trace of several ranks is measured rank by rank)."""
+    pairs = keyed(frame.select("trace_id", "rank")).unique()
+    if pairs["trace_id"].n_unique() != pairs.height:
+        return None
+    return pairs.with_columns(pl.col("rank").cast(pl.Int32))
 
 
 # -- collective instances ------------------------------------------------------------------------------------
@@ -416,9 +434,27 @@ def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
 
 
 def _rank_windows(events: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
-    """{rank: step windows} of one partition of a run (one rank's rows)."""
-    return {rank: _windows(events.filter(pl.col("rank") == rank))
-            for rank in events["rank"].drop_nulls().unique().to_list()}
+    """{rank: step windows} of a group of a run's partitions (each one rank's rows, in its own trace).
+
+    The ranks whose trace has ``ProfilerStep#N`` annotations get them in one pass over the group (one rank per
+    trace: per trace is per rank); the others, rank by rank (their steps may come from ranges or marks,
+    chosen per rank).
+    """
+    from traceparse.measures.steps import step_series
+
+    out: dict[Any, list[tuple[int, int]]] = {}
+    ranks = _rank_of_trace(events.filter(pl.col("rank").is_not_null()))
+    if ranks is not None and ranks.height > 1:
+        s = step_series(events)
+        if s.height and (s["source"] == "ProfilerStep#N").all():
+            merged = intervals.union(keyed(s).select("trace_id", "start_ns", "duration_ns"), ["trace_id"])
+            merged = merged.join(ranks, on="trace_id", how="inner")
+            for (rank,), rows in merged.sort("start").group_by("rank", maintain_order=True):
+                out[rank] = [(int(a), int(b)) for a, b in rows.select("start", "end").iter_rows()]
+    for rank in events["rank"].drop_nulls().unique().to_list():
+        if rank not in out:
+            out[rank] = _windows(events.filter(pl.col("rank") == rank))
+    return out
 
 
 def _windows(rows: pl.DataFrame) -> list[tuple[int, int]]:

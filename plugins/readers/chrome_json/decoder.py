@@ -303,33 +303,90 @@ def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int, *,
     A candidate end is a ``}`` followed by ``,`` and ``{`` (whitespace
     allowed). It is a real event boundary exactly when ``buf[:end] + "]"``
     decodes as a list: inside a string or a nested object the brackets would
-    not balance. In practice the last candidate is the one. The ``]`` is
-    written over the byte after the candidate for the attempt and put back.
+    not balance. In practice the last candidate is the one, tried first. When
+    it is not (a name holding ``},{``), the real boundaries are found in one
+    pass over the buffer (:func:`event_ends`) and the last one whose events
+    decode is found by bisection: the work is linear in the buffer whatever
+    the names hold (trying candidate after candidate, each a decode of the
+    whole buffer, took 361 s on a 17 KB gzip).
     """
-    pos = len(buf)
-    for _ in range(1000):
+    pos = buf.rfind(b"}", 1)
+    while pos > 0 and not _NEXT_EVENT.match(buf, pos + 1):  # "}" then "," then "{", any whitespace between
         pos = buf.rfind(b"}", 1, pos)
-        if pos < 0:
-            return None
-        if not _NEXT_EVENT.match(buf, pos + 1):  # "}" then "," then "{", any whitespace between
+    if pos < 0:
+        return None
+    tried = _decode_prefix(path, decoder, buf, pos + 1, offset, raise_validation)
+    if tried is not None:
+        return tried
+    ends = [end for end, _ in event_ends(buf) if end < pos + 1]
+    lo, hi, found = 0, len(ends) - 1, None
+    while lo <= hi:  # the events before a real boundary decode unless a damaged one is among them: monotone
+        mid = (lo + hi) // 2
+        tried = _decode_prefix(path, decoder, buf, ends[mid], offset, raise_validation)
+        if tried is None:
+            hi = mid - 1
+        else:
+            found, lo = tried, mid + 1
+    return found
+
+
+def _decode_prefix(path: Path, decoder: _Guarded, buf: bytearray, end: int, offset: int,
+                   raise_validation: bool) -> tuple[list, int] | None:
+    """The events of ``buf[:end]`` (``end`` just after an event's ``}``), or None when they do not decode.
+
+    The ``]`` is written over the byte at ``end`` for the attempt and put back.
+    """
+    saved = buf[end]
+    buf[end] = ord("]")
+    try:
+        with memoryview(buf) as view:
+            chunk = bytes(view[: end + 1])  # decoded Raw values point into it: buf must stay resizable
+        with gc_paused():
+            return decoder.decode(chunk), end
+    except msgspec.ValidationError as exc:
+        if raise_validation:  # a worker's chunk: the caller knows the offset
+            raise
+        raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
+            from None
+    except msgspec.DecodeError:
+        return None
+    finally:
+        buf[end] = saved
+
+
+#: The tokens that matter for nesting: a whole JSON string (escapes and all), a bracket, or a quote that opens a
+#: string the buffer does not close.
+_TOKENS = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[][{}]|"')  # possessive: an unclosed string fails in one pass
+
+
+def event_ends(buf: bytes | bytearray, start: int = 1) -> list[tuple[int, int]]:
+    """The real event boundaries of an event array's bytes: ``(end of an event, start of the next)`` each.
+
+    ``buf[start:]`` is inside the array, between events (after its ``[``). One pass of a tokenizer that skips
+    whole strings (the regular expression engine walks a string's bytes, not Python), counting nesting: an
+    event ends where its ``}`` brings the depth back to the array's, and a boundary is such an end followed by
+    ``,`` and ``{``. Stops at the array's ``]`` or at a string the buffer does not close. Linear in the buffer,
+    whatever its strings hold.
+    """
+    out, depth = [], 0
+    for m in _TOKENS.finditer(buf, start):
+        token = m.group()
+        first = token[:1]
+        if first == b'"':
+            if len(token) == 1:  # a string that does not end in the buffer
+                break
             continue
-        saved = buf[pos + 1]
-        buf[pos + 1] = ord("]")
-        try:
-            with memoryview(buf) as view:
-                chunk = bytes(view[: pos + 2])  # decoded Raw values point into it: buf must stay resizable
-            with gc_paused():
-                return decoder.decode(chunk), pos + 1
-        except msgspec.ValidationError as exc:
-            if raise_validation:  # a worker's chunk: the caller knows the offset
-                raise
-            raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
-                from None
-        except msgspec.DecodeError:
+        if first in b"{[":
+            depth += 1
             continue
-        finally:
-            buf[pos + 1] = saved
-    return None
+        depth -= 1
+        if depth < 0:  # the array's own "]"
+            break
+        if depth == 0 and first == b"}":
+            nxt = _NEXT_EVENT.match(buf, m.end())
+            if nxt:
+                out.append((m.end(), nxt.end() - 1))
+    return out
 
 
 def _decode_document(path: Path, decoder: _Guarded, data: bytes, where_: str, label: str):
@@ -479,12 +536,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
         queue: list[list] = []  # [data, separator after it, final, future], in file order
         state = {"offset": 0}
 
-        def submit(data: bytes, sep: bytes, final: bool) -> list:
-            job = [data, sep, final, pool.submit(_decode_piece, spec, data, final, form, reader.truncated)]
+        def submit(data: bytes, sep: bytes, final: bool, checked: bool = False) -> list:
+            job = [data, sep, final, pool.submit(_decode_piece, spec, data, final, form, reader.truncated), checked]
             return job
 
         def take_front() -> Iterator[tuple[int, Any]]:
-            data, sep, final, future = queue[0]
+            data, sep, final, future, checked = queue[0]
             try:
                 result = future.result()
             except BrokenProcessPool:
@@ -498,7 +555,16 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                 if len(merged) > max_event and not nxt[2]:
                     raise bad_input(path, f"traceEvents[{state['offset']}]",
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
-                queue[0:2] = [submit(merged, nxt[1], nxt[2])]
+                # cut the merged chunk at its last real boundary, found in one pass (event_ends), so a name full
+                # of "},{" costs one scan, not a decode per fake cut; a chunk cut there that still does not decode
+                # (damaged JSON) is merged whole, as before
+                ends = [] if checked else event_ends(merged, 0)
+                if ends:
+                    end, start = ends[-1]
+                    queue[0:2] = [submit(merged[:end], merged[end:start], False, True),
+                                  submit(merged[start:], nxt[1], nxt[2])]
+                else:
+                    queue[0:2] = [submit(merged, nxt[1], nxt[2])]
                 return
             del queue[0]
             yield from _settle(path, options, result, state, repairs, on_document, final)
@@ -608,6 +674,8 @@ def _decode_piece(spec: tuple, data: bytes, final: bool, form: str, truncated: b
             if not final:
                 try:
                     events = events_decoder.decode(b"[" + data + b"]")
+                except msgspec.ValidationError:  # valid JSON, so a real cut: a wrongly typed value, refused
+                    raise
                 except msgspec.DecodeError:
                     return _MISPLIT
             else:
@@ -634,11 +702,15 @@ def _decode_final(path: Path, events_decoder: _Guarded, document_decoder: _Guard
             document = document_decoder.decode(b'{"traceEvents": [' + data)
             return document.traceEvents, document, None
         return events_decoder.decode(b"[" + data), None, None
+    except msgspec.ValidationError:  # a DecodeError too: a wrongly typed key is refused, as by one process
+        raise
     except msgspec.DecodeError:
         pass
     if form == "array" and not truncated:
         try:  # the format allows leaving out the final ]
             return events_decoder.decode(b"[" + data.rstrip().rstrip(b",") + b"]"), None, None
+        except msgspec.ValidationError:
+            raise
         except msgspec.DecodeError:
             pass
     split = _split_events(path, events_decoder, bytearray(b"[") + data, 0, raise_validation=True)
