@@ -1,8 +1,8 @@
 """Benchmark: cutting a Chrome trace into chunks when names hold fake event boundaries (issue 22 item 7).
 
 Four files, each ingested in a fresh ``traceparse ingest`` with one decoding process and with two
-(``TRACEPARSE_DECODE_WORKERS``), timed with ``time.perf_counter``, peak RSS of the ingest process from
-``resource.getrusage(RUSAGE_CHILDREN)`` (the decoding workers' own memory is not in it):
+(``TRACEPARSE_DECODE_WORKERS``), measured by ``bench_ranks.measure``: wall time and the peak RSS of the whole process tree (the decoding
+workers included), sampled every 20 ms:
 
 - ``fake``: 2,000 events whose names hold ``},{`` 2,000 times each (16 MB);
 - ``empty``: an empty event list followed by 200,000 objects of ``},{`` (2.8 MB);
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_ranks import measure
 
 
 def make(directory: Path) -> dict[str, Path]:
@@ -47,14 +46,14 @@ def main() -> None:
             for workers in (0, 2):
                 store = Path(tmp) / f"store-{name}-{workers}"
                 env = dict(os.environ, TRACEPARSE_DECODE_WORKERS=str(workers))
-                start = time.perf_counter()
-                result = subprocess.run([sys.executable, "-m", "traceparse.cli", "--store", str(store), "ingest", "-q",
-                                         str(path)], capture_output=True, text=True, env=env)
-                took = time.perf_counter() - start
-                rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-                print(f"{name:8} workers {workers}: {took:6.2f} s, exit {result.returncode}, "
-                      f"peak RSS so far {rss:,.0f} MB", flush=True)
-
+                try:
+                    run = measure([sys.executable, "-m", "traceparse", "--store", str(store), "ingest", "-q",
+                                   str(path)], env=env)
+                except RuntimeError as refused:  # a refusal in one line is an answer too: say it
+                    print(f"{name:8} workers {workers}: {str(refused)[-200:]}", flush=True)
+                    continue
+                print(f"{name:8} workers {workers}: {run['seconds']:6.2f} s, peak RSS of the process tree "
+                      f"{run['peak_rss_mb']:,.0f} MB (load {run['load_1min']})", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_ranks import measure
 
 
 def rank_doc(rank: int, world: int) -> dict:
@@ -47,15 +47,6 @@ def make(directory: Path, ranks: int) -> None:
         (directory / f"rank{r}.json").write_text(json.dumps(rank_doc(r, ranks)))
 
 
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    took = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:6])}...: exit {result.returncode}: {result.stderr[-500:]}")
-    return took
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[100, 1000])
@@ -66,14 +57,19 @@ def main() -> None:
             run = Path(tmp) / f"tiny{n}"
             make(run, n)
             ingest, analyze = [], []
-            for _ in range(args.repeat):
+            for _ in range(args.repeat):  # alternating, each with a fresh store
                 store = Path(tmp) / f"store{len(ingest)}"
-                cli = [sys.executable, "-m", "traceparse.cli", "--store", str(store)]
-                ingest.append(timed([*cli, "ingest", "-q", str(run)]))
-                analyze.append(timed([*cli, "analyze", "--json", "-q"]))
-            print(f"{n:>6} ranks: ingest {statistics.median(ingest):6.2f} s (min {min(ingest):.2f}), "
-                  f"analyze {statistics.median(analyze):6.2f} s (min {min(analyze):.2f})", flush=True)
+                cli = [sys.executable, "-m", "traceparse", "--store", str(store)]
+                ingest.append(measure([*cli, "ingest", "-q", str(run)]))
+                analyze.append(measure([*cli, "analyze", "--json", "-q"]))
+            print(f"{n:>6} ranks: ingest {_median(ingest)}, analyze {_median(analyze)}", flush=True)
 
+
+def _median(runs: list[dict]) -> str:
+    """Median wall time with its spread, and the largest peak RSS of the process tree."""
+    seconds = [r["seconds"] for r in runs]
+    return (f"{statistics.median(seconds):6.2f} s ({min(seconds):.2f}–{max(seconds):.2f}), "
+            f"peak {max(r['peak_rss_mb'] for r in runs):.0f} MB")
 
 if __name__ == "__main__":
     main()

@@ -75,3 +75,18 @@ def run_rule(trace, rule: str, *settings: str):
     findings = analyze(trace, rules=[rule], settings=parse_settings(list(settings)))
     assert len(findings) == 1
     return findings[0]
+
+
+def run_of(folder: Path):
+    """The ranks of ``folder`` (``rank*.json.gz``) as one run's combined trace: each rank's events with its
+    ``rank`` and its own ``trace_id``, read without the store."""
+    import polars as pl
+
+    from traceparse.trace import Trace, TraceMeta
+
+    frames = []
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
+                                                           trace_id=pl.lit(f"rank{rank}")))
+    return Trace(pl.concat(frames), TraceMeta(format="run"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, read_torch, run_cli, run_rule, us_to_ns
+from helpers import FIXTURES, REPO, read_torch, run_cli, run_of, run_rule, us_to_ns
 from traceparse import expr, measures
 from traceparse.measures import partitioned
 from traceparse.schema import conform
@@ -33,15 +33,6 @@ DP2 = [FIXTURES / "torch" / "multigpu" / "dp2_resnet18_bs16.json.gz", SAMPLES / 
 def available(paths):
     return [pytest.param(p, id=str(p.relative_to(REPO.parent))) for p in paths if p.exists()]
 
-
-def run_of(folder: Path) -> Trace:
-    """The ranks of ``folder`` as one run's combined trace: each rank's events with rank and trace_id set."""
-    frames = []
-    for path in sorted(folder.glob("rank*.json.gz")):
-        rank = int(path.name[4:].split(".")[0])
-        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
-                                                           trace_id=pl.lit(f"rank{rank}")))
-    return Trace(pl.concat(frames), TraceMeta(format="run"))
 
 
 def raw(path: Path) -> dict:

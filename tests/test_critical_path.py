@@ -15,12 +15,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, read_torch, run_cli, run_rule, us_to_ns
+from helpers import FIXTURES, REPO, read_torch, run_cli, run_of, run_rule, us_to_ns
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures import dependency_graph, partitioned
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
 from traceparse.schema import conform
-from traceparse.trace import Trace, TraceMeta
 
 SAMPLES = REPO.parent / "shared" / "samples"
 MULTIRANK = FIXTURES / "torch" / "multirank"
@@ -42,15 +41,6 @@ def gpu(name, start, end, stream=7, kind="kernel", **more):
     return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
             "stream_id": stream, **more}
 
-
-def run_of(folder: Path) -> Trace:
-    """The ranks of ``folder`` as one run's combined trace (each rank's events with rank and trace_id set)."""
-    frames = []
-    for path in sorted(folder.glob("rank*.json.gz")):
-        rank = int(path.name[4:].split(".")[0])
-        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
-                                                           trace_id=pl.lit(f"rank{rank}")))
-    return Trace(pl.concat(frames), TraceMeta(format="run"))
 
 
 def raw_events(path: Path) -> list[dict]:

@@ -22,9 +22,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, read_torch, run_cli, run_rule, us_to_ns
+from helpers import FIXTURES, run_cli, run_of, run_rule, us_to_ns
 from traceparse import measures
-from traceparse.trace import Trace, TraceMeta
 
 MULTIRANK = FIXTURES / "torch" / "multirank"
 RUNS = {v: MULTIRANK / f"fsdp2_{v}" for v in ("balanced", "slow_loader", "slow_hook")}
@@ -56,15 +55,6 @@ def raw(path: Path) -> dict:
 def ranks(folder: Path) -> dict[int, dict]:
     return {int(p.name[4:].split(".")[0]): raw(p) for p in sorted(folder.glob("rank*.json.gz"))}
 
-
-def run_of(folder: Path) -> Trace:
-    """The ranks of ``folder`` as one run's combined trace (each rank's events with rank and trace_id set)."""
-    frames = []
-    for path in sorted(folder.glob("rank*.json.gz")):
-        rank = int(path.name[4:].split(".")[0])
-        frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
-                                                           trace_id=pl.lit(f"rank{rank}")))
-    return Trace(pl.concat(frames), TraceMeta(format="run"))
 
 
 def union(intervals) -> list[tuple[int, int]]:

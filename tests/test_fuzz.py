@@ -16,7 +16,6 @@ import random
 import re
 from pathlib import Path
 
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -98,15 +97,7 @@ def test_mutant(case, tmp_path, monkeypatch):
     if source.parent.name == "multi-cupti":
         pytest.skip("directories are mutated in test_directory_mutants")
     path.write_bytes(data)
-    code, out, err = run_cli("analyze", "--json", str(path))
-    assert code in (0, 2), (name, err[-600:])
-    assert "Traceback" not in err
-    if code == 2:
-        assert err.startswith("traceparse: error: ") and err.count("\n") == 1, err
-        return
-    doc = json.loads(out)
-    bad = [b for f in doc["findings"] for b in _bad_figures(f.get("metrics", {}), f["rule"])]
-    assert not bad, (name, bad[:5])
+    _analyzed(path, name)
 
 
 def test_directory_mutants(tmp_path, monkeypatch):
@@ -235,6 +226,19 @@ def _new_mutants() -> list[tuple[str, str, bytes]]:
 NEW_MUTANTS = _new_mutants()
 
 
+def _analyzed(path, name: str) -> dict | None:
+    """``analyze --json PATH`` holds the contract (:func:`_contract`) and, when it succeeds, no figure is
+    impossible (:func:`_bad_figures`): the JSON document, or None when the input was refused."""
+    code, out, err = run_cli("analyze", "--json", str(path))
+    _contract(code, out, err, name)
+    if code == 2:
+        return None
+    doc = json.loads(out)
+    bad = [b for f in doc["findings"] for b in _bad_figures(f.get("metrics", {}), f["rule"])]
+    assert not bad, (name, bad[:5])
+    return doc
+
+
 def _contract(code: int, out: str, err: str, name: str) -> None:
     assert code in (0, 2), (name, err[-600:])
     assert "Traceback" not in err and "\x1b" not in out and "\x1b" not in err, name
@@ -305,15 +309,9 @@ def test_rank_directory_mutant(edit, tmp_path, monkeypatch):
         target.write_bytes(data)
         if edit == "same file twice" and i == 0:
             (run / "rank0_copy.json").write_bytes(data)
-    code, out, err = run_cli("analyze", "--json", str(run))
-    assert code in (0, 2), (edit, err[-600:])
-    assert "Traceback" not in err
-    if code == 2:
-        assert err.startswith("traceparse: error: ") and err.count("\n") == 1, err
+    doc = _analyzed(run, edit)
+    if doc is None:
         return
-    doc = json.loads(out)
-    bad = [b for f in doc["findings"] for b in _bad_figures(f.get("metrics", {}), f["rule"])]
-    assert not bad, (edit, bad[:5])
     for f in doc["findings"]:
         for key, value in f.get("metrics", {}).items():
             if key.endswith("_pct") and isinstance(value, (int, float)):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import os
 import json
-import re
 import sqlite3
 from pathlib import Path
 

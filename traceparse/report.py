@@ -383,7 +383,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
         if isinstance(data, dict) and data and columns and not repeats_figures(finding, data, columns):
-            parts.extend(_dict_table(key, data, columns, inner, rows))
+            parts.extend(_dict_table(key.replace("_", " "), data, columns, inner, rows))  # a title, not a key
     if finding.items and repeats:
         parts.append(literal(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:

@@ -55,9 +55,9 @@ not change the severity; it picks the suggestion (host wait or other).
 
 What the host did while the GPU waited for it: each moment of a host-wait gap
 goes to the innermost host row (op, annotation, runtime call, region) running
-then on the thread that launched the activity ending the gap, or to
-"(nothing recorded on the launching thread)", or, when the activity has no
-launch in the trace, "(no launch in the trace)". Names that differ only by a
+then on the thread that launched the activity ending the gap; moments when
+that thread recorded nothing go to "(nothing recorded)", gaps whose activity
+has no launch in the trace to "(no launch in the trace)". Names that differ only by a
 trailing step number (``ProfilerStep#3``) are one activity (``ProfilerStep#N``).
 ``host_activity`` ({activity: kind, wait_ns, share_pct, gaps}, the seven
 largest, then one "(other activities)" row for the rest): ``share_pct`` is
