@@ -1,4 +1,4 @@
-"""The ``key:value`` texts XLA's GPU profiler writes in its stats: ``kernel_details``, ``memcpy_details``, ``Memset_details``.
+"""The ``key:value`` texts of XLA's GPU profiler stats: ``kernel_details``, ``memcpy_details``, ``Memset_details``.
 
 ``kernel_details`` comes in three forms, all ``key:value`` words separated by spaces:
 
