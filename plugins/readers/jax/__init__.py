@@ -22,7 +22,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Trace, TraceMeta
 
-from traceparse_plugins.readers.jax.events import to_rows
+from traceparse_plugins.readers.jax.events import thread_names, to_rows
 from traceparse_plugins.readers.jax.profile_dir import profile_files
 from traceparse_plugins.readers.jax.sniff import is_xspace, sniff
 
@@ -68,10 +68,17 @@ class JaxReader(Reader):
 
             raw = read_timeline(path, options)
             meta.variant = "xprof trace-viewer JSON" if not path.name.startswith("perfetto") else "JAX Perfetto JSON"
-        rows, impossible = to_rows(raw)
-        if impossible:
+        rows, notes = to_rows(raw)
+        if notes.unplaced:
+            plane, line = notes.unplaced_at
+            options.warn(f"{path}: {notes.unplaced} kernels, copies or memsets (by their stats) on {plane} are on a "
+                         f"thread that names no stream (the first on thread {line}): read with no stream")
+        if notes.impossible:
             options.warn(f"{path}: kernel launch configurations no GPU can have, left empty: "
-                         + "; ".join(f"{n}× {what}" for what, n in sorted(impossible.items())))
+                         + "; ".join(f"{n}× {what}" for what, n in sorted(notes.impossible.items())))
+        names = thread_names(raw)
+        if names:
+            meta.extra["thread_names"] = names
         _summarise(meta, rows)
         meta.warnings = options.warnings
         return Trace(rows, meta)

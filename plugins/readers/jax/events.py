@@ -34,6 +34,8 @@ into event rows, the same way for both, so the JSON timeline and the XPlane of o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import polars as pl
 
 from traceparse_plugins.readers.jax import details
@@ -57,16 +59,40 @@ def empty_raw() -> pl.DataFrame:
     return pl.DataFrame(schema=RAW_SCHEMA)
 
 
-def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Event rows (``event_id`` numbered from 0) of an intermediate table; and the launch-configuration values
-    left out as impossible (:func:`.details.checked`), by what was wrong."""
+@dataclass
+class Notes:
+    """What :func:`to_rows` noticed, for the reader's warnings."""
+
+    #: launch-configuration values left out as impossible (:func:`.details.checked`), by what was wrong
+    impossible: dict[str, int] = field(default_factory=dict)
+    #: GPU work on a device line that names no stream: how many, and the first one's plane and line id
+    unplaced: int = 0
+    unplaced_at: tuple[str, int | None] | None = None
+
+
+def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
+    """Event rows (``event_id`` numbered from 0) of an intermediate table, and what was noticed (:class:`Notes`).
+
+    An event of a device plane on a line that names no stream (a Chrome thread without its ``thread_name``,
+    an XLine without a name) that carries a GPU-work stat (``kernel_details``, ``memcpy_details``,
+    ``Memset_details``, or on an unnamed line a ``correlation_id``) is still GPU work: read with no stream
+    (``stream_id`` null) and counted in :class:`Notes`.
+    """
+    notes = Notes()
     raw = raw.with_columns(
         device=pl.col("plane").str.extract(_DEVICE_PLANE, 1).cast(pl.Int32, strict=False),
         on_device=pl.col("plane").str.starts_with("/device:"),
         stream=pl.col("line").str.extract(_STREAM_LINE, 1).cast(pl.Int64, strict=False),
         corr=_int(pl.col("correlation_id")))
     raw = raw.filter(~(pl.col("on_device") & pl.col("line").str.starts_with("Launch Stats")))
-    on_stream = pl.col("on_device") & pl.col("stream").is_not_null()
+    work_stat = (pl.col("kernel_details").is_not_null() | pl.col("memcpy_details").is_not_null()
+                 | pl.col("Memset_details").is_not_null() | ((pl.col("line") == "") & pl.col("corr").is_not_null()))
+    unplaced = pl.col("on_device") & pl.col("stream").is_null() & work_stat
+    lost = raw.filter(unplaced)
+    if lost.height:
+        notes.unplaced, notes.unplaced_at = lost.height, (lost["plane"][0], lost["line_id"][0])
+    raw = raw.with_columns(work=(pl.col("on_device") & pl.col("stream").is_not_null()) | unplaced)
+    on_stream = pl.col("work")
     name = pl.col("name")
     memcpy = name.str.starts_with("Memcpy") | pl.col("memcpy_details").is_not_null()
     memset = name.str.starts_with("Memset") | pl.col("Memset_details").is_not_null()
@@ -86,7 +112,7 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         name=step_name.then(name + " " + pl.col("step_num")).otherwise(name),
         start_ns="start_ns", duration_ns="duration_ns",
         device_id=pl.col("device"),
-        stream_id=pl.when(on_stream).then(pl.col("stream")),
+        stream_id=pl.col("stream"),
         pid=pl.when(host).then(pl.col("pid")),
         tid=pl.when(host).then(pl.col("line_id")),
         correlation_id=pl.col("corr"),
@@ -104,7 +130,7 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         **{k: pl.when(pl.col("kind") == "memcpy").then(v) for k, v in copies.items() if k != "bytes"},
         bytes=pl.when(pl.col("kind") == "memcpy").then(copies["bytes"])
         .when(pl.col("kind") == "memset").then(details.memset_bytes(pl.col("_memset"))))
-    rows, impossible = details.checked(rows)
+    rows, notes.impossible = details.checked(rows)
     rows = _name_api_calls(rows).with_columns(event_id=pl.int_range(0, pl.len(), dtype=pl.Int64))
     occupancy = pl.coalesce("_occupancy", "_occ_pct")
     counters = rows.filter(is_kernel & (occupancy > 0)).select(
@@ -116,7 +142,14 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         counters = counters.with_columns(event_id=pl.int_range(rows.height, rows.height + counters.height,
                                                                dtype=pl.Int64))
         rows = pl.concat([rows, counters], how="diagonal_relaxed")
-    return rows, impossible
+    return rows, notes
+
+
+def thread_names(raw: pl.DataFrame) -> dict[str, str]:
+    """``{"pid/tid": line name}`` of the host lines (``meta.extra["thread_names"]``, as the other readers give)."""
+    host = raw.filter(~pl.col("plane").str.starts_with("/device:") & (pl.col("line") != "")
+                      & pl.col("pid").is_not_null() & pl.col("line_id").is_not_null())
+    return {f"{p}/{t}": n for p, t, n in host.select("pid", "line_id", "line").unique(maintain_order=True).iter_rows()}
 
 
 def _name_api_calls(rows: pl.DataFrame) -> pl.DataFrame:
