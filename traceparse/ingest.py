@@ -78,8 +78,9 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
                    if p not in taken]
         own = [p for p in claimed[name] if p not in taken]
         groups_of = readers[name].group(own + offered) if own else []
-        grouped[name] = [g for g in groups_of if any(p in own for p in g)]  # a group holds a path of its own
-        taken.update(p for g in grouped[name] for p in g)
+        lent = set(offered)
+        grouped[name] = [g for g in groups_of if not set(g) <= lent]  # companions' paths alone go back to them
+        taken.update(p for g in grouped[name] for p in g if p in lent)
     return [(readers[name], group) for name in claimed for group in grouped[name]]
 
 
