@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 #: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
@@ -64,6 +64,8 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "unit": (pl.String, "unit of `value`, in base units (byte, ns, ...)"),
     "flops": (pl.Float64, "floating-point operations the source attributes to the event"),
     "input_dims": (pl.String, "operator input shapes, as JSON text"),
+    "input_types": (pl.String, "operator input dtypes, as JSON text (one per input, as input_dims)"),
+    "concrete_inputs": (pl.String, "operator non-tensor input values (stride, flags ...), as JSON text"),
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
