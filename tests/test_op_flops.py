@@ -233,3 +233,87 @@ def test_the_whole_is_no_larger_than_the_trace(tmp_path):
     assert 0 < m["placed_time_pct"] <= 100
     assert m["placed_time_pct"] == round(100 * m["placed_time_ns"] / kernel_ns, 2)
     assert sum(i["calls"] for i in items.values()) == m["operator_calls"]
+
+
+def test_shared_resnet18_sample(tmp_path, samples_dir):
+    """The shared sample (made apart from the fixtures, with profile_memory): the same hand computation."""
+    path = samples_dir / "torch" / "torch_resnet18_bs16.json.gz"
+    hand = hand_rates(path)
+    _, items = rule_items(tmp_path, path)
+    assert len(hand) >= 20
+    for key, (flops, ns) in hand.items():
+        assert items[key]["flops"] == flops and items[key]["time_ns"] == ns, key
+        assert items[key]["achieved_gflops"] == pytest.approx(flops / ns, rel=0.05), key
+
+
+def test_causal_attention_of_the_bf16_transformer(tmp_path, samples_dir):
+    """The GPT sample (bf16 autocast, cuDNN SDPA, is_causal=True): forward 4·B·H·L²·E / 2 and backward
+    10·B·H·L²·E / 2 from the raw Input Dims, held to the bf16 tensor-core peak, timed by their own kernels."""
+    path = samples_dir / "torch" / "gpt_1024d_8l_bs8_bf16.json.gz"
+    events = raw_events(path)
+    kernel_ns = defaultdict(int)
+    for e in events:
+        if e.get("cat") == "kernel" and "External id" in e.get("args", {}):
+            kernel_ns[e["args"]["External id"]] += us_to_ns(e["dur"])
+    want = {}
+    for name, factor, causal_at, q_at in (("aten::_scaled_dot_product_cudnn_attention", 4, 6, 0),
+                                          ("aten::_scaled_dot_product_cudnn_attention_backward", 10, 14, 1)):
+        calls = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == name]
+        assert calls and all(e["args"]["Concrete Inputs"][causal_at] == "True" for e in calls)
+        b, h, seq, dim = calls[0]["args"]["Input Dims"][q_at]
+        ops = [o for o in events if o.get("cat") == "cpu_op"]
+        ns = 0
+        for e in calls:  # its kernels: its own and those of the operators nested in it (aten::_cudnn_attention_*)
+            start, end = us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+            ns += sum(kernel_ns[o["args"]["External id"]] for o in ops if o["tid"] == e["tid"]
+                      and start <= us_to_ns(o["ts"]) and us_to_ns(o["ts"]) + us_to_ns(o["dur"]) <= end)
+        want[name] = (len(calls) * factor * b * h * seq * seq * dim // 2, ns)
+    _, items = rule_items(tmp_path, path)
+    for name, (flops, ns) in want.items():
+        (item,) = [i for i in items.values() if i["operator"] == name]
+        assert (item["flops"], item["time_ns"], item["precision"]) == (flops, ns, "bf16_tensor")
+
+
+# -- against ncu's measured FLOPs ------------------------------------------------------------------------------
+VGG11_CONVS = [(3, 64, 224), (64, 128, 112), (128, 256, 56), (256, 256, 56), (256, 512, 28), (512, 512, 28),
+               (512, 512, 14), (512, 512, 14)]  # torchvision's vgg11 (configuration "A"): C_in, C_out, size; 3x3, pad 1
+
+
+def ncu_kernel_flops(path) -> list[tuple[str, float, float]]:
+    """(kernel name, TF32 tensor FLOPs, fp32 SASS FLOPs = fadd + fmul + 2·ffma) per kernel of an ncu raw page."""
+    import csv
+
+    rows = [r for r in csv.reader(path.read_text().splitlines()) if r and not r[0].startswith("==PROF==")]
+    header, data = rows[0], rows[2:]  # the second row holds the units
+    col = {name: i for i, name in enumerate(header)}
+    num = (lambda r, name: float(r[col[name]].replace(",", "") or 0))  # noqa: E731
+    sass = "sm__sass_thread_inst_executed_op_f{}_pred_on.sum"
+    return [(r[col["Kernel Name"]], num(r, "sm__ops_path_tensor_src_tf32_dst_fp32.sum"),
+             num(r, sass.format("add")) + num(r, sass.format("mul")) + 2 * num(r, sass.format("fma"))) for r in data]
+
+
+def test_vgg11_convolutions_against_ncu():
+    """ncu measured every kernel of one VGG11 batch-16 SGD step (fixtures/ncu/README.md). The formula table on
+    the step's convolution shapes (forward; backward with both gradients, the first layer's weight gradient
+    only) gives 715.83 GFLOP; ncu's convolution kernels (fprop, dgrad, wgrad) measured 724.09 GFLOP (TF32
+    tensor ops 717.19 + SASS fp32 6.90, mostly the first layer's two SIMT kernels). Ratio 1.0115,
+    held to 2%. The classifier's GEMMs are not compared here: ncu counts the padded tiles of SIMT sgemm with
+    M = 16 (1.34× the formula), see docs/flops.md."""
+    n = 16
+    derived = 0.0
+    for i, (c, k, size) in enumerate(VGG11_CONVS):
+        x, w = [n, c, size, size], [k, c, 3, 3]
+        types = ["float"] * 3 + ["ScalarList"] * 3 + ["Scalar"]
+        derived += op_flops.cost("aten::conv2d", [x, w, [k], [], [], [], []], types,
+                                 ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]).flops
+        mask = "[False, True, True]" if i == 0 else "[True, True, True]"  # no gradient for the input images
+        derived += op_flops.cost("aten::convolution_backward", [[n, k, size, size], x, w] + [[]] * 8,
+                                 ["float"] * 3 + ["ScalarList"] * 8,
+                                 ["", "", "", f"[{k}]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", mask]).flops
+    forward = [2 * n * k * size * size * c * 9 for c, k, size in VGG11_CONVS]
+    assert derived == 3 * sum(forward) - forward[0]  # forward + two gradients, less the first layer's input gradient
+    conv = [(t, s) for name, t, s in ncu_kernel_flops(FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv")
+            if re.search(r"fprop|dgrad|wgrad", name)]
+    measured = sum(t + s for t, s in conv)
+    assert round(derived / 1e9, 2) == 715.83 and round(measured / 1e9, 2) == 724.09
+    assert measured / derived == pytest.approx(1.0, abs=0.02)
