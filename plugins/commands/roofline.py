@@ -158,7 +158,9 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
              "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
              "ai": i["arithmetic_intensity"], "gflops": i["achieved_gflops"], "roof_pct": i["roof_pct"],
              "prec": _precision_label(i), "bound": i.get("bound") or "-"} for i in shown]
-    for part in fitted_table(TABLE_COLUMNS, rows, console.width):
+    columns = TABLE_COLUMNS if result["source"] != "shapes" else \
+        [Column("name", "operator [shapes]", "name"), *TABLE_COLUMNS[1:]]  # a row per operator and shapes
+    for part in fitted_table(columns, rows, console.width):
         console.print(part)
     if len(items) > len(shown):
         console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")

@@ -213,7 +213,7 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
     if total["dram_bytes"]:
         text += (f" over {total['dram_bytes'] / 1e9:.4g} GB (each tensor read and written once: a lower bound "
                  f"on DRAM traffic) = {total['arithmetic_intensity']:.3g} FLOP/byte")
-    text += f", in {total['time_ns'] / 1e6:.4g} ms of their kernels = {total['achieved_gflops']:.4g} GFLOP/s."
+    text += f", in {total['time_ns'] / 1e6:.4g} ms of their kernels = {total['achieved_gflops'] / 1e3:.4g} TFLOP/s."
     if extra["placed_time_pct"] is not None:
         text += (f" These operators' kernels are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
                  f"({fmt_ns(extra['kernel_time_ns'])}).")
