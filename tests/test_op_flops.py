@@ -120,6 +120,24 @@ def test_element_wise_and_normalization():
     assert op_flops.cost("aten::empty", [[4]]) is None  # no formula
 
 
+
+def test_arguments_that_fit_no_real_call_give_no_figure():
+    """A damaged or hostile file: no figure rather than a wrong one, and never an exception."""
+    huge = [2 ** 63, 2 ** 63]
+    assert op_flops.cost("aten::mm", [huge, huge], ["float", "float"]) is None  # past torch's int64 sizes
+    assert op_flops.cost("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3]], ["float"] * 2,
+                         ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"]) is None  # stride 0
+    assert op_flops.cost("aten::conv2d", [[1, 3, 2, 2], [4, 3, 5, 5]], ["float"] * 2,
+                         ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"]) is None  # kernel larger than the input
+    assert op_flops.cost("aten::mm", [[-4, 2], [2, 3]]) is None  # negative size
+    assert op_flops.cost("aten::mm", [["a", 2], [2, 3]]) is None
+    assert op_flops.cost("aten::scaled_dot_product_attention", [[1, 2, 3], [1, 2, 3], [1, 2, 3]]) is None  # not 4-D
+    # a stride written as text: the output size falls back to the same-size assumption, and says so
+    cost = op_flops.cost("aten::conv2d", [[1, 3, 8, 8], [4, 3, 3, 3]], ["float"] * 2,
+                         ["", "", "", "same", "[1, 1]", "[1, 1]", "1"])
+    assert cost.flops == 2 * 4 * 64 * 27 and cost.assumed
+
+
 # -- owners: the innermost formula operator around each operator ----------------------------------------------
 def test_owner_is_the_innermost_enclosing_formula_operator():
     """Formula op 1 holds formula op 2 (which holds formula op 3, which holds plain op 4), then formula op 5, then

@@ -179,9 +179,9 @@ def parse(text: str | None) -> list | None:
 
 
 def is_shape(d) -> bool:
-    """A non-empty list of non-negative integers (a tensor's dims as recorded)."""
-    return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                      for x in d)
+    """A non-empty list of integers from 0 to 2^63 - 1 (a tensor's dims as recorded: torch sizes are int64)."""
+    return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                      and 0 <= x < 2 ** 63 for x in d)
 
 
 def cost(name: str, dims: list | None, types: list | None = None, concrete: list | None = None,
@@ -196,16 +196,20 @@ def cost(name: str, dims: list | None, types: list | None = None, concrete: list
         return None
     try:
         if family == "gemm":
-            return _gemm(name, dims, types)
-        if family == "conv":
-            return _conv(name, dims, types, concrete, conv_output)
-        if family == "conv backward":
-            return _conv_backward(name, dims, types, concrete)
-        if family in ("attention", "attention backward"):
-            return _attention(name, family, dims, types, concrete)
-        return _per_element(name, family, dims, types, concrete)
-    except (TypeError, ValueError, IndexError, ZeroDivisionError):
+            found = _gemm(name, dims, types)
+        elif family == "conv":
+            found = _conv(name, dims, types, concrete, conv_output)
+        elif family == "conv backward":
+            found = _conv_backward(name, dims, types, concrete)
+        elif family in ("attention", "attention backward"):
+            found = _attention(name, family, dims, types, concrete)
+        else:
+            found = _per_element(name, family, dims, types, concrete)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError):
         return None  # arguments that do not fit the operator's schema: no figure rather than a wrong one
+    if found is None or not math.isfinite(found.flops) or (found.bytes is not None and not math.isfinite(found.bytes)):
+        return None  # shapes too large to be real (a damaged file): no figure
+    return found
 
 
 # -- families ------------------------------------------------------------------------------------------------
