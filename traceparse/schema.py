@@ -64,6 +64,8 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "unit": (pl.String, "unit of `value`, in base units (byte, ns, ...)"),
     "flops": (pl.Float64, "floating-point operations the source attributes to the event"),
     "input_dims": (pl.String, "operator input shapes, as JSON text"),
+    "input_types": (pl.String, "operator input dtypes, as JSON text (one per input, as input_dims)"),
+    "concrete_inputs": (pl.String, "operator non-tensor input values (stride, flags ...), as JSON text"),
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
     "data_from": (pl.String, "event_ids of the operators that produced the tensors this operator consumes, "
