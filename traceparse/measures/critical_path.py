@@ -568,25 +568,6 @@ def replay(graph: pl.DataFrame, weight: pl.Expr | None = None) -> pl.DataFrame:
     (edges never run backwards in time; ties by a topological sort). Columns: ``trace``, ``node``,
     ``measured_ns``, ``replayed_ns``.
     """
-    from graphlib import TopologicalSorter
+    from traceparse.measures.replay import replay as run_forwards  # the one replay engine (whatif, predict)
 
-    w = graph.with_columns((weight if weight is not None else pl.col("weight_ns")).cast(pl.Int64).alias("_w"))
-    src = list(zip(w["src_trace"].to_list(), w["src_node"].to_list()))
-    dst = list(zip(w["dst_trace"].to_list(), w["dst_node"].to_list()))
-    weights = w["_w"].to_list()
-    measured: dict[tuple, int] = {}
-    for keys, times in ((src, w["src_ns"].to_list()), (dst, w["dst_ns"].to_list())):
-        for k, t in zip(keys, times):
-            measured.setdefault(k, t)
-    into: dict[tuple, list[int]] = {}
-    order = TopologicalSorter()
-    for i, (u, v) in enumerate(zip(src, dst)):
-        into.setdefault(v, []).append(i)
-        order.add(v, u)
-    at: dict[tuple, int] = {}
-    for node in order.static_order():
-        edges = into.get(node)
-        at[node] = measured[node] if not edges else max(at[src[i]] + weights[i] for i in edges)
-    rows = [(k[0], k[1], measured[k], at[k]) for k in measured]
-    return pl.DataFrame(rows, schema={"trace": pl.String, "node": pl.Int64, "measured_ns": pl.Int64,
-                                      "replayed_ns": pl.Int64}, orient="row").sort("trace", "node", nulls_last=False)
+    return run_forwards(graph, weight)
