@@ -143,13 +143,16 @@ def render(console, doc: dict) -> None:
     rows += [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
                                                                                "gain_ns", "gain_pct")}}
              for r in doc["ranks"]]
-    for part in fitted_table(STEP_COLUMNS, rows, width, title="step time per rank: measured and predicted"):
+    ranked = any(r["rank"] is not None for r in doc["ranks"])
+    columns = STEP_COLUMNS if ranked else [c for c in STEP_COLUMNS if c.key != "rank"]
+    title = "step time per rank: measured and predicted" if ranked else "step time: measured and predicted"
+    for part in fitted_table(columns, rows, width, title=title):
         console.print(part)
     console.print(f"[bold]mean step[/bold]: {fmt_ns(mean['measured_ns'])} measured, {fmt_ns(mean['predicted_ns'])} "
                   f"predicted: gain {fmt_ns(mean['gain_ns'])} ({fmt_pct(mean['gain_pct'])})")
     top = [{**t, "rank": _rank(t["rank"])} for t in doc["path"]["top"]]
     if top:
-        for part in fitted_table(PATH_COLUMNS, top, width,
+        for part in fitted_table(PATH_COLUMNS if ranked else PATH_COLUMNS[1:], top, width,
                                  title=f"predicted critical path: {fmt_ns(doc['path']['length_ns'])} per step, its "
                                        "largest parts"):
             console.print(part)

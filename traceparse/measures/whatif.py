@@ -396,8 +396,8 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
     for rank, ns, name in per_rank.iter_rows():
         per = ns / max(n, 1)
         if step > 0 and 100 * per / step >= min_pct:
-            who = f"rank {rank}" if rank is not None else "the trace"
-            out.append(f"{fmt_ns(per)} per step of the predicted path ({fmt_pct(100 * per / step)}) is time on "
+            who = f" on rank {rank}" if rank is not None else ""
+            out.append(f"{fmt_ns(per)} per step of the predicted path ({fmt_pct(100 * per / step)}) is time"
                        f"{who} that the trace does not show, mostly {name}: replayed as measured (what the trace "
                        "does not record cannot be shortened or removed)")
     return out
