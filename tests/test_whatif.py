@@ -127,6 +127,32 @@ def test_a_trace_without_steps_or_threads_cannot_be_replayed():
                             "only the GPU streams' order can be replayed)")
 
 
+# -- stream order where activities overlap --------------------------------------------------------------------------
+def test_stream_order_keeps_the_backlog_of_overlapping_activities():
+    """k2 starts 10 ns before k1 ends (a programmatic dependent launch), k3 inside k2, k4 after both: each waits for
+    the activity before it that ended last (k4 for k2, not for k3, which ended first); one that overlaps starts after
+    its predecessor started and ends after it ended; so a replay with k1 twice as long delays k2, k3 and k4."""
+    from traceparse.measures import dependency_graph
+    from traceparse.measures.critical_path import replay
+
+    events = table(host("marker", "ProfilerStep#1", 0, 400),
+                   *[host("api", "cudaLaunchKernel", 10 + 20 * i, 20 + 20 * i, correlation_id=i + 1) for i in range(4)],
+                   gpu("k1", 100, 200, correlation_id=1), gpu("k2", 190, 250, correlation_id=2),
+                   gpu("k3", 240, 245, correlation_id=3), gpu("k4", 260, 300, correlation_id=4))
+    graph = dependency_graph(events)
+    # event ids: 0 the step, 1-4 the launches, 5-8 k1-k4; node 2e its start, 2e + 1 its end
+    stream = sorted(graph.filter(pl.col("edge") == "stream").select("src_node", "dst_node", "segment", "gap_ns").rows())
+    assert stream == [(10, 11, "kernel", 100), (10, 12, "queue", 90), (11, 13, "kernel", 50),
+                      (12, 13, "kernel", 60), (12, 14, "queue", 50), (13, 16, "queue", 10), (14, 15, "kernel", 5),
+                      (16, 17, "kernel", 40)]
+    k1 = (pl.col("edge") == "stream") & (pl.col("src_node") == 10) & (pl.col("dst_node") == 11)
+    at = dict(((t, n), r) for t, n, _, r in replay(graph, pl.when(k1).then(200).otherwise(pl.col("weight_ns")))
+              .iter_rows())
+    # k1 ends at 300; k2 (started 90 ns after k1) ends 50 ns after it; k3 5 ns after its start 50 ns after k2's;
+    # k4 10 ns after k2's end
+    assert (at[("t", 11)], at[("t", 13)], at[("t", 15)], at[("t", 16)], at[("t", 17)]) == (300, 350, 245, 360, 400)
+
+
 # -- the real runs -------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def raw_events(path: Path) -> list[dict]:

@@ -87,6 +87,31 @@ class Replayer:
             at[v] = best
         return np.array(at, dtype=np.int64)
 
+    def window_nodes(self, graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Per window (``trace_id``, ``start_ns``, ``end_ns`` on the graph's clock), the node at its start and the
+        node at its end: the trace's last node at or before each time (host nodes after GPU ones at one instant,
+        so a step annotation's own start and end where it has them); -1 where the trace has none by then."""
+        host = np.zeros(len(self), dtype=bool)
+        on_thread = graph["tid"].is_not_null().to_numpy()
+        host[self.dst[on_thread]] = True
+        host[self.src[(graph["edge"] == "thread").to_numpy()]] = True
+        by_trace: dict = {}
+        for i, (trace, node) in enumerate(self.keys):
+            by_trace.setdefault(trace, []).append((int(self.measured[i]), bool(host[i]), node, i))
+        arrays = {}
+        for trace, rows in by_trace.items():
+            rows.sort()
+            arrays[trace] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[3] for r in rows]))
+        empty = (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+        starts, ends = [], []
+        for trace, a, b in windows.select("trace_id", "start_ns", "end_ns").iter_rows():
+            times, ids = arrays.get(trace, empty)
+            i = int(np.searchsorted(times, a, side="right")) - 1
+            j = int(np.searchsorted(times, b, side="right")) - 1
+            starts.append(int(ids[i]) if i >= 0 else -1)
+            ends.append(int(ids[j]) if j >= 0 else -1)
+        return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
     def frame(self, at: np.ndarray) -> pl.DataFrame:
         """``at`` (from :meth:`run`) as rows ``trace``, ``node``, ``measured_ns``, ``replayed_ns``, sorted."""
         traces = [k[0] for k in self.keys]

@@ -290,31 +290,6 @@ def step_windows(events: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
                         end_ns=pl.col("end_ns") - pl.col("offset_ns")).sort("trace_id", "step", nulls_last=False)
 
 
-def _boundary_nodes(replayer: Replayer, graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per window, the replayer's node at its start and at its end: the trace's last node at or before each
-    (host nodes after GPU ones at one instant: the step annotation's own ends where it has them)."""
-    host = np.zeros(len(replayer), dtype=bool)
-    tid = graph["tid"].is_not_null().to_numpy()
-    host[replayer.dst[tid]] = True
-    host[replayer.src[(graph["edge"] == "thread").to_numpy()]] = True
-    keys = replayer.keys
-    by_trace: dict = {}
-    for i, (trace, node) in enumerate(keys):
-        by_trace.setdefault(trace, []).append((int(replayer.measured[i]), bool(host[i]), node, i))
-    arrays = {}
-    for trace, rows in by_trace.items():
-        rows.sort()
-        arrays[trace] = (np.array([r[0] for r in rows], dtype=np.int64), np.array([r[3] for r in rows]))
-    starts, ends = [], []
-    for trace, a, b in windows.select("trace_id", "start_ns", "end_ns").iter_rows():
-        times, ids = arrays.get(trace, (np.array([], dtype=np.int64), np.array([], dtype=np.int64)))
-        i = int(np.searchsorted(times, a, side="right")) - 1
-        j = int(np.searchsorted(times, b, side="right")) - 1
-        starts.append(int(ids[i]) if i >= 0 else -1)
-        ends.append(int(ids[j]) if j >= 0 else -1)
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
-
-
 # -- the replayed graph's critical path ---------------------------------------------------------------------------
 def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weights: np.ndarray) -> pl.DataFrame:
     """``graph`` with every node at its replayed time (``src_ns``, ``dst_ns``), ``weight_ns`` the edited weights
@@ -426,7 +401,7 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
     replayer = Replayer(graph)
     at = replayer.run(weights)
-    first, last = _boundary_nodes(replayer, graph, windows)
+    first, last = replayer.window_nodes(graph, windows)
     ok = (first >= 0) & (last >= 0)
     measured = (windows["end_ns"] - windows["start_ns"]).to_numpy()
     shift = np.where(ok, (at[last] - replayer.measured[last]) - (at[first] - replayer.measured[first]), 0)
