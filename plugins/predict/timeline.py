@@ -84,11 +84,8 @@ class Timeline:
     block_end: np.ndarray
     block_wait: np.ndarray
     block_after: np.ndarray
-    #: per activity: launch latency to use when launch-bound, queue gap to use when queued
-    latency: np.ndarray
-    queue_gap: np.ndarray
     #: per activity: its event id; the trace's dependency graph prepared for replays (None without one)
-    event_id: np.ndarray | None = None
+    event_id: np.ndarray
     graph: GraphReplay | None = None
 
     @property
@@ -159,20 +156,7 @@ def timeline(trace: Trace, activities: pl.DataFrame | None = None) -> Timeline:
     for w in range(len(s_start)):
         window[(launch >= s_start[w]) & (launch < s_end[w])] = w
 
-    # order of execution: as measured (one queue)
     end = start + duration
-    prev_end = np.concatenate([[np.iinfo(np.int64).min // 4], end[:-1]])
-    running_end = np.maximum.accumulate(prev_end)
-    gap = start - running_end
-    latency = start - launch
-    queued = gap < latency  # started closer to the previous activity's end than to its own launch
-    lat_bound = latency[~queued & (np.arange(len(start)) > 0)]
-    gaps_q = gap[queued]
-    lat_med = float(np.median(lat_bound)) if lat_bound.size else 0.0
-    gap_med = float(np.median(gaps_q)) if gaps_q.size else 0.0
-    lat = np.where(queued, lat_med, latency).astype(float)
-    qgap = np.where(queued, np.maximum(gap, 0), gap_med).astype(float)
-
     # a blocking call waits until the GPU has finished what was launched before it returns
     after = np.searchsorted(np.sort(launch), b_end, side="right") - 1
     order = np.argsort(launch, kind="stable")
@@ -181,7 +165,7 @@ def timeline(trace: Trace, activities: pl.DataFrame | None = None) -> Timeline:
     wait = np.clip(np.minimum(b_end, gpu_done) - b_start, 0, None)
     event_id = gpu["event_id"].to_numpy().astype(np.int64)
     return Timeline(s_start, s_end, launch, start, duration, top, window, b_start, b_end, wait.astype(float),
-                    after, lat, qgap, event_id, prepare(events, event_id, s_start, s_end))
+                    after, event_id, prepare(events, event_id, s_start, s_end))
 
 
 def prepare(events: pl.DataFrame, event_id: np.ndarray, step_start: np.ndarray,
