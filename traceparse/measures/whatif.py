@@ -39,7 +39,8 @@ from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph)
 from traceparse.measures.nesting import step_time_by_name
 from traceparse.measures.replay import Replayer
-from traceparse.measures.steps import STEP_NAME, step_series
+from traceparse.measures.step_paths import step_windows
+from traceparse.measures.steps import STEP_NAME
 
 #: ``--scale`` keys that are kinds of GPU work (the kernel categories are the others), and ``comm``.
 SCALE_KINDS = ("kernel", "memcpy", "memset", "comm")
@@ -276,18 +277,6 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
                 rows.append((tr, kind, name, median / own))
     return pl.DataFrame(rows, schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
                                       "factor": pl.Float64}, orient="row")
-
-
-# -- step windows and their nodes -------------------------------------------------------------------------------
-def step_windows(events: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
-    """Each trace's steps (:func:`traceparse.measures.steps.step_series`) with its rank, on the graph's clock:
-    ``trace_id``, ``rank``, ``step``, ``start_ns``, ``end_ns``. Empty when the trace marks no step."""
-    traces = (graph.filter(pl.col("dst_trace") != INSTANCE_TRACE).group_by(trace_id="dst_trace")
-              .agg(rank=pl.col("rank").first(), offset_ns=pl.col("offset_ns").first()))
-    steps = step_series(events).select(pl.col("trace_id").cast(pl.String), "step", "start_ns", "end_ns")
-    found = traces.join(steps, on="trace_id", how="inner", nulls_equal=True)
-    return found.select("trace_id", "rank", "step", start_ns=pl.col("start_ns") - pl.col("offset_ns"),
-                        end_ns=pl.col("end_ns") - pl.col("offset_ns")).sort("trace_id", "step", nulls_last=False)
 
 
 # -- the replayed graph's critical path ---------------------------------------------------------------------------
