@@ -279,6 +279,5 @@ def test_the_export_marks_each_steps_critical_path(store, tmp_path, run):
             points = sorted((_ns(f["ts"]), f["ph"]) for f in flows if f["id"] in ids)
             assert [p for _, p in points] == ["s"] + ["t"] * (len(mine) - 2) + ["f"]
             assert all(a < t < b for (t, _), (a, b, _) in zip(points, mine))
-    # read back, the export is the run's rows alone: the path's slices are not rows
-    rows = sum(1 for e in events if "traceparse" in (e.get("args") or {}))
-    assert read_paths([out])[0].events.height == rows and rows + len(slices) + len(flows) < len(events)
+    # no row rides on the path's slices: the reader reads the rows back alone (the torch round trip above)
+    assert all("traceparse" not in e["args"] for e in slices)
