@@ -87,8 +87,8 @@ def test_the_new_path_tiles_the_predicted_step():
                      ("sync", "cudaDeviceSynchronize"): 20, ("launch", "cudaLaunchKernel"): 20,
                      ("host op", "B"): 20}
     (drop, scale) = result.applied
-    assert (drop.text, drop.calls, drop.removed_ns) == ("--drop A", 1, 70)
-    assert (scale.text, scale.calls, scale.removed_ns) == ("--scale gemm=0.5", 1, 90)
+    assert (drop.text, drop.calls, drop.removed_ns, drop.by_rank) == ("--drop A", 1, 70, {None: 70})
+    assert (scale.text, scale.calls, scale.removed_ns, scale.by_rank) == ("--scale gemm=0.5", 1, 90, {None: 90})
 
 
 def test_edits_are_parsed_and_bad_ones_are_one_line_errors():
@@ -264,6 +264,12 @@ def test_removing_rank_2s_delay_gains_its_sleep_on_every_rank(store, edit):
     if edit == "--drop":
         (e,) = doc["edits"]
         assert e["ranks"] == [2] and e["names"] == [name]
+        # the work taken out: every call's self time on rank 2, per step (raw JSON)
+        events = raw_events(SLOW / "rank2.json.gz")
+        windows = [(us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
+                   if x.get("cat") == "user_annotation" and x["name"].startswith("ProfilerStep#")]
+        own = sum(sum(self_times(events, name, a, b)) for a, b in windows) / len(windows)
+        assert e["removed_per_step_by_rank"] == {"2": pytest.approx(own, rel=1e-3)}
     # the sleep is off the predicted path: it is no longer its largest part
     assert all(t["name"] != name for t in doc["path"]["top"])
 

@@ -111,13 +111,30 @@ def document(trace, label: str, result) -> dict:
     per_rank.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0))
     m, p = float(steps["measured_ns"].mean()), float(steps["predicted_ns"].mean())
     return {"trace": {"id": trace.id, "label": label, "format": trace.meta.format},
-            "edits": [{"edit": a.text, "calls": a.calls, "ranks": a.ranks, "removed_per_step_ns": a.removed_ns,
-                       "names": a.names} for a in result.applied],
+            "edits": [{"edit": a.text, "calls": a.calls, "ranks": a.ranks, "names": a.names,
+                       "removed_per_step_ns": a.removed_ns,
+                       "removed_per_step_by_rank": {_rank(r): ns for r, ns in a.by_rank.items()}}
+                      for a in result.applied],
             "steps": rows, "ranks": per_rank,
             "mean": {"paths": steps.height, "steps": steps["step"].n_unique(), "measured_ns": round(m),
                      "predicted_ns": round(p), "gain_ns": round(m - p), "gain_pct": expr.pct(m - p, m)},
             "path": {"length_ns": round(result.path_ns), "top": result.top},
             "cannot_replay": result.cannot, "missing": result.missing}
+
+
+def edit_line(e: dict) -> str:
+    """One edit in words: what it matched and the time it took out of (or added to) each rank's steps."""
+    what = f"{e['calls']} {'names' if e['edit'] == '--balance' else 'events'}"
+    by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
+    if not by:
+        return f"{e['edit']}: {what}, no time in the steps"
+    word = lambda ns: f"{fmt_ns(abs(ns))} {'less' if ns > 0 else 'more'}"  # noqa: E731
+    if list(by) == ["-"]:
+        return f"{e['edit']}: {what}, {word(by['-'])} work per step"
+    order = sorted(by, key=lambda k: -abs(by[k]))
+    parts = ", ".join(f"rank {k} {word(by[k])}" for k in order[:4])
+    more = f" (and {len(order) - 4} more ranks)" if len(order) > 4 else ""
+    return f"{e['edit']}: {what}; work per step: {parts}{more}"
 
 
 def render(console, doc: dict) -> None:
@@ -133,12 +150,7 @@ def render(console, doc: dict) -> None:
         console.print(Text("no edit: the replay of the measured durations (the prediction is the measured step)",
                            style="dim"))
     for e in doc["edits"]:
-        on = f" on rank{'s' if len(e['ranks']) > 1 else ''} {', '.join(map(str, e['ranks']))}" if e["ranks"] else ""
-        what = "names" if e["edit"] == "--balance" else "events"
-        line = f"{e['edit']}: {e['calls']} {what}{on}, {fmt_ns(e['removed_per_step_ns'])} per step taken out"
-        if e["removed_per_step_ns"] < 0:
-            line = f"{e['edit']}: {e['calls']} {what}{on}, {fmt_ns(-e['removed_per_step_ns'])} per step added"
-        console.print(literal(line))
+        console.print(literal(edit_line(e)))
     rows = [{**r, "step": str(r["step"]), "rank": _rank(r["rank"])} for r in doc["steps"]]
     rows += [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
                                                                                "gain_ns", "gain_pct")}}

@@ -118,14 +118,17 @@ def parse_scale(text: str) -> Scale:
 
 @dataclass
 class Applied:
-    """What one edit changed: its text, what it matched (``calls``: events; ``ranks``), and the time it took out
-    of (or added to) the matched edges, per step (ns, over the steps of every rank it touched)."""
+    """What one edit changed: its text, what it matched (``calls``: events, or names for ``--balance``;
+    ``ranks``; ``names``), and the time it took out of (negative: added to) the matched edges inside the steps:
+    ``removed_ns`` per step of the ranks it touched, ``by_rank`` per step of each of them (``None`` for a trace
+    without ranks). Time taken out of an edge off the critical path gains nothing."""
 
     text: str
     calls: int = 0
     ranks: list = field(default_factory=list)
     removed_ns: int = 0
     names: list = field(default_factory=list)
+    by_rank: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -192,9 +195,7 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
     that matches no host op or annotation (on its rank) is a one-line :class:`InputError`; so is a rank the trace
     does not have, and ``balance`` on a trace of one rank."""
     w = _weights(graph)
-    original = w.copy()
     inside = _in_steps(graph, windows)
-    steps = max(1, windows.height)
     ranks = sorted(r for r in graph["rank"].drop_nulls().unique().to_list())
     applied = []
     host_owned = graph.select(_own_time()).to_series().to_numpy()  # a host op's or annotation's own time
@@ -209,12 +210,11 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
         if not hit.any():
             on = f" on rank {d.rank}" if d.rank is not None else ""
             raise InputError(f"{d.text}: no host op or annotation{on} is named {d.pattern!r} (exactly or as a glob)")
-        matched = graph.filter(pl.Series(hit))
+        before = w.copy()
         w[hit] = 0
-        applied.append(Applied(d.text, matched.select("trace_id", "event_id").unique().height,
-                               sorted(matched["rank"].drop_nulls().unique().to_list()),
-                               round(float((original - w)[hit & inside].sum()) / _steps_of(windows, matched)),
-                               sorted(matched["name"].unique().to_list())))
+        matched = graph.filter(pl.Series(hit))
+        applied.append(_applied(d.text, matched.select("trace_id", "event_id").unique().height, graph, windows,
+                                (before - w) * inside, sorted(matched["name"].unique().to_list())))
     for s in scales:
         hit = graph.select(_scale_mask(graph, s.key)).to_series().fill_null(False).to_numpy()
         before = w.copy()
@@ -222,15 +222,13 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
         matched = graph.filter(pl.Series(hit))
         calls = matched.filter(_itself()).select("trace_id", "event_id").unique().height if s.key != "comm" else \
             matched.select("trace_id", "event_id").unique().height
-        applied.append(Applied(s.text, calls, sorted(matched["rank"].drop_nulls().unique().to_list()),
-                               round(float((before - w)[hit & inside].sum()) / steps)))
+        applied.append(_applied(s.text, calls, graph, windows, (before - w) * inside * hit))
     if balance:
         if len(ranks) < 2:
             raise InputError("--balance: the trace is not a run of several ranks (every rank behaves like the "
                              "median rank needs ranks to compare)")
         before = w.copy()
         factors = balance_factors(events, graph)
-        touched: set = set()
         names: set = set()
         if factors.height:
             kind = (pl.when(_itself()).then(pl.col("segment").replace_strict(GPU_SEGMENTS, default=None))
@@ -240,17 +238,28 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
                               how="inner")
             idx = hits["i"].to_numpy()
             w[idx] = w[idx] * hits["factor"].to_numpy()
-            touched = set(graph["rank"].gather(idx).drop_nulls().to_list())
             names = set(hits["name"].to_list())
-        applied.append(Applied("--balance", int(factors.height), sorted(touched),
-                               round(float((before - w)[inside].sum()) / steps), sorted(names)))
+        applied.append(_applied("--balance", int(factors.select("kind", "name").unique().height), graph, windows,
+                                (before - w) * inside, sorted(names)))
     return w, applied
 
 
-def _steps_of(windows: pl.DataFrame, matched: pl.DataFrame) -> int:
-    """The step windows of the traces ``matched`` is on (at least 1)."""
-    traces = matched["trace_id"].unique().to_list()
-    return max(1, windows.filter(pl.col("trace_id").is_in(traces)).height)
+def _applied(text: str, calls: int, graph: pl.DataFrame, windows: pl.DataFrame, taken: np.ndarray,
+             names: list | None = None) -> Applied:
+    """An :class:`Applied`: the time ``taken`` out of each edge (graph row order, 0 outside the steps) summed per
+    rank and divided by that rank's steps, for the ranks (traces) whose edges it changed."""
+    per = (graph.select("trace_id").with_columns(taken=pl.Series(taken, dtype=pl.Float64))
+           .filter(pl.col("taken") != 0).group_by("trace_id").agg(pl.col("taken").sum()))
+    steps = dict(windows.group_by("trace_id").agg(pl.len()).iter_rows())
+    rank_of = dict(windows.select("trace_id", "rank").unique().iter_rows())
+    by_rank, total, n = {}, 0.0, 0
+    for trace, ns in per.iter_rows():
+        k = max(1, steps.get(trace, 0))
+        by_rank[rank_of.get(trace)] = round(ns / k)
+        total, n = total + ns, n + k
+    touched = sorted((r for r in by_rank if r is not None))
+    return Applied(text, calls, touched, round(total / n) if n else 0, names or [],
+                   dict(sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
 
 
 def balance_factors(events: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
