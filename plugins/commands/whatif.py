@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 
-import polars as pl
 from rich.text import Text
 
 from traceparse import expr
