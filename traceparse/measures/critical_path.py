@@ -32,7 +32,8 @@ at the latest of its in-edges' source times plus their ``weight_ns``; with the m
 the measured times.
 
 :data:`dependency_graph` (a measure: per-trace part, a combine that adds the collectives across ranks) builds
-the graph; :func:`critical_paths` walks it for each step window and returns the path's segments.
+the graph, every trace of a partition at once (a group of a run's ranks costs a fixed number of polars queries,
+not a few dozen per rank); :func:`critical_paths` walks it for each step window and returns the path's segments.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, placed
+from traceparse.measures.base import Measure, keyed, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, self_time
@@ -79,45 +80,51 @@ def _empty_edges() -> pl.DataFrame:
     return pl.DataFrame(schema=EDGE_SCHEMA)
 
 
-def _edges(frame: pl.DataFrame, trace_id: str, rank: int | None, **fixed: Any) -> pl.DataFrame:
-    """``frame`` (some edge columns) as a frame of :data:`EDGE_SCHEMA`: the rest from ``fixed`` or null."""
-    values = {"src_trace": trace_id, "dst_trace": trace_id, "src_rank": rank, "rank": rank, "inferred": False,
-              **fixed}
+#: The key of a trace while a graph is built: its ``trace_id``, a null one as "" (a trace id is never empty).
+_T = "trace_id"
+
+
+def _edges(frame: pl.DataFrame, **fixed: Any) -> pl.DataFrame:
+    """``frame`` (some edge columns and ``trace_id``) as a frame of :data:`EDGE_SCHEMA`: both ends in the row's
+    trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`)."""
+    values = {"inferred": False, **fixed}
     exprs = []
     for column, dtype in EDGE_SCHEMA.items():
         if column in frame.columns:
             exprs.append(pl.col(column).cast(dtype))
+        elif column in ("src_trace", "dst_trace"):
+            exprs.append(pl.col(_T).alias(column))
         else:
             exprs.append(pl.lit(values.get(column), dtype=dtype).alias(column))
     return frame.select(exprs)
 
 
-# -- one trace's own edges ---------------------------------------------------------------------------------------
+# -- each trace's own edges (every trace of a frame at once, keyed by trace) -------------------------------------
 def _host_points(events: pl.DataFrame) -> pl.DataFrame:
-    """The start and end points of the trace's timed host events, in order on each thread, with the event that
+    """The start and end points of each trace's timed host events, in order on each thread, with the event that
     owns the time after each point (the innermost one open there)."""
     host = events.filter(expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
                          & placed() & pl.col("exclusive_ns").is_null())
     if host.height == 0:
         return pl.DataFrame()
-    nest = self_time.combine([self_time.part(host)]).select("event_id", "parent_event_id", "depth")
+    nest = keyed(self_time.combine([self_time.part(host)]).select(_T, "event_id", "parent_event_id", "depth"))
     host = host.with_columns(expr.collective_of()).select(
-        "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective").join(
-        nest, on="event_id", how="left")
+        _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective").join(
+        nest, on=[_T, "event_id"], how="left")
     some = pl.col("duration_ns") > 0
-    starts = host.select("event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns"),
+    starts = host.select(_T, "event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns"),
                          is_end=pl.lit(0, dtype=pl.Int8), grp=pl.lit(1, dtype=pl.Int8), sub=pl.col("depth"))
-    ends = host.select("event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns") + pl.col("duration_ns"),
+    ends = host.select(_T, "event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns") + pl.col("duration_ns"),
                        is_end=pl.lit(1, dtype=pl.Int8), grp=pl.when(some).then(0).otherwise(1).cast(pl.Int8),
                        sub=pl.when(some).then(-pl.col("depth")).otherwise(pl.col("depth")))
     # at one instant: ends before starts (siblings), outer starts before inner ones, inner ends before outer
     # ones; a zero-length event's end right after its start
-    points = pl.concat([starts, ends]).sort(["pid", "tid", "t", "grp", "sub", "event_id", "is_end"])
+    points = pl.concat([starts, ends]).sort([_T, "pid", "tid", "t", "grp", "sub", "event_id", "is_end"])
     owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
     points = points.with_columns(node=2 * pl.col("event_id") + pl.col("is_end"), owner=owner)
-    info = host.select(owner="event_id", owner_kind=pl.col("kind").cast(pl.String), owner_name="name",
+    info = host.select(_T, owner="event_id", owner_kind=pl.col("kind").cast(pl.String), owner_name="name",
                        owner_collective="collective")
-    return points.join(info, on="owner", how="left", maintain_order="left")
+    return points.join(info, on=[_T, "owner"], how="left", maintain_order="left")
 
 
 def _host_segment() -> pl.Expr:
@@ -133,38 +140,39 @@ def _host_segment() -> pl.Expr:
             .otherwise(pl.lit("runtime")))
 
 
-def _thread_edges(points: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     """``thread`` edges: each point → the next point of its thread, owned by the innermost open event."""
-    thread = ["pid", "tid"]
+    thread = [_T, "pid", "tid"]
     rows = points.with_columns(dst_node=pl.col("node").shift(-1).over(thread),
                                dst_ns=pl.col("t").shift(-1).over(thread)).filter(pl.col("dst_node").is_not_null())
-    rows = rows.select(src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
+    rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
                        name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
                        .when(pl.col("owner_name").str.contains(STEP_NAME))
                        .then(pl.format("(nothing traced in {})", pl.col("owner_name")))
                        .otherwise(pl.col("owner_name")),
                        category=pl.coalesce("owner_collective", "owner_kind"), event_id="owner", pid="pid",
                        tid="tid")
-    return _edges(rows, trace_id, rank, edge="thread")
+    return _edges(rows, edge="thread")
 
 
 def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
-    """The trace's timed GPU activities with their launch (call, or operator of the same external id)."""
+    """Each trace's timed GPU activities with their launch (call, or operator of the same external id)."""
     linked = launches.combine([launches.part(events)])
     if linked.height == 0:
         return pl.DataFrame()
-    linked = linked.join(events.select("event_id", "external_id", "copy_kind"), on="event_id", how="left")
+    linked = keyed(linked).join(events.select(_T, "event_id", "external_id", "copy_kind"), on=[_T, "event_id"],
+                                how="left")
     ops = events.filter(expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
                         & pl.col("external_id").is_not_null()).select(
-        "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
+        _T, "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
     unlinked = linked.filter(pl.col("launch_event_id").is_null() & pl.col("external_id").is_not_null())
     if ops.height and unlinked.height:
         # the operator of the same external id that started last before the activity (the innermost one)
-        via = (unlinked.select("event_id", "external_id", "start_ns").sort("start_ns")
-               .join_asof(ops, left_on="start_ns", right_on="op_start_ns", by="external_id", strategy="backward",
-                          check_sortedness=False)
-               .select("event_id", "op_event_id", "op_start_ns", "op_name"))
-        linked = linked.join(via, on="event_id", how="left")
+        via = (unlinked.select(_T, "event_id", "external_id", "start_ns").sort("start_ns")
+               .join_asof(ops, left_on="start_ns", right_on="op_start_ns", by=[_T, "external_id"],
+                          strategy="backward", check_sortedness=False)
+               .select(_T, "event_id", "op_event_id", "op_start_ns", "op_name"))
+        linked = linked.join(via, on=[_T, "event_id"], how="left")
     else:
         linked = linked.with_columns(op_event_id=pl.lit(None, dtype=pl.Int64), op_start_ns=pl.lit(None, dtype=pl.Int64),
                                      op_name=pl.lit(None, dtype=pl.String))
@@ -174,147 +182,165 @@ def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
         from_node=pl.coalesce(2 * pl.col("launch_event_id"), 2 * pl.col("op_event_id")),
         from_name=pl.coalesce("launch_name", "op_name"),
         from_call=pl.col("launch_event_id").is_not_null(),
-    ).sort(["device_id", "stream_id", "start_ns", "end_ns", "event_id"], nulls_last=False)
+    ).sort([_T, "device_id", "stream_id", "start_ns", "end_ns", "event_id"], nulls_last=False)
 
 
-def _gpu_edges(gpu: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     """``stream`` edges (each activity, and the previous activity's end → the next start) and ``launch`` edges."""
     category = expr.kernel_category(pl.col("name").fill_null(""), expr.kernel_categories())
     kind = pl.col("kind").cast(pl.String)
     segment = (pl.when(kind == "memcpy").then(pl.lit("copy")).when(kind == "memset").then(pl.lit("memset"))
                .when(category == "communication").then(pl.lit("communication")).otherwise(pl.lit("kernel")))
     lane = {"device_id": "device_id", "stream_id": "stream_id"}
-    itself = gpu.select(src_node=2 * pl.col("event_id"), src_ns="start_ns", dst_node=2 * pl.col("event_id") + 1,
+    itself = gpu.select(_T, src_node=2 * pl.col("event_id"), src_ns="start_ns", dst_node=2 * pl.col("event_id") + 1,
                         dst_ns="end_ns", segment=segment, name="name",
                         category=pl.when(kind == "memcpy").then(pl.col("copy_kind").cast(pl.String))
                         .when(kind == "kernel").then(category), event_id="event_id", **lane)
-    stream = ["device_id", "stream_id"]
+    stream = [_T, "device_id", "stream_id"]
     prev = gpu.with_columns(prev_node=2 * pl.col("event_id").shift(1).over(stream) + 1,
                             prev_end=pl.col("end_ns").shift(1).over(stream))
     prev = prev.filter(pl.col("prev_node").is_not_null() & (pl.col("prev_end") <= pl.col("start_ns")))
-    queued = prev.select(src_node="prev_node", src_ns="prev_end", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
+    queued = prev.select(_T, src_node="prev_node", src_ns="prev_end", dst_node=2 * pl.col("event_id"),
+                         dst_ns="start_ns",
                          segment=pl.when(pl.col("from_ns").is_not_null()).then(pl.lit("queue"))
                          .otherwise(pl.lit("untraced")),
                          name=pl.when(pl.col("from_ns").is_not_null()).then(pl.col("name"))
                          .otherwise(pl.lit("(GPU idle: the launch is not in the trace)")),
                          event_id="event_id", **lane)
     launched = gpu.filter(pl.col("from_ns").is_not_null() & (pl.col("from_ns") <= pl.col("start_ns"))).select(
-        src_node="from_node", src_ns="from_ns", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
+        _T, src_node="from_node", src_ns="from_ns", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
         segment=pl.lit("launch"), name="from_name",
         category=pl.when(pl.col("from_call")).then(pl.lit("launch call")).otherwise(pl.lit("operator")),
         event_id="event_id", **lane)
-    return pl.concat([_edges(itself, trace_id, rank, edge="stream"), _edges(queued, trace_id, rank, edge="stream"),
-                      _edges(launched, trace_id, rank, edge="launch")])
+    return pl.concat([_edges(itself, edge="stream"), _edges(queued, edge="stream"), _edges(launched, edge="launch")])
 
 
-def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
-    """``sync`` edges: of the GPU work launched before a blocking call began, the activity that ended last
-    within the call → the call's end."""
+def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """``sync`` edges: of the GPU work of its trace launched before a blocking call began, the activity that
+    ended last within the call → the call's end."""
     calls = events.filter(expr.kind_is("api") & placed() & pl.col("name").str.contains(SYNC_CALLS)).select(
-        "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+        _T, "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
     if calls.height == 0 or gpu.height == 0:
         return _empty_edges()
-    by_end = gpu.select("event_id", "end_ns", "device_id", "stream_id",
-                        launched=pl.coalesce("from_ns", "start_ns")).sort("end_ns", "event_id")
+    by_end = gpu.select(_T, "event_id", "end_ns", "device_id", "stream_id",
+                        launched=pl.coalesce("from_ns", "start_ns")).sort(_T, "end_ns", "event_id")
     ends = by_end["end_ns"].to_numpy()
     launched = by_end["launched"].to_numpy()
+    # each trace's rows of by_end: [first, stop)
+    bounds = by_end.with_row_index("row").group_by(_T).agg(first=pl.col("row").min(), stop=pl.col("row").max() + 1)
+    calls = calls.join(bounds, on=_T, how="inner")
     found = []
-    for call_id, start, end in calls.select("event_id", "start_ns", "end_ns").iter_rows():
-        i = int(np.searchsorted(ends, end, side="right")) - 1
+    for call_id, trace, start, end, first, stop in calls.select(
+            "event_id", _T, "start_ns", "end_ns", "first", "stop").iter_rows():
+        i = first + int(np.searchsorted(ends[first:stop], end, side="right")) - 1
         steps = 0
-        while i >= 0 and ends[i] >= start and steps < 10_000:
+        while i >= first and ends[i] >= start and steps < 10_000:
             if launched[i] <= start:
-                found.append((call_id, i))
+                found.append((trace, call_id, i))
                 break
             i -= 1
             steps += 1
     if not found:
         return _empty_edges()
-    pairs = pl.DataFrame(found, schema={"event_id": pl.Int64, "row": pl.Int64}, orient="row")
+    pairs = pl.DataFrame(found, schema={_T: pl.String, "event_id": pl.Int64, "row": pl.Int64}, orient="row")
     gpu_side = by_end.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)).select(
         "row", gpu_event_id="event_id", gpu_end="end_ns", device_id="device_id", stream_id="stream_id")
-    rows = pairs.join(gpu_side, on="row").join(calls, on="event_id").select(
-        src_node=2 * pl.col("gpu_event_id") + 1, src_ns="gpu_end", dst_node=2 * pl.col("event_id") + 1,
+    rows = pairs.join(gpu_side, on="row").join(calls, on=[_T, "event_id"]).select(
+        _T, src_node=2 * pl.col("gpu_event_id") + 1, src_ns="gpu_end", dst_node=2 * pl.col("event_id") + 1,
         dst_ns="end_ns", segment=pl.lit("sync"), name="name", event_id="event_id", pid="pid", tid="tid",
         device_id="device_id", stream_id="stream_id")
-    return _edges(rows, trace_id, rank, edge="sync")
+    return _edges(rows, edge="sync")
 
 
-def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, trace_id: str, rank: int | None,
-                min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
+def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
     """``wake`` edges (inferred): a thread resuming after a gap of at least ``min_wait_ns`` in which it ran no
     event (or only an annotation: a range, not work), or starting its first event, at most ``max_wake_ns`` after
     an event of another thread of its process ended within the gap → from that end."""
     waiting = (pl.col("segment") == "untraced") | pl.col("category").is_in(["marker", "region"])
     gaps = thread_edges.filter(waiting & (pl.col("dst_ns") - pl.col("src_ns") >= min_wait_ns)).select(
-        "pid", "tid", a="src_ns", b="dst_ns", dst_node="dst_node")
+        pl.col("dst_trace").alias(_T), "pid", "tid", a="src_ns", b="dst_ns", dst_node="dst_node")
     # a thread's first point: it may have been waiting since before the trace began
-    first = points.group_by("pid", "tid").agg(pl.all().sort_by("t").first()).select(
-        "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
+    first = points.group_by(_T, "pid", "tid").agg(pl.all().sort_by("t").first()).select(
+        _T, "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
     gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
-    ends = points.filter(pl.col("is_end") == 1).select("pid", e_tid="tid", e="t", e_node="node",
+    ends = points.filter(pl.col("is_end") == 1).select(_T, "pid", e_tid="tid", e="t", e_node="node",
                                                       e_event="event_id").sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _empty_edges()
-    woke = gaps.join_asof(ends, left_on="b", right_on="e", by="pid", strategy="backward", check_sortedness=False)
+    woke = gaps.join_asof(ends, left_on="b", right_on="e", by=[_T, "pid"], strategy="backward",
+                          check_sortedness=False)
     woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_tid") != pl.col("tid")) & (pl.col("e") > pl.col("a"))
                        & (pl.col("b") - pl.col("e") <= max_wake_ns))
-    rows = woke.select(src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="b", segment=pl.lit("wake-up"),
+    rows = woke.select(_T, src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="b", segment=pl.lit("wake-up"),
                        name=pl.lit("(resumed after another thread)"), event_id="e_event", pid="pid", tid="tid")
-    return _edges(rows, trace_id, rank, edge="wake", inferred=True)
+    return _edges(rows, edge="wake", inferred=True)
 
 
-def _stream_wait_edges(gpu: pl.DataFrame, gpu_edges: pl.DataFrame, trace_id: str, rank: int | None,
-                       min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
+def _stream_wait_edges(gpu: pl.DataFrame, gpu_edges: pl.DataFrame, min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
     """``stream_wait`` edges (inferred): an activity that started at least ``min_wait_ns`` after its launch and its
     stream's previous activity, at most ``max_wake_ns`` after an activity of another stream of its device ended
     in between → from that end (a cross-stream event wait: the trace does not say which event)."""
     starts = gpu_edges.filter(pl.col("edge").is_in(["launch", "stream"]) & (pl.col("dst_node") % 2 == 0)).group_by(
-        "dst_node").agg(p=pl.col("src_ns").max())
-    rows = gpu.select("event_id", "device_id", "stream_id", s="start_ns", dst_node=2 * pl.col("event_id")).join(
-        starts, on="dst_node", how="inner").filter(pl.col("s") - pl.col("p") >= min_wait_ns).sort("s")
-    ends = gpu.select("device_id", e_stream="stream_id", e="end_ns", e_node=2 * pl.col("event_id") + 1,
+        "dst_trace", "dst_node").agg(p=pl.col("src_ns").max()).rename({"dst_trace": _T})
+    rows = gpu.select(_T, "event_id", "device_id", "stream_id", s="start_ns", dst_node=2 * pl.col("event_id")).join(
+        starts, on=[_T, "dst_node"], how="inner").filter(pl.col("s") - pl.col("p") >= min_wait_ns).sort("s")
+    ends = gpu.select(_T, "device_id", e_stream="stream_id", e="end_ns", e_node=2 * pl.col("event_id") + 1,
                       e_event="event_id").sort("e")
     if rows.height == 0:
         return _empty_edges()
-    woke = rows.join_asof(ends, left_on="s", right_on="e", by="device_id", strategy="backward",
+    woke = rows.join_asof(ends, left_on="s", right_on="e", by=[_T, "device_id"], strategy="backward",
                           check_sortedness=False)
     woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_stream") != pl.col("stream_id"))
                        & (pl.col("e") > pl.col("p")) & (pl.col("s") - pl.col("e") <= max_wake_ns))
-    out = woke.select(src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="s", segment=pl.lit("stream wait"),
+    out = woke.select(_T, src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="s", segment=pl.lit("stream wait"),
                       name=pl.lit("(waited for another stream)"), event_id="e_event", device_id="device_id",
                       stream_id="stream_id")
-    return _edges(out, trace_id, rank, edge="stream_wait", inferred=True)
+    return _edges(out, edge="stream_wait", inferred=True)
 
 
 def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS) -> pl.DataFrame:
-    """Every edge of one trace's own graph (all but the collectives across members), as :data:`EDGE_SCHEMA`.
+    """Every edge of each trace's own graph (all but the collectives across members), as :data:`EDGE_SCHEMA`.
 
-    Inferred edges (``wake``, ``stream_wait``) only where the trace records runtime calls: without them a host
-    gap is work the trace does not show, not a wait.
+    ``events`` may hold many traces (a group of a run's ranks): they are built together, each edge within its
+    own trace (``trace_id``; its ``rank`` is the trace's first non-null rank), in a fixed number of polars
+    queries whatever the number of traces. Inferred edges (``wake``, ``stream_wait``) only in traces that
+    record runtime calls: without them a host gap is work the trace does not show, not a wait.
     """
     if events.height == 0:
         return _empty_edges()
-    trace_id = events["trace_id"][0] if "trace_id" in events.columns else None
-    ranks = events["rank"].drop_nulls()
-    rank = int(ranks[0]) if ranks.len() else None
-    runtime = bool(events.select(expr.kind_is("api").any()).item())
+    if _T not in events.columns:
+        events = events.with_columns(pl.lit(None, dtype=pl.String).alias(_T))
+    events = keyed(events.with_columns(pl.col(_T).cast(pl.String)))
+    per_trace = events.group_by(_T).agg(_rank=pl.col("rank").drop_nulls().first().cast(pl.Int32),
+                                        _runtime=expr.kind_is("api").any())
+    with_runtime = per_trace.filter(pl.col("_runtime")).select(_T)
     parts = []
     points = _host_points(events)
     thread = _empty_edges()
     if points.height:
-        thread = _thread_edges(points, trace_id, rank)
+        thread = _thread_edges(points)
         parts.append(thread)
     gpu = _gpu_rows(events)
     gpu_edges = _empty_edges()
     if gpu.height:
-        gpu_edges = _gpu_edges(gpu, trace_id, rank)
-        parts += [gpu_edges, _sync_edges(events, gpu, trace_id, rank)]
-    if runtime and points.height:
-        parts.append(_wake_edges(points, thread, trace_id, rank, min_wait_ns, max_wake_ns))
-    if runtime and gpu.height:
-        parts.append(_stream_wait_edges(gpu, gpu_edges, trace_id, rank, min_wait_ns, max_wake_ns))
-    return pl.concat(parts) if parts else _empty_edges()
+        gpu_edges = _gpu_edges(gpu)
+        parts += [gpu_edges, _sync_edges(events, gpu)]
+    if with_runtime.height and points.height:
+        parts.append(_wake_edges(points.join(with_runtime, on=_T, how="semi"),
+                                 thread.join(with_runtime, left_on="dst_trace", right_on=_T, how="semi"),
+                                 min_wait_ns, max_wake_ns))
+    if with_runtime.height and gpu.height:
+        parts.append(_stream_wait_edges(gpu.join(with_runtime, on=_T, how="semi"),
+                                        gpu_edges.join(with_runtime, left_on="dst_trace", right_on=_T, how="semi"),
+                                        min_wait_ns, max_wake_ns))
+    if not parts:
+        return _empty_edges()
+    ranks = per_trace.select(dst_trace=_T, _rank="_rank")
+    return (pl.concat(parts).join(ranks, on="dst_trace", how="left", maintain_order="left")
+            .with_columns(rank=pl.col("_rank"), src_rank=pl.col("_rank"),
+                          src_trace=pl.when(pl.col("src_trace") != "").then(pl.col("src_trace")),
+                          dst_trace=pl.when(pl.col("dst_trace") != "").then(pl.col("dst_trace")))
+            .select(list(EDGE_SCHEMA)))
 
 
 # -- the measure -------------------------------------------------------------------------------------------------
@@ -337,7 +363,8 @@ class DependencyGraph(Measure):
     times are moved by its :func:`traceparse.measures.comm.clock_offsets` (all ranks leave a collective together)
     and ``offset_ns`` says by how much: a step window of that rank moves by as much.
 
-    Part: each trace's own edges (:func:`trace_edges`) and its collective calls; combine: the collectives
+    Part: each trace's own edges (:func:`trace_edges`, every trace of the partition in one pass) and its
+    collective calls; combine: the collectives
     matched across ranks (:func:`traceparse.measures.comm.completions`) as ``enqueue``/``join``/``leave``
     edges, and the choice of each node's critical edge. Valid partitions: trace (rank).
     """
@@ -347,18 +374,13 @@ class DependencyGraph(Measure):
 
     def part(self, events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
              align_clocks: bool = False) -> pl.DataFrame:
-        groups = events.partition_by("trace_id", maintain_order=True) if events.height else []
-        rows = []
-        for g in groups:
-            edges = trace_edges(g, min_wait_ns, max_wake_ns)
-            comm = collectives.part(g).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
-            rows.append(pl.DataFrame({"edges": [edges], "comm": [comm]},
-                                     schema={"edges": pl.List(pl.Struct(EDGE_SCHEMA)),
-                                             "comm": pl.List(pl.Struct(_COMM_SCHEMA))}))
-        if not rows:
-            return pl.DataFrame(schema={"edges": pl.List(pl.Struct(EDGE_SCHEMA)),
-                                        "comm": pl.List(pl.Struct(_COMM_SCHEMA))})
-        return pl.concat(rows)
+        schema = {"edges": pl.List(pl.Struct(EDGE_SCHEMA)), "comm": pl.List(pl.Struct(_COMM_SCHEMA))}
+        if events.height == 0:
+            return pl.DataFrame(schema=schema)
+        # every trace of the partition at once (a group of a run's small ranks: one pass, not one per rank)
+        edges = trace_edges(events, min_wait_ns, max_wake_ns)
+        comm = collectives.part(events).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
+        return pl.DataFrame([edges.to_struct("edges").implode(), comm.to_struct("comm").implode()]).cast(schema)
 
     def combine(self, parts: list[pl.DataFrame], min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
                 align_clocks: bool = False) -> pl.DataFrame:
