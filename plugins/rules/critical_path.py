@@ -226,19 +226,25 @@ def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
 
 
 def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[dict]]:
-    """{(trace, step): the collectives where the path moves to another rank, latest first}."""
-    starts = {(t, s): a for t, s, a in paths.select("trace_id", "step", "start_ns").iter_rows()}
+    """{(trace, step): the collectives where the path moves to another rank, latest first}: a ``join`` segment
+    right after (``index`` + 1) a ``leave`` segment of the same path on another rank, every path in one query."""
+    path = ["trace_id", "step"]
+    leaves = segments.filter(pl.col("edge") == "leave").select(*path, "index", from_rank="segment_rank")
+    rows = (segments.filter((pl.col("edge") == "join") & (pl.col("index") > 0))
+            .with_columns(_prev=pl.col("index") - 1)
+            .join(leaves, left_on=[*path, "_prev"], right_on=[*path, "index"], how="inner", nulls_equal=True)
+            .filter(pl.col("segment_rank").ne_missing(pl.col("from_rank")))
+            .sort([*path, "index"]))
+    if rows.height == 0:
+        return {}
+    starts = paths.select(*path, _start="start_ns")
+    rows = rows.join(starts, on=path, how="left", nulls_equal=True, maintain_order="left").select(
+        *path, collective=pl.when(pl.col("category").is_not_null() & (pl.col("category") != ""))
+        .then(pl.col("category")).otherwise(pl.col("name")), name="name", from_rank="from_rank",
+        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"))
     out: dict[tuple, list[dict]] = defaultdict(list)
-    rows = segments.sort(["trace_id", "step", "index"]).select(
-        "trace_id", "step", "edge", "segment_rank", "name", "category", "end_ns").iter_rows()
-    prev = None
-    for trace_id, step, edge, rank, name, category, end_ns in rows:
-        if (edge == "join" and prev is not None and prev[0] == (trace_id, step) and prev[1] == "leave"
-                and prev[2] != rank):
-            start = starts[(trace_id, step)]
-            out[(trace_id, step)].append({"collective": category or name, "name": name, "from_rank": prev[2],
-                                          "to_rank": rank, "offset_ns": end_ns - start})
-        prev = ((trace_id, step), edge, rank)
+    for r in rows.iter_rows(named=True):
+        out[(r.pop("trace_id"), r.pop("step"))].append(r)
     return dict(out)
 
 
@@ -310,10 +316,15 @@ def _missing(events) -> list[str]:
     """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
     host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
             & pl.col("start_ns").is_not_null())
-    ops = expr.kind_is("op") & ~expr.is_communication()
-    row = events.select(host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(),
-                        api=expr.kind_is("api").sum(), ops=ops.sum(),
-                        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum()).row(0, named=True)
+    # the operators' names are classified once each (communication or not), not once per row
+    counts = events.lazy().group_by(
+        op=expr.kind_is("op"), name=pl.when(expr.kind_is("op") & pl.col("collective").is_null()).then(pl.col("name")),
+        collective=pl.when(expr.kind_is("op")).then(pl.col("collective"))).agg(
+        host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(), api=expr.kind_is("api").sum(),
+        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum(), rows=pl.len()).collect()
+    ops = pl.col("op") & ~expr.is_communication()
+    row = counts.select(pl.col("host", "threads", "api", "gpu").sum(),
+                        ops=pl.col("rows").filter(ops).sum()).row(0, named=True)
     out = []
     if not row["host"]:
         out.append("no host events: the path follows the GPU streams only (stream order); launches, "
