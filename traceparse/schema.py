@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 #: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
@@ -73,6 +73,8 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "collective": (pl.String, "collective of a communication event (all_reduce, broadcast, all_gather, ...), lower-case"),
     "seq": (pl.Int64, "collective sequence number within its process group, where the trace has it"),
     "process_group": (pl.String, "process-group name (Kineto 'Process Group Name'; nsys/NVTX domain)"),
+    "hlo_module": (pl.String, "compiled XLA program the event belongs to (XLA's hlo_module: jit_train_step)"),
+    "hlo_op": (pl.String, "XLA instruction the GPU work computes (XLA's hlo_op: gemm_fusion_dot.17, copy.1)"),
 }
 
 DTYPES: dict[str, pl.DataType] = {name: dtype for name, (dtype, _) in COLUMNS.items()}

@@ -79,10 +79,10 @@ KIND_VIEWS: dict[str, KindView] = {
     "kernels": KindView(("kernel",), _HEAD + ("category",) + _TIME + (
         "min_ns", "max_ns", "device_id", "context_id", "stream_id", "correlation_id", "external_id", "grid_x",
         "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
-        "dynamic_smem_bytes", "bytes", "flops", "collective", "seq", "process_group")),
+        "dynamic_smem_bytes", "bytes", "flops", "collective", "seq", "process_group", "hlo_module", "hlo_op")),
     "copies": KindView(("memcpy", "memset"), _HEAD + ("kind",) + _TIME + (
         "min_ns", "max_ns", "copy_kind", "src_memory", "dst_memory", "bytes", "device_id", "context_id",
-        "stream_id", "src_device", "dst_device", "correlation_id", "external_id")),
+        "stream_id", "src_device", "dst_device", "correlation_id", "external_id", "hlo_module", "hlo_op")),
     "api": KindView(("api",), _HEAD + ("api_class",) + _TIME + (
         "min_ns", "max_ns", "exclusive_ns", "pid", "tid", "correlation_id", "external_id", "device_id",
         "stream_id")),

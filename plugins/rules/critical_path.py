@@ -25,11 +25,13 @@ ranks), ``step_ns``, ``length_ns``, ``unexplained_ns`` (step − length), ``by_k
 above and ``waiting for another rank``; they add up to ``length_ns``), ``host_ops`` (host op time by name,
 the ``top`` largest and ``(others)``), ``kernel_categories``, ``wait_ns`` and ``wait_pct`` (waiting for
 another rank, and its share of the length), ``other_rank_ns`` and ``other_rank_pct`` (all of the path's time
-on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``untraced_pct`` and
+on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``collectives`` (collective
+instances in the graph, over all ranks and steps), ``untraced_pct`` and
 ``inferred_pct`` (shares of the length the trace does not show, or that rest on inferred edges), ``missing``
 (the edges the trace cannot give, in words), ``per_step`` (per path: ``step``, ``rank``, ``step_ns``,
 ``length_ns``, ``unexplained_ns``, ``wait_ns``, ``other_rank_ns``, ``crossings`` [{``collective``, ``name``,
-``from_rank``, ``to_rank``, ``offset_ns``: the last rank's joining, from the step's start}], ``top``: its three
+``from_rank``, ``to_rank``, ``offset_ns``: the last rank's joining, from the step's start, ``instance``: the
+collective instance's node}], ``top``: its three
 largest parts) and
 ``ranks`` ({rank: ``steps``, ``length_ns``, ``wait_ns``, ``other_rank_ns`` (means per step), ``crossed_to``
 ({rank: collectives})}). Items: the largest parts of the paths, summed over them and given per path (per
@@ -50,7 +52,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import critical_paths
+from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -131,6 +133,7 @@ class CriticalPath(Rule):
                    "wait_pct": wait_pct, "other_rank_ns": per_step(other_ns),
                    "other_rank_pct": expr.pct(other_ns, length),
                    "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
+                   "collectives": _instances(graph),
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         message = _message(metrics, items, details, ranks_known)
@@ -225,6 +228,12 @@ def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
     return dict(out)
 
 
+def _instances(graph: pl.DataFrame) -> int:
+    """How many collective instances the graph holds (each is one node of the instance trace)."""
+    joins = graph.filter((pl.col("edge") == "join") & (pl.col("dst_trace") == INSTANCE_TRACE))
+    return joins["dst_node"].n_unique() if joins.height else 0
+
+
 def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[dict]]:
     """{(trace, step): the collectives where the path moves to another rank, latest first}: a ``join`` segment
     right after (``index`` + 1) a ``leave`` segment of the same path on another rank, every path in one query."""
@@ -241,7 +250,7 @@ def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[
     rows = rows.join(starts, on=path, how="left", nulls_equal=True, maintain_order="left").select(
         *path, collective=pl.when(pl.col("category").is_not_null() & (pl.col("category") != ""))
         .then(pl.col("category")).otherwise(pl.col("name")), name="name", from_rank="from_rank",
-        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"))
+        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"), instance="dst_node")
     out: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows.iter_rows(named=True):
         out[(r.pop("trace_id"), r.pop("step"))].append(r)
@@ -360,7 +369,10 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool)
         if to:
             rank, count = sorted(to.items(), key=lambda kv: (-kv[1], kv[0]))[0]
             first = next(c for d in details for c in d["crossings"] if c["to_rank"] == rank)
-            text += (f" It crosses to rank {rank} at {count} collective{'s' if count > 1 else ''} ({first['name']}):"
+            at = len({c["instance"] for d in details for c in d["crossings"] if c["to_rank"] == rank})
+            times = f", {count} times over the {len(details)} paths" if count != at else ""
+            text += (f" It crosses to rank {rank} at {at} of the {m['collectives']} collective"
+                     f"{'s' if m['collectives'] != 1 else ''} ({first['name']}{times}):"
                      f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "
                      f"{fmt_ns(m['wait_ns'])} of it ({fmt_pct(m['wait_pct'])} of the path) while this rank had joined "
                      "a collective and waited for them.")

@@ -661,7 +661,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataF
     # are then gathered from crit in one query, not built row by row). A node seen twice ends the walk; edges
     # never run forwards in time, so only a node left at an unchanged time can come round again: only those
     # are remembered.
-    for trace, rank, step, w_start, w_end in windows.select("trace_id", "rank", "step", "start_ns", "end_ns").iter_rows():
+    bounds = windows.select("trace_id", "rank", "step", "start_ns", "end_ns").iter_rows()
+    for trace, rank, step, w_start, w_end in bounds:
         lo, hi = nodes.span(trace)
         at = lo + int(np.searchsorted(times[lo:hi], w_end, side="right")) - 1
         step_ns = w_end - w_start
