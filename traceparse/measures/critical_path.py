@@ -546,31 +546,37 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     alphabet = pl.col("edge").replace_strict({k: i for i, k in enumerate(sorted(EDGE_KINDS))}, return_dtype=pl.Int32)
     # the few columns the choice needs (the wide rows are gathered once, at the end)
     narrow = edges.select(_d=keys.key("dst"), _s=keys.key("src"), _o=order, _e=alphabet, src_ns="src_ns",
-                          inferred="inferred", edge="edge", segment="segment", gap_ns="gap_ns",
-                          _known=pl.col("src_trace").is_not_null())
-    ranked = (narrow.select("_d", "_s", "_o", "src_ns", "inferred")
+                          inferred="inferred", _known=pl.col("src_trace").is_not_null())
+    ranked = (narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row")
               .sort(["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False]))
+    # per destination, its first explicit edge, then its first inferred one (at most one row each)
     head = ((pl.col("_d") != pl.col("_d").shift(1)) | (pl.col("inferred") != pl.col("inferred").shift(1))
             ).fill_null(True)
     heads = ranked.filter(head)
-    chosen = (heads.filter(~pl.col("inferred")).select("_d", e_s="_s", e_o="_o", e_ns="src_ns")
-              .join(heads.filter(pl.col("inferred")).select("_d", i_s="_s", i_o="_o", i_ns="src_ns"), on="_d",
-                    how="full", coalesce=True))
-    use_inferred = pl.col("i_s").is_not_null() & (pl.col("e_s").is_null() | (pl.col("i_ns") > pl.col("e_ns")))
-    chosen = chosen.select("_d", c_s=pl.when(use_inferred).then(pl.col("i_s")).otherwise(pl.col("e_s")),
-                           c_o=pl.when(use_inferred).then(pl.col("i_o")).otherwise(pl.col("e_o")))
+    later = ((pl.col("_d") == pl.col("_d").shift(-1)) & pl.col("src_ns").shift(-1).gt(pl.col("src_ns"))).fill_null(False)
+    chosen = (heads.with_columns(_later=later, n_s=pl.col("_s").shift(-1), n_o=pl.col("_o").shift(-1))
+              .filter((pl.col("_d") != pl.col("_d").shift(1)).fill_null(True))  # one row per destination
+              .select(c_s=pl.when(pl.col("_later")).then(pl.col("n_s")).otherwise(pl.col("_s")),
+                      c_o=pl.when(pl.col("_later")).then(pl.col("n_o")).otherwise(pl.col("_o"))))
+    # every edge beside its destination's choice: ranked and chosen list the destinations in one order
+    runs = ranked["_d"].rle().struct.field("len").to_numpy()
+    c_s, c_o = (np.repeat(chosen[c].to_numpy(), runs) for c in ("c_s", "c_o"))
+    mine = (ranked["_s"].to_numpy() == c_s) & (ranked["_o"].to_numpy() == c_o)
+    critical = np.empty(edges.height, dtype=bool)
+    critical[ranked["_row"].to_numpy()] = mine
     # a null source trace is never chosen: as the comparison of two null trace ids, which is null
-    critical = (pl.col("_s") == pl.col("c_s")) & (pl.col("_o") == pl.col("c_o")) & pl.col("_known")
-    narrow = (narrow.join(chosen, on="_d", how="left", maintain_order="left")
-              .with_columns(critical=critical.fill_null(False)))
-    typical = (narrow.filter(pl.col("critical")).group_by("edge", "segment")
+    critical &= narrow["_known"].to_numpy()
+    # each (edge, segment) kind's median critical gap, as a number per pair of kinds
+    pair = edges.select(_o=order, _g=pl.col("segment").rank("dense").fill_null(0)).select(
+        _p=pl.col("_o").cast(pl.Int64) * (edges.height + 1) + pl.col("_g").cast(pl.Int64))
+    gaps = pl.DataFrame({"_p": pair["_p"], "gap_ns": edges["gap_ns"], "critical": critical})
+    typical = (gaps.filter(pl.col("critical")).group_by("_p")
                .agg(_typical=pl.col("gap_ns").median().round(0).cast(pl.Int64)))
     weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
-    narrow = (narrow.join(typical, on=["edge", "segment"], how="left", nulls_equal=True, maintain_order="left")
-              .with_columns(weight_ns=weight).with_row_index("_row")
-              .sort(["_d", "_s", "_e"], nulls_last=True))  # dst trace and node, src trace and node, edge
-    return pl.concat([edges.select(pl.all().gather(narrow["_row"])), narrow.select("critical", "weight_ns")],
+    gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
+    final = narrow.select("_d", "_s", "_e").with_row_index("_row").sort(["_d", "_s", "_e"], nulls_last=True)["_row"]
+    return pl.concat([edges.select(pl.all().gather(final)), gaps.select(pl.col("critical", "weight_ns").gather(final))],
                      how="horizontal")
 
 
