@@ -87,9 +87,8 @@ def _always_fits(source: pl.DataType, dtype: pl.DataType) -> bool:
     if source == dtype:
         return True
     if source.is_integer() and dtype.is_integer():
-        lo, hi = _INT_BOUNDS[source.base_type()]
-        to_lo, to_hi = _INT_BOUNDS[dtype.base_type()]
-        return to_lo <= lo and hi <= to_hi
+        given, wanted = _INT_BOUNDS.get(source.base_type()), _INT_BOUNDS.get(dtype.base_type())
+        return given is not None and wanted is not None and wanted[0] <= given[0] and given[1] <= wanted[1]
     return False
 
 
