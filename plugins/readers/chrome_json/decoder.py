@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,15 +80,25 @@ def gc_paused():
     """Pause the cyclic garbage collector while millions of acyclic objects are made.
 
     Decoding creates one struct per event; with the collector running, its
-    passes over them cost more than the decoding itself.
+    passes over them cost more than the decoding itself. Threads that decode
+    at once share one pause: the collector runs again when the last one is done.
     """
-    enabled = gc.isenabled()
-    gc.disable()
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+                gc.enable()
+
+
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # pauses under way, whether the collector ran before the first
 
 
 def where(message: str, offset: int = 0) -> str:
@@ -492,6 +503,26 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     return min(cores - 1, 8)
 
 
+def decode_threads(workers: int, requested: int | None = None) -> int:
+    """How many threads of this process decode chunks when no worker process does (0: the reading thread).
+
+    ``requested`` (the ``threads`` reader parameter), else ``$TRACEPARSE_DECODE_THREADS``, else 1 on a machine
+    of 2 cores or more: one thread decodes the next chunk while this one validates and hands on the last
+    (Arrow's parse and polars' work run without the interpreter's lock, so the two overlap).
+    """
+    if workers > 0:
+        return 0
+    if requested is None and os.environ.get("TRACEPARSE_DECODE_THREADS", "").strip().isdigit():
+        requested = int(os.environ["TRACEPARSE_DECODE_THREADS"])
+    if requested is not None:
+        return max(0, int(requested))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return 1 if cores >= 2 else 0
+
+
 def _content_bytes(path: Path) -> int:
     """The (uncompressed) size of the file's content: a gzip file's trailer says it (modulo 4 GiB)."""
     try:
@@ -511,7 +542,8 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                convert: Callable[[Path, list], Any], *, workers: int, chunk_bytes: int = CHUNK_BYTES,
                label: str = "Chrome trace", array_form: bool = True,
                on_document: Callable[[Any], None] | None = None,
-               fast: Callable[[bytes], tuple[Any, int] | None] | None = None) -> Iterator[tuple[int, Any]]:
+               fast: Callable[[bytes], tuple[Any, int] | None] | None = None,
+               threads: int = 0) -> Iterator[tuple[int, Any]]:
     """Decode and convert the events of ``path`` in ``workers`` processes; yield ``(offset, convert(path, events))``.
 
     The same contract as :func:`stream_events` (and the same errors and
@@ -528,7 +560,9 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     where the cuts fell. At most ``max(2, workers * IN_FLIGHT_PER_WORKER)``
     chunks are in flight, which bounds memory.
 
-    ``workers`` 0 decodes in this process, each chunk when its turn comes, with the same cuts and results.
+    ``workers`` 0 decodes in this process: in ``threads`` threads beside the one reading the file (Arrow's
+    parse and polars' work let go of the interpreter), or with ``threads`` 0 each chunk when its turn comes;
+    the same cuts and results.
     ``fast`` (a module-level function, so that it pickles) is tried first on each chunk but the last: it
     gets the chunk's bytes (whole events, commas between) and returns ``(what convert would make, the number
     of events)``, or None to leave the chunk to the decoding and ``convert`` (the careful path).
@@ -537,8 +571,8 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     repairs = [0]
     max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
     spec = (event_type, document_type, convert, str(path), fast)
-    pool = _pool(workers)
-    limit = max(2, workers * IN_FLIGHT_PER_WORKER)
+    pool = _pool(workers, threads)
+    limit = max(2, max(workers, threads) * IN_FLIGHT_PER_WORKER)
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, rest, form = reader.find_array(label, array_form)
@@ -798,16 +832,23 @@ class _InThisProcess:
         return _Deferred(fn, args)
 
 
-def _pool(workers: int):
+def _pool(workers: int, threads: int = 0):
     """A process pool of ``workers`` (kept for this process's later traces), started through a fork server;
-    for ``workers`` 0, :class:`_InThisProcess`.
+    for ``workers`` 0, a pool of ``threads`` threads (kept too), or :class:`_InThisProcess` for none.
 
     This process, which may run threads (the Parquet writer, polars' pool), is never forked: workers are
     forks of a fresh fork server that has imported nothing (a process that has started polars' threads
     cannot be forked safely), and each imports the decoder and the reader itself on its first chunk.
     """
     if workers <= 0:
-        return _InThisProcess()
+        if threads <= 0:
+            return _InThisProcess()
+        key = ("threads", threads)
+        if key not in _POOLS:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOLS[key] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceparse-decode")
+        return _POOLS[key]
     pool = _POOLS.get(workers)
     if pool is None:
         import multiprocessing

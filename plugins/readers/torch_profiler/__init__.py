@@ -25,7 +25,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.trace import Trace, TraceMeta
 
 from traceparse_plugins.readers.chrome_json import (
-    CHUNK_BYTES, decode_workers, map_chunks,
+    CHUNK_BYTES, decode_threads, decode_workers, map_chunks,
 )
 from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
@@ -52,11 +52,12 @@ class TorchProfilerReader(Reader):
         meta = TraceMeta(tool="torch.profiler")
         chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
         workers = decode_workers(path, chunk, options.params.get("workers"))
-        return Trace(_batches(path, meta, options, chunk, workers), meta)
+        threads = decode_threads(workers, options.params.get("threads"))
+        return Trace(_batches(path, meta, options, chunk, workers, threads), meta)
 
 
 def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int,
-             workers: int = 0) -> Iterator[pl.DataFrame]:
+             workers: int = 0, threads: int = 0) -> Iterator[pl.DataFrame]:
     """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way.
 
     The shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`)
@@ -65,7 +66,9 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     event needs it (or with the reader parameter ``fast=false``), by the careful
     path (msgspec structs, :func:`chunk_rows`); both give the same rows. With
     ``workers`` > 0 this happens in that many worker processes, this process
-    only collecting the batches in order; the batches are the same.
+    only collecting the batches in order; else in ``threads`` threads of this
+    one (:func:`~traceparse_plugins.readers.chrome_json.decode_threads`); the
+    batches are the same.
     ``[memory]`` events become counter rows in the events' order
     (:mod:`.memory`). Integer arguments written in another JSON type are
     coerced and counted; one warning at the end says what (:mod:`.coerce`).
@@ -76,7 +79,8 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     fast = fast_rows if options.params.get("fast", True) not in (False, "0", "false", "no") else None
     for _, (batch, counts, chunk_names) in map_chunks(
             path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
-            label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast):
+            label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast,
+            threads=threads):
         coerced.counts.update(counts.counts)
         names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
         yield batch
