@@ -77,6 +77,37 @@ def run_rule(trace, rule: str, *settings: str):
     return findings[0]
 
 
+# -- oracles over a raw torch.profiler JSON (gzip + json, plain Python: no traceparse code) ----------------------
+def raw_events(path: Path) -> list[dict]:
+    """The complete events (``ph`` X) of a gzipped Chrome/Kineto JSON trace."""
+    import gzip
+    import json
+
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def raw_steps(path: Path) -> dict[int, tuple[int, int]]:
+    """{N: (start, end)} of the host-side ProfilerStep#N annotations, in ns."""
+    return {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+            for e in raw_events(path) if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+
+
+def self_time(events: list[dict], target: dict) -> int:
+    """``target``'s duration minus its direct children's on its thread (ns), from the raw events."""
+    s, e = us_to_ns(target["ts"]), us_to_ns(target["ts"]) + us_to_ns(target["dur"])
+    inside = sorted((us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
+                    if x is not target and x.get("tid") == target["tid"]
+                    and x.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")
+                    and s <= us_to_ns(x["ts"]) and us_to_ns(x["ts"]) + us_to_ns(x["dur"]) <= e)
+    covered, end = 0, s
+    for a, b in inside:  # the union of everything inside is the children's time
+        if b > end:
+            covered += b - max(a, end)
+            end = b
+    return (e - s) - covered
+
+
 def run_of(folder: Path):
     """The ranks of ``folder`` (``rank*.json.gz``) as one run's combined trace: each rank's events with its
     ``rank`` and its own ``trace_id``, read without the store."""

@@ -8,14 +8,14 @@ an operator's self time.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, read_torch, run_cli, run_of, run_rule, us_to_ns
+from helpers import (FIXTURES, REPO, raw_events, raw_steps, read_torch, run_cli, run_of, run_rule, self_time,
+                     us_to_ns)
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures import dependency_graph, partitioned
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
@@ -41,17 +41,6 @@ def gpu(name, start, end, stream=7, kind="kernel", **more):
     return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
             "stream_id": stream, **more}
 
-
-
-def raw_events(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as f:
-        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-
-
-def raw_steps(path: Path) -> dict[int, tuple[int, int]]:
-    """{N: (start, end)} of the host-side ProfilerStep#N annotations, in ns."""
-    return {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
-            for e in raw_events(path) if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
 
 
 def edges_of(graph: pl.DataFrame, edge: str) -> list[tuple]:
@@ -208,21 +197,6 @@ def test_the_run_graph_partitioned_by_rank_equals_the_whole():
 
 
 # -- the critical path on real runs -----------------------------------------------------------------------------
-def self_time(events: list[dict], target: dict) -> int:
-    """``target``'s duration minus its direct children's on its thread (ns), from the raw events."""
-    s, e = us_to_ns(target["ts"]), us_to_ns(target["ts"]) + us_to_ns(target["dur"])
-    inside = sorted((us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
-                    if x is not target and x.get("tid") == target["tid"]
-                    and x.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")
-                    and s <= us_to_ns(x["ts"]) and us_to_ns(x["ts"]) + us_to_ns(x["dur"]) <= e)
-    covered, end = 0, s
-    for a, b in inside:  # the union of everything inside is the children's time
-        if b > end:
-            covered += b - max(a, end)
-            end = b
-    return (e - s) - covered
-
-
 @needs_samples
 def test_on_the_slow_run_the_path_crosses_to_rank_2_and_holds_its_sleep():
     finding = run_rule(run_of(SLOW), "critical-path")

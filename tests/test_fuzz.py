@@ -57,6 +57,8 @@ def _mutants() -> list[tuple[str, Path, str, bytes]]:
             elif kind == "cut":
                 b = b[: rng.randrange(len(b) // 4, len(b))]
             elif kind == "dup":
+                if len(lines) <= body:  # one line: nothing after the head to repeat
+                    continue
                 i = rng.randrange(body, len(lines))
                 b = bytearray(b"".join(lines[:i + 1] + [lines[i]] * 3 + lines[i + 1:]))
             else:  # one number in a data line becomes a huge, negative or odd value

@@ -257,7 +257,9 @@ def torch_gpu_figures(events: list[dict]) -> tuple[int, dict[str, int], set[int]
 # -- the four reports --------------------------------------------------------------------------------------
 def test_torch_trace_report(browser, store, tmp_path):
     page = open_report(browser, report(tmp_path, shown(TORCH)), tmp_path / "report_torch.png")
-    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies"})
+    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies",
+                                "chart-roofline"})  # the roofline from the recorded shapes
+    assert "derived from the recorded shapes" in page.page.inner_text("#chart-roofline-card .chart-note")
     busy, by_name, steps = torch_gpu_figures(raw_torch(TORCH))
     # the timeline's one line holds the GPU's busy time, to the rounding of its percentages (3 decimals per bin)
     assert timeline_busy_ns(charts["chart-timeline"]) == {"GPU 0": pytest.approx(busy, rel=1e-4)}
@@ -386,7 +388,7 @@ RUN_CHARTS = {"chart-collectives", "chart-ranks", "chart-timeline", "chart-steps
 def test_run_report(browser, store, tmp_path, samples_dir):
     run_dir = samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
     page = open_report(browser, report(tmp_path, os.path.relpath(run_dir)), tmp_path / "report_run.png")
-    charts = check_drawn(page, RUN_CHARTS)
+    charts = check_drawn(page, RUN_CHARTS | {"chart-roofline"})  # ResNet18's operators placed from their shapes
     per_rank = {}
     for rank in range(4):
         busy, _, _ = torch_gpu_figures(raw_torch(run_dir / f"rank{rank}.json.gz"))

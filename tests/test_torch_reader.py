@@ -32,10 +32,13 @@ def test_shared_samples_match_independent_parse(samples_dir):
 
 
 def test_fixture_traces_match_independent_parse(fixtures_dir):
+    not_traces = ("manifest.json", "ddp4_step_times.json", "et_versions.json")  # what made them, not traces
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
-                   if p.name != "manifest.json" and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
-    # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace
-    assert len(paths) == 30
+                   if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
+                   and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
+    # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
+    # the 12 ranks of the DDP twins, the 2 Kineto traces beside their execution traces
+    assert len(paths) == 44
     for path in paths:
         check_against_independent(path)
 
@@ -71,6 +74,9 @@ def check_against_independent(path: Path) -> None:
     assert ev["bytes"].to_list() == [expected_bytes(e.get("args", {})) for e in expected]
     dims = [e.get("args", {}).get("Input Dims") for e in expected]
     assert ev["input_dims"].to_list() == [None if d is None else json.dumps(d, separators=(",", ":")) for d in dims]
+    for column, key in (("input_types", "Input type"), ("concrete_inputs", "Concrete Inputs")):  # JSON as written
+        assert [None if v is None else json.loads(v) for v in ev[column]] == \
+            [e.get("args", {}).get(key) for e in expected], (path, column)
     gpu = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
     assert gpu["pid"].null_count() == gpu.height  # GPU rows have no host process
     assert gpu["stream_id"].null_count() == 0

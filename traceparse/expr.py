@@ -28,14 +28,20 @@ HOST_DEVICE = ("HtoD", "DtoH")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 # -- kernel categories ---------------------------------------------------------
+#: XLA's collective operations by their HLO names (``all-reduce-start.1``, ``all-gather-done``,
+#: ``reduce-scatter.3``, ``collective-permute``, ``all-to-all``; ``_`` as well as ``-``): a kernel or XLA op
+#: named so is communication (:data:`KERNEL_CATEGORIES`, :data:`COMMUNICATION_NAMES`).
+XLA_COLLECTIVE = (r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_]all|ragged[-_]all[-_]to[-_]all"
+                  r"|collective[-_]permute|collective[-_]broadcast)([-_.]|$)")
 #: What a kernel does, from its name: (category, regular expression searched in the lower-cased name). The
 #: first row that matches wins, so the order matters (a cuDNN flash-attention kernel's name also says
 #: "wgmma" and "fprop", a copy kernel's "elementwise_kernel"). Plugins put rows of their own in front of
 #: these with the hook ``traceparse_kernel_categories`` (see :func:`kernel_categories`). docs/rules.md
 #: (kernel-share) defines each category; tests/test_kernel_categories.py holds real names for every row.
 KERNEL_CATEGORIES: list[tuple[str, str]] = [
-    # NCCL / RCCL (ncclKernel_*, ncclDevKernel_*, RCCL's ncclDevKernel_Generic), MSCCL
-    ("communication", r"nccl|rccl|msccl"),
+    # NCCL / RCCL (ncclKernel_*, ncclDevKernel_*, RCCL's ncclDevKernel_Generic), MSCCL; XLA's collectives by
+    # their HLO names (all-reduce-start.1, all-gather-done, reduce-scatter.3, collective-permute, all-to-all)
+    ("communication", r"nccl|rccl|msccl|" + XLA_COLLECTIVE),
     # torch.compile (Inductor) names its Triton kernels triton_<kind>_fused_<the aten ops fused>: kind poi
     # (pointwise), red (reduction), per (persistent reduction), for (foreach), tem (template: mm, conv,
     # flex attention). A template is what it computes. A pointwise or reduction kernel takes the category of
@@ -48,6 +54,9 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     ("reduction/softmax", r"^triton_(poi|red|per)_.*(softmax|nll_loss|cross_entropy)"),
     ("pooling", r"^triton_(poi|red|per)_.*pool"),
     ("embedding", r"^triton_(poi|red|per)_.*embedding"),
+    # XLA's Triton fusions: softmax (triton_softmax_31) and, in older XLA, GEMMs (triton_gemm_dot_2)
+    ("reduction/softmax", r"^triton_softmax"),
+    ("gemm", r"^triton_gemm"),
     ("triton-fused", r"^triton_"),
     # flash / memory-efficient attention, cuDNN SDPA (and its dO·O and dQ helper kernels), CK / aiter fmha,
     # Triton attn_fwd / _attn_bwd
@@ -77,12 +86,20 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
                           r"|histogram"),
     # memory-format conversions (cuDNN nchwToNhwc, MIOpen transposes), transposes, copies and casts (torch's
     # direct_copy_kernel_cuda, dtype copies), concatenation, padding, the HIP runtime's copy kernels
+    # XLA: concatenations (input_concatenate_fusion), slices and copies wrapped as fusions, dynamic (update)
+    # slices, MIOpen's 3-D im2col of XLA's convolutions (Im3d2Col)
     ("layout/copy", r"nchwtonhwc|nhwctonchw|nchw2|nhwc2|transpose|copy_kernel|catarray|batchedcopy|converttensor"
-                    r"|addpadding|im2col|col2im|permute|rocclr_copy|copybuffer"),
+                    r"|addpadding|im2col|col2im|im3d2col|permute|rocclr_copy|copybuffer|concatenate"
+                    r"|^wrapped_(slice|copy|pad|reverse)|dynamic_(update_)?slice"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|threshold|relu|sigmoid|tanh|gelu|silu"
                     r"|dropout|clamp|scale|add_kernel|mul_kernel|cast|philox|random|distribution|bernoulli"
-                    r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"),
+                    r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"
+                    # XLA's loop fusions (loop_add_fusion, loop_convert_tanh_fusion) and single elementwise ops
+                    # wrapped as fusions (wrapped_convert, wrapped_broadcast); their reductions, transposes and
+                    # copies took the rows above
+                    r"|^loop_\w*fusion|^wrapped_"),
 ]
+
 #: The category of a kernel name no pattern of :data:`KERNEL_CATEGORIES` matches.
 OTHER_CATEGORY = "other"
 #: Every built-in kernel category once, in the table's order of first appearance, then :data:`OTHER_CATEGORY`.
@@ -274,6 +291,8 @@ COMMUNICATION_NAMES: list[tuple[str, str]] = [
     # NCCL calls as nsys and NVTX show them (NVTX domain NCCL): ncclAllReduce, ncclBroadcast, ncclSend, ...
     ("nccl call", r"^nccl(allreduce|broadcast|bcast|reduce|allgather|reducescatter|alltoall|send|recv|gather"
                   r"|scatter)"),
+    # XLA's collective operations (JAX, TensorFlow): all-reduce-start.1, all-gather-done, reduce-scatter.3
+    ("xla collective", XLA_COLLECTIVE),
 ]
 
 #: (collective, regular expression) on a communication name lower-cased with the parameter list dropped and

@@ -42,6 +42,7 @@ registry name needs no alias.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -186,14 +187,21 @@ def to_int(text: str, unit: str, *, to: str | None = None, spellings: Mapping[st
 
 def to_float(text: str, unit: str | None = None, *, to: str | None = None,
              spellings: Mapping[str, str] | None = None, scale: Decimal | int | None = None) -> float:
-    """Decimal ``text`` × the unit's factor (× ``scale``) as the nearest float: the exact product, rounded once."""
+    """Decimal ``text`` × the unit's factor (× ``scale``) as the nearest float: the exact product, rounded once.
+
+    Raises ValueError for a product past the float range (about 1.8e308), which no measured figure reaches.
+    """
     value = parse(text)
     by = ratio(unit, to, spellings) if unit is not None else Fraction(1)
     if scale is not None:
         by *= Fraction(scale)
-    if by == 1:
-        return float(value)
-    return float(Fraction(value) * by)  # exact product; float(Fraction) rounds once, correctly
+    try:
+        out = float(value) if by == 1 else float(Fraction(value) * by)  # exact product, rounded once
+    except OverflowError:
+        out = math.inf
+    if math.isinf(out):
+        raise ValueError(f"{text} is too large for a float")
+    return out
 
 
 # -- columns -----------------------------------------------------------------------------------------------

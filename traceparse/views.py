@@ -79,16 +79,16 @@ KIND_VIEWS: dict[str, KindView] = {
     "kernels": KindView(("kernel",), _HEAD + ("category",) + _TIME + (
         "min_ns", "max_ns", "device_id", "context_id", "stream_id", "correlation_id", "external_id", "grid_x",
         "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
-        "dynamic_smem_bytes", "bytes", "flops", "collective", "seq", "process_group")),
+        "dynamic_smem_bytes", "bytes", "flops", "collective", "seq", "process_group", "hlo_module", "hlo_op")),
     "copies": KindView(("memcpy", "memset"), _HEAD + ("kind",) + _TIME + (
         "min_ns", "max_ns", "copy_kind", "src_memory", "dst_memory", "bytes", "device_id", "context_id",
-        "stream_id", "src_device", "dst_device", "correlation_id", "external_id")),
+        "stream_id", "src_device", "dst_device", "correlation_id", "external_id", "hlo_module", "hlo_op")),
     "api": KindView(("api",), _HEAD + ("api_class",) + _TIME + (
         "min_ns", "max_ns", "exclusive_ns", "pid", "tid", "correlation_id", "external_id", "device_id",
         "stream_id")),
     "ops": KindView(("op",), _HEAD + _TIME + (
-        "exclusive_ns", "subcalls", "pid", "tid", "external_id", "parent_id", "call_path", "input_dims", "flops",
-        "device_id", "collective", "seq", "process_group", "bytes")),
+        "exclusive_ns", "subcalls", "pid", "tid", "external_id", "parent_id", "data_from", "call_path", "input_dims",
+        "input_types", "concrete_inputs", "flops", "device_id", "collective", "seq", "process_group", "bytes")),
     "markers": KindView(("marker",), _HEAD + _TIME + (
         "pid", "tid", "device_id", "stream_id", "group", "parent_id", "collective", "seq", "process_group")),
     "counters": KindView(("counter",), _HEAD + ("start_ns", "duration_ns", "calls", "value", "value_min",

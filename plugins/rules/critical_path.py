@@ -25,11 +25,13 @@ ranks), ``step_ns``, ``length_ns``, ``unexplained_ns`` (step − length), ``by_k
 above and ``waiting for another rank``; they add up to ``length_ns``), ``host_ops`` (host op time by name,
 the ``top`` largest and ``(others)``), ``kernel_categories``, ``wait_ns`` and ``wait_pct`` (waiting for
 another rank, and its share of the length), ``other_rank_ns`` and ``other_rank_pct`` (all of the path's time
-on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``untraced_pct`` and
+on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``collectives`` (collective
+instances in the graph, over all ranks and steps), ``untraced_pct`` and
 ``inferred_pct`` (shares of the length the trace does not show, or that rest on inferred edges), ``missing``
 (the edges the trace cannot give, in words), ``per_step`` (per path: ``step``, ``rank``, ``step_ns``,
 ``length_ns``, ``unexplained_ns``, ``wait_ns``, ``other_rank_ns``, ``crossings`` [{``collective``, ``name``,
-``from_rank``, ``to_rank``, ``offset_ns``: the last rank's joining, from the step's start}], ``top``: its three
+``from_rank``, ``to_rank``, ``offset_ns``: the last rank's joining, from the step's start, ``instance``: the
+collective instance's node}], ``top``: its three
 largest parts) and
 ``ranks`` ({rank: ``steps``, ``length_ns``, ``wait_ns``, ``other_rank_ns`` (means per step), ``crossed_to``
 ({rank: collectives})}). Items: the largest parts of the paths, summed over them and given per path (per
@@ -50,7 +52,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import critical_paths
+from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -132,6 +134,7 @@ class CriticalPath(Rule):
                    "wait_pct": wait_pct, "other_rank_ns": per_step(other_ns),
                    "other_rank_pct": expr.pct(other_ns, length),
                    "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
+                   "collectives": _instances(graph),
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         message = _message(metrics, items, details, ranks_known)
@@ -210,19 +213,25 @@ def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None
     return out
 
 
+def _instances(graph: pl.DataFrame) -> int:
+    """How many collective instances the graph holds (each is one node of the instance trace)."""
+    joins = graph.filter((pl.col("edge") == "join") & (pl.col("dst_trace") == INSTANCE_TRACE))
+    return joins["dst_node"].n_unique() if joins.height else 0
+
+
 def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[dict]]:
     """{(trace, step): the collectives where the path moves to another rank, latest first}."""
     starts = {(t, s): a for t, s, a in paths.select("trace_id", "step", "start_ns").iter_rows()}
     out: dict[tuple, list[dict]] = defaultdict(list)
     rows = segments.sort(["trace_id", "step", "index"]).select(
-        "trace_id", "step", "edge", "segment_rank", "name", "category", "end_ns").iter_rows()
+        "trace_id", "step", "edge", "segment_rank", "name", "category", "end_ns", "dst_node").iter_rows()
     prev = None
-    for trace_id, step, edge, rank, name, category, end_ns in rows:
+    for trace_id, step, edge, rank, name, category, end_ns, instance in rows:
         if (edge == "join" and prev is not None and prev[0] == (trace_id, step) and prev[1] == "leave"
                 and prev[2] != rank):
             start = starts[(trace_id, step)]
             out[(trace_id, step)].append({"collective": category or name, "name": name, "from_rank": prev[2],
-                                          "to_rank": rank, "offset_ns": end_ns - start})
+                                          "to_rank": rank, "offset_ns": end_ns - start, "instance": instance})
         prev = ((trace_id, step), edge, rank)
     return dict(out)
 
@@ -325,7 +334,10 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool)
         if to:
             rank, count = sorted(to.items(), key=lambda kv: (-kv[1], kv[0]))[0]
             first = next(c for d in details for c in d["crossings"] if c["to_rank"] == rank)
-            text += (f" It crosses to rank {rank} at {count} collective{'s' if count > 1 else ''} ({first['name']}):"
+            at = len({c["instance"] for d in details for c in d["crossings"] if c["to_rank"] == rank})
+            times = f", {count} times over the {len(details)} paths" if count != at else ""
+            text += (f" It crosses to rank {rank} at {at} of the {m['collectives']} collective"
+                     f"{'s' if m['collectives'] != 1 else ''} ({first['name']}{times}):"
                      f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "
                      f"{fmt_ns(m['wait_ns'])} of it ({fmt_pct(m['wait_pct'])} of the path) while this rank had joined "
                      "a collective and waited for them.")

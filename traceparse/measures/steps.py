@@ -47,6 +47,8 @@ steps = Steps()
 
 
 # -- the steps a trace has, whatever marks them --------------------------------
+#: The ``group`` of a row its reader marks as one step (JAX's ``StepTraceAnnotation``): :func:`step_series`.
+STEP_GROUP = "step"
 #: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
 #: annotation named like ``train_step``, ``step 3``, ``iteration 7``, ``iter_12`` (not ``Optimizer.step``).
 STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
@@ -73,13 +75,17 @@ def step_series(events: pl.DataFrame) -> pl.DataFrame:
 
     1. the ``ProfilerStep#N`` annotations (measure :data:`steps`), step N, the
        host-side ones where a trace has them; source ``"ProfilerStep#N"``;
-    2. host-side ranges (a ``pid``) whose name reads as an iteration
+    2. the rows a reader marks as steps (``group`` :data:`STEP_GROUP`: the tool itself
+       says the range is one step, as JAX's ``StepTraceAnnotation`` does), numbered by
+       their name's trailing number (``train 3`` is step 3), else from 1 in order of
+       start; the host-side ones where a trace has them; source ``"marked step train N"``;
+    3. host-side ranges (a ``pid``) whose name reads as an iteration
        (:data:`STEP_RANGE`): names that differ only by a trailing number
        (``step 2`` .. ``step 5``) are one series keeping their numbers,
        source ``"range step N"``; a repeated constant name (``train_step``)
        is numbered from 1 in order of start, source ``"range train_step"``;
        of several series, the one with the most time;
-    3. a repeated host-side annotation of :data:`ITERATION_MARKS`
+    4. a repeated host-side annotation of :data:`ITERATION_MARKS`
        (``Optimizer.step#SGD.step``): one step per instance, source
        ``"one per Optimizer.step#SGD.step"``.
 
@@ -88,6 +94,8 @@ def step_series(events: pl.DataFrame) -> pl.DataFrame:
     step; empty when the trace marks no step.
     """
     found = _profiler_steps(events)
+    if found.height == 0:
+        found = _marked_steps(events)
     if found.height == 0:
         found = _range_steps(events)
     if found.height == 0:
@@ -103,6 +111,28 @@ def _profiler_steps(events: pl.DataFrame) -> pl.DataFrame:
     s = s.with_columns(pl.col("trace_id").cast(pl.String))
     host = pl.col("on_host") == pl.col("on_host").max().over(pl.col("trace_id").fill_null(""))
     return s.filter(host).select("trace_id", "step", "start_ns", "end_ns", source=pl.lit("ProfilerStep#N"))
+
+
+def _marked_steps(events: pl.DataFrame) -> pl.DataFrame:
+    if "group" not in events.columns:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    rows = events.filter((pl.col("group") == STEP_GROUP) & pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)
+                         & pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null())
+    if rows.height == 0:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    key = pl.col("trace_id").cast(pl.String).fill_null("")
+    rows = rows.filter(pl.col("pid").is_not_null() == pl.col("pid").is_not_null().max().over(key))
+    parts = pl.col("name").str.extract_groups(TRAILING_NUMBER)
+    rows = rows.select(pl.col("trace_id").cast(pl.String), "start_ns",
+                       end_ns=pl.col("start_ns") + pl.col("duration_ns"),
+                       stem=parts.struct.field("1").fill_null(pl.col("name")),
+                       number=parts.struct.field("3").cast(pl.Int64))
+    if rows["number"].is_null().any():
+        rows = rows.sort("start_ns").with_columns(number=pl.int_range(1, pl.len() + 1).over(key).cast(pl.Int64))
+    stems = sorted(rows["stem"].drop_nulls().unique().to_list())
+    label = f"marked step {stems[0]} N" if len(stems) == 1 else "marked steps"
+    return (rows.group_by("trace_id", step="number").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+            .with_columns(source=pl.lit(label)))
 
 
 def _host_ranges(events: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:

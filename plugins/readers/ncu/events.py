@@ -99,7 +99,15 @@ def _values(path: Path, metrics: pl.DataFrame, options: ReadOptions) -> pl.DataF
                               schema={"unit": pl.String, "base": pl.String, "scaled": pl.Boolean})
     frame = frame.join(unit_frame, on="unit", how="left", maintain_order="left")
     scaled = frame.filter(pl.col("scaled")).select("number", "unit").unique()
-    exact = {(n, u): registry.to_float(n, scale=table[u].factor) for n, u in scaled.iter_rows()}
+    exact = {}
+    for n, u in scaled.iter_rows():
+        try:
+            exact[(n, u)] = registry.to_float(n, scale=table[u].factor)
+        except ValueError:
+            row = frame.filter((pl.col("number") == n) & (pl.col("unit") == u)).row(0, named=True)
+            where = row["line"] if row["line"] is not None else f"result {row['key']}"
+            raise bad_input(path, where, f"metric {row['name']!r} ({u}): value {row['raw']!r} is out of range"
+                            ) from None
     scaled_values = pl.DataFrame({"number": [k[0] for k in exact], "unit": [k[1] for k in exact],
                                   "scaled_value": list(exact.values())},
                                  schema={"number": pl.String, "unit": pl.String, "scaled_value": pl.Float64})
