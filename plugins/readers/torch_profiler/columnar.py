@@ -34,6 +34,7 @@ from traceparse_plugins.readers.chrome_json.decoder import gc_paused
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
     _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
+    compact_json_text,
 )
 from traceparse_plugins.readers.torch_profiler.kineto import Args
 from traceparse_plugins.readers.torch_profiler.memory import KEYS, MEMORY_EVENT, counter_rows, with_counters
@@ -89,6 +90,8 @@ class _CheckedArgs(msgspec.Struct, gc=False):
     """The raw texts of an event's arguments that Arrow cannot give."""
 
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
 
 
@@ -113,7 +116,9 @@ def _checker(groups: frozenset, labels: bool) -> msgspec.json.Decoder:
 
 _RARE_AT = re.compile(r" - at `\$\[\d+\]\.args\.(.+)`$")
 _LABEL_AT = re.compile(r"^Expected `int \| null`, got `str` - at `\$\[\d+\]\.[pt]id`$")
-_DIMS = attrgetter("args.input_dims")
+#: The raw arguments kept as text: Args attribute -> how the careful path makes its column of the raw texts.
+_RAW = {"input_dims": lambda text: text.str.replace_all(r"\s+", "").replace("", None),
+        "input_types": compact_json_text, "concrete_inputs": compact_json_text}
 _SCHEMAS: dict[tuple[frozenset, bool], Any] = {}
 
 
@@ -251,8 +256,8 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
         gpu=category.is_in(list(GPU_CATEGORIES)),
     )
     kept = df.filter((pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null())
-    dims = _raw_text(list(map(_DIMS, checked)))
-    rows = _event_rows(kept, dims)
+    raws = {name: _raw_text(list(map(attrgetter(f"args.{name}"), checked))) for name in _RAW}
+    rows = _event_rows(kept, raws)
     if rows is None:
         return None
     memory = df.filter((pl.col("name") == MEMORY_EVENT) & pl.col("ph").is_in(["i", "I"]) & pl.col("_args"))
@@ -268,7 +273,7 @@ def _out_of(column: str, lo: int, hi: int) -> pl.Expr:
     return (pl.col(column).is_not_null() & ~pl.col(column).is_between(lo, hi)).any()
 
 
-def _event_rows(kept: pl.DataFrame, dims: pl.Series) -> pl.DataFrame | None:
+def _event_rows(kept: pl.DataFrame, raws: dict[str, pl.Series]) -> pl.DataFrame | None:
     """:func:`.events.rows_of` of the kept rows; None where the careful path would coerce, warn or refuse."""
     if kept.height == 0:
         return _EMPTY
@@ -300,7 +305,7 @@ def _event_rows(kept: pl.DataFrame, dims: pl.Series) -> pl.DataFrame | None:
         registers_per_thread=pl.col("registers").cast(pl.Int32),
         bytes=pl.col("bytes"),
         flops=pl.col("flops"),
-        input_dims=dims.gather(kept["_row"]).str.replace_all(r"\s+", "").replace("", None),
+        **{name: make(raws[name].gather(kept["_row"])) for name, make in _RAW.items()},
         **{c: pl.col(c).cast(pl.Int32) for c in dim3},
         _smem=pl.col("shared_memory"),
         _args=pl.col("_args"),

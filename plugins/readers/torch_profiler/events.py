@@ -176,7 +176,12 @@ def _compact_json(raws) -> pl.Series:
     Each distinct text is re-encoded once (operators repeat a handful of argument lists), so the cost
     follows the distinct values, not the events.
     """
-    text = _raw_text(raws).replace("", None)
+    return compact_json_text(_raw_text(raws))
+
+
+def compact_json_text(text: pl.Series) -> pl.Series:
+    """JSON texts as compact JSON (the empty text: null), each distinct text re-encoded once."""
+    text = text.replace("", None)
     compact = {}
     for value in text.drop_nulls().unique().to_list():
         try:
