@@ -260,7 +260,8 @@ def torch_gpu_figures(events: list[dict]) -> tuple[int, dict[str, int], set[int]
 def test_torch_trace_report(browser, store, tmp_path):
     page = open_report(browser, report(tmp_path, shown(TORCH)), tmp_path / "report_torch.png")
     charts = check_drawn(page, {"chart-critical-path", "chart-timeline", "chart-steps", "chart-categories",
-                                "chart-names", "chart-copies"})
+                                "chart-names", "chart-copies", "chart-roofline"})  # the roofline from the shapes
+    assert "derived from the recorded shapes" in page.page.inner_text("#chart-roofline-card .chart-note")
     busy, by_name, steps = torch_gpu_figures(raw_torch(TORCH))
     # the critical path, a row per thread and stream: each step's segments tile it up to its end (raw JSON)
     windows = {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
@@ -402,7 +403,7 @@ RUN_CHARTS = {"chart-collectives", "chart-ranks", "chart-critical-path", "chart-
 def test_run_report(browser, store, tmp_path, samples_dir):
     run_dir = samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
     page = open_report(browser, report(tmp_path, os.path.relpath(run_dir)), tmp_path / "report_run.png")
-    charts = check_drawn(page, RUN_CHARTS)
+    charts = check_drawn(page, RUN_CHARTS | {"chart-roofline"})  # ResNet18's operators placed from their shapes
     per_rank = {}
     for rank in range(4):
         busy, _, _ = torch_gpu_figures(raw_torch(run_dir / f"rank{rank}.json.gz"))

@@ -137,24 +137,23 @@ def test_layer_calls_per_step_are_the_architecture(sweep_store, network, conv, l
 
 
 def test_ops_are_the_documented_formulas(sweep_store):
-    """Convolution FLOPs from the recorded shapes (output size from the backward call), linear FLOPs, and the
-    optimizer's parameter count (ResNet18 has 11,689,512 parameters)."""
+    """Convolution FLOPs from the recorded shapes (output size from stride and padding, the backward's gradients
+    from its output_mask), linear FLOPs, and the optimizer's parameter count (ResNet18 has 11,689,512
+    parameters)."""
     path = TORCH / "resnet18_bs16.json.gz"
     ops = [e for e in _events(path) if e.get("cat") == "cpu_op"]
-    out_of = {}
-    for e in ops:
-        if e["name"] == "aten::convolution_backward":
-            gy, x, w = e["args"]["Input Dims"][:3]
-            out_of[(tuple(x), tuple(w))] = gy
     fwd = bwd = 0
     for e in ops:
         dims = e["args"].get("Input Dims")
-        if e["name"] == "aten::conv2d":
+        concrete = e["args"].get("Concrete Inputs")
+        if e["name"] == "aten::conv2d":  # conv2d(input, weight, bias, stride, padding, dilation, groups)
             x, w = dims[0], dims[1]
-            gy = out_of[(tuple(x), tuple(w))]
-            fwd += 2 * x[0] * w[0] * gy[2] * gy[3] * w[1] * w[2] * w[3]
-        elif e["name"] == "aten::convolution_backward":
-            bwd += 4 * math.prod(dims[0]) * math.prod(dims[2][1:])
+            stride, padding, dilation = (json.loads(concrete[i]) for i in (3, 4, 5))
+            out = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in (0, 1)]
+            fwd += 2 * x[0] * w[0] * out[0] * out[1] * w[1] * w[2] * w[3]
+        elif e["name"] == "aten::convolution_backward":  # (grad_output, input, weight, ..., output_mask)
+            mask = [m.strip() == "True" for m in concrete[10].strip("[]").split(",")]
+            bwd += (mask[0] + mask[1]) * 2 * math.prod(dims[0]) * math.prod(dims[2][1:])
     linear = sum(2 * math.prod(e["args"]["Input Dims"][0][:-1]) * math.prod(e["args"]["Input Dims"][1])
                  for e in ops if e["name"] == "aten::linear")
     table = _table(sweep_store, "resnet18", 16)
@@ -418,7 +417,8 @@ def test_run_says_when_it_extrapolates_and_gives_an_interval(sweep2):
 
 
 def test_attention_ops_are_the_scaled_dot_product_flops():
-    """4 × B × heads × L × S × head dim per aten::scaled_dot_product_attention call (the GPT sweep: 4 blocks)."""
+    """2 × B × heads × L × S × (E_qk + E_v) per aten::scaled_dot_product_attention call, halved when is_causal
+    (the GPT sweep: 4 causal blocks)."""
     from traceparse.ingest import read_paths
     from traceparse_plugins.predict.attribution import profile
 
@@ -430,9 +430,11 @@ def test_attention_ops_are_the_scaled_dot_product_flops():
     assert len(calls) == 2 * len(outer) == 40
     expected = 0
     for e in outer:
-        q, k = e["args"]["Input Dims"][:2]
-        expected += 4 * q[0] * q[1] * q[2] * k[2] * q[3]
-    assert expected == 5 * 4 * 4 * 16 * 8 * 256 * 256 * 64  # 5 steps, 4 blocks
+        q, k, v = e["args"]["Input Dims"][:3]
+        causal = e["args"]["Concrete Inputs"][5] == "True"  # scaled_dot_product_attention(q, k, v, mask, p, is_causal)
+        assert causal
+        expected += 2 * q[0] * q[1] * q[2] * k[2] * (q[3] + v[3]) // (2 if causal else 1)
+    assert expected == 5 * 4 * 2 * 16 * 8 * 256 * 256 * 64  # 5 steps, 4 blocks, half of 4 × B·H·L·S·E
     per_type = {(r["layer_type"], r["pass"]): r for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
     assert per_type[("attention", "forward")]["ops"] == expected / 5
     assert per_type[("attention", "forward")]["calls"] == 4

@@ -351,15 +351,17 @@ def test_rocm_reads_like_the_same_trace_from_cuda(tmp_path):
     cuda_findings = {(f.rule, f.title): f for f in analyze(cuda)}
     assert set(rocm_findings) == set(cuda_findings)
     named_gpu = {"gpu", "gpu_source", "peak_gbps", "peak_source", "sm_count"}  # the twin says 108 SMs, MI250 104
+    peak_figures = {"peak_gflops", "ridge_ai", "roof_pct", "bound"}  # the roofline's figures against each GPU's peaks
     for key, r in rocm_findings.items():
         c = cuda_findings[key]
         assert r.severity == c.severity, key
         # the API calls keep their own names wherever a metric names them (gpu-idle's host activity, the
         # critical path's parts): the HIP name is the CUDA one
-        assert twin_names({k: v for k, v in r.metrics.items() if k not in named_gpu}) == \
-               {k: v for k, v in c.metrics.items() if k not in named_gpu}, key
-        strip = (lambda items: [{k: (CUDA_TWIN.get(v, v) if isinstance(v, str) else v) for k, v in i.items()}
-                                for i in items])
-        assert strip(r.items) == c.items, key
-    assert rocm_findings[("arithmetic-intensity", "No FLOP or byte counts")].metrics["gpu"] == "MI250 GCD"
-    assert cuda_findings[("arithmetic-intensity", "No FLOP or byte counts")].metrics["gpu"] == "A100 SXM4 80GB"
+        assert twin_names({k: v for k, v in r.metrics.items() if k not in named_gpu | peak_figures}) == \
+               {k: v for k, v in c.metrics.items() if k not in named_gpu | peak_figures}, key
+        strip = (lambda items: [{k: (CUDA_TWIN.get(v, v) if isinstance(v, str) else v) for k, v in i.items()
+                                 if k not in named_gpu | peak_figures} for i in items])
+        assert strip(r.items) == strip(c.items), key
+    roof = ("arithmetic-intensity", "Roofline: arithmetic intensity and attained performance")  # from the shapes
+    assert rocm_findings[roof].metrics["gpu"] == "MI250 GCD" and cuda_findings[roof].metrics["gpu"] == "A100 SXM4 80GB"
+    assert rocm_findings[roof].metrics["derived_from"] == "shapes"

@@ -74,6 +74,9 @@ def check_against_independent(path: Path) -> None:
     assert ev["bytes"].to_list() == [expected_bytes(e.get("args", {})) for e in expected]
     dims = [e.get("args", {}).get("Input Dims") for e in expected]
     assert ev["input_dims"].to_list() == [None if d is None else json.dumps(d, separators=(",", ":")) for d in dims]
+    for column, key in (("input_types", "Input type"), ("concrete_inputs", "Concrete Inputs")):  # JSON as written
+        assert [None if v is None else json.loads(v) for v in ev[column]] == \
+            [e.get("args", {}).get(key) for e in expected], (path, column)
     gpu = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
     assert gpu["pid"].null_count() == gpu.height  # GPU rows have no host process
     assert gpu["stream_id"].null_count() == 0

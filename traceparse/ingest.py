@@ -58,7 +58,9 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
 
     With ``fmt="auto"`` each path is sniffed; the paths a reader claims are
     then grouped by that reader (e.g. the CSV reports of one nsys capture
-    become one trace).
+    become one trace). A reader with :attr:`Reader.companions` is offered the
+    paths those readers claimed too: the ones it puts in its groups are its to
+    read (a PyTorch execution trace with the Kineto trace of the same step).
     """
     reg = reg or default_registry()
     forced = None if fmt == "auto" else reg.reader(fmt)
@@ -69,11 +71,17 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
         reader = forced or detect_reader(path, reg)
         readers[reader.name] = reader
         claimed.setdefault(reader.name, []).append(path)
-    groups = []
-    for name, claimed_paths in claimed.items():
-        for group in readers[name].group(claimed_paths):
-            groups.append((readers[name], group))
-    return groups
+    grouped: dict[str, list[list[Path]]] = {}
+    taken: set[Path] = set()
+    for name in [n for n in claimed if readers[n].companions] + [n for n in claimed if not readers[n].companions]:
+        offered = [p for other in readers[name].companions if other != name for p in claimed.get(other, [])
+                   if p not in taken]
+        own = [p for p in claimed[name] if p not in taken]
+        groups_of = readers[name].group(own + offered) if own else []
+        lent = set(offered)
+        grouped[name] = [g for g in groups_of if not set(g) <= lent]  # companions' paths alone go back to them
+        taken.update(p for g in grouped[name] for p in g if p in lent)
+    return [(readers[name], group) for name in claimed for group in grouped[name]]
 
 
 def read_group(reader: Reader, paths: list[Path], progress: Callable[[int], None] | None = None,

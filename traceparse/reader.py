@@ -54,6 +54,10 @@ class Reader:
     variants: ClassVar[tuple[str, ...]] = ()
     patterns: ClassVar[tuple[str, ...]] = ()
     refines: ClassVar[str | None] = None
+    #: Names of readers whose files this one may read together with its own (a PyTorch execution trace with
+    #: the Kineto trace of the same step, which the ``torch`` reader claims): :func:`traceparse.ingest.plan`
+    #: offers their claimed paths to :meth:`group`, and a path this reader puts in a group is its to read.
+    companions: ClassVar[tuple[str, ...]] = ()
 
     def sniff(self, path: Path, head: bytes) -> float:
         """Confidence in [0, 1] that ``path`` is this format, on this scale.
@@ -83,7 +87,10 @@ class Reader:
         """Split the paths this reader claimed into traces (default: one per path).
 
         A reader whose format spreads one capture over several files (nsys
-        stats reports ``PREFIX_REPORT.csv``) groups them here.
+        stats reports ``PREFIX_REPORT.csv``) groups them here. A reader with
+        :attr:`companions` also gets the paths they claimed; a group must hold
+        at least one path of its own, and companion paths it leaves out go
+        back to their reader.
         """
         return [[p] for p in paths]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 #: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")
@@ -64,8 +64,12 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "unit": (pl.String, "unit of `value`, in base units (byte, ns, ...)"),
     "flops": (pl.Float64, "floating-point operations the source attributes to the event"),
     "input_dims": (pl.String, "operator input shapes, as JSON text"),
+    "input_types": (pl.String, "operator input dtypes, as JSON text (one per input, as input_dims)"),
+    "concrete_inputs": (pl.String, "operator non-tensor input values (stride, flags ...), as JSON text"),
     "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
+    "data_from": (pl.String, "event_ids of the operators that produced the tensors this operator consumes, "
+                             "as a JSON list (a PyTorch execution trace read with its Kineto trace)"),
     "call_path": (pl.String, "a profile routine's call path, callers first, joined by ' => ' (TAU); name is its last part"),
     "src_device": (pl.Int32, "source GPU of a copy between GPUs (peer-to-peer); device_id is the GPU that runs it"),
     "dst_device": (pl.Int32, "destination GPU of a copy between GPUs (peer-to-peer)"),

@@ -79,7 +79,8 @@ class RooflineCommand(Command):
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
-                             "(ncu metrics or torch.profiler with_flops are needed; see docs/roofline.md)")
+                             "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, are needed; "
+                             "see docs/roofline.md)")
         if args.json:
             self.print_json({"trace": trace.id, "gpu": spec["name"] if spec else None, "gpu_source": how,
                              "model_note": model_note, "group": args.group, "total": result["total"],
@@ -143,6 +144,10 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
         console.print(literal(f"GPU unknown: {how}; peaks, bound and roof % are left out."))
     if model_note:
         console.print(literal(model_note))
+    if extra.get("note"):
+        console.print(literal(f"{extra['note']}; these operators' kernels are {extra['placed_time_pct']:.1f}% of "
+                              "the trace's kernel time." if extra.get("placed_time_pct") is not None
+                              else extra["note"] + "."))
     time_total = total.get("time_ns") or 0
     console.print(f"Total: {_g(total['flops'], 1e9, 'GFLOP')}, {_g(total['dram_bytes'], 1e9, 'GB')}, "
                   f"{fmt_ns(total['time_ns'])}; AI {_f(total['arithmetic_intensity'])} FLOP/B, "
@@ -153,7 +158,9 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
              "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
              "ai": i["arithmetic_intensity"], "gflops": i["achieved_gflops"], "roof_pct": i["roof_pct"],
              "prec": _precision_label(i), "bound": i.get("bound") or "-"} for i in shown]
-    for part in fitted_table(TABLE_COLUMNS, rows, console.width):
+    columns = TABLE_COLUMNS if result["source"] != "shapes" else \
+        [Column("name", "operator [shapes]", "name"), *TABLE_COLUMNS[1:]]  # a row per operator and shapes
+    for part in fitted_table(columns, rows, console.width):
         console.print(part)
     if len(items) > len(shown):
         console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse.errors import InputError
+from traceparse.measures import op_flops
 from traceparse.trace import Trace
 from traceparse_plugins.predict import layers
 
@@ -81,7 +82,7 @@ def profile(trace: Trace) -> TraceProfile:
                          & pl.col("duration_ns").is_not_null())
            .select("event_id", "name", pl.col("pid").fill_null(_NO_THREAD), pl.col("tid").fill_null(_NO_THREAD),
                    pl.col("start_ns").alias("start"), (pl.col("start_ns") + pl.col("duration_ns")).alias("end"),
-                   "external_id", "input_dims", "flops"))
+                   "external_id", "input_dims", "input_types", "concrete_inputs", "flops"))
     if ops.height == 0:
         raise InputError(f"{label} has no operator events: predict needs torch.profiler traces "
                          "(cpu_op events linked to kernels by External id)")
@@ -202,37 +203,40 @@ def _steps(events: pl.DataFrame, warnings: list[str], label: str) -> tuple[int, 
 
 def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str], label: str) -> pl.DataFrame:
     """Operations per outermost operator: ``event_id`` (of the outermost operator), ``ops``."""
-    keys = ops.select("name", "input_dims").unique()
-    parsed = {(n, d): layers.parse_dims(d) for n, d in keys.iter_rows()}
+    keys = ops.select("name", "input_dims", "input_types", "concrete_inputs").unique()
+    parsed = {(n, d, t, c): layers.parse_dims(d) for n, d, t, c in keys.iter_rows()}
     outputs: dict[tuple, tuple] = {}
-    for (name, _), dims in parsed.items():
+    for (name, *_), dims in parsed.items():
         if name in layers.CONV_BACKWARD:
             key = layers.conv_backward_key(dims)
             if key is not None:
                 outputs.setdefault(key, tuple(dims[0]))
-    unmatched = 0
+    assumed = 0
     rows = []
-    for (name, text), dims in parsed.items():
+    for (name, text, types, concrete), dims in parsed.items():
         conv = mm = None
-        if name in layers.ATTENTION:
-            conv = layers.attention_flops(dims)
-        elif name in layers.CONV_FORWARD:
-            key = layers.conv_key(dims)
-            output = outputs.get(key) if key is not None else None
-            if key is not None and output is None:
-                unmatched += 1
-            conv = layers.conv_forward_flops(dims, output)
-        elif name in layers.CONV_BACKWARD:
-            conv = layers.conv_backward_flops(dims)
-        elif name in layers.MATMUL:
-            mm = layers.matmul_flops(name, dims)
-        rows.append((name, text, conv, mm, layers.elements(dims)))
-    if unmatched:
-        warnings.append(f"{label}: {unmatched} forward convolution shapes have no backward call to take the output "
-                        "size from; their FLOPs assume output size = input size (stride 1)")
-    formulas = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.String, "conv": pl.Float64,
-                                          "mm": pl.Float64, "elements": pl.Float64}, orient="row")
-    ops = ops.join(formulas, on=["name", "input_dims"], how="left", nulls_equal=True)
+        if name in layers.ATTENTION or name in layers.CONV_FORWARD or name in layers.CONV_BACKWARD \
+                or name in layers.MATMUL:
+            key = layers.conv_key(dims) if name in layers.CONV_FORWARD else None
+            found = op_flops.cost(name, dims, op_flops.parse(types), op_flops.parse(concrete),
+                                  conv_output=outputs.get(key) if key is not None else None)
+            if found is not None and found.assumed and name in layers.CONV_FORWARD:
+                assumed += 1
+            flops = found.flops if found is not None else None
+            if name in layers.MATMUL:
+                mm = flops
+            else:
+                conv = flops
+        rows.append((name, text, types, concrete, conv, mm, layers.elements(dims)))
+    if assumed:
+        warnings.append(f"{label}: {assumed} forward convolution shapes have neither a recorded stride and padding "
+                        "nor a backward call to take the output size from; their FLOPs assume output size = input "
+                        "size (stride 1)")
+    formulas = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.String, "input_types": pl.String,
+                                          "concrete_inputs": pl.String, "conv": pl.Float64, "mm": pl.Float64,
+                                          "elements": pl.Float64}, orient="row")
+    ops = ops.join(formulas, on=["name", "input_dims", "input_types", "concrete_inputs"], how="left",
+                   nulls_equal=True)
     recorded = pl.col("flops").is_not_null() & (pl.col("flops") > 0)
     is_conv = pl.col("name").is_in(list(layers.CONV_FORWARD | layers.CONV_BACKWARD | layers.ATTENTION))
     is_mm = pl.col("name").is_in(list(layers.MATMUL))

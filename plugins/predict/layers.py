@@ -9,20 +9,20 @@ or ``autograd::engine::evaluate_function``), ``update`` for optimizer steps,
 else ``forward``.
 
 Operations ("ops") of one call, from the shapes torch.profiler records with
-``record_shapes=True`` (``input_dims``) or the ``flops`` it records with
-``with_flops=True`` (used instead of the formula for the operator that has it):
+``record_shapes=True`` (``input_dims``, ``input_types``, ``concrete_inputs``) or
+the ``flops`` it records with ``with_flops=True`` (used instead of the formula
+for the operator that has it):
 
-* convolution: FLOPs = 2 × N × C_out × ∏(output spatial) × ∏(weight dims 1..),
-  i.e. 2 × output elements × (C_in / groups) × kernel area, for the forward
-  operators (``aten::conv2d``, ``aten::convolution``, ``aten::cudnn_convolution``
-  ...); 4 × the same for ``aten::convolution_backward`` (input gradient plus
-  weight gradient, from its grad_output, input and weight shapes). The output
-  spatial size of a forward call is not in its inputs: it is taken from the
-  backward call of the same (input, weight) shapes in the trace (its
-  grad_output); with no backward (inference) it is assumed equal to the input's
-  (stride 1, "same" padding) and a warning says how many calls that concerns;
-* linear / matmul: FLOPs = 2 × M × K × N (``aten::linear``, ``addmm``, ``mm``,
-  ``bmm``, ``baddbmm``, ``matmul``; batch dimensions multiply M);
+* convolution, linear / matmul and attention operators: the FLOPs of the one
+  formula table, :data:`traceparse.measures.op_flops.FORMULAS` (docs/flops.md):
+  2 FLOPs per multiply-add; a convolution's output size from its stride,
+  padding and dilation; a ``convolution_backward`` counts the gradients its
+  output_mask asks for; attention counts QKᵀ and PV (backward: five products),
+  halved when causal. A trace too old to record a forward convolution's
+  stride and padding takes its output size from the backward call of the same
+  (input, weight) shapes (its grad_output); with no backward (inference) it is
+  assumed equal to the input's (stride 1, "same" padding) and a warning says
+  how many calls that concerns;
 * every other layer type: the number of elements of the largest tensor among
   the inputs of the operator and of every operator it calls (for
   batch norm, ReLU, pooling, loss and elementwise work, time grows with
@@ -44,6 +44,8 @@ from __future__ import annotations
 import json
 import math
 import re
+
+from traceparse.measures import op_flops
 
 #: (layer type, pattern on the outermost operator's name); first match wins.
 LAYER_TYPES: list[tuple[str, str]] = [
@@ -67,18 +69,16 @@ BACKWARD = r"(?i)backward|autograd::engine::evaluate_function"
 #: Annotation (marker) that encloses an optimizer step.
 OPTIMIZER_MARKER = r"^Optimizer\.step"
 
-CONV_FORWARD = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
-                "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::miopen_convolution",
-                "aten::_convolution_mode", "aten::conv2d_padding"}
-CONV_BACKWARD = {"aten::convolution_backward", "aten::cudnn_convolution_backward",
-                 "aten::convolution_backward_overrideable", "aten::miopen_convolution_backward",
-                 "aten::mkldnn_convolution_backward"}
-ATTENTION = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-             "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-             "aten::_scaled_dot_product_flash_attention_backward",
-             "aten::_scaled_dot_product_efficient_attention_backward",
-             "aten::_scaled_dot_product_cudnn_attention_backward"}
-MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+
+def _family(*names: str) -> frozenset[str]:
+    """The operators of some families of the formula table."""
+    return frozenset(op for f in op_flops.FORMULAS if f.family in names for op in f.ops)
+
+
+CONV_FORWARD = _family("conv")
+CONV_BACKWARD = _family("conv backward")
+ATTENTION = _family("attention", "attention backward")
+MATMUL = _family("gemm")
 
 
 def layer_type(name: str) -> str:
@@ -113,8 +113,7 @@ def parse_dims(text: str | None) -> list | None:
     return dims if isinstance(dims, list) else None
 
 
-def _is_shape(d) -> bool:
-    return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) and not isinstance(x, bool) for x in d)
+_is_shape = op_flops.is_shape
 
 
 def elements(dims: list | None) -> int | None:
@@ -149,59 +148,3 @@ def conv_backward_key(dims: list | None) -> tuple | None:
     if dims and len(dims) >= 3 and all(_is_shape(d) for d in dims[:3]):
         return tuple(dims[1]), tuple(dims[2])
     return None
-
-
-def conv_forward_flops(dims: list | None, output: tuple | None) -> float | None:
-    """2 × output elements × weight elements per output channel; ``output`` None: same spatial size as input."""
-    key = conv_key(dims)
-    if key is None:
-        return None
-    x, w = key
-    if len(x) < 3 or len(w) < 3:
-        return None
-    out_spatial = output[2:] if output is not None and len(output) == len(x) else x[2:]
-    return 2.0 * x[0] * w[0] * math.prod(out_spatial) * math.prod(w[1:])
-
-
-def conv_backward_flops(dims: list | None) -> float | None:
-    """4 × grad_output elements × weight elements per output channel (input and weight gradients)."""
-    if not dims or len(dims) < 3 or not all(_is_shape(d) for d in dims[:3]):
-        return None
-    gy, _, w = dims[0], dims[1], dims[2]
-    return 4.0 * math.prod(gy) * math.prod(w[1:])
-
-
-def matmul_flops(name: str, dims: list | None) -> float | None:
-    """2 × M × K × N for the matrix-multiply operators (batch dimensions multiply M)."""
-    if not dims:
-        return None
-    shapes = [d for d in dims if _is_shape(d)]
-    if name == "aten::linear":
-        if len(shapes) < 2 or len(shapes[1]) != 2:
-            return None
-        x, w = shapes[0], shapes[1]
-        return 2.0 * math.prod(x[:-1]) * w[1] * w[0]
-    if name in ("aten::addmm", "aten::baddbmm"):
-        shapes = [d for d in dims[1:3] if _is_shape(d)]
-    else:
-        shapes = [d for d in dims[:2] if _is_shape(d)]
-    if len(shapes) != 2:
-        return None
-    a, b = shapes
-    if len(a) < 2 or len(b) < 1:
-        return None
-    k = a[-1]
-    n = b[-1] if len(b) >= 2 else 1
-    return 2.0 * math.prod(a[:-1]) * k * n
-
-
-def attention_flops(dims: list | None) -> float | None:
-    """4 × B × heads × L × S × head dim for scaled dot-product attention (QKᵀ and PV), from the first three
-    4-dimensional inputs (q, k, v; a backward's grad_output, q, k: the same shapes in self-attention)."""
-    if not dims:
-        return None
-    shapes = [d for d in dims if _is_shape(d) and len(d) == 4][:3]
-    if len(shapes) < 2:
-        return None
-    q, k = shapes[0], shapes[1]
-    return 4.0 * q[0] * q[1] * q[2] * k[2] * q[3]

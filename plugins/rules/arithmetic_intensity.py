@@ -53,9 +53,33 @@ but no byte counts: items are then per operator name with achieved GFLOP/s
 operator's own time) against the fp32 peak, and the message says what is
 missing.
 
-A trace with neither counter rows linked to kernels nor operator FLOPs is
-answered at once (two column filters, before any per-kernel work): an info
-finding saying there is nothing to place on a roofline.
+A torch.profiler trace recorded with ``record_shapes=True`` and no counters
+(the common case: PyTorch 2.11 writes no per-operator FLOPs) has its FLOPs and
+bytes derived from the operators' recorded shapes (the formula table of
+docs/flops.md): GEMMs, convolutions and
+their backward, scaled-dot-product attention (causal halved), normalization,
+softmax and element-wise operators. Items are per operator and shapes (the
+calls of ``aten::addmm [4096, 16x9216, 9216x4096]``): FLOPs and bytes
+(inputs + outputs × element size: each tensor moved once, a lower bound on
+DRAM traffic) from the formulas; time = Σ duration of the kernels the calls
+launched (by External id, else through the launching API call's), including
+those of operators nested in them that have no formula of their own. An
+operator that encloses another with a formula (``aten::linear`` around
+``aten::addmm``, ``aten::conv2d`` around ``aten::cudnn_convolution``) is not
+an item: its inner operator is. The peak: GEMM, convolution and attention
+work in fp16/bf16/fp8 is held to that tensor-core peak, in fp32 to the TF32
+tensor peak when a kernel name says tensor cores, else to the fp32 peak;
+element-wise work to its dtype's peak. A row above its roof (derived bytes
+assume DRAM; tensors in cache move faster) has no % of roof
+(``above_roof``). The message says that these figures are derived from
+shapes, not measured, and what share of the kernel time the items cover
+(``placed_time_pct``). Counters, then the FLOPs torch recorded
+(``with_flops``), win over shapes when a trace has them.
+
+A trace with neither counter rows linked to kernels nor operator FLOPs nor
+operators with a formula and recorded shapes is answered at once (column
+filters, before any per-kernel work): an info finding saying there is nothing
+to place on a roofline.
 """
 
 from __future__ import annotations
@@ -63,6 +87,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse.catalog import gpu_for_trace
+from traceparse.measures import op_work
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
 from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
@@ -93,7 +118,8 @@ class ArithmeticIntensity(Rule):
         spec, how = gpu_for_trace(trace, options.gpu)
         if not has_counts(trace.events):  # say so at once: no per-kernel sweep over a trace with nothing to place
             return [self._nothing(trace, spec, how)]
-        result = roofline(trace, spec, model_gflops=float(options.thresholds.get("model_gflops") or 0.0))
+        result = roofline(trace, spec, model_gflops=float(options.thresholds.get("model_gflops") or 0.0),
+                          op_group="shape")
         if result["source"] == "none":
             return [self._nothing(trace, spec, how)]
         top = int(options.thresholds.get("top") or 0)
@@ -110,27 +136,33 @@ class ArithmeticIntensity(Rule):
                        "Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
                        "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
                        "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md), or record torch.profiler "
-                       "with with_flops=True.", metrics={"gpu": spec["name"] if spec else None, "gpu_source": how},
+                       "with record_shapes=True (FLOPs and bytes are then derived from the shapes).",
+                       metrics={"gpu": spec["name"] if spec else None, "gpu_source": how},
                        figures={"gpu": "text", "gpu_source": "text"})
 
 
 def has_counts(events: pl.DataFrame) -> bool:
-    """Whether the trace could give any roofline figure: a counter row linked to a kernel, or an operator's FLOPs.
+    """Whether the trace could give any roofline figure: a counter row linked to a kernel, an operator's FLOPs,
+    or an operator with a FLOPs formula and recorded shapes.
 
-    Two filters over two columns, so a trace without counters is answered in milliseconds, whatever its size.
+    Column filters only, so a trace without any is answered in milliseconds, whatever its size.
     """
     linked = events.select(((pl.col("kind") == "counter") & pl.col("parent_id").is_not_null()
                             & pl.col("value").is_not_null()).any()).item()
     if linked:
         return True
-    return bool(events.select(((pl.col("kind") == "op") & (pl.col("flops") > 0)).any()).item())
+    if events.select(((pl.col("kind") == "op") & (pl.col("flops") > 0)).any()).item():
+        return True
+    return op_work.has_formula_ops(events)
 
 
 # -- text ----------------------------------------------------------------------
 def _message(result: dict, spec: dict | None, how: str) -> str:
     total, extra = result["total"], result["extra"]
     parts = []
-    if result["source"] == "torch-ops":
+    if result["source"] == "shapes":
+        parts.append(_shapes_message(total, extra, spec))
+    elif result["source"] == "torch-ops":
         parts.append(f"{extra['operators']} operators with FLOPs: {total['flops'] / 1e9:.4g} GFLOP in "
                      f"{total['time_ns'] / 1e6:.4g} ms = {total['achieved_gflops']:.4g} GFLOP/s"
                      + (f", {total['roof_pct']:.1f}% of the fp32 peak" if total["roof_pct"] is not None else "")
@@ -173,8 +205,40 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
     return " ".join(parts)
 
 
+def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
+    """The figures of the "shapes" source, saying first that they are derived, not measured."""
+    text = (f"Derived from recorded shapes, not measured: {extra['operator_calls']} operator calls "
+            f"({extra['items']} operator shapes) with a FLOPs formula (docs/flops.md): "
+            f"{total['flops'] / 1e9:.4g} GFLOP")
+    if total["dram_bytes"]:
+        text += (f" over {total['dram_bytes'] / 1e9:.4g} GB (each tensor read and written once: a lower bound "
+                 f"on DRAM traffic) = {total['arithmetic_intensity']:.3g} FLOP/byte")
+    text += f", in {total['time_ns'] / 1e6:.4g} ms of their kernels = {total['achieved_gflops'] / 1e3:.4g} TFLOP/s."
+    if extra["placed_time_pct"] is not None:
+        text += (f" These operators' kernels are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
+                 f"({fmt_ns(extra['kernel_time_ns'])}).")
+    if total["bound"] and spec:
+        ridge = f" (ridge {total['ridge_ai']:.3g} FLOP/byte)" if total["ridge_ai"] is not None else ""
+        at = f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None else ""
+        text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
+    if extra["items_above_roof"]:
+        rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']} rows run"
+        text += (f" {rows} faster than their roof allows for their derived bytes "
+                 "(their tensors came partly from cache, or the peak is not the one they ran at): their % of roof "
+                 "is left out.")
+    if extra["calls_with_assumptions"]:
+        text += (f" {extra['calls_with_assumptions']} calls lacked an argument their formula needs and were "
+                 "counted on an assumption (the item's 'assumed' says which).")
+    if extra["calls_without_bytes"]:
+        text += f" {extra['calls_without_bytes']} calls have no bytes (a dtype not recorded)."
+    return text
+
+
 def _suggestion(result: dict) -> str:
     extra = result["extra"]
+    if result["source"] == "shapes":
+        return ("For measured FLOPs and DRAM bytes, profile the kernels with ncu (docs/roofline.md); the derived "
+                "bytes assume each tensor moves once, so memory-bound verdicts here are optimistic.")
     if result["source"] == "torch-ops":
         return "Profile the kernels with ncu (dram__bytes_read/write.sum) for the memory side of the roofline."
     if extra.get("lower_bound_kernels"):
@@ -184,8 +248,8 @@ def _suggestion(result: dict) -> str:
 
 
 def _nothing_message(trace: Trace) -> str:
-    return ("The trace has kernels but no FLOP or DRAM byte counters linked to them, and no operator FLOPs: "
-            "there is nothing to place on a roofline.")
+    return ("The trace has kernels but no FLOP or DRAM byte counters linked to them, no operator FLOPs and no "
+            "operator with recorded shapes and a FLOPs formula: there is nothing to place on a roofline.")
 
 
 @hookimpl

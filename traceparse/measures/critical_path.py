@@ -18,6 +18,8 @@ says which trace formats carry it:
 ``stream_wait`` inferred: the end of an activity of another stream → an activity that waited for it (a
                 cross-stream event wait; only where the trace records runtime calls)
 ``enqueue``     a collective call → the start of the backend's work on it (gloo's worker annotation)
+``data``        the end of the operator that wrote a tensor → the start of an operator of another thread that read it
+                (the ``data_from`` column: a PyTorch execution trace read with its Kineto trace)
 ``join``        a member's joining a collective instance → the instance (all members leave once the last joined)
 ``leave``       the instance → each member's leaving it (the end of its kernel or annotation; none for a member
                 done before the last one joined: a broadcast's root)
@@ -56,7 +58,7 @@ MIN_WAIT_NS = 20_000
 #: A thread resuming (a stream starting) at most this long after another's event ended may have waited for it.
 MAX_WAKE_NS = 5_000_000
 #: Edge kinds in order of preference when two in-edges' sources happened at the same time.
-EDGE_KINDS = ("thread", "stream", "launch", "sync", "enqueue", "leave", "join", "wake", "stream_wait")
+EDGE_KINDS = ("thread", "stream", "launch", "sync", "enqueue", "leave", "join", "data", "wake", "stream_wait")
 #: What a segment of the path is (docs/critical_path.md).
 SEGMENT_KINDS = ("host op", "runtime", "launch", "sync", "untraced", "wake-up", "kernel", "copy", "memset",
                  "queue", "stream wait", "communication", "join")
@@ -301,6 +303,26 @@ def _stream_wait_edges(gpu: pl.DataFrame, gpu_edges: pl.DataFrame, trace_id: str
     return _edges(out, trace_id, rank, edge="stream_wait", inferred=True)
 
 
+def _data_edges(events: pl.DataFrame, trace_id: str, rank: int | None) -> pl.DataFrame:
+    """``data`` edges: the end of an operator that wrote a tensor → the start of an operator that read it, where the
+    two ran on different threads (on one thread program order already says it). ``data_from`` lists each
+    operator's producers (docs/schema.md); an edge is kept only where its producer ended before its consumer began.
+    The time between is the consumer's thread waiting for the producer: a ``wake-up``, here not inferred."""
+    if "data_from" not in events.columns or events["data_from"].null_count() == events.height:
+        return _empty_edges()
+    host = events.filter(pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & placed())
+    consumers = host.filter(pl.col("data_from").is_not_null()).select(
+        "event_id", "pid", "tid", "start_ns", producer=pl.col("data_from").str.json_decode(pl.List(pl.Int64)))
+    producers = host.select(producer="event_id", p_pid="pid", p_tid="tid", p_name="name",
+                            p_end=pl.col("start_ns") + pl.col("duration_ns"))
+    pairs = consumers.explode("producer").join(producers, on="producer", how="inner").filter(
+        ((pl.col("p_pid") != pl.col("pid")) | (pl.col("p_tid") != pl.col("tid"))) & (pl.col("p_end") <= pl.col("start_ns")))
+    rows = pairs.select(src_node=2 * pl.col("producer") + 1, src_ns="p_end", dst_node=2 * pl.col("event_id"),
+                        dst_ns="start_ns", segment=pl.lit("wake-up"), name="p_name", category=pl.lit("tensor"),
+                        event_id="producer", pid="pid", tid="tid")
+    return _edges(rows, trace_id, rank, edge="data")
+
+
 def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS) -> pl.DataFrame:
     """Every edge of one trace's own graph (all but the collectives across members), as :data:`EDGE_SCHEMA`.
 
@@ -324,6 +346,8 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     if gpu.height:
         gpu_edges = _gpu_edges(gpu, trace_id, rank)
         parts += [gpu_edges, _sync_edges(events, gpu, trace_id, rank)]
+    if points.height:
+        parts.append(_data_edges(events, trace_id, rank))
     if runtime and points.height:
         parts.append(_wake_edges(points, thread, trace_id, rank, min_wait_ns, max_wake_ns))
     if runtime and gpu.height:

@@ -13,6 +13,8 @@ import re
 
 import polars as pl
 
+from traceparse.measures import op_flops, op_work
+
 SASS = {  # precision -> x in {prefix}__sass_thread_inst_executed_op_{x}{add,mul,fma}_pred_on.sum
     "fp64": "d", "fp32": "f", "fp16": "h",
 }
@@ -63,26 +65,36 @@ def tensor_precision_from_name(name: str | None) -> str:
 
 
 # -- computation ---------------------------------------------------------------
-def roofline(trace, spec: dict | None, model_gflops: float = 0.0, group: str = "launch") -> dict:
+def roofline(trace, spec: dict | None, model_gflops: float = 0.0, group: str = "launch",
+             op_group: str | None = None) -> dict:
     """The roofline figures of a trace: ``{"source", "items", "total", "extra", "peaks"}`` (module docstring).
 
-    ``source`` is ``"counters"`` (kernel metrics), ``"torch-ops"`` (operator
-    FLOPs, no bytes) or ``"none"``. ``group`` is ``"launch"`` (an item per
+    ``source`` is, first that applies: ``"counters"`` (kernel metrics),
+    ``"torch-ops"`` (operator FLOPs recorded by torch, no bytes), ``"shapes"``
+    (operator FLOPs and bytes derived from recorded shapes, :mod:`.op_work`),
+    or ``"none"``. ``group`` is ``"launch"`` (an item per
     kernel launch) or ``"name"`` (launches of one kernel name summed; the
-    item's ``launches`` counts them). Items are sorted by time, longest first.
-    ``trace`` is a :class:`~traceparse.trace.Trace` or its events.
+    item's ``launches`` counts them). ``op_group`` groups the ``"shapes"``
+    items: ``"call"`` (one per operator call) or ``"shape"`` (the calls of one
+    operator with the same shapes and dtypes); by default it follows
+    ``group`` (launch: call, name: shape). Items are sorted by time, longest
+    first. ``trace`` is a :class:`~traceparse.trace.Trace` or its events.
     """
     events = trace if isinstance(trace, pl.DataFrame) else trace.events
     kernels = events.filter(pl.col("kind") == "kernel")
     counters = events.filter((pl.col("kind") == "counter") & pl.col("parent_id").is_not_null()
                              & pl.col("value").is_not_null())
-    per_kernel = _kernel_counters(kernels, counters)
+    per_kernel = _kernel_counters(kernels, counters) if counters.height else []  # no counter: no per-kernel sweep
     has_counts = any(r["flops"] is not None or r["dram_bytes"] is not None for r in per_kernel)
     if has_counts:
         return _from_counters(per_kernel, spec, model_gflops, group)
     ops = events.filter((pl.col("kind") == "op") & pl.col("flops").is_not_null() & (pl.col("flops") > 0))
     if ops.height:
         return _from_torch_ops(ops, kernels, spec)
+    if op_work.has_formula_ops(events):
+        shaped = _from_shapes(events, spec, op_group or ("call" if group == "launch" else "shape"))
+        if shaped is not None:
+            return shaped
     return {"source": "none", "items": [], "total": {}, "extra": {}, "peaks": _peaks(spec)}
 
 
@@ -316,6 +328,125 @@ def _from_torch_ops(ops: pl.DataFrame, kernels: pl.DataFrame, spec: dict | None)
              "peak_tensor_gflops": peaks.get("tf32_tensor") or peaks.get("fp16_tensor"),
              "missing": "DRAM byte counts (arithmetic intensity, bound and the memory roof need them)"}
     return {"source": "torch-ops", "items": items, "total": total, "extra": extra, "peaks": peaks}
+
+
+#: What the "shapes" source says of its figures, wherever they are shown.
+SHAPES_NOTE = ("FLOPs and bytes derived from the operators' recorded shapes (formulas: docs/flops.md), not "
+               "measured; bytes count each tensor read and written once, a lower bound on DRAM traffic")
+
+
+def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str) -> dict | None:
+    """Operator calls placed by :func:`.op_work.placed_calls`: FLOPs and bytes from their shapes, the time of
+    their kernels. None when no operator with a formula launched a kernel."""
+    calls, info = op_work.placed_calls(events)
+    if calls.height == 0:
+        return None
+    names = calls["kernel_names"].explode().drop_nulls().unique()  # each kernel name looked at once
+    tensor = {n: _tensor_by_name(n) for n in names.to_list()}
+    calls = calls.with_columns(tensor=pl.col("kernel_names").list.eval(
+        pl.element().replace_strict(tensor, default=None, return_dtype=pl.String).drop_nulls().unique().sort())
+        .list.join(","))
+    kinds = calls.select("family", "dtype", "tensor").unique()  # a handful: the precision of each, once
+    kinds = kinds.with_columns(precision=pl.Series(
+        [shape_precision(f, d, set(t.split(",")) - {""}) for f, d, t in kinds.iter_rows()], dtype=pl.String))
+    calls = calls.join(kinds, on=["family", "dtype", "tensor"], how="left", nulls_equal=True)
+    if op_group == "shape":
+        units = (calls.group_by("name", "input_dims", "input_types", "family", "precision", maintain_order=True)
+                 .agg(pl.col("event_id").first(), pl.col("flops").sum(),
+                      pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()).alias("bytes"),
+                      pl.col("time_ns").sum(), pl.col("kernels").sum(), pl.len().alias("calls"),
+                      pl.col("assumed").drop_nulls().first()))
+    else:
+        units = calls.with_columns(calls=pl.lit(1, dtype=pl.UInt32))
+    peaks = _peaks(spec)
+    items = []
+    for r in units.iter_rows(named=True):
+        by_precision = {r["precision"]: r["flops"]} if r["precision"] else {}
+        figures = _figures(r["flops"], r["bytes"], r["time_ns"], by_precision, peaks, None)
+        if not r["precision"]:
+            figures.update(peak_gflops=None, ridge_ai=None, bound=None, roof_pct=None)
+        above = _above_roof(figures)
+        items.append({"event_id": r["event_id"], "name": f"{r['name']} {shapes_label(r['input_dims'])}",
+                      "operator": r["name"], "input_dims": r["input_dims"], "input_types": r["input_types"],
+                      "family": r["family"], **figures, "precision": r["precision"],
+                      "tensor_core": (r["precision"] or "").endswith("_tensor"), "flops_lower_bound": False,
+                      "flops_estimated": None, "calls": r["calls"], "kernels": r["kernels"],
+                      "assumed": r["assumed"], "above_roof": above})
+    items.sort(key=lambda i: (-(i["time_ns"] or 0), i["event_id"]))
+    by_precision: dict[str, float] = {}
+    for r in calls.select("precision", "flops").iter_rows():
+        if r[0]:
+            by_precision[r[0]] = by_precision.get(r[0], 0.0) + r[1]
+    total_flops = float(calls["flops"].sum())
+    with_bytes = calls.filter(pl.col("bytes").is_not_null())
+    total_bytes = float(with_bytes["bytes"].sum()) if with_bytes.height == calls.height else None
+    total_time = int(calls["time_ns"].sum())
+    total = {"name": "total", **_figures(total_flops, total_bytes, total_time, by_precision, peaks, None)}
+    total_above = _above_roof(total)
+    kernel_ns = info["kernel_ns"]
+    extra = {
+        "derived_from": "shapes", "note": SHAPES_NOTE,
+        "flops_measured": 0, "flops_estimated": 0, "flops_derived": _num(total_flops),
+        "flops_by_precision": {p: _num(v) for p, v in sorted(by_precision.items())},
+        "operator_calls": calls.height, "items": len(items),
+        "calls_without_bytes": calls.height - with_bytes.height,
+        "calls_with_assumptions": int(calls["assumed"].is_not_null().sum()),
+        "items_above_roof": sum(1 for i in items if i["above_roof"]), "total_above_roof": total_above,
+        "formula_calls_without_kernels": info["without_kernels"],
+        "kernels": int(calls["kernels"].sum()),
+        "kernel_time_ns": kernel_ns, "placed_time_ns": info["placed_ns"],
+        "placed_time_pct": round(100.0 * info["placed_ns"] / kernel_ns, 2) if kernel_ns else None,
+        "kernels_with_flop_counts": 0, "kernels_with_byte_counts": 0,
+        "tensor_core_kernels": 0, "lower_bound_kernels": 0, "lower_bound_time_ns": 0,
+        "sm_clock_mhz": None, "boost_clock_mhz": None, "clock_ratio": None, "model_gflops": None,
+        "missing": None,
+    }
+    return {"source": "shapes", "items": items, "total": total, "extra": extra, "peaks": peaks}
+
+
+def _above_roof(figures: dict) -> bool:
+    """Whether derived figures sit above their roof; if so their roof_pct is dropped (set to None).
+
+    Derived bytes assume every tensor comes from DRAM: a call whose tensors sat in cache runs faster than the
+    DRAM roof allows for them, and a share of the roof above 100% would mislead.
+    """
+    if figures.get("roof_pct") is not None and figures["roof_pct"] > 100.0:
+        figures["roof_pct"] = None
+        return True
+    return False
+
+
+def _tensor_by_name(name: str) -> str | None:
+    """The tensor precision a kernel's name gives when it says tensor cores ("tensor": none named), else None."""
+    if not uses_tensor_cores_by_name(name):
+        return None
+    return next((p for pattern, p in NAME_PRECISION if pattern.search(name)), "tensor")
+
+
+def shape_precision(family: str, dtype: str | None, tensor: set[str]) -> str | None:
+    """The peak a placed call is held to: matrix work (GEMM, convolution, attention) in fp16/bf16/fp8 runs on
+    tensor cores; in fp32 when one of its kernels' names says tensor cores (``tensor``: the precisions those
+    names give, "tensor" for none) at TF32 unless the names give only another precision; else the dtype's own
+    (fp32, fp16, bf16, fp64). None when the dtype is not recorded."""
+    if dtype is None:
+        return None
+    if family not in op_flops.MATRIX_FAMILIES:
+        return dtype if dtype != "fp8" else None
+    if dtype in ("fp16", "bf16", "fp8"):
+        return f"{dtype}_tensor"
+    if not tensor:
+        return dtype
+    if dtype == "fp64":
+        return "fp64_tensor"
+    named = tensor - {"tensor"}
+    return "tf32_tensor" if not named or "tf32_tensor" in named else sorted(named)[0]
+
+
+def shapes_label(dims_text: str | None) -> str:
+    """A call's tensor shapes for a row label: ``[16x9216, 9216x4096]`` (scalars and empty inputs left out)."""
+    dims = op_flops.parse(dims_text) or []
+    shapes = ["x".join(map(str, d)) for d in dims if op_flops.is_shape(d)]
+    return "[" + ", ".join(shapes) + "]"
 
 
 def _peaks(spec: dict | None) -> dict[str, float]:

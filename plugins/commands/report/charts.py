@@ -332,6 +332,10 @@ def roofline_chart(go, roof: dict) -> Chart:
     _layout(fig, xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
             yaxis=dict(type="log", title="attained GFLOP/s"), height=440)
     gpu = f"roofs of the {esc(roof['gpu'])}" if roof.get("gpu") else "no GPU in the catalog: no roofs"
+    if roof.get("source") == "shapes":
+        return Chart("chart-roofline", "Roofline", "One point per operator and shapes, its area proportional to its "
+                     "kernels' time; FLOPs and bytes derived from the recorded shapes (docs/flops.md), not measured; "
+                     f"{gpu}.", fig)
     return Chart("chart-roofline", "Roofline", f"One point per kernel name, its area proportional to its time; "
                  f"{gpu}.", fig)
 

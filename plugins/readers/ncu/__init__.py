@@ -8,7 +8,8 @@ Forms read (all versions 2019.x to 2025.x that traceparse knows of):
 - plain-text console output (``==PROF==`` lines, a ``[pid] process@host``
   line, a kernel line per launch and a table per section);
 - ``.ncu-rep`` report files, through NVIDIA's ``ncu_report`` Python module
-  (shipped in Nsight Compute's ``extras/python``) when it can be imported.
+  (the ``ncu-report`` package, extra ``ncu``; also in Nsight Compute's
+  ``extras/python``) when it can be imported.
 
 Definition of the rows:
 - kernel (one per profiled launch, file order): ``name`` as ncu prints it,
@@ -61,7 +62,8 @@ class NcuReader(Reader):
         "ncu --csv (details page: Section/Metric Name/Unit/Value, rule rows), 2019.x-2025.x",
         "ncu --csv --page raw (one row per kernel, units row), with or without --print-units base",
         "plain-text ncu output (==PROF== lines, section tables)",
-        ".ncu-rep report (needs NVIDIA's ncu_report module; else export with ncu --import FILE --csv --page raw)",
+        ".ncu-rep report (needs NVIDIA's ncu_report module: pip install 'traceparse[ncu]'; else export with "
+        "ncu --import FILE --csv --page raw)",
     )
     patterns = ("*.csv", "*.txt", "*.log", "*.ncu-rep", "*.nsight-cuprof-report")
 

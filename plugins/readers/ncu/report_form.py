@@ -1,15 +1,24 @@
 """Reading ``.ncu-rep`` report files through NVIDIA's ``ncu_report`` Python module.
 
-The report format is private; NVIDIA ships a Python interface to it in
-Nsight Compute's ``extras/python`` folder (``ncu_report.load_report``). It is
-not on ``sys.path`` by default and not installed where Nsight Compute is not,
-so it is looked for: an importable ``ncu_report``, then the folder named by
+The report format is private; NVIDIA's Python interface to it,
+``ncu_report`` (``load_report``), is on the package registry as
+``ncu-report`` (NVIDIA's own licence, so the optional extra ``ncu``:
+``pip install 'traceparse[ncu]'``; it imports on a machine without a GPU) and
+also ships in Nsight Compute's ``extras/python`` folder. It is looked for: an
+importable ``ncu_report`` (the package), then the folder named by
 ``$TRACEPARSE_NCU_PYTHON``, then the usual install folders. Without it the
-reader stops with a one-line error saying how to export the report as CSV.
+reader stops with a one-line error saying how to install it or how to export
+the report as CSV.
 
 Each action (profiled kernel launch) of each range becomes a kernel; its
 metrics are read like a raw-page row (values in base units, with their
-unit strings), so the same conversion applies.
+unit strings), so the same conversion applies. The metrics ncu's own raw CSV
+export leaves out are left out here too (``breakdown:``, ``regex:``,
+``group:`` and its internal ``derived_tempMetric*``), so a report and its
+``ncu --import R --csv --page raw`` export give the same figures (the CSV to
+the digits it prints). Kernel names are the demangled names the installed
+module gives; its demangler may spell templates differently from the
+``ncu`` that wrote the CSV (``(int)128`` for ``128``).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ REPORT_SUFFIXES = (".ncu-rep", ".nsight-cuprof-report")
 REPORT_MAGIC = b"NVR\x00"
 INSTALL_GLOBS = ("/opt/nvidia/nsight-compute/*/extras/python", "/usr/local/cuda*/nsight-compute*/extras/python",
                  "/usr/local/NVIDIA-Nsight-Compute*/extras/python")
+#: Metric names the raw CSV export does not list: section breakdowns, patterns, groups, ncu's temporaries.
+SKIPPED_METRICS = ("breakdown:", "regex:", "group:", "derived_tempMetric")
 EXPORT_HINT = "export it with: ncu --import {path} --csv --page raw > {stem}_raw.csv"
 
 
@@ -56,9 +67,9 @@ def read_report(path: Path, options: ReadOptions) -> Parsed:
     module = find_ncu_report()
     hint = EXPORT_HINT.format(path=path, stem=path.name.split(".")[0])
     if module is None:
-        raise bad_input(path, None, "reading .ncu-rep files needs NVIDIA's ncu_report Python module (in Nsight "
-                                    "Compute's extras/python; set TRACEPARSE_NCU_PYTHON to that folder), or "
-                                    + hint)
+        raise bad_input(path, None, "reading .ncu-rep files needs NVIDIA's ncu_report Python module: pip install "
+                                    "'traceparse[ncu]' (or set TRACEPARSE_NCU_PYTHON to Nsight Compute's "
+                                    "extras/python folder), or " + hint)
     try:
         context = module.load_report(str(path))
     except Exception as exc:  # the module raises its own types
@@ -80,7 +91,7 @@ def read_report(path: Path, options: ReadOptions) -> Parsed:
                 kernels[col].append(kernel.get(col))
             for name in names:
                 value = values[name]
-                if value is None or name.startswith(("breakdown:", "regex:", "group:")):
+                if value is None or name.startswith(SKIPPED_METRICS):
                     continue
                 raw, unit = value
                 for col, item in (("key", key), ("line", index), ("group", None), ("name", name), ("unit", unit),

@@ -9,8 +9,10 @@
   ``gpumemsizesum``, ``nvtxppsum`` / ``nvtxsum``, ``gpusum``) and column
   spellings are read too. The files ``PREFIX_REPORT.csv`` of one capture,
   ingested together, become one trace (:mod:`.capture`).
-* the SQLite export (``nsys export --type sqlite``, also gzip-compressed):
-  :mod:`.sqlite_export`.
+* the SQLite export (``nsys export --type sqlite``, also gzip-compressed),
+  and the same tables as a directory of Parquet or Arrow files
+  (``nsys export --type parquetdir`` / ``arrowdir``): :mod:`.sqlite_export`
+  over :mod:`.tables`.
 * the report file itself (``.nsys-rep``, ``.qdrep``), exported to SQLite with
   ``nsys`` when it is installed: :mod:`.nsys_rep`.
 
@@ -28,12 +30,13 @@ from traceparse.trace import Trace
 
 from traceparse_plugins.readers.nsys import capture, sniff as sniffing
 from traceparse_plugins.readers.nsys.nsys_rep import read_report
-from traceparse_plugins.readers.nsys.sqlite_export import read_sqlite
+from traceparse_plugins.readers.nsys.sqlite_export import read_export_dir, read_sqlite
 
 
 class NsysReader(Reader):
     name = "nsys"
-    description = "Nsight Systems: nsys stats CSV reports, the SQLite export, .nsys-rep / .qdrep (with nsys)"
+    description = ("Nsight Systems: nsys stats CSV reports, the SQLite / Parquet / Arrow export, "
+                   ".nsys-rep / .qdrep (with nsys)")
     variants = (
         "nsys stats --format csv/tsv reports, 2020-2025 names and columns: cuda_gpu_trace (gputrace), "
         "cuda_api_trace, cuda_gpu_kern_sum (gpukernsum), cuda_api_sum (cudaapisum), cuda_gpu_mem_time_sum "
@@ -41,6 +44,7 @@ class NsysReader(Reader):
         "the reports of one capture (PREFIX_REPORT.csv) ingested together as one trace",
         "nsys stats default console table (column format)",
         "SQLite export (nsys export --type sqlite), plain or .gz",
+        "Parquet and Arrow exports (nsys export --type parquetdir / arrowdir): a directory of one file per table",
         ".nsys-rep / .qdrep, exported with nsys when it is on PATH or $TRACEPARSE_NSYS",
     )
     patterns = ("*.nsys-rep", "*.qdrep", "*.sqlite", "*.sqlite.gz", "*_cuda_gpu_trace.csv", "*_gputrace.csv",
@@ -54,7 +58,7 @@ class NsysReader(Reader):
         text, single = [], []
         for path in paths:
             kind = sniffing.kind_of(path, read_head(path, 64) if path.is_file() else b"")
-            (single if kind in ("rep", "sqlite") else text).append(path)
+            (single if kind in ("rep", "sqlite", "tables") else text).append(path)
         return [[p] for p in single] + capture.group(text)
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
@@ -64,6 +68,8 @@ class NsysReader(Reader):
                 return read_report(paths[0], options)
             if kind == "sqlite":
                 return read_sqlite(paths[0], options)
+            if kind == "tables":
+                return read_export_dir(paths[0], options)
         return capture.read_capture(paths, options)
 
 

@@ -3,6 +3,10 @@
 * 1.0: ``.nsys-rep`` / ``.qdrep`` starting with ``NVIDIA Tegra Profiler Report``.
 * 0.8: a SQLite export, whose schema names nsys's own tables (``StringIds``,
   ``TARGET_INFO_*``, ``NVTX_EVENTS``, ``ENUM_NSYS_*``, ``META_DATA_EXPORT``);
+  a directory of per-table Parquet or Arrow files (``nsys export --type
+  parquetdir|arrowdir``) holding ``CUPTI_ACTIVITY_KIND_*`` or ``NVTX_EVENTS``
+  with ``StringIds`` or ``TARGET_INFO_*`` beside them, each file starting
+  with its format's magic (``PAR1``, ``ARROW1``, an IPC stream's message);
   ``nsys stats`` CSV/TSV whose header has nsys's own column names
   (``CorrId``, ``GrdX``, ``Reg/Trd``, ``StcSMem``, ``Total Time``,
   ``Num Calls``, ``Range``...); the default console table (that header, a
@@ -25,7 +29,7 @@ from traceparse.sources import is_gzip
 
 from traceparse_plugins.readers.nsys import reports
 from traceparse_plugins.readers.nsys.nsys_rep import MAGIC
-from traceparse_plugins.readers.nsys.sqlite_export import connect
+from traceparse_plugins.readers.nsys.tables import SUFFIXES, connect, table_files
 from traceparse_plugins.readers.nsys.sections import header_cells, _DASHES, _looks_like_header, _cut
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -35,7 +39,9 @@ _NSYS_MESSAGE = re.compile(r"^[ \t]*(usage: nsys|WARNING: Existing SQLite export
 
 
 def kind_of(path: Path, head: bytes) -> str | None:
-    """``rep``, ``sqlite``, ``text`` or None: which kind of nsys file this looks like."""
+    """``rep``, ``sqlite``, ``tables`` (a directory), ``text`` or None: which kind of nsys file this looks like."""
+    if path.is_dir():
+        return "tables"
     if head.startswith(MAGIC):
         return "rep"
     if head.startswith(SQLITE_MAGIC):
@@ -51,6 +57,8 @@ def kind_of(path: Path, head: bytes) -> str | None:
 def sniff(path: Path, head: bytes) -> float:
     """Confidence that ``path`` is Nsight Systems output (see the module docstring)."""
     kind = kind_of(path, head)
+    if kind == "tables":
+        return _sniff_directory(path)
     if kind == "rep":
         return 1.0 if head.startswith(MAGIC) else 0.2
     if kind == "sqlite":
@@ -64,6 +72,32 @@ def sniff(path: Path, head: bytes) -> float:
             return 0.2  # PREFIX_REPORT.csv of a report traceparse does not read: claimed, then skipped or refused
         return score
     return 0.0
+
+
+_EVENT_FILES = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS")
+_BESIDE = ("StringIds", "TARGET_INFO_", "META_DATA_EXPORT", "ENUM_NSYS_")
+#: The first bytes of a Parquet file, an Arrow IPC file and an Arrow IPC stream (a continuation marker).
+_FILE_MAGIC = {".parquet": (b"PAR1",), ".arrow": (b"ARROW1", b"\xff\xff\xff\xff")}
+
+
+def _sniff_directory(path: Path) -> float:
+    """0.8 for a per-table nsys export directory: its event tables and nsys's own tables, in their formats."""
+    try:
+        files = table_files(path)
+    except OSError:
+        return 0.0
+    events = [p for name, p in files.items() if name.startswith(_EVENT_FILES)]
+    if not events or not any(name.startswith(_BESIDE) for name in files):
+        return 0.0
+    for p in events[:3]:
+        try:
+            with open(p, "rb") as f:
+                head = f.read(8)
+        except OSError:
+            continue
+        if head.startswith(_FILE_MAGIC[p.suffix.lower()]):
+            return 0.8
+    return 0.2 if all(p.suffix.lower() in SUFFIXES for p in events) else 0.0
 
 
 def _sniff_sqlite(path: Path, head: bytes) -> float:

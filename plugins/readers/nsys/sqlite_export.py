@@ -1,4 +1,8 @@
-"""Reader of the Nsight Systems SQLite export (``nsys export --type sqlite``), gzip-compressed or not.
+"""Reader of the Nsight Systems export: SQLite (``nsys export --type sqlite``, gzip-compressed or not), and
+the same tables as a directory of Parquet (``--type parquetdir``) or Arrow (``--type arrowdir``) files.
+
+The queries are written once; :mod:`.tables` runs them over SQLite or over the
+files (polars' SQL), so the three forms of one capture give the same events.
 
 Tables read, each only when present (older exports lack some):
 
@@ -30,10 +34,7 @@ Timestamps are the export's integer ns. The database is opened read-only.
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import tempfile
-import urllib.parse
-from contextlib import closing
 from pathlib import Path
 from typing import Iterator
 
@@ -43,11 +44,11 @@ from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
-from traceparse.validate import excerpt
 
 from traceparse_plugins.readers.nsys import memops
+from traceparse_plugins.readers.nsys.tables import FileTables, SqliteTables, Tables, Unfit, connect
 
-BATCH_ROWS = 500_000
+__all__ = ["EVENT_TABLES", "check_tables", "connect", "read_export_dir", "read_sqlite"]
 EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                 "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS")
 #: NVTX event types of nsys (ENUM_NSYS_EVENT_TYPE), for exports without that table.
@@ -55,21 +56,23 @@ NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtP
                     71: "NvtxtStartEndRange"}
 NVTX_MARK_TYPES = {34: "NvtxMark"}
 NVTX_DOMAIN_CREATE = 75
-_PID = "((({g}) >> 24) & 16777215)"
-_TID = "(({g}) & 16777215)"
 
 
-def _pid_tid(cols: set[str]) -> str:
+def _pid(db: Tables, column: str) -> str:
+    """SQL for the pid in an nsys global id: (id >> 24) & 0xFFFFFF."""
+    return db.shifted(column, 24)
+
+
+def _tid(db: Tables, column: str) -> str:
+    """SQL for the tid in an nsys global id: id & 0xFFFFFF."""
+    return db.shifted(column, 0)
+
+
+def _pid_tid(db: Tables, cols: set[str]) -> str:
     """The SELECT terms for pid and tid, decoded from globalTid where the table has it."""
     if "globalTid" not in cols:
         return "NULL AS pid, NULL AS tid"
-    return f"{_PID.format(g='a.globalTid')} AS pid, {_TID.format(g='a.globalTid')} AS tid"
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """Open ``path`` read-only (immutable: nothing is written, even a journal)."""
-    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1"
-    return sqlite3.connect(uri, uri=True)
+    return f"{_pid(db, 'a.globalTid')} AS pid, {_tid(db, 'a.globalTid')} AS tid"
 
 
 def decompressed(path: Path, workdir: Path, options: ReadOptions) -> Path:
@@ -91,27 +94,21 @@ def decompressed(path: Path, workdir: Path, options: ReadOptions) -> Path:
     return target
 
 
-def tables_of(db: sqlite3.Connection, path: Path) -> set[str]:
-    """Names of the database's tables and views; a one-line error if it is not a SQLite database."""
-    try:
-        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError as exc:
-        raise bad_input(path, None, f"not a readable SQLite database ({exc})") from None
-
-
-def check_tables(path: Path, tables: set[str]) -> None:
+def check_tables(path: Path, tables: set[str], noun: str = "SQLite file") -> None:
     """One-line error unless this is an nsys export with at least one table of events traceparse reads."""
     if "StringTable" in tables and "StringIds" not in tables:
         raise bad_input(path, None, "an nvprof SQLite profile (StringTable), not an Nsight Systems export: "
                                     "read it with --format nvprof")
     present = [t for t in EVENT_TABLES if t in tables]
     if not present:
-        raise bad_input(path, None, "none of the tables traceparse reads is in this SQLite file "
+        raise bad_input(path, None, f"none of the tables traceparse reads is in this {noun} "
                                     f"(expected at least one of {', '.join(EVENT_TABLES)}: an Nsight Systems "
                                     "export of a capture with -t cuda or -t nvtx)")
     needs_names = [t for t in present if t != "NVTX_EVENTS"]
     if needs_names and "StringIds" not in tables:
-        raise bad_input(path, None, f"table StringIds is missing (the names of {needs_names[0]} are ids into it)")
+        missing = "table StringIds is missing" if noun == "SQLite file" else (
+            "StringIds.parquet (or StringIds.arrow) is missing from the directory")
+        raise bad_input(path, None, f"{missing} (the names of {needs_names[0]} are ids into it)")
 
 
 def read_sqlite(path: Path, options: ReadOptions, *, source: Path | None = None,
@@ -124,97 +121,71 @@ def read_sqlite(path: Path, options: ReadOptions, *, source: Path | None = None,
     ``owned`` is a temporary directory to remove once the events are read.
     """
     shown = source or path
-    meta = TraceMeta(tool="nsys", warnings=options.warnings)  # the same list: no warning is lost
     workdir = tempfile.TemporaryDirectory(prefix="traceparse-nsys-")
+    workdirs = [workdir, *([owned] if owned else [])]
     try:
         plain = decompressed(path, Path(workdir.name), options) if is_gzip(path) else path
-        db = connect(plain)
-        tables = tables_of(db, shown)
-        check_tables(shown, tables)
-        _fill_meta(db, tables, meta, shown)
-        try:
-            enums = _Enums(db, tables)
-        except sqlite3.DatabaseError as exc:
-            raise bad_input(shown, None, f"cannot be read: {exc}") from None
+        db = SqliteTables(plain, shown)
+        trace = _read(db, "nsys SQLite export", options, workdirs)
     except BaseException:
-        workdir.cleanup()
-        if owned is not None:
-            owned.cleanup()
+        for w in workdirs:
+            w.cleanup()
         raise
     if not is_gzip(path):
         options.progress(path.stat().st_size)
-    return Trace(_events(db, tables, enums, shown, options, [workdir, *([owned] if owned else [])]), meta)
+    return trace
 
 
-def _events(db: sqlite3.Connection, tables: set[str], enums: "_Enums", path: Path, options: ReadOptions,
-            workdirs: list[tempfile.TemporaryDirectory]) -> Iterator[pl.DataFrame]:
+def read_export_dir(directory: Path, options: ReadOptions) -> Trace:
+    """Read a directory of per-table Parquet or Arrow files (``nsys export --type parquetdir|arrowdir``).
+
+    The same queries as the SQLite export run over the files through polars'
+    SQL (no DuckDB needed), so the events, devices and metadata are those of
+    the SQLite export of the same capture.
+    """
+    db = FileTables(directory)
+    form = db.noun.removesuffix(" directory")
+    trace = _read(db, f"nsys {form} export", options, [])
+    options.progress(sum(p.stat().st_size for p in db.files.values()))
+    return trace
+
+
+def _read(db: Tables, variant: str, options: ReadOptions, workdirs: list) -> Trace:
+    """Metadata first (checked tables, devices, enums), then the events streamed table by table."""
+    meta = TraceMeta(tool="nsys", warnings=options.warnings)  # the same list: no warning is lost
     try:
-        with closing(db):
-            for table, query in _queries(db, tables, enums):
-                unfit = _Unfit(table)
-                try:
-                    cursor = db.execute(query.sql)
-                    while rows := cursor.fetchmany(BATCH_ROWS):
-                        yield query.finish(unfit.frame(rows, query.schema), enums)
-                except sqlite3.DatabaseError as exc:
-                    raise bad_input(path, table, f"cannot be read: {exc}") from None
-                if unfit.count:
-                    options.warn(unfit.warning(path))
-            if enums.open_ranges:
-                options.warn(f"{path}: {enums.open_ranges} NVTX ranges have no end (still open when the capture "
-                             "stopped); they are kept with a null duration")
+        check_tables(db.path, db.names, db.noun)
+        _fill_meta(db, meta, variant)
+        try:
+            enums = _Enums(db)
+        except db.errors as exc:
+            raise bad_input(db.path, None, f"cannot be read: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
+    return Trace(_events(db, enums, options, workdirs), meta)
+
+
+def _events(db: Tables, enums: "_Enums", options: ReadOptions,
+            workdirs: list[tempfile.TemporaryDirectory]) -> Iterator[pl.DataFrame]:
+    path = db.path
+    try:
+        for table, query in _queries(db, enums):
+            unfit = Unfit(table)
+            try:
+                for frame in db.frames(query.sql, query.schema, unfit):
+                    yield query.finish(frame, enums)
+            except db.errors as exc:
+                raise bad_input(path, table, f"cannot be read: {exc}") from None
+            if unfit.count:
+                options.warn(unfit.warning(path))
+        if enums.open_ranges:
+            options.warn(f"{path}: {enums.open_ranges} NVTX ranges have no end (still open when the capture "
+                         "stopped); they are kept with a null duration")
     finally:
+        db.close()
         for workdir in workdirs:
             workdir.cleanup()
-
-
-class _Unfit:
-    """Rows of one table whose values are not of their column's type, dropped and counted (one warning).
-
-    SQLite columns take any type: a REAL 1e308 or the text "abc" in an INTEGER column of an edited export
-    made polars' row builder fail with a ComputeError (exit 3). A batch that does not build is walked row by
-    row; a row with a value its column cannot hold is left out, the first one quoted in the warning.
-    """
-
-    def __init__(self, table: str):
-        self.table, self.count, self.seen = table, 0, 0
-        self.first: tuple[int, str, object] | None = None
-
-    def frame(self, rows: list[tuple], schema: list[tuple[str, pl.DataType]]) -> pl.DataFrame:
-        """``rows`` as a frame of ``schema``, without the rows that do not fit it."""
-        offset, self.seen = self.seen, self.seen + len(rows)
-        try:
-            return pl.DataFrame(rows, schema=schema, orient="row")
-        except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
-            pass
-        kept = []
-        for i, row in enumerate(rows):
-            bad = next(((name, v) for (name, dtype), v in zip(schema, row) if not _fits(v, dtype)), None)
-            if bad is None:
-                kept.append(row)
-                continue
-            self.count += 1
-            if self.first is None:
-                self.first = (offset + i + 1, *bad)
-        return pl.DataFrame(kept, schema=schema, orient="row")
-
-    def warning(self, path: Path) -> str:
-        row, column, value = self.first
-        rows = "1 row" if self.count == 1 else f"{self.count:,} rows"
-        return (f"{path}: {self.table}: dropped {rows} whose {column} is not of the column's type (first: row "
-                f"{row}, {column}={excerpt(value)})")
-
-
-def _fits(value: object, dtype: pl.DataType) -> bool:
-    if value is None:
-        return True
-    if dtype == pl.String:
-        return isinstance(value, str)
-    if dtype.is_integer():
-        return type(value) is int and -2**63 <= value < 2**63
-    if dtype.is_float():
-        return type(value) in (int, float)
-    return True
 
 
 # -- queries -----------------------------------------------------------------
@@ -228,10 +199,6 @@ class _Query:
         return self._finish(frame, enums)
 
 
-def _columns(db: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in db.execute(f'PRAGMA table_info("{table}")')}
-
-
 def _pick(cols: set[str], alias: str, column: str, name: str | None = None) -> str:
     """``alias.column AS name`` if the table has the column, else ``NULL AS name``."""
     return f'{alias}."{column}" AS {name or column}' if column in cols else f"NULL AS {name or column}"
@@ -241,22 +208,23 @@ _I = pl.Int64
 _S = pl.String
 
 
-def _queries(db: sqlite3.Connection, tables: set[str], enums: "_Enums") -> Iterator[tuple[str, _Query]]:
+def _queries(db: Tables, enums: "_Enums") -> Iterator[tuple[str, _Query]]:
+    tables = db.names
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        yield "CUPTI_ACTIVITY_KIND_KERNEL", _kernel_query(_columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"))
+        yield "CUPTI_ACTIVITY_KIND_KERNEL", _kernel_query(db, db.columns("CUPTI_ACTIVITY_KIND_KERNEL"))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
-        yield "CUPTI_ACTIVITY_KIND_MEMCPY", _memcpy_query(_columns(db, "CUPTI_ACTIVITY_KIND_MEMCPY"))
+        yield "CUPTI_ACTIVITY_KIND_MEMCPY", _memcpy_query(db, db.columns("CUPTI_ACTIVITY_KIND_MEMCPY"))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
-        yield "CUPTI_ACTIVITY_KIND_MEMSET", _memset_query(_columns(db, "CUPTI_ACTIVITY_KIND_MEMSET"))
+        yield "CUPTI_ACTIVITY_KIND_MEMSET", _memset_query(db, db.columns("CUPTI_ACTIVITY_KIND_MEMSET"))
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
         if table in tables:
-            yield table, _api_query(table, _columns(db, table))
+            yield table, _api_query(db, table, db.columns(table))
     if "NVTX_EVENTS" in tables:
-        yield "NVTX_EVENTS", _nvtx_query(_columns(db, "NVTX_EVENTS"), "StringIds" in tables, enums)
+        yield "NVTX_EVENTS", _nvtx_query(db, db.columns("NVTX_EVENTS"), "StringIds" in tables, enums)
 
 
-def _gpu_common(cols: set[str], g: str = "globalPid") -> list[str]:
-    pid = f"{_PID.format(g=f'a.{g}')} AS pid" if g in cols else "NULL AS pid"
+def _gpu_common(db: Tables, cols: set[str], g: str = "globalPid") -> list[str]:
+    pid = f"{_pid(db, f'a.{g}')} AS pid" if g in cols else "NULL AS pid"
     return ["a.start AS start", "a.\"end\" - a.start AS duration", _pick(cols, "a", "deviceId"),
             _pick(cols, "a", "contextId"), _pick(cols, "a", "streamId"), _pick(cols, "a", "correlationId"), pid]
 
@@ -271,14 +239,14 @@ def _gpu_columns(frame: pl.DataFrame) -> dict[str, pl.Expr]:
             "correlation_id": pl.col("correlationId"), "pid": pl.col("pid")}
 
 
-def _kernel_query(cols: set[str]) -> _Query:
+def _kernel_query(db: Tables, cols: set[str]) -> _Query:
     names = [c for c in ("demangledName", "shortName", "mangledName") if c in cols]
     joins = "".join(f' LEFT JOIN StringIds n{i} ON n{i}.id = a."{c}"' for i, c in enumerate(names))
     name = f"COALESCE({', '.join(f'n{i}.value' for i in range(len(names)))})" if len(names) > 1 else (
         "n0.value" if names else "NULL")
     dims = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
             "staticSharedMemory", "dynamicSharedMemory"]
-    sql = (f"SELECT {', '.join(_gpu_common(cols))}, {name} AS name, "
+    sql = (f"SELECT {', '.join(_gpu_common(db, cols))}, {name} AS name, "
            f"{', '.join(_pick(cols, 'a', d) for d in dims)} FROM CUPTI_ACTIVITY_KIND_KERNEL a{joins}")
     schema = [*_GPU_SCHEMA, ("name", _S), *[(d, _I) for d in dims]]
 
@@ -291,9 +259,9 @@ def _kernel_query(cols: set[str]) -> _Query:
     return _Query(sql, schema, finish)
 
 
-def _memcpy_query(cols: set[str]) -> _Query:
+def _memcpy_query(db: Tables, cols: set[str]) -> _Query:
     extra = ["bytes", "copyKind", "srcKind", "dstKind"]
-    sql = (f"SELECT {', '.join(_gpu_common(cols))}, {', '.join(_pick(cols, 'a', c) for c in extra)} "
+    sql = (f"SELECT {', '.join(_gpu_common(db, cols))}, {', '.join(_pick(cols, 'a', c) for c in extra)} "
            "FROM CUPTI_ACTIVITY_KIND_MEMCPY a")
     schema = [*_GPU_SCHEMA, *[(c, _I) for c in extra]]
 
@@ -315,8 +283,8 @@ def _memcpy_query(cols: set[str]) -> _Query:
     return _Query(sql, schema, finish)
 
 
-def _memset_query(cols: set[str]) -> _Query:
-    sql = (f"SELECT {', '.join(_gpu_common(cols))}, {_pick(cols, 'a', 'bytes')}, {_pick(cols, 'a', 'memKind')} "
+def _memset_query(db: Tables, cols: set[str]) -> _Query:
+    sql = (f"SELECT {', '.join(_gpu_common(db, cols))}, {_pick(cols, 'a', 'bytes')}, {_pick(cols, 'a', 'memKind')} "
            "FROM CUPTI_ACTIVITY_KIND_MEMSET a")
     schema = [*_GPU_SCHEMA, ("bytes", _I), ("memKind", _I)]
 
@@ -330,8 +298,8 @@ def _memset_query(cols: set[str]) -> _Query:
     return _Query(sql, schema, finish)
 
 
-def _api_query(table: str, cols: set[str]) -> _Query:
-    pid = _pid_tid(cols)
+def _api_query(db: Tables, table: str, cols: set[str]) -> _Query:
+    pid = _pid_tid(db, cols)
     sql = (f"SELECT a.start AS start, a.\"end\" - a.start AS duration, {_pick(cols, 'a', 'correlationId')}, {pid}, "
            f"s.value AS name, {_pick(cols, 'a', 'eventClass')} FROM {table} a "
            f"LEFT JOIN StringIds s ON s.id = a.nameId")
@@ -348,7 +316,7 @@ def _api_query(table: str, cols: set[str]) -> _Query:
     return _Query(sql, schema, finish)
 
 
-def _nvtx_query(cols: set[str], has_strings: bool, enums: "_Enums") -> _Query:
+def _nvtx_query(db: Tables, cols: set[str], has_strings: bool, enums: "_Enums") -> _Query:
     text = _pick(cols, "a", "text")
     if "textId" in cols and has_strings:
         join = " LEFT JOIN StringIds s ON s.id = a.textId"
@@ -356,7 +324,7 @@ def _nvtx_query(cols: set[str], has_strings: bool, enums: "_Enums") -> _Query:
     else:
         join = ""
     wanted = sorted({*enums.nvtx_ranges, *enums.nvtx_marks})
-    pid = _pid_tid(cols)
+    pid = _pid_tid(db, cols)
     sql = (f"SELECT a.start AS start, a.\"end\" AS end_, a.eventType AS eventType, {text}, {pid}, "
            f"{_pick(cols, 'a', 'domainId')} FROM NVTX_EVENTS a{join} "
            f"WHERE a.eventType IN ({', '.join(map(str, wanted)) or 'NULL'})")
@@ -380,11 +348,11 @@ def _nvtx_query(cols: set[str], has_strings: bool, enums: "_Enums") -> _Query:
 class _Enums:
     """Label lookups from the export's ENUM_* tables, with nsys's numbering where an export lacks them."""
 
-    def __init__(self, db: sqlite3.Connection, tables: set[str]):
-        self.copy_kind = _enum(db, tables, "ENUM_CUDA_MEMCPY_OPER") or dict(memops.FALLBACK_COPY_KIND)
-        self.mem_kind = _enum(db, tables, "ENUM_CUDA_MEM_KIND") or dict(memops.FALLBACK_MEM_KIND)
-        self.event_class = _enum(db, tables, "ENUM_NSYS_EVENT_CLASS")
-        types = _enum(db, tables, "ENUM_NSYS_EVENT_TYPE", "name")
+    def __init__(self, db: Tables):
+        self.copy_kind = _enum(db, "ENUM_CUDA_MEMCPY_OPER") or dict(memops.FALLBACK_COPY_KIND)
+        self.mem_kind = _enum(db, "ENUM_CUDA_MEM_KIND") or dict(memops.FALLBACK_MEM_KIND)
+        self.event_class = _enum(db, "ENUM_NSYS_EVENT_CLASS")
+        types = _enum(db, "ENUM_NSYS_EVENT_TYPE", "name")
         if types:
             self.nvtx_ranges = {i for i, n in types.items() if n.startswith("Nvtx") and n.endswith("Range")}
             self.nvtx_marks = {i for i, n in types.items() if n == "NvtxMark"}
@@ -392,32 +360,33 @@ class _Enums:
         else:
             self.nvtx_ranges, self.nvtx_marks = set(NVTX_RANGE_TYPES), set(NVTX_MARK_TYPES)
             domain_create = {NVTX_DOMAIN_CREATE}
-        self.nvtx_domains = _nvtx_domains(db, tables, domain_create)
+        self.nvtx_domains = _nvtx_domains(db, domain_create)
         self.open_ranges = 0
 
 
-def _enum(db: sqlite3.Connection, tables: set[str], table: str, prefer: str = "label") -> dict[int, str]:
-    if table not in tables:
+def _enum(db: Tables, table: str, prefer: str = "label") -> dict[int, str]:
+    if table not in db.names:
         return {}
-    cols = _columns(db, table)
+    cols = db.columns(table)
     column = prefer if prefer in cols else "label" if "label" in cols else "name" if "name" in cols else None
     if column is None or "id" not in cols:
         return {}
-    return {i: str(v) for i, v in db.execute(f'SELECT id, "{column}" FROM {table}')
+    return {i: str(v) for i, v in db.rows(f'SELECT id, "{column}" FROM {table}')
             if v is not None and type(i) is int}  # an id that is no integer names nothing
 
 
-def _nvtx_domains(db: sqlite3.Connection, tables: set[str], create_types: set[int]) -> dict[int, str]:
+def _nvtx_domains(db: Tables, create_types: set[int]) -> dict[int, str]:
+    tables = db.names
     if "NVTX_EVENTS" not in tables or not create_types:
         return {}
-    cols = _columns(db, "NVTX_EVENTS")
+    cols = db.columns("NVTX_EVENTS")
     if "domainId" not in cols:
         return {}
     text = "a.text" if "text" in cols else "NULL"
     join = ""
     if "textId" in cols and "StringIds" in tables:
         text, join = f"COALESCE({text}, s.value)", " LEFT JOIN StringIds s ON s.id = a.textId"
-    rows = db.execute(f"SELECT a.domainId, {text} FROM NVTX_EVENTS a{join} "
+    rows = db.rows(f"SELECT a.domainId, {text} FROM NVTX_EVENTS a{join} "
                       f"WHERE a.eventType IN ({', '.join(map(str, create_types))})")
     return {int(d): str(t) for d, t in rows if d is not None and t is not None}
 
@@ -433,15 +402,14 @@ _DEVICE_COLUMNS = {
 }
 
 
-def _devices(db: sqlite3.Connection, tables: set[str]) -> list[Device]:
-    table = next((t for t in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU") if t in tables), None)
+def _devices(db: Tables) -> list[Device]:
+    table = next((t for t in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU") if t in db.names), None)
     if table is None:
         return []
-    cursor = db.execute(f"SELECT * FROM {table}")
-    names = [d[0] for d in cursor.description]
-    cuda_ids = _cuda_ordinals(db, tables)
+    names, rows = db.records(f"SELECT * FROM {table}")
+    cuda_ids = _cuda_ordinals(db)
     devices = []
-    for row in cursor:
+    for row in rows:
         record = dict(zip(names, row))
         get = {field: next((record[c] for c in options if record.get(c) is not None), None)
                for field, options in _DEVICE_COLUMNS.items()}
@@ -460,78 +428,82 @@ def _devices(db: sqlite3.Connection, tables: set[str]) -> list[Device]:
     return sorted(devices, key=lambda d: (type(d.id) is not int, d.id if type(d.id) is int else 0))
 
 
-def _cuda_ordinals(db: sqlite3.Connection, tables: set[str]) -> dict[int, list[dict]]:
-    if "TARGET_INFO_CUDA_DEVICE" not in tables:
+def _cuda_ordinals(db: Tables) -> dict[int, list[dict]]:
+    if "TARGET_INFO_CUDA_DEVICE" not in db.names:
         return {}
-    cols = _columns(db, "TARGET_INFO_CUDA_DEVICE")
+    cols = db.columns("TARGET_INFO_CUDA_DEVICE")
     if not {"gpuId", "cudaId"} <= cols:
         return {}
     pid = "pid" if "pid" in cols else "NULL"
     out: dict[int, list[dict]] = {}
-    for gpu, cuda, p in db.execute(f"SELECT gpuId, cudaId, {pid} FROM TARGET_INFO_CUDA_DEVICE"):
+    for gpu, cuda, p in db.rows(f"SELECT gpuId, cudaId, {pid} FROM TARGET_INFO_CUDA_DEVICE"):
         if type(gpu) is int:  # SQLite columns take any type
             out.setdefault(gpu, []).append({"cuda_id": cuda, "pid": p})
     return out
 
 
-def _fill_meta(db: sqlite3.Connection, tables: set[str], meta: TraceMeta, path: Path) -> None:
+def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
+    tables = db.names
     try:
-        meta.devices = _devices(db, tables)
-        export = _key_values(db, tables, "META_DATA_EXPORT")
+        meta.devices = _devices(db)
+        export = _key_values(db, "META_DATA_EXPORT")
         version = export.get("EXPORT_PRODUCT_VERSION")
         meta.tool_version = version
-        meta.variant = "nsys SQLite export" + (f" (schema {export['EXPORT_SCHEMA_VERSION']})"
-                                              if "EXPORT_SCHEMA_VERSION" in export else "")
+        meta.variant = variant + (f" (schema {export['EXPORT_SCHEMA_VERSION']})"
+                                  if "EXPORT_SCHEMA_VERSION" in export else "")
         meta.extra["tables_read"] = [t for t in EVENT_TABLES if t in tables]
         for key in ("EXPORT_SCHEMA_VERSION", "EXPORT_PRODUCT_DATE", "EXPORT_PARAM_INPUT_FILE",
                     "EXPORT_PARAM_TIME_NORMALIZE"):
             if key in export:
                 meta.extra[key.lower()] = export[key]
-        if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in _columns(db, "TARGET_INFO_SESSION_START_TIME"):
-            row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-            if row and row[0]:
-                meta.extra["session_start_utc_ns"] = row[0]
-        meta.extra["processes"] = _processes(db, tables)
-        names = _thread_names(db, tables)
+        if ("TARGET_INFO_SESSION_START_TIME" in tables
+                and "utcEpochNs" in db.columns("TARGET_INFO_SESSION_START_TIME")):
+            row = db.rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            if row and row[0][0]:
+                meta.extra["session_start_utc_ns"] = row[0][0]
+        meta.extra["processes"] = _processes(db)
+        names = _thread_names(db)
         if names:
             meta.extra["thread_names"] = names
-    except sqlite3.DatabaseError as exc:
-        raise bad_input(path, None, f"cannot be read: {exc}") from None
+    except db.errors as exc:
+        raise bad_input(db.path, None, f"cannot be read: {exc}") from None
 
 
-def _key_values(db: sqlite3.Connection, tables: set[str], table: str) -> dict[str, str]:
-    if table not in tables or not {"name", "value"} <= _columns(db, table):
+def _key_values(db: Tables, table: str) -> dict[str, str]:
+    if table not in db.names or not {"name", "value"} <= db.columns(table):
         return {}
-    return {str(k): str(v) for k, v in db.execute(f"SELECT name, value FROM {table}") if v is not None}
+    return {str(k): str(v) for k, v in db.rows(f"SELECT name, value FROM {table}") if v is not None}
 
 
-def _thread_names(db: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
+def _thread_names(db: Tables) -> dict[str, str]:
     """``pid/tid`` -> thread name (``ThreadNames``), for the threads that made CUDA calls."""
+    tables = db.names
     if ("ThreadNames" not in tables or "StringIds" not in tables
-            or not {"nameId", "globalTid"} <= _columns(db, "ThreadNames")):
+            or not {"nameId", "globalTid"} <= db.columns("ThreadNames")):
         return {}
     active = [f"SELECT DISTINCT globalTid AS g FROM {table}" for table in
               ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
-              if table in tables and "globalTid" in _columns(db, table)]
+              if table in tables and "globalTid" in db.columns(table)]
     if not active:
         return {}
-    sql = (f"SELECT {_PID.format(g='t.globalTid')}, {_TID.format(g='t.globalTid')}, s.value FROM ThreadNames t "
-           f"JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)})")
-    return {f"{p}/{t}": str(n) for p, t, n in db.execute(sql) if n}
+    sql = (f"SELECT {_pid(db, 't.globalTid')} AS p, {_tid(db, 't.globalTid')} AS t, s.value AS n "
+           f"FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)})")
+    return {f"{p}/{t}": str(n) for p, t, n in db.rows(sql) if n}
 
 
-def _processes(db: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
+def _processes(db: Tables) -> dict[str, str]:
     """pid -> process name, for the processes that have GPU activity or CUDA calls."""
-    if "PROCESSES" not in tables or not {"pid", "name", "globalPid"} <= _columns(db, "PROCESSES"):
+    tables = db.names
+    if "PROCESSES" not in tables or not {"pid", "name", "globalPid"} <= db.columns("PROCESSES"):
         return {}
     active: list[str] = []
     for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
-        if table in tables and "globalPid" in _columns(db, table):
-            active.append(f"SELECT DISTINCT {_PID.format(g='globalPid')} AS p FROM {table}")
+        if table in tables and "globalPid" in db.columns(table):
+            active.append(f"SELECT DISTINCT {_pid(db, 'globalPid')} AS p FROM {table}")
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
-        if table in tables and "globalTid" in _columns(db, table):
-            active.append(f"SELECT DISTINCT {_PID.format(g='globalTid')} AS p FROM {table}")
+        if table in tables and "globalTid" in db.columns(table):
+            active.append(f"SELECT DISTINCT {_pid(db, 'globalTid')} AS p FROM {table}")
     if not active:
         return {}
     sql = (f"SELECT DISTINCT pid, name FROM PROCESSES WHERE pid IN ({' UNION '.join(active)}) ORDER BY pid")
-    return {str(p): n for p, n in db.execute(sql) if p is not None}
+    return {str(p): n for p, n in db.rows(sql) if p is not None}

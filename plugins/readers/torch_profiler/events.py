@@ -7,6 +7,7 @@ filtering and mapping are polars expressions. Times go through
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -84,8 +85,9 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         pick = lambda values: [values[i] for i in keep]  # noqa: E731
     a = pick(args)
     a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
+    columns = tuple(zip(*a_rows))
     (external, external_legacy, correlation, device, context, stream, nbytes, grid, block,
-     registers, shared_memory, input_dims, flops, in_device, from_device, to_device, *_) = zip(*a_rows)
+     registers, shared_memory, input_dims, flops, in_device, from_device, to_device) = columns[:16]
 
     def ints(values, key: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
         return int_column(values, f"args.{key}", dtype, coerced)
@@ -132,6 +134,9 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         flops=pl.Series(flops, dtype=pl.Float64),
         # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
         input_dims=_raw_text(input_dims).str.replace_all(r"\s+", "").replace("", None),
+        # dtypes and non-tensor arguments as compact JSON (their strings keep their spaces: "long int", "[4, 4]")
+        input_types=_compact_json(columns[_FIELD["input_types"]]),
+        concrete_inputs=_compact_json(columns[_FIELD["concrete_inputs"]]),
         _smem=ints(shared_memory, "shared memory"),
         **dims,
     )
@@ -164,6 +169,22 @@ def _raw_text(raws) -> pl.Series:
     return pl.Series(list(map(bytes, raws)), dtype=pl.Binary).cast(pl.String)
 
 
+def _compact_json(raws) -> pl.Series:
+    """``msgspec.Raw`` JSON values as compact JSON text (null when absent), whatever the file's layout.
+
+    Each distinct text is re-encoded once (operators repeat a handful of argument lists), so the cost
+    follows the distinct values, not the events.
+    """
+    text = _raw_text(raws).replace("", None)
+    compact = {}
+    for value in text.drop_nulls().unique().to_list():
+        try:
+            compact[value] = json.dumps(json.loads(value), separators=(",", ":"), ensure_ascii=False)
+        except ValueError:
+            compact[value] = value
+    return text.replace(compact) if compact else text
+
+
 def _known(value: pl.Expr, allowed: tuple[str, ...]) -> pl.Expr:
     """``value`` where it is one of ``allowed`` (the schema's enum), else null."""
     return pl.when(value.is_in(list(allowed))).then(value)
@@ -171,6 +192,7 @@ def _known(value: pl.Expr, allowed: tuple[str, ...]) -> pl.Expr:
 
 _EMPTY = pl.DataFrame({"kind": pl.Series([], dtype=pl.String)})
 _NO_ARGS_ROW = astuple(Args())
+_FIELD = {name: i for i, name in enumerate(Args.__struct_fields__)}  # an argument's column in ``columns``
 _NO_DIM3 = (None, None, None)
 
 

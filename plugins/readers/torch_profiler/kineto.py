@@ -54,6 +54,10 @@ class Args(msgspec.Struct, gc=False):
     seq: Int = msgspec.field(default=None, name="Seq")
     # metadata events ("ph": "M"): a thread_name event's name, kept raw (decoded only there; see .threads)
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
+    # operator arguments beside "Input Dims" (record_shapes=True), kept as their JSON text: the FLOPs-from-shapes
+    # formulas (traceparse.measures.op_flops) need the dtypes and the non-tensor arguments (stride, is_causal)
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
 
 
 #: A Kineto trace event: the shared Chrome-JSON event with Kineto's arguments.
