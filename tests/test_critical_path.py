@@ -196,6 +196,26 @@ def test_the_run_graph_partitioned_by_rank_equals_the_whole():
     assert whole.filter(pl.col("dst_trace") == INSTANCE_TRACE).height > 0
 
 
+def test_a_group_of_ranks_is_built_in_one_pass_with_each_rank_as_alone(monkeypatch):
+    """The ranks of a group (analyze reads small ranks together) are built at once, not rank by rank: each
+    trace's own edges are those it has alone, and the per-trace work runs once for the whole group."""
+    from traceparse.measures import critical_path as cp
+
+    events = run_of(MULTIRANK / "gloo4_slow_rank2").events
+    by_trace = events.partition_by("trace_id", maintain_order=True)
+    assert len(by_trace) == 4
+    order = ["dst_trace", "dst_node", "src_node", "edge"]
+    alone = pl.concat([cp.trace_edges(t) for t in by_trace]).sort(order, nulls_last=True)
+    calls = []
+    real = cp._host_points
+    monkeypatch.setattr(cp, "_host_points", lambda e: calls.append(e["trace_id"].n_unique()) or real(e))
+    together = cp.trace_edges(events).sort(order, nulls_last=True)
+    assert together.equals(alone)
+    assert set(together["rank"]) == {0, 1, 2, 3} and (together["rank"] == together["src_rank"]).all()
+    dependency_graph(events)
+    assert calls == [4, 4]  # one pass over the four ranks, each time
+
+
 # -- the critical path on real runs -----------------------------------------------------------------------------
 @needs_samples
 def test_on_the_slow_run_the_path_crosses_to_rank_2_and_holds_its_sleep():

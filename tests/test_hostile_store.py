@@ -185,3 +185,16 @@ def test_a_damaged_run_is_listed_and_removable(store):
     one_line_error(code, err, f"run {run_id}: damaged in the store: {run_json} cannot be read")
     assert run_cli("rm", run_id)[0] == 0
     assert json.loads(run_cli("list", "--json")[1])["damaged"] == []
+
+
+def test_a_total_past_int64_in_a_later_batch_with_no_bad_row_is_caught():
+    """The validator's one-query path (no row breaks a rule) still carries the running totals across batches:
+    a second batch whose rows are each valid but whose sum passes Int64 loses the row that passes it."""
+    from traceparse.validate import Validator
+
+    v = Validator(where="x.json")
+    assert v.check(pl.DataFrame({"kind": ["kernel"], "duration_ns": [2**62]})).height == 1
+    kept = v.check(pl.DataFrame({"kind": ["kernel", "kernel"], "duration_ns": [2**62 - 1, 2]}))
+    assert kept["duration_ns"].to_list() == [2**62 - 1]  # the total is now exactly 2^63 - 1
+    assert v.warnings() == ["x.json: dropped 1 event whose duration_ns would carry the trace's total past Int64 "
+                            "(its sums would wrap) (first: event 2, duration_ns=2)"]

@@ -176,7 +176,7 @@ def oracle(path: Path) -> dict:
 # -- every fixture ---------------------------------------------------------
 def test_fixture_inventory():
     names = {p.relative_to(NVPROF).as_posix() for p in FILES}
-    assert len(names) == 30
+    assert len(names) == 31
     assert {"real/cudajl_summary.log", "real/rlscope_gpu_trace_warning.csv", "handwritten/small.nvvp",
             "real/pytorch_wavelets_summary.log", "handwritten/copy_dominated_summary.log",
             "handwritten/metrics_events.log", "handwritten/gpu_trace_p2p.csv", "handwritten/sgemm_gpu_trace.log",
@@ -691,3 +691,27 @@ def test_killed_before_results(tmp_path, store):
                     "=> creating model 'alexnet'\n")
     refused(["ingest", str(path)], f"{path}: an nvprof log without any result table: it ends before nvprof printed "
                                    f"its results (run killed or log cut short?)", store)
+
+
+def test_text_in_the_device_table_is_unknown_with_a_warning_naming_file_field_and_value():
+    """handwritten/bad_device_integers.nvvp, a hand-made edge case: text where nvprof writes integers in
+    CUPTI_ACTIVITY_KIND_DEVICE. Each such figure is unknown, and each is said once, naming the file, the field
+    and the value; the other figures are the database's."""
+    path = NVPROF / "handwritten" / "bad_device_integers.nvvp"
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    raw = {row[0]: row[1:] for row in conn.execute(
+        "SELECT id, globalMemorySize, coreClockRate, numMultiprocessors FROM CUPTI_ACTIVITY_KIND_DEVICE")}
+    conn.close()
+    assert raw == {0: ("80GB", "1.4GHz", 56), 1: (16945512448, 1530000, "many")}
+    trace = read(path)
+    trace.events  # reading the events runs the validation step, which checks the devices too
+    devices = {d.id: d for d in trace.meta.devices}
+    assert (devices[0].memory_bytes, devices[0].core_clock_mhz, devices[0].sm_count) == (None, None, 56)
+    assert (devices[1].memory_bytes, devices[1].core_clock_mhz, devices[1].sm_count) == (16945512448, 1530.0, None)
+    assert trace.meta.warnings == [
+        f"{path}: CUPTI_ACTIVITY_KIND_DEVICE.coreClockRate '1.4GHz' is not a number of kHz; the clock is left "
+        "unknown",
+        f"{path}: dropped 1 device value whose memory_bytes is not a whole number of bytes above 0 (first: "
+        "device 0, memory_bytes='80GB')",
+        f"{path}: dropped 1 device value whose sm_count is not a whole number of SMs above 0 (first: device 1, "
+        "sm_count='many')"]

@@ -173,3 +173,60 @@ def test_gpu_spec_counts_runs_each_catalog_hook_once():
     assert reg.gpu_spec_counts["counting_catalog"] == 2
     assert {"Counting GPU 1", "Counting GPU 2"} <= {s["name"] for s in reg.gpu_specs}
     assert plugin.runs == 1
+
+
+def _broken_distribution(site_dir: Path) -> None:
+    """A distribution 'broken-tp' 0.1 on ``site_dir`` whose ``traceparse`` entry point imports a missing module."""
+    info = site_dir / "broken_tp-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-tp\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[traceparse]\nbroken_tp = broken_tp_module\n")
+    (site_dir / "broken_tp_module.py").write_text("import no_such_module_for_the_traceparse_test\n")
+
+
+BROKEN_WARNING = ("plugin 'broken_tp' is left out: its entry point broken_tp = broken_tp_module (from broken-tp 0.1) "
+                  "failed: ModuleNotFoundError: No module named 'no_such_module_for_the_traceparse_test'")
+
+
+def test_a_plugin_that_fails_to_import_is_a_warning_naming_it(tmp_path, monkeypatch):
+    """A broken entry point does not vanish: the registry says which plugin, which entry point, which error; the
+    built-in plugins still load."""
+    _broken_distribution(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    reg = load_registry()
+    assert reg.warnings == [BROKEN_WARNING]
+    [info] = [p for p in reg.plugins if p.name == "broken_tp"]
+    assert info.broken and info.module == "broken_tp_module"
+    assert "torch" in reg.readers and "critical-path" in reg.rules
+
+
+def test_every_command_prints_the_broken_plugin_once(tmp_path, monkeypatch):
+    from helpers import run_cli
+    from traceparse.plugins import reset_registry
+
+    _broken_distribution(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("TRACEPARSE_STORE", str(tmp_path / "store"))
+    reset_registry()
+    try:
+        for command in (["rules"], ["formats"], ["list"]):
+            code, out, err = run_cli(*command)
+            assert code == 0, err
+            assert err == f"traceparse: warning: {BROKEN_WARNING}\n"  # one line, once
+    finally:
+        monkeypatch.undo()
+        reset_registry()
+
+
+def test_a_plugin_whose_hook_fails_is_a_warning_too():
+    class Faulty:
+        __name__ = "faulty_plugin"
+
+        @hookimpl
+        def traceparse_rules(self):
+            raise RuntimeError("rules table missing")
+
+    reg = load_registry([Faulty()])
+    assert "kernel-share" in reg.rules  # the others keep working
+    assert reg.warnings[-1] == ("plugin 'faulty_plugin' is left out: its entry point faulty_plugin = faulty_plugin "
+                                "(registered in code) failed: traceparse_rules failed: rules table missing")

@@ -181,3 +181,37 @@ def test_optimizer_zero_grad_starts_its_iteration():
             ("Optimizer.zero_grad#SGD.zero_grad", 50, 2), ("aten::mm", 52, 30, "op")]
     assert steps_of(rows) == [(1, 10, 40, "one per Optimizer.zero_grad#SGD.zero_grad"),
                               (2, 50, 32, "one per Optimizer.zero_grad#SGD.zero_grad")]
+
+
+def test_by_trace_each_trace_chooses_its_own_steps_as_if_alone():
+    """``step_series(by_trace=True)`` (a group of a run's ranks in one query) gives each trace the steps it has
+    alone: here one trace has ProfilerStep#N, one a numbered NVTX series, one a constant name, one optimizer
+    marks; on the table as a whole the first source found wins for every trace."""
+    from traceparse.measures.steps import step_series
+
+    alone = {"prof": [("ProfilerStep#4", 0, 100), ("step 1", 0, 90)],
+             "nvtx": [("step 1", 0, 10), ("step 2", 20, 10), ("train_step", 0, 15)],
+             "const": [("train_step", 300, 50), ("train_step", 100, 50)],
+             "marks": [("Optimizer.zero_grad#SGD.zero_grad", 10, 2), ("aten::mm", 12, 30, "op"),
+                       ("Optimizer.zero_grad#SGD.zero_grad", 50, 2)]}
+    table = pl.concat([_events(rows).with_columns(trace_id=pl.lit(t)) for t, rows in alone.items()])
+    # and one whose reader marks its steps (JAX's StepTraceAnnotation: group "step"), numbered by name
+    marked = _events([("train 3", 0, 40), ("train 4", 50, 40), ("step 1", 0, 95)]).with_columns(
+        trace_id=pl.lit("jax"), group=pl.when(pl.col("name").str.starts_with("train")).then(pl.lit("step")))
+    table = pl.concat([table, marked])
+    got = step_series(table, by_trace=True)
+    want = {"prof": [(4, 0, 100, "ProfilerStep#N")],
+            "nvtx": [(1, 0, 10, "range step N"), (2, 20, 10, "range step N")],
+            "const": [(1, 100, 50, "range train_step"), (2, 300, 50, "range train_step")],
+            "marks": [(1, 10, 40, "one per Optimizer.zero_grad#SGD.zero_grad"),
+                      (2, 50, 2, "one per Optimizer.zero_grad#SGD.zero_grad")]}
+    marked_alone = step_series(marked).iter_rows(named=True)
+    assert [(r["step"], r["start_ns"], r["duration_ns"], r["source"]) for r in marked_alone] == \
+        [(3, 0, 40, "marked step train N"), (4, 50, 40, "marked step train N")]
+    want["jax"] = [(3, 0, 40, "marked step train N"), (4, 50, 40, "marked step train N")]
+    for t, steps in want.items():
+        if t in alone:
+            assert steps_of(alone[t]) == steps  # each alone, through the table-wide path
+        assert [(r["step"], r["start_ns"], r["duration_ns"], r["source"])
+                for r in got.filter(pl.col("trace_id") == t).iter_rows(named=True)] == steps
+    assert set(step_series(table)["source"]) == {"ProfilerStep#N"}  # as one table: the first source wins

@@ -370,3 +370,46 @@ def test_sniff_claims_tau_files(name):
     assert TauReader().sniff(path, path.read_bytes()[:65536]) == (1.0 if name.startswith("profile") else 0.8)
     assert TauReader().sniff(CPI, b"") == 0.8
     assert TauReader().sniff(Path("notes.txt"), b"hello") == 0.0
+
+
+# --- integers that are not (hand-written edge cases: handwritten/bad-integers, handwritten/xml/bad_integers.xml) --
+
+def _metadata(path: Path) -> dict[str, str]:
+    """The ``# <metadata>`` attributes of a TAU text profile's second line, with str methods only."""
+    line = path.read_text().splitlines()[1]
+    pairs = line.split("<attribute>")[1:]
+    return {p.split("<name>")[1].split("</name>")[0]: p.split("<value>")[1].split("</value>")[0] for p in pairs}
+
+
+def test_metadata_that_is_not_a_whole_number_is_unknown_with_one_warning_per_field():
+    folder = TAU / "handwritten" / "bad-integers"
+    profile = folder / "profile.0.0.0"
+    raw = _metadata(profile)
+    assert (raw["GPU globalMemorySize"], raw["CUDA Stream"]) == ("80GB", "seven")
+    trace = read_paths([folder])[0]
+    (device,) = trace.meta.devices
+    assert device.memory_bytes is None  # unknown, as before, but said
+    assert (device.sm_count, device.core_clock_mhz) == (int(raw["GPU numMultiprocessors"]),
+                                                         int(raw["GPU coreClockRate"]) / 1000)
+    gpu = trace.events.filter(pl.col("kind").is_in(["kernel", "memcpy"]))
+    assert gpu.height == 2 and gpu["stream_id"].null_count() == 2  # the stream is unknown
+    assert gpu["context_id"].to_list() == [int(raw["CUDA Context"])] * 2
+    assert trace.meta.warnings == [
+        f"{profile} (metadata): CUDA Stream 'seven' is not a whole number; left unknown",
+        f"{profile} (metadata): GPU globalMemorySize '80GB' is not a whole number; left unknown"]
+
+
+def test_xml_attributes_that_are_not_whole_numbers_are_said_once_each():
+    path = TAU / "handwritten" / "xml" / "bad_integers.xml"
+    text = path.read_text()
+    assert 'context="zero"' in text and '<event id="one">' in text and "<value>many</value>" in text
+    trace = read_paths([path])[0]
+    names = set(trace.events["name"].str.strip_chars().to_list())
+    assert names == {".TAU application", "solve"}  # the event with id "one" is referred to by nothing
+    (device,) = trace.meta.devices
+    assert (device.sm_count, device.memory_bytes) == (None, 85_000_000_000)
+    assert trace.events["device_id"].unique().to_list() == [0]  # context: from the thread id 0.0.0
+    assert trace.meta.warnings == [
+        f"{path}: <thread> context 'zero' is not a whole number; left unknown",
+        f"{path}: <event> id 'one' is not a whole number; left unknown",
+        f"{path} (thread 0.0.0 metadata): GPU numMultiprocessors 'many' is not a whole number; left unknown"]

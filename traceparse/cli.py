@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         for warning in reg.warnings:
             session.warn(warning)
         code = args.command_object.run(args, session)
+        for warning in reg.warnings:  # a plugin's hook that failed while the command ran (once: warn dedups)
+            session.warn(warning)
         sys.stdout.flush()
         return code
     except TraceparseError as exc:

@@ -35,6 +35,7 @@ import hashlib
 import os
 import re
 import shutil
+from bisect import bisect_left, bisect_right
 from contextlib import nullcontext
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -541,11 +542,15 @@ def clock_shifts(ranges: dict[int, tuple[int, int]]) -> tuple[int | None, dict[i
     """
     if len(ranges) < 2:
         return None, {}
+    starts = sorted(start for start, _ in ranges.values())
+    ends = sorted(end for _, end in ranges.values())
 
-    def meets(a: tuple[int, int], b: tuple[int, int]) -> bool:
-        return a[0] <= b[1] and b[0] <= a[1]
+    def meets(span: tuple[int, int]) -> int:
+        """How many ranges overlap ``span`` (itself included): all but those starting after it ends and those
+        ending before it starts (two bisections, not a pass over every rank: 10,000 ranks)."""
+        return len(starts) - (len(starts) - bisect_right(starts, span[1])) - bisect_left(ends, span[0])
 
-    ref = min(ranges, key=lambda r: (-sum(meets(ranges[r], o) for o in ranges.values()), r))
+    ref = min(ranges, key=lambda r: (-meets(ranges[r]), r))
     longest = max(end - start for start, end in ranges.values())
     far = max(CLOCK_GAP_NS, CLOCK_GAP_SPANS * longest)  # ranks that merely profiled apart are left alone
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import polars as pl
 
@@ -75,6 +76,67 @@ class _Dropped:
     value: object = None
 
 
+def _counted(name: str) -> pl.Expr:
+    """What an additive column adds to the trace's total: its value as Int128 (a bad or negative one as 0)."""
+    return pl.col(name).cast(pl.Int64, strict=False).fill_null(0).clip(0, None).cast(pl.Int128)
+
+
+def _always_fits(source: pl.DataType, dtype: pl.DataType) -> bool:
+    """True when every value of a ``source`` column casts to ``dtype`` (the same type, or integers within its
+    range): no row can break the rule "does not fit", so it is not asked."""
+    if source == dtype:
+        return True
+    if source.is_integer() and dtype.is_integer():
+        given, wanted = _INT_BOUNDS.get(source.base_type()), _INT_BOUNDS.get(dtype.base_type())
+        return given is not None and wanted is not None and wanted[0] <= given[0] and given[1] <= wanted[1]
+    return False
+
+
+@lru_cache(maxsize=64)
+def _rules(schema: tuple[tuple[str, pl.DataType], ...]) -> tuple[list[tuple[str, str, pl.Expr]], list[str], list]:
+    """The rules a batch of this schema (``(column, dtype)`` pairs) is checked against: ``(field, reason,
+    bad-row mask)`` in the order a dropped row is counted under, the additive columns present, and the one
+    query :meth:`Validator.check` runs (column ``i``: rule i's bad rows; then each additive column's total)."""
+    reasons: list[tuple[str, str, pl.Expr]] = []
+    casted: dict[str, pl.Expr] = {}
+    types = dict(schema)
+    for name, source in schema:
+        dtype = DTYPES.get(name)
+        if dtype is None or not (dtype.is_numeric()) or source == pl.Null:
+            continue
+        col = pl.col(name)
+        if source.is_numeric() or source == pl.Boolean:
+            value = col.cast(dtype, strict=False)
+            if source.is_float() and dtype.is_integer():
+                # a float column headed for integers: non-finite values and values past the type
+                lo, hi = _INT_BOUNDS.get(dtype.base_type(), (-2**63, 2**63 - 1))
+                value = pl.when(col.is_finite() & (col >= float(lo)) & (col < float(hi))).then(value)
+        else:
+            value = col.cast(pl.String).cast(dtype, strict=False)
+        if not _always_fits(source, dtype):
+            reasons.append((name, f"does not fit {type_name(dtype)}", col.is_not_null() & value.is_null()))
+        if dtype.is_float():
+            reasons.append((name, "is not a finite number", value.is_not_null() & ~value.is_finite()))
+        casted[name] = value
+        lo, hi = RANGES.get(name, (None, None))
+        if lo is not None:
+            reasons.append((name, f"is below {lo}", value < lo))
+        if hi is not None:
+            reasons.append((name, f"is above {hi}", value > hi))
+    if types.get("name") == pl.String:
+        for pattern, what in NAME_NUMBERS:  # a number in a name that a measure reads as an integer
+            number = pl.col("name").str.extract(pattern, 1)
+            reasons.append(("name", f"has a {what} that does not fit Int64",
+                            number.is_not_null() & number.cast(pl.Int64, strict=False).is_null()))
+    if "start_ns" in casted and "duration_ns" in casted:
+        reasons.append(("duration_ns", "makes start_ns + duration_ns pass Int64",
+                        casted["duration_ns"].cast(pl.Int128) + casted["start_ns"].cast(pl.Int128) > INT64_MAX))
+    additive = [n for n in ADDITIVE if n in types and types[n] != pl.Null]
+    query = [mask.fill_null(False).alias(f"{i}") for i, (_, _, mask) in enumerate(reasons)]
+    query += [_counted(name).sum().alias(f"total {name}") for name in additive]
+    return reasons, additive, query
+
+
 @dataclass
 class Validator:
     """Checks raw batches one after the other; keeps the counts for :meth:`warnings` and :meth:`finish`."""
@@ -86,49 +148,29 @@ class Validator:
     totals: dict[str, int] = field(default_factory=dict)
 
     def check(self, batch: pl.DataFrame) -> pl.DataFrame:
-        """``batch`` without its invalid rows (a raw batch: any subset of the schema's columns)."""
+        """``batch`` without its invalid rows (a raw batch: any subset of the schema's columns).
+
+        One query answers the usual case, a batch with no invalid row: every rule's bad rows and the additive
+        columns' totals; only a batch with a bad row (or a total past Int64) is examined rule by rule. The
+        rules' expressions are built once per batch schema (:func:`_rules`), not once per batch: a run of a
+        thousand small ranks validates a thousand batches of a few rows.
+        """
         n = batch.height
         offset, self.seen = self.seen, self.seen + n
         if n == 0:
             return batch
-        reasons: list[tuple[str, str, pl.Expr]] = []  # (field, reason, bad-row mask)
-        casted: dict[str, pl.Expr] = {}
-        schema = batch.schema  # built once: polars builds a Schema object on each access
-        for name in batch.columns:
-            dtype = DTYPES.get(name)
-            source = schema[name]
-            if dtype is None or not (dtype.is_numeric()) or source == pl.Null:
-                continue
-            col = pl.col(name)
-            if source.is_numeric() or source == pl.Boolean:
-                value = col.cast(dtype, strict=False)
-                if source.is_float() and dtype.is_integer():
-                    # a float column headed for integers: non-finite values and values past the type
-                    lo, hi = _INT_BOUNDS.get(dtype.base_type(), (-2**63, 2**63 - 1))
-                    value = pl.when(col.is_finite() & (col >= float(lo)) & (col < float(hi))).then(value)
-            else:
-                value = col.cast(pl.String).cast(dtype, strict=False)
-            reasons.append((name, f"does not fit {type_name(dtype)}", col.is_not_null() & value.is_null()))
-            if dtype.is_float():
-                reasons.append((name, "is not a finite number", value.is_not_null() & ~value.is_finite()))
-            casted[name] = value
-            lo, hi = RANGES.get(name, (None, None))
-            if lo is not None:
-                reasons.append((name, f"is below {lo}", value < lo))
-            if hi is not None:
-                reasons.append((name, f"is above {hi}", value > hi))
-        if "name" in batch.columns and schema["name"] == pl.String:
-            for pattern, what in NAME_NUMBERS:  # a number in a name that a measure reads as an integer
-                number = pl.col("name").str.extract(pattern, 1)
-                reasons.append(("name", f"has a {what} that does not fit Int64",
-                                number.is_not_null() & number.cast(pl.Int64, strict=False).is_null()))
-        if "start_ns" in casted and "duration_ns" in casted:
-            reasons.append(("duration_ns", "makes start_ns + duration_ns pass Int64",
-                            casted["duration_ns"].cast(pl.Int128) + casted["start_ns"].cast(pl.Int128) > INT64_MAX))
+        reasons, additive, query = _rules(tuple(batch.schema.items()))
         if not reasons:
             self.kept += n
             return batch
-        masks = batch.select([mask.fill_null(False).alias(f"{i}") for i, (_, _, mask) in enumerate(reasons)])
+        masks = batch.select(query)
+        columns = masks.get_columns()
+        totals = {name: self.totals.get(name, 0) + int(column[0] or 0)
+                  for name, column in zip(additive, columns[len(reasons):])}
+        if not any(column.any() for column in columns[:len(reasons)]) and all(t <= INT64_MAX for t in totals.values()):
+            self.totals.update(totals)  # the usual case: every row valid, every total within Int64
+            self.kept += n
+            return batch
         bad = pl.Series("bad", [False] * n)
         for i, (name, reason, _) in enumerate(reasons):
             column = masks[f"{i}"]
@@ -150,17 +192,14 @@ class Validator:
         if not names:
             return batch
 
-        def counted(name: str) -> pl.Expr:
-            return pl.col(name).cast(pl.Int64, strict=False).fill_null(0).clip(0, None).cast(pl.Int128)
-
-        totals = batch.select(counted(n).sum() for n in names).row(0)  # one query for every column
+        totals = batch.select(_counted(n).sum() for n in names).row(0)  # one query for every column
         for name, total in zip(names, totals):
             running = self.totals.get(name, 0)
             total = int(total or 0)
             if running + total <= INT64_MAX:
                 self.totals[name] = running + total
                 continue
-            values = batch.select(counted(name)).to_series()
+            values = batch.select(_counted(name)).to_series()
             if positions is None:
                 positions = pl.Series(range(offset, offset + len(dropped_before))).filter(~dropped_before)
             over = pl.select((values.cum_sum() + pl.lit(running, dtype=pl.Int128)) > INT64_MAX).to_series()

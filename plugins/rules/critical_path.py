@@ -115,14 +115,13 @@ class CriticalPath(Rule):
         others = dict(((a, b), int(c)) for a, b, c in segments.filter(pl.col("other")).group_by(key)
                       .agg(pl.col("duration_ns").sum()).iter_rows())
         details = []
-        per_path = segments.partition_by(key, as_dict=True) if segments.height else {}
+        tops = _top_per_path(segments, 3)  # every path's three largest parts at once, not a query per path
         for p in paths.sort("step", "rank", nulls_last=True).iter_rows(named=True):
             k = (p["trace_id"], p["step"])
-            mine = per_path.get(k, segments.clear())
             details.append({"step": p["step"], "rank": p["rank"], "step_ns": p["step_ns"],
                             "length_ns": p["length_ns"], "unexplained_ns": p["unexplained_ns"],
                             "wait_ns": waits.get(k, 0), "other_rank_ns": others.get(k, 0),
-                            "crossings": crossings.get(k, []), "top": _top(mine, 3, 1)})
+                            "crossings": crossings.get(k, []), "top": tops.get(k, [])})
         items = _top(segments, int(t["top"]), n, length)
         wait_pct = expr.pct(wait_ns, length)
         severity = grade(wait_pct, warning=t["warning_pct"], critical=t["critical_pct"]) if ranks_known else "info"
@@ -213,6 +212,22 @@ def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None
     return out
 
 
+def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
+    """{(trace, step): the ``top`` largest parts of that path} (:func:`_top` of each path, per step), all paths
+    in one query."""
+    path = ["trace_id", "step"]
+    rows = (segments.group_by(*path, "segment_rank", "lane", "segment", "name")
+            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+            .sort([*path, "ns", "segment_rank", "lane", "name", "segment"],
+                  descending=[False, False, True, False, False, False, False], nulls_last=True)
+            .group_by(path, maintain_order=True).head(top))
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows.iter_rows(named=True):
+        out[(r["trace_id"], r["step"])].append({"rank": r["segment_rank"], "lane": r["lane"], "kind": r["segment"],
+                                                "name": r["name"], "per_step_ns": r["ns"], "other_rank": r["other"]})
+    return dict(out)
+
+
 def _instances(graph: pl.DataFrame) -> int:
     """How many collective instances the graph holds (each is one node of the instance trace)."""
     joins = graph.filter((pl.col("edge") == "join") & (pl.col("dst_trace") == INSTANCE_TRACE))
@@ -220,19 +235,25 @@ def _instances(graph: pl.DataFrame) -> int:
 
 
 def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[dict]]:
-    """{(trace, step): the collectives where the path moves to another rank, latest first}."""
-    starts = {(t, s): a for t, s, a in paths.select("trace_id", "step", "start_ns").iter_rows()}
+    """{(trace, step): the collectives where the path moves to another rank, latest first}: a ``join`` segment
+    right after (``index`` + 1) a ``leave`` segment of the same path on another rank, every path in one query."""
+    path = ["trace_id", "step"]
+    leaves = segments.filter(pl.col("edge") == "leave").select(*path, "index", from_rank="segment_rank")
+    rows = (segments.filter((pl.col("edge") == "join") & (pl.col("index") > 0))
+            .with_columns(_prev=pl.col("index") - 1)
+            .join(leaves, left_on=[*path, "_prev"], right_on=[*path, "index"], how="inner", nulls_equal=True)
+            .filter(pl.col("segment_rank").ne_missing(pl.col("from_rank")))
+            .sort([*path, "index"]))
+    if rows.height == 0:
+        return {}
+    starts = paths.select(*path, _start="start_ns")
+    rows = rows.join(starts, on=path, how="left", nulls_equal=True, maintain_order="left").select(
+        *path, collective=pl.when(pl.col("category").is_not_null() & (pl.col("category") != ""))
+        .then(pl.col("category")).otherwise(pl.col("name")), name="name", from_rank="from_rank",
+        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"), instance="dst_node")
     out: dict[tuple, list[dict]] = defaultdict(list)
-    rows = segments.sort(["trace_id", "step", "index"]).select(
-        "trace_id", "step", "edge", "segment_rank", "name", "category", "end_ns", "dst_node").iter_rows()
-    prev = None
-    for trace_id, step, edge, rank, name, category, end_ns, instance in rows:
-        if (edge == "join" and prev is not None and prev[0] == (trace_id, step) and prev[1] == "leave"
-                and prev[2] != rank):
-            start = starts[(trace_id, step)]
-            out[(trace_id, step)].append({"collective": category or name, "name": name, "from_rank": prev[2],
-                                          "to_rank": rank, "offset_ns": end_ns - start, "instance": instance})
-        prev = ((trace_id, step), edge, rank)
+    for r in rows.iter_rows(named=True):
+        out[(r.pop("trace_id"), r.pop("step"))].append(r)
     return dict(out)
 
 
@@ -240,38 +261,47 @@ def _split_waits(segments: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
     """The path's segments by what they are from the view of the rank whose step it is: its own segments by their
     kind; a segment on another rank, inside a time when this rank had joined a collective and waited for the last
     rank to join it (from its own joining to the instance), is ``waiting for another rank`` for that part, and
-    its own kind for the rest. Columns: those of ``segments`` with ``kind``; a split segment is two rows."""
-    joins = graph.filter(pl.col("edge") == "join").select("dst_node", "src_rank", "src_ns")
-    joined = {(n, r): t for n, r, t in joins.iter_rows()}
-    out = []
-    by_path = segments.partition_by(["trace_id", "step"], maintain_order=True) if segments.height else []
-    for path in by_path:
-        rank = path["rank"][0]
-        waits = []
-        for node, end, seg_rank in path.filter((pl.col("edge") == "join") & pl.col("other")).select(
-                "dst_node", "end_ns", "segment_rank").iter_rows():
-            began = joined.get((node, rank))
-            if began is not None and began < end:
-                waits.append((began, end))
-        merged: list[list[int]] = []
-        for a, b in sorted(waits):
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        rows = path.with_columns(kind=pl.col("segment"))
-        if merged:
-            starts, ends = rows["start_ns"].to_list(), rows["end_ns"].to_list()
-            other = rows["other"].to_list()
-            inside = [sum(max(0, min(e, b) - max(s, a)) for a, b in merged) if o else 0
-                      for s, e, o in zip(starts, ends, other)]
-            rows = rows.with_columns(_in=pl.Series(inside, dtype=pl.Int64))
-            waited = rows.filter(pl.col("_in") > 0).with_columns(kind=pl.lit(OTHER_RANK), duration_ns=pl.col("_in"))
-            rest = rows.with_columns(duration_ns=pl.col("duration_ns") - pl.col("_in")).filter(
-                (pl.col("duration_ns") > 0) | (pl.col("_in") == 0))
-            rows = pl.concat([rest, waited]).drop("_in")
-        out.append(rows)
-    return pl.concat(out) if out else segments.with_columns(kind=pl.col("segment"))
+    its own kind for the rest. Columns: those of ``segments`` with ``kind``; a split segment is two rows.
+
+    Every path at once: each path's waits merged into disjoint intervals, and a segment's part inside them is
+    ``covered(end) - covered(start)``, the waited time before each point found by an as-of join."""
+    rows = segments.with_columns(kind=pl.col("segment"))
+    if segments.height == 0:
+        return rows
+    # a rank's joining of each instance (the last join edge of that node and rank, as a dict would keep)
+    joined = (graph.filter(pl.col("edge") == "join").select("dst_node", "src_rank", began="src_ns")
+              .unique(["dst_node", "src_rank"], keep="last", maintain_order=True))
+    waits = (segments.filter((pl.col("edge") == "join") & pl.col("other"))
+             .join(joined, left_on=["dst_node", "rank"], right_on=["dst_node", "src_rank"], how="inner",
+                   nulls_equal=True)
+             .filter(pl.col("began") < pl.col("end_ns")).select("trace_id", "step", a="began", b="end_ns"))
+    if waits.height == 0:
+        return rows
+    # one number per path (trace, step; a step may be null)
+    ids = rows.select("trace_id", "step").unique(maintain_order=True).with_row_index("_p")
+    rows = rows.join(ids, on=["trace_id", "step"], how="left", nulls_equal=True, maintain_order="left")
+    waits = waits.join(ids, on=["trace_id", "step"], how="inner", nulls_equal=True).select("_p", "a", "b")
+    reach = pl.col("b").cum_max().shift(1).over("_p")
+    length = pl.col("b") - pl.col("a")
+    merged = (waits.sort("_p", "a", "b")
+              .with_columns(_g=(reach.is_null() | (pl.col("a") > reach)).cum_sum().over("_p"))
+              .group_by("_p", "_g").agg(pl.col("a").min(), pl.col("b").max())
+              .sort("_p", "a").with_columns(before=length.cum_sum().over("_p") - length)
+              .select("_p", "a", "b", "before"))
+
+    def covered(at: str) -> pl.Series:
+        """Per row of ``rows``, the waited time of its path before its ``at``."""
+        found = (rows.with_row_index("_row").select("_row", "_p", x=pl.col(at)).sort("x")
+                 .join_asof(merged, left_on="x", right_on="a", by="_p", strategy="backward", check_sortedness=False))
+        return found.sort("_row").select(
+            (pl.col("before") + (pl.min_horizontal("x", "b") - pl.col("a")).clip(0)).fill_null(0)).to_series()
+
+    rows = rows.with_columns(_in=pl.when(pl.col("other")).then(covered("end_ns") - covered("start_ns"))
+                             .otherwise(0).cast(pl.Int64))
+    waited = rows.filter(pl.col("_in") > 0).with_columns(kind=pl.lit(OTHER_RANK), duration_ns=pl.col("_in"))
+    rest = rows.with_columns(duration_ns=pl.col("duration_ns") - pl.col("_in")).filter(
+        (pl.col("duration_ns") > 0) | (pl.col("_in") == 0))
+    return pl.concat([rest, waited]).drop("_in", "_p")
 
 
 def _per_rank(details: list[dict]) -> dict:
@@ -295,10 +325,15 @@ def _missing(events) -> list[str]:
     """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
     host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
             & pl.col("start_ns").is_not_null())
-    ops = expr.kind_is("op") & ~expr.is_communication()
-    row = events.select(host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(),
-                        api=expr.kind_is("api").sum(), ops=ops.sum(),
-                        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum()).row(0, named=True)
+    # the operators' names are classified once each (communication or not), not once per row
+    counts = events.lazy().group_by(
+        op=expr.kind_is("op"), name=pl.when(expr.kind_is("op") & pl.col("collective").is_null()).then(pl.col("name")),
+        collective=pl.when(expr.kind_is("op")).then(pl.col("collective"))).agg(
+        host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(), api=expr.kind_is("api").sum(),
+        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum(), rows=pl.len()).collect()
+    ops = pl.col("op") & ~expr.is_communication()
+    row = counts.select(pl.col("host", "threads", "api", "gpu").sum(),
+                        ops=pl.col("rows").filter(ops).sum()).row(0, named=True)
     out = []
     if not row["host"]:
         out.append("no host events: the path follows the GPU streams only (stream order); launches, "

@@ -68,7 +68,7 @@ STEP_SCHEMA = pl.Schema({"trace_id": pl.String, "step": pl.Int64, "start_ns": pl
                          "duration_ns": pl.Int64, "source": pl.String})
 
 
-def step_series(events: pl.DataFrame) -> pl.DataFrame:
+def step_series(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     """The trace's steps from what it has: one row per trace and step, the one source of steps for every command.
 
     In this order, the first that the trace has:
@@ -92,7 +92,14 @@ def step_series(events: pl.DataFrame) -> pl.DataFrame:
     Columns of :data:`STEP_SCHEMA` (``duration_ns`` = ``end_ns - start_ns``,
     so a step's time is the same wherever it is shown); sorted by trace and
     step; empty when the trace marks no step.
+
+    ``events`` of several traces are one table (a run: the source and the
+    series chosen for all); with ``by_trace`` each trace chooses its own, as
+    if it were alone, in a fixed number of queries whatever the number of
+    traces (what a measure finished per trace needs on a group of ranks).
     """
+    if by_trace:
+        return _by_trace(events)
     found = _profiler_steps(events)
     if found.height == 0:
         found = _marked_steps(events)
@@ -100,6 +107,25 @@ def step_series(events: pl.DataFrame) -> pl.DataFrame:
         found = _range_steps(events)
     if found.height == 0:
         found = _mark_steps(events)
+    return (found.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns")).select(STEP_SCHEMA.names())
+            .cast(dict(STEP_SCHEMA)).sort("trace_id", "step", nulls_last=False))
+
+
+def _by_trace(events: pl.DataFrame) -> pl.DataFrame:
+    """:func:`step_series` of each trace of ``events`` alone (``by_trace``), all traces at once."""
+    key = pl.col("trace_id").cast(pl.String).fill_null("")
+    found = []
+    rest = events
+    for source in (_profiler_steps, lambda e: _marked_steps(e, by_trace=True), lambda e: _range_steps(e, by_trace=True),
+                   lambda e: _mark_steps(e, by_trace=True)):
+        if rest.height == 0:
+            break
+        got = source(rest)
+        if got.height:
+            found.append(got.with_columns(pl.col("trace_id").cast(pl.String)))
+            rest = rest.filter(~key.is_in(got.select(key).unique().to_series().implode()))
+    found = pl.concat([f.select("trace_id", "step", "start_ns", "end_ns", "source") for f in found]) if found \
+        else pl.DataFrame(schema=STEP_SCHEMA)
     return (found.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns")).select(STEP_SCHEMA.names())
             .cast(dict(STEP_SCHEMA)).sort("trace_id", "step", nulls_last=False))
 
@@ -113,7 +139,7 @@ def _profiler_steps(events: pl.DataFrame) -> pl.DataFrame:
     return s.filter(host).select("trace_id", "step", "start_ns", "end_ns", source=pl.lit("ProfilerStep#N"))
 
 
-def _marked_steps(events: pl.DataFrame) -> pl.DataFrame:
+def _marked_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     if "group" not in events.columns:
         return pl.DataFrame(schema=STEP_SCHEMA)
     rows = events.filter((pl.col("group") == STEP_GROUP) & pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)
@@ -127,6 +153,18 @@ def _marked_steps(events: pl.DataFrame) -> pl.DataFrame:
                        end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                        stem=parts.struct.field("1").fill_null(pl.col("name")),
                        number=parts.struct.field("3").cast(pl.Int64))
+    if by_trace:  # each trace numbered and labelled by its own rows
+        rows = rows.with_columns(__k=key)
+        renumber = pl.col("number").is_null().any().over("__k")
+        rows = rows.sort("start_ns").with_columns(
+            number=pl.when(renumber).then(pl.int_range(1, pl.len() + 1).over("__k").cast(pl.Int64))
+            .otherwise(pl.col("number")))
+        stems = pl.col("stem").drop_nulls().unique()
+        labels = rows.group_by("__k").agg(
+            source=pl.when(stems.len() == 1).then(pl.format("marked step {} N", stems.first()))
+            .otherwise(pl.lit("marked steps")))
+        return (rows.group_by("trace_id", "__k", step="number").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+                .join(labels, on="__k", how="left").select("trace_id", "step", "start_ns", "end_ns", "source"))
     if rows["number"].is_null().any():
         rows = rows.sort("start_ns").with_columns(number=pl.int_range(1, pl.len() + 1).over(key).cast(pl.Int64))
     stems = sorted(rows["stem"].drop_nulls().unique().to_list())
@@ -155,7 +193,7 @@ def series_numbers(names: list[str]) -> dict[str, int] | None:
     return numbers if len(set(numbers.values())) == len(numbers) else None
 
 
-def _range_steps(events: pl.DataFrame) -> pl.DataFrame:
+def _range_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     rows = _host_ranges(events, pl.col("name").str.contains(STEP_RANGE) & ~pl.col("name").str.contains(NOT_STEP_RANGE))
     if rows.height == 0:
         return pl.DataFrame(schema=STEP_SCHEMA)
@@ -164,36 +202,67 @@ def _range_steps(events: pl.DataFrame) -> pl.DataFrame:
                              number=parts.struct.field("3").cast(pl.Int64))
     series = pl.when(pl.col("number").is_not_null()).then(pl.col("stem") + pl.col("sep") + pl.lit("N"))
     rows = rows.with_columns(series=series.otherwise(pl.col("name")))
+    key = pl.col("trace_id").fill_null("")
+    if by_trace:  # each trace's own series: its one with the most time
+        best = (rows.group_by(__k=key, series="series").agg(total=(pl.col("end_ns") - pl.col("start_ns")).sum())
+                .sort(["__k", "total", "series"], descending=[False, True, False])
+                .group_by("__k", maintain_order=True).first().select("__k", "series"))
+        rows = rows.with_columns(__k=key).join(best, on=["__k", "series"], how="semi")
+        constant = pl.col("number").is_null().any().over("__k")
+        rows = rows.sort("start_ns").with_columns(
+            number=pl.when(constant).then(pl.int_range(1, pl.len() + 1).over("__k").cast(pl.Int64))
+            .otherwise(pl.col("number")))
+        return (rows.group_by("trace_id", "series", step="number")
+                .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+                .select("trace_id", "step", "start_ns", "end_ns", source=pl.format("range {}", "series")))
     best = (rows.group_by("series").agg(total=(pl.col("end_ns") - pl.col("start_ns")).sum())
             .sort(["total", "series"], descending=[True, False])["series"][0])
     rows = rows.filter(pl.col("series") == best)
     if rows["number"].is_null().any():  # a constant name: numbered from 1 in order of start, per trace
-        key = pl.col("trace_id").fill_null("")
         rows = rows.sort("start_ns").with_columns(number=pl.int_range(1, pl.len() + 1).over(key).cast(pl.Int64))
     return (rows.group_by("trace_id", step="number")
             .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
             .with_columns(source=pl.lit(f"range {best}")))
 
 
-def _mark_steps(events: pl.DataFrame) -> pl.DataFrame:
-    for pattern, edge in ITERATION_MARKS:
+def _mark_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
+    key = pl.col("trace_id").fill_null("")
+    found = []
+    for rank, (pattern, edge) in enumerate(ITERATION_MARKS):
         marks = _host_ranges(events, pl.col("name").str.contains(pattern))
         if marks.height == 0:
             continue
+        if by_trace:  # each trace's first pattern it has, and its most frequent name of it
+            found.append(marks.with_columns(__k=key, __p=pl.lit(rank)))
+            continue
         name = marks.group_by("name").len().sort(["len", "name"], descending=[True, False])["name"][0]
-        marks = marks.filter(pl.col("name") == name)
-        key = pl.col("trace_id").fill_null("")
-        bounds = (events.filter(pl.col("pid").is_not_null() & pl.col("start_ns").is_not_null())
-                  .group_by(key.cast(pl.String).alias("__k"))
-                  .agg(first=pl.col("start_ns").min(),
-                       last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max()))
-        marks = marks.sort("start_ns").with_columns(__k=key).join(bounds, on="__k", how="left")
-        if edge == "end":
-            start = pl.col("end_ns").shift(1).over("__k").fill_null(pl.col("first"))
-            marks = marks.with_columns(start_ns=start)
-        else:
-            end = pl.col("start_ns").shift(-1).over("__k").fill_null(pl.col("last"))
-            marks = marks.with_columns(end_ns=end)
-        return marks.select("trace_id", step=pl.int_range(1, pl.len() + 1).over("__k").cast(pl.Int64),
-                            start_ns="start_ns", end_ns="end_ns", source=pl.lit(f"one per {name}"))
-    return pl.DataFrame(schema=STEP_SCHEMA)
+        return _marked(events, marks.filter(pl.col("name") == name).with_columns(__k=key), edge).with_columns(
+            source=pl.lit(f"one per {name}"))
+    if not found:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    marks = pl.concat(found)
+    marks = marks.filter(pl.col("__p") == pl.col("__p").min().over("__k"))
+    names = (marks.group_by("__k", "__p", "name").len().sort(["__k", "len", "name"], descending=[False, True, False])
+             .group_by("__k", maintain_order=True).first().select("__k", "__p", "name"))
+    marks = marks.join(names, on=["__k", "__p", "name"], how="semi")
+    out = [_marked(events, m, ITERATION_MARKS[m["__p"][0]][1]).with_columns(source=pl.format("one per {}", "name"))
+           for m in marks.partition_by("__p")]
+    return pl.concat([o.select("trace_id", "step", "start_ns", "end_ns", "source") for o in out])
+
+
+def _marked(events: pl.DataFrame, marks: pl.DataFrame, edge: str) -> pl.DataFrame:
+    """One step per mark of ``marks`` (with ``__k``, the trace key), the iteration's edge at ``edge``."""
+    key = pl.col("trace_id").fill_null("")
+    bounds = (events.filter(pl.col("pid").is_not_null() & pl.col("start_ns").is_not_null())
+              .group_by(key.cast(pl.String).alias("__k"))
+              .agg(first=pl.col("start_ns").min(),
+                   last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max()))
+    marks = marks.sort("start_ns").join(bounds, on="__k", how="left")
+    if edge == "end":
+        start = pl.col("end_ns").shift(1).over("__k").fill_null(pl.col("first"))
+        marks = marks.with_columns(start_ns=start)
+    else:
+        end = pl.col("start_ns").shift(-1).over("__k").fill_null(pl.col("last"))
+        marks = marks.with_columns(end_ns=end)
+    return marks.select("trace_id", "name", step=pl.int_range(1, pl.len() + 1).over("__k").cast(pl.Int64),
+                        start_ns="start_ns", end_ns="end_ns")

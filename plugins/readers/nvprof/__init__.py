@@ -82,7 +82,7 @@ def _read_sqlite(path: Path, options: ReadOptions) -> Trace:
             db = NvprofDatabase(path, conn)
             db.check()
             events = db.events()
-            devices = db.devices()
+            devices = db.devices(options.warn)
     except sqlite3.DatabaseError as exc:  # a damaged or cut .nvvp: SQLite finds it out while reading
         raise bad_input(path, None, f"the nvprof database is damaged ({exc}): re-export it with nvprof") from None
     meta = TraceMeta(tool="nvprof", variant="SQLite profile", devices=devices,

@@ -28,13 +28,14 @@ import sqlite3
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import polars as pl
 
 from traceparse.errors import InputError, bad_input
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device
+from traceparse.validate import excerpt
 
 KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL")
 MEMCPY_TABLES = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMCPY2")
@@ -257,8 +258,12 @@ class NvprofDatabase:
                       .with_columns(pid=pl.coalesce("pid", "_launcher")).drop("_launcher"))
         return events
 
-    def devices(self) -> list[Device]:
-        """The GPUs of ``CUPTI_ACTIVITY_KIND_DEVICE`` (names from StringTable, clock kHz -> MHz)."""
+    def devices(self, warn: Callable[[str], None] = lambda message: None) -> list[Device]:
+        """The GPUs of ``CUPTI_ACTIVITY_KIND_DEVICE`` (names from StringTable, clock kHz -> MHz).
+
+        SQLite columns take any type: a clock that is not a number (``1.4GHz``) is left unknown with one
+        warning to ``warn`` naming the file, the column and the value (the other properties are checked by
+        :func:`traceparse.validate.validate_devices`, which warns the same way)."""
         if DEVICE_TABLE not in self.tables:
             return []
         cols = _columns(self.conn, DEVICE_TABLE)
@@ -269,10 +274,13 @@ class NvprofDatabase:
             self.conn.row_factory = None
         strings = self.string_table()
         devices = []
+        bad_clocks = []
         for r in rows:
             name = r.get("name")
             major, minor = r.get("computeCapabilityMajor"), r.get("computeCapabilityMinor")
             clock = r.get("coreClockRate")
+            if clock is not None and (isinstance(clock, bool) or not isinstance(clock, (int, float))):
+                bad_clocks.append(clock)
             extra = {k: v for k, v in r.items() if k in cols and not isinstance(v, bytes) and k not in (
                 "_id_", "id", "name", "numMultiprocessors", "globalMemorySize", "computeCapabilityMajor",
                 "computeCapabilityMinor", "coreClockRate")}
@@ -282,8 +290,13 @@ class NvprofDatabase:
                 sm_count=r.get("numMultiprocessors"),
                 memory_bytes=r.get("globalMemorySize"),
                 compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
-                core_clock_mhz=clock / 1000 if isinstance(clock, (int, float)) else None,
+                core_clock_mhz=clock / 1000 if isinstance(clock, (int, float)) and not isinstance(clock, bool)
+                else None,
                 extra=extra))
+        if bad_clocks:
+            others = f" (and {len(bad_clocks) - 1} more)" if len(bad_clocks) > 1 else ""
+            warn(f"{self.path}: {DEVICE_TABLE}.coreClockRate {excerpt(bad_clocks[0])} is not a number of kHz"
+                 f"{others}; the clock is left unknown")
         return devices
 
 

@@ -31,6 +31,7 @@ from . import events
 from .pprof import looks_like_pprof, read_pprof
 from .profiles import MULTI_PREFIX, NO_PROFILES, PROFILE_NAME, ProfileSet, discover, read_sources, source_for
 from .sniff import HEADER, SNAPSHOT_NAME, XML_HEAD, sniff
+from .whole import WholeNumbers, quiet_int
 from .xml_profile import read_xml
 
 
@@ -98,7 +99,9 @@ class TauReader(Reader):
         rows, notes = events.build_events(profile.routines, profile.counters, profile.user_events, profile.threads)
         if notes.get("counters_without_routine"):
             options.warn(f"{notes['counters_without_routine']} counter values had no routine to attach to")
-        meta = _meta(profile, variant, extra)
+        numbers = WholeNumbers()
+        meta = _meta(profile, variant, extra, numbers, path)
+        numbers.flush(options.warn)
         meta.warnings = options.warnings  # what was noticed while reading
         return Trace(rows, meta)
 
@@ -110,11 +113,11 @@ def _text_variant(profile: ProfileSet) -> str:
     return f"{where}: {threads} threads, metrics {metrics}"
 
 
-def _meta(profile: ProfileSet, variant: str, extra: dict) -> TraceMeta:
+def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers, path: Path) -> TraceMeta:
     meta = TraceMeta(tool="TAU", variant=variant)
     first = profile.metadata[0][1] if profile.metadata else {}
     meta.tool_version = first.get("TAU Version")
-    meta.devices = _devices(profile.metadata)
+    meta.devices = _devices(profile.metadata, numbers, path)
     threads = profile.routines.select(events.THREAD).unique().height
     meta.extra = {"metrics": profile.metrics, "time_metric": profile.time_metric, "threads": threads,
                   "files_read": profile.files_read, **extra}
@@ -126,34 +129,35 @@ def _meta(profile: ProfileSet, variant: str, extra: dict) -> TraceMeta:
     return meta
 
 
-def _devices(metadata: list) -> list[Device]:
-    """GPUs named in TAU's metadata (``GPU Name``, ``GPU numMultiprocessors``, ...), one per CUDA device."""
+def _devices(metadata: list, numbers: WholeNumbers, path: Path) -> list[Device]:
+    """GPUs named in TAU's metadata (``GPU Name``, ``GPU numMultiprocessors``, ...), one per CUDA device; a
+    property that is not a whole number is left unknown with a warning naming ``path``, the thread and the field."""
     devices: dict[int, Device] = {}
-    for _, attrs in metadata:
+    for key, attrs in metadata:
         if "GPU Name" not in attrs:
             continue
-        ident = _int(attrs.get("CUDA Device")) or 0
+        ident = quiet_int(attrs.get("CUDA Device")) or 0  # the thread's reading warned about a bad one
         if ident in devices:
             continue
+        thread = ".".join(map(str, key))
+        own = path / f"profile.{thread}" if path.is_dir() else None  # a directory of profiles: the thread's file
+        where = f"{own} (metadata)" if own is not None and own.is_file() else f"{path} (thread {thread} metadata)"
+
+        def whole(field: str) -> int | None:
+            return numbers(attrs.get(field), field, where)
+
         major, minor = attrs.get("GPU computeCapabilityMajor"), attrs.get("GPU computeCapabilityMinor")
-        clock = _int(attrs.get("GPU coreClockRate"))
-        memory_clock = _int(attrs.get("GPU memoryClockRate"))
+        clock = whole("GPU coreClockRate")
+        memory_clock = whole("GPU memoryClockRate")
         devices[ident] = Device(
-            id=ident, name=attrs["GPU Name"], sm_count=_int(attrs.get("GPU numMultiprocessors")),
-            memory_bytes=_int(attrs.get("GPU globalMemorySize")),
+            id=ident, name=attrs["GPU Name"], sm_count=whole("GPU numMultiprocessors"),
+            memory_bytes=whole("GPU globalMemorySize"),
             compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
             core_clock_mhz=clock / 1000 if clock is not None else None,  # CUDA reports kHz
             memory_clock_mhz=memory_clock / 1000 if memory_clock is not None else None,
             extra={k: v for k, v in attrs.items() if k.startswith("GPU ")},
         )
     return [devices[k] for k in sorted(devices)]
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 @hookimpl

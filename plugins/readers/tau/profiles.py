@@ -25,6 +25,7 @@ from . import events
 from .classify import GPU_THREAD_KEYS
 from .decimals import scaled_int, to_float
 from .profile_text import ProfileFile, read_profile_file, whole_numbers
+from .whole import WholeNumbers
 
 PROFILE_NAME = re.compile(r"^profile\.(\d+)\.(\d+)\.(\d+)(?:\.gz)?$")
 MULTI_PREFIX = "MULTI__"
@@ -152,6 +153,7 @@ def _metric_of(source: Source, profile: ProfileFile) -> str:
 
 def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]) -> ProfileSet:
     frames, with_user_events, threads, metadata = [], {}, [], []
+    numbers = WholeNumbers()
     for source, profile in parsed:
         key = (source.node, source.context, source.thread)
         frames.append(profile.routines.with_columns(
@@ -161,7 +163,9 @@ def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]
         if profile.user_events.height and key not in with_user_events:  # every metric's file repeats them
             with_user_events[key] = profile
         metadata.append((key, profile.metadata))
-        threads.append({"node": key[0], "context": key[1], "thread": key[2], **gpu_facts(profile.metadata)})
+        threads.append({"node": key[0], "context": key[1], "thread": key[2],
+                        **gpu_facts(profile.metadata, numbers, f"{profile.path} (metadata)")})
+    numbers.flush(warn)
     return assemble(pl.concat(frames, how="vertical_relaxed"), _user_events(with_user_events, warn),
                     pl.DataFrame(threads, schema=events.THREADS, strict=False), metadata, len(parsed), warn)
 
@@ -260,13 +264,11 @@ def _user_events(sources: dict, warn: Callable[[str], None]) -> pl.DataFrame:
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def gpu_facts(metadata: dict[str, str]) -> dict:
-    """CUDA device, context and stream of a GPU thread, from its metadata (None where not said)."""
+def gpu_facts(metadata: dict[str, str], numbers: WholeNumbers, where: str) -> dict:
+    """CUDA device, context and stream of a GPU thread, from its metadata (None where not said; a value that is
+    not a whole number is None too, and noted in ``numbers`` against ``where``, the file)."""
     def as_int(key: str) -> int | None:
-        try:
-            return int(metadata[key])
-        except (KeyError, ValueError):
-            return None
+        return numbers(metadata.get(key), key, where)
     return {"cuda_device": as_int("CUDA Device"), "cuda_context": as_int("CUDA Context"),
             "cuda_stream": as_int("CUDA Stream"), "gpu_thread": any(k in metadata for k in GPU_THREAD_KEYS)}
 

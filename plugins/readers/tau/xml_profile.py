@@ -38,6 +38,7 @@ from . import events, safe_xml
 from .profiles import ProfileSet, assemble, gpu_facts
 from .profile_text import whole_numbers
 from .decimals import is_number, to_float
+from .whole import WholeNumbers
 
 CHUNK = 1 << 20
 _DECLARATION = re.compile(rb'^\s*+(?:\xef\xbb\xbf)?+\s*+<\?xml[^>]*?\?>', re.DOTALL)
@@ -108,6 +109,7 @@ class _State:
         self.profiles: dict[str, dict] = {}
         self.snapshots = 0
         self.truncated: str | None = None
+        self.numbers = WholeNumbers()  # attributes that are not whole numbers, warned about in tables()
 
     def consume(self, pulled) -> None:
         for action, element in pulled:
@@ -134,16 +136,19 @@ class _State:
 
     def _thread(self, element) -> None:
         ident = element.get("id") or ""
+        where = str(self.path)
         self.threads[ident] = {
-            "node": _int(element.get("node")), "context": _int(element.get("context")),
-            "thread": _int(element.get("thread")), "metadata": safe_xml.attributes(element),
+            "node": self.numbers(element.get("node"), "<thread> node", where),
+            "context": self.numbers(element.get("context"), "<thread> context", where),
+            "thread": self.numbers(element.get("thread"), "<thread> thread", where),
+            "metadata": safe_xml.attributes(element),
         }
 
     def _definitions(self, element) -> None:
         scope = element.get("thread") or "*"
         for child in element:
-            ident = _int(child.get("id"))
-            if ident is None:
+            ident = self.numbers(child.get("id"), f"<{child.tag}> id", str(self.path))
+            if ident is None:  # nothing can refer to it
                 continue
             name = (child.findtext("name") or "").strip()
             if child.tag == "event":
@@ -177,10 +182,11 @@ class _State:
             info = self.threads.get(scope, {})
             metadata.append((key, info.get("metadata", {})))
             threads.append({"node": key[0], "context": key[1], "thread": key[2],
-                            **gpu_facts(info.get("metadata", {}))})
+                            **gpu_facts(info.get("metadata", {}), self.numbers, f"{self.path} (metadata)")})
             frames.append(self._intervals(scope, key, profile))
             if profile["atomic"] is not None:
                 event_frames.append(self._atomics(scope, key, profile["atomic"], warn))
+        self.numbers.flush(warn)
         table = pl.concat(frames, how="vertical_relaxed")
         user_events = (pl.concat(event_frames, how="vertical_relaxed") if event_frames
                        else events.empty(events.USER_EVENTS))
@@ -282,10 +288,3 @@ class _State:
         if wrong.any():
             i = int(wrong.arg_max())
             raise bad_input(self.path, int(df["line"][i]), f"expected {expected}, found {df['text'][i].strip()!r}")
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
