@@ -77,6 +77,69 @@ def run_rule(trace, rule: str, *settings: str):
     return findings[0]
 
 
+def json_numbers(doc, path: str = ""):
+    """Every (path, number) in a JSON document (``.key`` and ``[index]`` steps; booleans are not numbers)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from json_numbers(v, f"{path}.{k}")
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from json_numbers(v, f"{path}[{i}]")
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield path, doc
+
+
+# -- handwritten events (edge cases written by hand, in the schema's units) --------------------------------------
+def table(*rows: dict, trace_id: str = "t"):
+    """Handwritten event rows as a conformed event table of one trace."""
+    import polars as pl
+    from traceparse.schema import conform
+
+    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id=trace_id)
+
+
+def host(kind, name, start, end, tid=1, **more) -> dict:
+    """A handwritten host event (op, marker, api, ...) on process 10, thread ``tid``, from ``start`` to ``end`` ns."""
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "pid": 10, "tid": tid, **more}
+
+
+def gpu(name, start, end, stream=7, kind="kernel", **more) -> dict:
+    """A handwritten GPU activity on device 0, ``stream``, from ``start`` to ``end`` ns."""
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
+            "stream_id": stream, **more}
+
+
+# -- an independent protobuf wire decoder (for XSpace files; no generated code, no traceparse code) --------------
+def wire_varint(b: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``b[i:]`` and the offset after it."""
+    r = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        r |= (c & 0x7F) << s
+        s += 7
+        if c < 0x80:
+            return r, i
+
+
+def wire_fields(b: bytes):
+    """(field number, value) of each field of a message: an int for varints, bytes for the others."""
+    i = 0
+    while i < len(b):
+        key, i = wire_varint(b, i)
+        f, t = key >> 3, key & 7
+        if t == 0:
+            v, i = wire_varint(b, i)
+        elif t == 1:
+            v, i = b[i:i + 8], i + 8
+        elif t == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            n, i = wire_varint(b, i)
+            v, i = b[i:i + n], i + n
+        yield f, v
+
+
 # -- oracles over a raw torch.profiler JSON (gzip + json, plain Python: no traceparse code) ----------------------
 def raw_events(path: Path) -> list[dict]:
     """The complete events (``ph`` X) of a gzipped Chrome/Kineto JSON trace."""

@@ -14,12 +14,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import (FIXTURES, REPO, raw_events, raw_steps, read_torch, run_cli, run_of, run_rule, self_time,
-                     us_to_ns)
+from helpers import (FIXTURES, REPO, gpu, host, raw_events, raw_steps, read_torch, run_cli, run_of, run_rule,
+                     self_time, table, us_to_ns)
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures import dependency_graph, partitioned
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
-from traceparse.schema import conform
 
 SAMPLES = REPO.parent / "shared" / "samples"
 MULTIRANK = FIXTURES / "torch" / "multirank"
@@ -27,20 +26,6 @@ SLOW = SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
 BALANCED = SAMPLES / "multirank" / "gloo4_resnet18_bs16"
 GRAPHS = SAMPLES / "torch" / "resnet18_bs32_compiled_cudagraphs.json.gz"
 needs_samples = pytest.mark.skipif(not SLOW.exists(), reason="the shared multirank samples are not here")
-
-
-def table(*rows: dict) -> pl.DataFrame:
-    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id="t")
-
-
-def host(kind, name, start, end, tid=1, **more):
-    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "pid": 10, "tid": tid, **more}
-
-
-def gpu(name, start, end, stream=7, kind="kernel", **more):
-    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
-            "stream_id": stream, **more}
-
 
 
 def edges_of(graph: pl.DataFrame, edge: str) -> list[tuple]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers import FIXTURES, run_cli
+from helpers import FIXTURES, json_numbers, run_cli
 from traceparse.errors import InputError
 from traceparse.ingest import read_paths
 
@@ -76,18 +76,13 @@ def _mutants() -> list[tuple[str, Path, str, bytes]]:
 MUTANTS = _mutants()
 
 
-def _bad_figures(obj, where=""):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _bad_figures(v, f"{where}.{k}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _bad_figures(v, f"{where}[{i}]")
-    elif isinstance(obj, float) and not math.isfinite(obj):
-        yield where, obj
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool) and obj < 0 and not where.endswith(
-            ("delta", "delta_pct", "change_pct", "diff")):
-        yield where, obj
+def _bad_figures(obj, where: str = ""):
+    """Figures no output may hold: a non-finite float, or a negative number that is not a difference."""
+    for where, v in json_numbers(obj, where):
+        if isinstance(v, float) and not math.isfinite(v):
+            yield where, v
+        elif v < 0 and not where.endswith(("delta", "delta_pct", "change_pct", "diff")):
+            yield where, v
 
 
 @pytest.mark.parametrize("case", [pytest.param(m, id=m[0], marks=[pytest.mark.xfail(reason=XFAIL[m[0]])]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from helpers import FIXTURES, run_cli, us_to_ns
+from helpers import FIXTURES, json_numbers, run_cli, us_to_ns
 
 MULTIRANK = FIXTURES / "torch" / "multirank"
 OFF_US = Decimal("9.2e15")
@@ -49,18 +49,6 @@ def _shift_later_half(i, events):
             e["ts"] = Decimal(e["ts"]) + OFF_US
 
 
-def _numbers(doc, path=""):
-    """Every (path, number) in a JSON document."""
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _numbers(v, f"{path}.{k}")
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _numbers(v, f"{path}[{i}]")
-    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
-        yield path, doc
-
-
 def _raw_spans(directory: Path) -> list[tuple[int, int]]:
     """(first ts, last ts + dur) in ns of each rank file's events, from the JSON."""
     spans = []
@@ -94,7 +82,7 @@ def test_a_rank_on_another_clock_is_aligned_with_a_warning(store, tmp_path):
     first = min(s for s, _ in spans)
     last = max([e for i, (_, e) in enumerate(spans) if i != 1] + [spans[1][1] - spans[1][0] + spans[0][0]])
     assert doc["summary"][0]["span_ns"] <= last - first < 10**9
-    for path, value in _numbers(doc):
+    for path, value in json_numbers(doc):
         assert 0 <= value < 2**63, (path, value)
     stragglers = next(f for f in doc["findings"] if f["rule"] == "stragglers")
     assert stragglers["metrics"]["step_time_lost_pct"] <= 100
@@ -151,7 +139,7 @@ def test_spans_that_add_up_past_int64_do_not_wrap(store, tmp_path):
     balance = next(f for f in doc["findings"] if f["rule"] == "rank-balance")
     assert idle["metrics"]["span_ns"] == expected == balance["metrics"]["span_ns"]
     assert 0 <= idle["metrics"]["idle_ns"] <= expected
-    for path, value in _numbers(doc):
+    for path, value in json_numbers(doc):
         assert value >= 0, (path, value)
     assert sum(idle["metrics"][k] for k in ("host_wait_ns", "kernel_wait_ns", "other_wait_ns")) <= \
         idle["metrics"]["idle_ns"] + 3

@@ -14,9 +14,10 @@ import zlib
 from decimal import Decimal
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from helpers import FIXTURES, run_cli, us_to_ns
+from helpers import FIXTURES, run_cli, us_to_ns, wire_varint as _varint
 from traceparse.ingest import read_paths
 
 JAX = FIXTURES / "jax"
@@ -104,17 +105,6 @@ def _blocks(details: str) -> int:
 
 
 # -- hostile ---------------------------------------------------------------------------------------------------
-def _varint(b: bytes, i: int) -> tuple[int, int]:
-    r = s = 0
-    while True:
-        c = b[i]
-        i += 1
-        r |= (c & 0x7F) << s
-        s += 7
-        if c < 0x80:
-            return r, i
-
-
 def _plane_starts(data: bytes) -> list[tuple[int, int]]:
     """(start, end) of each top-level field of an XSpace."""
     out, i = [], 0
@@ -202,15 +192,9 @@ def test_kernel_on_a_thread_that_names_no_stream(tmp_path, store):
     assert code == 0, err
     assert err.count(f"traceparse: warning: {path}: 1 kernels, copies or memsets (by their stats) on /device:GPU:0 "
                      "are on a thread that names no stream (the first on thread 99): read with no stream\n") == 1
-    kernels = read_paths([path])[0].events.filter(pl_kind("kernel")).sort("start_ns")
+    kernels = read_paths([path])[0].events.filter(pl.col("kind") == "kernel").sort("start_ns")
     assert kernels["stream_id"].to_list() == [14, None]
     assert kernels["duration_ns"].to_list() == [2000, 3000] and kernels["grid_x"].to_list() == [4, 8]
-
-
-def pl_kind(kind: str):
-    import polars as pl
-
-    return pl.col("kind") == kind
 
 
 def test_without_protobuf_the_xplane_is_one_line_and_the_directory_falls_back(tmp_path, store, monkeypatch):

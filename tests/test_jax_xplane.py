@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES
+from helpers import FIXTURES, wire_fields as _fields
 from traceparse.ingest import detect_reader, read_paths
 from traceparse.measures.steps import step_series
 from traceparse.plugins import registry
@@ -34,34 +34,6 @@ GPU = ("kernel", "memcpy", "memset")
 
 
 # -- the oracle: a hand-written wire decoder -----------------------------------------------------------------
-def _varint(b: bytes, i: int) -> tuple[int, int]:
-    r = s = 0
-    while True:
-        c = b[i]
-        i += 1
-        r |= (c & 0x7F) << s
-        s += 7
-        if c < 0x80:
-            return r, i
-
-
-def _fields(b: bytes):
-    i = 0
-    while i < len(b):
-        key, i = _varint(b, i)
-        f, t = key >> 3, key & 7
-        if t == 0:
-            v, i = _varint(b, i)
-        elif t == 1:
-            v, i = b[i:i + 8], i + 8
-        elif t == 5:
-            v, i = b[i:i + 4], i + 4
-        else:
-            n, i = _varint(b, i)
-            v, i = b[i:i + n], i + n
-        yield f, v
-
-
 def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 

@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal as _assert_frame_equal
 
+from helpers import table
 from traceparse import expr, measures
 from traceparse.ingest import read_paths
 from traceparse.measures import MEASURES, Measure, partitioned
@@ -315,10 +316,6 @@ def check_against_oracles(events: pl.DataFrame, rows: list[dict]) -> None:
 
 
 # -- hand-built edge cases, worked out by hand -----------------------------------------------------------------------
-def table(*rows: dict) -> pl.DataFrame:
-    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id="t")
-
-
 def k(start, end, device=0, stream=7, name="k", **more):
     return {"kind": "kernel", "name": name, "start_ns": start, "duration_ns": end - start, "device_id": device,
             "stream_id": stream, **more}

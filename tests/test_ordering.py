@@ -115,7 +115,8 @@ def test_screen_summary_first_then_the_worst_finding_and_quiet_rules_last(doc, m
     assert titles[0].startswith("╭─ summary") and titles[1].startswith("╭─ CRITICAL  gpu-idle: GPU idle")
     [summary] = d["summary"]
     idle_ms = fmt_ns(summary['bottleneck']['impact_ns'])
-    assert re.search(rf"│ bottleneck +gpu-idle: {idle_ms} at stake, CRITICAL GPU idle", out)
+    share = 100 * summary["bottleneck"]["impact_ns"] / summary["span_ns"]
+    assert re.search(rf"│ bottleneck +GPU idle, {idle_ms} lost, {share:.1f}% of the span \(gpu-idle, critical\)", out)
     assert re.search(rf"│ GPU busy +{summary['gpu_busy_pct']:.1f}% ", out)
     assert re.search(rf"│ steps +2 \(ProfilerStep#N\), mean {fmt_ns(summary['step_time_ns'])}", out)
     quiet = sorted({f["rule"] for f in d["findings"]

@@ -16,29 +16,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, run_cli, us_to_ns
+from helpers import FIXTURES, REPO, gpu, host, run_cli, table, us_to_ns
 from traceparse.errors import InputError
 from traceparse.measures.whatif import Drop, Scale, parse_drop, parse_scale, scale_keys, what_if
-from traceparse.schema import conform
 
 SAMPLES = REPO.parent / "shared" / "samples"
 SLOW = SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
 BALANCED = SAMPLES / "multirank" / "gloo4_resnet18_bs16"
 MULTIRANK = FIXTURES / "torch" / "multirank"
 needs_samples = pytest.mark.skipif(not SLOW.exists(), reason="the shared multirank samples are not here")
-
-
-def table(*rows: dict) -> pl.DataFrame:
-    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id="t")
-
-
-def host(kind, name, start, end, tid=1, **more):
-    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "pid": 10, "tid": tid, **more}
-
-
-def gpu(name, start, end, stream=7, kind="kernel", **more):
-    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
-            "stream_id": stream, **more}
 
 
 # -- one handwritten step, every edit by hand -------------------------------------------------------------------

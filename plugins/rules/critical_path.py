@@ -52,7 +52,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
+from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -323,17 +323,7 @@ def _per_rank(details: list[dict]) -> dict:
 
 def _missing(events) -> list[str]:
     """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
-    host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
-            & pl.col("start_ns").is_not_null())
-    # the operators' names are classified once each (communication or not), not once per row
-    counts = events.lazy().group_by(
-        op=expr.kind_is("op"), name=pl.when(expr.kind_is("op") & pl.col("collective").is_null()).then(pl.col("name")),
-        collective=pl.when(expr.kind_is("op")).then(pl.col("collective"))).agg(
-        host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(), api=expr.kind_is("api").sum(),
-        gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum(), rows=pl.len()).collect()
-    ops = pl.col("op") & ~expr.is_communication()
-    row = counts.select(pl.col("host", "threads", "api", "gpu").sum(),
-                        ops=pl.col("rows").filter(ops).sum()).row(0, named=True)
+    row = edge_coverage(events)
     out = []
     if not row["host"]:
         out.append("no host events: the path follows the GPU streams only (stream order); launches, "

@@ -88,7 +88,7 @@ COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "s
 RANK = Column("rank", "rank", "number")
 DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), Column("busy_ns", "busy", "ns"),
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
-HOST_ACTIVITY = [Column("activity", "host activity", "name"), Column("kind", "kind", "text"),
+HOST_ACTIVITY = [Column("activity", "what the host ran", "name"), Column("kind", "kind", "text"),
                  Column("wait_ns", "host wait", "ns"), Column("share_pct", "share", "pct"),
                  Column("gaps", "gaps", "count")]
 #: Host activities named in ``host_activity``; the rest are one row.

@@ -36,7 +36,8 @@ import polars as pl
 from traceparse import expr
 from traceparse.errors import InputError
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph)
+from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph,
+                                              edge_coverage)
 from traceparse.measures.nesting import step_time_by_name
 from traceparse.measures.replay import Replayer
 from traceparse.measures.step_paths import step_windows
@@ -46,8 +47,6 @@ from traceparse.measures.steps import STEP_NAME
 SCALE_KINDS = ("kernel", "memcpy", "memset", "comm")
 #: Segments of GPU activities (an activity's own ``stream`` edge, start → end) by the kind they are.
 GPU_SEGMENTS = {"kernel": "kernel", "copy": "memcpy", "memset": "memset", "communication": "kernel"}
-#: Host kinds an op or annotation is (the ``category`` of its ``thread`` edges).
-HOST_OWNER_KINDS = ("op", "marker", "api", "region")
 
 
 @dataclass(frozen=True)
@@ -337,10 +336,7 @@ def top_segments(segments: pl.DataFrame, paths: int, top: int) -> list[dict]:
 # -- what the trace cannot replay ---------------------------------------------------------------------------------
 def missing_edges(events: pl.DataFrame) -> list[str]:
     """The edges the trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
-    host = (pl.col("pid").is_not_null() & expr.kind_is(*HOST_OWNER_KINDS) & pl.col("start_ns").is_not_null())
-    ops = expr.kind_is("op") & ~expr.is_communication() & (pl.col("name") != "record_param_comms")
-    row = events.select(host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(),
-                        api=expr.kind_is("api").sum(), ops=ops.sum()).row(0, named=True)
+    row = edge_coverage(events)
     out = []
     if not row["host"]:
         out.append("no host events: only the GPU streams' order can be replayed")

@@ -490,14 +490,10 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     22.9 s, median of 3 alternating runs on a loaded box), with 1.3× the CPU and 1.7× the memory
     (benchmarks/bench_ingest.py).
     """
-    if requested is None and os.environ.get("TRACEPARSE_DECODE_WORKERS", "").strip().isdigit():
-        requested = int(os.environ["TRACEPARSE_DECODE_WORKERS"])
+    requested = _requested(requested, "TRACEPARSE_DECODE_WORKERS")
     if requested is not None:
-        return max(0, int(requested))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+        return requested
+    cores = _cores()
     if cores < MIN_CORES or _content_bytes(path) < 4 * chunk_bytes:
         return 0
     return min(cores - 1, 8)
@@ -512,15 +508,25 @@ def decode_threads(workers: int, requested: int | None = None) -> int:
     """
     if workers > 0:
         return 0
-    if requested is None and os.environ.get("TRACEPARSE_DECODE_THREADS", "").strip().isdigit():
-        requested = int(os.environ["TRACEPARSE_DECODE_THREADS"])
+    requested = _requested(requested, "TRACEPARSE_DECODE_THREADS")
     if requested is not None:
-        return max(0, int(requested))
+        return requested
+    return 1 if _cores() >= 2 else 0
+
+
+def _requested(requested: int | None, variable: str) -> int | None:
+    """The count asked for: the reader parameter, else the environment ``variable`` (digits only), else None."""
+    if requested is None and os.environ.get(variable, "").strip().isdigit():
+        requested = int(os.environ[variable])
+    return None if requested is None else max(0, int(requested))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:
-        cores = os.cpu_count() or 1
-    return 1 if cores >= 2 else 0
+        return os.cpu_count() or 1
 
 
 def _content_bytes(path: Path) -> int:
