@@ -8,7 +8,6 @@ the oracles read the raw JSON (gzip + json) and share no code with traceparse: s
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import statistics
 from pathlib import Path
@@ -16,7 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, gpu, host, run_cli, table, us_to_ns
+from helpers import (FIXTURES, REPO, gpu, host, raw_events, raw_steps, run_cli, self_time, table,
+                     us_to_ns)
 from traceparse.errors import InputError
 from traceparse.measures.whatif import Drop, Scale, parse_drop, parse_scale, scale_keys, what_if
 
@@ -140,10 +140,8 @@ def test_stream_order_keeps_the_backlog_of_overlapping_activities():
 
 
 # -- the real runs -------------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def raw_events(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as f:
-        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+#: Each raw rank file parsed once for the module (the oracles below read the same files many times).
+raw_events = functools.lru_cache(maxsize=None)(raw_events)
 
 
 @pytest.fixture(scope="module")
@@ -152,15 +150,10 @@ def store(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("whatif") / "store")
 
 
-def raw_steps(folder: Path) -> dict[tuple[int, int], int]:
+def run_steps(folder: Path) -> dict[tuple[int, int], int]:
     """{(rank, N): duration} of the host-side ProfilerStep#N annotations of every rank file, ns."""
-    out = {}
-    for path in sorted(folder.glob("rank*.json.gz")):
-        rank = int(path.name[4:].split(".")[0])
-        for e in raw_events(path):
-            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
-                out[(rank, int(e["name"].split("#")[1]))] = us_to_ns(e["dur"])
-    return out
+    return {(int(path.name[4:].split(".")[0]), n): end - start for path in sorted(folder.glob("rank*.json.gz"))
+            for n, (start, end) in raw_steps(path).items()}
 
 
 def whatif_json(store: str, folder: Path, *edits: str) -> dict:
@@ -177,7 +170,7 @@ def test_with_no_edit_the_replay_gives_back_every_measured_step(store, folder):
     if not folder.exists():
         pytest.skip("the shared multirank samples are not here")
     doc = whatif_json(store, folder)
-    steps = raw_steps(folder)
+    steps = run_steps(folder)
     assert sorted((r["rank"], r["step"]) for r in doc["steps"]) == sorted(steps)
     for r in doc["steps"]:
         raw = steps[(r["rank"], r["step"])]
@@ -187,24 +180,8 @@ def test_with_no_edit_the_replay_gives_back_every_measured_step(store, folder):
 
 
 def self_times(events: list[dict], name: str, start: int, end: int) -> list[int]:
-    """Self time (duration − the union of the events inside it on its thread) of every ``name`` event starting in
-    [start, end), ns."""
-    out = []
-    host = [(x, us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
-            if x.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")]
-    for t in events:
-        s = us_to_ns(t["ts"])
-        if t["name"] != name or not start <= s < end:
-            continue
-        e = s + us_to_ns(t["dur"])
-        inside = sorted((a, b) for x, a, b in host if x is not t and x.get("tid") == t["tid"] and s <= a and b <= e)
-        covered, reach = 0, s
-        for a, b in inside:
-            if b > reach:
-                covered += b - max(a, reach)
-                reach = b
-        out.append(e - s - covered)
-    return out
+    """Self time of every ``name`` event starting in [start, end), ns."""
+    return [self_time(events, e) for e in events if e["name"] == name and start <= us_to_ns(e["ts"]) < end]
 
 
 def delaying_op(folder: Path, slow: int) -> tuple[str, dict[int, int]]:
@@ -222,13 +199,12 @@ def delaying_op(folder: Path, slow: int) -> tuple[str, dict[int, int]]:
               for n, d in longest[slow].items()}
     name = max(excess, key=excess.get)
     events = raw_events(folder / f"rank{slow}.json.gz")
-    windows = {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
-               for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    windows = raw_steps(folder / f"rank{slow}.json.gz")
     return name, {n: max(self_times(events, name, s, t)) for n, (s, t) in windows.items()}
 
 
 def twin_mean_step(folder: Path) -> float:
-    steps = raw_steps(folder)
+    steps = run_steps(folder)
     return sum(steps.values()) / len(steps)
 
 
@@ -243,7 +219,7 @@ def test_removing_rank_2s_delay_gains_its_sleep_on_every_rank(store, edit):
     assert min(sleeps.values()) > 55_000_000
     args = ["--balance"] if edit == "--balance" else ["--drop", f"{name}@2"]
     doc = whatif_json(store, SLOW, *args)
-    steps = raw_steps(SLOW)
+    steps = run_steps(SLOW)
     for r in doc["steps"]:
         gain = steps[(r["rank"], r["step"])] - r["predicted_ns"]
         assert 0.9 * sleeps[r["step"]] <= gain <= sleeps[r["step"]] + 0.05 * steps[(r["rank"], r["step"])], r
@@ -306,7 +282,7 @@ def test_a_trimmed_run_says_what_it_cannot_replay(store):
     (the balanced twin measured a third of it), and it says which rank's path holds time it cannot replay."""
     folder = MULTIRANK / "nccl2_slow_rank1"
     doc = whatif_json(store, folder, "--balance")
-    steps = raw_steps(folder)
+    steps = run_steps(folder)
     for r in doc["steps"]:
         assert r["predicted_ns"] >= 0.9 * steps[(r["rank"], r["step"])]
     twin = twin_mean_step(MULTIRANK / "nccl2_balanced")
@@ -377,7 +353,7 @@ def test_the_ddp_twins_balanced_prediction_meets_the_balanced_twin(store, varian
     JSON, predicts the balanced twin's mean ProfilerStep#N time (raw JSON) within 15%."""
     args = ["--balance"] if edit == "--balance" else ["--drop", f"{planted_delay(variant, slow)}@{slow}"]
     doc = whatif_json(store, DDP / variant, *args)
-    slow_steps = raw_steps(DDP / variant)
+    slow_steps = run_steps(DDP / variant)
     assert doc["mean"]["measured_ns"] == pytest.approx(sum(slow_steps.values()) / len(slow_steps), abs=1)
     twin = twin_mean_step(DDP / "ddp4_balanced")
     assert doc["mean"]["measured_ns"] > 1.6 * twin  # the delay is there to be taken out
