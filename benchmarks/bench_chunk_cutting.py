@@ -10,7 +10,11 @@ workers included), sampled every 20 ms:
 - ``braces``: one name of 50 MB of ``},{``.
 
 Usage: ``python benchmarks/bench_chunk_cutting.py``. Before the linear cut (event_ends), ``braces`` took 283 s
-in one process and 24 s with two workers on the 2-core development box.
+in one process and 24 s with two workers on the 2-core development box. With two workers it then peaked at
+1,969 MB (process tree): each 8 MB piece of the name, cut at a ``},{``, decoded in a worker as millions of empty
+events (``{},{},...``) that the merge then threw away. Since issue 25 no cut is made before an empty object, a
+piece merged after a false cut is decoded in the main process (no copy sent to a worker), and the end of the
+file is decoded there when its turn comes: 805 MB peak, 12.9 s (load 7.6; one process: 680 MB, 10.4 s).
 """
 
 from __future__ import annotations

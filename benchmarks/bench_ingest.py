@@ -8,17 +8,29 @@ average is recorded before each run: on a shared box the wall times move with it
 fresh store, so the content-hash cache never answers instead of the parser. Usage::
 
     python benchmarks/bench_ingest.py TRACE.json --hta-python /path/to/hta-venv/bin/python \\
-        [--repeat 3] [--ranks 8 --rank-repeat 3] [--sizes-gb 1 7 --size-repeat 1] [--out FILE]
+        [--traceinsight-python /path/to/traceinsight-venv/bin/python] [--repeat 3] [--ranks 8 --rank-repeat 3] \\
+        [--sizes-gb 1 7 --size-repeat 1] [--workers 0 1 2 4 8 16 --workers-repeat 3] [--perfetto-shell PATH] \\
+        [--out FILE]
 
-Sections (each can be left out: ``--repeat 0``, ``--ranks 0``, no ``--sizes-gb``):
+    # the decoding-worker scaling alone (no HTA needed), e.g. on the 16-core GPU machine:
+    python benchmarks/bench_ingest.py TRACE.json --repeat 0 --ranks 0 --workers 1 2 4 8 16
 
-1. *one trace*: ``traceparse ingest TRACE`` (default decoding: worker processes on 4 cores or more), the
-   same with ``--workers`` decoding workers (``TRACEPARSE_DECODE_WORKERS``), ``traceparse analyze`` with
-   every rule on the stored trace, and HTA's ``TraceAnalysis(trace_dir=...)`` on a directory holding only TRACE;
+Sections (each can be left out: ``--repeat 0``, ``--ranks 0``, no ``--sizes-gb``, no ``--workers``):
+
+1. *one trace*: ``traceparse ingest TRACE`` (default decoding: worker processes on 4 cores or more),
+   ``traceparse analyze`` with every rule on the stored trace, HTA 0.5's ``TraceAnalysis(trace_dir=...)`` on a
+   directory holding only TRACE, and the same with ``traceinsight`` (HTA's new name: it installs the same
+   ``hta`` module); Perfetto's ``trace_processor_shell`` when ``--perfetto-shell`` names one (the ``perfetto``
+   PyPI package downloads it on first use, which a machine without the network cannot: then the table says so);
 2. *rank set*: N ranks made from TRACE (copies, each with its own ``distributedInfo.rank``; kept in
    benchmarks/data/) ingested as one run, against HTA's ``TraceAnalysis`` on the same directory;
 3. *sizes*: traces of about 1 and 7 GB synthesized from TRACE (its events repeated, shifted in time; kept in
-   benchmarks/data/), each ingested: throughput in MB/s and peak memory, to show that memory stays flat.
+   benchmarks/data/), each ingested: throughput in MB/s and peak memory, to show that memory stays flat;
+4. *workers*: ``traceparse ingest TRACE`` with each ``--workers`` count of decoding worker processes
+   (``TRACEPARSE_DECODE_WORKERS``; 0 decodes in the ingesting process), alternating: the scaling table.
+
+Every row gives MB/s (the trace's JSON bytes over the median wall time). The traceparse sources are compiled
+to bytecode first, as an installed package's are, so that no run pays for it.
 
 The table printed at the end is what the README's Performance section quotes.
 """
@@ -43,6 +55,11 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
+
+PERFETTO_NOT_RUN = ("not run: the `perfetto` PyPI package (0.59.1, a pure-Python wheel) downloads "
+                    "trace_processor_shell on first use, which this machine cannot, and no wheel on the registry "
+                    "carries the binary; its own published figure: 177 MB/s (453.8 MB of Chrome JSON in 2.56 s)")
+PERFETTO_QUERY = "select count(1) from slice"
 
 HTA_LOAD = """
 import logging, sys
@@ -103,9 +120,10 @@ def env_with(**values: str) -> dict:
 
 
 # -- 1. one trace ------------------------------------------------------------------------------------------
-def bench_one(trace: Path, hta_python: str | None, repeat: int, workers: int) -> dict:
-    """Alternate traceparse ingest (default; with ``workers`` decoding workers), analyze (every rule) and HTA."""
-    runs: dict[str, list] = {"ingest": [], "ingest_workers": [], "analyze": [], "hta": []}
+def bench_one(trace: Path, hta_python: str | None, repeat: int, traceinsight_python: str | None = None,
+              perfetto_shell: str | None = None) -> dict:
+    """Alternate traceparse ingest (default decoding), analyze (every rule), HTA, traceinsight and Perfetto."""
+    runs: dict[str, list] = {"ingest": [], "analyze": [], "hta": [], "traceinsight": [], "perfetto": []}
     hta_dir = Path(tempfile.mkdtemp(prefix="hta-one-"))
     os.symlink(trace.resolve(), hta_dir / trace.name)
     try:
@@ -118,12 +136,10 @@ def bench_one(trace: Path, hta_python: str | None, repeat: int, workers: int) ->
                 shutil.rmtree(store, ignore_errors=True)
             if hta_python:
                 runs["hta"].append(measure([hta_python, "-c", HTA_LOAD, str(hta_dir)]))
-            store = tempfile.mkdtemp(prefix="tp-bench-")
-            try:
-                runs["ingest_workers"].append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(trace)),
-                                                      env_with(TRACEPARSE_DECODE_WORKERS=str(workers))))
-            finally:
-                shutil.rmtree(store, ignore_errors=True)
+            if traceinsight_python:
+                runs["traceinsight"].append(measure([traceinsight_python, "-c", HTA_LOAD, str(hta_dir)]))
+            if perfetto_shell:
+                runs["perfetto"].append(measure([perfetto_shell, "-Q", PERFETTO_QUERY, str(trace)]))
             print(f"  one trace, round {i + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f} s" for k, v in runs.items()
                                                               if v), file=sys.stderr, flush=True)
     finally:
@@ -199,6 +215,22 @@ def synthesize(source: Path, target: Path, gigabytes: float) -> int:
     return count * copies
 
 
+def bench_workers(trace: Path, workers: list[int], repeat: int) -> dict:
+    """``traceparse ingest TRACE`` with each count of decoding worker processes, alternating, a fresh store each."""
+    runs: dict[int, list] = {n: [] for n in workers}
+    for i in range(repeat):
+        for n in workers:
+            store = tempfile.mkdtemp(prefix="tp-workers-")
+            try:
+                runs[n].append(measure(traceparse_cmd("--store", store, "-q", "ingest", str(trace)),
+                                       env_with(TRACEPARSE_DECODE_WORKERS=str(n))))
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
+        print(f"  workers, round {i + 1}: " + ", ".join(f"{n}: {v[-1]['seconds']:.2f} s" for n, v in runs.items()),
+              file=sys.stderr, flush=True)
+    return {str(n): summarize(v) for n, v in runs.items()}
+
+
 def bench_sizes(trace: Path, sizes: list[float], repeat: int) -> list[dict]:
     """Ingest traces of each size (synthesized once into benchmarks/data/): MB/s and peak memory."""
     out = []
@@ -255,47 +287,56 @@ def _cell(s: dict | None, key: str, fmt: str) -> str:
     return f"{fmt.format(v['median'])} ({fmt.format(v['min'])}–{fmt.format(v['max'])})"
 
 
+def _mb_per_s(mb: float, s: dict) -> str:
+    return f"{mb / s['seconds']['median']:.1f}"
+
+
 def report(results: dict) -> str:
-    """The Markdown tables of the results (median, then min–max over the runs)."""
+    """The Markdown tables of the results (median, then min–max over the runs), MB/s beside each row."""
     lines = []
     one = results.get("one_trace")
+    mb = results.get("trace_mb", 0.0)
     if one:
-        lines += [f"One trace: {results['trace']} ({results['trace_mb']:.0f} MB)", "",
-                  "| | runs | wall s | peak RSS MB (tree) | CPU s (tree) | load avg |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        workers = results.get("workers", 1)
-        names = {"hta": "HTA `TraceAnalysis` load", "ingest": "`traceparse ingest` (default)",
-                 "ingest_workers": f"`traceparse ingest`, {workers} decoding worker(s) "
-                                   f"(`TRACEPARSE_DECODE_WORKERS={workers}`)",
+        lines += [f"One trace: {results['trace']} ({mb:.0f} MB)", "",
+                  "| | runs | wall s | MB/s | peak RSS MB (tree) | CPU s (tree) | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        names = {"hta": "HTA 0.5 `TraceAnalysis` load", "traceinsight": "traceinsight `TraceAnalysis` load",
+                 "perfetto": "Perfetto `trace_processor_shell`", "ingest": "`traceparse ingest` (default)",
                  "analyze": "`traceparse analyze`, every rule, stored trace"}
         for key, label in names.items():
             if key in one:
                 s = one[key]
-                lines.append(f"| {label} | {s['n']} | {_cell(s, 'seconds', '{:.2f}')} | "
+                rate = "-" if key == "analyze" else _mb_per_s(mb, s)
+                lines.append(f"| {label} | {s['n']} | {_cell(s, 'seconds', '{:.2f}')} | {rate} | "
                              f"{_cell(s, 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'cpu_s', '{:.1f}')} | "
                              f"{_cell(s, 'load', '{:.1f}')} |")
-        if "hta" in one:
-            for key in ("ingest", "ingest_workers"):
-                ratio = one["hta"]["seconds"]["median"] / one[key]["seconds"]["median"]
-                mem = one[key]["peak_rss_mb"]["median"] / one["hta"]["peak_rss_mb"]["median"]
-                lines.append(f"\n{names[key]}: {ratio:.1f}× faster than HTA (median wall), "
-                             f"peak memory {mem:.2f}× HTA's")
+        if "perfetto" not in one:
+            lines.append(f"| Perfetto `trace_processor_shell` | 0 | - | - | - | - | - |\n\nPerfetto: {PERFETTO_NOT_RUN}.")
+        for peer in ("hta", "traceinsight"):
+            if peer in one and "ingest" in one:
+                ratio = one[peer]["seconds"]["median"] / one["ingest"]["seconds"]["median"]
+                memory = one["ingest"]["peak_rss_mb"]["median"] / one[peer]["peak_rss_mb"]["median"]
+                lines.append(f"\n`traceparse ingest`: {ratio:.1f}× faster than {names[peer].split(' `')[0]} "
+                             f"(median wall; {_mb_per_s(mb, one['ingest'])} MB/s against "
+                             f"{_mb_per_s(mb, one[peer])} MB/s), peak memory {memory:.2f}× its")
         lines.append("")
     ranks = results.get("ranks")
     if ranks:
         lines += [f"Rank set: {ranks['ranks']} ranks made from the trace ({ranks['input_mb']:.0f} MB of JSON)", "",
-                  "| | runs | wall s | peak RSS MB (tree) | CPU s (tree) | load avg |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "| | runs | wall s | MB/s | peak RSS MB (tree) | CPU s (tree) | load avg |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for key, label in (("hta", "HTA `TraceAnalysis(trace_dir=...)`"), ("ingest", "`traceparse ingest DIR`")):
             if key in ranks:
                 s = ranks[key]
                 lines.append(f"| {label} | {s['n']} | {_cell(s, 'seconds', '{:.1f}')} | "
-                             f"{_cell(s, 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'cpu_s', '{:.1f}')} | "
-                             f"{_cell(s, 'load', '{:.1f}')} |")
+                             f"{_mb_per_s(ranks['input_mb'], s)} | {_cell(s, 'peak_rss_mb', '{:.0f}')} | "
+                             f"{_cell(s, 'cpu_s', '{:.1f}')} | {_cell(s, 'load', '{:.1f}')} |")
         if "hta" in ranks:
             ratio = ranks["hta"]["seconds"]["median"] / ranks["ingest"]["seconds"]["median"]
             mem = ranks["ingest"]["peak_rss_mb"]["median"] / ranks["hta"]["peak_rss_mb"]["median"]
-            lines.append(f"\n{ranks['ranks']} ranks: {ratio:.1f}× faster than HTA, peak memory {mem:.2f}× HTA's")
+            lines.append(f"\n{ranks['ranks']} ranks: {ratio:.1f}× faster than HTA "
+                         f"({_mb_per_s(ranks['input_mb'], ranks['ingest'])} MB/s against "
+                         f"{_mb_per_s(ranks['input_mb'], ranks['hta'])} MB/s), peak memory {mem:.2f}× HTA's")
         lines.append("")
     sizes = results.get("sizes")
     if sizes:
@@ -307,6 +348,16 @@ def report(results: dict) -> str:
             lines.append(f"| {s['file']} | {s['size_mb']:.0f} | {s['n']} | {_cell(s, 'seconds', '{:.1f}')} | "
                          f"{s['mb_per_s']:.1f} | {s['base_mb_per_s']:.1f} | {_cell(s, 'peak_rss_mb', '{:.0f}')} | "
                          f"{_cell(s['base'], 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'load', '{:.1f}')} |")
+    workers = results.get("workers")
+    if workers:
+        lines += ["", f"Decoding workers (`TRACEPARSE_DECODE_WORKERS`; 0: the ingesting process decodes), "
+                      f"{results['machine']['cpus']} CPUs", "",
+                  "| workers | runs | wall s | MB/s | peak RSS MB (tree) | CPU s (tree) | load avg |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for n, s in workers.items():
+            lines.append(f"| {n} | {s['n']} | {_cell(s, 'seconds', '{:.2f}')} | {_mb_per_s(mb, s)} | "
+                         f"{_cell(s, 'peak_rss_mb', '{:.0f}')} | {_cell(s, 'cpu_s', '{:.1f}')} | "
+                         f"{_cell(s, 'load', '{:.1f}')} |")
     return "\n".join(lines)
 
 
@@ -314,9 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path, help="the benchmark trace (fixtures/make_benchmark_trace.py)")
     parser.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis installed")
+    parser.add_argument("--traceinsight-python", help="python of a venv with traceinsight (HTA's new name) installed")
+    parser.add_argument("--perfetto-shell", help="a trace_processor_shell binary (not run without one)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds on the one trace (0: leave out)")
-    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                        help="decoding workers of the second ingest of the one trace (default: cores - 1)")
+    parser.add_argument("--workers", type=int, nargs="*", default=[],
+                        help="decoding-worker counts to ingest the trace with, alternating (the scaling table)")
+    parser.add_argument("--workers-repeat", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=8, help="ranks in the rank set (0: leave out)")
     parser.add_argument("--rank-repeat", type=int, default=3)
     parser.add_argument("--sizes-gb", type=float, nargs="*", default=[], help="synthesized sizes to ingest, GiB")
@@ -326,13 +380,17 @@ def main(argv: list[str] | None = None) -> int:
     DATA.mkdir(parents=True, exist_ok=True)
     results: dict = {"machine": machine(), "trace": str(args.trace), "trace_mb": _json_bytes(args.trace) / 2**20,
                      "load_at_start": os.getloadavg()}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(HERE.parent / "traceparse"),
+                    str(HERE.parent / "plugins")], stdout=subprocess.DEVNULL, check=False)
     if args.repeat:
-        results["workers"] = args.workers
-        results["one_trace"] = bench_one(args.trace, args.hta_python, args.repeat, args.workers)
+        results["one_trace"] = bench_one(args.trace, args.hta_python, args.repeat, args.traceinsight_python,
+                                         args.perfetto_shell)
     if args.ranks:
         results["ranks"] = bench_ranks(args.trace, args.ranks, args.hta_python, args.rank_repeat)
     if args.sizes_gb:
         results["sizes"] = bench_sizes(args.trace, args.sizes_gb, args.size_repeat)
+    if args.workers:
+        results["workers"] = bench_workers(args.trace, args.workers, args.workers_repeat)
     results["load_at_end"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     m = results["machine"]

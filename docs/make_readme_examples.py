@@ -19,7 +19,9 @@ the block or, suffixed ``.N``, for its Nth command only:
 - ``width=N``: the terminal width the commands lay out for (``COLUMNS``; 80 when not given);
 - ``keep=A:B,C:D``: the output lines kept, as Python slices (``-3:`` the last three), a ``...`` line
   where lines were left out;
-- ``grep=REGEX``: only the output lines matching REGEX.
+- ``grep=REGEX``: only the output lines matching REGEX;
+- ``requires=PATH`` (the block only): the block runs only where PATH (from the repository's root) exists, such
+  as the shared samples beside the repository (``../shared/samples/...``); elsewhere it is left as written.
 
 Files the commands leave in the repository's root (``> report.json``) are removed afterwards.
 tests/test_readme_examples.py runs ``--check``.
@@ -97,6 +99,9 @@ def regenerate(text: str) -> str:
             out.append(line)
             if MARKER.match(line.strip()) and i + 1 < len(lines) and lines[i + 1].startswith("```console"):
                 options = options_of(line)
+                if options.get("requires") and not (REPO / options["requires"]).exists():
+                    i += 1  # kept as written: the block's data is not here
+                    continue
                 out.append(lines[i + 1])
                 i += 2
                 n = 0

@@ -69,6 +69,7 @@ EXAMPLES = {
     ("flops",): ["flops", "alexnet"],
     ("predict", "fit"): ["predict", "fit", "{bs4}", "{bs8}", "--model-out", "{tmp}/model.json"],
     ("predict", "run"): ["predict", "run", "{bs4}", "--model", "{model}"],
+    ("whatif",): ["whatif", "{bs4}", "--scale", "convolution=0.5"],
     ("sql",): ["sql", "SELECT name, SUM(duration_ns) AS ns FROM kernels GROUP BY name ORDER BY ns DESC LIMIT 3"],
 }
 

@@ -11,13 +11,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.ingest import read_paths
 from traceparse.schema import SCHEMA_VERSION, conform
 from traceparse.trace import Trace, TraceMeta
-from traceparse_plugins.exporters.chrome import ChromeExporter
+from traceparse_plugins.exporters.chrome import PATH_CAT, PATH_PID, ChromeExporter
 
 TORCH = FIXTURES / "torch" / "resnet18_bs8.json.gz"
 NSYS = FIXTURES / "nsys"
@@ -54,12 +55,13 @@ def test_torch_export_counts_and_exact_times(store, tmp_path):
     assert " ".join(message.split()) == f"wrote {out} (chrome, {len(original):,} events)"
     doc = _load(out)
     assert list(doc)[:1] == ["traceparse"] and doc["traceparse"]["schema_version"] == SCHEMA_VERSION
-    phases = Counter(e["ph"] for e in doc["traceEvents"])
+    rows = [e for e in doc["traceEvents"] if e.get("cat") != PATH_CAT]  # the critical path's track aside
+    phases = Counter(e["ph"] for e in rows)
     assert phases["X"] == len(original) and doc["traceparseRows"] == []
     # every slice keeps its name, start and duration to the nanosecond (ts written with 3 decimals)
-    exported = Counter((e["name"], _ns(e["ts"]), _ns(e["dur"])) for e in doc["traceEvents"] if e["ph"] == "X")
+    exported = Counter((e["name"], _ns(e["ts"]), _ns(e["dur"])) for e in rows if e["ph"] == "X")
     assert exported == Counter((e["name"], _ns(e["ts"]), _ns(e["dur"])) for e in original)
-    for e in doc["traceEvents"]:
+    for e in rows:
         if e["ph"] == "X":
             row = e["args"]["traceparse"]
             assert (row["start_ns"], row["duration_ns"]) == (_ns(e["ts"]), _ns(e["dur"]))
@@ -69,7 +71,7 @@ def test_torch_export_counts_and_exact_times(store, tmp_path):
     launched = [e["args"]["correlation"] for e in original
                 if e["cat"] in GPU and e.get("args", {}).get("correlation") in api_corr]
     assert phases["f"] == len(launched) > 0 and phases["s"] == len(set(launched))
-    finishes = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    finishes = [e for e in rows if e["ph"] == "f"]
     assert all(e["bp"] == "e" and e["pid"] == 0 for e in finishes)
     streams = {e["args"]["stream"] for e in original if e["cat"] in GPU}
     names = {(e["name"], e["pid"], e["tid"]): e["args"] for e in doc["traceEvents"] if e["ph"] == "M"}
@@ -111,7 +113,7 @@ def test_nsys_timed_trace_round_trip(store, tmp_path):
     source = str(NSYS / "resnet18_bs8.sqlite.gz")
     exported = tmp_path / "nsys.json"
     _export(source, exported)
-    phases = Counter(e["ph"] for e in _load(exported)["traceEvents"])
+    phases = Counter(e["ph"] for e in _load(exported)["traceEvents"] if e.get("cat") != PATH_CAT)
     assert phases["f"] > 300
     assert_frame_equal(_events_of(str(exported)), _events_of(source))
 
@@ -232,3 +234,50 @@ def test_newer_export_version_and_broken_rows_are_one_line_errors(store, tmp_pat
                    "Expected `int | null`, got `str`\n")
     code, out, _ = run_cli("list", "--json")
     assert json.loads(out)["traces"] == []  # nothing left in the store
+
+
+# -- the critical path (issue 24) ---------------------------------------------------------------------------------
+SLOW_RUNS = [FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2",
+             FIXTURES.parent.parent / "shared" / "samples" / "multirank" / "gloo4_resnet18_bs16_slow_rank2"]
+
+
+@pytest.mark.parametrize("run", SLOW_RUNS, ids=["trimmed", "whole"])
+def test_the_export_marks_each_steps_critical_path(store, tmp_path, run):
+    """The slow-rank run: on the "critical path" process, one track per rank; each step's path is slices that tile
+    the step up to its ProfilerStep#N end (raw JSON), and one flow per step links exactly those slices, one point
+    in each, in time order. In the whole run (its operators kept) every other rank's path crosses to rank 2's
+    sleep in its gradient hook in every step; the trimmed copy cannot show that wait."""
+    if not run.exists():
+        pytest.skip("the shared multirank samples are not here")
+    whole = run.name.endswith("bs16_slow_rank2")
+    out = tmp_path / "run.json"
+    _export(str(run), out)
+    events = _load(out)["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == PATH_PID}
+    assert sorted(names.values()) == [f"rank {r}: each step's critical path" for r in range(4)]
+    track = {v.split(":")[0]: tid for (_, tid), v in names.items()}
+    slices = [e for e in events if e.get("cat") == PATH_CAT and e["ph"] == "X"]
+    flows = [e for e in events if e.get("cat") == PATH_CAT and e["ph"] in ("s", "t", "f")]
+    assert slices and flows and all(e["pid"] == PATH_PID for e in slices + flows)
+    for rank in range(4):
+        steps = {int(e["name"].split("#")[1]): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+                 for e in _load(run / f"rank{rank}.json.gz")["traceEvents"]
+                 if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+        tid = track[f"rank {rank}"]
+        for step, (start, end) in steps.items():
+            mine = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e) for e in slices
+                          if e["tid"] == tid and e["args"]["step"] == step)
+            assert mine[-1][1] == end and mine[0][0] >= start
+            assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))  # they tile, no gap, no overlap
+            if whole and rank != 2:
+                assert any(e["name"] == "rank 2: autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+                           and e["args"]["rank"] == 2 and e["dur"] > 50_000 for _, _, e in mine)
+            # the step's flow: one point inside each of its slices, in order: s, t..., f
+            ids = {f["id"] for f in flows if f["tid"] == tid and start < _ns(f["ts"]) < end}
+            assert len(ids) == 1
+            points = sorted((_ns(f["ts"]), f["ph"]) for f in flows if f["id"] in ids)
+            assert [p for _, p in points] == ["s"] + ["t"] * (len(mine) - 2) + ["f"]
+            assert all(a < t < b for (t, _), (a, b, _) in zip(points, mine))
+    # no row rides on the path's slices: the reader reads the rows back alone (the torch round trip above)
+    assert all("traceparse" not in e["args"] for e in slices)

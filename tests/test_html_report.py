@@ -93,6 +93,8 @@ class Opened:
             out[div.id] = (div._fullData || []).map(t => ({
               type: t.type, name: t.name, x: t.x ? Array.from(t.x) : null, y: t.y ? Array.from(t.y) : null,
               values: t.values ? Array.from(t.values) : null, labels: t.labels ? Array.from(t.labels) : null,
+              base: t.base ? Array.from(t.base) : null,
+              customdata: t.customdata ? Array.from(t.customdata) : null,
               z: t.z ? Array.from(t.z, row => Array.from(row)) : null,
               points: (t.x || t.values || []).length,
               drawn: div.querySelectorAll('.main-svg').length}));
@@ -257,10 +259,22 @@ def torch_gpu_figures(events: list[dict]) -> tuple[int, dict[str, int], set[int]
 # -- the four reports --------------------------------------------------------------------------------------
 def test_torch_trace_report(browser, store, tmp_path):
     page = open_report(browser, report(tmp_path, shown(TORCH)), tmp_path / "report_torch.png")
-    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies",
-                                "chart-roofline"})  # the roofline from the recorded shapes
+    charts = check_drawn(page, {"chart-critical-path", "chart-timeline", "chart-steps", "chart-categories",
+                                "chart-names", "chart-copies", "chart-roofline"})  # the roofline from the shapes
     assert "derived from the recorded shapes" in page.page.inner_text("#chart-roofline-card .chart-note")
     busy, by_name, steps = torch_gpu_figures(raw_torch(TORCH))
+    # the critical path, a row per thread and stream: each step's segments tile it up to its end (raw JSON)
+    windows = {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+               for e in raw_torch(TORCH) if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+               and e["name"].startswith("ProfilerStep#")}
+    t0 = min(a for a, _ in windows.values())
+    path = [(b, b + x, c[2]) for t in charts["chart-critical-path"] if t["type"] == "bar" and t["name"] != "step"
+            for b, x, c in zip(t["base"], t["x"], t["customdata"])]
+    assert all(y.startswith(("thread ", "stream ")) for t in charts["chart-critical-path"] for y in t["y"])
+    for n, (a, b) in windows.items():
+        mine = sorted(p[:2] for p in path if p[2] == n)
+        assert mine[0][0] >= (a - t0) / 1e6 - 1e-6 and mine[-1][1] == pytest.approx((b - t0) / 1e6, abs=1e-6)
+        assert all(p[1] == pytest.approx(q[0], abs=1e-6) for p, q in zip(mine, mine[1:]))
     # the timeline's one line holds the GPU's busy time, to the rounding of its percentages (3 decimals per bin)
     assert timeline_busy_ns(charts["chart-timeline"]) == {"GPU 0": pytest.approx(busy, rel=1e-4)}
     # the 15 longest kernel names, longest on top (the last of the reversed list); the rest named in the note
@@ -288,7 +302,8 @@ def test_torch_trace_report(browser, store, tmp_path):
 def test_nsys_capture_report(browser, store, tmp_path):
     page = open_report(browser, report(tmp_path, shown(NSYS)), tmp_path / "report_nsys.png")
     # its one NVTX train_step range is its one step, as in the summary and analyze --step
-    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names", "chart-copies"})
+    charts = check_drawn(page, {"chart-critical-path", "chart-timeline", "chart-steps", "chart-categories",
+                                "chart-names", "chart-copies"})
     assert charts["chart-steps"][0]["x"] == ["step 1"]
     db = tmp_path / "capture.sqlite"
     with gzip.open(NSYS) as f, open(db, "wb") as g:
@@ -381,7 +396,7 @@ def check_straggler_charts(charts: dict, run_dir: Path, straggler: int) -> None:
     assert min(range(4), key=lambda i: waited["x"][i]) == straggler  # the one the others wait for
 
 
-RUN_CHARTS = {"chart-collectives", "chart-ranks", "chart-timeline", "chart-steps", "chart-categories", "chart-names",
+RUN_CHARTS = {"chart-collectives", "chart-ranks", "chart-critical-path", "chart-timeline", "chart-steps", "chart-categories", "chart-names",
               "chart-copies"}
 
 
@@ -422,6 +437,54 @@ def test_the_slow_rank_run_shows_its_straggler_first(browser, store, tmp_path):
     summary = page.page.inner_text("#summary")
     assert "STRAGGLER" in summary and "rank 2: the others wait" in summary
     check_layout(page, tmp_path / "report_slow_rank_full.png")
+
+
+def check_critical_path_chart(traces: list[dict], run_dir: Path, slow: int | None) -> None:
+    """The critical-path chart against the raw JSON: the grey bars are every rank's ProfilerStep#N windows (ms
+    from the first step's start); per step, the path drawn is that of the rank whose step took longest: its
+    segments tile that step up to its end, without overlapping; with ``slow``, every step's path holds the slow
+    rank's sleep (a host op of at least 55 ms on its row) and moves to that rank."""
+    windows = {}
+    for rank in range(4):
+        for e in raw_torch(run_dir / f"rank{rank}.json.gz"):
+            if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
+                windows[(rank, int(e["name"].split("#")[1]))] = (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+    t0 = min(a for a, _ in windows.values())
+    step = next(t for t in traces if t["name"] == "step")
+    drawn = sorted(zip(step["y"], step["base"], step["x"]))
+    want = sorted((f"rank {r}", (a - t0) / 1e6, (b - a) / 1e6) for (r, _), (a, b) in windows.items())
+    assert [d[0] for d in drawn] == [w[0] for w in want]
+    assert [v for d in drawn for v in d[1:]] == pytest.approx([v for w in want for v in w[1:]], rel=1e-9, abs=1e-6)
+    bars = sorted((b, b + x, y, t["name"], c[2]) for t in traces if t["type"] == "bar" and t["name"] != "step"
+                  for y, b, x, c in zip(t["y"], t["base"], t["x"], t["customdata"]))
+    for n in sorted({n for _, n in windows}):
+        holder = max(range(4), key=lambda r: (windows[(r, n)][1] - windows[(r, n)][0], -r))
+        a, b = ((v - t0) / 1e6 for v in windows[(holder, n)])
+        mine = [s for s in bars if s[4] == n]
+        assert mine and a - 1e-6 <= mine[0][0] and mine[-1][1] == pytest.approx(b, abs=1e-6)
+        assert all(p[1] == pytest.approx(q[0], abs=1e-6) for p, q in zip(mine, mine[1:]))  # tiled, no overlap
+        if slow is not None:
+            assert any(s[2] == f"rank {slow}" and s[3] == "host op" and s[1] - s[0] >= 55 for s in mine)
+    if slow is not None:
+        line = next(t for t in traces if t["name"] == "to another rank")
+        assert f"rank {slow}" in line["y"]
+
+
+def test_the_critical_path_chart(browser, store, tmp_path, samples_dir):
+    """The trimmed slow-rank run (always here) and the whole one (a shared sample): the critical path of each
+    step over the ranks' steps, against the raw JSON (:func:`check_critical_path_chart`)."""
+    runs = [(FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2", None),
+            (samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2", 2)]
+    for run_dir, slow in runs:
+        if not run_dir.exists():
+            continue
+        page = open_report(browser, report(tmp_path, shown(run_dir)), tmp_path / f"report_cp_{run_dir.name}.png",
+                           publish=False)
+        shapes = {"chart-roofline"} if slow else set()  # the whole run's operators placed from their shapes
+        charts = check_drawn(page, RUN_CHARTS | shapes)
+        check_critical_path_chart(charts["chart-critical-path"], run_dir, slow)
+        note = page.page.inner_text("#chart-critical-path-card .chart-note")
+        assert note.startswith("Per step (3), the critical path of the rank whose step took longest")
 
 
 def test_a_chart_without_data_is_left_out(browser, store, tmp_path):
@@ -466,7 +529,8 @@ def test_hostile_names_are_text(browser, store, tmp_path):
     text = out.read_text()
     assert HOSTILE_KERNEL not in text and HOSTILE_OP not in text and "<b>bold</b>" not in text
     page = open_report(browser, out, tmp_path / "report_hostile.png", publish=False)
-    charts = check_drawn(page, {"chart-timeline", "chart-steps", "chart-categories", "chart-names"})
+    charts = check_drawn(page, {"chart-critical-path", "chart-timeline", "chart-steps", "chart-categories",
+                                "chart-names"})
     main = page.page.text_content("main")  # closed findings (info) included
     assert HOSTILE_KERNEL in main and HOSTILE_OP in main and "note=<b>bold</b>" in main
     assert page.page.evaluate("document.querySelectorAll('img, main script, b').length") == 0

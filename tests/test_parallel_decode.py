@@ -212,3 +212,12 @@ def test_a_wrongly_typed_key_after_the_events_is_refused_by_both(tmp_path):
         messages.append(str(err.value))
     assert messages[0] == messages[1] == (f"{path}: deviceProperties: unexpected value in a trace event: Expected "
                                           "`array | null`, got `int`")
+
+
+def test_no_cut_before_an_empty_object():
+    """A string full of "},{}" offers a candidate cut every three bytes: none is taken (the next event must
+    have a key), so no worker decodes millions of empty objects that a merge throws away."""
+    assert _last_candidate(bytearray(b'{"name": "},{},{},{}')) is None
+    buf = bytearray(b'{"a": 1},\n  {"name": "},{},{}')
+    end, start = _last_candidate(buf)
+    assert (end, start) == (8, 12)

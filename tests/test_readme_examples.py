@@ -36,3 +36,9 @@ def test_kept_lines_mark_what_was_left_out():
     assert tool.kept_lines(lines, ":2,-2:", None) == ["l0", "l1", "...", "l8", "l9"]
     assert tool.kept_lines(lines, "3:5", None) == ["...", "l3", "l4", "..."]
     assert tool.kept_lines(lines, None, "l[13]") == ["l1", "l3"]
+
+
+def test_a_block_whose_data_is_absent_is_kept_as_written():
+    tool = _tool()
+    text = ("<!-- example requires=no/such/dir -->\n```console\n$ traceparse list\nwhatever was written\n```\n")
+    assert tool.regenerate(text) == text

@@ -15,14 +15,33 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceparse.errors import InputError, StoreError, TraceparseError
-from traceparse.plugins import hookimpl
-from traceparse.rule import Finding
-from traceparse.trace import Device, Trace, TraceMeta
+
+if TYPE_CHECKING:
+    from traceparse.plugins import hookimpl
+    from traceparse.rule import Finding
+    from traceparse.trace import Device, Trace, TraceMeta
+
+#: Names imported when first used (PEP 562): ``import traceparse`` (and ``traceparse --version``) does not
+#: load polars, pluggy or the plugins.
+_LAZY = {"hookimpl": "traceparse.plugins", "Finding": "traceparse.rule", "Device": "traceparse.trace",
+         "Trace": "traceparse.trace", "TraceMeta": "traceparse.trace"}
 
 
-def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = None) -> Trace:
+def __getattr__(name: str):
+    """The public names that need polars or pluggy, imported on first use."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'traceparse' has no attribute {name!r}")
+
+
+def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = None) -> "Trace":
     """Load a trace from a file (read directly, the store untouched) or from the store by id or unique prefix.
 
     A run's id (or name) gives the run as one trace (:meth:`traceparse.store.Store.load_run`).
@@ -40,8 +59,8 @@ def load(path_or_id: str | Path, fmt: str = "auto", store: str | Path | None = N
     return s.load_run(ref_id) if kind == "run" else s.load(ref_id)
 
 
-def analyze(trace: Trace, rules: list[str] | None = None, settings: dict | None = None,
-            gpu: str | None = None) -> list[Finding]:
+def analyze(trace: "Trace", rules: list[str] | None = None, settings: dict | None = None,
+            gpu: str | None = None) -> "list[Finding]":
     """Run rules (default: every rule that applies) on a trace and return the findings."""
     from traceparse.analysis import analyze as _analyze
 

@@ -5,6 +5,9 @@ from a plugin's ``traceparse_commands`` hook; this module knows none of them
 by name. Exit codes: what the command returns (0, or 1 for ``analyze
 --fail-on``), 2 for bad input or usage, 3 for an internal error, 130 when
 interrupted.
+
+This module imports only what ``--version`` needs; the registry (and with it
+the plugins, polars and rich) is loaded once a command is to be run.
 """
 
 from __future__ import annotations
@@ -13,13 +16,40 @@ import argparse
 import io
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from traceparse import __version__
-from traceparse.command import WIDE, add_common_options, screen_width
 from traceparse.errors import TraceparseError
-from traceparse.plugins import Registry, registry
-from traceparse.session import Session
-from traceparse.text import one_line  # noqa: F401 - re-exported: the CLI's one-line messages
+
+if TYPE_CHECKING:
+    from traceparse.plugins import Registry
+
+#: Top-level options that take a value (``--store DIR``): what :func:`_asks_version` skips over.
+_VALUED = ("--store", "--width")
+
+
+def __getattr__(name: str):
+    """``one_line`` (re-exported: the CLI's one-line messages), imported on first use."""
+    if name == "one_line":
+        from traceparse.text import one_line
+
+        return one_line
+    raise AttributeError(f"module 'traceparse.cli' has no attribute {name!r}")
+
+
+def _asks_version(argv: list[str]) -> bool:
+    """True when ``--version`` comes before any sub-command: answered without loading a plugin."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--version":
+            return True
+        elif arg in _VALUED:
+            skip = True
+        elif not arg.startswith("-") or arg == "--":
+            return False
+    return False
 
 
 def build_parser(reg: Registry) -> argparse.ArgumentParser:
@@ -30,6 +60,8 @@ def build_parser(reg: Registry) -> argparse.ArgumentParser:
     those two work after the sub-command's name for every command, whether or
     not it calls :func:`traceparse.command.add_common_options`.
     """
+    from traceparse.command import WIDE, add_common_options, screen_width
+
     parser = argparse.ArgumentParser(
         prog="traceparse",
         description="Read GPU and deep-learning profiler output into one event table and analyse it.",
@@ -53,6 +85,14 @@ def build_parser(reg: Registry) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``traceparse`` console script."""
+    if _asks_version(sys.argv[1:] if argv is None else list(argv)):
+        print(f"traceparse {__version__}")
+        return 0
+    from traceparse.command import WIDE
+    from traceparse.plugins import registry
+    from traceparse.session import Session
+    from traceparse.text import one_line
+
     try:
         reg = registry()
         parser = build_parser(reg)
@@ -90,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _internal(exc: Exception) -> int:
     """A bug, not bad input: one line (exit 3), or the traceback with ``TRACEPARSE_DEBUG`` set."""
+    from traceparse.text import one_line
+
     if os.environ.get("TRACEPARSE_DEBUG"):
         raise exc
     print(f"traceparse: internal error: {type(exc).__name__}: {one_line(str(exc))} "

@@ -348,7 +348,22 @@ def collective(names: pl.Expr) -> pl.Expr:
     ...                    "gloo:all_reduce", "ncclSendRecvKernel_copy_i8(ncclColl)", "reduce_kernel"])
     >>> pl.select(collective(pl.lit(names))).to_series().to_list()
     ['all_reduce', 'all_reduce', 'unknown', 'broadcast', 'all_reduce', 'send_recv', None]
+
+    The patterns run once per distinct name (a trace of 300,000 rows has a few thousand), and the answers are
+    joined back: the same values as running them on every row, in a fraction of the time.
     """
+    return names.map_batches(_collective_of_distinct, return_dtype=pl.String, is_elementwise=True)
+
+
+def _collective_of_distinct(names: pl.Series) -> pl.Series:
+    """:func:`collective` of a Series, worked out on its distinct values."""
+    distinct = pl.DataFrame({"name": names.unique()}).with_columns(collective=_collective(pl.col("name")))
+    return names.to_frame("name").join(distinct, on="name", how="left", nulls_equal=True,
+                                       maintain_order="left")["collective"].alias(names.name)
+
+
+def _collective(names: pl.Expr) -> pl.Expr:
+    """:func:`collective`, row by row."""
     # every pattern is tried on communication names only (any other name becomes ""): one regex pass over
     # all names instead of twenty, the same result
     names = pl.when(names.str.to_lowercase().str.contains(_ANY_COMMUNICATION)).then(names).otherwise(pl.lit(""))

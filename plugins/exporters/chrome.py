@@ -12,7 +12,14 @@ Layout of the timeline:
 * flow arrows (``ph`` ``s`` at the API call, ``f`` with ``bp`` ``e`` at the
   GPU activity, ``cat`` ``launch``) from each launch API call to the GPU work
   with the same ``correlation_id``;
-* ``process_name`` / ``thread_name`` / ``process_sort_index`` metadata events.
+* ``process_name`` / ``thread_name`` / ``process_sort_index`` metadata events;
+* the critical path of every step (docs/critical_path.md: the chain of work that held it, across ranks on a
+  run) on its own process "critical path" (``pid`` 3000000000, shown first): one track per trace (a run's
+  rank) holding one slice (``cat`` ``critical_path``) per segment of its steps' paths, named as the segment
+  is (the op, kernel or collective; ``rank R:`` before it where it ran on another rank; ``args``: ``kind``,
+  ``rank`` and ``lane`` it ran on, ``step``, ``edge``, ``event_id``), and per step one flow (``s``, ``t``…, ``f``; ``cat`` ``critical_path``, one ``id`` per
+  step) through its segments in time order, each point at the middle of its slice. Zero-length segments are
+  left out; a trace without host events on a thread (GPU work alone) gets no such track. The chrome reader does not read these back (they carry no ``args.traceparse``).
 
 Times: ``ts`` and ``dur`` are microseconds written as decimals with exactly
 three digits after the point, made from the integer nanoseconds (no float
@@ -65,6 +72,9 @@ GPU_KINDS = ("kernel", "memcpy", "memset")
 #: Process for host rows with no pid, and the offset for device pids that clash with host pids.
 NO_PID = 2_000_000_000
 DEVICE_PID_OFFSET = 1_000_000_000
+#: The process of the critical-path tracks, and the category of their slices and flows.
+PATH_PID = 3_000_000_000
+PATH_CAT = "critical_path"
 #: Columns of the embedded row (all but trace_id).
 ROW_COLUMNS = [c for c in DTYPES if c != "trace_id"]
 
@@ -118,6 +128,8 @@ def write_chrome(trace: Trace, f: IO[str]) -> dict[str, int]:
         writer.write_many(_flow_events(batch))
         counts["s"] += int(batch["first"].sum())
         counts["f"] += batch.height
+    path_lines, counts["path"] = critical_path_events(events)
+    writer.write_many(path_lines)
     f.write("\n],\n" + json.dumps(ROWS_KEY) + ":[\n")
     side = placed.filter(pl.col("start_ns").is_null() | (pl.col("kind") == "counter"))
     writer = _JsonArray(f)
@@ -289,6 +301,58 @@ def _flow_events(batch: pl.DataFrame) -> list[str]:
             lines.append(s)
         lines.append(f)
     return lines
+
+
+def _us_int(ns: int) -> str:
+    """Integer ns as decimal microseconds with three decimals, exactly (the text :func:`_us` writes)."""
+    sign = "-" if ns < 0 else ""
+    return f"{sign}{abs(ns) // 1000}.{abs(ns) % 1000:03d}"
+
+
+def critical_path_events(events: pl.DataFrame) -> tuple[list[str], int]:
+    """The critical-path process of the export (module docstring): its metadata, one slice per segment of every
+    step's path and one flow per step through them; and the number of slices. None without host events on a
+    thread (the GPU streams' order alone is no path worth a track)."""
+    from traceparse.measures.step_paths import step_critical_paths
+
+    graph, paths, segments = step_critical_paths(events)
+    segments = segments.filter(pl.col("duration_ns") > 0)
+    if segments.height == 0 or not (graph["edge"] == "thread").any():  # GPU work alone: no path worth a track
+        return [], 0
+    owners = paths.select("trace_id", "rank").unique().sort("rank", "trace_id", nulls_last=True).rows()
+    tids = {trace: i for i, (trace, _) in enumerate(owners)}
+    lines = [_meta_event("process_name", PATH_PID, 0, {"name": "critical path"}),
+             _meta_event("process_sort_index", PATH_PID, 0, {"sort_index": -1})]
+    for trace, rank in owners:
+        label = f"rank {rank}: each step's critical path" if rank is not None else "each step's critical path"
+        lines.append(_meta_event("thread_name", PATH_PID, tids[trace], {"name": label}))
+    lane = (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
+            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id"))))
+    rows = segments.with_columns(lane=lane).sort("trace_id", "step", "start_ns", nulls_last=False)
+    flow = 0
+    for (trace, step), path in rows.group_by("trace_id", "step", maintain_order=True):
+        tid = tids[trace]
+        points = []
+        for r in path.iter_rows(named=True):
+            args = {"kind": r["segment"], "rank": r["segment_rank"], "lane": r["lane"], "step": r["step"],
+                    "edge": r["edge"], "event_id": r["event_id"]}
+            name = r["name"] or r["segment"]
+            if r["segment_rank"] is not None and r["segment_rank"] != r["rank"]:
+                name = f"rank {r['segment_rank']}: {name}"  # the path crossed to another rank
+            lines.append(json.dumps({"ph": "X", "cat": PATH_CAT, "name": name, "pid": PATH_PID,
+                                     "tid": tid, "ts": 0, "dur": 0, "args": args}, separators=(",", ":"))
+                         .replace('"ts":0,"dur":0', f'"ts":{_us_int(r["start_ns"])},"dur":{_us_int(r["duration_ns"])}',
+                                  1))
+            points.append(r["start_ns"] + r["duration_ns"] // 2)
+        if len(points) < 2:
+            continue
+        flow += 1
+        for i, at in enumerate(points):
+            ph = "s" if i == 0 else ("f" if i == len(points) - 1 else "t")
+            bind = ',"bp":"e"' if ph == "f" else ""
+            lines.append(f'{{"ph":"{ph}"{bind},"cat":"{PATH_CAT}","name":"critical path","id":{flow},'
+                         f'"pid":{PATH_PID},"tid":{tid},"ts":{_us_int(at)}}}')
+    return lines, int(rows.height)
 
 
 @hookimpl

@@ -18,17 +18,21 @@ host memory). So, per step:
   step ≥ host time and step ≥ device time.
 
 :func:`replay` recomputes every step of a measured trace with other GPU
-durations (the per-layer models' prediction at another batch): the host's
-own times are kept, each activity starts at max(its launch + launch latency,
-the previous activity's end + queue gap), and each blocking call waits until
-the GPU has finished the work launched before it. Replayed with the measured
-durations it gives back the measured steps (the *replay error*, reported by
-``predict fit``, is how far it does not).
+durations (the per-layer models' prediction at another batch) by the replay
+engine ``traceparse whatif`` uses (:class:`traceparse.measures.replay.Replayer`
+over the trace's dependency graph, docs/critical_path.md): each GPU activity
+weighs its new duration, the host's own time (its ``thread`` edges but the
+synchronisations' own time, which is waiting) is multiplied by the host
+scale, and every other edge keeps its measured weight: launch latencies,
+queue gaps on each stream, the wake-up of a blocking call after the GPU work
+it waited for, cross-stream waits. A step ends at its annotation's replayed
+end, or when the GPU work launched in it ends if that is later. Replayed with
+the measured durations it gives back the measured steps (the *replay error*,
+reported by ``predict fit``, is how far it does not).
 
-Assumptions: one in-order GPU queue (the activities of all streams in the
-order they ran: true of these single-stream training loops, conservative
-where streams overlap); launches do not block (CUDA's launch queue is deep
-enough); the host's own time does not depend on the GPU durations.
+Assumptions: launches do not block (CUDA's launch queue is deep enough); the
+host's own time does not depend on the GPU durations; the graph's edges are
+the only dependencies (what the trace does not show is replayed as measured).
 """
 
 from __future__ import annotations
@@ -38,12 +42,27 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceparse.measures.critical_path import dependency_graph
+from traceparse.measures.replay import Replayer
 from traceparse.trace import Trace
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 #: API calls in which the host waits for the GPU.
 BLOCKING = r"Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cuMemcpyDtoH|^cuCtxSynchronize"
 STEP_MARKER = r"^ProfilerStep#\d+$"
+
+
+@dataclass
+class GraphReplay:
+    """A trace's dependency graph prepared for the step replays of :func:`replay`: the engine, the graph row of
+    each activity's own edge (-1: none), its end node, the rows of the host's own time, each step's end nodes."""
+
+    replayer: Replayer
+    activity_edge: np.ndarray
+    activity_end: np.ndarray
+    host_edges: np.ndarray
+    step_first: np.ndarray
+    step_last: np.ndarray
 
 
 @dataclass
@@ -65,9 +84,9 @@ class Timeline:
     block_end: np.ndarray
     block_wait: np.ndarray
     block_after: np.ndarray
-    #: per activity: launch latency to use when launch-bound, queue gap to use when queued
-    latency: np.ndarray
-    queue_gap: np.ndarray
+    #: per activity: its event id; the trace's dependency graph prepared for replays (None without one)
+    event_id: np.ndarray
+    graph: GraphReplay | None = None
 
     @property
     def steps(self) -> int:
@@ -137,93 +156,73 @@ def timeline(trace: Trace, activities: pl.DataFrame | None = None) -> Timeline:
     for w in range(len(s_start)):
         window[(launch >= s_start[w]) & (launch < s_end[w])] = w
 
-    # order of execution: as measured (one queue)
     end = start + duration
-    prev_end = np.concatenate([[np.iinfo(np.int64).min // 4], end[:-1]])
-    running_end = np.maximum.accumulate(prev_end)
-    gap = start - running_end
-    latency = start - launch
-    queued = gap < latency  # started closer to the previous activity's end than to its own launch
-    lat_bound = latency[~queued & (np.arange(len(start)) > 0)]
-    gaps_q = gap[queued]
-    lat_med = float(np.median(lat_bound)) if lat_bound.size else 0.0
-    gap_med = float(np.median(gaps_q)) if gaps_q.size else 0.0
-    lat = np.where(queued, lat_med, latency).astype(float)
-    qgap = np.where(queued, np.maximum(gap, 0), gap_med).astype(float)
-
     # a blocking call waits until the GPU has finished what was launched before it returns
     after = np.searchsorted(np.sort(launch), b_end, side="right") - 1
     order = np.argsort(launch, kind="stable")
     done_by = np.maximum.accumulate(end[order]) if len(end) else end
     gpu_done = np.where(after >= 0, done_by[np.clip(after, 0, None)] if len(end) else 0, np.iinfo(np.int64).min)
     wait = np.clip(np.minimum(b_end, gpu_done) - b_start, 0, None)
+    event_id = gpu["event_id"].to_numpy().astype(np.int64)
     return Timeline(s_start, s_end, launch, start, duration, top, window, b_start, b_end, wait.astype(float),
-                    after, lat, qgap)
+                    after, event_id, prepare(events, event_id, s_start, s_end))
+
+
+def prepare(events: pl.DataFrame, event_id: np.ndarray, step_start: np.ndarray,
+            step_end: np.ndarray) -> GraphReplay | None:
+    """The trace's dependency graph (:data:`traceparse.measures.dependency_graph`) prepared for :func:`replay`:
+    None when it has no host thread to replay (no ``thread`` edge)."""
+    graph = dependency_graph(events)
+    if graph.height == 0 or not (graph["edge"] == "thread").any():
+        return None
+    trace = graph.filter(pl.col("dst_trace") != "(collective)")["dst_trace"][0]
+    replayer = Replayer(graph)
+    own = ((pl.col("edge") == "stream") & (pl.col("src_node") == 2 * pl.col("event_id"))
+           & (pl.col("dst_node") == 2 * pl.col("event_id") + 1))
+    rows = graph.with_row_index("_row").filter(own).select("event_id", "_row")
+    row_of = dict(zip(rows["event_id"].to_list(), rows["_row"].to_list()))
+    activity_edge = np.array([row_of.get(int(e), -1) for e in event_id], dtype=np.int64)
+    activity_end = np.array([replayer.index.get((trace, 2 * int(e) + 1), -1) for e in event_id], dtype=np.int64)
+    host = ((graph["edge"] == "thread") & (graph["segment"] != "sync")).to_numpy()
+    windows = pl.DataFrame({"trace_id": [trace] * len(step_start), "start_ns": step_start, "end_ns": step_end},
+                           schema={"trace_id": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    first, last = replayer.window_nodes(graph, windows)
+    return GraphReplay(replayer, activity_edge, activity_end, np.flatnonzero(host), first, last)
 
 
 def replay(tl: Timeline, duration: np.ndarray, host_scale: float = 1.0) -> pl.DataFrame:
     """Each step again with GPU durations ``duration`` (per activity, ns): window, step_ns, device_ns.
 
-    ``host_scale`` multiplies the host's own time (the time between host events that is not waiting).
-    Activities run in their measured order; each starts at max(launch + latency, previous end + queue gap);
-    a blocking call returns when the GPU has finished what ran before it, plus its measured wake-up.
+    The trace's dependency graph replayed (:class:`traceparse.measures.replay.Replayer`, the engine of
+    ``traceparse whatif``): each activity weighs its new duration, the host's own time (``thread`` edges but a
+    synchronisation's own time, which is waiting) ``host_scale`` times its measured weight, every other edge its
+    measured weight. A step runs from its start's replayed time to its end's, or to the replayed end of the last
+    GPU work launched in it if that is later; never shorter than that GPU work.
     """
-    n = len(tl.start)
-    # host events in host order; at equal times a launch comes before a blocking call (a synchronous copy
-    # launches its own copy first)
-    times = np.concatenate([tl.launch, tl.block_start]).astype(float)
-    kinds = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(len(tl.block_start), dtype=np.int8)])
-    index = np.concatenate([np.arange(n), np.arange(len(tl.block_start))])
-    order = np.lexsort((kinds, times))
-    sim_end = np.full(n, np.nan)
-    launch_at = np.zeros(n)
-    launched = np.zeros(n, dtype=bool)
-    shift = 0.0  # predicted minus measured host time so far (waits, scaled host time)
-    last_t = float(tl.step_start[0]) if len(tl.step_start) else 0.0
-    gpu_free = -np.inf
-    next_exec = 0  # the next activity the GPU takes (arrays are in execution order)
-    bounds = np.sort(np.concatenate([tl.step_start, tl.step_end]).astype(float))
-    marks: dict[float, float] = {}  # host time of a step boundary -> shift at that time
-    b_i = 0
-
-    def run_ready() -> None:
-        nonlocal next_exec, gpu_free
-        while next_exec < n and launched[next_exec]:
-            k = next_exec
-            begin = max(launch_at[k] + tl.latency[k], gpu_free + tl.queue_gap[k])
-            sim_end[k] = begin + duration[k]
-            gpu_free = sim_end[k]
-            next_exec += 1
-
-    for pos in order:
-        t = times[pos]
-        while b_i < len(bounds) and bounds[b_i] <= t:
-            marks[bounds[b_i]] = shift + (host_scale - 1.0) * (bounds[b_i] - last_t)
-            b_i += 1
-        shift += (host_scale - 1.0) * (t - last_t)
-        last_t = t
-        i = index[pos]
-        if kinds[pos] == 0:
-            launch_at[i] = t + shift
-            launched[i] = True
-            run_ready()
-        else:
-            run_ready()
-            done = gpu_free if tl.block_after[i] >= 0 else -np.inf
-            wait = max(0.0, done - (t + shift))
-            shift += wait - tl.block_wait[i]
-    while b_i < len(bounds):
-        marks[bounds[b_i]] = shift + (host_scale - 1.0) * (bounds[b_i] - last_t)
-        b_i += 1
-    run_ready()
     rows = []
-    for w in range(len(tl.step_start)):
-        s0 = tl.step_start[w] + marks.get(float(tl.step_start[w]), shift)
-        s1 = tl.step_end[w] + marks.get(float(tl.step_end[w]), shift)
-        mine = tl.window == w
-        if mine.any():
-            s1 = max(s1, float(np.nanmax(sim_end[mine])))
-        device = float(duration[mine].sum())
-        rows.append((w, max(float(s1 - s0), device), device))
+    g = tl.graph
+    at = None
+    if g is not None:
+        w = g.replayer.default.astype(float)
+        mapped = g.activity_edge >= 0
+        w[g.activity_edge[mapped]] = np.asarray(duration, dtype=float)[mapped]
+        w[g.host_edges] = w[g.host_edges] * host_scale
+        at = g.replayer.run(w)
+        measured = g.replayer.measured
+    for k in range(len(tl.step_start)):
+        mine = tl.window == k
+        device = float(np.asarray(duration, dtype=float)[mine].sum())
+        step = float(tl.step_end[k] - tl.step_start[k])
+        first, last = (g.step_first[k], g.step_last[k]) if g is not None else (-1, -1)
+        if at is not None and first >= 0 and last >= 0:
+            # each end moves as far as the node at it moved; the end no earlier than its GPU work's
+            s0 = float(tl.step_start[k] + (at[first] - measured[first]))
+            s1 = float(tl.step_end[k] + (at[last] - measured[last]))
+            ends = g.activity_end[mine]
+            ends = ends[ends >= 0]
+            if ends.size:
+                s1 = max(s1, float(at[ends].max()))
+            step = s1 - s0
+        rows.append((k, max(step, device), device))
     return pl.DataFrame(rows, schema={"window": pl.Int64, "step_ns": pl.Float64, "device_ns": pl.Float64},
                         orient="row")

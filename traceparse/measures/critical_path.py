@@ -230,8 +230,16 @@ def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
                         category=pl.when(kind == "memcpy").then(pl.col("copy_kind").cast(pl.String))
                         .when(kind == "kernel").then(category), event_id="event_id", **lane)
     stream = [_T, "device_id", "stream_id"]
-    prev = gpu.with_columns(prev_node=2 * pl.col("event_id").shift(1).over(stream) + 1,
-                            prev_end=pl.col("end_ns").shift(1).over(stream))
+    # the activity before on its stream that ended last: its end, or where this one overlaps it (a programmatic
+    # dependent launch starts while its predecessor runs) the previous activity's start
+    ended_last = pl.when(pl.col("end_ns") == pl.col("end_ns").cum_max()).then(pl.col("event_id")).forward_fill()
+    ordered = gpu.with_columns(last_id=ended_last.over(stream)).with_columns(
+        last_id=pl.col("last_id").shift(1).over(stream), last_end=pl.col("end_ns").cum_max().shift(1).over(stream),
+        prev_id=pl.col("event_id").shift(1).over(stream), prev_start=pl.col("start_ns").shift(1).over(stream))
+    overlaps = pl.col("last_end") > pl.col("start_ns")
+    prev = ordered.with_columns(prev_node=pl.when(overlaps).then(2 * pl.col("prev_id"))
+                                .otherwise(2 * pl.col("last_id") + 1),
+                                prev_end=pl.when(overlaps).then(pl.col("prev_start")).otherwise(pl.col("last_end")))
     prev = prev.filter(pl.col("prev_node").is_not_null() & (pl.col("prev_end") <= pl.col("start_ns")))
     queued = prev.select(_T, src_node="prev_node", src_ns="prev_end", dst_node=2 * pl.col("event_id"),
                          dst_ns="start_ns",
@@ -240,12 +248,19 @@ def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
                          name=pl.when(pl.col("from_ns").is_not_null()).then(pl.col("name"))
                          .otherwise(pl.lit("(GPU idle: the launch is not in the trace)")),
                          event_id="event_id", **lane)
+    # an activity that overlaps its predecessor still ends after it (what it did once its predecessor ended)
+    tailing = (pl.col("last_end") > pl.col("start_ns")) & (pl.col("last_end") <= pl.col("end_ns"))
+    tails = ordered.filter(tailing).select(
+        _T, src_node=2 * pl.col("last_id") + 1, src_ns="last_end", dst_node=2 * pl.col("event_id") + 1, dst_ns="end_ns",
+        segment=segment, name="name", category=pl.when(kind == "memcpy").then(pl.col("copy_kind").cast(pl.String))
+        .when(kind == "kernel").then(category), event_id="event_id", **lane)
     launched = gpu.filter(pl.col("from_ns").is_not_null() & (pl.col("from_ns") <= pl.col("start_ns"))).select(
         _T, src_node="from_node", src_ns="from_ns", dst_node=2 * pl.col("event_id"), dst_ns="start_ns",
         segment=pl.lit("launch"), name="from_name",
         category=pl.when(pl.col("from_call")).then(pl.lit("launch call")).otherwise(pl.lit("operator")),
         event_id="event_id", **lane)
-    return pl.concat([_edges(itself, edge="stream"), _edges(queued, edge="stream"), _edges(launched, edge="launch")])
+    return pl.concat([_edges(itself, edge="stream"), _edges(queued, edge="stream"), _edges(tails, edge="stream"),
+                      _edges(launched, edge="launch")])
 
 
 def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -414,8 +429,8 @@ class DependencyGraph(Measure):
     ``critical`` (the edge is its destination's last-arriving dependency, the one a critical path follows:
     the in-edge whose source happened last; inferred edges exist only where a thread or stream waited for
     something the trace does not name, so they are taken only when they are the last to arrive); ``weight_ns``
-    (what a replay adds to the source's time: ``gap_ns`` on critical edges, on the others
-    the least of ``gap_ns`` and the median ``gap_ns`` of the critical edges of that edge and segment kind);
+    (what a replay adds to the source's time: ``gap_ns`` on critical edges, on the others the least of ``gap_ns``
+    and the median ``gap_ns`` of the critical edges of that edge and segment kind on its trace);
     ``offset_ns`` (how far the destination's rank clock was moved). Edges whose source is later than their
     destination (clocks of two ranks) are left out. With ``align_clocks`` (ranks on several hosts) each rank's
     times are moved by its :func:`traceparse.measures.comm.clock_offsets` (all ranks leave a collective together)
@@ -590,9 +605,12 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     critical[ranked["_row"].to_numpy()] = mine
     # a null source trace is never chosen: as the comparison of two null trace ids, which is null
     critical &= narrow["_known"].to_numpy()
-    # each (edge, segment) kind's median critical gap, as a number per pair of kinds
-    pair = edges.select(_o=order, _g=pl.col("segment").rank("dense").fill_null(0)).select(
-        _p=pl.col("_o").cast(pl.Int64) * (edges.height + 1) + pl.col("_g").cast(pl.Int64))
+    # each (trace, edge, segment) kind's median critical gap, as one number per triple
+    # per trace: one trace's weights do not depend on the other traces in the table
+    pair = edges.select(_o=order, _g=pl.col("segment").rank("dense").fill_null(0),
+                        _t=pl.col("dst_trace").rank("dense").fill_null(0)).select(
+        _p=(pl.col("_t").cast(pl.Int64) * (len(EDGE_KINDS) + 1) + pl.col("_o").cast(pl.Int64)) * (edges.height + 1)
+        + pl.col("_g").cast(pl.Int64))
     gaps = pl.DataFrame({"_p": pair["_p"], "gap_ns": edges["gap_ns"], "critical": critical})
     typical = (gaps.filter(pl.col("critical")).group_by("_p")
                .agg(_typical=pl.col("gap_ns").median().round(0).cast(pl.Int64)))
@@ -758,25 +776,6 @@ def replay(graph: pl.DataFrame, weight: pl.Expr | None = None) -> pl.DataFrame:
     (edges never run backwards in time; ties by a topological sort). Columns: ``trace``, ``node``,
     ``measured_ns``, ``replayed_ns``.
     """
-    from graphlib import TopologicalSorter
+    from traceparse.measures.replay import replay as run_forwards  # the one replay engine (whatif, predict)
 
-    w = graph.with_columns((weight if weight is not None else pl.col("weight_ns")).cast(pl.Int64).alias("_w"))
-    src = list(zip(w["src_trace"].to_list(), w["src_node"].to_list()))
-    dst = list(zip(w["dst_trace"].to_list(), w["dst_node"].to_list()))
-    weights = w["_w"].to_list()
-    measured: dict[tuple, int] = {}
-    for keys, times in ((src, w["src_ns"].to_list()), (dst, w["dst_ns"].to_list())):
-        for k, t in zip(keys, times):
-            measured.setdefault(k, t)
-    into: dict[tuple, list[int]] = {}
-    order = TopologicalSorter()
-    for i, (u, v) in enumerate(zip(src, dst)):
-        into.setdefault(v, []).append(i)
-        order.add(v, u)
-    at: dict[tuple, int] = {}
-    for node in order.static_order():
-        edges = into.get(node)
-        at[node] = measured[node] if not edges else max(at[src[i]] + weights[i] for i in edges)
-    rows = [(k[0], k[1], measured[k], at[k]) for k in measured]
-    return pl.DataFrame(rows, schema={"trace": pl.String, "node": pl.Int64, "measured_ns": pl.Int64,
-                                      "replayed_ns": pl.Int64}, orient="row").sort("trace", "node", nulls_last=False)
+    return run_forwards(graph, weight)

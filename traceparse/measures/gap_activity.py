@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 
 import numpy as np
 import polars as pl
@@ -92,51 +91,76 @@ def _attribute(gap_starts: np.ndarray, gap_ends: np.ndarray, rows: pl.DataFrame,
     keep = (i >= 0) & (merged_ends[np.clip(i, 0, None)] > r_start)
     kept = rows.filter(pl.Series(keep)).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns")).sort(
         ["start_ns", "end_ns"], descending=[False, True])
-    segments = _innermost(kept["start_ns"].to_list(), kept["end_ns"].to_list(),
-                          list(zip(kept["kind"].to_list(), kept["name"].to_list())))
-    seg_ends = [s[1] for s in segments]
-    for start, end in zip(starts.tolist(), ends.tolist()):
-        covered, named = 0, set()
-        k = bisect.bisect_right(seg_ends, start)
-        while k < len(segments) and segments[k][0] < end:
-            a, b, key = segments[k]
-            part = min(b, end) - max(a, start)
-            if part > 0:
-                entry = totals.setdefault(key, [0, 0])
-                entry[0] += part
-                if key not in named:
-                    entry[1] += 1
-                    named.add(key)
-                covered += part
-            k += 1
-        if end - start > covered:
-            entry = totals.setdefault((None, NOTHING), [0, 0])
-            entry[0] += end - start - covered
-            entry[1] += 1
+    seg_a, seg_b, seg_row = _innermost(kept["start_ns"].to_list(), kept["end_ns"].to_list(), range(kept.height))
+    _share(starts, ends, np.array(seg_a, dtype=np.int64), np.array(seg_b, dtype=np.int64),
+           kept.select("kind", "name")[np.array(seg_row, dtype=np.int64)], totals)
 
 
-def _innermost(starts: list[int], ends: list[int], keys: list[tuple]) -> list[tuple[int, int, tuple]]:
+def _share(starts: np.ndarray, ends: np.ndarray, seg_a: np.ndarray, seg_b: np.ndarray, seg_keys: pl.DataFrame,
+           totals: dict) -> None:
+    """Add to ``totals`` each gap's time by the segment ``[seg_a, seg_b)`` (named by its row of ``seg_keys``:
+    kind, name) it overlaps, the rest to :data:`NOTHING`; gaps sorted by start, segments in time order and
+    apart. Vectorized: each gap's segments are a range found by two binary searches, the (gap, segment) pairs
+    one flat array summed by polars."""
+    n_gaps = len(starts)
+    first = np.searchsorted(seg_b, starts, side="right")  # the first segment ending after the gap starts
+    last = np.searchsorted(seg_a, ends, side="left")  # past the last segment starting before the gap ends
+    counts = np.clip(last - first, 0, None)
+    gap = np.repeat(np.arange(n_gaps, dtype=np.int64), counts)
+    seg = (np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+           + np.repeat(first, counts))
+    part = np.minimum(seg_b[seg], ends[gap]) - np.maximum(seg_a[seg], starts[gap])
+    pairs = seg_keys[seg].with_columns(gap=pl.Series(gap), part=pl.Series(part)).filter(pl.col("part") > 0)
+    covered = np.zeros(n_gaps, dtype=np.int64)
+    by_gap = pairs.group_by("gap").agg(pl.col("part").sum())
+    covered[by_gap["gap"].to_numpy()] = by_gap["part"].to_numpy()
+    # names in the order the gaps first reach them (as the loop this replaces added them), the gaps' uncovered
+    # rest after the names of the first gap that has some
+    named = pairs.group_by("kind", "name", maintain_order=True).agg(
+        ns=pl.col("part").sum(), gaps=pl.col("gap").n_unique(), first=pl.col("gap").first())
+    order = [(first_gap, 0, (kind, name), ns, n) for kind, name, ns, n, first_gap in named.iter_rows()]
+    rest = ends - starts - covered
+    uncovered = rest > 0
+    if uncovered.any():
+        order.append((int(np.argmax(uncovered)), 1, (None, NOTHING), int(rest[uncovered].sum()),
+                      int(uncovered.sum())))
+    for _, _, key, ns, n in sorted(order, key=lambda o: (o[0], o[1])):
+        entry = totals.setdefault(key, [0, 0])
+        entry[0] += int(ns)
+        entry[1] += int(n)
+
+
+def _innermost(starts: list[int], ends: list[int], keys) -> tuple[list[int], list[int], list]:
     """The thread's time cut into segments, each named by the innermost row running then (the one that
-    started last among the running ones), from rows sorted by start (longest first on ties)."""
-    segments: list[tuple[int, int, tuple]] = []
-    stack: list[tuple[int, tuple]] = []  # (end, key)
+    started last among the running ones), from rows sorted by start (longest first on ties): the segments'
+    starts, ends and keys (one of ``keys`` each)."""
+    seg_a: list[int] = []
+    seg_b: list[int] = []
+    seg_key: list = []
+    stack: list[tuple[int, object]] = []  # (end, key)
     cursor = None
     for start, end, key in zip(starts, ends, keys):
         while stack and stack[-1][0] <= start:
             top_end, top_key = stack.pop()
             if cursor is not None and top_end > cursor:
-                segments.append((cursor, top_end, top_key))
+                seg_a.append(cursor)
+                seg_b.append(top_end)
+                seg_key.append(top_key)
                 cursor = top_end
         if stack and cursor is not None and start > cursor:
-            segments.append((cursor, start, stack[-1][1]))
+            seg_a.append(cursor)
+            seg_b.append(start)
+            seg_key.append(stack[-1][1])
         cursor = start if cursor is None else max(cursor, start)
         stack.append((end, key))
     while stack:
         top_end, top_key = stack.pop()
         if top_end > cursor:
-            segments.append((cursor, top_end, top_key))
+            seg_a.append(cursor)
+            seg_b.append(top_end)
+            seg_key.append(top_key)
             cursor = top_end
-    return segments
+    return seg_a, seg_b, seg_key
 
 
 gap_activity = GapActivity()

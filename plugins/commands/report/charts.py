@@ -239,6 +239,59 @@ def ranks_chart(go, rows: list[dict]) -> Chart:
     return Chart("chart-ranks", "Step time per rank", note, fig)
 
 
+#: Time on the critical path the trace does not show (darker than the steps' grey under it).
+UNTRACED_COLOUR = "#9e9e9e"
+#: The critical path's segment kinds in the order of the legend.
+PATH_KINDS = ("host op", "runtime", "launch", "sync", "kernel", "copy", "memset", "queue", "communication",
+              "join", "wake-up", "stream wait", "untraced")
+
+
+def critical_path_chart(go, cp: dict) -> Chart:
+    """Each step's critical path over a per-rank timeline: every rank's steps as grey bars on its row, the path's
+    segments over them coloured by kind on the row of the rank they ran on, and a dashed line where the path moves
+    to another rank (at a collective that rank joined last)."""
+    fig = go.Figure()
+    t0 = cp["t0_ns"]
+    ms = lambda ns: (ns - t0) / 1e6  # noqa: E731
+    steps = cp["steps"]
+    fig.add_trace(go.Bar(y=[esc(s["row"]) for s in steps], x=[(s["end_ns"] - s["start_ns"]) / 1e6 for s in steps],
+                         base=[ms(s["start_ns"]) for s in steps], orientation="h", name="step", width=0.8,
+                         marker=dict(color=IDLE_COLOUR), customdata=[s["step"] for s in steps],
+                         hovertemplate="%{y}, step %{customdata}: %{x:.3f} ms<extra></extra>"))
+    kinds = [k for k in PATH_KINDS if any(s["kind"] == k for s in cp["segments"])]
+    kinds += sorted({s["kind"] for s in cp["segments"]} - set(kinds))
+    for i, kind in enumerate(kinds):
+        mine = [s for s in cp["segments"] if s["kind"] == kind]
+        colour = UNTRACED_COLOUR if kind == "untraced" else PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Bar(
+            y=[esc(s["row"]) for s in mine], x=[(s["end_ns"] - s["start_ns"]) / 1e6 for s in mine],
+            base=[ms(s["start_ns"]) for s in mine], orientation="h", name=esc(kind), width=0.4,
+            marker=dict(color=colour, line=dict(width=0)),
+            customdata=[[esc(short_name(s["name"] or "-", HOVER_WIDTH)), esc(s["lane"]), s["step"]] for s in mine],
+            hovertemplate="%{customdata[0]}<br>%{y} %{customdata[1]}, step %{customdata[2]}: %{x:.3f} ms"
+                          "<extra>" + esc(kind) + "</extra>"))
+    if cp["crossings"]:
+        x, y = [], []
+        for c in cp["crossings"]:
+            x += [ms(c["at_ns"]), ms(c["at_ns"]), None]
+            y += [esc(c["from_row"]), esc(c["to_row"]), None]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="to another rank", line=dict(color="#333", dash="dot"),
+                                 hoverinfo="skip"))
+    _layout(fig, legend_below=True, barmode="overlay", xaxis_title="time from the first step (ms)",
+            height=max(360, 50 * len(cp["rows"]) + 260),
+            yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=[esc(r) for r in cp["rows"]]))
+    n = len({s["step"] for s in steps})
+    crossed = len(cp["crossings"])
+    if cp["ranks"]:
+        note = (f"Per step ({n}), the critical path of the rank whose step took longest, over every rank's steps "
+                "(grey): each segment on the row of the rank it ran on, coloured by what it is"
+                + (f"; it moves to another rank {crossed} times (dotted)." if crossed else "."))
+    else:
+        note = (f"Per step ({n}), its critical path over the step (grey): each segment on the row of the thread or "
+                "stream it ran on, coloured by what it is.")
+    return Chart("chart-critical-path", "Critical path of each step", note, fig)
+
+
 def _colour(precision: str, i: int) -> str:
     return PRECISION_COLOURS.get(precision, PALETTE[(i + 5) % len(PALETTE)])
 
@@ -311,6 +364,11 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
             charts.append(ranks_chart(go, ranks))
     elif events["rank"].drop_nulls().n_unique() > 1:
         missing.append("Arrival at each collective, step time per rank: the ranks share no collective call.")
+    cp = data.critical_path(events)
+    if cp:
+        charts.append(critical_path_chart(go, cp))
+    else:
+        missing.append("Critical path of each step: the trace has no host events on a thread to follow.")
     tl = data.timeline(events, bins)
     if tl:
         charts.append(timeline_chart(go, tl))

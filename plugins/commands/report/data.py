@@ -243,3 +243,51 @@ def roofline_points(trace, gpu: str | None = None) -> dict | None:
     roofs = [(p, peaks[p]) for p in dict.fromkeys(precisions) if p in peaks] if "dram" in peaks else []
     return {"gpu": spec["name"] if spec else None, "gpu_source": how, "dram_gbps": peaks.get("dram"),
             "roofs": sorted(roofs, key=lambda r: r[1]), "points": points, "source": result["source"]}
+
+
+def critical_path(events: pl.DataFrame) -> dict | None:
+    """Each step's critical path over a per-rank timeline (docs/critical_path.md).
+
+    Per step, the path of the rank whose step took longest (it holds the step; the others' paths join it at the
+    collectives they waited at), from :func:`traceparse.measures.step_paths.step_critical_paths`. Rows: a run's
+    ranks (``rank N``); for one trace, its threads and streams (``thread T``, ``stream S``). Returns
+    ``{"t0_ns", "ranks", "rows": [labels], "steps": [{"row", "step", "start_ns", "end_ns"}], "segments": [{"row",
+    "step", "kind", "name", "lane", "start_ns", "end_ns"}], "crossings": [{"step", "at_ns", "from_row",
+    "to_row"}]}`` (segments in time order, zero-length ones left out; crossings: where the path moves to another
+    rank), or None without host events on a thread (the GPU streams' order alone) or without a path.
+    """
+    from traceparse.measures.step_paths import step_critical_paths
+
+    graph, paths, segments = step_critical_paths(events)
+    if graph.height == 0 or not (graph["edge"] == "thread").any() or paths.height == 0:
+        return None
+    ranked = paths["rank"].is_not_null().any()
+    chosen = (paths.with_columns(_k=pl.col("step").fill_null(-1), _len=pl.col("end_ns") - pl.col("start_ns"))
+              .sort(["_k", "_len", "rank"], descending=[False, True, False], nulls_last=True)
+              .group_by("_k", maintain_order=True).first())
+    mine = segments.join(chosen.select("trace_id", "step"), on=["trace_id", "step"], how="semi", nulls_equal=True)
+    lane = (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
+            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
+            .otherwise(pl.lit("-")))
+    mine = mine.filter(pl.col("duration_ns") > 0).with_columns(lane=lane).sort("step", "start_ns", nulls_last=False)
+    if ranked:
+        ranks = sorted(set(paths["rank"].to_list()) | set(mine["segment_rank"].to_list()),
+                       key=lambda r: (r is None, r or 0))
+        rows = [f"rank {r}" for r in ranks]
+        row_of = lambda r: f"rank {r['segment_rank']}"  # noqa: E731
+        steps = [{"row": f"rank {r}", "step": s, "start_ns": a, "end_ns": b}
+                 for r, s, a, b in paths.select("rank", "step", "start_ns", "end_ns").sort("rank", "step").iter_rows()]
+    else:
+        lanes = mine.select("lane", host=pl.col("tid").is_not_null(), n=pl.coalesce("tid", "stream_id")).unique()
+        rows = [r[0] for r in sorted(lanes.rows(), key=lambda r: (not r[1], r[2] if r[2] is not None else 0))]
+        row_of = lambda r: r["lane"]  # noqa: E731
+        steps = [{"row": row, "step": s, "start_ns": a, "end_ns": b} for row in rows
+                 for s, a, b in paths.select("step", "start_ns", "end_ns").sort("step").iter_rows()]
+    out_segments = [{"row": row_of(r), "step": r["step"], "kind": r["segment"], "name": r["name"], "lane": r["lane"],
+                     "start_ns": r["start_ns"], "end_ns": r["end_ns"]} for r in mine.iter_rows(named=True)]
+    crossings = [{"step": b["step"], "at_ns": b["start_ns"], "from_row": a["row"], "to_row": b["row"]}
+                 for a, b in zip(out_segments, out_segments[1:])
+                 if ranked and a["step"] == b["step"] and a["row"] != b["row"]]
+    t0 = min(s["start_ns"] for s in steps)
+    return {"t0_ns": t0, "ranks": ranked, "rows": rows, "steps": steps, "segments": out_segments,
+            "crossings": crossings}

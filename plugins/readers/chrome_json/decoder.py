@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,13 +45,14 @@ _JSON_BLANK = b" \t\r\n"
 def _append(buf: bytearray, more: bytes) -> bool:
     """Add a chunk read from the file to ``buf``; False when it held only whitespace, which is insignificant
     between JSON tokens and kept as one space (a run of blank chunks never grows the buffer)."""
-    if not more.translate(None, _JSON_BLANK):
+    if more.isspace() and not more.translate(None, _JSON_BLANK):  # isspace stops at the first other byte
         if buf[-1:] != b" ":
             buf += b" "
         return False
     buf += more
     return True
 _NEXT_EVENT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{")
+_NEXT_KEYED_EVENT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*\{(?=[ \t\r\n]*\")")
 #: a time as profilers write it: up to 15 integer and 3 decimal digits (microseconds to nanoseconds, exactly)
 _SIMPLE_TIME = r"^([0-9]{1,15})(?:\.([0-9]{1,3}))?$"
 
@@ -78,15 +80,25 @@ def gc_paused():
     """Pause the cyclic garbage collector while millions of acyclic objects are made.
 
     Decoding creates one struct per event; with the collector running, its
-    passes over them cost more than the decoding itself.
+    passes over them cost more than the decoding itself. Threads that decode
+    at once share one pause: the collector runs again when the last one is done.
     """
-    enabled = gc.isenabled()
-    gc.disable()
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+                gc.enable()
+
+
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # pauses under way, whether the collector ran before the first
 
 
 def where(message: str, offset: int = 0) -> str:
@@ -368,13 +380,18 @@ def event_ends(buf: bytes | bytearray, start: int = 1) -> list[tuple[int, int]]:
     ``,`` and ``{``. Stops at the array's ``]`` or at a string the buffer does not close. Linear in the buffer,
     whatever its strings hold.
     """
+    return _scan(buf, start)[0]
+
+
+def _scan(buf: bytes | bytearray, start: int = 1) -> tuple[list[tuple[int, int]], bool]:
+    """:func:`event_ends`, and whether the scan stopped at a string the buffer does not close."""
     out, depth = [], 0
     for m in _TOKENS.finditer(buf, start):
         token = m.group()
         first = token[:1]
         if first == b'"':
             if len(token) == 1:  # a string that does not end in the buffer
-                break
+                return out, True
             continue
         if first in b"{[":
             depth += 1
@@ -386,7 +403,7 @@ def event_ends(buf: bytes | bytearray, start: int = 1) -> list[tuple[int, int]]:
             nxt = _NEXT_EVENT.match(buf, m.end())
             if nxt:
                 out.append((m.end(), nxt.end() - 1))
-    return out
+    return out, False
 
 
 def _decode_document(path: Path, decoder: _Guarded, data: bytes, where_: str, label: str):
@@ -486,6 +503,26 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     return min(cores - 1, 8)
 
 
+def decode_threads(workers: int, requested: int | None = None) -> int:
+    """How many threads of this process decode chunks when no worker process does (0: the reading thread).
+
+    ``requested`` (the ``threads`` reader parameter), else ``$TRACEPARSE_DECODE_THREADS``, else 1 on a machine
+    of 2 cores or more: one thread decodes the next chunk while this one validates and hands on the last
+    (Arrow's parse and polars' work run without the interpreter's lock, so the two overlap).
+    """
+    if workers > 0:
+        return 0
+    if requested is None and os.environ.get("TRACEPARSE_DECODE_THREADS", "").strip().isdigit():
+        requested = int(os.environ["TRACEPARSE_DECODE_THREADS"])
+    if requested is not None:
+        return max(0, int(requested))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return 1 if cores >= 2 else 0
+
+
 def _content_bytes(path: Path) -> int:
     """The (uncompressed) size of the file's content: a gzip file's trailer says it (modulo 4 GiB)."""
     try:
@@ -504,7 +541,9 @@ def _content_bytes(path: Path) -> int:
 def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type: type,
                convert: Callable[[Path, list], Any], *, workers: int, chunk_bytes: int = CHUNK_BYTES,
                label: str = "Chrome trace", array_form: bool = True,
-               on_document: Callable[[Any], None] | None = None) -> Iterator[tuple[int, Any]]:
+               on_document: Callable[[Any], None] | None = None,
+               fast: Callable[[bytes], tuple[Any, int] | None] | None = None,
+               threads: int = 0) -> Iterator[tuple[int, Any]]:
     """Decode and convert the events of ``path`` in ``workers`` processes; yield ``(offset, convert(path, events))``.
 
     The same contract as :func:`stream_events` (and the same errors and
@@ -520,25 +559,36 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     with the next chunk and decoded again, so the output never depends on
     where the cuts fell. At most ``max(2, workers * IN_FLIGHT_PER_WORKER)``
     chunks are in flight, which bounds memory.
+
+    ``workers`` 0 decodes in this process: in ``threads`` threads beside the one reading the file (Arrow's
+    parse and polars' work let go of the interpreter), or with ``threads`` 0 each chunk when its turn comes;
+    the same cuts and results.
+    ``fast`` (a module-level function, so that it pickles) is tried first on each chunk but the last: it
+    gets the chunk's bytes (whole events, commas between) and returns ``(what convert would make, the number
+    of events)``, or None to leave the chunk to the decoding and ``convert`` (the careful path).
     """
     check_file(path)
     repairs = [0]
     max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
-    spec = (event_type, document_type, convert, str(path))
-    pool = _pool(workers)
-    limit = max(2, workers * IN_FLIGHT_PER_WORKER)
+    spec = (event_type, document_type, convert, str(path), fast)
+    pool = _pool(workers, threads)
+    limit = max(2, max(workers, threads) * IN_FLIGHT_PER_WORKER)
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, rest, form = reader.find_array(label, array_form)
         if form == "object" and on_document is not None:
             document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
             on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
-        queue: list[list] = []  # [data, separator after it, final, future], in file order
+        queue: list[list] = []  # [data, separator after it, final, future, checked], in file order
         state = {"offset": 0}
+        here = _InThisProcess()
 
-        def submit(data: bytes, sep: bytes, final: bool, checked: bool = False) -> list:
-            job = [data, sep, final, pool.submit(_decode_piece, spec, data, final, form, reader.truncated), checked]
-            return job
+        def submit(data: bytes, sep: bytes, final: bool, checked: bool = False, local: bool = False) -> list:
+            """A job for the pool, or (``local``: a chunk merged after a cut that was no boundary, perhaps large)
+            for this process, which then sends no copy of it to a worker."""
+            executor = here if local else pool
+            return [data, sep, final, executor.submit(_decode_piece, spec, data, final, form, reader.truncated),
+                    checked]
 
         def take_front() -> Iterator[tuple[int, Any]]:
             data, sep, final, future, checked = queue[0]
@@ -557,14 +607,17 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
                 # cut the merged chunk at its last real boundary, found in one pass (event_ends), so a name full
                 # of "},{" costs one scan, not a decode per fake cut; a chunk cut there that still does not decode
-                # (damaged JSON) is merged whole, as before
-                ends = [] if checked else event_ends(merged, 0)
+                # (damaged JSON) is merged whole, as before. A chunk that ends inside a string (a name of 50 MB)
+                # is merged with the next without a decode: none could succeed
+                ends, open_string = ([], False) if checked else _scan(merged, 0)
                 if ends:
                     end, start = ends[-1]
-                    queue[0:2] = [submit(merged[:end], merged[end:start], False, True),
+                    queue[0:2] = [submit(merged[:end], merged[end:start], False, True, local=True),
                                   submit(merged[start:], nxt[1], nxt[2])]
+                elif open_string and not nxt[2]:
+                    queue[0:2] = [[merged, nxt[1], False, _Done(_MISPLIT), False]]
                 else:
-                    queue[0:2] = [submit(merged, nxt[1], nxt[2])]
+                    queue[0:2] = [submit(merged, nxt[1], nxt[2], local=True)]
                 return
             del queue[0]
             yield from _settle(path, options, result, state, repairs, on_document, final)
@@ -587,7 +640,15 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
             del buf[:start]
             while len(queue) > limit:
                 yield from take_front()
-        queue.append(submit(bytes(buf), b"", True))
+        # the last events apart from the document's end: the fast path reads them, the careful path only the
+        # (small) end. A cut there that was no boundary is merged back whole (as checked), never re-scanned.
+        tail = _last_candidate(buf, buf.rfind(b"]"))
+        if tail is not None:
+            end, start = tail
+            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False, True))
+            del buf[:start]
+        # the end is decoded here when its turn comes: never ahead of a cut that may yet be merged into it
+        queue.append(submit(bytes(buf), b"", True, local=True))
         del buf
         while queue:
             yield from take_front()
@@ -623,18 +684,20 @@ def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repair
     yield offset, value
 
 
-def _last_candidate(buf: bytearray) -> tuple[int, int] | None:
-    """(end of the last candidate event boundary in ``buf``, start of the next event), or None.
+def _last_candidate(buf: bytearray, before: int = -1) -> tuple[int, int] | None:
+    """(end of the last candidate event boundary in ``buf`` (before ``before`` when that is not -1), start of
+    the next event), or None.
 
-    A candidate is a ``}`` followed by ``,`` and ``{`` (any whitespace
-    between); whether it is a real boundary is settled by decoding.
+    A candidate is a ``}`` followed by ``,`` and ``{`` and a key's ``"`` (any whitespace between): an event
+    that has keys comes next (a cut is never made before an empty ``{}``, which a string full of ``},{}``
+    would offer millions of times); whether it is a real boundary is settled by decoding.
     """
-    pos = len(buf)
+    pos = len(buf) if before < 0 else before
     for _ in range(1000):
         pos = buf.rfind(b"}", 0, pos)
         if pos < 0:
             return None
-        m = _NEXT_EVENT.match(buf, pos + 1)
+        m = _NEXT_KEYED_EVENT.match(buf, pos + 1)
         if m:
             return pos + 1, m.end() - 1
     return None
@@ -664,8 +727,13 @@ def _decode_piece(spec: tuple, data: bytes, final: bool, form: str, truncated: b
     ``salvaged`` None when the array ended properly, else whether the gzip
     stream was cut short.
     """
-    event_type, document_type, convert, path_text = spec
+    event_type, document_type, convert, path_text, fast = spec
     path = Path(path_text)
+    if fast is not None and not final:
+        done = fast(data)
+        if done is not None:
+            value, count = done
+            return ("ok", value, count, 0, None)
     repairs = [0]
     events_decoder, document_decoder = _decoders(event_type, document_type, path, repairs)
     extra = None
@@ -727,13 +795,60 @@ def _decode_final(path: Path, events_decoder: _Guarded, document_decoder: _Guard
 _POOLS: dict = {}
 
 
-def _pool(workers: int):
-    """A process pool of ``workers`` (kept for this process's later traces), started through a fork server.
+class _Done:
+    """A job whose result is known without running it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+    def cancel(self) -> bool:
+        return True
+
+
+class _Deferred:
+    """A job of :class:`_InThisProcess`: run when its result is first asked for, once."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        self.fn, self.args, self.done, self.value = fn, args, False, None
+
+    def result(self):
+        if not self.done:
+            self.value, self.done, self.fn, self.args = self.fn(*self.args), True, None, None
+        return self.value
+
+    def cancel(self) -> bool:
+        self.fn = self.args = None
+        return True
+
+
+class _InThisProcess:
+    """The executor of ``workers`` 0: each chunk decoded in this process when its turn comes."""
+
+    @staticmethod
+    def submit(fn: Callable, *args) -> _Deferred:
+        return _Deferred(fn, args)
+
+
+def _pool(workers: int, threads: int = 0):
+    """A process pool of ``workers`` (kept for this process's later traces), started through a fork server;
+    for ``workers`` 0, a pool of ``threads`` threads (kept too), or :class:`_InThisProcess` for none.
 
     This process, which may run threads (the Parquet writer, polars' pool), is never forked: workers are
     forks of a fresh fork server that has imported nothing (a process that has started polars' threads
     cannot be forked safely), and each imports the decoder and the reader itself on its first chunk.
     """
+    if workers <= 0:
+        if threads <= 0:
+            return _InThisProcess()
+        key = ("threads", threads)
+        if key not in _POOLS:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOLS[key] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceparse-decode")
+        return _POOLS[key]
     pool = _POOLS.get(workers)
     if pool is None:
         import multiprocessing

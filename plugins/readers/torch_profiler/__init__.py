@@ -25,13 +25,14 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.trace import Trace, TraceMeta
 
 from traceparse_plugins.readers.chrome_json import (
-    CHUNK_BYTES, EventError, decode_workers, gc_paused, map_chunks, stream_events,
+    CHUNK_BYTES, decode_threads, decode_workers, map_chunks,
 )
 from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
+from traceparse_plugins.readers.torch_profiler.columnar import fast_rows
 from traceparse_plugins.readers.torch_profiler.events import rows_of
 from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
-from traceparse_plugins.readers.torch_profiler.memory import memory_rows
+from traceparse_plugins.readers.torch_profiler.memory import memory_rows, with_counters
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
 from traceparse_plugins.readers.torch_profiler.threads import collect_thread_names
 
@@ -51,42 +52,38 @@ class TorchProfilerReader(Reader):
         meta = TraceMeta(tool="torch.profiler")
         chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
         workers = decode_workers(path, chunk, options.params.get("workers"))
-        return Trace(_batches(path, meta, options, chunk, workers), meta)
+        threads = decode_threads(workers, options.params.get("threads"))
+        return Trace(_batches(path, meta, options, chunk, workers, threads), meta)
 
 
 def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int,
-             workers: int = 0) -> Iterator[pl.DataFrame]:
+             workers: int = 0, threads: int = 0) -> Iterator[pl.DataFrame]:
     """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way.
 
-    With ``workers`` > 0 the chunks are decoded and turned into rows in that
-    many worker processes (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`),
-    this process only collecting the batches in order; the batches are the same.
-    ``[memory]`` events become counter rows after the chunk's other rows
+    The shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`)
+    cuts the ``traceEvents`` array into chunks; each is turned into rows by the
+    fast path (:mod:`.columnar`: Arrow columns, no Python per event) or, where an
+    event needs it (or with the reader parameter ``fast=false``), by the careful
+    path (msgspec structs, :func:`chunk_rows`); both give the same rows. With
+    ``workers`` > 0 this happens in that many worker processes, this process
+    only collecting the batches in order; else in ``threads`` threads of this
+    one (:func:`~traceparse_plugins.readers.chrome_json.decode_threads`); the
+    batches are the same.
+    ``[memory]`` events become counter rows in the events' order
     (:mod:`.memory`). Integer arguments written in another JSON type are
     coerced and counted; one warning at the end says what (:mod:`.coerce`).
     """
     coerced = Coercions()
     names: dict[str, str] = {}
     on_document = lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))  # noqa: E731
-    if workers > 0:
-        for _, (batch, counts, chunk_names) in map_chunks(
-                path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
-                label="torch.profiler trace", array_form=False, on_document=on_document):
-            coerced.counts.update(counts.counts)
-            names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
-            yield batch
-    else:
-        for offset, events in stream_events(path, options, KinetoEvent, Document, chunk_bytes=chunk_bytes,
-                                            label="torch.profiler trace", array_form=False,
-                                            on_document=on_document):
-            try:
-                with gc_paused():
-                    batch, _, chunk_names = chunk_rows(path, events, coerced)
-            except EventError as exc:
-                raise exc.at(path, offset) from None
-            names.update(chunk_names)
-            del events
-            yield batch
+    fast = fast_rows if options.params.get("fast", True) not in (False, "0", "false", "no") else None
+    for _, (batch, counts, chunk_names) in map_chunks(
+            path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
+            label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast,
+            threads=threads):
+        coerced.counts.update(counts.counts)
+        names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
+        yield batch
     if names:
         meta.extra["thread_names"] = names
     if coerced:
@@ -102,10 +99,7 @@ def chunk_rows(path: Path, events: list,
     :class:`~traceparse_plugins.readers.chrome_json.EventError`, placed by the caller).
     """
     coerced = Coercions() if coerced is None else coerced
-    batch = rows_of(events, coerced)
-    memory = memory_rows(events, coerced)
-    if memory is not None:
-        batch = pl.concat([batch, memory], how="diagonal_relaxed")
+    batch = with_counters(rows_of(events, coerced), memory_rows(events, coerced))
     names: dict[str, str] = {}
     collect_thread_names(events, names)
     return batch, coerced, names

@@ -104,13 +104,14 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
             raise EventError(keep[exc.index], f".{field}",
                              f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
     raw = head.select("kind", "gpu").gather(rows).with_columns(
+        _event=rows,
         name=pl.Series(name, dtype=pl.String).gather(rows),
         pid=pl.Series(pick(pid), dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
         tid=pl.Series(pick(tid), dtype=pl.Int64, strict=False),
     )
     is_gpu = pl.col("gpu")
     df = raw.select(
-        "kind", "name",
+        "kind", "name", "_event",
         start_ns=times["ts"],
         duration_ns=times["dur"],
         pid=pl.when(~is_gpu).then(pl.col("pid")),
@@ -175,7 +176,12 @@ def _compact_json(raws) -> pl.Series:
     Each distinct text is re-encoded once (operators repeat a handful of argument lists), so the cost
     follows the distinct values, not the events.
     """
-    text = _raw_text(raws).replace("", None)
+    return compact_json_text(_raw_text(raws))
+
+
+def compact_json_text(text: pl.Series) -> pl.Series:
+    """JSON texts as compact JSON (the empty text: null), each distinct text re-encoded once."""
+    text = text.replace("", None)
     compact = {}
     for value in text.drop_nulls().unique().to_list():
         try:
@@ -232,20 +238,27 @@ def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
         size = DTYPE_BYTES.get(x.dtype or "")
         if elems and size:
             nbytes[i] = max(elems) * size
-    # the collective, worked out only on the rows that may be communication (any family's name, or a
-    # "Collective name" argument): the same values as on every row, at a fraction of the cost on large traces
+    # a Seq of 2^64 or elements × dtype size past 2^63: text, which the validation step drops with a warning
+    return [collective_of(names, pl.Series(given, dtype=pl.String)), wide_ints("seq", seq),
+            pl.Series("process_group", group, dtype=pl.String), wide_ints("_comm_bytes", nbytes)]
+
+
+def collective_of(names: pl.Series, given: pl.Series) -> pl.Series:
+    """The ``collective`` column: Kineto's ``"Collective name"`` (``given``) where there is one, else what the
+    event's name says (:func:`traceparse.expr.collective`).
+
+    Worked out only on the rows that may be communication (any family's name, or a ``"Collective name"``):
+    the same values as on every row, at a fraction of the cost on large traces.
+    """
+    n = len(names)
     lowered = names.fill_null("").str.to_lowercase()
-    given_series = pl.Series(given, dtype=pl.String)
-    rows = (lowered.str.contains(_ANY_FAMILY) | given_series.is_not_null()).arg_true()
+    rows = (lowered.str.contains(_ANY_FAMILY) | given.is_not_null()).arg_true()
     collective = pl.Series("collective", [None] * n, dtype=pl.String)
     if rows.len():
-        from_args = expr.normalize_collective(pl.lit(given_series.gather(rows)))
+        from_args = expr.normalize_collective(pl.lit(given.gather(rows)))
         from_name = expr.collective(pl.lit(names.gather(rows)).fill_null(""))
         collective = collective.scatter(rows, pl.select(pl.coalesce(from_args, from_name)).to_series())
-    # a Seq of 2^64 or elements × dtype size past 2^63: text, which the validation step drops with a warning
-    return [collective, wide_ints("seq", seq),
-            pl.Series("process_group", group, dtype=pl.String),
-            wide_ints("_comm_bytes", nbytes)]
+    return collective
 
 
 #: A lower-cased name of any communication family (:data:`traceparse.expr.COMMUNICATION_NAMES`): the rows

@@ -47,10 +47,7 @@ class Args(msgspec.Struct, gc=False):
     in_nelems_legacy: Int = msgspec.field(default=None, name="In msg size")  # before PyTorch 2.3
     out_nelems_legacy: Int = msgspec.field(default=None, name="Out msg size")
     dtype: str | None = None
-    group_size: Int = msgspec.field(default=None, name="Group size")
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     seq: Int = msgspec.field(default=None, name="Seq")
     # metadata events ("ph": "M"): a thread_name event's name, kept raw (decoded only there; see .threads)
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")

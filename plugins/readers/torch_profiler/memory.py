@@ -62,19 +62,42 @@ def memory_rows(events: list[KinetoEvent], coerced: Coercions) -> pl.DataFrame |
     def ints(field: str, key: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
         return int_column([getattr(e.args, field) for e in picked], f"args.{key}", dtype, coerced)
 
-    device_type = ints("mem_device_type", "Device Type", pl.Int32)
-    device = ints("mem_device_id", "Device Id", pl.Int32)
+    return counter_rows(pl.Series(index, dtype=pl.UInt32), ts, ints("mem_device_id", "Device Id", pl.Int32),
+                        ints("mem_device_type", "Device Type", pl.Int32),
+                        pl.Series([e.pid for e in picked], dtype=pl.Int64, strict=False),
+                        pl.Series([e.tid for e in picked], dtype=pl.Int64, strict=False),
+                        {field: ints(field, key) for field, key in KEYS.items()})
+
+
+#: the Args field of each counter's value -> its JSON key
+KEYS = {"mem_allocated": "Total Allocated", "mem_reserved": "Total Reserved", "mem_bytes": "Bytes"}
+
+
+def counter_rows(event: pl.Series, ts: pl.Series, device: pl.Series, device_type: pl.Series, pid: pl.Series,
+                 tid: pl.Series, values: dict[str, pl.Series]) -> pl.DataFrame:
+    """The counter rows of ``[memory]`` events given as columns (one value per event; ``event`` its index in
+    the chunk, kept as ``_event`` for :func:`with_counters`): three rows an event, in :data:`COUNTERS` order;
+    ``values`` by Args field (:data:`KEYS`)."""
+    n = len(ts)
     base = pl.DataFrame({
+        "_event": event,
         "start_ns": ts,
         "device_id": device,
         "_type": device_type,
-        "pid": pl.Series([e.pid for e in picked], dtype=pl.Int64, strict=False),
-        "tid": pl.Series([e.tid for e in picked], dtype=pl.Int64, strict=False),
-        "_order": pl.int_range(0, len(picked), eager=True),
+        "pid": pid,
+        "tid": tid,
     }).with_columns(device_id=pl.when(pl.col("_type") != CPU_DEVICE_TYPE).then(pl.col("device_id")))
-    keys = {"mem_allocated": "Total Allocated", "mem_reserved": "Total Reserved", "mem_bytes": "Bytes"}
-    frames = [base.with_columns(name=pl.lit(name), value=ints(field, keys[field]).cast(pl.Float64), _k=pl.lit(k))
-              for k, (name, field) in enumerate(COUNTERS.items())]
-    return (pl.concat(frames).sort("_order", "_k")
-            .with_columns(kind=pl.lit("counter"), unit=pl.lit("byte"))
-            .drop("_type", "_order", "_k"))
+    frames = [base.with_columns(name=pl.lit(name), value=values[field].cast(pl.Float64))
+              for name, field in COUNTERS.items()]
+    k = pl.int_range(0, 3 * n, eager=True)
+    return (pl.concat(frames).drop("_type")[(k % 3) * n + k // 3]  # event by event, its counters in order
+            .with_columns(kind=pl.lit("counter"), unit=pl.lit("byte")))
+
+
+def with_counters(rows: pl.DataFrame, counters: pl.DataFrame | None) -> pl.DataFrame:
+    """A chunk's rows and its counter rows, each where its event is in the chunk (``_event``, then dropped):
+    the table is in the file's order however the file was cut into chunks."""
+    if counters is None:
+        return rows.drop("_event", strict=False)
+    both = pl.concat([rows, counters], how="diagonal_relaxed")
+    return both.sort("_event", maintain_order=True).drop("_event") if rows.height else both.drop("_event")

@@ -21,13 +21,18 @@ def collect_thread_names(events, into: dict[str, str]) -> None:
     for e in [e for e in events if e.ph == "M" and e.name == "thread_name"]:
         if e.args is None or not isinstance(e.pid, int) or not isinstance(e.tid, int):
             continue
-        try:
-            label = msgspec.json.decode(e.args.meta_name) if e.args.meta_name else None
-        except msgspec.DecodeError:
-            continue
-        if not isinstance(label, str) or label.lower().startswith("stream"):
-            continue
-        m = _LABEL.match(label)
-        name = (m.group(1) if m else label).strip()
+        name = thread_name(e.args.meta_name)
         if name:
             into[f"{e.pid}/{e.tid}"] = name
+
+
+def thread_name(raw: msgspec.Raw) -> str | None:
+    """The host thread's name in a ``thread_name`` event's raw ``args.name`` (None: none, or a GPU stream)."""
+    try:
+        label = msgspec.json.decode(raw) if raw else None
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(label, str) or label.lower().startswith("stream"):
+        return None
+    m = _LABEL.match(label)
+    return (m.group(1) if m else label).strip() or None

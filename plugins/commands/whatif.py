@@ -1,0 +1,178 @@
+"""Command ``traceparse whatif TRACE|RUN``: each step's dependency graph replayed with changed durations.
+
+Definition (docs/critical_path.md, "What if"): the graph of :data:`traceparse.measures.dependency_graph` (host
+threads in order, launches, stream order, synchronisations, collectives across ranks) is run forwards by the replay
+engine (:mod:`traceparse.measures.replay`, the one the step-time predictor uses) with the edited weights
+(:mod:`traceparse.measures.whatif`): ``--drop NAME[@RANK]`` (a host op or annotation takes no time: its self time
+removed, its children kept; NAME exactly or a glob), ``--scale KIND_OR_CATEGORY=FACTOR`` (``kernel``, ``memcpy``,
+``memset``, ``comm``, or a kernel category of kernel-share: ``gemm=0.5``), ``--balance`` (every rank behaves like
+the median rank: per name, a rank's excess time per step over the median rank's removed). Edits combine.
+
+Per step of each rank: the measured step, the predicted one (the replayed time between the step's two ends) and
+the gain (measured − predicted); then the mean per rank and over every step, and the predicted critical path's
+largest parts per step. With no edit the prediction is the measured step. What the trace does not show (untraced
+time on the path, edges the format lacks) is said, and kept as measured rather than guessed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.text import Text
+
+from traceparse import expr
+from traceparse.command import Command
+from traceparse.errors import InputError
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.whatif import parse_drop, parse_scale, what_if
+from traceparse.plugins import hookimpl
+from traceparse.report import fitted_table, trace_label
+from traceparse.text import literal
+from traceparse.verdict import Column
+
+STEP_COLUMNS = [Column("step", "step", "text"), Column("rank", "rank", "text"),
+                Column("measured_ns", "measured", "ns"), Column("predicted_ns", "predicted", "ns"),
+                Column("gain_ns", "gain", "ns"), Column("gain_pct", "gain %", "pct")]
+PATH_COLUMNS = [Column("rank", "rank", "text"), Column("lane", "thread / stream", "text"),
+                Column("kind", "kind", "text"), Column("name", "name", "name"),
+                Column("per_step_ns", "per step", "ns"), Column("share_pct", "share", "pct")]
+
+
+class WhatIfCommand(Command):
+    name = "whatif"
+    help = "replay each step with changed durations: predicted step time per rank, gain, new critical path"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """TRACE (a trace or a run), the edits (``--drop``, ``--scale``, ``--balance``), ``--top``,
+        ``--align-clocks`` and the common options."""
+        self.add_common_options(parser, traces="1", json=True, fmt=True,
+                                trace_help="a store id (or prefix), a run's name, a path, or a rank directory")
+        parser.add_argument("--drop", action="append", default=[], metavar="NAME[@RANK]",
+                            help="a host op or annotation takes no time (its self time removed, its children kept); "
+                                 "NAME exactly or as a glob; @RANK: on that rank only (repeatable)")
+        parser.add_argument("--scale", action="append", default=[], metavar="KIND_OR_CATEGORY=FACTOR",
+                            help="GPU work of a kind (kernel, memcpy, memset), a kernel category (gemm, "
+                                 "convolution, ...) or all communication (comm) takes FACTOR times as long, "
+                                 "e.g. gemm=0.5 (repeatable)")
+        parser.add_argument("--balance", action="store_true",
+                            help="every rank behaves like the median rank: per name, a rank's time per step above "
+                                 "the median rank's removed")
+        parser.add_argument("--top", type=int, default=8, metavar="N",
+                            help="largest parts of the predicted critical path shown (default 8)")
+        parser.add_argument("--align-clocks", action="store_true",
+                            help="ranks on several hosts: align their clocks on collective end times")
+
+    def run(self, args: argparse.Namespace, session) -> int:
+        """Parse the edits, resolve the trace, replay, print."""
+        if args.top < 1:
+            raise InputError(f"--top {args.top}: expected a number of rows, at least 1")
+        drops = [parse_drop(d) for d in args.drop]
+        scales = [parse_scale(s) for s in args.scale]
+        found = session.resolve(args.trace, args.format)
+        if len(found) != 1:
+            raise InputError(f"{args.trace}: whatif takes one trace or run; this makes {len(found)} traces")
+        trace = found[0]
+        label = _label(trace)
+        try:
+            result = what_if(trace.events, drops, scales, args.balance, args.align_clocks, args.top)
+        except InputError as e:
+            raise InputError(f"{label}: {e}") from None
+        doc = document(trace, label, result)
+        if args.json:
+            self.print_json(doc)
+        else:
+            render(session.out, doc)
+        return 0
+
+
+def _label(trace) -> str:
+    """A run by its name (``run NAME``), a trace by its file's name (:func:`traceparse.report.trace_label`)."""
+    run = (trace.meta.extra or {}).get("run") or {}
+    return f"run {run['name']}" if trace.meta.format == "run" and run.get("name") else trace_label(trace.meta)
+
+
+def _rank(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def document(trace, label: str, result) -> dict:
+    """The what-if as the ``--json`` document (and what :func:`render` prints)."""
+    steps = result.steps
+    rows = [{"step": r["step"], "rank": r["rank"], "measured_ns": r["measured_ns"],
+             "predicted_ns": r["predicted_ns"], "gain_ns": r["gain_ns"],
+             "gain_pct": expr.pct(r["gain_ns"], r["measured_ns"])}
+            for r in steps.iter_rows(named=True)]
+    per_rank = []
+    for (rank,), g in steps.group_by("rank", maintain_order=True):
+        m, p = float(g["measured_ns"].mean()), float(g["predicted_ns"].mean())
+        per_rank.append({"rank": rank, "steps": g.height, "measured_ns": round(m), "predicted_ns": round(p),
+                         "gain_ns": round(m - p), "gain_pct": expr.pct(m - p, m)})
+    per_rank.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0))
+    m, p = float(steps["measured_ns"].mean()), float(steps["predicted_ns"].mean())
+    return {"trace": {"id": trace.id, "label": label, "format": trace.meta.format},
+            "edits": [{"edit": a.text, "calls": a.calls, "ranks": a.ranks, "names": a.names,
+                       "removed_per_step_ns": a.removed_ns,
+                       "removed_per_step_by_rank": {_rank(r): ns for r, ns in a.by_rank.items()}}
+                      for a in result.applied],
+            "steps": rows, "ranks": per_rank,
+            "mean": {"paths": steps.height, "steps": steps["step"].n_unique(), "measured_ns": round(m),
+                     "predicted_ns": round(p), "gain_ns": round(m - p), "gain_pct": expr.pct(m - p, m)},
+            "path": {"length_ns": round(result.path_ns), "top": result.top},
+            "cannot_replay": result.cannot, "missing": result.missing}
+
+
+def edit_line(e: dict) -> str:
+    """One edit in words: what it matched and the time it took out of (or added to) each rank's steps."""
+    what = f"{e['calls']} {'names' if e['edit'] == '--balance' else 'events'}"
+    by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
+    if not by:
+        return f"{e['edit']}: {what}, no time in the steps"
+    word = lambda ns: f"{fmt_ns(abs(ns))} {'less' if ns > 0 else 'more'}"  # noqa: E731
+    if list(by) == ["-"]:
+        return f"{e['edit']}: {what}, {word(by['-'])} work per step"
+    order = sorted(by, key=lambda k: -abs(by[k]))
+    parts = ", ".join(f"rank {k} {word(by[k])}" for k in order[:4])
+    more = f" (and {len(order) - 4} more ranks)" if len(order) > 4 else ""
+    return f"{e['edit']}: {what}; work per step: {parts}{more}"
+
+
+def render(console, doc: dict) -> None:
+    """The terminal view: what was replayed with which edits, the steps table, the means, the predicted path."""
+    width = console.width
+    mean = doc["mean"]
+    ranks = len(doc["ranks"])
+    what = f"{mean['steps']} step{'s' if mean['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else "")
+    head = Text("whatif ", style="bold")
+    head.append(literal(f"{doc['trace']['label']}  {doc['trace']['id']}  ({what})"))
+    console.print(head)
+    if not doc["edits"]:
+        console.print(Text("no edit: the replay of the measured durations (the prediction is the measured step)",
+                           style="dim"))
+    for e in doc["edits"]:
+        console.print(literal(edit_line(e)))
+    rows = [{**r, "step": str(r["step"]), "rank": _rank(r["rank"])} for r in doc["steps"]]
+    rows += [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
+                                                                               "gain_ns", "gain_pct")}}
+             for r in doc["ranks"]]
+    ranked = any(r["rank"] is not None for r in doc["ranks"])
+    columns = STEP_COLUMNS if ranked else [c for c in STEP_COLUMNS if c.key != "rank"]
+    title = "step time per rank: measured and predicted" if ranked else "step time: measured and predicted"
+    for part in fitted_table(columns, rows, width, title=title):
+        console.print(part)
+    console.print(f"[bold]mean step[/bold]: {fmt_ns(mean['measured_ns'])} measured, {fmt_ns(mean['predicted_ns'])} "
+                  f"predicted: gain {fmt_ns(mean['gain_ns'])} ({fmt_pct(mean['gain_pct'])})")
+    top = [{**t, "rank": _rank(t["rank"])} for t in doc["path"]["top"]]
+    if top:
+        for part in fitted_table(PATH_COLUMNS if ranked else PATH_COLUMNS[1:], top, width,
+                                 title=f"predicted critical path: {fmt_ns(doc['path']['length_ns'])} per step, its "
+                                       "largest parts"):
+            console.print(part)
+    for line in doc["cannot_replay"]:
+        console.print(literal(f"cannot replay: {line}", style="yellow"))
+    for line in doc["missing"]:
+        console.print(literal(f"the trace has {line}", style="yellow"))
+
+
+@hookimpl
+def traceparse_commands():
+    return [WhatIfCommand()]

@@ -1,0 +1,167 @@
+"""The torch reader's fast path (Arrow columns: plugins/readers/torch_profiler/columnar.py) and its careful path
+(msgspec structs, then rows) give one answer: the same table, warnings, metadata and errors on every torch
+fixture, the shared samples and the hostile corpus (tests/test_hostile_json.py, tests/test_fuzz.py); and times
+stay exact to the nanosecond past 2^53 ns, where a float64 no longer holds them.
+
+The careful path is the reader with ``fast=False``. Each file is read whole (one chunk, the default size) and in
+chunks of a few kilobytes, so that cuts fall inside names, arguments and the damage; both paths get the same cuts
+(the shared decoder makes them), so the comparison is of what each makes of a chunk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+import traceparse_plugins.readers.torch_profiler as torch_reader
+from helpers import FIXTURES, us_to_ns
+from test_fuzz import _json_cases
+from test_hostile_json import BYTE_CASES, CASES, SEEDS, _mutants
+from traceparse.errors import InputError
+from traceparse.ingest import read_paths
+
+def _kineto(path: Path) -> bool:
+    """The torch reader claims it (an execution trace beside a Kineto trace is another reader's)."""
+    from traceparse.sources import read_head
+    from traceparse_plugins.readers.torch_profiler.sniff import sniff
+
+    return sniff(path, read_head(path)) > 0
+
+
+TORCH_FIXTURES = sorted(p for p in (FIXTURES / "torch").rglob("*.json*") if _kineto(p))
+
+
+def _hostile() -> list[tuple[str, bytes]]:
+    out = [(f"named:{k}", v.encode()) for k, v in CASES.items()] + [(f"bytes:{k}", v) for k, v in BYTE_CASES.items()]
+    rng = random.Random(1212)  # the corpus of test_hostile_json.test_mutation_corpus
+    for seed in SEEDS:
+        raw = seed.read_bytes()
+        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        out += [(f"mutant:{seed.name}:{i}", m) for i, m in enumerate(_mutants(data, rng, 90))]
+    out += [(f"fuzz:{name}", data) for name, _, data in _json_cases()]
+    return out
+
+
+HOSTILE = _hostile()
+
+
+class _Counting:
+    """The reader's fast path, counting the chunks it read and those it left to the careful path."""
+
+    def __init__(self, monkeypatch):
+        self.read = self.left = 0
+        fast = torch_reader.fast_rows
+
+        def counted(data):
+            done = fast(data)
+            if done is None:
+                self.left += 1
+            else:
+                self.read += 1
+            return done
+
+        monkeypatch.setattr(torch_reader, "fast_rows", counted)
+
+
+def _outcome(path: Path, **params) -> tuple:
+    """(error, None...) or (None, table, warnings, extra, devices) of the torch reader with ``params``."""
+    try:
+        trace = read_paths([path], fmt="torch", params={"workers": 0, **params})[0]
+        events = trace.events
+    except InputError as exc:
+        return str(exc), None, None, None, None
+    return None, events, list(trace.meta.warnings), trace.meta.extra, trace.meta.devices
+
+
+def _assert_same(careful: tuple, fast: tuple, what: str) -> None:
+    assert careful[0] == fast[0], what
+    if careful[0] is None:
+        assert careful[1].equals(fast[1]), what
+        assert careful[2:] == fast[2:], what
+
+
+@pytest.mark.parametrize("path", TORCH_FIXTURES, ids=[str(p.relative_to(FIXTURES)) for p in TORCH_FIXTURES])
+def test_fixture_same_table_and_fast(path, monkeypatch):
+    """Every torch fixture: the same outcome both ways, whole and cut into 20 KB chunks; and the fast path read
+    the chunks, except where an event needs the careful path (ROCm's text ids and streams, coerced and counted)."""
+    counting = _Counting(monkeypatch)
+    for chunk in (None, 20_000):
+        params = {} if chunk is None else {"chunk_bytes": chunk}
+        careful = _outcome(path, fast=False, **params)
+        assert careful[0] is None, careful[0]
+        _assert_same(careful, _outcome(path, **params), f"{path} chunk {chunk}")
+    assert counting.read > 0
+    coerced = any("not written as JSON integers" in w for w in careful[2])
+    if not coerced:
+        assert counting.left == 0, (counting.read, counting.left)
+
+
+def test_samples_same_table(samples_dir, monkeypatch):
+    """The shared real traces (several GPUs, memory events, NCCL, compiled graphs, a GPT): one answer, fast."""
+    paths = sorted((samples_dir / "torch").glob("*.json.gz")) + sorted((samples_dir / "multirank").rglob("*.json.gz"))
+    assert paths
+    counting = _Counting(monkeypatch)
+    for path in paths:
+        _assert_same(_outcome(path, fast=False, chunk_bytes=200_000), _outcome(path, chunk_bytes=200_000), str(path))
+    assert counting.read > len(paths) and counting.left == 0, (counting.read, counting.left)
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_hostile_same_outcome(case, tmp_path):
+    """The hostile corpus: the same error (message and all), or the same table, warnings and metadata."""
+    name, data = case
+    path = tmp_path / "case.json"
+    path.write_bytes(data)
+    small = max(2000, len(data) // 40)  # cuts everywhere; the named cases are read whole too
+    for chunk in ((None, small) if name.startswith(("named:", "bytes:")) else (small,)):
+        params = {} if chunk is None else {"chunk_bytes": chunk}
+        _assert_same(_outcome(path, fast=False, **params), _outcome(path, **params), f"{name} chunk {chunk}")
+
+
+def _event(ts: str, dur: str, **extra) -> str:
+    fields = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, **extra}
+    body = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in fields.items())
+    return (f'{{{body}, "ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": 7, "correlation": 1, '
+            f'"grid": [1, 2, 3], "block": [4, 5, 6]}}}}')
+
+
+def test_times_exact_past_2_53_ns(tmp_path, monkeypatch):
+    """Times at 2^53 ns and beyond (to 2^63 - 1 ns, the last the column holds) are exact, as in the file: a
+    float64 of microseconds would be off there by up to a microsecond."""
+    times = ["9007199254740.991", "9007199254740.992", "9007199254740.993", "9007199254740.995",
+             "123456789012345.678", "9223372036854775.807", "1790857026000000.001", "0.001", "7"]
+    events = [_event(t, "0") for t in times] + [_event("0", "9223372036854775.807")]
+    filler = [_event(str(1000 + i), "1.5", name=f"filler {i}") for i in range(200)]
+    path = tmp_path / "wide.json"
+    path.write_text('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(events + filler) + "\n]}")
+    counting = _Counting(monkeypatch)
+    fast = _outcome(path, chunk_bytes=4_000)
+    assert counting.read > 0 and counting.left == 0
+    expected = [us_to_ns(Decimal(t)) for t in times]
+    assert expected[2] == 2 ** 53 + 1 and expected[5] == 2 ** 63 - 1
+    table = fast[1]
+    assert table["start_ns"].to_list()[: len(times) + 1] == expected + [0]
+    assert table["duration_ns"].to_list()[: len(times) + 1] == [0] * len(times) + [2 ** 63 - 1]
+    assert float(Decimal(times[2])) * 1000 != expected[2]  # what a float would have given
+    _assert_same(_outcome(path, fast=False, chunk_bytes=4_000), fast, "wide times")
+
+
+@pytest.mark.parametrize("value,left", [('"0x0"', True), ("7.0", True), ("2147483648", True), ("7", False)])
+def test_a_value_the_careful_path_coerces_is_left_to_it(value, left, tmp_path, monkeypatch):
+    """A stream written as text (ROCm) or as a float, a device past Int32: that chunk is read by the careful
+    path, which coerces and counts it; a plain integer is read by the fast path."""
+    events = [_event(str(i), "1") for i in range(50)]
+    events[10] = events[10].replace('"stream": 7', f'"stream": {value}').replace('"device": 0', f'"device": {value}')
+    path = tmp_path / "coerced.json"
+    path.write_text('{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events) + "]}")
+    counting = _Counting(monkeypatch)
+    fast = _outcome(path)
+    assert (counting.left > 0) == left
+    _assert_same(_outcome(path, fast=False), fast, value)
+    if left:
+        assert any("not written as JSON integers" in w for w in fast[2])

@@ -1,0 +1,398 @@
+"""Issue 24 item 5: ``traceparse whatif`` (measure :mod:`traceparse.measures.whatif`, engine
+:mod:`traceparse.measures.replay`).
+
+A handwritten step pins every edit's prediction, computed by hand from the documented semantics; on the real runs
+the oracles read the raw JSON (gzip + json) and share no code with traceparse: step windows, self times.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, REPO, run_cli, us_to_ns
+from traceparse.errors import InputError
+from traceparse.measures.whatif import Drop, Scale, parse_drop, parse_scale, scale_keys, what_if
+from traceparse.schema import conform
+
+SAMPLES = REPO.parent / "shared" / "samples"
+SLOW = SAMPLES / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
+BALANCED = SAMPLES / "multirank" / "gloo4_resnet18_bs16"
+MULTIRANK = FIXTURES / "torch" / "multirank"
+needs_samples = pytest.mark.skipif(not SLOW.exists(), reason="the shared multirank samples are not here")
+
+
+def table(*rows: dict) -> pl.DataFrame:
+    return conform(pl.DataFrame(list(rows), infer_schema_length=None), trace_id="t")
+
+
+def host(kind, name, start, end, tid=1, **more):
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "pid": 10, "tid": tid, **more}
+
+
+def gpu(name, start, end, stream=7, kind="kernel", **more):
+    return {"kind": kind, "name": name, "start_ns": start, "duration_ns": end - start, "device_id": 0,
+            "stream_id": stream, **more}
+
+
+# -- one handwritten step, every edit by hand -------------------------------------------------------------------
+#: Op A (10–110) runs op B (30–50) and launches a GEMM kernel (launch call 60–70, correlation 7; the kernel runs
+#: 80–260); then a synchronisation (120–280) waits for it; the step annotation ends at 300.
+STEP = [host("marker", "ProfilerStep#1", 0, 300), host("op", "A", 10, 110), host("op", "B", 30, 50),
+        host("api", "cudaLaunchKernel", 60, 70, correlation_id=7), host("api", "cudaDeviceSynchronize", 120, 280),
+        gpu("ampere_sgemm_128x64_nn", 80, 260, correlation_id=7)]
+
+
+def predicted(drops=(), scales=(), **kw) -> int:
+    result = what_if(table(*STEP), drops, scales, **kw)
+    (row,) = result.steps.iter_rows(named=True)
+    assert row["measured_ns"] == 300
+    return row["predicted_ns"]
+
+
+def test_no_edit_gives_back_the_step():
+    assert predicted() == 300
+
+
+@pytest.mark.parametrize("drops, scales, expected", [
+    # A's own time (10–30, 50–60, 70–110: 70 ns) gone: the launch at 30, the kernel at 30 + its 20 ns latency,
+    # 180 ns long; the sync returns its 20 ns wake-up after it, the step 20 ns later: 50 + 180 + 20 + 20
+    ([Drop("A")], [], 270),
+    # the kernel takes 90 ns: it ends at 170, the sync at 190, the step at 210
+    ([], [Scale("gemm", 0.5)], 210),
+    # no kernel time: the sync's own time (it only ever waited) weighs nothing; 80 + 20 + 20 + 20
+    ([], [Scale("kernel", 0.0)], 140),
+    # both: the kernel 50–140, the sync at 160, the step at 180
+    ([Drop("A")], [Scale("gemm", 0.5)], 180),
+    # the launch call's own time is off the path (the kernel holds the step): nothing gained
+    ([Drop("cudaLaunch*")], [], 300),
+    # no copy in the step: nothing changes
+    ([], [Scale("memcpy", 0.0)], 300),
+])
+def test_each_edit_by_hand(drops, scales, expected):
+    assert predicted(drops, scales) == expected
+
+
+def test_the_new_path_tiles_the_predicted_step():
+    result = what_if(table(*STEP), [Drop("A")], [Scale("gemm", 0.5)])
+    assert result.path_ns == 180
+    parts = {(t["kind"], t["name"]): t["per_step_ns"] for t in result.top}
+    assert parts == {("kernel", "ampere_sgemm_128x64_nn"): 90, ("untraced", "(nothing traced in ProfilerStep#N)"): 30,
+                     ("sync", "cudaDeviceSynchronize"): 20, ("launch", "cudaLaunchKernel"): 20,
+                     ("host op", "B"): 20}
+    (drop, scale) = result.applied
+    assert (drop.text, drop.calls, drop.removed_ns, drop.by_rank) == ("--drop A", 1, 70, {None: 70})
+    assert (scale.text, scale.calls, scale.removed_ns, scale.by_rank) == ("--scale gemm=0.5", 1, 90, {None: 90})
+
+
+def test_edits_are_parsed_and_bad_ones_are_one_line_errors():
+    assert parse_drop("aten::mm@3") == Drop("aten::mm", 3)
+    assert parse_drop("a@b") == Drop("a@b")
+    assert parse_scale("gemm=0.5") == Scale("gemm", 0.5)
+    assert parse_scale("communication=0.8") == Scale("comm", 0.8)
+    keys = scale_keys()
+    assert keys[:5] == ["kernel", "memcpy", "memset", "comm", "communication"]
+    assert {"gemm", "convolution", "normalization", "other"} <= set(keys)
+    with pytest.raises(InputError) as e:
+        parse_scale("tensor=2")
+    assert str(e.value) == f"--scale 'tensor=2': unknown kind or category 'tensor'; valid: {', '.join(keys)}"
+    with pytest.raises(InputError) as e:
+        parse_scale("gemm=-1")
+    assert str(e.value) == "--scale 'gemm=-1': FACTOR a number ≥ 0, got '-1'"
+    with pytest.raises(InputError) as e:
+        what_if(table(*STEP), [Drop("C")])
+    assert str(e.value) == "--drop C: no host op or annotation is named 'C' (exactly or as a glob)"
+    with pytest.raises(InputError) as e:
+        what_if(table(*STEP), [Drop("A", 1)])
+    assert str(e.value) == "--drop A@1: no rank 1 in the trace (one trace without ranks)"
+    with pytest.raises(InputError) as e:
+        what_if(table(*STEP), balance=True)
+    assert str(e.value).startswith("--balance: the trace is not a run of several ranks")
+
+
+def test_a_trace_without_steps_or_threads_cannot_be_replayed():
+    with pytest.raises(InputError) as e:
+        what_if(table(*STEP[1:]))  # no step annotation, no optimizer mark
+    assert str(e.value) == ("no steps to replay: the trace has no ProfilerStep#N, no step range and no optimizer "
+                            "mark (whatif predicts step times)")
+    with pytest.raises(InputError) as e:
+        what_if(table(gpu("k1", 0, 10), gpu("k2", 20, 30)))
+    assert str(e.value) == ("no host events on a thread: whatif needs the host's program order (no host events: "
+                            "only the GPU streams' order can be replayed)")
+
+
+# -- stream order where activities overlap --------------------------------------------------------------------------
+def test_stream_order_keeps_the_backlog_of_overlapping_activities():
+    """k2 starts 10 ns before k1 ends (a programmatic dependent launch), k3 inside k2, k4 after both: each waits for
+    the activity before it that ended last (k4 for k2, not for k3, which ended first); one that overlaps starts after
+    its predecessor started and ends after it ended; so a replay with k1 twice as long delays k2, k3 and k4."""
+    from traceparse.measures import dependency_graph
+    from traceparse.measures.critical_path import replay
+
+    events = table(host("marker", "ProfilerStep#1", 0, 400),
+                   *[host("api", "cudaLaunchKernel", 10 + 20 * i, 20 + 20 * i, correlation_id=i + 1) for i in range(4)],
+                   gpu("k1", 100, 200, correlation_id=1), gpu("k2", 190, 250, correlation_id=2),
+                   gpu("k3", 240, 245, correlation_id=3), gpu("k4", 260, 300, correlation_id=4))
+    graph = dependency_graph(events)
+    # event ids: 0 the step, 1-4 the launches, 5-8 k1-k4; node 2e its start, 2e + 1 its end
+    stream = sorted(graph.filter(pl.col("edge") == "stream").select("src_node", "dst_node", "segment", "gap_ns").rows())
+    assert stream == [(10, 11, "kernel", 100), (10, 12, "queue", 90), (11, 13, "kernel", 50),
+                      (12, 13, "kernel", 60), (12, 14, "queue", 50), (13, 16, "queue", 10), (14, 15, "kernel", 5),
+                      (16, 17, "kernel", 40)]
+    k1 = (pl.col("edge") == "stream") & (pl.col("src_node") == 10) & (pl.col("dst_node") == 11)
+    at = dict(((t, n), r) for t, n, _, r in replay(graph, pl.when(k1).then(200).otherwise(pl.col("weight_ns")))
+              .iter_rows())
+    # k1 ends at 300; k2 (started 90 ns after k1) ends 50 ns after it; k3 5 ns after its start 50 ns after k2's;
+    # k4 10 ns after k2's end
+    assert (at[("t", 11)], at[("t", 13)], at[("t", 15)], at[("t", 16)], at[("t", 17)]) == (300, 350, 245, 360, 400)
+
+
+# -- the real runs -------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """One store for the module: each run is ingested once."""
+    return str(tmp_path_factory.mktemp("whatif") / "store")
+
+
+def raw_steps(folder: Path) -> dict[tuple[int, int], int]:
+    """{(rank, N): duration} of the host-side ProfilerStep#N annotations of every rank file, ns."""
+    out = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        for e in raw_events(path):
+            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
+                out[(rank, int(e["name"].split("#")[1]))] = us_to_ns(e["dur"])
+    return out
+
+
+def whatif_json(store: str, folder: Path, *edits: str) -> dict:
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--json", *edits)
+    assert code == 0, err
+    return json.loads(out)
+
+
+RUNS = [MULTIRANK / "nccl2_slow_rank1", MULTIRANK / "nccl2_balanced", SLOW, BALANCED]
+
+
+@pytest.mark.parametrize("folder", RUNS, ids=lambda p: p.name)
+def test_with_no_edit_the_replay_gives_back_every_measured_step(store, folder):
+    if not folder.exists():
+        pytest.skip("the shared multirank samples are not here")
+    doc = whatif_json(store, folder)
+    steps = raw_steps(folder)
+    assert sorted((r["rank"], r["step"]) for r in doc["steps"]) == sorted(steps)
+    for r in doc["steps"]:
+        raw = steps[(r["rank"], r["step"])]
+        assert r["measured_ns"] == raw
+        assert abs(r["predicted_ns"] - raw) <= 0.02 * raw
+    assert doc["edits"] == [] and doc["command"] == "whatif"
+
+
+def self_times(events: list[dict], name: str, start: int, end: int) -> list[int]:
+    """Self time (duration − the union of the events inside it on its thread) of every ``name`` event starting in
+    [start, end), ns."""
+    out = []
+    host = [(x, us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
+            if x.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")]
+    for t in events:
+        s = us_to_ns(t["ts"])
+        if t["name"] != name or not start <= s < end:
+            continue
+        e = s + us_to_ns(t["dur"])
+        inside = sorted((a, b) for x, a, b in host if x is not t and x.get("tid") == t["tid"] and s <= a and b <= e)
+        covered, reach = 0, s
+        for a, b in inside:
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+        out.append(e - s - covered)
+    return out
+
+
+def delaying_op(folder: Path, slow: int) -> tuple[str, dict[int, int]]:
+    """The host operator whose longest call on rank ``slow`` exceeds the median rank's longest call most, and that
+    call's self time per step on ``slow``: found in the raw JSON."""
+    longest: dict[int, dict[str, int]] = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        per: dict[str, int] = {}
+        for e in raw_events(path):
+            if e.get("cat") == "cpu_op":
+                per[e["name"]] = max(per.get(e["name"], 0), us_to_ns(e["dur"]))
+        longest[rank] = per
+    excess = {n: d - statistics.median(longest[r].get(n, 0) for r in longest)
+              for n, d in longest[slow].items()}
+    name = max(excess, key=excess.get)
+    events = raw_events(folder / f"rank{slow}.json.gz")
+    windows = {int(e["name"].split("#")[1]): (us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+               for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    return name, {n: max(self_times(events, name, s, t)) for n, (s, t) in windows.items()}
+
+
+def twin_mean_step(folder: Path) -> float:
+    steps = raw_steps(folder)
+    return sum(steps.values()) / len(steps)
+
+
+@needs_samples
+@pytest.mark.parametrize("edit", ["--balance", "--drop"])
+def test_removing_rank_2s_delay_gains_its_sleep_on_every_rank(store, edit):
+    """``--balance`` and ``--drop`` of rank 2's delaying op (found in the raw trace: the op whose longest call
+    exceeds the median rank's most) take its sleep off every rank's steps: each rank's step gains at least 90%
+    of that step's sleep and at most the sleep plus 5% of the step."""
+    name, sleeps = delaying_op(SLOW, 2)
+    assert name == "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    assert min(sleeps.values()) > 55_000_000
+    args = ["--balance"] if edit == "--balance" else ["--drop", f"{name}@2"]
+    doc = whatif_json(store, SLOW, *args)
+    steps = raw_steps(SLOW)
+    for r in doc["steps"]:
+        gain = steps[(r["rank"], r["step"])] - r["predicted_ns"]
+        assert 0.9 * sleeps[r["step"]] <= gain <= sleeps[r["step"]] + 0.05 * steps[(r["rank"], r["step"])], r
+    if edit == "--drop":
+        (e,) = doc["edits"]
+        assert e["ranks"] == [2] and e["names"] == [name]
+        # the work taken out: every call's self time on rank 2, per step (raw JSON)
+        events = raw_events(SLOW / "rank2.json.gz")
+        windows = [(us_to_ns(x["ts"]), us_to_ns(x["ts"]) + us_to_ns(x["dur"])) for x in events
+                   if x.get("cat") == "user_annotation" and x["name"].startswith("ProfilerStep#")]
+        own = sum(sum(self_times(events, name, a, b)) for a, b in windows) / len(windows)
+        assert e["removed_per_step_by_rank"] == {"2": pytest.approx(own, rel=1e-3)}
+    # the sleep is off the predicted path: it is no longer its largest part
+    assert all(t["name"] != name for t in doc["path"]["top"])
+
+
+@needs_samples
+@pytest.mark.xfail(strict=True, reason="the slow run's all_reduces themselves ran 1.66× as long after their last "
+                                       "rank joined as the twin's (test below): a replay of the slow run keeps "
+                                       "them, so it predicts ~77 ms against the twin's 50.5 ms")
+@pytest.mark.parametrize("edit", ["--balance", "--drop"])
+def test_balanced_prediction_meets_the_twin_within_15_pct(store, edit):
+    name, _ = delaying_op(SLOW, 2)
+    doc = whatif_json(store, SLOW, *(["--balance"] if edit == "--balance" else ["--drop", f"{name}@2"]))
+    twin = twin_mean_step(BALANCED)
+    assert abs(doc["mean"]["predicted_ns"] - twin) <= 0.15 * twin
+
+
+def collective_times(folder: Path) -> list[float]:
+    """Per gloo all_reduce instance (k-th long ``gloo:all_reduce`` annotation of every rank), the time from its
+    last rank's joining (annotation start) to the mean rank's leaving (annotation end), ns."""
+    per_rank = []
+    for path in sorted(folder.glob("rank*.json.gz")):
+        per_rank.append(sorted(((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in raw_events(path)
+                                if e["name"] == "gloo:all_reduce" and us_to_ns(e["dur"]) > 1_000_000)))
+    out = []
+    for k in range(len(per_rank[0])):
+        last = max(r[k][0] for r in per_rank)
+        out.append(sum(r[k][1] for r in per_rank) / len(per_rank) - last)
+    return out
+
+
+@needs_samples
+def test_why_the_twin_is_missed_the_slow_runs_collectives_are_slower(store):
+    """The miss above, measured in the raw JSON: every all_reduce of the slow run took longer after its last rank
+    joined than the same all_reduce of the balanced twin, 1.5× as long or more in all, and the prediction keeps the
+    slow run's: it is within 15% of the twin's step plus the all_reduces' extra time per step."""
+    slow, twin = collective_times(SLOW), collective_times(BALANCED)
+    assert len(slow) == len(twin) == 6
+    assert all(s > t for s, t in zip(slow, twin)) and sum(slow) >= 1.5 * sum(twin)
+    extra_per_step = (sum(slow) - sum(twin)) / 3
+    doc = whatif_json(store, SLOW, "--balance")
+    expected = twin_mean_step(BALANCED) + extra_per_step
+    assert abs(doc["mean"]["predicted_ns"] - expected) <= 0.15 * expected
+
+
+def test_a_trimmed_run_says_what_it_cannot_replay(store):
+    """nccl2_slow_rank1 keeps only the communication operators and annotations: rank 1's sleep in its gradient
+    hook is untraced time. --balance does not guess it away: the steps stay within 10% of their measured time
+    (the balanced twin measured a third of it), and it says which rank's path holds time it cannot replay."""
+    folder = MULTIRANK / "nccl2_slow_rank1"
+    doc = whatif_json(store, folder, "--balance")
+    steps = raw_steps(folder)
+    for r in doc["steps"]:
+        assert r["predicted_ns"] >= 0.9 * steps[(r["rank"], r["step"])]
+    twin = twin_mean_step(MULTIRANK / "nccl2_balanced")
+    assert doc["mean"]["predicted_ns"] > 2.5 * twin
+    assert any("is time on rank 1 that the trace does not show" in line for line in doc["cannot_replay"])
+    assert doc["missing"] == [
+        "no runtime calls (launches, synchronisations): no wait of the host for the GPU or for another thread can "
+        "be replayed",
+        "no operators (only annotations and collective calls): the host's own work is untraced time, replayed as "
+        "measured"]
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--drop",
+                             "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad@1")
+    assert code == 2 and out == ""
+    assert err == ("traceparse: error: run nccl2_slow_rank1: --drop autograd::engine::evaluate_function: "
+                   "torch::autograd::AccumulateGrad@1: no host op or annotation on rank 1 is named "
+                   "'autograd::engine::evaluate_function: torch::autograd::AccumulateGrad' (exactly or as a glob)\n")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    store = str(tmp_path / "store")
+    ncu = next(iter(sorted((FIXTURES / "ncu").glob("*.csv"))))
+    code, out, err = run_cli("--store", store, "whatif", str(ncu))
+    assert code == 2 and out == "" and "Traceback" not in err
+    *warnings, line = err.splitlines()  # the reader's own warnings about the file, then one error line
+    assert all(w.startswith("traceparse: warning: ") for w in warnings)
+    assert line == f"traceparse: error: {ncu.name}: no timeline to replay: the trace has no events placed in time"
+    code, out, err = run_cli("--store", store, "whatif", str(MULTIRANK / "nccl2_balanced"), "--scale", "tensor=2")
+    assert code == 2 and err.startswith("traceparse: error: --scale 'tensor=2': unknown kind or category 'tensor'; "
+                                        "valid: kernel, memcpy, memset, comm, communication, ")
+
+
+def test_text_view_names_the_edits_and_the_mean(tmp_path):
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "--width", "100", "whatif",
+                             str(MULTIRANK / "nccl2_balanced"), "--scale", "comm=0.5")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert text.startswith("whatif run nccl2_balanced ")
+    assert "--scale comm=0.5: " in text and "mean step: " in text and "predicted critical path: " in text
+
+
+# -- the DDP twins (fixtures/make_whatif_twins.py: the same job balanced, with a slow data loader, a slow hook) -----
+DDP = MULTIRANK
+
+
+def planted_delay(variant: str, slow: int) -> str:
+    """The slow rank's delaying event, found in the raw JSON: of its operators and annotations of 20 ms or more
+    (not the step, the collectives, DDP's forward), the one with the largest self time; on the other ranks no
+    event of that name has 5 ms of it."""
+    from helpers import self_time
+
+    skip = ("ProfilerStep#", "gloo:", "c10d::", "DistributedDataParallel", "nccl:")
+    per_rank = {r: raw_events(DDP / variant / f"rank{r}.json.gz") for r in range(4)}
+    mine = per_rank[slow]
+    long = [e for e in mine if e.get("cat") in ("cpu_op", "user_annotation") and us_to_ns(e["dur"]) >= 20_000_000
+            and not e["name"].startswith(skip)]
+    name = max(long, key=lambda e: self_time(mine, e))["name"]
+    for r, events in per_rank.items():
+        if r != slow:
+            assert all(self_time(events, e) < 5_000_000 for e in events if e["name"] == name)
+    return name
+
+
+@pytest.mark.parametrize("variant, slow", [("ddp4_slow_hook", 2), ("ddp4_slow_loader", 1)])
+@pytest.mark.parametrize("edit", ["--balance", "--drop"])
+def test_the_ddp_twins_balanced_prediction_meets_the_balanced_twin(store, variant, slow, edit):
+    """Issue 24's acceptance on twins made minutes apart on one H100 (gloo, 4 ranks, 40 ms planted on one rank: in
+    a gradient hook, or in the data loader): ``--balance``, or ``--drop`` of the delaying event found in the raw
+    JSON, predicts the balanced twin's mean ProfilerStep#N time (raw JSON) within 15%."""
+    args = ["--balance"] if edit == "--balance" else ["--drop", f"{planted_delay(variant, slow)}@{slow}"]
+    doc = whatif_json(store, DDP / variant, *args)
+    slow_steps = raw_steps(DDP / variant)
+    assert doc["mean"]["measured_ns"] == pytest.approx(sum(slow_steps.values()) / len(slow_steps), abs=1)
+    twin = twin_mean_step(DDP / "ddp4_balanced")
+    assert doc["mean"]["measured_ns"] > 1.6 * twin  # the delay is there to be taken out
+    assert abs(doc["mean"]["predicted_ns"] - twin) <= 0.15 * twin, (doc["mean"], twin)

@@ -1,0 +1,418 @@
+"""What-if: each step's dependency graph replayed with changed durations (``traceparse whatif``, issue 24 item 5).
+
+The graph is :data:`traceparse.measures.critical_path.dependency_graph`'s, replayed by the one engine
+(:class:`traceparse.measures.replay.Replayer`); docs/critical_path.md says what every edge is. An edit changes
+the weights of some edges:
+
+``drop NAME[@RANK]``   a host op or annotation takes no time: the ``thread`` edges it owns (its self time) weigh
+                       nothing; its children keep theirs. NAME matches a name exactly or as a glob (``fnmatch``).
+``scale KEY=FACTOR``   GPU work of a kind (``kernel``, ``memcpy``, ``memset``) or kernel category (kernel-share's:
+                       ``gemm``, ``convolution``, ...) takes FACTOR times as long; ``comm`` (or ``communication``)
+                       scales all communication: communication kernels, collective calls' and annotations' own
+                       time, and each collective from its last member's joining to a member's leaving.
+``balance``            every rank behaves like the median rank: per name (host operators, annotations and runtime
+                       calls by self time, kernels, copies and memsets by duration, over the steps; neither
+                       collectives, synchronisations nor step annotations, whose time is waiting), a rank whose
+                       time per step exceeds the median over the ranks has that name's edges scaled by
+                       median / its own.
+
+The predicted step of a rank is the replayed time between its step window's two ends (the nodes at its start and
+end: the ``ProfilerStep#N`` annotation's own, where there is one). With no edit every node lands where it was
+measured, so the prediction is the measured step. Time the trace does not show (``untraced`` edges: a host thread
+running nothing the trace records, a stream idle before work whose launch is not in the trace) is replayed as
+measured: whatif says where the path holds such time rather than guess what it was.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from traceparse import expr
+from traceparse.errors import InputError
+from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph)
+from traceparse.measures.nesting import step_time_by_name
+from traceparse.measures.replay import Replayer
+from traceparse.measures.step_paths import step_windows
+from traceparse.measures.steps import STEP_NAME
+
+#: ``--scale`` keys that are kinds of GPU work (the kernel categories are the others), and ``comm``.
+SCALE_KINDS = ("kernel", "memcpy", "memset", "comm")
+#: Segments of GPU activities (an activity's own ``stream`` edge, start → end) by the kind they are.
+GPU_SEGMENTS = {"kernel": "kernel", "copy": "memcpy", "memset": "memset", "communication": "kernel"}
+#: Host kinds an op or annotation is (the ``category`` of its ``thread`` edges).
+HOST_OWNER_KINDS = ("op", "marker", "api", "region")
+
+
+@dataclass(frozen=True)
+class Drop:
+    """``--drop NAME[@RANK]``: the host ops and annotations named NAME (exactly or as a glob) take no time."""
+
+    pattern: str
+    rank: int | None = None
+
+    @property
+    def text(self) -> str:
+        return f"--drop {self.pattern}" + (f"@{self.rank}" if self.rank is not None else "")
+
+    def matches(self, names: pl.Series) -> pl.Series:
+        """Which of ``names`` the pattern matches (exactly, or as a glob)."""
+        hit = [n for n in names.unique().to_list() if n == self.pattern or fnmatch.fnmatchcase(n, self.pattern)]
+        return names.is_in(hit)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """``--scale KEY=FACTOR``: GPU work of a kind or kernel category (or all communication) × FACTOR."""
+
+    key: str
+    factor: float
+
+    @property
+    def text(self) -> str:
+        return f"--scale {self.key}={self.factor:g}"
+
+
+def scale_keys() -> list[str]:
+    """The valid ``--scale`` keys: :data:`SCALE_KINDS`, ``communication`` and the kernel categories in force
+    (kernel-share's, plugins' rows included)."""
+    categories = dict.fromkeys(c for c, _ in expr.kernel_categories())
+    categories[expr.OTHER_CATEGORY] = None
+    return list(dict.fromkeys([*SCALE_KINDS, "communication", *categories]))
+
+
+def parse_drop(text: str) -> Drop:
+    """``NAME`` or ``NAME@RANK`` (RANK a whole number) as a :class:`Drop`; a one-line error for an empty name."""
+    name, rank = text, None
+    head, sep, tail = text.rpartition("@")
+    if sep and tail.isascii() and tail.isdigit() and head:
+        name, rank = head, int(tail)
+    if not name.strip():
+        raise InputError(f"--drop {text!r}: expected NAME or NAME@RANK (a host op or annotation's name or glob)")
+    return Drop(name, rank)
+
+
+def parse_scale(text: str) -> Scale:
+    """``KEY=FACTOR`` as a :class:`Scale`: KEY one of :func:`scale_keys`, FACTOR a finite number ≥ 0."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    valid = scale_keys()
+    if not sep:
+        raise InputError(f"--scale {text!r}: expected KIND_OR_CATEGORY=FACTOR, e.g. gemm=0.5")
+    if key not in valid:
+        raise InputError(f"--scale {text!r}: unknown kind or category {key!r}; valid: {', '.join(valid)}")
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = math.nan
+    if not math.isfinite(factor) or factor < 0:
+        raise InputError(f"--scale {text!r}: FACTOR a number ≥ 0, got {value!r}")
+    return Scale("comm" if key == "communication" else key, factor)
+
+
+@dataclass
+class Applied:
+    """What one edit changed: its text, what it matched (``calls``: events, or names for ``--balance``;
+    ``ranks``; ``names``), and the time it took out of (negative: added to) the matched edges inside the steps:
+    ``removed_ns`` per step of the ranks it touched, ``by_rank`` per step of each of them (``None`` for a trace
+    without ranks). Time taken out of an edge off the critical path gains nothing."""
+
+    text: str
+    calls: int = 0
+    ranks: list = field(default_factory=list)
+    removed_ns: int = 0
+    names: list = field(default_factory=list)
+    by_rank: dict = field(default_factory=dict)
+
+
+@dataclass
+class WhatIf:
+    """The result of :func:`what_if`: per step of every rank the measured and predicted step time; the new critical
+    path's length per step and its largest parts; what each edit matched; what the trace cannot replay."""
+
+    steps: pl.DataFrame
+    path_ns: float
+    top: list[dict]
+    applied: list[Applied]
+    cannot: list[str]
+    missing: list[str]
+
+
+# -- the graph's parts an edit touches ----------------------------------------------------------------------------
+def _itself() -> pl.Expr:
+    """A GPU activity's own edge: ``stream``, from its start node to its end node."""
+    return ((pl.col("edge") == "stream") & (pl.col("src_node") == 2 * pl.col("event_id"))
+            & (pl.col("dst_node") == 2 * pl.col("event_id") + 1))
+
+
+def _own_time() -> pl.Expr:
+    """A host event's own time: the ``thread`` edges it owns (not time the trace does not show)."""
+    return (pl.col("edge") == "thread") & pl.col("event_id").is_not_null() & (pl.col("segment") != "untraced")
+
+
+def _scale_mask(graph: pl.DataFrame, key: str) -> pl.Expr:
+    if key == "comm":
+        return ((pl.col("segment") == "communication") & pl.col("edge").is_in(["thread", "stream", "leave",
+                                                                                 "enqueue"]))
+    if key in ("kernel", "memcpy", "memset"):
+        segments = [s for s, k in GPU_SEGMENTS.items() if k == key]
+        return _itself() & pl.col("segment").is_in(segments)
+    return _itself() & pl.col("segment").is_in(["kernel", "communication"]) & (pl.col("category") == key)
+
+
+def _weights(graph: pl.DataFrame) -> np.ndarray:
+    return graph["weight_ns"].cast(pl.Float64).to_numpy().copy()
+
+
+def _in_steps(graph: pl.DataFrame, windows: pl.DataFrame) -> np.ndarray:
+    """Per edge: whether its destination lies inside one of its trace's step windows (measured times)."""
+    inside = np.zeros(graph.height, dtype=bool)
+    trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
+    keyed = graph.select(trace.alias("t"), "dst_ns").with_row_index("i")
+    for (t,), w in windows.group_by("trace_id", maintain_order=True):
+        rows = keyed.filter(pl.col("t") == t)
+        if rows.height == 0:
+            continue
+        times = rows["dst_ns"].to_numpy()
+        hit = np.zeros(len(times), dtype=bool)
+        for a, b in w.select("start_ns", "end_ns").iter_rows():
+            hit |= (times > a) & (times <= b)
+        inside[rows["i"].to_numpy()[hit]] = True
+    return inside
+
+
+def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, drops=(), scales=(),
+                balance: bool = False) -> tuple[np.ndarray, list[Applied]]:
+    """The weight of every edge of ``graph`` after the edits (graph row order), and what each edit matched.
+
+    ``windows``: the step windows (:func:`step_windows`), over which an edit's time per step is counted. A drop
+    that matches no host op or annotation (on its rank) is a one-line :class:`InputError`; so is a rank the trace
+    does not have, and ``balance`` on a trace of one rank."""
+    w = _weights(graph)
+    inside = _in_steps(graph, windows)
+    ranks = sorted(r for r in graph["rank"].drop_nulls().unique().to_list())
+    applied = []
+    host_owned = graph.select(_own_time()).to_series().to_numpy()  # a host op's or annotation's own time
+    for d in drops:
+        if d.rank is not None and d.rank not in ranks:
+            where = f"ranks {', '.join(map(str, ranks))}" if ranks else "one trace without ranks"
+            raise InputError(f"{d.text}: no rank {d.rank} in the trace ({where})")
+        names = graph["name"].fill_null("")
+        hit = host_owned & d.matches(names).to_numpy()
+        if d.rank is not None:
+            hit &= (graph["rank"] == d.rank).fill_null(False).to_numpy()
+        if not hit.any():
+            on = f" on rank {d.rank}" if d.rank is not None else ""
+            raise InputError(f"{d.text}: no host op or annotation{on} is named {d.pattern!r} (exactly or as a glob)")
+        before = w.copy()
+        w[hit] = 0
+        matched = graph.filter(pl.Series(hit))
+        applied.append(_applied(d.text, matched.select("trace_id", "event_id").unique().height, graph, windows,
+                                (before - w) * inside, sorted(matched["name"].unique().to_list())))
+    for s in scales:
+        hit = graph.select(_scale_mask(graph, s.key)).to_series().fill_null(False).to_numpy()
+        before = w.copy()
+        w[hit] = w[hit] * s.factor
+        matched = graph.filter(pl.Series(hit))
+        calls = matched.filter(_itself()).select("trace_id", "event_id").unique().height if s.key != "comm" else \
+            matched.select("trace_id", "event_id").unique().height
+        applied.append(_applied(s.text, calls, graph, windows, (before - w) * inside * hit))
+    if balance:
+        if len(ranks) < 2:
+            raise InputError("--balance: the trace is not a run of several ranks (every rank behaves like the "
+                             "median rank needs ranks to compare)")
+        before = w.copy()
+        factors = balance_factors(events, graph)
+        names: set = set()
+        if factors.height:
+            kind = (pl.when(_itself()).then(pl.col("segment").replace_strict(GPU_SEGMENTS, default=None))
+                    .when(_own_time()).then(pl.col("category")))
+            keyed = graph.select(pl.col("trace_id").alias("t"), kind.alias("kind"), "name").with_row_index("i")
+            hits = keyed.join(factors, left_on=["t", "kind", "name"], right_on=["trace_id", "kind", "name"],
+                              how="inner")
+            idx = hits["i"].to_numpy()
+            w[idx] = w[idx] * hits["factor"].to_numpy()
+            names = set(hits["name"].to_list())
+        applied.append(_applied("--balance", int(factors.select("kind", "name").unique().height), graph, windows,
+                                (before - w) * inside, sorted(names)))
+    return w, applied
+
+
+def _applied(text: str, calls: int, graph: pl.DataFrame, windows: pl.DataFrame, taken: np.ndarray,
+             names: list | None = None) -> Applied:
+    """An :class:`Applied`: the time ``taken`` out of each edge (graph row order, 0 outside the steps) summed per
+    rank and divided by that rank's steps, for the ranks (traces) whose edges it changed."""
+    per = (graph.select("trace_id").with_columns(taken=pl.Series(taken, dtype=pl.Float64))
+           .filter(pl.col("taken") != 0).group_by("trace_id").agg(pl.col("taken").sum()))
+    steps = dict(windows.group_by("trace_id").agg(pl.len()).iter_rows())
+    rank_of = dict(windows.select("trace_id", "rank").unique().iter_rows())
+    by_rank, total, n = {}, 0.0, 0
+    for trace, ns in per.iter_rows():
+        k = max(1, steps.get(trace, 0))
+        by_rank[rank_of.get(trace)] = round(ns / k)
+        total, n = total + ns, n + k
+    touched = sorted((r for r in by_rank if r is not None))
+    return Applied(text, calls, touched, round(total / n) if n else 0, names or [],
+                   dict(sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
+
+
+def balance_factors(events: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
+    """Per (trace, kind, name): median / own time per step, where a rank's time per step exceeds the median over
+    the ranks (:data:`traceparse.measures.step_time_by_name`; 0 on a rank that never runs it). Neither
+    collectives, step annotations nor synchronisations: their time is waiting."""
+    table = step_time_by_name(events)
+    if table.height == 0:
+        return pl.DataFrame(schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
+                                    "factor": pl.Float64})
+    waiting = (pl.col("name").str.contains(STEP_NAME) | expr.collective(pl.col("name").fill_null("")).is_not_null()
+               | ((pl.col("kind") == "api") & (expr.api_class(pl.col("name")) == "synchronize")))
+    table = table.with_columns(pl.col("trace_id").cast(pl.String), pl.col("kind").cast(pl.String)).filter(~waiting)
+    traces = graph.filter(pl.col("dst_trace") != INSTANCE_TRACE)["dst_trace"].unique().to_list()
+    rows = []
+    cells: dict[tuple, dict] = {}
+    for tr, kind, name, t, n in table.select("trace_id", "kind", "name", "time_ns", "steps").iter_rows():
+        if tr in traces and n:
+            cells.setdefault((kind, name), {})[tr] = t / n
+    for (kind, name), by_trace in cells.items():
+        median = statistics.median(by_trace.get(tr, 0.0) for tr in traces)
+        for tr, own in by_trace.items():
+            if own > median:
+                rows.append((tr, kind, name, median / own))
+    return pl.DataFrame(rows, schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
+                                      "factor": pl.Float64}, orient="row")
+
+
+# -- the replayed graph's critical path ---------------------------------------------------------------------------
+def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weights: np.ndarray) -> pl.DataFrame:
+    """``graph`` with every node at its replayed time (``src_ns``, ``dst_ns``), ``weight_ns`` the edited weights
+    and ``critical`` chosen again: each node's in-edge that arrived last (source time + weight), ties to the later
+    source, then an explicit edge over an inferred one, then program order (:data:`EDGE_KINDS`)."""
+    src_at, dst_at = at[replayer.src], at[replayer.dst]
+    w = np.rint(weights).astype(np.int64)
+    order = pl.col("edge").replace_strict({k: i for i, k in enumerate(EDGE_KINDS)}, return_dtype=pl.Int32)
+    g = graph.with_columns(src_ns=pl.Series(src_at), dst_ns=pl.Series(dst_at), weight_ns=pl.Series(w),
+                           _arr=pl.Series(src_at + w)).with_row_index("_i")
+    g = g.with_columns(gap_ns=pl.col("dst_ns") - pl.col("src_ns"), _order=order)
+    best = (g.sort(["_arr", "src_ns", "inferred", "_order"], descending=[True, True, False, False])
+            .group_by("dst_trace", "dst_node", maintain_order=True).agg(pl.col("_i").first()))
+    chosen = np.zeros(g.height, dtype=bool)
+    chosen[best["_i"].to_numpy()] = True
+    return g.with_columns(critical=pl.Series(chosen)).drop("_i", "_arr", "_order")
+
+
+def _lane() -> pl.Expr:
+    return (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
+            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
+            .otherwise(pl.lit("-")))
+
+
+def _step_free(name: pl.Expr) -> pl.Expr:
+    """A name with its step number left out (``(nothing traced in ProfilerStep#3)`` → ``… ProfilerStep#N)``), so
+    that one part of every step adds up."""
+    return name.str.replace(r"ProfilerStep#\d+", "ProfilerStep#N")
+
+
+def top_segments(segments: pl.DataFrame, paths: int, top: int) -> list[dict]:
+    """The ``top`` largest parts of the paths' ``segments`` (rank, lane, kind, name), per path (step of a rank),
+    with their share of the paths' total length."""
+    if segments.height == 0:
+        return []
+    total = int(segments["duration_ns"].sum())
+    rows = (segments.with_columns(lane=_lane(), name=_step_free(pl.col("name")))
+            .group_by("segment_rank", "lane", "segment", "name")
+            .agg(ns=pl.col("duration_ns").sum()).filter(pl.col("ns") > 0)
+            .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
+            .head(top))
+    return [{"rank": r["segment_rank"], "lane": r["lane"], "kind": r["segment"], "name": r["name"],
+             "per_step_ns": round(r["ns"] / max(paths, 1)), "share_pct": expr.pct(r["ns"], total)}
+            for r in rows.iter_rows(named=True)]
+
+
+# -- what the trace cannot replay ---------------------------------------------------------------------------------
+def missing_edges(events: pl.DataFrame) -> list[str]:
+    """The edges the trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
+    host = (pl.col("pid").is_not_null() & expr.kind_is(*HOST_OWNER_KINDS) & pl.col("start_ns").is_not_null())
+    ops = expr.kind_is("op") & ~expr.is_communication() & (pl.col("name") != "record_param_comms")
+    row = events.select(host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(),
+                        api=expr.kind_is("api").sum(), ops=ops.sum()).row(0, named=True)
+    out = []
+    if not row["host"]:
+        out.append("no host events: only the GPU streams' order can be replayed")
+    elif not row["threads"]:
+        out.append("host events without a thread id: the host's program order cannot be replayed")
+    else:
+        if not row["api"]:
+            out.append("no runtime calls (launches, synchronisations): no wait of the host for the GPU or for "
+                       "another thread can be replayed")
+        if not row["ops"]:
+            out.append("no operators (only annotations and collective calls): the host's own work is untraced "
+                       "time, replayed as measured")
+    return out
+
+
+def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float = 10.0) -> list[str]:
+    """One line per rank whose untraced time on the predicted paths is at least ``min_pct`` of its steps."""
+    if segments.height == 0:
+        return []
+    n = paths.height
+    per_rank = (segments.filter(pl.col("segment") == "untraced").group_by("segment_rank")
+                .agg(ns=pl.col("duration_ns").sum(), name=_step_free(pl.col("name")).mode().first())
+                .sort("ns", descending=True))
+    step = float((paths["end_ns"] - paths["start_ns"]).sum()) / max(n, 1)
+    out = []
+    for rank, ns, name in per_rank.iter_rows():
+        per = ns / max(n, 1)
+        if step > 0 and 100 * per / step >= min_pct:
+            who = f" on rank {rank}" if rank is not None else ""
+            out.append(f"{fmt_ns(per)} per step of the predicted path ({fmt_pct(100 * per / step)}) is time"
+                       f"{who} that the trace does not show, mostly {name}: replayed as measured (what the trace "
+                       "does not record cannot be shortened or removed)")
+    return out
+
+
+# -- the whole what-if -----------------------------------------------------------------------------------------------
+def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, align_clocks: bool = False,
+            top: int = 8, graph: pl.DataFrame | None = None) -> WhatIf:
+    """Replay every step of ``events`` (a trace, or a run's ranks) with the edits and return, per step of each rank,
+    ``measured_ns`` and ``predicted_ns`` (and ``gain_ns`` = measured − predicted), the predicted critical path (its
+    mean length per step and ``top`` largest parts), what each edit matched, and what cannot be replayed.
+
+    A trace without a timeline, without host events on a thread or without steps cannot be replayed: a one-line
+    :class:`InputError` says which."""
+    if graph is None:
+        graph = dependency_graph(events, align_clocks=align_clocks)
+    if graph.height == 0:
+        raise InputError("no timeline to replay: the trace has no events placed in time")
+    if not (graph["edge"] == "thread").any():
+        raise InputError("no host events on a thread: whatif needs the host's program order (" +
+                         "; ".join(missing_edges(events) or ["no thread edges"]) + ")")
+    windows = step_windows(events, graph)
+    if windows.height == 0:
+        raise InputError("no steps to replay: the trace has no ProfilerStep#N, no step range and no optimizer "
+                         "mark (whatif predicts step times)")
+    weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
+    replayer = Replayer(graph)
+    at = replayer.run(weights)
+    first, last = replayer.window_nodes(graph, windows)
+    ok = (first >= 0) & (last >= 0)
+    measured = (windows["end_ns"] - windows["start_ns"]).to_numpy()
+    shift = np.where(ok, (at[last] - replayer.measured[last]) - (at[first] - replayer.measured[first]), 0)
+    predicted = measured + shift
+    steps = windows.with_columns(measured_ns=pl.Series(measured, dtype=pl.Int64),
+                                 predicted_ns=pl.Series(predicted, dtype=pl.Int64))
+    steps = steps.with_columns(gain_ns=pl.col("measured_ns") - pl.col("predicted_ns"))
+    # the predicted path: the replayed graph's critical edges, from each window's replayed end
+    moved = replayed_graph(graph, replayer, at, weights)
+    new_windows = windows.with_columns(start_ns=pl.Series(np.where(ok, at[first], windows["start_ns"].to_numpy())),
+                                       end_ns=pl.Series(np.where(ok, at[last], windows["end_ns"].to_numpy())))
+    paths, segments = critical_paths(moved, new_windows)
+    length = float(paths["length_ns"].mean()) if paths.height else 0.0
+    cannot = _untraced_notes(paths, segments)
+    return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top),
+                  applied, cannot, missing_edges(events))
