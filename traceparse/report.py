@@ -19,6 +19,8 @@ from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
+#: The units shown as a whole number with thousands separators.
+COUNT_UNITS = ("count", "problem_count")
 
 
 def fmt_unit(unit: str, value: Any) -> str:
@@ -35,7 +37,7 @@ def fmt_unit(unit: str, value: Any) -> str:
         return fmt_bytes(value)
     if unit == "bytes_binary":
         return fmt_bytes_binary(value)
-    if unit == "count":
+    if unit in COUNT_UNITS:
         return f"{value:,}" if isinstance(value, int) else fmt_number(value)
     if unit == "gbps":
         return f"{fmt_number(float(value))} GB/s"
@@ -369,9 +371,8 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [literal(finding.message)]
-    figures = finding_figures(finding)
-    if figures:
-        pairs = [(figure_label(key, unit) if finding.figures else key, fmt_unit(unit, finding.metrics.get(key))) for key, unit in figures.items()]
+    pairs = shown_figures(finding)
+    if pairs:
         widest = max(len(label) + len(value) for label, value in pairs)
         # two figures a line where every pair fits in half the panel; else one a line, long values wrapping
         across = 2 if len(pairs) > 3 and 2 * (widest + 4) <= inner else 1
@@ -437,6 +438,20 @@ def figure_label(key: str, unit: str) -> str:
     elif suffix and suffix + "_" in key:  # ``delay_ns_p50`` shown in us: "delay p50", the unit in the value
         key = key.replace(suffix + "_", "_", 1)
     return key.replace("_", " ")
+
+
+def shown_figures(finding: Finding) -> list[tuple[str, str]]:
+    """The headline figures as the screen and the HTML report show them: (label, value) pairs in their declared
+    order. The label is the finding's own (``Finding.labels``) else the key's words; a ``problem_count`` figure
+    that is zero is left out (nothing was left out, so it says nothing), JSON keeps it."""
+    pairs = []
+    for key, unit in finding_figures(finding).items():
+        value = finding.metrics.get(key)
+        if unit == "problem_count" and value == 0:
+            continue
+        label = finding.labels.get(key) or (figure_label(key, unit) if finding.figures else key)
+        pairs.append((label, fmt_unit(unit, value)))
+    return pairs
 
 
 def finding_figures(finding: Finding) -> dict[str, str]:
@@ -665,7 +680,7 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
-    if unit == "count" or all(float(v).is_integer() for v in nums):
+    if unit in COUNT_UNITS or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
     return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]

@@ -54,9 +54,12 @@ from traceparse.trace import Trace
 THREAD = ["pid", "device_id", "tid"]
 #: Kinds whose spread over threads is placement, not load: a copy runs on the device its data goes to.
 PLACED_KINDS = ("memcpy", "memset")
-FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "count",
-           "aggregated_rows_skipped": "count", "exclusive_rows": "count", "self_time_rows": "count",
+FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "problem_count",
+           "aggregated_rows_skipped": "problem_count", "exclusive_rows": "count", "self_time_rows": "count",
            "inclusive_only_rows": "count"}
+#: Screen labels where the key's words would read like another figure: the routines' self time over all threads (not
+#: another rule's time).
+LABELS = {"time_ns": "self time"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("per_call_ns", "per call", "ns"),
            Column("inclusive_ns", "inclusive", "ns"),
@@ -148,7 +151,8 @@ class Hotspots(Rule):
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
-                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES)]
+                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
+                            labels=LABELS)]
         findings.append(self._per_thread(per_thread, t, names))
         return findings
 
