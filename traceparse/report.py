@@ -524,7 +524,10 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     names (shortened as kernel names are, or ``as_written``). When even that
     does not fit, the last declared columns (the least important) are dropped
     and a note below the table names them. A label may take two lines
-    (``"host\\nmedian"``): its column is as wide as its longest line.
+    (``"host\\nmedian"``): its column is as wide as its longest line. Where
+    a column would be dropped or a short text column (a kind, a thread) cut,
+    headers wider than their cells go on two lines first
+    (``"thread /\\nstream"``, ``"per step\\n(ms)"``), if that leaves out less.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -534,12 +537,64 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     cells = [f[1] for f in formatted]
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
+    layout = _layout(columns, rows, headers, cells, width, text_idx, name_idx)
+    if _squeezed(layout, text_idx, name_idx):  # a column dropped or a short text cut: headers on two lines
+        folded = [h if i in (0, name_idx) else _folded(h, max((len(x) for x in cells[i]), default=0))
+                  for i, h in enumerate(headers)]  # what names the rows keeps its header whole
+        if folded != headers:
+            cells_again = [list(c) for c in cells]
+            again = _layout(columns, rows, folded, cells_again, width, text_idx, name_idx)
+            if _squeeze_rank(again, text_idx, name_idx) < _squeeze_rank(layout, text_idx, name_idx):
+                layout, headers, cells = again, folded, cells_again
+    shown, widths, natural, dropped = layout
+    key: dict[str, int] = {}
+    table = Table(title=None if title is None else literal(title), title_justify="left", show_edge=False,
+                  header_style="bold")
+    for i in shown:
+        c = columns[i]
+        if c.unit in TEXT_UNITS:
+            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
+        else:
+            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
+                             justify="left" if c.unit == "id" else "right")
+    for r in range(len(rows)):  # the key numbers, in order of the rows
+        for i in shown:
+            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
+                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
+    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
+        if columns[i].unit in TEXT_UNITS:
+            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
+            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
+            room = widths[i] - max((len(n) for n in numbers), default=0)
+            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
+                cells[i][r] = cut + number
+    for r in range(len(rows)):
+        table.add_row(*(literal(cells[i][r]) for i in shown))
+    parts: list[Any] = [table]
+    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
+        lines = Table.grid(padding=(0, 1))
+        lines.add_column(style="dim", no_wrap=True)
+        lines.add_column(overflow="fold")
+        room = width - len(f"[{len(key)}]") - 1
+        for full, n in key.items():
+            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
+            lines.add_row(f"[{n}]", literal(entry))
+        parts.append(lines)
+    if dropped:
+        parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
+    return parts
+
+
+def _layout(columns: list[Column], rows: list[dict], headers: list[str], cells: list[list[str]], width: int,
+            text_idx: list[int], name_idx: int | None) -> tuple[list[int], dict[int, int], list[int], list[str]]:
+    """Where :func:`_fitted_table` puts its columns: (the columns shown, their widths, each column's natural
+    width, the labels of those dropped). A wide screen re-shortens the name column's ``headers``/``cells``."""
     natural = [max([_header_width(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
     if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
         room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
         if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
             c = columns[name_idx]
-            headers[name_idx], cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)
+            cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)[1]  # a name's header: its label
             natural[name_idx] = max([_header_width(headers[name_idx])] + [len(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
@@ -581,42 +636,32 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             grow = min(share, natural[i] - widths[i], spare)
             widths[i] += grow
             spare -= grow
-    key: dict[str, int] = {}
-    table = Table(title=None if title is None else literal(title), title_justify="left", show_edge=False,
-                  header_style="bold")
-    for i in shown:
-        c = columns[i]
-        if c.unit in TEXT_UNITS:
-            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
-        else:
-            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
-                             justify="left" if c.unit == "id" else "right")
-    for r in range(len(rows)):  # the key numbers, in order of the rows
-        for i in shown:
-            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
-                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
-    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
-        if columns[i].unit in TEXT_UNITS:
-            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
-            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
-            room = widths[i] - max((len(n) for n in numbers), default=0)
-            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
-                cells[i][r] = cut + number
-    for r in range(len(rows)):
-        table.add_row(*(literal(cells[i][r]) for i in shown))
-    parts: list[Any] = [table]
-    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
-        lines = Table.grid(padding=(0, 1))
-        lines.add_column(style="dim", no_wrap=True)
-        lines.add_column(overflow="fold")
-        room = width - len(f"[{len(key)}]") - 1
-        for full, n in key.items():
-            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
-            lines.add_row(f"[{n}]", literal(entry))
-        parts.append(lines)
-    if dropped:
-        parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
-    return parts
+    return shown, widths, natural, dropped
+
+
+def _squeeze_rank(layout, text_idx: list[int], name_idx: int | None) -> tuple[int, int, int]:
+    """How much a layout leaves out, worst first: columns dropped, short text columns cut (a kind, a lane: words
+    a reader should see whole), then the characters the name column lacks."""
+    shown, widths, natural, dropped = layout
+    cut = [i for i in shown if i in text_idx and widths[i] < natural[i]]
+    return (len(dropped), sum(1 for i in cut if i != name_idx),
+            sum(natural[i] - widths[i] for i in cut if i == name_idx))
+
+
+def _squeezed(layout, text_idx: list[int], name_idx: int | None) -> bool:
+    """True when a layout drops a column or cuts a short text column."""
+    rank = _squeeze_rank(layout, text_idx, name_idx)
+    return bool(rank[0] or rank[1])
+
+
+def _folded(header: str, cells_width: int) -> str:
+    """``header`` on two lines, split at the space that makes its longest line shortest, where it is wider
+    than its column's cells (``"thread / stream"`` over ``thread 1513`` is ``"thread /\nstream"``); else as it is."""
+    if "\n" in header or len(header) <= cells_width or " " not in header:
+        return header
+    splits = [i for i, ch in enumerate(header) if ch == " "]
+    best = min(splits, key=lambda i: (max(i, len(header) - i - 1), -i))
+    return header[:best] + "\n" + header[best + 1:]
 
 
 NAME_WIDTH = 60
