@@ -87,8 +87,8 @@ class JaxReader(Reader):
 
 
 #: Why a JSON timeline gives no roofline (meta.extra["no_flops_reason"], which arithmetic-intensity prints).
-NO_HLO = ("the JSON timelines carry no HLO: FLOPs of XLA kernels come from the compiled modules in the "
-          "<host>.xplane.pb beside them (give that file, or the profile directory that holds it)")
+NO_HLO = ("a JAX JSON timeline carries no HLO: the FLOPs of XLA's kernels come from the compiled modules in the "
+          "<host>.xplane.pb beside it (give that file, or the profile directory that holds it)")
 
 
 def _work(rows: pl.DataFrame, modules: list | None, meta: TraceMeta) -> pl.DataFrame:
