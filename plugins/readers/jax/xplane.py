@@ -114,8 +114,9 @@ def _modules(plane, path: Path, options: ReadOptions) -> list:
                 continue
             out.append(Module(proto.hlo_module))
     if bad:
-        options.warn(f"{path}: {len(bad)} compiled module{'s' if len(bad) != 1 else ''} (Hlo Proto) that do not "
-                     f"decode, left out (their kernels get no FLOPs): {', '.join(sorted(bad)[:3])}")
+        one = len(bad) == 1
+        options.warn(f"{path}: {len(bad)} compiled module{'' if one else 's'} (Hlo Proto) that do{'es' if one else ''} "
+                     f"not decode, left out (their kernels get no FLOPs): {', '.join(sorted(bad)[:3])}")
     return out
 
 
