@@ -246,6 +246,39 @@ def test_a_convolution_run_as_two_kernels_shares_its_flops(traces):
         assert a == pytest.approx(b, rel=1e-9)
 
 
+ACCEPTANCE = (FIXTURES / "make_acceptance_captures.py").read_text()
+CONVNET = next((JAX / "jax_convnet" / "plugins" / "profile").iterdir()) / "vm.xplane.pb"
+
+
+def convnet_step_flops() -> tuple[int, int]:
+    """One step of make_acceptance_captures.py's convnet: (its 3x3 'SAME' convolutions, each followed by a 2x2
+    max pool; forward, every weight gradient, the input gradient of all but the first), (the first convolution's
+    forward alone)."""
+    chans = [int(c) for c in re.search(r"chans = \[([\d, ]+)\]", ACCEPTANCE).group(1).split(",")]
+    n, h, w, _ = (int(v) for v in re.search(r"x = jax\.random\.normal\(key, \(([\d, ]+)\)\)", ACCEPTANCE)
+                  .group(1).split(","))
+    convs = []
+    for a, b in zip(chans, chans[1:]):
+        convs.append(2 * n * h * w * b * a * 9)
+        h, w = h // 2, w // 2
+    classes = int(re.search(r"\(256, (\d+)\)\) \* 0\.01", ACCEPTANCE).group(1))
+    dense = 2 * n * chans[-1] * classes
+    return 2 * sum(convs) + sum(convs[1:]) + 3 * dense, convs[0]
+
+
+def test_the_convnet_convolutions_through_cudnn(traces):
+    """cuDNN runs the first convolution as three kernels (two convertTensor, then the GEMM): one execution."""
+    steps = len({e["stats"]["step_num"] for p in decode(CONVNET) for e in p["events"] if "step_num" in e["stats"]})
+    trace = read_paths([CONVNET])[0]
+    kernels = _kernels(trace)
+    per_step, first = convnet_step_flops()
+    assert steps == 3 and kernels["flops"].sum() == pytest.approx(steps * per_step, rel=1e-12)
+    first_conv = kernels.filter(pl.col("hlo_op") == "cudnn-conv.3")
+    assert first_conv.height == 3 * steps
+    assert first_conv["flops"].sum() == pytest.approx(steps * first, rel=1e-12)
+    assert first_conv["concrete_inputs"].str.json_path_match("$.op").unique().to_list() == ["convolution"]
+
+
 def test_the_json_timeline_says_why_it_has_no_roofline():
     trace = read_paths([RUNS["jax_gpt"] / "vm.trace.json.gz"])[0]
     assert _kernels(trace)["flops"].null_count() == _kernels(trace).height

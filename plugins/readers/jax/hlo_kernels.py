@@ -15,9 +15,10 @@ applies:
 3. **by name**: a kernel named after an instruction (``gemm_fusion_dot_17`` → ``gemm_fusion_dot.17``; ROCm's
    ``.kd`` suffix dropped), for replays that do not pair up. Library kernels stay unmatched then.
 
-An instruction may run as several kernels (MIOpen's convolution: ``Im3d2Col`` then its GEMM). One
-*execution* is a run of consecutive kernels of one instruction on a device, a new one starting where the
-run's first kernel name comes again; the execution's FLOPs and bytes are shared among its kernels in
+An instruction may run as several kernels (MIOpen's convolution: ``Im3d2Col`` then its GEMM; cuDNN's: two
+``convertTensor_kernel`` then the GEMM). A run of consecutive kernels of one instruction on a device holds as
+many *executions* as the shortest pattern of their names repeats in it (``A A B``: one; ``A B A B``: two;
+``A A``: two); an execution's FLOPs and bytes are shared among its kernels in
 proportion to their durations, so any sum over kernels is the instructions' and every kernel's FLOP/s is
 its execution's. Columns set on the kernels of instructions with a dot or a convolution: ``flops``,
 ``bytes``, ``input_dims`` (the dot's or convolution's operand shapes, JSON), ``input_types`` (their XLA
@@ -146,46 +147,27 @@ def _fits(module: Module, inst, name: str) -> bool:
 def _write(rows: pl.DataFrame, kernels: pl.DataFrame, matched: dict, notes: HloNotes) -> pl.DataFrame:
     """The work columns of the matched kernels joined onto ``rows`` (an execution's work shared by duration)."""
     out = {k: [] for k in OUT_SCHEMA}
-    execution: list[tuple[int, int, object]] = []  # (event id, duration, work) of the execution being read
-    last_key = first_name = None
+    run: list[tuple[int, str, int, object, str]] = []  # (event id, name, duration, work, how) of the run being read
+    last_key = None
 
     def flush():
-        total = sum(max(d, 0) for _, d, _ in execution)
-        work = execution[0][2]
-        left = work.bytes
-        for k, (event_id, duration, _) in enumerate(execution):
-            share = (max(duration, 0) / total) if total else 1 / len(execution)
-            if work.bytes is None:
-                part = None
-            elif k == len(execution) - 1:
-                part = left
-            else:
-                part = int(work.bytes * share)
-                left -= part
-            out["event_id"].append(event_id)
-            out["flops"].append(float(work.flops) * share if len(execution) > 1 else float(work.flops))
-            out["bytes"].append(part)
-            out["input_dims"].append(json.dumps(work.dims))
-            out["input_types"].append(json.dumps(work.types))
-            out["concrete_inputs"].append(json.dumps(_facts(work, how_of[event_id])))
-        notes.with_flops += len(execution)
-        execution.clear()
+        names = [r[1] for r in run]
+        period = _period(names)
+        for k in range(0, len(run), period):
+            _share(run[k: k + period], out)
+        notes.with_flops += len(run)
+        run.clear()
 
-    how_of = {}
     for event_id, name, duration, device in kernels.select("event_id", "name", "duration_ns", "device_id").iter_rows():
         hit = matched.get(event_id)
         work = hit[0].work(hit[1]) if hit is not None else None
-        key = (device, hit[0].id, hit[1].id) if hit is not None else None
-        if execution and (work is None or key != last_key or name == first_name):
+        key = (device, hit[0].id, hit[1].id) if work is not None else None
+        if run and key != last_key:
             flush()
-        if work is None:
-            last_key = first_name = None
-            continue
-        if not execution:
-            last_key, first_name = key, name
-        how_of[event_id] = hit[2]
-        execution.append((event_id, duration or 0, work))
-    if execution:
+        last_key = key
+        if work is not None:
+            run.append((event_id, name, duration or 0, work, hit[2]))
+    if run:
         flush()
     if not out["event_id"]:
         return rows
@@ -193,6 +175,39 @@ def _write(rows: pl.DataFrame, kernels: pl.DataFrame, matched: dict, notes: HloN
     shared = [c for c in frame.columns if c != "event_id" and c in rows.columns]  # bytes: the copies' own
     joined = rows.join(frame, on="event_id", how="left", maintain_order="left", suffix="_work")
     return joined.with_columns(pl.coalesce(f"{c}_work", c).alias(c) for c in shared).drop(f"{c}_work" for c in shared)
+
+
+def _period(names: list[str]) -> int:
+    """The kernels of one execution in a run of one instruction's kernels: the shortest repeating pattern of
+    their names that fills the run (``A A B``: one execution; ``A B A B``: two; ``A A``: two)."""
+    n = len(names)
+    for p in range(1, n + 1):
+        if n % p == 0 and all(names[i] == names[i % p] for i in range(n)):
+            return p
+    return n
+
+
+def _share(execution: list, out: dict) -> None:
+    """One execution's work shared among its kernels in proportion to their durations (evenly when they have
+    none), the bytes' remainder on the last so that they add up."""
+    total = sum(max(d, 0) for _, _, d, _, _ in execution)
+    work = execution[0][3]
+    left = work.bytes
+    for k, (event_id, _, duration, _, how) in enumerate(execution):
+        share = (max(duration, 0) / total) if total else 1 / len(execution)
+        if work.bytes is None:
+            part = None
+        elif k == len(execution) - 1:
+            part = left
+        else:
+            part = int(work.bytes * share)
+            left -= part
+        out["event_id"].append(event_id)
+        out["flops"].append(float(work.flops) * share if len(execution) > 1 else float(work.flops))
+        out["bytes"].append(part)
+        out["input_dims"].append(json.dumps(work.dims))
+        out["input_types"].append(json.dumps(work.types))
+        out["concrete_inputs"].append(json.dumps(_facts(work, how)))
 
 
 def _facts(work, how: str) -> dict:
