@@ -186,7 +186,8 @@ class GpuIdle(Rule):
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams, "host_activity": activity},
                         items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
-                        figures=FIGURES, labels=LABELS if n_dev == 1 else {**LABELS, "span_ns": "GPU spans, summed"},
+                        figures=FIGURES, labels=LABELS if n_dev == 1 else {
+                            **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev))]
