@@ -37,8 +37,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
     # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
-    # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one)
-    assert len(paths) == 45
+    # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one),
+    # the 5 acceptance captures (H100 and H200)
+    assert len(paths) == 50
     for path in paths:
         check_against_independent(path)
 

@@ -14,6 +14,7 @@ from traceparse.plugins import Registry, registry as default_registry
 from traceparse.rule import Finding, RuleOptions, severity_rank
 from traceparse.trace import Trace
 from traceparse.validate import excerpt
+from traceparse.verdict import QUIET_SHARE, is_quiet  # noqa: F401 - where the report and the summary find them
 
 
 def parse_settings(settings: Iterable[str], reg: Registry | None = None) -> dict[str, dict[str, Any]]:
@@ -158,24 +159,6 @@ def select_findings(findings: Iterable[Finding], min_severity: str | None = None
     return kept
 
 
-#: An info finding whose time at stake is under this share of its trace's span has nothing to say.
-QUIET_SHARE = 0.01
-
-
-def is_quiet(finding: Finding, span_ns: int | None = None) -> bool:
-    """True for a finding with nothing to say, which ``analyze`` folds into one line.
-
-    That is an info finding that either found no time at stake
-    (``impact_ns`` 0, or under :data:`QUIET_SHARE` of the trace's span
-    ``span_ns``), or has no time at stake and nothing to list (no items:
-    it says only that the trace lacks what the rule needs). Warnings are
-    never quiet.
-    """
-    if finding.severity != "info":
-        return False
-    if finding.impact_ns is None:
-        return not finding.items
-    return finding.impact_ns == 0 or (bool(span_ns) and finding.impact_ns < QUIET_SHARE * span_ns)
 
 
 def worst_severity(findings: Iterable[Finding]) -> str | None:

@@ -17,6 +17,7 @@ from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_series
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
+from traceparse.verdict import is_quiet
 from traceparse.trace import Trace
 
 #: Kernel categories listed in the summary.
@@ -120,12 +121,10 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[
     The largest ``impact_ns`` (> 0) of any severity: an info finding with
     more time at stake than a warning is the bottleneck, and the panel shows
     its severity beside it; ties go to the worse severity, then the rule name.
-    A finding with nothing to report (:func:`traceparse.analysis.is_quiet`:
+    A finding with nothing to report (:func:`traceparse.verdict.is_quiet`:
     an info finding with under 1% of ``span_ns`` at stake) is no bottleneck:
     the summary would name what its own tally counts as nothing to report.
     """
-    from traceparse.analysis import is_quiet
-
     timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)]
     if not timed:
         return None

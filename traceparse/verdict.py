@@ -85,3 +85,23 @@ def aggregated_note(ignored: int, what: str = "memcpy", timed: str = "copies") -
     if not ignored:
         return ""
     return f" {ignored} aggregated {what} rows ignored: the trace's timed {timed} already count those calls."
+
+
+#: An info finding whose time at stake is under this share of its trace's span has nothing to say.
+QUIET_SHARE = 0.01
+
+
+def is_quiet(finding, span_ns: int | None = None) -> bool:
+    """True for a finding with nothing to say, which ``analyze`` folds into one line.
+
+    That is an info finding that either found no time at stake
+    (``impact_ns`` 0, or under :data:`QUIET_SHARE` of the trace's span
+    ``span_ns``), or has no time at stake and nothing to list (no items:
+    it says only that the trace lacks what the rule needs). Warnings are
+    never quiet.
+    """
+    if finding.severity != "info":
+        return False
+    if finding.impact_ns is None:
+        return not finding.items
+    return finding.impact_ns == 0 or (bool(span_ns) and finding.impact_ns < QUIET_SHARE * span_ns)
