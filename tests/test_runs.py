@@ -277,6 +277,42 @@ def test_cli_analyze_of_each_sample_run(tmp_path, sample):
 
 
 # -- list / show / rm ---------------------------------------------------------
+def test_panel_of_a_large_run_summarises(tmp_path):
+    """A run of more than 20 ranks: its panel says how many ranks and the spread of their events and spans, and
+    lists only the ranks that stand out (the longest spans, the most and the fewest events, warnings), not one
+    line per rank; a run of 20 lists every rank."""
+    from traceparse_plugins.commands.core.store import RANKS_LISTED
+
+    assert RANKS_LISTED == 20
+    store = str(tmp_path / "s")
+    docs = [kineto(rank=r, world_size=25, start_us=1) for r in range(25)]
+    docs[7]["traceEvents"][2]["dur"] = 500  # rank 7: the longest span (510 us; the others 11 us)
+    docs[9]["traceEvents"].append(dict(docs[9]["traceEvents"][0], ts=3))  # rank 9: 4 events
+    docs[11]["traceEvents"] = docs[11]["traceEvents"][:2]  # rank 11: 2 events, span 8 us
+    for r, doc in enumerate(docs):
+        write(tmp_path / "big" / f"rank{r}.json", doc)
+    spans = {r: max(e["ts"] + e["dur"] for e in d["traceEvents"]) - min(e["ts"] for e in d["traceEvents"])
+             for r, d in enumerate(docs)}
+    counts = {r: len(d["traceEvents"]) for r, d in enumerate(docs)}
+    assert spans[7] == 510 and spans[0] == 11 and spans[11] == 8 and counts[9] == 4 and counts[11] == 2
+    code, out, err = run_cli("--store", store, "ingest", "--width", "200", str(tmp_path / "big"))
+    assert code == 0, err
+    assert "25 (0–24)" in out
+    assert "per rank    events 2 to 4, median 3; span 8 us to 510 us, median 11 us" in out
+    lines = {int(line.split()[1]): line for line in out.splitlines()
+             if line.split()[1:2] and line.split()[1].isdigit() and ".json" in line}
+    assert sorted(lines) == [7, 9, 11]  # only the ranks that stand out, not 25 lines
+    assert "longest span" in lines[7] and "most events" in lines[9] and "fewest events" in lines[11]
+    assert "lists all 25 ranks" in out
+
+    few = str(tmp_path / "s2")
+    for r in range(20):
+        write(tmp_path / "twenty" / f"rank{r}.json", kineto(rank=r, world_size=20, start_us=1))
+    code, out, err = run_cli("--store", few, "ingest", "--width", "200", str(tmp_path / "twenty"))
+    assert code == 0, err
+    assert [f"rank{r}.json" in out for r in range(20)] == [True] * 20 and "per rank" not in out
+
+
 def test_list_show_rm_of_runs(tmp_path):
     store = str(tmp_path / "s")
     files = [write(tmp_path / f"w{r}" / f"trace_r{r}.json", kineto(rank=None, start_us=r + 1)) for r in range(3)]

@@ -161,6 +161,11 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
 
 def _raw_text(raws) -> pl.Series:
     """``msgspec.Raw`` values as a String column (an absent value: the empty string), joined in one buffer."""
+    if len(raws) <= 256:  # a few values: one Series, no query (a small file's batch)
+        try:
+            return pl.Series([bytes(raw).decode("utf-8") for raw in raws], dtype=pl.String)
+        except UnicodeDecodeError:
+            return pl.Series(list(map(bytes, raws)), dtype=pl.Binary).cast(pl.String)
     joined = b"\x00".join(raws)  # NUL cannot appear in JSON text: it separates the values
     if raws and joined.count(b"\x00") == len(raws) - 1:
         try:
@@ -247,23 +252,11 @@ def collective_of(names: pl.Series, given: pl.Series) -> pl.Series:
     """The ``collective`` column: Kineto's ``"Collective name"`` (``given``) where there is one, else what the
     event's name says (:func:`traceparse.expr.collective`).
 
-    Worked out only on the rows that may be communication (any family's name, or a ``"Collective name"``):
-    the same values as on every row, at a fraction of the cost on large traces.
+    Both are worked out once per distinct name (:func:`traceparse.expr.first_match`), in one query.
     """
-    n = len(names)
-    lowered = names.fill_null("").str.to_lowercase()
-    rows = (lowered.str.contains(_ANY_FAMILY) | given.is_not_null()).arg_true()
-    collective = pl.Series("collective", [None] * n, dtype=pl.String)
-    if rows.len():
-        from_args = expr.normalize_collective(pl.lit(given.gather(rows)))
-        from_name = expr.collective(pl.lit(names.gather(rows)).fill_null(""))
-        collective = collective.scatter(rows, pl.select(pl.coalesce(from_args, from_name)).to_series())
-    return collective
-
-
-#: A lower-cased name of any communication family (:data:`traceparse.expr.COMMUNICATION_NAMES`): the rows
-#: :func:`traceparse.expr.collective` can give a collective for.
-_ANY_FAMILY = "|".join(f"(?:{pattern})" for _, pattern in expr.COMMUNICATION_NAMES)
+    found = pl.select(pl.coalesce(expr.normalize_collective(pl.lit(given, dtype=pl.String)),
+                                  expr.collective(pl.lit(names, dtype=pl.String).fill_null(""))))
+    return found.to_series().alias("collective")
 
 
 def _int_or_none(value) -> int | None:
