@@ -194,15 +194,15 @@ def test_small_file_one_careful_batch(path, monkeypatch):
     assert len(_batches(path, small_bytes=size)) >= 1 and counting.read + counting.left > 0  # at the limit
 
 
-def test_small_is_the_default_under_256_kib(tmp_path, monkeypatch):
-    """By default a file of less than 256 KiB (content, a gzip file's uncompressed size) is small, one of
-    256 KiB or more is not; ``small_bytes`` 0 makes no file small."""
-    assert torch_reader.SMALL_FILE_BYTES == 256 * 1024
-    events = [_event(str(i), "1", name=f"kernel {i:06d}") for i in range(4000)]
+def test_small_is_the_default_under_1_mib(tmp_path, monkeypatch):
+    """By default a file of less than 1 MiB (content, a gzip file's uncompressed size) is small, one of
+    1 MiB or more is not; ``small_bytes`` 0 makes no file small."""
+    assert torch_reader.SMALL_FILE_BYTES == 1024 * 1024
+    events = [_event(str(i), "1", name=f"kernel {i:06d}") for i in range(6000)]
     text = '{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events) + "]}"
     big = tmp_path / "big.json"
     big.write_text(text)
-    assert len(text) >= 256 * 1024
+    assert len(text) >= 1024 * 1024
     small = tmp_path / "small.json.gz"
     small.write_bytes(gzip.compress(('{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events[:100]) + "]}")
                                     .encode()))

@@ -59,8 +59,10 @@ class TorchProfilerReader(Reader):
 
 #: A file whose content is smaller than this is read by the careful path alone, in one batch and in this
 #: thread: the fast path's fixed cost per chunk (Arrow's reader, its schema, a second decoding to check)
-#: and a decoding thread's hand-off cost more than they save below it (docs/scale.md, "Many small ranks").
-SMALL_FILE_BYTES = 256 * 1024
+#: and a decoding thread's hand-off cost more than they save below it. Measured on the first N events of
+#: real traces (CPU per read, careful whole against fast in chunks): a four-event file 6.5 against 20.7 ms;
+#: even at 0.7 MB (AlexNet, two GPUs) and 2.5 to 5 MB (an 8-layer GPT) (docs/scale.md, "Many small ranks").
+SMALL_FILE_BYTES = 1024 * 1024
 
 
 def is_small(path: Path, requested=None) -> bool:
