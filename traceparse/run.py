@@ -400,7 +400,8 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
                 workers = choose_workers([group for _, group in ranks], jobs)
                 small = workers > 1 and max(input_bytes(group) for _, group in ranks) < SMALL_RANK_BYTES
                 results = _map_local(_share_cores(tasks, workers), workers, advance,
-                                     tasks_per_worker=None if small else TASKS_PER_WORKER)
+                                     tasks_per_worker=None if small else TASKS_PER_WORKER,
+                                     per_task=_ranks_per_task(len(tasks), workers) if small else 1)
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = dict(tags or {})
         run = store.commit_run(tmp, run)
@@ -426,12 +427,28 @@ def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
     return [(*task[:4], {"workers": per_rank, **(task[4] or {})}, *task[5:]) for task in tasks]
 
 
-def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
-               tasks_per_worker: int | None = TASKS_PER_WORKER) -> list[dict]:
-    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
-    each replaced after ``tasks_per_worker`` ranks (None: never).
+#: Most small ranks a worker process reads in one task (:func:`ingest_ranks`).
+MAX_RANKS_PER_TASK = 32
 
-    At most ``workers`` ranks are in flight; the first error cancels the rest.
+
+def _ranks_per_task(ranks: int, workers: int) -> int:
+    """How many small ranks each task of the pool reads: enough that a rank's result is not a round trip to this
+    process (which, on a busy machine, may wait its turn while the workers idle), few enough that every worker
+    gets several tasks (at most :data:`MAX_RANKS_PER_TASK`)."""
+    return max(1, min(MAX_RANKS_PER_TASK, ranks // (4 * workers)))
+
+
+def ingest_ranks(tasks: list[tuple]) -> list[dict]:
+    """:func:`ingest_rank` of each task in turn, in one worker: the results in order (the first error stops it)."""
+    return [ingest_rank(*task) for task in tasks]
+
+
+def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
+               tasks_per_worker: int | None = TASKS_PER_WORKER, per_task: int = 1) -> list[dict]:
+    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
+    each replaced after ``tasks_per_worker`` tasks (None: never), each task ``per_task`` ranks.
+
+    At most ``workers`` tasks are in flight; the first error cancels the rest.
     """
     results = []
     if workers <= 1:
@@ -441,18 +458,19 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
                 advance(1)
         return results
     pending: set[Future] = set()
-    queue = list(reversed(tasks))
+    queue = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)][::-1]
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                              max_tasks_per_child=tasks_per_worker) as pool:
         try:
             while queue or pending:
                 while queue and len(pending) < workers:
-                    pending.add(pool.submit(ingest_rank, *queue.pop()))
+                    pending.add(pool.submit(ingest_ranks, queue.pop()))
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    results.append(future.result())
+                    done_ranks = future.result()
+                    results.extend(done_ranks)
                     if advance:
-                        advance(1)
+                        advance(len(done_ranks))
         except BrokenProcessPool:
             raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
                                   "--jobs 1 reads one rank at a time in this process") from None

@@ -669,10 +669,9 @@ def _fsync_tree(root: Path) -> None:
         finally:
             os.close(fd)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(files)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(files) + len(dirs)))) as pool:
         list(pool.map(flush, files))  # an error (disk full, I/O) reaches the caller
-    for d in dirs:
-        _fsync_dir(d)
+        list(pool.map(_fsync_dir, dirs))  # a thousand ranks' directories: 2.5 s one after the other
 
 
 def _fsync_dir(path: Path) -> None:
