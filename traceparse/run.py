@@ -313,7 +313,7 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
                 yield batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
 
         part = Path(tmp) / f"part-{index}"
-        meta = write_partition(Trace(stamped(), trace.meta), part)
+        meta = write_partition(trace, part, batches=stamped())  # conformed and validated once, by trace.batches
         rank = rank_from_trace(meta)
         rank_from = "trace"
         if rank is None:

@@ -155,7 +155,8 @@ class Trace:
         next_id = 0
         try:
             for batch in (source,) if isinstance(source, pl.DataFrame) else source:
-                batch = self._with_trace_id(conform(validator.check(batch), first_event_id=next_id))
+                trace_id = self.meta.id if self._stamp else None  # set in the same query (as _with_trace_id)
+                batch = conform(validator.check(batch), first_event_id=next_id, trace_id=trace_id)
                 next_id += batch.height
                 yield batch
         finally:  # the warnings count what was dropped, also when the consumer stopped early

@@ -241,6 +241,15 @@ def _compact_json(raws) -> pl.Series:
 
 def compact_json_text(text: pl.Series) -> pl.Series:
     """JSON texts as compact JSON (the empty text: null), each distinct text re-encoded once."""
+    if text.len() <= 256:  # a few values: no query
+        compact = {}
+        for value in text.to_list():
+            if value and value not in compact:
+                try:
+                    compact[value] = json.dumps(json.loads(value), separators=(",", ":"), ensure_ascii=False)
+                except ValueError:
+                    compact[value] = value
+        return pl.Series(text.name, [compact[v] if v else None for v in text.to_list()], dtype=pl.String)
     text = text.replace("", None)
     compact = {}
     for value in text.drop_nulls().unique().to_list():
