@@ -310,7 +310,7 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
             for batch in trace.batches():
                 rank = current()
                 used.add(rank)
-                yield batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+                yield with_rank(batch, rank)
 
         part = Path(tmp) / f"part-{index}"
         meta = write_partition(trace, part, batches=stamped())  # conformed and validated once, by trace.batches
@@ -338,6 +338,15 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
         raise InputError(f"{files[0]}: cannot read this rank: {type(exc).__name__}: {exc}") from None
     return {"index": index, "rank": rank, "rank_from": rank_from, "world_size": world_size_of(meta),
             "meta": meta.to_dict()}
+
+
+def with_rank(batch: pl.DataFrame, rank: int | None) -> pl.DataFrame:
+    """``batch`` (conformed) with ``rank`` on every row; a small batch's column is replaced without a query."""
+    if batch.height > 65_536:
+        return batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+    out = batch.clone()
+    out.replace_column(out.get_column_index("rank"), pl.Series("rank", [rank] * batch.height, dtype=pl.Int32))
+    return out
 
 
 # -- the run ----------------------------------------------------------------

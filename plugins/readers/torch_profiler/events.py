@@ -107,7 +107,7 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         raise EventError(keep[exc.index % n], ".ts" if exc.index < n else ".dur",
                          f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
     name_column = pl.Series("name", names, dtype=pl.String)
-    comm = comm_columns(name_column, a, [i for i, c in enumerate(_COMM_NAMES.matches(names)) if c])
+    comm = comm_columns(name_column, a, [i for i, c in enumerate(_COMM_NAMES.matches(names)) if c], given=True)
     raw = pl.DataFrame([
         pl.Series("kind", kinds, dtype=pl.String), name_column, pl.Series("gpu", gpus, dtype=pl.Boolean),
         pl.Series("_event", keep, dtype=pl.UInt32),
@@ -209,7 +209,7 @@ def _row_query(wide_comm_bytes: bool, copies: bool, dims: bool) -> tuple[pl.Expr
         # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")).alias("dynamic_smem_bytes"),
-        "collective", "seq", "process_group",
+        collective_expr(), "seq", "process_group",
         pl.coalesce(nbytes, "_comm_bytes").alias("bytes"),
     )
 
@@ -283,7 +283,8 @@ _COMM_NAME = r"(?i)^(void\s+)?((nccl|rccl|msccl)\w*kernel|_?c10d(_functional)?::
 _COMM_NAMES = _Matches(_COMM_NAME)
 
 
-def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None) -> list[pl.Series]:
+def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None, *,
+                 given: bool = False) -> list[pl.Series]:
     """``collective``, ``seq``, ``process_group`` and the message ``bytes`` of communication events.
 
     The collective comes from Kineto's ``"Collective name"`` argument (``record_param_comms``, and the NCCL
@@ -292,9 +293,11 @@ def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None) 
     Name"``; ``bytes`` = the larger of ``"In msg nelems"`` and ``"Out msg nelems"`` (``"In/Out msg size"``
     before PyTorch 2.3) × the size of ``dtype`` (nccl-tests' message size: the output of an all_gather, the
     input of a reduce_scatter). Only rows whose name is communication (``picked``, when the caller knows them:
-    the names matching :data:`_COMM_NAME`) are looked at (fast on large traces).
+    the names matching :data:`_COMM_NAME`) are looked at (fast on large traces). With ``given`` the first
+    column is Kineto's ``"Collective name"`` as written (``_given``), for the caller's query to finish
+    (:func:`collective_expr`).
     """
-    n = len(names)
+    n, given_column = len(names), given
     if picked is None:
         picked = names.str.contains(_COMM_NAME).fill_null(False).arg_true().to_list()
     given, seq, group, nbytes = [None] * n, [None] * n, [None] * n, [None] * n
@@ -311,7 +314,9 @@ def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None) 
         if elems and size:
             nbytes[i] = max(elems) * size
     # a Seq of 2^64 or elements × dtype size past 2^63: text, which the validation step drops with a warning
-    return [collective_of(names, pl.Series(given, dtype=pl.String)), wide_ints("seq", seq),
+    given = pl.Series("_given", given, dtype=pl.String) if given_column else collective_of(
+        names, pl.Series(given, dtype=pl.String))
+    return [given, wide_ints("seq", seq),
             pl.Series("process_group", group, dtype=pl.String), wide_ints("_comm_bytes", nbytes)]
 
 
@@ -321,9 +326,14 @@ def collective_of(names: pl.Series, given: pl.Series) -> pl.Series:
 
     Both are worked out once per distinct name (:func:`traceparse.expr.first_match`), in one query.
     """
-    found = pl.select(pl.coalesce(expr.normalize_collective(pl.lit(given, dtype=pl.String)),
-                                  expr.collective(pl.lit(names, dtype=pl.String).fill_null(""))))
-    return found.to_series().alias("collective")
+    found = pl.DataFrame([names.cast(pl.String).alias("name"), given.cast(pl.String).alias("_given")])
+    return found.select(collective_expr()).to_series()
+
+
+def collective_expr() -> pl.Expr:
+    """The ``collective`` column of the columns ``name`` and ``_given`` (Kineto's ``"Collective name"``)."""
+    return pl.coalesce(expr.normalize_collective(pl.col("_given")),
+                       expr.collective(pl.col("name").fill_null(""))).alias("collective")
 
 
 def _int_or_none(value) -> int | None:
