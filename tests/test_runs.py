@@ -415,8 +415,10 @@ def test_scheduler_without_a_reachable_cluster_is_one_line(tmp_path, monkeypatch
 
 
 def test_a_run_is_flushed_to_disk_once_every_rank_is_written(tmp_path, monkeypatch):
-    """The ranks write their files without an fsync each (a thousand small ranks paid 2 to 13 ms apiece); the
-    commit flushes every file of the run (events and metadata of each rank) before run.json and the rename."""
+    """The ranks write their files without an fsync each (a thousand small ranks paid 2 to 13 ms apiece); every
+    file of the run (events and metadata of each rank) is flushed once, before run.json and the rename: by the
+    background flusher as each rank is done (its directory still ``part-N``, N its place in the run: here its
+    rank), or at the commit."""
     import os
 
     import traceparse.store as store_module
@@ -434,11 +436,36 @@ def test_a_run_is_flushed_to_disk_once_every_rank_is_written(tmp_path, monkeypat
 
     monkeypatch.setattr(store_module.os, "fsync", fsync)
     run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
-    rank_files = [(Path(p).parent.name, Path(p).name, late) for p, late in flushed
+    rank_files = [(Path(p).parent.name.replace("part-", "rank="), Path(p).name, late) for p, late in flushed
                   if Path(p).name in ("events.parquet", "meta.json")]
-    # each rank's two files flushed once, all before run.json was written (none as the rank was written: its
-    # directory was still part-N then)
+    # each rank's two files flushed once, all before run.json was written
     assert sorted(rank_files) == sorted((f"rank={r}", name, False) for r in range(3)
                                         for name in ("events.parquet", "meta.json"))
     assert [Path(p).name for p, _ in flushed].count("run.json") == 1
     assert sorted(run["ranks"]) == ["0", "1", "2"]
+
+
+def test_early_flush_then_commit_flushes_only_the_rest(tmp_path, monkeypatch):
+    """A rank's files flushed while the other ranks are read are not flushed again at the commit (renamed from
+    part-N to rank=R); a rank moved onto the run's clock since (its files rewritten) is flushed again."""
+    import os
+
+    import traceparse.store as store_module
+
+    d = tmp_path / "run"
+    write(d / "rank0.json", kineto(rank=0, world_size=3, start_us=1))
+    write(d / "rank1.json", kineto(rank=1, world_size=3, start_us=2))
+    write(d / "rank2.json", kineto(rank=2, world_size=3, start_us=1 + 3600 * 10**6))  # an hour later: moved
+    flushed: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
+    assert run["clock_shifts_ns"].keys() == {"2"}
+    names = [(Path(p).parent.name, Path(p).name) for p in flushed if Path(p).name in ("events.parquet", "meta.json")]
+    assert sorted(names) == sorted([(f"part-{r}", n) for r in range(3) for n in ("events.parquet", "meta.json")]
+                                   + [("rank=2", "events.parquet"), ("rank=2", "meta.json")])

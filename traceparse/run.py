@@ -50,7 +50,7 @@ from traceparse.errors import InputError, TraceparseError
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
-from traceparse.store import Store, _write_json, trace_id_for, write_partition
+from traceparse.store import EarlyFlush, Store, _write_json, trace_id_for, write_partition
 from traceparse.trace import Trace, TraceMeta
 
 #: File-name patterns that give a rank, tried in order on the file (or directory) name.
@@ -262,23 +262,24 @@ def rank_memory(paths: list[Path]) -> int:
     return WORKER_BASE_BYTES + BYTES_PER_INPUT_BYTE * input_bytes(paths)
 
 
-def choose_workers(ranks: list[list[Path]], jobs: int | None = None) -> int:
+def choose_workers(ranks: list[list[Path]], jobs: int | None = None, sizes: list[int] | None = None) -> int:
     """How many ranks to read at once: ``jobs`` if given, else bounded by the cores and by memory.
 
     A run smaller than :data:`SMALL_RUN_BYTES` in all is read in this
     process. Otherwise at most the cores, the number of ranks, and the number of the largest
     rank's memory (:func:`rank_memory`) that fits in :data:`MEMORY_SHARE` of
-    the available memory; at least 1.
+    the available memory; at least 1. ``sizes``: each rank's :func:`input_bytes`, when the caller has them.
     """
     if jobs:
         return max(1, min(jobs, len(ranks)))
-    if sum(input_bytes(r) for r in ranks) < SMALL_RUN_BYTES and len(ranks) < MANY_RANKS:
+    sizes = [input_bytes(r) for r in ranks] if sizes is None else sizes
+    if sum(sizes) < SMALL_RUN_BYTES and len(ranks) < MANY_RANKS:
         return 1  # starting worker processes would cost more than reading a few small ranks here
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    need = max((rank_memory(r) for r in ranks), default=WORKER_BASE_BYTES)
+    need = WORKER_BASE_BYTES + BYTES_PER_INPUT_BYTE * max(sizes, default=0)  # rank_memory of the largest
     by_memory = int(available_memory() * MEMORY_SHARE // need)
     return max(1, min(cores, len(ranks), by_memory))
 
@@ -396,28 +397,48 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
         store.set_last(run_id)
         return RunResult(store.run_meta(run_id), already_stored=True)
     tmp = store.fresh_tmp()
+    flush = EarlyFlush()  # each rank's files flushed as it is done, while the others are read
     try:
         tasks = [(str(tmp), i, reader_name, [str(p) for p in group], params, sha)
                  for i, ((reader_name, group), sha) in enumerate(zip(ranks, shas))]
         bar = progress_factory(f"ranks of {name}", len(tasks)) if progress_factory else nullcontext(None)
+
+        def done(n: int, finished: list[dict] = ()) -> None:
+            for result in finished:
+                flush.add(tmp / f"part-{result['index']}")
+            if advance:
+                advance(n)
+
         with bar as advance:
             if scheduler:
                 from traceparse.distributed import map_ingest
 
                 results = map_ingest(scheduler, ingest_rank, tasks, advance)
             else:
-                workers = choose_workers([group for _, group in ranks], jobs)
-                small = workers > 1 and max(input_bytes(group) for _, group in ranks) < SMALL_RANK_BYTES
-                results = _map_local(_share_cores(tasks, workers), workers, advance,
+                sizes = [input_bytes(group) for _, group in ranks]
+                workers = choose_workers([group for _, group in ranks], jobs, sizes)
+                small = workers > 1 and max(sizes) < SMALL_RANK_BYTES
+                results = _map_local(_share_cores(tasks, workers), workers, done,
                                      tasks_per_worker=None if small else TASKS_PER_WORKER,
                                      per_task=_ranks_per_task(len(tasks), workers) if small else 1)
+        flushed = flush.finish()  # before the parts are renamed
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = dict(tags or {})
-        run = store.commit_run(tmp, run)
+        run = store.commit_run(tmp, run, _still_flushed(tmp, flushed, results, run))
     except BaseException:
+        flush.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return RunResult(run, already_stored=False, warnings=warnings)
+
+
+def _still_flushed(tmp: Path, flushed: dict[Path, list[str]], results: list[dict], run: dict) -> set[str]:
+    """The paths of the files flushed as their rank was done (:class:`traceparse.store.EarlyFlush`) under their
+    names now (``part-i`` renamed ``rank=N``), less those of ranks rewritten since (moved onto the run's clock)."""
+    rank_of = {str(tmp / f"part-{r['index']}"): r["rank"] for r in results}
+    shifted = {int(rank) for rank in run.get("clock_shifts_ns", {})}
+    return {str(tmp / f"rank={rank}" / name) for directory, names in flushed.items()
+            if (rank := rank_of.get(str(directory))) is not None and rank not in shifted for name in names}
 
 
 def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
@@ -456,6 +477,7 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
                tasks_per_worker: int | None = TASKS_PER_WORKER, per_task: int = 1) -> list[dict]:
     """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
     each replaced after ``tasks_per_worker`` tasks (None: never), each task ``per_task`` ranks.
+    ``advance(n, results)`` is called with each task's ranks as they are done.
 
     At most ``workers`` tasks are in flight; the first error cancels the rest.
     """
@@ -464,7 +486,7 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
         for task in tasks:
             results.append(ingest_rank(*task))
             if advance:
-                advance(1)
+                advance(1, results[-1:])
         return results
     pending: set[Future] = set()
     queue = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)][::-1]
@@ -479,7 +501,7 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
                     done_ranks = future.result()
                     results.extend(done_ranks)
                     if advance:
-                        advance(len(done_ranks))
+                        advance(len(done_ranks), done_ranks)
         except BrokenProcessPool:
             raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
                                   "--jobs 1 reads one rank at a time in this process") from None
@@ -616,7 +638,7 @@ def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str
         meta = by_rank[rank]["meta"]
         meta["summary"] = {**meta["summary"], "start_ns": start + shift, "end_ns": end + shift}
         meta.setdefault("extra", {})["clock_shift_ns"] = shift
-        _write_json(directory / "meta.json", meta)
+        _write_json(directory / "meta.json", meta, sync=False)  # flushed at the commit, with the rest
     if shifts:
         first, shift = next(iter(shifts.items()))
         ahead = "ahead of" if shift < 0 else "behind"
