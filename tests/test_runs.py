@@ -469,3 +469,22 @@ def test_early_flush_then_commit_flushes_only_the_rest(tmp_path, monkeypatch):
     names = [(Path(p).parent.name, Path(p).name) for p in flushed if Path(p).name in ("events.parquet", "meta.json")]
     assert sorted(names) == sorted([(f"part-{r}", n) for r in range(3) for n in ("events.parquet", "meta.json")]
                                    + [("rank=2", "events.parquet"), ("rank=2", "meta.json")])
+
+
+def test_workers_share_the_cores_among_their_polars_threads(monkeypatch):
+    """Worker processes started for a run get cores // workers polars threads (at least 1), through the
+    environment they start with; the variable is gone afterwards, and a value the user set is kept."""
+    import os
+
+    from traceparse.run import _polars_threads
+
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    with _polars_threads(0):
+        assert os.environ["POLARS_MAX_THREADS"] == "1"
+    with _polars_threads(4):
+        assert os.environ["POLARS_MAX_THREADS"] == "4"
+    assert "POLARS_MAX_THREADS" not in os.environ
+    monkeypatch.setenv("POLARS_MAX_THREADS", "7")
+    with _polars_threads(1):
+        assert os.environ["POLARS_MAX_THREADS"] == "7"
+    assert os.environ["POLARS_MAX_THREADS"] == "7"
