@@ -30,13 +30,18 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Iterable
-
-import polars as pl
+from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError
-from traceparse.schema import empty_frame
-from traceparse.trace import Trace, TraceMeta
+from traceparse.meta import TraceMeta
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceparse.trace import Trace
+
+# polars (and the event table) are imported where events are read or written: listing the store's metadata
+# (``traceparse list``) needs neither.
 
 DEFAULT_STORE = ".traceparse"
 ID_LENGTH = 16
@@ -101,6 +106,10 @@ class Store:
 
     def load(self, trace_id: str) -> Trace:
         """An entry as a :class:`Trace` (its events as stored: not validated again, see :meth:`Trace.from_store`)."""
+        import polars as pl
+
+        from traceparse.trace import Trace
+
         return Trace.from_store(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
 
     def resolve_id(self, ref: str) -> str:
@@ -189,6 +198,10 @@ class Store:
 
     def load_rank(self, run_id: str, rank: int | str) -> Trace:
         """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
+        import polars as pl
+
+        from traceparse.trace import Trace
+
         return Trace(pl.read_parquet(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
     def load_run(self, run_id: str, lazy: bool = False) -> Trace:
@@ -205,6 +218,11 @@ class Store:
         over the ranks' Parquet files, which measures read one rank at a time,
         so memory does not grow with the number of ranks.
         """
+        import polars as pl
+
+        from traceparse.schema import empty_frame
+        from traceparse.trace import RunTrace, Trace
+
         run = self.run_meta(run_id)
         ranks = sorted(run["ranks"], key=int)
         metas = [self.rank_meta(run_id, r) for r in ranks]
@@ -220,7 +238,7 @@ class Store:
             table = PartitionedEvents(paths, [m.id or "" for m in metas], kind_counts=kinds,
                                       sizes=sizes if all(isinstance(n, int) for n in sizes) else None)
             count = sum(m.event_count or 0 for m in metas)
-            return _RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
+            return RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
         frames = [pl.read_parquet(p) for p in paths]
         events = pl.concat(frames) if frames else empty_frame()
         return Trace(events, self._run_trace_meta(run_id, run, metas, events.height), stamp_trace_id=False)
@@ -471,31 +489,6 @@ def _run_doc(doc: dict) -> dict:
     return doc
 
 
-class _RunTrace(Trace):
-    """A run whose events stay in the store: ``events`` is a partitioned table read rank by rank (``load_run(lazy=True)``)."""
-
-    def __init__(self, table, meta: TraceMeta):
-        super().__init__(empty_frame(), meta, stamp_trace_id=False)
-        self._table = table
-
-    @property
-    def is_streamed(self) -> bool:
-        return False
-
-    @property
-    def events(self):
-        """The run's :class:`traceparse.measures.base.PartitionedEvents`."""
-        return self._table
-
-    def batches(self):
-        """One batch per rank, read in turn."""
-        for i in range(len(self._table.paths)):
-            yield self._table.partition(i)
-
-    def of_kind(self, *kinds: str) -> pl.DataFrame:
-        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))
-
-
 def write_partition(trace: Trace, directory: Path, batches: Iterable[pl.DataFrame] | None = None) -> TraceMeta:
     """Write a trace's events and metadata into ``directory`` (a part of an entry being written under
     ``tmp/``, e.g. one rank of a run); return the metadata. The caller renames it into place.
@@ -527,6 +520,8 @@ def _alive(pid: int) -> bool:
 def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:
     """Write conformed batches (:meth:`Trace.batches`, which set ``trace_id`` and ``event_id``) to one
     Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
+    from traceparse.schema import empty_frame
+
     count = 0
     summary = _Summary()
     with _ParquetSink(path) as sink:
@@ -610,6 +605,8 @@ class _ParquetSink:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.thread.ident is None:  # a small trace (or nothing): written here, at once
+            import polars as pl
+
             if exc is None and self.held:
                 self._write_one(self.held[0] if len(self.held) == 1 else pl.concat(self.held))
             self.held = []
@@ -630,6 +627,8 @@ class _Summary:
 
     def add(self, batch: pl.DataFrame) -> None:
         """Count ``batch``'s rows per kind and widen the span, in one query (a batch of a few rows: none)."""
+        import polars as pl
+
         if batch.height <= 1024:  # a small rank's batch: its few rows read here
             kinds = self.kinds
             for kind, start, duration in zip(batch["kind"].cast(pl.String).to_list(), batch["start_ns"].to_list(),
