@@ -55,9 +55,13 @@ def tree_rss(proc: psutil.Process) -> int:
 
 
 def measure(cmd: list[str], env: dict | None = None) -> dict:
-    """Run ``cmd``; its wall time, the peak summed RSS of its process tree (sampled every 20 ms), and the
-    machine's 1-minute load average before it started (the box is shared: other work slows a run down)."""
+    """Run ``cmd``; its wall time, its CPU time (user + system, of the process and the descendants it waited
+    for), the peak summed RSS of its process tree (sampled every 20 ms), and the machine's 1-minute load
+    average before it started (the box is shared: other work slows a run down)."""
+    import resource
+
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     ps = psutil.Process(proc.pid)
@@ -69,10 +73,12 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
             break
         time.sleep(0.02)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the process and the descendants it waited for
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     err = proc.stderr.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    return {"seconds": elapsed, "peak_rss_mb": peak / 2**20, "load_1min": round(load, 2)}
+    return {"seconds": elapsed, "cpu_seconds": round(cpu, 2), "peak_rss_mb": peak / 2**20, "load_1min": round(load, 2)}
 
 
 def summarize(runs: list[dict]) -> dict:

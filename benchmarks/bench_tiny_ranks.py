@@ -66,10 +66,13 @@ def main() -> None:
 
 
 def _median(runs: list[dict]) -> str:
-    """Median wall time with its spread, and the largest peak RSS of the process tree."""
+    """Median wall time with its spread, the median CPU time, the largest peak RSS of the process tree, and the
+    load averages the runs started at."""
     seconds = [r["seconds"] for r in runs]
+    cpu = [r["cpu_seconds"] for r in runs]
     return (f"{statistics.median(seconds):6.2f} s ({min(seconds):.2f}–{max(seconds):.2f}), "
-            f"peak {max(r['peak_rss_mb'] for r in runs):.0f} MB")
+            f"CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}–{max(cpu):.2f}), "
+            f"peak {max(r['peak_rss_mb'] for r in runs):.0f} MB, load {'/'.join(str(r['load_1min']) for r in runs)}")
 
 if __name__ == "__main__":
     main()

@@ -6,11 +6,15 @@ Only fixtures live here; helpers that tests import are in tests/helpers.py.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from helpers import FIXTURES, REPO
+
+# the plugin index (traceparse.plugins) of this test session, not the user's cache; subprocesses inherit it
+os.environ.setdefault("TRACEPARSE_CACHE_DIR", tempfile.mkdtemp(prefix="traceparse-test-cache-"))
 
 
 @pytest.fixture

@@ -69,9 +69,10 @@ class _Counting:
 
 
 def _outcome(path: Path, **params) -> tuple:
-    """(error, None...) or (None, table, warnings, extra, devices) of the torch reader with ``params``."""
+    """(error, None...) or (None, table, warnings, extra, devices) of the torch reader with ``params`` (a small
+    file too is cut into chunks, as a large one: ``small_bytes`` 0, unless given)."""
     try:
-        trace = read_paths([path], fmt="torch", params={"workers": 0, **params})[0]
+        trace = read_paths([path], fmt="torch", params={"workers": 0, "small_bytes": 0, **params})[0]
         events = trace.events
     except InputError as exc:
         return str(exc), None, None, None, None
@@ -165,3 +166,49 @@ def test_a_value_the_careful_path_coerces_is_left_to_it(value, left, tmp_path, m
     _assert_same(_outcome(path, fast=False), fast, value)
     if left:
         assert any("not written as JSON integers" in w for w in fast[2])
+
+
+def _batches(path: Path, **params) -> list:
+    """The raw batches the torch reader gives for ``path`` (before the core conforms them)."""
+    from traceparse.reader import ReadOptions
+
+    trace = torch_reader.TorchProfilerReader().read([path], ReadOptions(params={"workers": 0, **params}))
+    return list(trace._source)
+
+
+@pytest.mark.parametrize("path", TORCH_FIXTURES, ids=[str(p.relative_to(FIXTURES)) for p in TORCH_FIXTURES])
+def test_small_file_one_careful_batch(path, monkeypatch):
+    """A file under ``small_bytes`` is read whole by the careful path: one batch, the fast path never asked, and
+    the same table, warnings and metadata as the fast and the careful path cutting it into chunks."""
+    size = torch_reader.content_bytes(path)
+    counting = _Counting(monkeypatch)
+    small = _outcome(path, small_bytes=size + 1)
+    assert counting.read == counting.left == 0
+    assert small[0] is None, small[0]
+    _assert_same(_outcome(path, fast=False, chunk_bytes=20_000), small, f"{path} careful in chunks")
+    _assert_same(_outcome(path), small, f"{path} fast")
+    assert counting.read + counting.left > 0  # the fast path was asked when the file was not small
+    counting.read = counting.left = 0
+    batches = _batches(path, small_bytes=size + 1)
+    assert len(batches) == 1 and counting.read == counting.left == 0
+    assert len(_batches(path, small_bytes=size)) >= 1 and counting.read + counting.left > 0  # at the limit
+
+
+def test_small_is_the_default_under_1_mib(tmp_path, monkeypatch):
+    """By default a file of less than 1 MiB (content, a gzip file's uncompressed size) is small, one of
+    1 MiB or more is not; ``small_bytes`` 0 makes no file small."""
+    assert torch_reader.SMALL_FILE_BYTES == 1024 * 1024
+    events = [_event(str(i), "1", name=f"kernel {i:06d}") for i in range(6000)]
+    text = '{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events) + "]}"
+    big = tmp_path / "big.json"
+    big.write_text(text)
+    assert len(text) >= 1024 * 1024
+    small = tmp_path / "small.json.gz"
+    small.write_bytes(gzip.compress(('{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events[:100]) + "]}")
+                                    .encode()))
+    assert torch_reader.is_small(small) and not torch_reader.is_small(big)
+    assert not torch_reader.is_small(small, 0)
+    counting = _Counting(monkeypatch)
+    assert len(_batches(small)) == 1 and counting.read == 0
+    _batches(big)
+    assert counting.read > 0

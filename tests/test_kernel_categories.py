@@ -244,3 +244,59 @@ def test_xla_kernels_leave_only_unnamed_fusions_in_other(path):
     assert other == {n for n in names if re.fullmatch(r"fusion_\d+", n)}
     share = round(100 * sum(times[n] for n in other) / sum(times.values()), 1)
     assert share == {"jax_gpt": 19.8, "jax_mlp": 2.1, "jax_convnet": 0.3}[path.parts[-5]]
+
+
+def _chain(names: list, table, default, lowercase: bool = False) -> list:
+    """The oracle: the table as a plain when/then chain run on every row (what first_match was before it
+    classified each distinct name once), with Python's ``re`` (these tables' patterns mean the same there)."""
+    out = []
+    for name in names:
+        subject = None if name is None else (name.lower() if lowercase else name)
+        out.append(next((label for label, pattern in table
+                         if subject is not None and re.search(pattern, subject)), default))
+    return out
+
+
+@pytest.mark.parametrize("size", [5, 500])
+def test_first_match_is_the_row_by_row_chain(size):
+    """first_match gives, name by name, the first matching row's label (``default`` for none and for null), for
+    a few names (no query) and many (distinct names joined back), repeated names and nulls included; and the
+    chain runs once per distinct name per process: asking again runs no polars query."""
+    names = [n for ns in NAMES.values() for n in ns] + ["cudaLaunchKernel", "cudaFree", "unknown", None]
+    names = (names * (size // len(names) + 1))[:size] if size > len(names) else names[:size - 1] + [None]
+    for table, default, lower in ((expr.API_CLASSES, expr.OTHER_CLASS, False),
+                                  (expr.KERNEL_CATEGORIES, expr.OTHER_CATEGORY, True),
+                                  (expr.COLLECTIVES, "", True)):
+        got = pl.select(expr.first_match(pl.lit(pl.Series(names, dtype=pl.String)), table, default,
+                                         lowercase=lower)).to_series().to_list()
+        assert got == _chain(names, table, default, lower)
+    first = pl.select(expr.api_class(pl.lit(pl.Series(names, dtype=pl.String)))).to_series().to_list()
+    assert first == _chain(names, expr.API_CLASSES, expr.OTHER_CLASS)  # api_class: a null name is "other"
+    classifier = expr._classifier(expr.API_CLASSES, expr.OTHER_CLASS, "name")
+    calls = []
+    real = classifier.classify
+    classifier.classify = lambda series: calls.append(series.len()) or real(series)
+    try:
+        again = pl.select(expr.api_class(pl.lit(pl.Series(names, dtype=pl.String)))).to_series().to_list()
+    finally:
+        del classifier.classify
+    assert calls == [] and again == _chain(names, expr.API_CLASSES, expr.OTHER_CLASS)
+
+
+def test_collective_and_family_of_distinct_names():
+    """collective, communication_family and normalize_collective, classified once per distinct name, agree with
+    their tables applied row by row (the rule of :func:`traceparse.expr.collective`: a communication name's
+    collective where the key says one, "unknown" for a kernel that does not, else null)."""
+    names = ["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+             "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "c10d::broadcast_", "c10d::wait",
+             "gloo:all_reduce", "record_param_comms", "reduce_kernel", "volta_sgemm", "", None] * 10
+    family = _chain(names, expr.COMMUNICATION_NAMES, None, lowercase=True)
+    key = [None if n is None else re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*$", "", n.lower())) for n in names]
+    said = _chain(key, expr.COLLECTIVES, None)
+    want = [None if f is None else s if s else ("unknown" if f in ("nccl kernel", "msccl kernel") else None)
+            for f, s in zip(family, said)]
+    series = pl.lit(pl.Series(names, dtype=pl.String))
+    assert pl.select(expr.communication_family(series)).to_series().to_list() == family
+    assert pl.select(expr.collective(series)).to_series().to_list() == want
+    assert want[:6] == ["all_reduce", "unknown", "broadcast", None, "all_reduce", None]
+    assert pl.select(expr.normalize_collective(series)).to_series().to_list() == said

@@ -277,6 +277,42 @@ def test_cli_analyze_of_each_sample_run(tmp_path, sample):
 
 
 # -- list / show / rm ---------------------------------------------------------
+def test_panel_of_a_large_run_summarises(tmp_path):
+    """A run of more than 20 ranks: its panel says how many ranks and the spread of their events and spans, and
+    lists only the ranks that stand out (the longest spans, the most and the fewest events, warnings), not one
+    line per rank; a run of 20 lists every rank."""
+    from traceparse_plugins.commands.core.store import RANKS_LISTED
+
+    assert RANKS_LISTED == 20
+    store = str(tmp_path / "s")
+    docs = [kineto(rank=r, world_size=25, start_us=1) for r in range(25)]
+    docs[7]["traceEvents"][2]["dur"] = 500  # rank 7: the longest span (510 us; the others 11 us)
+    docs[9]["traceEvents"].append(dict(docs[9]["traceEvents"][0], ts=3))  # rank 9: 4 events
+    docs[11]["traceEvents"] = docs[11]["traceEvents"][:2]  # rank 11: 2 events, span 8 us
+    for r, doc in enumerate(docs):
+        write(tmp_path / "big" / f"rank{r}.json", doc)
+    spans = {r: max(e["ts"] + e["dur"] for e in d["traceEvents"]) - min(e["ts"] for e in d["traceEvents"])
+             for r, d in enumerate(docs)}
+    counts = {r: len(d["traceEvents"]) for r, d in enumerate(docs)}
+    assert spans[7] == 510 and spans[0] == 11 and spans[11] == 8 and counts[9] == 4 and counts[11] == 2
+    code, out, err = run_cli("--store", store, "ingest", "--width", "200", str(tmp_path / "big"))
+    assert code == 0, err
+    assert "25 (0–24)" in out
+    assert "per rank    events 2 to 4, median 3; span 8 us to 510 us, median 11 us" in out
+    lines = {int(line.split()[1]): line for line in out.splitlines()
+             if line.split()[1:2] and line.split()[1].isdigit() and ".json" in line}
+    assert sorted(lines) == [7, 9, 11]  # only the ranks that stand out, not 25 lines
+    assert "longest span" in lines[7] and "most events" in lines[9] and "fewest events" in lines[11]
+    assert "lists all 25 ranks" in out
+
+    few = str(tmp_path / "s2")
+    for r in range(20):
+        write(tmp_path / "twenty" / f"rank{r}.json", kineto(rank=r, world_size=20, start_us=1))
+    code, out, err = run_cli("--store", few, "ingest", "--width", "200", str(tmp_path / "twenty"))
+    assert code == 0, err
+    assert [f"rank{r}.json" in out for r in range(20)] == [True] * 20 and "per rank" not in out
+
+
 def test_list_show_rm_of_runs(tmp_path):
     store = str(tmp_path / "s")
     files = [write(tmp_path / f"w{r}" / f"trace_r{r}.json", kineto(rank=None, start_us=r + 1)) for r in range(3)]
@@ -379,8 +415,10 @@ def test_scheduler_without_a_reachable_cluster_is_one_line(tmp_path, monkeypatch
 
 
 def test_a_run_is_flushed_to_disk_once_every_rank_is_written(tmp_path, monkeypatch):
-    """The ranks write their files without an fsync each (a thousand small ranks paid 2 to 13 ms apiece); the
-    commit flushes every file of the run (events and metadata of each rank) before run.json and the rename."""
+    """The ranks write their files without an fsync each (a thousand small ranks paid 2 to 13 ms apiece); every
+    file of the run (events and metadata of each rank) is flushed once, before run.json and the rename: by the
+    background flusher as each rank is done (its directory still ``part-N``, N its place in the run: here its
+    rank), or at the commit."""
     import os
 
     import traceparse.store as store_module
@@ -398,11 +436,55 @@ def test_a_run_is_flushed_to_disk_once_every_rank_is_written(tmp_path, monkeypat
 
     monkeypatch.setattr(store_module.os, "fsync", fsync)
     run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
-    rank_files = [(Path(p).parent.name, Path(p).name, late) for p, late in flushed
+    rank_files = [(Path(p).parent.name.replace("part-", "rank="), Path(p).name, late) for p, late in flushed
                   if Path(p).name in ("events.parquet", "meta.json")]
-    # each rank's two files flushed once, all before run.json was written (none as the rank was written: its
-    # directory was still part-N then)
+    # each rank's two files flushed once, all before run.json was written
     assert sorted(rank_files) == sorted((f"rank={r}", name, False) for r in range(3)
                                         for name in ("events.parquet", "meta.json"))
     assert [Path(p).name for p, _ in flushed].count("run.json") == 1
     assert sorted(run["ranks"]) == ["0", "1", "2"]
+
+
+def test_early_flush_then_commit_flushes_only_the_rest(tmp_path, monkeypatch):
+    """A rank's files flushed while the other ranks are read are not flushed again at the commit (renamed from
+    part-N to rank=R); a rank moved onto the run's clock since (its files rewritten) is flushed again."""
+    import os
+
+    import traceparse.store as store_module
+
+    d = tmp_path / "run"
+    write(d / "rank0.json", kineto(rank=0, world_size=3, start_us=1))
+    write(d / "rank1.json", kineto(rank=1, world_size=3, start_us=2))
+    write(d / "rank2.json", kineto(rank=2, world_size=3, start_us=1 + 3600 * 10**6))  # an hour later: moved
+    flushed: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
+    assert run["clock_shifts_ns"].keys() == {"2"}
+    names = [(Path(p).parent.name, Path(p).name) for p in flushed if Path(p).name in ("events.parquet", "meta.json")]
+    assert sorted(names) == sorted([(f"part-{r}", n) for r in range(3) for n in ("events.parquet", "meta.json")]
+                                   + [("rank=2", "events.parquet"), ("rank=2", "meta.json")])
+
+
+def test_workers_share_the_cores_among_their_polars_threads(monkeypatch):
+    """Worker processes started for a run get cores // workers polars threads (at least 1), through the
+    environment they start with; the variable is gone afterwards, and a value the user set is kept."""
+    import os
+
+    from traceparse.run import _polars_threads
+
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    with _polars_threads(0):
+        assert os.environ["POLARS_MAX_THREADS"] == "1"
+    with _polars_threads(4):
+        assert os.environ["POLARS_MAX_THREADS"] == "4"
+    assert "POLARS_MAX_THREADS" not in os.environ
+    monkeypatch.setenv("POLARS_MAX_THREADS", "7")
+    with _polars_threads(1):
+        assert os.environ["POLARS_MAX_THREADS"] == "7"
+    assert os.environ["POLARS_MAX_THREADS"] == "7"

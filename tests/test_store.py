@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import multiprocessing
 import shutil
@@ -9,6 +10,7 @@ import shutil
 import polars as pl
 import pytest
 
+from helpers import FIXTURES
 from traceparse.errors import StoreError
 from traceparse.ingest import ingest
 from traceparse.sources import sha256_of
@@ -101,3 +103,27 @@ def test_resolve_id_prefix_and_errors(sample, tmp_path):
     assert store.ids() == []
     with pytest.raises(StoreError, match="is empty: ingest a trace first"):
         store.last_id()
+
+
+def test_summary_of_small_batches_is_that_of_the_whole(tmp_path):
+    """The stored summary (events per kind, first start, last end) is the same whether a trace comes in one
+    batch (one polars query) or in batches of a few hundred rows (read in Python, as a small rank's), and is
+    the one computed from the events themselves."""
+    from traceparse.ingest import read_paths
+    from traceparse.store import _Summary
+
+    events = read_paths([FIXTURES / "torch" / "alexnet_bs16.json.gz"])[0].events
+    assert events.height > 1024  # 1,433 rows: the whole in one query
+    whole, parts = _Summary(), _Summary()
+    whole.add(events)
+    for i in range(0, events.height, 300):
+        parts.add(events.slice(i, 300))
+    rows = events.to_dicts()
+    timed = [r for r in rows if r["start_ns"] is not None]
+    expected = {
+        "events_per_kind": dict(sorted(collections.Counter(str(r["kind"]) for r in rows).items())),
+        "start_ns": min(r["start_ns"] for r in timed),
+        "end_ns": max(r["start_ns"] + r["duration_ns"] for r in timed if r["duration_ns"] is not None),
+    }
+    expected["span_ns"] = expected["end_ns"] - expected["start_ns"]
+    assert whole.result() == parts.result() == expected

@@ -6,8 +6,11 @@ by name. Exit codes: what the command returns (0, or 1 for ``analyze
 --fail-on``), 2 for bad input or usage, 3 for an internal error, 130 when
 interrupted.
 
-This module imports only what ``--version`` needs; the registry (and with it
-the plugins, polars and rich) is loaded once a command is to be run.
+This module imports only what ``--version`` needs; the registry is made once a
+command is to be run, and only the plugin of that command is imported
+(:mod:`traceparse.plugins`: the plugin index). The parser lists every command
+(name and help) but configures only the one asked for: ``traceparse list`` and
+``traceparse --help`` import no reader, no rule, no polars.
 """
 
 from __future__ import annotations
@@ -37,6 +40,21 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'traceparse.cli' has no attribute {name!r}")
 
 
+def _command_name(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv``: its first argument that is not a top-level option (or its value)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED:
+            skip = True
+        elif arg == "--":
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def _asks_version(argv: list[str]) -> bool:
     """True when ``--version`` comes before any sub-command: answered without loading a plugin."""
     skip = False
@@ -52,13 +70,15 @@ def _asks_version(argv: list[str]) -> bool:
     return False
 
 
-def build_parser(reg: Registry) -> argparse.ArgumentParser:
+def build_parser(reg: Registry, only: str | None = None) -> argparse.ArgumentParser:
     """The ``traceparse`` parser: the top-level options and one sub-parser per command of ``reg``.
 
     Sub-commands are listed in the registry's order (the core commands first).
     Each gets ``--store`` and ``--quiet`` before its own :meth:`configure`, so
     those two work after the sub-command's name for every command, whether or
-    not it calls :func:`traceparse.command.add_common_options`.
+    not it calls :func:`traceparse.command.add_common_options`. With ``only``
+    (the command asked for) only that command is configured (and its plugin
+    imported); the others are listed with their help.
     """
     from traceparse.command import WIDE, add_common_options, screen_width
 
@@ -75,11 +95,14 @@ def build_parser(reg: Registry) -> argparse.ArgumentParser:
     parser.add_argument("--wide", action="store_true", default=False,
                         help=f"render for {WIDE} columns: long names whole where they fit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, command in reg.commands.items():
-        p = sub.add_parser(name, help=command.help, description=command.help)
+    commands = reg.command_list() if only is not None else [(n, c.help) for n, c in reg.commands.items()]
+    for name, help_text in commands:
+        command = reg.command(name) if only is None or name == only else None
+        p = sub.add_parser(name, help=help_text, description=command.help if command else help_text)
         add_common_options(p, json=False)
-        command.configure(p)
-        p.set_defaults(command_object=command)
+        if command is not None:
+            command.configure(p)
+            p.set_defaults(command_object=command)
     return parser
 
 
@@ -95,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         reg = registry()
-        parser = build_parser(reg)
+        parser = build_parser(reg, only=_command_name(sys.argv[1:] if argv is None else list(argv)) or "")
         args = parser.parse_args(argv)
         if not args.command:
             parser.print_help()

@@ -33,7 +33,7 @@ import json as _json
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from traceparse.schema import SCHEMA_VERSION
+from traceparse.meta import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from traceparse.session import Session
@@ -175,7 +175,7 @@ def gpu_choice(args: argparse.Namespace):
 def envelope(command: str, data: dict[str, Any]) -> dict[str, Any]:
     """The JSON document of ``command``: ``{"schema_version", "command", **data}``.
 
-    ``schema_version`` (:data:`traceparse.schema.SCHEMA_VERSION`) and
+    ``schema_version`` (:data:`traceparse.meta.SCHEMA_VERSION`) and
     ``command`` (the sub-command's words, e.g. ``"analyze"`` or ``"predict
     fit"``) come first, so a script can check what it reads; ``data``'s keys
     follow unchanged. ``data`` may carry its own ``schema_version`` (``show``:

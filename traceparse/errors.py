@@ -8,6 +8,10 @@ expected.
 
 from __future__ import annotations
 
+#: Longest excerpt of a bad value quoted in a message (:func:`traceparse.validate.excerpt`, and the quotes a
+#: one-line message keeps: :func:`traceparse.text.one_line`).
+EXCERPT = 80
+
 
 class TraceparseError(Exception):
     """Base class of every error traceparse reports without a traceback."""

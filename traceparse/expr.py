@@ -186,16 +186,91 @@ def first_match(names: pl.Expr, table: list[tuple[str, str]], default: str, *, l
 
     Classifications (kernel categories, API classes) stay a readable table
     instead of a chain of conditions; ``lowercase`` matches the lower-cased name.
+    A null name gets ``default``.
+
+    The chain of conditions is built once per table (:class:`_Classifier`) and run only on names it has not
+    seen in this process: a trace repeats a few hundred names, and a run of a thousand small ranks the same
+    few names a thousand times (4 ms a call when the chain was built and run each time).
 
     >>> names = pl.Series(["cudaLaunchKernel", "cudaFree", "cuInit"])
     >>> pl.select(first_match(pl.lit(names), API_CLASSES, "other")).to_series().to_list()
     ['launch', 'allocation', 'other']
     """
-    subject = names.str.to_lowercase() if lowercase else names
-    expr = pl.lit(default)
-    for label, pattern in reversed(table):
-        expr = pl.when(subject.str.contains(pattern)).then(pl.lit(label)).otherwise(expr)
-    return expr
+    classify = _classifier(table, default, "lowercase" if lowercase else "name")
+    return names.map_batches(classify, return_dtype=pl.String, is_elementwise=True)
+
+
+#: What a :class:`_Classifier` matches its table against, made from each distinct name.
+_SUBJECTS = {
+    "name": lambda: pl.col("name"),
+    "lowercase": lambda: pl.col("name").str.to_lowercase(),
+    # a name lower-cased, without its parameter list, letters and digits only (:data:`COLLECTIVES`' subject)
+    "collective key": lambda: pl.col("name").str.to_lowercase().str.replace(r"\(.*$", "")
+    .str.replace_all(r"[^a-z0-9]", ""),
+}
+
+
+class _Classifier:
+    """A ``(label, regex)`` table as one polars condition chain, with the label of every name it classified.
+
+    Called on a String Series, it gives each value's label (``default`` for a null, like a name no row
+    matches): the chain runs on the distinct values not classified before, in one query, and the answers are
+    kept (at most :data:`MEMO_NAMES`; then the memory starts over). The regular expressions are polars' own,
+    so the labels are those the chain gives row by row. ``subject`` (:data:`_SUBJECTS`) is what is matched.
+    """
+
+    MEMO_NAMES = 50_000
+
+    def __init__(self, table: tuple[tuple[str, str], ...], default: str | None, subject: str = "name"):
+        text = pl.col("subject")
+        chain = pl.lit(default, dtype=pl.String)
+        for label, pattern in reversed(table):
+            chain = pl.when(text.str.contains(pattern)).then(pl.lit(label)).otherwise(chain)
+        self.subject, self.chain = _SUBJECTS[subject]().alias("subject"), chain.alias("label")
+        self.default, self.memo = default, {}
+
+    def labels(self, values: list) -> list:
+        """The label of each of ``values`` (distinct, no null), classifying only the new ones."""
+        memo = self.memo
+        new = [v for v in values if v not in memo]
+        if new:
+            if len(memo) + len(new) > self.MEMO_NAMES:
+                memo.clear()
+            found = self.classify(pl.Series(new, dtype=pl.String))
+            memo.update(zip(new, found))
+        return [memo[v] for v in values]
+
+    def classify(self, names: pl.Series) -> list:
+        """The labels of ``names`` (distinct, not null), worked out now."""
+        frame = names.to_frame("name").lazy()
+        return frame.select(self.subject).select(self.chain).collect()["label"].to_list()
+
+    def __call__(self, names: pl.Series) -> pl.Series:
+        names = names.cast(pl.String)
+        if names.len() <= 64:  # a small rank's few names: no query at all once they are known
+            values = names.to_list()
+            distinct = list(dict.fromkeys(v for v in values if v is not None))
+            label = dict(zip(distinct, self.labels(distinct)))
+            return pl.Series(names.name, [self.default if v is None else label[v] for v in values],
+                             dtype=pl.String)
+        distinct = names.drop_nulls().unique()
+        found = pl.Series(self.labels(distinct.to_list()), dtype=pl.String)
+        out = names.replace_strict(distinct, found, default=None, return_dtype=pl.String)
+        return out if self.default is None else out.fill_null(self.default)
+
+
+_CLASSIFIERS: dict[tuple, _Classifier] = {}
+
+
+def _classifier(table: Iterable[tuple[str, str]], default: str | None, subject: str = "name") -> _Classifier:
+    """The :class:`_Classifier` of ``table``, ``default`` and ``subject``, built on first use (tables are
+    compared by content: a plugin's kernel categories added later make a new one)."""
+    rows = tuple((str(label), str(pattern)) for label, pattern in table)
+    key = (rows, default, subject)
+    found = _CLASSIFIERS.get(key)
+    if found is None:
+        found = _CLASSIFIERS[key] = _Classifier(rows, default, subject)
+    return found
 
 
 def kernel_category(names: pl.Expr, table: list[tuple[str, str]] | None = None) -> pl.Expr:
@@ -317,11 +392,6 @@ COLLECTIVES: list[tuple[str, str]] = [
 UNKNOWN_COLLECTIVE = "unknown"
 
 
-def _collective_key(names: pl.Expr) -> pl.Expr:
-    """A name lower-cased, without its parameter list, letters and digits only (the subject of :data:`COLLECTIVES`)."""
-    return names.str.to_lowercase().str.replace(r"\(.*$", "").str.replace_all(r"[^a-z0-9]", "")
-
-
 def communication_family(names: pl.Expr) -> pl.Expr:
     """The family (:data:`COMMUNICATION_NAMES`) of each communication name; null for any other name.
 
@@ -329,11 +399,8 @@ def communication_family(names: pl.Expr) -> pl.Expr:
     >>> pl.select(communication_family(pl.lit(names))).to_series().to_list()
     ['nccl kernel', 'c10d op', None]
     """
-    subject = names.str.to_lowercase()
-    out = pl.lit(None, dtype=pl.String)
-    for family, pattern in reversed(COMMUNICATION_NAMES):
-        out = pl.when(subject.str.contains(pattern)).then(pl.lit(family)).otherwise(out)
-    return out
+    return names.map_batches(_classifier(COMMUNICATION_NAMES, None, "lowercase"), return_dtype=pl.String,
+                             is_elementwise=True)
 
 
 def collective(names: pl.Expr) -> pl.Expr:
@@ -356,24 +423,33 @@ def collective(names: pl.Expr) -> pl.Expr:
 
 
 def _collective_of_distinct(names: pl.Series) -> pl.Series:
-    """:func:`collective` of a Series, worked out on its distinct values."""
-    distinct = pl.DataFrame({"name": names.unique()}).with_columns(collective=_collective(pl.col("name")))
-    return names.to_frame("name").join(distinct, on="name", how="left", nulls_equal=True,
-                                       maintain_order="left")["collective"].alias(names.name)
+    """:func:`collective` of a Series, worked out once per distinct value (and remembered: :func:`first_match`)."""
+    return _COLLECTIVE_OF(names.cast(pl.String)).alias(names.name)
 
 
-def _collective(names: pl.Expr) -> pl.Expr:
-    """:func:`collective`, row by row."""
-    # every pattern is tried on communication names only (any other name becomes ""): one regex pass over
-    # all names instead of twenty, the same result
-    names = pl.when(names.str.to_lowercase().str.contains(_ANY_COMMUNICATION)).then(names).otherwise(pl.lit(""))
-    family = communication_family(names)
-    said = first_match(_collective_key(names), COLLECTIVES, "")
-    kernel = family.is_in(["nccl kernel", "msccl kernel"])
-    return (pl.when(family.is_null()).then(pl.lit(None, dtype=pl.String))
-            .when(said != "").then(said)
-            .when(kernel).then(pl.lit(UNKNOWN_COLLECTIVE))
-            .otherwise(pl.lit(None, dtype=pl.String)))
+class _CollectiveOf(_Classifier):
+    """:func:`collective` as a :class:`_Classifier`: each distinct name's collective worked out once, step by
+    step (each regular expression run once on the names, not once per branch of a chain)."""
+
+    def __init__(self):
+        self.default, self.memo = None, {}
+
+    def classify(self, names: pl.Series) -> list:
+        found: list = [None] * names.len()
+        # every pattern is tried on communication names only (any other name has no collective)
+        rows = names.str.to_lowercase().str.contains(_ANY_COMMUNICATION).arg_true().to_list()
+        if rows:
+            picked = names.gather(rows)
+            family = _classifier(COMMUNICATION_NAMES, None, "lowercase")(picked).to_list()
+            said = _classifier(COLLECTIVES, "", "collective key")(picked).to_list()
+            for i, fam, say in zip(rows, family, said):
+                if fam is not None:
+                    found[i] = say if say else (UNKNOWN_COLLECTIVE if fam in ("nccl kernel", "msccl kernel")
+                                                else None)
+        return found
+
+
+_COLLECTIVE_OF = _CollectiveOf()
 
 
 #: Any name of :data:`COMMUNICATION_NAMES` (lower-cased), in one regular expression.
@@ -387,8 +463,8 @@ def normalize_collective(names: pl.Expr) -> pl.Expr:
     >>> pl.select(normalize_collective(pl.lit(pl.Series(["allreduce", "_allgather_base", "wait"])))).to_series().to_list()
     ['all_reduce', 'all_gather', None]
     """
-    said = first_match(_collective_key(names.fill_null("")), COLLECTIVES, "")
-    return pl.when(said != "").then(said).otherwise(pl.lit(None, dtype=pl.String))
+    return names.map_batches(_classifier(COLLECTIVES, None, "collective key"), return_dtype=pl.String,
+                             is_elementwise=True)
 
 
 def collective_of() -> pl.Expr:

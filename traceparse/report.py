@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -13,10 +13,12 @@ from rich.text import Text
 
 from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names  # noqa: F401 - re-exported
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
-from traceparse.rule import SEVERITIES, Finding
+from traceparse.meta import TraceMeta
 from traceparse.text import literal, markup_literal, visible
-from traceparse.verdict import Column
-from traceparse.trace import TraceMeta
+from traceparse.verdict import SEVERITIES, Column
+
+if TYPE_CHECKING:
+    from traceparse.rule import Finding
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
 #: The units shown as a whole number with thousands separators.

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import polars as pl
 
 from traceparse.trace import Trace
-from traceparse.verdict import SEVERITIES, Column, grade  # noqa: F401 - the verdict floor, re-exported
+from traceparse.verdict import SEVERITIES, Column, grade, severity_rank  # noqa: F401 - the verdict floor, re-exported
 
 
 @dataclass
@@ -68,9 +68,6 @@ class Finding:
         }
 
 
-def severity_rank(severity: str) -> int:
-    """Position of ``severity`` in :data:`SEVERITIES` (higher is worse)."""
-    return SEVERITIES.index(severity)
 
 
 @dataclass

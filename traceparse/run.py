@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 from bisect import bisect_left, bisect_right
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -50,7 +50,7 @@ from traceparse.errors import InputError, TraceparseError
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
-from traceparse.store import Store, _write_json, trace_id_for, write_partition
+from traceparse.store import EarlyFlush, Store, _write_json, trace_id_for, write_partition
 from traceparse.trace import Trace, TraceMeta
 
 #: File-name patterns that give a rank, tried in order on the file (or directory) name.
@@ -262,23 +262,21 @@ def rank_memory(paths: list[Path]) -> int:
     return WORKER_BASE_BYTES + BYTES_PER_INPUT_BYTE * input_bytes(paths)
 
 
-def choose_workers(ranks: list[list[Path]], jobs: int | None = None) -> int:
+def choose_workers(ranks: list[list[Path]], jobs: int | None = None, sizes: list[int] | None = None) -> int:
     """How many ranks to read at once: ``jobs`` if given, else bounded by the cores and by memory.
 
     A run smaller than :data:`SMALL_RUN_BYTES` in all is read in this
     process. Otherwise at most the cores, the number of ranks, and the number of the largest
     rank's memory (:func:`rank_memory`) that fits in :data:`MEMORY_SHARE` of
-    the available memory; at least 1.
+    the available memory; at least 1. ``sizes``: each rank's :func:`input_bytes`, when the caller has them.
     """
     if jobs:
         return max(1, min(jobs, len(ranks)))
-    if sum(input_bytes(r) for r in ranks) < SMALL_RUN_BYTES and len(ranks) < MANY_RANKS:
+    sizes = [input_bytes(r) for r in ranks] if sizes is None else sizes
+    if sum(sizes) < SMALL_RUN_BYTES and len(ranks) < MANY_RANKS:
         return 1  # starting worker processes would cost more than reading a few small ranks here
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    need = max((rank_memory(r) for r in ranks), default=WORKER_BASE_BYTES)
+    cores = _cores()
+    need = WORKER_BASE_BYTES + BYTES_PER_INPUT_BYTE * max(sizes, default=0)  # rank_memory of the largest
     by_memory = int(available_memory() * MEMORY_SHARE // need)
     return max(1, min(cores, len(ranks), by_memory))
 
@@ -310,10 +308,10 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
             for batch in trace.batches():
                 rank = current()
                 used.add(rank)
-                yield batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+                yield with_rank(batch, rank)
 
         part = Path(tmp) / f"part-{index}"
-        meta = write_partition(Trace(stamped(), trace.meta), part)
+        meta = write_partition(trace, part, batches=stamped())  # conformed and validated once, by trace.batches
         rank = rank_from_trace(meta)
         rank_from = "trace"
         if rank is None:
@@ -338,6 +336,15 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
         raise InputError(f"{files[0]}: cannot read this rank: {type(exc).__name__}: {exc}") from None
     return {"index": index, "rank": rank, "rank_from": rank_from, "world_size": world_size_of(meta),
             "meta": meta.to_dict()}
+
+
+def with_rank(batch: pl.DataFrame, rank: int | None) -> pl.DataFrame:
+    """``batch`` (conformed) with ``rank`` on every row; a small batch's column is replaced without a query."""
+    if batch.height > 65_536:
+        return batch.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+    out = batch.clone()
+    out.replace_column(out.get_column_index("rank"), pl.Series("rank", [rank] * batch.height, dtype=pl.Int32))
+    return out
 
 
 # -- the run ----------------------------------------------------------------
@@ -387,27 +394,72 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
         store.set_last(run_id)
         return RunResult(store.run_meta(run_id), already_stored=True)
     tmp = store.fresh_tmp()
+    flush = EarlyFlush()  # each rank's files flushed as it is done, while the others are read
     try:
         tasks = [(str(tmp), i, reader_name, [str(p) for p in group], params, sha)
                  for i, ((reader_name, group), sha) in enumerate(zip(ranks, shas))]
         bar = progress_factory(f"ranks of {name}", len(tasks)) if progress_factory else nullcontext(None)
+
+        def done(n: int, finished: list[dict] = ()) -> None:
+            for result in finished:
+                flush.add(tmp / f"part-{result['index']}")
+            if advance:
+                advance(n)
+
         with bar as advance:
             if scheduler:
                 from traceparse.distributed import map_ingest
 
                 results = map_ingest(scheduler, ingest_rank, tasks, advance)
             else:
-                workers = choose_workers([group for _, group in ranks], jobs)
-                small = workers > 1 and max(input_bytes(group) for _, group in ranks) < SMALL_RANK_BYTES
-                results = _map_local(_share_cores(tasks, workers), workers, advance,
-                                     tasks_per_worker=None if small else TASKS_PER_WORKER)
+                sizes = [input_bytes(group) for _, group in ranks]
+                workers = choose_workers([group for _, group in ranks], jobs, sizes)
+                small = workers > 1 and max(sizes) < SMALL_RANK_BYTES
+                results = _map_local(_share_cores(tasks, workers), workers, done,
+                                     tasks_per_worker=None if small else TASKS_PER_WORKER,
+                                     per_task=_ranks_per_task(len(tasks), workers) if small else 1)
+        flushed = flush.finish()  # before the parts are renamed
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = dict(tags or {})
-        run = store.commit_run(tmp, run)
+        run = store.commit_run(tmp, run, _still_flushed(tmp, flushed, results, run))
     except BaseException:
+        flush.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return RunResult(run, already_stored=False, warnings=warnings)
+
+
+def _still_flushed(tmp: Path, flushed: dict[Path, list[str]], results: list[dict], run: dict) -> set[str]:
+    """The paths of the files flushed as their rank was done (:class:`traceparse.store.EarlyFlush`) under their
+    names now (``part-i`` renamed ``rank=N``), less those of ranks rewritten since (moved onto the run's clock)."""
+    rank_of = {str(tmp / f"part-{r['index']}"): r["rank"] for r in results}
+    shifted = {int(rank) for rank in run.get("clock_shifts_ns", {})}
+    return {str(tmp / f"rank={rank}" / name) for directory, names in flushed.items()
+            if (rank := rank_of.get(str(directory))) is not None and rank not in shifted for name in names}
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def _polars_threads(threads: int):
+    """Worker processes started inside get ``threads`` polars threads (at least 1; ``POLARS_MAX_THREADS`` when
+    set is kept): the workers share the cores, not each all of them. A rank of a few rows runs a handful of
+    tiny queries, each handed to polars' threads: with a pool per core, a worker was switched out 260 times a
+    rank on a busy machine, and used 10% more CPU."""
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = str(max(1, threads))  # read by each worker as it imports polars
+    try:
+        yield
+    finally:
+        os.environ.pop("POLARS_MAX_THREADS", None)
 
 
 def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
@@ -418,41 +470,56 @@ def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:
     """
     if workers <= 1:
         return tasks
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+    cores = _cores()
     per_rank = max(0, cores // workers - 1)
     return [(*task[:4], {"workers": per_rank, **(task[4] or {})}, *task[5:]) for task in tasks]
 
 
-def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
-               tasks_per_worker: int | None = TASKS_PER_WORKER) -> list[dict]:
-    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
-    each replaced after ``tasks_per_worker`` ranks (None: never).
+#: Most small ranks a worker process reads in one task (:func:`ingest_ranks`).
+MAX_RANKS_PER_TASK = 32
 
-    At most ``workers`` ranks are in flight; the first error cancels the rest.
+
+def _ranks_per_task(ranks: int, workers: int) -> int:
+    """How many small ranks each task of the pool reads: enough that a rank's result is not a round trip to this
+    process (which, on a busy machine, may wait its turn while the workers idle), few enough that every worker
+    gets several tasks (at most :data:`MAX_RANKS_PER_TASK`)."""
+    return max(1, min(MAX_RANKS_PER_TASK, ranks // (4 * workers)))
+
+
+def ingest_ranks(tasks: list[tuple]) -> list[dict]:
+    """:func:`ingest_rank` of each task in turn, in one worker: the results in order (the first error stops it)."""
+    return [ingest_rank(*task) for task in tasks]
+
+
+def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
+               tasks_per_worker: int | None = TASKS_PER_WORKER, per_task: int = 1) -> list[dict]:
+    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
+    each replaced after ``tasks_per_worker`` tasks (None: never), each task ``per_task`` ranks.
+    ``advance(n, results)`` is called with each task's ranks as they are done.
+
+    At most ``workers`` tasks are in flight; the first error cancels the rest.
     """
     results = []
     if workers <= 1:
         for task in tasks:
             results.append(ingest_rank(*task))
             if advance:
-                advance(1)
+                advance(1, results[-1:])
         return results
     pending: set[Future] = set()
-    queue = list(reversed(tasks))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                             max_tasks_per_child=tasks_per_worker) as pool:
+    queue = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)][::-1]
+    with _polars_threads(_cores() // workers), ProcessPoolExecutor(
+            max_workers=workers, mp_context=get_context("spawn"), max_tasks_per_child=tasks_per_worker) as pool:
         try:
             while queue or pending:
                 while queue and len(pending) < workers:
-                    pending.add(pool.submit(ingest_rank, *queue.pop()))
+                    pending.add(pool.submit(ingest_ranks, queue.pop()))
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    results.append(future.result())
+                    done_ranks = future.result()
+                    results.extend(done_ranks)
                     if advance:
-                        advance(1)
+                        advance(len(done_ranks), done_ranks)
         except BrokenProcessPool:
             raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
                                   "--jobs 1 reads one rank at a time in this process") from None
@@ -589,7 +656,7 @@ def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str
         meta = by_rank[rank]["meta"]
         meta["summary"] = {**meta["summary"], "start_ns": start + shift, "end_ns": end + shift}
         meta.setdefault("extra", {})["clock_shift_ns"] = shift
-        _write_json(directory / "meta.json", meta)
+        _write_json(directory / "meta.json", meta, sync=False)  # flushed at the commit, with the rest
     if shifts:
         first, shift = next(iter(shifts.items()))
         ahead = "ahead of" if shift < 0 else "behind"

@@ -12,8 +12,7 @@ from functools import lru_cache
 
 import polars as pl
 
-#: Bumped whenever a column is added, removed or changes meaning.
-SCHEMA_VERSION = 4
+from traceparse.meta import SCHEMA_VERSION  # noqa: F401 - bumped whenever a column is added, removed or changes meaning
 
 #: What an event is.
 KINDS = ("kernel", "memcpy", "memset", "api", "op", "marker", "counter", "region", "sync")

@@ -1,20 +1,24 @@
-"""What a CLI invocation works with: the store, the plugins, the consoles, trace resolution."""
+"""What a CLI invocation works with: the store, the plugins, the consoles, trace resolution.
+
+Reading and ingesting (:mod:`traceparse.ingest`, :mod:`traceparse.run`, and with them polars) and the progress
+bars are imported when a command first needs them: ``traceparse list`` needs neither.
+"""
 
 from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn, TransferSpeedColumn)
-
-from traceparse.ingest import IngestResult, ingest
-from traceparse.run import RunResult, ingest_run, is_rank_directory
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
 from traceparse.text import SafeConsole, one_line, visible
-from traceparse.trace import Trace
+
+if TYPE_CHECKING:
+    from traceparse.ingest import IngestResult
+    from traceparse.run import RunResult
+    from traceparse.trace import Trace
 
 
 class Session:
@@ -45,6 +49,9 @@ class Session:
 
         @contextmanager
         def bar(description: str, total: int):
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+
             with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
                           TransferSpeedColumn(), TimeRemainingColumn(), console=self.err, transient=True) as progress:
                 task = progress.add_task(visible(description), total=total or None)
@@ -59,6 +66,9 @@ class Session:
 
         @contextmanager
         def bar(description: str, total: int):
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
             with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                           TextColumn("ranks"), TimeElapsedColumn(), TimeRemainingColumn(), console=self.err,
                           transient=True) as progress:
@@ -74,6 +84,8 @@ class Session:
         if self.quiet or not self.err.is_terminal:
             yield lambda label=None: None
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                       TextColumn(unit), TextColumn("{task.fields[now]}", markup=False), TimeElapsedColumn(),
                       console=self.err, transient=True) as progress:
@@ -90,6 +102,8 @@ class Session:
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,
                    scheduler: str | None = None) -> RunResult:
         """Ingest a run (a rank directory, or one file per rank), printing its warnings."""
+        from traceparse.run import ingest_run
+
         result = ingest_run(paths, store=self.store, name=name, fmt=fmt, params=params, jobs=jobs,
                             scheduler=scheduler, tags=tags, progress_factory=self.rank_progress_factory(),
                             reg=self.registry)
@@ -100,6 +114,8 @@ class Session:
 
     def is_run_path(self, path: str | Path, fmt: str = "auto") -> bool:
         """True when ``path`` is a directory of per-rank traces (no reader reads it as one trace)."""
+        from traceparse.run import is_rank_directory
+
         return is_rank_directory(Path(path), fmt, self.registry)
 
     def load(self, ref_id: str, lazy_runs: bool = False) -> Trace:
@@ -111,6 +127,8 @@ class Session:
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
                params: dict | None = None) -> list[IngestResult]:
         """Ingest paths into the store, printing the readers' warnings."""
+        from traceparse.ingest import ingest
+
         results = ingest(paths, store=self.store, fmt=fmt, tags=tags, params=params,
                          progress_factory=self.progress_factory(), reg=self.registry)
         for result in results:

@@ -30,13 +30,18 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Iterable
-
-import polars as pl
+from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError
-from traceparse.schema import empty_frame
-from traceparse.trace import Trace, TraceMeta
+from traceparse.meta import TraceMeta
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceparse.trace import Trace
+
+# polars (and the event table) are imported where events are read or written: listing the store's metadata
+# (``traceparse list``) needs neither.
 
 DEFAULT_STORE = ".traceparse"
 ID_LENGTH = 16
@@ -101,6 +106,10 @@ class Store:
 
     def load(self, trace_id: str) -> Trace:
         """An entry as a :class:`Trace` (its events as stored: not validated again, see :meth:`Trace.from_store`)."""
+        import polars as pl
+
+        from traceparse.trace import Trace
+
         return Trace.from_store(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
 
     def resolve_id(self, ref: str) -> str:
@@ -189,6 +198,10 @@ class Store:
 
     def load_rank(self, run_id: str, rank: int | str) -> Trace:
         """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
+        import polars as pl
+
+        from traceparse.trace import Trace
+
         return Trace(pl.read_parquet(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
     def load_run(self, run_id: str, lazy: bool = False) -> Trace:
@@ -205,6 +218,11 @@ class Store:
         over the ranks' Parquet files, which measures read one rank at a time,
         so memory does not grow with the number of ranks.
         """
+        import polars as pl
+
+        from traceparse.schema import empty_frame
+        from traceparse.trace import RunTrace, Trace
+
         run = self.run_meta(run_id)
         ranks = sorted(run["ranks"], key=int)
         metas = [self.rank_meta(run_id, r) for r in ranks]
@@ -220,7 +238,7 @@ class Store:
             table = PartitionedEvents(paths, [m.id or "" for m in metas], kind_counts=kinds,
                                       sizes=sizes if all(isinstance(n, int) for n in sizes) else None)
             count = sum(m.event_count or 0 for m in metas)
-            return _RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
+            return RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
         frames = [pl.read_parquet(p) for p in paths]
         events = pl.concat(frames) if frames else empty_frame()
         return Trace(events, self._run_trace_meta(run_id, run, metas, events.height), stamp_trace_id=False)
@@ -244,16 +262,17 @@ class Store:
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
 
-    def commit_run(self, tmp: Path, run: dict) -> dict:
+    def commit_run(self, tmp: Path, run: dict, flushed: set[str] | None = None) -> dict:
         """Make the run written under ``tmp`` (its ``rank=N`` partitions) a stored run, in one rename.
 
         ``run`` is its metadata (``run["id"]`` set); every file under ``tmp``
-        is flushed to disk first (the ranks write theirs without a flush each),
-        ``run.json`` is written last. If the same run appeared meanwhile it is kept and ``tmp`` is
-        discarded. Returns the stored metadata.
+        is flushed to disk first (the ranks write theirs without a flush each; the paths in ``flushed``
+        were flushed already, :class:`EarlyFlush`, and are not flushed again), ``run.json`` is written
+        last. If the same run
+        appeared meanwhile it is kept and ``tmp`` is discarded. Returns the stored metadata.
         """
         try:
-            _fsync_tree(tmp)  # the ranks' files, written without a flush each
+            _fsync_tree(tmp, flushed)  # the ranks' files, written without a flush each
             run["ingested_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
             _write_json(tmp / "run.json", run)
             _fsync_dir(tmp)
@@ -470,40 +489,18 @@ def _run_doc(doc: dict) -> dict:
     return doc
 
 
-class _RunTrace(Trace):
-    """A run whose events stay in the store: ``events`` is a partitioned table read rank by rank (``load_run(lazy=True)``)."""
-
-    def __init__(self, table, meta: TraceMeta):
-        super().__init__(empty_frame(), meta, stamp_trace_id=False)
-        self._table = table
-
-    @property
-    def is_streamed(self) -> bool:
-        return False
-
-    @property
-    def events(self):
-        """The run's :class:`traceparse.measures.base.PartitionedEvents`."""
-        return self._table
-
-    def batches(self):
-        """One batch per rank, read in turn."""
-        for i in range(len(self._table.paths)):
-            yield self._table.partition(i)
-
-    def of_kind(self, *kinds: str) -> pl.DataFrame:
-        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))
-
-
-def write_partition(trace: Trace, directory: Path) -> TraceMeta:
+def write_partition(trace: Trace, directory: Path, batches: Iterable[pl.DataFrame] | None = None) -> TraceMeta:
     """Write a trace's events and metadata into ``directory`` (a part of an entry being written under
     ``tmp/``, e.g. one rank of a run); return the metadata. The caller renames it into place.
+    ``batches``: the trace's conformed batches (:meth:`Trace.batches`) as the caller changed them (a run's
+    ``rank`` set), written instead of ``trace.batches()`` and not conformed or validated again.
 
     Nothing is flushed to disk here: :meth:`Store.commit_run` flushes every file of the entry at once before
     the rename (a rank of a run of a thousand paid 2 to 13 ms for its own ``fsync``)."""
     meta = trace.meta
     directory.mkdir(parents=True, exist_ok=True)
-    meta.event_count, meta.summary = _write_events(trace.batches(), directory / "events.parquet")
+    meta.event_count, meta.summary = _write_events(trace.batches() if batches is None else batches,
+                                                   directory / "events.parquet")
     meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     _write_json(directory / "meta.json", meta.to_dict(), sync=False)
     return meta
@@ -523,6 +520,8 @@ def _alive(pid: int) -> bool:
 def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:
     """Write conformed batches (:meth:`Trace.batches`, which set ``trace_id`` and ``event_id``) to one
     Parquet file; the writing runs in a thread, overlapping the reader's parsing."""
+    from traceparse.schema import empty_frame
+
     count = 0
     summary = _Summary()
     with _ParquetSink(path) as sink:
@@ -606,6 +605,8 @@ class _ParquetSink:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.thread.ident is None:  # a small trace (or nothing): written here, at once
+            import polars as pl
+
             if exc is None and self.held:
                 self._write_one(self.held[0] if len(self.held) == 1 else pl.concat(self.held))
             self.held = []
@@ -625,7 +626,19 @@ class _Summary:
         self.end: int | None = None
 
     def add(self, batch: pl.DataFrame) -> None:
-        """Count ``batch``'s rows per kind and widen the span, in one query."""
+        """Count ``batch``'s rows per kind and widen the span, in one query (a batch of a few rows: none)."""
+        import polars as pl
+
+        if batch.height <= 1024:  # a small rank's batch: its few rows read here
+            kinds = self.kinds
+            for kind, start, duration in zip(batch["kind"].cast(pl.String).to_list(), batch["start_ns"].to_list(),
+                                             batch["duration_ns"].to_list()):
+                kinds[str(kind)] = kinds.get(str(kind), 0) + 1
+                if start is not None:
+                    self.start = start if self.start is None else min(self.start, start)
+                    if duration is not None:
+                        self.end = start + duration if self.end is None else max(self.end, start + duration)
+            return
         per_kind = batch.group_by("kind").agg(pl.len().alias("n"), pl.col("start_ns").min().alias("s"),
                                               (pl.col("start_ns") + pl.col("duration_ns")).max().alias("e"))
         for kind, n, start, end in per_kind.iter_rows():
@@ -652,27 +665,68 @@ def _write_json(path: Path, data: dict, sync: bool = True) -> None:
             os.fsync(f.fileno())
 
 
-def _fsync_tree(root: Path) -> None:
+def _fsync_tree(root: Path, flushed: set[str] | None = None) -> None:
     """Flush every file and directory under ``root`` to disk, many at once (the file system commits them
-    together: a thousand ranks' files in a fraction of a second, where one after the other took seconds)."""
+    together: a thousand ranks' files in a fraction of a second, where one after the other took seconds).
+    The files in ``flushed`` (paths) were flushed already and not written since: they are not flushed again."""
     from concurrent.futures import ThreadPoolExecutor
 
     files, dirs = [], [root]
     for base, subdirs, names in os.walk(root):
         files += [os.path.join(base, n) for n in names]
         dirs += [Path(base) / d for d in subdirs]
+    if flushed:
+        files = [f for f in files if f not in flushed]
 
-    def flush(path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(files) + len(dirs)))) as pool:
+        list(pool.map(_fsync_file, files))  # an error (disk full, I/O) reaches the caller
+        list(pool.map(_fsync_dir, dirs))  # a thousand ranks' directories: 2.5 s one after the other
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class EarlyFlush:
+    """Flushes the files of finished parts of an entry being written (a run's ranks) in background threads, while
+    the other parts are still being read: :meth:`Store.commit_run` then flushes only the rest (10,000 ranks'
+    files took 3 s after the last rank was read)."""
+
+    def __init__(self, threads: int = 8):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceparse-flush")
+        self.futures: dict[Path, object] = {}
+
+    def add(self, directory: Path) -> None:
+        """Flush the files of ``directory`` (and the directory itself) soon."""
+        self.futures[directory] = self.pool.submit(self._flush, directory)
+
+    @staticmethod
+    def _flush(directory: Path) -> list[str]:
+        names = []
+        for entry in os.scandir(directory):
+            if entry.is_file(follow_symlinks=False):
+                _fsync_file(entry.path)
+                names.append(entry.name)
+        _fsync_dir(directory)
+        return names
+
+    def finish(self) -> dict[Path, list[str]]:
+        """Wait for the flushes (before the parts are renamed or rewritten): {directory: names of the files
+        flushed} (an error: raised)."""
         try:
-            os.fsync(fd)
+            return {directory: future.result() for directory, future in self.futures.items()}
         finally:
-            os.close(fd)
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(files)))) as pool:
-        list(pool.map(flush, files))  # an error (disk full, I/O) reaches the caller
-    for d in dirs:
-        _fsync_dir(d)
+    def abandon(self) -> None:
+        """Stop flushing (the entry is being thrown away)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
-from traceparse.validate import EXCERPT
+from traceparse.errors import EXCERPT
 
 #: Characters never written as they are: C0 controls, DEL, C1 controls (``\x9b`` is a one-byte CSI), and the
 #: Unicode direction overrides and isolates that reorder what a terminal shows.
@@ -98,7 +98,7 @@ _QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' th
 def one_line(message: str, limit: int = 1000) -> str:
     """``message`` as one line: line breaks shown as ``\\n`` and every other control character made visible
     (:func:`traceparse.text.visible`: no escape sequence from a file reaches the terminal), each quoted value
-    cut to an excerpt of at most :data:`~traceparse.validate.EXCERPT` characters, the whole cut to ``limit``
+    cut to an excerpt of at most :data:`~traceparse.errors.EXCERPT` characters, the whole cut to ``limit``
     characters."""
     message = _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= EXCERPT + 2
                           else m.group(0)[: EXCERPT] + "…" + m.group(0)[-1], message)

@@ -2,73 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import polars as pl
 
-from traceparse.schema import DTYPES, SCHEMA_VERSION, conform, empty_frame
+from traceparse.meta import Device, TraceMeta  # noqa: F401 - the metadata, re-exported (no polars there)
+from traceparse.schema import DTYPES, conform, empty_frame
 from traceparse.validate import Validator, validate_devices
-
-
-@dataclass
-class Device:
-    """A GPU as the source describes it; unknown fields stay None."""
-
-    id: int | None = None
-    name: str | None = None
-    sm_count: int | None = None
-    memory_bytes: int | None = None
-    compute_capability: str | None = None
-    core_clock_mhz: float | None = None
-    memory_clock_mhz: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class TraceMeta:
-    """Where a trace came from, what wrote it, and what the reader noticed."""
-
-    id: str | None = None
-    source_paths: list[str] = field(default_factory=list)
-    sha256: str | None = None
-    format: str | None = None
-    variant: str | None = None
-    tool: str | None = None
-    tool_version: str | None = None
-    devices: list[Device] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
-    ingested_at: str | None = None
-    event_count: int | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: What the trace says of the distributed job it belongs to: {"rank", "world_size", "backend",
-    #: "process_groups": [{"name", "desc", "size", "ranks"}], "nccl_version"?}; {} when it says nothing.
-    distributed: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def path(self) -> str | None:
-        """The first (usually only) source path."""
-        return self.source_paths[0] if self.source_paths else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the metadata."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TraceMeta":
-        """Rebuild metadata written by :meth:`to_dict`, ignoring keys it does not know."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["devices"] = [Device(**{k: v for k, v in d.items() if k in _DEVICE_FIELDS})
-                             for d in data.get("devices", [])]
-        return cls(**values)
-
-
-_DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
 
 
 class Trace:
@@ -155,7 +95,8 @@ class Trace:
         next_id = 0
         try:
             for batch in (source,) if isinstance(source, pl.DataFrame) else source:
-                batch = self._with_trace_id(conform(validator.check(batch), first_event_id=next_id))
+                trace_id = self.meta.id if self._stamp else None  # set in the same query (as _with_trace_id)
+                batch = conform(validator.check(batch), first_event_id=next_id, trace_id=trace_id)
                 next_id += batch.height
                 yield batch
         finally:  # the warnings count what was dropped, also when the consumer stopped early
@@ -189,3 +130,29 @@ class Trace:
     def __repr__(self) -> str:
         n = "streamed" if self.is_streamed else f"{self.events.height} events"
         return f"<Trace {self.meta.id or '(not stored)'} {self.meta.format} {n}>"
+
+
+class RunTrace(Trace):
+    """A run whose events stay in the store: ``events`` is a partitioned table read rank by rank
+    (:meth:`traceparse.store.Store.load_run` with ``lazy=True``)."""
+
+    def __init__(self, table, meta: TraceMeta):
+        super().__init__(empty_frame(), meta, stamp_trace_id=False)
+        self._table = table
+
+    @property
+    def is_streamed(self) -> bool:
+        return False
+
+    @property
+    def events(self):
+        """The run's :class:`traceparse.measures.base.PartitionedEvents`."""
+        return self._table
+
+    def batches(self):
+        """One batch per rank, read in turn."""
+        for i in range(len(self._table.paths)):
+            yield self._table.partition(i)
+
+    def of_kind(self, *kinds: str) -> pl.DataFrame:
+        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))

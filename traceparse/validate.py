@@ -33,12 +33,10 @@ from functools import lru_cache
 
 import polars as pl
 
-from traceparse.errors import InputError
+from traceparse.errors import EXCERPT, InputError  # noqa: F401 - EXCERPT: the longest excerpt quoted, re-exported
 from traceparse.schema import ADDITIVE, DTYPES, NAME_NUMBERS, RANGES
 
 INT64_MAX = 2**63 - 1
-#: Longest excerpt of a bad value quoted in a message.
-EXCERPT = 80
 
 _INT_BOUNDS = {pl.Int8: (-2**7, 2**7 - 1), pl.Int16: (-2**15, 2**15 - 1), pl.Int32: (-2**31, 2**31 - 1),
                pl.Int64: (-2**63, 2**63 - 1), pl.UInt8: (0, 2**8 - 1), pl.UInt16: (0, 2**16 - 1),

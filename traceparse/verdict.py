@@ -13,6 +13,12 @@ from dataclasses import asdict, dataclass
 #: Severities, least to most severe.
 SEVERITIES = ("info", "warning", "critical")
 
+
+def severity_rank(severity: str) -> int:
+    """Position of ``severity`` in :data:`SEVERITIES` (higher is worse)."""
+    return SEVERITIES.index(severity)
+
+
 #: The units a column or figure may declare, and what each means on screen.
 UNITS = {
     "ns": "a duration in integer nanoseconds (shown in ns, us, ms or s)",

@@ -17,15 +17,15 @@ import argparse
 import math
 from contextlib import ExitStack, nullcontext
 
-from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, parse_settings, select_findings,
-                                 worst_severity)
 from traceparse.command import Command, gpu_choice
 from traceparse.errors import StoreError
 from traceparse.figures import set_digits
 from traceparse.report import TABLE_ROWS, render_findings, trace_label
-from traceparse.rule import SEVERITIES, severity_rank
-from traceparse.summary import summarize
+from traceparse.verdict import SEVERITIES, severity_rank
 from traceparse_plugins.commands.core import windowing
+
+# the analysis (the rules' machinery, polars) is imported when ``analyze`` is configured or run: loading this
+# plugin for ``traceparse list`` does not load it
 
 
 class AnalyzeCommand(Command):
@@ -34,6 +34,8 @@ class AnalyzeCommand(Command):
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """TRACE..., ``--rule``, ``--set``, ``--fail-on``, ``--gpu`` and the common options."""
+        from traceparse.analysis import CRITICAL_FLOOR_PCT
+
         self.add_common_options(parser, traces="*", json=True, fmt=True)
         parser.add_argument("--rule", action="append", metavar="NAME", help="run only this rule (repeatable)")
         parser.add_argument("--set", action="append", metavar="RULE.PARAM=VALUE", help="override a rule threshold")
@@ -58,6 +60,9 @@ class AnalyzeCommand(Command):
 
     def run(self, args: argparse.Namespace, session) -> int:
         """Analyze each trace; exit 1 when ``--fail-on`` is given and a finding reaches it."""
+        from traceparse.analysis import analyze, parse_settings, select_findings, worst_severity
+        from traceparse.summary import summarize
+
         settings = parse_settings(args.set or [], session.registry)
         set_digits(args.digits)
         for name in args.rule or []:
@@ -106,6 +111,8 @@ class AnalyzeCommand(Command):
 def _keep(session, trace, found, scope: str | None) -> None:
     """Keep the trace's findings in the store beside it (the ``findings`` view of ``traceparse sql``); a store
     that cannot be written to costs a warning, never the analysis."""
+    from traceparse.analysis import findings_frame
+
     try:
         session.store.save_findings(trace.id, findings_frame(found, scope))
     except StoreError as exc:

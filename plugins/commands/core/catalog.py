@@ -6,7 +6,6 @@ import argparse
 import re
 import textwrap
 
-from rich.markdown import Markdown
 from rich.table import Table
 
 from traceparse.command import Command
@@ -62,6 +61,8 @@ class RulesCommand(Command):
             return 0
         if args.verbose:
             for r in rules:
+                from rich.markdown import Markdown  # markdown-it and pygments: only for --full
+
                 session.out.print(Markdown(rule_markdown(r)))
                 session.out.print()
             return 0

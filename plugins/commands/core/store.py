@@ -136,9 +136,10 @@ def run_row(run: dict) -> dict:
 
 def run_summary(store, run: dict, already_stored: bool = False, title: str | None = None,
                 warnings: bool = True) -> Panel:
-    """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank; titled
-    ``title``, else "ingested" or "already in the store"; the warnings in full, or (``warnings`` false: they
-    were just printed on stderr) their number."""
+    """The panel ``ingest`` and ``show`` print for a run: its name, world size and one line per rank (a run of
+    more than :data:`RANKS_LISTED` ranks: their number, the spread of their events and spans, and the notable
+    ranks, :func:`notable_ranks`); titled ``title``, else "ingested" or "already in the store"; the warnings in
+    full, or (``warnings`` false: they were just printed on stderr) their number."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -156,15 +157,21 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
         table.add_row("source", literal(os.path.commonpath([str(Path(p).parent) for p in paths])))
     if run.get("tags"):
         table.add_row("tags", tags_text(run["tags"]))
-    ranks = Table(header_style="bold", box=None, padding=(0, 1))
-    for column in ("rank", "trace", "events", "span", "source"):
-        ranks.add_column(column)
-    for rank in sorted(run.get("ranks", {}), key=int):
-        meta = store.rank_meta(run["id"], rank)
-        ranks.add_row(literal(rank), literal(meta.id or ""),
-                      f"{meta.event_count:,}" if meta.event_count is not None else "-",
-                      fmt_ns((meta.summary or {}).get("span_ns")), literal(Path(meta.path).name if meta.path else ""))
-    table.add_row("ranks", ranks)
+    metas = {int(rank): store.rank_meta(run["id"], rank) for rank in run.get("ranks", {})}
+    if len(metas) <= RANKS_LISTED:
+        table.add_row("ranks", _rank_table({rank: "" for rank in sorted(metas)}, metas))
+    else:
+        table.add_row("ranks", literal(f"{len(metas):,} ({rank_ranges(list(metas))})"))
+        events = [m.event_count for m in metas.values() if m.event_count is not None]
+        spans = [s for m in metas.values() if (s := (m.summary or {}).get("span_ns")) is not None]
+        spread = ([f"events {_spread(events, lambda n: f'{n:,}')}"] if events else []) + (
+            [f"span {_spread(spans, fmt_ns)}"] if spans else [])
+        if spread:
+            table.add_row("per rank", literal("; ".join(spread)))
+        notable = notable_ranks(metas)
+        if notable:
+            table.add_row("notable", _rank_table(notable, metas))
+        table.add_row("", literal(f"`traceparse show {run['id']} --json` lists all {len(metas):,} ranks"))
     if warnings or not run.get("warnings"):
         for w in run.get("warnings", []):
             table.add_row("[yellow]warning[/yellow]", literal(w))
@@ -172,6 +179,61 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
         table.add_row("[yellow]warnings[/yellow]", warning_count(len(run["warnings"])))
     title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{markup_literal(title)}[/bold]", expand=False)
+
+
+#: A run of at most this many ranks has one line per rank in its panel; a larger one a summary and its notable ranks.
+RANKS_LISTED = 20
+#: How many ranks each reason picks for the panel of a large run (:func:`notable_ranks`).
+NOTABLE_EACH = 3
+
+
+def notable_ranks(metas: dict) -> dict[int, str]:
+    """The ranks a large run's panel shows, each with why: the longest spans (the slowest ranks), the most and
+    the fewest events, and ranks with warnings; at most :data:`NOTABLE_EACH` for each reason, in rank order.
+
+    Only ranks beyond the median are picked for a reason (ranks that all agree: nothing stands out).
+    """
+    why: dict[int, list[str]] = {}
+
+    def pick(value, reason: str, reverse: bool) -> None:
+        known = {r: v for r, m in metas.items() if (v := value(m)) is not None}
+        if not known:
+            return
+        median = sorted(known.values())[(len(known) - 1) // 2]
+        beyond = [r for r, v in known.items() if (v > median if reverse else v < median)]
+        for rank in sorted(beyond, key=lambda r: ((-known[r] if reverse else known[r]), r))[:NOTABLE_EACH]:
+            why.setdefault(rank, []).append(reason)
+
+    pick(lambda m: (m.summary or {}).get("span_ns"), "longest span", True)
+    pick(lambda m: m.event_count, "most events", True)
+    pick(lambda m: m.event_count, "fewest events", False)
+    for rank in [r for r in sorted(metas) if metas[r].warnings][:NOTABLE_EACH]:
+        n = len(metas[rank].warnings)
+        why.setdefault(rank, []).append(f"{n} warning{'s' if n != 1 else ''}")
+    return {rank: ", ".join(why[rank]) for rank in sorted(why)}
+
+
+def _spread(values: list[int], fmt) -> str:
+    """``4 each`` when the values agree, else ``3 to 10, median 4`` (the lower median)."""
+    low, high = min(values), max(values)
+    if low == high:
+        return f"{fmt(low)} each"
+    return f"{fmt(low)} to {fmt(high)}, median {fmt(sorted(values)[(len(values) - 1) // 2])}"
+
+
+def _rank_table(ranks: dict[int, str], metas: dict) -> Table:
+    """One line per rank of ``ranks`` (rank -> why it is shown; a column only when one says)."""
+    table = Table(header_style="bold", box=None, padding=(0, 1))
+    columns = ("rank", "trace", "events", "span", "source") + (("why",) if any(ranks.values()) else ())
+    for column in columns:
+        table.add_column(column)
+    for rank, why in ranks.items():
+        meta = metas[rank]
+        row = [literal(str(rank)), literal(meta.id or ""),
+               f"{meta.event_count:,}" if meta.event_count is not None else "-",
+               fmt_ns((meta.summary or {}).get("span_ns")), literal(Path(meta.path).name if meta.path else "")]
+        table.add_row(*row, *((literal(why),) if len(columns) > 5 else ()))
+    return table
 
 
 class IngestCommand(Command):

@@ -12,9 +12,9 @@ worker processes, in memory bounded by the chunks in flight. Times
 """
 
 from traceparse_plugins.readers.chrome_json.decoder import (
-    CHUNK_BYTES, Event, EventError, check_file, decode_threads, decode_workers, gc_paused, map_chunks,
+    CHUNK_BYTES, Event, EventError, check_file, content_bytes, decode_threads, decode_workers, gc_paused, map_chunks,
     stream_events, time_ns, times_ns, what, where,
 )
 
-__all__ = ["CHUNK_BYTES", "Event", "EventError", "check_file", "decode_threads", "decode_workers", "gc_paused",
+__all__ = ["CHUNK_BYTES", "Event", "EventError", "check_file", "content_bytes", "decode_threads", "decode_workers", "gc_paused",
            "map_chunks", "stream_events", "time_ns", "times_ns", "what", "where"]

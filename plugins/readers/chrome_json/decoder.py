@@ -125,36 +125,74 @@ def times_ns(raw: pl.Series) -> pl.Series:
     number. Raises :class:`traceparse.units.NumberError` at the first value
     that is not a number. Times as profilers write them (at most 15 integer
     and 3 decimal digits, no sign or exponent) are converted in one vectorized
-    step; any other cell goes through :func:`traceparse.units.column_to_int`,
-    which gives the same integer for the common ones.
+    step (one query: a small file's few times cost what a query costs); any other cell goes through
+    :func:`traceparse.units.column_to_int`, which gives the same integer for the common ones.
     """
-    text = raw.cast(pl.String).str.strip_chars(" \t\r\n").str.strip_chars('"')
-    text = pl.select(pl.when(text.is_in(["", "null"])).then(None).otherwise(text)).to_series()
-    parts = text.str.extract_groups(_SIMPLE_TIME).struct
+    return _times_ns(raw.to_frame("raw").lazy(), raw.name)
+
+
+def _times_ns(frame: pl.LazyFrame, name: str) -> pl.Series:
+    """:func:`times_ns` of the column ``raw`` of ``frame`` (String or Binary), named ``name``."""
+    text = pl.col("raw").cast(pl.String).str.strip_chars(" \t\r\n").str.strip_chars('"')
+    text = pl.when(text.is_in(["", "null"])).then(None).otherwise(text)
+    parts = pl.col("text").str.extract_groups(_SIMPLE_TIME).struct
     fast = parts.field("1").cast(pl.Int64) * 1000 + parts.field("2").str.pad_end(3, "0").cast(pl.Int64).fill_null(0)
-    todo = (text.is_not_null() & fast.is_null()).arg_true()
-    if todo.len() == 0:
-        return fast.alias(text.name)
+    out = frame.select(text=text).with_columns(fast=fast).with_columns(
+        todo=pl.col("text").is_not_null() & pl.col("fast").is_null()).collect()
+    if not out["todo"].any():
+        return out["fast"].alias(name)
+    todo = out["todo"].arg_true()
     try:
-        slow = units.column_to_int(text.gather(todo), "us", to="ns")
+        slow = units.column_to_int(out["text"].gather(todo), "us", to="ns")
     except units.NumberError as exc:
         raise units.NumberError(int(todo[exc.index]), exc.text, exc.reason) from None
-    return fast.scatter(todo, slow).alias(text.name)
+    return out["fast"].scatter(todo, slow).alias(name)
 
 
 def raw_times_ns(raws: Sequence[msgspec.Raw]) -> pl.Series:
     """:func:`times_ns` of decoded ``msgspec.Raw`` values, joined into one buffer (no bytes object per event)."""
     if not raws:
         return pl.Series([], dtype=pl.Int64)
+    if len(raws) <= SMALL_TIMES:
+        small = _small_times_ns(raws)
+        if small is not None:
+            return small
     joined = b"\x00".join(raws)  # NUL cannot appear in a JSON value: it separates them
     if joined.count(b"\x00") == len(raws) - 1:
         try:
-            text = pl.Series([joined.decode("utf-8")], dtype=pl.String).str.split("\x00").explode()
+            text = joined.decode("utf-8")
         except UnicodeDecodeError:
             text = None
         if text is not None:
-            return times_ns(text)
+            frame = pl.LazyFrame({"raw": [text]}, schema={"raw": pl.String})
+            return _times_ns(frame.select(pl.col("raw").str.split("\x00").explode()), "")
     return times_ns(pl.Series(list(map(bytes, raws)), dtype=pl.Binary))
+
+
+#: At most this many times are converted in Python (:func:`_small_times_ns`): a small file's few times, where a
+#: polars query costs more than the conversion.
+SMALL_TIMES = 256
+_SIMPLE_TIME_RE = re.compile(r"([0-9]{1,15})(?:\.([0-9]{1,3}))?")
+
+
+def _small_times_ns(raws: Sequence[msgspec.Raw]) -> pl.Series | None:
+    """:func:`raw_times_ns` of a few times, each read as the vectorized step reads it (the same stripping, the
+    same pattern, the same integer); None when one is not UTF-8 or not written as profilers write times (the
+    vectorized path, and :func:`traceparse.units.column_to_int`, read it then)."""
+    out = []
+    for raw in raws:
+        try:
+            text = bytes(raw).decode("utf-8").strip(" \t\r\n").strip('"')
+        except UnicodeDecodeError:
+            return None
+        if text in ("", "null"):
+            out.append(None)
+            continue
+        m = _SIMPLE_TIME_RE.fullmatch(text)
+        if m is None:
+            return None
+        out.append(int(m.group(1)) * 1000 + (int(m.group(2).ljust(3, "0")) if m.group(2) else 0))
+    return pl.Series("", out, dtype=pl.Int64)
 
 
 def time_ns(raw: msgspec.Raw | bytes) -> int | None:
@@ -498,7 +536,7 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     if requested is not None:
         return requested
     cores = _cores()
-    if cores < MIN_CORES or _content_bytes(path) < 4 * chunk_bytes:
+    if cores < MIN_CORES or content_bytes(path) < 4 * chunk_bytes:
         return 0
     return min(cores - 1, MAX_DEFAULT_WORKERS)
 
@@ -533,7 +571,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _content_bytes(path: Path) -> int:
+def content_bytes(path: Path) -> int:
     """The (uncompressed) size of the file's content: a gzip file's trailer says it (modulo 4 GiB)."""
     try:
         if not path.is_file():  # a FIFO or a device is refused later, unopened (check_file)
@@ -652,7 +690,8 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                 yield from take_front()
         # the last events apart from the document's end: the fast path reads them, the careful path only the
         # (small) end. A cut there that was no boundary is merged back whole (as checked), never re-scanned.
-        tail = _last_candidate(buf, buf.rfind(b"]"))
+        # Without a fast path nothing is gained by the cut: the rest is one chunk (a small file: one batch)
+        tail = _last_candidate(buf, buf.rfind(b"]")) if fast is not None else None
         if tail is not None:
             end, start = tail
             queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False, True))

@@ -114,8 +114,14 @@ def _sniff_sqlite(path: Path, head: bytes) -> float:
     return 0.0
 
 
+#: The start of a JSON object or array of objects (``[3/8] Executing ...``, nsys's console, is not one).
+_JSON_START = re.compile(r"\s*(\{|\[\s*[{\]])")
+
+
 def _sniff_text(head: bytes) -> float:
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if _JSON_START.match(text):  # a JSON document (a Chrome trace): no nsys table starts so, and its first
+        return 0.5 if _NSYS_MESSAGE.search(text) else 0.0  # line, often all of it, is no CSV to split
     lines = text.split("\n")
     if len(head) >= 64 * 1024:
         lines = lines[:-1]  # the last line may be cut by the head's end

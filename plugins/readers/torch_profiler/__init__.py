@@ -25,7 +25,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.trace import Trace, TraceMeta
 
 from traceparse_plugins.readers.chrome_json import (
-    CHUNK_BYTES, decode_threads, decode_workers, map_chunks,
+    CHUNK_BYTES, content_bytes, decode_threads, decode_workers, map_chunks,
 )
 from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
@@ -51,13 +51,29 @@ class TorchProfilerReader(Reader):
         path = paths[0]
         meta = TraceMeta(tool="torch.profiler")
         chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
-        workers = decode_workers(path, chunk, options.params.get("workers"))
-        threads = decode_threads(workers, options.params.get("threads"))
-        return Trace(_batches(path, meta, options, chunk, workers, threads), meta)
+        small = is_small(path, options.params.get("small_bytes"))
+        workers = 0 if small else decode_workers(path, chunk, options.params.get("workers"))
+        threads = 0 if small else decode_threads(workers, options.params.get("threads"))
+        return Trace(_batches(path, meta, options, chunk, workers, threads, small), meta)
+
+
+#: A file whose content is smaller than this is read by the careful path alone, in one batch and in this
+#: thread: the fast path's fixed cost per chunk (Arrow's reader, its schema, a second decoding to check)
+#: and a decoding thread's hand-off cost more than they save below it. Measured on the first N events of
+#: real traces (CPU per read, careful whole against fast in chunks): a four-event file 6.5 against 20.7 ms;
+#: even at 0.7 MB (AlexNet, two GPUs) and 2.5 to 5 MB (an 8-layer GPT) (docs/scale.md, "Many small ranks").
+SMALL_FILE_BYTES = 1024 * 1024
+
+
+def is_small(path: Path, requested=None) -> bool:
+    """True when ``path``'s (uncompressed) content is under ``requested`` bytes (the reader parameter
+    ``small_bytes``; default :data:`SMALL_FILE_BYTES`): read it whole by the careful path, one batch."""
+    limit = SMALL_FILE_BYTES if requested is None else int(requested)
+    return limit > 0 and content_bytes(path) < limit
 
 
 def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int,
-             workers: int = 0, threads: int = 0) -> Iterator[pl.DataFrame]:
+             workers: int = 0, threads: int = 0, small: bool = False) -> Iterator[pl.DataFrame]:
     """Decode the trace chunk by chunk, yielding a batch of rows per chunk; fills ``meta`` on the way.
 
     The shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`)
@@ -68,7 +84,7 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     ``workers`` > 0 this happens in that many worker processes, this process
     only collecting the batches in order; else in ``threads`` threads of this
     one (:func:`~traceparse_plugins.readers.chrome_json.decode_threads`); the
-    batches are the same.
+    batches are the same. A ``small`` file (:func:`is_small`) is one chunk read by the careful path: one batch.
     ``[memory]`` events become counter rows in the events' order
     (:mod:`.memory`). Integer arguments written in another JSON type are
     coerced and counted; one warning at the end says what (:mod:`.coerce`).
@@ -76,7 +92,7 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     coerced = Coercions()
     names: dict[str, str] = {}
     on_document = lambda doc: (fill_meta(meta, doc), fill_backend(meta, doc))  # noqa: E731
-    fast = fast_rows if options.params.get("fast", True) not in (False, "0", "false", "no") else None
+    fast = fast_rows if options.params.get("fast", True) not in (False, "0", "false", "no") and not small else None
     for _, (batch, counts, chunk_names) in map_chunks(
             path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
             label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast,

@@ -8,6 +8,7 @@ filtering and mapping are polars expressions. Times go through
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
@@ -62,27 +63,30 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
     """:func:`to_frame` where the caller names the record: a bad event raises :class:`EventError`.
 
     The structs are transposed into columns in C (``astuple`` + ``zip``), the
-    rows kept are chosen by a polars filter, and only the kept rows' arguments
+    rows kept are chosen by their category (:func:`_category`), and only the kept rows' arguments
     are transposed; Python touches each event a constant, small number of times.
+    A batch costs three queries (the times, the collectives, the rows; the communication names of
+    :data:`_COMM_NAME` are remembered, :class:`_Matches`), their expressions built once
+    (:func:`_row_query`): a small file's few events cost what its queries cost.
     """
     coerced = Coercions() if coerced is None else coerced
     if not events:
         return _EMPTY
     ph, cat, name, pid, tid, ts, dur, args = zip(*map(astuple, events))
-    category = pl.Series(cat, dtype=pl.String).str.to_lowercase()
-    head = pl.DataFrame({"ph": pl.Series(ph, dtype=pl.String), "category": category}).select(
-        kind=pl.col("category").replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
-        gpu=pl.col("category").is_in(list(GPU_CATEGORIES)),
-        keep=(pl.col("ph") == "X").fill_null(False),  # flows, instants and metadata are not kept
-    )
-    rows = head.select((pl.col("keep") & pl.col("kind").is_not_null()).arg_true()).to_series()
-    if rows.len() == 0:
+    keep, kinds, gpus = [], [], []
+    for i, (phase, category) in enumerate(zip(ph, cat)):
+        kind, gpu = _category(category)
+        if phase == "X" and kind is not None:  # flows, instants and metadata are not kept
+            keep.append(i)
+            kinds.append(kind)
+            gpus.append(gpu)
+    if not keep:
         return _EMPTY
-    keep = rows.to_list()
     if len(keep) == len(events):
         pick = lambda values: values  # noqa: E731 - every event is kept
     else:
         pick = lambda values: [values[i] for i in keep]  # noqa: E731
+    names = pick(name)
     a = pick(args)
     a_rows = [astuple(x) if x is not None else _NO_ARGS_ROW for x in a]
     columns = tuple(zip(*a_rows))
@@ -96,71 +100,127 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
         for axis, column in zip("xyz", xyz):
             dims[f"{label}_{axis}"] = int_column(column, f"args.{label}", pl.Int32, coerced)
-    times = {}
-    for field, raws in (("ts", ts), ("dur", dur)):
-        try:
-            times[field] = raw_times_ns(pick(raws))
-        except NumberError as exc:
-            raise EventError(keep[exc.index], f".{field}",
-                             f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
-    raw = head.select("kind", "gpu").gather(rows).with_columns(
-        _event=rows,
-        name=pl.Series(name, dtype=pl.String).gather(rows),
-        pid=pl.Series(pick(pid), dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
-        tid=pl.Series(pick(tid), dtype=pl.Int64, strict=False),
-    )
+    n = len(keep)
+    try:  # both times in one query: the start times first, so the first bad one is named as before
+        times = raw_times_ns([*pick(ts), *pick(dur)])
+    except NumberError as exc:
+        raise EventError(keep[exc.index % n], ".ts" if exc.index < n else ".dur",
+                         f"a time in microseconds, got {exc.text!r} ({exc.reason})") from None
+    name_column = pl.Series("name", names, dtype=pl.String)
+    comm = comm_columns(name_column, a, [i for i, c in enumerate(_COMM_NAMES.matches(names)) if c], given=True)
+    raw = pl.DataFrame([
+        pl.Series("kind", kinds, dtype=pl.String), name_column, pl.Series("gpu", gpus, dtype=pl.Boolean),
+        pl.Series("_event", keep, dtype=pl.UInt32),
+        times.slice(0, n).alias("start_ns"), times.slice(n).alias("duration_ns"),
+        pl.Series("pid", pick(pid), dtype=pl.Int64, strict=False),  # "Spans" and other labels are not ids
+        pl.Series("tid", pick(tid), dtype=pl.Int64, strict=False),
+        ints(device, "device", pl.Int32).alias("_device"), ints(in_device, "inDevice", pl.Int32).alias("_in_device"),
+        ints(from_device, "fromDevice", pl.Int32).alias("src_device"),
+        ints(to_device, "toDevice", pl.Int32).alias("dst_device"),
+        ints(context, "context", pl.Int32).alias("context_id"),
+        ints(stream, "stream").alias("_stream"),
+        ints(correlation, "correlation").alias("correlation_id"),
+        ints(external, "External id").alias("_external"), ints(external_legacy, "external id").alias("_legacy"),
+        ints(registers, "registers per thread", pl.Int32).alias("registers_per_thread"),
+        ints(nbytes, "bytes").alias("_bytes"),
+        pl.Series("flops", flops, dtype=pl.Float64),
+        _raw_text(input_dims).alias("_input_dims"),
+        # dtypes and non-tensor arguments as compact JSON (their strings keep their spaces: "long int", "[4, 4]")
+        _compact_json(columns[_FIELD["input_types"]]).alias("input_types"),
+        _compact_json(columns[_FIELD["concrete_inputs"]]).alias("concrete_inputs"),
+        ints(shared_memory, "shared memory").alias("_smem"),
+        *(column.alias(label) for label, column in dims.items()),
+        *comm,
+    ])
+    query = _row_query(raw.schema["_comm_bytes"] == pl.String, "memcpy" in kinds,
+                       any(raw for raw in input_dims))
+    return raw.lazy().select(query).collect()
+
+
+_CATEGORIES: dict[str | None, tuple[str | None, bool]] = {}
+
+
+def _category(category: str | None) -> tuple[str | None, bool]:
+    """(kind, whether it runs on a GPU) of a Chrome-trace category, lower-cased (remembered: a trace has a few)."""
+    found = _CATEGORIES.get(category)
+    if found is None:
+        lowered = None if category is None else category.lower()  # the same as polars' for every category kept
+        found = (CATEGORY_KIND.get(lowered), lowered in GPU_CATEGORIES)
+        if len(_CATEGORIES) < 10_000:
+            _CATEGORIES[category] = found
+    return found
+
+
+class _Matches:
+    """Whether each name matches a regular expression (polars' engine, as the fast path's), each distinct name
+    asked once per process (at most :data:`MEMO_NAMES` remembered): a small file's names cost no query once
+    seen."""
+
+    MEMO_NAMES = 50_000
+
+    def __init__(self, pattern: str):
+        self.pattern, self.memo = pattern, {}
+
+    def matches(self, names: list) -> list[bool]:
+        """For each of ``names`` (a null name: False), whether it matches."""
+        memo = self.memo
+        new = list(dict.fromkeys(n for n in names if n is not None and n not in memo))
+        if new:
+            if len(memo) + len(new) > self.MEMO_NAMES:
+                memo.clear()
+            memo.update(zip(new, pl.Series(new, dtype=pl.String).str.contains(self.pattern).to_list()))
+        return [n is not None and memo[n] for n in names]
+
+
+@lru_cache(maxsize=16)
+def _row_query(wide_comm_bytes: bool, copies: bool, dims: bool) -> tuple[pl.Expr, ...]:
+    """The expressions that make a batch's rows of its raw columns (built once): the device that runs each event,
+    its stream, the copy's direction and memories, the message size; ``wide_comm_bytes`` when a message size
+    passed Int64 (text, left to the validation step), ``copies`` when the batch has copies (their names are
+    parsed), ``dims`` when it has input shapes."""
     is_gpu = pl.col("gpu")
-    df = raw.select(
-        "kind", "name", "_event",
-        start_ns=times["ts"],
-        duration_ns=times["dur"],
-        pid=pl.when(~is_gpu).then(pl.col("pid")),
-        tid=pl.when(~is_gpu).then(pl.col("tid")),
-        _gpu_pid=pl.when(is_gpu).then(pl.col("pid")).cast(pl.Int32, strict=False),
-        _gpu_tid=pl.when(is_gpu).then(pl.col("tid")),
-    ).with_columns(
+    memcpy = pl.col("kind") == "memcpy"
+    copy = pl.when(memcpy).then(pl.col("name").str.extract_groups(_COPY_NAME))
+    nbytes = pl.col("_bytes").cast(pl.String) if wide_comm_bytes else pl.col("_bytes")
+    none = pl.lit(None, dtype=pl.String)
+    return (
+        "kind", "name", "_event", "start_ns", "duration_ns",
+        pl.when(~is_gpu).then(pl.col("pid")).alias("pid"),
+        pl.when(~is_gpu).then(pl.col("tid")).alias("tid"),
         # the device that runs the event: args.device; a peer-to-peer copy's args.inDevice (it has no
         # args.device); else, for GPU rows, the pid, which Kineto sets to the device (gpu_user_annotation)
-        device_id=pl.coalesce(ints(device, "device", pl.Int32), ints(in_device, "inDevice", pl.Int32),
-                              pl.col("_gpu_pid")),
-        src_device=ints(from_device, "fromDevice", pl.Int32),
-        dst_device=ints(to_device, "toDevice", pl.Int32),
-        context_id=ints(context, "context", pl.Int32),
+        pl.coalesce("_device", "_in_device", pl.when(is_gpu).then(pl.col("pid")).cast(pl.Int32, strict=False))
+        .alias("device_id"),
+        "src_device", "dst_device", "context_id",
         # a GPU row without args.stream (gpu_user_annotation): its tid, which Kineto sets to the stream
-        stream_id=pl.coalesce(ints(stream, "stream"), pl.col("_gpu_tid")),
-        correlation_id=ints(correlation, "correlation"),
-        external_id=ints(external, "External id").fill_null(ints(external_legacy, "external id")),
-        registers_per_thread=ints(registers, "registers per thread", pl.Int32),
-        bytes=ints(nbytes, "bytes"),
-        flops=pl.Series(flops, dtype=pl.Float64),
+        pl.coalesce("_stream", pl.when(is_gpu).then(pl.col("tid"))).alias("stream_id"),
+        "correlation_id",
+        pl.col("_external").fill_null(pl.col("_legacy")).alias("external_id"),
+        "registers_per_thread",
+        "flops",
         # lists of lists of integers: dropping whitespace gives compact JSON however the file was laid out
-        input_dims=_raw_text(input_dims).str.replace_all(r"\s+", "").replace("", None),
-        # dtypes and non-tensor arguments as compact JSON (their strings keep their spaces: "long int", "[4, 4]")
-        input_types=_compact_json(columns[_FIELD["input_types"]]),
-        concrete_inputs=_compact_json(columns[_FIELD["concrete_inputs"]]),
-        _smem=ints(shared_memory, "shared memory"),
-        **dims,
-    )
-    memcpy = pl.col("kind") == "memcpy"
-    copy = pl.col("name").str.extract_groups(_COPY_NAME)
-    df = df.with_columns(copy=pl.when(memcpy).then(copy)).with_columns(
-        copy_kind=_known(pl.col("copy").struct.field("1"), COPY_KINDS),
+        (pl.col("_input_dims").str.replace_all(r"\s+", "").replace("", None) if dims else none).alias("input_dims"),
+        "input_types", "concrete_inputs",
+        *(f"{label}_{axis}" for label in ("grid", "block") for axis in "xyz"),
+        (_known(copy.struct.field("1"), COPY_KINDS) if copies else none).alias("copy_kind"),
         # ROCm names a copy "Memcpy HtoD (Host -> Device)": "host" does not say pageable or pinned, so null
-        src_memory=_known(pl.col("copy").struct.field("2").str.to_lowercase(), MEMORY_KINDS),
-        dst_memory=_known(pl.col("copy").struct.field("3").str.to_lowercase(), MEMORY_KINDS),
+        (_known(copy.struct.field("2").str.to_lowercase(), MEMORY_KINDS) if copies else none).alias("src_memory"),
+        (_known(copy.struct.field("3").str.to_lowercase(), MEMORY_KINDS) if copies else none).alias("dst_memory"),
         # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
-        dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
-    ).drop("copy", "_smem", "_gpu_pid", "_gpu_tid")
-    df = df.with_columns(comm_columns(df["name"], a))
-    if df.schema["_comm_bytes"] == pl.String:  # a message size past Int64, left to the validation step
-        df = df.with_columns(pl.col("bytes").cast(pl.String))
-    df = df.with_columns(bytes=pl.coalesce("bytes", "_comm_bytes")).drop("_comm_bytes")
-    return df
+        pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")).alias("dynamic_smem_bytes"),
+        collective_expr(), "seq", "process_group",
+        pl.coalesce(nbytes, "_comm_bytes").alias("bytes"),
+    )
 
 
 def _raw_text(raws) -> pl.Series:
     """``msgspec.Raw`` values as a String column (an absent value: the empty string), joined in one buffer."""
+    if len(raws) <= 256:  # a few values: one Series, no query (a small file's batch)
+        try:
+            return pl.Series([bytes(raw).decode("utf-8") for raw in raws], dtype=pl.String)
+        except UnicodeDecodeError:
+            return pl.Series(list(map(bytes, raws)), dtype=pl.Binary).cast(pl.String)
     joined = b"\x00".join(raws)  # NUL cannot appear in JSON text: it separates the values
     if raws and joined.count(b"\x00") == len(raws) - 1:
         try:
@@ -181,6 +241,15 @@ def _compact_json(raws) -> pl.Series:
 
 def compact_json_text(text: pl.Series) -> pl.Series:
     """JSON texts as compact JSON (the empty text: null), each distinct text re-encoded once."""
+    if text.len() <= 256:  # a few values: no query
+        compact = {}
+        for value in text.to_list():
+            if value and value not in compact:
+                try:
+                    compact[value] = json.dumps(json.loads(value), separators=(",", ":"), ensure_ascii=False)
+                except ValueError:
+                    compact[value] = value
+        return pl.Series(text.name, [compact[v] if v else None for v in text.to_list()], dtype=pl.String)
     text = text.replace("", None)
     compact = {}
     for value in text.drop_nulls().unique().to_list():
@@ -211,9 +280,11 @@ DTYPE_BYTES = {
     "ComplexFloat": 8, "ComplexDouble": 16,
 }
 _COMM_NAME = r"(?i)^(void\s+)?((nccl|rccl|msccl)\w*kernel|_?c10d(_functional)?::|record_param_comms$|(gloo|nccl|ucc|mpi):)"
+_COMM_NAMES = _Matches(_COMM_NAME)
 
 
-def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
+def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None, *,
+                 given: bool = False) -> list[pl.Series]:
     """``collective``, ``seq``, ``process_group`` and the message ``bytes`` of communication events.
 
     The collective comes from Kineto's ``"Collective name"`` argument (``record_param_comms``, and the NCCL
@@ -221,10 +292,14 @@ def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
     (:func:`traceparse.expr.collective`); ``seq`` from ``"Seq"``; ``process_group`` from ``"Process Group
     Name"``; ``bytes`` = the larger of ``"In msg nelems"`` and ``"Out msg nelems"`` (``"In/Out msg size"``
     before PyTorch 2.3) × the size of ``dtype`` (nccl-tests' message size: the output of an all_gather, the
-    input of a reduce_scatter). Only rows whose name is communication are looked at (fast on large traces).
+    input of a reduce_scatter). Only rows whose name is communication (``picked``, when the caller knows them:
+    the names matching :data:`_COMM_NAME`) are looked at (fast on large traces). With ``given`` the first
+    column is Kineto's ``"Collective name"`` as written (``_given``), for the caller's query to finish
+    (:func:`collective_expr`).
     """
-    n = len(names)
-    picked = names.str.contains(_COMM_NAME).fill_null(False).arg_true().to_list()
+    n, given_column = len(names), given
+    if picked is None:
+        picked = names.str.contains(_COMM_NAME).fill_null(False).arg_true().to_list()
     given, seq, group, nbytes = [None] * n, [None] * n, [None] * n, [None] * n
     for i in picked:
         x = args[i]
@@ -239,7 +314,9 @@ def comm_columns(names: pl.Series, args: list) -> list[pl.Series]:
         if elems and size:
             nbytes[i] = max(elems) * size
     # a Seq of 2^64 or elements × dtype size past 2^63: text, which the validation step drops with a warning
-    return [collective_of(names, pl.Series(given, dtype=pl.String)), wide_ints("seq", seq),
+    given = pl.Series("_given", given, dtype=pl.String) if given_column else collective_of(
+        names, pl.Series(given, dtype=pl.String))
+    return [given, wide_ints("seq", seq),
             pl.Series("process_group", group, dtype=pl.String), wide_ints("_comm_bytes", nbytes)]
 
 
@@ -247,23 +324,16 @@ def collective_of(names: pl.Series, given: pl.Series) -> pl.Series:
     """The ``collective`` column: Kineto's ``"Collective name"`` (``given``) where there is one, else what the
     event's name says (:func:`traceparse.expr.collective`).
 
-    Worked out only on the rows that may be communication (any family's name, or a ``"Collective name"``):
-    the same values as on every row, at a fraction of the cost on large traces.
+    Both are worked out once per distinct name (:func:`traceparse.expr.first_match`), in one query.
     """
-    n = len(names)
-    lowered = names.fill_null("").str.to_lowercase()
-    rows = (lowered.str.contains(_ANY_FAMILY) | given.is_not_null()).arg_true()
-    collective = pl.Series("collective", [None] * n, dtype=pl.String)
-    if rows.len():
-        from_args = expr.normalize_collective(pl.lit(given.gather(rows)))
-        from_name = expr.collective(pl.lit(names.gather(rows)).fill_null(""))
-        collective = collective.scatter(rows, pl.select(pl.coalesce(from_args, from_name)).to_series())
-    return collective
+    found = pl.DataFrame([names.cast(pl.String).alias("name"), given.cast(pl.String).alias("_given")])
+    return found.select(collective_expr()).to_series()
 
 
-#: A lower-cased name of any communication family (:data:`traceparse.expr.COMMUNICATION_NAMES`): the rows
-#: :func:`traceparse.expr.collective` can give a collective for.
-_ANY_FAMILY = "|".join(f"(?:{pattern})" for _, pattern in expr.COMMUNICATION_NAMES)
+def collective_expr() -> pl.Expr:
+    """The ``collective`` column of the columns ``name`` and ``_given`` (Kineto's ``"Collective name"``)."""
+    return pl.coalesce(expr.normalize_collective(pl.col("_given")),
+                       expr.collective(pl.col("name").fill_null(""))).alias("collective")
 
 
 def _int_or_none(value) -> int | None:

@@ -98,6 +98,10 @@ def with_counters(rows: pl.DataFrame, counters: pl.DataFrame | None) -> pl.DataF
     """A chunk's rows and its counter rows, each where its event is in the chunk (``_event``, then dropped):
     the table is in the file's order however the file was cut into chunks."""
     if counters is None:
-        return rows.drop("_event", strict=False)
+        if "_event" not in rows.columns:
+            return rows
+        rows = rows.clone()  # a new frame of the same columns: dropping one in place runs no query
+        rows.drop_in_place("_event")
+        return rows
     both = pl.concat([rows, counters], how="diagonal_relaxed")
     return both.sort("_event", maintain_order=True).drop("_event") if rows.height else both.drop("_event")

@@ -1,0 +1,74 @@
+"""A trace's metadata: where it came from, what wrote it, what the reader noticed (no event, no polars).
+
+:class:`TraceMeta` is what the store keeps beside each trace (``meta.json``) and what listing the store reads:
+this module imports nothing heavy, so ``traceparse list`` does not load polars. :mod:`traceparse.trace`
+re-exports both classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bumped whenever a column of the event table is added, removed or changes meaning (:mod:`traceparse.schema`).
+SCHEMA_VERSION = 4
+
+
+@dataclass
+class Device:
+    """A GPU as the source describes it; unknown fields stay None."""
+
+    id: int | None = None
+    name: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    compute_capability: str | None = None
+    core_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TraceMeta:
+    """Where a trace came from, what wrote it, and what the reader noticed."""
+
+    id: str | None = None
+    source_paths: list[str] = field(default_factory=list)
+    sha256: str | None = None
+    format: str | None = None
+    variant: str | None = None
+    tool: str | None = None
+    tool_version: str | None = None
+    devices: list[Device] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+    ingested_at: str | None = None
+    event_count: int | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: What the trace says of the distributed job it belongs to: {"rank", "world_size", "backend",
+    #: "process_groups": [{"name", "desc", "size", "ranks"}], "nccl_version"?}; {} when it says nothing.
+    distributed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str | None:
+        """The first (usually only) source path."""
+        return self.source_paths[0] if self.source_paths else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the metadata."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TraceMeta":
+        """Rebuild metadata written by :meth:`to_dict`, ignoring keys it does not know."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["devices"] = [Device(**{k: v for k, v in d.items() if k in _DEVICE_FIELDS})
+                             for d in data.get("devices", [])]
+        return cls(**values)
+
+
+_DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
