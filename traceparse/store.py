@@ -492,7 +492,7 @@ class _RunTrace(Trace):
             yield self._table.partition(i)
 
     def of_kind(self, *kinds: str) -> pl.DataFrame:
-        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))
+        return self._table.filter(pl.col("kind").is_in(kinds))
 
 
 def write_partition(trace: Trace, directory: Path) -> TraceMeta:

@@ -22,6 +22,7 @@ from traceparse.analysis import (CRITICAL_FLOOR_PCT, analyze, findings_frame, pa
 from traceparse.command import Command, gpu_choice
 from traceparse.errors import StoreError
 from traceparse.figures import set_digits
+from traceparse.measures.base import sharing
 from traceparse.report import TABLE_ROWS, render_findings, trace_label
 from traceparse.rule import SEVERITIES, severity_rank
 from traceparse.summary import summarize
@@ -77,8 +78,8 @@ class AnalyzeCommand(Command):
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
                 rules = args.rule or list(session.registry.rules)
-                with on_cluster, session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
-                                               "rules") as advance:
+                with on_cluster, sharing(), session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
+                                                          "rules") as advance:
                     found = analyze(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), reg=session.registry,
                                     critical_floor_pct=args.critical_floor, on_rule=advance)
                     findings.extend(found)
