@@ -148,3 +148,15 @@ def test_a_table_is_not_drawn_twice(tmp_path):
     code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path))
     assert out.count(f"(its {len(hot['items'])} rows are in kernel-share's table)") == 1
     assert out.count("GPU share %") == 1  # kernel-share's table, once
+
+
+def test_a_finding_with_nothing_to_report_is_no_bottleneck():
+    from traceparse.summary import bottleneck
+
+    # 142 us at stake in a 14.44 ms span (0.99%) is "nothing to report" in the tally: the summary must not name it
+    # as the bottleneck (fixtures/torch/acceptance/compiled_cudagraphs_h200's launch-stats, run alone)
+    quiet = _f("launch-stats", "info", 142_300)
+    assert bottleneck([quiet], span_ns=14_440_000) is None
+    assert bottleneck([quiet], span_ns=14_000_000)["rule"] == "launch-stats"  # 1.02%: something to report
+    assert bottleneck([quiet, _f("gpu-idle", "info", 2_053_000)], span_ns=14_440_000)["rule"] == "gpu-idle"
+    assert bottleneck([_f("w", "warning", 1)], span_ns=10**9)["rule"] == "w"  # a warning is never quiet

@@ -283,7 +283,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                                                  visible(worst["rule"]), ", ",
                                                  (visible(str(worst.get("severity", ""))), style), ")"))
     else:
-        grid.add_row("bottleneck", "none: no finding here has time at stake")
+        grid.add_row("bottleneck", "none: no finding here has 1% of the span or more at stake")
     for line in summary.get("highlights") or []:
         grid.add_row(literal(str(line["label"])), literal(str(line["text"])))
     cats = summary.get("top_categories") or []
