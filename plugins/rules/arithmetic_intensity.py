@@ -109,6 +109,9 @@ from traceparse.trace import Trace
 FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "ratio",
            "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "ratio",
            "bound": "text", "roof_pct": "pct", "gpu": "text", "gpu_source": "text"}
+#: Screen labels where the key's words would read like another figure: the operators' kernel time (not all of it:
+#: kernel-share's), the DRAM peak (not a copy link's).
+LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak"}
 COLUMNS = [Column("name", "name", "name"), Column("time_ns", "time", "ns"), Column("flops", "FLOPs", "flops"),
            Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "ratio"),
            Column("achieved_gflops", "GFLOP/s", "number"), Column("roof_pct", "% of roof", "pct"),
@@ -140,7 +143,7 @@ class ArithmeticIntensity(Rule):
         metrics = dict(total, gpu=spec["name"] if spec else None, gpu_source=how, **result["extra"])
         return [Finding(self.name, "info", "Roofline: arithmetic intensity and attained performance",
                         _message(result, spec, how), _suggestion(result), metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES)]
+                        columns=COLUMNS, figures=FIGURES, labels=LABELS)]
 
 
     def _nothing(self, trace: Trace, spec: dict | None, how: str) -> Finding:
