@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 import polars as pl
 
 from traceparse.errors import InputError
+from traceparse.measures.base import sharing
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.rule import Finding, RuleOptions, severity_rank
 from traceparse.trace import Trace
@@ -95,24 +96,25 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     span_ns = trace_span(trace.events)
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())
     findings: list[Finding] = []
-    for rule in chosen:
-        if on_rule is not None:
-            on_rule(rule.name)
-        if not rule.applies_to(trace):
-            if rules:
-                findings.append(Finding(
-                    rule.name, "info", f"{rule.name}: not applicable",
-                    (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
-                     else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id,
-                ))
-            continue
-        options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)
-        for finding in rule.check(trace, options):
-            finding.trace = trace.id
-            if ranks > 1 and finding.impact_ns and not rule.impact_per_rank:
-                finding.impact_ns = round(finding.impact_ns / ranks)  # a run's time at stake is per rank
-            _apply_floor(finding, span_ns, critical_floor_pct)
-            findings.append(finding)
+    with sharing():  # what several rules (and the summary) ask of the trace is computed once
+        for rule in chosen:
+            if on_rule is not None:
+                on_rule(rule.name)
+            if not rule.applies_to(trace):
+                if rules:
+                    findings.append(Finding(
+                        rule.name, "info", f"{rule.name}: not applicable",
+                        (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
+                         else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id,
+                    ))
+                continue
+            options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)
+            for finding in rule.check(trace, options):
+                finding.trace = trace.id
+                if ranks > 1 and finding.impact_ns and not rule.impact_per_rank:
+                    finding.impact_ns = round(finding.impact_ns / ranks)  # a run's time at stake is per rank
+                _apply_floor(finding, span_ns, critical_floor_pct)
+                findings.append(finding)
     return order_findings(findings)
 
 

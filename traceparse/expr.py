@@ -168,7 +168,7 @@ def kind_is(*kinds: str) -> pl.Expr:
     >>> pl.DataFrame({"kind": ["kernel", "api"]}).select(kind_is("kernel", "memcpy"))["kind"].to_list()
     [True, False]
     """
-    return pl.col("kind").cast(pl.String).is_in(list(kinds))
+    return pl.col("kind").is_in(list(kinds))
 
 
 def calls() -> pl.Expr:
@@ -287,6 +287,52 @@ def kernel_category(names: pl.Expr, table: list[tuple[str, str]] | None = None) 
 def api_class(names: pl.Expr) -> pl.Expr:
     """The class of each CUDA API name (:data:`API_CLASSES`); a null name is "other"."""
     return first_match(names.fill_null(""), API_CLASSES, OTHER_CLASS)
+
+
+def sort_rows(frame: pl.DataFrame, by: list[str], descending: bool | list[bool] = False,
+              nulls_last: bool = False) -> pl.DataFrame:
+    """``frame.sort(by, ...)`` with the columns of ``by`` that hold one value on every row left out of the sort.
+
+    The rows of one trace share their ``trace_id`` (and often their device): sorting by that text column
+    too costs ten times a sort by the numbers after it (87,000 interval edges: 18 ms against 1.5 ms), and
+    changes nothing. For a sort whose full key has no ties (or whose result does not depend on their order).
+    """
+    by = list(by)
+    desc = [descending] * len(by) if isinstance(descending, bool) else list(descending)
+    keep = [i for i, c in enumerate(by) if not is_constant(frame[c])]
+    if not keep:
+        return frame
+    return frame.sort([by[i] for i in keep], descending=[desc[i] for i in keep], nulls_last=nulls_last)
+
+
+def is_constant(column: pl.Series) -> bool:
+    """True when every value of ``column`` is the same (all null counts as the same): a key a sort, a group or a
+    window needs no more (:func:`sort_rows`)."""
+    nulls = column.null_count()
+    if nulls == column.len():
+        return True
+    if nulls or column.dtype.is_nested():
+        return False
+    return column.min() == column.max() if column.dtype.is_numeric() or column.dtype == pl.String \
+        else column.n_unique() == 1
+
+
+def join_rows(left: pl.DataFrame, right: pl.DataFrame, on: list[str], how: str = "left", **options) -> pl.DataFrame:
+    """``left.join(right, on=on, how=how, **options)`` (``how`` left, inner, semi or anti) with the keys that hold
+    one and the same value, not null, on every row of both frames left out of the join: the rows of one trace
+    share their ``trace_id``, and a join on the event id alone takes half the time of one on both."""
+    on = list(on)
+    same = [c for c in on if _one_value(left[c]) is not None and _one_value(left[c]) == _one_value(right[c])]
+    if not same or len(same) == len(on) or how not in ("left", "inner", "semi", "anti"):
+        return left.join(right, on=on, how=how, **options)
+    return left.join(right.drop(same), on=[c for c in on if c not in same], how=how, **options)
+
+
+def _one_value(column: pl.Series):
+    """The value every row of ``column`` holds, or None (none, several, or a null)."""
+    if column.len() == 0 or column.null_count() or column.dtype.is_nested() or not is_constant(column):
+        return None
+    return column[0]
 
 
 def prefer_timed(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:

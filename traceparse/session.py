@@ -6,11 +6,14 @@ bars are imported when a command first needs them: ``traceparse list`` needs nei
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceparse.errors import InputError
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
 from traceparse.text import SafeConsole, one_line, visible
@@ -19,6 +22,25 @@ if TYPE_CHECKING:
     from traceparse.ingest import IngestResult
     from traceparse.run import RunResult
     from traceparse.trace import Trace
+
+
+#: Seconds a piece of work runs before its progress bar shows (``TRACEPARSE_PROGRESS_AFTER`` sets another).
+PROGRESS_AFTER_S = 1.0
+
+
+def progress_after() -> float:
+    """Seconds before a progress bar shows: ``$TRACEPARSE_PROGRESS_AFTER`` (a number of seconds, 0 or more), else
+    :data:`PROGRESS_AFTER_S`."""
+    text = os.environ.get("TRACEPARSE_PROGRESS_AFTER")
+    if text is None or not text.strip():
+        return PROGRESS_AFTER_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):  # NaN too
+        raise InputError(f"TRACEPARSE_PROGRESS_AFTER: expected a number of seconds (0 or more), got {text[:40]!r}")
+    return value
 
 
 class Session:
@@ -78,25 +100,49 @@ class Session:
         return bar
 
     @contextmanager
-    def steps(self, description: str, total: int, unit: str):
+    def steps(self, description: str, total: int, unit: str, after: float | None = None):
         """A bar counting ``total`` steps of one piece of work (rules of ``analyze``), for work that can take
-        seconds; yields ``advance(label)``, which names the step now under way. Nothing when quiet or piped."""
+        seconds; yields ``advance(label)``, which names the step now under way. The bar shows once the work has
+        run ``after`` seconds (default :func:`progress_after`: 1 s; 0: at once), so that quick work leaves the
+        terminal as it was, and goes when the work is done. Nothing when quiet or piped."""
+        after = progress_after() if after is None else after  # a bad setting is an error, piped or not
         if self.quiet or not self.err.is_terminal:
             yield lambda label=None: None
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                      TextColumn(unit), TextColumn("{task.fields[now]}", markup=False), TimeElapsedColumn(),
-                      console=self.err, transient=True) as progress:
-            task = progress.add_task(visible(description), total=total or None, now="")
-            started = [False]
+        progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TextColumn(unit), TextColumn("{task.fields[now]}", markup=False), TimeElapsedColumn(),
+                            console=self.err, transient=True)
+        task = progress.add_task(visible(description), total=total or None, now="")
+        started = [False]
+        lock = threading.Lock()
+        state = {"shown": False, "done": False}
 
-            def advance(label: str | None = None) -> None:
-                progress.update(task, advance=1 if started[0] else 0, now=visible(label or ""))
-                started[0] = True
+        def advance(label: str | None = None) -> None:
+            progress.update(task, advance=1 if started[0] else 0, now=visible(label or ""))
+            started[0] = True
 
+        def show() -> None:
+            with lock:
+                if not state["done"]:
+                    progress.start()
+                    state["shown"] = True
+
+        timer = threading.Timer(min(after, 86400.0), show)  # a wait past a day: a day (a longer one overflows)
+        timer.daemon = True
+        if after <= 0:
+            show()
+        else:
+            timer.start()
+        try:
             yield advance
+        finally:
+            timer.cancel()
+            with lock:
+                state["done"] = True
+                if state["shown"]:
+                    progress.stop()
 
     def ingest_run(self, paths: list[str], name: str | None = None, fmt: str = "auto",
                    tags: dict[str, str] | None = None, params: dict | None = None, jobs: int | None = None,

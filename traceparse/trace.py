@@ -121,7 +121,7 @@ class Trace:
 
     def of_kind(self, *kinds: str) -> pl.DataFrame:
         """Events of the given kinds."""
-        return self.events.filter(pl.col("kind").cast(pl.String).is_in(kinds))
+        return self.events.filter(pl.col("kind").is_in(kinds))
 
     def to_pandas(self):
         """The events as a pandas DataFrame, for notebooks."""
@@ -155,4 +155,4 @@ class RunTrace(Trace):
             yield self._table.partition(i)
 
     def of_kind(self, *kinds: str) -> pl.DataFrame:
-        return self._table.filter(pl.col("kind").cast(pl.String).is_in(kinds))
+        return self._table.filter(pl.col("kind").is_in(kinds))

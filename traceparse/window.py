@@ -176,7 +176,7 @@ def range_names(trace: Trace, limit: int = 8) -> list[str]:
 
 
 def _ranges(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter(pl.col("kind").cast(pl.String).is_in(RANGE_KINDS) & placed()
+    return events.filter(pl.col("kind").is_in(RANGE_KINDS) & placed()
                          & (pl.col("duration_ns") > 0) & pl.col("name").is_not_null())
 
 
@@ -286,7 +286,7 @@ def step_table(trace: Trace, windows: pl.DataFrame | None = None) -> list[dict]:
     from traceparse.measures import device_busy, time_by_category
 
     events = trace.events
-    gpu = events.filter(pl.col("kind").cast(pl.String).is_in(GPU_KINDS) & placed())
+    gpu = events.filter(pl.col("kind").is_in(GPU_KINDS) & placed())
     devices = _key(gpu).group_by(_KEY).agg(pl.col("device_id").n_unique().alias("n"))
     n_devices = dict(devices.iter_rows())
     ranks = dict(_key(events).filter(pl.col("rank").is_not_null()).group_by(_KEY).agg(pl.col("rank").first()).iter_rows())

@@ -6,11 +6,15 @@ import polars as pl
 
 from traceparse import intervals
 from traceparse.expr import GPU_KINDS
-from traceparse.measures.base import DEVICE, Measure, keyed, placed, rows_of, unkeyed
+from traceparse.measures.base import DEVICE, Measure, keyed, placed, rows_of, shared, unkeyed
 
 
 def _activity(events: pl.DataFrame, kinds) -> pl.DataFrame:
-    return keyed(rows_of(events, kinds).filter(placed()))
+    """The timed rows of ``kinds``, keyed (shared by the measures of one analysis)."""
+    if isinstance(kinds, pl.Expr):
+        return keyed(rows_of(events, kinds).filter(placed()))
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(sorted(set(kinds)))
+    return shared(events, "activity", lambda: keyed(rows_of(events, kinds).filter(placed())), kinds)
 
 
 class DeviceBusy(Measure):

@@ -46,7 +46,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, keyed, placed
+from traceparse.measures.base import Measure, keyed, picked, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, self_time
@@ -130,13 +130,14 @@ def _collective_of(frame: pl.DataFrame) -> pl.Series:
 def _host_points(events: pl.DataFrame) -> pl.DataFrame:
     """The start and end points of each trace's timed host events, in order on each thread, with the event that
     owns the time after each point (the innermost one open there)."""
-    host = events.filter(expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
-                         & placed() & pl.col("exclusive_ns").is_null())
+    host = picked(events, expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
+                  & placed() & pl.col("exclusive_ns").is_null(),
+                  _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
         return pl.DataFrame()
     nest = _coded(self_time.combine([self_time.part(host)]).select(_T, "event_id", "parent_event_id", "depth"))
-    host = host.with_columns(_collective_of(host)).select(
-        _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective").join(
+    host = expr.join_rows(host.with_columns(_collective_of(host)).select(
+        _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective"),
         nest, on=[_T, "event_id"], how="left")
     some = pl.col("duration_ns") > 0
     starts = host.select(_T, "event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns"),
@@ -151,7 +152,7 @@ def _host_points(events: pl.DataFrame) -> pl.DataFrame:
     points = points.with_columns(node=2 * pl.col("event_id") + pl.col("is_end"), owner=owner)
     info = host.select(_T, owner="event_id", owner_kind=pl.col("kind").cast(pl.String), owner_name="name",
                        owner_collective="collective")
-    return points.join(info, on=[_T, "owner"], how="left", maintain_order="left")
+    return expr.join_rows(points, info, on=[_T, "owner"], how="left", maintain_order="left")
 
 
 def _host_segment() -> pl.Expr:
@@ -193,9 +194,9 @@ def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     linked = _coded(linked).join(events.select(_T, "event_id", "external_id", "copy_kind"), on=[_T, "event_id"],
                                  how="left")
-    ops = events.filter(expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
-                        & pl.col("external_id").is_not_null()).select(
-        _T, "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
+    ops = picked(events, expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
+                 & pl.col("external_id").is_not_null(),
+                 _T, "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
     unlinked = linked.filter(pl.col("launch_event_id").is_null() & pl.col("external_id").is_not_null())
     if ops.height and unlinked.height:
         # the operator of the same external id that started last before the activity (the innermost one)
@@ -266,8 +267,8 @@ def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
 def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """``sync`` edges: of the GPU work of its trace launched before a blocking call began, the activity that
     ended last within the call → the call's end."""
-    calls = events.filter(expr.kind_is("api") & placed() & pl.col("name").str.contains(SYNC_CALLS)).select(
-        _T, "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
+    calls = picked(events, expr.kind_is("api") & placed() & pl.col("name").str.contains(SYNC_CALLS),
+                   _T, "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
     if calls.height == 0 or gpu.height == 0:
         return _no_edges()
     by_end = gpu.select(_T, "event_id", "end_ns", "device_id", "stream_id",
@@ -397,21 +398,28 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
         parts += [gpu_edges, _sync_edges(events, gpu)]
     if points.height:
         parts.append(_data_edges(events))
+    every = with_runtime.height == per_trace.height  # every trace records runtime calls: nothing to leave out
+
+    def recording(frame: pl.DataFrame, column: str = _T) -> pl.DataFrame:
+        """The rows of ``frame`` in traces that record runtime calls."""
+        return frame if every else frame.join(with_runtime, left_on=column, right_on=_T, how="semi")
+
     if with_runtime.height and points.height:
-        parts.append(_wake_edges(points.join(with_runtime, on=_T, how="semi"),
-                                 thread.join(with_runtime, left_on="dst_trace", right_on=_T, how="semi"),
-                                 min_wait_ns, max_wake_ns))
+        parts.append(_wake_edges(recording(points), recording(thread, "dst_trace"), min_wait_ns, max_wake_ns))
     if with_runtime.height and gpu.height:
-        parts.append(_stream_wait_edges(gpu.join(with_runtime, on=_T, how="semi"),
-                                        gpu_edges.join(with_runtime, left_on="dst_trace", right_on=_T, how="semi"),
-                                        min_wait_ns, max_wake_ns))
+        parts.append(_stream_wait_edges(recording(gpu), recording(gpu_edges, "dst_trace"), min_wait_ns, max_wake_ns))
     if not parts:
         return _empty_edges()
     ranks = per_trace.select(dst_trace=_T, _rank="_rank")
     ids = pl.Series([t or None for t in traces.to_list()], dtype=pl.String)  # code -> trace id ("" -> null)
     trace_of = {f"{end}_trace": pl.col(f"{end}_trace").replace_strict(range(ids.len()), ids, return_dtype=pl.String)
                 for end in ("src", "dst")}
-    return (pl.concat(parts).join(ranks, on="dst_trace", how="left", maintain_order="left")
+    edges = pl.concat(parts)
+    if ranks.height == 1:  # one trace (every edge is within it): its rank and id, without a join
+        rank = pl.lit(ranks["_rank"][0], dtype=pl.Int32)
+        return edges.with_columns(rank=rank, src_rank=rank,
+                                  **{c: pl.lit(ids[0], dtype=pl.String) for c in trace_of}).select(list(EDGE_SCHEMA))
+    return (edges.join(ranks, on="dst_trace", how="left", maintain_order="left")
             .with_columns(rank=pl.col("_rank"), src_rank=pl.col("_rank"), **trace_of)
             .select(list(EDGE_SCHEMA)))
 
@@ -607,7 +615,10 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     critical &= narrow["_known"].to_numpy()
     # each (trace, edge, segment) kind's median critical gap, as one number per triple
     # per trace: one trace's weights do not depend on the other traces in the table
-    pair = edges.select(_o=order, _g=pl.col("segment").rank("dense").fill_null(0),
+    # a number per segment kind (any one-to-one numbering groups alike; a dense rank sorts 600,000 texts)
+    kinds = edges["segment"].drop_nulls().unique()
+    segment = pl.col("segment").replace_strict(kinds, range(1, kinds.len() + 1), default=0, return_dtype=pl.Int64)
+    pair = edges.select(_o=order, _g=segment.fill_null(0),
                         _t=pl.col("dst_trace").rank("dense").fill_null(0)).select(
         _p=(pl.col("_t").cast(pl.Int64) * (len(EDGE_KINDS) + 1) + pl.col("_o").cast(pl.Int64)) * (edges.height + 1)
         + pl.col("_g").cast(pl.Int64))

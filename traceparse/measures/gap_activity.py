@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.measures.base import Measure, keyed, picked, unkeyed
 from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
 
 #: Host rows that can be what a thread is doing: operators, annotations, runtime calls, regions, syncs.
@@ -48,10 +48,9 @@ class GapActivity(Measure):
     def part(self, events: pl.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
         launches = _projection(events, expr.GPU_KINDS)
         kind = pl.col("kind").cast(pl.String)
-        host = keyed(events.filter(kind.is_in(list(HOST_KINDS)) & pl.col("tid").is_not_null()
-                                   & pl.col("device_id").is_null() & expr.timed()
-                                   & pl.col("duration_ns").is_not_null())
-                     .select(*[kind if c == "kind" else pl.col(c) for c in _HOST_COLUMNS]))
+        host = keyed(picked(events, expr.kind_is(*HOST_KINDS) & pl.col("tid").is_not_null()
+                            & pl.col("device_id").is_null() & expr.timed() & pl.col("duration_ns").is_not_null(),
+                            *[kind if c == "kind" else pl.col(c) for c in _HOST_COLUMNS]))
         return pl.concat([launches.with_columns(host=pl.lit(False)),
                           host.with_columns(host=pl.lit(True))], how="diagonal_relaxed")
 

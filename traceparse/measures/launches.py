@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.expr import kind_is
+from traceparse.measures.base import Measure, keyed, picked, shared, unkeyed
 
 _SIDE_COLUMNS = ["trace_id", "event_id", "kind", "name", "device_id", "stream_id", "correlation_id", "start_ns",
                  "duration_ns", "tid"]
@@ -15,18 +16,28 @@ KERNEL_WAIT_NS = 30_000
 
 
 def _projection(events: pl.DataFrame, kinds) -> pl.DataFrame:
-    """Timed GPU rows of ``kinds`` and timed API rows with a correlation id, with a ``side`` column."""
-    kind = pl.col("kind").cast(pl.String)
+    """Timed GPU rows of ``kinds`` and timed API rows with a correlation id, with a ``side`` column (shared by the
+    measures of one analysis that ask for it: :func:`traceparse.measures.base.shared`)."""
+    kinds = tuple(kinds)
+    return shared(events, "launch_projection", lambda: _project(events, kinds), kinds)
+
+
+def _project(events: pl.DataFrame, kinds: tuple) -> pl.DataFrame:
     timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
-    gpu = kind.is_in(list(kinds)) & timed
-    api = (kind == "api") & timed & pl.col("correlation_id").is_not_null()
-    return keyed(events.filter(gpu | api).select(
-        *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
-        side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
+    gpu = kind_is(*kinds) & timed
+    api = (pl.col("kind") == "api") & timed & pl.col("correlation_id").is_not_null()
+    kind = pl.col("kind").cast(pl.String)
+    return keyed(picked(events, gpu | api, *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
+                        side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
 
 
 def _linked(rows: pl.DataFrame) -> pl.DataFrame:
-    """The GPU rows of a projection, each with the API call of the same trace and correlation id (or nulls)."""
+    """The GPU rows of a projection, each with the API call of the same trace and correlation id (or nulls);
+    shared, as the projection is."""
+    return shared(rows, "linked", lambda: _link(rows))
+
+
+def _link(rows: pl.DataFrame) -> pl.DataFrame:
     gpu = rows.filter(pl.col("side") == "gpu").drop("side")
     api = (rows.filter(pl.col("side") == "api").sort("start_ns", "event_id")
            .group_by("trace_id", "correlation_id", maintain_order=True).first()

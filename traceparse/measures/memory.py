@@ -41,7 +41,7 @@ class MemorySamples(Measure):
     per_trace = True
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
-        rows = events.filter((pl.col("kind").cast(pl.String) == "counter") & pl.col("start_ns").is_not_null()
+        rows = events.filter((pl.col("kind") == "counter") & pl.col("start_ns").is_not_null()
                              & pl.col("value").is_not_null())
         return keyed(rows.select("trace_id", "device_id", series=memory_series(), start_ns="start_ns",
                                  value="value", event_id="event_id", pid="pid", tid="tid")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.expr import sort_rows
+from traceparse.measures.base import Measure, keyed, picked, unkeyed
 
 #: Host-side kinds whose events nest on their thread.
 HOST_KINDS = ("op", "marker", "api", "region")
@@ -45,14 +46,14 @@ class SelfTime(Measure):
     per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=HOST_KINDS) -> pl.DataFrame:
-        ok = (pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("start_ns").is_not_null()
+        ok = (pl.col("kind").is_in(list(kinds)) & pl.col("start_ns").is_not_null()
               & pl.col("duration_ns").is_not_null() & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
               & pl.col("exclusive_ns").is_null())
-        return keyed(events.filter(ok).select("trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
+        return keyed(picked(events, ok, "trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
 
     def combine(self, parts: list[pl.DataFrame], kinds=HOST_KINDS) -> pl.DataFrame:
-        rows = (pl.concat(parts).sort([*_THREAD, "start_ns", "duration_ns", "event_id"],
-                                      descending=[False, False, False, False, True, False]))
+        rows = sort_rows(pl.concat(parts), [*_THREAD, "start_ns", "duration_ns", "event_id"],
+                         descending=[False, False, False, False, True, False])
         start = rows["start_ns"].to_numpy()
         end = start + rows["duration_ns"].to_numpy()
         thread = rows.select(t=pl.struct(_THREAD).rle_id())["t"].to_numpy()
@@ -70,7 +71,7 @@ class SelfTime(Measure):
             depth=pl.Series(depth, dtype=pl.Int64),
             children=pl.Series(np.bincount(parent[child], minlength=len(start)), dtype=pl.Int64),
         )
-        return unkeyed(out.sort("trace_id", "event_id"))
+        return unkeyed(sort_rows(out, ["trace_id", "event_id"]))
 
 
 self_time = SelfTime()
@@ -156,9 +157,9 @@ class StepTimeByName(Measure):
     per_trace = True
 
     def part(self, events: pl.DataFrame) -> pl.DataFrame:
-        ok = pl.col("kind").cast(pl.String).is_in(list(_STEP_KINDS)) & pl.col("start_ns").is_not_null() \
+        ok = pl.col("kind").is_in(list(_STEP_KINDS)) & pl.col("start_ns").is_not_null() \
             & pl.col("duration_ns").is_not_null()
-        return keyed(events.filter(ok).select(_STEP_COLUMNS))
+        return keyed(picked(events, ok, *_STEP_COLUMNS))
 
     def combine(self, parts: list[pl.DataFrame]) -> pl.DataFrame:
         from traceparse.measures.steps import step_series
@@ -178,7 +179,7 @@ class StepTimeByName(Measure):
                  .group_by("__k").agg(w_start=pl.col("start_ns").min(),
                                       w_end=(pl.col("start_ns") + pl.col("duration_ns")).max()))
         windows = pl.concat([steps, spans]).sort("w_start")
-        host = pl.col("kind").cast(pl.String).is_in(list(HOST_KINDS))
+        host = pl.col("kind").is_in(list(HOST_KINDS))
         own = keyed(self_time.combine([self_time.part(rows.filter(host))])).select(
             __k="trace_id", event_id="event_id", self_ns="self_ns")
         timed = (rows.join(own, on=["__k", "event_id"], how="left")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse.measures import op_flops
+from traceparse.measures.base import picked
 
 _NO_THREAD = -1
 _WORK_SCHEMA = {"event_id": pl.Int64, "name": pl.String, "input_dims": pl.String, "input_types": pl.String,
@@ -155,16 +156,15 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
     ``without_kernels`` (placed candidates that launched none: CPU work). ``events`` may hold several traces
     (a run's ranks, whose event ids, External ids and threads repeat): each trace is worked out alone.
     """
-    ops = (events.filter((pl.col("kind") == "op") & pl.col("start_ns").is_not_null()
-                         & pl.col("duration_ns").is_not_null())
-           .select("trace_id", "event_id", "name", "pid", "tid", pl.col("start_ns").alias("start"),
-                   (pl.col("start_ns") + pl.col("duration_ns")).alias("end"), "external_id", "input_dims",
-                   "input_types", "concrete_inputs"))
-    kernels = (events.filter((pl.col("kind") == "kernel") & pl.col("duration_ns").is_not_null())
-               .select("trace_id", "name", "duration_ns", "external_id", "correlation_id"))
-    api = (events.filter((pl.col("kind") == "api") & pl.col("correlation_id").is_not_null()
-                         & pl.col("external_id").is_not_null())
-           .select("trace_id", "event_id", "correlation_id", "external_id"))
+    ops = picked(events, (pl.col("kind") == "op") & pl.col("start_ns").is_not_null()
+                 & pl.col("duration_ns").is_not_null(),
+                 "trace_id", "event_id", "name", "pid", "tid", pl.col("start_ns").alias("start"),
+                 (pl.col("start_ns") + pl.col("duration_ns")).alias("end"), "external_id", "input_dims",
+                 "input_types", "concrete_inputs")
+    kernels = picked(events, (pl.col("kind") == "kernel") & pl.col("duration_ns").is_not_null(),
+                     "trace_id", "name", "duration_ns", "external_id", "correlation_id")
+    api = picked(events, (pl.col("kind") == "api") & pl.col("correlation_id").is_not_null()
+                 & pl.col("external_id").is_not_null(), "trace_id", "event_id", "correlation_id", "external_id")
     empty = pl.DataFrame(schema={**_WORK_SCHEMA, "time_ns": pl.Int64, "kernels": pl.UInt32,
                                  "kernel_names": pl.List(pl.String)})
     info = {"kernel_ns": int(kernels["duration_ns"].sum() or 0), "placed_ns": 0, "uncovered_ns": 0,

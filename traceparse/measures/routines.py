@@ -15,11 +15,13 @@ from typing import Any
 import polars as pl
 
 from traceparse.expr import calls, kind_is, timed
-from traceparse.measures.base import Measure, keyed, unkeyed
+from traceparse.measures.base import Measure, keyed, picked, unkeyed
 from traceparse.measures.nesting import self_time
 
 #: Key of :data:`routine_time`: a routine (name, kind) on one thread of one trace.
 ROUTINE = ["trace_id", "name", "kind", "pid", "device_id", "tid"]
+#: The columns of a row that :class:`RoutineTime` uses (the key, its times, and what self time needs).
+_ROW_COLUMNS = [*ROUTINE, "event_id", "start_ns", "duration_ns", "exclusive_ns", "calls"]
 #: Host kinds whose rows count with their inclusive time when the source gives no exclusive time.
 _HOST = ["op", "region", "api", "marker"]
 
@@ -85,7 +87,7 @@ class RoutineTime(Measure):
             keep = keep & ~(kind_is(*drop_aggregated) & ~timed())
         # a marker off any thread (a device-side range over the kernels under it) is no routine's own time
         keep = keep & ~(kind_is("marker") & (pl.col("pid").is_null() | pl.col("tid").is_null()))
-        rows = events.filter(keep)
+        rows = picked(events, keep, *_ROW_COLUMNS)  # only the columns used: not the forty others
         own = self_time(rows).select("trace_id", "event_id", "self_ns")
         rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
         rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),

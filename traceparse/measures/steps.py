@@ -7,7 +7,7 @@ import re
 
 import polars as pl
 
-from traceparse.measures.base import Measure, keyed, rows_of, unkeyed
+from traceparse.measures.base import Measure, keyed, rows_of, shared, unkeyed
 from traceparse.schema import STEP_NAME  # the validation step checks its number fits Int64
 
 
@@ -98,6 +98,10 @@ def step_series(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     if it were alone, in a fixed number of queries whatever the number of
     traces (what a measure finished per trace needs on a group of ranks).
     """
+    return shared(events, "step_series", lambda: _step_series(events, by_trace), (by_trace,))
+
+
+def _step_series(events: pl.DataFrame, by_trace: bool) -> pl.DataFrame:
     if by_trace:
         return _by_trace(events)
     found = _profiler_steps(events)
@@ -142,7 +146,7 @@ def _profiler_steps(events: pl.DataFrame) -> pl.DataFrame:
 def _marked_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     if "group" not in events.columns:
         return pl.DataFrame(schema=STEP_SCHEMA)
-    rows = events.filter((pl.col("group") == STEP_GROUP) & pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)
+    rows = events.filter((pl.col("group") == STEP_GROUP) & pl.col("kind").is_in(RANGE_KINDS)
                          & pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null())
     if rows.height == 0:
         return pl.DataFrame(schema=STEP_SCHEMA)
@@ -174,7 +178,7 @@ def _marked_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
 
 
 def _host_ranges(events: pl.DataFrame, name: pl.Expr) -> pl.DataFrame:
-    return events.filter(pl.col("kind").cast(pl.String).is_in(RANGE_KINDS) & pl.col("pid").is_not_null()
+    return events.filter(pl.col("kind").is_in(RANGE_KINDS) & pl.col("pid").is_not_null()
                          & pl.col("start_ns").is_not_null() & (pl.col("duration_ns") > 0) & name
                          ).select(pl.col("trace_id").cast(pl.String), "name", "start_ns",
                                   end_ns=pl.col("start_ns") + pl.col("duration_ns"))

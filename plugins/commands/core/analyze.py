@@ -61,6 +61,7 @@ class AnalyzeCommand(Command):
     def run(self, args: argparse.Namespace, session) -> int:
         """Analyze each trace; exit 1 when ``--fail-on`` is given and a finding reaches it."""
         from traceparse.analysis import analyze, parse_settings, select_findings, worst_severity
+        from traceparse.measures.base import sharing
         from traceparse.summary import summarize
 
         settings = parse_settings(args.set or [], session.registry)
@@ -82,8 +83,8 @@ class AnalyzeCommand(Command):
                 on_cluster = (measures_on(client, session.store, trace)
                               if client is not None and trace.meta.format == "run" else nullcontext())
                 rules = args.rule or list(session.registry.rules)
-                with on_cluster, session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
-                                               "rules") as advance:
+                with on_cluster, sharing(), session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
+                                                          "rules") as advance:
                     found = analyze(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), reg=session.registry,
                                     critical_floor_pct=args.critical_floor, on_rule=advance)
                     findings.extend(found)
