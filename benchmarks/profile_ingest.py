@@ -132,12 +132,10 @@ def profile_once(trace: str) -> tuple[dict, float]:
     patch(store, "_fsync_dir", "meta.json, fsync, rename")
     sink = store._ParquetSink
     saved += [(sink, "put", sink.put), (sink, "__exit__", sink.__exit__)]
-    import pyarrow.parquet as pq
-
     def put(self, batch):  # write in the caller: the writer thread's CPU counted as its own stage
         table = batch.to_arrow()
         if getattr(self, "_writer", None) is None:
-            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", compression_level=1)
+            self._writer = store.parquet_writer(self.path, table.schema)
         self._writer.write_table(table, row_group_size=256 * 1024)
 
     def leave(self, *exc):

@@ -642,7 +642,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
                 continue
             end, start = cut
-            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False))
+            queue.append(submit(*_cut(buf, end, start), False))
             del buf[:start]
             while len(queue) > limit:
                 yield from take_front()
@@ -651,7 +651,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
         tail = _last_candidate(buf, buf.rfind(b"]"))
         if tail is not None:
             end, start = tail
-            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False, True))
+            queue.append(submit(*_cut(buf, end, start), False, True))
             del buf[:start]
         # the end is decoded here when its turn comes: never ahead of a cut that may yet be merged into it
         queue.append(submit(bytes(buf), b"", True, local=True))
@@ -661,6 +661,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     if repairs[0]:
         options.warn(f"{path}: {repairs[0]} byte sequence{'s' if repairs[0] != 1 else ''} not valid UTF-8; "
                      "read as U+FFFD (the replacement character)")
+
+
+def _cut(buf: bytearray, end: int, start: int) -> tuple[bytes, bytes]:
+    """``buf[:end]`` and ``buf[end:start]`` as bytes, copied once (a slice of a bytearray is a copy of its own)."""
+    with memoryview(buf) as view:
+        return bytes(view[:end]), bytes(view[end:start])
 
 
 def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repairs: list[int],

@@ -120,6 +120,14 @@ _LABEL_AT = re.compile(r"^Expected `int \| null`, got `str` - at `\$\[\d+\]\.[pt
 _RAW = {"input_dims": lambda text: text.str.replace_all(r"\s+", "").replace("", None),
         "input_types": compact_json_text, "concrete_inputs": compact_json_text}
 _SCHEMAS: dict[tuple[frozenset, bool], Any] = {}
+_ARGS = attrgetter("args")
+
+
+def _per_distinct(text: pl.Series, make) -> pl.Series:
+    """``make(text)``, worked out once per distinct text: operators repeat a few argument lists, so the cost
+    follows the distinct texts (a few hundred a chunk), not the events."""
+    distinct = text.unique()
+    return text.replace_strict(distinct, make(distinct), return_dtype=pl.String)
 
 
 def _schema(groups: frozenset, labels: bool):
@@ -153,7 +161,8 @@ def _read(wrapped: bytearray, groups: frozenset, labels: bool):
         pa.BufferReader(wrapped),
         read_options=pajson.ReadOptions(block_size=len(wrapped) + 1, use_threads=False),
         parse_options=pajson.ParseOptions(explicit_schema=_schema(groups, labels),
-                                          unexpected_field_behavior="ignore", newlines_in_values=True))
+                                          unexpected_field_behavior="ignore", newlines_in_values=True),
+        memory_pool=pa.system_memory_pool())
     return table.column(0).chunk(0).values
 
 
@@ -172,7 +181,7 @@ def fast_rows(data: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str, str
         except UnicodeDecodeError:
             return None
     groups, labels = _last[0]
-    wrapped = bytearray(b'{"e":[') + data + b"]}"  # Arrow's document; msgspec's list is inside it: one copy
+    wrapped = b"".join((b'{"e":[', data, b"]}"))  # Arrow's document; msgspec's list is inside it: one copy
     del data
     # the raw texts msgspec keeps point into the buffer: the view goes when they go
     checked = _check(memoryview(wrapped)[len(b'{"e":'):-1], groups, labels)
@@ -227,7 +236,6 @@ def _frame(events) -> pl.DataFrame | None:
     Args field by its attribute name (null where the schema had not the field); None where a list of ints
     holds a null (which msgspec refuses)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     columns, names = [], []
     for field, child in zip(events.type, events.flatten()):
@@ -238,7 +246,7 @@ def _frame(events) -> pl.DataFrame | None:
         columns.append(child.is_valid())
         names.append("_args")
         for arg, value in zip(child.type, child.flatten()):
-            if pa.types.is_list(arg.type) and pc.list_flatten(value).null_count:
+            if pa.types.is_list(arg.type) and value.flatten().null_count:
                 return None
             columns.append(value)
             names.append(_NAME_OF_KEY[arg.name])
@@ -256,7 +264,8 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
         gpu=category.is_in(list(GPU_CATEGORIES)),
     )
     kept = df.filter((pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null())
-    raws = {name: _raw_text(list(map(attrgetter(f"args.{name}"), checked))) for name in _RAW}
+    args = list(map(_ARGS, checked))
+    raws = {name: _raw_text(list(map(attrgetter(name), args))) for name in _RAW}
     rows = _event_rows(kept, raws)
     if rows is None:
         return None
@@ -305,7 +314,7 @@ def _event_rows(kept: pl.DataFrame, raws: dict[str, pl.Series]) -> pl.DataFrame 
         registers_per_thread=pl.col("registers").cast(pl.Int32),
         bytes=pl.col("bytes"),
         flops=pl.col("flops"),
-        **{name: make(raws[name].gather(kept["_row"])) for name, make in _RAW.items()},
+        **{name: _per_distinct(raws[name].gather(kept["_row"]), make) for name, make in _RAW.items()},
         **{c: pl.col(c).cast(pl.Int32) for c in dim3},
         _smem=pl.col("shared_memory"),
         _args=pl.col("_args"),
