@@ -104,7 +104,9 @@ def profile_once(trace: str) -> tuple[dict, float]:
     saved = []
 
     def patch(module, name: str, label: str, iterator: bool = False) -> None:
-        original = getattr(module, name)
+        original = getattr(module, name, None)
+        if original is None:  # a stage this version has not (the profile serves before and after a change)
+            return
         saved.append((module, name, original))
         setattr(module, name, (timers.wrap_iter if iterator else timers.wrap)(label, original))
 
@@ -112,14 +114,15 @@ def profile_once(trace: str) -> tuple[dict, float]:
     patch(ingest, "plan", "sniff (choose the reader)")
     patch(ingest, "sha256_of", "sha256 of the file")
     patch(torch_reader, "map_chunks", "chunk cutting, file read", iterator=True)
-    patch(decoder, "_decode_piece", "chunk: copy, UTF-8 check; careful path (last chunk)")
-    patch(torch_reader, "fast_rows", "fast path: other")
+    patch(decoder, "_decode_piece", "careful path (the last chunk)")
+    patch(torch_reader, "fast_rows", "fast path: wrapping copy, UTF-8 check, glue")
     patch(columnar, "_check", "msgspec check")
     patch(columnar, "_read", "Arrow JSON parse")
     patch(columnar, "_frame", "Arrow -> polars frame")
-    patch(columnar, "_rows", "rows: kinds, filters, memory, threads")
-    patch(columnar, "_event_rows", "rows: event columns")
+    patch(columnar, "_rows", "rows: polars queries (kinds, event columns, counters)")
+    patch(columnar, "_event_rows", "rows: polars queries (kinds, event columns, counters)")
     patch(columnar, "_comm", "rows: collectives")
+    patch(columnar, "_with_collectives", "rows: collectives")
     for module in (columnar, events):
         if hasattr(module, "_raw_text"):
             patch(module, "_raw_text", "rows: raw argument texts")
