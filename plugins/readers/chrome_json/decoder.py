@@ -572,13 +572,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     parse and polars' work let go of the interpreter), or with ``threads`` 0 each chunk when its turn comes;
     the same cuts and results.
     ``fast`` (a module-level function, so that it pickles) is tried first on each chunk but the last: it
-    gets the chunk's bytes (whole events, commas between) and returns ``(what convert would make, the number
+    gets the chunk as the document ``{"e":[`` + its bytes (whole events, commas between) + ``]}`` and returns ``(what convert would make, the number
     of events)``, or None to leave the chunk to the decoding and ``convert`` (the careful path).
     """
     check_file(path)
     repairs = [0]
     max_event = max(MAX_EVENT_BYTES, 8 * chunk_bytes)
-    _map_large_buffers(chunk_bytes)
     spec = (event_type, document_type, convert, str(path), fast)
     pool = _pool(workers, threads)
     limit = max(2, max(workers, threads) * IN_FLIGHT_PER_WORKER)
@@ -588,7 +587,9 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
         if form == "object" and on_document is not None:
             document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
             on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
-        queue: list[list] = []  # [data, separator after it, final, future, checked], in file order
+        # [data, separator after it, final, future, checked], in file order; data is the chunk as a document
+        # (:func:`_wrap`) but for the final chunk, the end of the file as it is
+        queue: list[list] = []
         state = {"offset": 0}
         here = _InThisProcess()
 
@@ -610,7 +611,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
             if result == _MISPLIT:  # the cut was no boundary: decode this chunk and the next as one
                 nxt = queue[1]
                 nxt[3].cancel()
-                merged = data + sep + nxt[0]
+                merged = bytes(_events_of(data)) + sep + (nxt[0] if nxt[2] else _events_of(nxt[0]))
                 if len(merged) > max_event and not nxt[2]:
                     raise bad_input(path, f"traceEvents[{state['offset']}]",
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
@@ -621,12 +622,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                 ends, open_string = ([], False) if checked else _scan(merged, 0)
                 if ends:
                     end, start = ends[-1]
-                    queue[0:2] = [submit(merged[:end], merged[end:start], False, True, local=True),
-                                  submit(merged[start:], nxt[1], nxt[2])]
+                    queue[0:2] = [submit(_wrap(merged[:end]), merged[end:start], False, True, local=True),
+                                  submit(merged[start:] if nxt[2] else _wrap(merged[start:]), nxt[1], nxt[2])]
                 elif open_string and not nxt[2]:
-                    queue[0:2] = [[merged, nxt[1], False, _Done(_MISPLIT), False]]
+                    queue[0:2] = [[_wrap(merged), nxt[1], False, _Done(_MISPLIT), False]]
                 else:
-                    queue[0:2] = [submit(merged, nxt[1], nxt[2], local=True)]
+                    queue[0:2] = [submit(merged if nxt[2] else _wrap(merged), nxt[1], nxt[2], local=True)]
                 return
             del queue[0]
             yield from _settle(path, options, result, state, repairs, on_document, final)
@@ -666,34 +667,31 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                      "read as U+FFFD (the replacement character)")
 
 
-_MAPPED: list[int] = []
-
-
-def _map_large_buffers(chunk_bytes: int) -> None:
-    """Have glibc's malloc map buffers of a chunk's size or more on their own (``M_MMAP_THRESHOLD``), so that the
-    memory of each chunk goes back to the system when the chunk is done.
-
-    By default glibc raises that threshold to the size of the largest block freed, and serves later chunks
-    from its heaps, which then keep the freed chunks' memory: the 139 MB benchmark trace read with two decoding
-    threads ended with 125 MB free but held in malloc's arenas, and a peak of 400 MB instead of 355 MB. Once
-    per process; nothing where the C library is not glibc.
-    """
-    if _MAPPED:
-        return
-    _MAPPED.append(chunk_bytes)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(ctypes.c_int(-3), ctypes.c_int(min(max(chunk_bytes, 1 << 20), 32 << 20)))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 def _cut(buf: bytearray, end: int, start: int) -> tuple[bytes, bytes]:
-    """``buf[:end]`` and ``buf[end:start]`` as bytes, copied once (a slice of a bytearray is a copy of its own)."""
+    """The chunk ``buf[:end]`` as a document (:func:`_wrap`) and the separator ``buf[end:start]``: the chunk's
+    bytes copied once, straight into the document."""
     with memoryview(buf) as view:
-        return bytes(view[:end]), bytes(view[end:start])
+        return _wrap(view[:end]), bytes(view[end:start])
+
+
+#: A chunk of events travels as the JSON document ``{"e":[events]}``: Arrow's JSON reader (the torch reader's fast
+#: path) reads it as it is, msgspec reads the list inside it (:func:`chunk_list`), and neither needs a copy.
+_OPEN, _CLOSE = b'{"e":[', b"]}"
+
+
+def _wrap(events) -> bytes:
+    """The document of a chunk: ``{"e":[`` + the events' bytes + ``]}``, in one copy."""
+    return b"".join((_OPEN, events, _CLOSE))
+
+
+def _events_of(document: bytes) -> memoryview:
+    """The events' bytes inside a chunk's document (no copy)."""
+    return memoryview(document)[len(_OPEN):-len(_CLOSE)]
+
+
+def chunk_list(document: bytes) -> memoryview:
+    """The JSON list of a chunk's events inside its document: ``[`` + the events + ``]`` (no copy)."""
+    return memoryview(document)[len(_OPEN) - 1:1 - len(_CLOSE)]
 
 
 def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repairs: list[int],
@@ -780,7 +778,7 @@ def _decode_piece(spec: tuple, data: bytes, final: bool, form: str, truncated: b
         with gc_paused():
             if not final:
                 try:
-                    events = events_decoder.decode(b"[" + data + b"]")
+                    events = events_decoder.decode(chunk_list(data))
                 except msgspec.ValidationError:  # valid JSON, so a real cut: a wrongly typed value, refused
                     raise
                 except msgspec.DecodeError:

@@ -31,7 +31,7 @@ import polars as pl
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.validate import INT64_MAX
 
-from traceparse_plugins.readers.chrome_json.decoder import gc_paused
+from traceparse_plugins.readers.chrome_json.decoder import chunk_list, gc_paused
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
     _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
@@ -146,49 +146,49 @@ def _schema(groups: frozenset, labels: bool):
 _last: list[tuple[frozenset, bool]] = [(frozenset(), False)]
 
 
-def _read(wrapped: bytearray, groups: frozenset, labels: bool):
+def _read(document: bytes, groups: frozenset, labels: bool):
     """The events of ``{"e": [events]}`` as one Arrow struct array (Arrow's exceptions pass through)."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
     table = pajson.read_json(
-        pa.BufferReader(wrapped),
-        read_options=pajson.ReadOptions(block_size=len(wrapped) + 1, use_threads=False),
+        pa.BufferReader(document),
+        read_options=pajson.ReadOptions(block_size=len(document) + 1, use_threads=False),
         parse_options=pajson.ParseOptions(explicit_schema=_schema(groups, labels),
                                           unexpected_field_behavior="ignore", newlines_in_values=True),
         memory_pool=pa.system_memory_pool())
     return table.column(0).chunk(0).values
 
 
-def fast_rows(data: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str, str]], int] | None:
-    """What :func:`traceparse_plugins.readers.torch_profiler.chunk_rows` gives for the events in ``data``
-    (the bytes of whole events, commas between) and their number, or None where only the careful path can say.
+def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str, str]], int] | None:
+    """What :func:`traceparse_plugins.readers.torch_profiler.chunk_rows` gives for the events in ``document``
+    (``{"e":[`` + the bytes of whole events, commas between + ``]}``) and their number, or None where only the
+    careful path can say.
 
-    ``data`` is a chunk cut by the shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`):
-    a cut that was no event boundary fails the check and gives None too.
+    ``document`` is a chunk cut by the shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`),
+    which Arrow reads as it is and msgspec the list inside it: no copy. A cut that was no event boundary fails
+    the check and gives None too.
     """
-    if len(data) > MAX_FAST_BYTES:
+    if len(document) > MAX_FAST_BYTES:
         return None
-    if not data.isascii():  # msgspec skips what it does not keep unread and Arrow keeps bytes as they are:
-        try:                # bytes that are not UTF-8 are the careful path's (it replaces and counts them)
-            data.decode("utf-8")
+    if not document.isascii():  # msgspec skips what it does not keep unread and Arrow keeps bytes as they are:
+        try:                    # bytes that are not UTF-8 are the careful path's (it replaces and counts them)
+            document.decode("utf-8")
         except UnicodeDecodeError:
             return None
     groups, labels = _last[0]
-    wrapped = b"".join((b'{"e":[', data, b"]}"))  # Arrow's document; msgspec's list is inside it: one copy
-    del data
-    # the raw texts msgspec keeps point into the buffer: the view goes when they go
-    checked = _check(memoryview(wrapped)[len(b'{"e":'):-1], groups, labels)
+    # the raw texts msgspec keeps point into the document: the view goes when they go
+    checked = _check(chunk_list(document), groups, labels)
     if checked is None:
         return None
     groups, labels, checked = checked
     import pyarrow as pa
 
     try:
-        events = _read(wrapped, groups, labels)
+        events = _read(document, groups, labels)
     except (pa.ArrowException, ValueError, OverflowError):
         return None
-    del wrapped
+    del document
     if len(events) != len(checked):
         return None
     frame = _frame(events)
