@@ -265,27 +265,26 @@ def _valid(array):
 def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dict] | None:
     """The rows of the decoded columns, or None where they differ from the careful path's.
 
-    One lazy query per part (the checks, the event rows, the ``[memory]`` counters, the thread names), all
-    collected at once (:func:`polars.collect_all`): a chunk costs a few collects, not one per step.
+    One query per part (the checks, the event rows, the ``[memory]`` counters, the thread names) on the kinds and
+    raw texts added once, with expressions built once (:func:`_queries`): a chunk costs a few queries, not one per
+    step. (``collect_all`` of the four, lazily, was no faster: without the optimizer each query redid the head,
+    with it the planning cost as much.)
     """
     args = list(map(_ARGS, checked))
     texts = {name: _raw_text(list(map(attrgetter(name), args))) for name in _RAW}
     q = _queries()
-    frame = df.lazy().with_columns(*q["head"], *(text.alias(f"_text_{name}") for name, text in texts.items()))
-    kept = frame.filter(q["keep"])
     made = []
     for name, make in _RAW.items():  # once per distinct text: a few hundred a chunk
         distinct = texts[name].unique()
         made.append(pl.col(f"_text_{name}").replace_strict(distinct, make(distinct), return_dtype=pl.String)
                     .alias(name))
-    bad, rows, counters, named = pl.collect_all([
-        kept.select(q["checks"]),
-        kept.select(*q["columns"], *made),
-        frame.filter(q["memory"]).select(q["counters"]),
-        frame.filter(q["named"]).select("_row"),
-    ], engine=_ENGINE, optimizations=_OPTIMIZATIONS)
-    if bad.height and bad.item():
+    frame = df.with_columns(*q["head"], *(text.alias(f"_text_{name}") for name, text in texts.items()))
+    kept = frame.filter(q["keep"])
+    if kept.select(q["checks"]).item():
         return None
+    rows = kept.select(*q["columns"], *made)
+    counters = frame.filter(q["memory"]).select(q["counters"])
+    named = frame.filter(q["named"]).select("_row")
     rows = _with_collectives(rows)
     if counters.height:
         if counters["_bad"].any():
@@ -296,12 +295,6 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
     else:
         counters = None
     return with_counters(rows, counters), Coercions(), _thread_names(named["_row"], checked)
-
-
-#: The engine of the per-chunk queries: a chunk is small, and polars' streaming engine (its default) costs more to
-#: start than the in-memory one takes to run it.
-_ENGINE = "in-memory"
-_OPTIMIZATIONS = pl.QueryOptFlags.none()
 
 
 @functools.cache
