@@ -281,3 +281,46 @@ def test_the_export_marks_each_steps_critical_path(store, tmp_path, run):
             assert all(a < t < b for (t, _), (a, b, _) in zip(points, mine))
     # no row rides on the path's slices: the reader reads the rows back alone (the torch round trip above)
     assert all("traceparse" not in e["args"] for e in slices)
+
+
+def test_a_runs_export_reads_back_rank_by_rank(store, tmp_path):
+    """A run's export reads back (it failed: "every row needs its own event_id", each rank numbering its rows from
+    0): one id per row, and per rank the raw file's events and kernel time; each launch flow joins an API call and
+    the GPU work of one rank (ranks reuse correlation ids)."""
+    run = FIXTURES / "torch" / "multirank" / "ddp4_slow_loader"
+    out = tmp_path / "run.json.gz"
+    _export(str(run), out)
+    code, _, err = run_cli("ingest", str(out))
+    assert code == 0, err
+    back = _events_of(str(out))
+    assert back["event_id"].n_unique() == back.height
+    launches = []
+    for path in sorted(run.glob("rank*.json.gz")):
+        rank = int(path.name[4:].split(".")[0])
+        raw = [e for e in _load(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in KEPT]
+        mine = back.filter(pl.col("rank") == rank)
+        assert mine.height == len(raw)
+        assert Counter(mine["name"].to_list()) == Counter(e["name"] for e in raw)
+        assert mine.filter(pl.col("kind") == "kernel")["duration_ns"].sum() == sum(
+            _ns(e["dur"]) for e in raw if e["cat"] == "kernel")
+        calls = {e["args"]["correlation"]: _ns(e["ts"]) for e in raw if e["cat"] in API and "correlation" in e["args"]}
+        launches += [(calls[e["args"]["correlation"]], _ns(e["ts"])) for e in raw
+                     if e["cat"] in GPU and e["args"].get("correlation") in calls]
+    flows = [e for e in _load(out)["traceEvents"] if e.get("cat") == "launch"]
+    start = {e["id"]: _ns(e["ts"]) for e in flows if e["ph"] == "s"}
+    assert len(start) == sum(1 for e in flows if e["ph"] == "s")  # one flow per rank's correlation id
+    assert Counter((start[e["id"]], _ns(e["ts"])) for e in flows if e["ph"] == "f") == Counter(launches)
+
+
+def test_one_numbering_moves_the_ids_that_point_at_rows():
+    """Rank after rank, each rank's ids past the last one's; ``parent_id`` and ``data_from`` moved alike (by hand)."""
+    from traceparse_plugins.exporters.chrome import one_numbering
+
+    rows = conform(pl.DataFrame({"trace_id": ["b", "b", "a", "a", "a"], "rank": [1, 1, 0, 0, 0],
+                                 "event_id": [0, 1, 0, 1, 2], "kind": ["op"] * 5, "parent_id": [None, 0, None, 0, 1],
+                                 "data_from": [None, "[0]", None, None, "[0,1]"]}))
+    out = one_numbering(rows).sort("event_id")
+    assert out.select("trace_id", "event_id", "parent_id", "data_from").rows() == [
+        ("a", 0, None, None), ("a", 1, 0, None), ("a", 2, 1, "[0,1]"), ("b", 3, None, None), ("b", 4, 3, "[3]")]
+    single = rows.filter(pl.col("trace_id") == "a")
+    assert_frame_equal(one_numbering(single), single)

@@ -173,7 +173,10 @@ def test_same_gpu_work_as_the_trace_viewer_json(workload, traces):
             "hlo_module", "bytes"]
     plane = traces[RUNS[workload] / "vm.xplane.pb"].events
     json = read_paths([RUNS[workload] / "vm.trace.json.gz"])[0].events
-    a, b = (t.filter(pl.col("kind").cast(pl.String).is_in(GPU)).select(cols).sort(cols) for t in (plane, json))
+    # a kernel's bytes come from the compiled modules, which only the XPlane holds: compared for copies only
+    copies_bytes = pl.when(pl.col("kind") != "kernel").then(pl.col("bytes")).alias("bytes")
+    a, b = (t.filter(pl.col("kind").cast(pl.String).is_in(GPU)).with_columns(copies_bytes).select(cols).sort(cols)
+            for t in (plane, json))
     assert a.height > 100 and a.equals(b)
     kernel_ns = a.filter(pl.col("kind") == "kernel")["duration_ns"].sum()
     assert kernel_ns == b.filter(pl.col("kind") == "kernel")["duration_ns"].sum()

@@ -133,3 +133,27 @@ def test_a_table_never_prints_two_different_names_alike(width):
     assert len(cells) == len(NAMES)
     assert len(set(cells)) == len(NAMES)
     assert max(len(line) for line in text.splitlines()) <= width
+
+
+def _python_function_names() -> list[str]:
+    """The Python frames of a real trace profiled with_stack=True (fixtures/torch/acceptance, an H200)."""
+    path = FIXTURES / "torch" / "acceptance" / "amp_stack_loader_h200.json.gz"
+    events = json.load(gzip.open(path))["traceEvents"]
+    return sorted({e["name"] for e in events if e.get("cat") == "python_function"})
+
+
+@pytest.mark.parametrize("width", [30, 60, 120])
+def test_python_frames_in_angle_brackets_are_no_templates(width):
+    # "<built-in method append of list object at 0x7f…>" is Python's repr, not a C++ template argument list:
+    # it read "<…>" on the screen, every such frame alike
+    names = _python_function_names()
+    wrapped = [n for n in names if n.startswith("<") and n.endswith(">")]
+    assert len(wrapped) >= 20 and "<built-in function isinstance>" in wrapped
+    shown = dict(zip(wrapped, short_names(wrapped, width)))
+    assert "<…>" not in shown.values()
+    assert len(set(shown.values())) == len(wrapped)  # never two alike
+    for name, text in shown.items():
+        assert text.startswith("<") and text.endswith(">")
+        if len(name) <= width:
+            assert text == name  # short enough: shown whole
+    assert short_name("<built-in function isinstance>", 60) == "<built-in function isinstance>"

@@ -10,6 +10,7 @@ fixtures/nsys/handwritten, and the shared samples (skipped when absent).
 from __future__ import annotations
 
 import csv
+import re
 import gzip
 import json
 import shutil
@@ -512,8 +513,9 @@ def test_old_export_without_enum_tables(tmp_path):
     assert c["name"].to_list() == ["[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"]
     assert of_kind(trace, "memset").select("bytes", "dst_memory").rows() == [(512, None)]
     api = of_kind(trace, "api").sort("start_ns")
-    assert api.select("pid", "tid", "name", "group").rows() == [(4100, 4101, "cudaLaunchKernel_v7000", None),
-                                                               (4200, 4200, "cudaLaunchKernel_v7000", None)]
+    # the export names the versioned entry point (cudaLaunchKernel_v7000): the API's name is without it
+    assert api.select("pid", "tid", "name", "group").rows() == [(4100, 4101, "cudaLaunchKernel", None),
+                                                               (4200, 4200, "cudaLaunchKernel", None)]
     m = of_kind(trace, "marker").sort("start_ns")
     assert m.select("name", "duration_ns", "group", "pid").rows() == [
         ("step", 200, "MyDomain", 4100), ("checkpoint", 0, None, 4100), ("registered text", 10, None, 4200),
@@ -864,3 +866,39 @@ def test_value_out_of_range(store, tmp_path):
                     "100.0,12345678901.5,1,1.0,1.0,1.0,1.0,0.0,cudaMalloc\n")
     refused(["ingest", str(path)], f"{path}:2: column 'Total Time (s)': '12345678901.5' is out of range "
                                    "(over 2^63 ns or bytes)", store)
+
+
+# -- acceptance: another GPU, another workload (fixtures/make_nsys_acceptance.sh) ---------------------------------
+ACCEPT = FIX / "acceptance" / "llama_graphs_node"
+
+
+def _stats(report: str) -> list[dict]:
+    with open(f"{ACCEPT}_{report}.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("suffix", [".sqlite.gz", ".parquetdir"])
+def test_acceptance_capture_matches_nsys_stats(suffix):
+    # An H200 capture of a torch.compile(mode="reduce-overhead") model with --cuda-graph-trace=node: kernels replayed
+    # by CUDA graphs, Triton and cuBLAS kernels, three NVTX steps. nsys stats' own reports of the same capture are
+    # the oracle: every kernel name with its instances and total time, every API call name, the copies, the steps.
+    trace = read(Path(f"{ACCEPT}{suffix}"))
+    assert trace.meta.devices[0].name == "NVIDIA H200"
+    kernels = of_kind(trace, "kernel").group_by("name").agg(n=pl.len(), ns=pl.col("duration_ns").sum())
+    mine = {name: (n, ns) for name, n, ns in kernels.iter_rows()}
+    theirs = {r["Name"]: (int(r["Instances"]), int(r["Total Time (ns)"])) for r in _stats("cuda_gpu_kern_sum")}
+    assert len(theirs) == 42 and mine == theirs
+    api = of_kind(trace, "api").group_by("name").agg(n=pl.len(), ns=pl.col("duration_ns").sum())
+    # nsys stats strips a 4-digit entry-point version (cudaLaunchKernel_v7000) but prints cudaGraphLaunch_v10000 and
+    # cuGetProcAddress_v2; traceparse strips any version, so one API has one name in every form
+    assert any(re.search(r"_v\d{5}$", r["Name"]) for r in _stats("cuda_api_sum"))
+    assert {name: (n, ns) for name, n, ns in api.iter_rows()} == {
+        re.sub(r"_v\d+$", "", r["Name"]): (int(r["Num Calls"]), int(r["Total Time (ns)"])) for r in _stats("cuda_api_sum")}
+    assert not of_kind(trace, "api").filter(pl.col("name").str.contains(r"_v\d+$")).height
+    copies = {r["Operation"]: (int(r["Count"]), int(r["Total Time (ns)"])) for r in _stats("cuda_gpu_mem_time_sum")}
+    htod = of_kind(trace, "memcpy").filter(pl.col("copy_kind") == "HtoD")
+    assert copies["[CUDA memcpy Host-to-Device]"] == (htod.height, htod["duration_ns"].sum())
+    memset = of_kind(trace, "memset")
+    assert copies["[CUDA memset]"] == (memset.height, memset["duration_ns"].sum())
+    steps = sorted(of_kind(trace, "marker").select("name", "duration_ns").rows())
+    assert steps == sorted((r["Range"].lstrip(":"), int(r["Total Time (ns)"])) for r in _stats("nvtx_sum"))

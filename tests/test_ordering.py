@@ -75,7 +75,7 @@ def test_json_findings_are_ordered_and_carry_impact(doc):
     d, _ = doc
     keys = [(-SEVERITIES.index(f["severity"]), (0, -f["impact_ns"]) if f["impact_ns"] is not None else (1, 0),
              f["rule"]) for f in d["findings"]]
-    assert keys == sorted(keys) and len(keys) == 14
+    assert keys == sorted(keys) and len(keys) == 15  # 13 rules; hotspots gives 3 (routines, per thread, annotations)
     impact = {f["rule"]: f["impact_ns"] for f in d["findings"] if f["title"] != "Hotspots per thread"}
     m = {f["rule"]: f["metrics"] for f in d["findings"]}
     assert impact["gpu-idle"] == m["gpu-idle"]["idle_ns"] > 0
@@ -147,4 +147,16 @@ def test_a_table_is_not_drawn_twice(tmp_path):
     assert {(i["name"], i["time_ns"]) for i in hot["items"]} == {(i["name"], i["time_ns"]) for i in share["items"]}
     code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path))
     assert out.count(f"(its {len(hot['items'])} rows are in kernel-share's table)") == 1
-    assert out.count("GPU share %") == 1  # kernel-share's table, once
+    assert len(re.findall(r"┃ +GPU(?: share %)? +│", out)) == 1  # kernel-share's table (its header may fold), once
+
+
+def test_a_finding_with_nothing_to_report_is_no_bottleneck():
+    from traceparse.summary import bottleneck
+
+    # 142 us at stake in a 14.44 ms span (0.99%) is "nothing to report" in the tally: the summary must not name it
+    # as the bottleneck (fixtures/torch/acceptance/compiled_cudagraphs_h200's launch-stats, run alone)
+    quiet = _f("launch-stats", "info", 142_300)
+    assert bottleneck([quiet], span_ns=14_440_000) is None
+    assert bottleneck([quiet], span_ns=14_000_000)["rule"] == "launch-stats"  # 1.02%: something to report
+    assert bottleneck([quiet, _f("gpu-idle", "info", 2_053_000)], span_ns=14_440_000)["rule"] == "gpu-idle"
+    assert bottleneck([_f("w", "warning", 1)], span_ns=10**9)["rule"] == "w"  # a warning is never quiet

@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from helpers import FIXTURES, run_cli
-from traceparse.report import MEMBER_KEYS, TABLE_ROWS, _cell, _format_column, figure_label, fmt_unit, render_findings
+from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, _cell, _format_column, figure_label, fmt_unit, render_findings,
+                               shown_figures)
 
 CASES = ["torch/resnet18_bs16.json.gz", "nsys/resnet18_bs8.sqlite.gz", "ncu/ncu_raw_vgg11_bs16.csv",
          "tau/real/cpi-mpi", "nvprof/real/rlscope_gpu_trace.csv", "torch/multirank/gloo4_slow_rank2"]
@@ -86,8 +87,13 @@ def test_no_number_is_cut(rendered, case):
 def test_headline_figures_and_no_python_reprs(rendered, case):
     findings, text = rendered[case]
     for f in findings:
+        shown = dict(shown_figures(f))
         for key, unit in f.figures.items():
-            assert figure_label(key, unit) in text, (f.rule, key)
+            label = f.labels.get(key) or figure_label(key, unit)
+            if unit == "problem_count" and f.metrics.get(key) == 0:
+                assert label not in shown, (f.rule, key)  # nothing left out: a zero says nothing
+                continue
+            assert label in shown and label in text, (f.rule, key)
             if unit not in ("text", "name"):
                 assert fmt_unit(unit, f.metrics.get(key)) in text, (f.rule, key)
     cells = [c.strip() for line in text.splitlines() for c in re.split(r"[│┃]", line)]

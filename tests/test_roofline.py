@@ -275,8 +275,8 @@ def test_roofline_on_a_trace_without_counts(store):
     code, _, err = run_cli("roofline", str(path))
     assert code == 2
     assert err.splitlines()[-1] == (f"traceparse: error: {path}: no FLOP or DRAM byte counts to put on a roofline "
-                                    "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, are "
-                                    "needed; see docs/roofline.md)")
+                                    "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, or a "
+                                    "JAX profile's .xplane.pb, are needed; see docs/roofline.md)")
 
 
 def test_details_page_with_metrics_and_scaled_units(store):

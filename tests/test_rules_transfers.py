@@ -214,7 +214,10 @@ def test_throughput_default_peak_is_stated_and_settable():
     f = run_rule(trace, "low-memcpy-throughput")
     assert f.metrics["peak_gbps"] == 15.75
     assert "assumed: PCIe 3.0 x16 by default" in f.message
-    assert "above the assumed peak" in f.message  # 50+ GB/s on a link assumed to give 15.75
+    # 50+ GB/s on a link assumed to give 15.75: no share of that peak, and the message says why
+    assert "above the 15.75 GB/s per direction assumed for the host link" in f.message
+    assert f.metrics["pct_of_peak"] is None
+    assert all(i["pct_of_peak"] is None and i["above_peak"] for i in f.items if i["copy_kind"] == "HtoD")
     f = run_rule(trace, "low-memcpy-throughput", "low-memcpy-throughput.default_host_link_gbps=1000")
     assert f.metrics["peak_gbps"] == 1000.0
     assert f.metrics["pct_of_peak"] < 10
@@ -381,7 +384,30 @@ def test_device_to_device_copies_without_a_dram_figure():
     trace = synthetic([{"kind": "memcpy", "copy_kind": "DtoD", "start_ns": 0, "duration_ns": 100, "bytes": 5_000}])
     f = run_rule(trace, "low-memcpy-throughput")
     assert f.items == [{"copy_kind": "DtoD", "copies": 1, "bytes": 5_000, "time_ns": 100, "achieved_gbps": 50.0,
-                        "peak_gbps": None, "pct_of_peak": None, "link": "DRAM"}]
+                        "peak_gbps": None, "pct_of_peak": None, "link": "DRAM", "above_peak": False}]
     assert (f.metrics["achieved_gbps"], f.metrics["pct_of_peak"]) == (None, None)  # no host-device copies
     assert "no DRAM peak: the trace does not name its GPU" in f.message
     assert f.severity == "info"
+
+
+ACCEPTANCE = Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "acceptance"
+
+
+def test_device_to_device_copies_faster_than_dram_have_no_share_of_it():
+    # Real H100 capture (fixtures/make_acceptance_captures.py, side_stream_copies): each step copies its 8 MiB
+    # batch device-to-device just after it arrived, so the bytes are still in the 50 MB L2 cache and the copy
+    # beats what DRAM allows (2 x bytes / time > 3,350 GB/s). A share of the DRAM peak would be over 100%.
+    path = ACCEPTANCE / "side_stream_copies.json.gz"
+    dtod = [c for c in json_copies(path) if c["kind"] == "DtoD"]
+    nbytes, ns = sum(c["bytes"] for c in dtod), sum(c["ns"] for c in dtod)
+    assert len(dtod) == 3 and 2 * nbytes / ns > 3350  # what makes this case: faster than DRAM
+    f = run_rule(read_torch(path), "low-memcpy-throughput")
+    item = next(i for i in f.items if i["copy_kind"] == "DtoD")
+    assert (item["copies"], item["bytes"], item["time_ns"]) == (3, nbytes, ns)
+    assert item["achieved_gbps"] == round(nbytes / ns, 4)
+    assert (item["peak_gbps"], item["pct_of_peak"], item["above_peak"]) == (3350.0, None, True)
+    assert f"Device-to-device copies: {nbytes / ns:.2f} GB/s, faster than the DRAM bandwidth allows" in f.message
+    assert "came partly from the L2 cache" in f.message
+    # the host-device copies of the same trace stay under their link's peak, with their share
+    host = next(i for i in f.items if i["copy_kind"] == "HtoD")
+    assert host["above_peak"] is False and 0 < host["pct_of_peak"] <= 100

@@ -26,7 +26,7 @@ from traceparse.trace import Trace
 
 HOST = {"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver", "driver",
         "python_function"}
-TORCH = sorted((FIXTURES / "torch").glob("*.json.gz"))
+TORCH = sorted((FIXTURES / "torch").glob("*.json.gz")) + sorted((FIXTURES / "torch" / "rocm").glob("*.json.gz"))
 
 
 def oracle(path: Path) -> Counter:
@@ -44,14 +44,21 @@ def oracle(path: Path) -> Counter:
     out = Counter()
     for (pid, tid), rows in threads.items():
         rows.sort(key=lambda r: (r[0], -r[1], r[2]))
-        stack = []
-        for row in rows:
-            while stack and stack[-1][0] + stack[-1][1] <= row[0]:
+        stack, parent = [], []
+        for k, row in enumerate(rows):
+            while stack and rows[stack[-1]][0] + rows[stack[-1]][1] <= row[0]:
                 stack.pop()
-            if stack:
-                parent = stack[-1]
-                parent[4] += min(row[0] + row[1], parent[0] + parent[1]) - row[0]
-            stack.append(row)
+            parent.append(stack[-1] if stack else None)
+            stack.append(k)
+        # a child covers its parent up to its reach (the last end under it), clipped to the parent's end
+        reach = [r[0] + r[1] for r in rows]
+        for k in range(len(rows) - 1, -1, -1):  # children come after their parents
+            if parent[k] is not None:
+                reach[parent[k]] = max(reach[parent[k]], reach[k])
+        for k, row in enumerate(rows):
+            if parent[k] is not None:
+                up = rows[parent[k]]
+                up[4] += min(reach[k], up[0] + up[1]) - row[0]
         for start, dur, _, name, inner in rows:
             out[(pid, tid, name, start, dur, max(dur - inner, 0))] += 1
     return out
@@ -79,6 +86,44 @@ def test_self_time_by_hand():
     assert dict(zip(got["name"], got["self_ns"])) == {"A": 25, "B": 20, "C": 40, "D": 10, "E": 25, "F": 50}
     parents = dict(zip(got["name"], got["parent_event_id"]))
     assert parents == {"A": None, "B": 0, "C": 0, "D": 1, "E": 0, "F": None}
+
+
+def test_a_child_that_outlasts_its_parent_is_not_its_grandparents_time():
+    """A Python stack cut at the trace's end (ROCm TraceLens traces): G [0, 31) holds P [1, 11), whose child X
+    [6, 21) outlasts it. From 11 to 21 X is the innermost open event: its time, not G's as well (G once counted
+    it, and the thread's self time exceeded its span). G: 31 - (min(21, 31) - 1) = 11; P: 10 - (11 - 6) = 5; X 15:
+    31 in all, the thread's span."""
+    rows = [("G", 0, 31), ("P", 1, 10), ("X", 6, 15)]
+    events = conform(pl.DataFrame([{"kind": "region", "name": n, "pid": 7, "tid": 1, "start_ns": s, "duration_ns": d}
+                                   for n, s, d in rows]), trace_id="t")
+    got = measures.self_time(events).join(events.select("event_id", "name"), on="event_id")
+    assert dict(zip(got["name"], got["self_ns"])) == {"G": 11, "P": 5, "X": 15}
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "torch" / "rocm").glob("*.json.gz")), ids=lambda p: p.name)
+def test_a_threads_self_times_add_up_to_the_union_of_its_events(path):
+    """On every thread of the ROCm traces (Python stacks included), the self times add up to the time covered by
+    the thread's host events (the union of their intervals in the raw JSON), never more."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f, parse_float=Decimal)["traceEvents"]
+    spans = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in HOST and isinstance(e.get("pid"), int) \
+                and isinstance(e.get("tid"), int):
+            spans[(e["pid"], e["tid"])].append((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])))
+    union = {}
+    for thread, intervals in spans.items():
+        covered, end = 0, None
+        for a, b in sorted(intervals):
+            if end is None or a >= end:
+                covered, end = covered + b - a, b
+            elif b > end:
+                covered, end = covered + b - end, b
+        union[thread] = covered
+    trace = read_torch(path)
+    got = measures.self_time(trace.events).join(trace.events, on=["trace_id", "event_id"], nulls_equal=True)
+    per_thread = got.group_by("pid", "tid").agg(pl.col("self_ns").sum())
+    assert {(p, t): n for p, t, n in per_thread.iter_rows()} == union
 
 
 def test_a_source_with_exclusive_time_keeps_it():

@@ -14,6 +14,8 @@ import statistics
 import pytest
 
 from helpers import FIXTURES, raw_events, raw_steps, run_of, run_rule, self_time, us_to_ns
+from traceparse.analysis import analyze
+from traceparse.figures import fmt_ns
 
 TWINS = FIXTURES / "torch" / "multirank"
 TIMES = json.loads((TWINS / "ddp4_step_times.json").read_text())
@@ -92,3 +94,28 @@ def test_the_balanced_twin_has_no_rank_holding_the_others():
     run = run_of(TWINS / "ddp4_balanced")
     path = run_rule(run, "critical-path")
     assert path.severity == "info" and path.metrics["wait_pct"] < 10
+
+
+def test_hotspots_lists_the_slow_loaders_self_time():
+    """The slow data loader is a ``record_function`` annotation: hotspots ranks annotations by self time in a table
+    of their own, with the loader's figures as the raw JSON gives them (on rank 1, ~165 ms over its 4 steps) and
+    each rank's step annotations once (the device-side copies of ProfilerStep#N are not routines)."""
+    variant, (rank, name) = "ddp4_slow_loader", SLOW["ddp4_slow_loader"]
+    raw = {r: raw_events(TWINS / variant / f"rank{r}.json.gz") for r in range(4)}
+    own = {r: [self_time(events, e) for e in events if e["name"] == name] for r, events in raw.items()}
+    findings = analyze(run_of(TWINS / variant), rules=["hotspots"])
+    (marks,) = [f for f in findings if f.title == "Hotspots: annotations by self time"]
+    loader = next(i for i in marks.items if i["name"] == name)
+    assert loader["time_ns"] == sum(sum(v) for v in own.values())
+    assert loader["calls"] == sum(len(v) for v in own.values())
+    assert loader["inclusive_ns"] == sum(us_to_ns(e["dur"]) for events in raw.values() for e in events
+                                         if e["name"] == name)
+    assert loader["max_ns"] == sum(own[rank]) == max(sum(v) for v in own.values())
+    assert 160e6 < loader["max_ns"] < 170e6 and loader["min_ns"] == min(sum(v) for v in own.values())
+    steps = next(i for i in marks.items if i["name"] == "ProfilerStep#N")
+    assert steps["calls"] == sum(1 for events in raw.values() for e in events
+                                 if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    assert f"{name!r} is uneven: {fmt_ns(sum(own[rank]))} on its busiest thread" in marks.message
+    assert sum(i["share_pct"] for i in marks.items) == pytest.approx(100, abs=0.01)  # all 6 annotations listed
+    routines = next(f for f in findings if f.title == "Hotspots: routines by exclusive time")
+    assert all(i["kind"] != "marker" for i in routines.items)  # the routines' table is what it was

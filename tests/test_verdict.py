@@ -39,10 +39,11 @@ def test_a_column_refuses_an_unknown_unit():
 
 def test_finding_json_keeps_its_keys_and_adds_the_declarations():
     f = Finding("r", "info", "t", "m", metrics={"a_ns": 5}, items=[{"k": 1}], columns=[Column("k", "K", "count")],
-                figures={"a_ns": "ns"})
+                figures={"a_ns": "ns"}, labels={"a_ns": "GPU span"})
     d = f.to_dict()
     assert list(d)[:8] == ["trace", "rule", "severity", "title", "message", "suggestion", "metrics", "items"]
     assert d["columns"] == [{"key": "k", "label": "K", "unit": "count"}] and d["figures"] == {"a_ns": "ns"}
+    assert d["labels"] == {"a_ns": "GPU span"}
 
 
 def render(finding: Finding) -> str:

@@ -358,3 +358,25 @@ def test_the_ddp_twins_balanced_prediction_meets_the_balanced_twin(store, varian
     twin = twin_mean_step(DDP / "ddp4_balanced")
     assert doc["mean"]["measured_ns"] > 1.6 * twin  # the delay is there to be taken out
     assert abs(doc["mean"]["predicted_ns"] - twin) <= 0.15 * twin, (doc["mean"], twin)
+
+
+def test_the_path_table_reads_whole_at_80_columns(store, monkeypatch):
+    """At COLUMNS=80 the predicted path's table keeps every column and its words whole (it showed "com…on [1]"
+    for communication and dropped "share"): each row's rank, thread and kind as ``--json`` gives them, the
+    communication rows on the threads that ran the rank's gloo all-reduces (raw JSON)."""
+    folder = DDP / "ddp4_slow_loader"
+    top = whatif_json(store, folder, "--balance")["path"]["top"]
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--balance")
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "not shown at this width" not in out
+    table = out[out.index("predicted critical path"):]
+    rows = [[c.strip() for c in line.split("│")] for line in table.splitlines() if line.count("│") == 5]
+    assert [(int(r[0]), r[1], r[2], r[5]) for r in rows] == [
+        (t["rank"], t["lane"], t["kind"], f"{t['share_pct']:.1f}%") for t in top]
+    assert "communication" in {r[2] for r in rows}  # the word that was cut
+    for rank, lane, kind, _ in ((int(r[0]), r[1], r[2], r) for r in rows):
+        if kind == "communication":
+            tids = {e["tid"] for e in raw_events(folder / f"rank{rank}.json.gz") if e["name"] == "gloo:all_reduce"}
+            assert int(lane.removeprefix("thread ")) in tids, (rank, lane)

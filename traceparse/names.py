@@ -42,6 +42,9 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
     """
     if not name:
         return ""
+    if _wrapped(name.strip()):  # "<built-in method append of list object at 0x7f…>": Python's, not a template
+        inner = short_name(name.strip()[1:-1], max(width - 2, 1), cut)
+        return f"<{inner}>"
     s = _declaration(name)
     for step in _STEPS:
         if len(s) <= width:
@@ -81,6 +84,19 @@ def _short_names(names: list[str], width: int, depth: int) -> list[str]:
         if len(set(out)) == len(set(names)):
             break
     return out
+
+
+def _wrapped(s: str) -> bool:
+    """True when ``s`` is one ``<…>`` from its first character to its last (Python's ``<built-in function len>``,
+    ``<lambda>``, ``<module>``), so its brackets are no template argument list."""
+    if len(s) < 3 or s[0] != "<" or s[-1] != ">":
+        return False
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += (ch == "<") - (ch == ">")
+        if depth == 0:
+            return i == len(s) - 1
+    return False
 
 
 def middle_cut(s: str, width: int) -> str:

@@ -19,6 +19,8 @@ from traceparse.verdict import Column
 from traceparse.trace import TraceMeta
 
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
+#: The units shown as a whole number with thousands separators.
+COUNT_UNITS = ("count", "problem_count")
 
 
 def fmt_unit(unit: str, value: Any) -> str:
@@ -35,7 +37,7 @@ def fmt_unit(unit: str, value: Any) -> str:
         return fmt_bytes(value)
     if unit == "bytes_binary":
         return fmt_bytes_binary(value)
-    if unit == "count":
+    if unit in COUNT_UNITS:
         return f"{value:,}" if isinstance(value, int) else fmt_number(value)
     if unit == "gbps":
         return f"{fmt_number(float(value))} GB/s"
@@ -283,7 +285,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                                                  visible(worst["rule"]), ", ",
                                                  (visible(str(worst.get("severity", ""))), style), ")"))
     else:
-        grid.add_row("bottleneck", "none: no finding here has time at stake")
+        grid.add_row("bottleneck", "none: no finding here has 1% of the span or more at stake")
     for line in summary.get("highlights") or []:
         grid.add_row(literal(str(line["label"])), literal(str(line["text"])))
     cats = summary.get("top_categories") or []
@@ -369,9 +371,8 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [literal(finding.message)]
-    figures = finding_figures(finding)
-    if figures:
-        pairs = [(figure_label(key, unit) if finding.figures else key, fmt_unit(unit, finding.metrics.get(key))) for key, unit in figures.items()]
+    pairs = shown_figures(finding)
+    if pairs:
         widest = max(len(label) + len(value) for label, value in pairs)
         # two figures a line where every pair fits in half the panel; else one a line, long values wrapping
         across = 2 if len(pairs) > 3 and 2 * (widest + 4) <= inner else 1
@@ -437,6 +438,20 @@ def figure_label(key: str, unit: str) -> str:
     elif suffix and suffix + "_" in key:  # ``delay_ns_p50`` shown in us: "delay p50", the unit in the value
         key = key.replace(suffix + "_", "_", 1)
     return key.replace("_", " ")
+
+
+def shown_figures(finding: Finding) -> list[tuple[str, str]]:
+    """The headline figures as the screen and the HTML report show them: (label, value) pairs in their declared
+    order. The label is the finding's own (``Finding.labels``) else the key's words; a ``problem_count`` figure
+    that is zero is left out (nothing was left out, so it says nothing), JSON keeps it."""
+    pairs = []
+    for key, unit in finding_figures(finding).items():
+        value = finding.metrics.get(key)
+        if unit == "problem_count" and value == 0:
+            continue
+        label = finding.labels.get(key) or (figure_label(key, unit) if finding.figures else key)
+        pairs.append((label, fmt_unit(unit, value)))
+    return pairs
 
 
 def finding_figures(finding: Finding) -> dict[str, str]:
@@ -509,7 +524,10 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     names (shortened as kernel names are, or ``as_written``). When even that
     does not fit, the last declared columns (the least important) are dropped
     and a note below the table names them. A label may take two lines
-    (``"host\\nmedian"``): its column is as wide as its longest line.
+    (``"host\\nmedian"``): its column is as wide as its longest line. Where
+    a column would be dropped or a short text column (a kind, a thread) cut,
+    headers wider than their cells go on two lines first
+    (``"thread /\\nstream"``, ``"per step\\n(ms)"``), if that leaves out less.
     Returns the renderables: the table, then the key and the note if any.
     """
     if not columns:
@@ -519,12 +537,64 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     cells = [f[1] for f in formatted]
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
+    layout = _layout(columns, rows, headers, cells, width, text_idx, name_idx)
+    if _squeezed(layout, text_idx, name_idx):  # a column dropped or a short text cut: headers on two lines
+        folded = [h if i in (0, name_idx) else _folded(h, max((len(x) for x in cells[i]), default=0))
+                  for i, h in enumerate(headers)]  # what names the rows keeps its header whole
+        if folded != headers:
+            cells_again = [list(c) for c in cells]
+            again = _layout(columns, rows, folded, cells_again, width, text_idx, name_idx)
+            if _squeeze_rank(again, text_idx, name_idx) < _squeeze_rank(layout, text_idx, name_idx):
+                layout, headers, cells = again, folded, cells_again
+    shown, widths, natural, dropped = layout
+    key: dict[str, int] = {}
+    table = Table(title=None if title is None else literal(title), title_justify="left", show_edge=False,
+                  header_style="bold")
+    for i in shown:
+        c = columns[i]
+        if c.unit in TEXT_UNITS:
+            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
+        else:
+            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
+                             justify="left" if c.unit == "id" else "right")
+    for r in range(len(rows)):  # the key numbers, in order of the rows
+        for i in shown:
+            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
+                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
+    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
+        if columns[i].unit in TEXT_UNITS:
+            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
+            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
+            room = widths[i] - max((len(n) for n in numbers), default=0)
+            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
+                cells[i][r] = cut + number
+    for r in range(len(rows)):
+        table.add_row(*(literal(cells[i][r]) for i in shown))
+    parts: list[Any] = [table]
+    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
+        lines = Table.grid(padding=(0, 1))
+        lines.add_column(style="dim", no_wrap=True)
+        lines.add_column(overflow="fold")
+        room = width - len(f"[{len(key)}]") - 1
+        for full, n in key.items():
+            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
+            lines.add_row(f"[{n}]", literal(entry))
+        parts.append(lines)
+    if dropped:
+        parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
+    return parts
+
+
+def _layout(columns: list[Column], rows: list[dict], headers: list[str], cells: list[list[str]], width: int,
+            text_idx: list[int], name_idx: int | None) -> tuple[list[int], dict[int, int], list[int], list[str]]:
+    """Where :func:`_fitted_table` puts its columns: (the columns shown, their widths, each column's natural
+    width, the labels of those dropped). A wide screen re-shortens the name column's ``headers``/``cells``."""
     natural = [max([_header_width(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
     if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
         room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
         if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
             c = columns[name_idx]
-            headers[name_idx], cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)
+            cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)[1]  # a name's header: its label
             natural[name_idx] = max([_header_width(headers[name_idx])] + [len(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
@@ -566,42 +636,32 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             grow = min(share, natural[i] - widths[i], spare)
             widths[i] += grow
             spare -= grow
-    key: dict[str, int] = {}
-    table = Table(title=None if title is None else literal(title), title_justify="left", show_edge=False,
-                  header_style="bold")
-    for i in shown:
-        c = columns[i]
-        if c.unit in TEXT_UNITS:
-            table.add_column(_header(headers[i]), no_wrap=True, width=widths[i], overflow="crop")
-        else:
-            table.add_column(_header(headers[i]), no_wrap=True, min_width=widths[i],
-                             justify="left" if c.unit == "id" else "right")
-    for r in range(len(rows)):  # the key numbers, in order of the rows
-        for i in shown:
-            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
-                key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
-    for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
-        if columns[i].unit in TEXT_UNITS:
-            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
-            numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
-            room = widths[i] - max((len(n) for n in numbers), default=0)
-            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
-                cells[i][r] = cut + number
-    for r in range(len(rows)):
-        table.add_row(*(literal(cells[i][r]) for i in shown))
-    parts: list[Any] = [table]
-    if key:  # a grid, so that a long name without spaces folds beside its number, not on a line of its own
-        lines = Table.grid(padding=(0, 1))
-        lines.add_column(style="dim", no_wrap=True)
-        lines.add_column(overflow="fold")
-        room = width - len(f"[{len(key)}]") - 1
-        for full, n in key.items():
-            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
-            lines.add_row(f"[{n}]", literal(entry))
-        parts.append(lines)
-    if dropped:
-        parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
-    return parts
+    return shown, widths, natural, dropped
+
+
+def _squeeze_rank(layout, text_idx: list[int], name_idx: int | None) -> tuple[int, int, int]:
+    """How much a layout leaves out, worst first: columns dropped, short text columns cut (a kind, a lane: words
+    a reader should see whole), then the characters the name column lacks."""
+    shown, widths, natural, dropped = layout
+    cut = [i for i in shown if i in text_idx and widths[i] < natural[i]]
+    return (len(dropped), sum(1 for i in cut if i != name_idx),
+            sum(natural[i] - widths[i] for i in cut if i == name_idx))
+
+
+def _squeezed(layout, text_idx: list[int], name_idx: int | None) -> bool:
+    """True when a layout drops a column or cuts a short text column."""
+    rank = _squeeze_rank(layout, text_idx, name_idx)
+    return bool(rank[0] or rank[1])
+
+
+def _folded(header: str, cells_width: int) -> str:
+    """``header`` on two lines, split at the space that makes its longest line shortest, where it is wider
+    than its column's cells (``"thread / stream"`` over ``thread 1513`` is ``"thread /\nstream"``); else as it is."""
+    if "\n" in header or len(header) <= cells_width or " " not in header:
+        return header
+    splits = [i for i, ch in enumerate(header) if ch == " "]
+    best = min(splits, key=lambda i: (max(i, len(header) - i - 1), -i))
+    return header[:best] + "\n" + header[best + 1:]
 
 
 NAME_WIDTH = 60
@@ -665,7 +725,7 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
-    if unit == "count" or all(float(v).is_integer() for v in nums):
+    if unit in COUNT_UNITS or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
     return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]

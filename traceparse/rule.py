@@ -20,7 +20,10 @@ class Finding:
     the items' columns (key, label, unit) in the order shown; ``figures`` the
     headline metrics shown (key -> unit, see :data:`traceparse.verdict.UNITS`);
     ``tables`` the columns of a metric that is a table ({row key: {column:
-    value}}), the row key first. The renderer shows what is declared and
+    value}}), the row key first. ``labels`` names a headline figure on
+    screen where its key's words would read like another figure of the same
+    screen (gpu-idle's ``span_ns`` is "GPU span", not the summary's trace
+    "span"); a figure without one is labelled from its key. The renderer shows what is declared and
     guesses nothing; a finding that declares nothing is shown plainly.
     ``impact_ns`` is the time at stake (idle time, exposed copy time, ...):
     what ranks findings of one severity and names the bottleneck; None where
@@ -41,6 +44,7 @@ class Finding:
     columns: list[Column] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)
     tables: dict[str, list[Column]] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     impact_ns: int | None = None
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
     summary: tuple[str, str] | None = None
@@ -60,6 +64,7 @@ class Finding:
             "summary": list(self.summary) if self.summary else None,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),
+            "labels": dict(self.labels),
         }
 
 

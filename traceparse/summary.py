@@ -46,9 +46,10 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     durations = steps["duration_ns"].to_list() if steps is not None else []
     busy = measures.device_busy(events)
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
+    span_ns = trace_span(events)
     return {
         "trace": trace.id,
-        "span_ns": trace_span(events),
+        "span_ns": span_ns,
         "steps": steps["step"].n_unique() if durations else 0,
         "step_windows": len(durations),
         "step_time_ns": round(statistics.fmean(durations)) if durations else None,
@@ -58,7 +59,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
         "gpu_time": gpu_time(events),
-        "bottleneck": bottleneck(findings),
+        "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
@@ -113,14 +114,19 @@ def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
                       for r in parts.iter_rows(named=True)]}
 
 
-def bottleneck(findings: Iterable[Finding]) -> dict[str, Any] | None:
+def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[str, Any] | None:
     """The finding with the most time at stake: {rule, impact_ns, title, severity}, or None.
 
     The largest ``impact_ns`` (> 0) of any severity: an info finding with
     more time at stake than a warning is the bottleneck, and the panel shows
     its severity beside it; ties go to the worse severity, then the rule name.
+    A finding with nothing to report (:func:`traceparse.analysis.is_quiet`:
+    an info finding with under 1% of ``span_ns`` at stake) is no bottleneck:
+    the summary would name what its own tally counts as nothing to report.
     """
-    timed = [f for f in findings if f.impact_ns]
+    from traceparse.analysis import is_quiet
+
+    timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)]
     if not timed:
         return None
     best = min(timed, key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule))

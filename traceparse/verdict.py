@@ -20,6 +20,8 @@ UNITS = {
     "bytes": "a byte count, shown in SI units (kB, MB, GB)",
     "bytes_binary": "a byte count, shown in binary units (KiB, MiB, GiB)",
     "count": "a whole number (shown with thousands separators)",
+    "problem_count": ("a count of rows the figures could not use (untimed, skipped, of unknown memory): shown as a "
+                      "count, and as a headline figure left off the screen when zero (a zero says nothing; JSON keeps it)"),
     "text": "text, left-aligned; text longer than a screen column is shortened",
     "name": "a kernel, routine or API name: shortened on screen (return type, parameters dropped), whole in JSON",
     "gbps": "GB/s, 1 GB = 10^9 bytes",

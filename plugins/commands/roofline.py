@@ -79,8 +79,8 @@ class RooflineCommand(Command):
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
-                             "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, are needed; "
-                             "see docs/roofline.md)")
+                             "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, or a JAX "
+                             "profile's .xplane.pb, are needed; see docs/roofline.md)")
         if args.json:
             self.print_json({"trace": trace.id, "gpu": spec["name"] if spec else None, "gpu_source": how,
                              "model_note": model_note, "group": args.group, "total": result["total"],
@@ -145,7 +145,8 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
     if model_note:
         console.print(literal(model_note))
     if extra.get("note"):
-        console.print(literal(f"{extra['note']}; these operators' kernels are {extra['placed_time_pct']:.1f}% of "
+        whose = "these kernels" if extra.get("derived_from") == "hlo" else "these operators' kernels"
+        console.print(literal(f"{extra['note']}; {whose} are {extra['placed_time_pct']:.1f}% of "
                               "the trace's kernel time." if extra.get("placed_time_pct") is not None
                               else extra["note"] + "."))
     time_total = total.get("time_ns") or 0
@@ -158,8 +159,9 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
              "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
              "ai": i["arithmetic_intensity"], "gflops": i["achieved_gflops"], "roof_pct": i["roof_pct"],
              "prec": _precision_label(i), "bound": i.get("bound") or "-"} for i in shown]
+    label = "kernel [shapes]" if extra.get("derived_from") == "hlo" else "operator [shapes]"
     columns = TABLE_COLUMNS if result["source"] != "shapes" else \
-        [Column("name", "operator [shapes]", "name"), *TABLE_COLUMNS[1:]]  # a row per operator and shapes
+        [Column("name", label, "name"), *TABLE_COLUMNS[1:]]  # a row per operator (or kernel) and shapes
     for part in fitted_table(columns, rows, console.width):
         console.print(part)
     if len(items) > len(shown):

@@ -25,6 +25,9 @@ Times: ``ts`` and ``dur`` are microseconds written as decimals with exactly
 three digits after the point, made from the integer nanoseconds (no float
 rounding). A timed row with no duration becomes an instant event (``ph`` ``i``).
 
+A run's rows (each rank numbering its ``event_id`` from 0) are numbered rank after rank
+(:func:`one_numbering`), so that the file reads back; launch flows join within a rank.
+
 Round trip: every event's ``args.traceparse`` holds the normalized row (every
 schema column except ``trace_id``; columns that are null in the whole batch are
 left out), and the document's first key ``traceparse`` holds
@@ -101,7 +104,7 @@ class ChromeExporter(Exporter):
 
 def write_chrome(trace: Trace, f: IO[str]) -> dict[str, int]:
     """Write ``trace`` as Chrome Trace Event JSON to the text stream ``f``; return event counts by phase."""
-    events = trace.events.sort("event_id")
+    events = one_numbering(trace.events).sort("event_id")
     placed = _place(events)
     counts = {"X": 0, "i": 0, "C": 0, "s": 0, "f": 0, "M": 0, "rows": 0}
     header = {"schema_version": SCHEMA_VERSION, "export_version": EXPORT_VERSION, "trace": _trace_info(trace)}
@@ -159,6 +162,28 @@ class _JsonArray:
 def _batches(df: pl.DataFrame) -> Iterator[pl.DataFrame]:
     for offset in range(0, df.height, BATCH_ROWS):
         yield df.slice(offset, BATCH_ROWS)
+
+
+def one_numbering(events: pl.DataFrame) -> pl.DataFrame:
+    """A run's rows (each rank's trace numbers its ``event_id``s from 0) numbered as one trace's: rank after rank
+    (in rank order), each rank's ids moved past the last rank's, with the ids that point at rows (``parent_id``,
+    ``data_from``) moved alike; so that every row of the file has its own id and the file reads back. One trace's
+    rows are left as they are."""
+    if events.height == 0 or events["trace_id"].n_unique() < 2:
+        return events
+    order = (events.group_by("trace_id").agg(rank=pl.col("rank").min(), size=pl.col("event_id").max() + 1)
+             .sort("rank", "trace_id", nulls_last=True))
+    offsets = order.with_columns(offset=pl.col("size").cum_sum() - pl.col("size")).select("trace_id", "offset")
+    out = []
+    for trace_id, offset in offsets.iter_rows():
+        rows = events.filter(pl.col("trace_id") == trace_id)
+        moved = pl.col("data_from").str.json_decode(pl.List(pl.Int64)).list.eval(pl.element() + offset)
+        out.append(rows.with_columns(
+            event_id=pl.col("event_id") + offset, parent_id=pl.col("parent_id") + offset,
+            data_from=pl.when(pl.col("data_from").is_null()).then(None)
+            .otherwise(pl.concat_str(pl.lit("["), moved.list.eval(pl.element().cast(pl.String)).list.join(","),
+                                     pl.lit("]")))))
+    return pl.concat(out)
 
 
 def _trace_info(trace: Trace) -> dict:
@@ -273,12 +298,16 @@ def _flows(placed: pl.DataFrame) -> pl.DataFrame:
     """Pairs (launch API call, GPU activity) joined on correlation_id."""
     api = (placed.filter((pl.col("kind") == "api") & pl.col("correlation_id").is_not_null()
                          & pl.col("start_ns").is_not_null())
-           .sort("event_id").unique(subset=["correlation_id"], keep="first", maintain_order=True)
-           .select("correlation_id", pl.col("_pid").alias("api_pid"), pl.col("_tid").alias("api_tid"),
+           .sort("event_id").unique(subset=["trace_id", "correlation_id"], keep="first", maintain_order=True)
+           .select("trace_id", "correlation_id", pl.col("_pid").alias("api_pid"), pl.col("_tid").alias("api_tid"),
                    pl.col("start_ns").alias("api_start")))
     gpu = placed.filter(pl.col("kind").cast(pl.String).is_in(GPU_KINDS) & pl.col("correlation_id").is_not_null()
                         & pl.col("start_ns").is_not_null())
-    return (gpu.join(api, on="correlation_id", how="inner").sort("event_id")
+    pairs = gpu.join(api, on=["trace_id", "correlation_id"], how="inner").sort("event_id")
+    # a run's ranks reuse correlation ids: there each (rank, correlation) pair is its own flow
+    flow = (pl.col("correlation_id") if placed["trace_id"].n_unique() < 2
+            else pl.struct("trace_id", "correlation_id").rank("dense").cast(pl.Int64))
+    return (pairs.with_columns(correlation_id=flow)
             .select("event_id", "correlation_id", "api_pid", "api_tid", "api_start", "_pid", "_tid", "start_ns",
                     first=pl.col("correlation_id").is_first_distinct()))
 

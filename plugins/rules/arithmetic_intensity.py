@@ -76,10 +76,22 @@ shapes, not measured, and what share of the kernel time the items cover
 (``placed_time_pct``). Counters, then the FLOPs torch recorded
 (``with_flops``), win over shapes when a trace has them.
 
+A JAX trace read from its ``.xplane.pb`` has FLOPs and bytes on the kernels
+themselves: the reader derives them from the compiled modules' HLO (the dots
+and convolutions of the instruction each kernel computes, docs/flops.md) and
+sets ``flops``, ``bytes``, ``input_dims``, ``input_types`` on the kernel rows.
+Items are then per kernel name and shapes (``gemm_fusion_dot_19
+[4096x512, 512x2048]``), time = Σ duration of those kernels, held to the
+tensor-core peak of the dot's type (bf16, fp16, fp8; an f32 dot at XLA's
+DEFAULT precision to TF32, which the item's ``assumed`` says). They come after
+counters and torch's own FLOPs, before operator shapes. A JAX JSON timeline
+has no HLO: the message says to give the ``.xplane.pb``.
+
 A trace with neither counter rows linked to kernels nor operator FLOPs nor
-operators with a formula and recorded shapes is answered at once (column
-filters, before any per-kernel work): an info finding saying there is nothing
-to place on a roofline.
+kernels with derived FLOPs nor operators with a formula and recorded shapes is
+answered at once (column filters, before any per-kernel work): an info finding
+saying there is nothing to place on a roofline (and why, where the reader
+says: ``no_flops_reason``).
 """
 
 from __future__ import annotations
@@ -97,6 +109,9 @@ from traceparse.trace import Trace
 FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "ratio",
            "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "ratio",
            "bound": "text", "roof_pct": "pct", "gpu": "text", "gpu_source": "text"}
+#: Screen labels where the key's words would read like another figure: the operators' kernel time (not all of it:
+#: kernel-share's), the DRAM peak (not a copy link's).
+LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak"}
 COLUMNS = [Column("name", "name", "name"), Column("time_ns", "time", "ns"), Column("flops", "FLOPs", "flops"),
            Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "ratio"),
            Column("achieved_gflops", "GFLOP/s", "number"), Column("roof_pct", "% of roof", "pct"),
@@ -128,7 +143,7 @@ class ArithmeticIntensity(Rule):
         metrics = dict(total, gpu=spec["name"] if spec else None, gpu_source=how, **result["extra"])
         return [Finding(self.name, "info", "Roofline: arithmetic intensity and attained performance",
                         _message(result, spec, how), _suggestion(result), metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES)]
+                        columns=COLUMNS, figures=FIGURES, labels=LABELS)]
 
 
     def _nothing(self, trace: Trace, spec: dict | None, how: str) -> Finding:
@@ -153,7 +168,7 @@ def has_counts(events: pl.DataFrame) -> bool:
         return True
     if events.select(((pl.col("kind") == "op") & (pl.col("flops") > 0)).any()).item():
         return True
-    return op_work.has_formula_ops(events)
+    return op_work.has_kernel_work(events) or op_work.has_formula_ops(events)
 
 
 # -- text ----------------------------------------------------------------------
@@ -207,15 +222,21 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
 
 def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
     """The figures of the "shapes" source, saying first that they are derived, not measured."""
-    text = (f"Derived from recorded shapes, not measured: {extra['operator_calls']} operator calls "
-            f"({extra['items']} operator shapes) with a FLOPs formula (docs/flops.md): "
-            f"{total['flops'] / 1e9:.4g} GFLOP")
+    if extra.get("derived_from") == "hlo":
+        text = (f"Derived from the compiled XLA modules' shapes, not measured: {extra['operator_calls']} kernels "
+                f"({extra['items']} kernel shapes) computing dots or convolutions (docs/flops.md): "
+                f"{total['flops'] / 1e9:.4g} GFLOP")
+    else:
+        text = (f"Derived from recorded shapes, not measured: {extra['operator_calls']} operator calls "
+                f"({extra['items']} operator shapes) with a FLOPs formula (docs/flops.md): "
+                f"{total['flops'] / 1e9:.4g} GFLOP")
     if total["dram_bytes"]:
         text += (f" over {total['dram_bytes'] / 1e9:.4g} GB (each tensor read and written once: a lower bound "
                  f"on DRAM traffic) = {total['arithmetic_intensity']:.3g} FLOP/byte")
     text += f", in {total['time_ns'] / 1e6:.4g} ms of their kernels = {total['achieved_gflops'] / 1e3:.4g} TFLOP/s."
     if extra["placed_time_pct"] is not None:
-        text += (f" These operators' kernels are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
+        whose = "They" if extra.get("derived_from") == "hlo" else "These operators' kernels"
+        text += (f" {whose} are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
                  f"({fmt_ns(extra['kernel_time_ns'])}).")
     if total["bound"] and spec:
         ridge = f" (ridge {total['ridge_ai']:.3g} FLOP/byte)" if total["ridge_ai"] is not None else ""
@@ -226,7 +247,10 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
         text += (f" {rows} faster than their roof allows for their derived bytes "
                  "(their tensors came partly from cache, or the peak is not the one they ran at): their % of roof "
                  "is left out.")
-    if extra["calls_with_assumptions"]:
+    if extra["calls_with_assumptions"] and extra.get("derived_from") == "hlo":
+        text += (f" {extra['calls_with_assumptions']} kernels run f32 dots at XLA's DEFAULT precision, held to the "
+                 "TF32 tensor-core peak (JAX's GPU default; the item's 'assumed' says so).")
+    elif extra["calls_with_assumptions"]:
         text += (f" {extra['calls_with_assumptions']} calls lacked an argument their formula needs and were "
                  "counted on an assumption (the item's 'assumed' says which).")
     if extra["calls_without_bytes"]:
@@ -248,8 +272,10 @@ def _suggestion(result: dict) -> str:
 
 
 def _nothing_message(trace: Trace) -> str:
-    return ("The trace has kernels but no FLOP or DRAM byte counters linked to them, no operator FLOPs and no "
+    text = ("The trace has kernels but no FLOP or DRAM byte counters linked to them, no operator FLOPs and no "
             "operator with recorded shapes and a FLOPs formula: there is nothing to place on a roofline.")
+    reason = trace.meta.extra.get("no_flops_reason") if trace.meta is not None else None
+    return f"{text} {reason[:1].upper()}{reason[1:]}." if reason else text
 
 
 @hookimpl

@@ -61,6 +61,10 @@ from traceparse.trace import Trace
 FIGURES = {"steps": "count", "paths": "count", "step_ns": "ns", "length_ns": "ns", "unexplained_ns": "ns",
            "wait_ns": "ns",
            "wait_pct": "pct", "other_rank_ns": "ns", "untraced_pct": "pct", "inferred_pct": "pct"}
+#: Screen labels where the key's words would read like another figure: the wait's share apart from the wait.
+LABELS = {"wait_pct": "wait share"}
+#: Without marked steps the path runs over each trace's span: a window, not a step (the summary says "none marked").
+UNMARKED_LABELS = {"steps": "windows (no steps)", "step_ns": "window"}
 RANK = Column("rank", "rank", "number")
 COLUMNS = [Column("lane", "thread / stream", "text"), Column("kind", "kind", "text"), Column("name", "name", "name"),
            Column("per_step_ns", "per step", "ns"), Column("share_pct", "share", "pct")]
@@ -90,8 +94,8 @@ class CriticalPath(Rule):
         missing = _missing(events)
         if graph.height == 0:
             return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a critical "
-                            "path needs events placed in time.", metrics={"steps": 0, "missing": missing},
-                            figures=FIGURES)]
+                            "path needs events placed in time.", metrics={"steps": 0, "paths": 0, "missing": missing},
+                            figures={"paths": "count"})]
         windows = _windows(events, graph)
         paths, segments = critical_paths(graph, windows)
         ranks_known = graph["rank"].is_not_null().any()
@@ -136,9 +140,10 @@ class CriticalPath(Rule):
                    "collectives": _instances(graph),
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
-        message = _message(metrics, items, details, ranks_known)
+        unmarked = bool(windows["step"].is_null().all())  # no step marked: one window over each trace's span
+        message = _message(metrics, items, details, ranks_known, unmarked)
         holder = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
-        title = "Critical path of each step"
+        title = "Critical path of each step" if not unmarked else "Critical path of the trace (no steps marked)"
         suggestion = ""
         summary = None
         if severity != "info":
@@ -153,6 +158,7 @@ class CriticalPath(Rule):
                            f"critical path ({fmt_pct(holder['share_pct'])})")
         return [Finding(self.name, severity, title, message, suggestion, metrics=metrics, items=items,
                         columns=([RANK] if ranks_known else []) + COLUMNS, figures=FIGURES,
+                        labels={**LABELS, **(UNMARKED_LABELS if unmarked else {})},
                         impact_ns=per_step(wait_ns) * (n // max(1, len(rank_rows))) if ranks_known else None,
                         summary=summary)]
 
@@ -343,15 +349,20 @@ def _missing(events) -> list[str]:
     return out
 
 
-def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool) -> str:
+def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool, unmarked: bool = False) -> str:
+    """The finding's prose: the path against its step (its trace's span where no step is marked), its parts."""
     if not m["paths"]:
         return "No step window to follow."
     parts = sorted(((k, v) for k, v in m["by_kind"].items() if v), key=lambda kv: -kv[1])
     kinds = ", ".join(f"{k} {fmt_pct(expr.pct(v, m['length_ns']))}" for k, v in parts[:4])
     ranks = len(m["ranks"])
     counted = (f"{m['steps']} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else ""))
-    text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
-            f" ({counted}): {kinds}.")
+    if unmarked:
+        text = (f"No steps are marked: over each trace's span (first to last event, {fmt_ns(m['step_ns'])}"
+                f"{' a rank' if ranks > 1 else ''}) the critical path is {fmt_ns(m['length_ns'])}: {kinds}.")
+    else:
+        text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
+                f" ({counted}): {kinds}.")
     if m["unexplained_ns"]:
         text += (f" {fmt_ns(m['unexplained_ns'])} per step lies before the first event the path reached.")
     if ranks_known:

@@ -79,8 +79,11 @@ from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
-           "untimed_rows": "count", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
+           "untimed_rows": "problem_count", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
            "other_wait_pct": "pct"}
+#: Screen labels: the span is the GPU's (first to last activity), not the trace's of the summary; the idle share
+#: is not the idle time.
+LABELS = {"span_ns": "GPU span", "idle_pct": "idle share"}
 #: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
 #: names before and after each gap get the width.
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
@@ -133,7 +136,9 @@ class GpuIdle(Rule):
                             f"The trace's {gpu_rows} GPU rows are aggregated (no start times), so idle gaps "
                             "cannot be placed in time.",
                             metrics={"span_ns": 0, "idle_ns": 0, "idle_pct": None, "untimed_rows": untimed},
-                            figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "untimed_rows": "count"})]
+                            figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct",
+                                     "untimed_rows": "problem_count"},
+                            labels=LABELS)]
         gaps = measures.gaps(events, longest=int(t["top"]))  # each trace's (rank's) longest: enough for the top
         span_ns = exact_sum(per_device["span_ns"])  # each device's span fits Int64, their sum may not
         idle_ns = exact_sum(per_device["idle_ns"])
@@ -181,7 +186,8 @@ class GpuIdle(Rule):
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams, "host_activity": activity},
                         items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
-                        figures=FIGURES,
+                        figures=FIGURES, labels=LABELS if n_dev == 1 else {
+                            **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev))]

@@ -54,9 +54,14 @@ from traceparse.trace import Trace
 THREAD = ["pid", "device_id", "tid"]
 #: Kinds whose spread over threads is placement, not load: a copy runs on the device its data goes to.
 PLACED_KINDS = ("memcpy", "memset")
-FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "count",
-           "aggregated_rows_skipped": "count", "exclusive_rows": "count", "self_time_rows": "count",
+#: The kind of annotations (record_function, NVTX ranges, ProfilerStep#N): ranked in a table of their own.
+MARKER = "marker"
+FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "problem_count",
+           "aggregated_rows_skipped": "problem_count", "exclusive_rows": "count", "self_time_rows": "count",
            "inclusive_only_rows": "count"}
+#: Screen labels where the key's words would read like another figure: the routines' self time over all threads (not
+#: another rule's time).
+LABELS = {"time_ns": "self time"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("per_call_ns", "per call", "ns"),
            Column("inclusive_ns", "inclusive", "ns"),
@@ -83,7 +88,7 @@ class Hotspots(Rule):
         "max_threads": 16,                  # threads listed in the per-thread finding (those with most time)
         "imbalance_warning": 2.0,           # max/mean at or above this is a warning ...
         "imbalance_min_share_pct": 10.0,    # ... for a routine with at least this share of the time
-        "kinds": ["region", "kernel", "op", "api", "memcpy", "memset", "sync"],
+        "kinds": ["region", "kernel", "op", "api", "marker", "memcpy", "memset", "sync"],
     }
     kinds = ("region", "kernel", "op")
 
@@ -94,27 +99,16 @@ class Hotspots(Rule):
         nested, dropped = chosen["nested"], chosen["dropped"]
         routines = routine_time(events, kinds=tuple(t["kinds"]), drop_nested=chosen["drop_nested"],
                                 drop_aggregated=tuple(chosen["drop_aggregated"]))
-        per_thread = routines.group_by(["name", "kind", *THREAD]).agg(
-            pl.col("time_ns", "inclusive_ns", "calls").sum())
+        every = routines.group_by(["name", "kind", *THREAD]).agg(pl.col("time_ns", "inclusive_ns", "calls").sum())
         names = thread_names(trace.meta)
-        per_thread = per_thread.join(_roles(per_thread, names), on=THREAD, how="left", nulls_equal=True)
+        every = every.join(_roles(every, names), on=THREAD, how="left", nulls_equal=True)
+        marker = pl.col("kind") == MARKER  # annotations: a table of their own (what runs inside them is elsewhere)
+        per_thread, marks = every.filter(~marker), every.filter(marker)
+        routines = routines.filter(pl.col("kind") != MARKER)
         n_threads = per_thread.select(THREAD).unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
-        by_name = per_thread.group_by(["name", "kind"]).agg(
-            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("inclusive_ns").sum(), calls=pl.col("calls").sum(),
-            threads=pl.len(),
-        ).join(_most_uneven_role(per_thread), on=["name", "kind"]).with_columns(
-            share_pct=(100.0 * pl.col("time_ns") / total) if total else pl.lit(None, pl.Float64),
-        ).sort(["time_ns", "name", "kind"], descending=[True, False, False])
-        items = [
-            {"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"],
-             "per_call_ns": round(r["time_ns"] / r["calls"]) if r["calls"] else None,
-             "inclusive_ns": r["inclusive_ns"], "share_pct": _round(r["share_pct"]), "threads": r["threads"],
-             "mean_ns": _round(r["mean_ns"], 1), "min_ns": r["min_ns"], "max_ns": r["max_ns"],
-             "imbalance": _round(r["imbalance"]), "peers": r["peers"]}
-            for r in by_name.head(int(t["top"])).iter_rows(named=True)
-        ]
+        by_name, items = _ranked(per_thread, total, int(t["top"]))
         imbalanced = [i for i in items if i["imbalance"] is not None and i["peers"] > 1
                       and i["kind"] not in PLACED_KINDS
                       and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
@@ -148,9 +142,35 @@ class Hotspots(Rule):
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
-                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES)]
+                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
+                            labels=LABELS)]
         findings.append(self._per_thread(per_thread, t, names))
+        if marks.height:
+            findings.append(self._annotations(marks, t))
         return findings
+
+    def _annotations(self, marks: pl.DataFrame, t: dict) -> Finding:
+        """The annotations' own table: their self time by name over all threads, as the routines'."""
+        marks = marks.with_columns(name=pl.col("name").str.replace(r"#\d+$", "#N"))  # ProfilerStep#3: every step's
+        marks = marks.group_by(["name", "kind", *THREAD, "role"]).agg(pl.col("time_ns", "inclusive_ns", "calls").sum())
+        total = int(marks["time_ns"].sum() or 0)
+        by_name, items = _ranked(marks, total, int(t["top"]))
+        threads = marks.select(THREAD).unique().height
+        message = (f"{by_name.height} annotations (record_function, NVTX, step ranges) on {threads} thread(s), "
+                   f"{fmt_ns(total)} of self time: the time inside an annotation that no operator, runtime call or "
+                   "nested annotation accounts for (a step annotation's is what its thread did untraced or waited).")
+        uneven = [i for i in items if i["peers"] > 1 and i["imbalance"] is not None
+                  and grade(i["imbalance"], warning=t["imbalance_warning"]) != "info"]
+        if uneven:
+            worst = max(uneven, key=lambda i: (i["max_ns"] - i["mean_ns"], i["name"]))
+            message += (f" {worst['name']!r} is uneven: {fmt_ns(worst['max_ns'])} on its busiest thread against "
+                        f"{fmt_ns(worst['mean_ns'])} on the mean of its {worst['peers']} peers "
+                        f"({fmt_ratio(worst['imbalance'])}).")
+        return Finding(self.name, "info", "Hotspots: annotations by self time", message,
+                       metrics={"time_ns": total, "annotations": by_name.height, "threads": threads}, items=items,
+                       columns=[c for c in COLUMNS if c.key != "kind"],
+                       figures={"time_ns": "ns", "annotations": "count", "threads": "count"},
+                       labels={"time_ns": "annotation self time", "threads": "annotated threads"})
 
     def _per_thread(self, per_thread: pl.DataFrame, t: dict, names: dict) -> Finding:
         totals = per_thread.group_by(THREAD).agg(thread_ns=pl.col("time_ns").sum())
@@ -203,6 +223,26 @@ def _most_uneven_role(per_thread: pl.DataFrame) -> pl.DataFrame:
     ).sort(["imbalance", "role_ns", "role"], descending=[True, True, False], nulls_last=True)
      .group_by(["name", "kind"], maintain_order=True).first()
      .select("name", "kind", "mean_ns", "min_ns", "max_ns", "imbalance", "peers"))
+
+
+def _ranked(per_thread: pl.DataFrame, total: int, top: int) -> tuple[pl.DataFrame, list[dict]]:
+    """Per name and kind over the threads of ``per_thread`` (with their roles): time, calls, share of ``total``,
+    the most uneven role's spread; the frame, most time first, and its ``top`` rows as items."""
+    by_name = per_thread.group_by(["name", "kind"]).agg(
+        time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("inclusive_ns").sum(), calls=pl.col("calls").sum(),
+        threads=pl.len(),
+    ).join(_most_uneven_role(per_thread), on=["name", "kind"]).with_columns(
+        share_pct=(100.0 * pl.col("time_ns") / total) if total else pl.lit(None, pl.Float64),
+    ).sort(["time_ns", "name", "kind"], descending=[True, False, False])
+    items = [
+        {"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"],
+         "per_call_ns": round(r["time_ns"] / r["calls"]) if r["calls"] else None,
+         "inclusive_ns": r["inclusive_ns"], "share_pct": _round(r["share_pct"]), "threads": r["threads"],
+         "mean_ns": _round(r["mean_ns"], 1), "min_ns": r["min_ns"], "max_ns": r["max_ns"],
+         "imbalance": _round(r["imbalance"]), "peers": r["peers"]}
+        for r in by_name.head(top).iter_rows(named=True)
+    ]
+    return by_name, items
 
 
 def _round(value, digits: int = 4):

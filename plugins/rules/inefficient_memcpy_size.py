@@ -48,7 +48,10 @@ from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
 
 FIGURES = {"copies": "count", "copy_time_ns": "ns", "small_copies": "count", "small_copy_time_ns": "ns",
-           "small_bytes": "bytes", "small_copy_share_pct": "pct", "skipped_copies": "count"}
+           "small_bytes": "bytes", "small_copy_share_pct": "pct", "skipped_copies": "problem_count"}
+#: Screen labels where the key's words would read like another figure: the time of the copies that cross a link (HtoD,
+#: DtoH, PtoP), not copy-dominated's of every copy.
+LABELS = {"copy_time_ns": "link copy time"}
 COLUMNS = [Column("copy_kind", "copy", "text"), Column("size_bytes", "size", "bytes_binary"),
            Column("copies", "copies", "count"), Column("time_ns", "time", "ns"), Column("avg_ns", "mean", "ns"),
            Column("share_pct", "share %", "pct"), Column("achieved_gbps", "achieved", "gbps"),
@@ -120,7 +123,7 @@ class InefficientMemcpySize(Rule):
                         metrics={"copies": n_copies, "copy_time_ns": copy_ns, "small_copies": n_small,
                                  "small_copy_time_ns": small_ns, "small_bytes": small_bytes,
                                  "small_copy_share_pct": share, "skipped_copies": skipped},
-                        items=items, columns=COLUMNS, figures=FIGURES, impact_ns=small_ns)]
+                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS, impact_ns=small_ns)]
 
 
 def _size(n: int) -> str:

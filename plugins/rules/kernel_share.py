@@ -33,6 +33,9 @@ from traceparse.trace import Trace
 from traceparse.figures import fmt_ns, fmt_pct
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
+#: Screen labels where the key's words would read like another figure: distinct kernel names and their calls (launch-
+#: stats' "kernels" are calls).
+LABELS = {"kernels": "kernel names", "calls": "kernel calls"}
 COLUMNS = [Column("name", "name", "name"), Column("category", "category", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct"),
            Column("gpu_share_pct", "GPU share %", "pct")]
@@ -100,7 +103,7 @@ class KernelShare(Rule):
                         metrics={"kernel_time_ns": total if known else None,
                                  "gpu_time_ns": gpu_ns if known else None, "kernels": by_name.height,
                                  "calls": int(by_name["calls"].sum() or 0), "categories": categories},
-                        items=items, columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES,
+                        items=items, columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, labels=LABELS,
                         tables={"categories": CATEGORY_TABLE + (RUN_COLUMNS[:1] if run else [])})]
 
 

@@ -27,6 +27,9 @@ from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
 FIGURES = {"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct", "memcpy_to_kernel_ratio": "ratio"}
+#: Screen labels where the key's words would read like another figure: the copies' overlap, not the communication's
+#: (comm-compute-overlap).
+LABELS = {"overlapped_ns": "memcpy overlapped", "overlap_pct": "memcpy overlap"}
 COLUMNS = [Column("copy", "copy", "text"), Column("copies", "copies", "count"), Column("time_ns", "time", "ns"),
            Column("exposed_ns", "exposed", "ns"), Column("bytes", "bytes", "bytes")]
 DEVICES = [Column("device", "device", "text"), Column("copies", "copies", "count"),
@@ -54,7 +57,8 @@ class LowMemcpyOverlap(Rule):
             return [Finding(self.name, "info", "No timed memcpy events",
                             "The trace has memcpy totals only (no start times), so overlap cannot be measured.",
                             metrics={"memcpy_time_ns": 0, "overlapped_ns": 0, "overlap_pct": None},
-                            figures={"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct"})]
+                            figures={"memcpy_time_ns": "ns", "overlapped_ns": "ns", "overlap_pct": "pct"},
+                            labels=LABELS)]
         memcpy_ns = int(groups["time_ns"].sum())
         overlapped_ns = int(groups["overlapped_ns"].sum())
         pct = 100.0 * overlapped_ns / memcpy_ns if memcpy_ns else None
@@ -98,7 +102,7 @@ class LowMemcpyOverlap(Rule):
                                  "overlap_pct": None if pct is None else round(pct, 4),
                                  "memcpy_to_kernel_ratio": None if ratio is None else round(ratio, 4),
                                  "devices": devices},
-                        items=items, columns=COLUMNS, figures=FIGURES, tables={"devices": DEVICES},
+                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
                         impact_ns=memcpy_ns - overlapped_ns)]
 
 

@@ -27,7 +27,13 @@ Metrics (the host-device copies, HtoD and DtoH together): ``achieved_gbps``,
 ``copy_time_ns``, ``bytes``, ``peak_source``; ``skipped_copies`` counts copies of
 unknown direction, size or duration. Items, one per direction: ``copy_kind``,
 ``copies``, ``bytes``, ``time_ns``, ``achieved_gbps``, ``peak_gbps``,
-``pct_of_peak``, ``link``.
+``pct_of_peak``, ``link``, ``above_peak``.
+
+No share of a peak above 100% is given: a direction whose copies ran faster
+than its assumed peak (device-to-device copies served partly from the L2
+cache, a host link faster than the catalog's) has ``pct_of_peak`` null and
+``above_peak`` true, and the message says why; so has the host-device
+``pct_of_peak`` metric.
 
 Severity: warning when the host-device pct_of_peak is under
 ``warning_below_pct`` and host-device copies take at least
@@ -48,7 +54,10 @@ from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
 
 FIGURES = {"achieved_gbps": "gbps", "peak_gbps": "gbps", "pct_of_peak": "pct", "copy_time_ns": "ns",
-           "bytes": "bytes", "peak_source": "text", "skipped_copies": "count"}
+           "bytes": "bytes", "peak_source": "text", "skipped_copies": "problem_count"}
+#: Screen labels where the key's words would read like another figure: the host link's peak (not the roofline's DRAM
+#: peak), the time of the host-device copies whose size is known (not copy-dominated's of every copy).
+LABELS = {"peak_gbps": "link peak", "copy_time_ns": "copy time (size known)"}
 COLUMNS = [Column("copy_kind", "copy", "text"), Column("copies", "copies", "count"), Column("bytes", "bytes", "bytes"),
            Column("time_ns", "time", "ns"), Column("achieved_gbps", "achieved", "gbps"),
            Column("peak_gbps", "peak", "gbps"), Column("pct_of_peak", "% of peak", "pct"), Column("link", "link", "text")]
@@ -87,35 +96,46 @@ class LowMemcpyThroughput(Rule):
             link, factor = LINKS.get(r["copy_kind"], (None, 1))
             peak = peaks.get(link)
             achieved = gbps(r["bytes"], r["time_ns"])
+            share = pct(factor * r["bytes"] / r["time_ns"], peak) if peak and r["time_ns"] else None
             items.append({"copy_kind": r["copy_kind"], "copies": r["copies"], "bytes": r["bytes"],
                           "time_ns": r["time_ns"], "achieved_gbps": achieved, "peak_gbps": peak,
-                          "pct_of_peak": pct(factor * r["bytes"] / r["time_ns"], peak)
-                          if peak and r["time_ns"] else None,
-                          "link": link})
+                          "pct_of_peak": None if share is not None and share > 100 else share,
+                          "link": link, "above_peak": share is not None and share > 100})
         host = per_kind.filter(pl.col("copy_kind").is_in(HOST_DEVICE))
         host_bytes = int(host["bytes"].sum() or 0)
         host_ns = int(host["time_ns"].sum() or 0)
         achieved = gbps(host_bytes, host_ns)
         host_pct = pct(host_bytes / host_ns, host_peak) if host_ns else None
+        host_above = host_pct is not None and host_pct > 100
+        if host_above:  # no share of a peak above 100%: the assumed peak is not the link's
+            host_pct = None
         severity = "info"
         if host_ns >= t["min_copy_time_us"] * 1e3:
             severity = grade(host_pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
                              higher_is_worse=False)
-        if host_ns:
+        if host_ns and host_above:
+            message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
+                       f"{achieved:.2f} GB/s, above the {host_peak:g} GB/s per direction assumed for the host link "
+                       f"({host_source}), so the link is faster than assumed and no share of its peak is given: "
+                       "pass --gpu NAME or set low-memcpy-throughput.host_link_gbps.")
+        elif host_ns:
             message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
                        f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:g} GB/s per direction. "
                        f"Peak: {host_source}.")
-            if host_pct > 100:
-                message += (" That is above the assumed peak, so the link is faster than assumed: pass --gpu NAME "
-                            "or set low-memcpy-throughput.host_link_gbps.")
         else:
             message = "No host-device copy with a known size and duration."
         dtod = next((i for i in items if i["copy_kind"] == "DtoD"), None)
         if dtod is not None:
-            message += (f" Device-to-device copies: {dtod['achieved_gbps']} GB/s"
-                        + (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:g} GB/s, counting the "
-                           f"read and the write; peak: {dram_source}." if dtod["pct_of_peak"] is not None
-                           else f"; no DRAM peak: {dram_source}."))
+            if dtod["above_peak"]:
+                dram_part = (f", faster than the DRAM bandwidth allows ({dram_peak:g} GB/s, counting the read and the "
+                             f"write; peak: {dram_source}): the bytes came partly from the L2 cache, so no share of "
+                             "the DRAM peak is given.")
+            elif dtod["pct_of_peak"] is not None:
+                dram_part = (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:g} GB/s, counting the "
+                             f"read and the write; peak: {dram_source}.")
+            else:
+                dram_part = f"; no DRAM peak: {dram_source}."
+            message += f" Device-to-device copies: {dtod['achieved_gbps']:.2f} GB/s" + dram_part
         if skipped:
             message += f" {skipped} copies skipped: direction, size or duration unknown."
         message += aggregated_note(ignored_aggregated)
@@ -131,7 +151,8 @@ class LowMemcpyThroughput(Rule):
                         metrics={"achieved_gbps": achieved, "peak_gbps": host_peak, "pct_of_peak": host_pct,
                                  "copy_time_ns": host_ns, "bytes": host_bytes, "peak_source": host_source,
                                  "skipped_copies": skipped},
-                        items=items, columns=COLUMNS, figures=FIGURES,  # at stake: the time beyond the copies at peak
+                        items=items, columns=COLUMNS, figures=FIGURES,
+                        labels=LABELS,  # at stake: the time beyond the copies at peak
                         impact_ns=max(0, host_ns - round(host_bytes / host_peak)) if host_peak else None)]
 
 

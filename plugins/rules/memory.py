@@ -39,6 +39,9 @@ from traceparse.trace import Trace
 
 FIGURES = {"peak_allocated_bytes": "bytes_binary", "peak_reserved_bytes": "bytes_binary", "peak_reserved_pct": "pct",
            "devices": "count", "samples": "count"}
+#: Screen labels where the key's words would read like another figure: the peak reserved as a share of the device's
+#: memory, apart from its bytes.
+LABELS = {"peak_reserved_pct": "reserved % of memory"}
 COLUMNS = [Column("device", "device", "text"), Column("peak_allocated_bytes", "peak allocated", "bytes_binary"),
            Column("peak_reserved_bytes", "peak reserved", "bytes_binary"),
            Column("peak_reserved_pct", "reserved % of memory", "pct"), Column("peak_ns", "peak at", "ns"),
@@ -118,7 +121,7 @@ class Memory(Rule):
                       "checkpointing, a smaller batch or mixed precision; set PYTORCH_CUDA_ALLOC_CONF="
                       "expandable_segments:True against fragmentation." if worst != "info" else "")
         return [Finding(self.name, worst, "Device memory", message, suggestion, metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES)]
+                        columns=COLUMNS, figures=FIGURES, labels=LABELS)]
 
 
 def _same(column: pl.Expr, value) -> pl.Expr:

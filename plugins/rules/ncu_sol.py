@@ -52,6 +52,8 @@ SOL_NAMES = {name: figure for figure, names in SOL.items() for name in names}
 FIGURES = {"kernel_time_ns": "ns", "launches": "count", "compute_pct": "pct", "memory_pct": "pct",
            "dram_pct": "pct", "compute_bound_ns": "ns", "memory_bound_ns": "ns", "latency_bound_ns": "ns",
            "latency_bound_pct": "pct"}
+#: Screen labels where the key's words would read like another figure: the share apart from the time.
+LABELS = {"latency_bound_pct": "latency bound share"}
 COLUMNS = [Column("name", "kernel", "name"), Column("time_ns", "time", "ns"),
            Column("compute_pct", "compute %", "pct"), Column("memory_pct", "memory %", "pct"),
            Column("bound", "bound", "text"), Column("dram_pct", "DRAM %", "pct"), Column("launches", "launches", "count")]
@@ -155,7 +157,8 @@ class NcuSol(Rule):
                           "and Launch Statistics sections; small kernels gain most from fusion or larger batches.")
         return [Finding(self.name, severity, "Kernels far from the GPU's peaks" if severity != "info"
                         else "Speed Of Light per kernel", message, suggestion, metrics=metrics,
-                        items=per_name[:int(t["top"])], columns=COLUMNS, figures=FIGURES, impact_ns=None)]
+                        items=per_name[:int(t["top"])], columns=COLUMNS, figures=FIGURES,
+                        labels=LABELS, impact_ns=None)]
 
 
 def _p(value: float | None) -> str:

@@ -53,6 +53,8 @@ RULE_GROUP = "rule"
 FIGURES = {"kernel_time_ns": "ns", "est_saved_ns": "ns", "est_saved_pct": "pct", "global_saved_ns": "ns",
            "global_saved_pct": "pct", "launches_with_speedups": "count", "rule_results": "count",
            "speedup_results": "count"}
+#: Screen labels where the key's words would read like another figure: each share apart from its time.
+LABELS = {"est_saved_pct": "est saved share", "global_saved_pct": "global saved share"}
 COLUMNS = [Column("name", "kernel", "name"), Column("launches", "launches", "count"), Column("time_ns", "time", "ns"),
            Column("best_rule", "ncu rule", "text"), Column("speedup_kind", "kind", "text"),
            Column("speedup_pct", "est. speed-up", "pct"), Column("est_saved_ns", "est. saving", "ns"),
@@ -127,7 +129,7 @@ class NcuSpeedups(Rule):
                                      "global_saved_ns": 0, "global_saved_pct": 0.0,
                                      "launches_with_speedups": 0, "rule_results": n_results,
                                      "rule_types": types, "speedup_results": 0, "ncu_says": says},
-                            figures=FIGURES, tables={"ncu_says": SAYS_TABLE}, impact_ns=0)]
+                            figures=FIGURES, labels=LABELS, tables={"ncu_says": SAYS_TABLE}, impact_ns=0)]
         best_per_launch = _best_per_launch(results)
         saved_ns = int(best_per_launch["est_saved_ns"].sum())
         saved_pct = expr.pct(saved_ns, kernel_ns)
@@ -166,7 +168,7 @@ class NcuSpeedups(Rule):
                                  "launches_with_speedups": best_per_launch.height, "rule_results": n_results,
                                  "rule_types": types, "speedup_results": results.height, "rules": rules,
                                  "ncu_says": says},
-                        items=items, columns=COLUMNS, figures=FIGURES,
+                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS,
                         tables={"rules": RULES_TABLE, "ncu_says": SAYS_TABLE},
                         impact_ns=global_ns)]
 

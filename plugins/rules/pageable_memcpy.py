@@ -44,7 +44,11 @@ from traceparse.verdict import aggregated_note
 
 FIGURES = {"pageable_copies": "count", "pageable_bytes": "bytes", "pageable_time_ns": "ns",
            "host_device_time_ns": "ns", "pageable_share_pct": "pct", "pageable_gbps": "gbps", "pinned_gbps": "gbps",
-           "unknown_memory_copies": "count"}
+           "unknown_memory_copies": "problem_count"}
+#: Screen labels where the key's words would read like another figure: the pageable bytes and throughput apart, the
+#: time of the host-device copies whose host memory kind is known (not copy-dominated's of every such copy).
+LABELS = {"pageable_bytes": "pageable bytes", "pageable_gbps": "pageable throughput",
+          "pinned_gbps": "pinned throughput", "host_device_time_ns": "copy time (memory kind known)"}
 COLUMNS = [Column("copy_kind", "copy", "text"), Column("src_memory", "from", "text"), Column("dst_memory", "to", "text"),
            Column("copies", "copies", "count"), Column("bytes", "bytes", "bytes"), Column("time_ns", "time", "ns"),
            Column("share_pct", "share %", "pct"), Column("achieved_gbps", "achieved", "gbps")]
@@ -114,7 +118,7 @@ class PageableMemcpy(Rule):
                                  "pageable_share_pct": share,
                                  "pageable_gbps": _achieved(pageable), "pinned_gbps": _achieved(pinned),
                                  "unknown_memory_copies": unknown, "staged_htod_time_ns": staged_ns},
-                        items=items, columns=COLUMNS, figures=FIGURES, impact_ns=pageable_ns)]
+                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS, impact_ns=pageable_ns)]
 
 
 def _achieved(copies: pl.DataFrame) -> float | None:

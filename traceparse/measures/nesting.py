@@ -24,10 +24,15 @@ class SelfTime(Measure):
     starts, then by ``event_id``. As a sweep with a stack of open events (worked out for all rows at once,
     :func:`innermost_open`): an
     event's parent is the innermost open event once every event ending at or
-    before its start is closed; a child that outlasts its parent (rounded
-    timestamps) counts only up to the parent's end. ``self_ns`` = duration −
-    Σ over direct children of (min(child end, parent end) − child start),
-    never below 0.
+    before its start is closed. A child covers its parent from its start to
+    its *reach*, the last end of the child and everything under it; a child
+    that outlasts its parent (rounded timestamps, a Python stack cut at the
+    trace's end) counts only up to the parent's end, and what runs after that
+    is its own or its children's time, not a grandparent's. ``self_ns`` =
+    duration − Σ over direct children of (min(child reach, parent end) − child
+    start), never below 0: each moment of a thread is the self time of one
+    event, the innermost open one (the latest started), so a thread's self
+    times add up to the union of its events, never more.
 
     Columns: ``trace_id``, ``event_id``, ``self_ns``, ``parent_event_id``
     (null at the top of a thread), ``depth`` (0 at the top), ``children``.
@@ -53,14 +58,16 @@ class SelfTime(Measure):
         thread = rows.select(t=pl.struct(_THREAD).rle_id())["t"].to_numpy()
         parent = innermost_open(start, end, thread)
         child = parent >= 0
+        depth = _depth(parent)
+        reach = _reach(end, parent, depth)
         inner = np.zeros(len(start), dtype=np.int64)  # time of the direct children, each clipped to the parent's end
-        np.add.at(inner, parent[child], np.minimum(end[child], end[parent[child]]) - start[child])
+        np.add.at(inner, parent[child], np.minimum(reach[child], end[parent[child]]) - start[child])
         own = (rows["duration_ns"] - pl.Series(inner)).clip(lower_bound=0)
         out = rows.select("trace_id", "event_id").with_columns(
             self_ns=own.cast(pl.Int64),
             parent_event_id=pl.when(pl.Series(child)).then(
                 rows["event_id"].gather(pl.Series(np.where(child, parent, 0)))).cast(pl.Int64),
-            depth=pl.Series(_depth(parent), dtype=pl.Int64),
+            depth=pl.Series(depth, dtype=pl.Int64),
             children=pl.Series(np.bincount(parent[child], minlength=len(start)), dtype=pl.Int64),
         )
         return unkeyed(out.sort("trace_id", "event_id"))
@@ -98,6 +105,19 @@ def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np
         p = np.where(skip, p - size, p)
     found = (p >= first) & (end[np.clip(p, 0, None)] > start)
     return np.where(found, p, -1)
+
+
+def _reach(end: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each row's reach: the last end of the row and of every row under it (its subtree covers [start, reach)),
+    the deepest rows first, one numpy step per level."""
+    reach = end.copy()
+    order = np.argsort(-depth, kind="stable")
+    levels = np.flatnonzero(np.diff(depth[order])) + 1  # where the next (shallower) level starts
+    for rows in np.split(order, levels):
+        rows = rows[parent[rows] >= 0]
+        if len(rows):
+            np.maximum.at(reach, parent[rows], reach[rows])
+    return reach
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:

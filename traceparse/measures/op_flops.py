@@ -42,6 +42,11 @@ DTYPE_PRECISION = {
 }
 #: Families whose work runs on matrix units (tensor cores) when the kernels and dtype allow it.
 MATRIX_FAMILIES = ("gemm", "conv", "conv backward", "attention", "attention backward")
+#: XLA element types (as XLA prints them, a kernel row's ``input_types`` in a JAX trace) -> precision.
+XLA_PRECISION = {"f64": "fp64", "f32": "fp32", "f16": "fp16", "bf16": "bf16", "f8e4m3fn": "fp8", "f8e5m2": "fp8",
+                 "f8e4m3fnuz": "fp8", "f8e5m2fnuz": "fp8", "f8e4m3": "fp8", "f8e4m3b11fnuz": "fp8"}
+#: The HLO operation a kernel row's FLOPs come from (``op`` of its ``concrete_inputs``) -> its family.
+XLA_FAMILY = {"dot": "gemm", "convolution": "conv"}
 
 TORCH = "torch.utils.flop_counter (PyTorch)"
 TRACELENS = "TraceLens PerfModel (AMD-AGI/TraceLens, perf_model.py)"

@@ -33,6 +33,38 @@ _WORK_SCHEMA = {"event_id": pl.Int64, "name": pl.String, "input_dims": pl.String
                 "assumed": pl.String}
 
 
+def has_kernel_work(events: pl.DataFrame) -> bool:
+    """Whether any kernel row carries the FLOPs its source derived for it (a JAX trace's HLO; one filter)."""
+    return bool(events.select(((pl.col("kind") == "kernel") & (pl.col("flops") > 0)).any()).item())
+
+
+def kernel_calls(events) -> tuple[pl.DataFrame, dict]:
+    """Kernel rows that carry FLOPs as placed calls, one per kernel: the frame and dict of :func:`placed_calls`.
+
+    The source set ``flops`` and ``bytes`` on the kernel (the JAX reader: from the dot or convolution of the HLO
+    instruction the kernel computes), ``input_dims`` / ``input_types`` (that operation's operand shapes and XLA
+    element types) and ``concrete_inputs`` (JSON: ``op``, the precision it ran in as ``compute``, ``assumed``).
+    The family follows ``op`` (:data:`.op_flops.XLA_FAMILY`), the dtype ``compute``, else the first operand's
+    type; the time is the kernel's duration.
+    """
+    kernels = events.filter((pl.col("kind") == "kernel") & pl.col("duration_ns").is_not_null())
+    work = kernels.filter(pl.col("flops").is_not_null() & (pl.col("flops") > 0))
+    facts = pl.col("concrete_inputs")
+    calls = work.select(
+        "event_id", "name", "input_dims", "input_types", "flops", pl.col("bytes").cast(pl.Float64),
+        family=facts.str.json_path_match("$.op").replace_strict(op_flops.XLA_FAMILY, default=None,
+                                                                 return_dtype=pl.String),
+        dtype=pl.coalesce(facts.str.json_path_match("$.compute"),
+                          pl.col("input_types").str.json_path_match("$[0]").replace_strict(
+                              op_flops.XLA_PRECISION, default=None, return_dtype=pl.String)),
+        assumed=facts.str.json_path_match("$.assumed"),
+        time_ns="duration_ns", kernels=pl.lit(1, dtype=pl.UInt32), kernel_names=pl.concat_list("name"))
+    placed = int(calls["time_ns"].sum() or 0)
+    info = {"kernel_ns": int(kernels["duration_ns"].sum() or 0), "placed_ns": placed, "uncovered_ns": 0,
+            "formula_calls": calls.height, "without_kernels": 0}
+    return calls.sort("event_id"), info
+
+
 def has_formula_ops(events: pl.DataFrame) -> bool:
     """Whether any operator row has recorded shapes and a name in the formula table (two column filters)."""
     return bool(events.select(((pl.col("kind") == "op") & pl.col("input_dims").is_not_null()

@@ -71,8 +71,9 @@ def roofline(trace, spec: dict | None, model_gflops: float = 0.0, group: str = "
 
     ``source`` is, first that applies: ``"counters"`` (kernel metrics),
     ``"torch-ops"`` (operator FLOPs recorded by torch, no bytes), ``"shapes"``
-    (operator FLOPs and bytes derived from recorded shapes, :mod:`.op_work`),
-    or ``"none"``. ``group`` is ``"launch"`` (an item per
+    (FLOPs and bytes derived from shapes, :mod:`.op_work`: those a reader put on
+    the kernels, from a JAX trace's HLO, ``extra["derived_from"]`` ``"hlo"``;
+    else the operators' recorded shapes, ``"shapes"``), or ``"none"``. ``group`` is ``"launch"`` (an item per
     kernel launch) or ``"name"`` (launches of one kernel name summed; the
     item's ``launches`` counts them). ``op_group`` groups the ``"shapes"``
     items: ``"call"`` (one per operator call) or ``"shape"`` (the calls of one
@@ -91,8 +92,13 @@ def roofline(trace, spec: dict | None, model_gflops: float = 0.0, group: str = "
     ops = events.filter((pl.col("kind") == "op") & pl.col("flops").is_not_null() & (pl.col("flops") > 0))
     if ops.height:
         return _from_torch_ops(ops, kernels, spec)
+    op_group = op_group or ("call" if group == "launch" else "shape")
+    if op_work.has_kernel_work(events):
+        shaped = _from_shapes(events, spec, op_group, kernels=True)
+        if shaped is not None:
+            return shaped
     if op_work.has_formula_ops(events):
-        shaped = _from_shapes(events, spec, op_group or ("call" if group == "launch" else "shape"))
+        shaped = _from_shapes(events, spec, op_group)
         if shaped is not None:
             return shaped
     return {"source": "none", "items": [], "total": {}, "extra": {}, "peaks": _peaks(spec)}
@@ -333,12 +339,17 @@ def _from_torch_ops(ops: pl.DataFrame, kernels: pl.DataFrame, spec: dict | None)
 #: What the "shapes" source says of its figures, wherever they are shown.
 SHAPES_NOTE = ("FLOPs and bytes derived from the operators' recorded shapes (formulas: docs/flops.md), not "
                "measured; bytes count each tensor read and written once, a lower bound on DRAM traffic")
+#: The same, for FLOPs a JAX trace's compiled modules gave its kernels.
+HLO_NOTE = ("FLOPs and bytes derived from the compiled XLA modules' shapes (the dots and convolutions of each "
+            "kernel's HLO instruction: docs/flops.md), not measured; bytes count each tensor read and written once, "
+            "a lower bound on DRAM traffic")
 
 
-def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str) -> dict | None:
-    """Operator calls placed by :func:`.op_work.placed_calls`: FLOPs and bytes from their shapes, the time of
-    their kernels. None when no operator with a formula launched a kernel."""
-    calls, info = op_work.placed_calls(events)
+def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str, kernels: bool = False) -> dict | None:
+    """Operator calls placed by :func:`.op_work.placed_calls` (``kernels``: kernels that carry FLOPs,
+    :func:`.op_work.kernel_calls`): FLOPs and bytes from their shapes, the time of their kernels. None when no
+    call was placed."""
+    calls, info = op_work.kernel_calls(events) if kernels else op_work.placed_calls(events)
     if calls.height == 0:
         return None
     names = calls["kernel_names"].explode().drop_nulls().unique()  # each kernel name looked at once
@@ -385,7 +396,7 @@ def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str) -> dict
     total_above = _above_roof(total)
     kernel_ns = info["kernel_ns"]
     extra = {
-        "derived_from": "shapes", "note": SHAPES_NOTE,
+        "derived_from": "hlo" if kernels else "shapes", "note": HLO_NOTE if kernels else SHAPES_NOTE,
         "flops_measured": 0, "flops_estimated": 0, "flops_derived": _num(total_flops),
         "flops_by_precision": {p: _num(v) for p, v in sorted(by_precision.items())},
         "operator_calls": calls.height, "items": len(items),
@@ -424,15 +435,15 @@ def _tensor_by_name(name: str) -> str | None:
 
 
 def shape_precision(family: str, dtype: str | None, tensor: set[str]) -> str | None:
-    """The peak a placed call is held to: matrix work (GEMM, convolution, attention) in fp16/bf16/fp8 runs on
-    tensor cores; in fp32 when one of its kernels' names says tensor cores (``tensor``: the precisions those
-    names give, "tensor" for none) at TF32 unless the names give only another precision; else the dtype's own
-    (fp32, fp16, bf16, fp64). None when the dtype is not recorded."""
+    """The peak a placed call is held to: matrix work (GEMM, convolution, attention) in fp16/bf16/fp8 (or tf32,
+    where the source says the work ran so) runs on tensor cores; in fp32 when one of its kernels' names says
+    tensor cores (``tensor``: the precisions those names give, "tensor" for none) at TF32 unless the names give
+    only another precision; else the dtype's own (fp32, fp16, bf16, fp64). None when the dtype is not recorded."""
     if dtype is None:
         return None
     if family not in op_flops.MATRIX_FAMILIES:
-        return dtype if dtype != "fp8" else None
-    if dtype in ("fp16", "bf16", "fp8"):
+        return dtype if dtype not in ("fp8", "tf32") else None
+    if dtype in ("fp16", "bf16", "fp8", "tf32"):
         return f"{dtype}_tensor"
     if not tensor:
         return dtype

@@ -60,7 +60,8 @@ class RoutineTime(Measure):
     """Per routine and thread (``trace_id``, ``name``, ``kind``, ``pid``, ``device_id``, ``tid``): exclusive and inclusive time.
 
     Rows: those of ``kinds``, less call-path rows when ``drop_nested`` and less the aggregated rows of the
-    kinds in ``drop_aggregated`` (see :func:`routine_choices`). A row's time is its ``exclusive_ns``, else
+    kinds in ``drop_aggregated`` (see :func:`routine_choices`), less markers without a thread (``pid``,
+    ``tid``: a device-side range spans the kernels under it, it is no work). A row's time is its ``exclusive_ns``, else
     its self time from its nesting on its thread (:data:`traceparse.measures.self_time`), else its
     duration; rows with none are left out. Columns: the key, ``time_ns``, ``inclusive_ns`` (Σ duration),
     ``calls``, and counts of the rows by where their time came from: ``exclusive_rows``,
@@ -82,6 +83,8 @@ class RoutineTime(Measure):
             keep = keep & ~_nested()
         if drop_aggregated:
             keep = keep & ~(kind_is(*drop_aggregated) & ~timed())
+        # a marker off any thread (a device-side range over the kernels under it) is no routine's own time
+        keep = keep & ~(kind_is("marker") & (pl.col("pid").is_null() | pl.col("tid").is_null()))
         rows = events.filter(keep)
         own = self_time(rows).select("trace_id", "event_id", "self_ns")
         rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traceparse.names import cut_apart, short_names
-from traceparse.report import figure_label, finding_columns, finding_figures, fmt_ns, fmt_unit
+from traceparse.report import finding_columns, fmt_ns, fmt_unit, shown_figures
 from traceparse.rule import Finding
 from traceparse.verdict import Column
 
@@ -172,11 +172,9 @@ def table_html(columns: list[Column], rows: list[dict], caption: str | None = No
 def finding_html(finding: Finding, index: int) -> str:
     """One finding: severity, rule and title (open unless info), message, figures, tables, items, suggestion."""
     parts = [f'<p class="message">{esc(finding.message)}</p>']
-    figures = finding_figures(finding)
+    figures = shown_figures(finding)
     if figures:
-        cells = "".join(f"<div><span>{esc(figure_label(key, unit) if finding.figures else key)}</span>"
-                        f"<span>{esc(fmt_unit(unit, finding.metrics.get(key)))}</span></div>"
-                        for key, unit in figures.items())
+        cells = "".join(f"<div><span>{esc(label)}</span><span>{esc(value)}</span></div>" for label, value in figures)
         parts.append(f'<div class="figures">{cells}</div>')
     for key, columns in finding.tables.items():
         table = finding.metrics.get(key)

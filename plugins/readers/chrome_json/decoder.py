@@ -477,6 +477,8 @@ class EventError(Exception):
 IN_FLIGHT_PER_WORKER = 2
 #: Fewest cores on which a large trace is decoded in worker processes by default (see :func:`decode_workers`).
 MIN_CORES = 4
+#: Most worker processes chosen by default: the fastest count measured on 16 cores (see :func:`decode_workers`).
+MAX_DEFAULT_WORKERS = 4
 _MISPLIT = "misplit"
 
 
@@ -484,11 +486,13 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     """How many worker processes decode ``path`` (0: this process decodes it alone).
 
     ``requested`` (the ``workers`` reader parameter), else ``$TRACEPARSE_DECODE_WORKERS``, else: one fewer
-    than the cores (at most 8; this process collects, validates and writes the rows) on a machine of
-    :data:`MIN_CORES` cores or more, for a file of at least 4 chunks. A smaller file, or a smaller machine,
-    is decoded here: on 2 cores a decoding worker beside this process was measured slower (26.6 s against
-    22.9 s, median of 3 alternating runs on a loaded box), with 1.3× the CPU and 1.7× the memory
-    (benchmarks/bench_ingest.py).
+    than the cores, at most :data:`MAX_DEFAULT_WORKERS` (this process reads, cuts, validates and writes, so
+    more workers wait on it), on a machine of :data:`MIN_CORES` cores or more, for a file of at least 4
+    chunks. A smaller file, or a smaller machine, is decoded here: on 2 cores a decoding worker beside this
+    process was measured slower (26.6 s against 22.9 s, median of 3 alternating runs on a loaded box), with
+    1.3× the CPU and 1.7× the memory. On the 16-core GPU machine (benchmarks/bench_workers.py, the 139 MB
+    trace, median of 3): 0 workers 4.56 s, 1 5.73 s, 2 4.17 s, 4 3.21 s, 8 3.59 s, 16 3.96 s, at 399 MB,
+    1.5 GB, 2.4 GB and 3.6 GB for 0, 4, 8 and 16.
     """
     requested = _requested(requested, "TRACEPARSE_DECODE_WORKERS")
     if requested is not None:
@@ -496,7 +500,7 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
     cores = _cores()
     if cores < MIN_CORES or _content_bytes(path) < 4 * chunk_bytes:
         return 0
-    return min(cores - 1, 8)
+    return min(cores - 1, MAX_DEFAULT_WORKERS)
 
 
 def decode_threads(workers: int, requested: int | None = None) -> int:

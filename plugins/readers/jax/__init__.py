@@ -58,10 +58,11 @@ class JaxReader(Reader):
                                             "perfetto_trace.json.gz, nor a plugins/profile/<run>/ holding them)")
             path = files[0]
         meta = TraceMeta(tool="jax.profiler")
+        modules = None
         if is_xspace(read_head(path, 4096)) or path.name.endswith(".xplane.pb"):
             from traceparse_plugins.readers.jax.xplane import read_xspace
 
-            raw = read_xspace(path, options, meta)
+            raw, modules = read_xspace(path, options, meta)
             meta.variant = "XSpace protobuf"
         else:
             from traceparse_plugins.readers.jax.timeline import read_timeline
@@ -69,6 +70,7 @@ class JaxReader(Reader):
             raw = read_timeline(path, options)
             meta.variant = "xprof trace-viewer JSON" if not path.name.startswith("perfetto") else "JAX Perfetto JSON"
         rows, notes = to_rows(raw)
+        rows = _work(rows, modules, meta)
         if notes.unplaced:
             plane, line = notes.unplaced_at
             options.warn(f"{path}: {notes.unplaced} kernels, copies or memsets (by their stats) on {plane} are on a "
@@ -82,6 +84,26 @@ class JaxReader(Reader):
         _summarise(meta, rows)
         meta.warnings = options.warnings
         return Trace(rows, meta)
+
+
+#: Why a JSON timeline gives no roofline (meta.extra["no_flops_reason"], which arithmetic-intensity prints).
+NO_HLO = ("a JAX JSON timeline carries no HLO: the FLOPs of XLA's kernels come from the compiled modules in the "
+          "<host>.xplane.pb beside it (give that file, or the profile directory that holds it)")
+
+
+def _work(rows: pl.DataFrame, modules: list | None, meta: TraceMeta) -> pl.DataFrame:
+    """The kernels' FLOPs and bytes from the compiled modules (:mod:`.hlo_kernels`); the JSON forms have none."""
+    if modules is None:
+        if rows.select((pl.col("kind") == "kernel").any()).item():
+            meta.extra["no_flops_reason"] = NO_HLO
+        return rows.drop("_program_id")
+    from traceparse_plugins.readers.jax.hlo_kernels import attach
+
+    rows, notes = attach(rows, modules)
+    meta.summary.update(hlo_modules=len(modules), kernels_with_flops=notes.with_flops,
+                        kernels_matched_by_hlo_op=notes.by_hlo_op, kernels_matched_by_schedule=notes.by_schedule,
+                        kernels_matched_by_name=notes.by_name, kernels_unmatched=notes.unmatched + notes.without_module)
+    return rows.drop("_program_id")
 
 
 def _summarise(meta: TraceMeta, rows: pl.DataFrame) -> None:

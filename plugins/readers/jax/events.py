@@ -17,7 +17,8 @@ into event rows, the same way for both, so the JSON timeline and the XPlane of o
   (``group`` ``"step"``, the name xprof's trace viewer gives it); an event of no duration a ``marker``;
   any other (Python frames ``$file.py:12 f``, XLA's TraceMe ranges) a ``region``. ``pid`` is the host
   process, ``tid`` the line's id.
-* ``hlo_op`` and ``hlo_module`` are kept in their columns on every row that has them; ``correlation_id``
+* ``hlo_op`` and ``hlo_module`` are kept in their columns on every row that has them (and the module's
+  ``program_id`` in ``_program_id``, which the reader drops once :mod:`.hlo_kernels` has used it); ``correlation_id``
   links a kernel to its launch. A kernel replayed by a CUDA graph (XLA's command buffers: a
   ``cuda_graph_id`` stat) carries the correlation id of the ``cuGraphLaunch`` that replayed it, so it is
   attributed to that launch as every graph kernel is (measure ``launches``).
@@ -42,7 +43,7 @@ from traceparse_plugins.readers.jax import details
 
 #: The stats kept from each event (as text), by the name XLA gives them; JSON ``args`` keys are the same.
 STATS = ("correlation_id", "hlo_op", "hlo_module", "kernel_details", "memcpy_details", "Memset_details",
-         "theoretical_occupancy_pct", "cuda_graph_id", "step_num")
+         "theoretical_occupancy_pct", "cuda_graph_id", "step_num", "program_id")
 RAW_SCHEMA = pl.Schema({"plane": pl.String, "line": pl.String, "line_id": pl.Int64, "pid": pl.Int64,
                         "name": pl.String, "start_ns": pl.Int64, "duration_ns": pl.Int64,
                         **{s: pl.String for s in STATS}})
@@ -121,6 +122,7 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
         _details=pl.when(on_stream).then(pl.col("kernel_details")),
         _memcpy="memcpy_details", _memset="Memset_details",
         _occupancy=_float(pl.col("theoretical_occupancy_pct")),
+        _program_id=_int(pl.col("program_id")),
     )
     is_kernel = pl.col("kind") == "kernel"
     config = details.kernel_columns(pl.col("_details"))

@@ -46,6 +46,7 @@ class Args(msgspec.Struct, gc=False):
     theoretical_occupancy_pct: Any = None
     cuda_graph_id: Any = None
     step_num: Any = None
+    program_id: Any = None
     name: Any = None
 
 

@@ -17,7 +17,10 @@ Read only from the plane, beside the events:
   ``device_vendor``: the trace's devices table, so the GPU catalog finds the peaks;
 * ``/host:metadata`` stats (``jax_version``, ``jaxlib_version``, ``cuda_version``, ...) in ``meta.extra``;
   ``tool_version`` the JAX version; the XSpace's ``hostnames``, ``errors`` and ``warnings`` (the latter two
-  as warnings).
+  as warnings);
+* ``/host:metadata``'s compiled modules (each event metadata's ``Hlo Proto`` stat, an ``xla.HloProto``:
+  :mod:`.hlo_schema`), returned beside the events for :mod:`.hlo_kernels`; a module that does not decode is
+  left out with one warning.
 
 A file cut short keeps its complete planes: the XSpace's top level (a sequence of length-prefixed fields)
 is walked here and each plane decoded alone, so a plane the cut falls in is left out with one warning; a
@@ -52,8 +55,9 @@ def _protobuf():
         return None
 
 
-def read_xspace(path: Path, options: ReadOptions, meta: TraceMeta) -> pl.DataFrame:
-    """The intermediate table (:data:`.events.RAW_SCHEMA`) of an XSpace; fills ``meta`` (devices, versions)."""
+def read_xspace(path: Path, options: ReadOptions, meta: TraceMeta) -> tuple[pl.DataFrame, list]:
+    """The intermediate table (:data:`.events.RAW_SCHEMA`) of an XSpace and its compiled modules
+    (:class:`.hlo_cost.Module`); fills ``meta`` (devices, versions)."""
     plane_class = _protobuf()
     if plane_class is None:
         raise bad_input(path, None, "reading an XPlane needs the protobuf package (pip install protobuf), or give "
@@ -73,7 +77,7 @@ def read_xspace(path: Path, options: ReadOptions, meta: TraceMeta) -> pl.DataFra
     if cut is not None:
         options.warn(f"{path}: cut short at byte {len(data)}: the plane starting at byte {cut} is incomplete and "
                      f"left out ({len(planes)} complete plane{'s' if len(planes) != 1 else ''} read)")
-    parts = []
+    parts, modules = [], []
     for offset, blob in planes:
         plane = plane_class()
         try:
@@ -82,11 +86,38 @@ def read_xspace(path: Path, options: ReadOptions, meta: TraceMeta) -> pl.DataFra
             raise bad_input(path, f"byte {offset}", f"an XPlane (a plane of the XSpace) that does not decode: "
                                                     f"{str(exc)[:80]}") from None
         _plane_facts(plane, meta)
+        if plane.name == "/host:metadata":
+            modules.extend(_modules(plane, path, options))
         frame = _events(plane)
         if frame is not None:
             parts.append(frame)
     meta.devices.sort(key=lambda d: (d.id is None, d.id))
-    return pl.concat(parts) if parts else empty_raw()
+    return (pl.concat(parts) if parts else empty_raw()), modules
+
+
+def _modules(plane, path: Path, options: ReadOptions) -> list:
+    """The compiled modules of the ``/host:metadata`` plane (its event metadata's ``Hlo Proto`` stats)."""
+    from traceparse_plugins.readers.jax.hlo_cost import Module
+    from traceparse_plugins.readers.jax.hlo_schema import hlo_proto_class
+
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    proto_class, out, bad = hlo_proto_class(), [], []
+    for md in plane.event_metadata.values():
+        for st in md.stats:
+            if names.get(st.metadata_id) != "Hlo Proto" or st.WhichOneof("value") != "bytes_value":
+                continue
+            proto = proto_class()
+            try:
+                proto.ParseFromString(st.bytes_value)
+            except Exception:  # protobuf's DecodeError, or a field of the wrong wire type
+                bad.append(md.name)
+                continue
+            out.append(Module(proto.hlo_module))
+    if bad:
+        one = len(bad) == 1
+        options.warn(f"{path}: {len(bad)} compiled module{'' if one else 's'} (Hlo Proto) that do{'es' if one else ''} "
+                     f"not decode, left out (their kernels get no FLOPs): {', '.join(sorted(bad)[:3])}")
+    return out
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:

@@ -73,26 +73,38 @@ def message_class(name: str):
 @lru_cache(maxsize=1)
 def _classes() -> dict:
     """{message name: class} (protobuf imported here, so the reader loads without it)."""
+    return build_classes("traceparse_xplane.proto", PACKAGE, _MESSAGES, _ONEOFS, _MAP_ENTRIES)
+
+
+def build_classes(filename: str, package: str, messages: dict, oneofs: dict | None = None,
+                  map_entries: dict | None = None) -> dict:
+    """{message name: class} of a proto3 schema given as field tables (the form of :data:`_MESSAGES`).
+
+    Shared with :mod:`.hlo_schema`. A field's type is one of ``message``, ``string``, ``bytes``, ``int64``,
+    ``uint64``, ``int32``, ``bool``, ``double`` (an enum is read as ``int32``: the same varint on the wire);
+    ``oneofs`` names the one oneof of a message, ``map_entries`` its map fields (key int64).
+    """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
     types = {"message": F.TYPE_MESSAGE, "string": F.TYPE_STRING, "int64": F.TYPE_INT64, "uint64": F.TYPE_UINT64,
-             "double": F.TYPE_DOUBLE, "bytes": F.TYPE_BYTES}
+             "int32": F.TYPE_INT32, "bool": F.TYPE_BOOL, "double": F.TYPE_DOUBLE, "bytes": F.TYPE_BYTES}
     labels = {"optional": F.LABEL_OPTIONAL, "repeated": F.LABEL_REPEATED}
-    file = descriptor_pb2.FileDescriptorProto(name="traceparse_xplane.proto", package=PACKAGE, syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(name=filename, package=package, syntax="proto3")
+    oneofs, map_entries = oneofs or {}, map_entries or {}
 
     def add_field(message, name, number, type_, label, type_name, oneof):
         field = message.field.add(name=name, number=number, type=types[type_], label=labels[label])
         if type_name:
-            field.type_name = f".{PACKAGE}.{type_name}"
+            field.type_name = f".{package}.{type_name}"
         if oneof is not None:
             field.oneof_index = oneof
 
-    for name, fields in _MESSAGES.items():
+    for name, fields in messages.items():
         message = file.message_type.add(name=name)
-        if name in _ONEOFS:
-            message.oneof_decl.add(name=_ONEOFS[name])
-        for entry, value in _MAP_ENTRIES.get(name, []):
+        if name in oneofs:
+            message.oneof_decl.add(name=oneofs[name])
+        for entry, value in map_entries.get(name, []):
             nested = message.nested_type.add(name=entry)
             nested.options.map_entry = True
             add_field(nested, "key", 1, "int64", "optional", None, None)
@@ -102,4 +114,4 @@ def _classes() -> dict:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     get = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
-    return {name: get(pool.FindMessageTypeByName(f"{PACKAGE}.{name}")) for name in _MESSAGES}
+    return {name: get(pool.FindMessageTypeByName(f"{package}.{name}")) for name in messages}

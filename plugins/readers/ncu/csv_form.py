@@ -17,7 +17,7 @@ Header columns across versions:
   rows), rule rows leave the metric columns empty.
 Details page: one record per kernel × metric (``"Section Name","Metric
 Name","Metric Unit","Metric Value"``). Raw page: one record per kernel, a
-column per metric (names contain ``__``), and a units row under the header.
+column per metric (after the launch columns; most names contain ``__``), and a units row under the header.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from .parsed import KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, Parsed, frame
 IDENTITY = {"ID": "id", "Process ID": "pid", "Process Name": "process", "Host Name": "host",
             "Kernel Name": "name", "Kernel Time": "kernel_time", "Context": "context", "Stream": "stream",
             "Block Size": "block", "Grid Size": "grid", "Device": "device", "CC": "cc"}
+#: ncu's internal helper metrics, never a measurement a user asked for.
+INTERNAL_METRICS = ("derived_tempMetric",)
 DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_HEADER = {"Rule Name": "name", "Rule Type": "type", "Rule Description": "description",
                "Estimated Speedup Type": "speedup_type", "Estimated Speedup": "speedup"}
@@ -179,7 +181,13 @@ def _raw(path: Path, header: list[str], header_line: int, body: list[tuple[list[
     """The raw page: a record per kernel, a column per metric, units in the row under the header."""
     index = {name: i for i, name in enumerate(header)}
     ident = {col: index[h] for h, col in IDENTITY.items() if h in index}
-    metric_cols = [i for i, name in enumerate(header) if "__" in name]
+    # metrics: every column after the launch columns (ncu 2025's source-counter metrics such as
+    # `memory_l2_theoretical_sectors_global` have no `__`), and any `__` column; not ncu's internal
+    # `derived_tempMetric*`, which a .ncu-rep read through ncu_report leaves out too
+    last_launch = max((index[h] for h in IDENTITY if h in index), default=-1)
+    metric_cols = [i for i, name in enumerate(header)
+                   if ("__" in name or i > last_launch) and name not in IDENTITY
+                   and not name.startswith(INTERNAL_METRICS)]
     if not metric_cols:
         raise bad_input(path, header_line, "not an ncu page traceparse reads: the header has neither the details "
                                            "columns (Section Name, Metric Name, Metric Unit, Metric Value) nor "

@@ -6,7 +6,7 @@ exact product of the decimal and its unit's factor, rounded once (factor-1
 units: the nearest double of the decimal), and a kernel's duration is an
 exact integer of ns, rounded half to even, so ``167.52 usecond`` is exactly
 167520 ns.
-``n/a`` and empty values are not metrics (no row). A semicolon list is an
+``n/a``, ``no data`` and empty values are not metrics (no row). A semicolon list is an
 instanced metric (``--print-metric-instances``): skipped, with a warning.
 A value that is not a number is an error when its metric has a unit; a
 unit-less text value (``CachePreferNone``, a device name) is an attribute,
@@ -35,6 +35,8 @@ from .units import TIME_SPELLINGS, conversion
 # [0-9], not \d: polars' \d is Unicode (Arabic-Indic digits passed, then failed the cast: issue 16)
 NUMBER = r"^[+-]?([0-9]{1,3}(,[0-9]{3})+|[0-9]+)(\.[0-9]+)?([eE][+-]?[0-9]+)?$|^[+-]?\.[0-9]+([eE][+-]?[0-9]+)?$"
 DEVICE_PREFIX = "device__attribute_"
+#: What ncu writes where a metric has no value for a launch (ncu 2025.3 writes ``no data`` in its raw CSV page).
+NOT_MEASURED = ["", "n/a", "N/A", "no data"]
 #: Kernel-table columns and the metrics that fill them, raw-page name first, details-page label second.
 DURATION = ("gpu__time_duration.sum", "Duration")
 REGISTERS = ("launch__registers_per_thread", "Registers Per Thread")
@@ -76,7 +78,7 @@ def _values(path: Path, metrics: pl.DataFrame, options: ReadOptions) -> pl.DataF
     """Metric rows with ``value`` (float, base units) and ``base`` (the base unit); drops non-measurements."""
     clean = pl.col("raw").str.strip_chars()
     frame = metrics.with_columns(clean=clean, unit=pl.col("unit").fill_null("").str.strip_chars())
-    frame = frame.filter(~pl.col("clean").is_in(["", "n/a", "N/A"]) & pl.col("clean").is_not_null())
+    frame = frame.filter(~pl.col("clean").is_in(NOT_MEASURED) & pl.col("clean").is_not_null())
     instanced = frame.filter(pl.col("clean").str.contains(";"))
     if instanced.height:
         options.warn(f"{path}: {instanced.height} instanced metric values (lists separated by ';', one value per "

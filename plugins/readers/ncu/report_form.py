@@ -14,7 +14,10 @@ Each action (profiled kernel launch) of each range becomes a kernel; its
 metrics are read like a raw-page row (values in base units, with their
 unit strings), so the same conversion applies. The metrics ncu's own raw CSV
 export leaves out are left out here too (``breakdown:``, ``regex:``,
-``group:`` and its internal ``derived_tempMetric*``), so a report and its
+``group:``), and ncu's internal ``derived_tempMetric*`` (which ncu 2025.3.1's
+export prints, and the CSV reader also leaves out); a metric without a value
+(``has_value()`` false: an instanced metric with no total, which the export
+leaves blank or writes ``no data``) gives no row. So a report and its
 ``ncu --import R --csv --page raw`` export give the same figures (the CSV to
 the digits it prints). Kernel names are the demangled names the installed
 module gives; its demangler may spell templates differently from the
@@ -118,6 +121,8 @@ def _action_name(module, action) -> str:
 def _metric(module, metric) -> tuple[str, str] | None:
     """(value as text, unit) of one metric; None when it has no value."""
     if metric is None:
+        return None
+    if hasattr(metric, "has_value") and not metric.has_value():  # an instanced metric with no total, "no data"
         return None
     kinds = getattr(module, "IMetric", None)
     kind = metric.kind() if hasattr(metric, "kind") else None

@@ -8,6 +8,14 @@ a factor of 1000, with the prefixes n, u and m" (Nsight Compute CLI manual,
 (``nsecond``, ``usecond``, ``Kbyte``, ``cycle/nsecond``, ``Gbyte/second``),
 newer ones abbreviate (``ns``, ``us``, ``Ghz``, ``hz``).
 
+A prefix on the *denominator* (``%/Kbyte``) is ncu's display scaling too: the
+value shown is the stored one divided by 1000, the ``K`` put on the byte
+wherever it stands. ``derived__pct_occupancy_per_shared_mem_size`` is stored
+as 1164 ``%/byte`` (NVIDIA's ``ncu_report`` on the committed H100 report) and
+the CSV export of the same report prints ``1.164 %/Kbyte``; the H200 report
+likewise (1591 and 1.591). So ``%/Kbyte`` is × 1000 to ``%/byte``, as a
+numerator's prefix is, not ÷ 1000.
+
 Base units here: time in ``ns``, frequency in ``hz``, counts in their own
 unit (``byte``, ``inst``, ``cycle``, ...), rates in ``<count>/s``, ``%``
 unchanged. Factors are exact fractions from the unit registry
@@ -29,7 +37,11 @@ COUNT_PREFIXES = {prefix: Fraction(value) for prefix, value in units.SI_PREFIXES
 #: Count units ncu prints (the part after an optional SI prefix).
 COUNT_UNITS = {"byte", "bytes", "inst", "cycle", "warp", "thread", "block", "sector", "request", "register",
                "transaction", "wavefront", "pass", "cluster", "SM", "flop", "op", "sample", "msg", "packet",
-               "instance", "lane", "bank", "tpc", "unit"}
+               "instance", "lane", "bank", "tpc", "unit", "branch"}
+#: Plural spellings ncu 2025 prints for some count units (``branches``, ``sectors``): the same count.
+PLURALS = {"bytes": "byte", "branches": "branch", "sectors": "sector", "requests": "request", "warps": "warp",
+           "threads": "thread", "blocks": "block", "cycles": "cycle", "registers": "register",
+           "transactions": "transaction", "wavefronts": "wavefront", "passes": "pass", "instances": "instance"}
 #: ncu's time spellings -> registry unit.
 TIME_SPELLINGS = {"psecond": "ps", "ps": "ps", "nsecond": "ns", "ns": "ns", "usecond": "us", "us": "us",
                   "msecond": "ms", "ms": "ms", "second": "s", "s": "s"}
@@ -82,7 +94,7 @@ def conversion(unit: str | None) -> UnitConversion:
     den = _simple(denominator)
     if den is None:
         return UnitConversion(text, ONE, text, known=False)
-    return UnitConversion(text, factor / den[0], f"{base}/{den[1]}")
+    return UnitConversion(text, factor * den[0], f"{base}/{den[1]}")  # ncu's scaling: see the module's docstring
 
 
 def _simple(unit: str) -> tuple[Fraction, str] | None:
@@ -93,13 +105,13 @@ def _simple(unit: str) -> tuple[Fraction, str] | None:
         return TIME_NS[unit], "ns"
     if unit.lower() in FREQ_HZ:
         return FREQ_HZ[unit.lower()], "hz"
-    if unit in COUNT_UNITS:
+    if unit in COUNT_UNITS or unit in PLURALS:
         return ONE, _singular(unit)
     m = _PREFIXED.match(unit)
-    if m and m.group(1) and m.group(2) in COUNT_UNITS:
+    if m and m.group(1) and (m.group(2) in COUNT_UNITS or m.group(2) in PLURALS):
         return COUNT_PREFIXES[m.group(1)], _singular(m.group(2))
     return None
 
 
 def _singular(unit: str) -> str:
-    return "byte" if unit == "bytes" else unit
+    return PLURALS.get(unit, unit)

@@ -14,6 +14,7 @@ import polars as pl
 from traceparse.trace import Device
 
 from traceparse_plugins.readers.nsys import memops
+from traceparse_plugins.readers.nsys.api_names import api_name
 from traceparse_plugins.readers.nsys.report_table import ReportTable
 
 _DEVICE = r"^(?P<name>.*?)\s*\((?P<id>[0-9]+)\)\s*$"
@@ -88,7 +89,7 @@ def api_trace(table: ReportTable) -> pl.DataFrame:
     duration = pl.col("duration") if "duration" in f.columns else pl.col("end") - pl.col("start")
     return f.select(
         kind=pl.lit("api"),
-        name=pl.col("name"),
+        name=api_name(pl.col("name")),
         start_ns=pl.col("start"),
         duration_ns=duration,
         calls=pl.lit(1, dtype=pl.Int64),
@@ -136,6 +137,8 @@ def summary(table: ReportTable) -> pl.DataFrame:
     group = pl.lit(None, dtype=pl.String)
     if table.report == "nvtx_sum":
         name, group = _nvtx_names(f)
+    elif table.report == "cuda_api_sum":
+        name = api_name(name)
     if kind is None:
         kind_expr = memops.kind_of_name(name, "kernel")
     else:

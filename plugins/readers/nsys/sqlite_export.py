@@ -15,7 +15,9 @@ Tables read, each only when present (older exports lack some):
   numbering (:data:`memops.FALLBACK_MEM_KIND`, which is not CUPTI's).
 * ``CUPTI_ACTIVITY_KIND_MEMSET``: memsets (``bytes``, ``memKind``).
 * ``CUPTI_ACTIVITY_KIND_RUNTIME`` (and ``_DRIVER`` where an export has it):
-  API calls, ``nameId`` into ``StringIds``; ``group`` is the event class
+  API calls, ``nameId`` into ``StringIds`` without a version suffix
+  (:mod:`.api_names`: ``cudaGraphLaunch_v10000`` is ``cudaGraphLaunch``);
+  ``group`` is the event class
   (``CUDA runtime`` / ``CUDA driver``) from ``ENUM_NSYS_EVENT_CLASS``.
 * ``NVTX_EVENTS``: push/pop and start/end ranges become markers with their
   duration, marks markers of duration 0; the text is ``text`` or ``textId``;
@@ -46,6 +48,7 @@ from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
 
 from traceparse_plugins.readers.nsys import memops
+from traceparse_plugins.readers.nsys.api_names import api_name
 from traceparse_plugins.readers.nsys.tables import FileTables, SqliteTables, Tables, Unfit, connect
 
 __all__ = ["EVENT_TABLES", "check_tables", "connect", "read_export_dir", "read_sqlite"]
@@ -309,7 +312,8 @@ def _api_query(db: Tables, table: str, cols: set[str]) -> _Query:
 
     def finish(frame: pl.DataFrame, enums: _Enums) -> pl.DataFrame:
         group = pl.col("eventClass").replace_strict(enums.event_class, default=None, return_dtype=pl.String)
-        return frame.select(kind=pl.lit("api"), name="name", start_ns="start", duration_ns="duration",
+        return frame.select(kind=pl.lit("api"), name=api_name(pl.col("name")),
+                            start_ns="start", duration_ns="duration",
                             correlation_id="correlationId", pid="pid", tid="tid",
                             group=group.fill_null(pl.lit(default_group, dtype=pl.String)))
 
