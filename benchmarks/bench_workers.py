@@ -6,7 +6,7 @@ counts alternated within each round (1, 2, 4, ..., then again), measured by ``be
 peak summed RSS of the whole process tree, load before. The table gives the median of ``--repeat`` rounds, the
 spread (min–max), MB/s of the file as read (uncompressed JSON) and the speed-up over one process. Usage::
 
-    python benchmarks/bench_workers.py TRACE.json [--workers 0 1 2 4 8 16] [--repeat 3] [--out FILE]
+    python benchmarks/bench_workers.py TRACE.json [--workers 0 1 2 4 8 16] [--threads N] [--repeat 3] [--out FILE]
 
 Also prints the machine's CPU count, so the table says where the default (one fewer than the cores, at most
 8) falls.
@@ -33,6 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace", type=Path)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4, 8, 16])
+    parser.add_argument("--threads", type=int, default=None,
+                        help="decoding threads of the ingesting process where it has no worker (default: its own "
+                             "choice); with --workers 0 this compares thread counts: run once per count")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -42,6 +45,8 @@ def main() -> None:
         for w in args.workers:
             store = tempfile.mkdtemp(prefix="tp_store_")
             env = dict(os.environ, TRACEPARSE_DECODE_WORKERS=str(w), TRACEPARSE_STORE=store)
+            if args.threads is not None:
+                env["TRACEPARSE_DECODE_THREADS"] = str(args.threads)
             runs[w].append(measure([sys.executable, "-m", "traceparse.cli", "-q", "ingest", str(args.trace)], env))
             shutil.rmtree(store, ignore_errors=True)
     base = statistics.median(r["seconds"] for r in runs[args.workers[0]])

@@ -221,3 +221,31 @@ def test_no_cut_before_an_empty_object():
     buf = bytearray(b'{"a": 1},\n  {"name": "},{},{}')
     end, start = _last_candidate(buf)
     assert (end, start) == (8, 12)
+
+
+def test_two_decoding_threads_same_table(samples_dir):
+    """Two decoding threads (the default on 2 cores) and many small chunks in flight: the table of one thread,
+    in file order, every kept event and three counter rows per ``[memory]`` event of the raw file."""
+    path = samples_dir / "torch" / "torch_resnet18_bs4.json.gz"
+    one, one_meta = read(path, {"workers": 0, "threads": 0, "chunk_bytes": 20_000})
+    two, two_meta = read(path, {"workers": 0, "threads": 2, "chunk_bytes": 20_000})
+    assert two.equals(one) and two_meta.extra == one_meta.extra
+    raw = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)["traceEvents"]
+    memory = [e for e in raw if e.get("name") == "[memory]" and e.get("ph") in ("i", "I") and e.get("args") is not None]
+    assert two.height == len(kept(raw)) + 3 * len(memory)
+    starts = [int(us_to_ns(Decimal(e["ts"]))) for e in kept(raw)]
+    assert two.filter(two["kind"] != "counter")["start_ns"].to_list() == starts
+
+
+def test_decoding_threads_default(monkeypatch):
+    """Two decoding threads from 2 cores up (none on one core, none beside decoding processes); the parameter and
+    TRACEPARSE_DECODE_THREADS say otherwise."""
+    from traceparse_plugins.readers.chrome_json import decoder
+
+    monkeypatch.delenv("TRACEPARSE_DECODE_THREADS", raising=False)
+    monkeypatch.setattr(decoder, "_cores", lambda: 2)
+    assert decoder.decode_threads(0) == 2 and decoder.decode_threads(3) == 0 and decoder.decode_threads(0, 1) == 1
+    monkeypatch.setattr(decoder, "_cores", lambda: 1)
+    assert decoder.decode_threads(0) == 0
+    monkeypatch.setenv("TRACEPARSE_DECODE_THREADS", "3")
+    assert decoder.decode_threads(0) == 3

@@ -52,6 +52,28 @@ def test_same_content_is_recognised_by_hash(sample, tmp_path):
     assert store.meta(first.meta.id).tags == {"gpu": "h100"}  # tags merge into the existing entry
 
 
+def test_progress_counts_every_byte_read_before_the_bar(sample, tmp_path):
+    """The first batch is read while the content is hashed, before the progress bar starts: its bytes still reach
+    the bar, which ends at the file's size (the gzip file's own bytes); a stored trace shows no bar at all."""
+    from contextlib import contextmanager
+
+    bars: list[tuple[str, int, list[int]]] = []
+
+    @contextmanager
+    def factory(description, total):
+        steps: list[int] = []
+        bars.append((description, total, steps))
+        yield steps.append
+
+    store = Store(tmp_path / "s")
+    ingest([sample], store=store, params={"chunk_bytes": 50_000}, progress_factory=factory)
+    [(description, total, steps)] = bars
+    assert description == f"reading {sample.name}" and total == sample.stat().st_size
+    assert sum(steps) == sample.stat().st_size and len(steps) > 3
+    again = ingest([sample], store=store, progress_factory=factory)[0]
+    assert again.already_stored and len(bars) == 1
+
+
 def test_crash_while_writing_leaves_no_entry(sample, tmp_path, monkeypatch):
     store = Store(tmp_path / "s")
     import traceparse.store as store_module

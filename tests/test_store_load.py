@@ -6,7 +6,7 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from traceparse.ingest import ingest, read_paths
-from traceparse.run import _share_cores
+from traceparse.run import _hashes, _share_cores
 from traceparse.schema import DTYPES
 from traceparse.store import Store
 
@@ -42,7 +42,25 @@ def test_ranks_read_at_once_share_the_cores(monkeypatch):
     shared = _share_cores(tasks, 4)
     assert [t[4] for t in shared] == [{"workers": 3}] * 8  # 4 ranks at once, each 1 + 3 decoding processes
     assert [t[:4] + t[5:] for t in shared] == [t[:4] + t[5:] for t in tasks]
-    assert _share_cores(tasks, 16)[0][4] == {"workers": 0}
+    assert _share_cores(tasks, 16)[0][4] == {"workers": 0, "threads": 1}  # a rank a core: one decoding thread
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert [t[4] for t in _share_cores(tasks, 2)] == [{"workers": 0, "threads": 1}] * 8  # the 2-core box
+    assert _share_cores([tasks[0][:4] + ({"threads": 2},) + tasks[0][5:]], 2)[0][4] == {"workers": 0, "threads": 2}
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
     given = [("tmp", 0, "torch", ["r.json"], {"workers": 1, "chunk_bytes": 5}, "sha")]
     assert _share_cores(given, 4)[0][4] == {"workers": 1, "chunk_bytes": 5}
     assert _share_cores(tasks, 1) == tasks
+
+
+def test_rank_hashes_are_each_files_sha256(tmp_path):
+    """The ranks' hashes, worked out several at once, are each file's own sha256, in the ranks' order."""
+    import hashlib
+
+    groups = []
+    for i in range(5):
+        path = tmp_path / f"rank{i}.json"
+        path.write_bytes(b'{"traceEvents": []}' + bytes([i]) * (i * 300_000))
+        groups.append([path])
+    expected = [hashlib.sha256(group[0].read_bytes()).hexdigest() for group in groups]
+    assert _hashes(groups) == expected
+    assert _hashes(groups[:1]) == expected[:1] and _hashes([]) == []

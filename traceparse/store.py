@@ -584,14 +584,12 @@ class _ParquetSink:
             raise
 
     def _run(self) -> None:
-        import pyarrow.parquet as pq  # only writing needs pyarrow: reading and analysing start faster without it
-
         writer = None
         try:
             while (batch := self.queue.get()) is not None:
                 table = batch.to_arrow()
                 if writer is None:
-                    writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", compression_level=1)
+                    writer = parquet_writer(self.path, table.schema)
                 writer.write_table(table, row_group_size=256 * 1024)
         except BaseException as exc:  # reported to the caller on its next put() or at exit
             if isinstance(exc, OSError):
@@ -615,6 +613,26 @@ class _ParquetSink:
         self.thread.join()
         if exc is None and self.error is not None:
             raise self.error
+
+
+def parquet_writer(path: Path, schema):
+    """The pyarrow ParquetWriter of a store's events file: zstd level 1, dictionary encoding on the text
+    columns only (:func:`_text_columns`)."""
+    import pyarrow.parquet as pq  # only writing needs pyarrow: reading and analysing start faster without it
+
+    return pq.ParquetWriter(path, schema, compression="zstd", compression_level=1,
+                            use_dictionary=_text_columns(schema))
+
+
+def _text_columns(schema) -> list[str]:
+    """The columns Parquet's dictionary encoding pays for: text and enums (names, kinds repeat). On the integer
+    and float columns (times, ids) it was dearer and larger: the 139 MB benchmark trace's events took 4.4 MB
+    and 0.24 CPU s with every column dictionary-encoded, 2.5 MB and 0.18 s with the text ones only."""
+    import pyarrow as pa
+
+    return [field.name for field in schema
+            if pa.types.is_dictionary(field.type) or pa.types.is_string(field.type)
+            or pa.types.is_large_string(field.type) or pa.types.is_string_view(field.type)]
 
 
 class _Summary:

@@ -11,6 +11,24 @@ from traceparse.schema import DTYPES, conform, empty_frame
 from traceparse.validate import Validator, validate_devices
 
 
+class _Prefetched:
+    """A reader's batches whose first one was read ahead (:meth:`Trace.prefetch`)."""
+
+    def __init__(self, first: pl.DataFrame, rest: Iterator[pl.DataFrame]):
+        self.first, self.rest = first, rest
+
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        first, self.first = self.first, None
+        if first is not None:
+            yield first
+        yield from self.rest
+
+    def close(self) -> None:
+        close = getattr(self.rest, "close", None)
+        if close is not None:
+            close()
+
+
 class Trace:
     """The events of one trace (a polars DataFrame of :mod:`traceparse.schema`) and its metadata.
 
@@ -52,6 +70,30 @@ class Trace:
         if list(events.schema.items()) == list(DTYPES.items()):
             trace._source, trace._events, trace._stamped = None, events, None  # stamped on first use if needed
         return trace
+
+    def prefetch(self) -> None:
+        """Start a streamed trace's reader now: its first raw batch is read and kept for :meth:`batches`.
+
+        The core's ingest calls it while the content hash is worked out in another thread, so that the two
+        overlap (the id is needed only when the first batch is conformed). Nothing for a trace read whole or
+        already consumed, or a reader that gives no batch.
+        """
+        if not self.is_streamed or self._source is None or isinstance(self._source, _Prefetched):
+            return
+        batches = iter(self._source)
+        try:
+            first = next(batches)
+        except StopIteration:
+            self._source = ()
+            return
+        self._source = _Prefetched(first, batches)
+
+    def close(self) -> None:
+        """Give up a streamed trace that will not be consumed (its reader's generator is closed, its file with it)."""
+        source, self._source = self._source, None
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
 
     @property
     def is_streamed(self) -> bool:

@@ -544,16 +544,18 @@ def decode_workers(path: Path, chunk_bytes: int, requested: int | None = None) -
 def decode_threads(workers: int, requested: int | None = None) -> int:
     """How many threads of this process decode chunks when no worker process does (0: the reading thread).
 
-    ``requested`` (the ``threads`` reader parameter), else ``$TRACEPARSE_DECODE_THREADS``, else 1 on a machine
-    of 2 cores or more: one thread decodes the next chunk while this one validates and hands on the last
-    (Arrow's parse and polars' work run without the interpreter's lock, so the two overlap).
+    ``requested`` (the ``threads`` reader parameter), else ``$TRACEPARSE_DECODE_THREADS``, else 2 on a machine
+    of 2 cores or more: two threads decode the next chunks while this one validates and hands on the last
+    (Arrow's parse and polars' work run without the interpreter's lock, so they overlap). With one decoding
+    thread that thread was the critical path on 2 cores (17 chunks of the 139 MB benchmark trace at about
+    100 ms each, one after the other, while this thread and the Parquet writer mostly waited).
     """
     if workers > 0:
         return 0
     requested = _requested(requested, "TRACEPARSE_DECODE_THREADS")
     if requested is not None:
         return requested
-    return 1 if _cores() >= 2 else 0
+    return 2 if _cores() >= 2 else 0
 
 
 def _requested(requested: int | None, variable: str) -> int | None:
@@ -612,7 +614,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     parse and polars' work let go of the interpreter), or with ``threads`` 0 each chunk when its turn comes;
     the same cuts and results.
     ``fast`` (a module-level function, so that it pickles) is tried first on each chunk but the last: it
-    gets the chunk's bytes (whole events, commas between) and returns ``(what convert would make, the number
+    gets the chunk as the document ``{"e":[`` + its bytes (whole events, commas between) + ``]}`` and returns ``(what convert would make, the number
     of events)``, or None to leave the chunk to the decoding and ``convert`` (the careful path).
     """
     check_file(path)
@@ -627,7 +629,9 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
         if form == "object" and on_document is not None:
             document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
             on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
-        queue: list[list] = []  # [data, separator after it, final, future, checked], in file order
+        # [data, separator after it, final, future, checked], in file order; data is the chunk as a document
+        # (:func:`_wrap`) but for the final chunk, the end of the file as it is
+        queue: list[list] = []
         state = {"offset": 0}
         here = _InThisProcess()
 
@@ -649,7 +653,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
             if result == _MISPLIT:  # the cut was no boundary: decode this chunk and the next as one
                 nxt = queue[1]
                 nxt[3].cancel()
-                merged = data + sep + nxt[0]
+                merged = bytes(_events_of(data)) + sep + (nxt[0] if nxt[2] else _events_of(nxt[0]))
                 if len(merged) > max_event and not nxt[2]:
                     raise bad_input(path, f"traceEvents[{state['offset']}]",
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
@@ -660,12 +664,12 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                 ends, open_string = ([], False) if checked else _scan(merged, 0)
                 if ends:
                     end, start = ends[-1]
-                    queue[0:2] = [submit(merged[:end], merged[end:start], False, True, local=True),
-                                  submit(merged[start:], nxt[1], nxt[2])]
+                    queue[0:2] = [submit(_wrap(merged[:end]), merged[end:start], False, True, local=True),
+                                  submit(merged[start:] if nxt[2] else _wrap(merged[start:]), nxt[1], nxt[2])]
                 elif open_string and not nxt[2]:
-                    queue[0:2] = [[merged, nxt[1], False, _Done(_MISPLIT), False]]
+                    queue[0:2] = [[_wrap(merged), nxt[1], False, _Done(_MISPLIT), False]]
                 else:
-                    queue[0:2] = [submit(merged, nxt[1], nxt[2], local=True)]
+                    queue[0:2] = [submit(merged if nxt[2] else _wrap(merged), nxt[1], nxt[2], local=True)]
                 return
             del queue[0]
             yield from _settle(path, options, result, state, repairs, on_document, final)
@@ -684,7 +688,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
                                     f"an event longer than {max_event >> 20} MiB: not a trace traceparse reads")
                 continue
             end, start = cut
-            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False))
+            queue.append(submit(*_cut(buf, end, start), False))
             del buf[:start]
             while len(queue) > limit:
                 yield from take_front()
@@ -694,7 +698,7 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
         tail = _last_candidate(buf, buf.rfind(b"]")) if fast is not None else None
         if tail is not None:
             end, start = tail
-            queue.append(submit(bytes(buf[:end]), bytes(buf[end:start]), False, True))
+            queue.append(submit(*_cut(buf, end, start), False, True))
             del buf[:start]
         # the end is decoded here when its turn comes: never ahead of a cut that may yet be merged into it
         queue.append(submit(bytes(buf), b"", True, local=True))
@@ -704,6 +708,33 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     if repairs[0]:
         options.warn(f"{path}: {repairs[0]} byte sequence{'s' if repairs[0] != 1 else ''} not valid UTF-8; "
                      "read as U+FFFD (the replacement character)")
+
+
+def _cut(buf: bytearray, end: int, start: int) -> tuple[bytes, bytes]:
+    """The chunk ``buf[:end]`` as a document (:func:`_wrap`) and the separator ``buf[end:start]``: the chunk's
+    bytes copied once, straight into the document."""
+    with memoryview(buf) as view:
+        return _wrap(view[:end]), bytes(view[end:start])
+
+
+#: A chunk of events travels as the JSON document ``{"e":[events]}``: Arrow's JSON reader (the torch reader's fast
+#: path) reads it as it is, msgspec reads the list inside it (:func:`chunk_list`), and neither needs a copy.
+_OPEN, _CLOSE = b'{"e":[', b"]}"
+
+
+def _wrap(events) -> bytes:
+    """The document of a chunk: ``{"e":[`` + the events' bytes + ``]}``, in one copy."""
+    return b"".join((_OPEN, events, _CLOSE))
+
+
+def _events_of(document: bytes) -> memoryview:
+    """The events' bytes inside a chunk's document (no copy)."""
+    return memoryview(document)[len(_OPEN):-len(_CLOSE)]
+
+
+def chunk_list(document: bytes) -> memoryview:
+    """The JSON list of a chunk's events inside its document: ``[`` + the events + ``]`` (no copy)."""
+    return memoryview(document)[len(_OPEN) - 1:1 - len(_CLOSE)]
 
 
 def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repairs: list[int],
@@ -790,7 +821,7 @@ def _decode_piece(spec: tuple, data: bytes, final: bool, form: str, truncated: b
         with gc_paused():
             if not final:
                 try:
-                    events = events_decoder.decode(b"[" + data + b"]")
+                    events = events_decoder.decode(chunk_list(data))
                 except msgspec.ValidationError:  # valid JSON, so a real cut: a wrongly typed value, refused
                     raise
                 except msgspec.DecodeError:

@@ -20,6 +20,7 @@ both paths give the same table, warnings and errors on every torch fixture and t
 
 from __future__ import annotations
 
+import functools
 import re
 from operator import attrgetter
 from typing import Any, get_args
@@ -30,7 +31,7 @@ import polars as pl
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.validate import INT64_MAX
 
-from traceparse_plugins.readers.chrome_json.decoder import gc_paused
+from traceparse_plugins.readers.chrome_json.decoder import chunk_list, gc_paused
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
     _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
@@ -120,6 +121,7 @@ _LABEL_AT = re.compile(r"^Expected `int \| null`, got `str` - at `\$\[\d+\]\.[pt
 _RAW = {"input_dims": lambda text: text.str.replace_all(r"\s+", "").replace("", None),
         "input_types": compact_json_text, "concrete_inputs": compact_json_text}
 _SCHEMAS: dict[tuple[frozenset, bool], Any] = {}
+_ARGS = attrgetter("args")
 
 
 def _schema(groups: frozenset, labels: bool):
@@ -144,48 +146,49 @@ def _schema(groups: frozenset, labels: bool):
 _last: list[tuple[frozenset, bool]] = [(frozenset(), False)]
 
 
-def _read(wrapped: bytearray, groups: frozenset, labels: bool):
+def _read(document: bytes, groups: frozenset, labels: bool):
     """The events of ``{"e": [events]}`` as one Arrow struct array (Arrow's exceptions pass through)."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
     table = pajson.read_json(
-        pa.BufferReader(wrapped),
-        read_options=pajson.ReadOptions(block_size=len(wrapped) + 1, use_threads=False),
+        pa.BufferReader(document),
+        read_options=pajson.ReadOptions(block_size=len(document) + 1, use_threads=False),
         parse_options=pajson.ParseOptions(explicit_schema=_schema(groups, labels),
-                                          unexpected_field_behavior="ignore", newlines_in_values=True))
+                                          unexpected_field_behavior="ignore", newlines_in_values=True),
+        memory_pool=pa.system_memory_pool())
     return table.column(0).chunk(0).values
 
 
-def fast_rows(data: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str, str]], int] | None:
-    """What :func:`traceparse_plugins.readers.torch_profiler.chunk_rows` gives for the events in ``data``
-    (the bytes of whole events, commas between) and their number, or None where only the careful path can say.
+def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str, str]], int] | None:
+    """What :func:`traceparse_plugins.readers.torch_profiler.chunk_rows` gives for the events in ``document``
+    (``{"e":[`` + the bytes of whole events, commas between + ``]}``) and their number, or None where only the
+    careful path can say.
 
-    ``data`` is a chunk cut by the shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`):
-    a cut that was no event boundary fails the check and gives None too.
+    ``document`` is a chunk cut by the shared decoder (:func:`~traceparse_plugins.readers.chrome_json.map_chunks`),
+    which Arrow reads as it is and msgspec the list inside it: no copy. A cut that was no event boundary fails
+    the check and gives None too.
     """
-    if len(data) > MAX_FAST_BYTES:
+    if len(document) > MAX_FAST_BYTES:
         return None
-    if not data.isascii():  # msgspec skips what it does not keep unread and Arrow keeps bytes as they are:
-        try:                # bytes that are not UTF-8 are the careful path's (it replaces and counts them)
-            data.decode("utf-8")
+    if not document.isascii():  # msgspec skips what it does not keep unread and Arrow keeps bytes as they are:
+        try:                    # bytes that are not UTF-8 are the careful path's (it replaces and counts them)
+            document.decode("utf-8")
         except UnicodeDecodeError:
             return None
     groups, labels = _last[0]
-    wrapped = bytearray(b'{"e":[') + data + b"]}"  # Arrow's document; msgspec's list is inside it: one copy
-    del data
-    # the raw texts msgspec keeps point into the buffer: the view goes when they go
-    checked = _check(memoryview(wrapped)[len(b'{"e":'):-1], groups, labels)
+    # the raw texts msgspec keeps point into the document: the view goes when they go
+    checked = _check(chunk_list(document), groups, labels)
     if checked is None:
         return None
     groups, labels, checked = checked
     import pyarrow as pa
 
     try:
-        events = _read(wrapped, groups, labels)
+        events = _read(document, groups, labels)
     except (pa.ArrowException, ValueError, OverflowError):
         return None
-    del wrapped
+    del document
     if len(events) != len(checked):
         return None
     frame = _frame(events)
@@ -227,7 +230,6 @@ def _frame(events) -> pl.DataFrame | None:
     Args field by its attribute name (null where the schema had not the field); None where a list of ints
     holds a null (which msgspec refuses)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     columns, names = [], []
     for field, child in zip(events.type, events.flatten()):
@@ -235,10 +237,10 @@ def _frame(events) -> pl.DataFrame | None:
             columns.append(child)
             names.append(field.name)
             continue
-        columns.append(child.is_valid())
+        columns.append(_valid(child))
         names.append("_args")
         for arg, value in zip(child.type, child.flatten()):
-            if pa.types.is_list(arg.type) and pc.list_flatten(value).null_count:
+            if pa.types.is_list(arg.type) and value.values.null_count:  # (every value, a conservative test)
                 return None
             columns.append(value)
             names.append(_NAME_OF_KEY[arg.name])
@@ -247,123 +249,161 @@ def _frame(events) -> pl.DataFrame | None:
     return frame.with_columns(**missing) if missing else frame
 
 
+def _valid(array):
+    """Whether each value of ``array`` is not null, as a boolean array over its validity bitmap (no copy).
+
+    ``Array.is_valid()`` would do, but it (like ``ListArray.flatten()``) imports ``pyarrow.compute``, 0.1 s of
+    start-up for this one call."""
+    import pyarrow as pa
+
+    bitmap = array.buffers()[0]
+    if bitmap is None:
+        bitmap = pa.py_buffer(b"\xff" * ((len(array) + array.offset + 7) // 8))
+    return pa.BooleanArray.from_buffers(pa.bool_(), len(array), [None, bitmap], 0, array.offset)
+
+
 def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dict] | None:
-    """The rows of the decoded columns, or None where they differ from the careful path's."""
-    category = pl.col("cat").str.to_lowercase()
-    df = df.with_columns(
-        _row=pl.int_range(pl.len(), dtype=pl.UInt32),
-        kind=category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String),
-        gpu=category.is_in(list(GPU_CATEGORIES)),
-    )
-    kept = df.filter((pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null())
-    raws = {name: _raw_text(list(map(attrgetter(f"args.{name}"), checked))) for name in _RAW}
-    rows = _event_rows(kept, raws)
-    if rows is None:
+    """The rows of the decoded columns, or None where they differ from the careful path's.
+
+    One query per part (the checks, the event rows, the ``[memory]`` counters, the thread names) on the kinds and
+    raw texts added once, with expressions built once (:func:`_queries`): a chunk costs a few queries, not one per
+    step. (``collect_all`` of the four, lazily, was no faster: without the optimizer each query redid the head,
+    with it the planning cost as much.)
+    """
+    args = list(map(_ARGS, checked))
+    texts = {name: _raw_text(list(map(attrgetter(name), args))) for name in _RAW}
+    q = _queries()
+    made = []
+    for name, make in _RAW.items():  # once per distinct text: a few hundred a chunk
+        distinct = texts[name].unique()
+        made.append(pl.col(f"_text_{name}").replace_strict(distinct, make(distinct), return_dtype=pl.String)
+                    .alias(name))
+    frame = df.with_columns(*q["head"], *(text.alias(f"_text_{name}") for name, text in texts.items()))
+    kept = frame.filter(q["keep"])
+    if kept.select(q["checks"]).item():
         return None
-    memory = df.filter((pl.col("name") == MEMORY_EVENT) & pl.col("ph").is_in(["i", "I"]) & pl.col("_args"))
-    counters = None
-    if memory.height:
-        counters = _counter_rows(memory)
-        if counters is None:
+    rows = kept.select(*q["columns"], *made)
+    counters = frame.filter(q["memory"]).select(q["counters"])
+    named = frame.filter(q["named"]).select("_row")
+    rows = _with_collectives(rows)
+    if counters.height:
+        if counters["_bad"].any():
             return None
-    return with_counters(rows, counters), Coercions(), _thread_names(df, checked)
+        counters = counter_rows(counters["_row"], counters["_ts"].alias("ts"), counters["_device"],
+                                counters["_device_type"], counters["pid"], counters["tid"],
+                                {field: counters[field] for field in KEYS})
+    else:
+        counters = None
+    return with_counters(rows, counters), Coercions(), _thread_names(named["_row"], checked)
 
 
-def _out_of(column: str, lo: int, hi: int) -> pl.Expr:
-    return (pl.col(column).is_not_null() & ~pl.col(column).is_between(lo, hi)).any()
+@functools.cache
+def _queries() -> dict:
+    """The expressions of :func:`_rows`, built once (building them per chunk cost more than running them)."""
+    category = pl.col("cat").str.to_lowercase()
+    return {
+        "head": [pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"),
+                 category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String).alias("kind"),
+                 category.is_in(list(GPU_CATEGORIES)).alias("gpu")],
+        "keep": (pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null(),
+        "memory": (pl.col("name") == MEMORY_EVENT) & pl.col("ph").is_in(["i", "I"]) & pl.col("_args"),
+        "named": (pl.col("ph") == "M") & (pl.col("name") == "thread_name") & pl.col("_args"),
+        "checks": pl.any_horizontal(_event_checks()).alias("_bad"),
+        "columns": _event_columns(),
+        "counters": _counter_columns(),
+    }
 
 
-def _event_rows(kept: pl.DataFrame, raws: dict[str, pl.Series]) -> pl.DataFrame | None:
-    """:func:`.events.rows_of` of the kept rows; None where the careful path would coerce, warn or refuse."""
-    if kept.height == 0:
-        return _EMPTY
+def _out_of(column: pl.Expr | str, lo: int, hi: int) -> pl.Expr:
+    column = pl.col(column) if isinstance(column, str) else column
+    return (column.is_not_null() & ~column.is_between(lo, hi)).any()
+
+
+def _dim3() -> dict[str, pl.Expr]:
+    """``grid_x`` ... ``block_z``: the three numbers of a ``grid``/``block`` list of three (else null)."""
     dim3 = {}
     for label in ("grid", "block"):
         whole = pl.col(label).list.len() == 3
         for i, axis in enumerate("xyz"):
             dim3[f"{label}_{axis}"] = pl.when(whole).then(pl.col(label).list.get(i, null_on_oob=True))
-    kept = kept.with_columns(_ts=pl.col("ts").to_physical(), _dur=pl.col("dur").to_physical(), **dim3)
-    checks = ([_out_of(c, *_INT32) for c in (*_INT32_ARGS, *dim3)]
-              + [_out_of(c, *_TIME_RANGE) for c in ("_ts", "_dur")])
-    if kept.select(pl.any_horizontal(checks)).item():
-        return None
+    return dim3
+
+
+_PICKED = pl.col("name").str.contains(_COMM_NAME).fill_null(False) & pl.col("_args")  # a communication event's
+_ELEMS = pl.max_horizontal("in_nelems", "out_nelems", "in_nelems_legacy", "out_nelems_legacy")
+_DTYPE_SIZE = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+
+
+def _event_checks() -> list[pl.Expr]:
+    """What makes the careful path coerce, warn or refuse where the kept rows are concerned: an Int32 argument out
+    of range, a time past Int64 nanoseconds, a message size past Int64 (the careful path keeps it as text)."""
+    elems = pl.when(_PICKED & (_DTYPE_SIZE > 0)).then(_ELEMS)
+    return ([_out_of(c, *_INT32) for c in _INT32_ARGS] + [_out_of(e, *_INT32) for e in _dim3().values()]
+            + [_out_of(pl.col(c).to_physical(), *_TIME_RANGE) for c in ("ts", "dur")]
+            + [(elems.cast(pl.Int128) * _DTYPE_SIZE > INT64_MAX).any()])
+
+
+def _event_columns() -> list[pl.Expr]:
+    """:func:`.events.rows_of`'s columns of the kept rows, but for the raw argument texts (made per chunk) and the
+    collective (worked out after: :func:`_with_collectives`). No cast fails: a value out of its column is a
+    ``_bad`` row (:func:`_event_checks`, collected at once), and the chunk goes to the careful path."""
     gpu = pl.col("gpu")
-    df = kept.select(
-        "kind", "name",
-        start_ns=pl.col("_ts").cast(pl.Int64),
-        duration_ns=pl.col("_dur").cast(pl.Int64),
-        pid=pl.when(~gpu).then(pl.col("pid")),
-        tid=pl.when(~gpu).then(pl.col("tid")),
-        device_id=pl.coalesce(pl.col("device").cast(pl.Int32), pl.col("in_device").cast(pl.Int32),
-                              pl.when(gpu).then(pl.col("pid")).cast(pl.Int32, strict=False)),
-        src_device=pl.col("from_device").cast(pl.Int32),
-        dst_device=pl.col("to_device").cast(pl.Int32),
-        context_id=pl.col("context").cast(pl.Int32),
-        stream_id=pl.coalesce(pl.col("stream"), pl.when(gpu).then(pl.col("tid"))),
-        correlation_id=pl.col("correlation"),
-        external_id=pl.col("external_id").fill_null(pl.col("external_id_legacy")),
-        registers_per_thread=pl.col("registers").cast(pl.Int32),
-        bytes=pl.col("bytes"),
-        flops=pl.col("flops"),
-        **{name: make(raws[name].gather(kept["_row"])) for name, make in _RAW.items()},
-        **{c: pl.col(c).cast(pl.Int32) for c in dim3},
-        _smem=pl.col("shared_memory"),
-        _args=pl.col("_args"),
-        _event=pl.col("_row"),
-        **{c: pl.col(c) for c in ("collective_name", "seq", "pg_name", "dtype", "in_nelems", "out_nelems",
-                                  "in_nelems_legacy", "out_nelems_legacy")},
-    )
-    copy = pl.col("name").str.extract_groups(_COPY_NAME)
-    df = df.with_columns(copy=pl.when(pl.col("kind") == "memcpy").then(copy)).with_columns(
-        copy_kind=_known(pl.col("copy").struct.field("1"), COPY_KINDS),
-        src_memory=_known(pl.col("copy").struct.field("2").str.to_lowercase(), MEMORY_KINDS),
-        dst_memory=_known(pl.col("copy").struct.field("3").str.to_lowercase(), MEMORY_KINDS),
-        dynamic_smem_bytes=pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")),
-    ).drop("copy", "_smem")
-    comm = _comm(df)
-    if comm is None:
-        return None
-    return df.drop("_args", "collective_name", "seq", "pg_name", "dtype", "in_nelems", "out_nelems",
-                   "in_nelems_legacy", "out_nelems_legacy").with_columns(comm).with_columns(
-        bytes=pl.coalesce("bytes", "_comm_bytes")).drop("_comm_bytes")
+    kind = pl.col("kind")
+    copy = pl.when(kind == "memcpy").then(pl.col("name").str.extract_groups(_COPY_NAME))
+    return [
+        kind, pl.col("name"),
+        pl.col("ts").to_physical().cast(pl.Int64, strict=False).alias("start_ns"),
+        pl.col("dur").to_physical().cast(pl.Int64, strict=False).alias("duration_ns"),
+        pl.when(~gpu).then(pl.col("pid")).alias("pid"),
+        pl.when(~gpu).then(pl.col("tid")).alias("tid"),
+        pl.coalesce(pl.col("device").cast(pl.Int32, strict=False), pl.col("in_device").cast(pl.Int32, strict=False),
+                    pl.when(gpu).then(pl.col("pid")).cast(pl.Int32, strict=False)).alias("device_id"),
+        pl.col("from_device").cast(pl.Int32, strict=False).alias("src_device"),
+        pl.col("to_device").cast(pl.Int32, strict=False).alias("dst_device"),
+        pl.col("context").cast(pl.Int32, strict=False).alias("context_id"),
+        pl.coalesce(pl.col("stream"), pl.when(gpu).then(pl.col("tid"))).alias("stream_id"),
+        pl.col("correlation").alias("correlation_id"),
+        pl.col("external_id").fill_null(pl.col("external_id_legacy")).alias("external_id"),
+        pl.col("registers").cast(pl.Int32, strict=False).alias("registers_per_thread"),
+        pl.coalesce(pl.col("bytes"), pl.when(_PICKED & (_DTYPE_SIZE > 0)).then(_ELEMS) * _DTYPE_SIZE).alias("bytes"),
+        pl.col("flops"),
+        *(e.cast(pl.Int32, strict=False).alias(c) for c, e in _dim3().items()),
+        _known(copy.struct.field("1"), COPY_KINDS).alias("copy_kind"),
+        _known(copy.struct.field("2").str.to_lowercase(), MEMORY_KINDS).alias("src_memory"),
+        _known(copy.struct.field("3").str.to_lowercase(), MEMORY_KINDS).alias("dst_memory"),
+        pl.when(kind == "kernel").then(pl.col("shared_memory")).alias("dynamic_smem_bytes"),
+        pl.col("_row").alias("_event"),
+        pl.when(_PICKED).then(pl.col("collective_name")).alias("_given"),
+        pl.when(_PICKED).then(pl.col("seq")).alias("seq"),
+        pl.when(_PICKED).then(pl.col("pg_name")).alias("process_group"),
+    ]
 
 
-def _comm(df: pl.DataFrame) -> list[pl.Series] | None:
-    """:func:`.events.comm_columns` over columns; None when a message size passes Int64 (the careful path's text)."""
-    picked = pl.col("name").str.contains(_COMM_NAME).fill_null(False) & pl.col("_args")
-    elems = pl.max_horizontal("in_nelems", "out_nelems", "in_nelems_legacy", "out_nelems_legacy")
-    size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    parts = df.select(
-        given=pl.when(picked).then(pl.col("collective_name")),
-        seq=pl.when(picked).then(pl.col("seq")),
-        process_group=pl.when(picked).then(pl.col("pg_name")),
-        _elems=pl.when(picked & (size > 0)).then(elems),
-        _size=size,
-    )
-    big = parts.select((pl.col("_elems").cast(pl.Int128) * pl.col("_size") > INT64_MAX).any()).item()
-    if big:
-        return None
-    return [collective_of(df["name"], parts["given"]), parts["seq"],
-            parts["process_group"], (parts["_elems"] * parts["_size"]).alias("_comm_bytes")]
+def _with_collectives(rows: pl.DataFrame) -> pl.DataFrame:
+    """The rows with their ``collective`` (:func:`.events.collective_of`), in place of Kineto's ``_given`` name."""
+    if rows.height == 0:
+        return _EMPTY
+    return rows.with_columns(collective=collective_of(rows["name"], rows["_given"])).drop("_given")
 
 
-def _counter_rows(memory: pl.DataFrame) -> pl.DataFrame | None:
-    """:func:`.memory.memory_rows` over columns; None where the careful path would coerce or refuse."""
-    memory = memory.with_columns(_ts=pl.col("ts").to_physical())
-    checks = [_out_of(c, *_INT32) for c in _MEMORY_INT32] + [_out_of("_ts", *_TIME_RANGE)]
-    if memory.select(pl.any_horizontal(checks)).item():
-        return None
-    m = memory.select(_ts=pl.col("_ts").cast(pl.Int64), _pid=pl.col("pid"), _tid=pl.col("tid"))
-    return counter_rows(memory["_row"], m["_ts"].alias("ts"), memory["mem_device_id"].cast(pl.Int32),
-                        memory["mem_device_type"].cast(pl.Int32), m["_pid"], m["_tid"],
-                        {field: memory[field] for field in KEYS})
+def _counter_columns() -> list[pl.Expr]:
+    """The ``[memory]`` events' columns for :func:`.memory.counter_rows`, and ``_bad``: whether the careful path
+    would coerce or refuse one of them."""
+    ts = pl.col("ts").to_physical()
+    return [
+        "_row", "pid", "tid", *KEYS,
+        ts.cast(pl.Int64, strict=False).alias("_ts"),
+        pl.col("mem_device_id").cast(pl.Int32, strict=False).alias("_device"),
+        pl.col("mem_device_type").cast(pl.Int32, strict=False).alias("_device_type"),
+        pl.any_horizontal([_out_of(c, *_INT32) for c in _MEMORY_INT32] + [_out_of(ts, *_TIME_RANGE)]).alias("_bad"),
+    ]
 
 
-def _thread_names(df: pl.DataFrame, checked: list) -> dict[str, str]:
-    """The chunk's ``thread_name`` events (a few): as :func:`.threads.collect_thread_names` reads them."""
-    named = df.filter((pl.col("ph") == "M") & (pl.col("name") == "thread_name") & pl.col("_args"))
+def _thread_names(rows: pl.Series, checked: list) -> dict[str, str]:
+    """The chunk's ``thread_name`` events (a few; ``rows`` their indices): as
+    :func:`.threads.collect_thread_names` reads them."""
     names: dict[str, str] = {}
-    for row in named["_row"]:
+    for row in rows:
         event = checked[row]
         if isinstance(event.pid, int) and isinstance(event.tid, int):
             name = thread_name(event.args.meta_name)
