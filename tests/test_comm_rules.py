@@ -59,24 +59,48 @@ def intersect(s: int, e: int, merged: list[tuple[int, int]]) -> int:
 
 
 # -- independent oracles -------------------------------------------------------------------------------------
+def _collective(name: str) -> str | None:
+    """all_reduce or broadcast, of an NCCL kernel or a c10d operator (the collectives of these runs)."""
+    letters = "".join(ch for ch in name.lower() if ch.isalpha())
+    return "all_reduce" if "allreduce" in letters else "broadcast" if "broadcast" in letters else None
+
+
 def oracle_stragglers(folder: Path) -> dict:
     """From the raw JSON: the n-th c10d::* operator of each rank is one instance (one process group).
 
-    A rank's wait at an instance is [its arrival, the last arrival); its waited time is the length of the
-    union of its waits inside its ProfilerStep# windows (waits of two collectives in flight count once), and
-    the wait a rank causes is, over the other ranks, that length for the instances it was last to.
+    A rank's arrival is its call's start, or on NCCL ranks the start of the call's kernel (an NCCL call only
+    queues it; the device waits). A rank's wait at an instance is [its arrival, the last arrival); its waited
+    time is the length of the union of its waits inside its ProfilerStep# windows (waits of two collectives in
+    flight count once), on NCCL ranks less the part its compute kernels cover, and the wait a rank causes is,
+    over the other ranks, that length for the instances it was last to.
     """
-    arrivals, windows = {}, {}
+    arrivals, windows, compute, device_of = {}, {}, {}, {}
     for path in sorted(folder.glob("rank*.json.gz")):
         rank = int(path.name[4:].split(".")[0])
         events = raw(path)["traceEvents"]
-        ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
-               and e["name"].startswith("c10d::")]
-        arrivals[rank] = sorted(us_to_ns(e["ts"]) for e in ops)
+        ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+                      and e["name"].startswith("c10d::")), key=lambda e: e["ts"])
+        arrivals[rank] = [us_to_ns(e["ts"]) for e in ops]
+        nccl = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"
+                       and e["name"].startswith("nccl")), key=lambda e: e["ts"])
+        device_of[rank] = bool(nccl)
+        compute[rank] = union([(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
+                               if e.get("ph") == "X" and e.get("cat") == "kernel" and not e["name"].startswith("nccl")])
+        if nccl:  # the device's arrival: the k-th call of a collective runs the k-th kernel of that collective
+            kernels: dict = {}
+            for e in nccl:
+                kernels.setdefault(_collective(e["name"]), []).append(us_to_ns(e["ts"]))
+            seen: dict = {}
+            for i, e in enumerate(ops):
+                k = _collective(e["name"])
+                arrivals[rank][i] = kernels[k][seen.get(k, 0)]
+                seen[k] = seen.get(k, 0) + 1
+            assert {k: len(v) for k, v in kernels.items()} == seen
         windows[rank] = union([(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
                                if e.get("ph") == "X" and e.get("cat") == "user_annotation"
                                and e["name"].startswith("ProfilerStep#")])
     steps = {r: length(w) for r, w in windows.items()}
+    device = all(device_of.values())
     ranks = sorted(arrivals)
     n = len(arrivals[ranks[0]])
     assert all(len(arrivals[r]) == n for r in ranks)
@@ -91,7 +115,9 @@ def oracle_stragglers(folder: Path) -> dict:
     def waited(r: int, by: int | None = None) -> int:  # |union of r's waits (for ``by``) ∩ r's steps|
         waits = union([(arrivals[r][i], latest) for i, (last, latest) in enumerate(last_of)
                        if latest > arrivals[r][i] and (by is None or last == by)])
-        return sum(intersect(s, e, windows[r]) for s, e in waits)
+        inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
+        busy = compute[r] if device else []  # a kernel's wait counts where no compute kernel runs
+        return sum(e - s - intersect(s, e, busy) for s, e in inside)
 
     waited_ns = {r: waited(r) for r in ranks}
     caused = {c: sum(waited(r, c) for r in ranks if r != c) for c in ranks}

@@ -6,8 +6,11 @@ else the ``c10d::*`` operator, else ``record_param_comms``, else a host annotati
 ``gloo:all_reduce``), or of its communication kernel where only GPU events exist; an instance is matched
 across ranks by (process group, sequence number) where the trace has one, else as the n-th collective of
 that process group on each rank. A trace of one process driving several GPUs (rank null) compares its
-devices' communication kernels instead. In each instance the last rank to arrive holds the others: each
-other rank waits last arrival − its own arrival.
+devices' communication kernels instead. Where every member's every collective ran as a communication kernel
+(NCCL, RCCL), the arrival is that kernel's start (the call only queues it; the device waits, in the kernel),
+and a wait counts only where the member's compute kernels run nothing
+(:func:`traceparse.measures.comm.waiting_time`). In each instance the last rank to arrive holds the others:
+each other rank waits last arrival − its own arrival.
 
 Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks), ``waited_ns`` =
 the time it spent waiting, counted once: the length of the union of its waiting intervals [arrival, last
@@ -55,7 +58,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
-from traceparse.measures.comm import member_windows, waiting_time
+from traceparse.measures.comm import member_compute, member_windows, waiting_time
 from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -111,12 +114,13 @@ class Stragglers(Rule):
         windows = member_windows(events, waits)
         step = {m: sum(e - a for a, e in w) for m, w in windows.items()}
         steps_per_member = {m: len(w) for m, w in windows.items()}
-        waited = dict(waiting_time(waits, windows).iter_rows())
+        busy = member_compute(events, waits)
+        waited = dict(waiting_time(waits, windows, busy).iter_rows())
         # the wait a member causes: over the others, the union of their waits at the instances it was last to
         caused = {}
         for (last,), held in shared.filter(pl.col("member") != pl.col("last_member")).group_by(
                 "last_member", maintain_order=True):
-            caused[last] = int(waiting_time(held, windows)["waited_ns"].sum() or 0)
+            caused[last] = int(waiting_time(held, windows, busy)["waited_ns"].sum() or 0)
         per = (waits.group_by("member").agg(device=pl.col("device_id").drop_nulls().first(),
                                             rank=pl.col("rank").first())
                .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),

@@ -307,16 +307,43 @@ def _moved(ns: pl.Expr, offset: pl.Expr) -> pl.Expr:
     return (ns.cast(pl.Int128) - offset.cast(pl.Int128)).clip(*_INT64).cast(pl.Int64)
 
 
+def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """``rows`` (:class:`Collectives` rows) with each arrival moved to the member's communication kernel, where
+    every instance of every member has one (:func:`completions`): ``arrival`` is then ``"device"``, else
+    ``"host"`` and the arrivals are the calls'. ``host_arrival_ns`` keeps the call's start.
+
+    Why: an NCCL (RCCL) call returns at once and only queues its kernel; the host of a rank runs on, often
+    many milliseconds ahead of its GPU (FSDP issues its all-gathers a layer ahead). It is the device that
+    waits: its kernel starts when its stream reaches it and spins until every rank's kernel has started. The
+    calls' starts would count as waiting the time a host spent ahead of its own GPU (on a real FSDP2 run,
+    a wait of 78.7 ms a step where the slow rank's planted sleep cost 28.8 ms, and a balanced run's rank named
+    its straggler). gloo and other host-side collectives have no kernel: their calls are the arrivals.
+    """
+    done = completions(parts)
+    device = (done.height == rows.height and done.height > 0 and bool((done["done_source"] == "kernel").all()))
+    if not device:
+        return rows.with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
+    joins = done.select("member", "process_group", "instance", _join="join_ns")
+    rows = rows.join(joins, on=["member", "process_group", "instance"], how="left", nulls_equal=True)
+    if rows["_join"].null_count():
+        return rows.drop("_join").with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
+    return rows.with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival_ns=pl.col("_join"),
+                             arrival=pl.lit("device")).drop("_join")
+
+
 class CollectiveWaits(Measure):
     """Per collective instance and member: its arrival, the last member's arrival, and its wait for it.
 
-    From :class:`Collectives`: for each (``process_group``, ``instance``), ``last_arrival_ns`` = the latest
-    arrival of its members, ``last_member`` = the member that arrived then (of several at the same instant,
+    From :class:`Collectives`, with arrivals on the device where every member's collectives ran as
+    communication kernels (:func:`_device_arrivals`: the kernel's start, ``arrival`` ``"device"``; else the
+    call's start, ``"host"``; ``host_arrival_ns`` is the call's start either way): for each
+    (``process_group``, ``instance``), ``last_arrival_ns`` = the latest arrival of its members, ``last_member`` = the member that arrived then (of several at the same instant,
     the lowest), ``members`` = how many members have it, and per member ``wait_ns`` = last arrival − its
     arrival (0 for the last) and ``last`` (it is the last member). With ``align_clocks`` (ranks on
     several hosts, whose clocks differ), every member's arrival is first moved by its
     :func:`clock_offsets` (members leave a collective together). Columns: those of :class:`Collectives`
-    plus ``offset_ns``, ``last_arrival_ns``, ``last_member``, ``members``, ``wait_ns``, ``last``.
+    plus ``host_arrival_ns``, ``arrival``, ``offset_ns``, ``last_arrival_ns``, ``last_member``, ``members``,
+    ``wait_ns``, ``last``.
 
     Part and valid partitions: those of :class:`Collectives`.
     """
@@ -328,13 +355,14 @@ class CollectiveWaits(Measure):
         return _candidates(events)
 
     def combine(self, parts: list[pl.DataFrame], align_clocks: bool = False) -> pl.DataFrame:
-        rows = collectives.combine(parts)
+        rows = _device_arrivals(collectives.combine(parts), parts)
         if align_clocks:
             rows = rows.join(clock_offsets(parts), on="member", how="left", nulls_equal=True)
         else:
             rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
         rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
-                                 arrival_ns=_moved(pl.col("arrival_ns"), pl.col("offset_ns").fill_null(0)))
+                                 arrival_ns=_moved(pl.col("arrival_ns"), pl.col("offset_ns").fill_null(0)),
+                                 host_arrival_ns=_moved(pl.col("host_arrival_ns"), pl.col("offset_ns").fill_null(0)))
         inst = ["process_group", "instance"]
         member_key = pl.col("member").fill_null(_NO_RANK)
         last = (rows.sort([*inst, "arrival_ns", "member"], descending=[False, False, True, False], nulls_last=False)
@@ -469,14 +497,45 @@ def _windows(rows: pl.DataFrame) -> list[tuple[int, int]]:
     return [] if first is None or last is None else [(int(first), int(last))]
 
 
-def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]]) -> pl.DataFrame:
+def member_compute(events: Any, waits: pl.DataFrame) -> pl.DataFrame | None:
+    """Each member's compute kernels (``member``, ``start_ns``, ``duration_ns``), for the members of ``waits``
+    (:class:`CollectiveWaits` rows): a rank's, a device's (the members of one process driving several GPUs), or
+    every compute kernel (the one process). What a member's GPU did while its communication kernel waited, for
+    :func:`waiting_time`; None where the waits are not the device's (host-side collectives such as gloo's)."""
+    if waits.height == 0 or not bool((waits["arrival"] == "device").all()):
+        return None
+    rows = events.filter(compute_kernels(), placed())
+    if waits["rank"].is_not_null().any():
+        member = pl.col("rank").cast(pl.Int32)
+    elif waits["member"].is_not_null().any():
+        member = pl.col("device_id").cast(pl.Int32)
+    else:
+        member = pl.lit(_NO_RANK, dtype=pl.Int32)
+    return rows.select(member=member, start_ns="start_ns", duration_ns="duration_ns").filter(
+        pl.col("member").is_not_null())
+
+
+def _union_lengths(*frames: pl.DataFrame) -> dict[int, int]:
+    """Per member, the length of the union of the intervals of ``frames`` (each ``member``, ``start_ns``,
+    ``duration_ns``)."""
+    merged = intervals.union(pl.concat([f.select("member", "start_ns", "duration_ns") for f in frames]), ["member"])
+    return dict(merged.group_by("member").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
+
+
+def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
+                 busy: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per member, the time it spent waiting, counted once: |union of its waits ∩ its step windows|.
 
     ``waits`` are :class:`CollectiveWaits` rows (any subset: e.g. only the instances one rank was last at);
     a wait is the interval from the member's arrival to the last arrival (on the aligned clock, so the
     windows move by the member's ``offset_ns`` too). Collectives in flight at once (gloo keeps two) wait
     over the same time: the union counts it once, and the windows keep it inside the member's steps, so
-    no member waits longer than its step time. Columns: ``member``, ``waited_ns``.
+    no member waits longer than its step time.
+
+    Waits on the device (``arrival`` ``"device"``: communication kernels spinning for the last rank's) count
+    only where ``busy`` (:func:`member_compute`: the member's compute kernels) runs nothing: FSDP's all-gathers
+    wait on a stream of their own while the layer before computes, and that wait costs the rank nothing.
+    Columns: ``member``, ``waited_ns``.
     """
     rows = waits.filter(pl.col("wait_ns") > 0)
     if rows.height == 0:
@@ -494,4 +553,16 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]])
     inside = intervals.overlap_with(spans, cover, ["member"])
     out = (spans.with_columns(inside.alias("waited_ns")).group_by("member")
            .agg(pl.col("waited_ns").sum().cast(pl.Int64)).sort("member"))
+    device = "arrival" in rows.columns and bool((rows["arrival"] == "device").all())
+    if device and busy is not None and busy.height:
+        # |waits ∩ steps ∩ compute| by inclusion-exclusion over union lengths (A waits, W steps, B compute)
+        a, w = spans, cover
+        b = busy.filter(pl.col("member").is_in(a["member"].unique().implode())).with_columns(
+            start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(offsets, default=0,
+                                                                                 return_dtype=pl.Int64)))
+        n = [_union_lengths(*f) for f in ((a,), (w,), (b,), (a, w), (a, b), (w, b), (a, w, b))]
+        covered = {m: n[0].get(m, 0) + n[1].get(m, 0) + n[2].get(m, 0) - n[3].get(m, 0) - n[4].get(m, 0)
+                   - n[5].get(m, 0) + n[6].get(m, 0) for m in n[0]}
+        out = out.with_columns(waited_ns=pl.col("waited_ns") - pl.col("member").replace_strict(
+            covered, default=0, return_dtype=pl.Int64))
     return out.with_columns(member=pl.when(pl.col("member") != _NO_RANK).then(pl.col("member")))

@@ -202,16 +202,18 @@ def rank_steps(events: pl.DataFrame) -> list[dict] | None:
     """Per member of the collectives (a run's ranks): its step time, and how much of it it spent waiting at
     collectives for the last member to arrive, as the stragglers rule counts them
     (:func:`traceparse.measures.comm.member_windows`, :func:`~traceparse.measures.comm.waiting_time`: each
-    wait counted once, inside the member's steps, so ``waited_ns`` ≤ ``step_ns``). ``[{"member", "label",
+    wait counted once, inside the member's steps, so ``waited_ns`` ≤ ``step_ns``; a device's wait where its
+    compute kernels run nothing). ``[{"member", "label",
     "steps", "step_ns", "waited_ns"}]`` by member, or None with fewer than two members."""
-    from traceparse.measures.comm import member_windows, waiting_time
+    from traceparse.measures.comm import member_compute, member_windows, waiting_time
 
     waits = measures.collective_waits(events)
     if waits.height == 0 or waits["member"].n_unique() < 2:
         return None
     name = _member_name(waits)
     windows = member_windows(events, waits)
-    waited = dict(waiting_time(waits, windows).iter_rows())
+    busy = member_compute(events, waits)
+    waited = dict(waiting_time(waits, windows, busy).iter_rows())
     rows = []
     for member in sorted(windows, key=lambda m: (m is None, m or 0)):
         spans = windows[member]
