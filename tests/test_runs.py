@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -446,11 +447,14 @@ def test_a_run_is_flushed_to_disk_once_every_rank_is_written(tmp_path, monkeypat
 
 
 def test_early_flush_then_commit_flushes_only_the_rest(tmp_path, monkeypatch):
-    """A rank's files flushed while the other ranks are read are not flushed again at the commit (renamed from
-    part-N to rank=R); a rank moved onto the run's clock since (its files rewritten) is flushed again."""
+    """Without ``syncfs`` (not Linux): a rank's files flushed while the other ranks are read are not flushed again
+    at the commit (renamed from part-N to rank=R); a rank moved onto the run's clock since (its files rewritten)
+    is flushed again."""
     import os
 
     import traceparse.store as store_module
+
+    monkeypatch.setattr(store_module, "_syncfs_call", lambda: None)
 
     d = tmp_path / "run"
     write(d / "rank0.json", kineto(rank=0, world_size=3, start_us=1))
@@ -469,6 +473,41 @@ def test_early_flush_then_commit_flushes_only_the_rest(tmp_path, monkeypatch):
     names = [(Path(p).parent.name, Path(p).name) for p in flushed if Path(p).name in ("events.parquet", "meta.json")]
     assert sorted(names) == sorted([(f"part-{r}", n) for r in range(3) for n in ("events.parquet", "meta.json")]
                                    + [("rank=2", "events.parquet"), ("rank=2", "meta.json")])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="syncfs is Linux's")
+def test_a_run_of_many_files_is_flushed_with_one_syncfs(tmp_path, monkeypatch):
+    """A run of more files than SYNCFS_FILES is flushed with one syncfs of its file system, after every rank's
+    files are written and before run.json: no fsync of a rank's file, none while the ranks are read."""
+    import os
+
+    import traceparse.store as store_module
+
+    d = tmp_path / "run"
+    for r in range(3):
+        write(d / f"rank{r}.json", kineto(rank=r, world_size=3))
+    calls: list[tuple[str, list[str]]] = []  # (what, the rank files present then)
+    real_fsync, real_syncfs = os.fsync, store_module._syncfs
+
+    def present() -> list[str]:
+        return sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file())
+
+    def fsync(fd):
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), present()))
+        return real_fsync(fd)
+
+    def syncfs(path):
+        calls.append(("syncfs", present()))
+        return real_syncfs(path)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    monkeypatch.setattr(store_module, "_syncfs", syncfs)
+    monkeypatch.setattr(store_module, "SYNCFS_FILES", 2)
+    run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
+    assert sorted(run["ranks"]) == ["0", "1", "2"]
+    (synced,) = [files for what, files in calls if what == "syncfs"]
+    assert synced == sorted(["events.parquet", "meta.json"] * 3)  # every rank's files, not run.json yet
+    assert not [what for what, _ in calls if Path(what).name in ("events.parquet", "meta.json")]
 
 
 def test_workers_share_the_cores_among_their_polars_threads(monkeypatch):

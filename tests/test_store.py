@@ -149,3 +149,28 @@ def test_summary_of_small_batches_is_that_of_the_whole(tmp_path):
     }
     expected["span_ns"] = expected["end_ns"] - expected["start_ns"]
     assert whole.result() == parts.result() == expected
+
+
+def test_a_tiny_trace_is_written_plain_a_larger_one_compressed(tmp_path):
+    """A trace of at most TINY_TRACE_ROWS rows (a small rank of a run of thousands) is written without
+    compression or column statistics, which cost more than they save on a few rows; a larger one with zstd and
+    statistics. Both read back to the rows written."""
+    import pyarrow.parquet as pq
+
+    from traceparse.store import TINY_TRACE_ROWS
+
+    store = Store(tmp_path / "s")
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"device": 0, "stream": 7}}]}))
+    for path, rows, codec in ((tiny, 1, "UNCOMPRESSED"), (FIXTURES / "torch" / "alexnet_bs4.json.gz", None, "ZSTD")):
+        (result,) = ingest([path], store=store)
+        events = store.entry_dir(result.meta.id) / "events.parquet"
+        meta = pq.ParquetFile(events).metadata
+        height = pl.read_parquet(events).height
+        assert height == result.meta.event_count == (rows or height)
+        assert (height <= TINY_TRACE_ROWS) == (codec == "UNCOMPRESSED")
+        column = meta.row_group(0).column(meta.schema.names.index("start_ns"))
+        assert column.compression == codec
+        assert column.is_stats_set == (codec == "ZSTD")
