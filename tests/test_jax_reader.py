@@ -1,8 +1,9 @@
 """The jax reader on real JAX 0.11.2 captures (H100): the JSON timelines, against the raw JSON parsed here.
 
-fixtures/jax/jax_{mlp,gpt}/plugins/profile/<run>/ hold ``perfetto_trace.json.gz`` (JAX's own Chrome JSON)
-and ``vm.trace.json.gz`` (xprof 2.20.7's trace viewer JSON of the same XPlane); fixtures/jax/jax_versions.json
-has each profiled step's wall time measured by the script that made them (fixtures/make_jax_fixtures.py).
+fixtures/jax/jax_{mlp,gpt,dp_gpt}/plugins/profile/<run>/ hold ``perfetto_trace.json.gz`` (JAX's own Chrome
+JSON) and ``vm.trace.json.gz`` (the trace viewer JSON of the same XPlane); fixtures/jax/jax*versions.json have
+each profiled step's wall time measured by the script that made them (fixtures/make_jax_fixtures.py).
+``jax_dp_gpt`` is the GPT data-parallel over two H100s: kernels, NCCL all-reduces and peer copies on both.
 Every expected figure below is computed from the raw files in the test (json + Decimal), never copied from
 the reader's output.
 """
@@ -26,9 +27,12 @@ from traceparse.measures.steps import step_series
 from traceparse.plugins import registry
 
 JAX = FIXTURES / "jax"
-RUNS = {name: next((JAX / name / "plugins" / "profile").iterdir()) for name in ("jax_mlp", "jax_gpt")}
+RUNS = {name: next((JAX / name / "plugins" / "profile").iterdir()) for name in ("jax_mlp", "jax_gpt", "jax_dp_gpt")}
 TIMELINES = [RUNS[w] / f for w in RUNS for f in ("perfetto_trace.json.gz", "vm.trace.json.gz")]
 GPU = ("kernel", "memcpy", "memset")
+#: Each workload's profiled steps' wall times, as the script measured them (one versions file per capture job).
+WALL_MS = {name: w["step_ms"] for f in sorted(JAX.glob("jax*versions.json"))
+           for name, w in json.loads(f.read_text())["workloads"].items()}
 #: How far a step's StepTraceAnnotation may be from the wall time the script measured around the same step
 #: (time.perf_counter() before the call and after block_until_ready(): it includes the Python around the
 #: annotation). Measured: at most 40 us (1.2%) on these captures.
@@ -141,17 +145,23 @@ def test_occupancy_counters_point_at_their_kernel(path, tables):
 
 @pytest.mark.parametrize("path", TIMELINES, ids=_id)
 def test_copies_direction_bytes_and_memory(path, tables):
+    """Each copy's direction, bytes and memory kinds; a peer copy (the data-parallel capture's MemcpyP2P) from the
+    GPU it runs on to its ``dest``."""
     raw = [e for e in raw_gpu_work(path) if e["kind"] == "memcpy"]
-    direction = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD"}
+    direction = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP"}
     expected = Counter()
     for e in raw:
         d = dict(w.split(":", 1) for w in e["args"]["memcpy_details"].split())
-        expected[(us_to_ns(e["ts"]), direction[e["name"][len("Memcpy"):]], int(d["size"]), d["kind_src"],
-                  d["kind_dst"])] += 1
+        kind = direction[e["name"][len("Memcpy"):]]
+        peer = (e["device"], int(d["dest"])) if kind == "PtoP" else (None, None)
+        expected[(us_to_ns(e["ts"]), kind, int(d["size"]), d["kind_src"], d["kind_dst"], *peer)] += 1
     got = Counter(tables[path].filter(pl.col("kind") == "memcpy").select(
         "start_ns", pl.col("copy_kind").cast(pl.String), "bytes", pl.col("src_memory").cast(pl.String),
-        pl.col("dst_memory").cast(pl.String)).iter_rows())
+        pl.col("dst_memory").cast(pl.String), "src_device", "dst_device").iter_rows())
     assert got == expected and got
+    if path.parent.parent.parent.parent.name == "jax_dp_gpt":  # each step's batch: GPU 1's half goes 0 -> 1
+        peer = [k for k in expected if k[1] == "PtoP"]
+        assert {(k[5], k[6]) for k in peer} == {(0, 1)} and {k[2] for k in peer} == {8 * 257 * 4}  # 8 x 257 int32
 
 
 @pytest.mark.parametrize("path", TIMELINES, ids=_id)
@@ -178,7 +188,7 @@ def test_steps_from_step_trace_annotations(path, tables):
     events, processes, _ = raw_events(path)
     host = [e for e in events if processes.get(e["pid"]) == "/host:CPU" and "step_num" in e.get("args", {})]
     workload = path.parent.parent.parent.parent.name
-    wall_ms = json.loads((JAX / "jax_versions.json").read_text())["workloads"][workload]["step_ms"]
+    wall_ms = WALL_MS[workload]
     s = step_series(tables[path])
     assert s["source"].unique().to_list() == ["marked step train N"]
     assert s["step"].to_list() == sorted(int(e["args"]["step_num"]) for e in host) == list(range(len(wall_ms)))

@@ -213,3 +213,53 @@ def test_without_protobuf_the_xplane_is_one_line_and_the_directory_falls_back(tm
     (only_perfetto / "perfetto_trace.json.gz").write_bytes((RUN / "perfetto_trace.json.gz").read_bytes())
     (only_perfetto / "vm.xplane.pb").write_bytes(b"")
     assert profile_dir.profile_files(tmp_path / "log", xplane=False) == [only_perfetto / "perfetto_trace.json.gz"]
+
+
+# -- data parallel over two GPUs (fixtures/jax/jax_dp_gpt: the GPT on two H100s, XLA all-reducing gradients) ------
+DP_RUN = next((JAX / "jax_dp_gpt" / "plugins" / "profile").iterdir())
+
+
+def _union(intervals):
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+@pytest.mark.parametrize("name", ["perfetto_trace.json.gz", "vm.xplane.pb"])
+def test_data_parallel_collectives_and_their_overlap_per_device(name):
+    """Each GPU's NCCL all-reduce kernels (from the raw JSON: names and XLA's all-reduce instructions) are its
+    collectives, and comm-compute-overlap gives each device's communication time and the part of it under its
+    own compute kernels, as computed here from the raw events."""
+    from test_jax_reader import raw_gpu_work
+    from helpers import run_rule
+
+    raw = [e for e in raw_gpu_work(DP_RUN / "perfetto_trace.json.gz") if e["kind"] == "kernel"]
+    comm = {d: [e for e in raw if e["device"] == d and e["name"].startswith("ncclDevKernel_AllReduce")] for d in (0, 1)}
+    assert {d: len(v) for d, v in comm.items()} == {0: 12, 1: 12}
+    assert all(e["args"]["hlo_op"].startswith("all-reduce") for v in comm.values() for e in v)
+    trace = read_paths([DP_RUN / name])[0]
+    got = trace.events.filter(pl.col("collective").is_not_null())
+    assert sorted(got.group_by("device_id", "collective").len().rows()) == [(0, "all_reduce", 12), (1, "all_reduce", 12)]
+    ranks = run_rule(trace, "comm-compute-overlap").metrics["ranks"]
+    for d, kernels in comm.items():
+        spans = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in kernels]
+        compute = _union((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in raw
+                         if e["device"] == d and e not in kernels)
+        overlapped = sum(max(0, min(e, b) - max(s, a)) for s, e in spans for a, b in compute)
+        assert {k: ranks[str(d)][k] for k in ("kernels", "comm_time_ns", "overlapped_ns")} == \
+            {"kernels": 12, "comm_time_ns": sum(e - s for s, e in spans), "overlapped_ns": overlapped}
+
+
+def test_a_kernel_whose_name_says_no_collective_takes_its_xla_instructions():
+    """RCCL's ncclDevKernel_Generic says no collective: XLA's instruction does (hand-written rows, an edge case)."""
+    from traceparse_plugins.readers.jax.events import kernel_collective
+
+    rows = pl.DataFrame({"name": ["ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"] * 3
+                         + ["ncclDevKernel_AllGather_RING_LL(x)", "loop_add_fusion"],
+                         "hlo_op": ["all-gather-start.2", "reduce.5", None, "all-reduce.1", "reduce.5"]})
+    assert rows.select(kernel_collective().alias("c"))["c"].to_list() == \
+        ["all_gather", "unknown", "unknown", "all_gather", None]

@@ -28,7 +28,7 @@ from traceparse.measures.steps import step_series
 from traceparse.plugins import registry
 
 JAX = FIXTURES / "jax"
-RUNS = {name: next((JAX / name / "plugins" / "profile").iterdir()) for name in ("jax_mlp", "jax_gpt")}
+RUNS = {name: next((JAX / name / "plugins" / "profile").iterdir()) for name in ("jax_mlp", "jax_gpt", "jax_dp_gpt")}
 PUBLIC = sorted((JAX / "public").glob("*/*.xplane.pb"))
 GPU = ("kernel", "memcpy", "memset")
 

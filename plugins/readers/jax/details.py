@@ -100,16 +100,23 @@ def checked(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     return frame, counts
 
 
-def copy_columns(details: pl.Expr, name: pl.Expr) -> dict[str, pl.Expr]:
-    """``bytes``, ``copy_kind``, ``src_memory``, ``dst_memory`` of a copy, from its ``memcpy_details`` and name.
+def copy_columns(details: pl.Expr, name: pl.Expr, device: pl.Expr) -> dict[str, pl.Expr]:
+    """``bytes``, ``copy_kind``, ``src_memory``, ``dst_memory``, ``src_device``, ``dst_device`` of a copy, from its
+    ``memcpy_details``, its name and the GPU it runs on (``device``).
 
     The direction comes from the name XLA gives the copy (``MemcpyH2D``, ``MemcpyD2H``, ``MemcpyD2D``,
-    ``MemcpyP2P``; ``MemcpyOther``: unknown); the memory kinds from ``kind_src`` / ``kind_dst``.
+    ``MemcpyP2P``; ``MemcpyOther``: unknown); the memory kinds from ``kind_src`` / ``kind_dst``. A peer copy
+    (``MemcpyP2P``, a data-parallel program's exchange between GPUs) goes from the GPU it runs on to ``dest``
+    (``kind_src:device kind_dst:device size:8224 dest:1``); the other copies' ``dest`` is not another GPU.
     """
     direction = name.str.extract(r"^Memcpy([HDP])2([HDP])", 0).replace_strict(
         {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyH2H": "HtoH", "MemcpyP2P": "PtoP"},
         default=None, return_dtype=pl.String)
+    peer = direction == "PtoP"
+    dest = _int(field(details, "dest"))
     return {"bytes": _int(field(details, "size")),
+            "src_device": pl.when(peer).then(device).cast(pl.Int32, strict=False),
+            "dst_device": pl.when(peer & (dest <= _INT32_MAX)).then(dest).cast(pl.Int32, strict=False),
             "copy_kind": direction,
             "src_memory": field(details, "kind_src").str.to_lowercase().replace_strict(MEMORY, default=None,
                                                                                        return_dtype=pl.String),

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceparse import expr
 from traceparse_plugins.readers.jax import details
 
 #: The stats kept from each event (as text), by the name XLA gives them; JSON ``args`` keys are the same.
@@ -126,12 +127,13 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
     )
     is_kernel = pl.col("kind") == "kernel"
     config = details.kernel_columns(pl.col("_details"))
-    copies = details.copy_columns(pl.col("_memcpy"), pl.col("name"))
+    copies = details.copy_columns(pl.col("_memcpy"), pl.col("name"), pl.col("device_id"))
     rows = rows.with_columns(
         **{k: pl.when(is_kernel).then(v) for k, v in config.items()},
         **{k: pl.when(pl.col("kind") == "memcpy").then(v) for k, v in copies.items() if k != "bytes"},
         bytes=pl.when(pl.col("kind") == "memcpy").then(copies["bytes"])
         .when(pl.col("kind") == "memset").then(details.memset_bytes(pl.col("_memset"))))
+    rows = rows.with_columns(collective=pl.when(is_kernel).then(kernel_collective()))
     rows, notes.impossible = details.checked(rows)
     rows = _name_api_calls(rows).with_columns(event_id=pl.int_range(0, pl.len(), dtype=pl.Int64))
     occupancy = pl.coalesce("_occupancy", "_occ_pct")
@@ -145,6 +147,21 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
                                                                dtype=pl.Int64))
         rows = pl.concat([rows, counters], how="diagonal_relaxed")
     return rows, notes
+
+
+#: XLA's collective instructions (``hlo_op`` ``all-reduce.17``, ``all-gather-start.2``) -> the schema's collectives.
+XLA_COLLECTIVES = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
+                   "all-to-all": "all_to_all", "collective-permute": "send_recv", "collective-broadcast": "broadcast"}
+
+
+def kernel_collective() -> pl.Expr:
+    """The collective a kernel runs: from its name (NCCL/RCCL kernels, :func:`traceparse.expr.collective`), and
+    where the name does not say (RCCL's ``ncclDevKernel_Generic``: ``unknown``) from the XLA instruction it
+    computes; null for a kernel that is no communication."""
+    named = expr.collective(pl.col("name").fill_null(""))
+    instruction = (pl.col("hlo_op").str.extract(r"^([a-z-]+?)(?:-start|-done)?\.", 1)
+                   .replace_strict(XLA_COLLECTIVES, default=None, return_dtype=pl.String))
+    return pl.when(named == expr.UNKNOWN_COLLECTIVE).then(pl.coalesce(instruction, named)).otherwise(named)
 
 
 def thread_names(raw: pl.DataFrame) -> dict[str, str]:
