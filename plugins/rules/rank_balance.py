@@ -9,16 +9,22 @@ rank with several devices sums them. Each figure's share of the span is its ``_p
 is on the GPU: a host-side collective (gloo) does not occupy it, and the GPU's wait for it is idle time.
 Rows without a device (copies whose device the trace does not say) count towards a rank, not a device.
 
-``imbalance`` = max busy / mean busy over the ranks (1.0: even); ``slowest_rank`` has the most busy time,
-``fastest_rank`` the least (of equals, the lowest).
+``work_ns`` = compute + memcpy: the work a rank's GPU does. ``imbalance`` = max work / mean work over the
+ranks (1.0: even); ``slowest_rank`` has the most work, ``fastest_rank`` the least (of equals, the lowest).
+Exposed communication is not work: a communication kernel spins until every rank's has started, so the rank
+that waits for a straggler has the most of it (on a real FSDP2 run over NCCL whose rank 1 sleeps in a
+gradient hook, rank 0's GPU spent 75.7 ms in exposed communication against rank 1's 6.5, and judged by busy
+time, HTA's, rank 0 was the "busiest" rank, where its work was 130.2 ms against 111.1). Who holds whom is
+the stragglers rule's; the message names the rank with the most exposed communication when it exceeds a
+tenth of its span.
 
 Metrics: ``imbalance``, ``slowest_rank``, ``fastest_rank``, ``members`` (``rank`` or ``device``),
-``compute_ns``, ``comm_exposed_ns``, ``memcpy_ns``, ``idle_ns``, ``span_ns``, ``busy_ns`` (summed over
-ranks), ``ranks`` ({rank: span_ns, compute_ns, comm_exposed_ns, memcpy_ns, idle_ns, busy_ns, compute_pct,
-comm_exposed_pct, memcpy_pct, idle_pct}). Items: every rank, busiest first.
+``compute_ns``, ``comm_exposed_ns``, ``memcpy_ns``, ``idle_ns``, ``span_ns``, ``busy_ns``, ``work_ns`` (summed
+over ranks), ``ranks`` ({rank: span_ns, compute_ns, comm_exposed_ns, memcpy_ns, idle_ns, busy_ns, work_ns,
+compute_pct, comm_exposed_pct, memcpy_pct, idle_pct}). Items: every rank, most work first.
 
 Severity: ``imbalance`` at or above ``warning_imbalance`` is a warning, at or above ``critical_imbalance``
-critical. One rank (or device) alone is info and says so.
+critical. One rank (or device) alone is info and says so. Time at stake: the most work less the mean.
 """
 
 from __future__ import annotations
@@ -36,19 +42,21 @@ PARTS = ("compute", "comm_exposed", "memcpy", "idle")
 FIGURES = {"imbalance": "ratio", "slowest_rank": "number", "fastest_rank": "number", "compute_ns": "ns",
            "comm_exposed_ns": "ns", "memcpy_ns": "ns", "idle_ns": "ns"}
 COLUMNS = [Column("rank", "rank / device", "number"), Column("span_ns", "span", "ns"),
-           Column("compute_ns", "compute", "ns"), Column("comm_exposed_ns", "exposed comm", "ns"),
-           Column("memcpy_ns", "memcpy", "ns"), Column("idle_ns", "idle", "ns"), Column("busy_ns", "busy", "ns"),
+           Column("compute_ns", "compute", "ns"), Column("memcpy_ns", "memcpy", "ns"), Column("work_ns", "work", "ns"),
+           Column("comm_exposed_ns", "exposed comm", "ns"), Column("idle_ns", "idle", "ns"),
            Column("idle_pct", "idle %", "pct")]
-_SUMS = ["span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns"]
+_SUMS = ["span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns", "work_ns"]
+#: Exposed communication over this share of a rank's span is named in the message (its wait at collectives).
+WAITING_SHARE = 10.0
 
 
 class RankBalance(Rule):
     name = "rank-balance"
-    impact_per_rank = True  # the busiest rank over the mean: per rank already
+    impact_per_rank = True  # the most work over the mean: per rank already
     description = "Per rank: compute, exposed communication, memcpy and idle time; how unevenly ranks are busy"
     definition = __doc__
     thresholds = {
-        "warning_imbalance": 1.2,   # max/mean busy time at or above this: warning
+        "warning_imbalance": 1.2,   # max/mean work at or above this: warning
         "critical_imbalance": 1.5,  # ... at or above this: critical
     }
     kinds = expr.GPU_KINDS
@@ -69,21 +77,23 @@ class RankBalance(Rule):
                             "No rank or device has timed kernels, copies or memsets.",
                             metrics={"imbalance": None, "slowest_rank": None, "fastest_rank": None},
                             figures=FIGURES)]
+        per = per.with_columns(work_ns=pl.col("compute_ns") + pl.col("memcpy_ns"))
         rows = (per.group_by(key).agg(exact_total(c) for c in _SUMS).rename({key: "member"})
                 .with_columns(**{f"{p}_pct": pl.when(pl.col("span_ns") > 0)
                                  .then((100.0 * pl.col(f"{p}_ns") / pl.col("span_ns")).round(4)) for p in PARTS})
                 .sort("member"))
-        busy = rows["busy_ns"]
-        mean = busy.mean()
-        imbalance = round(float(busy.max()) / mean, 4) if mean else None
-        by_busy = rows.sort(["busy_ns", "member"], descending=[True, False])
-        slowest = by_busy["member"][0]
-        fastest = rows.sort(["busy_ns", "member"])["member"][0]
+        work = rows["work_ns"]
+        mean = work.mean()
+        imbalance = round(float(work.max()) / mean, 4) if mean else None
+        by_work = rows.sort(["work_ns", "member"], descending=[True, False])
+        slowest = by_work["member"][0]
+        fastest = rows.sort(["work_ns", "member"])["member"][0]
         totals = {c: exact_sum(rows[c]) for c in _SUMS}
         ranks = {str(r["member"]): {k: v for k, v in r.items() if k != "member"} for r in rows.iter_rows(named=True)}
         items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
                   "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],
-                  "busy_ns": r["busy_ns"], "idle_pct": r["idle_pct"]} for r in by_busy.iter_rows(named=True)]
+                  "busy_ns": r["busy_ns"], "work_ns": r["work_ns"], "idle_pct": r["idle_pct"]}
+                 for r in by_work.iter_rows(named=True)]
         metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
                    **totals, "ranks": ranks}
         shares = ", ".join(f"{p.replace('_', ' ')} {expr.pct(totals[f'{p}_ns'], totals['span_ns']) or 0:.1f}%"
@@ -96,15 +106,22 @@ class RankBalance(Rule):
                             f"{label}s (ingest the rank directory as a run).",
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES)]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
-        message = (f"{rows.height} {label}s: busiest {label} {slowest} ({fmt_ns(float(busy.max()))} busy), "
-                   f"least busy {fastest} ({fmt_ns(float(busy.min()))}); imbalance (max/mean busy) "
-                   f"{fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
+        message = (f"{rows.height} {label}s: most work on {label} {slowest} ({fmt_ns(float(work.max()))} of "
+                   f"compute and copies), least on {fastest} ({fmt_ns(float(work.min()))}); imbalance (max/mean "
+                   f"work) {fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
+        waiting = (rows.filter(pl.col("comm_exposed_pct") > WAITING_SHARE)
+                   .sort(["comm_exposed_ns", "member"], descending=[True, False]))
+        if waiting.height and rows.height > 1:
+            w = waiting.row(0, named=True)
+            message += (f" {label.capitalize()} {w['member']}'s GPU spent {fmt_ns(float(w['comm_exposed_ns']))} "
+                        f"({w['comm_exposed_pct']:.1f}% of its span) in communication kernels with no compute beside "
+                        "them: transfers, or waiting at collectives for another rank (stragglers says which).")
         suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
                       "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "
                       f"{label}." if severity != "info" else "")
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
-                        impact_ns=int(busy.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
+                        impact_ns=int(work.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
 
 
 @hookimpl
