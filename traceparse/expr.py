@@ -87,10 +87,11 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # memory-format conversions (cuDNN nchwToNhwc, MIOpen transposes), transposes, copies and casts (torch's
     # direct_copy_kernel_cuda, dtype copies), concatenation, padding, the HIP runtime's copy kernels
     # XLA: concatenations (input_concatenate_fusion), slices and copies wrapped as fusions, dynamic (update)
-    # slices, MIOpen's 3-D im2col of XLA's convolutions (Im3d2Col)
+    # slices, MIOpen's 3-D im2col of XLA's convolutions (Im3d2Col), XLA's device copy kernels in command buffers
+    # (memcpy128, memcpy32_post: a data-parallel program's buffers)
     ("layout/copy", r"nchwtonhwc|nhwctonchw|nchw2|nhwc2|transpose|copy_kernel|catarray|batchedcopy|converttensor"
                     r"|addpadding|im2col|col2im|im3d2col|permute|rocclr_copy|copybuffer|concatenate"
-                    r"|^wrapped_(slice|copy|pad|reverse)|dynamic_(update_)?slice"),
+                    r"|^wrapped_(slice|copy|pad|reverse)|dynamic_(update_)?slice|^memcpy\d"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|threshold|relu|sigmoid|tanh|gelu|silu"
                     r"|dropout|clamp|scale|add_kernel|mul_kernel|cast|philox|random|distribution|bernoulli"
                     r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"

@@ -8,9 +8,9 @@ across ranks by (process group, sequence number) where the trace has one, else a
 that process group on each rank. A trace of one process driving several GPUs (rank null) compares its
 devices' communication kernels instead. Where every member's every collective ran as a communication kernel
 (NCCL, RCCL), the arrival is that kernel's start (the call only queues it; the device waits, in the kernel),
-and a wait counts only where the member's compute kernels run nothing
-(:func:`traceparse.measures.comm.waiting_time`). In each instance the last rank to arrive holds the others:
-each other rank waits last arrival − its own arrival.
+and a wait counts only where the member's compute kernels run nothing (a kernel waiting on a stream of its own
+while the member computes costs it nothing). In each instance the last rank to arrive holds the others: each
+other rank waits last arrival − its own arrival.
 
 Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks), ``waited_ns`` =
 the time it spent waiting, counted once: the length of the union of its waiting intervals [arrival, last
