@@ -238,7 +238,8 @@ def test_data_parallel_collectives_and_their_overlap_per_device(name):
     from helpers import run_rule
 
     raw = [e for e in raw_gpu_work(DP_RUN / "perfetto_trace.json.gz") if e["kind"] == "kernel"]
-    comm = {d: [e for e in raw if e["device"] == d and e["name"].startswith("ncclDevKernel_AllReduce")] for d in (0, 1)}
+    comm = {d: [e for e in raw if e["device"] == d and e["name"].startswith("ncclDevKernel_AllReduce")]
+            for d in (0, 1)}
     assert {d: len(v) for d, v in comm.items()} == {0: 12, 1: 12}
     assert all(e["args"]["hlo_op"].startswith("all-reduce") for v in comm.values() for e in v)
     trace = read_paths([DP_RUN / name])[0]

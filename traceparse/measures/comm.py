@@ -337,8 +337,8 @@ class CollectiveWaits(Measure):
     From :class:`Collectives`, with arrivals on the device where every member's collectives ran as
     communication kernels (:func:`_device_arrivals`: the kernel's start, ``arrival`` ``"device"``; else the
     call's start, ``"host"``; ``host_arrival_ns`` is the call's start either way): for each
-    (``process_group``, ``instance``), ``last_arrival_ns`` = the latest arrival of its members, ``last_member`` = the member that arrived then (of several at the same instant,
-    the lowest), ``members`` = how many members have it, and per member ``wait_ns`` = last arrival − its
+    (``process_group``, ``instance``), ``last_arrival_ns`` = the latest arrival of its members,
+    ``last_member`` = the member that arrived then (of several at the same instant, the lowest), ``members`` = how many members have it, and per member ``wait_ns`` = last arrival − its
     arrival (0 for the last) and ``last`` (it is the last member). With ``align_clocks`` (ranks on
     several hosts, whose clocks differ), every member's arrival is first moved by its
     :func:`clock_offsets` (members leave a collective together). Columns: those of :class:`Collectives`
@@ -362,7 +362,8 @@ class CollectiveWaits(Measure):
             rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
         rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
                                  arrival_ns=_moved(pl.col("arrival_ns"), pl.col("offset_ns").fill_null(0)),
-                                 host_arrival_ns=_moved(pl.col("host_arrival_ns"), pl.col("offset_ns").fill_null(0)))
+                                 host_arrival_ns=_moved(pl.col("host_arrival_ns"),
+                                                        pl.col("offset_ns").fill_null(0)))
         inst = ["process_group", "instance"]
         member_key = pl.col("member").fill_null(_NO_RANK)
         last = (rows.sort([*inst, "arrival_ns", "member"], descending=[False, False, True, False], nulls_last=False)
