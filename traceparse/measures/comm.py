@@ -338,8 +338,9 @@ class CollectiveWaits(Measure):
     communication kernels (:func:`_device_arrivals`: the kernel's start, ``arrival`` ``"device"``; else the
     call's start, ``"host"``; ``host_arrival_ns`` is the call's start either way): for each
     (``process_group``, ``instance``), ``last_arrival_ns`` = the latest arrival of its members,
-    ``last_member`` = the member that arrived then (of several at the same instant, the lowest), ``members`` = how many members have it, and per member ``wait_ns`` = last arrival − its
-    arrival (0 for the last) and ``last`` (it is the last member). With ``align_clocks`` (ranks on
+    ``last_member`` = the member that arrived then (of several at the same instant, the lowest), ``members`` =
+    how many members have it, and per member ``wait_ns`` = last arrival − its arrival (0 for the last) and
+    ``last`` (it is the last member). With ``align_clocks`` (ranks on
     several hosts, whose clocks differ), every member's arrival is first moved by its
     :func:`clock_offsets` (members leave a collective together). Columns: those of :class:`Collectives`
     plus ``host_arrival_ns``, ``arrival``, ``offset_ns``, ``last_arrival_ns``, ``last_member``, ``members``,
