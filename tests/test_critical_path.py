@@ -360,7 +360,7 @@ def oracle_excess(folder: Path, slow: int, floor_pct: float, top: int = 5) -> di
     floor = floor_pct / 100 * step_time[slow] / 3
     rows = []
     for key in set().union(*per_rank.values()):
-        mine, median = per_rank[slow].get(key, 0.0), statistics.median(per_rank[r].get(key, 0.0) for r in per_rank)
+        mine, median = per_rank[slow].get(key, 0.0), statistics.median_low(per_rank[r].get(key, 0.0) for r in per_rank)
         if mine > median and round(mine) - round(median) >= floor:
             rows.append({"kind": key[0], "name": key[1], "slow_ns": round(mine), "median_ns": round(median),
                          "excess_ns": round(mine) - round(median)})

@@ -123,7 +123,8 @@ def document(trace, label: str, result) -> dict:
 
 def edit_line(e: dict) -> str:
     """One edit in words: what it matched and the time it took out of (or added to) each rank's steps."""
-    what = f"{e['calls']} {'names' if e['edit'] == '--balance' else 'events'}"
+    noun = "name" if e["edit"] == "--balance" else "event"
+    what = f"{e['calls']} {noun}{'' if e['calls'] == 1 else 's'}"
     by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
     if not by:
         return f"{e['edit']}: {what}, no time in the steps"

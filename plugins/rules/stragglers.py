@@ -199,7 +199,8 @@ def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: fl
 
     Per name (host operators and annotations by self time; kernels, copies and memsets by duration; neither
     communication nor step annotations, whose time is waiting), its time per step on each rank (0 on a rank
-    without it) and the median over the ranks; ``slow_rank_host`` and ``slow_rank_gpu`` are the ``top`` names
+    without it) and the median over the ranks (of an even number, the lower middle rank's: of two ranks, the
+    other one, not their mean); ``slow_rank_host`` and ``slow_rank_gpu`` are the ``top`` names
     whose time on ``rank`` exceeds the median most, by at least ``floor`` ns a step: ``kind``, ``name``,
     ``slow_ns``, ``median_ns`` (per step), ``excess_ns`` = the difference.
     """
@@ -219,7 +220,7 @@ def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: fl
     rows = []
     for (kind, name), by_trace in cells.items():
         values = [by_trace.get(tr, 0.0) for tr in traces]
-        slow, median = by_trace.get(slow_trace, 0.0), statistics.median(values)
+        slow, median = by_trace.get(slow_trace, 0.0), statistics.median_low(values)
         if slow > median and round(slow) - round(median) >= floor:
             rows.append({"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
                          "excess_ns": round(slow) - round(median)})
