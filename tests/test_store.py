@@ -174,3 +174,36 @@ def test_a_tiny_trace_is_written_plain_a_larger_one_compressed(tmp_path):
         column = meta.row_group(0).column(meta.schema.names.index("start_ns"))
         assert column.compression == codec
         assert column.is_stats_set == (codec == "ZSTD")
+
+
+def test_a_refused_file_stops_its_hash(tmp_path, monkeypatch):
+    """The content hash runs beside the reader; a reader that refuses the file (here: a NUL byte at byte 200 of a
+    1 GiB sparse file read as an nsys CSV) stops it, and the one-line error comes without hashing the rest: the
+    hash ends by being told to stop, not by finishing, and nothing is stored."""
+    import traceparse.ingest as ingest_module
+    import traceparse.sources as sources
+
+    outcome = []
+    real_hash = ingest_module.sha256_of
+
+    def hashing(paths, *stop):
+        try:
+            digest = real_hash(paths, *stop)
+        except sources.HashStopped:
+            outcome.append("stopped")
+            raise
+        outcome.append("finished")
+        return digest
+
+    monkeypatch.setattr(ingest_module, "sha256_of", hashing)
+    monkeypatch.setattr(sources, "_HASH_PIECE", 4096)  # 262,144 pieces: the refusal comes long before the end
+    path = tmp_path / "sparse_cuda_gpu_trace.csv"
+    with open(path, "wb") as f:
+        f.write((FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv").read_bytes()[:200])
+        f.truncate(1 << 30)
+    store = Store(tmp_path / "s")
+    with pytest.raises(Exception) as e:
+        ingest([path], store=store, fmt="nsys")
+    assert str(e.value) == f"{path}: binary data (a NUL byte at byte 200): not a text file (a sparse or damaged file?)"
+    assert outcome == ["stopped"]
+    assert store.ids() == []

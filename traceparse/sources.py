@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import os
+import threading
 import zlib
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -261,11 +262,17 @@ def content_size(paths: list[Path]) -> int:
     return total
 
 
-def sha256_of(paths: list[Path]) -> str:
+class HashStopped(Exception):
+    """:func:`sha256_of` was told to stop (its result is no longer wanted)."""
+
+
+def sha256_of(paths: list[Path], stop: threading.Event | None = None) -> str:
     """A content hash of one or more files or directories, independent of where they are.
 
     A single file hashes to the sha256 of its bytes; several files, or a
-    directory, hash to the sha256 of their sorted (name, file sha256) pairs.
+    directory, hash to the sha256 of their sorted (name, file sha256) pairs. With ``stop``, it raises
+    :class:`HashStopped` soon after the event is set (a hash worked out beside a reader that has already
+    refused the file: 4 GB of a sparse file took 5 to 16 s to hash after the refusal at its byte 200).
     """
     files: list[tuple[str, Path]] = []
     for path in paths:
@@ -274,13 +281,24 @@ def sha256_of(paths: list[Path]) -> str:
         else:
             files.append((path.name, path))
     if len(paths) == 1 and not paths[0].is_dir():
-        return _file_sha256(paths[0])
+        return _file_sha256(paths[0], stop)
     outer = hashlib.sha256()
     for name, p in sorted(files):
-        outer.update(f"{name}\0{_file_sha256(p)}\n".encode())
+        outer.update(f"{name}\0{_file_sha256(p, stop)}\n".encode())
     return outer.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
+_HASH_PIECE = 1 << 20
+
+
+def _file_sha256(path: Path, stop: threading.Event | None = None) -> str:
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        if stop is None:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+        digest, piece = hashlib.sha256(), bytearray(_HASH_PIECE)
+        view = memoryview(piece)
+        while n := f.readinto(piece):
+            if stop.is_set():
+                raise HashStopped(str(path))
+            digest.update(view[:n])
+        return digest.hexdigest()
