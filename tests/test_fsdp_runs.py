@@ -327,3 +327,28 @@ def test_balance_of_the_balanced_run_changes_almost_nothing(tmp_path):
     predicted, doc = _whatif_mean_ms(RUNS["balanced"], tmp_path, "--balance")
     measured = doc["mean"]["measured_ns"] / 1e6
     assert abs(predicted - measured) <= 0.01 * measured, (predicted, measured)
+
+
+# -- critical path -----------------------------------------------------------------------------------------------
+DELAY = {"slow_loader": "DataLoader", "slow_hook": "autograd::engine::evaluate_function: AddBackward0"}
+
+
+@pytest.mark.parametrize("variant", SLOW)
+def test_the_critical_path_runs_through_the_planted_delay(variant):
+    """Every step's critical path of rank 0 crosses to rank 1, and the largest part of the paths is rank 1's
+    delaying event (the DataLoader annotation, or the autograd node whose hook sleeps), at its self time per step
+    as the raw JSON gives it (the longest such event of each step on rank 1, less its children)."""
+    from helpers import raw_events, raw_steps, self_time
+
+    path = RUNS[variant] / "rank1.json.gz"
+    events = raw_events(path)
+    delays = [max(self_time(events, e) for e in events if e["name"] == DELAY[variant] and s <= us_to_ns(e["ts"]) < t)
+              for s, t in raw_steps(path).values()]
+    assert all(0.9 * TRUTH["sleep_ms"] * 1e6 <= d <= 1.2 * TRUTH["sleep_ms"] * 1e6 for d in delays), delays
+    f = run_rule(run_of(RUNS[variant]), "critical-path")
+    top = f.items[0]
+    assert (top["rank"], top["kind"], top["name"]) == (1, "host op", DELAY[variant])
+    assert 0.97 * statistics.mean(delays) <= top["per_step_ns"] <= 1.01 * max(delays)
+    zero = [d for d in f.metrics["per_step"] if d["rank"] == 0]
+    assert len(zero) == 3 and all(any(c["to_rank"] == 1 for c in d["crossings"]) for d in zero)
+    assert all(d["length_ns"] <= d["step_ns"] for d in f.metrics["per_step"])
