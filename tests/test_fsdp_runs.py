@@ -352,3 +352,14 @@ def test_the_critical_path_runs_through_the_planted_delay(variant):
     zero = [d for d in f.metrics["per_step"] if d["rank"] == 0]
     assert len(zero) == 3 and all(any(c["to_rank"] == 1 for c in d["crossings"]) for d in zero)
     assert all(d["length_ns"] <= d["step_ns"] for d in f.metrics["per_step"])
+    # NCCL waits on the device, so rank 0's path crosses at the step's last all-reduce, when the ranks are nearly
+    # in step again: little of it is waiting, but the delay is a third or more of rank 0's path, and is critical
+    assert f.metrics["wait_pct"] < 1
+    assert f.metrics["held_pct"] >= 100 * 0.97 * statistics.mean(delays) / statistics.mean(d["length_ns"] for d in zero)
+    assert f.severity == "critical" and f.title == f"Rank 1's {DELAY[variant].split(': ')[-1]} holds the step"
+
+
+def test_the_balanced_runs_critical_path_is_held_by_no_rank():
+    """No part of one rank takes more than a few percent of the other rank's paths in the balanced run: info."""
+    f = run_rule(run_of(RUNS["balanced"]), "critical-path")
+    assert f.severity == "info" and f.metrics["held_pct"] < 5 and f.metrics["wait_pct"] < 5

@@ -38,10 +38,18 @@ largest parts) and
 step): ``rank``, ``lane`` (``thread T`` or ``stream S``), ``kind``, ``name``, ``per_step_ns``, ``share_pct``
 (of the length), ``other_rank`` (it was on another rank's path).
 
-Severity: on a run, ``wait_pct`` at or above ``warning_pct`` is a warning (a rank holds the others; the title
-names its largest part on the others' paths, and the run's summary gets a line naming it), at or above
-``critical_pct`` critical; otherwise, and on a single trace, info. Time at stake (``impact_ns``): on a run,
-the mean rank's waiting for other ranks over its steps; none on a single trace.
+``held_pct``: the largest share of the other ranks' paths that one part of one rank takes (a host op, an
+annotation, a kernel, ...; not communication nor untraced time): its time on the paths of the ranks other than
+its own, over those paths' length. Where collectives wait on the device (NCCL), the path crosses to the
+holding rank at a collective by which the ranks are nearly in step again, so ``wait_pct`` stays near 0 while
+the other rank's delay is most of the path (a real FSDP2 twin whose rank 1 sleeps 30 ms in its DataLoader:
+``wait_pct`` 0.4%, the DataLoader 37% of rank 0's path); a balanced run's largest such part is a few percent.
+
+Severity: on a run, the larger of ``wait_pct`` and ``held_pct`` at or above ``warning_pct`` is a warning (a
+rank holds the others; the title names its largest part on the others' paths, and the run's summary gets a
+line naming it), at or above ``critical_pct`` critical; otherwise, and on a single trace, info. Time at stake
+(``impact_ns``) on a run: the mean rank's waiting for other ranks over its steps, or the part's time on the
+other ranks' paths over the ranks, whichever is larger; none on a single trace.
 """
 
 from __future__ import annotations
@@ -60,9 +68,9 @@ from traceparse.trace import Trace
 
 FIGURES = {"steps": "count", "paths": "count", "step_ns": "ns", "length_ns": "ns", "unexplained_ns": "ns",
            "wait_ns": "ns",
-           "wait_pct": "pct", "other_rank_ns": "ns", "untraced_pct": "pct", "inferred_pct": "pct"}
+           "wait_pct": "pct", "held_pct": "pct", "other_rank_ns": "ns", "untraced_pct": "pct", "inferred_pct": "pct"}
 #: Screen labels where the key's words would read like another figure: the wait's share apart from the wait.
-LABELS = {"wait_pct": "wait share"}
+LABELS = {"wait_pct": "wait share", "held_pct": "held by one part"}
 #: Without marked steps the path runs over each trace's span: a window, not a step (the summary says "none marked").
 UNMARKED_LABELS = {"steps": "windows (no steps)", "step_ns": "window"}
 RANK = Column("rank", "rank", "number")
@@ -128,13 +136,15 @@ class CriticalPath(Rule):
                             "crossings": crossings.get(k, []), "top": tops.get(k, [])})
         items = _top(segments, int(t["top"]), n, length)
         wait_pct = expr.pct(wait_ns, length)
-        severity = grade(wait_pct, warning=t["warning_pct"], critical=t["critical_pct"]) if ranks_known else "info"
+        held_pct, held_ns = _held(segments, paths) if ranks_known else (None, 0)
+        worst = max(wait_pct or 0.0, held_pct or 0.0)
+        severity = grade(worst, warning=t["warning_pct"], critical=t["critical_pct"]) if ranks_known else "info"
         rank_rows = _per_rank(details) if ranks_known else {}
         metrics = {"steps": paths["step"].n_unique(), "paths": n, "step_ns": per_step(int(paths["step_ns"].sum())),
                    "length_ns": per_step(length),
                    "unexplained_ns": per_step(int(paths["unexplained_ns"].sum())), "by_kind": by_kind,
                    "host_ops": host_ops, "kernel_categories": kernels, "wait_ns": per_step(wait_ns),
-                   "wait_pct": wait_pct, "other_rank_ns": per_step(other_ns),
+                   "wait_pct": wait_pct, "held_pct": held_pct, "other_rank_ns": per_step(other_ns),
                    "other_rank_pct": expr.pct(other_ns, length),
                    "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
                    "collectives": _instances(graph),
@@ -159,7 +169,8 @@ class CriticalPath(Rule):
         return [Finding(self.name, severity, title, message, suggestion, metrics=metrics, items=items,
                         columns=([RANK] if ranks_known else []) + COLUMNS, figures=FIGURES,
                         labels={**LABELS, **(UNMARKED_LABELS if unmarked else {})},
-                        impact_ns=per_step(wait_ns) * (n // max(1, len(rank_rows))) if ranks_known else None,
+                        impact_ns=max(per_step(wait_ns) * (n // max(1, len(rank_rows))),
+                                      round(held_ns / max(1, len(rank_rows)))) if ranks_known else None,
                         summary=summary)]
 
 
@@ -216,6 +227,21 @@ def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None
             item["share_pct"] = expr.pct(r["ns"], length)
         out.append(item)
     return out
+
+
+def _held(segments: pl.DataFrame, paths: pl.DataFrame) -> tuple[float | None, int]:
+    """The largest share of the other ranks' paths that one part (rank, lane, kind, name; not communication, not
+    untraced) takes: its time on paths of ranks other than its own, over the length of those paths; and that
+    time (ns, summed over those paths)."""
+    held = (segments.filter(pl.col("other") & ~pl.col("segment").is_in(["communication", "untraced"]))
+            .group_by("segment_rank", "lane", "segment", "name").agg(ns=pl.col("duration_ns").sum())
+            .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True))
+    if held.height == 0:
+        return None, 0
+    top = held.row(0, named=True)
+    rank = -1 if top["segment_rank"] is None else top["segment_rank"]
+    others = paths.filter(pl.col("rank").fill_null(-1) != rank)
+    return expr.pct(int(top["ns"]), int(others["length_ns"].sum())), int(top["ns"])
 
 
 def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
