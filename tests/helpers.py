@@ -171,6 +171,22 @@ def self_time(events: list[dict], target: dict) -> int:
     return (e - s) - covered
 
 
+def union(intervals) -> list[tuple[int, int]]:
+    """The raw-JSON oracle's union of ``(start, end)`` intervals: overlapping or touching ones merged, sorted."""
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def intersect(s: int, e: int, merged) -> int:
+    """Length of ``[s, e)`` inside the merged intervals ``merged`` (:func:`union`)."""
+    return sum(max(0, min(e, b) - max(s, a)) for a, b in merged)
+
+
 def run_of(folder: Path):
     """The ranks of ``folder`` (``rank*.json.gz``) as one run's combined trace: each rank's events with its
     ``rank`` and its own ``trace_id``, read without the store."""

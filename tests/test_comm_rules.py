@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, read_torch, run_cli, run_of, run_rule, us_to_ns
+from helpers import FIXTURES, REPO, intersect, read_torch, run_cli, run_of, run_rule, union, us_to_ns
 from traceparse import expr, measures
 from traceparse.measures import partitioned
 from traceparse.schema import conform
@@ -40,22 +40,8 @@ def raw(path: Path) -> dict:
         return json.load(f)
 
 
-def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def length(intervals) -> int:
     return sum(e - s for s, e in union(intervals))
-
-
-def intersect(s: int, e: int, merged: list[tuple[int, int]]) -> int:
-    return sum(max(0, min(e, b) - max(s, a)) for a, b in merged)
 
 
 # -- independent oracles -------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, run_cli, run_of, run_rule, us_to_ns
+from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
 from traceparse import measures
 
 MULTIRANK = FIXTURES / "torch" / "multirank"
@@ -55,20 +55,6 @@ def raw(path: Path) -> dict:
 def ranks(folder: Path) -> dict[int, dict]:
     return {int(p.name[4:].split(".")[0]): raw(p) for p in sorted(folder.glob("rank*.json.gz"))}
 
-
-
-def union(intervals) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def intersect(s: int, e: int, merged) -> int:
-    return sum(max(0, min(e, b) - max(s, a)) for a, b in merged)
 
 
 def xs(doc: dict, cat: str | None = None) -> list[dict]:

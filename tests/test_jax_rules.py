@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, run_cli, us_to_ns, wire_varint as _varint
+from helpers import FIXTURES, intersect, run_cli, run_rule, union, us_to_ns, wire_varint as _varint
 from traceparse.ingest import read_paths
 
 JAX = FIXTURES / "jax"
@@ -219,23 +219,12 @@ def test_without_protobuf_the_xplane_is_one_line_and_the_directory_falls_back(tm
 DP_RUN = next((JAX / "jax_dp_gpt" / "plugins" / "profile").iterdir())
 
 
-def _union(intervals):
-    out = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
-
 @pytest.mark.parametrize("name", ["perfetto_trace.json.gz", "vm.xplane.pb"])
 def test_data_parallel_collectives_and_their_overlap_per_device(name):
     """Each GPU's NCCL all-reduce kernels (from the raw JSON: names and XLA's all-reduce instructions) are its
     collectives, and comm-compute-overlap gives each device's communication time and the part of it under its
     own compute kernels, as computed here from the raw events."""
     from test_jax_reader import raw_gpu_work
-    from helpers import run_rule
 
     raw = [e for e in raw_gpu_work(DP_RUN / "perfetto_trace.json.gz") if e["kind"] == "kernel"]
     comm = {d: [e for e in raw if e["device"] == d and e["name"].startswith("ncclDevKernel_AllReduce")]
@@ -248,9 +237,9 @@ def test_data_parallel_collectives_and_their_overlap_per_device(name):
     ranks = run_rule(trace, "comm-compute-overlap").metrics["ranks"]
     for d, kernels in comm.items():
         spans = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in kernels]
-        compute = _union((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in raw
+        compute = union((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in raw
                          if e["device"] == d and e not in kernels)
-        overlapped = sum(max(0, min(e, b) - max(s, a)) for s, e in spans for a, b in compute)
+        overlapped = sum(intersect(s, e, compute) for s, e in spans)
         assert {k: ranks[str(d)][k] for k in ("kernels", "comm_time_ns", "overlapped_ns")} == \
             {"kernels": 12, "comm_time_ns": sum(e - s for s, e in spans), "overlapped_ns": overlapped}
 

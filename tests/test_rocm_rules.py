@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, run_cli, run_rule, us_to_ns
+from helpers import FIXTURES, run_cli, run_rule, union, us_to_ns
 from traceparse.analysis import analyze
 from traceparse.catalog import gpu_for_trace
 from traceparse.ingest import read_paths
@@ -50,16 +50,6 @@ def events(path: Path, *cats: str) -> list[dict]:
 def span(e: dict) -> tuple[int, int]:
     start = us_to_ns(e["ts"])
     return start, start + us_to_ns(e["dur"])
-
-
-def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
 
 
 # -- independent classifiers -----------------------------------------------------------------------------

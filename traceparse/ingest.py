@@ -160,7 +160,6 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
     of the content it had refused at byte 200.
     """
     progress = _LateProgress()
-    trace = None
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceparse-hash") as hasher:
         hashing = hasher.submit(sha256_of, group, stop)
