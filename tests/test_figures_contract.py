@@ -120,6 +120,12 @@ def test_no_wait_longer_than_the_step_and_no_time_longer_than_its_whole(document
     for f in doc["findings"]:
         if f["impact_ns"] is not None and f["impact_ns"] > span:  # per rank on a run: never longer than the run
             bad.append(f"{f['rule']}: at stake {f['impact_ns']} > span {span}")
+        whole = f["impact_whole"]  # the whole the time at stake is part of: made per rank with it on a run
+        if whole and not (f["impact_ns"] or 0) <= whole["ns"] <= span:
+            bad.append(f"{f['rule']}: at stake {f['impact_ns']} of {whole}, span {span}")
+        if whole and f["rule"] == "gpu-idle" and f["impact_ns"]:  # its share of that whole is the idle share
+            if abs(100 * f["impact_ns"] / whole["ns"] - f["metrics"]["idle_pct"]) > 0.01:
+                bad.append(f"gpu-idle: {f['impact_ns']} of {whole} is not {f['metrics']['idle_pct']}%")
         for rank, row in (f["metrics"].get("ranks") or {}).items():
             if isinstance(row, dict) and "waited_ns" in row and row["waited_ns"] > row["step_ns"]:
                 bad.append(f"{f['rule']}: rank {rank} waited {row['waited_ns']} > its step {row['step_ns']}")
@@ -131,6 +137,9 @@ def test_no_wait_longer_than_the_step_and_no_time_longer_than_its_whole(document
                         bad.append(f"{path}.{k} = {v} > {timelines} × span {span}")
 
         _walk(f["metrics"], f["rule"], visit)
+    worst = summary["bottleneck"]
+    if worst and not 0 <= worst["share_pct"] <= 100:
+        bad.append(f"bottleneck: {worst}")
     assert bad == []
 
 

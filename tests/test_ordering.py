@@ -48,7 +48,13 @@ def test_the_bottleneck_is_the_most_time_at_stake_whatever_the_severity():
 
     assert bottleneck([_f("a", "critical", 5), _f("b", "info", 7), _f("c", "warning", None)])["rule"] == "b"
     assert bottleneck([_f("b", "info", 7), _f("c", "warning", 7), _f("a", "info", 7)]) == {
-        "rule": "c", "impact_ns": 7, "title": "c", "severity": "warning"}
+        "rule": "c", "impact_ns": 7, "title": "c", "severity": "warning", "whole": "the span", "whole_ns": None,
+        "share_pct": None}
+    assert bottleneck([_f("c", "warning", 7)], span_ns=28)["share_pct"] == 25.0
+    whole = _f("g", "critical", 30)
+    whole.impact_whole = ("the GPU's span", 40)
+    assert bottleneck([whole], span_ns=50) == {"rule": "g", "impact_ns": 30, "title": "g", "severity": "critical",
+                                               "whole": "the GPU's span", "whole_ns": 40, "share_pct": 75.0}
     assert bottleneck([_f("a", "info", 7), _f("b", "info", 7)])["rule"] == "a"
     assert bottleneck([_f("a", "critical", 0), _f("b", "info", None)]) is None
 
@@ -115,8 +121,15 @@ def test_screen_summary_first_then_the_worst_finding_and_quiet_rules_last(doc, m
     assert titles[0].startswith("╭─ summary") and titles[1].startswith("╭─ CRITICAL  gpu-idle: GPU idle")
     [summary] = d["summary"]
     idle_ms = fmt_ns(summary['bottleneck']['impact_ns'])
-    share = 100 * summary["bottleneck"]["impact_ns"] / summary["span_ns"]
-    assert re.search(rf"│ bottleneck +GPU idle, {idle_ms} lost, {share:.1f}% of the span \(gpu-idle, critical\)", out)
+    # one figure, one percentage: the summary gives the idle time's share of the GPU's span, as gpu-idle does
+    # (not of the trace's span, which starts before the GPU's first activity)
+    [idle] = [f for f in d["findings"] if f["rule"] == "gpu-idle"]
+    share = idle["metrics"]["idle_pct"]
+    assert summary["bottleneck"]["share_pct"] == pytest.approx(100 * idle["impact_ns"] / idle["metrics"]["span_ns"])
+    assert summary["bottleneck"]["whole_ns"] == idle["metrics"]["span_ns"] < summary["span_ns"]
+    panel = " ".join(out.split("╭─ CRITICAL")[0].replace("│", " ").split())  # the summary panel, lines joined
+    assert f"bottleneck GPU idle, {idle_ms} lost, {share:.1f}% of the GPU's span (gpu-idle, critical)" in panel
+    assert f"{share:.1f}% idle" in " ".join(out.split())  # gpu-idle's own panel: the same percentage
     assert re.search(rf"│ GPU busy +{summary['gpu_busy_pct']:.1f}% ", out)
     assert re.search(rf"│ steps +2 \(ProfilerStep#N\), mean {fmt_ns(summary['step_time_ns'])}", out)
     quiet = sorted({f["rule"] for f in d["findings"]

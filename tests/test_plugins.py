@@ -230,3 +230,36 @@ def test_a_plugin_whose_hook_fails_is_a_warning_too():
     assert "kernel-share" in reg.rules  # the others keep working
     assert reg.warnings[-1] == ("plugin 'faulty_plugin' is left out: its entry point faulty_plugin = faulty_plugin "
                                 "(registered in code) failed: traceparse_rules failed: rules table missing")
+
+
+class _WholeRule(Rule):
+    name = "whole"
+    description = "30 ns at stake of a 40 ns whole, over every rank"
+    kinds = ("kernel",)
+
+    def check(self, trace, options):
+        return [Finding(self.name, "warning", "part of a whole", "", impact_ns=30, impact_whole=("the whole", 40))]
+
+
+class _WholePlugin:
+    __name__ = "whole_plugin"
+
+    @hookimpl
+    def traceparse_rules(self):
+        return [_WholeRule()]
+
+
+def test_a_runs_time_at_stake_and_its_whole_are_made_per_rank_together():
+    """On a run the core divides a rule's time at stake by the ranks, and the whole it is part of with it: the
+    summary's share of that whole stays the share the rule measured (75%), not 25% of an undivided whole."""
+    from traceparse.schema import conform
+    from traceparse.summary import bottleneck
+
+    reg = load_registry(extra_plugins=[_WholePlugin()])
+    events = conform(pl.DataFrame({"kind": ["kernel"] * 3, "start_ns": [0, 10, 20], "duration_ns": [5, 5, 5]}))
+    run = TraceMeta(id="r", format="run", extra={"run": {"ranks": {"0": "a", "1": "b", "2": "c"}}})
+    [finding] = analyze(Trace(events, run), rules=["whole"], reg=reg)
+    assert (finding.impact_ns, finding.impact_whole) == (10, ("the whole", 13))
+    assert bottleneck([finding], span_ns=25)["share_pct"] == round(100 * 10 / 13, 4)
+    [single] = analyze(Trace(events, TraceMeta(id="t")), rules=["whole"], reg=reg)
+    assert (single.impact_ns, single.impact_whole) == (30, ("the whole", 40))

@@ -113,6 +113,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
                 finding.trace = trace.id
                 if ranks > 1 and finding.impact_ns and not rule.impact_per_rank:
                     finding.impact_ns = round(finding.impact_ns / ranks)  # a run's time at stake is per rank
+                    if finding.impact_whole:  # and so is the whole it is part of
+                        finding.impact_whole = (finding.impact_whole[0], round(finding.impact_whole[1] / ranks))
                 _apply_floor(finding, span_ns, critical_floor_pct)
                 findings.append(finding)
     return order_findings(findings)

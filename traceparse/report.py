@@ -279,9 +279,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
         per_rank = f" per rank (mean of {summary['ranks']})" if (summary.get("ranks") or 1) > 1 else ""
-        span = summary.get("span_ns")
-        share = (f", {fmt_unit('pct', min(100.0, 100 * worst['impact_ns'] / span))} of the span"
-                 if span and worst.get("impact_ns") is not None else "")
+        share = (f", {fmt_unit('pct', worst['share_pct'])} of {worst.get('whole') or 'the span'}"
+                 if worst.get("share_pct") is not None else "")
         grid.add_row("bottleneck", Text.assemble((visible(worst.get("title", "")), "bold"),
                                                  f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share} (",
                                                  visible(worst["rule"]), ", ",

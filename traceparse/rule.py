@@ -31,6 +31,11 @@ class Finding:
     On a run of several ranks it is per rank (the mean over the ranks, see
     :attr:`Rule.impact_per_rank`), so that it is never longer than a rank's
     time and findings of a run rank fairly against each other.
+    ``impact_whole`` says what whole the time at stake is part of, (what it
+    is, ns), where that is not the trace's span: gpu-idle's idle time is part
+    of the GPU's span (first to last GPU activity), and the summary gives its
+    share of that whole, the share the finding itself states, not a second
+    percentage of another whole. It is made per rank with ``impact_ns``.
     """
 
     rule: str
@@ -46,6 +51,7 @@ class Finding:
     tables: dict[str, list[Column]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     impact_ns: int | None = None
+    impact_whole: tuple[str, int] | None = None
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
     summary: tuple[str, str] | None = None
 
@@ -61,6 +67,7 @@ class Finding:
             "metrics": self.metrics,
             "items": self.items,
             "impact_ns": self.impact_ns,
+            "impact_whole": ({"of": self.impact_whole[0], "ns": self.impact_whole[1]} if self.impact_whole else None),
             "summary": list(self.summary) if self.summary else None,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),

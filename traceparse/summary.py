@@ -116,7 +116,7 @@ def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
 
 
 def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[str, Any] | None:
-    """The finding with the most time at stake: {rule, impact_ns, title, severity}, or None.
+    """The finding with the most time at stake: {rule, impact_ns, title, severity, whole, whole_ns, share_pct}, or None.
 
     The largest ``impact_ns`` (> 0) of any severity: an info finding with
     more time at stake than a warning is the bottleneck, and the panel shows
@@ -124,12 +124,18 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[
     A finding with nothing to report (:func:`traceparse.verdict.is_quiet`:
     an info finding with under 1% of ``span_ns`` at stake) is no bottleneck:
     the summary would name what its own tally counts as nothing to report.
+    ``share_pct`` is the time at stake's share of ``whole_ns``: the whole the finding says it is part of
+    (:attr:`Finding.impact_whole`, e.g. the GPU's span), else the trace's span, so that the summary and the
+    finding give one percentage for one figure.
     """
     timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)]
     if not timed:
         return None
     best = min(timed, key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule))
-    return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity}
+    whole, whole_ns = best.impact_whole or ("the span", span_ns)
+    share = min(100.0, round(100.0 * best.impact_ns / whole_ns, 4)) if whole_ns else None
+    return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity,
+            "whole": whole, "whole_ns": whole_ns, "share_pct": share}
 
 
 def top_categories(events: pl.DataFrame, n: int = TOP_CATEGORIES) -> list[dict[str, Any]]:

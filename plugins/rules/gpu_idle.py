@@ -24,7 +24,9 @@ starts / starts where it ends.
 On a run of many ranks (one trace of every rank's events), the figures sum
 over every rank's devices; ``devices`` names each ``rank R:D`` and every
 item has its ``rank``. The time at stake (``impact_ns``) is the idle time
-of the mean device (``idle_ns`` / devices): per GPU, so per rank on a run.
+of the mean device (``idle_ns`` / devices): per GPU, so per rank on a run;
+the whole it is part of (``impact_whole``) is the mean device's span, so the
+summary's share of it is ``idle_pct``.
 
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct`` (Nsight Systems' ``gpu_time_util`` flags time under
@@ -190,7 +192,9 @@ class GpuIdle(Rule):
                             **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
-                        impact_ns=round(idle_ns / n_dev))]
+                        impact_ns=round(idle_ns / n_dev),
+                        impact_whole=("the GPU's span" if n_dev == 1 else f"a GPU's span (mean of {n_dev})",
+                                      round(span_ns / n_dev)))]
 
     def _host_activity(self, events, t: dict, host_wait_ns: int) -> tuple[dict, str]:
         """The host-wait time by what the launching thread did (see the definition): the table, a sentence."""
