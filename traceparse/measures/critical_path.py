@@ -66,10 +66,15 @@ SEGMENT_KINDS = ("host op", "runtime", "launch", "sync", "untraced", "wake-up", 
 #: The virtual trace of collective-instance nodes.
 INSTANCE_TRACE = "(collective)"
 
+#: The kinds of edge and segment as enums (one byte a row, in the orders above: sorts, joins and comparisons on
+#: integers, not on the texts of a million edges).
+EDGE_KIND = pl.Enum(EDGE_KINDS)
+SEGMENT_KIND = pl.Enum(SEGMENT_KINDS)
+
 EDGE_SCHEMA: dict[str, pl.DataType] = {
     "src_trace": pl.String, "src_node": pl.Int64, "src_ns": pl.Int64, "src_rank": pl.Int32,
     "dst_trace": pl.String, "dst_node": pl.Int64, "dst_ns": pl.Int64, "rank": pl.Int32,
-    "edge": pl.String, "segment": pl.String, "name": pl.String, "category": pl.String, "event_id": pl.Int64,
+    "edge": EDGE_KIND, "segment": SEGMENT_KIND, "name": pl.String, "category": pl.String, "event_id": pl.Int64,
     "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64, "inferred": pl.Boolean,
 }
 _COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,
@@ -589,8 +594,9 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     if edges.height == 0:
         return edges.with_columns(critical=pl.lit(False), weight_ns=pl.col("gap_ns"))
     keys = _Keys(edges, nulls_last=True)
-    order = pl.col("edge").replace_strict({k: i for i, k in enumerate(EDGE_KINDS)}, return_dtype=pl.Int32)
-    alphabet = pl.col("edge").replace_strict({k: i for i, k in enumerate(sorted(EDGE_KINDS))}, return_dtype=pl.Int32)
+    order = pl.col("edge").to_physical().cast(pl.Int32)  # the enum's index: its place in EDGE_KINDS
+    alphabet = order.replace_strict({i: sorted(EDGE_KINDS).index(k) for i, k in enumerate(EDGE_KINDS)},
+                                    return_dtype=pl.Int32)
     # the few columns the choice needs (the wide rows are gathered once, at the end)
     narrow = edges.select(_d=keys.key("dst"), _s=keys.key("src"), _o=order, _e=alphabet, src_ns="src_ns",
                           inferred="inferred", _known=pl.col("src_trace").is_not_null())
@@ -616,8 +622,7 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     # each (trace, edge, segment) kind's median critical gap, as one number per triple
     # per trace: one trace's weights do not depend on the other traces in the table
     # a number per segment kind (any one-to-one numbering groups alike; a dense rank sorts 600,000 texts)
-    kinds = edges["segment"].drop_nulls().unique()
-    segment = pl.col("segment").replace_strict(kinds, range(1, kinds.len() + 1), default=0, return_dtype=pl.Int64)
+    segment = pl.col("segment").to_physical().cast(pl.Int64) + 1
     pair = edges.select(_o=order, _g=segment.fill_null(0),
                         _t=pl.col("dst_trace").rank("dense").fill_null(0)).select(
         _p=(pl.col("_t").cast(pl.Int64) * (len(EDGE_KINDS) + 1) + pl.col("_o").cast(pl.Int64)) * (edges.height + 1)
