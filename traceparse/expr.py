@@ -303,7 +303,72 @@ def sort_rows(frame: pl.DataFrame, by: list[str], descending: bool | list[bool] 
     keep = [i for i, c in enumerate(by) if not is_constant(frame[c])]
     if not keep:
         return frame
-    return frame.sort([by[i] for i in keep], descending=[desc[i] for i in keep], nulls_last=nulls_last)
+    by, desc = [by[i] for i in keep], [desc[i] for i in keep]
+    order = sort_order(frame, by, desc, nulls_last)
+    if order is not None:
+        return frame[order]
+    return frame.sort(by, descending=desc, nulls_last=nulls_last)
+
+
+#: Fewer rows than this are sorted by polars itself (numpy's set-up costs more than it saves).
+LEXSORT_ROWS = 10_000
+
+
+def sort_order(frame: pl.DataFrame, by: list[str], descending: list[bool], nulls_last: bool = False):
+    """The row order of ``frame.sort(by, descending=descending, nulls_last=nulls_last)`` as a numpy array, from
+    numpy's stable ``lexsort`` of the key columns, when every key is an integer or boolean column and the frame
+    has at least :data:`LEXSORT_ROWS` rows; else None (let polars sort).
+
+    polars' sort by several columns encodes each row's keys first: on 500,000 rows of a critical path's host
+    points, eight integer keys took 137 ms of CPU against 47 ms for ``lexsort`` and the gather. A null sorts as
+    polars puts it (first, or last with ``nulls_last``); ties keep their order (polars' order of ties is not
+    promised, so a caller may not depend on it either way).
+    """
+    if frame.height < LEXSORT_ROWS:
+        return None
+    import numpy as np
+
+    keys = []  # least significant first (np.lexsort's order): from the last column of ``by`` to the first
+    for column, down in zip(reversed(by), reversed(descending)):
+        values = frame[column]
+        if not (values.dtype.is_integer() or values.dtype == pl.Boolean):
+            return None
+        nulls = values.null_count()
+        raw = values.fill_null(0).to_numpy() if nulls else values.to_numpy()
+        if raw.dtype == np.bool_:
+            raw = raw.astype(np.uint8)
+        keys.append(~raw if down else raw)  # bitwise not: the order reversed, with no overflow
+        if nulls:
+            missing = values.is_null().to_numpy()
+            keys.append(missing if nulls_last else ~missing)  # where the nulls go goes before the values
+    return np.lexsort(_packed(keys))
+
+
+def _packed(keys: list) -> list:
+    """``keys`` (numpy integer arrays, least significant first) with neighbours whose ranges multiply to less
+    than 2^62 packed into one int64 key each: the same order, in fewer passes of ``lexsort`` (a critical path's
+    host points: time, depth, kind of point and node in one key)."""
+    import numpy as np
+
+    out, acc, span = [], None, 1
+    for key in keys:
+        low, high = int(key.min()), int(key.max())
+        width = high - low + 1
+        if width >= 2 ** 62:  # too wide to offset in int64: a key of its own
+            out += [k for k in (acc, key) if k is not None]
+            acc, span = None, 1
+            continue
+        # offset from its least value (an unsigned key in its own type, whose values may not fit int64)
+        offset = (key - key.dtype.type(low)).astype(np.int64) if key.dtype.kind == "u" else key.astype(np.int64) - low
+        if acc is not None and span * width < 2 ** 62:
+            acc, span = acc + offset * span, span * width
+        else:
+            if acc is not None:
+                out.append(acc)
+            acc, span = offset, width
+    if acc is not None:
+        out.append(acc)
+    return out
 
 
 def is_constant(column: pl.Series) -> bool:

@@ -152,12 +152,30 @@ def _host_points(events: pl.DataFrame) -> pl.DataFrame:
                        sub=pl.when(some).then(-pl.col("depth")).otherwise(pl.col("depth")))
     # at one instant: ends before starts (siblings), outer starts before inner ones, inner ends before outer
     # ones; a zero-length event's end right after its start
-    points = pl.concat([starts, ends]).sort([_T, "pid", "tid", "t", "grp", "sub", "event_id", "is_end"])
+    # (the node number orders by event, then start before end)
+    points = pl.concat([starts, ends]).with_columns(node=2 * pl.col("event_id") + pl.col("is_end"))
+    points = expr.sort_rows(points, [_T, "pid", "tid", "t", "grp", "sub", "node"])
     owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
-    points = points.with_columns(node=2 * pl.col("event_id") + pl.col("is_end"), owner=owner)
-    info = host.select(_T, owner="event_id", owner_kind=pl.col("kind").cast(pl.String), owner_name="name",
-                       owner_collective="collective")
-    return expr.join_rows(points, info, on=[_T, "owner"], how="left", maintain_order="left")
+    points = points.with_columns(owner=owner)
+    # what owns each point's time, gathered from the host row of its owner (a look-up by position, not a join of
+    # half a million points); the owner's API class and whether it is a step, once per host event, not per point
+    names = host["name"].fill_null("")
+    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
+                       _class=_per_name(names, expr.api_class),
+                       _step=_per_name(names, lambda n: n.str.contains(STEP_NAME)))
+    rows = _rows_of(host, points)
+    return pl.concat([points, info.select(pl.all().gather(rows))], how="horizontal")
+
+
+def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
+    """The row of ``host`` (trace code, event id: unique) of each point's ``owner`` in its trace (null: none)."""
+    width = max(int(host["event_id"].max()), int(points["owner"].max() or 0)) + 1
+    key = host[_T].cast(pl.Int64).to_numpy() * width + host["event_id"].to_numpy()
+    order = np.argsort(key, kind="stable")
+    owner = points["owner"]
+    wanted = points[_T].cast(pl.Int64).to_numpy() * width + owner.fill_null(0).to_numpy()
+    found = order[np.clip(np.searchsorted(key[order], wanted), 0, len(order) - 1)]
+    return pl.Series(found, dtype=pl.Int64).scatter(np.flatnonzero(owner.is_null().to_numpy()), None)
 
 
 def _host_segment() -> pl.Expr:
@@ -179,9 +197,6 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     thread = [_T, "pid", "tid"]
     rows = points.with_columns(dst_node=pl.col("node").shift(-1).over(thread),
                                dst_ns=pl.col("t").shift(-1).over(thread)).filter(pl.col("dst_node").is_not_null())
-    owners = rows["owner_name"].fill_null("")
-    rows = rows.with_columns(_class=_per_name(owners, expr.api_class),
-                             _step=_per_name(owners, lambda n: n.str.contains(STEP_NAME)))
     rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
                        name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
                        .when(pl.col("_step"))
@@ -213,13 +228,13 @@ def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
     else:
         linked = linked.with_columns(op_event_id=pl.lit(None, dtype=pl.Int64), op_start_ns=pl.lit(None, dtype=pl.Int64),
                                      op_name=pl.lit(None, dtype=pl.String))
-    return linked.with_columns(
+    return expr.sort_rows(linked.with_columns(
         end_ns=pl.col("start_ns") + pl.col("duration_ns"),
         from_ns=pl.coalesce("launch_start_ns", "op_start_ns"),
         from_node=pl.coalesce(2 * pl.col("launch_event_id"), 2 * pl.col("op_event_id")),
         from_name=pl.coalesce("launch_name", "op_name"),
         from_call=pl.col("launch_event_id").is_not_null(),
-    ).sort([_T, "device_id", "stream_id", "start_ns", "end_ns", "event_id"], nulls_last=False)
+    ), [_T, "device_id", "stream_id", "start_ns", "end_ns", "event_id"], nulls_last=False)
 
 
 def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
@@ -600,8 +615,8 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     # the few columns the choice needs (the wide rows are gathered once, at the end)
     narrow = edges.select(_d=keys.key("dst"), _s=keys.key("src"), _o=order, _e=alphabet, src_ns="src_ns",
                           inferred="inferred", _known=pl.col("src_trace").is_not_null())
-    ranked = (narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row")
-              .sort(["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False]))
+    ranked = expr.sort_rows(narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row"),
+                            ["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False])
     # per destination, its first explicit edge, then its first inferred one (at most one row each)
     head = ((pl.col("_d") != pl.col("_d").shift(1)) | (pl.col("inferred") != pl.col("inferred").shift(1))
             ).fill_null(True)
@@ -633,7 +648,8 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
     gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
-    final = narrow.select("_d", "_s", "_e").with_row_index("_row").sort(["_d", "_s", "_e"], nulls_last=True)["_row"]
+    final = expr.sort_rows(narrow.select("_d", "_s", "_e").with_row_index("_row"), ["_d", "_s", "_e"],
+                           nulls_last=True)["_row"]
     return pl.concat([edges.select(pl.all().gather(final)), gaps.select(pl.col("critical", "weight_ns").gather(final))],
                      how="horizontal")
 
