@@ -487,3 +487,14 @@ def test_the_real_nccl_run_through_the_store(tmp_path):
     assert finding["impact_ns"] == round(want["wait_caused_ns"] / 2)
     code, out, err = run_cli("--store", str(tmp_path), "analyze", str(NCCL["slow"]), "--rule", "stragglers")
     assert code == 0 and "run nccl2_slow_rank1 (2 ranks)" in out.splitlines()[0], out[:300]  # the run, not rank 0's file
+
+
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"][:1]))
+def test_hotspots_splits_no_wait_off_gloo_collectives(folder):
+    """gloo's collectives run on the host (no communication kernel whose spinning would be waiting): hotspots
+    adds no waiting column and says nothing of it."""
+    from traceparse.analysis import analyze
+
+    [f] = [f for f in analyze(run_of(folder), rules=["hotspots"]) if f.title == "Hotspots: routines by exclusive time"]
+    assert all("waiting_ns" not in i for i in f.items) and "comm_waiting_ns" not in f.metrics
+    assert "waiting_ns" not in [c.key for c in f.columns] and "spinning" not in f.message

@@ -24,6 +24,7 @@ import pytest
 
 from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
 from traceparse import measures
+from traceparse.figures import fmt_ns
 
 MULTIRANK = FIXTURES / "torch" / "multirank"
 RUNS = {v: MULTIRANK / f"fsdp2_{v}" for v in ("balanced", "slow_loader", "slow_hook")}
@@ -233,6 +234,56 @@ def test_stragglers_figures_equal_the_raw_json(variant):
     assert {int(k): v["last_count"] for k, v in m["ranks"].items()} == want["last_count"]
     assert m["step_time_lost_pct"] == want["pct"]
     assert m["wait_caused_per_step_ns"] == want["per_step_ns"]
+
+
+def raw_kernel_waiting(folder: Path) -> dict[str, int]:
+    """Per NCCL kernel name, the time its kernels spun before the last rank's kernel of the same collective
+    instance started: instances matched across ranks by key (:func:`calls`), the k-th call of a kind on a rank
+    running its k-th kernel of that kind (by start); a kernel waits min(last start − its start, its duration)."""
+    docs = ranks(folder)
+    kernels = {}  # rank -> kind -> [(name, start, end)] in order of start
+    for r, d in docs.items():
+        for e in sorted(xs(d, "kernel"), key=lambda e: e["ts"]):
+            kind = next((k for part, k in KERNEL_KINDS.items() if e["name"].startswith("nccl") and part in e["name"]),
+                        None)
+            if kind:
+                start = us_to_ns(e["ts"])
+                kernels.setdefault(r, {}).setdefault(kind, []).append((e["name"], start, start + us_to_ns(e["dur"])))
+    of = {}  # rank -> instance key -> its kernel
+    for r, d in docs.items():
+        seen: dict[str, int] = {}
+        for c in calls(d):
+            k = seen.get(c["collective"], 0)
+            seen[c["collective"]] = k + 1
+            of.setdefault(r, {})[c["key"]] = kernels[r][c["collective"]][k]
+    waiting: dict[str, int] = {}
+    for key in set.intersection(*(set(v) for v in of.values())):
+        last = max(of[r][key][1] for r in docs)
+        for r in docs:
+            name, start, end = of[r][key]
+            waiting[name] = waiting.get(name, 0) + max(0, min(last - start, end - start))
+    return waiting
+
+
+@pytest.mark.parametrize("variant", sorted(RUNS))
+def test_hotspots_says_how_much_of_a_communication_kernel_is_waiting(variant):
+    """hotspots ranks the ReduceScatter kernel that spins on rank 0 while the hook twin's rank 1 sleeps first (its
+    self time is real): each communication kernel listed says how much of its time was spent waiting for the
+    other rank's kernel to start, equal to the raw JSON's, and the message says so of the leader."""
+    from traceparse.analysis import analyze
+
+    want = raw_kernel_waiting(RUNS[variant])
+    [f] = [f for f in analyze(run_of(RUNS[variant]), rules=["hotspots"])
+           if f.title == "Hotspots: routines by exclusive time"]
+    listed = {i["name"]: i for i in f.items if i["kind"] == "kernel" and i["name"].startswith("nccl")}
+    assert listed and {name: i["waiting_ns"] for name, i in listed.items()} == {name: want[name] for name in listed}
+    assert all(0 <= i["waiting_ns"] <= i["time_ns"] for i in listed.values())
+    assert f.metrics["comm_waiting_ns"] == sum(want.values())
+    assert "waiting_ns" not in next(i for i in f.items if not i["name"].startswith("nccl"))
+    top = f.items[0]
+    if variant == "slow_hook":  # rank 0 spins in the step's first ReduceScatter while rank 1 sleeps in its hook
+        assert "ReduceScatter" in top["name"] and top["waiting_ns"] > 0.9 * top["time_ns"]
+        assert f"{fmt_ns(top['waiting_ns'])} of its time" in f.message and "stragglers says which" in f.message
 
 
 def _wait_per_step_ms(variant: str) -> float:

@@ -36,13 +36,24 @@ Severity is warning when a routine holding at least
 ``imbalance_warning`` among several peers; copies and memsets are listed but
 never warn (they run on the device their data goes to; the copy rules judge
 them).
+
+On a run whose collectives run as communication kernels (NCCL, RCCL), a
+communication kernel's time is partly waiting: the kernel starts when its
+stream reaches it and spins until every rank's kernel of the same
+collective has started. Each such kernel listed has ``waiting_ns``: over
+its instances, min(last member's kernel start − its start, its duration)
+(:data:`traceparse.measures.collective_waits`), and ``comm_waiting_ns``
+sums it over every communication kernel. Where the leader is one, the
+message says how much of it is waiting: a kernel that leads the table
+because it waits for a late rank points at that rank (stragglers), not at
+itself.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceparse import measures
+from traceparse import expr, measures
 from traceparse.expr import GPU_KINDS
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
@@ -68,6 +79,8 @@ COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Colum
            Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
            Column("mean_ns", "mean per thread", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
            Column("imbalance", "imbalance", "ratio"), Column("peers", "peers", "count")]
+#: A communication kernel's time spent waiting for the other ranks (a column only where an item has it).
+WAITING = Column("waiting_ns", "waiting", "ns")
 THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
                   Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
                   Column("inclusive_ns", "inclusive", "ns"), Column("share_pct", "share %", "pct")]
@@ -120,11 +133,20 @@ class Hotspots(Rule):
                    "exclusive_rows": int(routines["exclusive_rows"].sum()),
                    "self_time_rows": int(routines["self_time_rows"].sum()),
                    "inclusive_only_rows": int(routines["inclusive_only_rows"].sum())}
+        waiting = _waiting(events) if any(i["kind"] == "kernel" for i in items) else {}
+        for item in items:
+            if item["kind"] == "kernel" and item["name"] in waiting:
+                item["waiting_ns"] = waiting[item["name"]]
         if items:
             top = items[0]
             message = (f"{by_name.height} routines on {n_threads} thread(s), {fmt_ns(total)} in all; "
                        f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
                        f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
+            if top.get("waiting_ns"):
+                message += (f" {fmt_ns(top['waiting_ns'])} of its time "
+                            f"({fmt_pct(expr.pct(top['waiting_ns'], top['time_ns']))}) is the kernel spinning until "
+                            "the other ranks' kernels of the same collective start: time lost waiting for a later "
+                            "rank (stragglers says which), not work of its own.")
         else:
             message = "No routine time in this trace."
         nested_inclusive = int(routines["host_inclusive_rows"].sum())
@@ -141,9 +163,13 @@ class Hotspots(Rule):
                         f"{worst['name']!r}: max/mean {fmt_ratio(worst['imbalance'])}.")
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
+        if waiting:
+            metrics["comm_waiting_ns"] = sum(waiting.values())
+        columns = COLUMNS + ([WAITING] if any("waiting_ns" in i for i in items) else [])
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
-                            message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
-                            labels=LABELS)]
+                            message, suggestion, metrics=metrics, items=items, columns=columns,
+                            figures={**FIGURES, **({"comm_waiting_ns": "ns"} if waiting else {})},
+                            labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
         findings.append(self._per_thread(per_thread, t, names))
         if marks.height:
             findings.append(self._annotations(marks, t))
@@ -193,6 +219,21 @@ class Hotspots(Rule):
         return Finding(self.name, "info", "Hotspots per thread", message,
                        metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,
                        columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
+
+
+def _waiting(events) -> dict[str, int]:
+    """Per communication kernel name, the time its instances spun waiting for the last member of their
+    collective to start its kernel (:data:`traceparse.measures.collective_waits` on device arrivals: an NCCL
+    kernel starts when its stream reaches it and spins until every rank's has started); {} where the
+    collectives are not matched to kernels (gloo, a single GPU)."""
+    waits = measures.collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
+    if waits.height == 0 or "kernel_name" not in waits.columns:
+        return {}
+    spin = pl.min_horizontal("wait_ns", pl.col("kernel_end_ns") - pl.col("arrival_ns")).clip(lower_bound=0)
+    rows = (waits.filter((pl.col("arrival") == "device") & pl.col("kernel_name").is_not_null()
+                         & (pl.col("members") > 1))
+            .group_by("kernel_name").agg(spin.sum()))
+    return {name: int(ns) for name, ns in rows.iter_rows()}
 
 
 def _roles(per_thread: pl.DataFrame, names: dict) -> pl.DataFrame:

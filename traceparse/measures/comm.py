@@ -321,14 +321,21 @@ def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFr
     """
     done = completions(parts)
     device = (done.height == rows.height and done.height > 0 and bool((done["done_source"] == "kernel").all()))
+    no_kernel = [pl.lit(None, dtype=t).alias(c) for c, t in _KERNEL.items()]
     if not device:
-        return rows.with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
-    joins = done.select("member", "process_group", "instance", _join="join_ns")
+        return rows.with_columns(*no_kernel, host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
+    joins = done.select("member", "process_group", "instance", _join="join_ns", kernel_event_id="done_event_id",
+                        kernel_name="done_name", kernel_end_ns="done_ns")
     rows = rows.join(joins, on=["member", "process_group", "instance"], how="left", nulls_equal=True)
     if rows["_join"].null_count():
-        return rows.drop("_join").with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
+        return rows.drop("_join", *_KERNEL).with_columns(*no_kernel, host_arrival_ns=pl.col("arrival_ns"),
+                                                          arrival=pl.lit("host"))
     return rows.with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival_ns=pl.col("_join"),
                              arrival=pl.lit("device")).drop("_join")
+
+
+#: The member's communication kernel of a device arrival (:func:`_device_arrivals`; null for a host arrival).
+_KERNEL = {"kernel_event_id": pl.Int64, "kernel_name": pl.String, "kernel_end_ns": pl.Int64}
 
 
 class CollectiveWaits(Measure):
@@ -343,8 +350,10 @@ class CollectiveWaits(Measure):
     ``last`` (it is the last member). With ``align_clocks`` (ranks on
     several hosts, whose clocks differ), every member's arrival is first moved by its
     :func:`clock_offsets` (members leave a collective together). Columns: those of :class:`Collectives`
-    plus ``host_arrival_ns``, ``arrival``, ``offset_ns``, ``last_arrival_ns``, ``last_member``, ``members``,
-    ``wait_ns``, ``last``.
+    plus ``host_arrival_ns``, ``arrival``, ``kernel_event_id``, ``kernel_name`` and ``kernel_end_ns`` (the
+    member's communication kernel, on device arrivals; null on host ones), ``offset_ns``, ``last_arrival_ns``,
+    ``last_member``, ``members``, ``wait_ns``, ``last``. On device arrivals a member's kernel spins for
+    min(``wait_ns``, its duration) of its time: it started, and waited for the last member's kernel to start.
 
     Part and valid partitions: those of :class:`Collectives`.
     """
@@ -363,6 +372,7 @@ class CollectiveWaits(Measure):
             rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
         rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
                                  arrival_ns=_moved(pl.col("arrival_ns"), pl.col("offset_ns").fill_null(0)),
+                                 kernel_end_ns=_moved(pl.col("kernel_end_ns"), pl.col("offset_ns").fill_null(0)),
                                  host_arrival_ns=_moved(pl.col("host_arrival_ns"),
                                                         pl.col("offset_ns").fill_null(0)))
         inst = ["process_group", "instance"]
