@@ -1,5 +1,6 @@
-"""``traceparse.expr.sort_rows``: numpy's lexsort where every key is an integer or boolean column (issue 25: the
-critical path's sorts), polars' sort otherwise; the same rows in the same order as polars' stable sort."""
+"""``traceparse.expr.sort_rows(..., lexsort=True)``: numpy's lexsort where every key is an integer or boolean
+column (issue 25: the critical path's sorts), polars' sort otherwise; the same rows in the same order as
+polars' stable sort."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_lexsort_gives_polars_order_with_nulls_descending_and_ties(seed):
     nulls_last = bool(seed % 2)
     assert sort_order(frame, by, descending, nulls_last) is not None  # the numpy path is the one tested
     expected = frame.sort(by, descending=descending, nulls_last=nulls_last, maintain_order=True)
-    assert sort_rows(frame, by, descending, nulls_last).equals(expected)
+    assert sort_rows(frame, by, descending, nulls_last, lexsort=True).equals(expected)
 
 
 def test_extreme_values_sort_without_overflow():
@@ -46,7 +47,7 @@ def test_extreme_values_sort_without_overflow():
     values = [-(2 ** 63), 2 ** 63 - 1, 0, -1, 1] * (N // 5 + 1)
     frame = pl.DataFrame({"t": pl.Series(values, dtype=pl.Int64), "i": pl.Series(range(len(values)))})
     for down in (False, True):
-        assert sort_rows(frame, ["t", "i"], [down, False]).equals(
+        assert sort_rows(frame, ["t", "i"], [down, False], lexsort=True).equals(
             frame.sort(["t", "i"], descending=[down, False], maintain_order=True))
 
 
@@ -58,11 +59,12 @@ def test_wide_unsigned_keys_sort_in_their_own_type():
     for by in (["u", "i"], ["s", "u", "i"], ["s", "i"]):
         for down in (False, True):
             expected = frame.sort(by, descending=[down] + [False] * (len(by) - 1), maintain_order=True)
-            assert sort_rows(frame, by, [down] + [False] * (len(by) - 1)).equals(expected)
+            assert sort_rows(frame, by, [down] + [False] * (len(by) - 1), lexsort=True).equals(expected)
 
 
 def test_text_keys_and_small_frames_are_left_to_polars():
     frame = _frame(1)
     assert sort_order(frame, ["name", "id"], [False, False]) is None
     assert sort_order(frame.head(LEXSORT_ROWS - 1), ["k1", "id"], [False, False]) is None
-    assert sort_rows(frame, ["name", "k1", "id"]).equals(frame.sort(["name", "k1", "id"], maintain_order=True))
+    assert sort_rows(frame, ["name", "k1", "id"], lexsort=True).equals(
+        frame.sort(["name", "k1", "id"], maintain_order=True))

@@ -291,12 +291,15 @@ def api_class(names: pl.Expr) -> pl.Expr:
 
 
 def sort_rows(frame: pl.DataFrame, by: list[str], descending: bool | list[bool] = False,
-              nulls_last: bool = False) -> pl.DataFrame:
+              nulls_last: bool = False, lexsort: bool = False) -> pl.DataFrame:
     """``frame.sort(by, ...)`` with the columns of ``by`` that hold one value on every row left out of the sort.
 
     The rows of one trace share their ``trace_id`` (and often their device): sorting by that text column
     too costs ten times a sort by the numbers after it (87,000 interval edges: 18 ms against 1.5 ms), and
     changes nothing. For a sort whose full key has no ties (or whose result does not depend on their order).
+    With ``lexsort`` integer and boolean keys are sorted by numpy (:func:`sort_order`): faster on rows far
+    from their order (a critical path's edges: 0.37 → 0.24 s), slower on rows nearly in order already (events
+    by start: polars sees the order), so a caller asks for it where it measured it.
     """
     by = list(by)
     desc = [descending] * len(by) if isinstance(descending, bool) else list(descending)
@@ -304,7 +307,7 @@ def sort_rows(frame: pl.DataFrame, by: list[str], descending: bool | list[bool] 
     if not keep:
         return frame
     by, desc = [by[i] for i in keep], [desc[i] for i in keep]
-    order = sort_order(frame, by, desc, nulls_last)
+    order = sort_order(frame, by, desc, nulls_last) if lexsort else None
     if order is not None:
         return frame[order]
     return frame.sort(by, descending=desc, nulls_last=nulls_last)

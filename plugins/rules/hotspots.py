@@ -133,7 +133,10 @@ class Hotspots(Rule):
                    "exclusive_rows": int(routines["exclusive_rows"].sum()),
                    "self_time_rows": int(routines["self_time_rows"].sum()),
                    "inclusive_only_rows": int(routines["inclusive_only_rows"].sum())}
-        waiting = _waiting(events) if any(i["kind"] == "kernel" for i in items) else {}
+        comm = [i["name"] for i in items if i["kind"] == "kernel"]  # listed kernels that are communication
+        comm = pl.select(expr.collective(pl.lit(pl.Series(comm, dtype=pl.String)))).to_series().drop_nulls() \
+            if comm else []
+        waiting = _waiting(events) if len(comm) else {}
         for item in items:
             if item["kind"] == "kernel" and item["name"] in waiting:
                 item["waiting_ns"] = waiting[item["name"]]

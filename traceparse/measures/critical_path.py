@@ -154,7 +154,7 @@ def _host_points(events: pl.DataFrame) -> pl.DataFrame:
     # ones; a zero-length event's end right after its start
     # (the node number orders by event, then start before end)
     points = pl.concat([starts, ends]).with_columns(node=2 * pl.col("event_id") + pl.col("is_end"))
-    points = expr.sort_rows(points, [_T, "pid", "tid", "t", "grp", "sub", "node"])
+    points = expr.sort_rows(points, [_T, "pid", "tid", "t", "grp", "sub", "node"], lexsort=True)
     owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
     points = points.with_columns(owner=owner)
     # what owns each point's time, gathered from the host row of its owner (a look-up by position, not a join of
@@ -616,7 +616,8 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     narrow = edges.select(_d=keys.key("dst"), _s=keys.key("src"), _o=order, _e=alphabet, src_ns="src_ns",
                           inferred="inferred", _known=pl.col("src_trace").is_not_null())
     ranked = expr.sort_rows(narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row"),
-                            ["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False])
+                            ["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False],
+                            lexsort=True)
     # per destination, its first explicit edge, then its first inferred one (at most one row each)
     head = ((pl.col("_d") != pl.col("_d").shift(1)) | (pl.col("inferred") != pl.col("inferred").shift(1))
             ).fill_null(True)
@@ -649,7 +650,7 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
     gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
     final = expr.sort_rows(narrow.select("_d", "_s", "_e").with_row_index("_row"), ["_d", "_s", "_e"],
-                           nulls_last=True)["_row"]
+                           nulls_last=True, lexsort=True)["_row"]
     return pl.concat([edges.select(pl.all().gather(final)), gaps.select(pl.col("critical", "weight_ns").gather(final))],
                      how="horizontal")
 
