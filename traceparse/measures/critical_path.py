@@ -67,14 +67,15 @@ SEGMENT_KINDS = ("host op", "runtime", "launch", "sync", "untraced", "wake-up", 
 INSTANCE_TRACE = "(collective)"
 
 #: The kinds of edge and segment as enums (one byte a row, in the orders above: sorts, joins and comparisons on
-#: integers, not on the texts of a million edges).
+#: integers, not on the texts of a million edges); the names and categories as categoricals (a few thousand
+#: distinct names over the edges: 120 -> 92 MB and 1.16 -> 1.00 CPU s for the 139 MB trace's graph).
 EDGE_KIND = pl.Enum(EDGE_KINDS)
 SEGMENT_KIND = pl.Enum(SEGMENT_KINDS)
 
 EDGE_SCHEMA: dict[str, pl.DataType] = {
     "src_trace": pl.String, "src_node": pl.Int64, "src_ns": pl.Int64, "src_rank": pl.Int32,
     "dst_trace": pl.String, "dst_node": pl.Int64, "dst_ns": pl.Int64, "rank": pl.Int32,
-    "edge": EDGE_KIND, "segment": SEGMENT_KIND, "name": pl.String, "category": pl.String, "event_id": pl.Int64,
+    "edge": EDGE_KIND, "segment": SEGMENT_KIND, "name": pl.Categorical, "category": pl.Categorical, "event_id": pl.Int64,
     "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64, "inferred": pl.Boolean,
 }
 _COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,

@@ -196,6 +196,7 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
     ``windows``: the step windows (:func:`step_windows`), over which an edit's time per step is counted. A drop
     that matches no host op or annotation (on its rank) is a one-line :class:`InputError`; so is a rank the trace
     does not have, and ``balance`` on a trace of one rank."""
+    graph = graph.with_columns(pl.col("name", "category").cast(pl.String))  # matched as text against names
     w = _weights(graph)
     inside = _in_steps(graph, windows)
     ranks = sorted(r for r in graph["rank"].drop_nulls().unique().to_list())
