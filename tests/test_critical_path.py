@@ -416,3 +416,16 @@ def test_replay_of_a_shorter_kernel_shortens_the_sync_and_the_step():
     # K starts at 25 and now runs 77 ns; the sync (its own time weighs nothing: it only ever waited) ends its
     # 20 ns wake-up after K, and the step 10 ns after the sync: 25 + 77 + 20 + 10
     assert at[("t", 11)] == 102 and at[("t", 9)] == 122 and at[("t", 1)] == 132
+
+
+def test_a_title_names_a_kernel_by_its_name_not_its_argument_list():
+    """The four-GPU balanced run once titled "Rank 2's Params) holds the step": the last ``::`` part of a kernel's
+    whole signature. A title takes the name before the argument list, outside template brackets."""
+    from traceparse_plugins.rules.critical_path import _short
+
+    assert _short("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+                  "(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)") == "Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_al…"
+    assert _short("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    assert _short("autograd::engine::evaluate_function: AddBackward0") == "AddBackward0"
+    assert [_short(n) for n in ("aten::mm", "DataLoader", "(weird)")] == ["mm", "DataLoader", "(weird)"]

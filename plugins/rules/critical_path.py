@@ -38,12 +38,15 @@ largest parts) and
 step): ``rank``, ``lane`` (``thread T`` or ``stream S``), ``kind``, ``name``, ``per_step_ns``, ``share_pct``
 (of the length), ``other_rank`` (it was on another rank's path).
 
-``held_pct``: the largest share of the other ranks' paths that one part of one rank takes (a host op, an
-annotation, a kernel, ...; not communication nor untraced time): its time on the paths of the ranks other than
-its own, over those paths' length. Where collectives wait on the device (NCCL), the path crosses to the
-holding rank at a collective by which the ranks are nearly in step again, so ``wait_pct`` stays near 0 while
-the other rank's delay is most of the path (a real FSDP2 twin whose rank 1 sleeps 30 ms in its DataLoader:
-``wait_pct`` 0.4%, the DataLoader 37% of rank 0's path); a balanced run's largest such part is a few percent.
+``held_pct``: the largest share of the other ranks' paths that one part of one rank holds (an event's own time:
+a host op, an annotation, a runtime call, a kernel, a copy; not communication, queueing nor untraced time): on
+each path of a rank other than its own, its time there, but at most how much longer it takes per step on its
+rank than on the median rank (:func:`_held`), summed over those paths and over their length. Where
+collectives wait on the device (NCCL), the path crosses to the holding rank at a collective by which the ranks
+are nearly in step again, so ``wait_pct`` stays near 0 while the other rank's delay is most of the path (a real
+FSDP2 twin whose rank 1 sleeps 30 ms in its DataLoader: ``wait_pct`` 0.4%, the DataLoader 37% of rank 0's
+path). The cap is the median rank's: in a balanced run of four ranks every waiting rank's path crosses to the
+last one and runs back through its GEMMs, a quarter of the path, which take as long on every rank: 0.3%.
 
 Severity: on a run, the larger of ``wait_pct`` and ``held_pct`` at or above ``warning_pct`` is a warning (a
 rank holds the others; the title names its largest part on the others' paths, and the run's summary gets a
@@ -136,7 +139,7 @@ class CriticalPath(Rule):
                             "crossings": crossings.get(k, []), "top": tops.get(k, [])})
         items = _top(segments, int(t["top"]), n, length)
         wait_pct = expr.pct(wait_ns, length)
-        held_pct, held_ns = _held(segments, paths) if ranks_known else (None, 0)
+        held_pct, held_ns, held_by = _held(segments, paths, events) if ranks_known else (None, 0, None)
         worst = max(wait_pct or 0.0, held_pct or 0.0)
         severity = grade(worst, warning=t["warning_pct"], critical=t["critical_pct"]) if ranks_known else "info"
         rank_rows = _per_rank(details) if ranks_known else {}
@@ -152,7 +155,14 @@ class CriticalPath(Rule):
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         unmarked = bool(windows["step"].is_null().all())  # no step marked: one window over each trace's span
         message = _message(metrics, items, details, ranks_known, unmarked)
-        holder = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
+        holder = None
+        if held_by is not None and held_pct >= (wait_pct or 0.0):  # the part that holds the others most
+            part = {"segment_rank": held_by["rank"], "lane": held_by["lane"], "segment": held_by["kind"],
+                    "name": held_by["name"]}
+            mine = segments.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in part.items()))
+            holder = next(iter(_top(mine, 1, n, length)), None)
+        if holder is None:
+            holder = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
         title = "Critical path of each step" if not unmarked else "Critical path of the trace (no steps marked)"
         suggestion = ""
         summary = None
@@ -175,8 +185,24 @@ class CriticalPath(Rule):
 
 
 def _short(name: str, width: int = 48) -> str:
-    """A name for a title: its last part (``autograd::engine::evaluate_function: torch::autograd::X`` is X), cut."""
-    name = name.rsplit(": ", 1)[-1].rsplit("::", 1)[-1]
+    """A name for a title: its last part (``autograd::engine::evaluate_function: torch::autograd::X`` is X; a
+    kernel's ``void ns::Kernel2<T>(T::Params)`` is ``Kernel2<T>``: not its argument list, nor a ``::`` inside
+    brackets), cut to ``width``."""
+    name = name.rsplit(": ", 1)[-1]
+    if name.endswith(")"):  # a C++ signature: its argument list goes
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i] if i > 0 else name
+                break
+    name = name.removeprefix("void ")
+    depth, cut = 0, 0
+    for i, ch in enumerate(name):
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(ch, 0)
+        if depth == 0 and name.startswith("::", i):
+            cut = i + 2
+    name = name[cut:] or name
     return name if len(name) <= width else name[:width - 1] + "…"
 
 
@@ -229,19 +255,68 @@ def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None
     return out
 
 
-def _held(segments: pl.DataFrame, paths: pl.DataFrame) -> tuple[float | None, int]:
-    """The largest share of the other ranks' paths that one part (rank, lane, kind, name; not communication, not
-    untraced) takes: its time on paths of ranks other than its own, over the length of those paths; and that
-    time (ns, summed over those paths)."""
-    held = (segments.filter(pl.col("other") & ~pl.col("segment").is_in(["communication", "untraced"]))
-            .group_by("segment_rank", "lane", "segment", "name").agg(ns=pl.col("duration_ns").sum())
+#: The event kind of a GPU segment's own time (a host segment's is its ``category``: the owner's kind).
+_EVENT_KIND = {"kernel": "kernel", "copy": "memcpy", "memset": "memset"}
+#: Segments that are an event's own time, comparable with the same name on the other ranks.
+_OWN_TIME = ("host op", "runtime", "launch", "sync", *_EVENT_KIND)
+
+
+def _held(segments: pl.DataFrame, paths: pl.DataFrame, events) -> tuple[float | None, int, dict | None]:
+    """The part of one rank that holds the other ranks' paths most: (its held time's share of those paths'
+    length, that time in ns summed over them, the part: ``rank``, ``lane``, ``kind``, ``name``), or (None, 0,
+    None).
+
+    A part (rank, lane, kind, name: an event's own time, not communication, queueing or untraced time) holds
+    another rank's path for its time on that path, but only for as long as it takes longer on its rank than on
+    the median rank, per step (:data:`traceparse.measures.step_time_by_name`; of an even number of ranks the
+    lower middle one's): the path of a rank that waited at a collective crosses to the last rank to arrive and
+    runs back through that rank's work, which in a balanced run is the same work as its own. On four balanced
+    ranks a GEMM kernel of the last rank took a quarter of the others' paths; it takes no longer there than
+    anywhere, so it holds nothing."""
+    on = segments.filter(pl.col("other") & pl.col("segment").is_in(list(_OWN_TIME)))
+    if on.height == 0:
+        return None, 0, None
+    kind = pl.col("segment").replace_strict(_EVENT_KIND, default=pl.col("category"), return_dtype=pl.String)
+    part = ["segment_trace", "segment_rank", "lane", "segment", "name"]
+    per_path = on.with_columns(kind=kind).group_by("trace_id", "step", *part, "kind").agg(
+        ns=pl.col("duration_ns").sum())
+    excess = _excess_per_step(events, per_path.select("segment_trace", "kind", "name").unique())
+    held = (per_path.join(excess, on=["segment_trace", "kind", "name"], how="inner")
+            .with_columns(held=pl.min_horizontal("ns", "excess"))
+            .group_by(*part).agg(ns=pl.col("held").sum())
+            .filter(pl.col("ns") > 0)
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True))
     if held.height == 0:
-        return None, 0
+        return 0.0, 0, None
     top = held.row(0, named=True)
     rank = -1 if top["segment_rank"] is None else top["segment_rank"]
     others = paths.filter(pl.col("rank").fill_null(-1) != rank)
-    return expr.pct(int(top["ns"]), int(others["length_ns"].sum())), int(top["ns"])
+    who = {"rank": top["segment_rank"], "lane": top["lane"], "kind": top["segment"], "name": top["name"]}
+    return expr.pct(int(top["ns"]), int(others["length_ns"].sum())), int(top["ns"]), who
+
+
+def _excess_per_step(events, wanted: pl.DataFrame) -> pl.DataFrame:
+    """``wanted`` (``segment_trace``, ``kind``, ``name``) with ``excess``: how much longer that name takes per
+    step on that trace's rank than on the median rank (0 on a rank without it), in ns; rows of no excess left out."""
+    import statistics
+
+    table = measures.step_time_by_name(events)
+    traces = sorted(set(table["trace_id"].drop_nulls().to_list()))
+    names = wanted.select("kind", "name").unique()
+    per = (table.join(names, on=["kind", "name"], how="semi")
+           .select("trace_id", "kind", "name", per=pl.col("time_ns") / pl.col("steps")))
+    cells: dict[tuple, dict] = {}
+    for tr, kind, name, value in per.iter_rows():
+        cells.setdefault((kind, name), {})[tr] = value
+    rows = []
+    for tr, kind, name in wanted.iter_rows():
+        by_trace = cells.get((kind, name), {})
+        median = statistics.median_low([by_trace.get(t, 0.0) for t in traces]) if traces else 0.0
+        extra = round(by_trace.get(tr, 0.0) - median)
+        if extra > 0:
+            rows.append((tr, kind, name, extra))
+    return pl.DataFrame(rows, schema={"segment_trace": pl.String, "kind": pl.String, "name": pl.String,
+                                      "excess": pl.Int64}, orient="row")
 
 
 def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
