@@ -328,9 +328,15 @@ def test_old_and_new_nccl_kernel_names_meet_as_one_collective():
         (0, 0, "all_reduce", "kernel", 4), (1, 0, "all_reduce", "kernel", 0),
         (0, 1, "all_reduce", "kernel", 30), (1, 1, "all_reduce", "kernel", 0)]
     f = run_rule(trace, "comm-compute-overlap")
-    # device 1's first NCCL kernel [4, 14) runs beside sgemm [5, 15): 9 ns of its 10
-    assert f.metrics["ranks"] == {"0": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 0, "overlap_pct": 0.0},
-                                  "1": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 9, "overlap_pct": 45.0}}
+    # device 1's first NCCL kernel [4, 14) runs beside sgemm [5, 15): 9 ns of its 10. Device 0's kernels wait for
+    # device 1's: [0, 4) spinning, and all of [100, 110), which ends before device 1's starts at 130
+    assert f.metrics["ranks"] == {
+        "0": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 0, "overlap_pct": 0.0, "waiting_ns": 14},
+        "1": {"kernels": 2, "comm_time_ns": 20, "overlapped_ns": 9, "overlap_pct": 45.0, "waiting_ns": 0}}
+    assert f.metrics["waiting_ns"] == 14 and f.metrics["moving_overlap_pct"] == round(100 * 9 / (40 - 14), 4)
+    # exposed: device 0's 20, device 1's 1 + 10 ([130, 140) beside no compute); device 0's 14 of waiting no
+    # overlap could hide
+    assert f.impact_ns == 20 + 11 - 14
 
 
 def test_one_rank_alone_says_so(fixtures_dir):

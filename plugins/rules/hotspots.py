@@ -42,7 +42,7 @@ communication kernel's time is partly waiting: the kernel starts when its
 stream reaches it and spins until every rank's kernel of the same
 collective has started. Each such kernel listed has ``waiting_ns``: over
 its instances, min(last member's kernel start − its start, its duration)
-(:data:`traceparse.measures.collective_waits`), and ``comm_waiting_ns``
+(the collectives matched across ranks as stragglers matches them), and ``comm_waiting_ns``
 sums it over every communication kernel. Where the leader is one, the
 message says how much of it is waiting: a kernel that leads the table
 because it waits for a late rank points at that rank (stragglers), not at
