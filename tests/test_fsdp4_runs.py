@@ -126,3 +126,17 @@ def test_the_slow_loader_twins_summary_names_the_straggler_as_its_bottleneck(tmp
     assert code == 0, err
     (summary,) = json.loads(out)["summary"]
     assert summary["bottleneck"]["rule"] == "stragglers"
+
+
+def test_the_slow_hook_twins_rank_2_is_named_under_the_warning_line():
+    """Rank 2 sleeps in a gradient hook: the others' waits at collectives come to 8.7% of their step time, under
+    the 10% line, though the job lost more (their delayed all-gathers no longer overlap compute). stragglers
+    said "No straggler: no rank stands out"; rank 2 causes 20 times any other rank's waits, so it is named, as
+    info, with what it does longer than the median rank."""
+    f = run_rule(run_of(RUNS["slow_hook"]), "stragglers")
+    caused = sorted((v["wait_caused_ns"] for v in f.metrics["ranks"].values()), reverse=True)
+    assert 5 <= f.metrics["step_time_lost_pct"] < 10 and caused[0] > 2 * caused[1]
+    assert f.severity == "info" and f.metrics["straggler_rank"] is None
+    assert f.title == f"Most waited for: rank {SLOW_RANK}, under the warning line"
+    assert f.metrics["slow_rank_host"][0]["name"] == DELAY["slow_hook"]
+    assert run_rule(run_of(RUNS["balanced"]), "stragglers").title == "No straggler"

@@ -33,6 +33,12 @@ median rank's most, by at least ``min_excess_pct`` of the straggler's step time:
 and when the straggler's trace has no operators, that host work between annotations could not be
 compared); the suggestion starts with the first.
 
+Under the warning line, a candidate that still stands out (it costs the others at least half of
+``warning_pct`` of their step time, and more than twice what any other rank costs them) is named as info,
+"Most waited for", with what it does longer than the median rank: the waits count only where the waiting
+rank's GPU computed nothing, and a late rank can cost the others more where their delayed communication no
+longer overlaps their compute (four real FSDP2 ranks, rank 2 sleeping in a gradient hook: 8.7% by waits).
+
 Metrics: ``straggler_rank`` (the candidate when ``step_time_lost_pct`` reaches ``warning_pct``, else null:
 no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` and ``wait_caused_per_step_ns`` (of the
 candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
@@ -156,6 +162,15 @@ class Stragglers(Rule):
             suggestion = (f"Find what {who} does before its collectives that the others do not: uneven data "
                           "(batch sizes, sequence lengths), a slower input pipeline or host, extra work in "
                           "hooks or logging on that rank, or a slower GPU or link.")
+        elif _stands_out(per, share, t["warning_pct"]):  # under the line, but the one rank the others wait for
+            title = f"Most waited for: {who}, under the warning line"
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives and made the other "
+                       f"{each} wait {fmt_ns(caused_ns)} ({fmt_pct(share)} of their step time, under the "
+                       f"{t['warning_pct']:g}% warning line), more than twice any other {label}. A wait counts where "
+                       f"the waiting {label}'s GPU computed nothing; a late {label} can cost the others more where "
+                       "their communication, delayed behind the wait, no longer overlaps their compute "
+                       "(critical-path weighs that).")
+            suggestion = ""
         else:
             title = "No straggler"
             message = (f"{len(members)} {label}s, {n_instances} collectives: no {label} stands out; the most "
@@ -167,11 +182,12 @@ class Stragglers(Rule):
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
         excess = {"slow_rank_host": [], "slow_rank_gpu": []}
-        if straggler is not None and label == "rank":
+        named = straggler if straggler is not None else (candidate if title.startswith("Most waited") else None)
+        if named is not None and label == "rank":
             floor = t["min_excess_pct"] / 100 * step.get(candidate, 0) / n_steps
-            excess = slow_rank_excess(events, waits, straggler, int(t["top_excess"]), floor)
+            excess = slow_rank_excess(events, waits, named, int(t["top_excess"]), floor)
             message += _excess_sentence(who, excess, floor)
-            if not _has_operators(events, waits, straggler):
+            if not _has_operators(events, waits, named):
                 message += (f" The trace of {who} has no operators (recorded or trimmed without them): only "
                             "annotations and GPU work could be compared, not the host's work between them.")
             lead = (excess["slow_rank_host"] or excess["slow_rank_gpu"] or [None])[0]
@@ -188,6 +204,15 @@ class Stragglers(Rule):
                                  "ranks": ranks, **excess},
                         items=items, columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
+
+
+def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> bool:
+    """Whether the most waited-for member, under the warning line, still stands out: it costs the others at least
+    half the warning line's share of their step time, and more than twice what any other member costs them."""
+    if share is None or share < warning_pct / 2 or per.height < 2:
+        return False
+    first, second = per["wait_caused_ns"][0], per["wait_caused_ns"][1]
+    return first > 2 * second
 
 
 def _key(member) -> str:
