@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
