@@ -103,10 +103,11 @@ class CommComputeOverlap(Rule):
             agg = ranks.setdefault(key, {"kernels": 0, "comm_time_ns": 0, "overlapped_ns": 0})
             for k in agg:
                 agg[k] += r[k]
+        by_key = {str(m): ns for m, ns in waiting.items()}
         for key, agg in ranks.items():
             agg["overlap_pct"] = expr.pct(agg["overlapped_ns"], agg["comm_time_ns"])
             if waiting:
-                agg["waiting_ns"] = waiting.get(int(key), 0)
+                agg["waiting_ns"] = by_key.get(key, 0)
         moving_pct = expr.pct(overlapped_ns, comm_ns - waiting_ns) if waiting else None
         severity = "info"
         if share is not None and share >= t["min_comm_share_pct"]:
