@@ -394,3 +394,22 @@ def test_one_decoding_process_and_several_agree(case, tmp_path, monkeypatch):
     parallel = _ingest_with(path, tmp_path / "two", 2, max(2000, len(data) // 40), monkeypatch)
     assert serial[:2] == parallel[:2], name
     assert (serial[2] is None) == (parallel[2] is None) and (serial[2] is None or serial[2].equals(parallel[2])), name
+
+
+def test_a_damaged_gzip_stream_is_reported_before_what_its_garbage_breaks(tmp_path, monkeypatch):
+    """A gzip stream whose CRC fails at its end, and whose content breaks early (a time past Int64 nanoseconds,
+    as bytes a damaged stream decompresses into can): read in one chunk the damage showed first; read in small
+    chunks by two workers the broken event's chunk failed first, and that was reported instead
+    ("traceEvents[70].ts: ... out of range"). Both say the stream is damaged: the cause, not a symptom."""
+    data = gzip.decompress((FIXTURES / "torch" / "resnet18_bs4.json.gz").read_bytes())
+    at = data.index(b'"ts":', len(data) // 10)
+    end = at + 5 + re.match(rb"\s*[-0-9.]+", data[at + 5:]).end()
+    broken = data[:at] + b'"ts": 4576538110691209560.016' + data[end:]
+    packed = bytearray(gzip.compress(broken, 6, mtime=0))
+    packed[-8] ^= 0xFF  # the CRC-32 of the trailer: the deflate data is whole, the check at the end fails
+    path = tmp_path / "damaged.json.gz"
+    path.write_bytes(bytes(packed))
+    serial = _ingest_with(path, tmp_path / "one", 0, 8 << 20, monkeypatch)
+    parallel = _ingest_with(path, tmp_path / "two", 2, max(2000, len(broken) // 40), monkeypatch)
+    for code, err, table in (serial, parallel):
+        assert code == 2 and table is None and "the gzip stream is damaged (CRC check failed" in err, err

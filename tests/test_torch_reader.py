@@ -33,14 +33,15 @@ def test_shared_samples_match_independent_parse(samples_dir):
 
 def test_fixture_traces_match_independent_parse(fixtures_dir):
     not_traces = ("manifest.json", "ddp4_step_times.json", "fsdp2_step_times.json",  # what made them, not traces
-                  "et_versions.json")
+                  "fsdp4_step_times.json", "et_versions.json")
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
     # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
     # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one),
-    # the 5 acceptance captures (H100 and H200), the 6 ranks of the FSDP2 twins (two H100s)
-    assert len(paths) == 56
+    # the 5 acceptance captures (H100 and H200), the 6 ranks of the FSDP2 twins (two H100s), the 12 of the
+    # four-GPU FSDP2 twins
+    assert len(paths) == 68
     for path in paths:
         check_against_independent(path)
 

@@ -328,6 +328,16 @@ class _ChunkReader:
         self.pos = raw_pos
         return data or None
 
+    def check_rest(self) -> None:
+        """Read the rest of a compressed file, raising its stream's own error if it is damaged (a CRC mismatch
+        at its end, bad deflate data): the garbage a damaged stream decompresses into fails to decode before
+        the damage shows, and the damage is what to report, as reading it whole first would (the file read in
+        one chunk). A stream cut short, or an uncompressed file, is left as it is."""
+        if getattr(self.f, "fileobj", None) is None:
+            return
+        while not self.truncated and self.read() is not None:
+            pass
+
     def find_array(self, label: str, array_form: bool) -> tuple[bytes, bytes, str]:
         """(the document before ``"traceEvents"``, the bytes after its ``[``, ``"object"`` or ``"array"``)."""
         buf = b""
@@ -691,7 +701,11 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
             queue.append(submit(*_cut(buf, end, start), False))
             del buf[:start]
             while len(queue) > limit:
-                yield from take_front()
+                try:
+                    yield from take_front()
+                except TraceparseError:  # an early chunk's error, the rest unread: a damaged stream says so first
+                    reader.check_rest()
+                    raise
         # the last events apart from the document's end: the fast path reads them, the careful path only the
         # (small) end. A cut there that was no boundary is merged back whole (as checked), never re-scanned.
         # Without a fast path nothing is gained by the cut: the rest is one chunk (a small file: one batch)
