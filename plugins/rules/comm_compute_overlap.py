@@ -23,7 +23,7 @@ overlap of the time the kernels do their own work. The time at stake (``impact_n
 communication less the waiting; the severity grades ``moving_overlap_pct`` where there is waiting, else
 ``overlap_pct``. On four real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication
 overlapped 30% of its time, but 96 of their 99 ms of exposed communication was waiting for rank 2: the rule
-said "low overlap, 75 ms lost" and advised bucketing and prefetching; the moving time overlaps 93%.
+said "low overlap, 75 ms lost" and advised bucketing and prefetching; the moving time overlaps 93.7%.
 
 Severity: when communication takes at least ``min_comm_share_pct`` of the kernel busy time, warning under
 ``warning_below_pct`` overlap, critical under ``critical_below_pct``.
