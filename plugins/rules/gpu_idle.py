@@ -193,7 +193,7 @@ class GpuIdle(Rule):
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev),
-                        impact_whole=("the GPU's span" if n_dev == 1 else f"a GPU's span (mean of {n_dev})",
+                        impact_whole=("the GPU's span" if n_dev == 1 else "the mean GPU's span",
                                       round(span_ns / n_dev)))]
 
     def _host_activity(self, events, t: dict, host_wait_ns: int) -> tuple[dict, str]:
