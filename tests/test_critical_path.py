@@ -423,8 +423,9 @@ def test_a_title_names_a_kernel_by_its_name_not_its_argument_list():
     whole signature. A title takes the name before the argument list, outside template brackets."""
     from traceparse_plugins.rules.critical_path import _short
 
-    assert _short("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
-                  "(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)") == "Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_al…"
+    kernel = ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
+              "(cutlass_80_simt_sgemm_256x128_8x4_nn_align1::Params)")
+    assert _short(kernel) == "Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_al…"
     assert _short("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
     assert _short("autograd::engine::evaluate_function: AddBackward0") == "AddBackward0"

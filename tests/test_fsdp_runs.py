@@ -137,6 +137,24 @@ def oracle_stragglers(folder: Path) -> dict:
             "last_count": {r: sum(1 for last, _ in last_of.values() if last == r) for r in docs}}
 
 
+def oracle_waited(folder: Path) -> dict[int, int]:
+    """Per rank, the time it waited at collectives: |union of [its arrival, the last arrival) over the instances
+    it was not last to ∩ its ProfilerStep# windows| less the part its compute kernels cover (as
+    :func:`oracle_stragglers` counts a wait, whoever held it)."""
+    docs = ranks(folder)
+    arrivals = {r: {c["key"]: c["arrival"] for c in device_calls(d)} for r, d in docs.items()}
+    windows = {r: step_windows(d) for r, d in docs.items()}
+    compute = {r: union(iv for iv in comm_intervals(d)[1]) for r, d in docs.items()}
+    keys = set.intersection(*(set(a) for a in arrivals.values()))
+    latest = {k: max(arrivals[r][k] for r in docs) for k in keys}
+    out = {}
+    for r in docs:
+        waits = union((arrivals[r][k], latest[k]) for k in keys if latest[k] > arrivals[r][k])
+        inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
+        out[r] = sum(e - s - intersect(s, e, compute[r]) for s, e in inside)
+    return out
+
+
 def comm_intervals(doc: dict) -> tuple[list, list]:
     """(communication kernels, compute kernels) of a rank, as (start, end) ns."""
     comm, compute = [], []

@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import exact_int, refused, run_cli
+from helpers import exact_int, intersect, refused, run_cli, union
 from traceparse.analysis import analyze
 from traceparse.ingest import detect_reader, read_group
 from traceparse.plugins import registry
@@ -262,16 +262,6 @@ def _kernel_and_copy_intervals(plain: Path):
     return kernels, copies, memsets, names
 
 
-def _merge(intervals: list[tuple[int, int]]) -> list[list[int]]:
-    merged: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    return merged
-
-
 def test_core_rules_on_the_sqlite_export(tmp_path):
     gz = Path(f"{PREFIX}.sqlite.gz")
     kernels, copies, memsets, names = _kernel_and_copy_intervals(sqlite_copy(gz, tmp_path))
@@ -279,8 +269,8 @@ def test_core_rules_on_the_sqlite_export(tmp_path):
     findings = {f.rule: f for f in analyze(trace, rules=["low-memcpy-overlap", "low-kernel-concurrency",
                                                          "kernel-share"])}
     # low-memcpy-overlap: |copy ∩ union(kernels on its device)|, summed
-    union = {d: _merge([(s, e) for dd, s, e, _ in kernels if dd == d]) for d in {k[0] for k in kernels}}
-    overlapped = sum(max(0, min(e, ke) - max(s, ks)) for d, s, e in copies for ks, ke in union.get(d, []))
+    merged = {d: union([(s, e) for dd, s, e, _ in kernels if dd == d]) for d in {k[0] for k in kernels}}
+    overlapped = sum(intersect(s, e, merged.get(d, [])) for d, s, e in copies)
     m = findings["low-memcpy-overlap"].metrics
     assert m["memcpy_time_ns"] == sum(e - s for _, s, e in copies)
     assert m["overlapped_ns"] == overlapped
@@ -294,7 +284,7 @@ def test_core_rules_on_the_sqlite_export(tmp_path):
         concurrent += (t_next - t) if depth >= 2 else 0
     c = findings["low-kernel-concurrency"].metrics
     assert (c["kernel_busy_ns"], c["concurrent_ns"]) == (busy, concurrent)
-    assert busy == sum(e - s for s, e in union[0])
+    assert busy == sum(e - s for s, e in merged[0])
     # kernel-share: totals per demangled name
     per_name: dict[str, list[int]] = {}
     for _, s, e, n in kernels:

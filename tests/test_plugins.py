@@ -132,18 +132,19 @@ class _TinyRule(Rule):
         return [Finding(self.name, "info", "count", "", metrics={"n": trace.events.height * options.thresholds["factor"]})]
 
 
-class _TinyPlugin:
-    """A throwaway plugin registered in code, as the tests of pytest and datasette do."""
+class _RulesPlugin:
+    """A throwaway plugin registered in code, as the tests of pytest and datasette do: it provides ``rules``."""
 
-    __name__ = "tiny_plugin"
+    def __init__(self, name: str, *rules: Rule):
+        self.__name__, self.rules = name, list(rules)
 
     @hookimpl
     def traceparse_rules(self):
-        return [_TinyRule()]
+        return self.rules
 
 
 def test_plugin_registered_in_code_runs_with_settings():
-    reg = load_registry(extra_plugins=[_TinyPlugin()])
+    reg = load_registry(extra_plugins=[_RulesPlugin("tiny_plugin", _TinyRule())])
     events = pl.DataFrame({"kind": ["kernel", "kernel", "api"]})
     from traceparse.schema import conform
 
@@ -241,21 +242,13 @@ class _WholeRule(Rule):
         return [Finding(self.name, "warning", "part of a whole", "", impact_ns=30, impact_whole=("the whole", 40))]
 
 
-class _WholePlugin:
-    __name__ = "whole_plugin"
-
-    @hookimpl
-    def traceparse_rules(self):
-        return [_WholeRule()]
-
-
 def test_a_runs_time_at_stake_and_its_whole_are_made_per_rank_together():
     """On a run the core divides a rule's time at stake by the ranks, and the whole it is part of with it: the
     summary's share of that whole stays the share the rule measured (75%), not 25% of an undivided whole."""
     from traceparse.schema import conform
     from traceparse.summary import bottleneck
 
-    reg = load_registry(extra_plugins=[_WholePlugin()])
+    reg = load_registry(extra_plugins=[_RulesPlugin("whole_plugin", _WholeRule())])
     events = conform(pl.DataFrame({"kind": ["kernel"] * 3, "start_ns": [0, 10, 20], "duration_ns": [5, 5, 5]}))
     run = TraceMeta(id="r", format="run", extra={"run": {"ranks": {"0": "a", "1": "b", "2": "c"}}})
     [finding] = analyze(Trace(events, run), rules=["whole"], reg=reg)

@@ -35,7 +35,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.comm import member_compute, member_windows, waiting_time
+from traceparse.measures.comm import kernel_spin, member_compute, member_windows, waiting_time
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -150,9 +150,7 @@ def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:
     busy = member_compute(events, waits)
     if busy is None:
         return {}
-    # a kernel spins at most until it ends (a kernel that ended before the last rank's started waited no longer)
-    spins = waits.with_columns(wait_ns=pl.min_horizontal(
-        "wait_ns", pl.col("kernel_end_ns") - pl.col("arrival_ns")).clip(lower_bound=0))
+    spins = waits.with_columns(wait_ns=kernel_spin())  # a kernel spins at most until it ends
     waited = dict(waiting_time(spins, member_windows(events, waits), busy).iter_rows())
     key = "rank" if ranked else "device_id"
     exposed = dict(layers.group_by(key).agg(pl.col("comm_exposed_ns").sum()).iter_rows())

@@ -64,6 +64,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
+from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -297,24 +298,13 @@ def _held(segments: pl.DataFrame, paths: pl.DataFrame, events) -> tuple[float | 
 
 def _excess_per_step(events, wanted: pl.DataFrame) -> pl.DataFrame:
     """``wanted`` (``segment_trace``, ``kind``, ``name``) with ``excess``: how much longer that name takes per
-    step on that trace's rank than on the median rank (0 on a rank without it), in ns; rows of no excess left out."""
-    import statistics
-
+    step on that trace's rank than on the median rank (:func:`traceparse.measures.nesting.over_median`), in ns;
+    rows of no excess left out."""
     table = measures.step_time_by_name(events)
     traces = sorted(set(table["trace_id"].drop_nulls().to_list()))
-    names = wanted.select("kind", "name").unique()
-    per = (table.join(names, on=["kind", "name"], how="semi")
-           .select("trace_id", "kind", "name", per=pl.col("time_ns") / pl.col("steps")))
-    cells: dict[tuple, dict] = {}
-    for tr, kind, name, value in per.iter_rows():
-        cells.setdefault((kind, name), {})[tr] = value
-    rows = []
-    for tr, kind, name in wanted.iter_rows():
-        by_trace = cells.get((kind, name), {})
-        median = statistics.median_low([by_trace.get(t, 0.0) for t in traces]) if traces else 0.0
-        extra = round(by_trace.get(tr, 0.0) - median)
-        if extra > 0:
-            rows.append((tr, kind, name, extra))
+    asked = set(wanted.iter_rows())
+    rows = [(tr, kind, name, round(own - median)) for tr, kind, name, own, median in over_median(table, traces)
+            if (tr, kind, name) in asked and round(own - median) > 0]
     return pl.DataFrame(rows, schema={"segment_trace": pl.String, "kind": pl.String, "name": pl.String,
                                       "excess": pl.Int64}, orient="row")
 

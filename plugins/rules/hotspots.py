@@ -55,6 +55,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.expr import GPU_KINDS
+from traceparse.measures.comm import kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
@@ -232,10 +233,9 @@ def _waiting(events) -> dict[str, int]:
     waits = measures.collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
     if waits.height == 0 or "kernel_name" not in waits.columns:
         return {}
-    spin = pl.min_horizontal("wait_ns", pl.col("kernel_end_ns") - pl.col("arrival_ns")).clip(lower_bound=0)
     rows = (waits.filter((pl.col("arrival") == "device") & pl.col("kernel_name").is_not_null()
                          & (pl.col("members") > 1))
-            .group_by("kernel_name").agg(spin.sum()))
+            .group_by("kernel_name").agg(kernel_spin().sum()))
     return {name: int(ns) for name, ns in rows.iter_rows()}
 
 

@@ -65,6 +65,7 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_compute, member_windows, waiting_time
+from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -229,26 +230,16 @@ def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: fl
     whose time on ``rank`` exceeds the median most, by at least ``floor`` ns a step: ``kind``, ``name``,
     ``slow_ns``, ``median_ns`` (per step), ``excess_ns`` = the difference.
     """
-    import statistics
-
     traces = dict(waits.select("trace_id", "rank").unique().iter_rows())
     slow_trace = next((tr for tr, r in traces.items() if r == rank), None)
     if slow_trace is None:
         return {"slow_rank_host": [], "slow_rank_gpu": []}
-    table = measures.step_time_by_name(events).filter(pl.col("trace_id").is_in(list(traces)))
     waiting = pl.col("name").str.contains(STEP_NAME) | expr.collective(pl.col("name").fill_null("")).is_not_null()
-    table = table.filter(~waiting)
-    per_step = table.with_columns(per=pl.col("time_ns") / pl.col("steps"))
-    cells: dict[tuple, dict] = {}
-    for tr, kind, name, per in per_step.select("trace_id", "kind", "name", "per").iter_rows():
-        cells.setdefault((kind, name), {})[tr] = per
-    rows = []
-    for (kind, name), by_trace in cells.items():
-        values = [by_trace.get(tr, 0.0) for tr in traces]
-        slow, median = by_trace.get(slow_trace, 0.0), statistics.median_low(values)
-        if slow > median and round(slow) - round(median) >= floor:
-            rows.append({"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
-                         "excess_ns": round(slow) - round(median)})
+    table = measures.step_time_by_name(events).filter(~waiting)
+    rows = [{"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
+             "excess_ns": round(slow) - round(median)}
+            for tr, kind, name, slow, median in over_median(table, traces)
+            if tr == slow_trace and slow > median and round(slow) - round(median) >= floor]
     rows.sort(key=lambda r: (-r["excess_ns"], r["kind"], r["name"]))
     gpu = [r for r in rows if r["kind"] in expr.GPU_KINDS]
     host = [r for r in rows if r["kind"] not in expr.GPU_KINDS and r["kind"] != "api"]

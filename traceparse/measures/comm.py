@@ -338,6 +338,12 @@ def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFr
 _KERNEL = {"kernel_event_id": pl.Int64, "kernel_name": pl.String, "kernel_end_ns": pl.Int64}
 
 
+def kernel_spin() -> pl.Expr:
+    """Over :class:`CollectiveWaits` rows of device arrivals: how long the member's kernel spun waiting for the
+    last member's to start, min(``wait_ns``, its own duration) (a kernel that ended first waited no longer)."""
+    return pl.min_horizontal("wait_ns", pl.col("kernel_end_ns") - pl.col("arrival_ns")).clip(lower_bound=0)
+
+
 class CollectiveWaits(Measure):
     """Per collective instance and member: its arrival, the last member's arrival, and its wait for it.
 

@@ -75,8 +75,9 @@ SEGMENT_KIND = pl.Enum(SEGMENT_KINDS)
 EDGE_SCHEMA: dict[str, pl.DataType] = {
     "src_trace": pl.String, "src_node": pl.Int64, "src_ns": pl.Int64, "src_rank": pl.Int32,
     "dst_trace": pl.String, "dst_node": pl.Int64, "dst_ns": pl.Int64, "rank": pl.Int32,
-    "edge": EDGE_KIND, "segment": SEGMENT_KIND, "name": pl.Categorical, "category": pl.Categorical, "event_id": pl.Int64,
-    "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64, "inferred": pl.Boolean,
+    "edge": EDGE_KIND, "segment": SEGMENT_KIND, "name": pl.Categorical, "category": pl.Categorical,
+    "event_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64,
+    "inferred": pl.Boolean,
 }
 _COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,
                 "stream_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name": pl.String, "collective": pl.String,

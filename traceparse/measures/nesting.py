@@ -197,3 +197,25 @@ class StepTimeByName(Measure):
 
 
 step_time_by_name = StepTimeByName()
+
+
+def over_median(table: pl.DataFrame, traces) -> list[tuple]:
+    """Each (trace, kind, name) of ``table`` (:data:`step_time_by_name` rows) on one of ``traces`` (a run's ranks),
+    with its time per step there and the median over ``traces`` of that name's time per step (0 on a trace that
+    never runs it; of an even number of traces the lower middle one, a rank's own figure: of two, the other
+    rank, not their mean): ``(trace_id, kind, name, own_ns, median_ns)``, floats. What a rank does longer than
+    the median rank, which stragglers lists, critical-path caps a rank's hold with and ``whatif --balance``
+    takes out."""
+    import statistics
+
+    traces = list(traces)
+    wanted = set(traces)
+    cells: dict[tuple, dict] = {}
+    for tr, kind, name, t, n in table.select("trace_id", "kind", "name", "time_ns", "steps").iter_rows():
+        if tr in wanted and n:
+            cells.setdefault((kind, name), {})[tr] = t / n
+    out = []
+    for (kind, name), by_trace in cells.items():
+        median = statistics.median_low([by_trace.get(tr, 0.0) for tr in traces])
+        out += [(tr, kind, name, own, median) for tr, own in by_trace.items()]
+    return out

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +40,7 @@ from traceparse.errors import InputError
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph,
                                               edge_coverage)
-from traceparse.measures.nesting import step_time_by_name
+from traceparse.measures.nesting import over_median, step_time_by_name
 from traceparse.measures.replay import Replayer
 from traceparse.measures.step_paths import step_windows
 from traceparse.measures.steps import STEP_NAME
@@ -285,16 +284,8 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | N
                | ((pl.col("kind") == "api") & (expr.api_class(pl.col("name")) == "synchronize")))
     table = table.with_columns(pl.col("trace_id").cast(pl.String), pl.col("kind").cast(pl.String)).filter(~waiting)
     traces = graph.filter(pl.col("dst_trace") != INSTANCE_TRACE)["dst_trace"].unique().to_list()
-    rows = []
-    cells: dict[tuple, dict] = {}
-    for tr, kind, name, t, n in table.select("trace_id", "kind", "name", "time_ns", "steps").iter_rows():
-        if tr in traces and n:
-            cells.setdefault((kind, name), {})[tr] = t / n
-    for (kind, name), by_trace in cells.items():
-        median = statistics.median_low(by_trace.get(tr, 0.0) for tr in traces)
-        for tr, own in by_trace.items():
-            if own > median and own - median >= BALANCE_MIN_EXCESS * (step_ns or {}).get(tr, 0):
-                rows.append((tr, kind, name, median / own))
+    rows = [(tr, kind, name, median / own) for tr, kind, name, own, median in over_median(table, traces)
+            if own > median and own - median >= BALANCE_MIN_EXCESS * (step_ns or {}).get(tr, 0)]
     return pl.DataFrame(rows, schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
                                       "factor": pl.Float64}, orient="row")
 
