@@ -4,9 +4,10 @@ Three views, each of a fresh process:
 
 - ``--repeat N``: ``traceparse analyze REF`` (every rule) N times: wall time, CPU seconds (user + sys, from
   ``wait4``), peak RSS, the 1-minute load average just before; median and min–max.
+- ``--rule-threads 1 2``: the same with ``analyze --threads N`` for each N, alternating round after round.
 - ``--per-rule``: the same, ``--rule NAME`` one rule at a time (each run pays the fixed costs once).
 - ``--phases``: one in-process run, timed phase by phase with ``time.process_time``: imports, plugin loading,
-  loading the stored table, each rule in the order ``analyze`` runs them, the summary, rendering, keeping the
+  loading the stored table, each rule alone in the order ``analyze`` starts them, the summary, rendering, keeping the
   findings. ``POLARS_MAX_THREADS=1`` (unless ``--threads``) so that CPU time is where the work is.
   ``--profile FILE`` writes a cProfile of that run.
 
@@ -57,7 +58,7 @@ try:
 except ImportError:  # traceparse before issue 25
     from contextlib import nullcontext as sharing
 with sharing():
-    found = analyze(trace, reg=session.registry, on_rule=on_rule)
+    found = analyze(trace, reg=session.registry, on_rule=on_rule, threads=1)  # one rule at a time: its own phase
     mark(now[0])
     summary = summarize(trace, found)
     mark("summary")
@@ -107,11 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-rule", action="store_true", help="also each rule alone (--rule NAME)")
     parser.add_argument("--phases", action="store_true", help="also one in-process run timed phase by phase")
     parser.add_argument("--threads", action="store_true", help="--phases with polars' default threads")
+    parser.add_argument("--rule-threads", type=int, nargs="+", metavar="N",
+                        help="instead of the plain runs: analyze --threads N for each N, alternating, --repeat rounds")
     parser.add_argument("--profile", metavar="FILE", help="with --phases: write a cProfile of that run to FILE")
     args = parser.parse_args(argv)
     ref = [args.ref] if args.ref else []
     cli = [sys.executable, "-m", "traceparse", "-q"]
-    if args.repeat:
+    if args.rule_threads:  # each count in turn, round after round: the same load for each
+        by_count: dict[int, list[dict]] = {n: [] for n in args.rule_threads}
+        for _ in range(max(1, args.repeat)):
+            for n in args.rule_threads:
+                by_count[n].append(run([*cli, "analyze", "--threads", str(n), *ref]))
+        for n, runs in by_count.items():
+            print(f"analyze --threads {n}: {median_line(runs)}", flush=True)
+    elif args.repeat:
         runs = [run([*cli, "analyze", *ref]) for _ in range(args.repeat)]
         print(f"analyze, every rule: {median_line(runs)}", flush=True)
     if args.per_rule:

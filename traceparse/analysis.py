@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime as _dt
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 import polars as pl
@@ -70,12 +73,36 @@ def _convert(setting: str, raw: str, default: Any) -> Any:
 
 #: A finding with less time at stake than this share of its trace's span is never CRITICAL (``--critical-floor``).
 CRITICAL_FLOOR_PCT = 1.0
+#: Rules run at most this many at once (threads: polars and numpy work outside the interpreter's lock) ...
+RULE_THREADS = 2
+#: ... on a table of at most this many rows; a larger one runs them one at a time: two rules' working sets side
+#: by side would raise the peak memory of the traces where it matters most (docs/scale.md).
+PARALLEL_ROWS_MAX = 1_000_000
+
+
+def rule_threads(trace: Trace, requested: int | None = None) -> int:
+    """How many rules :func:`analyze` runs at once on ``trace``: ``requested`` when given, else
+    :data:`RULE_THREADS` (at most the cores this process may use) on a table of at most
+    :data:`PARALLEL_ROWS_MAX` rows, one on a larger table or on a run whose ranks a Dask cluster reads.
+
+    Two threads take about a sixth off the wall time of every rule on two cores (docs/scale.md); the findings
+    are the same, in the same order.
+    """
+    if requested is not None:
+        return max(1, int(requested))
+    events = trace.events
+    if getattr(events, "executor", None) is not None:
+        return 1
+    sizes = getattr(events, "sizes", None)
+    rows = sum(sizes) if sizes is not None else events.height
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(RULE_THREADS, cores) if rows <= PARALLEL_ROWS_MAX else 1
 
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,
             gpu: Any = None, reg: Registry | None = None,
             critical_floor_pct: float = CRITICAL_FLOOR_PCT,
-            on_rule: Callable[[str], None] | None = None) -> list[Finding]:
+            on_rule: Callable[[str], None] | None = None, threads: int | None = None) -> list[Finding]:
     """Run rules on a trace and return their findings.
 
     ``rules`` names the rules to run; by default every rule that applies to
@@ -86,6 +113,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     alone (0.6% overlap of 38 us of copies) does not make a problem critical.
     ``settings`` are threshold overrides as returned by :func:`parse_settings`.
     ``on_rule`` is told each rule's name as it starts (a progress bar).
+    ``threads``: how many rules run at once (default :func:`rule_threads`);
+    the findings and their order do not depend on it.
     """
     from traceparse.run import trace_ranks
     from traceparse.summary import trace_span
@@ -95,28 +124,44 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     ranks = trace_ranks(trace)
     span_ns = trace_span(trace.events)
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())
+
+    def findings_of(rule) -> list[Finding]:
+        """One rule's findings on the trace, made per rank on a run and floored."""
+        if on_rule is not None:
+            on_rule(rule.name)
+        if not rule.applies_to(trace):
+            if not rules:
+                return []
+            return [Finding(rule.name, "info", f"{rule.name}: not applicable",
+                            (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
+                             else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id)]
+        options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)
+        found = []
+        for finding in rule.check(trace, options):
+            finding.trace = trace.id
+            if ranks > 1 and finding.impact_ns and not rule.impact_per_rank:
+                finding.impact_ns = round(finding.impact_ns / ranks)  # a run's time at stake is per rank
+                if finding.impact_whole:  # and so is the whole it is part of
+                    finding.impact_whole = (finding.impact_whole[0], round(finding.impact_whole[1] / ranks))
+            _apply_floor(finding, span_ns, critical_floor_pct)
+            found.append(finding)
+        return found
+
     findings: list[Finding] = []
     with sharing():  # what several rules (and the summary) ask of the trace is computed once
-        for rule in chosen:
-            if on_rule is not None:
-                on_rule(rule.name)
-            if not rule.applies_to(trace):
-                if rules:
-                    findings.append(Finding(
-                        rule.name, "info", f"{rule.name}: not applicable",
-                        (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
-                         else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id,
-                    ))
-                continue
-            options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)
-            for finding in rule.check(trace, options):
-                finding.trace = trace.id
-                if ranks > 1 and finding.impact_ns and not rule.impact_per_rank:
-                    finding.impact_ns = round(finding.impact_ns / ranks)  # a run's time at stake is per rank
-                    if finding.impact_whole:  # and so is the whole it is part of
-                        finding.impact_whole = (finding.impact_whole[0], round(finding.impact_whole[1] / ranks))
-                _apply_floor(finding, span_ns, critical_floor_pct)
-                findings.append(finding)
+        workers = min(rule_threads(trace, threads), len(chosen))
+        if workers <= 1:
+            for rule in chosen:
+                findings.extend(findings_of(rule))
+        else:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="traceparse-rule")
+            # each rule in a copy of this context: the sharing scope is the same object in every thread
+            futures = [pool.submit(contextvars.copy_context().run, findings_of, rule) for rule in chosen]
+            try:
+                for future in futures:  # in the rules' order: the first rule that fails is the error raised
+                    findings.extend(future.result())
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
     return order_findings(findings)
 
 

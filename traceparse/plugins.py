@@ -23,6 +23,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -75,6 +76,7 @@ class Registry:
         self._index: dict[str, dict] = index or {}
         self._order = {info.name: i for i, info in enumerate(infos)}
         self._info = {info.name: info for info in infos}
+        self._loading = threading.RLock()
 
     # -- loading on demand ---------------------------------------------------------------------------------
     @property
@@ -84,19 +86,22 @@ class Registry:
         return self._infos
 
     def _load(self, names) -> None:
-        """Import and register the pending entry points ``names`` (in entry-point order)."""
-        for name in sorted((n for n in names if n in self._pending), key=self._order.get):
-            ep = self._pending.pop(name)
-            info = self._info[name]
-            _register(self.pm, ep, info)
-            if info.broken:
-                self.warnings.append(broken_warning(info))
+        """Import and register the pending entry points ``names`` (in entry-point order); one thread at a time
+        (rules run at once in ``analyze`` may both ask for a hook's plugins)."""
+        with self._loading:
+            for name in sorted((n for n in names if n in self._pending), key=self._order.get):
+                ep = self._pending.pop(name)
+                info = self._info[name]
+                _register(self.pm, ep, info)
+                if info.broken:
+                    self.warnings.append(broken_warning(info))
 
     def _need(self, hook_name: str) -> None:
         """Load every pending plugin that implements ``hook_name`` (all of them when the index does not say)."""
-        if self._pending:
-            self._load([n for n in self._pending if n not in self._index
-                        or hook_name in self._index[n].get("hooks", ())])
+        with self._loading:
+            if self._pending:
+                self._load([n for n in self._pending if n not in self._index
+                            or hook_name in self._index[n].get("hooks", ())])
 
     def providers(self, hook_name: str, name: str) -> list[str] | None:
         """The plugins the index says provide the object ``name`` of ``hook_name`` (None: it does not know)."""

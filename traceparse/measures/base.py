@@ -15,6 +15,7 @@ and its own ranks) and, where it works per device, ``device_id``.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -82,25 +83,49 @@ class SharedResults:
     An entry lives as long as its table: it is dropped when the table is (a run's group of ranks read for a
     measure and let go takes its entries with it), so the scope never keeps a table alive. ``hits`` and
     ``misses`` count the look-ups.
+
+    Rules may run at once in threads (``analyze``): a value asked by a second thread while the first computes
+    it is waited for, not computed again. No two computations can wait on each other: a value's computation
+    asks only for values below it (a measure needs the measures it is built on, never one built on it).
     """
 
     def __init__(self) -> None:
         self.tables: dict[int, dict[tuple, Any]] = {}
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
+        self._computing: dict[tuple, threading.Event] = {}  # (table id, key) -> set when its value is in
 
     def get(self, table: Any, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()`` the first time ``key`` is asked of ``table``, then the same value."""
         ident = id(table)
-        entries = self.tables.get(ident)
-        if entries is None:
-            entries = self.tables[ident] = {}
-            weakref.finalize(table, self.tables.pop, ident, None)  # its entries go with it (ids are reused)
-        if key in entries:
-            self.hits += 1
-            return entries[key]
-        self.misses += 1
-        value = entries[key] = compute()
+        with self._lock:
+            entries = self.tables.get(ident)
+            if entries is None:
+                entries = self.tables[ident] = {}
+                weakref.finalize(table, self.tables.pop, ident, None)  # its entries go with it (ids are reused)
+            if key in entries:
+                self.hits += 1
+                return entries[key]
+            pending = self._computing.get((ident, key))
+            if pending is None:
+                self.misses += 1
+                done = self._computing[(ident, key)] = threading.Event()
+        if pending is not None:  # another thread computes it: its value, or (it failed) this thread's own try
+            pending.wait()
+            with self._lock:
+                self.hits += 1
+                if key in entries:
+                    return entries[key]
+            return self.get(table, key, compute)
+        try:
+            value = compute()
+            with self._lock:
+                entries[key] = value
+        finally:
+            with self._lock:
+                del self._computing[(ident, key)]
+            done.set()
         return value
 
 
@@ -224,6 +249,10 @@ class PartitionedEvents:
         self._alive = 0
         self._whole: pl.DataFrame | None = None
         self._last: tuple[tuple[int, ...], pl.DataFrame] | None = None
+        # rules run at once in threads (``analyze``): one reads a group or the whole table at a time, and a
+        # measure that goes through several groups holds the others' to theirs, so that one group is in memory
+        self._reading = threading.RLock()
+        self._one_group = threading.RLock()
 
     # -- measures ---------------------------------------------------------------
     def groups(self, order: list[int] | None = None) -> list[list[int]]:
@@ -249,7 +278,11 @@ class PartitionedEvents:
         in table order; one group in memory at a time here. ``fn`` must not assume one trace per call."""
         if self.executor is not None:
             return self.executor(fn, args)
-        return [fn(self.group(g), *args) for g in self.groups()]
+        groups = self.groups()
+        if len(groups) == 1:
+            return [fn(self.group(groups[0]), *args)]
+        with self._one_group:
+            return [fn(self.group(g), *args) for g in groups]
 
     def partition(self, i: int) -> pl.DataFrame:
         """Partition ``i``'s events, read from its file (counted while alive in :attr:`most_at_once`)."""
@@ -261,24 +294,24 @@ class PartitionedEvents:
         The last group read is kept until another is asked for: measure after measure on a run of one group
         (every rank together under :data:`GROUP_ROWS` rows) reads its files once.
         """
-        import weakref
-
         key = tuple(indices)
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
-        self._last = None  # let the previous group go before reading the next one
-        # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of 4
-        # rows took 90 ms, on one chunk 5 ms)
-        events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
-        self._last = (key, events)
-        self.loaded += len(indices)
-        self._alive += 1
-        self.most_at_once = max(self.most_at_once, self._alive)
-        weakref.finalize(events, self._release)
-        return events
+        with self._reading:
+            if self._last is not None and self._last[0] == key:
+                return self._last[1]
+            self._last = None  # let the previous group go before reading the next one
+            # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of
+            # 4 rows took 90 ms, on one chunk 5 ms)
+            events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
+            self._last = (key, events)
+            self.loaded += len(indices)
+            self._alive += 1
+            self.most_at_once = max(self.most_at_once, self._alive)
+            weakref.finalize(events, self._release)
+            return events
 
     def _release(self) -> None:
-        self._alive -= 1
+        with self._reading:
+            self._alive -= 1
 
     def measure(self, measure: Measure, params: dict) -> pl.DataFrame:
         """``measure`` of the whole table, computed partition by partition (see the class docstring)."""
@@ -291,15 +324,16 @@ class PartitionedEvents:
                 return measure.combine(results, **params)
             order = sorted(range(len(results)), key=lambda i: self.trace_ids[i])
             return pl.concat([results[i] for i in order])
-        if not finish:
-            return measure.combine([rank_result(self.group(g), measure, params, False) for g in self.groups()],
-                                   **params)
         groups = self.groups()
         if len(groups) == 1:  # every partition together: what the whole table gives, its files read once
-            return rank_result(self.group(groups[0]), measure, params, True)
-        # per-trace results in trace-id order (the order combine sorts by): groups of partitions in that order
-        by_id = sorted(range(len(self.paths)), key=lambda i: self.trace_ids[i])
-        return pl.concat([rank_result(self.group(g), measure, params, True) for g in self.groups(by_id)])
+            return rank_result(self.group(groups[0]), measure, params, True)  # combine([part]) either way
+        with self._one_group:
+            if not finish:
+                return measure.combine([rank_result(self.group(g), measure, params, False) for g in groups],
+                                       **params)
+            # per-trace results in trace-id order (the order combine sorts by): groups of partitions in that order
+            by_id = sorted(range(len(self.paths)), key=lambda i: self.trace_ids[i])
+            return pl.concat([rank_result(self.group(g), measure, params, True) for g in self.groups(by_id)])
 
     # -- the table, lazily ------------------------------------------------------
     def lazy(self) -> pl.LazyFrame:
@@ -343,12 +377,13 @@ class PartitionedEvents:
 
     def whole(self) -> pl.DataFrame:
         """The whole table in memory (once; counted in :attr:`whole_loads`): what the other DataFrame methods use."""
-        if self._whole is None:
-            self.whole_loads += 1
-            from traceparse.schema import empty_frame
+        with self._reading:
+            if self._whole is None:
+                self.whole_loads += 1
+                from traceparse.schema import empty_frame
 
-            self._whole = self.lazy().collect() if self.paths else empty_frame()
-        return self._whole
+                self._whole = self.lazy().collect() if self.paths else empty_frame()
+            return self._whole
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

@@ -34,7 +34,7 @@ class AnalyzeCommand(Command):
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """TRACE..., ``--rule``, ``--set``, ``--fail-on``, ``--gpu`` and the common options."""
-        from traceparse.analysis import CRITICAL_FLOOR_PCT
+        from traceparse.analysis import CRITICAL_FLOOR_PCT, PARALLEL_ROWS_MAX, RULE_THREADS
 
         self.add_common_options(parser, traces="*", json=True, fmt=True)
         parser.add_argument("--rule", action="append", metavar="NAME", help="run only this rule (repeatable)")
@@ -53,6 +53,9 @@ class AnalyzeCommand(Command):
                                  f"(default {CRITICAL_FLOOR_PCT:g})")
         parser.add_argument("--digits", type=_digits, metavar="N",
                             help="significant figures of the figures shown (default 4)")
+        parser.add_argument("--threads", type=_positive, metavar="N",
+                            help=f"rules run N at a time (default {RULE_THREADS} on a table of at most "
+                                 f"{PARALLEL_ROWS_MAX:,} rows, one on a larger one; the findings are the same)")
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
                                  "(default: $TRACEPARSE_SCHEDULER, else in-process)")
@@ -86,7 +89,7 @@ class AnalyzeCommand(Command):
                 with on_cluster, sharing(), session.steps(f"analyze {trace_label(trace.meta)}", len(rules) + 1,
                                                           "rules") as advance:
                     found = analyze(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), reg=session.registry,
-                                    critical_floor_pct=args.critical_floor, on_rule=advance)
+                                    critical_floor_pct=args.critical_floor, on_rule=advance, threads=args.threads)
                     findings.extend(found)
                     advance("summary")
                     summaries[trace.id] = summarize(trace, found)
