@@ -193,23 +193,46 @@ def bench_ranks(trace: Path, n: int, hta_python: str | None, repeat: int) -> dic
 
 # -- 3. sizes ----------------------------------------------------------------------------------------------
 def synthesize(source: Path, target: Path, gigabytes: float) -> int:
-    """Write a trace of about ``gigabytes`` GiB: ``source``'s header, then its ``traceEvents`` repeated.
+    """Write a trace of about ``gigabytes`` GiB: ``source``'s header, then its ``traceEvents`` repeated, each copy
+    after the one before, as one longer run of the same job.
 
-    The copies are the events' bytes as they are (times not shifted: the ingest does the same work, and
-    writing 7 GB takes seconds instead of the half hour formatting every event would take on a busy box).
-    Returns the number of events written.
+    Copy k has its times moved by k spans of the source (plus a millisecond), its ids that link events
+    (``correlation``, ``External id``, a flow's ``id``) moved by k × 10^9 and its steps renumbered
+    (``ProfilerStep#N`` → N + k × 10^6): without that the copies' kernels would link to every copy's launch, their
+    steps would be one, and the analysis of the copy would not be an analysis of a longer trace (an earlier
+    version repeated the events as they were). Returns the number of events written.
     """
+    import re
+
     data = source.read_bytes() if source.suffix != ".gz" else gzip.decompress(source.read_bytes())
     start = data.index(b"[", data.index(b'"traceEvents"')) + 1
     end = data.rindex(b"]")
     events = memoryview(data)[start:end].tobytes().rstrip()
-    count = len(json.loads(b"[" + events + b"]"))
+    parsed = json.loads(b"[" + events + b"]")
+    count = len(parsed)
+    times = [e["ts"] for e in parsed if isinstance(e.get("ts"), (int, float))]
+    ends = [e["ts"] + e.get("dur", 0) for e in parsed if isinstance(e.get("ts"), (int, float))]
+    del parsed
+    span_us = int(max(ends) - min(times)) + 1000
     copies = max(1, int(gigabytes * 2**30 // len(events)))
+    field = re.compile(rb'("ts": ?|"correlation": ?|"External id": ?|"id": ?|ProfilerStep#)(\d+)')
+
+    def copy(k: int) -> bytes:
+        if k == 0:
+            return events
+        moves = {b"ts": k * span_us, b"ProfilerStep#": k * 10**6}
+
+        def moved(m):
+            key = m.group(1).split(b'"')[1] if m.group(1).startswith(b'"') else m.group(1)
+            return m.group(1) + str(int(m.group(2)) + moves.get(key, k * 10**9)).encode()
+
+        return field.sub(moved, events)
+
     tmp = target.with_suffix(".part")
     with open(tmp, "wb") as out:
         out.write(data[:start])
         for i in range(copies):
-            out.write(events if i == 0 else b",\n" + events)
+            out.write(copy(i) if i == 0 else b",\n" + copy(i))
         out.write(data[end:])
     os.replace(tmp, target)
     return count * copies

@@ -181,6 +181,20 @@ def test_the_run_graph_partitioned_by_rank_equals_the_whole():
     assert whole.filter(pl.col("dst_trace") == INSTANCE_TRACE).height > 0
 
 
+@pytest.mark.parametrize("source", ["torch/resnet18_bs8.json.gz", "torch/multirank/fsdp4_slow_loader",
+                                    "torch/multirank/gloo4_slow_rank2"])
+@pytest.mark.parametrize("align_clocks", [False, True])
+def test_the_graph_of_a_table_in_memory_is_combine_of_its_one_part(source, align_clocks):
+    """A table in memory gets its graph without packing the edges into one row of lists and out (the peak of the
+    1 GB trace): the very frame the measure's part and combine give."""
+    path = FIXTURES / source
+    events = run_of(path).events if path.is_dir() else read_torch(path).events
+    direct = dependency_graph(events, align_clocks=align_clocks)
+    packed = dependency_graph.combine([dependency_graph.part(events, align_clocks=align_clocks)],
+                                      align_clocks=align_clocks)
+    assert direct.height > events.height and direct.equals(packed) and direct.schema == packed.schema
+
+
 def test_a_group_of_ranks_is_built_in_one_pass_with_each_rank_as_alone(monkeypatch):
     """The ranks of a group (analyze reads small ranks together) are built at once, not rank by rank: each
     trace's own edges are those it has alone, and the per-trace work runs once for the whole group."""

@@ -135,3 +135,23 @@ def test_a_stored_run_gives_the_same_findings_with_and_without_sharing(tmp_path,
     together = [json.loads(json.dumps(f.to_dict(), default=str)) for f in analysis.analyze(lazy)]
     assert together == alone and len(alone) > 5
     assert lazy.events.most_at_once == 1 and lazy.events.whole_loads == 0
+
+
+class Large(Counting):
+    """A counting measure as large as its table (the dependency graph is one)."""
+
+    name = "large"
+    large = True
+
+
+def test_a_large_measure_of_a_large_table_is_not_kept(monkeypatch):
+    monkeypatch.setattr(base, "LARGE_TABLE_ROWS", 3)
+    m = Large()
+    with sharing() as scope:
+        small, large = table(3), table(4)
+        assert m(small) is m(small)
+        assert m.calls == 1
+        m(large)
+        m(large)
+        assert m.calls == 3  # let go as soon as its rule is done with it
+        assert (scope.hits, scope.misses) == (1, 1)

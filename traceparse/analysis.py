@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 import polars as pl
 
 from traceparse.errors import InputError
-from traceparse.measures.base import sharing
+from traceparse.measures.base import LARGE_TABLE_ROWS, sharing, table_rows
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.rule import Finding, RuleOptions, severity_rank
 from traceparse.trace import Trace
@@ -77,7 +77,7 @@ CRITICAL_FLOOR_PCT = 1.0
 RULE_THREADS = 2
 #: ... on a table of at most this many rows; a larger one runs them one at a time: two rules' working sets side
 #: by side would raise the peak memory of the traces where it matters most (docs/scale.md).
-PARALLEL_ROWS_MAX = 1_000_000
+PARALLEL_ROWS_MAX = LARGE_TABLE_ROWS
 
 
 def rule_threads(trace: Trace, requested: int | None = None) -> int:
@@ -93,8 +93,7 @@ def rule_threads(trace: Trace, requested: int | None = None) -> int:
     events = trace.events
     if getattr(events, "executor", None) is not None:
         return 1
-    sizes = getattr(events, "sizes", None)
-    rows = sum(sizes) if sizes is not None else events.height
+    rows = table_rows(events)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(RULE_THREADS, cores) if rows <= PARALLEL_ROWS_MAX else 1
 

@@ -39,7 +39,7 @@ import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.measures.base import PartitionedEvents
-from traceparse.store import Store
+from traceparse.store import Store, read_events
 from traceparse.trace import Trace
 
 #: Environment variable giving the default ``--scheduler``.
@@ -106,8 +106,9 @@ def map_ingest(address: str, work: Callable[..., dict], tasks: list[tuple],
 # -- measures ---------------------------------------------------------------
 @lru_cache(maxsize=2)
 def _partition(path: str) -> pl.DataFrame:
-    """A rank's events, read on a worker (the last two kept: a worker often gets the same rank twice in a row)."""
-    return pl.read_parquet(path)
+    """A rank's events, read on a worker (the last two kept: a worker often gets the same rank twice in a row; its
+    all-null columns take no memory, :func:`traceparse.store.read_events`)."""
+    return read_events(path)
 
 
 def rank_task(fn: Callable, path: str, args: tuple) -> Any:

@@ -108,11 +108,9 @@ class Store:
 
     def load(self, trace_id: str) -> Trace:
         """An entry as a :class:`Trace` (its events as stored: not validated again, see :meth:`Trace.from_store`)."""
-        import polars as pl
-
         from traceparse.trace import Trace
 
-        return Trace.from_store(pl.read_parquet(self.events_path(trace_id)), self.meta(trace_id))
+        return Trace.from_store(read_events(self.events_path(trace_id)), self.meta(trace_id))
 
     def resolve_id(self, ref: str) -> str:
         """The id of the one entry whose id starts with ``ref``."""
@@ -200,11 +198,9 @@ class Store:
 
     def load_rank(self, run_id: str, rank: int | str) -> Trace:
         """One rank of a run as a :class:`Trace` (its own trace id; ``rank`` set on every row)."""
-        import polars as pl
-
         from traceparse.trace import Trace
 
-        return Trace(pl.read_parquet(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
+        return Trace(read_events(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
     def load_run(self, run_id: str, lazy: bool = False) -> Trace:
         """A run as one :class:`Trace`: every rank's events concatenated in rank order.
@@ -241,7 +237,7 @@ class Store:
                                       sizes=sizes if all(isinstance(n, int) for n in sizes) else None)
             count = sum(m.event_count or 0 for m in metas)
             return RunTrace(table, self._run_trace_meta(run_id, run, metas, count))
-        frames = [pl.read_parquet(p) for p in paths]
+        frames = [read_events(p) for p in paths]
         events = pl.concat(frames) if frames else empty_frame()
         return Trace(events, self._run_trace_meta(run_id, run, metas, events.height), stamp_trace_id=False)
 
@@ -560,6 +556,7 @@ class _ParquetSink:
         self.thread = threading.Thread(target=self._run, name="traceparse-parquet-writer", daemon=True)
         self.held: list[pl.DataFrame] = []  # the batches put before the thread starts (at most the rows above)
         self.held_rows = 0
+        self.null_columns: set[str] | None = None  # the columns null in every row put so far (None: no row yet)
 
     def __enter__(self) -> "_ParquetSink":
         return self
@@ -567,6 +564,9 @@ class _ParquetSink:
     def put(self, batch: pl.DataFrame) -> None:
         if self.error is not None:
             raise self.error
+        if batch.height:  # null counts are kept with the columns: no pass over the rows
+            nulls = {c for c, n in zip(batch.columns, batch.null_count().row(0)) if n == batch.height}
+            self.null_columns = nulls if self.null_columns is None else self.null_columns & nulls
         if not self.thread.is_alive() and self.thread.ident is None:  # not started yet
             self.held.append(batch)
             self.held_rows += batch.height
@@ -587,7 +587,7 @@ class _ParquetSink:
         try:
             batch.write_parquet(self.path, compression="uncompressed" if tiny else "zstd",
                                 compression_level=None if tiny else 1, statistics=not tiny,
-                                row_group_size=256 * 1024)
+                                row_group_size=256 * 1024, metadata=self._file_metadata())
         except OSError as exc:
             exc.in_store = True  # disk full, quota: the store's, whatever the writer names
             raise
@@ -608,7 +608,13 @@ class _ParquetSink:
                 pass
         finally:
             if writer is not None:
+                if self.error is None:  # every batch is in: the caller's last put came before the end marker
+                    writer.add_key_value_metadata(self._file_metadata())
                 writer.close()
+
+    def _file_metadata(self) -> dict[str, str]:
+        """The file's own key-value metadata: the columns null in every row (:func:`read_events`)."""
+        return {NULL_COLUMNS_KEY: json.dumps(sorted(self.null_columns))} if self.null_columns else {}
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.thread.ident is None:  # a small trace (or nothing): written here, at once
@@ -622,6 +628,36 @@ class _ParquetSink:
         self.thread.join()
         if exc is None and self.error is not None:
             raise self.error
+
+
+#: The key of a store's events file's own metadata that lists its columns null in every row (a JSON list).
+NULL_COLUMNS_KEY = "traceparse.null_columns"
+
+
+def read_events(path: Path | str) -> pl.DataFrame:
+    """The events of one of the store's Parquet files, as ``read_parquet`` gives them, but a column null in every
+    row (a torch trace has no TAU, ncu or collective columns: 23 of 52) is a polars scalar column, which takes no
+    memory per row: the 1 GB benchmark trace's table is 686 → 340 MB in memory, and so are the copies the rules
+    filter from it (docs/scale.md).
+
+    Which columns are null is written in the file itself, by the store's writer (:data:`NULL_COLUMNS_KEY`): a file
+    rewritten without it, or written before it, is read whole. Reading that costs about 3 ms."""
+    import polars as pl
+
+    try:
+        listed = pl.read_parquet_metadata(path).get(NULL_COLUMNS_KEY)
+        nulls = set(json.loads(listed)) if listed else set()
+    except (OSError, ValueError, TypeError, pl.exceptions.PolarsError):
+        nulls = set()  # read_parquet says what is wrong with the file, if anything
+    if not nulls:
+        return pl.read_parquet(path)
+    schema = pl.read_parquet_schema(path)
+    kept = [c for c in schema if c not in nulls]
+    if not kept or not nulls <= set(schema):
+        return pl.read_parquet(path)
+    frame = pl.read_parquet(path, columns=kept)
+    return frame.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c in nulls).select(
+        list(schema))
 
 
 def parquet_writer(path: Path, schema):

@@ -23,6 +23,9 @@ from typing import Any, Callable, ClassVar, Iterator
 
 import polars as pl
 
+#: Rows over which a table counts as large: memory comes first there (a large measure is not kept for the other
+#: rules, :attr:`Measure.large`; ``analyze`` runs the rules one at a time, :func:`traceparse.analysis.rule_threads`).
+LARGE_TABLE_ROWS = 1_000_000
 #: The partitions a measure may declare valid: by device, by trace (a rank), by arbitrary row chunks.
 PARTITIONS = ("device_id", "trace_id", "rows")
 #: Per-device key of every measure that works per device.
@@ -47,6 +50,10 @@ class Measure:
     #: per rank, where the rank is, and only the small results are concatenated. False (the default, and the
     #: collective measures, which match rows across ranks): the ranks' parts are combined together.
     per_trace: ClassVar[bool] = False
+    #: Set True for a measure whose result is as large as the table and that one rule asks for (the dependency
+    #: graph): on a table of more than :data:`LARGE_TABLE_ROWS` rows :func:`sharing` does not keep it, so it is
+    #: let go once that rule is done instead of living until the analysis ends.
+    large: ClassVar[bool] = False
 
     def part(self, events: pl.DataFrame, **params: Any) -> pl.DataFrame:
         """The partial result of one partition of the event table."""
@@ -65,6 +72,8 @@ class Measure:
         :func:`sharing` (``analyze``) a measure of one table with the same
         parameters is computed once (:func:`shared`).
         """
+        if self.large and table_rows(events) > LARGE_TABLE_ROWS:
+            return self._measure(events, params)
         return shared(events, self.name, lambda: self._measure(events, params), params)
 
     def _measure(self, events: pl.DataFrame, params: dict) -> pl.DataFrame:
@@ -301,7 +310,12 @@ class PartitionedEvents:
             self._last = None  # let the previous group go before reading the next one
             # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of
             # 4 rows took 90 ms, on one chunk 5 ms)
-            events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
+            if len(indices) == 1:  # a large rank alone: its all-null columns take no memory (read_events)
+                from traceparse.store import read_events
+
+                events = read_events(self.paths[indices[0]]).rechunk()
+            else:
+                events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
             self._last = (key, events)
             self.loaded += len(indices)
             self._alive += 1
@@ -413,6 +427,12 @@ def partitioned(measure: Measure, events: pl.DataFrame, *, by: str | None = None
         frames = [events.slice(i, size) for i in range(0, events.height, size)]
     frames = frames or [events]
     return measure.combine([measure.part(f, **params) for f in frames], **params)
+
+
+def table_rows(events: Any) -> int:
+    """The rows of an event table: a DataFrame's height, a run's from its ranks' sizes when the store knows them."""
+    sizes = getattr(events, "sizes", None)
+    return sum(sizes) if sizes is not None else events.height
 
 
 def keyed(frame: pl.DataFrame) -> pl.DataFrame:

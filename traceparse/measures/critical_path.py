@@ -46,7 +46,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, keyed, picked, placed
+from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, self_time
@@ -474,22 +474,42 @@ class DependencyGraph(Measure):
 
     name = "dependency_graph"
     partitions = ("trace_id", "rank")
+    large = True  # two edges or more per event, asked by one rule: not kept past it on a large table
 
     def part(self, events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
              align_clocks: bool = False) -> pl.DataFrame:
         schema = {"edges": pl.List(pl.Struct(EDGE_SCHEMA)), "comm": pl.List(pl.Struct(_COMM_SCHEMA))}
         if events.height == 0:
             return pl.DataFrame(schema=schema)
-        # every trace of the partition at once (a group of a run's small ranks: one pass, not one per rank)
+        edges, comm = self._own(events, min_wait_ns, max_wake_ns)
+        return pl.DataFrame([edges.to_struct("edges").implode(), comm.to_struct("comm").implode()]).cast(schema)
+
+    @staticmethod
+    def _own(events: pl.DataFrame, min_wait_ns: int, max_wake_ns: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The traces' own edges and their collective calls: every trace of ``events`` at once (a group of a run's
+        small ranks: one pass, not one per rank)."""
         edges = trace_edges(events, min_wait_ns, max_wake_ns)
         comm = collectives.part(events).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
-        return pl.DataFrame([edges.to_struct("edges").implode(), comm.to_struct("comm").implode()]).cast(schema)
+        return edges, comm
+
+    def _measure(self, events: pl.DataFrame, params: dict) -> pl.DataFrame:
+        """The whole table's graph; in memory (not a run read rank by rank) without packing the edges into one
+        row of lists and out again, as ``combine([part(events)])`` would: the same frame, 1.23 → 1.12 CPU s on the
+        139 MB benchmark trace, and a copy of the edges less in memory while it is built."""
+        if isinstance(events, PartitionedEvents) or events.height == 0:
+            return super()._measure(events, params)
+        return self._graph(*self._own(events, params.get("min_wait_ns", MIN_WAIT_NS),
+                                      params.get("max_wake_ns", MAX_WAKE_NS)), params.get("align_clocks", False))
 
     def combine(self, parts: list[pl.DataFrame], min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
                 align_clocks: bool = False) -> pl.DataFrame:
         every = pl.concat(parts) if parts else self.part(pl.DataFrame())
-        edges = _unnest(every, "edges", EDGE_SCHEMA)
-        comm = _unnest(every, "comm", _COMM_SCHEMA)
+        return self._graph(_unnest(every, "edges", EDGE_SCHEMA), _unnest(every, "comm", _COMM_SCHEMA), align_clocks)
+
+    @staticmethod
+    def _graph(edges: pl.DataFrame, comm: pl.DataFrame, align_clocks: bool) -> pl.DataFrame:
+        """The graph from every trace's own edges and collective calls: the collectives across ranks placed, each
+        node's critical edge chosen."""
         by: dict[int, int] = {}
         if align_clocks and comm.height:
             offsets = clock_offsets([comm])
