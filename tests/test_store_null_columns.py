@@ -2,7 +2,7 @@
 
 A torch trace has none of the TAU, ncu, collective or JAX columns (23 of 52 in the 1 GB benchmark trace): read as
 they are, they were half of its table in memory. The store's writer lists them in the events file's own metadata
-(``traceparse.null_columns``); :func:`traceparse.store.read_events` reads the other columns and adds those as nulls.
+(``traceparse.null_columns``); :func:`traceparse.events_file.read_events` reads the other columns and adds those as nulls.
 The table must be the very one ``read_parquet`` gives, and a file rewritten without the list is read whole.
 """
 
@@ -17,7 +17,8 @@ from helpers import FIXTURES
 from traceparse import store as store_module
 from traceparse.ingest import ingest
 from traceparse.schema import DTYPES, conform
-from traceparse.store import NULL_COLUMNS_KEY, Store, _write_events, read_events
+from traceparse.events_file import NULL_COLUMNS_KEY, read_events
+from traceparse.store import Store, _write_events
 
 
 def _listed(path) -> list[str] | None:

@@ -39,7 +39,8 @@ import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.measures.base import PartitionedEvents
-from traceparse.store import Store, read_events
+from traceparse.events_file import read_events
+from traceparse.store import Store
 from traceparse.trace import Trace
 
 #: Environment variable giving the default ``--scheduler``.
@@ -107,7 +108,7 @@ def map_ingest(address: str, work: Callable[..., dict], tasks: list[tuple],
 @lru_cache(maxsize=2)
 def _partition(path: str) -> pl.DataFrame:
     """A rank's events, read on a worker (the last two kept: a worker often gets the same rank twice in a row; its
-    all-null columns take no memory, :func:`traceparse.store.read_events`)."""
+    all-null columns take no memory, :func:`traceparse.events_file.read_events`)."""
     return read_events(path)
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError
+from traceparse.events_file import NULL_COLUMNS_KEY, read_events
 from traceparse.meta import TraceMeta
 
 if TYPE_CHECKING:
@@ -628,36 +629,6 @@ class _ParquetSink:
         self.thread.join()
         if exc is None and self.error is not None:
             raise self.error
-
-
-#: The key of a store's events file's own metadata that lists its columns null in every row (a JSON list).
-NULL_COLUMNS_KEY = "traceparse.null_columns"
-
-
-def read_events(path: Path | str) -> pl.DataFrame:
-    """The events of one of the store's Parquet files, as ``read_parquet`` gives them, but a column null in every
-    row (a torch trace has no TAU, ncu or collective columns: 23 of 52) is a polars scalar column, which takes no
-    memory per row: the 1 GB benchmark trace's table is 686 → 340 MB in memory, and so are the copies the rules
-    filter from it (docs/scale.md).
-
-    Which columns are null is written in the file itself, by the store's writer (:data:`NULL_COLUMNS_KEY`): a file
-    rewritten without it, or written before it, is read whole. Reading that costs about 3 ms."""
-    import polars as pl
-
-    try:
-        listed = pl.read_parquet_metadata(path).get(NULL_COLUMNS_KEY)
-        nulls = set(json.loads(listed)) if listed else set()
-    except (OSError, ValueError, TypeError, pl.exceptions.PolarsError):
-        nulls = set()  # read_parquet says what is wrong with the file, if anything
-    if not nulls:
-        return pl.read_parquet(path)
-    schema = pl.read_parquet_schema(path)
-    kept = [c for c in schema if c not in nulls]
-    if not kept or not nulls <= set(schema):
-        return pl.read_parquet(path)
-    frame = pl.read_parquet(path, columns=kept)
-    return frame.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c in nulls).select(
-        list(schema))
 
 
 def parquet_writer(path: Path, schema):

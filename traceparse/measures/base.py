@@ -311,7 +311,7 @@ class PartitionedEvents:
             # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of
             # 4 rows took 90 ms, on one chunk 5 ms)
             if len(indices) == 1:  # a large rank alone: its all-null columns take no memory (read_events)
-                from traceparse.store import read_events
+                from traceparse.events_file import read_events
 
                 events = read_events(self.paths[indices[0]]).rechunk()
             else:
