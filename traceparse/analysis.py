@@ -85,8 +85,8 @@ def rule_threads(trace: Trace, requested: int | None = None) -> int:
     :data:`RULE_THREADS` (at most the cores this process may use) on a table of at most
     :data:`PARALLEL_ROWS_MAX` rows, one on a larger table or on a run whose ranks a Dask cluster reads.
 
-    Two threads take about a sixth off the wall time of every rule on two cores (docs/scale.md); the findings
-    are the same, in the same order.
+    On two cores, two threads took 11–18% off the wall time of ``analyze`` (docs/scale.md); the findings are the
+    same, in the same order.
     """
     if requested is not None:
         return max(1, int(requested))
