@@ -159,9 +159,9 @@ def test_how_many_rules_run_at_once(monkeypatch):
     monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert rule_threads(trace) == 1  # one core: one at a time
     monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(analysis, "PARALLEL_ROWS_MAX", 0)
+    monkeypatch.setattr(analysis, "LARGE_TABLE_ROWS", 0)
     assert rule_threads(trace) == 1  # a table over the line: one at a time (memory)
-    monkeypatch.setattr(analysis, "PARALLEL_ROWS_MAX", 1)
+    monkeypatch.setattr(analysis, "LARGE_TABLE_ROWS", 1)
     assert rule_threads(trace) == 2
 
 

@@ -117,3 +117,22 @@ def test_a_zero_problem_count_is_left_off_the_screen_and_a_non_zero_one_shown():
     assert shown_figures(f) == [("copies", "0"), ("GPU span", "5 ns")]
     f.metrics["skipped_rows"] = 1234
     assert shown_figures(f)[0] == ("skipped rows", "1,234")
+
+
+@pytest.mark.parametrize("paths, whole", [((README_TRACE,), "the GPU's span"),
+                                          ((FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1",),
+                                           "the mean GPU's span")])
+def test_gpu_busy_and_gpu_idle_name_one_whole_alike(tmp_path, paths, whole):
+    """GPU busy (100 × Σ busy / Σ span over devices) and gpu-idle's idle share add up to 100 of one whole: the
+    summary says it in gpu-idle's words ("the devices' span" beside "the GPU's span" read as two wholes)."""
+    doc = analyzed(paths, tmp_path)
+    summary = doc["summary"][0]
+    idle = next(f for f in doc["findings"] if f["rule"] == "gpu-idle")
+    assert summary["gpu_devices"] == (1 if whole == "the GPU's span" else 2)
+    assert round(summary["gpu_busy_pct"] + idle["metrics"]["idle_pct"], 6) == 100
+    findings = [finding(d) for d in doc["findings"]]
+    console = Console(record=True, width=400, file=io.StringIO())
+    console.print(summary_panel(summary, findings))
+    assert f"{summary['gpu_busy_pct']:.1f}% of {whole} (first to last activity)" in console.export_text()
+    if summary.get("bottleneck", {}).get("rule") == "gpu-idle":
+        assert summary["bottleneck"]["whole"] == whole

@@ -73,17 +73,16 @@ def _convert(setting: str, raw: str, default: Any) -> Any:
 
 #: A finding with less time at stake than this share of its trace's span is never CRITICAL (``--critical-floor``).
 CRITICAL_FLOOR_PCT = 1.0
-#: Rules run at most this many at once (threads: polars and numpy work outside the interpreter's lock) ...
+#: Rules run at most this many at once (threads: polars and numpy work outside the interpreter's lock), on a table
+#: of at most ``LARGE_TABLE_ROWS`` rows; a larger one runs them one at a time: two rules' working sets side by side
+#: would raise the peak memory of the traces where it matters most (docs/scale.md).
 RULE_THREADS = 2
-#: ... on a table of at most this many rows; a larger one runs them one at a time: two rules' working sets side
-#: by side would raise the peak memory of the traces where it matters most (docs/scale.md).
-PARALLEL_ROWS_MAX = LARGE_TABLE_ROWS
 
 
 def rule_threads(trace: Trace, requested: int | None = None) -> int:
     """How many rules :func:`analyze` runs at once on ``trace``: ``requested`` when given, else
     :data:`RULE_THREADS` (at most the cores this process may use) on a table of at most
-    :data:`PARALLEL_ROWS_MAX` rows, one on a larger table or on a run whose ranks a Dask cluster reads.
+    :data:`~traceparse.measures.base.LARGE_TABLE_ROWS` rows, one on a larger table or on a run whose ranks a Dask cluster reads.
 
     On two cores, two threads took 11–18% off the wall time of ``analyze`` (docs/scale.md); the findings are the
     same, in the same order.
@@ -95,7 +94,7 @@ def rule_threads(trace: Trace, requested: int | None = None) -> int:
         return 1
     rows = table_rows(events)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(RULE_THREADS, cores) if rows <= PARALLEL_ROWS_MAX else 1
+    return min(RULE_THREADS, cores) if rows <= LARGE_TABLE_ROWS else 1
 
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,

@@ -270,7 +270,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_row("span", fmt_ns(summary.get("span_ns")))
     grid.add_row("steps", steps_text(summary))
     busy = summary.get("gpu_busy_pct")
-    grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of the devices' span (first to last activity)")
+    whole = "the GPU's span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU's span"  # gpu-idle's words
+    grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):
         grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])}: " + ", ".join(

@@ -34,7 +34,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work), ``gpu_time``
+    minus gpu-idle's idle %; None without timed GPU work), ``gpu_devices``
+    (how many devices that is over: of several, the share is of the mean
+    device's span, as gpu-idle's whole says), ``gpu_time``
     (:func:`gpu_time`: GPU time split into kernels, each copy direction and
     memsets; measure ``gpu_time_parts``), ``bottleneck`` (:func:`bottleneck`;
     on a run its time at stake is per rank), ``ranks`` (1 for a single
@@ -59,6 +61,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
+        "gpu_devices": busy.height,
         "gpu_time": gpu_time(events),
         "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),

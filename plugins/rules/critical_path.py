@@ -303,8 +303,8 @@ def _excess_per_step(events, wanted: pl.DataFrame) -> pl.DataFrame:
     table = measures.step_time_by_name(events)
     traces = sorted(set(table["trace_id"].drop_nulls().to_list()))
     asked = set(wanted.iter_rows())
-    rows = [(tr, kind, name, round(own - median)) for tr, kind, name, own, median in over_median(table, traces)
-            if (tr, kind, name) in asked and round(own - median) > 0]
+    rows = [(tr, kind, name, extra) for tr, kind, name, own, median in over_median(table, traces)
+            if (tr, kind, name) in asked and (extra := round(own - median)) > 0]
     return pl.DataFrame(rows, schema={"segment_trace": pl.String, "kind": pl.String, "name": pl.String,
                                       "excess": pl.Int64}, orient="row")
 

@@ -774,9 +774,9 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataF
     into[nodes.ids(crit, "dst")] = np.arange(crit.height, dtype=np.int64)
     # plain int64 arrays the walk indexes one item at a time (as fast as lists here, without a Python int object
     # per node: lists of the 1 GB trace's 9 million nodes took 0.6 GB)
-    into = array("q", into.astype(np.int64).tobytes())
-    src_id = array("q", nodes.ids(crit, "src").astype(np.int64).tobytes())
-    src_ns = array("q", crit["src_ns"].to_numpy().astype(np.int64).tobytes())
+    into = array("q", into.tobytes())
+    src_id = array("q", np.asarray(nodes.ids(crit, "src"), dtype=np.int64).tobytes())
+    src_ns = array("q", np.asarray(crit["src_ns"].to_numpy(), dtype=np.int64).tobytes())  # never null: src <= dst
     times = nodes.times
     windows = windows.sort("trace_id", "step", nulls_last=False)
     if "rank" not in windows.columns:

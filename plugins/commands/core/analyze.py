@@ -34,7 +34,8 @@ class AnalyzeCommand(Command):
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """TRACE..., ``--rule``, ``--set``, ``--fail-on``, ``--gpu`` and the common options."""
-        from traceparse.analysis import CRITICAL_FLOOR_PCT, PARALLEL_ROWS_MAX, RULE_THREADS
+        from traceparse.analysis import CRITICAL_FLOOR_PCT, RULE_THREADS
+        from traceparse.measures.base import LARGE_TABLE_ROWS
 
         self.add_common_options(parser, traces="*", json=True, fmt=True)
         parser.add_argument("--rule", action="append", metavar="NAME", help="run only this rule (repeatable)")
@@ -55,7 +56,7 @@ class AnalyzeCommand(Command):
                             help="significant figures of the figures shown (default 4)")
         parser.add_argument("--threads", type=_positive, metavar="N",
                             help=f"rules run N at a time (default {RULE_THREADS} on a table of at most "
-                                 f"{PARALLEL_ROWS_MAX:,} rows, one on a larger one; the findings are the same)")
+                                 f"{LARGE_TABLE_ROWS:,} rows, one on a larger one; the findings are the same)")
         parser.add_argument("--scheduler", metavar="ADDRESS",
                             help="measure each rank of a run on a Dask cluster: a scheduler address, or local[:N] "
                                  "(default: $TRACEPARSE_SCHEDULER, else in-process)")
