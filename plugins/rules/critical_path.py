@@ -64,6 +64,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
+from traceparse.measures.path_windows import windowed, windowed_critical_paths
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
@@ -101,19 +102,28 @@ class CriticalPath(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
-        graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]), max_wake_ns=int(t["max_wake_ns"]),
-                                          align_clocks=bool(t["align_clocks"]))
         missing = _missing(events)
-        if graph.height == 0:
-            return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a critical "
-                            "path needs events placed in time.", metrics={"steps": 0, "paths": 0, "missing": missing},
-                            figures={"paths": "count"})]
-        windows = _windows(events, graph)
-        paths, segments = critical_paths(graph, windows)
-        ranks_known = graph["rank"].is_not_null().any()
-        own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
-        segments = segments.with_columns(other=~own, lane=_lane())
-        parts = _split_waits(segments, graph)
+        steps = step_series(events) if windowed(events) else None
+        if steps is not None and steps.height:  # one large trace: a group of steps at a time, never its whole graph
+            windows = _step_windows(events, steps)
+            paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
+                                                      keep=_lean)
+            joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
+            ranks_known = bool(events["rank"].is_not_null().any())
+        else:
+            graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]),
+                                              max_wake_ns=int(t["max_wake_ns"]), align_clocks=bool(t["align_clocks"]))
+            if graph.height == 0:
+                return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a "
+                                "critical path needs events placed in time.",
+                                metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
+            windows = _windows(events, graph)
+            paths, segments = critical_paths(graph, windows)
+            segments = _lean(segments)
+            joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
+            ranks_known = graph["rank"].is_not_null().any()
+            del graph
+        parts = _split_waits(segments, joins)
         n = paths.height  # paths: one per step of each rank
         length = int(paths["length_ns"].sum())
         per_step = lambda ns: round(ns / n) if n else 0  # noqa: E731
@@ -151,7 +161,7 @@ class CriticalPath(Rule):
                    "wait_pct": wait_pct, "held_pct": held_pct, "other_rank_ns": per_step(other_ns),
                    "other_rank_pct": expr.pct(other_ns, length),
                    "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
-                   "collectives": _instances(graph),
+                   "collectives": instances,
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         unmarked = bool(windows["step"].is_null().all())  # no step marked: one window over each trace's span
@@ -229,8 +239,37 @@ def _windows(events, graph: pl.DataFrame) -> pl.DataFrame:
                                                   end_ns=pl.col("end_ns") - pl.col("offset_ns"))
 
 
+#: The texts of a path's segments, as categoricals: a few thousand distinct names over millions of segments (the
+#: 1 GB trace's 3.4 million), grouped and filtered on integers, not texts.
+_TEXTS = ("trace_id", "segment_trace", "edge", "segment", "name", "category", "lane")
+
+
+def _lean(segments: pl.DataFrame) -> pl.DataFrame:
+    """The columns of the path's segments the rule reads, with ``other`` (the segment is on another rank than
+    the path's) and ``lane``, the texts as categoricals (:data:`_TEXTS`); sums and tops cast them back to text
+    before they sort, so ties fall as they would on the texts."""
+    own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
+    return segments.select(
+        "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
+        *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,
+        lane=_lane().cast(pl.Categorical))
+
+
+def _text(*columns: str) -> list[pl.Expr]:
+    """``columns`` (categoricals of :func:`_lean`) as text again: for sorting a small aggregate as the texts sort."""
+    return [pl.col(c).cast(pl.String) for c in columns]
+
+
+def _step_windows(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The step windows of one trace (:func:`_windows` without its graph): its rank, no clock moved."""
+    rank = events["rank"].drop_nulls()
+    return steps.select(pl.col("trace_id").cast(pl.String), rank=pl.lit(rank[0] if rank.len() else None,
+                                                                        dtype=pl.Int32),
+                        offset_ns=pl.lit(0, dtype=pl.Int64), step="step", start_ns="start_ns", end_ns="end_ns")
+
+
 def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> dict:
-    rows = (segments.group_by(by).agg(ns=pl.col("duration_ns").sum())
+    rows = (segments.group_by(by).agg(ns=pl.col("duration_ns").sum()).with_columns(_text(by))
             .sort(["ns", by], descending=[True, False], nulls_last=True))
     out = {str(k): per_step(int(v)) for k, v in rows.iter_rows()}
     if top is not None and len(out) > top:
@@ -243,7 +282,7 @@ def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> 
 def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None) -> list[dict]:
     """The largest parts (rank, lane, kind, name) of ``segments``, per step."""
     rows = (segments.group_by("segment_rank", "lane", "segment", "name")
-            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any()).with_columns(_text("lane", "segment", "name"))
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
             .head(top))
     out = []
@@ -280,7 +319,7 @@ def _held(segments: pl.DataFrame, paths: pl.DataFrame, events) -> tuple[float | 
     kind = pl.col("segment").replace_strict(_EVENT_KIND, default=pl.col("category"), return_dtype=pl.String)
     part = ["segment_trace", "segment_rank", "lane", "segment", "name"]
     per_path = on.with_columns(kind=kind).group_by("trace_id", "step", *part, "kind").agg(
-        ns=pl.col("duration_ns").sum())
+        ns=pl.col("duration_ns").sum()).with_columns(_text("trace_id", "segment_trace", "lane", "segment", "name"))
     excess = _excess_per_step(events, per_path.select("segment_trace", "kind", "name").unique())
     held = (per_path.join(excess, on=["segment_trace", "kind", "name"], how="inner")
             .with_columns(held=pl.min_horizontal("ns", "excess"))
@@ -315,6 +354,7 @@ def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
     path = ["trace_id", "step"]
     rows = (segments.group_by(*path, "segment_rank", "lane", "segment", "name")
             .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+            .with_columns(_text("trace_id", "lane", "segment", "name"))
             .sort([*path, "ns", "segment_rank", "lane", "name", "segment"],
                   descending=[False, False, True, False, False, False, False], nulls_last=True)
             .group_by(path, maintain_order=True).head(top))
@@ -340,7 +380,7 @@ def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[
             .with_columns(_prev=pl.col("index") - 1)
             .join(leaves, left_on=[*path, "_prev"], right_on=[*path, "index"], how="inner", nulls_equal=True)
             .filter(pl.col("segment_rank").ne_missing(pl.col("from_rank")))
-            .sort([*path, "index"]))
+            .with_columns(_text("trace_id", "category", "name")).sort([*path, "index"]))
     if rows.height == 0:
         return {}
     starts = paths.select(*path, _start="start_ns")
@@ -354,19 +394,20 @@ def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[
     return dict(out)
 
 
-def _split_waits(segments: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
+def _split_waits(segments: pl.DataFrame, joins: pl.DataFrame | None) -> pl.DataFrame:
     """The path's segments by what they are from the view of the rank whose step it is: its own segments by their
     kind; a segment on another rank, inside a time when this rank had joined a collective and waited for the last
     rank to join it (from its own joining to the instance), is ``waiting for another rank`` for that part, and
-    its own kind for the rest. Columns: those of ``segments`` with ``kind``; a split segment is two rows.
+    its own kind for the rest. ``joins``: the graph's ``join`` edges (None: it has none). Columns: those of
+    ``segments`` with ``kind``; a split segment is two rows.
 
     Every path at once: each path's waits merged into disjoint intervals, and a segment's part inside them is
     ``covered(end) - covered(start)``, the waited time before each point found by an as-of join."""
     rows = segments.with_columns(kind=pl.col("segment"))
-    if segments.height == 0:
+    if segments.height == 0 or joins is None or joins.height == 0:
         return rows
     # a rank's joining of each instance (the last join edge of that node and rank, as a dict would keep)
-    joined = (graph.filter(pl.col("edge") == "join").select("dst_node", "src_rank", began="src_ns")
+    joined = (joins.select("dst_node", "src_rank", began="src_ns")
               .unique(["dst_node", "src_rank"], keep="last", maintain_order=True))
     waits = (segments.filter((pl.col("edge") == "join") & pl.col("other"))
              .join(joined, left_on=["dst_node", "rank"], right_on=["dst_node", "src_rank"], how="inner",
@@ -395,7 +436,8 @@ def _split_waits(segments: pl.DataFrame, graph: pl.DataFrame) -> pl.DataFrame:
 
     rows = rows.with_columns(_in=pl.when(pl.col("other")).then(covered("end_ns") - covered("start_ns"))
                              .otherwise(0).cast(pl.Int64))
-    waited = rows.filter(pl.col("_in") > 0).with_columns(kind=pl.lit(OTHER_RANK), duration_ns=pl.col("_in"))
+    waited = rows.filter(pl.col("_in") > 0).with_columns(kind=pl.lit(OTHER_RANK, dtype=rows["kind"].dtype),
+                                                         duration_ns=pl.col("_in"))
     rest = rows.with_columns(duration_ns=pl.col("duration_ns") - pl.col("_in")).filter(
         (pl.col("duration_ns") > 0) | (pl.col("_in") == 0))
     return pl.concat([rest, waited]).drop("_in", "_p")

@@ -594,6 +594,13 @@ def collective_edges(comm: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([typed(join, "join"), typed(leave, "leave"), typed(enqueue, "enqueue")])
 
 
+def shared_instances(events: pl.DataFrame) -> int:
+    """How many collective instances of ``events`` have two members or more: each is a node of the graph that
+    joins its members' paths (one process driving two GPUs has them within one trace)."""
+    comm = collectives.part(events).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
+    return collective_edges(comm, _empty_edges()).filter(pl.col("edge") == "join")["dst_node"].n_unique()
+
+
 class _Keys:
     """A node (trace, number) of an edge frame as one int64 (``trace code × width + number − smallest``), so that
     sorts, joins and look-ups run on one integer column, not on (string, int) pairs: codes follow the trace ids'
