@@ -155,3 +155,41 @@ def test_a_large_measure_of_a_large_table_is_not_kept(monkeypatch):
         m(large)
         assert m.calls == 3  # let go as soon as its rule is done with it
         assert (scope.hits, scope.misses) == (1, 1)
+
+
+# -- a large table's shared values within a budget ------------------------------------------------------------
+def column(rows: int) -> pl.DataFrame:
+    """A frame of ``rows`` int64 values: 8 bytes each."""
+    return pl.DataFrame({"x": pl.Series(range(rows), dtype=pl.Int64)})
+
+
+def test_a_large_tables_values_take_at_most_a_quarter_of_it(monkeypatch):
+    monkeypatch.setattr(base, "LARGE_TABLE_ROWS", 100)
+    big = column(1_000)  # 8,000 bytes: its values may take 2,000
+    assert big.estimated_size() == 8_000
+    computed = []
+
+    def value(name: str, rows: int):
+        return shared(big, name, lambda: computed.append(name) or column(rows))
+
+    with sharing() as scope:
+        a = value("a", 100)            # 800 bytes
+        value("b", 100)                # 1,600
+        assert value("a", 100) is a    # a hit: a is now the most recently asked
+        value("c", 100)                # 2,400 > 2,000: b, the least recently asked, goes
+        assert scope.dropped == 1
+        assert value("a", 100) is a
+        value("b", 100)                # computed again
+        assert computed == ["a", "b", "c", "b"]
+        value("d", 1_000)              # 8,000 alone: every other value goes, never the one just computed
+        assert [name for name, _ in scope.tables[id(big)]] == ["d"]
+        assert scope.hits == 2 and scope.misses == 5 and scope.dropped == 4
+
+
+def test_a_small_tables_values_are_all_kept(monkeypatch):
+    monkeypatch.setattr(base, "LARGE_TABLE_ROWS", 100)
+    small = column(100)  # not more than the line: no budget
+    with sharing() as scope:
+        for name in "abcdef":
+            shared(small, name, lambda: column(1_000))
+        assert len(scope.tables[id(small)]) == 6 and scope.dropped == 0

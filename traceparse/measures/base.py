@@ -93,6 +93,12 @@ class SharedResults:
     measure and let go takes its entries with it), so the scope never keeps a table alive. ``hits`` and
     ``misses`` count the look-ups.
 
+    On a table of more than :data:`LARGE_TABLE_ROWS` rows the values kept for it take at most a quarter of the
+    table's memory: beyond that, the least recently asked are let go (asked again, they are computed again).
+    Kept whole, a 1 GB trace's shared values (its kernel rows and launch projections in several near-identical
+    variants, the kernels linked to their launches, the self times) took 1.5 GB, three times its table; most
+    are asked by one rule only.
+
     Rules may run at once in threads (``analyze``): a value asked by a second thread while the first computes
     it is waited for, not computed again. No two computations can wait on each other: a value's computation
     asks only for values below it (a measure needs the measures it is built on, never one built on it).
@@ -102,8 +108,11 @@ class SharedResults:
         self.tables: dict[int, dict[tuple, Any]] = {}
         self.hits = 0
         self.misses = 0
+        self.dropped = 0  # values let go to keep a large table's within its budget
         self._lock = threading.Lock()
         self._computing: dict[tuple, threading.Event] = {}  # (table id, key) -> set when its value is in
+        self._budgets: dict[int, int] = {}  # table id -> bytes its values may take (large tables only)
+        self._sizes: dict[int, dict[tuple, int]] = {}  # table id -> key -> bytes, least recently asked first
 
     def get(self, table: Any, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()`` the first time ``key`` is asked of ``table``, then the same value."""
@@ -112,9 +121,13 @@ class SharedResults:
             entries = self.tables.get(ident)
             if entries is None:
                 entries = self.tables[ident] = {}
-                weakref.finalize(table, self.tables.pop, ident, None)  # its entries go with it (ids are reused)
+                if isinstance(table, pl.DataFrame) and table.height > LARGE_TABLE_ROWS:
+                    self._budgets[ident] = table.estimated_size() // 4
+                    self._sizes[ident] = {}
+                weakref.finalize(table, self._forget, ident)  # its entries go with it (ids are reused)
             if key in entries:
                 self.hits += 1
+                self._touch(ident, key)
                 return entries[key]
             pending = self._computing.get((ident, key))
             if pending is None:
@@ -131,11 +144,54 @@ class SharedResults:
             value = compute()
             with self._lock:
                 entries[key] = value
+                self._keep_within(ident, key, value)
         finally:
             with self._lock:
                 del self._computing[(ident, key)]
             done.set()
         return value
+
+    def _touch(self, ident: int, key: tuple) -> None:
+        sizes = self._sizes.get(ident)
+        if sizes is not None and key in sizes:
+            sizes[key] = sizes.pop(key)  # now the most recently asked
+
+    def _keep_within(self, ident: int, key: tuple, value: Any) -> None:
+        """Note ``value``'s size; let the least recently asked values of a large table go past its budget (never
+        the one just computed)."""
+        sizes = self._sizes.get(ident)
+        if sizes is None:
+            return
+        sizes[key] = _bytes(value)
+        entries = self.tables[ident]
+        while sum(sizes.values()) > self._budgets[ident] and len(sizes) > 1:
+            oldest = next(iter(sizes))
+            del sizes[oldest]
+            entries.pop(oldest, None)
+            self.dropped += 1
+
+    def _forget(self, ident: int) -> None:
+        """Drop a table's entries (its finalizer: may run inside any allocation, so it takes no lock)."""
+        self.tables.pop(ident, None)
+        self._sizes.pop(ident, None)
+        self._budgets.pop(ident, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        self.tables.clear()
+        self._sizes.clear()
+        self._budgets.clear()
+
+
+def _bytes(value: Any) -> int:
+    """About how much memory ``value`` holds: its frames and series (one level into tuples, lists, dicts)."""
+    if isinstance(value, (pl.DataFrame, pl.Series)):
+        return value.estimated_size()
+    if isinstance(value, (tuple, list)):
+        return sum(_bytes(v) for v in value if isinstance(v, (pl.DataFrame, pl.Series)))
+    if isinstance(value, dict):
+        return sum(_bytes(v) for v in value.values() if isinstance(v, (pl.DataFrame, pl.Series)))
+    return 0
 
 
 _SCOPE: ContextVar[SharedResults | None] = ContextVar("traceparse_shared_results", default=None)
@@ -159,7 +215,7 @@ def sharing() -> Iterator[SharedResults]:
         yield scope
     finally:
         _SCOPE.reset(token)
-        scope.tables.clear()
+        scope.clear()
 
 
 def shared(table: Any, name: str, compute: Callable[[], Any], params: dict | tuple = ()) -> Any:

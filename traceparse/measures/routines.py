@@ -87,7 +87,9 @@ class RoutineTime(Measure):
             keep = keep & ~(kind_is(*drop_aggregated) & ~timed())
         # a marker off any thread (a device-side range over the kernels under it) is no routine's own time
         keep = keep & ~(kind_is("marker") & (pl.col("pid").is_null() | pl.col("tid").is_null()))
-        rows = picked(events, keep, *_ROW_COLUMNS)  # only the columns used: not the forty others
+        # only the columns used, not the forty others; the names as categoricals: grouped on integers, not on the
+        # texts of a million rows (the 1 GB trace's hotspots: 1.11 -> 0.85 GB above the table)
+        rows = picked(events, keep, *(pl.col(c).cast(pl.Categorical) if c == "name" else c for c in _ROW_COLUMNS))
         own = self_time(rows).select("trace_id", "event_id", "self_ns")
         rows = rows.join(own, on=["trace_id", "event_id"], how="left", nulls_equal=True)
         rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),
@@ -98,7 +100,8 @@ class RoutineTime(Measure):
             exclusive_rows=pl.col("exclusive_ns").is_not_null().sum().cast(pl.Int64),
             self_time_rows=pl.col("self_ns").is_not_null().sum().cast(pl.Int64),
             inclusive_only_rows=inclusive_only.sum().cast(pl.Int64),
-            host_inclusive_rows=(inclusive_only & pl.col("kind").is_in(_HOST)).sum().cast(pl.Int64))
+            host_inclusive_rows=(inclusive_only & pl.col("kind").is_in(_HOST)).sum().cast(pl.Int64)
+        ).with_columns(pl.col("name").cast(pl.String))
 
     def combine(self, parts: list[pl.DataFrame], **params: Any) -> pl.DataFrame:
         sums = ["time_ns", "inclusive_ns", "calls", "exclusive_rows", "self_time_rows", "inclusive_only_rows",
