@@ -131,6 +131,35 @@ def test_a_window_takes_what_reaches_into_it_from_far_before():
     assert ("sync", 2 * 8 + 1, 2 * 6 + 1) in edges  # the blocking call that began before the window waited for K2
 
 
+#: A stream whose activities overlap (a programmatic dependent launch starts while its predecessor runs): B runs
+#: from step 1 into step 2, C and E start after it and end long before step 2, D starts in step 2 while B still
+#: runs; a blocking call in step 2 waits for D. D's end follows B's end, and B's end follows A's end (A had
+#: ended last when B started): A must be taken, though C ended later and E started later.
+OVERLAP = [
+    host("marker", "ProfilerStep#1", 0, 1_000),
+    gpu("A", 0, 40),
+    gpu("B", 5, SECOND + 2_000),
+    gpu("C", 10, 45),
+    gpu("E", 12, 30),
+    host("marker", "ProfilerStep#2", SECOND + 1_000, SECOND + 5_000),
+    gpu("D", SECOND + 1_500, SECOND + 2_500),
+    host("op", "step", SECOND + 1_000, SECOND + 4_000),
+    host("api", "cudaStreamSynchronize", SECOND + 1_200, SECOND + 2_600),
+]
+
+
+def test_on_a_stream_of_overlapping_activities_a_window_takes_what_they_queue_behind():
+    events = table(*OVERLAP)
+    names = window_events(events, SECOND + 1_000, SECOND + 5_000).select("name").to_series().to_list()
+    assert {"A", "B", "D"} <= set(names)
+    (paths, segments), (w_paths, w_segments), _ = whole_and_windowed(events, rows=1)
+    assert_frame_equal(w_paths, paths)
+    assert_frame_equal(w_segments, segments)
+    step2 = segments.filter(pl.col("step") == 2).sort("index").select("segment", "name", "src_node").rows()
+    # event ids in row order: A is 1, B 2; the last segment is B's from A's end (node 3), cut at the step's start
+    assert step2[-1] == ("kernel", "B", 2 * 1 + 1)
+
+
 def test_the_index_picks_the_same_rows_as_a_fresh_one():
     events = table(*IDLE)
     index = WindowIndex(events)

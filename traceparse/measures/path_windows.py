@@ -82,22 +82,23 @@ class WindowIndex:
         in_order = lanes.sort("gpu", "a", "b", "start_ns", "end", "event_id", nulls_last=False)
         new_lane = (pl.col("gpu").ne_missing(pl.col("gpu").shift(1)) | pl.col("a").ne_missing(pl.col("a").shift(1))
                     | pl.col("b").ne_missing(pl.col("b").shift(1)))
-        lane = in_order.select(new_lane.cum_sum() - 1).to_series().to_numpy().astype(np.int64)
+        in_order = in_order.with_columns(lane=new_lane.cum_sum() - 1)
+        lane = in_order["lane"].to_numpy().astype(np.int64)
         self.lane_bounds = np.searchsorted(lane, np.arange(lane[-1] + 2 if len(lane) else 1), side="left")
         place = np.arange(len(lane), dtype=np.int64) - self.lane_bounds[lane]
         self.place_row = in_order["_row"].to_numpy().astype(np.int64)  # the row of each (lane, place)
-        # then each lane in order of end (then start, event id), with the latest place so far along it: the
-        # activity just before the first one a window takes
-        by_end = (pl.DataFrame({"lane": lane, "place": place, "_row": self.place_row,
-                                "end": in_order["end"], "start_ns": in_order["start_ns"],
-                                "event_id": in_order["event_id"], "gpu": in_order["gpu"]})
+        self.place_lane_gpu = in_order["gpu"].to_numpy()
+        # a stream's activity that ended last so far, in its order (the one a later activity queues behind: the
+        # latest of those ending at the running maximum, as the graph's stream edges take it)
+        held = pl.when(pl.col("end") == pl.col("end").cum_max()).then(pl.col("place")).forward_fill()
+        self.place_held = (in_order.with_columns(place=pl.Series(place)).select(held.over("lane")).to_series()
+                           .to_numpy().astype(np.int64))
+        # then each lane in order of end (then start, event id): a host thread's events that ended last before a span
+        by_end = (pl.DataFrame({"lane": lane, "_row": self.place_row, "end": in_order["end"],
+                                "start_ns": in_order["start_ns"], "event_id": in_order["event_id"]})
                   .sort("lane", "end", "start_ns", "event_id"))
-        width = len(lane) + 1
-        shifted = by_end["lane"].to_numpy() * width
-        self.lane_last = np.maximum.accumulate(shifted + by_end["place"].to_numpy()) - shifted
         self.lane_end = by_end["end"].to_numpy()
         self.lane_row = by_end["_row"].to_numpy().astype(np.int64)
-        self.lane_gpu = by_end["gpu"].to_numpy()
         calls = timed.filter(pl.col("api") & pl.col("correlation").is_not_null()).sort("correlation")
         self.call_key, self.call_row = calls["correlation"].to_numpy(), calls["_row"].to_numpy().astype(np.int64)
         self.call_start = calls["start_ns"].to_numpy()
@@ -115,20 +116,20 @@ class WindowIndex:
         gpu_lo = min(lo, int(self.sync_start[near].min())) if near.any() else lo
         inside = (self.start <= hi) & (self.end >= np.where(self.gpu, gpu_lo, lo))
         taken = [self.row[inside]]
+        inside_place = inside[self.position[self.place_row]]  # each lane's rows, in its order: taken or not
         bounds = self.lane_bounds
         for k in range(len(bounds) - 1):
             first, stop = int(bounds[k]), int(bounds[k + 1])
             if first == stop:
                 continue
-            gpu = bool(self.lane_gpu[first])
-            ends = self.lane_end[first:stop]
-            before = int(np.searchsorted(ends, gpu_lo if gpu else lo, side="left"))  # rows ending before the span
-            if before == 0:
+            if self.place_lane_gpu[first]:
+                taken.append(self._stream_before(first, stop, inside_place))
                 continue
-            tied = int(np.searchsorted(ends, ends[before - 1], side="left"))  # those that ended last, ties too
-            taken.append(self.lane_row[first + tied:first + before])
-            if gpu:  # and the activity just before, in the stream's order, the first one taken
-                taken.append(self.place_row[first + self.lane_last[first + before - 1]:][:1])
+            ends = self.lane_end[first:stop]
+            before = int(np.searchsorted(ends, lo, side="left"))  # the thread's events ending before the span
+            if before:  # those that ended last (ties too): the point before the span's first
+                tied = int(np.searchsorted(ends, ends[before - 1], side="left"))
+                taken.append(self.lane_row[first + tied:first + before])
         rows = self._sorted(taken)
         at = self.position[rows]
         work = at[self.gpu[at]]
@@ -136,6 +137,22 @@ class WindowIndex:
         ops = _matching(self.op_key, self.external[work])
         partners = [self.call_row[calls[self.call_start[calls] <= hi]], self.op_row[ops[self.op_start[ops] <= hi]]]
         return self._sorted([rows, *partners])
+
+    def _stream_before(self, first: int, stop: int, inside_place: np.ndarray) -> np.ndarray:
+        """The rows of one stream (its places ``[first, stop)``) that the activities taken queue behind or overlap:
+        before the first one taken, the activity just before it and the one that had ended last; between the
+        first and the last taken, every one not taken (it started after an activity still running, and ended
+        before the span: a later one may overlap it)."""
+        taken = np.flatnonzero(inside_place[first:stop])
+        if len(taken) == 0:
+            return np.zeros(0, dtype=np.int64)
+        q, last = int(taken[0]), int(taken[-1])
+        rows = []
+        if q > 0:
+            rows += [self.place_row[first + q - 1], self.place_row[first + self.place_held[first + q - 1]]]
+        between = np.arange(q, last + 1, dtype=np.int64)
+        between = between[~inside_place[first + q:first + last + 1]]
+        return np.concatenate([np.asarray(rows, dtype=np.int64), self.place_row[first + between]])
 
     def _sorted(self, parts: list[np.ndarray]) -> np.ndarray:
         """The distinct table rows of ``parts``, in order (a mark per table row: numpy's unique hashes, 7x dearer)."""
@@ -164,9 +181,11 @@ def window_events(events: pl.DataFrame, start_ns: int, end_ns: int, margin_ns: i
 
     - every timed event that overlaps ``[start_ns - margin_ns, end_ns + margin_ns]`` (the margin: an inferred
       wake-up or stream wait follows the event it waited for by at most ``max_wake_ns``);
-    - on each host thread, the events that ended last before that span, and on each stream, those that ended
-      last and the activity just before the first one taken (the point or activity before the span's first:
-      a thread idle for a second still has its edge into the span);
+    - on each host thread, the events that ended last before that span (the point before its first: a thread
+      idle for a second still has its edge into the span); on each stream, the activity just before the first
+      one taken and the one that had ended last by then (what it queues behind), and those that started
+      among the ones taken but ended before the span (activities that overlap, as a programmatic dependent
+      launch does, queue behind them);
     - GPU work that ended inside a blocking call reaching into the span (its ``sync`` edge);
     - the launch calls of the GPU work taken (correlation id), and the operators of the same external id (an
       activity whose call is not in the trace is linked to its operator).
