@@ -208,3 +208,21 @@ def test_the_rule_says_the_same_read_window_by_window(monkeypatch, path):
     assert windowed_finding.metrics == whole.metrics
     assert windowed_finding.items == whole.items
     assert whole.metrics["paths"] >= 2
+
+
+def test_the_report_and_the_chrome_export_draw_the_same_paths_window_by_window(monkeypatch):
+    from traceparse.measures import step_paths
+    from traceparse_plugins.commands.report.data import critical_path
+    from traceparse_plugins.exporters.chrome import critical_path_events
+
+    events = read(FIXTURES / "torch" / "resnet18_bs16.json.gz")
+    report, export = critical_path(events), critical_path_events(events)
+    assert report["segments"] and export[1] > 0
+    calls = []
+    real = step_paths.windowed_critical_paths
+    monkeypatch.setattr(path_windows, "LARGE_TABLE_ROWS", 100)
+    monkeypatch.setattr(step_paths, "windowed_critical_paths",
+                        lambda *a, **k: calls.append(1) or real(*a, **{**k, "rows": 1}))
+    assert critical_path(events) == report
+    assert critical_path_events(events) == export
+    assert calls == [1, 1]

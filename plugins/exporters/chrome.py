@@ -342,11 +342,11 @@ def critical_path_events(events: pl.DataFrame) -> tuple[list[str], int]:
     """The critical-path process of the export (module docstring): its metadata, one slice per segment of every
     step's path and one flow per step through them; and the number of slices. None without host events on a
     thread (the GPU streams' order alone is no path worth a track)."""
-    from traceparse.measures.step_paths import step_critical_paths
+    from traceparse.measures.step_paths import step_paths
 
-    graph, paths, segments = step_critical_paths(events)
+    paths, segments, on_threads = step_paths(events)
     segments = segments.filter(pl.col("duration_ns") > 0)
-    if segments.height == 0 or not (graph["edge"] == "thread").any():  # GPU work alone: no path worth a track
+    if segments.height == 0 or not on_threads:  # GPU work alone: no path worth a track
         return [], 0
     owners = paths.select("trace_id", "rank").unique().sort("rank", "trace_id", nulls_last=True).rows()
     tids = {trace: i for i, (trace, _) in enumerate(owners)}

@@ -65,6 +65,7 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
 from traceparse.measures.path_windows import windowed, windowed_critical_paths
+from traceparse.measures.step_paths import trace_step_windows
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
@@ -105,7 +106,7 @@ class CriticalPath(Rule):
         missing = _missing(events)
         steps = step_series(events) if windowed(events) else None
         if steps is not None and steps.height:  # one large trace: a group of steps at a time, never its whole graph
-            windows = _step_windows(events, steps)
+            windows = trace_step_windows(events, steps)
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
                                                       keep=_lean)
             joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
@@ -258,14 +259,6 @@ def _lean(segments: pl.DataFrame) -> pl.DataFrame:
 def _text(*columns: str) -> list[pl.Expr]:
     """``columns`` (categoricals of :func:`_lean`) as text again: for sorting a small aggregate as the texts sort."""
     return [pl.col(c).cast(pl.String) for c in columns]
-
-
-def _step_windows(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The step windows of one trace (:func:`_windows` without its graph): its rank, no clock moved."""
-    rank = events["rank"].drop_nulls()
-    return steps.select(pl.col("trace_id").cast(pl.String), rank=pl.lit(rank[0] if rank.len() else None,
-                                                                        dtype=pl.Int32),
-                        offset_ns=pl.lit(0, dtype=pl.Int64), step="step", start_ns="start_ns", end_ns="end_ns")
 
 
 def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> dict:

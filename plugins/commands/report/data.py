@@ -251,17 +251,17 @@ def critical_path(events: pl.DataFrame) -> dict | None:
     """Each step's critical path over a per-rank timeline (docs/critical_path.md).
 
     Per step, the path of the rank whose step took longest (it holds the step; the others' paths join it at the
-    collectives they waited at), from :func:`traceparse.measures.step_paths.step_critical_paths`. Rows: a run's
+    collectives they waited at), from :func:`traceparse.measures.step_paths.step_paths`. Rows: a run's
     ranks (``rank N``); for one trace, its threads and streams (``thread T``, ``stream S``). Returns
     ``{"t0_ns", "ranks", "rows": [labels], "steps": [{"row", "step", "start_ns", "end_ns"}], "segments": [{"row",
     "step", "kind", "name", "lane", "start_ns", "end_ns"}], "crossings": [{"step", "at_ns", "from_row",
     "to_row"}]}`` (segments in time order, zero-length ones left out; crossings: where the path moves to another
     rank), or None without host events on a thread (the GPU streams' order alone) or without a path.
     """
-    from traceparse.measures.step_paths import step_critical_paths
+    from traceparse.measures.step_paths import step_paths
 
-    graph, paths, segments = step_critical_paths(events)
-    if graph.height == 0 or not (graph["edge"] == "thread").any() or paths.height == 0:
+    paths, segments, on_threads = step_paths(events)
+    if not on_threads or paths.height == 0:
         return None
     ranked = paths["rank"].is_not_null().any()
     chosen = (paths.with_columns(_k=pl.col("step").fill_null(-1), _len=pl.col("end_ns") - pl.col("start_ns"))
