@@ -24,6 +24,7 @@ from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from helpers import FIXTURES, run_cli, us_to_ns
@@ -613,3 +614,32 @@ def test_binned_busy_time_adds_up_to_the_union():
     assert int(per_window.sum()) == union_length(raw)
     for a, b, got in zip(edges[:-1], edges[1:], per_window):  # each window against a direct clip
         assert got == sum(max(0, min(e, b) - max(s, a)) for s, e in merged)
+
+
+def test_a_long_run_draws_its_slowest_steps_paths(monkeypatch):
+    """A chart of millions of bars opens in no browser (the 1 GB trace's 420 steps: 3.2 million segments, a
+    290 MB page): beyond MAX_PATH_SEGMENTS the slowest steps' paths are drawn, as many as fit, and the note says so."""
+    from collections import Counter
+
+    import plotly.graph_objects as go
+
+    from helpers import read_torch
+    from traceparse_plugins.commands.report import charts, data
+
+    events = read_torch(FIXTURES / "torch" / "mlp_no_profilerstep_60.json.gz").events
+    events = events.with_columns(trace_id=pl.lit("t"))  # as stored: the paths are keyed by trace
+    whole = data.critical_path(events)
+    assert whole["paths_drawn"] == whole["paths"] == 60
+    assert "slowest" not in charts.critical_path_chart(go, whole).note
+    count = Counter(s["step"] for s in whole["segments"])
+    length = {s["step"]: s["end_ns"] - s["start_ns"] for s in whole["steps"]}
+    slowest = sorted(length, key=lambda step: (-length[step], step))
+    monkeypatch.setattr(data, "MAX_PATH_SEGMENTS", sum(count[step] for step in slowest[:5]))
+    cut = data.critical_path(events)
+    assert cut["paths_drawn"] == 5 and cut["paths"] == 60
+    assert {s["step"] for s in cut["segments"]} == set(slowest[:5])
+    assert len(cut["segments"]) == sum(count[step] for step in slowest[:5])
+    assert {s["step"] for s in cut["steps"]} == set(length)  # every step's own bar is still drawn
+    assert "Only the 5 slowest steps' paths of 60 are drawn" in charts.critical_path_chart(go, cut).note
+    monkeypatch.setattr(data, "MAX_PATH_SEGMENTS", 1)
+    assert data.critical_path(events)["paths_drawn"] == 1  # the slowest, whatever its size

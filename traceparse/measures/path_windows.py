@@ -78,7 +78,8 @@ class WindowIndex:
         sync = calls.filter(pl.col("name").is_in(names.filter(names.str.contains(SYNC_CALLS)).implode()))
         self.sync_start, self.sync_end = sync["start_ns"].to_numpy(), sync["end"].to_numpy()
         # each lane (a host thread, a GPU stream) in its order (start, end, event id): a row's place there
-        lanes = timed.filter(pl.col("host") | pl.col("gpu")).select("_row", "event_id", "start_ns", "end", "gpu", "a", "b")
+        lanes = timed.filter(pl.col("host") | pl.col("gpu")).select("_row", "event_id", "start_ns", "end", "gpu", "a",
+                                                                    "b")
         in_order = lanes.sort("gpu", "a", "b", "start_ns", "end", "event_id", nulls_last=False)
         new_lane = (pl.col("gpu").ne_missing(pl.col("gpu").shift(1)) | pl.col("a").ne_missing(pl.col("a").shift(1))
                     | pl.col("b").ne_missing(pl.col("b").shift(1)))

@@ -282,13 +282,16 @@ def critical_path_chart(go, cp: dict) -> Chart:
             yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=[esc(r) for r in cp["rows"]]))
     n = len({s["step"] for s in steps})
     crossed = len(cp["crossings"])
+    drawn = "" if cp["paths_drawn"] == cp["paths"] else (
+        f" Only the {cp['paths_drawn']} slowest steps' paths of {cp['paths']} are drawn: all of them would take more "
+        f"than {data.MAX_PATH_SEGMENTS:,} bars.")
     if cp["ranks"]:
         note = (f"Per step ({n}), the critical path of the rank whose step took longest, over every rank's steps "
                 "(grey): each segment on the row of the rank it ran on, coloured by what it is"
-                + (f"; it moves to another rank {crossed} times (dotted)." if crossed else "."))
+                + (f"; it moves to another rank {crossed} times (dotted)." if crossed else ".")) + drawn
     else:
         note = (f"Per step ({n}), its critical path over the step (grey): each segment on the row of the thread or "
-                "stream it ran on, coloured by what it is.")
+                "stream it ran on, coloured by what it is.") + drawn
     return Chart("chart-critical-path", "Critical path of each step", note, fig)
 
 

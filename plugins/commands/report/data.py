@@ -24,6 +24,10 @@ MEMBER = ["trace_id", "rank", "device_id"]
 DEFAULT_BINS = 200
 #: Kernel names shown by name; the rest are summed in one bar.
 TOP_NAMES = 15
+#: The most critical-path segments the report draws: a browser opens a chart of this many bars; the 1 GB
+#: benchmark trace's 420 steps have 3.2 million (a 290 MB page that no browser drew). Beyond it, the slowest
+#: steps' paths are drawn, as many as fit.
+MAX_PATH_SEGMENTS = 50_000
 
 
 def member_label(rank: Any, device: Any) -> str:
@@ -255,8 +259,10 @@ def critical_path(events: pl.DataFrame) -> dict | None:
     ranks (``rank N``); for one trace, its threads and streams (``thread T``, ``stream S``). Returns
     ``{"t0_ns", "ranks", "rows": [labels], "steps": [{"row", "step", "start_ns", "end_ns"}], "segments": [{"row",
     "step", "kind", "name", "lane", "start_ns", "end_ns"}], "crossings": [{"step", "at_ns", "from_row",
-    "to_row"}]}`` (segments in time order, zero-length ones left out; crossings: where the path moves to another
-    rank), or None without host events on a thread (the GPU streams' order alone) or without a path.
+    "to_row"}], "paths_drawn", "paths"}`` (segments in time order, zero-length ones left out; crossings: where the
+    path moves to another rank), or None without host events on a thread (the GPU streams' order alone) or
+    without a path. Every step is drawn; the segments of at most :data:`MAX_PATH_SEGMENTS`, those of the slowest
+    steps' paths that fit (``paths_drawn`` of ``paths``; at least the slowest one).
     """
     from traceparse.measures.step_paths import step_paths
 
@@ -271,7 +277,10 @@ def critical_path(events: pl.DataFrame) -> dict | None:
     lane = (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
             .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
             .otherwise(pl.lit("-")))
-    mine = mine.filter(pl.col("duration_ns") > 0).with_columns(lane=lane).sort("step", "start_ns", nulls_last=False)
+    mine = mine.filter(pl.col("duration_ns") > 0)
+    drawn = _slowest_that_fit(mine, chosen)
+    mine = (mine.join(drawn, on=["trace_id", "step"], how="semi", nulls_equal=True).with_columns(lane=lane)
+            .sort("step", "start_ns", nulls_last=False))
     if ranked:
         ranks = sorted(set(paths["rank"].to_list()) | set(mine["segment_rank"].to_list()),
                        key=lambda r: (r is None, r or 0))
@@ -292,4 +301,15 @@ def critical_path(events: pl.DataFrame) -> dict | None:
                  if ranked and a["step"] == b["step"] and a["row"] != b["row"]]
     t0 = min(s["start_ns"] for s in steps)
     return {"t0_ns": t0, "ranks": ranked, "rows": rows, "steps": steps, "segments": out_segments,
-            "crossings": crossings}
+            "crossings": crossings, "paths_drawn": drawn.height, "paths": chosen.height}
+
+
+def _slowest_that_fit(segments: pl.DataFrame, chosen: pl.DataFrame) -> pl.DataFrame:
+    """``trace_id``, ``step`` of the paths of ``chosen`` (one per step) whose ``segments`` are drawn: all of them
+    within :data:`MAX_PATH_SEGMENTS`, else the slowest steps' (by ``_len``) as long as they fit, at least one."""
+    counts = segments.group_by("trace_id", "step").agg(_n=pl.len())
+    paths = (chosen.select("trace_id", "step", "_len").join(counts, on=["trace_id", "step"], how="left",
+                                                          nulls_equal=True)
+             .with_columns(pl.col("_n").fill_null(0)).sort(["_len", "step"], descending=[True, False], nulls_last=True))
+    fits = (pl.col("_n").cum_sum() <= MAX_PATH_SEGMENTS) | (pl.int_range(pl.len()) == 0)
+    return paths.filter(fits).select("trace_id", "step")
