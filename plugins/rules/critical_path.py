@@ -64,9 +64,9 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
+from traceparse.measures.nesting import over_median
 from traceparse.measures.path_windows import windowed, windowed_critical_paths
 from traceparse.measures.step_paths import trace_step_windows
-from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import step_series
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -275,7 +275,8 @@ def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> 
 def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None) -> list[dict]:
     """The largest parts (rank, lane, kind, name) of ``segments``, per step."""
     rows = (segments.group_by("segment_rank", "lane", "segment", "name")
-            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any()).with_columns(_text("lane", "segment", "name"))
+            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+            .with_columns(_text("lane", "segment", "name"))
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
             .head(top))
     out = []
