@@ -65,9 +65,8 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
 from traceparse.measures.nesting import over_median
-from traceparse.measures.path_windows import windowed, windowed_critical_paths
-from traceparse.measures.step_paths import trace_step_windows
-from traceparse.measures.steps import step_series
+from traceparse.measures.path_windows import windowed_critical_paths, windowed_steps
+from traceparse.measures.step_paths import step_windows
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -104,9 +103,8 @@ class CriticalPath(Rule):
         t = options.thresholds
         events = trace.events
         missing = _missing(events)
-        steps = step_series(events) if windowed(events) else None
-        if steps is not None and steps.height:  # one large trace: a group of steps at a time, never its whole graph
-            windows = trace_step_windows(events, steps)
+        windows = windowed_steps(events)
+        if windows is not None:  # one large trace: a group of steps at a time, never its whole graph
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
                                                       keep=_lean)
             joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
@@ -118,7 +116,7 @@ class CriticalPath(Rule):
                 return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a "
                                 "critical path needs events placed in time.",
                                 metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
-            windows = _windows(events, graph)
+            windows = step_windows(events, graph, spans=True)
             paths, segments = critical_paths(graph, windows)
             segments = _lean(segments)
             joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
@@ -223,21 +221,6 @@ def _lane() -> pl.Expr:
     stream = pl.format("stream {}", pl.col("stream_id"))
     return (pl.when(pl.col("tid").is_not_null()).then(thread)
             .when(pl.col("stream_id").is_not_null()).then(stream).otherwise(pl.lit("-")))
-
-
-def _windows(events, graph: pl.DataFrame) -> pl.DataFrame:
-    """Each trace's step windows with its rank, on the graph's clock; one window over its span without steps."""
-    ranks = (graph.filter(pl.col("dst_trace") != "(collective)").group_by(trace_id="dst_trace")
-             .agg(rank=pl.col("rank").first(), offset_ns=pl.col("offset_ns").first(),
-                  first=pl.col("src_ns").min(), last=pl.col("dst_ns").max()))
-    steps = step_series(events).select("trace_id", "step", "start_ns", "end_ns")
-    steps = steps.with_columns(pl.col("trace_id").cast(pl.String))
-    found = ranks.join(steps, on="trace_id", how="inner", nulls_equal=True)
-    spans = ranks.join(steps, on="trace_id", how="anti", nulls_equal=True).select(
-        "trace_id", "rank", "offset_ns", step=pl.lit(None, dtype=pl.Int64), start_ns="first", end_ns="last")
-    found = found.select("trace_id", "rank", "offset_ns", "step", "start_ns", "end_ns")
-    return pl.concat([found, spans]).with_columns(start_ns=pl.col("start_ns") - pl.col("offset_ns"),
-                                                  end_ns=pl.col("end_ns") - pl.col("offset_ns"))
 
 
 #: The texts of a path's segments, as categoricals: a few thousand distinct names over millions of segments (the

@@ -135,11 +135,17 @@ def _collective_of(frame: pl.DataFrame) -> pl.Series:
 
 
 # -- each trace's own edges (every trace of a frame at once, keyed by trace) -------------------------------------
+def on_a_thread() -> pl.Expr:
+    """The rows whose start and end are points of the graph's host threads: timed host events with a process and
+    a thread, not a source's own exclusive time (TAU's profiles)."""
+    return (expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & placed()
+            & pl.col("exclusive_ns").is_null())
+
+
 def _host_points(events: pl.DataFrame) -> pl.DataFrame:
     """The start and end points of each trace's timed host events, in order on each thread, with the event that
     owns the time after each point (the innermost one open there)."""
-    host = picked(events, expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
-                  & placed() & pl.col("exclusive_ns").is_null(),
+    host = picked(events, on_a_thread(),
                   _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
         return pl.DataFrame()

@@ -23,9 +23,9 @@ from traceparse import expr
 from traceparse.measures.base import LARGE_TABLE_ROWS, PartitionedEvents, placed, table_rows
 from traceparse.measures.critical_path import (
     MAX_WAKE_NS, MIN_WAIT_NS, PATH_SCHEMA, SEGMENT_SCHEMA, SYNC_CALLS, DependencyGraph, critical_paths,
-    shared_instances,
+    on_a_thread, shared_instances,
 )
-from traceparse.measures.nesting import HOST_KINDS
+from traceparse.measures.steps import step_series
 
 #: The events one group of steps may take (about): its graph is built from that many rows at most, unless one
 #: step alone has more.
@@ -53,14 +53,28 @@ def windowed(events) -> bool:
     return shared_instances(events) == 0
 
 
+def windowed_steps(events) -> pl.DataFrame | None:
+    """The step windows by which ``events`` is read a group at a time (:func:`windowed`, and the trace marks
+    steps), else None: ``trace_id``, ``rank``, ``step``, ``start_ns``, ``end_ns``, as
+    :func:`traceparse.measures.step_paths.step_windows` gives them (one rank, no clock moved), without a graph."""
+    if not windowed(events):
+        return None
+    steps = step_series(events)
+    if steps.height == 0:
+        return None
+    rank = events["rank"].drop_nulls()
+    return steps.select(pl.col("trace_id").cast(pl.String), rank=pl.lit(rank[0] if rank.len() else None,
+                                                                        dtype=pl.Int32),
+                        step="step", start_ns="start_ns", end_ns="end_ns").sort("trace_id", "step", nulls_last=False)
+
+
 class WindowIndex:
     """The timed rows of one trace as sorted numpy arrays, from which :meth:`rows` picks the rows a window's graph
     needs (:func:`window_events`) in time proportional to what it picks, not a pass of polars over the whole
     table per window."""
 
     def __init__(self, events: pl.DataFrame):
-        host = (expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
-                & pl.col("exclusive_ns").is_null())
+        host = on_a_thread()
         gpu = expr.kind_is(*expr.GPU_KINDS)
         timed = (events.lazy().with_row_index("_row").filter(placed())
                  .select("_row", "event_id", "start_ns", end=_END, gpu=gpu, host=host,

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceparse import expr
-from traceparse.measures.base import placed
-from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, dependency_graph
-from traceparse.measures.nesting import HOST_KINDS
-from traceparse.measures.path_windows import windowed, windowed_critical_paths
+from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, dependency_graph, on_a_thread
+from traceparse.measures.path_windows import windowed_critical_paths, windowed_steps
 from traceparse.measures.steps import step_series
 
 
@@ -48,27 +45,15 @@ def step_critical_paths(events: pl.DataFrame, align_clocks: bool = False
     return graph, paths, segments
 
 
-def trace_step_windows(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The step windows of one trace without its graph (:func:`step_windows` of a table that
-    :func:`~traceparse.measures.path_windows.windowed` accepts: one rank, no clock moved): ``trace_id``, ``rank``,
-    ``step``, ``start_ns``, ``end_ns`` of each of ``steps`` (:func:`~traceparse.measures.steps.step_series`)."""
-    rank = events["rank"].drop_nulls()
-    return steps.select(pl.col("trace_id").cast(pl.String), rank=pl.lit(rank[0] if rank.len() else None,
-                                                                        dtype=pl.Int32),
-                        step="step", start_ns="start_ns", end_ns="end_ns").sort("trace_id", "step", nulls_last=False)
-
-
 def step_paths(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, bool]:
     """``(paths, segments, on_threads)``: the critical path of every step as :func:`step_critical_paths` gives
     them, and whether the graph follows host threads (host events on a thread: without them only the GPU
     streams' order, no path worth showing). Of one large trace with steps
     (:func:`~traceparse.measures.path_windows.windowed`), a group of steps at a time: the same paths, without the
     whole trace's graph in memory."""
-    steps = step_series(events) if windowed(events) else None
-    if steps is not None and steps.height:
-        paths, segments = windowed_critical_paths(events, trace_step_windows(events, steps))
-        host = (expr.kind_is(*HOST_KINDS) & pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & placed()
-                & pl.col("exclusive_ns").is_null())
-        return paths, segments, bool(events.select(host.any()).item())
+    windows = windowed_steps(events)
+    if windows is not None:
+        paths, segments = windowed_critical_paths(events, windows)
+        return paths, segments, bool(events.select(on_a_thread().any()).item())
     graph, paths, segments = step_critical_paths(events)
     return paths, segments, bool(graph.height and (graph["edge"] == "thread").any())
