@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import multiprocessing
 import shutil
@@ -207,3 +208,97 @@ def test_a_refused_file_stops_its_hash(tmp_path, monkeypatch):
     assert str(e.value) == f"{path}: binary data (a NUL byte at byte 200): not a text file (a sparse or damaged file?)"
     assert outcome == ["stopped"]
     assert store.ids() == []
+
+
+def test_hashes_worked_out_ahead_read_each_file_once(tmp_path, monkeypatch):
+    """``traceparse ingest`` hashes its files while it starts (:class:`FileHashes`): the trace gets the same id as
+    a hash worked out on the spot, each file is read for its hash once, and a file it was not given (one under
+    a directory) is hashed when asked for."""
+    import traceparse.sources as sources
+
+    read = collections.Counter()
+    real = sources._file_sha256
+
+    def counted(path, stop=None):
+        read[path.name] += 1
+        return real(path, stop)
+
+    monkeypatch.setattr(sources, "_file_sha256", counted)
+    a = tmp_path / "a.json"
+    a.write_bytes((FIXTURES / "torch" / "alexnet_bs4.json.gz").read_bytes())
+    b = tmp_path / "b.json"
+    b.write_bytes(b"x" * 100_000)
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "c.txt").write_bytes(b"c")
+    ahead = sources.FileHashes([a, b, folder, a])
+    try:
+        assert sha256_of([b], ahead=ahead) == hashlib.sha256(b"x" * 100_000).hexdigest()
+        assert sha256_of([a, folder], ahead=ahead) == sha256_of([a, folder])
+        store = Store(tmp_path / "s")
+        [result] = ingest([a], store=store, ahead=ahead)
+    finally:
+        ahead.close()
+    assert result.meta.id == trace_id_for(hashlib.sha256(a.read_bytes()).hexdigest())
+    # a and b by the thread ahead; a and c again by the plain sha256_of([a, folder]) of the check above
+    assert read == {"a.json": 2, "b.json": 1, "c.txt": 2}
+
+
+def test_hashing_ahead_stops_when_closed(tmp_path, monkeypatch):
+    """A file refused before its hash is done (a 1 GiB sparse file) is not hashed to its end: ``close`` stops the
+    thread, and a caller told to stop gets :class:`HashStopped` at once instead of waiting."""
+    import threading
+
+    import traceparse.sources as sources
+
+    monkeypatch.setattr(sources, "_HASH_PIECE", 4096)  # 262,144 pieces: closing comes long before the end
+    path = tmp_path / "sparse.json"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)
+    ahead = sources.FileHashes([path])
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(sources.HashStopped):
+        ahead.file_sha256(path, stop)
+    ahead.close()
+    [thread] = [t for t in threading.enumerate() if t.name == "traceparse-hash-ahead"] or [None]
+    if thread is not None:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    assert path not in ahead._results or not isinstance(ahead._results[path], str)
+
+
+def test_the_cli_refuses_a_file_without_hashing_it_to_the_end(tmp_path, monkeypatch, capsys):
+    """The same through ``traceparse ingest``: the refusal is the one-line error, nothing is stored, and the
+    hash started ahead of the reader is stopped (it would take seconds on 1 GiB)."""
+    import traceparse.sources as sources
+    from traceparse.cli import main
+
+    outcome = []
+    real = sources._file_sha256
+
+    def hashing(path, stop=None):
+        try:
+            digest = real(path, stop)
+        except sources.HashStopped:
+            outcome.append("stopped")
+            raise
+        outcome.append("finished")
+        return digest
+
+    monkeypatch.setattr(sources, "_file_sha256", hashing)
+    monkeypatch.setattr(sources, "_HASH_PIECE", 4096)
+    path = tmp_path / "sparse_cuda_gpu_trace.csv"
+    with open(path, "wb") as f:
+        f.write((FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv").read_bytes()[:200])
+        f.truncate(1 << 30)
+    code = main(["ingest", str(path), "--format", "nsys", "--store", str(tmp_path / "s"), "--quiet"])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert f"{path}: binary data (a NUL byte at byte 200)" in err.replace("\n", "")
+    import threading
+    for t in threading.enumerate():
+        if t.name == "traceparse-hash-ahead":
+            t.join(timeout=5)
+    assert outcome == ["stopped"]
+    assert not list((tmp_path / "s").glob("traces/*/meta.json"))

@@ -12,7 +12,7 @@ from typing import Callable
 from traceparse.errors import InputError, TraceparseError
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.reader import ReadOptions, Reader
-from traceparse.sources import check_readable, content_size, read_head, sha256_of, source_notes
+from traceparse.sources import FileHashes, check_readable, content_size, read_head, sha256_of, source_notes
 from traceparse.store import Store, trace_id_for
 from traceparse.trace import Trace, TraceMeta
 
@@ -123,18 +123,21 @@ def _identify(meta: TraceMeta, sha256: str) -> None:
 
 
 def ingest(paths: list[Path | str], *, store: Store, fmt: str = "auto", tags: dict[str, str] | None = None,
-           params: dict | None = None, progress_factory=None, reg: Registry | None = None) -> list[IngestResult]:
+           params: dict | None = None, progress_factory=None, reg: Registry | None = None,
+           ahead: FileHashes | None = None) -> list[IngestResult]:
     """Ingest ``paths`` into ``store``; content already there is recognised by its hash and not read again.
 
     ``progress_factory(description, total_bytes)`` may return a context
-    manager yielding an ``advance(n)`` callable, for a progress bar.
+    manager yielding an ``advance(n)`` callable, for a progress bar. ``ahead``: the files' hashes as worked out
+    ahead by the caller (:class:`~traceparse.sources.FileHashes`), else each group's is worked out beside its
+    reader.
     """
     reg = reg or default_registry()
     results = []
     groups = plan([Path(p) for p in paths], fmt, reg)
     for done, (reader, group) in enumerate(groups):
         try:
-            results.append(_ingest_group(reader, group, store, tags, params, progress_factory))
+            results.append(_ingest_group(reader, group, store, tags, params, progress_factory, ahead))
         except TraceparseError as exc:
             if len(groups) > 1:  # say what the earlier groups left in the store, and what was not read
                 stored = [f"{_label(g)} as {r.meta.id}" for (_, g), r in zip(groups, results)]
@@ -149,7 +152,8 @@ def _label(group: list[Path]) -> str:
     return str(group[0]) + (f" (+{len(group) - 1})" if len(group) > 1 else "")
 
 
-def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params, progress_factory) -> IngestResult:
+def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params, progress_factory,
+                  ahead: FileHashes | None = None) -> IngestResult:
     """Hash the group, and unless the store has its content, read and store it.
 
     The hash (whose id the store is asked for) is worked out in a thread while the reader starts: the first
@@ -162,7 +166,7 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
     progress = _LateProgress()
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceparse-hash") as hasher:
-        hashing = hasher.submit(sha256_of, group, stop)
+        hashing = hasher.submit(sha256_of, group, stop, ahead)
         try:
             trace = _open_group(reader, group, progress, params)
             trace.prefetch()

@@ -160,6 +160,8 @@ class Session:
 
     def is_run_path(self, path: str | Path, fmt: str = "auto") -> bool:
         """True when ``path`` is a directory of per-rank traces (no reader reads it as one trace)."""
+        if not Path(path).is_dir():  # a file is one trace: nothing to import (the run module brings polars)
+            return False
         from traceparse.run import is_rank_directory
 
         return is_rank_directory(Path(path), fmt, self.registry)
@@ -171,12 +173,13 @@ class Session:
         return self.store.load(ref_id)
 
     def ingest(self, paths: list[str], fmt: str = "auto", tags: dict[str, str] | None = None,
-               params: dict | None = None) -> list[IngestResult]:
-        """Ingest paths into the store, printing the readers' warnings."""
+               params: dict | None = None, ahead=None) -> list[IngestResult]:
+        """Ingest paths into the store, printing the readers' warnings (``ahead``: the files' hashes worked out
+        ahead, :class:`traceparse.sources.FileHashes`)."""
         from traceparse.ingest import ingest
 
         results = ingest(paths, store=self.store, fmt=fmt, tags=tags, params=params,
-                         progress_factory=self.progress_factory(), reg=self.registry)
+                         progress_factory=self.progress_factory(), reg=self.registry, ahead=ahead)
         for result in results:
             if not result.already_stored:
                 for warning in result.meta.warnings:

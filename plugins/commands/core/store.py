@@ -259,26 +259,17 @@ class IngestCommand(Command):
     def run(self, args: argparse.Namespace, session) -> int:
         """Ingest each path (a rank directory, or all paths with ``--run``, as a run); print each summary or,
         with ``--json``, ``{"traces": [...], "runs": [...]}`` (runs only when there are some)."""
-        from traceparse.distributed import scheduler_from
+        from traceparse.sources import FileHashes
 
         if args.jobs is not None and args.jobs < 1:
             raise InputError(f"--jobs {args.jobs}: expected a number of processes, at least 1")
         tags = parse_tags(args.tag)
-        scheduler = scheduler_from(args.scheduler)
-        runs, results = [], []
-        if args.run:
-            runs.append(session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
-                                           scheduler=scheduler))
-        else:
-            singles = []
-            for path in args.paths:
-                if session.is_run_path(path, args.format):
-                    runs.append(session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs,
-                                                   scheduler=scheduler))
-                else:
-                    singles.append(path)
-            if singles:
-                results = session.ingest(singles, fmt=args.format, tags=tags)
+        # the files' hashes are worked out while the readers and their libraries are imported
+        ahead = FileHashes([] if args.run else [Path(p) for p in args.paths])
+        try:
+            runs, results = self._ingest(args, session, tags, ahead)
+        finally:
+            ahead.close()
         if args.json:
             doc = {"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored) for r in results]}
             if runs:
@@ -292,6 +283,28 @@ class IngestCommand(Command):
         for r in runs:
             session.out.print(run_summary(session.store, r.run, r.already_stored, warnings=r.already_stored))
         return 0
+
+    @staticmethod
+    def _ingest(args: argparse.Namespace, session, tags: dict[str, str], ahead) -> tuple[list, list]:
+        """The runs and the single traces of the paths, ingested."""
+        from traceparse.distributed import scheduler_from
+
+        scheduler = scheduler_from(args.scheduler)
+        runs, results = [], []
+        if args.run:
+            runs.append(session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
+                                           scheduler=scheduler))
+            return runs, results
+        singles = []
+        for path in args.paths:
+            if session.is_run_path(path, args.format):
+                runs.append(session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs,
+                                               scheduler=scheduler))
+            else:
+                singles.append(path)
+        if singles:
+            results = session.ingest(singles, fmt=args.format, tags=tags, ahead=ahead)
+        return runs, results
 
 
 #: ``list``'s tables: ids and counts never cut; a long name or path cut in the middle, with a key below.
