@@ -111,3 +111,26 @@ def test_two_traces_keep_their_threads_apart(trace):
     for trace_id in (trace.id, "twin"):
         mine = both.filter(pl.col("trace_id") == trace_id).drop("trace_id")
         assert mine.sort("name").to_dicts() == alone.drop("trace_id").sort("name").to_dicts()
+
+
+def test_the_innermost_row_of_each_moment_by_brute_force():
+    """The thread's segments (vectorized since the 139 MB trace's 250,000 host rows took 0.37 s in a Python
+    sweep) name each moment by the latest-started row open then, on rows that nest, overlap in part, share
+    starts or last no time: checked moment by moment against that definition, on 3,000 random threads."""
+    import numpy as np
+
+    from traceparse.measures.gap_activity import _innermost
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        n = int(rng.integers(0, 25))
+        start = rng.integers(0, 40, n)
+        end = start + rng.integers(0, 3 if rng.random() < 0.3 else 20, n)
+        order = np.lexsort((-end, start))  # by start, the longer first on ties, as the measure sorts them
+        start, end = start[order].astype(np.int64), end[order].astype(np.int64)
+        seg_a, seg_b, row = _innermost(start, end)
+        assert (seg_a < seg_b).all() and (seg_b[:-1] <= seg_a[1:]).all()  # in time order, apart
+        named = {t: int(r) for a, b, r in zip(seg_a, seg_b, row) for t in range(int(a), int(b))}
+        expected = {t: max(j for j in range(n) if start[j] <= t < end[j])
+                    for t in range(60) if any(start[j] <= t < end[j] for j in range(n))}
+        assert named == expected

@@ -9,6 +9,7 @@ import polars as pl
 from traceparse import expr
 from traceparse.measures.base import Measure, keyed, picked, unkeyed
 from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
+from traceparse.measures.nesting import last_open
 
 #: Host rows that can be what a thread is doing: operators, annotations, runtime calls, regions, syncs.
 HOST_KINDS = ("op", "marker", "api", "region", "sync")
@@ -90,9 +91,8 @@ def _attribute(gap_starts: np.ndarray, gap_ends: np.ndarray, rows: pl.DataFrame,
     keep = (i >= 0) & (merged_ends[np.clip(i, 0, None)] > r_start)
     kept = rows.filter(pl.Series(keep)).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns")).sort(
         ["start_ns", "end_ns"], descending=[False, True])
-    seg_a, seg_b, seg_row = _innermost(kept["start_ns"].to_list(), kept["end_ns"].to_list(), range(kept.height))
-    _share(starts, ends, np.array(seg_a, dtype=np.int64), np.array(seg_b, dtype=np.int64),
-           kept.select("kind", "name")[np.array(seg_row, dtype=np.int64)], totals)
+    seg_a, seg_b, seg_row = _innermost(kept["start_ns"].to_numpy(), kept["end_ns"].to_numpy())
+    _share(starts, ends, seg_a, seg_b, kept.select("kind", "name")[seg_row], totals)
 
 
 def _share(starts: np.ndarray, ends: np.ndarray, seg_a: np.ndarray, seg_b: np.ndarray, seg_keys: pl.DataFrame,
@@ -129,37 +129,21 @@ def _share(starts: np.ndarray, ends: np.ndarray, seg_a: np.ndarray, seg_b: np.nd
         entry[1] += int(n)
 
 
-def _innermost(starts: list[int], ends: list[int], keys) -> tuple[list[int], list[int], list]:
+def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The thread's time cut into segments, each named by the innermost row running then (the one that
     started last among the running ones), from rows sorted by start (longest first on ties): the segments'
-    starts, ends and keys (one of ``keys`` each)."""
-    seg_a: list[int] = []
-    seg_b: list[int] = []
-    seg_key: list = []
-    stack: list[tuple[int, object]] = []  # (end, key)
-    cursor = None
-    for start, end, key in zip(starts, ends, keys):
-        while stack and stack[-1][0] <= start:
-            top_end, top_key = stack.pop()
-            if cursor is not None and top_end > cursor:
-                seg_a.append(cursor)
-                seg_b.append(top_end)
-                seg_key.append(top_key)
-                cursor = top_end
-        if stack and cursor is not None and start > cursor:
-            seg_a.append(cursor)
-            seg_b.append(start)
-            seg_key.append(stack[-1][1])
-        cursor = start if cursor is None else max(cursor, start)
-        stack.append((end, key))
-    while stack:
-        top_end, top_key = stack.pop()
-        if top_end > cursor:
-            seg_a.append(cursor)
-            seg_b.append(top_end)
-            seg_key.append(top_key)
-            cursor = top_end
-    return seg_a, seg_b, seg_key
+    starts, ends and rows, in time order and apart.
+
+    Between two consecutive starts or ends nothing starts or ends, so the innermost row there is the last row
+    started by the segment's start and still open after it (:func:`~traceparse.measures.nesting.last_open`,
+    what a sweep with a stack of open rows has on top); moments with no row open are in no segment.
+    """
+    points = np.sort(np.concatenate([start, end]), kind="stable")  # two nearly sorted runs: one merge
+    points = points[np.concatenate(([True], points[1:] != points[:-1]))] if len(points) else points
+    seg_a, seg_b = points[:-1], points[1:]
+    row = last_open(end, np.searchsorted(start, seg_a, side="right"), seg_a)
+    running = row >= 0
+    return seg_a[running], seg_b[running], row[running]
 
 
 gap_activity = GapActivity()

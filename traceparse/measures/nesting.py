@@ -82,15 +82,28 @@ def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np
 
     What a sweep with a stack of open rows gives (close every row ending at or before the start, take the top)
     is the last earlier row of the thread still open, ``max{j < i : end_j > start_i}``: a row under the top
-    that has ended is never the answer, and one still open is never closed before. Found for all rows at
-    once by descending a table of the maxima of ``end`` over blocks of 2^k rows: each row skips the blocks
-    before it whose rows all ended by its start (log2 n numpy steps, no Python per row).
+    that has ended is never the answer, and one still open is never closed before (:func:`last_open`).
     """
     n = len(start)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     values, first_of = np.unique(thread, return_index=True)
     first = first_of[np.searchsorted(values, thread)]  # the first row of each row's thread
+    return last_open(end, np.arange(n, dtype=np.int64), start, first)
+
+
+def last_open(end: np.ndarray, limit: np.ndarray, at: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
+    """For each query ``q``: the last row ``j`` with ``first[q] <= j < limit[q]`` and ``end[j] > at[q]``, -1 if none.
+
+    With rows sorted by start and ``limit`` the rows started by ``at`` (at or before it), that is the innermost
+    row open at ``at``: what a sweep with a stack of open rows has on top. Found for all queries at once by
+    descending a table of the maxima of ``end`` over blocks of 2^k rows: each query skips the blocks before it
+    whose rows all ended by ``at`` (log2 n numpy steps, no Python per row).
+    """
+    n = len(end)
+    first = np.zeros(len(at), dtype=np.int64) if first is None else first
+    if n == 0 or len(at) == 0:
+        return np.full(len(at), -1, dtype=np.int64)
     levels = [end]  # levels[k][q] = max(end[q - 2^k + 1 .. q]) (for q >= 2^k - 1)
     while (1 << len(levels)) <= n:
         half = 1 << (len(levels) - 1)
@@ -98,13 +111,13 @@ def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np
         cur = prev.copy()
         cur[half:] = np.maximum(prev[half:], prev[:-half])
         levels.append(cur)
-    p = np.arange(n, dtype=np.int64) - 1
+    p = np.asarray(limit, dtype=np.int64) - 1
     for k in range(len(levels) - 1, -1, -1):
         size = 1 << k
         inside = p - size + 1 >= first  # a whole block of this thread ends at p
-        skip = inside & (levels[k][np.clip(p, 0, None)] <= start)
+        skip = inside & (levels[k][np.clip(p, 0, None)] <= at)
         p = np.where(skip, p - size, p)
-    found = (p >= first) & (end[np.clip(p, 0, None)] > start)
+    found = (p >= first) & (end[np.clip(p, 0, None)] > at)
     return np.where(found, p, -1)
 
 
