@@ -211,3 +211,24 @@ def test_an_edited_plugin_rebuilds_the_index(tmp_path):
         result = _child(["list"], env)
         assert result["code"] == 0
         assert result["err"].count("plugin 'extra_tp' is left out") == 1, result["err"]
+
+
+def test_choosing_a_reader_imports_only_what_sniffing_needs():
+    """Every command that takes a path loads every reader to sniff it; a reader's plugin module brings only what
+    its sniffer needs, and what reading needs comes when its reader reads (lxml for TAU's XML, the compiled table
+    of nsys report names). A torch trace is sniffed and planned without either; reading a TAU profile then works."""
+    from helpers import FIXTURES
+
+    code = ("import json, sys\nfrom pathlib import Path\nfrom traceparse.ingest import plan\n"
+            f"[(reader, group)] = plan([Path({str(FIXTURES / 'torch' / 'alexnet_bs4.json.gz')!r})])\n"
+            "from traceparse_plugins.readers.nsys import reports\n"
+            "print(json.dumps([reader.name, 'lxml' in sys.modules, reports._file_name.cache_info().currsize,"
+            " sorted(m for m in sys.modules if m.startswith('traceparse_plugins.readers.tau'))]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["torch", False, 0, ["traceparse_plugins.readers.tau",
+                                                           "traceparse_plugins.readers.tau.sniff"]]
+    from traceparse.ingest import read_paths
+
+    [trace] = read_paths([FIXTURES / "tau" / "real" / "cpi-mpi"])
+    assert trace.meta.format == "tau" and trace.events.height > 0

@@ -68,7 +68,7 @@ def sniff(path: Path, head: bytes) -> float:
         return 0.2 if named and named.supported and path.is_file() else 0.0
     if kind == "text":
         score = _sniff_text(head)
-        if score == 0.0 and reports.parse_file_name(path.name) and b"," in head.split(b"\n", 1)[0]:
+        if score == 0.0 and b"," in head.split(b"\n", 1)[0] and reports.parse_file_name(path.name):
             return 0.2  # PREFIX_REPORT.csv of a report traceparse does not read: claimed, then skipped or refused
         return score
     return 0.0

@@ -20,6 +20,7 @@ the same rows in :mod:`.events`. decimal text becomes integers only through
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceparse.errors import InputError, bad_input
 from traceparse.plugins import hookimpl
@@ -27,12 +28,12 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
-from . import events
-from .pprof import looks_like_pprof, read_pprof
-from .profiles import MULTI_PREFIX, NO_PROFILES, PROFILE_NAME, ProfileSet, discover, read_sources, source_for
-from .sniff import HEADER, SNAPSHOT_NAME, XML_HEAD, sniff
-from .whole import WholeNumbers, quiet_int
-from .xml_profile import read_xml
+# what reads a profile (polars, lxml) is imported by read(): every command that sniffs its paths loads this module
+from .sniff import HEADER, MULTI_PREFIX, PROFILE_NAME, SNAPSHOT_NAME, XML_HEAD, looks_like_pprof, sniff
+
+if TYPE_CHECKING:
+    from .profiles import ProfileSet
+    from .whole import WholeNumbers
 
 
 class TauReader(Reader):
@@ -65,6 +66,12 @@ class TauReader(Reader):
         return out
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        from . import events
+        from .pprof import read_pprof
+        from .profiles import NO_PROFILES, discover, read_sources, source_for
+        from .whole import WholeNumbers
+        from .xml_profile import read_xml
+
         path = paths[0]
         extra: dict = {}
         if len(paths) == 1 and path.is_dir():
@@ -107,6 +114,8 @@ class TauReader(Reader):
 
 
 def _text_variant(profile: ProfileSet) -> str:
+    from . import events
+
     threads = profile.routines.select(events.THREAD).unique().height
     metrics = ", ".join(profile.metrics)
     where = "MULTI__ directories" if len(profile.metrics) > 1 else "profile.N.C.T text"
@@ -114,6 +123,8 @@ def _text_variant(profile: ProfileSet) -> str:
 
 
 def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers, path: Path) -> TraceMeta:
+    from . import events
+
     meta = TraceMeta(tool="TAU", variant=variant)
     first = profile.metadata[0][1] if profile.metadata else {}
     meta.tool_version = first.get("TAU Version")
@@ -132,6 +143,8 @@ def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers,
 def _devices(metadata: list, numbers: WholeNumbers, path: Path) -> list[Device]:
     """GPUs named in TAU's metadata (``GPU Name``, ``GPU numMultiprocessors``, ...), one per CUDA device; a
     property that is not a whole number is left unknown with a warning naming ``path``, the thread and the field."""
+    from .whole import quiet_int
+
     devices: dict[int, Device] = {}
     for key, attrs in metadata:
         if "GPU Name" not in attrs:

@@ -30,7 +30,6 @@ deviation, not the sum of squares, so value_sumsq stays null).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
@@ -43,21 +42,13 @@ from . import events
 from .decimals import is_number, scaled_int, to_float
 from .profile_text import whole_numbers
 from .profiles import ProfileSet
+from .sniff import COLUMN_HEADER, SUMMARY_HEADER, THREAD_HEADER
 
-THREAD_HEADER = r"^[ \t]*NODE ([0-9]+);\s*CONTEXT ([0-9]+);\s*THREAD ([0-9]+):"
-SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
 USER_HEADER = r"^\s*USER EVENTS Profile\s*:\s*NODE ([0-9]+),\s*CONTEXT ([0-9]+),\s*THREAD ([0-9]+)"
-COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 USER_COLUMNS = r"^\s*NumSamples\s+MaxValue"
 ROW_EXPECTED = "'%Time Exclusive Inclusive #Call #Subrs Inclusive-per-call Name'"
 USER_ROW_EXPECTED = "'NumSamples MaxValue MinValue MeanValue Std.Dev. Name'"
 COUNTER_NAME = "Count"
-
-
-def looks_like_pprof(head: str) -> bool:
-    """True when ``head`` has a pprof table header under a NODE or FUNCTION SUMMARY line."""
-    return bool(re.search(COLUMN_HEADER, head, re.M)) and bool(
-        re.search(THREAD_HEADER, head, re.M) or re.search(SUMMARY_HEADER, head, re.M))
 
 
 def read_pprof(path: Path, warn: Callable[[str], None],

@@ -12,7 +12,6 @@ A file that cannot be read is skipped with a warning as long as one can.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,10 +24,9 @@ from . import events
 from .classify import GPU_THREAD_KEYS
 from .decimals import scaled_int, to_float
 from .profile_text import ProfileFile, read_profile_file, whole_numbers
+from .sniff import MULTI_PREFIX, PROFILE_NAME
 from .whole import WholeNumbers
 
-PROFILE_NAME = re.compile(r"^profile\.(\d+)\.(\d+)\.(\d+)(?:\.gz)?$")
-MULTI_PREFIX = "MULTI__"
 #: wall-clock metrics, most preferred first, for exclusive_ns/duration_ns
 TIME_PREFERENCE = ("TIME", "P_WALL_CLOCK_TIME", "LINUX_TIMERS", "GET_TIME_OF_DAY", "TAUGPU_TIME",
                    "CPU_TIME", "P_VIRTUAL_TIME")

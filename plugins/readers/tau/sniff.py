@@ -13,9 +13,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .pprof import looks_like_pprof
-from .profiles import MULTI_PREFIX, PROFILE_NAME
-
+#: A text profile's file name: ``profile.<node>.<context>.<thread>``.
+PROFILE_NAME = re.compile(r"^profile\.(\d+)\.(\d+)\.(\d+)(?:\.gz)?$")
+#: The directories of one metric each: ``MULTI__<METRIC>``.
+MULTI_PREFIX = "MULTI__"
+#: pprof's headers: a thread's table, the summary over threads, the table's columns.
+THREAD_HEADER = r"^[ \t]*NODE ([0-9]+);\s*CONTEXT ([0-9]+);\s*THREAD ([0-9]+):"
+SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
+COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 HEADER = re.compile(rb"^\s*\d+\s+templated_functions")
 SNAPSHOT_NAME = re.compile(r"^snapshot\.\d+\.\d+\.\d+(?:\.gz)?$")
 # possessive spaces: two runs side by side would retry each other's split (quadratic in a head of spaces)
@@ -54,3 +59,9 @@ def _sniff_directory(path: Path) -> float:
     if (path / "tauprofile.xml").is_file():
         return 0.8
     return 0.0
+
+
+def looks_like_pprof(head: str) -> bool:
+    """True when ``head`` has a pprof table header under a NODE or FUNCTION SUMMARY line."""
+    return bool(re.search(COLUMN_HEADER, head, re.M)) and bool(
+        re.search(THREAD_HEADER, head, re.M) or re.search(SUMMARY_HEADER, head, re.M))
