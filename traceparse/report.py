@@ -274,7 +274,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):
-        grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])}: " + ", ".join(
+        # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
+        grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])} summed over activities: " + ", ".join(
             f"{p['part']} {fmt_unit('pct', p['share_pct'])}" for p in split["parts"]))
     worst = summary.get("bottleneck")
     if worst:
