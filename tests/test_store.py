@@ -177,6 +177,31 @@ def test_a_tiny_trace_is_written_plain_a_larger_one_compressed(tmp_path):
         assert column.is_stats_set == (codec == "ZSTD")
 
 
+def _watched(hash_function, outcome: list):
+    """``hash_function`` noting in ``outcome`` whether each call finished or was told to stop."""
+    from traceparse.sources import HashStopped
+
+    def hashing(*args):
+        try:
+            digest = hash_function(*args)
+        except HashStopped:
+            outcome.append("stopped")
+            raise
+        outcome.append("finished")
+        return digest
+
+    return hashing
+
+
+def _sparse_csv(tmp_path):
+    """A 1 GiB sparse file whose first 200 bytes are an nsys CSV report's, then NUL bytes."""
+    path = tmp_path / "sparse_cuda_gpu_trace.csv"
+    with open(path, "wb") as f:
+        f.write((FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv").read_bytes()[:200])
+        f.truncate(1 << 30)
+    return path
+
+
 def test_a_refused_file_stops_its_hash(tmp_path, monkeypatch):
     """The content hash runs beside the reader; a reader that refuses the file (here: a NUL byte at byte 200 of a
     1 GiB sparse file read as an nsys CSV) stops it, and the one-line error comes without hashing the rest: the
@@ -185,23 +210,9 @@ def test_a_refused_file_stops_its_hash(tmp_path, monkeypatch):
     import traceparse.sources as sources
 
     outcome = []
-    real_hash = ingest_module.sha256_of
-
-    def hashing(paths, *stop):
-        try:
-            digest = real_hash(paths, *stop)
-        except sources.HashStopped:
-            outcome.append("stopped")
-            raise
-        outcome.append("finished")
-        return digest
-
-    monkeypatch.setattr(ingest_module, "sha256_of", hashing)
+    monkeypatch.setattr(ingest_module, "sha256_of", _watched(ingest_module.sha256_of, outcome))
     monkeypatch.setattr(sources, "_HASH_PIECE", 4096)  # 262,144 pieces: the refusal comes long before the end
-    path = tmp_path / "sparse_cuda_gpu_trace.csv"
-    with open(path, "wb") as f:
-        f.write((FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv").read_bytes()[:200])
-        f.truncate(1 << 30)
+    path = _sparse_csv(tmp_path)
     store = Store(tmp_path / "s")
     with pytest.raises(Exception) as e:
         ingest([path], store=store, fmt="nsys")
@@ -275,23 +286,9 @@ def test_the_cli_refuses_a_file_without_hashing_it_to_the_end(tmp_path, monkeypa
     from traceparse.cli import main
 
     outcome = []
-    real = sources._file_sha256
-
-    def hashing(path, stop=None):
-        try:
-            digest = real(path, stop)
-        except sources.HashStopped:
-            outcome.append("stopped")
-            raise
-        outcome.append("finished")
-        return digest
-
-    monkeypatch.setattr(sources, "_file_sha256", hashing)
+    monkeypatch.setattr(sources, "_file_sha256", _watched(sources._file_sha256, outcome))
     monkeypatch.setattr(sources, "_HASH_PIECE", 4096)
-    path = tmp_path / "sparse_cuda_gpu_trace.csv"
-    with open(path, "wb") as f:
-        f.write((FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv").read_bytes()[:200])
-        f.truncate(1 << 30)
+    path = _sparse_csv(tmp_path)
     code = main(["ingest", str(path), "--format", "nsys", "--store", str(tmp_path / "s"), "--quiet"])
     assert code != 0
     err = capsys.readouterr().err
