@@ -302,7 +302,7 @@ class FileHashes:
     """
 
     def __init__(self, paths: list[Path]):
-        self._planned = [p for p in dict.fromkeys(paths) if p.is_file()]
+        self._planned = dict.fromkeys(p for p in paths if p.is_file())  # in order, each once
         self._results: dict[Path, str | BaseException] = {}
         self._done = threading.Condition()
         self._stop = threading.Event()

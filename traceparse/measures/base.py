@@ -187,10 +187,9 @@ def _bytes(value: Any) -> int:
     """About how much memory ``value`` holds: its frames and series (one level into tuples, lists, dicts)."""
     if isinstance(value, (pl.DataFrame, pl.Series)):
         return value.estimated_size()
-    if isinstance(value, (tuple, list)):
-        return sum(_bytes(v) for v in value if isinstance(v, (pl.DataFrame, pl.Series)))
-    if isinstance(value, dict):
-        return sum(_bytes(v) for v in value.values() if isinstance(v, (pl.DataFrame, pl.Series)))
+    if isinstance(value, (tuple, list, dict)):
+        return sum(v.estimated_size() for v in (value.values() if isinstance(value, dict) else value)
+                   if isinstance(v, (pl.DataFrame, pl.Series)))
     return 0
 
 
