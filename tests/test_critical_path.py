@@ -19,6 +19,7 @@ from helpers import (FIXTURES, REPO, gpu, host, raw_events, raw_steps, read_torc
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures import dependency_graph, partitioned
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths
+from traceparse.measures.step_paths import step_windows
 
 SAMPLES = REPO.parent / "shared" / "samples"
 MULTIRANK = FIXTURES / "torch" / "multirank"
@@ -71,6 +72,37 @@ def test_the_path_of_one_step_tiles_it():
         ("untraced", "(nothing traced in ProfilerStep#1)", 200, 210), ("sync", "cudaDeviceSynchronize", 180, 200),
         ("kernel", "K", 25, 180), ("launch", "cudaLaunchKernel", 10, 25), ("host op", "A", 0, 10)]
     assert segments["duration_ns"].sum() == 210
+
+
+def test_first_seen_is_numpys_unique_with_first_indices():
+    """The nodes' distinct keys and first appearances, counted over a dense range or (keys too sparse) sorted,
+    are exactly ``np.unique(keys, return_index=True)``."""
+    import numpy as np
+
+    from traceparse.measures.critical_path import _dense, _first_seen
+
+    rng = np.random.default_rng(7)
+    for n, high in [(1, 1), (50, 10), (5_000, 3_000), (5_000, 10 ** 12), (20_000, 70_000)]:
+        keys = rng.integers(0, high, n, dtype=np.int64)
+        distinct, first = _first_seen(keys)
+        want, want_first = np.unique(keys, return_index=True)
+        assert distinct.tolist() == want.tolist() and first.tolist() == want_first.tolist()
+        assert _dense(keys, n) == (high < 4 * n + (1 << 16))
+    assert [a.tolist() for a in _first_seen(np.zeros(0, dtype=np.int64))] == [[], []]
+
+
+def test_the_path_with_categorical_texts_is_the_path_with_texts():
+    events = run_of(MULTIRANK / "nccl2_slow_rank1").events  # two ranks: two traces' texts in one frame
+    graph = dependency_graph(events)
+    windows = step_windows(events, graph, spans=True)
+    paths, segments = critical_paths(graph, windows)
+    cat_paths, cat_segments = critical_paths(graph, windows, texts=pl.Categorical)
+    texts = [c for c, t in segments.schema.items() if t == pl.String]
+    assert set(texts) >= {"name", "category", "segment", "edge", "trace_id"}
+    assert all(cat_segments.schema[c] == pl.Categorical for c in texts)
+    assert cat_paths.equals(paths)
+    assert cat_segments.with_columns(pl.col(texts).cast(pl.String)).equals(segments)
+    assert segments.height > 100 and segments["trace_id"].n_unique() == 2
 
 
 def test_a_graph_launch_reaches_every_kernel_of_the_graph():

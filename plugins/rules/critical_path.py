@@ -106,7 +106,7 @@ class CriticalPath(Rule):
         windows = windowed_steps(events)
         if windows is not None:  # one large trace: a group of steps at a time, never its whole graph
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
-                                                      keep=_lean)
+                                                      keep=_lean, texts=pl.Categorical)
             joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
             ranks_known = bool(events["rank"].is_not_null().any())
         else:
@@ -117,7 +117,7 @@ class CriticalPath(Rule):
                                 "critical path needs events placed in time.",
                                 metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
             windows = step_windows(events, graph, spans=True)
-            paths, segments = critical_paths(graph, windows)
+            paths, segments = critical_paths(graph, windows, texts=pl.Categorical)
             segments = _lean(segments)
             joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
             ranks_known = graph["rank"].is_not_null().any()
@@ -231,12 +231,15 @@ _TEXTS = ("trace_id", "segment_trace", "edge", "segment", "name", "category", "l
 def _lean(segments: pl.DataFrame) -> pl.DataFrame:
     """The columns of the path's segments the rule reads, with ``other`` (the segment is on another rank than
     the path's) and ``lane``, the texts as categoricals (:data:`_TEXTS`); sums and tops cast them back to text
-    before they sort, so ties fall as they would on the texts."""
+    before they sort, so ties fall as they would on the texts. A lane's text is made once per distinct lane (a
+    few dozen over half a million segments)."""
     own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
+    lanes = segments.select("tid", "stream_id").unique().with_columns(lane=_lane().cast(pl.Categorical))
     return segments.select(
         "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
-        *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,
-        lane=_lane().cast(pl.Categorical))
+        "tid", "stream_id", *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,
+    ).join(lanes, on=["tid", "stream_id"], how="left", nulls_equal=True, maintain_order="left").drop(
+        "tid", "stream_id")
 
 
 def _text(*columns: str) -> list[pl.Expr]:

@@ -214,13 +214,13 @@ def window_events(events: pl.DataFrame, start_ns: int, end_ns: int, margin_ns: i
 
 def windowed_critical_paths(events: pl.DataFrame, windows: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS,
                             max_wake_ns: int = MAX_WAKE_NS, rows: int = WINDOW_ROWS,
-                            keep: Callable[[pl.DataFrame], pl.DataFrame] | None = None
-                            ) -> tuple[pl.DataFrame, pl.DataFrame]:
+                            keep: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+                            texts: pl.DataType = pl.String) -> tuple[pl.DataFrame, pl.DataFrame]:
     """What ``critical_paths(dependency_graph(events), windows)`` returns, for a table of one trace
     (:func:`windowed`), found a group of consecutive windows at a time: each group holds about ``rows`` events at
     most (one window at least), and its graph is built from :func:`window_events` of its span and dropped
     before the next group's. ``keep``: what to keep of each group's segments (a rule's own columns; they must
-    keep ``index``), else all of them."""
+    keep ``index``), else all of them. ``texts``: as :func:`critical_paths`'s."""
     windows = windows.sort("trace_id", "step", nulls_last=False, maintain_order=True).with_row_index("_w")
     if "rank" not in windows.columns:
         windows = windows.with_columns(rank=pl.lit(None, dtype=pl.Int32))
@@ -248,7 +248,7 @@ def windowed_critical_paths(events: pl.DataFrame, windows: pl.DataFrame, min_wai
         graph = builder._graph(*builder._own(part, min_wait_ns, max_wake_ns), False)
         del part
         mine = by_start.slice(first, stop - first)
-        p, s = critical_paths(graph, mine.drop("_w"))
+        p, s = critical_paths(graph, mine.drop("_w"), texts=texts)
         del graph
         order = mine.sort("trace_id", "step", nulls_last=False, maintain_order=True)["_w"]
         paths.append(p.with_columns(_w=order))
