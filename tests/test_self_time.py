@@ -88,6 +88,33 @@ def test_self_time_by_hand():
     assert parents == {"A": None, "B": 0, "C": 0, "D": 1, "E": 0, "F": None}
 
 
+def test_parents_by_hand_in_the_rows_own_order():
+    """``nesting.parents`` gives each row's parent and depth where the row is, not in the sweep's order: the rows
+    of test_self_time_by_hand, shuffled, on two threads, with a zero-length event at a parent's start."""
+    from traceparse.measures.nesting import parents
+
+    rows = pl.DataFrame({"name": ["D", "F", "A", "C", "B", "E", "Z"], "event_id": [3, 5, 0, 2, 1, 4, 6],
+                         "tid": [1, 2, 1, 1, 1, 1, 1], "start_ns": [20, 0, 0, 50, 10, 95, 10],
+                         "duration_ns": [10, 50, 100, 40, 30, 25, 0]})
+    got = pl.concat([rows, parents(rows, ["tid"])], how="horizontal")
+    # Z [10, 10) starts with B: the longer first, so B opens and Z is its child; D is in B, inside A
+    assert dict(zip(got["name"], zip(got["parent_event_id"], got["depth"]))) == {
+        "A": (None, 0), "B": (0, 1), "C": (0, 1), "D": (1, 2), "E": (0, 1), "F": (None, 0), "Z": (1, 2)}
+
+
+@pytest.mark.parametrize("path", [FIXTURES / "torch" / "resnet18_bs8.json.gz",
+                                  *sorted((FIXTURES / "torch" / "rocm").glob("*.json.gz"))[:1]], ids=lambda p: p.name)
+def test_parents_are_self_times_nesting(path):
+    from traceparse.measures.nesting import parents
+
+    events = read_torch(path).events
+    nest = measures.self_time(events).select("event_id", "parent_event_id", "depth")
+    rows = events.join(nest.select("event_id"), on="event_id", how="semi").sample(fraction=1.0, shuffle=True, seed=3)
+    got = pl.concat([rows.select("event_id"), parents(rows, ["trace_id", "pid", "tid"])], how="horizontal")
+    assert got.height == nest.height > 90
+    assert got.sort("event_id").equals(nest.sort("event_id"))
+
+
 def test_a_child_that_outlasts_its_parent_is_not_its_grandparents_time():
     """A Python stack cut at the trace's end (ROCm TraceLens traces): G [0, 31) holds P [1, 11), whose child X
     [6, 21) outlasts it. From 11 to 21 X is the innermost open event: its time, not G's as well (G once counted

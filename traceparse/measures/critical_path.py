@@ -50,7 +50,7 @@ from traceparse import expr
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
-from traceparse.measures.nesting import HOST_KINDS, self_time
+from traceparse.measures.nesting import HOST_KINDS, parents
 from traceparse.measures.steps import STEP_NAME
 
 #: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies).
@@ -149,10 +149,9 @@ def _host_points(events: pl.DataFrame) -> pl.DataFrame:
                   _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
         return pl.DataFrame()
-    nest = _coded(self_time.combine([self_time.part(host)]).select(_T, "event_id", "parent_event_id", "depth"))
-    host = expr.join_rows(host.with_columns(_collective_of(host)).select(
+    host = pl.concat([host.with_columns(_collective_of(host)).select(
         _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective"),
-        nest, on=[_T, "event_id"], how="left")
+        parents(host, [_T, "pid", "tid"])], how="horizontal")
     some = pl.col("duration_ns") > 0
     starts = host.select(_T, "event_id", "pid", "tid", "parent_event_id", t=pl.col("start_ns"),
                          is_end=pl.lit(0, dtype=pl.Int8), grp=pl.lit(1, dtype=pl.Int8), sub=pl.col("depth"))

@@ -52,12 +52,7 @@ class SelfTime(Measure):
         return keyed(picked(events, ok, "trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
 
     def combine(self, parts: list[pl.DataFrame], kinds=HOST_KINDS) -> pl.DataFrame:
-        rows = sort_rows(pl.concat(parts), [*_THREAD, "start_ns", "duration_ns", "event_id"],
-                         descending=[False, False, False, False, True, False])
-        start = rows["start_ns"].to_numpy()
-        end = start + rows["duration_ns"].to_numpy()
-        thread = rows.select(t=pl.struct(_THREAD).rle_id())["t"].to_numpy()
-        parent = innermost_open(start, end, thread)
+        rows, start, end, parent = _nested(pl.concat(parts), _THREAD)
         child = parent >= 0
         depth = _depth(parent)
         reach = _reach(end, parent, depth)
@@ -75,6 +70,40 @@ class SelfTime(Measure):
 
 
 self_time = SelfTime()
+
+
+def _nested(rows: pl.DataFrame, thread: list[str]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """``rows`` in :class:`SelfTime`'s order (per ``thread``, by start, longer first, then event id), their starts,
+    their ends and each one's parent: the row (in that order) of the innermost event open at its start, -1 if
+    none."""
+    rows = sort_rows(rows, [*thread, "start_ns", "duration_ns", "event_id"],
+                     descending=[False] * len(thread) + [False, True, False])
+    start = rows["start_ns"].to_numpy()
+    end = start + rows["duration_ns"].to_numpy()
+    threads = rows.select(t=pl.struct(thread).rle_id())["t"].to_numpy()
+    return rows, start, end, innermost_open(start, end, threads)
+
+
+def parents(rows: pl.DataFrame, thread: list[str]) -> pl.DataFrame:
+    """Each of ``rows``' parent (``parent_event_id``: the event id of the innermost event open at its start on its
+    ``thread``, null at the top) and ``depth`` (0 at the top), in ``rows``' own order: the nesting of
+    :class:`SelfTime` without its self times, for a caller that has the rows already (the critical path's host
+    points: no self-time sums, no join back on the event ids). ``rows``: ``thread``'s columns, ``event_id``,
+    ``start_ns`` and ``duration_ns``, none null."""
+    ordered, _, _, parent = _nested(rows.select(*thread, "event_id", "start_ns", "duration_ns")
+                                    .with_row_index("_at"), thread)
+    at = ordered["_at"].to_numpy()
+    has = parent >= 0
+    ids = ordered["event_id"].to_numpy()
+    parent_id = np.zeros(len(at), dtype=np.int64)
+    parent_id[at] = np.where(has, ids[np.where(has, parent, 0)], 0)
+    orphan = np.zeros(len(at), dtype=bool)
+    orphan[at] = ~has
+    depth = np.empty(len(at), dtype=np.int64)
+    depth[at] = _depth(parent)
+    return pl.DataFrame({"parent_event_id": pl.Series(parent_id, dtype=pl.Int64),
+                         "depth": pl.Series(depth, dtype=pl.Int64)}).with_columns(
+        parent_event_id=pl.when(pl.Series(orphan)).then(None).otherwise(pl.col("parent_event_id")))
 
 
 def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
