@@ -82,12 +82,13 @@ def test_first_seen_is_numpys_unique_with_first_indices():
     from traceparse.measures.critical_path import _dense, _first_seen
 
     rng = np.random.default_rng(7)
-    for n, high in [(1, 1), (50, 10), (5_000, 3_000), (5_000, 10 ** 12), (20_000, 70_000)]:
+    for n, high, dense in [(1, 1, True), (50, 10, True), (5_000, 3_000, True), (5_000, 10 ** 12, False),
+                           (20_000, 70_000, True), (1_000, 200_000, False)]:
         keys = rng.integers(0, high, n, dtype=np.int64)
         distinct, first = _first_seen(keys)
         want, want_first = np.unique(keys, return_index=True)
         assert distinct.tolist() == want.tolist() and first.tolist() == want_first.tolist()
-        assert _dense(keys, n) == (high < 4 * n + (1 << 16))
+        assert _dense(keys, n) == dense
     assert [a.tolist() for a in _first_seen(np.zeros(0, dtype=np.int64))] == [[], []]
 
 

@@ -727,9 +727,9 @@ PATH_SCHEMA: dict[str, pl.DataType] = {
 
 
 def _dense(keys: np.ndarray, n: int) -> bool:
-    """Whether non-negative ``keys`` span few enough values that an array over them costs no more than ``n`` items
-    would (a graph's nodes: numbered by event, a few per event)."""
-    return int(keys.min()) >= 0 and int(keys.max()) < 4 * n + (1 << 16)
+    """Whether non-negative ``keys`` span few enough values that an array over them costs at most twice what ``n``
+    items do (a graph's nodes: numbered by event, about half as many as the edges' two ends)."""
+    return int(keys.min()) >= 0 and int(keys.max()) < 2 * n + (1 << 16)
 
 
 def _first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
