@@ -232,3 +232,22 @@ def test_choosing_a_reader_imports_only_what_sniffing_needs():
 
     [trace] = read_paths([FIXTURES / "tau" / "real" / "cpi-mpi"])
     assert trace.meta.format == "tau" and trace.events.height > 0
+
+
+def test_ingest_imports_no_measure(tmp_path):
+    """The measures (numpy, every analysis module) are analyze's business: ``ingest`` of a single trace reads,
+    checks and stores without them (they once came with the Dask helpers' module, 20 ms of its start)."""
+    from helpers import FIXTURES
+
+    env = _env(tmp_path)
+    _loaded_all(tmp_path, env)  # the plugin index written: a command loads only its own plugin
+    code = _CHILD.replace('sorted({m.split(".")[0] for m in sys.modules})',
+                          'sorted(m for m in sys.modules if m.startswith("traceparse."))')
+    argv = ["-q", "ingest", str(FIXTURES / "torch" / "alexnet_bs4.json.gz"), "--json"]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["code"] == 0 and json.loads(result["out"])["traces"][0]["format"] == "torch"
+    assert "traceparse.distributed" in result["loaded"]  # the Dask helpers' module is loaded: the point of the test
+    assert [m for m in result["loaded"] if m.startswith("traceparse.measures")] == []

@@ -38,7 +38,6 @@ from typing import Any, Callable, Iterator
 import polars as pl
 
 from traceparse.errors import InputError
-from traceparse.measures.base import PartitionedEvents
 from traceparse.events_file import read_events
 from traceparse.store import Store
 from traceparse.trace import Trace
@@ -129,6 +128,8 @@ def measures_on(client: Any, store: Store, run: Trace) -> Iterator[None]:
     across ranks. The same code as in-process, so the same figures. Workers
     read the ranks' Parquet files at the client's (resolved) paths.
     """
+    from traceparse.measures.base import PartitionedEvents  # the measures (numpy): not for `ingest`'s start
+
     table = run.events
     if not isinstance(table, PartitionedEvents):
         raise TypeError("measures_on needs a run loaded with Store.load_run(run_id, lazy=True)")
