@@ -106,6 +106,44 @@ def test_the_path_with_categorical_texts_is_the_path_with_texts():
     assert segments.height > 100 and segments["trace_id"].n_unique() == 2
 
 
+@pytest.mark.parametrize("source", ["torch/resnet18_bs8.json.gz", "torch/multirank/fsdp4_slow_loader"])
+def test_each_nodes_choice_by_segmented_maxima_is_the_choice_by_sort(source, monkeypatch):
+    """The critical in-edge of every node, from segmented maxima of one packed key, is the one the sort by five
+    keys chooses (kept for keys too wide to pack): the same graph, edge for edge, explicit and inferred edges
+    (wake-ups, stream waits), collectives across ranks."""
+    import traceparse.measures.critical_path as cp
+
+    path = FIXTURES / source
+    events = run_of(path).events if path.is_dir() else read_torch(path).events.with_columns(trace_id=pl.lit("t"))
+    fast = dependency_graph(events)
+    monkeypatch.setattr(cp, "_critical_in_order", lambda narrow, final: None)
+    slow = dependency_graph(events)
+    assert fast.equals(slow)
+    assert fast["critical"].sum() > 8000 and fast.filter(pl.col("critical") & pl.col("inferred")).height > 0
+
+
+def test_the_choice_prefers_the_latest_source_then_the_edge_kind_then_an_inferred_edge_only_when_later():
+    """By hand: node 9's in-edges tie on time (thread before launch), node 8's inferred edge is later than its
+    explicit one, node 7's is not; node 6 has only an inferred edge."""
+    import numpy as np
+
+    from traceparse.measures.critical_path import EDGE_KINDS, _critical_in_order, _critical_ranked
+
+    kind = {k: i for i, k in enumerate(EDGE_KINDS)}
+    rows = [(9, 1, kind["launch"], 50, False), (9, 2, kind["thread"], 50, False), (9, 3, kind["stream"], 40, False),
+            (8, 1, kind["thread"], 30, False), (8, 4, kind["wake"], 35, True),
+            (7, 1, kind["thread"], 30, False), (7, 4, kind["wake"], 30, True),
+            (6, 5, kind["stream_wait"], 10, True)]
+    narrow = pl.DataFrame(rows, schema={"_d": pl.Int64, "_s": pl.Int64, "_o": pl.Int32, "src_ns": pl.Int64,
+                                        "inferred": pl.Boolean}, orient="row")
+    final = np.argsort(narrow["_d"].to_numpy(), kind="stable")
+    want = [False, True, False, False, True, True, False, True]
+    assert _critical_in_order(narrow, final).tolist() == want
+    assert _critical_ranked(narrow).tolist() == want
+    wide = narrow.with_columns(src_ns=pl.col("src_ns") * 10 ** 17)  # past 62 bits with the other keys: the sort
+    assert _critical_in_order(wide, final) is None and _critical_ranked(wide).tolist() == want
+
+
 def test_a_graph_launch_reaches_every_kernel_of_the_graph():
     events = table(host("api", "cudaGraphLaunch", 0, 5, correlation_id=9), gpu("k1", 10, 20, correlation_id=9),
                    gpu("k2", 20, 30, correlation_id=9), gpu("k3", 31, 40, correlation_id=9))

@@ -638,8 +638,8 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
 
     Each destination's critical in-edge is the explicit one whose source happened last (ties: edge kind in
     :data:`EDGE_KINDS` order, then source trace and node), unless an inferred one's source happened later still.
-    Destinations and sources are one integer each (:class:`_Keys`): one narrow sort finds every destination's
-    first explicit and first inferred edge (group heads), one integer join marks the chosen edges."""
+    Destinations and sources are one integer each (:class:`_Keys`); the edges sorted by destination (the order
+    returned), each destination's choice is a segmented maximum (:func:`_critical_in_order`)."""
     edges = edges.with_columns(gap_ns=pl.col("dst_ns") - pl.col("src_ns"))
     if edges.height == 0:
         return edges.with_columns(critical=pl.lit(False), weight_ns=pl.col("gap_ns"))
@@ -650,24 +650,11 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     # the few columns the choice needs (the wide rows are gathered once, at the end)
     narrow = edges.select(_d=keys.key("dst"), _s=keys.key("src"), _o=order, _e=alphabet, src_ns="src_ns",
                           inferred="inferred", _known=pl.col("src_trace").is_not_null())
-    ranked = expr.sort_rows(narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row"),
-                            ["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False],
-                            lexsort=True)
-    # per destination, its first explicit edge, then its first inferred one (at most one row each)
-    head = ((pl.col("_d") != pl.col("_d").shift(1)) | (pl.col("inferred") != pl.col("inferred").shift(1))
-            ).fill_null(True)
-    heads = ranked.filter(head)
-    later = ((pl.col("_d") == pl.col("_d").shift(-1)) & pl.col("src_ns").shift(-1).gt(pl.col("src_ns"))).fill_null(False)
-    chosen = (heads.with_columns(_later=later, n_s=pl.col("_s").shift(-1), n_o=pl.col("_o").shift(-1))
-              .filter((pl.col("_d") != pl.col("_d").shift(1)).fill_null(True))  # one row per destination
-              .select(c_s=pl.when(pl.col("_later")).then(pl.col("n_s")).otherwise(pl.col("_s")),
-                      c_o=pl.when(pl.col("_later")).then(pl.col("n_o")).otherwise(pl.col("_o"))))
-    # every edge beside its destination's choice: ranked and chosen list the destinations in one order
-    runs = ranked["_d"].rle().struct.field("len").to_numpy()
-    c_s, c_o = (np.repeat(chosen[c].to_numpy(), runs) for c in ("c_s", "c_o"))
-    mine = (ranked["_s"].to_numpy() == c_s) & (ranked["_o"].to_numpy() == c_o)
-    critical = np.empty(edges.height, dtype=bool)
-    critical[ranked["_row"].to_numpy()] = mine
+    final = expr.sort_rows(narrow.select("_d", "_s", "_e").with_row_index("_row"), ["_d", "_s", "_e"],
+                           nulls_last=True, lexsort=True)["_row"]
+    critical = _critical_in_order(narrow, final.to_numpy())
+    if critical is None:
+        critical = _critical_ranked(narrow)
     # a null source trace is never chosen: as the comparison of two null trace ids, which is null
     critical &= narrow["_known"].to_numpy()
     # each (trace, edge, segment) kind's median critical gap, as one number per triple
@@ -684,10 +671,64 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
     gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
-    final = expr.sort_rows(narrow.select("_d", "_s", "_e").with_row_index("_row"), ["_d", "_s", "_e"],
-                           nulls_last=True, lexsort=True)["_row"]
     return pl.concat([edges.select(pl.all().gather(final)), gaps.select(pl.col("critical", "weight_ns").gather(final))],
                      how="horizontal")
+
+
+def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | None:
+    """Whether each edge of ``narrow`` (:func:`choose_critical`'s narrow columns) is its destination's critical
+    in-edge, from ``final`` (its rows in destination order): each destination's best explicit and best inferred
+    in-edge are segmented maxima of one packed int64 (source time, then edge kind, then source, each offset so
+    that larger is preferred), not a sort of every edge by five keys. None where the three do not fit in 62
+    bits together (a trace spanning days) or a key is null: then :func:`_critical_ranked` does it."""
+    cols = {c: narrow[c] for c in ("_d", "_s", "_o", "src_ns")}
+    if any(c.null_count() for c in cols.values()):
+        return None
+    d, s, o, at = (cols[c].to_numpy()[final] for c in ("_d", "_s", "_o", "src_ns"))
+    t = at - at.min()
+    o_low, o_high, s_low, s_high = int(o.min()), int(o.max()), int(s.min()), int(s.max())
+    b_o, b_s = (o_high - o_low).bit_length(), (s_high - s_low).bit_length()
+    if int(t.max()).bit_length() + b_o + b_s > 62:
+        return None
+    packed = (t << (b_o + b_s)) | ((o_high - o.astype(np.int64)) << b_s) | (s_high - s)
+    inferred = narrow["inferred"].to_numpy()[final]
+    first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))
+    best_explicit = np.maximum.reduceat(np.where(inferred, -1, packed), first)
+    best_inferred = np.maximum.reduceat(np.where(inferred, packed, -1), first)
+    # an inferred edge only where its source happened later than the explicit one's (or there is none)
+    later = (best_inferred >> (b_o + b_s)) > (best_explicit >> (b_o + b_s))
+    chosen = np.where((best_inferred >= 0) & ((best_explicit < 0) | later), best_inferred, best_explicit)
+    runs = np.diff(np.append(first, len(d)))
+    c_s = np.repeat(s_high - (chosen & ((1 << b_s) - 1)), runs)
+    c_o = np.repeat(o_high - ((chosen >> b_s) & ((1 << b_o) - 1)), runs)
+    critical = np.empty(len(d), dtype=bool)
+    critical[final] = (s == c_s) & (o == c_o)
+    return critical
+
+
+def _critical_ranked(narrow: pl.DataFrame) -> np.ndarray:
+    """:func:`_critical_in_order`'s answer by a sort of every edge by destination, kind of edge (explicit first),
+    source time (latest first), edge kind and source: each destination's first explicit and first inferred edge
+    are group heads."""
+    ranked = expr.sort_rows(narrow.select("_d", "_s", "_o", "src_ns", "inferred").with_row_index("_row"),
+                            ["_d", "inferred", "src_ns", "_o", "_s"], descending=[False, False, True, False, False],
+                            lexsort=True)
+    # per destination, its first explicit edge, then its first inferred one (at most one row each)
+    head = ((pl.col("_d") != pl.col("_d").shift(1)) | (pl.col("inferred") != pl.col("inferred").shift(1))
+            ).fill_null(True)
+    heads = ranked.filter(head)
+    later = ((pl.col("_d") == pl.col("_d").shift(-1)) & pl.col("src_ns").shift(-1).gt(pl.col("src_ns"))).fill_null(False)
+    chosen = (heads.with_columns(_later=later, n_s=pl.col("_s").shift(-1), n_o=pl.col("_o").shift(-1))
+              .filter((pl.col("_d") != pl.col("_d").shift(1)).fill_null(True))  # one row per destination
+              .select(c_s=pl.when(pl.col("_later")).then(pl.col("n_s")).otherwise(pl.col("_s")),
+                      c_o=pl.when(pl.col("_later")).then(pl.col("n_o")).otherwise(pl.col("_o"))))
+    # every edge beside its destination's choice: ranked and chosen list the destinations in one order
+    runs = ranked["_d"].rle().struct.field("len").to_numpy()
+    c_s, c_o = (np.repeat(chosen[c].to_numpy(), runs) for c in ("c_s", "c_o"))
+    mine = (ranked["_s"].to_numpy() == c_s) & (ranked["_o"].to_numpy() == c_o)
+    critical = np.empty(narrow.height, dtype=bool)
+    critical[ranked["_row"].to_numpy()] = mine
+    return critical
 
 
 dependency_graph = DependencyGraph()
