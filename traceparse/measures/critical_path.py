@@ -202,9 +202,11 @@ def _host_segment() -> pl.Expr:
 
 def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     """``thread`` edges: each point → the next point of its thread, owned by the innermost open event."""
-    thread = [_T, "pid", "tid"]
-    rows = points.with_columns(dst_node=pl.col("node").shift(-1).over(thread),
-                               dst_ns=pl.col("t").shift(-1).over(thread)).filter(pl.col("dst_node").is_not_null())
+    # the points are in order on each thread, threads one after the other: the next point of a thread is the next
+    # row where that row is of the same thread (no window per thread over half a million points)
+    same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in (_T, "pid", "tid"))
+    rows = points.with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
+                               dst_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("dst_node").is_not_null())
     rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
                        name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
                        .when(pl.col("_step"))
@@ -337,7 +339,9 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
     gaps = thread_edges.filter(waiting & (pl.col("dst_ns") - pl.col("src_ns") >= min_wait_ns)).select(
         pl.col("dst_trace").alias(_T), "pid", "tid", a="src_ns", b="dst_ns", dst_node="dst_node")
     # a thread's first point: it may have been waiting since before the trace began
-    first = points.group_by(_T, "pid", "tid").agg(pl.all().sort_by("t").first()).select(
+    # (points are in order on each thread: its first point is the row where the thread changes)
+    new_thread = pl.any_horizontal(~pl.col(c).eq_missing(pl.col(c).shift(1)) for c in (_T, "pid", "tid"))
+    first = points.filter(new_thread | (pl.int_range(pl.len()) == 0)).select(
         _T, "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
     gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
     ends = points.filter(pl.col("is_end") == 1).select(_T, "pid", e_tid="tid", e="t", e_node="node",
@@ -430,7 +434,8 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
 
     def recording(frame: pl.DataFrame, column: str = _T) -> pl.DataFrame:
         """The rows of ``frame`` in traces that record runtime calls."""
-        return frame if every else frame.join(with_runtime, left_on=column, right_on=_T, how="semi")
+        return frame if every else frame.join(with_runtime, left_on=column, right_on=_T, how="semi",
+                                              maintain_order="left")  # the points stay in order on each thread
 
     if with_runtime.height and points.height:
         parts.append(_wake_edges(recording(points), recording(thread, "dst_trace"), min_wait_ns, max_wake_ns))
