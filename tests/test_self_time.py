@@ -115,6 +115,24 @@ def test_parents_are_self_times_nesting(path):
     assert got.sort("event_id").equals(nest.sort("event_id"))
 
 
+@pytest.mark.parametrize("path", [FIXTURES / "torch" / "resnet18_bs8.json.gz",
+                                  *sorted((FIXTURES / "torch" / "rocm").glob("*.json.gz"))[:1]], ids=lambda p: p.name)
+def test_self_times_in_the_rows_own_order_are_the_measures(path):
+    """``nesting.self_times`` gives every row (shuffled, kernels and other rows that do not nest among them: null)
+    the measure's self time; the trace read without a store has no trace id, as a table in memory may not."""
+    from traceparse.measures.nesting import self_times
+
+    events = read_torch(path).events.sample(fraction=1.0, shuffle=True, seed=5)
+    want = measures.self_time(events).select("event_id", "self_ns")
+    got = events.select("event_id", "kind", self_times(events))
+    assert events["trace_id"].null_count() == events.height
+    assert got.filter(pl.col("self_ns").is_not_null()).height == want.height > 90
+    kernels = got.filter(pl.col("kind") == "kernel")
+    assert kernels["self_ns"].null_count() == kernels.height
+    joined = got.join(want, on="event_id", how="left", suffix="_want")
+    assert joined["self_ns"].equals(joined["self_ns_want"], check_names=False)
+
+
 def test_a_child_that_outlasts_its_parent_is_not_its_grandparents_time():
     """A Python stack cut at the trace's end (ROCm TraceLens traces): G [0, 31) holds P [1, 11), whose child X
     [6, 21) outlasts it. From 11 to 21 X is the innermost open event: its time, not G's as well (G once counted

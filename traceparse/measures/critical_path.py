@@ -206,7 +206,8 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     # row where that row is of the same thread (no window per thread over half a million points)
     same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in (_T, "pid", "tid"))
     rows = points.with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
-                               dst_ns=pl.when(same).then(pl.col("t").shift(-1))).filter(pl.col("dst_node").is_not_null())
+                               dst_ns=pl.when(same).then(pl.col("t").shift(-1))
+                               ).filter(pl.col("dst_node").is_not_null())
     rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
                        name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
                        .when(pl.col("_step"))

@@ -46,21 +46,15 @@ class SelfTime(Measure):
     per_trace = True
 
     def part(self, events: pl.DataFrame, kinds=HOST_KINDS) -> pl.DataFrame:
-        ok = (pl.col("kind").is_in(list(kinds)) & pl.col("start_ns").is_not_null()
-              & pl.col("duration_ns").is_not_null() & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
-              & pl.col("exclusive_ns").is_null())
-        return keyed(picked(events, ok, "trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
+        return keyed(picked(events, _nests(kinds), "trace_id", "event_id", "pid", "tid", "start_ns", "duration_ns"))
 
     def combine(self, parts: list[pl.DataFrame], kinds=HOST_KINDS) -> pl.DataFrame:
         rows, start, end, parent = _nested(pl.concat(parts), _THREAD)
         child = parent >= 0
         depth = _depth(parent)
-        reach = _reach(end, parent, depth)
-        inner = np.zeros(len(start), dtype=np.int64)  # time of the direct children, each clipped to the parent's end
-        np.add.at(inner, parent[child], np.minimum(reach[child], end[parent[child]]) - start[child])
-        own = (rows["duration_ns"] - pl.Series(inner)).clip(lower_bound=0)
+        own = _own_time(start, end, parent, depth)
         out = rows.select("trace_id", "event_id").with_columns(
-            self_ns=own.cast(pl.Int64),
+            self_ns=pl.Series(own, dtype=pl.Int64),
             parent_event_id=pl.when(pl.Series(child)).then(
                 rows["event_id"].gather(pl.Series(np.where(child, parent, 0)))).cast(pl.Int64),
             depth=pl.Series(depth, dtype=pl.Int64),
@@ -70,6 +64,40 @@ class SelfTime(Measure):
 
 
 self_time = SelfTime()
+
+
+def _nests(kinds=HOST_KINDS) -> pl.Expr:
+    """The rows :class:`SelfTime` nests: timed rows of ``kinds`` on a thread, without an exclusive time of their own."""
+    return (pl.col("kind").is_in(list(kinds)) & pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
+            & pl.col("pid").is_not_null() & pl.col("tid").is_not_null() & pl.col("exclusive_ns").is_null())
+
+
+def _own_time(start: np.ndarray, end: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each row's self time: its duration less its direct children's time, each child's up to the parent's end
+    (:class:`SelfTime`), never below 0."""
+    child = parent >= 0
+    reach = _reach(end, parent, depth)
+    inner = np.zeros(len(start), dtype=np.int64)  # time of the direct children, each clipped to the parent's end
+    np.add.at(inner, parent[child], np.minimum(reach[child], end[parent[child]]) - start[child])
+    return np.maximum(end - start - inner, 0)
+
+
+def self_times(rows: pl.DataFrame) -> pl.Series:
+    """:class:`SelfTime`'s ``self_ns`` of each of ``rows`` in their own order, null where a row does not nest (not a
+    host kind, not timed, off any thread, or with an exclusive time of its own): for a caller that has the rows
+    already (hotspots' routines), without the measure's sort by event id and a join back on it (80 ms of the
+    139 MB trace's hotspots)."""
+    mask = rows.select(_nests()).to_series().fill_null(False)
+    count = int(mask.sum())
+    values = np.zeros(rows.height, dtype=np.int64)
+    if count:
+        ordered, start, end, parent = _nested(
+            keyed(rows.filter(mask).select(*_THREAD, "event_id", "start_ns", "duration_ns")).with_row_index("_at"),
+            _THREAD)
+        own = np.empty(count, dtype=np.int64)
+        own[ordered["_at"].to_numpy()] = _own_time(start, end, parent, _depth(parent))
+        values[np.flatnonzero(mask.to_numpy())] = own
+    return pl.select(pl.when(mask).then(pl.Series(values, dtype=pl.Int64))).to_series().alias("self_ns")
 
 
 def _nested(rows: pl.DataFrame, thread: list[str]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
