@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.measures.base import Measure, keyed, picked, unkeyed
+from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, unkeyed
 from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
 from traceparse.measures.nesting import last_open
 
@@ -48,35 +48,51 @@ class GapActivity(Measure):
 
     def part(self, events: pl.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
         launches = _projection(events, expr.GPU_KINDS)
-        kind = pl.col("kind").cast(pl.String)
-        host = keyed(picked(events, expr.kind_is(*HOST_KINDS) & pl.col("tid").is_not_null()
-                            & pl.col("device_id").is_null() & expr.timed() & pl.col("duration_ns").is_not_null(),
-                            *[kind if c == "kind" else pl.col(c) for c in _HOST_COLUMNS]))
         return pl.concat([launches.with_columns(host=pl.lit(False)),
-                          host.with_columns(host=pl.lit(True))], how="diagonal_relaxed")
+                          _host_rows(events).with_columns(host=pl.lit(True))], how="diagonal_relaxed")
 
     def combine(self, parts: list[pl.DataFrame], kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
         rows = pl.concat(parts, how="diagonal_relaxed")
-        host = rows.filter(pl.col("host")).select(_HOST_COLUMNS)
-        gaps = (stream_gaps(rows.filter(~pl.col("host")).select(pl.exclude("host")), kernel_wait_ns)
-                .filter(pl.col("category") == "host_wait")
-                .select("trace_id", tid="launch_tid", start="prev_end", end="start_ns"))
-        out: list[dict] = []
-        for (trace_id,), trace_gaps in gaps.partition_by("trace_id", as_dict=True, maintain_order=True).items():
-            totals: dict[tuple, list[int]] = {}
-            no_launch = trace_gaps.filter(pl.col("tid").is_null())
-            if no_launch.height:
-                totals[(None, NO_LAUNCH)] = [int((no_launch["end"] - no_launch["start"]).sum()), no_launch.height]
-            launched = trace_gaps.filter(pl.col("tid").is_not_null())
-            own = host.filter(pl.col("trace_id") == trace_id)
-            for (tid,), thread_gaps in launched.partition_by("tid", as_dict=True).items():
-                rows_of = own.filter(pl.col("tid") == tid)
-                _attribute(thread_gaps["start"].to_numpy(), thread_gaps["end"].to_numpy(), rows_of, totals)
-            out += [{"trace_id": trace_id, "kind": kind, "name": name, "wait_ns": ns, "gaps": n}
-                    for (kind, name), (ns, n) in totals.items()]
-        schema = {"trace_id": pl.String, "kind": pl.String, "name": pl.String, "wait_ns": pl.Int64, "gaps": pl.Int64}
-        frame = pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
-        return unkeyed(frame).sort(["trace_id", "wait_ns", "name"], descending=[False, True, False], nulls_last=True)
+        return _activity(stream_gaps(rows.filter(~pl.col("host")).select(pl.exclude("host")), kernel_wait_ns),
+                         rows.filter(pl.col("host")).select(_HOST_COLUMNS))
+
+    def _measure(self, events: pl.DataFrame, params: dict) -> pl.DataFrame:
+        """A table in memory: its stream gaps are the ones :class:`~traceparse.measures.launches.StreamIdle` works
+        out on the same projection (shared), not worked out again from the projection packed into the part."""
+        if isinstance(events, PartitionedEvents):
+            return super()._measure(events, params)
+        return _activity(stream_gaps(_projection(events, expr.GPU_KINDS),
+                                     params.get("kernel_wait_ns", KERNEL_WAIT_NS)), _host_rows(events))
+
+
+def _host_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """The timed host rows of :data:`HOST_KINDS` on a thread (their kind as text)."""
+    kind = pl.col("kind").cast(pl.String)
+    return keyed(picked(events, expr.kind_is(*HOST_KINDS) & pl.col("tid").is_not_null()
+                        & pl.col("device_id").is_null() & expr.timed() & pl.col("duration_ns").is_not_null(),
+                        *[kind if c == "kind" else pl.col(c) for c in _HOST_COLUMNS]))
+
+
+def _activity(stream: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    """The measure's rows from every activity's gap before it (:func:`stream_gaps`) and the host rows."""
+    gaps = (stream.filter(pl.col("category") == "host_wait")
+            .select("trace_id", tid="launch_tid", start="prev_end", end="start_ns"))
+    out: list[dict] = []
+    for (trace_id,), trace_gaps in gaps.partition_by("trace_id", as_dict=True, maintain_order=True).items():
+        totals: dict[tuple, list[int]] = {}
+        no_launch = trace_gaps.filter(pl.col("tid").is_null())
+        if no_launch.height:
+            totals[(None, NO_LAUNCH)] = [int((no_launch["end"] - no_launch["start"]).sum()), no_launch.height]
+        launched = trace_gaps.filter(pl.col("tid").is_not_null())
+        own = host.filter(pl.col("trace_id") == trace_id)
+        for (tid,), thread_gaps in launched.partition_by("tid", as_dict=True).items():
+            rows_of = own.filter(pl.col("tid") == tid)
+            _attribute(thread_gaps["start"].to_numpy(), thread_gaps["end"].to_numpy(), rows_of, totals)
+        out += [{"trace_id": trace_id, "kind": kind, "name": name, "wait_ns": ns, "gaps": n}
+                for (kind, name), (ns, n) in totals.items()]
+    schema = {"trace_id": pl.String, "kind": pl.String, "name": pl.String, "wait_ns": pl.Int64, "gaps": pl.Int64}
+    frame = pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
+    return unkeyed(frame).sort(["trace_id", "wait_ns", "name"], descending=[False, True, False], nulls_last=True)
 
 
 def _attribute(gap_starts: np.ndarray, gap_ends: np.ndarray, rows: pl.DataFrame, totals: dict) -> None:

@@ -55,7 +55,12 @@ def stream_gaps(projection: pl.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) 
     """Every GPU activity of a :func:`_projection` with its launch (:func:`_linked`), in stream order, with
     ``end_ns``, ``prev_end`` (the latest end before it on its stream), ``gap`` (its start − ``prev_end`` when
     positive, else 0) and ``category`` of the gap: host_wait, kernel_wait, other (null: no gap). The gaps
-    :class:`StreamIdle` sums; ``stream_id`` null is -1 here."""
+    :class:`StreamIdle` sums and :class:`~traceparse.measures.gap_activity.GapActivity` fills (shared, as the
+    projection is); ``stream_id`` null is -1 here."""
+    return shared(projection, "stream_gaps", lambda: _stream_gaps(projection, kernel_wait_ns), (kernel_wait_ns,))
+
+
+def _stream_gaps(projection: pl.DataFrame, kernel_wait_ns: int) -> pl.DataFrame:
     rows = _linked(projection).with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
     rows = rows.with_columns(pl.col("stream_id").fill_null(-1)).sort(*STREAM, "start_ns", "end_ns", "event_id")
     prev_end = pl.col("end_ns").cum_max().shift(1).over(STREAM)
