@@ -151,6 +151,35 @@ def test_the_first_rule_that_fails_is_the_error_whatever_finishes_first(threads)
     assert [f.rule for f in analyze(_tiny(), rules=["fine"], reg=reg, threads=threads)] == ["fine"]
 
 
+class _Noting(Rule):
+    """Notes when it starts; a finding whose impact orders it among the others."""
+
+    started: list = []
+
+    def __init__(self, name: str, cost: int, impact: int):
+        self.name, self.cost, self.impact = name, cost, impact
+
+    def check(self, trace, options):
+        _Noting.started.append(self.name)
+        return [Finding(self.name, "warning", self.name, "noted", impact_ns=self.impact)]
+
+
+def test_the_costliest_rule_starts_first_and_the_findings_keep_their_order(monkeypatch):
+    """With one thread (the pool's, not the caller's) the rules start in the order they are handed to it: the
+    costliest first (``Rule.cost``), ties in the rules' order; the findings come in the same order as with no
+    pool at all."""
+    rules = [_Noting("a", 1, 5), _Noting("b", 3, 9), _Noting("c", 1, 7), _Noting("d", 10, 1)]
+    reg = _Registry(*rules)
+    _Noting.started = []
+    alone = [f.rule for f in analyze(_tiny(), reg=reg, threads=1)]
+    assert _Noting.started == ["a", "b", "c", "d"] and alone == ["b", "c", "a", "d"]  # by impact, worst first
+    pool = analysis.ThreadPoolExecutor  # a pool of one thread: the start order is the order of submission
+    monkeypatch.setattr(analysis, "ThreadPoolExecutor", lambda workers, **kw: pool(1, **kw))
+    _Noting.started = []
+    assert [f.rule for f in analyze(_tiny(), reg=reg, threads=2)] == alone
+    assert _Noting.started == ["d", "b", "a", "c"]
+
+
 def test_how_many_rules_run_at_once(monkeypatch):
     trace = _tiny()
     monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)

@@ -113,6 +113,10 @@ class Rule:
     #: True when the rule's ``impact_ns`` on a run is already per rank; else (the default: a rule that sums its
     #: time over the run's ranks) the core divides it by the number of ranks (:func:`traceparse.analysis.analyze`).
     impact_per_rank: ClassVar[bool] = False
+    #: About how much work the rule does beside the others (1: a few queries; a rule that builds a graph of every
+    #: event, 10). When rules run at once, the costliest start first, so that the longest is not left to run alone
+    #: at the end (:func:`traceparse.analysis.analyze`); the findings and their order do not depend on it.
+    cost: ClassVar[int] = 1
 
     def applies_to(self, trace: Trace) -> bool:
         """True when the trace has events of a kind this rule needs (an aggregate: a run's rows stay in the store)."""

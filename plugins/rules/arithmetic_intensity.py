@@ -121,6 +121,7 @@ COLUMNS = [Column("name", "name", "name"), Column("time_ns", "time", "ns"), Colu
 
 class ArithmeticIntensity(Rule):
     name = "arithmetic-intensity"
+    cost = 2  # every operator's shapes and owners
     description = "Roofline per kernel: FLOPs, DRAM bytes, arithmetic intensity, GFLOP/s against the GPU's roofs"
     definition = __doc__
     thresholds = {

@@ -86,6 +86,7 @@ OTHER_RANK = "waiting for another rank"
 
 class CriticalPath(Rule):
     name = "critical-path"
+    cost = 10  # a dependency graph of every event, walked per step: half of analyze
     description = "Per step, the chain of work that held it (across ranks) and what it is made of"
     definition = __doc__
     impact_per_rank = True  # the path of one rank's steps: per rank already

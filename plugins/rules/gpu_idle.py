@@ -113,6 +113,7 @@ SUGGESTION = ("The GPU waits for the host. Look at what the host does before the
 
 class GpuIdle(Rule):
     name = "gpu-idle"
+    cost = 3  # every stream's gaps and a sweep of the launching threads
     description = "Gaps where a device runs no kernel, copy or memset, between its first and last activity"
     definition = __doc__
     thresholds = {

@@ -94,6 +94,7 @@ def thread_label(pid, device, tid, names: dict | None = None) -> str:
 
 class Hotspots(Rule):
     name = "hotspots"
+    cost = 2  # the nesting of every host event
     description = "Routines ranked by exclusive time, per thread and over threads (mean, min, max, imbalance)"
     definition = __doc__
     thresholds = {
