@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import lru_cache
 
 
+@lru_cache(maxsize=4096)  # a report asks for a kernel's name in several tables and keys; the demangler is Python
 def demangle(name: str) -> str:
     """A mangled C++ name (``_Z...``) as its declaration, or the name unchanged when it is not one we can read.
 
