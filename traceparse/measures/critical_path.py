@@ -223,8 +223,9 @@ def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
     linked = launches.combine([launches.part(events)])
     if linked.height == 0:
         return pl.DataFrame()
-    linked = _coded(linked).join(events.select(_T, "event_id", "external_id", "copy_kind"), on=[_T, "event_id"],
-                                 how="left")
+    # the GPU rows' external ids and copy kinds (a join with those rows alone, on the event id alone in one trace)
+    linked = expr.join_rows(_coded(linked), picked(events, expr.kind_is(*expr.GPU_KINDS), _T, "event_id",
+                                                   "external_id", "copy_kind"), on=[_T, "event_id"], how="left")
     ops = picked(events, expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
                  & pl.col("external_id").is_not_null(),
                  _T, "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
