@@ -144,6 +144,26 @@ def test_the_choice_prefers_the_latest_source_then_the_edge_kind_then_an_inferre
     assert _critical_in_order(wide, final) is None and _critical_ranked(wide).tolist() == want
 
 
+def test_the_walk_stops_at_a_dependency_later_than_what_it_held():
+    """Two traces' events under one trace id share node numbers: node 4 is an end at 20 ns in one and a start at
+    30 ns in the other. The walk back from node 4 (30 ns) takes its edge from node 2 (10 ns); node 2's own edge
+    comes from node 4 at 30 ns, later than 10: the walk stops there (it went round forever, growing its list of
+    segments until memory ran out)."""
+    from traceparse.measures.critical_path import EDGE_SCHEMA
+
+    def edge(src, src_ns, dst, dst_ns):
+        return {"src_trace": "t", "src_node": src, "src_ns": src_ns, "dst_trace": "t", "dst_node": dst,
+                "dst_ns": dst_ns, "edge": "thread", "segment": "host op", "name": "x", "tid": 1, "critical": True}
+
+    graph = pl.DataFrame([edge(2, 10, 4, 20), edge(4, 30, 2, 40)],
+                         schema={**EDGE_SCHEMA, "critical": pl.Boolean}).cast(EDGE_SCHEMA)
+    windows = pl.DataFrame({"trace_id": ["t"], "rank": [None], "step": [1], "start_ns": [0], "end_ns": [50]},
+                           schema_overrides={"rank": pl.Int32})
+    paths, segments = critical_paths(graph, windows)
+    assert paths.select("length_ns", "segments").row(0) == (20, 1)
+    assert segments.select("src_node", "dst_node", "start_ns", "end_ns").rows() == [(2, 4, 10, 30)]
+
+
 def test_a_graph_launch_reaches_every_kernel_of_the_graph():
     events = table(host("api", "cudaGraphLaunch", 0, 5, correlation_id=9), gpu("k1", 10, 20, correlation_id=9),
                    gpu("k2", 20, 30, correlation_id=9), gpu("k3", 31, 40, correlation_id=9))

@@ -218,14 +218,23 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     return _edges(rows, edge="thread")
 
 
-def _gpu_rows(events: pl.DataFrame) -> pl.DataFrame:
-    """Each trace's timed GPU activities with their launch (call, or operator of the same external id)."""
-    linked = launches.combine([launches.part(events)])
+def _linked_launches(events: pl.DataFrame, traces: pl.Series) -> pl.DataFrame:
+    """:data:`~traceparse.measures.launches.launches` of ``events`` (the table as given: the measure, and the link
+    under it, are shared with the rules that ask for them, gpu-idle's stream gaps), on the trace codes of
+    ``traces`` (the keyed trace ids, sorted)."""
+    return keyed(launches(events)).with_columns(
+        pl.col(_T).replace_strict(traces, range(traces.len()), return_dtype=pl.Int32))
+
+
+def _gpu_rows(events: pl.DataFrame, linked: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Each trace's timed GPU activities with their launch (call, or operator of the same external id);
+    ``linked``: their :data:`~traceparse.measures.launches.launches` on trace codes, where the caller has them."""
+    linked = _coded(launches.combine([launches.part(events)])) if linked is None else linked
     if linked.height == 0:
         return pl.DataFrame()
     # the GPU rows' external ids and copy kinds (a join with those rows alone, on the event id alone in one trace)
-    linked = expr.join_rows(_coded(linked), picked(events, expr.kind_is(*expr.GPU_KINDS), _T, "event_id",
-                                                   "external_id", "copy_kind"), on=[_T, "event_id"], how="left")
+    linked = expr.join_rows(linked, picked(events, expr.kind_is(*expr.GPU_KINDS), _T, "event_id", "external_id",
+                                           "copy_kind"), on=[_T, "event_id"], how="left")
     ops = picked(events, expr.kind_is("op", "marker") & pl.col("pid").is_not_null() & placed()
                  & pl.col("external_id").is_not_null(),
                  _T, "external_id", op_event_id="event_id", op_start_ns="start_ns", op_name="name").sort("op_start_ns")
@@ -411,6 +420,7 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     """
     if events.height == 0:
         return _empty_edges()
+    given = events if _T in events.columns else None  # the table as the other rules see it (shared measures)
     if _T not in events.columns:
         events = events.with_columns(pl.lit(None, dtype=pl.String).alias(_T))
     events = keyed(events.with_columns(pl.col(_T).cast(pl.String)))
@@ -425,7 +435,7 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     if points.height:
         thread = _thread_edges(points)
         parts.append(thread)
-    gpu = _gpu_rows(events)
+    gpu = _gpu_rows(events, _linked_launches(given, traces) if given is not None else None)
     gpu_edges = _no_edges()
     if gpu.height:
         gpu_edges = _gpu_edges(gpu)
@@ -892,8 +902,10 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
             i = into[node]
             if i < 0 or node in seen:
                 break
-            step_on(i)
             earlier = src_ns[i]
+            if earlier > t:  # a dependency after what it held: nodes of two traces under one id (a table whose
+                break        # event ids repeat within a trace id); the walk stops instead of going round forever
+            step_on(i)
             if earlier == t:
                 seen.add(node)
             node, t = src_id[i], earlier
