@@ -100,11 +100,6 @@ def _no_edges() -> pl.DataFrame:
     return pl.DataFrame(schema={**EDGE_SCHEMA, "src_trace": pl.Int32, "dst_trace": pl.Int32})
 
 
-def _coded(frame: pl.DataFrame) -> pl.DataFrame:
-    """A measure's result (its ``trace_id`` keyed by :func:`keyed`, a code's digits) back on trace codes."""
-    return keyed(frame).with_columns(pl.col(_T).cast(pl.Int32))
-
-
 def _edges(frame: pl.DataFrame, **fixed: Any) -> pl.DataFrame:
     """``frame`` (some edge columns and ``trace_id``) as a frame of :data:`EDGE_SCHEMA`: both ends in the row's
     trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`)."""
@@ -226,10 +221,9 @@ def _linked_launches(events: pl.DataFrame, traces: pl.Series) -> pl.DataFrame:
         pl.col(_T).replace_strict(traces, range(traces.len()), return_dtype=pl.Int32))
 
 
-def _gpu_rows(events: pl.DataFrame, linked: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Each trace's timed GPU activities with their launch (call, or operator of the same external id);
-    ``linked``: their :data:`~traceparse.measures.launches.launches` on trace codes, where the caller has them."""
-    linked = _coded(launches.combine([launches.part(events)])) if linked is None else linked
+def _gpu_rows(events: pl.DataFrame, linked: pl.DataFrame) -> pl.DataFrame:
+    """Each trace's timed GPU activities with their launch (call, or operator of the same external id), from
+    ``linked``: their :func:`_linked_launches`."""
     if linked.height == 0:
         return pl.DataFrame()
     # the GPU rows' external ids and copy kinds (a join with those rows alone, on the event id alone in one trace)
@@ -420,9 +414,9 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     """
     if events.height == 0:
         return _empty_edges()
-    given = events if _T in events.columns else None  # the table as the other rules see it (shared measures)
     if _T not in events.columns:
         events = events.with_columns(pl.lit(None, dtype=pl.String).alias(_T))
+    given = events  # the table as the other rules see it: the launches measure is shared with them
     events = keyed(events.with_columns(pl.col(_T).cast(pl.String)))
     traces = events[_T].unique().sort()
     events = events.with_columns(pl.col(_T).replace_strict(traces, range(traces.len()), return_dtype=pl.Int32))
@@ -435,7 +429,7 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     if points.height:
         thread = _thread_edges(points)
         parts.append(thread)
-    gpu = _gpu_rows(events, _linked_launches(given, traces) if given is not None else None)
+    gpu = _gpu_rows(events, _linked_launches(given, traces))
     gpu_edges = _no_edges()
     if gpu.height:
         gpu_edges = _gpu_edges(gpu)
