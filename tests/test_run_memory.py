@@ -32,6 +32,15 @@ SAMPLES = ["gloo4_resnet18_bs16", "gloo4_resnet18_bs16_slow_rank2"]
 needs_samples = pytest.mark.skipif(not (MULTIRANK / SAMPLES[0]).is_dir(), reason="shared multirank samples not present")
 
 
+@pytest.fixture(autouse=True)
+def one_group_at_a_time(monkeypatch):
+    """These tests are of the bounded path (a run past :data:`~traceparse.measures.base.KEPT_GROUP_BYTES`): no group
+    is kept, one is in memory at a time. The groups kept within the budget have tests of their own below."""
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", 0)
+
+
 def findings_json(trace) -> str:
     return json.dumps([f.to_dict() for f in analyze(trace)], sort_keys=True)
 
@@ -287,3 +296,49 @@ def test_a_measure_not_declared_per_trace_gets_every_ranks_part_combined(runs):
     assert Rows.per_trace is False
     assert Rows()(table)["rows"].to_list() == [store.load_run(ids[SAMPLES[0]]).events.height]
     assert table.most_at_once == 1 and table.loaded == 4
+
+
+def _group_bytes(table: PartitionedEvents) -> list[int]:
+    from traceparse.events_file import read_events
+
+    return [read_events(path).rechunk().estimated_size() for path in table.paths]
+
+
+@needs_samples
+def test_groups_within_the_budget_are_kept_and_each_rank_is_read_once(runs, monkeypatch):
+    """Within KEPT_GROUP_BYTES every group is read once for the whole analysis (not once per measure), with the same
+    findings as the whole table; the values shared for a kept group get a large table's budget."""
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "GROUP_ROWS", 0)  # each rank its own group, as a large rank is
+    store, ids = runs
+    whole = store.load_run(ids["synthetic6"])
+    lazy = store.load_run(ids["synthetic6"], lazy=True)
+    table = lazy.events
+    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", sum(_group_bytes(table)))  # every group, just
+    assert findings_json(lazy) == findings_json(whole)
+    assert table.loaded == 6 and table.most_at_once == 6 and table.whole_loads == 0
+    assert len(table._kept) == 6 and table._kept_bytes == sum(_group_bytes(table))
+    group = table.group([0])
+    assert id(group) in base._KEPT_GROUPS
+    scope = base.SharedResults()
+    scope.get(group, ("k",), lambda: 1)
+    assert scope._budgets[id(group)] == group.estimated_size() // 4
+
+
+@needs_samples
+def test_groups_past_the_budget_are_read_each_time_one_at_a_time(runs, monkeypatch):
+    """Past the budget the groups kept stay within it, and the others are read as before: one in memory at a time
+    beside the kept ones."""
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "GROUP_ROWS", 0)
+    store, ids = runs
+    whole = store.load_run(ids["synthetic6"])
+    lazy = store.load_run(ids["synthetic6"], lazy=True)
+    table = lazy.events
+    sizes = _group_bytes(table)
+    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", sum(sizes) // 2)
+    assert findings_json(lazy) == findings_json(whole)
+    assert 0 < len(table._kept) < 6 and table._kept_bytes <= sum(sizes) // 2
+    assert table.loaded > 6 and table.most_at_once <= len(table._kept) + 1 and table.whole_loads == 0

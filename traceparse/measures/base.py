@@ -121,7 +121,7 @@ class SharedResults:
             entries = self.tables.get(ident)
             if entries is None:
                 entries = self.tables[ident] = {}
-                if isinstance(table, pl.DataFrame) and table.height > LARGE_TABLE_ROWS:
+                if isinstance(table, pl.DataFrame) and (table.height > LARGE_TABLE_ROWS or ident in _KEPT_GROUPS):
                     self._budgets[ident] = table.estimated_size() // 4
                     self._sizes[ident] = {}
                 weakref.finalize(table, self._forget, ident)  # its entries go with it (ids are reused)
@@ -263,6 +263,15 @@ def rank_result(events: pl.DataFrame, measure: Measure, params: dict, finish: bo
 #: Most rows of the partitions a :class:`PartitionedEvents` reads together (small ranks share the fixed cost of
 #: a measure; a rank of this size or more is read alone, so memory stays bounded by the largest rank or this).
 GROUP_ROWS = 250_000
+#: Most memory the groups of a :class:`PartitionedEvents` read in this process may take together while kept for
+#: the rest of the analysis: within it every group is read once (8 ranks of 140 MB: 176 reads of 35 ms each were
+#: a fifth of ``analyze``), past it a group is read each time a measure goes through it, one in memory at a time.
+KEPT_GROUP_BYTES = 1 << 30
+
+#: The ids of the groups kept in memory (:data:`KEPT_GROUP_BYTES`): like a large table's, the values shared for
+#: one of them take at most a quarter of its memory (:class:`SharedResults`), so that what eight ranks keep
+#: does not grow to eight single traces' worth.
+_KEPT_GROUPS: set[int] = set()
 
 
 class PartitionedEvents:
@@ -313,6 +322,8 @@ class PartitionedEvents:
         self._alive = 0
         self._whole: pl.DataFrame | None = None
         self._last: tuple[tuple[int, ...], pl.DataFrame] | None = None
+        self._kept: dict[tuple[int, ...], pl.DataFrame] = {}  # groups read once and kept (KEPT_GROUP_BYTES)
+        self._kept_bytes = 0
         # rules run at once in threads (``analyze``): one reads a group or the whole table at a time, and a
         # measure that goes through several groups holds the others' to theirs, so that one group is in memory
         self._reading = threading.RLock()
@@ -355,11 +366,15 @@ class PartitionedEvents:
     def group(self, indices: list[int]) -> pl.DataFrame:
         """The events of the partitions ``indices``, in that order, read from their files as one frame.
 
-        The last group read is kept until another is asked for: measure after measure on a run of one group
-        (every rank together under :data:`GROUP_ROWS` rows) reads its files once.
+        Groups are kept for the rest of the analysis while together they take at most :data:`KEPT_GROUP_BYTES`:
+        measure after measure then reads each rank's file once. Past that budget the last group read is kept
+        until another is asked for, so that only one of those is in memory at a time.
         """
         key = tuple(indices)
         with self._reading:
+            kept = self._kept.get(key)
+            if kept is not None:
+                return kept
             if self._last is not None and self._last[0] == key:
                 return self._last[1]
             self._last = None  # let the previous group go before reading the next one
@@ -371,7 +386,14 @@ class PartitionedEvents:
                 events = read_events(self.paths[indices[0]]).rechunk()
             else:
                 events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
-            self._last = (key, events)
+            size = events.estimated_size()
+            if self._kept_bytes + size <= KEPT_GROUP_BYTES:
+                self._kept[key] = events
+                self._kept_bytes += size
+                _KEPT_GROUPS.add(id(events))
+                weakref.finalize(events, _KEPT_GROUPS.discard, id(events))
+            else:
+                self._last = (key, events)
             self.loaded += len(indices)
             self._alive += 1
             self.most_at_once = max(self.most_at_once, self._alive)

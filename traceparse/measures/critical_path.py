@@ -509,14 +509,31 @@ class DependencyGraph(Measure):
         comm = collectives.part(events).select(list(_COMM_SCHEMA)).cast(_COMM_SCHEMA)
         return edges, comm
 
+    @classmethod
+    def _own_of_group(cls, events: pl.DataFrame, min_wait_ns: int, max_wake_ns: int):
+        """:meth:`_own` of a group of a run's ranks, None for a group of no rows (as :meth:`part` gives no part)."""
+        return cls._own(events, min_wait_ns, max_wake_ns) if events.height else None
+
     def _measure(self, events: pl.DataFrame, params: dict) -> pl.DataFrame:
         """The whole table's graph; in memory (not a run read rank by rank) without packing the edges into one
         row of lists and out again, as ``combine([part(events)])`` would: the same frame, 1.23 → 1.12 CPU s on the
         139 MB benchmark trace, and a copy of the edges less in memory while it is built."""
+        wait, wake = params.get("min_wait_ns", MIN_WAIT_NS), params.get("max_wake_ns", MAX_WAKE_NS)
+        if isinstance(events, PartitionedEvents) and events.executor is None and events.paths:
+            # a run read here, group by group: each group's edges as they are, concatenated once (packed into a
+            # row of lists, as a part sent from a Dask worker must be, they were copied twice more, and every
+            # rank's packed part was still held while the graph was built: 2.6 -> 1.9 GB for 8 ranks of 140 MB)
+            edges, comm = [], []
+            for own in events.map(self._own_of_group, wait, wake):
+                if own is not None:
+                    edges.append(own[0])
+                    comm.append(own[1])
+            if not edges:
+                return super()._measure(events, params)
+            return self._graph(_concat_cleared(edges), _concat_cleared(comm), params.get("align_clocks", False))
         if isinstance(events, PartitionedEvents) or events.height == 0:
             return super()._measure(events, params)
-        return self._graph(*self._own(events, params.get("min_wait_ns", MIN_WAIT_NS),
-                                      params.get("max_wake_ns", MAX_WAKE_NS)), params.get("align_clocks", False))
+        return self._graph(*self._own(events, wait, wake), params.get("align_clocks", False))
 
     def combine(self, parts: list[pl.DataFrame], min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
                 align_clocks: bool = False) -> pl.DataFrame:
@@ -542,9 +559,18 @@ class DependencyGraph(Measure):
         edges = edges.filter(pl.col("src_ns") <= pl.col("dst_ns")).with_columns(
             offset_ns=pl.col("rank").replace_strict(by, default=0, return_dtype=pl.Int64) if by
             else pl.lit(0, dtype=pl.Int64))
-        out = choose_critical(edges)
+        held = [edges]
+        del edges  # choose_critical's the only reference: it lets each column go once sorted
+        out = _choose_critical(held)
         trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
         return out.select(trace.alias("trace_id"), pl.all())
+
+
+def _concat_cleared(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """``frames`` concatenated (their chunks, not copied), the list emptied: the caller holds no frame of it."""
+    out = pl.concat(frames, how="vertical")
+    frames.clear()
+    return out
 
 
 def _unnest(frame: pl.DataFrame, column: str, schema: dict) -> pl.DataFrame:
@@ -651,7 +677,13 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     :data:`EDGE_KINDS` order, then source trace and node), unless an inferred one's source happened later still.
     Destinations and sources are one integer each (:class:`_Keys`); the edges sorted by destination (the order
     returned), each destination's choice is a segmented maximum (:func:`_critical_in_order`)."""
-    edges = edges.with_columns(gap_ns=pl.col("dst_ns") - pl.col("src_ns"))
+    return _choose_critical([edges])
+
+
+def _choose_critical(held: list[pl.DataFrame]) -> pl.DataFrame:
+    """:func:`choose_critical` of the one frame in ``held``, taken out of it: where the caller keeps no other
+    reference, each column of the edges is let go as soon as it is sorted (the graph is not twice in memory)."""
+    edges = held.pop().with_columns(gap_ns=pl.col("dst_ns") - pl.col("src_ns"))
     if edges.height == 0:
         return edges.with_columns(critical=pl.lit(False), weight_ns=pl.col("gap_ns"))
     keys = _Keys(edges, nulls_last=True)
@@ -682,8 +714,15 @@ def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
     weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
     gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
-    return pl.concat([edges.select(pl.all().gather(final)), gaps.select(pl.col("critical", "weight_ns").gather(final))],
-                     how="horizontal")
+    gaps = gaps.select(pl.col("critical", "weight_ns").gather(final))
+    del narrow, pair, typical
+    # the rows in their new order a column at a time, each column let go once gathered (where the caller holds no
+    # other reference to the frame): the graph is not twice in memory at the end
+    sorted_columns = []
+    for name in edges.columns:
+        sorted_columns.append(edges.get_column(name).gather(final))
+        edges = edges.drop(name)
+    return pl.concat([pl.DataFrame(sorted_columns), gaps], how="horizontal")
 
 
 def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | None:
@@ -860,7 +899,10 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
     """
     edge_columns = ["src_trace", "src_node", "src_ns", "src_rank", "dst_trace", "dst_node", "dst_ns", "rank", "edge",
                     "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id", "inferred"]
-    crit = graph.filter(pl.col("critical")).select(edge_columns)
+    # the critical edges' ends only (their wide columns are gathered for the walked ones alone, at the end: a copy
+    # of every critical edge's 18 columns was 0.7 GB of 8 ranks of 140 MB)
+    rows = graph.select(pl.col("critical").arg_true()).to_series()
+    crit = graph.select(pl.col("src_trace", "src_node", "src_ns", "dst_trace", "dst_node").gather(rows))
     nodes = _Nodes(graph)
     # each node's critical in-edge (the row of crit; of two, the later row, as a dict keeps), -1 for none
     into = np.full(len(nodes.times), -1, dtype=np.int64)
@@ -874,7 +916,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
     windows = windows.sort("trace_id", "step", nulls_last=False)
     if "rank" not in windows.columns:
         windows = windows.with_columns(rank=pl.lit(None, dtype=pl.Int32))
-    paths, walked, counts, lasts = [], [], [], []
+    paths, counts, lasts = [], [], []
+    walked = array("q")  # the critical edges walked, all paths one after the other (8 bytes each, no int objects)
     step_on = walked.append
     # the walk backwards, each node's critical edge in turn: one pass over plain integers (the path's segments
     # are then gathered from crit in one query, not built row by row). A node seen twice ends the walk; edges
@@ -909,7 +952,7 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
         counts.append(n)
         lasts.append(last)
     # each segment ends where the next one (walking back) starts; a path's first one at its last node
-    walked = np.asarray(walked, dtype=np.int64)
+    walked = np.frombuffer(walked, dtype=np.int64) if len(walked) else np.zeros(0, dtype=np.int64)
     reps = np.asarray(counts, dtype=np.int64)
     first = np.concatenate([[0], np.cumsum(reps)[:-1]]).astype(np.int64) if len(reps) else reps
     ends = np.empty(len(walked), dtype=np.int64)
@@ -917,11 +960,15 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
         ends[1:] = crit["src_ns"].to_numpy()[walked[:-1]]
         ends[first[reps > 0]] = np.asarray(lasts, dtype=np.int64)[reps > 0]
     paths = pl.DataFrame(paths, schema=PATH_SCHEMA, orient="row")
-    per = windows.select(trace_id=pl.col("trace_id").cast(pl.String), w_rank=pl.col("rank").cast(pl.Int32),
+    # the trace ids as ``texts`` from the start (the walked edges' texts made once, not as text first: 4 million
+    # segments of 8 ranks of 140 MB)
+    per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
+    walked_rows = pl.Series(rows.to_numpy()[walked], dtype=pl.Int64)
     segments = pl.concat([
         per.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(reps)), reps), dtype=pl.Int64))),
-        crit.select(pl.all().gather(pl.Series(walked, dtype=pl.Int64))),
+        graph.select(pl.col(c).gather(walked_rows).cast(texts) if c in ("src_trace", "dst_trace")
+                     else pl.col(c).gather(walked_rows) for c in edge_columns),
     ], how="horizontal").with_columns(
         index=pl.Series(np.arange(len(walked), dtype=np.int64) - np.repeat(first, reps), dtype=pl.Int64),
         end_ns=pl.Series(ends, dtype=pl.Int64))
