@@ -236,8 +236,11 @@ class GpuIdle(Rule):
         # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns)
         metrics = {**{k: (2 * idle_ns * v + total) // (2 * total) if total else 0 for k, v in parts.items()},
                    **shares}
-        per_stream = per_stream.sort(["idle_ns", "trace_id", "device_id", "stream_id"],
-                                     descending=[True, False, False, False], nulls_last=True)
+        # most idle first; streams idle alike (a run's ranks often are) in rank order, not by their trace ids' hashes
+        rank = pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks else pl.lit(None)
+        per_stream = per_stream.with_columns(_rank=rank).sort(
+            ["idle_ns", "_rank", "trace_id", "device_id", "stream_id"], descending=[True, False, False, False, False],
+            nulls_last=True).drop("_rank")
         streams = {f"{device_label(ranks, r.get('trace_id'), r['device_id'])}:{_device_key(r['stream_id'])}": {
             "activities": r["activities"], "span_ns": r["span_ns"], "idle_ns": r["idle_ns"],
             "host_wait_ns": r["host_wait_ns"], "kernel_wait_ns": r["kernel_wait_ns"], "other_wait_ns": r["other_ns"]}
