@@ -342,3 +342,31 @@ def test_groups_past_the_budget_are_read_each_time_one_at_a_time(runs, monkeypat
     assert findings_json(lazy) == findings_json(whole)
     assert 0 < len(table._kept) < 6 and table._kept_bytes <= sum(sizes) // 2
     assert table.loaded > 6 and table.most_at_once <= len(table._kept) + 1 and table.whole_loads == 0
+
+
+@needs_samples
+@pytest.mark.parametrize("kept", [True, False])
+def test_map_in_threads_where_every_group_is_kept(runs, monkeypatch, kept):
+    """``map(threads=2)`` runs on two groups at once only where every group is kept (else one after the other, one in
+    memory at a time); the results are the same, in the groups' order, either way."""
+    import threading
+
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "GROUP_ROWS", 0)
+    store, ids = runs
+    table = store.load_run(ids["synthetic6"], lazy=True).events
+    if kept:
+        monkeypatch.setattr(base, "KEPT_GROUP_BYTES", sum(_group_bytes(table)))
+    threads_seen = set()
+
+    def rows(events):
+        threads_seen.add(threading.current_thread().name)
+        return events.height, events["trace_id"][0]
+
+    expected = [(size, trace_id) for size, trace_id in zip(table.sizes, table.trace_ids)]
+    assert table.map(rows, threads=2) == expected
+    assert table.map(rows) == expected
+    workers = {name for name in threads_seen if name.startswith("traceparse-group")}
+    assert bool(workers) if kept else (not workers and table.most_at_once == 1)
+    assert table.loaded == (6 if kept else 12)

@@ -348,16 +348,38 @@ class PartitionedEvents:
                 rows = size
         return out
 
-    def map(self, fn: Callable, *args: Any) -> list[Any]:
+    def map(self, fn: Callable, *args: Any, threads: int = 1) -> list[Any]:
         """``[fn(events, *args)]`` for every group of partitions (:meth:`groups`; on a cluster, every partition),
-        in table order; one group in memory at a time here. ``fn`` must not assume one trace per call."""
+        in table order; one group in memory at a time here. ``fn`` must not assume one trace per call.
+
+        ``threads`` > 1: where every group can be kept (:data:`KEPT_GROUP_BYTES`, judged from the first group's
+        memory per row), ``fn`` runs on that many groups at once, in threads (``fn`` must be safe to, as polars
+        and numpy work is); else one group after the other, as without."""
         if self.executor is not None:
             return self.executor(fn, args)
         groups = self.groups()
         if len(groups) == 1:
             return [fn(self.group(groups[0]), *args)]
         with self._one_group:
-            return [fn(self.group(g), *args) for g in groups]
+            first = fn(self.group(groups[0]), *args)
+            if threads > 1 and self._all_kept(groups):
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceparse-group") as pool:
+                    return [first, *pool.map(lambda g: fn(self.group(g), *args), groups[1:])]
+            return [first, *(fn(self.group(g), *args) for g in groups[1:])]
+
+    def _all_kept(self, groups: list[list[int]]) -> bool:
+        """Whether ``groups`` are all kept, or all would be: their rows at the memory per row of a group read
+        already, within :data:`KEPT_GROUP_BYTES`."""
+        if all(tuple(g) in self._kept for g in groups):
+            return True
+        if self.sizes is None or not self._kept:
+            return False
+        key, frame = next(iter(self._kept.items()))
+        rows = sum(self.sizes[i] for i in key)
+        wanted = sum(self.sizes[i] for g in groups for i in g)
+        return rows > 0 and frame.estimated_size() * wanted <= KEPT_GROUP_BYTES * rows
 
     def partition(self, i: int) -> pl.DataFrame:
         """Partition ``i``'s events, read from its file (counted while alive in :attr:`most_at_once`)."""

@@ -524,7 +524,7 @@ class DependencyGraph(Measure):
             # row of lists, as a part sent from a Dask worker must be, they were copied twice more, and every
             # rank's packed part was still held while the graph was built: 2.6 -> 1.9 GB for 8 ranks of 140 MB)
             edges, comm = [], []
-            for own in events.map(self._own_of_group, wait, wake):
+            for own in events.map(self._own_of_group, wait, wake, threads=_threads()):
                 if own is not None:
                     edges.append(own[0])
                     comm.append(own[1])
@@ -564,6 +564,14 @@ class DependencyGraph(Measure):
         out = _choose_critical(held)
         trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
         return out.select(trace.alias("trace_id"), pl.all())
+
+
+def _threads() -> int:
+    """Groups of a run whose edges are built at once: two where this process may use two cores or more."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(2, cores)
 
 
 def _concat_cleared(frames: list[pl.DataFrame]) -> pl.DataFrame:
