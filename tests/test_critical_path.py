@@ -106,6 +106,22 @@ def test_the_path_with_categorical_texts_is_the_path_with_texts():
     assert segments.height > 100 and segments["trace_id"].n_unique() == 2
 
 
+@pytest.mark.parametrize("columns", [["duration_ns"], ["segment_trace", "trace_id", "start_ns"],
+                                     ["end_ns", "edge", "segment_rank", "index", "dst_node"]])
+def test_the_segments_of_some_columns_are_those_columns_of_every_segment(columns):
+    """``columns`` gives those of the segments' columns, in the schema's order, with the values the full segments
+    have (a run's rule gathers only what it reads); the paths do not change."""
+    from traceparse.measures.critical_path import SEGMENT_SCHEMA
+
+    events = run_of(MULTIRANK / "nccl2_slow_rank1").events
+    graph = dependency_graph(events)
+    windows = step_windows(events, graph, spans=True)
+    paths, segments = critical_paths(graph, windows)
+    some_paths, some = critical_paths(graph, windows, columns=columns)
+    assert some.columns == [c for c in SEGMENT_SCHEMA if c in columns]
+    assert some_paths.equals(paths) and some.equals(segments.select(some.columns)) and some.height > 100
+
+
 @pytest.mark.parametrize("source", ["torch/resnet18_bs8.json.gz", "torch/multirank/fsdp4_slow_loader"])
 def test_each_nodes_choice_by_segmented_maxima_is_the_choice_by_sort(source, monkeypatch):
     """The critical in-edge of every node, from segmented maxima of one packed key, is the one the sort by five

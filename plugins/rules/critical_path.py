@@ -118,7 +118,7 @@ class CriticalPath(Rule):
                                 "critical path needs events placed in time.",
                                 metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
             windows = step_windows(events, graph, spans=True)
-            paths, segments = critical_paths(graph, windows, texts=pl.Categorical)
+            paths, segments = critical_paths(graph, windows, texts=pl.Categorical, columns=_LEAN_INPUT)
             segments = _lean(segments)
             joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
             ranks_known = graph["rank"].is_not_null().any()
@@ -227,6 +227,11 @@ def _lane() -> pl.Expr:
 #: The texts of a path's segments, as categoricals: a few thousand distinct names over millions of segments (the
 #: 1 GB trace's 3.4 million), grouped and filtered on integers, not texts.
 _TEXTS = ("trace_id", "segment_trace", "edge", "segment", "name", "category", "lane")
+
+
+#: The segments' columns :func:`_lean` reads (a run's millions of segments are made of these only).
+_LEAN_INPUT = ("rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
+               "tid", "stream_id", *(c for c in _TEXTS if c != "lane"))
 
 
 def _lean(segments: pl.DataFrame) -> pl.DataFrame:

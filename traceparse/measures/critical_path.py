@@ -41,7 +41,7 @@ not a few dozen per rank); :func:`critical_paths` walks it for each step window 
 from __future__ import annotations
 
 from array import array
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import polars as pl
@@ -890,8 +890,8 @@ class _Nodes:
         return int(self.starts[code]), int(self.starts[code + 1])
 
 
-def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
-                   texts: pl.DataType = pl.String) -> tuple[pl.DataFrame, pl.DataFrame]:
+def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataType = pl.String,
+                   columns: Iterable[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The critical path of each window (a step of a trace or rank), from the graph of :data:`dependency_graph`.
 
     ``windows``: ``trace_id``, ``step``, ``start_ns``, ``end_ns`` (on the graph's clock). The path starts at the
@@ -904,6 +904,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
     runs on, which differs from the window's ``rank`` where the path crossed to another rank at a collective).
     ``texts=pl.Categorical`` gives the text columns as categoricals: a caller that groups half a million segments
     by name gets them without a round trip through text (the edges' names are categoricals already).
+    ``columns``: only these of the segments' columns (in :data:`SEGMENT_SCHEMA`'s order), for a caller that reads a
+    few of millions of segments' (only what they are made of is gathered).
     """
     edge_columns = ["src_trace", "src_node", "src_ns", "src_rank", "dst_trace", "dst_node", "dst_ns", "rank", "edge",
                     "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id", "inferred"]
@@ -973,24 +975,38 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame,
     per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
     walked_rows = pl.Series(rows.to_numpy()[walked], dtype=pl.Int64)
+    made = _segment_columns()
+    wanted = [c for c in SEGMENT_SCHEMA if columns is None or c in set(columns)]
+    needed = {name for c in wanted for name in made[c][1]}
     segments = pl.concat([
         per.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(reps)), reps), dtype=pl.Int64))),
         graph.select(pl.col(c).gather(walked_rows).cast(texts) if c in ("src_trace", "dst_trace")
-                     else pl.col(c).gather(walked_rows) for c in edge_columns),
+                     else pl.col(c).gather(walked_rows) for c in edge_columns if c in needed),
     ], how="horizontal").with_columns(
         index=pl.Series(np.arange(len(walked), dtype=np.int64) - np.repeat(first, reps), dtype=pl.Int64),
         end_ns=pl.Series(ends, dtype=pl.Int64))
-    segments = segments.with_columns(start_ns=pl.max_horizontal("src_ns", "w_start")).select(
-        "trace_id", rank="w_rank", step="step", index="index",
-        segment_trace=pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace"))
-        .otherwise(pl.col("dst_trace")),
-        segment_rank="rank", edge="edge", segment="segment", name="name", category="category", event_id="event_id",
-        pid="pid", tid="tid", device_id="device_id", stream_id="stream_id", inferred="inferred", start_ns="start_ns",
-        end_ns="end_ns", duration_ns=pl.col("end_ns") - pl.col("start_ns"), src_trace="src_trace",
-        src_node="src_node", dst_trace="dst_trace", dst_node="dst_node")
-    schema = SEGMENT_SCHEMA if texts == pl.String else {
-        c: texts if t == pl.String else t for c, t in SEGMENT_SCHEMA.items()}
+    if "src_ns" in needed:
+        segments = segments.with_columns(start_ns=pl.max_horizontal("src_ns", "w_start"))
+    segments = segments.select(**{c: made[c][0] for c in wanted})
+    schema = {c: (texts if t == pl.String else t) for c, t in SEGMENT_SCHEMA.items() if c in wanted}
     return paths, segments.cast(schema)
+
+
+def _segment_columns() -> dict[str, tuple[pl.Expr, tuple[str, ...]]]:
+    """Each column of :data:`SEGMENT_SCHEMA`: how it is made from the walked edges (and their windows, ``w_*``),
+    and which columns of the graph that needs."""
+    same = ("edge", "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id", "inferred",
+            "src_trace", "src_node", "dst_trace", "dst_node")
+    made = {c: (pl.col(c), (c,)) for c in same}
+    return {
+        **made, "trace_id": (pl.col("trace_id"), ()), "rank": (pl.col("w_rank"), ()), "step": (pl.col("step"), ()),
+        "index": (pl.col("index"), ()),
+        "segment_trace": (pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace"))
+                          .otherwise(pl.col("dst_trace")), ("src_trace", "dst_trace")),
+        "segment_rank": (pl.col("rank"), ("rank",)), "start_ns": (pl.col("start_ns"), ("src_ns",)),
+        "end_ns": (pl.col("end_ns"), ()),
+        "duration_ns": (pl.col("end_ns") - pl.col("start_ns"), ("src_ns",)),
+    }
 
 
 # -- replay: the graph run forwards -------------------------------------------------------------------------------
