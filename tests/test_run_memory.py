@@ -370,3 +370,24 @@ def test_map_in_threads_where_every_group_is_kept(runs, monkeypatch, kept):
     workers = {name for name in threads_seen if name.startswith("traceparse-group")}
     assert bool(workers) if kept else (not workers and table.most_at_once == 1)
     assert table.loaded == (6 if kept else 12)
+
+
+def test_the_kept_groups_budget_follows_a_small_machines_memory(monkeypatch):
+    """1 GiB at most, and at most an eighth of the machine's memory: 256 MiB on a machine of 2 GiB; the constant
+    where the system does not say."""
+    import os
+
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", 2**30)  # as shipped (this module's tests set it to 0)
+    pages = {"SC_PHYS_PAGES": 2 * 2**30 // 4096, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+    assert base.kept_group_bytes() == 256 * 2**20
+    pages["SC_PHYS_PAGES"] = 64 * 2**30 // 4096
+    assert base.kept_group_bytes() == base.KEPT_GROUP_BYTES == 2**30
+
+    def unknown(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(os, "sysconf", unknown)
+    assert base.kept_group_bytes() == 2**30

@@ -15,6 +15,7 @@ and its own ranks) and, where it works per device, ``device_id``.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import weakref
 from contextlib import contextmanager
@@ -267,6 +268,18 @@ GROUP_ROWS = 250_000
 #: the rest of the analysis: within it every group is read once (8 ranks of 140 MB: 176 reads of 35 ms each were
 #: a fifth of ``analyze``), past it a group is read each time a measure goes through it, one in memory at a time.
 KEPT_GROUP_BYTES = 1 << 30
+#: ... and at most this share of the machine's memory (a small machine keeps less).
+KEPT_GROUP_MEMORY_SHARE = 1 / 8
+
+
+def kept_group_bytes() -> int:
+    """The memory a run's groups may take while kept: :data:`KEPT_GROUP_BYTES`, at most
+    :data:`KEPT_GROUP_MEMORY_SHARE` of the machine's physical memory where the system says how much it has."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return KEPT_GROUP_BYTES
+    return min(KEPT_GROUP_BYTES, int(physical * KEPT_GROUP_MEMORY_SHARE)) if physical > 0 else KEPT_GROUP_BYTES
 
 #: The ids of the groups kept in memory (:data:`KEPT_GROUP_BYTES`): like a large table's, the values shared for
 #: one of them take at most a quarter of its memory (:class:`SharedResults`), so that what eight ranks keep
@@ -371,7 +384,7 @@ class PartitionedEvents:
 
     def _all_kept(self, groups: list[list[int]]) -> bool:
         """Whether ``groups`` are all kept, or all would be: their rows at the memory per row of a group read
-        already, within :data:`KEPT_GROUP_BYTES`."""
+        already, within :func:`kept_group_bytes`."""
         if all(tuple(g) in self._kept for g in groups):
             return True
         if self.sizes is None or not self._kept:
@@ -379,7 +392,7 @@ class PartitionedEvents:
         key, frame = next(iter(self._kept.items()))
         rows = sum(self.sizes[i] for i in key)
         wanted = sum(self.sizes[i] for g in groups for i in g)
-        return rows > 0 and frame.estimated_size() * wanted <= KEPT_GROUP_BYTES * rows
+        return rows > 0 and frame.estimated_size() * wanted <= kept_group_bytes() * rows
 
     def partition(self, i: int) -> pl.DataFrame:
         """Partition ``i``'s events, read from its file (counted while alive in :attr:`most_at_once`)."""
@@ -409,7 +422,7 @@ class PartitionedEvents:
             else:
                 events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
             size = events.estimated_size()
-            if self._kept_bytes + size <= KEPT_GROUP_BYTES:
+            if self._kept_bytes + size <= kept_group_bytes():
                 self._kept[key] = events
                 self._kept_bytes += size
                 _KEPT_GROUPS.add(id(events))
