@@ -87,3 +87,26 @@ def test_an_empty_trace_lists_nothing(tmp_path):
     path = tmp_path / "events.parquet"
     assert _write_events(iter([]), path)[0] == 0
     assert _listed(path) is None and read_events(path).height == 0
+
+
+def test_several_files_read_as_one_with_the_columns_null_in_all_of_them_as_scalars(tmp_path, monkeypatch):
+    """A group of a run's ranks: one frame, in the files' order, equal to ``read_parquet`` of them all; a column
+    null in every file is not read, one null in some files only is (the ranks of an FSDP run: one has collectives,
+    a torch rank without them beside it)."""
+    store = Store(tmp_path / "store")
+    paths = []
+    for fixture in ("torch/resnet18_bs8.json.gz", "torch/multirank/fsdp4_slow_hook/rank2.json.gz",
+                    "torch/alexnet_bs4.json.gz"):
+        [result] = ingest([FIXTURES / fixture], store=store)
+        paths.append(store.events_path(result.meta.id))
+    listed = [set(_listed(p)) for p in paths]
+    in_all = set.intersection(*listed)
+    assert "collective" in listed[0] and "collective" not in in_all  # null in one file, not in all
+    whole = pl.read_parquet(paths)
+    read_columns = []
+    real = pl.read_parquet
+    monkeypatch.setattr(pl, "read_parquet", lambda *a, **k: read_columns.append(k.get("columns")) or real(*a, **k))
+    events = read_events(paths)
+    assert read_columns == [[c for c in DTYPES if c not in in_all]]
+    assert events.equals(whole) and events.schema == whole.schema
+    assert read_events(paths[:1]).equals(pl.read_parquet(paths[0]))

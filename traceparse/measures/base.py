@@ -281,7 +281,8 @@ def kept_group_bytes() -> int:
         return KEPT_GROUP_BYTES
     return min(KEPT_GROUP_BYTES, int(physical * KEPT_GROUP_MEMORY_SHARE)) if physical > 0 else KEPT_GROUP_BYTES
 
-#: The ids of the groups kept in memory (:data:`KEPT_GROUP_BYTES`): like a large table's, the values shared for
+
+#: The ids of the groups kept in memory (:func:`kept_group_bytes`): like a large table's, the values shared for
 #: one of them take at most a quarter of its memory (:class:`SharedResults`), so that what eight ranks keep
 #: does not grow to eight single traces' worth.
 _KEPT_GROUPS: set[int] = set()
@@ -291,8 +292,9 @@ class PartitionedEvents:
     """An event table held as one partition per trace (a stored run's ranks), read one partition at a time.
 
     What a rule gets as ``trace.events`` of a run in ``analyze``
-    (:meth:`traceparse.store.Store.load_run` with ``lazy=True``), so that the
-    run's table is never in memory at once:
+    (:meth:`traceparse.store.Store.load_run` with ``lazy=True``), so that a
+    large run's table is never in memory at once (the groups read are kept
+    only within :func:`kept_group_bytes`):
 
     - a measure called on it runs :func:`rank_result` per partition through
       :meth:`map` (in this process, or on a Dask cluster when
@@ -315,8 +317,8 @@ class PartitionedEvents:
     so that a run of a thousand one-kernel ranks pays each measure's fixed
     cost a few times, not a thousand (a measure valid by trace is valid on
     any set of whole traces). :attr:`loaded` counts the partitions read for
-    measures, :attr:`most_at_once` the most groups alive at once (a test
-    holds it to 1 in this process).
+    measures, :attr:`most_at_once` the most groups alive at once (tests
+    hold it to 1 past the budget, and to the groups' number within it).
     """
 
     def __init__(self, paths: list[Any], trace_ids: list[str], executor: Callable | None = None,
@@ -335,7 +337,7 @@ class PartitionedEvents:
         self._alive = 0
         self._whole: pl.DataFrame | None = None
         self._last: tuple[tuple[int, ...], pl.DataFrame] | None = None
-        self._kept: dict[tuple[int, ...], pl.DataFrame] = {}  # groups read once and kept (KEPT_GROUP_BYTES)
+        self._kept: dict[tuple[int, ...], pl.DataFrame] = {}  # groups read once and kept (kept_group_bytes)
         self._kept_bytes = 0
         # rules run at once in threads (``analyze``): one reads a group or the whole table at a time, and a
         # measure that goes through several groups holds the others' to theirs, so that one group is in memory
@@ -363,9 +365,10 @@ class PartitionedEvents:
 
     def map(self, fn: Callable, *args: Any, threads: int = 1) -> list[Any]:
         """``[fn(events, *args)]`` for every group of partitions (:meth:`groups`; on a cluster, every partition),
-        in table order; one group in memory at a time here. ``fn`` must not assume one trace per call.
+        in table order; here, one group in memory at a time beside the kept ones. ``fn`` must not assume one
+        trace per call.
 
-        ``threads`` > 1: where every group can be kept (:data:`KEPT_GROUP_BYTES`, judged from the first group's
+        ``threads`` > 1: where every group can be kept (:func:`kept_group_bytes`, judged from the first group's
         memory per row), ``fn`` runs on that many groups at once, in threads (``fn`` must be safe to, as polars
         and numpy work is); else one group after the other, as without."""
         if self.executor is not None:
@@ -401,7 +404,7 @@ class PartitionedEvents:
     def group(self, indices: list[int]) -> pl.DataFrame:
         """The events of the partitions ``indices``, in that order, read from their files as one frame.
 
-        Groups are kept for the rest of the analysis while together they take at most :data:`KEPT_GROUP_BYTES`:
+        Groups are kept for the rest of the analysis while together they take at most :func:`kept_group_bytes`:
         measure after measure then reads each rank's file once. Past that budget the last group read is kept
         until another is asked for, so that only one of those is in memory at a time.
         """
@@ -414,13 +417,10 @@ class PartitionedEvents:
                 return self._last[1]
             self._last = None  # let the previous group go before reading the next one
             # one call: the files are read in parallel; one chunk, not one per file (a filter on 1,000 chunks of
-            # 4 rows took 90 ms, on one chunk 5 ms)
-            if len(indices) == 1:  # a large rank alone: its all-null columns take no memory (read_events)
-                from traceparse.events_file import read_events
+            # 4 rows took 90 ms, on one chunk 5 ms); the columns null in every rank of the group take no memory
+            from traceparse.events_file import read_events
 
-                events = read_events(self.paths[indices[0]]).rechunk()
-            else:
-                events = pl.read_parquet([self.paths[i] for i in indices]).rechunk()
+            events = read_events([self.paths[i] for i in indices]).rechunk()
             size = events.estimated_size()
             if self._kept_bytes + size <= kept_group_bytes():
                 self._kept[key] = events

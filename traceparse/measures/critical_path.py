@@ -40,6 +40,7 @@ not a few dozen per rank); :func:`critical_paths` walks it for each step window 
 
 from __future__ import annotations
 
+import os
 from array import array
 from typing import Any, Callable, Iterable
 
@@ -522,7 +523,7 @@ class DependencyGraph(Measure):
         if isinstance(events, PartitionedEvents) and events.executor is None and events.paths:
             # a run read here, group by group: each group's edges as they are, concatenated once (packed into a
             # row of lists, as a part sent from a Dask worker must be, they were copied twice more, and every
-            # rank's packed part was still held while the graph was built: 2.6 -> 1.9 GB for 8 ranks of 140 MB)
+            # rank's packed part was still held while the graph was built: 2.6 -> 2.0 GB for 8 ranks of 140 MB)
             edges, comm = [], []
             for own in events.map(self._own_of_group, wait, wake, threads=_threads()):
                 if own is not None:
@@ -568,8 +569,6 @@ class DependencyGraph(Measure):
 
 def _threads() -> int:
     """Groups of a run whose edges are built at once: two where this process may use two cores or more."""
-    import os
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(2, cores)
 
