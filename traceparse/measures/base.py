@@ -388,11 +388,12 @@ class PartitionedEvents:
     def _all_kept(self, groups: list[list[int]]) -> bool:
         """Whether ``groups`` are all kept, or all would be: their rows at the memory per row of a group read
         already, within :func:`kept_group_bytes`."""
-        if all(tuple(g) in self._kept for g in groups):
-            return True
-        if self.sizes is None or not self._kept:
-            return False
-        key, frame = next(iter(self._kept.items()))
+        with self._reading:  # (another thread may be keeping a group)
+            if all(tuple(g) in self._kept for g in groups):
+                return True
+            if self.sizes is None or not self._kept:
+                return False
+            key, frame = next(iter(self._kept.items()))
         rows = sum(self.sizes[i] for i in key)
         wanted = sum(self.sizes[i] for g in groups for i in g)
         return rows > 0 and frame.estimated_size() * wanted <= kept_group_bytes() * rows
