@@ -391,3 +391,24 @@ def test_the_kept_groups_budget_follows_a_small_machines_memory(monkeypatch):
 
     monkeypatch.setattr(os, "sysconf", unknown)
     assert base.kept_group_bytes() == 2**30
+
+
+@needs_samples
+@pytest.mark.parametrize("group_rows", [0, 25_000])
+def test_every_measure_on_kept_groups_equals_the_whole_table(runs, group_rows, monkeypatch):
+    """Within the budget a per-trace measure runs on the groups as they are kept (table order) and is sorted by
+    trace id after: the same frame as the whole table's, each rank read once for all the measures."""
+    from traceparse.measures import base
+
+    monkeypatch.setattr(base, "GROUP_ROWS", group_rows)
+    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", 2**30)
+    store, ids = runs
+    for name, run_id in ids.items():
+        whole = store.load_run(run_id).events
+        table = store.load_run(run_id, lazy=True).events
+        for measure_name, measure in measures.MEASURES.items():
+            assert measure(table).equals(measure(whole)), (name, measure_name)
+        ranks = len(table.paths)
+        assert table.loaded == ranks and table.whole_loads == 0, (name, table.loaded)
+        if group_rows == 25_000:
+            assert 1 < len(table.groups()) < ranks

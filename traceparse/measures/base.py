@@ -458,7 +458,18 @@ class PartitionedEvents:
             if not finish:
                 return measure.combine([rank_result(self.group(g), measure, params, False) for g in groups],
                                        **params)
-            # per-trace results in trace-id order (the order combine sorts by): groups of partitions in that order
+            # per-trace results in trace-id order (the order combine sorts by). Where the groups are kept, from
+            # the groups as they are kept (in table order), sorted by trace id after (a trace's rows do not depend
+            # on the other traces of its group, and keep their order: the sort is stable); else from groups of
+            # partitions in trace-id order, read one at a time
+            # (nothing kept yet: the first group is read to judge by; its result is lost at most once, past the
+            # budget)
+            first = rank_result(self.group(groups[0]), measure, params, True) if not self._kept else None
+            if self._all_kept(groups):
+                parts = [first if first is not None and i == 0 else rank_result(self.group(g), measure, params, True)
+                         for i, g in enumerate(groups)]
+                if all("trace_id" in part.columns for part in parts):
+                    return pl.concat(parts).sort("trace_id", maintain_order=True)
             by_id = sorted(range(len(self.paths)), key=lambda i: self.trace_ids[i])
             return pl.concat([rank_result(self.group(g), measure, params, True) for g in self.groups(by_id)])
 
