@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import threading
 import time
 
@@ -183,12 +184,12 @@ def test_the_costliest_rule_starts_first_and_the_findings_keep_their_order(monke
 
 def test_how_many_rules_run_at_once(monkeypatch):
     trace = _tiny()
-    monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert rule_threads(trace) == analysis.RULE_THREADS == 2
     assert rule_threads(trace, 7) == 7 and rule_threads(trace, 0) == 1
-    monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert rule_threads(trace) == 1  # one core: one at a time
-    monkeypatch.setattr(analysis.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(analysis, "LARGE_TABLE_ROWS", 0)
     assert rule_threads(trace) == 1  # a table over the line: one at a time (memory)
     monkeypatch.setattr(analysis, "LARGE_TABLE_ROWS", 1)

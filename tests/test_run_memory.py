@@ -82,13 +82,18 @@ def test_rank_by_rank_gives_the_whole_table_findings_with_one_rank_in_memory(run
 
 
 @needs_samples
+@pytest.mark.parametrize("kept", [False, True])
 @pytest.mark.parametrize("group_rows", [0, 25_000, None])
-def test_every_measure_on_the_partitions_equals_the_whole_table(runs, group_rows, monkeypatch):
-    """Each rank alone (0), two ranks a group (25,000 rows; a sample rank has about 10,400), every rank together."""
+def test_every_measure_on_the_partitions_equals_the_whole_table(runs, group_rows, kept, monkeypatch):
+    """Each rank alone (0), two ranks a group (25,000 rows; a sample rank has about 10,400), every rank together;
+    past the budget (one group in memory at a time) and within it (each rank read once for all the measures; a
+    per-trace measure on the groups as kept, in table order, sorted by trace id after)."""
     from traceparse.measures import base
 
     if group_rows is not None:
         monkeypatch.setattr(base, "GROUP_ROWS", group_rows)
+    if kept:
+        monkeypatch.setattr(base, "KEPT_GROUP_BYTES", 2**30)
     store, ids = runs
     for name, run_id in ids.items():
         whole = store.load_run(run_id).events
@@ -98,10 +103,13 @@ def test_every_measure_on_the_partitions_equals_the_whole_table(runs, group_rows
         # per-trace results are concatenated in trace-id order (what combine sorts by), not rank order
         order = [t for t in table.trace_ids]
         assert order != sorted(order) or name == "synthetic6"
-        assert table.most_at_once == 1 and table.whole_loads == 0
+        assert table.whole_loads == 0
+        if kept:
+            assert table.loaded == len(table.paths), (name, table.loaded)
+        else:
+            assert table.most_at_once == 1
         if group_rows == 25_000:
             assert 1 < len(table.groups()) < len(table.paths), [table.sizes, table.groups()]
-
 
 @needs_samples
 def test_the_lazy_table_answers_filters_and_aggregates_and_falls_back_to_the_whole_table(runs, monkeypatch):
@@ -391,24 +399,3 @@ def test_the_kept_groups_budget_follows_a_small_machines_memory(monkeypatch):
 
     monkeypatch.setattr(os, "sysconf", unknown)
     assert base.kept_group_bytes() == 2**30
-
-
-@needs_samples
-@pytest.mark.parametrize("group_rows", [0, 25_000])
-def test_every_measure_on_kept_groups_equals_the_whole_table(runs, group_rows, monkeypatch):
-    """Within the budget a per-trace measure runs on the groups as they are kept (table order) and is sorted by
-    trace id after: the same frame as the whole table's, each rank read once for all the measures."""
-    from traceparse.measures import base
-
-    monkeypatch.setattr(base, "GROUP_ROWS", group_rows)
-    monkeypatch.setattr(base, "KEPT_GROUP_BYTES", 2**30)
-    store, ids = runs
-    for name, run_id in ids.items():
-        whole = store.load_run(run_id).events
-        table = store.load_run(run_id, lazy=True).events
-        for measure_name, measure in measures.MEASURES.items():
-            assert measure(table).equals(measure(whole)), (name, measure_name)
-        ranks = len(table.paths)
-        assert table.loaded == ranks and table.whole_loads == 0, (name, table.loaded)
-        if group_rows == 25_000:
-            assert 1 < len(table.groups()) < ranks

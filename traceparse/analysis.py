@@ -6,12 +6,12 @@ import contextvars
 import datetime as _dt
 import json
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 import polars as pl
 
+from traceparse.cores import usable_cores
 from traceparse.errors import InputError
 from traceparse.measures.base import LARGE_TABLE_ROWS, sharing, table_rows
 from traceparse.plugins import Registry, registry as default_registry
@@ -93,8 +93,7 @@ def rule_threads(trace: Trace, requested: int | None = None) -> int:
     if getattr(events, "executor", None) is not None:
         return 1
     rows = table_rows(events)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(RULE_THREADS, cores) if rows <= LARGE_TABLE_ROWS else 1
+    return min(RULE_THREADS, usable_cores()) if rows <= LARGE_TABLE_ROWS else 1
 
 
 def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str, dict[str, Any]] | None = None,

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 
 import polars as pl
 
+from traceparse.cores import usable_cores
 from traceparse.errors import InputError
 from traceparse.events_file import read_events
 from traceparse.store import Store
@@ -66,7 +67,7 @@ def connected(address: str) -> Iterator[Any]:
         count = address.partition(":")[2]
         if count and not count.isdigit():
             raise InputError(f"--scheduler {address!r}: expected local or local:N (N worker processes)")
-        n = int(count) if count else max(1, len(os.sched_getaffinity(0)))
+        n = int(count) if count else usable_cores()
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                 Client(cluster) as client:
             yield client

@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 import polars as pl
 
+from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
@@ -463,13 +464,6 @@ def _hashes(groups: list[list[Path]]) -> list[str]:
 
     with ThreadPoolExecutor(max_workers=min(len(groups), _cores()), thread_name_prefix="traceparse-hash") as pool:
         return list(pool.map(sha256_of, groups))
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _share_cores(tasks: list[tuple], workers: int) -> list[tuple]:

@@ -378,14 +378,14 @@ class PartitionedEvents:
             return [fn(self.group(groups[0]), *args)]
         with self._one_group:
             first = fn(self.group(groups[0]), *args)
-            if threads > 1 and self._all_kept(groups):
+            if threads > 1 and self._all_fit(groups):
                 from concurrent.futures import ThreadPoolExecutor
 
                 with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="traceparse-group") as pool:
                     return [first, *pool.map(lambda g: fn(self.group(g), *args), groups[1:])]
             return [first, *(fn(self.group(g), *args) for g in groups[1:])]
 
-    def _all_kept(self, groups: list[list[int]]) -> bool:
+    def _all_fit(self, groups: list[list[int]]) -> bool:
         """Whether ``groups`` are all kept, or all would be: their rows at the memory per row of a group read
         already, within :func:`kept_group_bytes`."""
         with self._reading:  # (another thread may be keeping a group)
@@ -458,16 +458,14 @@ class PartitionedEvents:
             if not finish:
                 return measure.combine([rank_result(self.group(g), measure, params, False) for g in groups],
                                        **params)
-            # per-trace results in trace-id order (the order combine sorts by). Where the groups are kept, from
-            # the groups as they are kept (in table order), sorted by trace id after (a trace's rows do not depend
-            # on the other traces of its group, and keep their order: the sort is stable); else from groups of
-            # partitions in trace-id order, read one at a time
-            # (nothing kept yet: the first group is read to judge by; its result is lost at most once, past the
-            # budget)
-            first = rank_result(self.group(groups[0]), measure, params, True) if not self._kept else None
-            if self._all_kept(groups):
-                parts = [first if first is not None and i == 0 else rank_result(self.group(g), measure, params, True)
-                         for i, g in enumerate(groups)]
+            # per-trace results in trace-id order (the order combine sorts by). Where the groups fit the budget,
+            # from the groups as they are kept (in table order), sorted by trace id after (a trace's rows do not
+            # depend on the other traces of its group, and keep their order: the sort is stable); else from
+            # groups of partitions in trace-id order, read one at a time. With nothing kept yet the first group
+            # is read to judge by (its result is lost at most once, past the budget).
+            parts = [] if self._kept else [rank_result(self.group(groups[0]), measure, params, True)]
+            if self._all_fit(groups):
+                parts += [rank_result(self.group(g), measure, params, True) for g in groups[len(parts):]]
                 if all("trace_id" in part.columns for part in parts):
                     return pl.concat(parts).sort("trace_id", maintain_order=True)
             by_id = sorted(range(len(self.paths)), key=lambda i: self.trace_ids[i])

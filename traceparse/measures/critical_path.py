@@ -40,7 +40,6 @@ not a few dozen per rank); :func:`critical_paths` walks it for each step window 
 
 from __future__ import annotations
 
-import os
 from array import array
 from typing import Any, Callable, Iterable
 
@@ -48,6 +47,7 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
+from traceparse.cores import usable_cores
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
@@ -569,8 +569,7 @@ class DependencyGraph(Measure):
 
 def _threads() -> int:
     """Groups of a run whose edges are built at once: two where this process may use two cores or more."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(2, cores)
+    return min(2, usable_cores())
 
 
 def _concat_cleared(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -975,7 +974,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
     walked_rows = pl.Series(rows.to_numpy()[walked], dtype=pl.Int64)
     made = _segment_columns()
-    wanted = [c for c in SEGMENT_SCHEMA if columns is None or c in set(columns)]
+    asked = set(SEGMENT_SCHEMA if columns is None else columns)
+    wanted = [c for c in SEGMENT_SCHEMA if c in asked]
     needed = {name for c in wanted for name in made[c][1]}
     segments = pl.concat([
         per.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(reps)), reps), dtype=pl.Int64))),

@@ -32,6 +32,7 @@ import msgspec
 import polars as pl
 
 from traceparse import units
+from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError, bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
@@ -573,14 +574,6 @@ def _requested(requested: int | None, variable: str) -> int | None:
     if requested is None and os.environ.get(variable, "").strip().isdigit():
         requested = int(os.environ[variable])
     return None if requested is None else max(0, int(requested))
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def content_bytes(path: Path) -> int:
