@@ -40,7 +40,6 @@ not a few dozen per rank); :func:`critical_paths` walks it for each step window 
 
 from __future__ import annotations
 
-from array import array
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -48,6 +47,7 @@ import polars as pl
 
 from traceparse import expr
 from traceparse.cores import usable_cores
+from traceparse.measures import path_walk
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
@@ -915,59 +915,38 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     # each node's critical in-edge (the row of crit; of two, the later row, as a dict keeps), -1 for none
     into = np.full(len(nodes.times), -1, dtype=np.int64)
     into[nodes.ids(crit, "dst")] = np.arange(crit.height, dtype=np.int64)
-    # plain int64 arrays the walk indexes one item at a time (as fast as lists here, without a Python int object
-    # per node: lists of the 1 GB trace's 9 million nodes took 0.6 GB)
-    into = array("q", into.tobytes())
-    src_id = array("q", np.asarray(nodes.ids(crit, "src"), dtype=np.int64).tobytes())
-    src_ns = array("q", np.asarray(crit["src_ns"].to_numpy(), dtype=np.int64).tobytes())  # never null: src <= dst
+    src_id = np.asarray(nodes.ids(crit, "src"), dtype=np.int64)
+    src_ns = np.asarray(crit["src_ns"].to_numpy(), dtype=np.int64)  # never null: src <= dst
     times = nodes.times
     windows = windows.sort("trace_id", "step", nulls_last=False)
     if "rank" not in windows.columns:
         windows = windows.with_columns(rank=pl.lit(None, dtype=pl.Int32))
-    paths, counts, lasts = [], [], []
-    walked = array("q")  # the critical edges walked, all paths one after the other (8 bytes each, no int objects)
-    step_on = walked.append
-    # the walk backwards, each node's critical edge in turn: one pass over plain integers (the path's segments
-    # are then gathered from crit in one query, not built row by row). A node seen twice ends the walk; edges
-    # never run forwards in time, so only a node left at an unchanged time can come round again: only those
-    # are remembered.
-    bounds = windows.select("trace_id", "rank", "step", "start_ns", "end_ns").iter_rows()
-    for trace, rank, step, w_start, w_end in bounds:
+    bounds = windows.select("trace_id", "rank", "step", "start_ns", "end_ns")
+    # each window's last node: the trace's last node at or before the window's end (-1: none)
+    start = np.full(bounds.height, -1, dtype=np.int64)
+    for w, (trace, w_end) in enumerate(zip(bounds["trace_id"].to_list(), bounds["end_ns"].to_list())):
         lo, hi = nodes.span(trace)
         at = lo + int(np.searchsorted(times[lo:hi], w_end, side="right")) - 1
-        step_ns = w_end - w_start
-        if at < lo:
-            paths.append((trace, rank, step, w_start, w_end, step_ns, 0, step_ns, 0))
-            counts.append(0)
-            lasts.append(0)
-            continue
-        last = t = int(times[at])
-        node, seen, before = at, set(), len(walked)
-        while t > w_start:
-            i = into[node]
-            if i < 0 or node in seen:
-                break
-            earlier = src_ns[i]
-            if earlier > t:  # a dependency after what it held: nodes of two traces under one id (a table whose
-                break        # event ids repeat within a trace id); the walk stops instead of going round forever
-            step_on(i)
-            if earlier == t:
-                seen.add(node)
-            node, t = src_id[i], earlier
-        n = len(walked) - before
-        length = last - max(t, w_start) if n else 0  # the segments tile [where it stopped, its end]
-        paths.append((trace, rank, step, w_start, w_end, step_ns, length, step_ns - length, n))
-        counts.append(n)
-        lasts.append(last)
+        if at >= lo:
+            start[w] = at
+    last = np.where(start >= 0, times[np.maximum(start, 0)] if len(times) else 0, 0).astype(np.int64)
+    w_start = bounds["start_ns"].to_numpy().astype(np.int64)
+    step_ns = bounds["end_ns"].to_numpy().astype(np.int64) - w_start
+    # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from crit in
+    # one query, not built row by row)
+    walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last, w_start)
+    # the segments tile [where the walk stopped, its last node]
+    length = np.where(reps > 0, last - np.maximum(reached, w_start), 0)
+    paths = bounds.select("trace_id", "rank", "step", "start_ns", "end_ns").with_columns(
+        step_ns=pl.Series(step_ns, dtype=pl.Int64), length_ns=pl.Series(length, dtype=pl.Int64),
+        unexplained_ns=pl.Series(step_ns - length, dtype=pl.Int64), segments=pl.Series(reps, dtype=pl.Int64))
     # each segment ends where the next one (walking back) starts; a path's first one at its last node
-    walked = np.frombuffer(walked, dtype=np.int64) if len(walked) else np.zeros(0, dtype=np.int64)
-    reps = np.asarray(counts, dtype=np.int64)
     first = np.concatenate([[0], np.cumsum(reps)[:-1]]).astype(np.int64) if len(reps) else reps
     ends = np.empty(len(walked), dtype=np.int64)
     if len(walked):
-        ends[1:] = crit["src_ns"].to_numpy()[walked[:-1]]
-        ends[first[reps > 0]] = np.asarray(lasts, dtype=np.int64)[reps > 0]
-    paths = pl.DataFrame(paths, schema=PATH_SCHEMA, orient="row")
+        ends[1:] = src_ns[walked[:-1]]
+        ends[first[reps > 0]] = last[reps > 0]
+    paths = paths.cast(PATH_SCHEMA)
     # the trace ids as ``texts`` from the start (the walked edges' texts made once, not as text first: 4 million
     # segments of 8 ranks of 140 MB)
     per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
