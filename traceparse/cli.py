@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print("traceparse: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        return _closed_pipe()
     except OSError as exc:  # the file system said no (io.UnsupportedOperation, a bug, is not one)
         if isinstance(exc, io.UnsupportedOperation):
             return _internal(exc)
@@ -149,6 +149,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:  # a bug, not bad input: one line unless debugging
         return _internal(exc)
+
+
+#: The exit status of a program whose output pipe was closed: a shell's for one killed by SIGPIPE (128 + 13).
+CLOSED_PIPE = 141
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``traceparse analyze | head``): nothing more is written (stdout goes to
+    the null device, so the interpreter's last flush cannot fail again) and the status says the output was cut:
+    not 0, which ``set -o pipefail`` would take for a finished report, nor 1, ``--fail-on``'s verdict."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's buffer): nothing to redirect
+        pass
+    return CLOSED_PIPE
 
 
 def _internal(exc: Exception) -> int:

@@ -91,6 +91,11 @@ class SafeConsole(Console):
         """:meth:`rich.console.Console.render`, with control characters made visible."""
         return visible_segments(super().render(renderable, options))
 
+    def on_broken_pipe(self) -> None:
+        """The reader of the output went away (``traceparse analyze | head``): raised for the command line to end
+        as a program killed by the closed pipe would, instead of rich's exit status 1 (``--fail-on``'s verdict)."""
+        raise BrokenPipeError
+
 
 _QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
 
