@@ -10,7 +10,7 @@ from rich.console import Console
 
 from helpers import FIXTURES, run_cli
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, _cell, _format_column, figure_label, fmt_unit, render_findings,
-                               shown_figures)
+                               shown_figures, unsaid_figures)
 
 CASES = ["torch/resnet18_bs16.json.gz", "nsys/resnet18_bs8.sqlite.gz", "ncu/ncu_raw_vgg11_bs16.csv",
          "tau/real/cpi-mpi", "nvprof/real/rlscope_gpu_trace.csv", "torch/multirank/gloo4_slow_rank2"]
@@ -85,17 +85,24 @@ def test_no_number_is_cut(rendered, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_headline_figures_and_no_python_reprs(rendered, case):
+    """Every headline figure is on screen: in the panel's figures, or in its sentence (the text read across its
+    wrapped lines), where the panel does not show it a second time."""
     findings, text = rendered[case]
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
     for f in findings:
         shown = dict(shown_figures(f))
+        grid = dict(unsaid_figures(f))
         for key, unit in f.figures.items():
             label = f.labels.get(key) or figure_label(key, unit)
             if unit == "problem_count" and f.metrics.get(key) == 0:
                 assert label not in shown, (f.rule, key)  # nothing left out: a zero says nothing
                 continue
-            assert label in shown and label in text, (f.rule, key)
-            if unit not in ("text", "name"):
-                assert fmt_unit(unit, f.metrics.get(key)) in text, (f.rule, key)
+            value = fmt_unit(unit, f.metrics.get(key))
+            assert label in shown, (f.rule, key)
+            if label in grid:
+                assert label in text and (unit in ("text", "name") or value in text), (f.rule, key)
+            else:  # said in the sentence
+                assert value in f.message and value in flat, (f.rule, key)
     cells = [c.strip() for line in text.splitlines() for c in re.split(r"[│┃]", line)]
     assert not {"True", "False", "None"} & set(cells)
 
@@ -143,3 +150,19 @@ def test_width_below_40_or_not_a_number_is_refused(tmp_path, value, capsys):
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == ("traceparse analyze: error: argument --width: expected a whole number of columns from 40 to "
                     f"10,000, got '{value}'")
+
+
+def test_a_figure_the_sentence_gives_is_not_shown_again():
+    """By hand: the sentence gives 745 gaps and 23.59 ms; 7,450 and 1,745 are other numbers, 0.0% is two figures'
+    value (which one the sentence means cannot be told), and a figure that is no number is always shown."""
+    from traceparse.rule import Finding
+
+    message = "The GPU ran nothing for 23.59 ms: 1,745 rows, 7,450 calls, in 745 gaps; other 0.0%, host -."
+    metrics = {"idle_ns": 23_590_000, "gaps": 745, "rows": 745_0, "calls": 1745, "other_pct": 0.0,
+               "kernel_pct": 0.0, "busy_ns": 9_541_000, "rank": "-"}
+    figures = {"idle_ns": "ns", "gaps": "count", "rows": "count", "calls": "count", "other_pct": "pct",
+               "kernel_pct": "pct", "busy_ns": "ns", "rank": "text"}
+    finding = Finding(rule="r", severity="info", title="t", message=message, metrics=metrics, figures=figures)
+    assert dict(shown_figures(finding)) == {"idle": "23.59 ms", "gaps": "745", "rows": "7,450", "calls": "1,745",
+                                            "other": "0.0%", "kernel": "0.0%", "busy": "9.541 ms", "rank": "-"}
+    assert unsaid_figures(finding) == [("other", "0.0%"), ("kernel", "0.0%"), ("busy", "9.541 ms"), ("rank", "-")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -374,7 +375,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     style = SEVERITY_STYLE.get(finding.severity, "white")
     inner = max(20, width - 4)  # the panel's border and padding
     parts: list[Any] = [literal(finding.message)]
-    pairs = shown_figures(finding)
+    pairs = unsaid_figures(finding)
     if pairs:
         widest = max(len(label) + len(value) for label, value in pairs)
         # two figures a line where every pair fits in half the panel; else one a line, long values wrapping
@@ -455,6 +456,21 @@ def shown_figures(finding: Finding) -> list[tuple[str, str]]:
         label = finding.labels.get(key) or (figure_label(key, unit) if finding.figures else key)
         pairs.append((label, fmt_unit(unit, value)))
     return pairs
+
+
+def unsaid_figures(finding: Finding) -> list[tuple[str, str]]:
+    """The headline figures (:func:`shown_figures`) that the finding's sentence does not already give: a panel
+    on screen shows the sentence and then only these, not every figure a second time (JSON and the HTML report
+    keep them all). A figure counts as said where its shown value is a number, a whole word of the sentence, and
+    no other figure shows the same value (which of them the sentence meant cannot be told)."""
+    pairs = shown_figures(finding)
+    times = Counter(value for _, value in pairs)
+
+    def said(value: str) -> bool:
+        return (times[value] == 1 and any(c.isdigit() for c in value)
+                and re.search(r"(?<![\w.,])" + re.escape(value) + r"(?!\w|[.,]\d)", finding.message) is not None)
+
+    return [(label, value) for label, value in pairs if not said(value)]
 
 
 def finding_figures(finding: Finding) -> dict[str, str]:

@@ -167,13 +167,13 @@ class GpuIdle(Rule):
         if n_dev > 1:
             message = (f"The {n_dev} GPUs ran nothing for {fmt_pct(idle_pct or 0)} of their time between first and "
                        f"last activity ({fmt_ns(idle_ns / n_dev)} of {fmt_ns(span_ns / n_dev)} a GPU on average), "
-                       f"in {n_gaps} gaps")
+                       f"in {n_gaps:,} gaps")
         else:
             message = (f"The GPU ran nothing for {fmt_ns(idle_ns)} of {fmt_ns(span_ns)} between first and last "
-                       f"activity: {fmt_pct(idle_pct or 0)} idle, in {n_gaps} gaps")
+                       f"activity: {fmt_pct(idle_pct or 0)} idle, in {n_gaps:,} gaps")
         message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
-            message += f" {untimed} aggregated GPU rows left out: they have no start time."
+            message += f" {untimed:,} aggregated GPU rows left out: they have no start time."
         breakdown, streams, sentence = self._breakdown(events, t, ranks, idle_ns)
         message += sentence
         activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
