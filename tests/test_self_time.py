@@ -199,7 +199,8 @@ def test_hotspots_rank_self_time(path):
 def test_last_open_is_the_last_row_of_the_run_still_open_by_brute_force():
     """``nesting.last_open`` (the descent behind every nesting and gpu-idle's wait gaps) against its definition,
     max{j : first <= j < limit, end_j > at}, on 2,000 random tables of up to four runs: queries at every row's
-    start, at times between and past the rows, with no row started yet, and at the largest time there is."""
+    start, at times between and past the rows, with no row started yet, and at the largest time there is; the
+    queries in any order, and in run order (every caller's, which finds the runs without a sort)."""
     import numpy as np
 
     from traceparse.measures.nesting import last_open
@@ -214,6 +215,8 @@ def test_last_open_is_the_last_row_of_the_run_still_open_by_brute_force():
         if len(start) == 0:
             continue
         queries = rng.integers(0, len(start), 30)  # a row's run: from its first row to past its last
+        if rng.random() < 0.5:
+            queries = np.sort(queries)
         first = firsts[queries]
         last = first + sizes[np.searchsorted(np.cumsum(sizes), queries, side="right")]
         limit = np.array([int(rng.integers(f, l + 1)) for f, l in zip(first, last)], dtype=np.int64)
