@@ -28,7 +28,12 @@ def next_edges(into: np.ndarray, src_id: np.ndarray, src_ns: np.ndarray) -> np.n
     following = into[src_id] if n else np.zeros(0, dtype=np.int64)
     ok = following >= 0
     ok[ok] = src_ns[following[ok]] <= src_ns[ok]
-    return np.where(ok, following, n)
+    return np.where(ok, following, n).astype(_index_type(n), copy=False)
+
+
+def _index_type(n: int) -> type:
+    """The integer type of an index up to ``n`` (a graph's edges: 4 bytes each below two billion, not 8)."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
 
 
 def has_cycle(succ: np.ndarray, src_ns: np.ndarray) -> bool:
@@ -42,8 +47,8 @@ def has_cycle(succ: np.ndarray, src_ns: np.ndarray) -> bool:
     m = len(flat)
     if m == 0:
         return False
-    place = np.full(n + 1, m, dtype=np.int64)
-    place[flat] = np.arange(m, dtype=np.int64)
+    place = np.full(n + 1, m, dtype=_index_type(n))
+    place[flat] = np.arange(m)
     jump = np.append(place[succ[flat]], m)  # m: the chain ends (or leaves the flat edges, where it cannot return)
     for _ in range(int(m).bit_length() + 1):
         jump = jump[jump]
@@ -95,7 +100,7 @@ def walk_chains(into: np.ndarray, src_id: np.ndarray, src_ns: np.ndarray, start:
     ranks of the 139 MB trace: 2.7 s one at a time)."""
     n = len(src_ns)
     succ = next_edges(into, src_id, src_ns) if succ is None else succ
-    succ = np.append(succ, n)  # n: the end, which leads to itself
+    succ = np.append(succ, n).astype(_index_type(n), copy=False)  # n: the end, which leads to itself
     ns = np.append(src_ns, _NONE)
     first = np.full(len(start), n, dtype=np.int64)
     has = start >= 0
@@ -120,7 +125,7 @@ def walk_chains(into: np.ndarray, src_id: np.ndarray, src_ns: np.ndarray, start:
     walks, heads = np.concatenate(walks), np.concatenate(heads)
     order = np.argsort(walks, kind="stable")  # each walk's blocks together, in the order they were found
     walks, heads = walks[order], heads[order]
-    steps = np.empty((BLOCK, len(heads)), dtype=np.int64)
+    steps = np.empty((BLOCK, len(heads)), dtype=succ.dtype)
     edge = heads
     for k in range(BLOCK):
         steps[k] = edge
@@ -139,7 +144,7 @@ def walk_chains(into: np.ndarray, src_id: np.ndarray, src_ns: np.ndarray, start:
     counts = np.zeros(len(start), dtype=np.int64)
     counts[owner[begins]] = taken
     within = np.arange(len(steps), dtype=np.int64) - np.repeat(begins, sizes)
-    walked = steps[within < np.repeat(taken, sizes)]
+    walked = steps[within < np.repeat(taken, sizes)].astype(np.int64)
     reached = start_ns.astype(np.int64).copy()
     last = begins + taken - 1
     reached[owner[begins]] = ns[steps[last]]
