@@ -142,7 +142,7 @@ def test_gpu_busy_and_gpu_idle_name_one_whole_alike(tmp_path, paths, whole):
 
 def test_the_summary_says_its_gpu_time_is_a_sum_beside_gpu_idles_busy_union(tmp_path):
     """The summary's "GPU time" adds the activities' durations (overlapping kernels count twice); gpu-idle's
-    "busy" is their union. Side by side on one screen (9.553 ms against 9.541 ms on the README's trace) the two
+    "GPU busy time" is their union. Side by side on one screen (9.553 ms against 9.541 ms on the README's trace) the two
     read as one figure given twice, unless the first says it is a sum: it does, and it is never the smaller."""
     doc = analyzed((README_TRACE,), tmp_path)
     summary = doc["summary"][0]

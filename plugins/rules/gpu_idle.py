@@ -83,9 +83,10 @@ from traceparse.trace import Trace
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
            "untimed_rows": "problem_count", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
            "other_wait_pct": "pct"}
-#: Screen labels: the span is the GPU's (first to last activity), not the trace's of the summary; the idle share
-#: is not the idle time.
-LABELS = {"span_ns": "GPU span", "idle_pct": "idle share"}
+#: Screen labels: the span is the GPU's (first to last activity), not the trace's of the summary; the busy time is
+#: the time behind the summary's "GPU busy" share (alone under the sentence, "busy" did not say whose); the idle
+#: share is not the idle time.
+LABELS = {"span_ns": "GPU span", "busy_ns": "GPU busy time", "idle_pct": "idle share"}
 #: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
 #: names before and after each gap get the width.
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),

@@ -937,7 +937,7 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last, w_start)
     # the segments tile [where the walk stopped, its last node]
     length = np.where(reps > 0, last - np.maximum(reached, w_start), 0)
-    paths = bounds.select("trace_id", "rank", "step", "start_ns", "end_ns").with_columns(
+    paths = bounds.with_columns(
         step_ns=pl.Series(step_ns, dtype=pl.Int64), length_ns=pl.Series(length, dtype=pl.Int64),
         unexplained_ns=pl.Series(step_ns - length, dtype=pl.Int64), segments=pl.Series(reps, dtype=pl.Int64))
     # each segment ends where the next one (walking back) starts; a path's first one at its last node

@@ -107,7 +107,7 @@ def walk_chains(into: np.ndarray, src_id: np.ndarray, src_ns: np.ndarray, start:
     first[has] = into[start[has]]
     ok = has & (first >= 0) & (start_ns > stop_ns)
     first = np.where(ok, first, n)
-    first[ok & (ns[np.where(ok, first, n)] > start_ns)] = n  # the first edge's source after the walk's start
+    first[ns[first] > start_ns] = n  # the first edge's source after the walk's start
     jump = _power(succ, BLOCK)
     # the first edge of each block: a walk needs the next block while its last block's first edge is after
     # its stop (times never increase along a chain, so once one is not, the walk ends within that block)
