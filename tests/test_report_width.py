@@ -166,3 +166,25 @@ def test_a_figure_the_sentence_gives_is_not_shown_again():
     assert dict(shown_figures(finding)) == {"idle": "23.59 ms", "gaps": "745", "rows": "7,450", "calls": "1,745",
                                             "other": "0.0%", "kernel": "0.0%", "busy": "9.541 ms", "rank": "-"}
     assert unsaid_figures(finding) == [("other", "0.0%"), ("kernel", "0.0%"), ("busy", "9.541 ms"), ("rank", "-")]
+
+
+def test_the_tally_of_findings_reads_as_a_sentence():
+    """By hand: findings with something to say are counted by severity; the quiet ones (``silent``, all info) are
+    rules with nothing to report; with none to count the line says "no findings", not "0 findings: none"."""
+    from traceparse.report import _severity_counts, _tally
+    from traceparse.rule import Finding
+
+    def finding(severity):
+        return Finding(rule="r", severity=severity, title="t", message="m")
+
+    def plain(markup):
+        return re.sub(r"\[/?[a-z ]+\]", "", markup)
+
+    two = [finding("critical"), finding("warning"), finding("info")]
+    assert plain(_tally(two, silent=1)) == "2 findings: 1 critical, 1 warning; 1 rule with nothing to report"
+    assert plain(_tally(two[:1])) == "1 finding: 1 critical"
+    assert plain(_tally([finding("info")], silent=1)) == "no findings; 1 rule with nothing to report"
+    assert plain(_tally([finding("info")] * 3, silent=3)) == "no findings; 3 rules with nothing to report"
+    assert _tally([]) == "no findings"
+    assert plain(_severity_counts([finding("info")], silent=1)) == "none; 1 rule with nothing to report"
+    assert plain(_severity_counts(two + [finding("warning")])) == "1 critical, 2 warnings, 1 info"

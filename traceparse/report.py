@@ -301,7 +301,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
 
         span = summary.get("span_ns")
         silent = sum(1 for f in findings if is_quiet(f, span))
-        grid.add_row("findings", Text.from_markup(_tally(list(findings), silent).partition(": ")[2]))
+        grid.add_row("findings", Text.from_markup(_severity_counts(list(findings), silent)))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
 
 
@@ -356,15 +356,25 @@ def _trace_name(meta: TraceMeta | None, trace_id: str) -> str:
 
 
 def _tally(findings: list[Finding], silent: int = 0) -> str:
-    """"2 findings: 1 critical, 1 warning; 11 rules with nothing to report" (markup): the ``silent`` findings
-    with nothing to say (all info, :func:`traceparse.analysis.is_quiet`) are not counted as findings."""
+    """"2 findings: 1 critical, 1 warning; 11 rules with nothing to report" (markup), or "no findings; ...": the
+    ``silent`` findings with nothing to say (all info, :func:`traceparse.analysis.is_quiet`) are not counted as
+    findings."""
+    said = len(findings) - silent
+    counts = _severity_counts(findings, silent)
+    if not said:
+        return "no findings" + counts.removeprefix("none")
+    return f"{said} finding{'s' if said != 1 else ''}: {counts}"
+
+
+def _severity_counts(findings: list[Finding], silent: int = 0) -> str:
+    """"1 critical, 1 warning; 11 rules with nothing to report" (markup), "none" for no finding: the summary's
+    line of findings, and :func:`_tally` after its count."""
     counts = {sev: sum(1 for f in findings if f.severity == sev) for sev in reversed(SEVERITIES)}
     counts["info"] -= silent
-    said = len(findings) - silent
     label = {"warning": "warnings"}  # "2 critical", "2 info", but "2 warnings"
     parts = [f"[{SEVERITY_STYLE[sev]}]{n} {label.get(sev, sev) if n != 1 else sev}[/{SEVERITY_STYLE[sev]}]"
              for sev, n in counts.items() if n]
-    text = f"{said} finding{'s' if said != 1 else ''}: " + (", ".join(parts) or "none")
+    text = ", ".join(parts) or "none"
     if silent:
         text += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
     return text
