@@ -188,3 +188,39 @@ def test_the_tally_of_findings_reads_as_a_sentence():
     assert _tally([]) == "no findings"
     assert plain(_severity_counts([finding("info")], silent=1)) == "none; 1 rule with nothing to report"
     assert plain(_severity_counts(two + [finding("warning")])) == "1 critical, 2 warnings, 1 info"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_items_table_after_tables_of_metrics_has_its_title(rendered, case):
+    """Where a finding draws tables of its metrics, its items' table comes after them under a title of its own,
+    so that its rows are not read as more rows of the table above; the title is the line above its header."""
+    findings, text = rendered[case]
+    lines = _rows(text)
+    checked = 0
+    for f in findings:
+        drawn = [k for k in f.tables if isinstance(f.metrics.get(k), dict) and f.metrics[k]]
+        if not (f.items and drawn):
+            continue
+        assert f.items_title, f"{f.rule}: items after the tables {drawn} have no title"
+        columns = [c.label for c in f.columns if c.key in f.items[0]]
+        at = [i for i, line in enumerate(lines) if line.rstrip() == f.items_title]
+        assert at, f"{f.rule}: no line {f.items_title!r}"
+        header = " ".join(lines[at[0] + 1:at[0] + 3])  # a header may take two lines
+        assert columns[-1].split()[0] in header, (f.rule, header)
+        checked += 1
+    if case.startswith("torch/resnet18"):
+        assert checked >= 3  # gpu-idle, kernel-share, api-share at least
+
+
+def test_the_items_title_in_json_and_html():
+    """``items_title`` is in the JSON form of a finding and the caption of its items' table in the HTML page."""
+    from traceparse.rule import Column, Finding
+    from traceparse_plugins.commands.report.page import finding_html
+
+    f = Finding(rule="r", severity="info", title="t", message="m", items=[{"name": "<b>k</b>", "n": 3}],
+                columns=[Column("name", "name", "name"), Column("n", "n", "count")], items_title="top <kernels>")
+    assert f.to_dict()["items_title"] == "top <kernels>"
+    html = finding_html(f, 0)
+    assert "<caption>top &lt;kernels&gt;</caption>" in html and "&lt;b&gt;k&lt;/b&gt;" in html
+    f.items_title = ""
+    assert "<caption>" not in finding_html(f, 0) and f.to_dict()["items_title"] == ""

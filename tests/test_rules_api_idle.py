@@ -246,8 +246,10 @@ def check_idle(f, events, top):
         assert f.metrics["devices"][str(device)]["idle_ns"] == d["idle"]
         assert f.metrics["devices"][str(device)]["span_ns"] == d["span"]
     origin = min(s for _, s, _, _ in events)
+    # longest first as the screen shows a length (4 significant figures: 169,986 and 170,018 ns are both
+    # 170.0 us), then by start
     all_gaps = sorted(((b - a, a, dev) for dev, d in per_device.items() for a, b in d["gaps"]),
-                      key=lambda g: (-g[0], g[1]))[:top]
+                      key=lambda g: (-float(f"{g[0]:.4g}"), g[1]))[:top]
     assert [(i["length_ns"], i["start_offset_ns"] + origin, i["device_id"]) for i in f.items] == all_gaps
     for item in f.items:
         start = item["start_offset_ns"] + origin
@@ -341,3 +343,41 @@ def test_api_and_idle_rules_do_not_apply_without_their_kinds():
     only_kernels = synthetic([{"kind": "kernel", "name": "k", "start_ns": 0, "duration_ns": 10}])
     assert not plugins.registry().rule("api-share").applies_to(only_kernels)
     assert plugins.registry().rule("gpu-idle").applies_to(only_kernels)
+
+
+def test_a_runs_streams_and_gaps_that_read_alike_are_in_rank_order(tmp_path):
+    """Three ranks of one real trace, rank r's clock stretched by r × 10⁻⁵: every gap and idle time is a few
+    nanoseconds longer on a higher rank, so the exact order is 2, 1, 0, while the screen shows the three alike
+    (4 significant figures). The streams' table and the longest gaps list them 0, 1, 2, as they read."""
+    from helpers import run_cli
+
+    from traceparse.figures import fmt_ns
+
+    doc = json.load(gzip.open(FIXTURES / "torch" / "resnet18_bs16.json.gz"))
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in range(3):
+        stretch = Decimal(1) + Decimal(r) / Decimal(10 ** 5)
+        events = []
+        for e in doc["traceEvents"]:
+            e = dict(e)
+            for key in ("ts", "dur"):
+                if isinstance(e.get(key), (int, float)):
+                    e[key] = float((Decimal(str(e[key])) * stretch).quantize(Decimal("0.001")))
+            events.append(e)
+        rank_doc = {**doc, "traceEvents": events, "distributedInfo": {"backend": "nccl", "rank": r, "world_size": 3}}
+        (run / f"rank{r}.json").write_text(json.dumps(rank_doc))
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", str(run), "--rule", "gpu-idle", "--json")
+    assert code == 0, err
+    f = json.loads(out)["findings"][0]
+    streams = list(f["metrics"]["streams"].items())
+    busiest = [(key, v["idle_ns"]) for key, v in streams[:3]]
+    assert [key.split(":")[0] for key, _ in busiest] == ["rank 0", "rank 1", "rank 2"]
+    assert busiest[0][1] < busiest[1][1] < busiest[2][1]  # exactly, the other way round
+    assert len({fmt_ns(ns) for _, ns in busiest}) == 1  # as shown: alike
+    top = f["items"][:3]
+    assert [i["rank"] for i in top] == [0, 1, 2]
+    assert top[0]["length_ns"] < top[1]["length_ns"] < top[2]["length_ns"]
+    assert len({fmt_ns(i["length_ns"]) for i in top}) == 1
+    shown = [float(f"{i['length_ns']:.4g}") for i in f["items"]]
+    assert shown == sorted(shown, reverse=True)

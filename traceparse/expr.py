@@ -432,6 +432,15 @@ def flat_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return rows.filter(~nested), n_nested
 
 
+def as_shown(column: str) -> pl.Expr:
+    """``column`` rounded to the significant figures the screen shows: a sort key under which rows that read
+    alike (a run's ranks, idle to the microsecond but for a few nanoseconds) tie, so that the next key (the
+    rank) orders them, not nanoseconds no one sees."""
+    from traceparse.figures import digits
+
+    return pl.col(column).cast(pl.Float64).round_sig_figs(digits())
+
+
 def pct(part: float | int | None, whole: float | int | None) -> float | None:
     """100 × part / whole rounded to 4 decimals, or None when whole is 0 or unknown (the ``_pct`` convention).
 

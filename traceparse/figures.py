@@ -25,6 +25,11 @@ def set_digits(n: int | None) -> None:
     _digits = DEFAULT_DIGITS if n is None else max(1, int(n))
 
 
+def digits() -> int:
+    """The significant figures shown now (4, or ``--digits``): what a list sorted as it reads rounds to."""
+    return _digits
+
+
 def decimals_for(peak: float, sig: int | None = None) -> int:
     """Decimals that give ``peak`` ``sig`` significant figures (0 for values of ``sig`` digits or more)."""
     sig = _digits if sig is None else sig

@@ -409,7 +409,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
         items = finding.items
         if columns and columns[0].key in MEMBER_KEYS and len(items) > rows + 1:  # one row per rank: the worst
             items = items[:rows] + [_rest_row(columns[0].key, columns[1:], items[rows:])]
-        parts.extend(_items_table(items, columns, inner))
+        parts.extend(_items_table(items, columns, inner, finding.items_title or None))
     if finding.suggestion:
         parts.append(literal("→ " + finding.suggestion, style="green"))
     title = (f"[{style}]{markup_literal(finding.severity.upper())}[/{style}]  [bold]{markup_literal(finding.rule)}"
@@ -528,9 +528,9 @@ def _rest_row(key: str, columns: list[Column], rows: list[dict]) -> dict:
     return out
 
 
-def _items_table(items: list[dict], columns: list[Column], width: int = 76) -> list[Any]:
-    """The finding's items as a table that fits ``width`` (see :func:`_fitted_table`)."""
-    return _fitted_table(columns, items, width)
+def _items_table(items: list[dict], columns: list[Column], width: int = 76, title: str | None = None) -> list[Any]:
+    """The finding's items as a table that fits ``width`` (see :func:`_fitted_table`), under ``title`` if any."""
+    return _fitted_table(columns, items, width, title=title)
 
 
 #: Units whose cells are text: left-aligned, the only ones that may be shortened.

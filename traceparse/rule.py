@@ -25,6 +25,9 @@ class Finding:
     screen (gpu-idle's ``span_ns`` is "GPU span", not the summary's trace
     "span"); a figure without one is labelled from its key. The renderer shows what is declared and
     guesses nothing; a finding that declares nothing is shown plainly.
+    ``items_title`` names the items' table on screen and in HTML (gpu-idle's
+    "longest gaps"), where it follows tables of metrics and could be read as
+    one of them; without one the items' table has no title.
     ``impact_ns`` is the time at stake (idle time, exposed copy time, ...):
     what ranks findings of one severity and names the bottleneck; None where
     the finding has no time at stake, 0 where the rule looked and found none.
@@ -50,6 +53,7 @@ class Finding:
     figures: dict[str, str] = field(default_factory=dict)
     tables: dict[str, list[Column]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    items_title: str = ""
     impact_ns: int | None = None
     impact_whole: tuple[str, int] | None = None
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
@@ -66,6 +70,7 @@ class Finding:
             "suggestion": self.suggestion,
             "metrics": self.metrics,
             "items": self.items,
+            "items_title": self.items_title,
             "impact_ns": self.impact_ns,
             "impact_whole": ({"of": self.impact_whole[0], "ns": self.impact_whole[1]} if self.impact_whole else None),
             "summary": list(self.summary) if self.summary else None,

@@ -134,7 +134,7 @@ class CommComputeOverlap(Rule):
             metrics.update(waiting_ns=waiting_ns, moving_overlap_pct=moving_pct)
         return [Finding(self.name, severity, "Low communication/compute overlap" if severity != "info"
                         else "Communication/compute overlap", message, suggestion,
-                        metrics=metrics, items=items, columns=COLUMNS + ([WAITING] if waiting else []),
+                        metrics=metrics, items=items, items_title="devices", columns=COLUMNS + ([WAITING] if waiting else []),
                         figures={**FIGURES, **({"waiting_ns": "ns", "moving_overlap_pct": "pct"} if waiting else {})},
                         labels=LABELS, tables={"ranks": RANKS + ([WAITING] if waiting else [])},
                         impact_ns=max(0, exposed_ns - waiting_ns))]

@@ -155,7 +155,11 @@ class GpuIdle(Rule):
                                                  "gaps": r["gaps"]}
                    for r in in_rank_order(per_device, ranks).iter_rows(named=True)}
         origin = int(per_device["first_ns"].min())
-        longest = gaps.sort(["length", "start", "device_id"], descending=[True, False, False], nulls_last=False)
+        # longest first; gaps of one length as shown (a run's ranks) in rank order, then by start
+        rank = pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks else pl.lit(None)
+        longest = gaps.with_columns(_shown=expr.as_shown("length"), _rank=rank).sort(
+            ["_shown", "_rank", "start", "device_id", "length"], descending=[True, False, False, False, True],
+            nulls_last=False)
         items = [{**({"rank": ranks.get(r["trace_id"])} if ranks else {}),
                   "device_id": r["device_id"], "start_offset_ns": r["start"] - origin, "length_ns": r["length"],
                   "before": r["before"], "after": r["after"]}
@@ -189,7 +193,7 @@ class GpuIdle(Rule):
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
                                  "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
                                  "streams": streams, "host_activity": activity},
-                        items=items, columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
+                        items=items, items_title="longest gaps", columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES, labels=LABELS if n_dev == 1 else {
                             **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
@@ -237,11 +241,12 @@ class GpuIdle(Rule):
         # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns)
         metrics = {**{k: (2 * idle_ns * v + total) // (2 * total) if total else 0 for k, v in parts.items()},
                    **shares}
-        # most idle first; streams idle alike (a run's ranks often are) in rank order, not by their trace ids' hashes
+        # most idle first; streams idle alike as shown (a run's ranks often are) in rank order, not by nanoseconds
+        # no one sees nor by their trace ids' hashes
         rank = pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks else pl.lit(None)
-        per_stream = per_stream.with_columns(_rank=rank).sort(
-            ["idle_ns", "_rank", "trace_id", "device_id", "stream_id"], descending=[True, False, False, False, False],
-            nulls_last=True).drop("_rank")
+        per_stream = per_stream.with_columns(_shown=expr.as_shown("idle_ns"), _rank=rank).sort(
+            ["_shown", "_rank", "trace_id", "device_id", "stream_id", "idle_ns"],
+            descending=[True, False, False, False, False, True], nulls_last=True).drop("_shown", "_rank")
         streams = {f"{device_label(ranks, r.get('trace_id'), r['device_id'])}:{_device_key(r['stream_id'])}": {
             "activities": r["activities"], "span_ns": r["span_ns"], "idle_ns": r["idle_ns"],
             "host_wait_ns": r["host_wait_ns"], "kernel_wait_ns": r["kernel_wait_ns"], "other_wait_ns": r["other_ns"]}

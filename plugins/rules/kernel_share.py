@@ -103,7 +103,7 @@ class KernelShare(Rule):
                         metrics={"kernel_time_ns": total if known else None,
                                  "gpu_time_ns": gpu_ns if known else None, "kernels": by_name.height,
                                  "calls": int(by_name["calls"].sum() or 0), "categories": categories},
-                        items=items, columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, labels=LABELS,
+                        items=items, items_title="top kernels", columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, labels=LABELS,
                         tables={"categories": CATEGORY_TABLE + (RUN_COLUMNS[:1] if run else [])})]
 
 

@@ -100,9 +100,9 @@ class LowMemcpyOverlap(Rule):
                         else "Memcpy/compute overlap", message, suggestion,
                         metrics={"memcpy_time_ns": memcpy_ns, "overlapped_ns": overlapped_ns,
                                  "overlap_pct": None if pct is None else round(pct, 4),
-                                 "memcpy_to_kernel_ratio": None if ratio is None else round(ratio, 4),
+                                 "memcpy_to_kernel_ratio": ratio,
                                  "devices": devices},
-                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
+                        items=items, items_title="copies, most exposed first", columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
                         impact_ns=memcpy_ns - overlapped_ns)]
 
 

@@ -168,7 +168,7 @@ class NcuSpeedups(Rule):
                                  "launches_with_speedups": best_per_launch.height, "rule_results": n_results,
                                  "rule_types": types, "speedup_results": results.height, "rules": rules,
                                  "ncu_says": says},
-                        items=items, columns=COLUMNS, figures=FIGURES, labels=LABELS,
+                        items=items, items_title="kernels", columns=COLUMNS, figures=FIGURES, labels=LABELS,
                         tables={"rules": RULES_TABLE, "ncu_says": SAYS_TABLE},
                         impact_ns=global_ns)]
 

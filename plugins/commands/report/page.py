@@ -184,7 +184,7 @@ def finding_html(finding: Finding, index: int) -> str:
             rows = [{head.key: str(k), **{c.key: (row or {}).get(c.key) for c in rest}} for k, row in table.items()]
             parts.append(table_html([key_column, *rest], rows, caption=key.replace("_", " ")))
     if finding.items:
-        parts.append(table_html(finding_columns(finding), finding.items))
+        parts.append(table_html(finding_columns(finding), finding.items, caption=finding.items_title or None))
     if finding.suggestion:
         parts.append(f'<p class="suggestion">→ {esc(finding.suggestion)}</p>')
     sev = finding.severity if finding.severity in ("info", "warning", "critical") else "info"
