@@ -200,3 +200,16 @@ def run_of(folder: Path):
         frames.append(read_torch(path).events.with_columns(rank=pl.lit(rank, dtype=pl.Int32),
                                                            trace_id=pl.lit(f"rank{rank}")))
     return Trace(pl.concat(frames), TraceMeta(format="run"))
+
+
+def as_shown(value: int) -> int:
+    """An integer to 4 significant figures, halves away from zero: :func:`traceparse.expr.as_shown` (polars'
+    ``round_sig_figs``) worked out with decimals, for oracles that order rows as they read."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if value == 0:
+        return 0
+    exponent = len(str(abs(int(value)))) - 4
+    if exponent <= 0:
+        return int(value)
+    return int(Decimal(int(value)).scaleb(-exponent).quantize(Decimal(1), rounding=ROUND_HALF_UP).scaleb(exponent))

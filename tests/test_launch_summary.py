@@ -19,7 +19,7 @@ import sys
 import polars as pl
 import pytest
 
-from helpers import REPO, read_torch, run_rule
+from helpers import REPO, as_shown, read_torch, run_rule
 from traceparse import expr, measures
 from traceparse.measures.base import PartitionedEvents, rank_result
 from traceparse.run import ingest_run
@@ -38,8 +38,9 @@ def nearest_rank(values: list[int], p: float):
     return values[max(1, math.ceil(p * len(values))) - 1] if values else None
 
 
-def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
-    """launch-stats' metrics, items and impact_ns from every launch row (the rule before per-trace summaries)."""
+def oracle(events, top: int = 10, ranks: dict | None = None) -> tuple[dict, list[dict], int]:
+    """launch-stats' metrics, items and impact_ns from every launch row (the rule before per-trace summaries);
+    ``ranks`` ({trace id: rank}) for a run, whose items say their rank."""
     rows = measures.launches(events, kinds=("kernel",))
     linked = rows.filter(pl.col("launch_event_id").is_not_null())
     direct = linked.filter(pl.col("launch_class") == "launch")
@@ -66,10 +67,19 @@ def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
         "launch_outliers": sum(1 for v in launch_ns if v >= THRESHOLDS["launch_outlier_ns"]),
         "delay_outliers": sum(1 for v in delays if v >= THRESHOLDS["delay_outlier_ns"]),
     }
-    # longest delay first; ties: lower event id, then the earlier trace (rows are in trace order): a stable sort
-    ordered = sorted(((i, r) for i, r in enumerate(linked.iter_rows(named=True)) if r["delay_ns"] >= 0),
-                     key=lambda ir: (-ir[1]["delay_ns"], ir[1]["event_id"], ir[0]))
-    items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
+    # longest delay first to the 4 significant figures the screen shows; delays that read alike: on a run the
+    # lower rank first, then the longer delay; ties: lower event id, then the earlier trace (rows are in trace
+    # order): a stable sort
+    ranks = ranks or {}
+
+    def key(ir):
+        i, r = ir
+        rank = ranks.get(r["trace_id"])
+        return (-as_shown(r["delay_ns"]), rank is None, rank or 0, -r["delay_ns"], r["event_id"], i)
+
+    ordered = sorted(((i, r) for i, r in enumerate(linked.iter_rows(named=True)) if r["delay_ns"] >= 0), key=key)
+    items = [{**({"rank": ranks[r["trace_id"]]} if ranks else {}),
+              "name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
               "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
               "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]} for _, r in ordered[:top]]
     impact = sum(max(0, a - b) for a, b in zip(direct["launch_duration_ns"], direct["duration_ns"]))
@@ -78,7 +88,8 @@ def oracle(events, top: int = 10) -> tuple[dict, list[dict], int]:
 
 def check_against_oracle(trace, whole_events, top: int = 10) -> None:
     f = run_rule(trace, "launch-stats", f"launch-stats.top={top}")
-    metrics, items, impact = oracle(whole_events, top)
+    run = ((trace.meta.extra or {}).get("run") or {}) if trace.meta.format == "run" else {}
+    metrics, items, impact = oracle(whole_events, top, {t: int(r) for r, t in (run.get("ranks") or {}).items()})
     assert f.metrics == metrics
     assert json.dumps(f.items) == json.dumps(items)
     ranks = max(1, len(((trace.meta.extra or {}).get("run") or {}).get("ranks") or {})) if trace.meta.format == "run" else 1

@@ -301,7 +301,7 @@ def test_memcpy_rules(path):
     assert throughput.metrics["skipped_copies"] == len(host_device) - len(sized)
     if path == MI300X_BERT:  # one 1-byte DtoD copy, against the MI300X's HBM bandwidth from the catalog
         (d2d,) = copies
-        assert "5300 GB/s" in throughput.message and "MI300X" in throughput.message
+        assert "5,300 GB/s" in throughput.message and "MI300X" in throughput.message
         gbps = int(d2d["args"]["bytes"]) / us_to_ns(d2d["dur"])  # bytes per ns = GB/s
         (item,) = [i for i in throughput.items if i["copy_kind"] == "DtoD"]
         assert (item["copies"], item["bytes"], item["time_ns"]) == (1, 1, us_to_ns(d2d["dur"]))

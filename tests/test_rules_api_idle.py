@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import read_torch, run_rule, us_to_ns
+from helpers import as_shown, read_torch, run_rule, us_to_ns
 
 from traceparse import plugins
 from traceparse.analysis import analyze
@@ -249,7 +249,7 @@ def check_idle(f, events, top):
     # longest first as the screen shows a length (4 significant figures: 169,986 and 170,018 ns are both
     # 170.0 us), then by start
     all_gaps = sorted(((b - a, a, dev) for dev, d in per_device.items() for a, b in d["gaps"]),
-                      key=lambda g: (-float(f"{g[0]:.4g}"), g[1]))[:top]
+                      key=lambda g: (-as_shown(g[0]), g[1]))[:top]
     assert [(i["length_ns"], i["start_offset_ns"] + origin, i["device_id"]) for i in f.items] == all_gaps
     for item in f.items:
         start = item["start_offset_ns"] + origin
@@ -379,5 +379,5 @@ def test_a_runs_streams_and_gaps_that_read_alike_are_in_rank_order(tmp_path):
     assert [i["rank"] for i in top] == [0, 1, 2]
     assert top[0]["length_ns"] < top[1]["length_ns"] < top[2]["length_ns"]
     assert len({fmt_ns(i["length_ns"]) for i in top}) == 1
-    shown = [float(f"{i['length_ns']:.4g}") for i in f["items"]]
+    shown = [as_shown(i["length_ns"]) for i in f["items"]]
     assert shown == sorted(shown, reverse=True)

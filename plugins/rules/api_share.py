@@ -129,7 +129,7 @@ class ApiShare(Rule):
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             over = f" over {trace_ranks(trace)} ranks" if run else ""
-            message = (f"{calls} API calls ({by_name.height} distinct) take {fmt_ns(total)}{over}; "
+            message = (f"{calls:,} API calls ({by_name.height:,} distinct) take {fmt_ns(total)}{over}; "
                        + ", ".join(f"{c} {fmt_pct(classes[c]['share_pct'])}" for c in ranked if classes[c]["time_ns"])
                        + f". The top call is {items[0]['name']} ({fmt_pct(items[0]['share_pct'])}).")
         else:

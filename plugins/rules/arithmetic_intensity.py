@@ -101,7 +101,7 @@ import polars as pl
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures import op_work
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_number
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
@@ -179,32 +179,32 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
     if result["source"] == "shapes":
         parts.append(_shapes_message(total, extra, spec))
     elif result["source"] == "torch-ops":
-        parts.append(f"{extra['operators']} operators with FLOPs: {total['flops'] / 1e9:.4g} GFLOP in "
-                     f"{total['time_ns'] / 1e6:.4g} ms = {total['achieved_gflops']:.4g} GFLOP/s"
+        parts.append(f"{extra['operators']:,} operators with FLOPs: {fmt_number(total['flops'] / 1e9)} GFLOP in "
+                     f"{fmt_ns(total['time_ns'])} = {fmt_number(total['achieved_gflops'])} GFLOP/s"
                      + (f", {total['roof_pct']:.1f}% of the fp32 peak" if total["roof_pct"] is not None else "")
                      + ". The trace has FLOPs but no DRAM byte counts: arithmetic intensity, the memory roof and "
                        "memory/compute-bound cannot be given.")
     else:
         flops = total["flops"]
-        parts.append(f"{extra['kernels']} kernels, {extra['kernels_with_flop_counts']} with FLOP counts, "
-                     f"{extra['kernels_with_byte_counts']} with DRAM bytes.")
+        parts.append(f"{extra['kernels']:,} kernels, {extra['kernels_with_flop_counts']:,} with FLOP counts, "
+                     f"{extra['kernels_with_byte_counts']:,} with DRAM bytes.")
         if flops is not None and total["dram_bytes"]:
-            parts.append(f"Total: {flops / 1e9:.4g} GFLOP over {total['dram_bytes'] / 1e9:.4g} GB = "
-                         f"{total['arithmetic_intensity']:.3g} FLOP/byte"
-                         + (f" in {total['time_ns'] / 1e6:.4g} ms" if total["time_ns"] else "")
-                         + (f", {total['achieved_gflops']:.4g} GFLOP/s" if total["achieved_gflops"] is not None else "")
+            parts.append(f"Total: {fmt_number(flops / 1e9)} GFLOP over {fmt_number(total['dram_bytes'] / 1e9)} GB = "
+                         f"{fmt_number(total['arithmetic_intensity'])} FLOP/byte"
+                         + (f" in {fmt_ns(total['time_ns'])}" if total["time_ns"] else "")
+                         + (f", {fmt_number(total['achieved_gflops'])} GFLOP/s" if total["achieved_gflops"] is not None else "")
                          + ".")
         if total["bound"]:
-            ridge = f" (ridge {total['ridge_ai']:.3g} FLOP/byte)" if total["ridge_ai"] is not None else ""
+            ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte)" if total["ridge_ai"] is not None else ""
             at = (f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None
                   else "; with no kernel time in the trace, its share of the roof is unknown")
             parts.append(f"Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}.")
         if extra["lower_bound_kernels"]:
-            parts.append(f"{extra['lower_bound_kernels']} tensor-core kernels "
+            parts.append(f"{extra['lower_bound_kernels']:,} tensor-core kernels "
                          f"({fmt_ns(extra['lower_bound_time_ns'])}) have no tensor FLOP counts: their SASS FLOPs "
                          "are a lower bound, so their arithmetic intensity and GFLOP/s are too.")
         if extra["flops_estimated"]:
-            parts.append(f"{extra['flops_estimated'] / 1e9:.4g} of the {(total['flops'] or 0) / 1e9:.4g} GFLOP are "
+            parts.append(f"{fmt_number(extra['flops_estimated'] / 1e9)} of the {fmt_number((total['flops'] or 0) / 1e9)} GFLOP are "
                          f"estimated from model_gflops={extra['model_gflops']}, the rest measured.")
         above = [i["roof_pct"] for i in result["items"] if (i["roof_pct"] or 0) > ABOVE_ROOF_PCT]
         if above:
@@ -224,23 +224,23 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
 def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
     """The figures of the "shapes" source, saying first that they are derived, not measured."""
     if extra.get("derived_from") == "hlo":
-        text = (f"Derived from the compiled XLA modules' shapes, not measured: {extra['operator_calls']} kernels "
-                f"({extra['items']} kernel shapes) computing dots or convolutions (docs/flops.md): "
-                f"{total['flops'] / 1e9:.4g} GFLOP")
+        text = (f"Derived from the compiled XLA modules' shapes, not measured: {extra['operator_calls']:,} kernels "
+                f"({extra['items']:,} kernel shapes) computing dots or convolutions (docs/flops.md): "
+                f"{fmt_number(total['flops'] / 1e9)} GFLOP")
     else:
-        text = (f"Derived from recorded shapes, not measured: {extra['operator_calls']} operator calls "
-                f"({extra['items']} operator shapes) with a FLOPs formula (docs/flops.md): "
-                f"{total['flops'] / 1e9:.4g} GFLOP")
+        text = (f"Derived from recorded shapes, not measured: {extra['operator_calls']:,} operator calls "
+                f"({extra['items']:,} operator shapes) with a FLOPs formula (docs/flops.md): "
+                f"{fmt_number(total['flops'] / 1e9)} GFLOP")
     if total["dram_bytes"]:
-        text += (f" over {total['dram_bytes'] / 1e9:.4g} GB (each tensor read and written once: a lower bound "
-                 f"on DRAM traffic) = {total['arithmetic_intensity']:.3g} FLOP/byte")
-    text += f", in {total['time_ns'] / 1e6:.4g} ms of their kernels = {total['achieved_gflops'] / 1e3:.4g} TFLOP/s."
+        text += (f" over {fmt_number(total['dram_bytes'] / 1e9)} GB (each tensor read and written once: a lower bound "
+                 f"on DRAM traffic) = {fmt_number(total['arithmetic_intensity'])} FLOP/byte")
+    text += f", in {fmt_ns(total['time_ns'])} of their kernels = {fmt_number(total['achieved_gflops'] / 1e3)} TFLOP/s."
     if extra["placed_time_pct"] is not None:
         whose = "They" if extra.get("derived_from") == "hlo" else "These operators' kernels"
         text += (f" {whose} are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
                  f"({fmt_ns(extra['kernel_time_ns'])}).")
     if total["bound"] and spec:
-        ridge = f" (ridge {total['ridge_ai']:.3g} FLOP/byte)" if total["ridge_ai"] is not None else ""
+        ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte)" if total["ridge_ai"] is not None else ""
         at = f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None else ""
         text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
     if extra["items_above_roof"]:

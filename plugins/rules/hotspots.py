@@ -156,7 +156,7 @@ class Hotspots(Rule):
             message = "No routine time in this trace."
         nested_inclusive = int(routines["host_inclusive_rows"].sum())
         if metrics["self_time_rows"]:
-            message += (f" Self time of {metrics['self_time_rows']} nested host events computed from their nesting "
+            message += (f" Self time of {metrics['self_time_rows']:,} nested host events computed from their nesting "
                         "on each thread.")
         if nested_inclusive:
             message += (f" {nested_inclusive} operator/region/API rows have no exclusive time in this source and count "

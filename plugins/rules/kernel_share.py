@@ -87,12 +87,12 @@ class KernelShare(Rule):
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
         dominant = severity != "info"
         if top and not total:
-            message = (f"{by_name.height} distinct kernels, {int(by_name['calls'].sum())} calls, but the trace "
+            message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, but the trace "
                        "gives them no durations (e.g. a metrics-only log), so their shares cannot be computed.")
         elif top:
             lead = by_category.row(0, named=True)
             over = f" over {trace_ranks(trace)} ranks" if run else ""
-            message = (f"{by_name.height} distinct kernels, {int(by_name['calls'].sum())} calls, "
+            message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, "
                        f"{fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
                        f"{lead['category']} kernels take {fmt_pct(categories[lead['category']]['share_pct'])}.")
         else:

@@ -42,6 +42,7 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import rank_labels
 from traceparse.trace import Trace
 
 FIGURES = {"kernels": "count", "linked_kernels": "count", "direct_kernels": "count", "launches": "count",
@@ -54,6 +55,7 @@ COLUMNS = [Column("name", "kernel", "name"), Column("launch_name", "launched by"
            Column("device_id", "device", "number"), Column("stream_id", "stream", "number"),
            Column("launch_ns", "launch", "ns"), Column("kernel_ns", "kernel", "ns"), Column("delay_ns", "delay", "ns"),
            Column("graph_kernels", "kernels in launch", "count")]
+RANK = Column("rank", "rank", "number")
 
 
 def nearest_rank(sorted_values: list[int] | pl.Series, p: float) -> int | None:
@@ -112,39 +114,46 @@ class LaunchStats(Rule):
             "delay_outliers": int((delays >= int(t["delay_outlier_ns"])).sum()),
         }
         # each trace's top items, in trace order, then the same sort as over every linked kernel: the run's top
-        candidates = per_trace.select("top").explode("top").drop_nulls().unnest("top").filter(pl.col("delay_ns") >= 0)
-        items = [{"name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
-                  "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
-                  "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}
-                 for r in candidates.sort(["delay_ns", "event_id"], descending=[True, False], maintain_order=True)
+        # (on a run, each item says its rank, and kernels delayed alike as shown come in rank order)
+        ranks = rank_labels(trace)
+        candidates = (per_trace.select("trace_id", "top").explode("top").drop_nulls("top").unnest("top")
+                      .filter(pl.col("delay_ns") >= 0)
+                      .with_columns(_rank=pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64)
+                                    if ranks else pl.lit(None, dtype=pl.Int64)))
+        items = [{**({"rank": r["_rank"]} if ranks else {}), "name": r["name"], "launch_name": r["launch_name"],
+                  "device_id": r["device_id"], "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"],
+                  "kernel_ns": r["duration_ns"], "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}
+                 for r in candidates.with_columns(_shown=expr.as_shown("delay_ns"))
+                 .sort(["_shown", "_rank", "delay_ns", "event_id"], descending=[True, False, True, False],
+                       nulls_last=True, maintain_order=True)
                  .head(int(t["top"])).iter_rows(named=True)]
         enough = n_direct >= int(t["min_kernels"])
         severity = grade(metrics["short_kernel_pct"] if enough else None, warning=t["short_kernel_warning_pct"])
         if not n_linked:
-            message = (f"{total['rows']} kernels, none linked to a launch call: the trace has no API calls with "
+            message = (f"{total['rows']:,} kernels, none linked to a launch call: the trace has no API calls with "
                        "matching correlation ids.")
         else:
-            message = f"{n_linked} of {total['rows']} kernels linked to their launch call."
+            message = f"{n_linked:,} of {total['rows']:,} kernels linked to their launch call."
             if n_direct:
-                message += (f" {n_direct} launched one by one by {n_calls} calls taking "
+                message += (f" {n_direct:,} launched one by one by {n_calls:,} calls taking "
                             f"{fmt_ns(metrics['launch_time_ns'])} (median {fmt_ns(metrics['launch_ns_p50'])}); "
                             f"{metrics['short_kernel_pct']:.1f}% of them run shorter than their launch call.")
             if n_graph:
-                message += (f" {n_graph} replayed by {metrics['graph_launches']} graph launches "
+                message += (f" {n_graph:,} replayed by {metrics['graph_launches']:,} graph launches "
                             f"({metrics['kernels_per_graph_launch']:g} kernels per launch, "
                             f"{fmt_ns(metrics['graph_launch_time_ns'])} of launch calls).")
             message += (f" Launch delay: median {fmt_ns(metrics['delay_ns_p50'])}, p99 "
                         f"{fmt_ns(metrics['delay_ns_p99'])}, max {fmt_ns(metrics['delay_ns_max'])}; "
-                        f"{metrics['launch_outliers']} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
-                        f"{metrics['delay_outliers']} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
+                        f"{metrics['launch_outliers']:,} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
+                        f"{metrics['delay_outliers']:,} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
             if inconsistent:
-                message += (f" {inconsistent} kernels start before their launch call: the host and GPU clocks "
+                message += (f" {inconsistent:,} kernels start before their launch call: the host and GPU clocks "
                             "disagree there, so their delays are left out.")
         suggestion = ("Most kernels finish faster than the host launches them: the GPU starves. Capture the step in a "
                       "CUDA graph (torch.compile mode='reduce-overhead', torch.cuda.graphs), fuse kernels "
                       "(torch.compile), or give each kernel more work (larger batches)." if severity != "info" else "")
         return [Finding(self.name, severity, "Kernel launches", message, suggestion, metrics=metrics, items=items,
-                        columns=COLUMNS, figures=FIGURES,  # at stake: how much the launch calls outlast their kernels
+                        columns=([RANK] if ranks else []) + COLUMNS, figures=FIGURES,  # at stake: how much the launch calls outlast their kernels
                         impact_ns=total["launch_excess_ns"])]
 
 

@@ -88,12 +88,12 @@ class LowKernelConcurrency(Rule):
                and grade(pct, warning=t["warning_below_pct"], higher_is_worse=False) != "info")
         n_streams = len({s for ids in per_device["stream_ids"].to_list() for s in ids})
         message = (f"Two or more kernels run during {pct:.1f}% of the {fmt_ns(busy)} the GPU runs kernels "
-                   f"({n_kernels} kernels on {n_streams} stream(s), mean {mean_us:.1f} us).")
+                   f"({n_kernels:,} kernels on {n_streams} stream(s), mean {mean_us:.1f} us).")
         small = int(fill["small_grid"].sum() or 0)
         short = int(fill["short"].sum() or 0)
         message += (f" The kernels leave {underused:.1f}% of the SM time unused"
-                    + (f" ({small} kernels have fewer blocks than the {sms} SMs" if sms else " (SM count unknown")
-                    + (f"; {short} without a grid are shorter than {t['short_kernel_us']:g} us" if short else "")
+                    + (f" ({small:,} kernels have fewer blocks than the {sms} SMs" if sms else " (SM count unknown")
+                    + (f"; {short:,} without a grid are shorter than {t['short_kernel_us']:g} us" if short else "")
                     + ").")
         if n_kernels < 2:
             message += " One kernel cannot overlap another."

@@ -115,23 +115,23 @@ class LowMemcpyThroughput(Rule):
                              higher_is_worse=False)
         if host_ns and host_above:
             message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
-                       f"{achieved:.2f} GB/s, above the {host_peak:g} GB/s per direction assumed for the host link "
+                       f"{achieved:.2f} GB/s, above the {host_peak:,g} GB/s per direction assumed for the host link "
                        f"({host_source}), so the link is faster than assumed and no share of its peak is given: "
                        "pass --gpu NAME or set low-memcpy-throughput.host_link_gbps.")
         elif host_ns:
             message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
-                       f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:g} GB/s per direction. "
+                       f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:,g} GB/s per direction. "
                        f"Peak: {host_source}.")
         else:
             message = "No host-device copy with a known size and duration."
         dtod = next((i for i in items if i["copy_kind"] == "DtoD"), None)
         if dtod is not None:
             if dtod["above_peak"]:
-                dram_part = (f", faster than the DRAM bandwidth allows ({dram_peak:g} GB/s, counting the read and the "
+                dram_part = (f", faster than the DRAM bandwidth allows ({dram_peak:,g} GB/s, counting the read and the "
                              f"write; peak: {dram_source}): the bytes came partly from the L2 cache, so no share of "
                              "the DRAM peak is given.")
             elif dtod["pct_of_peak"] is not None:
-                dram_part = (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:g} GB/s, counting the "
+                dram_part = (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:,g} GB/s, counting the "
                              f"read and the write; peak: {dram_source}.")
             else:
                 dram_part = f"; no DRAM peak: {dram_source}."
