@@ -101,3 +101,17 @@ def test_terminal_report_puts_the_most_severe_first_and_tallies(bs16, store):
     # this trace's copies overlap nothing: low-memcpy-overlap is critical and comes first although named second
     assert out.index("low-memcpy-overlap") < out.index("kernel-share")
     assert out.rstrip().endswith("2 findings: 1 critical, 1 info")
+
+
+def test_the_listings_print_plugins_text_literally():
+    """What readers and rules say of themselves is text, never markup: every variant of every reader (the ncu
+    reader's ``pip install 'traceparse[ncu]'`` lost its ``[ncu]`` to rich), each on its own line."""
+    code, out, _ = run_cli("--width", "400", "formats")
+    assert code == 0
+    lines = out.splitlines()
+    for f in json.loads(run_cli("formats", "--json")[1])["formats"]:
+        for variant in f["variants"]:
+            assert any(variant[:40] in line for line in lines), variant  # (long ones fold after that)
+    assert any("traceparse[ncu]" in line for line in lines)
+    code, out, _ = run_cli("--width", "400", "rules")
+    assert code == 0 and "\\n" not in out  # one threshold a line, not a visible "\n"

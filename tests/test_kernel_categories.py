@@ -25,6 +25,10 @@ SHARED = REPO.parent / "shared" / "samples" / "torch"
 
 NAMES = {
     "gemm": [
+        # (fixtures/torch/hta/trace_filter: an A100's cutlass and cuBLAS SGEMMs beside FBGEMM's kernels)
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1>(cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1::Params)",
+        "ampere_sgemm_128x64_nn",
+        "fbgemm_gpu::bf16_gemm_kernel",  # hand-written: a GEMM under FBGEMM's namespace stays one
         "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
         "nvjet_sm90_tst_128x192_64x5_2x1_v_bz_coopB_NTN",
         "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize64x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
@@ -72,6 +76,11 @@ NAMES = {
         "MIOpenBatchNormBwdSpatial",
     ],
     "elementwise": [
+        # FBGEMM's FP8 (de)quantization (fixtures/torch/hta/trace_filter)
+        "void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*, int, int, unsigned char*, bool)",
+        "void fbgemm_gpu::(anonymous namespace)::_FP8rowwise_to_float_cuda_kernel<float>(unsigned char const*, int, int, float*, bool)",
+        "void fbgemm_gpu::(anonymous namespace)::_get_FP8_qparam_cuda_kernel<float>(float const*, int, int, unsigned char*, float*, bool)",
+        "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::Tensor const&, long, long)::{lambda(unsigned char)#1}, at::detail::Array<char*, 2> >(int)",
         "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
         "void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)",
         "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 8, bool>(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>)",
@@ -107,6 +116,11 @@ NAMES = {
         "void at::native::(anonymous namespace)::compute_grad_weight<float, long>(long const*, float const*, long const*)",
         "void at::native::(anonymous namespace)::krn_partials_per_segment<long>(long*, long const*, long const*, long)",
         "void at::native::(anonymous namespace)::embedding_backward_feature_kernel<float, float, long>(long const*)",
+        # FBGEMM (fixtures/torch/hta/trace_filter): "fbgemm" is no GEMM
+        "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<c10::Half, float, c10::Half, 2ul, 32>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>, fbgemm_gpu::FixedDivisor)",
+        "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>(at::GenericPackedTensorAccessor<c10::Half, 1ul, at::RestrictPtrTraits, long>, fbgemm_gpu::FixedDivisor)",
+        "void bounds_check_indices_kernel<long, false>(at::GenericPackedTensorAccessor<long, 1ul, at::RestrictPtrTraits, int>)",
+        "void linearize_index_kernel<long>(at::GenericPackedTensorAccessor<long, 1ul, at::RestrictPtrTraits, int>)",
     ],
     "optimizer": [
         "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>",
@@ -124,6 +138,9 @@ NAMES = {
         "input_concatenate_fusion_3",  # XLA (fixtures/jax)
         "loop_transpose_fusion_17",
         "Im3d2Col.kd",
+        "void permute_pooled_embs_kernel<float>(float const*, long const*, long const*, long const*, float*, long, long, long)",
+        "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*, decltype(nullptr) const*, int const*)",
+        "void fbgemm_gpu::permute_indices_weights_kernel<false, int, decltype(nullptr)>(int, int, int const*, decltype(nullptr) const*)",
     ],
     "communication": [
         "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)",

@@ -407,7 +407,8 @@ def test_dask_local_cluster_gives_the_same_json_as_in_process(tmp_path):
 
 def test_scheduler_without_a_reachable_cluster_is_one_line(tmp_path, monkeypatch):
     pytest.importorskip("distributed")
-    write(tmp_path / "job" / "rank0.json", kineto(rank=0, world_size=1))
+    for r in (0, 1):  # (a folder of one trace is that trace, not a run)
+        write(tmp_path / "job" / f"rank{r}.json", kineto(rank=r, world_size=2))
     monkeypatch.setenv("TRACEPARSE_SCHEDULER", "local:x")
     code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(tmp_path / "job"))
     assert code == 2 and err == "traceparse: error: --scheduler 'local:x': expected local or local:N " \

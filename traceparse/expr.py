@@ -66,20 +66,23 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # GammaBetaBackward and layer_norm_grad_input, MIOpen MIOpenBatchNorm*)
     ("normalization", r"batch_?norm|layer_?norm|group_?norm|instance_?norm|rms_?norm|\bbn_(fw|bw)|::bn_|welford"
                       r"|gammabetabackward|norm_grad"),
-    ("pooling", r"pool|adaptive_?av(era)?g"),
+    # (FBGEMM's permute_pooled_embs is a permute of pooled embeddings: layout/copy, below)
+    ("pooling", r"pool([^e]|$)|adaptive_?av(era)?g"),
     # cuDNN implicit-GEMM / xmma / cutlass convolutions (fprop, dgrad, wgrad), winograd, MIOpen igemm and
     # naive conv, Composable Kernel grouped conv
     ("convolution", r"conv(olu|olv|_|[1-3]d|uni)|implicit_?gemm|\bigemm|_igemm|dgrad|wgrad|fprop|winograd"
                     r"|_bwd_weight"),
     # cuBLAS (Hopper nvjet_* too), cuBLASLt split-K, cutlass / xmma GEMMs, rocBLAS / hipBLASLt Tensile Cijk_*,
-    # CK gemm, tensor-core tile names
-    ("gemm", r"nvjet|gemm|gemv|cublas|matmul|splitkreduce|reducesplitk|^cijk_|cutlass|xmma|wgmma|hmma"
+    # CK gemm, tensor-core tile names; not the "gemm" of FBGEMM's namespace (fbgemm_gpu::), which names its
+    # embedding, permute and FP8 kernels and turns up in the template arguments of others
+    ("gemm", r"nvjet|(^|[^b]|[^f]b)gemm|gemv|cublas|matmul|splitkreduce|reducesplitk|^cijk_|cutlass|xmma|wgmma|hmma"
              r"|s1688|h1688|s884|h884|s16816|h16816|_bmm|addmm"),
     # fused multi-tensor optimizer steps (torch foreach / fused Adam, SGD's foreach add), apex
     ("optimizer", r"multi_tensor_apply|fused_?adam|adamw?_|fused_sgd|lamb_"),
-    # embedding lookups and their backward (index sort, segment sums)
+    # embedding lookups and their backward (index sort, segment sums); FBGEMM's table-batched embeddings
+    # (split_embedding_*, and the index checks and linearization before them)
     ("embedding", r"embedding|index_?select|gather_kernel|sum_and_scatter|compute_grad_weight|partial_?segment"
-                  r"|partials_per_segment"),
+                  r"|partials_per_segment|bounds_check_indices|linearize_index"),
     # reductions, softmax, losses, and the scans and sorts of cub
     ("reduction/softmax", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum"
                           r"|scan_?kernel|devicescan|radix_?sort|segmented_?sort|unique_?by_?key|devicecompact"
@@ -94,6 +97,8 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
                     r"|^wrapped_(slice|copy|pad|reverse)|dynamic_(update_)?slice|^memcpy\d"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|threshold|relu|sigmoid|tanh|gelu|silu"
                     r"|dropout|clamp|scale|add_kernel|mul_kernel|cast|philox|random|distribution|bernoulli"
+                    # FBGEMM's FP8 (de)quantization
+                    r"|quantize|fp8rowwise_to|fp8_qparam"
                     r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"
                     # XLA's loop fusions (loop_add_fusion, loop_convert_tanh_fusion) and single elementwise ops
                     # wrapped as fusions (wrapped_convert, wrapped_broadcast); their reductions, transposes and

@@ -55,6 +55,18 @@ def detect_reader(path: Path, reg: Registry) -> Reader:
     return best
 
 
+def lone_file(path: Path) -> Path | None:
+    """The one file of a directory that holds nothing else (hidden entries aside), else None: a folder a
+    profiler wrote one trace into (``tensorboard_trace_handler``'s) names that trace, not a run of one rank."""
+    if not path.is_dir():
+        return None
+    try:
+        entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return None
+    return entries[0] if len(entries) == 1 and entries[0].is_file() else None
+
+
 def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> list[tuple[Reader, list[Path]]]:
     """Group input paths into traces, each with the reader that will read it.
 
@@ -70,7 +82,16 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
     readers: dict[str, Reader] = {}
     for path in paths:
         check_readable(path, allow_empty=True)
-        reader = forced or detect_reader(path, reg)
+        if forced:
+            reader = forced
+        else:
+            try:
+                reader = detect_reader(path, reg)
+            except InputError:
+                lone = lone_file(path)
+                if lone is None:
+                    raise
+                path, reader = lone, detect_reader(lone, reg)  # a folder of one trace is that trace
         readers[reader.name] = reader
         claimed.setdefault(reader.name, []).append(path)
     grouped: dict[str, list[list[Path]]] = {}
@@ -175,7 +196,10 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
             raise
         sha256 = hashing.result()
     trace_id = trace_id_for(sha256)
-    if store.has(trace_id):
+    # the same bytes stored as another reader read them (another --format, or an older traceparse that took them
+    # for another format) are read again, and this reading replaces that one: a path gives what it reads as now
+    replace = store.has(trace_id) and store.meta(trace_id).format != trace.meta.format
+    if store.has(trace_id) and not replace:
         trace.close()
         meta = store.update_tags(trace_id, tags or {})
         store.set_last(trace_id)
@@ -186,7 +210,7 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
     with bar as advance:
         progress.attach(advance)
         trace.meta.tags.update(tags or {})
-        meta = store.write(trace)
+        meta = store.write(trace, replace=replace)
     return IngestResult(meta, already_stored=False)
 
 

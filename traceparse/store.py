@@ -358,31 +358,35 @@ class Store:
             removed.append(entry.name)
         return removed
 
-    def write(self, trace: Trace) -> TraceMeta:
+    def write(self, trace: Trace, replace: bool = False) -> TraceMeta:
         """Write a trace (streamed or not) as a new entry; return its final metadata.
 
         ``trace.meta.id`` must be set. If an entry with that id appears
         meanwhile (a concurrent ingest of the same content), it is kept and
-        this write is discarded.
+        this write is discarded. With ``replace``, an entry with that id (the
+        same bytes as another reader read them) is replaced once the new one
+        is complete: moved aside in one rename, the new one renamed in.
         """
         meta = trace.meta
         assert meta.id, "a trace needs its id before it is stored"
         tmp = self._fresh_tmp()
         try:
-            return self._write(trace, tmp)
+            return self._write(trace, tmp, replace)
         except OSError as exc:  # one the store met, not one of the reader's (those keep their own words)
             shutil.rmtree(tmp, ignore_errors=True)
             if exc.filename and str(exc.filename).startswith(str(self.root)) or getattr(exc, "in_store", False):
                 raise self.error(exc, "cannot write to the store") from None
             raise
 
-    def _write(self, trace: Trace, tmp: Path) -> TraceMeta:
+    def _write(self, trace: Trace, tmp: Path, replace: bool = False) -> TraceMeta:
         meta = trace.meta
         try:
             meta.event_count, meta.summary = _write_events(trace.batches(), tmp / "events.parquet")
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
             _write_json(tmp / "meta.json", meta.to_dict())
             _fsync_dir(tmp)
+            if replace and self.has(meta.id):
+                self.remove(meta.id)
             try:
                 os.rename(tmp, self.traces_dir / meta.id)
             except OSError:

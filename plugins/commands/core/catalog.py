@@ -7,8 +7,10 @@ import re
 import textwrap
 
 from rich.table import Table
+from rich.text import Text
 
 from traceparse.command import Command
+from traceparse.text import literal, markup_literal
 
 
 def plugin_of(registry, obj) -> str:
@@ -70,10 +72,15 @@ class RulesCommand(Command):
         for column in ("rule", "needs", "thresholds (--set RULE.KEY=VALUE)", "description"):
             table.add_column(column, overflow="fold")
         for r in rules:
-            table.add_row(r.name, ", ".join(r.kinds), "\n".join(f"{k}={v}" for k, v in r.thresholds.items()),
-                          r.description)
+            table.add_row(literal(r.name), literal(", ".join(r.kinds)),
+                          _lines(f"{k}={v}" for k, v in r.thresholds.items()), literal(r.description))
         session.out.print(table)
         return 0
+
+
+def _lines(texts) -> Text:
+    """Lines of text from plugins (variants, thresholds), each shown literally, one under the other."""
+    return Text("\n").join(literal(t) for t in texts)
 
 
 class FormatsCommand(Command):
@@ -96,7 +103,8 @@ class FormatsCommand(Command):
         for column in ("format", "reads", "variants", "files"):
             table.add_column(column, overflow="fold")
         for r in readers:
-            table.add_row(r.name, r.description, "\n".join(r.variants), " ".join(r.patterns))
+            table.add_row(literal(r.name), literal(r.description), _lines(r.variants),
+                          literal(" ".join(r.patterns)))
         session.out.print(table)
         return 0
 
@@ -129,8 +137,8 @@ class PluginsCommand(Command):
         for column in ("plugin", "origin", "package", "status", "provides"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            status = "[green]ok[/green]" if r["status"] == "ok" else f"[red]broken[/red]: {r['error']}"
-            table.add_row(r["name"], r["origin"], f"{r['distribution']} {r['version']}", status,
-                          ", ".join(r["provides"]))
+            status = "[green]ok[/green]" if r["status"] == "ok" else f"[red]broken[/red]: {markup_literal(r['error'])}"
+            table.add_row(literal(r["name"]), literal(r["origin"]), literal(f"{r['distribution']} {r['version']}"),
+                          status, literal(", ".join(r["provides"])))
         session.out.print(table)
         return 0

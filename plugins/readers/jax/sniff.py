@@ -8,8 +8,10 @@
   ``traceEvents`` names an XLA plane as a process (``"/device:GPU:0"``, ``"/host:CPU"``) or an XLA stream
   as a thread (``"Stream #14(Compute,...)"``), or carries XLA's stats (``"hlo_op"``, ``"hlo_module"``).
   The ``chrome`` reader, which this one refines, reads any other Chrome trace.
-* A directory: 0.8 when it holds a JAX profile (:func:`.profile_dir.profile_files` finds one), so that
-  ``traceparse analyze trace_dir/`` reads the directory ``jax.profiler.trace(trace_dir)`` wrote.
+* A directory: 0.8 when it holds a JAX profile (:func:`.profile_dir.profile_files` finds one) whose first
+  file is one by its content, as above, so that ``traceparse analyze trace_dir/`` reads the directory
+  ``jax.profiler.trace(trace_dir)`` wrote. The file names alone do not say: torch.profiler's
+  ``tensorboard_trace_handler`` names its files ``*.pt.trace.json.gz``, which end as JAX's do.
 """
 
 from __future__ import annotations
@@ -35,11 +37,23 @@ def is_xspace(head: bytes) -> bool:
     return i + 1 < len(head) and head[i + 1] in (0x08, 0x12) and any(n in head for n in PLANE_NAMES)
 
 
+def _is_profile_file(path: Path) -> bool:
+    """Whether a file a profile directory holds is an XSpace or an XLA JSON timeline by its first bytes."""
+    from traceparse.sources import read_head
+
+    try:
+        head = read_head(path)
+    except (OSError, ValueError):
+        return False
+    return sniff(path, head) >= 0.8
+
+
 def sniff(path: Path, head: bytes) -> float:
     """Confidence that ``path`` is a JAX/XLA profile (see the module docstring)."""
     if not head:
         if path.is_dir():
-            return 0.8 if profile_files(path) else 0.0
+            files = profile_files(path)
+            return 0.8 if files and _is_profile_file(files[0]) else 0.0
         return 0.0
     if is_xspace(head):
         return 0.8

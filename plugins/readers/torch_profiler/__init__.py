@@ -97,13 +97,15 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
             path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
             label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast,
             threads=threads):
-        coerced.counts.update(counts.counts)
+        coerced.merge(counts)
         names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
         yield batch
     if names:
         meta.extra["thread_names"] = names
     if coerced:
         options.warn(coerced.warning(path))
+    if coerced.unread:
+        options.warn(coerced.unread_warning(path))
 
 
 def chunk_rows(path: Path, events: list,

@@ -28,16 +28,38 @@ TEXT = "text read as an integer"
 FLOAT = "whole float read as an integer"
 NOT_INT = "not an integer, left empty"
 RANGE = "out of the column's range, left empty"
+NOT_DIM3 = "not a list of three numbers, left empty"
+
+
+#: Categories of complete events read as nothing, and said nothing of: older Kineto's whole-trace span
+#: (``Trace``) and CUPTI's buffer overhead (``overhead``), lower-cased.
+UNREAD_QUIETLY = frozenset({"trace", "overhead"})
 
 
 class Coercions:
-    """What one trace's reading had to coerce: (field, what) -> count."""
+    """What one trace's reading had to coerce: (field, what) -> count; and ``unread``: category -> count of the
+    complete events of a category the reader does not read (an MTIA device's ``mtia_ccp_events``)."""
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.unread: Counter[str] = Counter()
 
     def __bool__(self) -> bool:
         return bool(self.counts)
+
+    def merge(self, other: "Coercions") -> None:
+        """Add what another chunk's reading counted."""
+        self.counts.update(other.counts)
+        self.unread.update(other.unread)
+
+    def unread_warning(self, path: object) -> str | None:
+        """The one warning naming the categories of complete events that were not read (None: none)."""
+        if not self.unread:
+            return None
+        total = sum(self.unread.values())
+        named = ", ".join(f"{cat} {n:,}" for cat, n in sorted(self.unread.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"{path}: skipped {total:,} complete event{'s' if total != 1 else ''} of categories traceparse does "
+                f"not read ({named}): their time is in no figure")
 
     def add(self, field: str, what: str, n: int = 1) -> None:
         self.counts[(field, what)] += n

@@ -32,7 +32,7 @@ from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.validate import INT64_MAX
 
 from traceparse_plugins.readers.chrome_json.decoder import chunk_list, gc_paused
-from traceparse_plugins.readers.torch_profiler.coerce import Coercions
+from traceparse_plugins.readers.torch_profiler.coerce import UNREAD_QUIETLY, Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
     _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
     compact_json_text,
@@ -66,7 +66,7 @@ def _first_choice(annotation: Any) -> str:
     first = ([a for a in get_args(annotation) if a is not type(None)] or [annotation])[0]
     if first in (int, float, str):
         return first.__name__
-    if getattr(first, "__origin__", None) is list and get_args(first) == (int,):
+    if getattr(first, "__origin__", None) is list:  # list[int] or list[Int]: Arrow reads ints only
         return "[int]"
     raise TypeError(f"no column type for {annotation!r}")
 
@@ -96,18 +96,28 @@ class _CheckedArgs(msgspec.Struct, gc=False):
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
 
 
+#: A pseudo-group of :func:`_checker` and :func:`_schema`: the chunk has a ``grid`` or ``block`` written as text
+#: (Inductor's launch ops of PyTorch 2.5-2.6: ``"grid": "grid(100,)"``), which Arrow's list column cannot take:
+#: msgspec reads the two (a list of ints, or a text, left empty as the careful path leaves it), Arrow not.
+TEXT_DIMS = "text dims"
+_DIMS = ("grid", "block")
+#: Arrow's message for a ``grid``/``block`` that is text where the schema has a list.
+_DIMS_CHANGED = re.compile(r"/args/(grid|block)\) changed from array to string")
+
 _CHECKERS: dict[tuple[frozenset, bool], msgspec.json.Decoder] = {}
 
 
 def _checker(groups: frozenset, labels: bool) -> msgspec.json.Decoder:
     """A decoder of the chunk as a list of tiny structs. The rare arguments of the groups not in ``groups``
     must be absent (or null), and without ``labels`` every pid and tid an integer (or null), else a
-    ValidationError names the first one found; with ``labels`` the pids and tids are kept (int or str)."""
+    ValidationError names the first one found; with ``labels`` the pids and tids are kept (int or str). With
+    :data:`TEXT_DIMS` in ``groups``, ``grid`` and ``block`` are kept (a list of ints, or a text)."""
     key = (groups, labels)
     if key not in _CHECKERS:
         absent = [(name, None, msgspec.field(default=None, name=_KEYS[name]))
                   for group, names in RARE.items() if group not in groups for name in names]
-        args = msgspec.defstruct("CheckedArgs", absent, bases=(_CheckedArgs,), gc=False)
+        dims = [(name, list[int] | str | None, None) for name in _DIMS] if TEXT_DIMS in groups else []
+        args = msgspec.defstruct("CheckedArgs", absent + dims, bases=(_CheckedArgs,), gc=False)
         ids = int | str | None if labels else int | None
         event = msgspec.defstruct("CheckedEvent", [("args", args, msgspec.field(default_factory=args)),
                                                    ("pid", ids, None), ("tid", ids, None)], gc=False)
@@ -131,8 +141,10 @@ def _schema(groups: frozenset, labels: bool):
     if key not in _SCHEMAS:
         import pyarrow as pa
 
-        wanted = {name for group in groups for name in RARE[group]}
-        args = [(k, _arrow_type(kind)) for k, name, kind in ARGS if name not in _RARE_NAMES or name in wanted]
+        wanted = {name for group in groups if group in RARE for name in RARE[group]}
+        unread = _DIMS if TEXT_DIMS in groups else ()
+        args = [(k, _arrow_type(kind)) for k, name, kind in ARGS
+                if (name not in _RARE_NAMES or name in wanted) and name not in unread]
         time = pa.decimal128(20, 3)
         ids = [] if labels else [("pid", pa.int64()), ("tid", pa.int64())]
         fields = [("ph", pa.string()), ("cat", pa.string()), ("name", pa.string()), *ids, ("ts", time),
@@ -186,14 +198,27 @@ def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str,
 
     try:
         events = _read(document, groups, labels)
-    except (pa.ArrowException, ValueError, OverflowError):
-        return None
+    except (pa.ArrowException, ValueError, OverflowError) as exc:
+        if TEXT_DIMS in groups or not _DIMS_CHANGED.search(str(exc)):
+            return None
+        checked = _check(chunk_list(document), groups | {TEXT_DIMS}, labels)  # again, msgspec reading the two
+        if checked is None:
+            return None
+        groups, labels, checked = checked
+        try:
+            events = _read(document, groups, labels)
+        except (pa.ArrowException, ValueError, OverflowError):
+            return None
     del document
     if len(events) != len(checked):
         return None
     frame = _frame(events)
     if frame is None:
         return None
+    if TEXT_DIMS in groups:
+        frame = _with_dims(frame, checked)
+        if frame is None:
+            return None
     if labels:  # as the careful path reads them: polars' non-strict Int64 (a label is no id)
         frame = frame.with_columns(pl.Series(key, list(map(attrgetter(key), checked)), dtype=pl.Int64, strict=False)
                                    for key in ("pid", "tid"))
@@ -249,6 +274,23 @@ def _frame(events) -> pl.DataFrame | None:
     return frame.with_columns(**missing) if missing else frame
 
 
+def _with_dims(frame: pl.DataFrame, checked: list) -> pl.DataFrame | None:
+    """``frame`` with ``grid`` and ``block`` from msgspec's structs (a text: empty) and ``_text_dims``: whether
+    the event's were text; None where a number is past Int64 (the careful path will say)."""
+    args = list(map(_ARGS, checked))
+    columns, text = [], [False] * len(args)
+    for name in _DIMS:
+        values = list(map(attrgetter(name), args))
+        for i, v in enumerate(values):
+            if type(v) is str:
+                values[i], text[i] = None, True
+        try:
+            columns.append(pl.Series(name, values, dtype=pl.List(pl.Int64)))
+        except (OverflowError, TypeError, pl.exceptions.PolarsError):
+            return None
+    return frame.with_columns(*columns, pl.Series("_text_dims", text, dtype=pl.Boolean))
+
+
 def _valid(array):
     """Whether each value of ``array`` is not null, as a boolean array over its validity bitmap (no copy).
 
@@ -282,10 +324,16 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
     kept = frame.filter(q["keep"])
     if kept.select(q["checks"]).item():
         return None
+    if "_text_dims" in kept.columns and (kept["gpu"] & kept["_text_dims"]).any():  # the careful path counts it
+        return None
     rows = kept.select(*q["columns"], *made)
     counters = frame.filter(q["memory"]).select(q["counters"])
     named = frame.filter(q["named"]).select("_row")
     rows = _with_collectives(rows)
+    coerced = Coercions()
+    if frame.select(q["unread"].any()).item():  # complete events of a category no row is made of: counted
+        for cat, n in frame.filter(q["unread"]).group_by("cat").len().iter_rows():
+            coerced.unread["(none)" if cat is None else cat] += n
     if counters.height:
         if counters["_bad"].any():
             return None
@@ -294,7 +342,7 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
                                 {field: counters[field] for field in KEYS})
     else:
         counters = None
-    return with_counters(rows, counters), Coercions(), _thread_names(named["_row"], checked)
+    return with_counters(rows, counters), coerced, _thread_names(named["_row"], checked)
 
 
 @functools.cache
@@ -306,6 +354,8 @@ def _queries() -> dict:
                  category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String).alias("kind"),
                  category.is_in(list(GPU_CATEGORIES)).alias("gpu")],
         "keep": (pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null(),
+        "unread": ((pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_null()
+                   & ~category.is_in(list(UNREAD_QUIETLY)).fill_null(False)),
         "memory": (pl.col("name") == MEMORY_EVENT) & pl.col("ph").is_in(["i", "I"]) & pl.col("_args"),
         "named": (pl.col("ph") == "M") & (pl.col("name") == "thread_name") & pl.col("_args"),
         "checks": pl.any_horizontal(_event_checks()).alias("_bad"),

@@ -20,7 +20,7 @@ from traceparse.units import NumberError
 from traceparse.validate import wide_ints
 
 from traceparse_plugins.readers.chrome_json.decoder import EventError, raw_times_ns
-from traceparse_plugins.readers.torch_profiler.coerce import Coercions, int_column
+from traceparse_plugins.readers.torch_profiler.coerce import NOT_DIM3, UNREAD_QUIETLY, Coercions, int_column
 from traceparse_plugins.readers.torch_profiler.kineto import Args, KinetoEvent
 
 #: Chrome-trace category (lower-cased) -> traceparse kind. Categories not here are skipped.
@@ -80,6 +80,8 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
             keep.append(i)
             kinds.append(kind)
             gpus.append(gpu)
+        elif phase == "X" and str(category).lower() not in UNREAD_QUIETLY:  # a category no row is made of
+            coerced.unread["(none)" if category is None else category] += 1
     if not keep:
         return _EMPTY
     if len(keep) == len(events):
@@ -97,6 +99,11 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
         return int_column(values, f"args.{key}", dtype, coerced)
     dims = {}
     for label, values in (("grid", grid), ("block", block)):
+        if any(v is not None and type(v) is not list for v in values):  # a text or a number: no shape, left empty
+            bad = sum(1 for v, gpu in zip(values, gpus) if gpu and v is not None and type(v) is not list)
+            if bad:  # on a GPU activity, counted (a host op's text, Inductor's "grid(100,)", is no kernel's shape)
+                coerced.add(f"args.{label}", NOT_DIM3, bad)
+            values = [v if type(v) is list else None for v in values]
         xyz = zip(*(v if v and len(v) == 3 else _NO_DIM3 for v in values))  # one pass, transposed in C
         for axis, column in zip("xyz", xyz):
             dims[f"{label}_{axis}"] = int_column(column, f"args.{label}", pl.Int32, coerced)

@@ -24,8 +24,10 @@ class Args(msgspec.Struct, gc=False):
     context: Int = None
     stream: Int = None
     bytes: Int = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
+    # a kernel's three dimensions; a host op may carry a text (Inductor's launch ops of PyTorch 2.5-2.6:
+    # "grid": "grid(100,)"), which is no kernel's shape and is left empty (.events.rows_of)
+    grid: list[Int] | Int = None
+    block: list[Int] | Int = None
     registers: Int = msgspec.field(default=None, name="registers per thread")
     shared_memory: Int = msgspec.field(default=None, name="shared memory")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")

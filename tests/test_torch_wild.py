@@ -1,0 +1,168 @@
+"""Real torch.profiler output from builds and workloads the project's captures lack (HTA's test data, MIT:
+fixtures/torch/hta/SOURCE.md), and what each broke: a text ``grid`` refused a whole torch.compile trace, a
+folder of ``*.pt.trace.json.gz`` was read as a JAX profile, FBGEMM's kernels were GEMMs, device events of
+categories the reader does not know vanished without a word. Each is read both ways (the fast columnar path
+and the careful one) where the reader has two.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, run_cli
+from traceparse.ingest import read_paths
+
+HTA = FIXTURES / "torch" / "hta"
+TRITON = HTA / "triton_example.json.gz"
+CUPTI_RANGES = HTA / "benchmark_result_924719_1679055439_trace.json.gz"
+
+
+def read(path, **params):
+    """(events, warnings) of the torch reader, cut into chunks as a large file is (``fast`` as given)."""
+    trace = read_paths([path], fmt="torch", params={"workers": 0, "small_bytes": 0, **params})[0]
+    return trace.events, list(trace.meta.warnings)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_text_grid_on_inductors_launch_op_is_left_empty(fast):
+    """The launch op ``triton_poi_fused_add_cos_sin_0`` carries ``"grid": "grid(100,)"``; its kernel carries
+    ``"grid": [1, 1, 1], "block": [128, 1, 1]`` (read with the json module below). The trace is read, the op's
+    grid is empty, the kernel's is its own, and nothing is warned of: a host op's text is no kernel's shape."""
+    doc = json.load(gzip.open(TRITON))
+    raw = {(e["cat"], e["name"]): e["args"] for e in doc["traceEvents"]
+           if e.get("name") == "triton_poi_fused_add_cos_sin_0"}
+    assert raw[("cpu_op", "triton_poi_fused_add_cos_sin_0")]["grid"] == "grid(100,)"
+    kernel_args = raw[("kernel", "triton_poi_fused_add_cos_sin_0")]
+    events, warnings = read(TRITON, fast=fast, chunk_bytes=1000)
+    rows = events.filter(pl.col("name") == "triton_poi_fused_add_cos_sin_0").sort("kind")
+    dims = rows.select("kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z").rows()
+    assert dims == [("kernel", *kernel_args["grid"], *kernel_args["block"]), ("op", None, None, None, None, None, None)]
+    assert warnings == []
+
+
+def _kineto(events: list[dict]) -> dict:
+    """A hand-written Kineto document (edge cases only) around ``events``."""
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 1.0,
+          "args": {"correlation": 1, "device": 0, "stream": 7}}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_kernels_grid_that_is_no_list_is_counted(tmp_path, fast):
+    """Hand-written: a kernel whose grid is text loses its grid with a warning (a kernel's shape was expected);
+    a host op's text grid says nothing."""
+    events = [{**KERNEL, "args": {**KERNEL["args"], "grid": "grid(100,)", "block": [128, 1, 1]}},
+              {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 9.0, "dur": 3.0,
+               "args": {"grid": "grid(100,)"}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_kineto(events)))
+    table, warnings = read(path, fast=fast)
+    assert table.sort("kind").select("grid_x", "block_x").rows() == [(None, 128), (None, None)]
+    assert warnings == [f"{path}: 1 argument value not written as JSON integers (as ROCm and some other PyTorch "
+                        "builds write them): args.grid 1× not a list of three numbers, left empty"]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_events_of_unknown_categories_are_said(fast):
+    """CUPTI's range profiler writes its ranges as ``cuda_profiler_range`` (77 in this trace, counted with the
+    json module); they are no kernel traceparse reads, and the reader says so, once, with the count."""
+    doc = json.load(gzip.open(CUPTI_RANGES))
+    ranges = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cuda_profiler_range")
+    assert ranges == 77
+    _, warnings = read(CUPTI_RANGES, fast=fast, chunk_bytes=20_000)
+    assert warnings == [f"{CUPTI_RANGES}: skipped 77 complete events of categories traceparse does not read "
+                        "(cuda_profiler_range 77): their time is in no figure"]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_unread_categories_warning_counts_each_category(tmp_path, fast):
+    """Hand-written: two unknown categories, a null one, and the quiet ones (``Trace``, ``overhead``), in
+    chunks of 200 bytes: one warning, the larger count first; ``Trace`` and ``overhead`` are not named."""
+    events = [KERNEL]
+    for cat, n in (("mtia_runtime", 3), ("mtia_ccp_events", 5), (None, 1), ("Trace", 1), ("overhead", 2)):
+        events += [{"ph": "X", "cat": cat, "name": "x", "pid": 1, "tid": 1, "ts": 1.0 + i, "dur": 0.5}
+                   for i in range(n)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_kineto(events)))
+    table, warnings = read(path, fast=fast, chunk_bytes=200)
+    assert table.height == 1
+    assert warnings == [f"{path}: skipped 9 complete events of categories traceparse does not read "
+                        "(mtia_ccp_events 5, mtia_runtime 3, (none) 1): their time is in no figure"]
+
+
+def test_a_folder_of_pt_trace_files_is_torch_not_jax(tmp_path):
+    """``tensorboard_trace_handler`` names files ``*.pt.trace.json.gz``, which end as a JAX profile's do: a
+    folder of one such file is that torch trace (format torch, its distributedInfo tags), and a folder of two
+    ranks so named is a run of two ranks, not a JAX profile."""
+    store = tmp_path / "store"
+    code, out, err = run_cli("--store", str(store), "analyze", str(HTA / "cpu_only"), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [(t["format"], t["tags"]) for t in doc["traces"]] == [
+        ("torch", {"backend": "gloo", "rank": "34", "world_size": "300"})]
+    run = tmp_path / "named"
+    run.mkdir()
+    for r in (0, 1):
+        shutil.copy(HTA / "trace_filter" / f"sampled_rank-{r}.json.gz", run / f"rank-{r}.Jul_1.{r}.pt.trace.json.gz")
+    code, out, err = run_cli("--store", str(store), "analyze", str(run), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [t["format"] for t in doc["traces"]] == ["run"]
+    assert doc["summary"][0]["span_ns"] < 1.3e9  # the run's span (1.239 s), not a JAX profile's 3.37 s
+
+
+def test_a_folder_of_one_trace_without_a_rank_is_that_trace(tmp_path):
+    """A folder holding one trace that names no rank was refused as a run without ranks; it is that trace."""
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "torch" / "resnet18_bs16.json.gz", folder)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(folder), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [(t["format"], t["path"]) for t in doc["traces"]] == [("torch", str(folder / "resnet18_bs16.json.gz"))]
+
+
+def test_a_path_read_as_another_format_before_is_read_again(tmp_path):
+    """The store knows content by its hash: the same bytes read before as another format (``--format chrome``,
+    or an older traceparse that took a folder for a JAX profile) are read again as what they are now, and that
+    reading replaces the old one under the same id."""
+    store = tmp_path / "s"
+    path = str(FIXTURES / "torch" / "resnet18_bs16.json.gz")
+    assert run_cli("--store", str(store), "ingest", "--format", "chrome", path)[0] == 0
+    code, out, err = run_cli("--store", str(store), "list", "--json")
+    assert [t["format"] for t in json.loads(out)["traces"]] == ["chrome"]
+    code, out, err = run_cli("--store", str(store), "analyze", path, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [t["format"] for t in doc["traces"]] == ["torch"]
+    listed = json.loads(run_cli("--store", str(store), "list", "--json")[1])["traces"]
+    assert [(t["id"], t["format"]) for t in listed] == [(doc["traces"][0]["id"], "torch")]
+    assert not (store / "tmp").exists() or list((store / "tmp").iterdir()) == []  # the old reading removed
+
+
+def test_fbgemm_kernels_are_not_gemm(tmp_path):
+    """The two sampled ranks as a run: kernel-share's GEMM time is that of the cutlass and cuBLAS GEMMs,
+    computed here from the raw JSON by name (``gemm``, ``cublas`` or ``cutlass`` once ``fbgemm`` is taken out):
+    137.4 of 1,257.5 ms. Before, ``fbgemm`` anywhere in a name (``fbgemm_gpu::FixedDivisor`` in an embedding
+    kernel's arguments) made it a GEMM: 29.8%."""
+    total = gemm = 0
+    for r in (0, 1):
+        for e in json.load(gzip.open(HTA / "trace_filter" / f"sampled_rank-{r}.json.gz"))["traceEvents"]:
+            if e.get("ph") == "X" and e.get("cat") == "kernel":
+                ns = round(e["dur"] * 1000)
+                total += ns
+                gemm += ns if re.search("gemm|cublas|cutlass", e["name"].lower().replace("fbgemm", "")) else 0
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(HTA / "trace_filter"),
+                             "--rule", "kernel-share", "--json")
+    assert code == 0, err
+    categories = json.loads(out)["findings"][0]["metrics"]["categories"]
+    assert (categories["gemm"]["time_ns"], sum(c["time_ns"] for c in categories.values())) == (gemm, total)
+    assert (gemm, total) == (137_386_000, 1_257_545_000)
