@@ -27,7 +27,8 @@ from traceparse import expr
 
 SHARED = REPO.parent / "shared" / "samples"
 #: Runs: the shared gloo runs and the fixtures' (gloo, NCCL, the DDP twins of a slow loader and a slow hook).
-RUNS = [p for p in [*(SHARED / "multirank").glob("*"), *(FIXTURES / "torch" / "multirank").glob("*")] if p.is_dir()]
+RUNS = [p for p in [*(SHARED / "multirank").glob("*"), *(FIXTURES / "torch" / "multirank").glob("*"),
+                    FIXTURES / "torch" / "hta" / "trace_filter"] if p.is_dir()]
 ET = FIXTURES / "torch" / "execution_trace"
 NCU_REP = FIXTURES / "ncu" / "ncu_vgg11_bs16.ncu-rep.xz"
 #: Single traces of every reader, the newer forms included: JAX (xplane), PyTorch execution traces with their
@@ -43,7 +44,11 @@ TRACES = [p for p in [*(SHARED / "torch").glob("*.json.gz"), SHARED / "nsys" / "
                       (ET / "et_gpt_bs8_et.json.gz", ET / "et_gpt_bs8_kineto.json.gz"),
                       *sorted((FIXTURES / "nsys" / "export").glob("*dir")), FIXTURES / "nsys" / "mlp_nvtx_steps.sqlite.gz",
                       NCU_REP, FIXTURES / "nvprof" / "real" / "rlscope_gpu_trace.csv", FIXTURES / "tau" / "real" / "cpi-mpi",
-                      FIXTURES / "tau" / "real" / "apex-cuda"]
+                      FIXTURES / "tau" / "real" / "apex-cuda",
+                      # real traces of other builds: PyTorch 1.8's bare array, a torch.compile trace with text
+                      # grids, CUPTI range-profiler events
+                      FIXTURES / "torch" / "kineto" / "resnet50_pt18_prerelease.pt.trace.json.gz",
+                      *sorted((FIXTURES / "torch" / "hta").glob("*.json.gz"))]
           if all(q.exists() for q in (p if isinstance(p, tuple) else (p,)))]
 CASES = RUNS + TRACES
 

@@ -70,6 +70,32 @@ def test_convolution_backward_counts_the_gradients_its_mask_asks_for():
     assert op_flops.cost("aten::convolution_backward", dims, types, None).assumed.startswith("both")
 
 
+@pytest.mark.parametrize("name", sorted(op_flops.SELF_FIRST_CONV_BACKWARD))
+def test_a_pytorch_1_10_convolution_backward_takes_its_input_first(name):
+    """Before 1.11, ``aten::cudnn_convolution_backward`` (and miopen's, mkldnn's) took ``(self, grad_output,
+    weight)``; read as ``(grad_output, input, weight)``, a stride-2 layer got 4× its FLOPs. By hand, ResNet50's
+    stride-2 3×3 layer on 512 channels, batch 32: 2 × 32 × (512·512·3·3) × (7·7) per gradient, two gradients."""
+    dims = [[32, 512, 14, 14], [32, 512, 7, 7], [512, 512, 3, 3], [], [], [], [], [], [], [], []]
+    forward = 2 * 32 * (512 * 512 * 3 * 3) * (7 * 7)
+    assert op_flops.cost(name, dims).flops == 2 * forward == 14_797_504_512
+    assert op_flops.cost("aten::convolution_backward", [dims[1], dims[0], *dims[2:]]).flops == 2 * forward
+
+
+def test_a_forward_convolutions_output_is_taken_only_from_one_backward_shape():
+    """Without concrete inputs a forward convolution takes its output shape from the backward calls of the same
+    input and weight; where two give two outputs (one weight at stride 1 and 2), neither is taken, whatever
+    order the calls come in (the order was polars' unique(), and the FLOPs changed from run to run)."""
+    from traceparse.measures.op_work import _conv_outputs
+
+    x, w = [8, 64, 56, 56], [64, 64, 3, 3]
+    rows = [("aten::convolution_backward", json.dumps([[8, 64, 56, 56], x, w])),
+            ("aten::cudnn_convolution_backward", json.dumps([x, [8, 64, 28, 28], w])),
+            ("aten::convolution_backward", json.dumps([[8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 1, 1]]))]
+    for order in (rows, rows[::-1], rows[1:] + rows[:1]):
+        keys = pl.DataFrame(order, schema=["name", "input_dims"], orient="row")
+        assert _conv_outputs(keys) == {((8, 64, 56, 56), (128, 64, 1, 1)): (8, 128, 28, 28)}
+
+
 def test_gemm_shapes():
     assert op_flops.cost("aten::addmm", [[4096], [16, 9216], [9216, 4096], [], []],
                          ["float", "float", "float", "Scalar", "Scalar"], ["", "", "", "1", "1"]).flops \

@@ -68,7 +68,10 @@ def ingest_json(*args: str) -> dict:
 @pytest.mark.parametrize("name, rank", [
     ("rank3.json.gz", 3), ("rank_12.pt.trace.json", 12), ("worker-RANK-7.json", 7), ("trace_r5.json", 5),
     ("host.r0.json", 0), ("profile.4.0.0", 4), ("report.11.nsys-rep", 11), ("trace.json", None),
-    ("resnet18_bs16.json.gz", None), ("run2.json", None)])
+    ("resnet18_bs16.json.gz", None), ("run2.json", None),
+    # tensorboard_trace_handler's HOST_PID.MILLISECONDS: a time, not a rank (PyTorch 1.9's resnet50 samples)
+    ("worker0.1623143089861.pt.trace.json.gz", None), ("node7_123.1700000000000.pt.trace.json", None),
+    ("host.4711.json", 4711)])
 def test_rank_from_file_name(name, rank):
     assert rank_from_name(name) == rank
 

@@ -169,6 +169,17 @@ def test_names_differing_by_a_trailing_number_keep_it(names, pattern):
         [(int(re.search(r"\d+$", n).group()), f"range {pattern}") for n in names]
 
 
+def test_python_frames_are_no_steps():
+    """with_stack's Python frames (region rows; names from TraceLens' and vLLM's real traces) that say "iter" are
+    no iteration: 240 ``tree_iter`` frames were taken for 240 steps of 4 us. A step range beside them wins."""
+    frames = [("torch/utils/_pytree.py(1462): tree_iter", 10 * i, 4, "region") for i in range(240)]
+    frames += [("<frozen _collections_abc>(892): __iter__", 5 + 10 * i, 2, "region") for i in range(6)]
+    frames += [("<built-in function iter>", 7, 1, "region")]
+    assert steps_of(frames) == []
+    assert steps_of(frames + [("train_step", 0, 3000), ("train_step", 3000, 3000)]) == \
+        [(1, 0, 3000, "range train_step"), (2, 3000, 3000, "range train_step")]
+
+
 def test_profiler_steps_come_first_and_the_series_with_most_time_wins():
     assert steps_of([("ProfilerStep#4", 0, 100), ("step 1", 0, 90)]) == [(4, 0, 100, "ProfilerStep#N")]
     assert steps_of([("step 1", 0, 10), ("step 2", 20, 10), ("train_step", 0, 15)]) == \

@@ -166,3 +166,46 @@ def test_fbgemm_kernels_are_not_gemm(tmp_path):
     categories = json.loads(out)["findings"][0]["metrics"]["categories"]
     assert (categories["gemm"]["time_ns"], sum(c["time_ns"] for c in categories.values())) == (gemm, total)
     assert (gemm, total) == (137_386_000, 1_257_545_000)
+
+
+def test_a_folder_of_traces_without_ranks_says_how_to_read_them(tmp_path):
+    """Hand-written: tensorboard_trace_handler's folder of two profiling windows of one process
+    (``worker0.MILLISECONDS.pt.trace.json``, no distributedInfo): its milliseconds are no rank. The folder is
+    refused in one line saying how to read the two; given as paths, they are two traces."""
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    names = ["worker0.1623143089861.pt.trace.json", "worker0.1623143566756.pt.trace.json"]
+    for i, name in enumerate(names):
+        (folder / name).write_text(json.dumps(_kineto([{**KERNEL, "ts": 10.0 + i}])))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(folder))
+    assert code == 2 and err == (
+        f"traceparse: error: {folder / names[0]}: no rank: the trace does not say (no distributedInfo rank) and "
+        "the file name has none (rank3, _r3, .3.); a folder of traces is read as the ranks of one run: give the "
+        "files as paths to read each as a trace of its own\n")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", *(str(folder / n) for n in names), "--json")
+    assert code == 0, err
+    assert [t["format"] for t in json.loads(out)["traces"]] == ["torch", "torch"]
+
+
+def test_pytorch_1_8_prerelease_bare_array_is_a_torch_trace(tmp_path):
+    """Kineto before PyTorch 1.8 wrote a bare array of events (fixtures/torch/kineto/SOURCE.md), which went to
+    the generic Chrome reader. It is a torch trace: its kernels are kernels (9,538 and 635,237 us of them,
+    counted with the json module), its 6 ProfilerStep#N are the steps, its text thread ids are threads."""
+    path = FIXTURES / "torch" / "kineto" / "resnet50_pt18_prerelease.pt.trace.json.gz"
+    raw = json.load(gzip.open(path))
+    kernels = [e for e in raw if e.get("ph") == "X" and e.get("cat") == "Kernel"]
+    steps = sorted((e["ts"], e["dur"]) for e in raw if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+    assert (len(kernels), sum(e["dur"] for e in kernels), len(steps)) == (9538, 635_237, 6)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--rule", "kernel-share",
+                             "--rule", "hotspots", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [t["format"] for t in doc["traces"]] == ["torch"]
+    assert doc["summary"][0]["steps"] == 6
+    assert doc["summary"][0]["step_time_ns"] == round(1000 * sum(d for _, d in steps) / 6)
+    share = next(f for f in doc["findings"] if f["rule"] == "kernel-share")["metrics"]
+    assert (share["calls"], share["kernel_time_ns"]) == (9538, 635_237_000)
+    assert sum(c["time_ns"] for c in share["categories"].values()) == 635_237_000
+    threads = {(i["thread"], i["thread_name"]) for f in doc["findings"] if f["rule"] == "hotspots"
+               for i in f["items"] if "thread" in i}
+    assert ("67844/4093687616 (python)", "python") in threads, threads  # by "thread 1 (python)", its ids text

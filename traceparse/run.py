@@ -58,7 +58,8 @@ from traceparse.trace import Trace, TraceMeta
 RANK_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("rank3", re.compile(r"rank[_-]?([0-9]+)", re.IGNORECASE)),  # ASCII digits: \d takes "٣" and "³" too
     ("_r3", re.compile(r"(?:^|[_.-])r([0-9]+)(?=[_.-]|$)", re.IGNORECASE)),
-    (".3.", re.compile(r"\.([0-9]+)\.")),
+    # (not a longer number: tensorboard_trace_handler's files are HOST_PID.MILLISECONDS.pt.trace.json)
+    (".3.", re.compile(r"\.([0-9]{1,7})\.")),
 )
 #: The largest rank a run holds (the ``rank`` column is a 32-bit integer).
 MAX_RANK = 2**31 - 1
@@ -319,7 +320,8 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
             rank, rank_from = from_name, "file name"
         if rank is None:
             raise InputError(f"{files[0]}: no rank: the trace does not say (no distributedInfo rank) and the file "
-                             "name has none (rank3, _r3, .3.)")
+                             "name has none (rank3, _r3, .3.); a folder of traces is read as the ranks of one run: "
+                             "give the files as paths to read each as a trace of its own")
         if not 0 <= rank <= MAX_RANK:
             raise InputError(f"{files[0]}: rank {rank} (from the {rank_from}) is outside 0 to {MAX_RANK:,}, the "
                              "ranks a run can hold")

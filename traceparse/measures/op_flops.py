@@ -292,10 +292,26 @@ def _conv(name: str, dims: list, types: list | None, concrete: list | None, conv
                 assumed)
 
 
-def _conv_backward(name: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
-    if len(dims) < 3 or not all(is_shape(d) for d in dims[:3]):
+#: Backward convolutions of PyTorch before 1.11, whose schema begins ``(self, grad_output, weight)``; since 1.11
+#: ``aten::convolution_backward`` begins ``(grad_output, input, weight)`` and these are gone.
+SELF_FIRST_CONV_BACKWARD = frozenset({"aten::cudnn_convolution_backward", "aten::miopen_convolution_backward",
+                                      "aten::mkldnn_convolution_backward"})
+
+
+def conv_backward_shapes(name: str, dims: list) -> tuple[list, list, list] | None:
+    """(grad_output, input, weight) shapes of a backward convolution's recorded ``Input Dims``, in the order of
+    its schema (:data:`SELF_FIRST_CONV_BACKWARD`); None when the first three are not shapes."""
+    if not dims or len(dims) < 3 or not all(is_shape(d) for d in dims[:3]):
         return None
-    gy, x, w = dims[0], dims[1], dims[2]
+    first, second, w = dims[0], dims[1], dims[2]
+    return (second, first, w) if name in SELF_FIRST_CONV_BACKWARD else (first, second, w)
+
+
+def _conv_backward(name: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
+    shapes = conv_backward_shapes(name, dims)
+    if shapes is None:
+        return None
+    gy, x, w = shapes
     where = CONV_BACKWARD_ARGS.get(name)
     mask = None
     transposed = False

@@ -98,14 +98,17 @@ def formula_costs(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _conv_outputs(keys: pl.DataFrame) -> dict[tuple, tuple]:
-    """(input shape, weight shape) -> output shape, from the convolution_backward calls (their grad_output)."""
-    out: dict[tuple, tuple] = {}
+    """(input shape, weight shape) -> output shape, from the convolution_backward calls (their grad_output),
+    for the pairs whose every backward call gives one output shape: two (one weight at stride 1 and 2 on one
+    input) say nothing of which a forward call had, so neither is taken."""
+    seen: dict[tuple, set] = {}
     backward = keys.filter(pl.col("name").replace_strict(op_flops.FAMILY, default=None) == "conv backward")
-    for dims_text in backward["input_dims"].to_list():
-        dims = op_flops.parse(dims_text)
-        if dims and len(dims) >= 3 and all(op_flops.is_shape(d) for d in dims[:3]):
-            out.setdefault((tuple(dims[1]), tuple(dims[2])), tuple(dims[0]))
-    return out
+    for name, dims_text in backward.select("name", "input_dims").iter_rows():
+        shapes = op_flops.conv_backward_shapes(name, op_flops.parse(dims_text))
+        if shapes is not None:
+            gy, x, w = shapes
+            seen.setdefault((tuple(x), tuple(w)), set()).add(tuple(gy))
+    return {key: next(iter(out)) for key, out in seen.items() if len(out) == 1}
 
 
 def owners(ops: pl.DataFrame, formula_ids: pl.Series) -> pl.DataFrame:

@@ -95,7 +95,7 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
     fast = fast_rows if options.params.get("fast", True) not in (False, "0", "false", "no") and not small else None
     for _, (batch, counts, chunk_names) in map_chunks(
             path, options, KinetoEvent, Document, chunk_rows, workers=workers, chunk_bytes=chunk_bytes,
-            label="torch.profiler trace", array_form=False, on_document=on_document, fast=fast,
+            label="torch.profiler trace", array_form=True, on_document=on_document, fast=fast,
             threads=threads):
         coerced.merge(counts)
         names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name

@@ -39,7 +39,7 @@ from traceparse_plugins.readers.torch_profiler.events import (
 )
 from traceparse_plugins.readers.torch_profiler.kineto import Args
 from traceparse_plugins.readers.torch_profiler.memory import KEYS, MEMORY_EVENT, counter_rows, with_counters
-from traceparse_plugins.readers.torch_profiler.threads import thread_name
+from traceparse_plugins.readers.torch_profiler.threads import thread_key, thread_name
 
 #: Chunks larger than this (a chunk merged after a cut inside a string) are left to the careful path.
 MAX_FAST_BYTES = 1 << 30
@@ -455,8 +455,9 @@ def _thread_names(rows: pl.Series, checked: list) -> dict[str, str]:
     names: dict[str, str] = {}
     for row in rows:
         event = checked[row]
-        if isinstance(event.pid, int) and isinstance(event.tid, int):
+        key = thread_key(event.pid, event.tid)
+        if key is not None:
             name = thread_name(event.args.meta_name)
             if name:
-                names[f"{event.pid}/{event.tid}"] = name
+                names[key] = name
     return names

@@ -11,7 +11,10 @@ head shows Kineto's own vocabulary: its top-level keys (``deviceProperties``,
 Kineto's keys after it) is claimed at 0.8 too when its head has both of
 Kineto's own top-level keys ``"schemaVersion"`` and ``"deviceProperties"``,
 or Kineto's ``"External id"`` argument with one of its host categories
-(``cpu_op``, ``cuda_runtime``, ``python_function``). Anything else is not claimed
+(``cpu_op``, ``cuda_runtime``, ``python_function``). The pre-release Kineto of
+PyTorch 1.8 (late 2020) wrote a bare array of events: claimed at 0.8 when its
+head has Kineto's ``"External id"`` argument and its ``"Operator"`` category or
+``"Trace name": "PyTorch Profiler"``. Anything else is not claimed
 (0.0); a generic Chrome trace is the ``chrome`` reader's, which this reader
 refines.
 """
@@ -36,8 +39,14 @@ _HOST_CATEGORIES = (b'"cpu_op"', b'"cuda_runtime"', b'"python_function"')
 _FIRST_KEY = re.compile(rb'^(?:\xef\xbb\xbf)?\s*\{\s*"([^"\\]{1,64})"\s*:')
 
 
+_ARRAY_START = re.compile(rb'^(?:\xef\xbb\xbf)?\s*\[\s*\{')
+_EARLY_KINETO = (b'"Operator"', b'"PyTorch Profiler"')
+
+
 def sniff(path: Path, head: bytes) -> float:
     """0.8 for a Kineto document, else 0.0."""
+    if _ARRAY_START.match(head):  # PyTorch 1.8's pre-release Kineto: a bare array of events
+        return 0.8 if b'"External id"' in head and any(m in head for m in _EARLY_KINETO) else 0.0
     m = _FIRST_KEY.match(head)
     if not m or b'"traceEvents"' not in head:
         return 0.0

@@ -16,14 +16,25 @@ import msgspec
 _LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
 
 
+_DIGITS = re.compile(r"[0-9]{1,19}", re.ASCII)
+
+
+def thread_key(pid, tid) -> str | None:
+    """``"pid/tid"`` of a thread whose ids are integers, or digits as text (PyTorch 1.8's ``"tid": "4093687616"``,
+    which the events' column reads as that integer); None for a label (``"Spans"``)."""
+    ids = [v if type(v) is int else int(v) if isinstance(v, str) and _DIGITS.fullmatch(v) else None for v in (pid, tid)]
+    return None if None in ids else f"{ids[0]}/{ids[1]}"
+
+
 def collect_thread_names(events, into: dict[str, str]) -> None:
     """Add the ``pid/tid -> name`` of the ``thread_name`` events among ``events`` to ``into``."""
     for e in [e for e in events if e.ph == "M" and e.name == "thread_name"]:
-        if e.args is None or not isinstance(e.pid, int) or not isinstance(e.tid, int):
+        key = thread_key(e.pid, e.tid)
+        if e.args is None or key is None:
             continue
         name = thread_name(e.args.meta_name)
         if name:
-            into[f"{e.pid}/{e.tid}"] = name
+            into[key] = name
 
 
 def thread_name(raw: msgspec.Raw) -> str | None:
