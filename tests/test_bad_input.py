@@ -65,10 +65,10 @@ def test_truncated_gzip(store, tmp_path, samples_dir):
 def test_wrong_type_in_event_names_the_record(store, tmp_path):
     p = tmp_path / "bad.json"
     p.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": 1, "dur": 2},'
-                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"grid": "seven"}}]}')
+                 '{"ph": "X", "cat": "kernel", "name": "b", "ts": 3, "dur": 2, "args": {"grid": {"x": 7}}}]}')
     assert_refused(["ingest", str(p)],
                    f"{p}: traceEvents[1].args.grid: unexpected value in a trace event: "
-                   "Expected `array | null`, got `str`", store)
+                   "Expected `int | float | str | array | null`, got `object`", store)
 
 
 def test_integer_argument_as_text_is_coerced_with_one_warning(store, tmp_path):

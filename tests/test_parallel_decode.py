@@ -210,7 +210,7 @@ def test_a_wrongly_typed_key_after_the_events_is_refused_by_both(tmp_path):
         with pytest.raises(InputError) as err:
             read(path, params)
         messages.append(str(err.value))
-    assert messages[0] == messages[1] == (f"{path}: deviceProperties: unexpected value in a trace event: Expected "
+    assert messages[0] == messages[1] == (f"{path}: deviceProperties: unexpected value in the document's keys: Expected "
                                           "`array | null`, got `int`")
 
 

@@ -209,3 +209,18 @@ def test_pytorch_1_8_prerelease_bare_array_is_a_torch_trace(tmp_path):
     threads = {(i["thread"], i["thread_name"]) for f in doc["findings"] if f["rule"] == "hotspots"
                for i in f["items"] if "thread" in i}
     assert ("67844/4093687616 (python)", "python") in threads, threads  # by "thread 1 (python)", its ids text
+
+
+def test_the_documents_keys_after_the_events(tmp_path):
+    """Hand-written, as TraceLens' generator writes its traces: the profiler's options as JSON booleans after
+    the events (``"with_flops": true``; Kineto writes 1) are read, not refused; a key of the wrong type there is
+    named as one of the document's keys, not as "a trace event"."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [KERNEL], "with_flops": True,
+                                "record_shapes": False}))
+    table, warnings = read(path)
+    assert table.height == 1 and warnings == []
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [KERNEL], "cupti_version": "x"}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(path))
+    assert (code, err) == (2, f"traceparse: error: {path}: cupti_version: unexpected value in the document's keys: "
+                              "Expected `int | null`, got `str`\n")

@@ -138,7 +138,8 @@ class ApiShare(Rule):
         metrics = {"api_time_ns": total, "api_calls": calls, "api_names": by_name.height, "classes": classes}
         metrics.update({f"{c}_share_pct": classes[c]["share_pct"] for c in CLASSES})
         return [Finding(self.name, "warning" if flagged else "info",
-                        "API time dominated by " + " and ".join(flagged) if flagged else "Where the API time goes",
+                        ("API time in " + " and ".join(f"{c} ({fmt_pct(classes[c]['share_pct'])})" for c in flagged)
+                         if flagged else "Where the API time goes"),
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items, items_title="top calls",
                         columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, tables={"classes": TABLE},
                         impact_ns=sum(classes[c]["time_ns"] for c in flagged) if flagged else None)]

@@ -113,6 +113,14 @@ def where(message: str, offset: int = 0) -> str:
     return f"traceEvents[{offset}...]"
 
 
+def unexpected(path: Path, message: str, offset: int = 0) -> Exception:
+    """The one-line error for a msgspec validation ``message``: where, and what was unexpected, in a trace event
+    or in a key of the document beside ``traceEvents`` (``"with_flops": true`` where an integer was expected)."""
+    place = where(message, offset)
+    whose = "a trace event" if place.startswith("traceEvents[") else "the document's keys"
+    return bad_input(path, place, f"unexpected value in {whose}: {what(message)}")
+
+
 def what(message: str) -> str:
     """A msgspec message without its location."""
     return message.split(" - at ")[0]
@@ -407,8 +415,7 @@ def _decode_prefix(path: Path, decoder: _Guarded, buf: bytearray, end: int, offs
     except msgspec.ValidationError as exc:
         if raise_validation:  # a worker's chunk: the caller knows the offset
             raise
-        raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
-            from None
+        raise unexpected(path, str(exc), offset) from None
     except msgspec.DecodeError:
         return None
     finally:
@@ -474,8 +481,7 @@ def _decode_tail(path: Path, events_decoder, document_decoder, buf: bytes, offse
                 return document.traceEvents, document
             return events_decoder.decode(b"[" + buf), None
     except msgspec.ValidationError as exc:
-        raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
-            from None
+        raise unexpected(path, str(exc), offset) from None
     except msgspec.DecodeError:
         pass
     if form == "array" and not truncated:
@@ -483,8 +489,7 @@ def _decode_tail(path: Path, events_decoder, document_decoder, buf: bytes, offse
             with gc_paused():
                 return events_decoder.decode(b"[" + buf.rstrip().rstrip(b",") + b"]"), None
         except msgspec.ValidationError as exc:
-            raise bad_input(path, where(str(exc), offset), f"unexpected value in a trace event: {what(str(exc))}") \
-                from None
+            raise unexpected(path, str(exc), offset) from None
         except msgspec.DecodeError:
             pass
     split = _split_events(path, events_decoder, bytearray(b"[") + buf, offset)
@@ -754,7 +759,7 @@ def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repair
         raise value.at(path, offset)
     if status == "validation":
         local, message = value
-        raise bad_input(path, where(message, offset), f"unexpected value in a trace event: {what(message)}")
+        raise unexpected(path, message, offset)
     if status == "error":
         raise value
     state["offset"] = offset + count

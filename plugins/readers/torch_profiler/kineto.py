@@ -75,9 +75,10 @@ class Document(msgspec.Struct):
     cuda_runtime_version: int | None = None
     cuda_driver_version: int | None = None
     cupti_version: int | None = None
-    record_shapes: int | None = None
-    with_flops: int | None = None
-    profile_memory: int | None = None
+    # the profiler's options, 1 or 0 as Kineto writes them (true or false as some rewriting tools do)
+    record_shapes: int | bool | None = None
+    with_flops: int | bool | None = None
+    profile_memory: int | bool | None = None
     # ROCm builds (see .backend)
     hip_runtime_version: int | str | None = None
     hip_driver_version: int | str | None = None
