@@ -128,6 +128,9 @@ def test_a_folder_of_one_trace_without_a_rank_is_that_trace(tmp_path):
     assert code == 0, err
     doc = json.loads(out)
     assert [(t["format"], t["path"]) for t in doc["traces"]] == [("torch", str(folder / "resnet18_bs16.json.gz"))]
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--format", "torch", str(folder), "--json")
+    assert code == 0, err  # the format forced: the same
+    assert [t["path"] for t in json.loads(out)["traces"]] == [str(folder / "resnet18_bs16.json.gz")]
 
 
 def test_a_path_read_as_another_format_before_is_read_again(tmp_path):

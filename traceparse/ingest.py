@@ -67,6 +67,14 @@ def lone_file(path: Path) -> Path | None:
     return entries[0] if len(entries) == 1 and entries[0].is_file() else None
 
 
+def _sniffs(reader: Reader, path: Path) -> bool:
+    """Whether ``reader`` claims ``path`` (a directory: by its name and entries)."""
+    try:
+        return float(reader.sniff(path, b"")) > 0
+    except Exception:  # a sniffer must never stop reading
+        return False
+
+
 def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> list[tuple[Reader, list[Path]]]:
     """Group input paths into traces, each with the reader that will read it.
 
@@ -84,6 +92,9 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
         check_readable(path, allow_empty=True)
         if forced:
             reader = forced
+            lone = lone_file(path)
+            if lone is not None and not _sniffs(forced, path):  # a folder the reader does not read as one trace
+                path = lone
         else:
             try:
                 reader = detect_reader(path, reg)
