@@ -227,3 +227,25 @@ def test_the_documents_keys_after_the_events(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(path))
     assert (code, err) == (2, f"traceparse: error: {path}: cupti_version: unexpected value in the document's keys: "
                               "Expected `int | null`, got `str`\n")
+
+
+def test_a_runs_threads_are_each_ranks_own(tmp_path):
+    """Hotspots on a run: a thread is a rank's thread, even where ranks' processes share ids (copies of one
+    trace, containers): the run has as many threads as its ranks alone have together, and each per-thread row
+    names its rank. Before, rank 0's and rank 1's ``467/496`` were one thread of two ranks' time."""
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = json.load(gzip.open(FIXTURES / "torch" / "resnet18_bs16.json.gz"))
+    for r in (0, 1):
+        (run / f"rank{r}.json").write_text(json.dumps({**doc, "distributedInfo": {"rank": r, "world_size": 2}}))
+    alone = json.loads(run_cli("--store", str(tmp_path / "a"), "analyze", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                               "--rule", "hotspots", "--json")[1])["findings"]
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(run), "--rule", "hotspots", "--json")
+    assert code == 0, err
+    both = json.loads(out)["findings"]
+    assert both[0]["metrics"]["threads"] == 2 * alone[0]["metrics"]["threads"]
+    per_thread = next(f for f in both if f["title"] == "Hotspots per thread")
+    assert {i["rank"] for i in per_thread["items"]} == {0, 1}
+    assert all(i["thread"].startswith(f"rank {i['rank']}: ") for i in per_thread["items"])
+    single = next(f for f in alone if f["title"] == "Hotspots per thread")
+    assert all("rank" not in i and not i["thread"].startswith("rank") for i in single["items"])

@@ -60,10 +60,12 @@ from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import rank_labels
 from traceparse.threads import thread_label as _label, thread_names, thread_role
 from traceparse.trace import Trace
 
-THREAD = ["pid", "device_id", "tid"]
+#: What makes a thread: its rank on a run (null in one trace: ranks' processes may share ids), process, device, id.
+THREAD = ["rank", "pid", "device_id", "tid"]
 #: Kinds whose spread over threads is placement, not load: a copy runs on the device its data goes to.
 PLACED_KINDS = ("memcpy", "memset")
 #: The kind of annotations (record_function, NVTX ranges, ProfilerStep#N): ranked in a table of their own.
@@ -114,6 +116,10 @@ class Hotspots(Rule):
         nested, dropped = chosen["nested"], chosen["dropped"]
         routines = routine_time(events, kinds=tuple(t["kinds"]), drop_nested=chosen["drop_nested"],
                                 drop_aggregated=tuple(chosen["drop_aggregated"]))
+        ranks = rank_labels(trace)
+        routines = routines.with_columns(
+            rank=pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks
+            else pl.lit(None, dtype=pl.Int64))
         every = routines.group_by(["name", "kind", *THREAD]).agg(pl.col("time_ns", "inclusive_ns", "calls").sum())
         names = thread_names(trace.meta)
         every = every.join(_roles(every, names), on=THREAD, how="left", nulls_equal=True)
@@ -205,14 +211,16 @@ class Hotspots(Rule):
 
     def _per_thread(self, per_thread: pl.DataFrame, t: dict, names: dict) -> Finding:
         totals = per_thread.group_by(THREAD).agg(thread_ns=pl.col("time_ns").sum())
-        chosen = totals.sort(["thread_ns", *THREAD], descending=[True, False, False, False],
+        chosen = totals.sort(["thread_ns", *THREAD], descending=[True] + [False] * len(THREAD),
                              nulls_last=True).head(int(t["max_threads"]))
         ranked = (per_thread.join(chosen, on=THREAD, how="inner", nulls_equal=True)
-                  .sort(["thread_ns", *THREAD, "time_ns", "name"], descending=[True, False, False, False, True, False],
-                        nulls_last=True)
+                  .sort(["thread_ns", *THREAD, "time_ns", "name"],
+                        descending=[True] + [False] * len(THREAD) + [True, False], nulls_last=True)
                   .group_by(THREAD, maintain_order=True).head(int(t["per_thread_top"])))
         items = [
-            {"thread": thread_label(r["pid"], r["device_id"], r["tid"], names), "pid": r["pid"],
+            {"thread": (f"rank {r['rank']}: " if r["rank"] is not None else "")
+             + thread_label(r["pid"], r["device_id"], r["tid"], names),
+             **({"rank": r["rank"]} if r["rank"] is not None else {}), "pid": r["pid"],
              **({"device_id": r["device_id"]} if r["device_id"] is not None else {}), "tid": r["tid"],
              "thread_name": names.get((r["pid"], r["tid"])), "name": r["name"], "kind": r["kind"],
              "calls": r["calls"], "time_ns": r["time_ns"], "inclusive_ns": r["inclusive_ns"],
