@@ -331,9 +331,11 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
     named = frame.filter(q["named"]).select("_row")
     rows = _with_collectives(rows)
     coerced = Coercions()
-    if frame.select(q["unread"].any()).item():  # complete events of a category no row is made of: counted
-        for cat, n in frame.filter(q["unread"]).group_by("cat").len().iter_rows():
-            coerced.unread["(none)" if cat is None else cat] += n
+    loose = frame.filter(q["loose"])  # complete events of a category no row is made of (a few: Trace, overhead)
+    if loose.height:
+        for cat, n in loose.group_by("cat").len().iter_rows():
+            if str(cat).lower() not in UNREAD_QUIETLY:  # as the careful path asks
+                coerced.unread["(none)" if cat is None else cat] += n
     if counters.height:
         if counters["_bad"].any():
             return None
@@ -354,8 +356,7 @@ def _queries() -> dict:
                  category.replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String).alias("kind"),
                  category.is_in(list(GPU_CATEGORIES)).alias("gpu")],
         "keep": (pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_not_null(),
-        "unread": ((pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_null()
-                   & ~category.is_in(list(UNREAD_QUIETLY)).fill_null(False)),
+        "loose": (pl.col("ph") == "X").fill_null(False) & pl.col("kind").is_null(),
         "memory": (pl.col("name") == MEMORY_EVENT) & pl.col("ph").is_in(["i", "I"]) & pl.col("_args"),
         "named": (pl.col("ph") == "M") & (pl.col("name") == "thread_name") & pl.col("_args"),
         "checks": pl.any_horizontal(_event_checks()).alias("_bad"),
