@@ -190,7 +190,9 @@ def test_small_file_one_careful_batch(path, monkeypatch):
     assert counting.read + counting.left > 0  # the fast path was asked when the file was not small
     counting.read = counting.left = 0
     batches = _batches(path, small_bytes=size + 1)
-    assert len(batches) == 1 and counting.read == counting.left == 0
+    # one batch, unless the file is larger than a chunk (PyTorch 1.8's ResNet50, 20 MB: a small file is one
+    # under 1 MiB unless told otherwise, as here)
+    assert len(batches) == -(-size // torch_reader.CHUNK_BYTES) and counting.read == counting.left == 0
     assert len(_batches(path, small_bytes=size)) >= 1 and counting.read + counting.left > 0  # at the limit
 
 
