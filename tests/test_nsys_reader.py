@@ -892,3 +892,39 @@ def test_acceptance_capture_matches_nsys_stats(suffix):
     assert copies["[CUDA memset]"] == (memset.height, memset["duration_ns"].sum())
     steps = sorted(of_kind(trace, "marker").select("name", "duration_ns").rows())
     assert steps == sorted((r["Range"].lstrip(":"), int(r["Total Time (ns)"])) for r in _stats("nvtx_sum"))
+
+
+OSRT_AND_API = """[4/8] Executing 'osrt_sum' stats report
+
+ Time (%)  Total Time (ns)  Num Calls    Avg (ns)     Med (ns)    Min (ns)    Max (ns)    StdDev (ns)   Name
+ --------  ---------------  ---------  -----------  -----------  ---------  -----------  -----------  --------
+     67.3      335,987,431          2  167993715.5  167993715.5  2,971,823  333,015,608  233376198.5  sem_wait
+     32.7       99,806,189         17    5870952.3    1427621.0      6,930   33,322,960   11011658.0  poll
+
+[5/8] Executing 'cuda_api_sum' stats report
+
+ Time (%)  Total Time (ns)  Num Calls    Avg (ns)     Med (ns)    Min (ns)    Max (ns)    StdDev (ns)   Name
+ --------  ---------------  ---------  -----------  -----------  ---------  -----------  -----------  ----------------
+     97.1      106,912,410          3   35637470.0       6584.0      4,697  106,901,129   61716139.1  cudaMalloc
+      2.9        3,201,638      1,010       3169.9       2922.0          0      138,218       5124.5  cudaLaunchKernel
+
+"""
+
+
+@pytest.mark.parametrize("layout", ["column", "csv"])
+def test_the_console_names_each_report_before_its_table(tmp_path, layout):
+    """Hand-written, after a real `nsys --stats=true` console log (nsys 2024, an A100): osrt_sum and cuda_api_sum
+    have the same columns, and only the line before each table says which is which. The OS runtime table was
+    read as the CUDA API summary (sem_wait, poll as API calls) and the real one skipped as a second copy."""
+    text = OSRT_AND_API
+    if layout == "csv":  # `nsys stats --format csv` to the console: " ** Title (report):" before each table
+        text = (" ** OS Runtime Summary (osrt_sum):\n\nTime (%),Total Time (ns),Num Calls,Name\n67.3,335987431,2,sem_wait\n"
+                "32.7,99806189,17,poll\n\n ** CUDA API Summary (cuda_api_sum):\n\nTime (%),Total Time (ns),Num Calls,"
+                "Name\n97.1,106912410,3,cudaMalloc\n2.9,3201638,1010,cudaLaunchKernel\n")
+    path = tmp_path / "stats_console.txt"
+    path.write_text(text)
+    warnings: list[str] = []
+    api = of_kind(read(path, warnings=warnings), "api").sort("name")
+    assert api.select("name", "calls", "duration_ns").rows() == [("cudaLaunchKernel", 1010, 3_201_638),
+                                                                 ("cudaMalloc", 3, 106_912_410)]
+    assert warnings == [f"{path}: skipped the osrt_sum report (not read by traceparse)"]

@@ -249,3 +249,23 @@ def test_a_runs_threads_are_each_ranks_own(tmp_path):
     assert all(i["thread"].startswith(f"rank {i['rank']}: ") for i in per_thread["items"])
     single = next(f for f in alone if f["title"] == "Hotspots per thread")
     assert all("rank" not in i and not i["thread"].startswith("rank") for i in single["items"])
+
+
+def test_the_same_content_twice_is_one_trace(tmp_path):
+    """A path given twice, a copy of a file, a stored id beside its path: one trace, its findings once (xprof's
+    multi-worker demo holds two byte-identical host files: every finding was listed twice, the tally doubled)."""
+    path = str(FIXTURES / "torch" / "resnet18_bs16.json.gz")
+    copy = tmp_path / "copy.json.gz"
+    shutil.copy(path, copy)
+    store = str(tmp_path / "s")
+    once = json.loads(run_cli("--store", store, "analyze", path, "--json")[1])
+    for args, warning in (([path, path], f"{path}: given 2 times: read once"),
+                          ([path, str(copy)], f"a file given: the same content as {path}: read once"),
+                          ([path, once["traces"][0]["id"]], f"{once['traces'][0]['id']}: the same content as {path}: "
+                                                            "read once")):
+        code, out, err = run_cli("--store", store, "analyze", *args, "--json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert [t["id"] for t in doc["traces"]] == [once["traces"][0]["id"]]
+        assert len(doc["findings"]) == len(once["findings"])
+        assert err == f"traceparse: warning: {warning}\n"

@@ -209,13 +209,25 @@ class Session:
         """
         if not refs:
             return [self.load(self.store.last_id(), lazy_runs)]
+        for ref in dict.fromkeys(r for r in refs if refs.count(r) > 1):
+            self.warn(f"{ref}: given {refs.count(ref)} times: read once")
+        refs = list(dict.fromkeys(refs))
         files = [r for r in refs if Path(r).is_file()] if group else []
-        traces, done = [], False
+        traces, done, seen = [], False, {}
+
+        def add(ref: str | None, found: list[Trace]) -> None:
+            for trace in found:  # the same content twice (a path given twice, two copies of a file) is one trace
+                if trace.meta.id in seen:
+                    self.warn(f"{ref or 'a file given'}: the same content as {seen[trace.meta.id]}: read once")
+                    continue
+                seen[trace.meta.id] = ref or trace.meta.path
+                traces.append(trace)
+
         for ref in refs:
             if len(files) > 1 and ref in files:
                 if not done:
-                    traces.extend(self.store.load(r.meta.id) for r in self.ingest(files, fmt))
+                    add(None, [self.store.load(r.meta.id) for r in self.ingest(files, fmt)])
                     done = True
                 continue
-            traces.extend(self.resolve(ref, fmt, lazy_runs))
+            add(ref, self.resolve(ref, fmt, lazy_runs))
         return traces

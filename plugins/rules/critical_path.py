@@ -474,14 +474,15 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
         return "No step window to follow."
     parts = sorted(((k, v) for k, v in m["by_kind"].items() if v), key=lambda kv: -kv[1])
     kinds = ", ".join(f"{k} {fmt_pct(expr.pct(v, m['length_ns']))}" for k, v in parts[:4])
+    kinds = f": {kinds}" if kinds else " (it reached no event that takes time)"
     ranks = len(m["ranks"])
     counted = (f"{m['steps']} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else ""))
     if unmarked:
         text = (f"No steps are marked: over each trace's span (first to last event, {fmt_ns(m['step_ns'])}"
-                f"{' a rank' if ranks > 1 else ''}) the critical path is {fmt_ns(m['length_ns'])}: {kinds}.")
+                f"{' a rank' if ranks > 1 else ''}) the critical path is {fmt_ns(m['length_ns'])}{kinds}.")
     else:
         text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
-                f" ({counted}): {kinds}.")
+                f" ({counted}){kinds}.")
     if m["unexplained_ns"]:
         text += (f" {fmt_ns(m['unexplained_ns'])} per step lies before the first event the path reached.")
     if ranks_known:

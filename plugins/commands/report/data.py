@@ -278,6 +278,8 @@ def critical_path(events: pl.DataFrame) -> dict | None:
             .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
             .otherwise(pl.lit("-")))
     mine = mine.filter(pl.col("duration_ns") > 0)
+    if mine.height == 0:  # paths of zero length only (a step's end at an instant marker): nothing to draw
+        return None
     drawn = _slowest_that_fit(mine, chosen)
     mine = (mine.join(drawn, on=["trace_id", "step"], how="semi", nulls_equal=True).with_columns(lane=lane)
             .sort("step", "start_ns", nulls_last=False))

@@ -87,7 +87,7 @@ def read_capture(paths: list[Path], options: ReadOptions) -> Trace:
             options.progress(path.stat().st_size)
             continue
         for section in sections:
-            report = report_of(section, file_report)
+            report = report_of(section, section.announced or file_report)
             if report is None:
                 raise bad_input(path, section.header_line,
                                 "cannot tell which nsys stats report this table is; name the file "

@@ -26,7 +26,7 @@ import polars as pl
 from traceparse.errors import bad_input
 from traceparse.sources import open_binary
 
-from traceparse_plugins.readers.nsys.reports import NSYS_ONLY, field_of
+from traceparse_plugins.readers.nsys.reports import NSYS_ONLY, field_of, parse_file_name
 from traceparse_plugins.readers.nsys.units import split_header
 
 #: Lines nsys prints around its tables (console output), never data.
@@ -56,6 +56,8 @@ class Section:
     n_rows: int
     body: str | None = None
     rows: list[list[str]] | None = None
+    #: The report nsys's console names before the table (``[4/8] Executing 'osrt_sum' stats report``), canonical.
+    announced: str | None = None
     _bytes: bytes | None = field(default=None, repr=False)
 
     def line_of(self, index: int) -> int:
@@ -183,13 +185,14 @@ def _delimited_sections(path: Path, text: str) -> list[Section]:
     of millions of rows reads in seconds.
     """
     sections: list[Section] = []
-    pos, line_no = 0, 1
+    pos, line_no, announced = 0, 1, None
     while pos < len(text):
         stop = text.find("\n", pos)
         stop = len(text) if stop < 0 else stop
         line = text[pos:stop]
         found = header_cells(line) if line.strip() else None
         if found is None:
+            announced = _announcement(line) or announced
             pos, line_no = stop + 1, line_no + 1
             continue
         cells, layout = found
@@ -198,7 +201,8 @@ def _delimited_sections(path: Path, text: str) -> list[Section]:
         end = len(text) if end < 0 else end + 1
         body = text[start:end].rstrip("\n")
         n_rows = body.count("\n") + 1 if body else 0
-        sections.append(Section(path, cells, line_no, layout, line_no + 1, n_rows, body=body))
+        sections.append(Section(path, cells, line_no, layout, line_no + 1, n_rows, body=body, announced=announced))
+        announced = None
         line_no += 1 + n_rows
         pos = end
     return sections
@@ -245,9 +249,37 @@ def _column_sections(path: Path, lines: list[str]) -> list[Section]:
         while end < len(lines) and lines[end].strip() and not _MESSAGE.match(lines[end]):
             end += 1
         rows = [_cut(lines[j], spans) for j in range(start, end)]
-        sections.append(Section(path, header, i, "column", start + 1, len(rows), rows=rows))
+        sections.append(Section(path, header, i, "column", start + 1, len(rows), rows=rows,
+                                announced=_announced(lines, i - 2, sections[-1].first_line + sections[-1].n_rows
+                                                     if sections else 0)))
         i = end + 1
     return sections
+
+
+#: How nsys's console announces each report (``[4/8] Executing 'osrt_sum' stats report``; older versions name the
+#: report the same way with its old name, ``'osrtsum'``).
+_ANNOUNCE = re.compile(r"Executing '(\w+)' stats report|^\s*\*\*.*\((\w+)\):\s*$")
+
+
+def _announced(lines: list[str], before: int, stop: int) -> str | None:
+    """The report the nearest announcement above line ``before`` (down to line ``stop``) names, canonical
+    (:func:`reports.parse_file_name`), else None: a header alone cannot tell cuda_api_sum from osrt_sum."""
+    for j in range(before, max(stop, 0) - 1, -1):
+        name = _announcement(lines[j])
+        if name:
+            return name
+    return None
+
+
+def _announcement(line: str) -> str | None:
+    """The report a console line announces (``Executing 'osrt_sum' stats report``, `` ** OS Runtime Summary
+    (osrt_sum):``), canonical; None for any other line."""
+    m = _ANNOUNCE.search(line)
+    if not m:
+        return None
+    written = m.group(1) or m.group(2)
+    named = parse_file_name(f"x_{written}.csv")
+    return named.report if named else written.lower()
 
 
 def _cut(line: str, spans: list[tuple[int, int]]) -> list[str]:
