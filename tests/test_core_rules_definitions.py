@@ -141,3 +141,11 @@ def test_kernel_share_definition():
     assert f.severity == "info"
     assert run(synthetic(rows), "kernel-share", "kernel-share.dominant_kernel_pct=39").severity == "warning"
     assert len(run(synthetic(rows), "kernel-share", "kernel-share.top=2").items) == 2
+
+
+def test_a_device_of_no_id_is_named_the_same_in_every_table():
+    """Hand-written, as nvprof's GPU-trace text reads (no device column): the device tables of
+    low-memcpy-overlap and low-kernel-concurrency name it ``?``, as gpu-idle's does (they wrote ``None``)."""
+    trace = synthetic([kernel("k", None, 0, 100), kernel("k", None, 150, 300), memcpy(None, 90, 160)])
+    for rule in ("low-memcpy-overlap", "low-kernel-concurrency", "gpu-idle"):
+        assert list(run(trace, rule).metrics["devices"]) == ["?"], rule

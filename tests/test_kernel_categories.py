@@ -134,6 +134,7 @@ NAMES = {
         "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>(float, float const*, float, float*, unsigned long)",
         "void nhwcAddPaddingKernel<float, float, float, true, (cudnnKernelDataType_t)2>(int, int, int, int, int, int, int, int, float const*, float*)",
         "batched_transpose_16x32_half",
+        "void copy_kernel<double>(cublasCopyParams<T1>)",  # a public ncu log (RTX 4060 Laptop): cuBLAS level 1
         "transpose_NCHW2CNHW_V2_2D_WG_off64",
         "input_concatenate_fusion_3",  # XLA (fixtures/jax)
         "loop_transpose_fusion_17",

@@ -15,7 +15,9 @@ from traceparse.ingest import read_paths
 
 KIND_OF = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
            "cuda_driver": "api", "cpu_op": "op", "user_annotation": "marker", "gpu_user_annotation": "marker",
-           "python_function": "region", "cuda_sync": "sync"}
+           "python_function": "region", "cuda_sync": "sync",
+           # PyTorch 1.8's pre-release names (fixtures/torch/kineto): Operator, Runtime, Memcpy, Memset
+           "operator": "op", "runtime": "api", "memcpy": "memcpy", "memset": "memset"}
 
 
 def independent(path: Path) -> list[dict]:
@@ -23,7 +25,8 @@ def independent(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         doc = json.load(f, parse_float=Decimal)
-    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc  # PyTorch 1.8's pre-release: a bare array
+    return [e for e in events if e.get("ph") == "X" and e.get("cat", "").lower() in KIND_OF]
 
 
 def test_shared_samples_match_independent_parse(samples_dir):
@@ -40,8 +43,8 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
     # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one),
     # the 5 acceptance captures (H100 and H200), the 6 ranks of the FSDP2 twins (two H100s), the 12 of the
-    # four-GPU FSDP2 twins
-    assert len(paths) == 68
+    # four-GPU FSDP2 twins, 5 of HTA's test traces (fixtures/torch/hta) and PyTorch 1.8's bare array
+    assert len(paths) == 74
     for path in paths:
         check_against_independent(path)
 
@@ -83,7 +86,13 @@ def check_against_independent(path: Path) -> None:
     gpu = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
     assert gpu["pid"].null_count() == gpu.height  # GPU rows have no host process
     assert gpu["stream_id"].null_count() == 0
-    assert trace.meta.devices and trace.meta.devices[0].name
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    if isinstance(doc, dict) and doc.get("deviceProperties"):  # (not a CPU-only trace, nor PyTorch 1.8's array)
+        assert trace.meta.devices and trace.meta.devices[0].name
+    else:
+        assert not trace.meta.devices
 
 
 def test_resnet18_bs16_details(samples_dir):

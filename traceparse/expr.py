@@ -72,6 +72,10 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # naive conv, Composable Kernel grouped conv
     ("convolution", r"conv(olu|olv|_|[1-3]d|uni)|implicit_?gemm|\bigemm|_igemm|dgrad|wgrad|fprop|winograd"
                     r"|_bwd_weight"),
+    # cuBLAS's level-1 kernels, by their parameter types (copy_kernel<double>(cublasCopyParams<T1>)): no GEMM
+    ("layout/copy", r"cublas(copy|swap)params"),
+    ("elementwise", r"cublas(axpy|scal|rot|rotm)params"),
+    ("reduction/softmax", r"cublas(dot|nrm2|asum|iamax|iamin|amax|amin)params"),
     # cuBLAS (Hopper nvjet_* too), cuBLASLt split-K, cutlass / xmma GEMMs, rocBLAS / hipBLASLt Tensile Cijk_*,
     # CK gemm, tensor-core tile names; not the "gemm" of FBGEMM's namespace (fbgemm_gpu::), which names its
     # embedding, permute and FP8 kernels and turns up in the template arguments of others

@@ -69,7 +69,7 @@ class LowKernelConcurrency(Rule):
         n_kernels = int(per_device["count"].sum())
         mean_us = int(per_device["time_ns"].sum()) / n_kernels / 1e3
         ranks = rank_labels(trace)
-        devices = {device_label(ranks, r["trace_id"], r["device_id"]) if ranks else str(r["device_id"]): {"kernels": r["count"], "streams": r["streams"],
+        devices = {device_label(ranks, r.get("trace_id"), r["device_id"]): {"kernels": r["count"], "streams": r["streams"],
                                          "kernel_busy_ns": r["busy_ns"], "concurrent_ns": r["concurrent_ns"],
                                          "concurrency_pct": expr.pct(r["concurrent_ns"], r["busy_ns"]),
                                          "max_concurrent": r["max_depth"]}
@@ -79,7 +79,7 @@ class LowKernelConcurrency(Rule):
         fill_by = {(r["trace_id"], r["device_id"]): r for r in fill.iter_rows(named=True)}
         for r in in_rank_order(per_device, ranks).iter_rows(named=True):
             f = fill_by.get((r["trace_id"], r["device_id"]))
-            label = device_label(ranks, r["trace_id"], r["device_id"]) if ranks else str(r["device_id"])
+            label = device_label(ranks, r.get("trace_id"), r["device_id"])
             devices[label]["underused_pct"] = expr.pct(f["idle_sm_ns"] + f["short_ns"], f["time_ns"]) if f else None
         fill_ns = int(fill["time_ns"].sum() or 0)
         underused_ns = int((fill["idle_sm_ns"].sum() or 0) + (fill["short_ns"].sum() or 0))

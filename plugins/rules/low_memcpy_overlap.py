@@ -70,7 +70,7 @@ class LowMemcpyOverlap(Rule):
             memcpy_time_ns=pl.col("time_ns").sum(), overlapped_ns=pl.col("overlapped_ns").sum(), copies=pl.col("count").sum())
         if ranks:
             per_device = per_device.with_columns(_rank=pl.col("trace_id").replace_strict(ranks, default=None))
-        devices = {device_label(ranks, r.get("trace_id"), r["device_id"]) if ranks else str(r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
+        devices = {device_label(ranks, r.get("trace_id"), r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
                                          "overlapped_ns": r["overlapped_ns"],
                                          "overlap_pct": expr.pct(r["overlapped_ns"], r["memcpy_time_ns"])}
                    for r in per_device.sort([*(["_rank"] if ranks else []), "device_id"],

@@ -38,6 +38,7 @@ import polars as pl
 
 from traceparse import expr
 from traceparse.figures import fmt_ns
+from traceparse.names import short_name
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -148,7 +149,7 @@ class NcuSol(Rule):
                    f"DRAM {_p(metrics['dram_pct'])} (duration-weighted). By launch: {spread}; latency-bound "
                    f"launches (both under {low:g}%) take {_p(latency_pct)} of the kernel time.")
         if top:
-            message += (f" The longest kernel, {top['name'][:60]}, reaches compute {_p(top['compute_pct'])}, "
+            message += (f" The longest kernel, {short_name(top['name'], 60)}, reaches compute {_p(top['compute_pct'])}, "
                         f"memory {_p(top['memory_pct'])}: {top['bound']}.")
         suggestion = ""
         if severity != "info":

@@ -44,6 +44,7 @@ import polars as pl
 
 from traceparse import expr
 from traceparse.figures import fmt_ns
+from traceparse.names import short_name
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -159,7 +160,7 @@ class NcuSpeedups(Rule):
                    f"could run faster: up to {fmt_ns(saved_ns)} of {fmt_ns(kernel_ns)} "
                    f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {fmt_ns(global_ns)} "
                    f"({global_pct or 0:.1f}%) from whole-kernel (global) estimates. The largest: "
-                   f"{top['best_rule']} on {top['name'][:60]} ({top['speedup_kind']} speed-up up to "
+                   f"{top['best_rule']} on {short_name(top['name'], 60)} ({top['speedup_kind']} speed-up up to "
                    f"{top['speedup_pct']:.1f}%).")
         return [Finding(self.name, severity, "Speed-ups ncu estimates", message,
                         SUGGESTION if severity != "info" else "",
