@@ -167,3 +167,15 @@ def test_reader_error_is_an_input_error_not_a_crash(tmp_path):
     d, f = profile_dir(tmp_path, ["x"])
     with pytest.raises(InputError):
         read_paths([d], fmt="tau")
+
+
+def test_a_gzip_xml_profile_cut_before_its_first_profile(store, tmp_path):
+    """The handwritten XML profile gzipped and cut at two thirds of its bytes (a copy cut short): one line that
+    says so, not ``internal error: EOFError`` (found by the fuzz corpus)."""
+    import gzip
+
+    data = gzip.compress((FIXTURES / "tau" / "handwritten" / "xml" / "tauprofile.xml").read_bytes(), 6, mtime=0)
+    cut = tmp_path / "tauprofile.xml.gz"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    assert_refused(["ingest", str(cut)], f"{cut}: no <profile> with <interval_data> in this TAU XML file before the "
+                                         "file ends early (cut short?)", store)

@@ -68,9 +68,9 @@ def lone_file(path: Path) -> Path | None:
 
 
 def _sniffs(reader: Reader, path: Path) -> bool:
-    """Whether ``reader`` claims ``path`` (a directory: by its name and entries)."""
+    """Whether ``reader`` claims ``path`` (a file by its first bytes, a directory by its name and entries)."""
     try:
-        return float(reader.sniff(path, b"")) > 0
+        return float(reader.sniff(path, read_head(path))) > 0
     except Exception:  # a sniffer must never stop reading
         return False
 
@@ -93,8 +93,8 @@ def plan(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> l
         if forced:
             reader = forced
             lone = lone_file(path)
-            if lone is not None and not _sniffs(forced, path):  # a folder the reader does not read as one trace
-                path = lone
+            if lone is not None and not _sniffs(forced, path) and _sniffs(forced, lone):
+                path = lone  # a folder the reader does not read, of one file it does
         else:
             try:
                 reader = detect_reader(path, reg)

@@ -144,7 +144,7 @@ class Trace:
         finally:  # the warnings count what was dropped, also when the consumer stopped early
             found = validator.warnings() + validate_devices(self.meta.devices, validator.where)
             self.meta.warnings.extend(w for w in found if w not in self.meta.warnings)
-        validator.finish(refuse_empty=self.refuse_empty)
+        validator.finish(refuse_empty=self.refuse_empty, said=self.meta.warnings)
 
     def _with_trace_id(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with ``trace_id`` = ``meta.id``; unchanged while the trace has no id."""

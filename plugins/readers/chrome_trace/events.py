@@ -1,11 +1,11 @@
 """A generic Chrome trace (object or array form) to rows of the normalized event table.
 
-Complete events (``ph`` ``X``) and ``B``/``E`` pairs (matched per pid/tid,
-innermost first) become ``region`` rows, instant events (``i``, ``I``,
+Complete events (``ph`` ``X``) and ``B``/``E`` pairs (matched per pid/tid in
+time order, an ``E`` to the innermost open ``B`` of its name) become ``region`` rows, instant events (``i``, ``I``,
 ``R``) ``marker`` rows of duration 0, counter events (``C``) one ``counter``
 row per numeric argument (named ``NAME.ARG`` when the event has several);
-``cat`` goes to ``group``; integer ``pid`` / ``tid`` are kept, string ones
-(labels) are not. Timestamps are decimal microseconds, converted to integer
+``cat`` goes to ``group``; integer ``pid`` / ``tid`` are kept (digits as text too),
+other strings (labels) are not. Timestamps are decimal microseconds, converted to integer
 ns exactly by :mod:`traceparse.units` (sub-ns digits rounded half to even).
 Other phases (metadata, flows, async, objects) are skipped and counted in a
 warning. The events are decoded chunk by chunk by the shared Chrome-JSON
@@ -14,6 +14,7 @@ decoder; a file cut short keeps its complete events and warns.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +38,26 @@ class _Document(msgspec.Struct):
 def read_plain(path: Path, options: ReadOptions) -> Trace:
     """Read a generic Chrome trace into region, marker and counter rows."""
     rows: dict[str, list] = {c: [] for c in ("kind", "name", "start_ns", "duration_ns", "pid", "tid", "group",
-                                             "value")}
+                                             "value", "_at")}
     open_spans: dict[tuple, list] = {}
+    ends: dict[tuple, list] = {}
     skipped: dict[str, int] = {}
     out_of_range: dict[str, int] = {}
 
     def id_of(value, field: str):
-        """An integer pid/tid within Int64; a label (string) or a number past Int64 is no id (the latter counted)."""
-        if not isinstance(value, int):
+        """An integer pid/tid within Int64 (or its digits as text: Hermes writes ``"tid": "1"``); a label or a
+        number past Int64 is no id (the latter counted)."""
+        if isinstance(value, str) and _DIGITS.fullmatch(value):
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
             return None
         if -(2 ** 63) <= value < 2 ** 63:
             return value
         out_of_range[field] = out_of_range.get(field, 0) + 1
         return None
 
-    def add(kind, name, start, dur, e, value=None):
+    def add(kind, name, start, dur, e, value=None, at=None):
+        rows["_at"].append(index if at is None else at)  # the file position the row stands at
         rows["kind"].append(kind)
         rows["name"].append(name)
         rows["start_ns"].append(start)
@@ -68,15 +74,8 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
             ph = e.ph or ""
             if ph == "X":
                 add("region", e.name, _ns(path, index, "ts", e.ts), _ns(path, index, "dur", e.dur, required=False), e)
-            elif ph == "B":
-                open_spans.setdefault((e.pid, e.tid), []).append((e, _ns(path, index, "ts", e.ts)))
-            elif ph == "E":
-                stack = open_spans.get((e.pid, e.tid))
-                if not stack:
-                    skipped["E without B"] = skipped.get("E without B", 0) + 1
-                    continue
-                begin, start = stack.pop()
-                add("region", begin.name or e.name, start, _ns(path, index, "ts", e.ts) - start, begin)
+            elif ph in ("B", "E"):  # paired below, per thread in time order
+                ends.setdefault((e.pid, e.tid), []).append((_ns(path, index, "ts", e.ts), index, ph, e))
             elif ph in ("i", "I", "R"):
                 add("marker", e.name, _ns(path, index, "ts", e.ts), 0, e)
             elif ph == "C":
@@ -87,6 +86,8 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                     add("counter", e.name if len(numeric) == 1 else f"{e.name}.{key}", start, None, e, float(value))
             else:
                 skipped[ph or "(none)"] = skipped.get(ph or "(none)", 0) + 1
+    for events in ends.values():
+        _pair(events, add, skipped, open_spans)
     unclosed = sum(len(s) for s in open_spans.values())
     if unclosed:
         options.warn(f"{path}: {unclosed} B events have no matching E; left out")
@@ -99,8 +100,31 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                      + ", ".join(f"{n} {ph}" for ph, n in sorted(skipped.items())))
     df = pl.DataFrame(rows, schema={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64,
                                     "duration_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
-                                    "group": pl.String, "value": pl.Float64})
+                                    "group": pl.String, "value": pl.Float64, "_at": pl.Int64})
+    df = df.sort("_at", maintain_order=True).drop("_at")  # a pair stands where its E stands in the file
     return Trace(df, TraceMeta(variant="Chrome Trace Event JSON"))
+
+
+_DIGITS = re.compile(r"-?[0-9]{1,19}", re.ASCII)
+
+
+def _pair(events: list, add, skipped: dict, open_spans: dict) -> None:
+    """One thread's ``B``/``E`` events, (ts, file index, phase, event), paired into regions in time order (ties in
+    file order; writers list them out of order): an ``E`` closes the innermost open ``B`` of its name, else the
+    innermost one (the spec lets ``E`` leave its name out). What stays open goes to ``open_spans``."""
+    stack: list = []
+    for ts, at_index, ph, e in sorted(events, key=lambda x: (x[0], x[1])):
+        if ph == "B":
+            stack.append((e, ts))
+            continue
+        if not stack:
+            skipped["E without B"] = skipped.get("E without B", 0) + 1
+            continue
+        at = next((i for i in range(len(stack) - 1, -1, -1) if e.name and stack[i][0].name == e.name), len(stack) - 1)
+        begin, start = stack.pop(at)
+        add("region", begin.name or e.name, start, ts - start, begin, at=at_index)
+    if stack:
+        open_spans[id(events)] = stack
 
 
 def _ns(path: Path, index: int, field: str, raw: msgspec.Raw, required: bool = True) -> int | None:

@@ -51,7 +51,8 @@ def read_xml(path: Path, warn: Callable[[str], None], progress: Callable[[int], 
     state = _State(path)
     _stream(path, state, progress)
     if not state.profiles:
-        raise bad_input(path, None, "no <profile> with <interval_data> in this TAU XML file")
+        cut = " before the file ends early (cut short?)" if state.truncated else ""
+        raise bad_input(path, None, f"no <profile> with <interval_data> in this TAU XML file{cut}")
     if state.snapshots > len(state.profiles):
         warn(f"{path}: {state.snapshots} snapshots of {len(state.profiles)} threads; read the last of each thread "
              "(snapshots are cumulative)")
@@ -64,7 +65,14 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
     except OSError as exc:
         raise bad_input(path, None, f"cannot be read: {exc.strerror or exc}") from None
     with f:
-        first = f.read(CHUNK)
+        first = b""
+        try:  # in pieces: a stream cut short (a gzip file cut) keeps what came before the cut
+            while len(first) < CHUNK and (piece := f.read1(CHUNK - len(first))):
+                first += piece
+        except (OSError, EOFError) as exc:
+            if not first:
+                raise bad_input(path, None, f"the file ends early ({exc}) before any profile") from None
+            state.truncated = f"{path}: the file ends early ({exc}); the complete profiles were kept"
         safe_xml.refuse_declarations(path, first)
         kwargs = safe_xml.parser_kwargs()
         declaration = _DECLARATION.match(first)
@@ -87,6 +95,8 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
                 lines_before += chunk.count(b"\n")
                 tail = chunk[-16:]
                 chunk = f.read(CHUNK)
+            if state.truncated:  # cut before the end: the profiles complete so far are kept, no closing tag
+                return
             parser.feed(b"</tau_xml_profiles>")
             parser.close()
             state.consume(parser.read_events())

@@ -1,0 +1,67 @@
+"""The generic Chrome reader's ``B``/``E`` pairs and thread ids, on hand-written traces modelled on speedscope's
+trace-event test files (jlfwong/speedscope, MIT: ``sample/profiles/trace-event/``), which the reader refused or
+read wrongly: ``E`` events listed before their ``B``, names that close out of nesting order, thread ids written
+as text (Hermes), a trace of ``B`` events only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from helpers import run_cli
+from traceparse.errors import InputError
+from traceparse.ingest import read_paths
+
+
+def regions(tmp_path, events: list[dict]) -> tuple[list[tuple], list[str]]:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    trace = read_paths([path], fmt="chrome")[0]
+    rows = trace.events.filter(pl.col("kind") == "region").sort("start_ns", "name")
+    return rows.select("name", "start_ns", "duration_ns", "tid").rows(), list(trace.meta.warnings)
+
+
+def test_ends_listed_before_their_begins_are_paired_in_time_order(tmp_path):
+    """speedscope's out-of-order-unbalanced-name.json: both E events come first in the file, and alpha closes
+    before beta although beta opened inside it. Each E closes the open B of its name."""
+    events = [{"pid": 0, "tid": 0, "ph": "E", "name": "alpha", "ts": 9},
+              {"pid": 0, "tid": 0, "ph": "E", "name": "beta", "ts": 10},
+              {"pid": 0, "tid": 0, "ph": "B", "name": "alpha", "ts": 0},
+              {"pid": 0, "tid": 0, "ph": "B", "name": "beta", "ts": 1}]
+    rows, warnings = regions(tmp_path, events)
+    assert rows == [("alpha", 0, 9000, 0), ("beta", 1000, 9000, 0)]
+    assert warnings == []
+
+
+def test_an_end_without_a_name_closes_the_innermost(tmp_path):
+    events = [{"pid": 1, "tid": 2, "ph": "B", "name": "outer", "ts": 0},
+              {"pid": 1, "tid": 2, "ph": "B", "name": "inner", "ts": 1},
+              {"pid": 1, "tid": 2, "ph": "E", "ts": 2},
+              {"pid": 1, "tid": 2, "ph": "E", "ts": 5}]
+    rows, _ = regions(tmp_path, events)
+    assert rows == [("outer", 0, 5000, 2), ("inner", 1000, 1000, 2)]
+
+
+def test_thread_ids_written_as_digits_are_ids(tmp_path):
+    """speedscope's multi-thread-with-samples.json (Hermes): ``"tid": "1"`` and ``"tid": "2"`` were no ids, and
+    the two threads one. A label stays no id."""
+    events = [{"pid": 7, "tid": "1", "ph": "X", "name": "a", "ts": 0, "dur": 1},
+              {"pid": 7, "tid": "2", "ph": "X", "name": "b", "ts": 0, "dur": 1},
+              {"pid": 7, "tid": "main", "ph": "X", "name": "c", "ts": 0, "dur": 1}]
+    rows, _ = regions(tmp_path, events)
+    assert rows == [("a", 0, 1000, 1), ("b", 0, 1000, 2), ("c", 0, 1000, None)]
+
+
+def test_a_trace_of_begins_only_is_refused_saying_why(tmp_path):
+    """speedscope's only-begin-events.json: nothing closes, nothing to store, and the one line says why."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"pid": 0, "tid": 0, "ph": "B", "name": "a", "ts": 1},
+                                {"pid": 0, "tid": 0, "ph": "B", "name": "b", "ts": 2}]))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(path))
+    assert (code, err) == (2, f"traceparse: error: {path}: the trace has no events (nothing to store); the reader: "
+                              "2 B events have no matching E; left out\n")
+    with pytest.raises(InputError):
+        read_paths([path], fmt="chrome")[0].events
