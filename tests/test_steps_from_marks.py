@@ -226,3 +226,15 @@ def test_by_trace_each_trace_chooses_its_own_steps_as_if_alone():
         assert [(r["step"], r["start_ns"], r["duration_ns"], r["source"])
                 for r in got.filter(pl.col("trace_id") == t).iter_rows(named=True)] == steps
     assert set(step_series(table)["source"]) == {"ProfilerStep#N"}  # as one table: the first source wins
+
+
+def test_a_step_named_by_its_number_alone():
+    """TensorFlow's XSpace names each step by its number (``"0"``), one range a GPU (xprof's GPU-multi-worker
+    demo): that is step 0, over both GPUs, labelled ``marked step N`` (was "marked step 0 N", steps 1 and 2)."""
+    from traceparse.measures.steps import step_series
+
+    rows = _events([("0", 100, 50, "region"), ("0", 110, 60, "region"), ("1", 300, 40, "region")]).with_columns(
+        group=pl.lit("step"), pid=pl.lit(None, dtype=pl.Int64), device_id=pl.Series([0, 1, 0], dtype=pl.Int32))
+    s = step_series(rows)
+    assert [(r["step"], r["start_ns"], r["duration_ns"], r["source"]) for r in s.iter_rows(named=True)] == \
+        [(0, 100, 70, "marked step N"), (1, 300, 40, "marked step N")]

@@ -154,10 +154,12 @@ def _marked_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     key = pl.col("trace_id").cast(pl.String).fill_null("")
     rows = rows.filter(pl.col("pid").is_not_null() == pl.col("pid").is_not_null().max().over(key))
     parts = pl.col("name").str.extract_groups(TRAILING_NUMBER)
+    bare = pl.col("name").str.contains(r"^[0-9]{1,18}$")  # a step named by its number alone (TensorFlow's "0")
     rows = rows.select(pl.col("trace_id").cast(pl.String), "start_ns",
                        end_ns=pl.col("start_ns") + pl.col("duration_ns"),
-                       stem=parts.struct.field("1").fill_null(pl.col("name")),
-                       number=parts.struct.field("3").cast(pl.Int64))
+                       stem=pl.when(bare).then(pl.lit("")).otherwise(parts.struct.field("1").fill_null(pl.col("name"))),
+                       number=pl.when(bare).then(pl.col("name").cast(pl.Int64, strict=False))
+                       .otherwise(parts.struct.field("3").cast(pl.Int64)))
     if by_trace:  # each trace numbered and labelled by its own rows
         rows = rows.with_columns(__k=key)
         renumber = pl.col("number").is_null().any().over("__k")
@@ -166,14 +168,15 @@ def _marked_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
             .otherwise(pl.col("number")))
         stems = pl.col("stem").drop_nulls().unique()
         labels = rows.group_by("__k").agg(
-            source=pl.when(stems.len() == 1).then(pl.format("marked step {} N", stems.first()))
+            source=pl.when((stems.len() == 1) & (stems.first() == "")).then(pl.lit("marked step N"))
+            .when(stems.len() == 1).then(pl.format("marked step {} N", stems.first()))
             .otherwise(pl.lit("marked steps")))
         return (rows.group_by("trace_id", "__k", step="number").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
                 .join(labels, on="__k", how="left").select("trace_id", "step", "start_ns", "end_ns", "source"))
     if rows["number"].is_null().any():
         rows = rows.sort("start_ns").with_columns(number=pl.int_range(1, pl.len() + 1).over(key).cast(pl.Int64))
     stems = sorted(rows["stem"].drop_nulls().unique().to_list())
-    label = f"marked step {stems[0]} N" if len(stems) == 1 else "marked steps"
+    label = ("marked step N" if stems == [""] else f"marked step {stems[0]} N") if len(stems) == 1 else "marked steps"
     return (rows.group_by("trace_id", step="number").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
             .with_columns(source=pl.lit(label)))
 
