@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import io
@@ -89,9 +90,56 @@ def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
         compressed = inner.fileobj  # the file under the gzip stream: its position is the compressed bytes read
     else:
         inner, compressed = open(path, "rb"), None
+    if inner.peek(2)[:2] in UTF16_BOMS:  # text as Windows PowerShell's `>` writes it: read as UTF-8
+        inner = _Utf16(inner)
+        if compressed is None and not text:
+            return io.BufferedReader(inner, buffer_size=_CHUNK)
     if compressed is None and not text:
         return inner
     return _BoundedBuffer(_Bounded(path, inner, compressed, text), buffer_size=_CHUNK)
+
+
+#: The byte-order marks of UTF-16 text (little- and big-endian).
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+class _Utf16(io.RawIOBase):
+    """UTF-16 text with its byte-order mark (a profiler's log redirected by Windows PowerShell) given as UTF-8
+    bytes, so that every text reader reads it as it reads any other; undecodable units become U+FFFD."""
+
+    def __init__(self, inner: BinaryIO):
+        self.inner = inner
+        self.decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        self.over = b""
+
+    @property
+    def fileobj(self):
+        return getattr(self.inner, "fileobj", None)
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, n: int = -1) -> bytes:
+        while True:
+            raw = self.inner.read1(n if n and n > 0 else _CHUNK)  # a cut gzip stream raises EOFError here
+            text = self.decoder.decode(raw, final=not raw)
+            if text or not raw:
+                return text.encode("utf-8")
+
+    read = read1
+
+    def readinto(self, buffer) -> int:
+        data = self.over or self.read1(len(buffer))
+        n = min(len(data), len(buffer))
+        buffer[:n] = data[:n]
+        self.over = data[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            super().close()
 
 
 _CHUNK = 1 << 20
@@ -213,7 +261,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
         return b""
     if not is_gzip(path):
         with open(path, "rb") as f:
-            return f.read(size)
+            return _utf8_head(f.read(size))
     # a gzip stream damaged or cut short: sniff what decompresses before the damage; a one-line error if nothing
     out, failure = b"", None
     with gzip.open(path, "rb") as f:
@@ -226,7 +274,15 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
             failure = exc
     if failure is not None and not out:
         raise damaged_gzip(path, failure)
-    return out
+    return _utf8_head(out)
+
+
+def _utf8_head(head: bytes) -> bytes:
+    """A head of UTF-16 text (:data:`UTF16_BOMS`) as UTF-8, as :func:`open_binary` gives the content; any other
+    head as it is."""
+    if head[:2] not in UTF16_BOMS:
+        return head
+    return head.decode("utf-16", errors="ignore").encode("utf-8")  # (a unit cut at the end: left out)
 
 
 def check_readable(path: Path, *, allow_empty: bool = False) -> None:
