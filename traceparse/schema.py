@@ -67,7 +67,8 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "input_dims": (pl.String, "operator input shapes, as JSON text"),
     "input_types": (pl.String, "operator input dtypes, as JSON text (one per input, as input_dims)"),
     "concrete_inputs": (pl.String, "operator non-tensor input values (stride, flags ...), as JSON text"),
-    "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ..."),
+    "group": (pl.String, "source grouping: TAU group, NVTX domain, ncu section, ...; 'async' (ASYNC_GROUP): "
+                         "spans of asynchronous operations, which may overlap on their lane"),
     "parent_id": (pl.Int64, "event_id of the parent: a counter's kernel, a region's caller"),
     "data_from": (pl.String, "event_ids of the operators that produced the tensors this operator consumes, "
                              "as a JSON list (a PyTorch execution trace read with its Kineto trace)"),
@@ -206,3 +207,9 @@ STEP_NAME = r"^ProfilerStep#([0-9]+)$"
 #: Names whose number a measure reads (pattern with one group, what the number is): the number must fit Int64,
 #: like a column's value (``ProfilerStep#`` with 20 digits is dropped with a warning, not a polars error).
 NAME_NUMBERS: tuple[tuple[str, str], ...] = ((STEP_NAME, "step number"),)
+
+
+#: The ``group`` of rows that are spans of asynchronous operations (XLA's ``Async XLA Ops`` line: a copy from its
+#: start to its done): they overlap one another on their lane, so no exclusive time is made of them (hotspots
+#: leaves them out) and their sum is no part of any whole.
+ASYNC_GROUP = "async"

@@ -20,11 +20,11 @@ _NUMBERED = re.compile(r"[\s_\-#:.]*\d+$")
 def thread_names(meta) -> dict[tuple[int, int], str]:
     """The trace's thread names as ``{(pid, tid): name}``; empty when its reader found none."""
     raw = (getattr(meta, "extra", None) or {}).get(THREAD_NAMES) or {}
-    out: dict[tuple[int, int], str] = {}
+    out: dict[tuple[int | None, int], str] = {}
     for key, name in raw.items():
         pid, _, tid = str(key).partition("/")
-        try:
-            out[(int(pid), int(tid))] = str(name)
+        try:  # "-/tid": a device's lane that is no stream (XLA's "XLA Ops" line), no process's thread
+            out[(None if pid == "-" else int(pid), int(tid))] = str(name)
         except ValueError:
             continue
     return out
@@ -38,6 +38,8 @@ def thread_label(pid, device, tid, names: dict[tuple[int, int], str] | None = No
     """
     if tid is None and device is not None:
         return f"GPU {device}" + (f" (pid {pid})" if pid is not None else "")
+    if pid is None and device is not None:  # a device's lane that is no stream (XLA's "XLA Ops" line)
+        return f"GPU {device}: {(names or {}).get((None, tid)) or f'line {tid}'}"
     base = f"{'-' if pid is None else pid}/{'-' if tid is None else tid}"
     extras = []
     name = (names or {}).get((pid, tid)) if pid is not None and tid is not None else None

@@ -61,6 +61,7 @@ from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels
+from traceparse.schema import ASYNC_GROUP
 from traceparse.threads import thread_label as _label, thread_names, thread_role
 from traceparse.trace import Trace
 
@@ -112,6 +113,8 @@ class Hotspots(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events  # a run's events are read rank by rank: the rows are summed per routine and thread
+        if "group" in events.columns:  # asynchronous spans overlap on their lane: no exclusive time is theirs
+            events = events.filter(pl.col("group").ne_missing(ASYNC_GROUP))
         chosen = routine_choices(events, t["kinds"])
         nested, dropped = chosen["nested"], chosen["dropped"]
         routines = routine_time(events, kinds=tuple(t["kinds"]), drop_nested=chosen["drop_nested"],

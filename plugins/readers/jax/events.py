@@ -12,6 +12,10 @@ into event rows, the same way for both, so the JSON timeline and the XPlane of o
   configuration from ``kernel_details`` (:mod:`.details`); ``XLA Ops`` / ``TensorFlow Ops`` lines: ``op``;
   ``Steps``: step ``region`` rows (``group`` ``"step"``); ``Launch Stats`` (xprof's per-step launch
   summary, which launch-stats computes from the events themselves): left out; any other line: ``region``.
+  Each such line (no stream) is a lane of its own: ``tid`` its line id, named by the line (``GPU 0: XLA
+  Ops``), so that a module's, an op's and a name scope's time are not summed on one timeline; the ``Async XLA
+  Ops`` line's spans (an async copy from start to done) overlap one another and are ``group``
+  :data:`traceparse.schema.ASYNC_GROUP`.
 * **host planes** (``/host:CPU``): an event with a ``correlation_id`` is a CUDA/HIP API call (``api``); an
   event with a ``step_num`` (``jax.profiler.StepTraceAnnotation``) a step ``region`` named ``NAME N``
   (``group`` ``"step"``, the name xprof's trace viewer gives it); an event of no duration a ``marker``;
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse import expr
+from traceparse.schema import ASYNC_GROUP
 from traceparse_plugins.readers.jax import details
 
 #: The stats kept from each event (as text), by the name XLA gives them; JSON ``args`` keys are the same.
@@ -116,10 +121,12 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
         device_id=pl.col("device"),
         stream_id=pl.col("stream"),
         pid=pl.when(host).then(pl.col("pid")),
-        tid=pl.when(host).then(pl.col("line_id")),
+        tid=pl.when(host | (pl.col("on_device") & ~on_stream)).then(pl.col("line_id")),  # a device line: its lane
         correlation_id=pl.col("corr"),
         hlo_op="hlo_op", hlo_module="hlo_module",
-        group=pl.when(step).then(pl.lit(STEP_GROUP)),
+        group=pl.when(step).then(pl.lit(STEP_GROUP))
+        .when(pl.col("on_device") & ~on_stream & pl.col("line").str.starts_with("Async"))
+        .then(pl.lit(ASYNC_GROUP)),
         _details=pl.when(on_stream).then(pl.col("kernel_details")),
         _memcpy="memcpy_details", _memset="Memset_details",
         _occupancy=_float(pl.col("theoretical_occupancy_pct")),
@@ -165,10 +172,15 @@ def kernel_collective() -> pl.Expr:
 
 
 def thread_names(raw: pl.DataFrame) -> dict[str, str]:
-    """``{"pid/tid": line name}`` of the host lines (``meta.extra["thread_names"]``, as the other readers give)."""
+    """``{"pid/tid": line name}`` of the host lines (``meta.extra["thread_names"]``, as the other readers give),
+    and ``{"-/tid": line name}`` of the device lines that are no stream (``XLA Ops``: each its own lane)."""
     host = raw.filter(~pl.col("plane").str.starts_with("/device:") & (pl.col("line") != "")
                       & pl.col("pid").is_not_null() & pl.col("line_id").is_not_null())
-    return {f"{p}/{t}": n for p, t, n in host.select("pid", "line_id", "line").unique(maintain_order=True).iter_rows()}
+    names = {f"{p}/{t}": n for p, t, n in host.select("pid", "line_id", "line").unique(maintain_order=True).iter_rows()}
+    lanes = raw.filter(pl.col("plane").str.starts_with("/device:") & (pl.col("line") != "")
+                       & ~pl.col("line").str.contains(_STREAM_LINE) & pl.col("line_id").is_not_null())
+    names.update({f"-/{t}": n for t, n in lanes.select("line_id", "line").unique(maintain_order=True).iter_rows()})
+    return names
 
 
 def _name_api_calls(rows: pl.DataFrame) -> pl.DataFrame:
