@@ -232,13 +232,13 @@ class Validator:
 
     def finish(self, *, refuse_empty: bool = False, said: list[str] | None = None) -> None:
         """Refuse the file when rows were given and none was valid, or (``refuse_empty``) when none was given
-        (then the first of the reader's warnings, ``said``, says why: "4 B events have no matching E")."""
+        (then the reader's warnings, ``said``, say why: "4 B events have no matching E")."""
         if self.seen and not self.kept:
             (name, reason), d = next(iter(self.dropped.items()))
             raise InputError(f"{self.where}: no valid event: all {self.seen} break the validation rules "
                              f"(first: event {d.first}, {name} {reason})")
         if refuse_empty and not self.seen:
-            why = next((w.removeprefix(f"{self.where}: ") for w in said or []), None)
+            why = "; ".join(w.removeprefix(f"{self.where}: ") for w in said or [])
             raise InputError(f"{self.where}: the trace has no events (nothing to store)"
                              + (f"; the reader: {why}" if why else ""))
 
