@@ -90,7 +90,7 @@ def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
         compressed = inner.fileobj  # the file under the gzip stream: its position is the compressed bytes read
     else:
         inner, compressed = open(path, "rb"), None
-    if inner.peek(2)[:2] in UTF16_BOMS:  # text as Windows PowerShell's `>` writes it: read as UTF-8
+    if _starts_utf16(inner):  # text as Windows PowerShell's `>` writes it: read as UTF-8
         inner = _Utf16(inner)
         if compressed is None and not text:
             return io.BufferedReader(inner, buffer_size=_CHUNK)
@@ -101,6 +101,15 @@ def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
 
 #: The byte-order marks of UTF-16 text (little- and big-endian).
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _starts_utf16(stream) -> bool:
+    """Whether ``stream``'s content begins with a UTF-16 byte-order mark; a stream that cannot even give two bytes
+    (a damaged or cut gzip header) is not, and says why at its first read, where its readers expect it."""
+    try:
+        return stream.peek(2)[:2] in UTF16_BOMS
+    except (EOFError, *GZIP_DAMAGE, OSError):
+        return False
 
 
 class _Utf16(io.RawIOBase):
