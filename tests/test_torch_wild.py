@@ -269,3 +269,23 @@ def test_the_same_content_twice_is_one_trace(tmp_path):
         assert [t["id"] for t in doc["traces"]] == [once["traces"][0]["id"]]
         assert len(doc["findings"]) == len(once["findings"])
         assert err == f"traceparse: warning: {warning}\n"
+
+
+def test_launch_calls_without_gpu_activity_are_said(tmp_path):
+    """Hand-written, as a public nsys export of an RTX 3060 laptop was (192 cudaLaunchKernel calls, no kernel
+    table: the GPU could not be traced): "GPU busy -" alone did not say why; the summary counts the launches."""
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "dur": 5.0,
+              "args": {"correlation": 1}}
+    events = [{**launch, "ts": 10.0}, {**launch, "ts": 20.0, "args": {"correlation": 2}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaMalloc", "pid": 1, "tid": 1, "ts": 1.0, "dur": 3.0}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_kineto(events)))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"][0]
+    assert (summary["gpu_busy_pct"], summary["gpu_launches_unseen"]) == (None, 2)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "--width", "120", "analyze", str(path))
+    assert re.search(r"GPU busy +- \(2 kernel launch calls, but the trace recorded no GPU activity\)", out), out
+    code, out, err = run_cli("--store", str(tmp_path / "t"), "analyze", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                             "--json")
+    assert json.loads(out)["summary"][0]["gpu_launches_unseen"] == 0

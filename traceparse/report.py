@@ -272,7 +272,9 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_row("steps", steps_text(summary))
     busy = summary.get("gpu_busy_pct")
     whole = "the GPU's span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU's span"  # gpu-idle's words
-    grid.add_row("GPU busy", "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
+    unseen = summary.get("gpu_launches_unseen") or 0
+    grid.add_row("GPU busy", f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)" if unseen
+                 else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)

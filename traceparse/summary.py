@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import polars as pl
 
-from traceparse import measures
+from traceparse import expr, measures
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_series
 from traceparse.rule import Finding, severity_rank
@@ -34,7 +34,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work), ``gpu_devices``
+    minus gpu-idle's idle %; None without timed GPU work; then
+    ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
+    trace did not record, 0 otherwise), ``gpu_devices``
     (how many devices that is over: of several, the share is of the mean
     device's span, as gpu-idle's whole says), ``gpu_time``
     (:func:`gpu_time`: GPU time split into kernels, each copy direction and
@@ -62,12 +64,24 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
         "gpu_devices": busy.height,
+        "gpu_launches_unseen": _launches(events) if not span_sum else 0,
         "gpu_time": gpu_time(events),
         "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
     }
+
+
+def _launches(events: pl.DataFrame) -> int:
+    """The kernel launch calls of a trace whose GPU activity was not recorded (no timed GPU work): an API trace
+    without a GPU trace (nsys where the GPU could not be traced), which a bare "GPU busy -" would not explain."""
+    if "kind" not in events.columns:
+        return 0
+    api = events.filter(pl.col("kind") == "api").select("name")
+    if api.height == 0:
+        return 0
+    return int(api.select((expr.api_class(pl.col("name")).is_in(["launch", "graph_launch"])).sum()).item())
 
 
 def trace_span(events: pl.DataFrame) -> int | None:
