@@ -65,3 +65,17 @@ def test_a_trace_of_begins_only_is_refused_saying_why(tmp_path):
                               "2 B events have no matching E; left out\n")
     with pytest.raises(InputError):
         read_paths([path], fmt="chrome")[0].events
+
+
+def test_the_critical_path_of_a_trace_without_gpu_says_only_what_is_missing(tmp_path):
+    """A generic Chrome trace of host slices and no GPU (the handwritten object-form trace): the critical path
+    says the trace has no timed GPU work; not that GPU work is linked by external ids, nor that it has "no
+    operators (only annotations and collective calls)" while its slices are the host's work."""
+    from helpers import FIXTURES
+
+    path = FIXTURES / "chrome" / "handwritten" / "object_form.json"
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    message = json.loads(out)["findings"][0]["message"]
+    assert "The trace has no timed GPU work." in message
+    assert "GPU work is linked" not in message and "no operators" not in message

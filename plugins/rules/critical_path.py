@@ -457,10 +457,10 @@ def _missing(events) -> list[str]:
         out.append("host events without a thread id: launches link calls to GPU work, but the path cannot follow "
                    "the host from one call to the next")
     else:
-        if not row["api"]:
+        if not row["api"] and row["gpu"]:
             out.append("no runtime calls (launches, synchronisations): GPU work is linked to the operator of the "
                        "same external id where it has one, and no wait for the GPU or another thread can be seen")
-        if not row["ops"]:
+        if not row["ops"] and not row["regions"]:
             out.append("no operators (only annotations and collective calls): the host's own work between them is "
                        "untraced time")
     if not row["gpu"]:
