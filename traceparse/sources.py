@@ -93,7 +93,7 @@ def open_binary(path: Path, *, text: bool = False) -> BinaryIO:
     if _starts_utf16(inner):  # text as Windows PowerShell's `>` writes it: read as UTF-8
         inner = _Utf16(inner)
         if compressed is None and not text:
-            return io.BufferedReader(inner, buffer_size=_CHUNK)
+            return _Utf16Buffer(inner, buffer_size=_CHUNK)
     if compressed is None and not text:
         return inner
     return _BoundedBuffer(_Bounded(path, inner, compressed, text), buffer_size=_CHUNK)
@@ -110,6 +110,15 @@ def _starts_utf16(stream) -> bool:
         return stream.peek(2)[:2] in UTF16_BOMS
     except (EOFError, *GZIP_DAMAGE, OSError):
         return False
+
+
+class _Utf16Buffer(io.BufferedReader):
+    """The buffered stream of a plain UTF-16 file as UTF-8: ``fileobj`` is the file itself, whose position (its
+    own bytes) progress is counted in, as a gzip stream's is (the transcoded stream cannot seek or tell)."""
+
+    @property
+    def fileobj(self):
+        return self.raw.inner
 
 
 class _Utf16(io.RawIOBase):
