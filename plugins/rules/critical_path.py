@@ -478,8 +478,9 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     ranks = len(m["ranks"])
     counted = (f"{m['steps']} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else ""))
     if unmarked:
-        text = (f"No steps are marked: over each trace's span (first to last event, {fmt_ns(m['step_ns'])}"
-                f"{' a rank' if ranks > 1 else ''}) the critical path is {fmt_ns(m['length_ns'])}{kinds}.")
+        text = (f"No steps are marked: from the first to the last event the graph links ({fmt_ns(m['step_ns'])}"
+                f"{' a rank' if ranks > 1 else ''}; the summary's span counts every event), the critical path is "
+                f"{fmt_ns(m['length_ns'])}{kinds}.")
     else:
         text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
                 f" ({counted}){kinds}.")
