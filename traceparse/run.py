@@ -51,6 +51,7 @@ from traceparse.errors import InputError, TraceparseError
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
+from traceparse.validate import ascii_int
 from traceparse.store import EarlyFlush, Store, _write_json, trace_id_for, write_partition
 from traceparse.trace import Trace, TraceMeta
 
@@ -66,7 +67,6 @@ MAX_RANK = 2**31 - 1
 #: A world size (or a rank) more than this many times the rank files given is not believed: a warning, and the
 #: missing ranks are counted, never listed one by one.
 PLAUSIBLE_RANKS_PER_FILE = 1000
-_ASCII_INT = re.compile(r"\s*(-?[0-9]{1,19})\s*", re.ASCII)
 #: A rank whose events are further than this from the reference rank's, and than CLOCK_GAP_SPANS times the
 #: longest rank, is on another clock (:func:`clock_shifts`): a minute, and 100 profiling windows.
 CLOCK_GAP_NS = 60 * 10**9
@@ -112,17 +112,6 @@ def rank_from_name(path: Path | str) -> int | None:
     return None
 
 
-def ascii_int(value: Any) -> int | None:
-    """``value`` as an integer when it is one (not a bool) or ASCII digits with an optional sign (at most 19
-    digits); else None. ``"²".isdigit()`` is True in Python, and ``int("٣")`` is 3: neither is a rank."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    match = _ASCII_INT.fullmatch(value) if isinstance(value, str) else None
-    return int(match.group(1)) if match else None
-
-
 def rank_from_trace(meta: TraceMeta) -> int | None:
     """The rank the trace itself gives, or None.
 
@@ -166,12 +155,18 @@ def device_label(ranks: dict[str, int], trace_id: str | None, device_id: int | N
     return f"rank {ranks[trace_id]}:{device}"
 
 
+def rank_of(ranks: dict[str, int]) -> pl.Expr:
+    """Each row's rank from its ``trace_id`` (``ranks``: :func:`rank_labels`); null outside a run."""
+    if not ranks:
+        return pl.lit(None, dtype=pl.Int64)
+    return pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64)
+
+
 def in_rank_order(frame: pl.DataFrame, ranks: dict[str, int]) -> pl.DataFrame:
     """A measure's per-device frame (``trace_id``, ``device_id``) in rank then device order; unchanged outside a run."""
     if not ranks:
         return frame
-    order = frame["trace_id"].replace_strict(ranks, default=None, return_dtype=pl.Int64)
-    return (frame.with_columns(order.alias("__rank")).sort(["__rank", "device_id"], nulls_last=False)
+    return (frame.with_columns(rank_of(ranks).alias("__rank")).sort(["__rank", "device_id"], nulls_last=False)
             .drop("__rank"))
 
 

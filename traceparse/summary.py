@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import polars as pl
 
-from traceparse import expr, measures
+from traceparse import measures
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_series
 from traceparse.rule import Finding, severity_rank
@@ -76,12 +76,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
 def _launches(events: pl.DataFrame) -> int:
     """The kernel launch calls of a trace whose GPU activity was not recorded (no timed GPU work): an API trace
     without a GPU trace (nsys where the GPU could not be traced), which a bare "GPU busy -" would not explain."""
-    if "kind" not in events.columns:
-        return 0
-    api = events.filter(pl.col("kind") == "api").select("name")
-    if api.height == 0:
-        return 0
-    return int(api.select((expr.api_class(pl.col("name")).is_in(["launch", "graph_launch"])).sum()).item())
+    classes = measures.api_classes(events)
+    return int(classes.filter(pl.col("category").is_in(["launch", "graph_launch"]))["calls"].sum() or 0)
 
 
 def trace_span(events: pl.DataFrame) -> int | None:

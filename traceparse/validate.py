@@ -37,6 +37,19 @@ from traceparse.errors import EXCERPT, InputError  # noqa: F401 - EXCERPT: the l
 from traceparse.schema import ADDITIVE, DTYPES, NAME_NUMBERS, RANGES
 
 INT64_MAX = 2**63 - 1
+_ASCII_INT = re.compile(r"\s*(-?[0-9]{1,19})\s*", re.ASCII)
+
+
+def ascii_int(value) -> int | None:
+    """``value`` as an integer when it is one (not a bool) or ASCII digits with an optional sign (at most 19
+    digits); else None: a rank, or a process or thread id a tool wrote as text (``"tid": "4093687616"``).
+    ``"²".isdigit()`` is True in Python, and ``int("٣")`` is 3: neither is an id."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    match = _ASCII_INT.fullmatch(value) if isinstance(value, str) else None
+    return int(match.group(1)) if match else None
 
 _INT_BOUNDS = {pl.Int8: (-2**7, 2**7 - 1), pl.Int16: (-2**15, 2**15 - 1), pl.Int32: (-2**31, 2**31 - 1),
                pl.Int64: (-2**63, 2**63 - 1), pl.UInt8: (0, 2**8 - 1), pl.UInt16: (0, 2**16 - 1),

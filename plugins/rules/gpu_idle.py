@@ -77,7 +77,7 @@ from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import device_label, in_rank_order, rank_labels
+from traceparse.run import device_label, in_rank_order, rank_labels, rank_of
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
@@ -156,7 +156,7 @@ class GpuIdle(Rule):
                    for r in in_rank_order(per_device, ranks).iter_rows(named=True)}
         origin = int(per_device["first_ns"].min())
         # longest first; gaps of one length as shown (a run's ranks) in rank order, then by start
-        rank = pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks else pl.lit(None)
+        rank = rank_of(ranks)
         longest = gaps.with_columns(_shown=expr.as_shown("length"), _rank=rank).sort(
             ["_shown", "_rank", "start", "device_id", "length"], descending=[True, False, False, False, True],
             nulls_last=False)
@@ -243,7 +243,7 @@ class GpuIdle(Rule):
                    **shares}
         # most idle first; streams idle alike as shown (a run's ranks often are) in rank order, not by nanoseconds
         # no one sees nor by their trace ids' hashes
-        rank = pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks else pl.lit(None)
+        rank = rank_of(ranks)
         per_stream = per_stream.with_columns(_shown=expr.as_shown("idle_ns"), _rank=rank).sort(
             ["_shown", "_rank", "trace_id", "device_id", "stream_id", "idle_ns"],
             descending=[True, False, False, False, False, True], nulls_last=True).drop("_shown", "_rank")

@@ -60,7 +60,7 @@ from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import rank_labels
+from traceparse.run import rank_labels, rank_of
 from traceparse.schema import ASYNC_GROUP
 from traceparse.threads import thread_label as _label, thread_names, thread_role
 from traceparse.trace import Trace
@@ -120,9 +120,7 @@ class Hotspots(Rule):
         routines = routine_time(events, kinds=tuple(t["kinds"]), drop_nested=chosen["drop_nested"],
                                 drop_aggregated=tuple(chosen["drop_aggregated"]))
         ranks = rank_labels(trace)
-        routines = routines.with_columns(
-            rank=pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64) if ranks
-            else pl.lit(None, dtype=pl.Int64))
+        routines = routines.with_columns(rank=rank_of(ranks))
         every = routines.group_by(["name", "kind", *THREAD]).agg(pl.col("time_ns", "inclusive_ns", "calls").sum())
         names = thread_names(trace.meta)
         every = every.join(_roles(every, names), on=THREAD, how="left", nulls_equal=True)

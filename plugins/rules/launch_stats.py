@@ -42,7 +42,7 @@ from traceparse import expr, measures
 from traceparse.figures import fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import rank_labels
+from traceparse.run import rank_labels, rank_of
 from traceparse.trace import Trace
 
 FIGURES = {"kernels": "count", "linked_kernels": "count", "direct_kernels": "count", "launches": "count",
@@ -118,8 +118,7 @@ class LaunchStats(Rule):
         ranks = rank_labels(trace)
         candidates = (per_trace.select("trace_id", "top").explode("top").drop_nulls("top").unnest("top")
                       .filter(pl.col("delay_ns") >= 0)
-                      .with_columns(_rank=pl.col("trace_id").replace_strict(ranks, default=None, return_dtype=pl.Int64)
-                                    if ranks else pl.lit(None, dtype=pl.Int64)))
+                      .with_columns(_rank=rank_of(ranks)))
         items = [{**({"rank": r["_rank"]} if ranks else {}), "name": r["name"], "launch_name": r["launch_name"],
                   "device_id": r["device_id"], "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"],
                   "kernel_ns": r["duration_ns"], "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]}

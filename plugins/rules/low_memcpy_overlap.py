@@ -21,7 +21,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.run import device_label, rank_labels
+from traceparse.run import device_label, rank_labels, rank_of
 from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -69,7 +69,7 @@ class LowMemcpyOverlap(Rule):
         per_device = groups.group_by(by).agg(
             memcpy_time_ns=pl.col("time_ns").sum(), overlapped_ns=pl.col("overlapped_ns").sum(), copies=pl.col("count").sum())
         if ranks:
-            per_device = per_device.with_columns(_rank=pl.col("trace_id").replace_strict(ranks, default=None))
+            per_device = per_device.with_columns(_rank=rank_of(ranks))
         devices = {device_label(ranks, r.get("trace_id"), r["device_id"]): {"copies": r["copies"], "memcpy_time_ns": r["memcpy_time_ns"],
                                          "overlapped_ns": r["overlapped_ns"],
                                          "overlap_pct": expr.pct(r["overlapped_ns"], r["memcpy_time_ns"])}

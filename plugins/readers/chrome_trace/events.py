@@ -14,7 +14,6 @@ decoder; a file cut short keeps its complete events and warns.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import polars as pl
 from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.trace import Trace, TraceMeta
+from traceparse.validate import ascii_int
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events, time_ns
 
@@ -47,9 +47,8 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
     def id_of(value, field: str):
         """An integer pid/tid within Int64 (or its digits as text: Hermes writes ``"tid": "1"``); a label or a
         number past Int64 is no id (the latter counted)."""
-        if isinstance(value, str) and _DIGITS.fullmatch(value):
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
+        value = ascii_int(value)
+        if value is None:
             return None
         if -(2 ** 63) <= value < 2 ** 63:
             return value
@@ -103,9 +102,6 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                                     "group": pl.String, "value": pl.Float64, "_at": pl.Int64})
     df = df.sort("_at", maintain_order=True).drop("_at")  # a pair stands where its E stands in the file
     return Trace(df, TraceMeta(variant="Chrome Trace Event JSON"))
-
-
-_DIGITS = re.compile(r"-?[0-9]{1,19}", re.ASCII)
 
 
 def _pair(events: list, add, skipped: dict, open_spans: dict) -> None:

@@ -113,6 +113,7 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
             .when(pl.col("duration_ns") == 0).then(pl.lit("marker"))
             .otherwise(pl.lit("region")))
     host = ~pl.col("on_device")
+    lane = pl.col("on_device") & ~on_stream  # a device line that is no stream: a lane of its own
     step_name = pl.when(pl.col("step_num").is_not_null() & ~name.str.ends_with(" " + pl.col("step_num").fill_null("")))
     rows = raw.with_columns(kind=kind).select(
         "kind",
@@ -121,11 +122,11 @@ def to_rows(raw: pl.DataFrame) -> tuple[pl.DataFrame, Notes]:
         device_id=pl.col("device"),
         stream_id=pl.col("stream"),
         pid=pl.when(host).then(pl.col("pid")),
-        tid=pl.when(host | (pl.col("on_device") & ~on_stream)).then(pl.col("line_id")),  # a device line: its lane
+        tid=pl.when(host | lane).then(pl.col("line_id")),
         correlation_id=pl.col("corr"),
         hlo_op="hlo_op", hlo_module="hlo_module",
         group=pl.when(step).then(pl.lit(STEP_GROUP))
-        .when(pl.col("on_device") & ~on_stream & pl.col("line").str.starts_with("Async"))
+        .when(lane & pl.col("line").str.starts_with("Async"))
         .then(pl.lit(ASYNC_GROUP)),
         _details=pl.when(on_stream).then(pl.col("kernel_details")),
         _memcpy="memcpy_details", _memset="Memset_details",

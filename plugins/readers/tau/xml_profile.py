@@ -72,7 +72,7 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
         except (OSError, EOFError) as exc:
             if not first:
                 raise bad_input(path, None, f"the file ends early ({exc}) before any profile") from None
-            state.truncated = f"{path}: the file ends early ({exc}); the complete profiles were kept"
+            state.cut(exc)
         safe_xml.refuse_declarations(path, first)
         kwargs = safe_xml.parser_kwargs()
         declaration = _DECLARATION.match(first)
@@ -103,7 +103,7 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
         except etree.XMLSyntaxError as exc:
             raise bad_input(path, exc.lineno or None, f"not well-formed TAU XML: {exc.msg}") from None
         except (OSError, EOFError) as exc:
-            state.truncated = f"{path}: the file ends early ({exc}); the complete profiles were kept"
+            state.cut(exc)
 
 
 class _State:
@@ -120,6 +120,10 @@ class _State:
         self.snapshots = 0
         self.truncated: str | None = None
         self.numbers = WholeNumbers()  # attributes that are not whole numbers, warned about in tables()
+
+    def cut(self, exc: BaseException) -> None:
+        """The stream ended before the file did (a gzip file cut short): the profiles complete so far are kept."""
+        self.truncated = f"{self.path}: the file ends early ({exc}); the complete profiles were kept"
 
     def consume(self, pulled) -> None:
         for action, element in pulled:

@@ -47,6 +47,11 @@ class Coercions:
     def __bool__(self) -> bool:
         return bool(self.counts)
 
+    def skipped(self, category, n: int = 1) -> None:
+        """Count ``n`` complete events of ``category``, which the reader makes no row of (both paths ask here)."""
+        if str(category).lower() not in UNREAD_QUIETLY:
+            self.unread["(none)" if category is None else category] += n
+
     def merge(self, other: "Coercions") -> None:
         """Add what another chunk's reading counted."""
         self.counts.update(other.counts)

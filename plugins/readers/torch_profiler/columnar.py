@@ -32,7 +32,7 @@ from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.validate import INT64_MAX
 
 from traceparse_plugins.readers.chrome_json.decoder import chunk_list, gc_paused
-from traceparse_plugins.readers.torch_profiler.coerce import UNREAD_QUIETLY, Coercions
+from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
     _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
     compact_json_text,
@@ -332,10 +332,8 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
     rows = _with_collectives(rows)
     coerced = Coercions()
     loose = frame.filter(q["loose"])  # complete events of a category no row is made of (a few: Trace, overhead)
-    if loose.height:
-        for cat, n in loose.group_by("cat").len().iter_rows():
-            if str(cat).lower() not in UNREAD_QUIETLY:  # as the careful path asks
-                coerced.unread["(none)" if cat is None else cat] += n
+    for cat, n in loose.group_by("cat").len().iter_rows() if loose.height else ():
+        coerced.skipped(cat, n)
     if counters.height:
         if counters["_bad"].any():
             return None

@@ -20,7 +20,7 @@ from traceparse.units import NumberError
 from traceparse.validate import wide_ints
 
 from traceparse_plugins.readers.chrome_json.decoder import EventError, raw_times_ns
-from traceparse_plugins.readers.torch_profiler.coerce import NOT_DIM3, UNREAD_QUIETLY, Coercions, int_column
+from traceparse_plugins.readers.torch_profiler.coerce import NOT_DIM3, Coercions, int_column
 from traceparse_plugins.readers.torch_profiler.kineto import Args, KinetoEvent
 
 #: Chrome-trace category (lower-cased) -> traceparse kind. Categories not here are skipped.
@@ -80,8 +80,8 @@ def rows_of(events: list[KinetoEvent], coerced: Coercions | None = None) -> pl.D
             keep.append(i)
             kinds.append(kind)
             gpus.append(gpu)
-        elif phase == "X" and str(category).lower() not in UNREAD_QUIETLY:  # a category no row is made of
-            coerced.unread["(none)" if category is None else category] += 1
+        elif phase == "X":  # a category no row is made of
+            coerced.skipped(category)
     if not keep:
         return _EMPTY
     if len(keep) == len(events):

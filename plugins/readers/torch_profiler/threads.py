@@ -13,16 +13,15 @@ import re
 
 import msgspec
 
+from traceparse.validate import ascii_int
+
 _LABEL = re.compile(r"^thread\s+\d+\s+\((.*)\)\s*$")
-
-
-_DIGITS = re.compile(r"[0-9]{1,19}", re.ASCII)
 
 
 def thread_key(pid, tid) -> str | None:
     """``"pid/tid"`` of a thread whose ids are integers, or digits as text (PyTorch 1.8's ``"tid": "4093687616"``,
     which the events' column reads as that integer); None for a label (``"Spans"``)."""
-    ids = [v if type(v) is int else int(v) if isinstance(v, str) and _DIGITS.fullmatch(v) else None for v in (pid, tid)]
+    ids = [ascii_int(pid), ascii_int(tid)]
     return None if None in ids else f"{ids[0]}/{ids[1]}"
 
 
