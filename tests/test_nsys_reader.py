@@ -650,8 +650,21 @@ def trace_csv(tmp_path) -> tuple[Path, list[str]]:
 def test_cut_mid_line(store, trace_csv):
     path, lines = trace_csv
     path.write_text("\n".join(lines[:9]) + "\n" + lines[9][:25])
-    refused(["ingest", str(path)], f"{path}:10: the file ends in the middle of this line (cut short?); "
-                                   "nsys ends every report line with a newline", store)
+    refused(["ingest", str(path)], f"{path}:10: the file ends in the middle of this line (cut short?): it ends "
+                                   "in a number with no newline after it, and nsys ends every report line with a "
+                                   "newline", store)
+
+
+def test_console_table_without_last_newline_is_read(tmp_path):
+    """A console table saved from a terminal without its last newline (a name ends it) reads as with it."""
+    source = Path(f"{PREFIX}_cuda_gpu_kern_sum_table.txt")
+    text = source.read_text()
+    assert text.endswith("\n") and not text.rstrip("\n")[-1].isdigit()
+    path = tmp_path / source.name
+    path.write_text(text.rstrip("\n"))
+    whole, cut = read(source).events, read(path).events
+    assert cut.height == whole.height > 0
+    assert cut.select("name", "calls", "duration_ns").equals(whole.select("name", "calls", "duration_ns"))
 
 
 def test_header_without_rows(store, trace_csv):
@@ -928,3 +941,61 @@ def test_the_console_names_each_report_before_its_table(tmp_path, layout):
     assert api.select("name", "calls", "duration_ns").rows() == [("cudaLaunchKernel", 1010, 3_201_638),
                                                                  ("cudaMalloc", 3, 106_912_410)]
     assert warnings == [f"{path}: skipped the osrt_sum report (not read by traceparse)"]
+
+
+#: Hand-written after a real nsys 2021 `--stats=true` console log (CS533 course project, a V100; no licence to copy
+#: it): no report names, only titles; four processes' OS runtime tables, the first before the CUDA API table.
+OLD_TITLES = """Collecting data...
+Processing events...
+
+Exporting 4017 events: [==================================================100%]
+
+Operating System Runtime API Statistics:
+
+ Time(%)  Total Time (ns)  Num Calls     Average      Minimum      Maximum     Name
+ -------  ---------------  ---------  -------------  ---------  -------------  ----------
+    47.9    5,512,335,098        461   11,957,343.0      1,206  100,134,880  epoll_wait
+    52.1    5,992,015,433      5,000    1,198,403.1      1,003   10,106,993  poll
+
+
+
+CUDA API Statistics:
+
+ Time(%)  Total Time (ns)  Num Calls     Average       Minimum      Maximum             Name
+ -------  ---------------  ---------  -------------  -----------  -----------  ---------------
+    99.9      791,065,304          1  791,065,304.0  791,065,304  791,065,304  cudaMallocHost
+     0.1          593,103         30       19,770.1       10,183       33,530  cudaLaunchKernel
+
+
+
+CUDA Memory Operation Statistics (by size in KiB):
+
+    Total     Operations   Average    Minimum    Maximum        Operation
+ -----------  ----------  ---------  ---------  ----------  ------------------
+ 491,520.000          60  8,192.000  4,096.000  12,288.000  [CUDA memcpy HtoD]
+
+
+
+OpenMP Event Statistics:
+
+ Time(%)  Total Time (ns)  Num Calls     Average      Minimum      Maximum     Name
+ -------  ---------------  ---------  -------------  ---------  -------------  ----------
+   100.0            1,000          1        1,000.0      1,000          1,000  omp_parallel
+
+"""
+
+
+def test_nsys_2020_console_titles_name_the_tables(tmp_path):
+    """The titles nsys 2020-2021.1 printed instead of report names say which table is which: the OS runtime
+    table (first here) was read as the CUDA API summary and the real one skipped as a second copy."""
+    path = tmp_path / "nsys_output.txt"
+    path.write_text(OLD_TITLES)
+    warnings: list[str] = []
+    trace = read(path, warnings=warnings)
+    api = of_kind(trace, "api").sort("name")
+    assert api.select("name", "calls", "duration_ns").rows() == [("cudaLaunchKernel", 30, 593_103),
+                                                                 ("cudaMallocHost", 1, 791_065_304)]
+    copies = of_kind(trace, "memcpy")
+    assert copies.select("calls", "bytes").rows() == [(60, 491_520 * 1024)]
+    assert warnings == [f"{path}: skipped the osrt_sum report (not read by traceparse)",
+                        f"{path}: skipped the openmp_event_statistics report (not read by traceparse)"]

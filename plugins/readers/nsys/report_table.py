@@ -115,6 +115,6 @@ def _convert(raw: pl.Series, kind: str, unit: str | None, report: str, name: str
     out = units.decimals_to_int(raw, unit, thousands=thousands)
     if factor > 1:
         digits = units.fraction_digits(raw) if raw.str.contains(".", literal=True).any() else 0
-        if factor > 10**digits:
+        if factor // 10**digits > 1:  # a last digit worth a byte or a nanosecond (KiB to 3 decimals) is exact enough
             table.resolution[name] = factor // 10**digits
     return out

@@ -140,24 +140,28 @@ def _looks_like_header(cells: list[str]) -> bool:
 def find_sections(path: Path, text: str) -> list[Section]:
     """Every report table in ``text``; raises :class:`EmptyReport` or a one-line error when there is none.
 
-    nsys ends every line with a newline, so a table whose file does not is
-    cut short (a copy interrupted, a disk full): that is an error naming
-    the last line, never a silently shorter table.
+    nsys ends every line with a newline, so a file that does not may be
+    cut short (a copy interrupted, a disk full). A last line that ends in
+    a digit may be a number cut short: that is an error naming the line,
+    never a silently wrong figure. One that ends otherwise (a name, a
+    closing bracket: a console table saved from a terminal or an editor
+    that dropped the last newline) is read as written.
     """
     if "\r" in text:
         text = text.replace("\r\n", "\n")
-    cut = not text.endswith("\n")
-    if cut:
+    cut = not text.endswith("\n") and bool(re.search(r"[0-9.,]\s*$", text[text.rfind("\n") + 1:]))
+    if not text.endswith("\n"):
         last = text.count("\n") + 1
-        text += "\n"  # parse what is there; the error below names the cut line
+        text += "\n"  # parse what is there; the error below names a line that may be cut
     sections = _delimited_sections(path, text)
     lines = text.split("\n")[:-1] if not sections else []
     if not sections:
         sections = _column_sections(path, lines)
     if sections:
         if cut:
-            raise bad_input(path, last, "the file ends in the middle of this line (cut short?); "
-                                        "nsys ends every report line with a newline")
+            raise bad_input(path, last, "the file ends in the middle of this line (cut short?): it ends in a "
+                                        "number with no newline after it, and nsys ends every report line "
+                                        "with a newline")
         for section in sections:
             if section.body is not None:
                 _check_fields(section, "\t" if section.layout == "tsv" else ",")
@@ -271,9 +275,29 @@ def _announced(lines: list[str], before: int, stop: int) -> str | None:
     return None
 
 
+#: The titles nsys 2020-2021.1 printed above each ``--stats=true`` table instead of a report name
+#: (``CUDA API Statistics:``), lower case, and the report each is.
+_OLD_TITLES = {
+    "cuda api statistics": "cuda_api_sum",
+    "cuda kernel statistics": "cuda_gpu_kern_sum",
+    "cuda memory operation statistics (by time)": "cuda_gpu_mem_time_sum",
+    "cuda memory operation statistics (by size in kib)": "cuda_gpu_mem_size_sum",
+    "cuda memory operation statistics (by size)": "cuda_gpu_mem_size_sum",
+    "nvtx push-pop range statistics": "nvtx_sum",
+    "operating system runtime api statistics": "osrt_sum",
+}
+_OLD_TITLE = re.compile(r"^\s*([A-Z][\w /.,+-]*? Statistics(?: \([^)]*\))?):\s*$")
+
+
 def _announcement(line: str) -> str | None:
     """The report a console line announces (``Executing 'osrt_sum' stats report``, `` ** OS Runtime Summary
-    (osrt_sum):``), canonical; None for any other line."""
+    (osrt_sum):``, nsys 2020's ``Operating System Runtime API Statistics:``), canonical; None for any other
+    line. An old title traceparse does not know names a report of its own (``openmp_event_statistics``), so
+    that its table is skipped rather than taken for a report with the same columns."""
+    old = _OLD_TITLE.match(line)
+    if old:
+        title = old.group(1).lower()
+        return _OLD_TITLES.get(title) or re.sub(r"\W+", "_", title).strip("_")
     m = _ANNOUNCE.search(line)
     if not m:
         return None
