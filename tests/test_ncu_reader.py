@@ -176,7 +176,26 @@ def test_text_output_with_estimated_speedup():
     _, counters, _ = events(HAND / "text_2024_speedup.txt")
     rules = counters.filter(pl.col("group") == "rule").sort("parent_id")
     assert rules.select("name", "value").rows() == [("rule:GPU Speed Of Light Throughput", None),
-                                                    ("rule:Occupancy", 13.11)]
+                                                    ("rule:Occupancy (local)", 13.11)]
+
+
+def test_text_output_of_every_section_keeps_every_rule_result_and_its_kind():
+    """Real `ncu --set full` text (fixtures/make_ncu_text_fixtures.sh, ncu 2025.3, an H200): two results of one
+    section are separated by a `----- -----` line, which was taken for a table and swallowed the second result;
+    ncu prints global estimates as plain `Est. Speedup` and local ones as `Est. Local Speedup`."""
+    path = NCU / "ncu_full_vgg11_bs16.txt"
+    text = path.read_text()
+    results = re.findall(r"^    (OPT|INF|WRN|ERR) +(Est\. (Local )?Speedup: ([0-9.]+)%)?", text, re.M)
+    assert len(results) == 28 and text.count("\n    ----- ---") == 2
+    kernels, counters, trace = events(path)
+    rules = counters.filter(pl.col("group") == "rule").sort("event_id")
+    assert kernels.height == 4 and rules.height == len(results)
+    assert rules["value"].to_list() == [float(r[3]) if r[3] else None for r in results]
+    local = rules.filter(pl.col("name").str.ends_with(" (local)"))["value"].to_list()
+    assert local == [float(r[3]) for r in results if r[2]] and len(local) == 4
+    kinds = {name: info["speedup_types"] for name, info in trace.meta.extra["ncu_rules"].items()}
+    assert kinds["Occupancy (local)"] == ["local"] and kinds["Occupancy"] == ["global"]
+    assert all(len(k) <= 1 for k in kinds.values())
 
 
 def test_text_output_of_2020_versions():

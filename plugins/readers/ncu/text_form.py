@@ -19,9 +19,10 @@ Layout (2022.x to 2025.x; 2019.x-2021.x differ as noted)::
 The dashed line gives the column widths (name, unit, value). Older versions
 print ``NAME, 2020-Apr-07 17:01:05, Context 1, Stream 7`` as the kernel line
 and no ``Metric Name`` header row in the table. Rule results (``OPT``,
-``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. [Local|Global] Speedup:
-N%``) follow their section's table; text output does not name the rule, so
-the result is named after the section.
+``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. Speedup: N%``, a global
+estimate, or ``Est. Local Speedup: N%``) follow their section's table, two
+results of one section separated by a ``----- -----`` line; text output does
+not name the rule, so the result is named after the section.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ class _State:
             self.section = m.group("section")
             return
         if DASHES.match(line):
-            self._end_rule()
+            if self.rule is not None:  # "----- -----" between two rule results of one section: no table
+                self._end_rule()
+                return
             self.columns = _columns(line)
             self.rows_in_table = 0
             self.header_open = False
@@ -175,11 +178,15 @@ class _State:
         speedup, kind = None, None
         m = SPEEDUP.match(text)
         if m:
-            speedup, kind, text = m.group("value"), (m.group("kind") or "").lower() or None, m.group("rest")
+            # ncu's text names the local estimates ("Est. Local Speedup") and prints the global ones plain
+            speedup, kind, text = m.group("value"), (m.group("kind") or "global").lower(), m.group("rest")
         self.rules["key"].append(self.key())
         self.rules["line"].append(self.rule["line"])
         self.rules["group"].append(self.section)
-        self.rules["name"].append(self.section or self.rule["type"])
+        # a section's global and local estimates come from different rules (Occupancy's theoretical and
+        # achieved): their kinds keep them apart
+        name = self.section or self.rule["type"]
+        self.rules["name"].append(f"{name} (local)" if kind == "local" else name)
         self.rules["type"].append(self.rule["type"])
         self.rules["speedup_type"].append(kind)
         self.rules["speedup"].append(speedup)
