@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import gzip
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import partial
@@ -191,6 +192,22 @@ def test_merged_xml_two_ranks_two_metrics():
     assert trace.meta.extra["metrics"] == ["TIME", "PAPI_TOT_CYC"]
     ue = e.filter(pl.col("name") == "Message size for broadcast").row(0, named=True)
     assert (ue["calls"], ue["value_max"], ue["value_min"], ue["value"], ue["value_sumsq"]) == (2, 8.0, 4.0, 6.0, 80.0)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_merged_xml_with_tau_merge_nul_separators(tmp_path, gz):
+    """TauProfileMerge.cpp writes each rank's block with its C string's closing NUL (real tau2 perfexplorer
+    examples and a 12-rank run have them): the file was refused at the first NUL as not well-formed XML."""
+    path = TAU / "handwritten" / "xml" / "tauprofile.xml"
+    text = path.read_bytes()
+    assert text.count(b"</profile_xml>") == 2 and b"\x00" not in text
+    nul = text.replace(b"</profile_xml>", b"</profile_xml>\x00")
+    merged = tmp_path / ("tauprofile.xml.gz" if gz else "tauprofile.xml")
+    merged.write_bytes(gzip.compress(nul) if gz else nul)
+    want = read_paths([path])[0].events
+    got = read_paths([merged])[0].events
+    assert got.height == want.height > 0
+    assert got.drop("trace_id").equals(want.drop("trace_id"))
 
 
 def test_snapshot_file_keeps_the_last_cumulative_snapshot():

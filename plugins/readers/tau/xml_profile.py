@@ -16,7 +16,9 @@ top-level elements), each holding
   ``<profile>`` per snapshot, each cumulative: the last one of a thread is
   read.
 
-The file is streamed through one hardened lxml pull parser (no entities, no
+TAU's merger (``TauProfileMerge.cpp``) ends each rank's block with a NUL byte
+(it writes the C string with its terminator); NUL bytes are no XML characters
+and are dropped. The file is streamed through one hardened lxml pull parser (no entities, no
 DTD, no network, libxml2 size limits on) inside a synthetic root, elements
 are dropped once read, depth is capped, and any DOCTYPE or ENTITY
 declaration is refused before anything is parsed.
@@ -89,7 +91,8 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
             parser.feed(b"<tau_xml_profiles>")
             while chunk:
                 safe_xml.refuse_declarations(path, tail + chunk, lines_before + 1 - tail.count(b"\n"))
-                parser.feed(chunk)
+                # TauProfileMerge writes each rank's block with its C string's closing NUL: no XML character
+                parser.feed(chunk.replace(b"\x00", b"") if b"\x00" in chunk else chunk)
                 state.consume(parser.read_events())
                 progress(len(chunk))
                 lines_before += chunk.count(b"\n")
@@ -101,7 +104,8 @@ def _stream(path: Path, state: "_State", progress: Callable[[int], None]) -> Non
             parser.close()
             state.consume(parser.read_events())
         except etree.XMLSyntaxError as exc:
-            raise bad_input(path, exc.lineno or None, f"not well-formed TAU XML: {exc.msg}") from None
+            message = " ".join(str(exc.msg).split())  # libxml2 ends some messages with a line break
+            raise bad_input(path, exc.lineno or None, f"not well-formed TAU XML: {message}") from None
         except (OSError, EOFError) as exc:
             state.cut(exc)
 
