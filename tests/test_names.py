@@ -157,3 +157,25 @@ def test_python_frames_in_angle_brackets_are_no_templates(width):
         if len(name) <= width:
             assert text == name  # short enough: shown whole
     assert short_name("<built-in function isinstance>", 60) == "<built-in function isinstance>"
+
+
+def test_tau_routine_names_keep_the_routine_and_its_file():
+    """TAU writes a routine's return type, parameters and source location (a real OpenMP profile's 90% routine,
+    s1998/parallel-DBSCAN): the screen showed 'vector<…> const&,float const&) [{…KDTree.cpp} {307,0}]' (the
+    qualified-name step cut at a '::' inside the parameters), the routine's own name gone."""
+    name = ("std::vector<int, std::allocator<int> > KDTree::neighborhood_indices(std::vector<float, "
+            "std::allocator<float> > const&,float const&) [{/home/u/parallel-DBSCAN/src/KDTree.cpp} {307,0}]")
+    assert short_name(name, 240) == name
+    assert short_name(name, 70) == "KDTree::neighborhood_indices [{KDTree.cpp} {307,0}]"
+    assert short_name(name, 50) == "neighborhood_indices [{KDTree.cpp} {307,0}]"
+    assert len(short_name(name, 30)) == 30
+    ranged = "merge_remainders(int, int) [{/src/classbd.c} {10,1}-{40,2}]"
+    assert short_name(ranged, 45) == "merge_remainders [{classbd.c} {10,1}-{40,2}]"
+    # two routines of one name in two files stay apart
+    assert short_names(["a::f(int) [{/x/a.cpp} {1,0}]", "a::f(int) [{/x/b.cpp} {1,0}]"], 20) == [
+        "a::f [{a.cpp} {1,0}]", "a::f [{b.cpp} {1,0}]"]
+    # a return type goes only from C++ declarations; operators keep their word
+    assert short_name("unsigned long long foo::bar(int)", 10) == "foo::bar"
+    assert short_name("operator new(unsigned long)", 12) == "operator new"
+    throttled = "std::vector<int> KDTree::range(std::vector<float> const&) [{/src/KDTree.cpp} {55,0}] [THROTTLED]"
+    assert short_name(throttled, 50) == "KDTree::range [{KDTree.cpp} {55,0}] [THROTTLED]"

@@ -37,7 +37,9 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
     """A demangled C++ kernel name shortened for the screen; JSON output always keeps the whole name.
 
     Steps, each taken only while the name is still longer than ``width``:
-    drop the return type and parameter list; replace template arguments
+    set a TAU source location (``[{/src/f.cpp} {12,0}]``) aside, its file
+    named without its folder, and shorten the routine before it; drop the
+    return type and parameter list; replace template arguments
     nested two deep with ``…``; drop casts such as ``(bool)1`` -> ``1``;
     keep only the last component of the qualified name; replace all
     template arguments with ``…``; cut in the middle.
@@ -47,12 +49,24 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
     if _wrapped(name.strip()):  # "<built-in method append of list object at 0x7f…>": Python's, not a template
         inner = short_name(name.strip()[1:-1], max(width - 2, 1), cut)
         return f"<{inner}>"
+    where = _SOURCE_LOCATION.search(name) if len(name) > width else None
+    if where and where.start() > 0:  # TAU's "f(int) [{/src/f.cpp} {12,0}]": the routine, then its file's name
+        location = re.sub(r"\{[^{}]*[/\\]([^{}/\\]*)\}", r"{\1}", where.group(0).strip(), count=1)
+        head = short_name(name[:where.start()], max(width - len(location) - 1, 8), cut=False)
+        s = f"{head} {location}"
+        return s if len(s) <= width or not cut else middle_cut(s, width)
     s = _declaration(name)
     for step in _STEPS:
         if len(s) <= width:
             break
         s = re.sub(r"\s+", " ", step(s))
     return s if len(s) <= width or not cut else middle_cut(s, width)
+
+
+#: The source location TAU writes after a routine's name: `` [{/path/file.cpp} {307,0}]`` or ``{307,0}-{320,5}]``.
+#: TAU marks a routine it stopped measuring `` [THROTTLED]`` after that.
+_SOURCE_LOCATION = re.compile(r"\s+\[\{[^{}\[\]]*\}\s*\{[^{}\[\]]*\}(?:\s*-\s*\{[^{}\[\]]*\})?\]"
+                              r"(?:\s*\[THROTTLED\])?\s*$")
 
 
 def short_names(names: Iterable[str | None], width: int = 70, compact: bool = False) -> list[str]:
@@ -175,7 +189,25 @@ def _last_components(s: str) -> str:
     return head.split("::")[-1] + sep + rest
 
 
+def _drop_return_type(s: str) -> str:
+    """``std::vector<int> KDTree::neighbors`` -> ``KDTree::neighbors``: a return type before the name (TAU's
+    routine names keep it), the text after the last space outside brackets; ``operator new`` stays whole."""
+    depth, cut = 0, -1
+    for i, ch in enumerate(s):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif ch == " " and depth == 0 and i + 1 < len(s) and s[i + 1] not in "<([{&*" \
+                and not s[:i].endswith(("operator", "const", ",")):
+            cut = i
+    if cut < 0 or "::" not in s:  # no C++ (Python's "built-in method f of X object at 0x…" is prose)
+        return s
+    return s[cut + 1:]
+
+
 _STEPS = (
+    _drop_return_type,
     _drop_scope_parameters,
     lambda x: _collapse_templates(x, keep_depth=1),
     _drop_casts,
