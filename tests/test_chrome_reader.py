@@ -79,3 +79,21 @@ def test_the_critical_path_of_a_trace_without_gpu_says_only_what_is_missing(tmp_
     message = json.loads(out)["findings"][0]["message"]
     assert "The trace has no timed GPU work." in message
     assert "GPU work is linked" not in message and "no operators" not in message
+
+
+def test_span_counts_instants_at_both_ends(tmp_path):
+    """Hand-written after catapult's fuchsia trace (counter samples 5.8 s after the last slice): the span ran from
+    the first counter sample to the last slice's end, counting instants at the start but not at the end."""
+    events = [{"pid": 1, "tid": 1, "ph": "C", "name": "gpu freq", "ts": 0, "args": {"mhz": 900}},
+              {"pid": 1, "tid": 1, "ph": "X", "name": "draw", "ts": 10, "dur": 10},
+              {"pid": 1, "tid": 1, "ph": "i", "name": "vsync", "ts": 100, "s": "t"},
+              {"pid": 1, "tid": 1, "ph": "C", "name": "gpu freq", "ts": 200, "args": {"mhz": 1000}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    store = str(tmp_path / "store")
+    code, out, _ = run_cli("--store", store, "ingest", "--json", str(path))
+    assert code == 0, out
+    code, out, _ = run_cli("--store", store, "analyze", "--json", str(path))
+    assert code == 0 and json.loads(out)["summary"][0]["span_ns"] == 200_000
+    code, out, _ = run_cli("--store", store, "show", "--json", str(path))
+    assert code == 0 and '"span_ns": 200000' in out

@@ -674,11 +674,11 @@ class _Summary:
                 kinds[str(kind)] = kinds.get(str(kind), 0) + 1
                 if start is not None:
                     self.start = start if self.start is None else min(self.start, start)
-                    if duration is not None:
-                        self.end = start + duration if self.end is None else max(self.end, start + duration)
+                    end = start + (duration or 0)  # an instant (a counter sample, a marker) ends where it starts
+                    self.end = end if self.end is None else max(self.end, end)
             return
         per_kind = batch.group_by("kind").agg(pl.len().alias("n"), pl.col("start_ns").min().alias("s"),
-                                              (pl.col("start_ns") + pl.col("duration_ns")).max().alias("e"))
+                                              (pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max().alias("e"))
         for kind, n, start, end in per_kind.iter_rows():
             self.kinds[str(kind)] = self.kinds.get(str(kind), 0) + n
             if start is not None:

@@ -84,10 +84,13 @@ def trace_span(events: pl.DataFrame) -> int | None:
     """Nanoseconds from the first start to the last end of the trace's rows, as ``ingest`` and ``show`` give it.
 
     The first ``start_ns`` of any row to the last ``start_ns + duration_ns``
-    of a row with both (the store's ``span_ns``); None when nothing is timed.
+    of any row, an instant (a counter sample, a marker without a duration)
+    ending where it starts (the store's ``span_ns``); None when nothing is
+    timed. Counting instants at the start but not at the end gave a span
+    that was neither the slices' nor every event's.
     """
     first, last = events.select(first=pl.col("start_ns").min(),
-                                last=(pl.col("start_ns") + pl.col("duration_ns")).max()).row(0)
+                                last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max()).row(0)
     return None if first is None or last is None else int(last - first)
 
 
