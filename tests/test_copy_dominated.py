@@ -129,3 +129,42 @@ def test_the_panel_shows_the_split_and_says_kernel_shares_are_of_kernel_time(tmp
     assert summary["span_ns"] is None  # a summary has no timeline: no share of a span to give
     assert f"bottleneck {b['title']}, {fmt_ns(b['impact_ns'])} lost (copy-dominated, {b['severity']})" in " ".join(
         out.replace("│", " ").split())
+
+
+def test_copies_at_once_on_two_streams_are_lost_once(tmp_path):
+    """Hand-written after pytorch/benchmark's pinned copy benchmark (an A100, HtoD on one stream while DtoH runs
+    on another): the exposed copy time summed both streams, 483.3 ms "lost, 100.0% of the span" of a 307.8 ms
+    trace. The time the GPU copies while no kernel runs is the union of the copies, less the kernels."""
+    def copy(name, ts, dur, stream, kind):
+        return {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                "args": {"device": 0, "stream": stream, "correlation": ts, "bytes": 1 << 26,
+                         "memory bandwidth (GB/s)": 10.0}}
+    events = [copy("Memcpy HtoD (Pinned -> Device)", 0, 30_000, 22, 1),
+              copy("Memcpy DtoH (Device -> Pinned)", 5_000, 20_000, 20, 2),
+              copy("Memcpy HtoD (Pinned -> Device)", 40_000, 30_000, 22, 1),
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 60_000, "dur": 20_000,
+               "args": {"device": 0, "stream": 7, "correlation": 9}}]
+    path = tmp_path / "copies.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    doc = analyze(tmp_path / "store", path)
+    found = finding(doc, "copy-dominated")
+    span_ns = doc["summary"][0]["span_ns"]
+    assert span_ns == 80_000_000
+    assert found["metrics"]["copy_time_ns"] == 80_000_000            # summed: 30 + 20 + 30 ms
+    assert found["metrics"]["exposed_copy_ns"] == 50_000_000         # union 0-30, 40-70 ms, less the kernel's 60-70
+    assert found["impact_ns"] == 50_000_000 <= span_ns
+    overlap = finding(doc, "low-memcpy-overlap")
+    assert overlap["metrics"]["memcpy_time_ns"] == 80_000_000 and overlap["metrics"]["overlapped_ns"] == 10_000_000
+    assert overlap["impact_ns"] == 50_000_000  # graded (copies 4× the kernel time), lost once
+
+
+def test_copies_with_no_kernel_have_nothing_to_overlap_with(tmp_path):
+    """A copy benchmark (no kernel at all) was told to overlap its copies with compute it does not have."""
+    events = [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": s,
+               "ts": ts, "dur": 10_000, "args": {"device": 0, "stream": s, "correlation": ts, "bytes": 1 << 26}}
+              for ts, s in ((0, 22), (5_000, 20))]
+    path = tmp_path / "copies.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    overlap = finding(analyze(tmp_path / "store", path, "--all"), "low-memcpy-overlap")
+    assert overlap["severity"] == "info" and overlap["impact_ns"] is None and not overlap["suggestion"]
+    assert overlap["message"].endswith("no kernel runs, so there is nothing for the copies to overlap with.")

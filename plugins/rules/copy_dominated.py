@@ -11,7 +11,8 @@ activities" Time(%)).
 Time at stake (the summary's bottleneck): where copies take at least
 ``warning_pct`` of GPU time, the copy time that no kernel hides: Σ copy
 time for aggregated rows (a summary cannot say what overlapped), and for
-timed copies the part not overlapped by a kernel on the same device.
+timed copies the time some copy runs while no kernel runs on the same
+device (copies that overlap each other count once).
 Under ``warning_pct``: none (the copies are not
 what the GPU mostly does).
 
@@ -74,7 +75,8 @@ class CopyDominated(Rule):
                        f"host-device {fmt_pct(host_pct)}), kernels {fmt_ns(kernel_ns)} "
                        f"({fmt_pct(expr.pct(kernel_ns, gpu_ns) or 0)}). ")
             message += ("The copy time comes from summary rows, so what kernels hid of it is unknown."
-                        if aggregated else f"{fmt_ns(exposed)} of it runs while no kernel runs on its device.")
+                        if aggregated else f"For {fmt_ns(exposed)} the GPU copies while no kernel runs on "
+                        "its device.")
         suggestion = ""
         if severity != "info":
             suggestion = ("Keep data on the GPU between steps, copy less (smaller dtypes, only what changed), and "
@@ -90,9 +92,10 @@ class CopyDominated(Rule):
 
 
 def _exposed(events: pl.DataFrame, copy_ns: int) -> int:
-    """Copy time not overlapped by a kernel on the same device (timed copies), at most ``copy_ns``."""
+    """The time copies run while no kernel runs on the same device (timed copies), at most ``copy_ns``: copies
+    at once on two streams count once (their summed time ran to 157% of the trace's span)."""
     overlap = measures.overlap(events, a=("memcpy",), b=("kernel",))
-    exposed = int(overlap["exposed_ns"].sum() or 0) if overlap.height else copy_ns
+    exposed = int(overlap["busy_exposed_ns"].sum() or 0) if overlap.height else copy_ns
     return min(exposed, copy_ns)
 
 

@@ -12,7 +12,9 @@ most exposed (not overlapped) time.
 
 Severity: when copy time is at least ``min_memcpy_to_kernel_ratio`` × the
 kernel busy time, warning under ``warning_below_pct``, critical under
-``critical_below_pct``.
+``critical_below_pct``; info when no kernel runs (nothing to overlap with).
+Time at stake: the time some copy runs while no kernel runs on its device
+(copies that overlap each other count once).
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ class LowMemcpyOverlap(Rule):
                   "bytes": r["bytes"] or 0}
                  for r in worst.head(5).iter_rows(named=True)]
         severity = "info"
-        if ratio is None or ratio >= t["min_memcpy_to_kernel_ratio"]:
+        if ratio is not None and ratio >= t["min_memcpy_to_kernel_ratio"]:  # no kernel: nothing to overlap with
             severity = grade(pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
                              higher_is_worse=False)
         message = (f"{fmt_pct(pct)} of {fmt_ns(memcpy_ns)} of memcpy time overlaps kernel execution "
                    f"({fmt_ns(overlapped_ns)}); "
                    + (f"copy time is {fmt_ratio(ratio)} the kernel busy time." if ratio is not None
-                      else "no kernel runs."))
+                      else "no kernel runs, so there is nothing for the copies to overlap with."))
         suggestion = ("Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
                       "(non_blocking=True / cudaMemcpyAsync) on a stream other than the compute stream, "
                       "so copies run while kernels do." if severity != "info" else "")
@@ -103,7 +105,13 @@ class LowMemcpyOverlap(Rule):
                                  "memcpy_to_kernel_ratio": ratio,
                                  "devices": devices},
                         items=items, items_title="copies, most exposed first", columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
-                        impact_ns=memcpy_ns - overlapped_ns)]
+                        impact_ns=_exposed(events) if severity != "info" else None)]
+
+
+def _exposed(events) -> int:
+    """The time some copy runs while no kernel runs on its device: copies at once on two streams count once, so
+    the time at stake is never longer than the device's span (the summed copy time is)."""
+    return int(measures.overlap(events, a=("memcpy",), b=("kernel",))["busy_exposed_ns"].sum() or 0)
 
 
 @hookimpl

@@ -21,8 +21,12 @@ class Overlap(Measure):
     rows), ``time_ns`` = Σ durations of the a rows, ``overlapped_ns`` = Σ over
     a rows of |row ∩ union of the device's b intervals| (an a row overlapping
     another a row counts in full each time, as its own time does),
-    ``exposed_ns`` = time − overlapped. ``group`` names columns of the a rows
-    to break the figures down by (e.g. ``copy_kind``).
+    ``exposed_ns`` = time − overlapped; ``busy_ns`` = the time at least one
+    a row runs (the union: a rows that overlap each other count once) and
+    ``busy_exposed_ns`` the part of it while no b row runs, which is never
+    longer than the device's span (two streams' copies at once are one
+    stretch of copying, not two). ``group`` names columns of the a rows to
+    break the figures down by (e.g. ``copy_kind``).
 
     The parts are interval edges (:func:`traceparse.intervals.edges`): Σ over
     a rows of |row ∩ U| = ∫ depth_a(t) · [t ∈ U] dt, and edges of partitions
@@ -56,12 +60,16 @@ class Overlap(Measure):
         counts = side_a.group_by(keys).agg(count=pl.col("opens").sum())
         sums = segments.group_by(keys).agg(
             time_ns=(pl.col("depth") * pl.col("duration_ns")).sum(),
-            overlapped_ns=(pl.col("depth") * pl.col("overlap")).sum())
+            overlapped_ns=(pl.col("depth") * pl.col("overlap")).sum(),
+            busy_ns=pl.col("duration_ns").sum(), busy_overlapped_ns=pl.col("overlap").sum())
         out = (counts.join(sums, on=keys, how="left", nulls_equal=True)
-               .with_columns(pl.col("time_ns", "overlapped_ns").fill_null(0).cast(pl.Int64))
-               .with_columns(exposed_ns=pl.col("time_ns") - pl.col("overlapped_ns"))
+               .with_columns(pl.col("time_ns", "overlapped_ns", "busy_ns", "busy_overlapped_ns").fill_null(0)
+                             .cast(pl.Int64))
+               .with_columns(exposed_ns=pl.col("time_ns") - pl.col("overlapped_ns"),
+                             busy_exposed_ns=pl.col("busy_ns") - pl.col("busy_overlapped_ns"))
                .sort(keys, nulls_last=False))
-        return unkeyed(out).select(*keys, "count", "time_ns", "overlapped_ns", "exposed_ns")
+        return unkeyed(out).select(*keys, "count", "time_ns", "overlapped_ns", "exposed_ns", "busy_ns",
+                                   "busy_exposed_ns")
 
 
 overlap = Overlap()
