@@ -42,6 +42,10 @@ NAMES = {
         "gemm_fusion_dot_general_1.kd",
     ],
     "convolution": [
+        # cuDNN 7 on a V100 (an nvprof --print-gpu-trace of torch.nn.Conv2d, and an ncu report of a V100): the
+        # "relu" of the name is a fused epilogue, not an elementwise kernel
+        "volta_scudnn_128x64_relu_interior_nn_v1",
+        "volta_h884cudnn_256x64_sliced1x2_ldg8_relu_exp_small_nhwc_tn_v1",  # hand-written, cuDNN 7's fp16 form
         "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_segment_k_on_kernel__5x_cudnn",
         "sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn",
         "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x64x32_stage5_warpsize2x2x1_g1_tensor16x8x8_execute_kernel__5x_cudnn",
@@ -318,3 +322,20 @@ def test_collective_and_family_of_distinct_names():
     assert pl.select(expr.collective(series)).to_series().to_list() == want
     assert want[:6] == ["all_reduce", "unknown", "broadcast", None, "all_reduce", None]
     assert pl.select(expr.normalize_collective(series)).to_series().to_list() == said
+
+
+def test_kernel_share_names_the_uncategorised_as_such(tmp_path):
+    """Kernels of no known category led: "the top kernel takes 71.5%; other kernels take 100.0%" read as the rest
+    of the kernels taking all of it (nvprof and ncu files of small CUDA programs)."""
+    import json as _json
+    from helpers import run_cli
+
+    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+               "args": {"device": 0, "stream": 7, "correlation": ts}}
+              for name, ts, dur in (("compute_flux", 0, 75), ("time_step", 100, 25))]
+    path = tmp_path / "k.json"
+    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "kernel-share", str(path))
+    assert code == 0, err
+    (share,) = _json.loads(out)["findings"]
+    assert share["message"].endswith("the top kernel takes 75.0%; kernels of no known category take 100.0%.")

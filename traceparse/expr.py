@@ -69,9 +69,10 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # (FBGEMM's permute_pooled_embs is a permute of pooled embeddings: layout/copy, below)
     ("pooling", r"pool([^e]|$)|adaptive_?av(era)?g"),
     # cuDNN implicit-GEMM / xmma / cutlass convolutions (fprop, dgrad, wgrad), winograd, MIOpen igemm and
-    # naive conv, Composable Kernel grouped conv
+    # naive conv, Composable Kernel grouped conv; cuDNN 7's Maxwell-to-Turing convolutions by precision
+    # (volta_scudnn_128x64_relu_interior_nn_v1: its "relu" is a fused epilogue, volta_h884cudnn_256x64_...)
     ("convolution", r"conv(olu|olv|_|[1-3]d|uni)|implicit_?gemm|\bigemm|_igemm|dgrad|wgrad|fprop|winograd"
-                    r"|_bwd_weight"),
+                    r"|_bwd_weight|_[shi]?[0-9]{0,4}cudnn_"),
     # cuBLAS's level-1 kernels, by their parameter types (copy_kernel<double>(cublasCopyParams<T1>)): no GEMM
     ("layout/copy", r"cublas(copy|swap)params"),
     ("elementwise", r"cublas(axpy|scal|rot|rotm)params"),

@@ -94,7 +94,7 @@ class KernelShare(Rule):
             over = f" over {trace_ranks(trace)} ranks" if run else ""
             message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, "
                        f"{fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
-                       f"{lead['category']} kernels take {fmt_pct(categories[lead['category']]['share_pct'])}.")
+                       f"{_category_phrase(lead['category'])} {fmt_pct(categories[lead['category']]['share_pct'])}.")
         else:
             message = "No kernel time in this trace."
         return [Finding(self.name, "warning" if dominant else "info", "Where the kernel time goes", message,
@@ -110,3 +110,12 @@ class KernelShare(Rule):
 @hookimpl
 def traceparse_rules():
     return [KernelShare()]
+
+
+def _category_phrase(category: str) -> str:
+    """How the sentence names the leading category: "gemm kernels take"; "kernels of no known category take"
+    for ``other`` ("other kernels take 100%" read as the rest of the kernels, beside the top kernel's 71.5%)."""
+    if category == "other":
+        return "kernels of no known category take"
+    return f"{category} kernels take"
+
