@@ -289,3 +289,22 @@ def test_launch_calls_without_gpu_activity_are_said(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "t"), "analyze", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
                              "--json")
     assert json.loads(out)["summary"][0]["gpu_launches_unseen"] == 0
+
+
+def test_gpu_time_given_as_totals_is_no_unseen_activity(tmp_path):
+    """An nvprof summary (a real one, fixtures/nvprof/real) lists kernel launch calls and GPU totals without a
+    timeline: "GPU busy - (N kernel launch calls, but the trace recorded no GPU activity)" stood one line above
+    "GPU time 3.318 s"."""
+    path = FIXTURES / "nvprof" / "real" / "pytorch_wavelets_summary.log"
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"][0]
+    assert summary["gpu_time"]["total_ns"] > 0
+    assert (summary["gpu_busy_pct"], summary["gpu_launches_unseen"], summary["gpu_totals_only"]) == (None, 0, True)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "--width", "120", "analyze", str(path))
+    assert re.search(r"GPU busy +- \(the trace gives GPU time as totals, with no timeline\)", out), out
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule", "launch-stats")
+    (launches,) = json.loads(out)["findings"]
+    assert launches["metrics"]["kernels"] == 0
+    assert launches["message"] == ("No timed kernel: the trace gives its kernels as totals, without a timeline, so "
+                                   "no launch call can be linked to its kernel.")

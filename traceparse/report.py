@@ -274,6 +274,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     whole = "the GPU's span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU's span"  # gpu-idle's words
     unseen = summary.get("gpu_launches_unseen") or 0
     grid.add_row("GPU busy", f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)" if unseen
+                 else "- (the trace gives GPU time as totals, with no timeline)" if summary.get("gpu_totals_only")
                  else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):

@@ -35,8 +35,10 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
     minus gpu-idle's idle %; None without timed GPU work; then
+    ``gpu_totals_only`` is true where the trace gives GPU time as totals
+    (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
-    trace did not record, 0 otherwise), ``gpu_devices``
+    trace did not record at all, 0 otherwise), ``gpu_devices``
     (how many devices that is over: of several, the share is of the mean
     device's span, as gpu-idle's whole says), ``gpu_time``
     (:func:`gpu_time`: GPU time split into kernels, each copy direction and
@@ -52,6 +54,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     busy = measures.device_busy(events)
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     span_ns = trace_span(events)
+    split = gpu_time(events)
     return {
         "trace": trace.id,
         "span_ns": span_ns,
@@ -64,8 +67,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
         "gpu_devices": busy.height,
-        "gpu_launches_unseen": _launches(events) if not span_sum else 0,
-        "gpu_time": gpu_time(events),
+        "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
+        "gpu_totals_only": not span_sum and split is not None,
+        "gpu_time": split,
         "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),

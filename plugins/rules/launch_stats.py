@@ -128,7 +128,10 @@ class LaunchStats(Rule):
                  .head(int(t["top"])).iter_rows(named=True)]
         enough = n_direct >= int(t["min_kernels"])
         severity = grade(metrics["short_kernel_pct"] if enough else None, warning=t["short_kernel_warning_pct"])
-        if not n_linked:
+        if not total["rows"]:  # kernels given as totals (nvprof's, nsys's summaries): nothing to link
+            message = ("No timed kernel: the trace gives its kernels as totals, without a timeline, so no launch "
+                       "call can be linked to its kernel.")
+        elif not n_linked:
             message = (f"{total['rows']:,} kernels, none linked to a launch call: the trace has no API calls with "
                        "matching correlation ids.")
         else:
