@@ -308,3 +308,44 @@ def test_gpu_time_given_as_totals_is_no_unseen_activity(tmp_path):
     assert launches["metrics"]["kernels"] == 0
     assert launches["message"] == ("No timed kernel: the trace gives its kernels as totals, without a timeline, so "
                                    "no launch call can be linked to its kernel.")
+
+
+def _rocm_launches(shared_op_id: bool) -> list[dict]:
+    """Hand-written after a PyTorch-on-ROCm Kineto trace (amd-sriram/Frameworks101: MIOpen, hipLaunchKernel):
+    no ``correlation`` anywhere; each launch call and its kernel share an ``External id``. With
+    ``shared_op_id`` the two launches and kernels carry their operator's one id instead (nothing pairs them)."""
+    def launch(name, ts, dur, ext):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"External id": 9 if shared_op_id else ext}}
+
+    def kernel(name, ts, dur, ext):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 0, "ts": ts, "dur": dur,
+                "args": {"External id": 9 if shared_op_id else ext, "device": 0, "stream": 0}}
+
+    return [{"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 1, "tid": 1, "ts": 90, "dur": 7800,
+             "args": {"External id": 9}},
+            launch("hipExtModuleLaunchKernel", 100, 20, 30), kernel("igemm_fwd_gtcx3_nhwc_fp32", 130, 10, 30),
+            launch("hipLaunchKernel", 150, 7700, 32), kernel("elementwise_kernel_add", 7860, 10, 32)]
+
+
+def test_rocm_launches_pair_by_their_external_id(tmp_path):
+    path = tmp_path / "rocm.json"
+    path.write_text(json.dumps(_kineto(_rocm_launches(shared_op_id=False))))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule",
+                             "launch-stats", "--rule", "gpu-idle")
+    assert code == 0, err
+    found = {f["rule"]: f for f in json.loads(out)["findings"]}
+    assert found["launch-stats"]["metrics"]["linked_kernels"] == 2
+    assert found["launch-stats"]["metrics"]["delay_ns_max"] == 7_710_000  # 7860 - 150 us
+    idle = found["gpu-idle"]["metrics"]
+    assert idle["idle_ns"] == 7_720_000 and idle["host_wait_pct"] == 100.0  # the host was in hipLaunchKernel
+
+
+def test_an_operators_shared_external_id_pairs_nothing(tmp_path):
+    path = tmp_path / "op.json"
+    path.write_text(json.dumps(_kineto(_rocm_launches(shared_op_id=True))))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule",
+                             "launch-stats")
+    assert code == 0, err
+    (found,) = json.loads(out)["findings"]
+    assert found["metrics"]["kernels"] == 2 and found["metrics"]["linked_kernels"] == 0

@@ -74,7 +74,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import device_label, in_rank_order, rank_labels, rank_of
@@ -172,10 +172,10 @@ class GpuIdle(Rule):
         if n_dev > 1:
             message = (f"The {n_dev} GPUs ran nothing for {fmt_pct(idle_pct or 0)} of their time between first and "
                        f"last activity ({fmt_ns(idle_ns / n_dev)} of {fmt_ns(span_ns / n_dev)} a GPU on average), "
-                       f"in {n_gaps:,} gaps")
+                       f"in {fmt_count(n_gaps, 'gap')}")
         else:
             message = (f"The GPU ran nothing for {fmt_ns(idle_ns)} of {fmt_ns(span_ns)} between first and last "
-                       f"activity: {fmt_pct(idle_pct or 0)} idle, in {n_gaps:,} gaps")
+                       f"activity: {fmt_pct(idle_pct or 0)} idle, in {fmt_count(n_gaps, 'gap')}")
         message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
             message += f" {untimed:,} aggregated GPU rows left out: they have no start time."

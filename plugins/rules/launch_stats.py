@@ -39,7 +39,7 @@ import math
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_count, fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
@@ -146,8 +146,9 @@ class LaunchStats(Rule):
                             f"{fmt_ns(metrics['graph_launch_time_ns'])} of launch calls).")
             message += (f" Launch delay: median {fmt_ns(metrics['delay_ns_p50'])}, p99 "
                         f"{fmt_ns(metrics['delay_ns_p99'])}, max {fmt_ns(metrics['delay_ns_max'])}; "
-                        f"{metrics['launch_outliers']:,} launch calls ≥ {int(t['launch_outlier_ns']) / 1e3:g} us, "
-                        f"{metrics['delay_outliers']:,} kernels delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
+                        f"{fmt_count(metrics['launch_outliers'], 'launch call')} ≥ "
+                        f"{int(t['launch_outlier_ns']) / 1e3:g} us, {fmt_count(metrics['delay_outliers'], 'kernel')} "
+                        f"delayed ≥ {int(t['delay_outlier_ns']) / 1e3:g} us.")
             if inconsistent:
                 message += (f" {inconsistent:,} kernels start before their launch call: the host and GPU clocks "
                             "disagree there, so their delays are left out.")

@@ -25,10 +25,32 @@ def _projection(events: pl.DataFrame, kinds) -> pl.DataFrame:
 def _project(events: pl.DataFrame, kinds: tuple) -> pl.DataFrame:
     timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
     gpu = kind_is(*kinds) & timed
-    api = (pl.col("kind") == "api") & timed & pl.col("correlation_id").is_not_null()
+    api = ((pl.col("kind") == "api") & timed
+           & (pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null()))
     kind = pl.col("kind").cast(pl.String)
-    return keyed(picked(events, gpu | api, *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
-                        side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
+    rows = keyed(picked(events, gpu | api, *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
+                        "external_id", side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
+    return _paired_by_external_id(rows).filter(
+        (pl.col("side") == "gpu") | pl.col("correlation_id").is_not_null()).drop("external_id")
+
+
+def _paired_by_external_id(rows: pl.DataFrame) -> pl.DataFrame:
+    """Where a trace gives its GPU rows no correlation id at all (a PyTorch-on-ROCm build writes none, only each
+    launch's and its kernel's shared ``External id``), a GPU row and a launch call that alone share an external
+    id are each other's: their external id stands in for the correlation id. An operator's id shared by several
+    launches or kernels (the usual meaning of ``External id``) links nothing."""
+    missing = rows.filter((pl.col("side") == "gpu") & pl.col("correlation_id").is_null()
+                          & pl.col("external_id").is_not_null())
+    if missing.height == 0:
+        return rows
+    on_gpu = pl.col("side") == "gpu"
+    launch = (pl.col("side") == "api") & expr.api_class(pl.col("name")).is_in(["launch", "graph_launch"])
+    pair = ["trace_id", "external_id"]
+    none_correlated = ~(on_gpu & pl.col("correlation_id").is_not_null()).any().over("trace_id")
+    alone = (on_gpu.sum().over(pair) == 1) & (launch.sum().over(pair) == 1) & (on_gpu | launch)
+    use = none_correlated & pl.col("correlation_id").is_null() & pl.col("external_id").is_not_null() & alone
+    return rows.with_columns(correlation_id=pl.when(use).then(pl.col("external_id"))
+                             .otherwise(pl.col("correlation_id")))
 
 
 def _linked(rows: pl.DataFrame) -> pl.DataFrame:
