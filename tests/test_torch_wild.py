@@ -349,3 +349,31 @@ def test_an_operators_shared_external_id_pairs_nothing(tmp_path):
     assert code == 0, err
     (found,) = json.loads(out)["findings"]
     assert found["metrics"]["kernels"] == 2 and found["metrics"]["linked_kernels"] == 0
+
+
+def test_external_ids_that_are_correlation_ids_do_not_place_kernels(tmp_path):
+    """Hand-written after a real A100 trace of PyTorch ~2.3 (CodingPlatelets/SwitchTransformers): Kineto wrote
+    each kernel's and launch call's correlation id as its External id (fixed in pytorch/kineto#1001), so the id
+    named an unrelated operator: a GEMM was credited to an aten::dropout 46 ms later that launched nothing.
+    The launch call's innermost enclosing operator owns the kernel."""
+    from traceparse.ingest import read_paths
+    from traceparse.measures.op_work import placed_calls
+
+    def op(name, ts, dur, ext, dims):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"External id": ext, "Input Dims": dims, "Input type": ["float"] * len(dims)}}
+
+    events = [op("aten::addmm", 100, 50, 3, [[4096], [10, 1024], [1024, 4096]]),
+              op("aten::addmm", 300, 50, 4, [[4096], [10, 1024], [1024, 4096]]),
+              op("aten::dropout", 5000, 1, 7, [[1, 10, 4096]])]
+    for corr, ts in ((7, 110), (8, 310)):  # the launches inside the two addmm; their kernels later
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                       "dur": 5, "args": {"correlation": corr, "External id": corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x32_tn", "pid": 0, "tid": 7,
+                       "ts": ts + 20, "dur": 140, "args": {"correlation": corr, "External id": corr, "device": 0,
+                                                          "stream": 7}})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_kineto(events)))
+    placed, info = placed_calls(read_paths([path])[0].events)
+    assert placed["name"].to_list() == ["aten::addmm", "aten::addmm"]
+    assert placed["time_ns"].to_list() == [140_000, 140_000] and info["placed_ns"] == 280_000

@@ -166,8 +166,8 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
                  "input_types", "concrete_inputs")
     kernels = picked(events, (pl.col("kind") == "kernel") & pl.col("duration_ns").is_not_null(),
                      "trace_id", "name", "duration_ns", "external_id", "correlation_id")
-    api = picked(events, (pl.col("kind") == "api") & pl.col("correlation_id").is_not_null()
-                 & pl.col("external_id").is_not_null(), "trace_id", "event_id", "correlation_id", "external_id")
+    api = picked(events, (pl.col("kind") == "api") & pl.col("correlation_id").is_not_null(),
+                 "trace_id", "event_id", "correlation_id", "external_id", "pid", "tid", "start_ns", "duration_ns")
     empty = pl.DataFrame(schema={**_WORK_SCHEMA, "time_ns": pl.Int64, "kernels": pl.UInt32,
                                  "kernel_names": pl.List(pl.String)})
     info = {"kernel_ns": int(kernels["duration_ns"].sum() or 0), "placed_ns": 0, "uncovered_ns": 0,
@@ -206,7 +206,12 @@ def _placed(ops: pl.DataFrame, kernels: pl.DataFrame, api: pl.DataFrame) -> tupl
 
 
 def _link(kernels: pl.DataFrame, api: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Kernels (name, duration_ns) with ``op_id``: the operator of their External id, else of their launch's."""
+    """Kernels (name, duration_ns) with ``op_id``: the operator of their External id, else of their launch's;
+    where the External ids are correlation ids (:func:`_ids_are_correlations`), the innermost operator around
+    the launch call on its thread."""
+    if _ids_are_correlations(kernels):
+        return _link_by_nesting(kernels, api, ops)
+    api = api.filter(pl.col("external_id").is_not_null())
     op_of = (ops.filter(pl.col("external_id").is_not_null()).sort("event_id")
              .unique(subset=["external_id"], keep="first").select("external_id", pl.col("event_id").alias("op_id")))
     api = (api.sort("event_id").unique(subset=["correlation_id"], keep="first")
@@ -216,3 +221,39 @@ def _link(kernels: pl.DataFrame, api: pl.DataFrame, ops: pl.DataFrame) -> pl.Dat
               .join(op_of.rename({"external_id": "api_external_id", "op_id": "api_op_id"}),
                     on="api_external_id", how="left"))
     return linked.select("name", "duration_ns", op_id=pl.coalesce("op_id", "api_op_id"))
+
+
+def _ids_are_correlations(kernels: pl.DataFrame) -> bool:
+    """True when every kernel's External id is its own correlation id (at least two kernels): Kineto before
+    pytorch/kineto#1001 wrote the correlation id there for GPU activities and runtime calls, so the id names
+    whatever operator happens to have that number (a GEMM credited to an ``aten::dropout`` that launched
+    nothing, a kernel that ran 20 ms before its ``aten::addmm``)."""
+    both = kernels.filter(pl.col("external_id").is_not_null() & pl.col("correlation_id").is_not_null())
+    return both.height >= 2 and bool((both["external_id"] == both["correlation_id"]).all())
+
+
+def _link_by_nesting(kernels: pl.DataFrame, api: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Kernels with ``op_id``: the innermost operator open on the launch call's thread when the call began."""
+    from traceparse.measures.nesting import parents
+
+    thread = ["pid", "tid"]
+    calls = api.filter(pl.col("pid").is_not_null() & pl.col("tid").is_not_null()
+                       & pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null())
+    host = pl.concat([
+        ops.filter(pl.col("pid").is_not_null() & pl.col("tid").is_not_null()).select(
+            pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), "event_id", start_ns=pl.col("start"),
+            duration_ns=pl.col("end") - pl.col("start"), call=pl.lit(False)),
+        calls.select(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64), "event_id", "start_ns",
+                     "duration_ns", call=pl.lit(True))])
+    if host.height == 0:
+        return kernels.select("name", "duration_ns", op_id=pl.lit(None, pl.Int64))
+    nested = host.with_columns(parents(host, thread))
+    op_ids = ops["event_id"].implode()
+    launch_op = (nested.filter(pl.col("call") & pl.col("parent_event_id").is_in(op_ids))
+                 .select("event_id", op_id="parent_event_id")
+                 .join(calls.sort("event_id").unique(subset=["correlation_id"], keep="first")
+                       .select("event_id", "correlation_id"), on="event_id")
+                 .select("correlation_id", "op_id"))
+    return (kernels.join(launch_op, on="correlation_id", how="left")
+            .select("name", "duration_ns", "op_id"))
+
