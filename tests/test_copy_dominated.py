@@ -166,5 +166,5 @@ def test_copies_with_no_kernel_have_nothing_to_overlap_with(tmp_path):
     path = tmp_path / "copies.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     overlap = finding(analyze(tmp_path / "store", path, "--all"), "low-memcpy-overlap")
-    assert overlap["severity"] == "info" and overlap["impact_ns"] is None and not overlap["suggestion"]
+    assert overlap["severity"] == "info" and overlap["impact_ns"] is None and not overlap["suggestion"]  # none lost
     assert overlap["message"].endswith("no kernel runs, so there is nothing for the copies to overlap with.")

@@ -377,3 +377,22 @@ def test_external_ids_that_are_correlation_ids_do_not_place_kernels(tmp_path):
     placed, info = placed_calls(read_paths([path])[0].events)
     assert placed["name"].to_list() == ["aten::addmm", "aten::addmm"]
     assert placed["time_ns"].to_list() == [140_000, 140_000] and info["placed_ns"] == 280_000
+
+
+def test_a_recursive_routines_inclusive_time_counts_once(tmp_path):
+    """Hand-written after with_stack traces (nn.Module's _call_impl calls itself for every submodule): the
+    inclusive time summed the nested calls, 1.238 s for a routine on one thread of a 479.5 ms trace."""
+    def frame(ts, dur):
+        return {"ph": "X", "cat": "python_function", "name": "torch/nn/modules/module.py(1534): _call_impl",
+                "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    events = [frame(0, 100), frame(10, 80), frame(20, 50), frame(200, 30),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 30, "dur": 20, "args": {}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_kineto(events)))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule", "hotspots")
+    assert code == 0, err
+    routines = json.loads(out)["findings"][0]
+    (impl,) = [i for i in routines["items"] if i["name"].endswith("_call_impl")]
+    assert impl["calls"] == 4 and impl["inclusive_ns"] == 130_000  # the union: 0-100 and 200-230 us
+    assert impl["time_ns"] == 110_000  # self times: 100 + 30 less the 20 us of aten::addmm

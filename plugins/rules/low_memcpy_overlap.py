@@ -13,8 +13,9 @@ most exposed (not overlapped) time.
 Severity: when copy time is at least ``min_memcpy_to_kernel_ratio`` × the
 kernel busy time, warning under ``warning_below_pct``, critical under
 ``critical_below_pct``; info when no kernel runs (nothing to overlap with).
-Time at stake: the time some copy runs while no kernel runs on its device
-(copies that overlap each other count once).
+Time at stake (whatever the severity, where kernels run): the time some
+copy runs while no kernel runs on its device (copies that overlap each
+other count once); none without kernels.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class LowMemcpyOverlap(Rule):
                                  "memcpy_to_kernel_ratio": ratio,
                                  "devices": devices},
                         items=items, items_title="copies, most exposed first", columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
-                        impact_ns=_exposed(events) if severity != "info" else None)]
+                        impact_ns=_exposed(events) if ratio is not None else None)]
 
 
 def _exposed(events) -> int:

@@ -65,7 +65,10 @@ class RoutineTime(Measure):
     kinds in ``drop_aggregated`` (see :func:`routine_choices`), less markers without a thread (``pid``,
     ``tid``: a device-side range spans the kernels under it, it is no work). A row's time is its ``exclusive_ns``, else
     its self time from its nesting on its thread (:data:`traceparse.measures.self_time`), else its
-    duration; rows with none are left out. Columns: the key, ``time_ns``, ``inclusive_ns`` (Σ duration),
+    duration; rows with none are left out. Columns: the key, ``time_ns``, ``inclusive_ns`` (the time the
+    routine was running on the thread: the union of its timed calls, so a recursive call (nn.Module's
+    ``_call_impl`` inside itself) is not counted again inside its caller, plus Σ duration of its aggregated
+    rows),
     ``calls``, and counts of the rows by where their time came from: ``exclusive_rows``,
     ``self_time_rows``, ``inclusive_only_rows``, ``host_inclusive_rows`` (inclusive-only rows of a host
     kind: op, region, api, marker). Sorted by the key.
@@ -94,8 +97,9 @@ class RoutineTime(Measure):
         rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),
                                  kind=pl.col("kind").cast(pl.String)).filter(pl.col("time_ns").is_not_null())
         inclusive_only = pl.col("exclusive_ns").is_null() & pl.col("self_ns").is_null()
-        return keyed(rows).group_by(ROUTINE).agg(
-            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("duration_ns").sum(), calls=pl.col("calls").sum(),
+        rows = _with_own_span(keyed(rows))
+        return rows.group_by(ROUTINE).agg(
+            time_ns=pl.col("time_ns").sum(), inclusive_ns=pl.col("own_span_ns").sum(), calls=pl.col("calls").sum(),
             exclusive_rows=pl.col("exclusive_ns").is_not_null().sum().cast(pl.Int64),
             self_time_rows=pl.col("self_ns").is_not_null().sum().cast(pl.Int64),
             inclusive_only_rows=inclusive_only.sum().cast(pl.Int64),
@@ -107,6 +111,19 @@ class RoutineTime(Measure):
                 "host_inclusive_rows"]
         out = pl.concat(parts).group_by(ROUTINE).agg(pl.col(sums).sum()).sort(ROUTINE, nulls_last=False)
         return unkeyed(out)
+
+
+def _with_own_span(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with ``own_span_ns``: the part of a timed row's interval that no earlier call of the same routine on
+    the same thread covers (their sum per routine is the union of its calls), an untimed row's duration."""
+    timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
+    if not rows.select((timed & pl.col("name").is_duplicated()).any()).item():
+        return rows.with_columns(own_span_ns=pl.col("duration_ns"))
+    rows = rows.sort([*ROUTINE, "start_ns"], nulls_last=True)
+    end = pl.col("start_ns") + pl.col("duration_ns")
+    covered = pl.when(timed).then(end).cum_max().shift(1).over(ROUTINE)  # the latest end of the earlier calls
+    own = (end - pl.max_horizontal(pl.col("start_ns"), covered.fill_null(pl.col("start_ns")))).clip(lower_bound=0)
+    return rows.with_columns(own_span_ns=pl.when(timed).then(own).otherwise(pl.col("duration_ns")))
 
 
 routine_time = RoutineTime()
