@@ -18,7 +18,8 @@ Usage::
     python benchmarks/make_ranks.py BASE.json.gz OUTDIR --ranks 64 [--skew-us 200] [--slow-rank 5]
         [--delay-ms 20] [--seed 0]
 
-Files are written as ``OUTDIR/rank{r}.json.gz`` (gzip level 1). Generated
+Files are written as ``OUTDIR/rank{r}.json.gz`` (gzip level 1, no time stamp: the same arguments give the
+same bytes). Generated
 data belongs under benchmarks/data/ (git-ignored).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import gzip
+import io
 import json
 import random
 import re
@@ -99,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         skew = round(rng.uniform(0, args.skew_us), 3)
         delay = args.delay_ms * 1000 if rank == args.slow_rank else 0.0
         doc = make_rank(base, rank, args.ranks, skew, delay, points)
-        with gzip.open(args.out / f"rank{rank}.json.gz", "wt", compresslevel=1) as f:
+        # no time stamp in the gzip header: the same arguments give the same bytes, so the same store ids
+        with open(args.out / f"rank{rank}.json.gz", "wb") as raw, \
+                gzip.GzipFile(filename="", mode="wb", compresslevel=1, fileobj=raw, mtime=0) as packed, \
+                io.TextIOWrapper(packed, encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
     print(f"wrote {args.ranks} ranks to {args.out} ({len(points)} collectives per rank; "
           f"slow rank {args.slow_rank}, +{args.delay_ms} ms before each)")
