@@ -122,3 +122,13 @@ def test_ncu_speedups_thresholds_and_other_traces(request, fixtures_dir):
 
     for other in (fixtures_dir / "ncu" / "ncu_raw_vgg11_bs16.csv", fixtures_dir / "torch" / "resnet18_bs8.json.gz"):
         assert [f.rule for f in analyze(read_paths([other])[0]) if f.rule == "ncu-speedups"] == []
+
+
+def test_not_applicable_says_what_the_ncu_rules_need(fixtures_dir):
+    """A raw page holds counters but no SOL section names or rule results: "the trace has no counter events" was
+    false (an ncu 2020 page held 2,600 counters)."""
+    from traceparse.analysis import analyze
+
+    trace = read_paths([fixtures_dir / "ncu" / "ncu_raw_vgg11_bs16.csv"])[0]
+    said = {f.rule: f.message for f in analyze(trace, rules=["ncu-speedups"])}
+    assert said["ncu-speedups"] == "it needs ncu's rule results (a details page, text output or report with rules)"

@@ -404,3 +404,20 @@ def test_sniffing_picks_ncu_for_each_form(tmp_path):
     other.write_text("a,b\n1,2\n")
     with pytest.raises(InputError):
         detect_reader(other, registry())
+
+
+def test_values_ncu_could_not_collect_are_left_out(tmp_path):
+    """ncu marks a metric it could not collect '(!) nan' (a launch that failed: ncu 2023.2 on an RTX 40x0, a
+    course project's report): the whole file was refused at the first such value."""
+    text = (NCU / "ncu_sol_vgg11_bs16.txt").read_text()
+    line = next(l for l in text.splitlines() if l.strip().startswith("DRAM Frequency"))
+    value = line.split()[-1]
+    path = tmp_path / "failed.txt"
+    path.write_text(text.replace(line, line[: len(line) - len(value)] + "(!) nan", 1))
+    whole = events(NCU / "ncu_sol_vgg11_bs16.txt")
+    kernels, counters, trace = events(path)
+    assert kernels.height == whole[0].height
+    assert counters.height == whole[1].height - 1
+    assert [w for w in trace.meta.warnings if "(!)" in w] == [
+        f"{path}: 1 metric values marked '(!)' by ncu (not collected, e.g. '(!) nan' for 'DRAM Frequency') were "
+        "left out"]

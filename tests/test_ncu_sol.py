@@ -160,3 +160,24 @@ def test_the_text_reports_device_is_narrowed_by_its_compute_capability(tmp_path)
     code, out, err = run_cli("--store", str(tmp_path), "show", str(TEXT))
     flat = " ".join(out.replace("│", " ").split())
     assert f"compute capability {cc}: one of {', '.join(family)}" in flat
+
+
+def test_sol_of_ncu_2020_under_its_old_names(tmp_path):
+    """ncu 2019.x-2020.x named the SOL figures "SM [%]", "Memory [%]" and "SOL FB" (a real rodinia cfd run on a
+    V100, XPlacer's data): ncu-sol found none and, asked for, said the trace had no counters."""
+    head = '"ID","Process ID","Process Name","Host Name","Kernel Name","Kernel Time","Context","Stream",' \
+           '"Section Name","Metric Name","Metric Unit","Metric Value"'
+    rows = []
+    for launch, (name, dur_us, sm, mem, fb) in enumerate((("cuda_compute_flux", "30.00", "23.70", "35.60", "35.60"),
+                                                          ("cuda_time_step", "10.00", "10.00", "80.00", "80.00"))):
+        for metric, unit, value in (("Duration", "usecond", dur_us), ("SM [%]", "%", sm), ("Memory [%]", "%", mem),
+                                    ("SOL FB", "%", fb)):
+            rows.append(f'"{launch}","1","cfd","127.0.0.1","{name}(int)","2020-May-29 12:02:4{launch}","1","7",'
+                        f'"GPU Speed Of Light","{metric}","{unit}","{value}"')
+    path = tmp_path / "nsight_cfd.csv"
+    path.write_text("\n".join([head, *rows]) + "\n")
+    m = run_rule(read_paths([path])[0], "ncu-sol").metrics
+    assert m["launches"] == 2 and m["kernel_time_ns"] == 40_000
+    assert m["compute_pct"] == pytest.approx((23.7 * 30 + 10 * 10) / 40)   # duration-weighted
+    assert m["memory_pct"] == pytest.approx((35.6 * 30 + 80 * 10) / 40)
+    assert m["dram_pct"] == pytest.approx((35.6 * 30 + 80 * 10) / 40)

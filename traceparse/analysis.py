@@ -130,7 +130,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
             if not rules:
                 return []
             return [Finding(rule.name, "info", f"{rule.name}: not applicable",
-                            (f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
+                            (f"it needs {rule.needs}" if rule.needs
+                             else f"it needs {' and '.join(rule.kinds)} events" if rule.needs_all_kinds
                              else f"the trace has no {' / '.join(rule.kinds)} events"), trace=trace.id)]
         options = RuleOptions(thresholds={**rule.thresholds, **settings.get(rule.name, {})}, gpu=gpu)
         found = []

@@ -115,6 +115,9 @@ class Rule:
     kinds: ClassVar[tuple[str, ...]] = ()
     #: True when the rule needs events of every one of ``kinds`` (launches need kernels *and* API calls).
     needs_all_kinds: ClassVar[bool] = False
+    #: What the rule needs, said when it does not apply to a trace (``--rule NAME``), where an :meth:`applies_to`
+    #: of its own asks for more than ``kinds`` ("ncu's Speed-of-Light figures"); empty: the kinds are named.
+    needs: ClassVar[str] = ""
     #: True when the rule's ``impact_ns`` on a run is already per rank; else (the default: a rule that sums its
     #: time over the run's ranks) the core divides it by the number of ranks (:func:`traceparse.analysis.analyze`).
     impact_per_rank: ClassVar[bool] = False

@@ -44,10 +44,13 @@ from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
 
 #: Figure -> the counter names that carry it (details page / text label, raw page metric).
+#: ncu 2019.x-2020.x named them "SM [%]", "Memory [%]" and "SOL FB" (or "SOL DRAM").
 SOL = {
-    "compute_pct": ("Compute (SM) Throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
-    "memory_pct": ("Memory Throughput", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
-    "dram_pct": ("DRAM Throughput", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    "compute_pct": ("Compute (SM) Throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM [%]"),
+    "memory_pct": ("Memory Throughput", "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                   "Memory [%]"),
+    "dram_pct": ("DRAM Throughput", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "SOL FB",
+                 "SOL DRAM"),
 }
 SOL_NAMES = {name: figure for figure, names in SOL.items() for name in names}
 FIGURES = {"kernel_time_ns": "ns", "launches": "count", "compute_pct": "pct", "memory_pct": "pct",
@@ -103,6 +106,7 @@ class NcuSol(Rule):
         "top": 10,                      # kernels listed
     }
     kinds = ("counter",)
+    needs = "ncu's Speed-of-Light figures (the SpeedOfLight section or its raw metrics)"
 
     def applies_to(self, trace: Trace) -> bool:
         """Only traces with SOL counters (an ncu report with the SpeedOfLight section or its raw metrics)."""

@@ -95,6 +95,7 @@ class NcuSpeedups(Rule):
         "top": 10,                    # kernels listed
     }
     kinds = ("counter",)
+    needs = "ncu's rule results (a details page, text output or report with rules)"
 
     def applies_to(self, trace: Trace) -> bool:
         """Only traces with ncu rule results (``rule:*`` counters in group ``rule``)."""

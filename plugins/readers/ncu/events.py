@@ -6,7 +6,8 @@ exact product of the decimal and its unit's factor, rounded once (factor-1
 units: the nearest double of the decimal), and a kernel's duration is an
 exact integer of ns, rounded half to even, so ``167.52 usecond`` is exactly
 167520 ns.
-``n/a``, ``no data`` and empty values are not metrics (no row). A semicolon list is an
+``n/a``, ``no data`` and empty values are not metrics (no row), nor are the values ncu marks ``(!)``
+(``(!) nan``: not collected, a launch that failed), with a warning. A semicolon list is an
 instanced metric (``--print-metric-instances``): skipped, with a warning.
 A value that is not a number is an error when its metric has a unit; a
 unit-less text value (``CachePreferNone``, a device name) is an attribute,
@@ -78,6 +79,11 @@ def _values(path: Path, metrics: pl.DataFrame, options: ReadOptions) -> pl.DataF
     """Metric rows with ``value`` (float, base units) and ``base`` (the base unit); drops non-measurements."""
     clean = pl.col("raw").str.strip_chars()
     frame = metrics.with_columns(clean=clean, unit=pl.col("unit").fill_null("").str.strip_chars())
+    failed = frame.filter(pl.col("clean").str.starts_with("(!)"))
+    if failed.height:  # ncu's own mark of a value it could not collect (a launch that failed): no measurement
+        options.warn(f"{path}: {failed.height} metric values marked '(!)' by ncu (not collected, e.g. "
+                     f"{failed['clean'][0]!r} for {failed['name'][0]!r}) were left out")
+        frame = frame.filter(~pl.col("clean").str.starts_with("(!)"))
     frame = frame.filter(~pl.col("clean").is_in(NOT_MEASURED) & pl.col("clean").is_not_null())
     instanced = frame.filter(pl.col("clean").str.contains(";"))
     if instanced.height:
