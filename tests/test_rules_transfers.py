@@ -147,6 +147,11 @@ def test_small_copies_from_aggregated_rows_use_the_mean_size():
     assert f.items == [{"copy_kind": "HtoD", "size_bytes": 4000, "copies": 1000, "time_ns": 100_000,
                         "avg_ns": 100.0, "share_pct": 10.0, "achieved_gbps": 40.0, "aggregated": True}]
     assert f.severity == "info"  # 10% < 25%
+    # a summary gives each row's mean, not each copy's size: said, never "0 of N copies are smaller"
+    assert f.message.startswith("1,010 HtoD/DtoH/PtoP copies in summary rows, which give a mean size per row, not "
+                                "each copy's: 1,000 are in rows whose mean is under 128 KiB, taking 100 us, 10.0% of "
+                                "the 1 ms of copy time. How many single copies are under 128 KiB a summary cannot "
+                                "say")
     f = run_rule(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10")
     assert f.severity == "warning"
     f = run_rule(trace, "inefficient-memcpy-size", "inefficient-memcpy-size.warning_share_pct=10",

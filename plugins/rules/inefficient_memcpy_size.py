@@ -10,7 +10,8 @@ Definition: the copies considered are memcpy rows whose direction
 the copies that cross a link) and whose ``bytes`` and ``duration_ns`` are
 known. A copy's size is ``bytes / calls``: exact for a timed event (calls =
 1); for an aggregated row (nvprof / nsys summaries) it is the mean size, and
-the row's calls count as small, or not, all together. A copy is *small* when
+the row's calls count as small, or not, all together: on a summary alone the
+message says so (a row of mean 7.8 MB may hold many 3 kB copies). A copy is *small* when
 its size is under ``small_below_bytes``. When the trace has timed copies,
 aggregated memcpy rows are ignored (they summarize the same copies).
 
@@ -107,8 +108,13 @@ class InefficientMemcpySize(Rule):
         if n_copies == 0:
             message = (f"No {kinds} copy with a known size and duration"
                        + (f" ({skipped} copies skipped: direction or size unknown)." if skipped else "."))
+        elif bool(considered["aggregated"].all()):  # a summary: one mean size per row, not each copy's
+            message = (f"{n_copies:,} {kinds} copies in summary rows, which give a mean size per row, not each "
+                       f"copy's: {n_small:,} are in rows whose mean is under {limit}, taking {fmt_ns(small_ns)}, "
+                       f"{share or 0:.1f}% of the {fmt_ns(copy_ns)} of copy time. How many single copies are "
+                       f"under {limit} a summary cannot say (a row of mean 7.8 MB may hold many 3 kB copies).")
         else:
-            message = (f"{n_small} of {n_copies} {kinds} copies are smaller than {limit}; they take "
+            message = (f"{n_small:,} of {n_copies:,} {kinds} copies are smaller than {limit}; they take "
                        f"{fmt_ns(small_ns)}, {share or 0:.1f}% of the {fmt_ns(copy_ns)} of copy time.")
             if skipped:
                 message += f" {skipped} copies skipped: direction or size unknown."
