@@ -117,4 +117,6 @@ def _convert(raw: pl.Series, kind: str, unit: str | None, report: str, name: str
         digits = units.fraction_digits(raw) if raw.str.contains(".", literal=True).any() else 0
         if factor // 10**digits > 1:  # a last digit worth a byte or a nanosecond (KiB to 3 decimals) is exact enough
             table.resolution[name] = factor // 10**digits
+            if kind == "size":  # "0.000 MB": under half a last digit, not nothing (a copy of 40 bytes): unknown
+                out = pl.select(pl.when(out != 0).then(out)).to_series().alias(out.name)
     return out
