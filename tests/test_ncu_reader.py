@@ -421,3 +421,27 @@ def test_values_ncu_could_not_collect_are_left_out(tmp_path):
     assert [w for w in trace.meta.warnings if "(!)" in w] == [
         f"{path}: 1 metric values marked '(!)' by ncu (not collected, e.g. '(!) nan' for 'DRAM Frequency') were "
         "left out"]
+
+
+def test_print_summary_per_kernel_text():
+    """Real `ncu --print-summary per-kernel` text (fixtures/make_ncu_text_fixtures.sh, ncu 2025.3, an H200): a
+    kernel line `NAME (grid)x(block), Device 0, CC 9.0, Invocations N` and Minimum/Maximum/Average tables. It was
+    refused as "not Nsight Compute output". Each block is one aggregated kernel row: its invocations as calls,
+    its mean duration times them as its time; its metrics are the means."""
+    path = NCU / "ncu_summary_vgg11_bs16.txt"
+    text = path.read_text()
+    blocks = re.findall(r"^  (\S.*?) \(\d+, ?\d+, ?\d+\)x\(\d+, ?\d+, ?\d+\), Device 0, CC 9\.0, Invocations (\d+)\n"
+                        r"(.*?)(?=^  \S|\Z)", text, re.M | re.S)
+    assert len(blocks) >= 5
+    want = []
+    for name, invocations, body in blocks:
+        (avg,) = re.findall(r"^    Duration +(\w+) +[\d.,]+ +[\d.,]+ +([\d.,]+)$", body, re.M)
+        unit, value = avg
+        want.append((name, int(invocations), int(Decimal(value.replace(",", "")) * TIME_NS[unit]) * int(invocations)))
+    kernels, counters, trace = events(path)
+    assert trace.meta.variant == "text --print-summary per-kernel"
+    assert kernels.select("name", "calls", "duration_ns").rows() == want
+    assert sum(n for _, n, _ in want) == 12  # --launch-count 12
+    rows = len(re.findall(r"^    (?!Metric Name|-)\S.*? +\S+ +[\d.,]+ +[\d.,]+ +[\d.,]+$", text, re.M))
+    assert counters.height == rows
+    assert set(counters["calls"].to_list()) == {n for _, n, _ in want}

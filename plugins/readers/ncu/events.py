@@ -65,7 +65,12 @@ def to_events(path: Path, parsed: Parsed, options: ReadOptions) -> tuple[pl.Data
     rule_rows = rules.select(kind=pl.lit("counter"), name=pl.lit("rule:") + pl.col("name"), value="value",
                              unit=pl.lit("%"), group=pl.lit("rule"), parent_id="parent_id",
                              calls=pl.lit(1, dtype=pl.Int64))
-    kernel_rows = kernels.drop("key", "line").with_columns(kind=pl.lit("kernel"), calls=pl.lit(1, dtype=pl.Int64))
+    # a --print-summary row stands for its invocations: their count, their total time (the mean's, times them)
+    kernel_rows = kernels.drop("key", "line", "invocations").with_columns(
+        kind=pl.lit("kernel"), calls=kernels["invocations"],
+        duration_ns=(pl.col("duration_ns") * kernels["invocations"]).cast(pl.Int64))
+    counters = counters.with_columns(calls=pl.col("parent_id").replace_strict(
+        pl.int_range(0, n_kernels, eager=True), kernels["invocations"], return_dtype=pl.Int64))
     events = pl.concat([kernel_rows, counters, rule_rows], how="diagonal_relaxed")
     events = events.with_columns(event_id=pl.int_range(0, events.height, dtype=pl.Int64))
     devices = _devices(path, parsed, device_rows, kernels)
@@ -158,6 +163,7 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
         "context_id": _int(out["context"], pl.Int32),
         "stream_id": _int(out["stream"], pl.Int64),
         "pid": _int(out["pid"], pl.Int64),
+        "invocations": _int(out["invocations"], pl.Int64).fill_null(1),
     }
     for axis, i in (("x", 0), ("y", 1), ("z", 2)):
         cols[f"grid_{axis}"] = pl.Series([g[i] if g else None for g in grid], dtype=pl.Int32)

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import polars as pl
 
 #: Columns of :attr:`Parsed.kernels` (one row per profiled kernel launch, in file order).
+#: ``invocations``: the launches one row of ``--print-summary per-kernel`` stands for (its metrics are their means).
 KERNEL_COLUMNS = ("key", "line", "id", "name", "pid", "process", "host", "context", "stream", "device", "cc",
-                  "block", "grid", "kernel_time")
+                  "block", "grid", "kernel_time", "invocations")
 #: Columns of :attr:`Parsed.metrics` (one row per kernel × metric).
 METRIC_COLUMNS = ("key", "line", "group", "name", "unit", "raw")
 #: Columns of :attr:`Parsed.rules` (one row per kernel × rule result).

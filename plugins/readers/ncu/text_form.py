@@ -16,7 +16,11 @@ Layout (2022.x to 2025.x; 2019.x-2021.x differ as noted)::
         OPT   Est. Local Speedup: 13.11%
               The difference between ...
 
-The dashed line gives the column widths (name, unit, value). Older versions
+The dashed line gives the column widths (name, unit, value). With
+``--print-summary per-kernel`` a kernel line ends ``Device 0, CC 9.0,
+Invocations N`` (no context, no stream) and its tables have ``Minimum``,
+``Maximum`` and ``Average`` columns: the average is read as the value, the
+kernel stands for its N launches. Older versions
 print ``NAME, 2020-Apr-07 17:01:05, Context 1, Stream 7`` as the kernel line
 and no ``Metric Name`` header row in the table. Rule results (``OPT``,
 ``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. Speedup: N%``, a global
@@ -41,6 +45,11 @@ PROCESS = re.compile(r"^\[(?P<pid>\d+)\] (?P<process>.+?)@(?P<host>\S+)\s*$")
 KERNEL = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<block>\d+, ?\d+, ?\d+)\), "
                     r"Context (?P<context>\d+), Stream (?P<stream>\d+)"
                     r"(?:, Device (?P<device>\d+), CC (?P<cc>\d+\.\d+))?")
+#: ``--print-summary per-kernel``: one block per kernel name, its metrics' Minimum, Maximum and Average over the
+#: ``Invocations``.
+KERNEL_SUMMARY = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<block>\d+, ?\d+, ?\d+)\), "
+                            r"Device (?P<device>\d+), CC (?P<cc>\d+\.\d+), Invocations (?P<invocations>\d+)\s*$")
+SUMMARY_HEADER = ["Metric Name", "Metric Unit", "Minimum", "Maximum", "Average"]
 KERNEL_OLD = re.compile(r"^  (?P<name>\S.*?), (?P<kernel_time>\d{4}-[A-Za-z]{3}-\d{1,2} \d{1,2}:\d{2}:\d{2}), "
                         r"Context (?P<context>\d+), Stream (?P<stream>\d+)")
 SECTION = re.compile(r"^    Section: (?P<section>\s*+\S++(?:\s++\S++)*+)\s*+$")  # possessive: linear time
@@ -72,7 +81,8 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
         raise bad_input(path, None, "not Nsight Compute output: no kernel result (a line 'NAME (grid)x(block), "
                                     "Context N, Stream N' followed by 'Section:' tables) was found")
     kernels = {c: [k.get(c) for k in state.kernels] for c in KERNEL_COLUMNS}
-    return Parsed("text", frame(KERNEL_COLUMNS, kernels), frame(METRIC_COLUMNS, state.metrics),
+    summary = any(k.get("invocations") is not None for k in state.kernels)
+    return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels), frame(METRIC_COLUMNS, state.metrics),
                   frame(RULE_COLUMNS, state.rules), notes=state.notes)
 
 
@@ -91,6 +101,7 @@ class _State:
         self.rows_in_table = 0
         self.rule: dict | None = None
         self.header_open = False
+        self.summary_table = False
 
     def key(self) -> str:
         return self.kernels[-1]["key"]
@@ -109,7 +120,7 @@ class _State:
             self._end_rule()
             self.pid, self.process, self.host = m.group("pid"), m.group("process"), m.group("host")
             return
-        m = KERNEL.match(line) or KERNEL_OLD.match(line)
+        m = KERNEL.match(line) or KERNEL_OLD.match(line) or KERNEL_SUMMARY.match(line)
         if m:
             self._end_rule()
             fields = m.groupdict()
@@ -118,7 +129,7 @@ class _State:
                 "name": fields["name"], "pid": self.pid, "process": self.process, "host": self.host,
                 "context": fields.get("context"), "stream": fields.get("stream"), "device": fields.get("device"),
                 "cc": fields.get("cc"), "grid": _paren(fields.get("grid")), "block": _paren(fields.get("block")),
-                "kernel_time": fields.get("kernel_time"),
+                "kernel_time": fields.get("kernel_time"), "invocations": fields.get("invocations"),
             })
             self.section = None
             return
@@ -135,7 +146,7 @@ class _State:
                 return
             self.columns = _columns(line)
             self.rows_in_table = 0
-            self.header_open = False
+            self.header_open = self.summary_table = False
             return
         m = RULE.match(line)
         if m:
@@ -163,11 +174,14 @@ class _State:
         if self.rows_in_table == 0 and cells[:3] == ["Metric Name", "Metric Unit", "Metric Value"]:
             self.header_open = True
             return
+        if self.rows_in_table == 0 and cells == SUMMARY_HEADER:  # --print-summary: the mean is the value
+            self.header_open = self.summary_table = True
+            return
         self.rows_in_table += 1
-        if len(cols) != 3:
+        if len(cols) != (5 if self.summary_table else 3):
             return  # a table of another shape (charts, breakdowns): not metrics
         for col, value in (("key", self.key()), ("line", lineno), ("group", self.section), ("name", cells[0]),
-                           ("unit", cells[1]), ("raw", cells[2])):
+                           ("unit", cells[1]), ("raw", cells[-1])):
             self.metrics[col].append(value)
 
     def _end_rule(self) -> None:
