@@ -69,10 +69,11 @@ def test_hotspots_per_thread_lists_each_threads_top_routines():
     by_thread = defaultdict(list)
     for item in per_thread.items:
         by_thread[(item["pid"], item["device_id"], item["tid"])].append(item)
-    # the raw (node, context, thread) in the JSON fields; on screen pid/tid with the context
+    # the raw (node, context, thread) in the JSON fields; on screen as TAU writes it, N.C.T (a context is no GPU:
+    # "0/0 (device 1)" named an MPI process's context a device)
     assert sorted(by_thread) == [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)]
     for key, items in by_thread.items():
-        assert {i["thread"] for i in items} == {f"{key[0]}/0 (device 0)"} and {i["thread_name"] for i in items} == {None}
+        assert {i["thread"] for i in items} == {f"{key[0]}.0.0"} and {i["thread_name"] for i in items} == {None}
     for f in sorted(CPI.iterdir()):
         node = f.name.split(".")[1]
         flat = flat_exclusive(f)
@@ -234,3 +235,26 @@ def test_definitions_table_is_valid_and_a_plugin_can_extend_it():
     assert [d["name"] for d in rule.definitions] == ["warps_per_inst", "gmem_per_inst", "ipc", "l2_per_inst"]
     with pytest.raises(Exception, match="'score' must be one of value_x_time, time_over_value"):
         TuningCandidates([{**mine, "score": "bigger"}])
+
+
+def test_a_routine_on_one_thread_alone_is_no_imbalance_warning(tmp_path):
+    """Hand-written after a real TAU OpenMP + MPI profile (12 threads): MPI_Finalize runs on the master thread
+    only, by design, and was warned of as "12.00x imbalanced" with advice to balance it across threads. A routine
+    spread unevenly over two threads or more still warns."""
+    def write(thread: int, rows: list[tuple[str, int]]):
+        lines = [f"{len(rows) + 1} templated_functions_MULTI_TIME", "# Name Calls Subrs Excl Incl ProfileCalls #",
+                 f'".TAU application" 1 {len(rows)} 0 {sum(t for _, t in rows)} 0 GROUP="TAU_DEFAULT" ']
+        lines += [f'"{name}" 1 0 {t} {t} 0 GROUP="TAU_USER" ' for name, t in rows]
+        lines += ["0 aggregates", ""]
+        (tmp_path / f"profile.0.0.{thread}").write_text("\n".join(lines))
+
+    write(0, [("MPI_Finalize()", 600_000), ("compute", 100_000)])
+    write(1, [("compute", 100_000)])
+    found = finding(analyze(read_paths([tmp_path])[0], rules=["hotspots"]), "Hotspots: routines by exclusive time")
+    (finalize,) = [i for i in found.items if i["name"] == "MPI_Finalize()"]
+    assert (finalize["threads"], finalize["imbalance"]) == (1, 2.0)  # listed as it is
+    assert found.severity == "info" and "unevenly spread" not in found.message
+    write(1, [("compute", 900_000)])  # now compute: 100 and 900 ms on two of three threads
+    write(2, [("io", 100_000)])
+    found = finding(analyze(read_paths([tmp_path])[0], rules=["hotspots"]), "Hotspots: routines by exclusive time")
+    assert found.severity == "warning" and "'compute': max/mean 2.700×" in found.message

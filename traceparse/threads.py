@@ -33,18 +33,19 @@ def thread_names(meta) -> dict[tuple[int, int], str]:
 def thread_label(pid, device, tid, names: dict[tuple[int, int], str] | None = None) -> str:
     """``pid/tid (name)`` for a host thread, ``GPU d`` for device rows; ``-`` for an unknown part.
 
-    A thread that also has a device (a TAU context) says so in the brackets;
+    A thread that also has a device (TAU's node, context, thread) is
+    ``pid.device.tid`` as TAU writes it (``0.1.0``: a context is no GPU);
     the name is shown only where the trace gives one.
     """
     if tid is None and device is not None:
         return f"GPU {device}" + (f" (pid {pid})" if pid is not None else "")
     if pid is None and device is not None:  # a device's lane that is no stream (XLA's "XLA Ops" line)
         return f"GPU {device}: {(names or {}).get((None, tid)) or f'line {tid}'}"
-    base = f"{'-' if pid is None else pid}/{'-' if tid is None else tid}"
-    extras = []
     name = (names or {}).get((pid, tid)) if pid is not None and tid is not None else None
-    if name:
-        extras.append(name)
+    if device is not None and pid is not None and tid is not None:
+        return f"{pid}.{device}.{tid}" + (f" ({name})" if name else "")
+    base = f"{'-' if pid is None else pid}/{'-' if tid is None else tid}"
+    extras = [name] if name else []
     if device is not None:
         extras.append(f"device {device}")
     return base + (f" ({', '.join(extras)})" if extras else "")

@@ -33,9 +33,11 @@ mean of one call is ``per_call_ns`` = time_ns / calls, nvprof's Avg).
 lists each thread's top routines with their share of that thread's time.
 Severity is warning when a routine holding at least
 ``imbalance_min_share_pct`` of the time has ``imbalance`` ≥
-``imbalance_warning`` among several peers; copies and memsets are listed but
-never warn (they run on the device their data goes to; the copy rules judge
-them).
+``imbalance_warning`` among several peers and runs on at least two threads
+(a routine on one thread alone, ``main``, ``MPI_Finalize`` on an OpenMP
+master thread, a serial section, is where it is by design: its imbalance is
+listed, not warned of); copies and memsets are listed but never warn (they
+run on the device their data goes to; the copy rules judge them).
 
 On a run whose collectives run as communication kernels (NCCL, RCCL), a
 communication kernel's time is partly waiting: the kernel starts when its
@@ -131,7 +133,7 @@ class Hotspots(Rule):
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
         by_name, items = _ranked(per_thread, total, int(t["top"]))
-        imbalanced = [i for i in items if i["imbalance"] is not None and i["peers"] > 1
+        imbalanced = [i for i in items if i["imbalance"] is not None and i["peers"] > 1 and i["threads"] > 1
                       and i["kind"] not in PLACED_KINDS
                       and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
                       and grade(i["imbalance"], warning=t["imbalance_warning"]) != "info"]
