@@ -97,3 +97,41 @@ def test_span_counts_instants_at_both_ends(tmp_path):
     assert code == 0 and json.loads(out)["summary"][0]["span_ns"] == 200_000
     code, out, _ = run_cli("--store", store, "show", "--json", str(path))
     assert code == 0 and '"span_ns": 200000' in out
+
+
+def test_nestable_async_events_are_spans_of_their_id(tmp_path):
+    """Hand-written after catapult's nestable_async.json test data (BSD): b/e pairs of one id nest, an end closes
+    the begin of its name, an unmatched begin or end is counted. A trace of async events only (a serving system's
+    request latencies) was refused as having no events."""
+    def ev(ph, ts, name, ident="0x313", cat="bar"):
+        return {"cat": cat, "pid": 1, "tid": 2, "ts": ts, "ph": ph, "name": name, "id": ident}
+
+    events = [ev("b", 10, "REQUEST"), ev("b", 20, "DELEGATE"), ev("e", 30, "DELEGATE"), ev("n", 35, "INSTANT"),
+              ev("b", 80, "UNMATCHED_BEGIN"), ev("e", 100, "REQUEST"),
+              ev("b", 110, "OTHER", ident=7, cat="foo"), ev("e", 130, "UNMATCHED_END", ident=7, cat="foo"),
+              ev("e", 200, "OTHER", ident=7, cat="foo")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_paths([path], fmt="chrome")[0]
+    rows = trace.events.sort("start_ns", "name").select("kind", "name", "start_ns", "duration_ns", "group").rows()
+    assert rows == [("region", "REQUEST", 10_000, 90_000, "async"), ("region", "DELEGATE", 20_000, 10_000, "async"),
+                    ("marker", "INSTANT", 35_000, 0, "async"), ("region", "OTHER", 110_000, 90_000, "async")]
+    assert trace.meta.warnings == [
+        f"{path}: 1 asynchronous begin (b, S) without a matching end, left out",
+        f"{path}: skipped events that are not timeline slices: 1 e without b"]
+
+
+def test_thread_names_from_metadata(tmp_path):
+    """Hand-written after catapult's x_event_trace.json: thread_name metadata names the threads (a renderer's
+    CompositorRasterWorker1 showed as 14689/14752)."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 14689, "tid": 14752,
+               "args": {"name": "CompositorRasterWorker1"}},
+              {"ph": "M", "name": "process_name", "pid": 14689, "args": {"name": "Renderer"}},
+              {"ph": "X", "name": "Picture::Raster", "pid": 14689, "tid": 14752, "ts": 0, "dur": 10}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    trace = read_paths([path], fmt="chrome")[0]
+    assert trace.meta.extra["thread_names"] == {"14689/14752": "CompositorRasterWorker1"}
+    assert trace.meta.warnings == []
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "--wide", "analyze", "--rule", "hotspots", str(path))
+    assert code == 0 and "14689/14752 (CompositorRasterWorker1)" in out

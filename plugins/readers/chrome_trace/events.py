@@ -7,8 +7,12 @@ row per numeric argument (named ``NAME.ARG`` when the event has several);
 ``cat`` goes to ``group``; integer ``pid`` / ``tid`` are kept (digits as text too),
 other strings (labels) are not. Timestamps are decimal microseconds, converted to integer
 ns exactly by :mod:`traceparse.units` (sub-ns digits rounded half to even).
-Other phases (metadata, flows, async, objects) are skipped and counted in a
-warning. The events are decoded chunk by chunk by the shared Chrome-JSON
+Asynchronous events (nestable ``b``/``e`` and legacy ``S``/``F``, paired by
+their id, category and scope in time order) become ``region`` rows of group
+``async`` (spans that may overlap: no thread's nesting), their instants
+(``n``, ``T``, ``p``) markers of that group; ``thread_name`` metadata names
+threads. Other phases (flows, objects, other metadata) are skipped and
+counted in a warning. The events are decoded chunk by chunk by the shared Chrome-JSON
 decoder; a file cut short keeps its complete events and warns.
 """
 
@@ -22,13 +26,26 @@ import polars as pl
 
 from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
+from traceparse.figures import fmt_count
+from traceparse.schema import ASYNC_GROUP
+from traceparse.threads import THREAD_NAMES
 from traceparse.trace import Trace, TraceMeta
 from traceparse.validate import ascii_int
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events, time_ns
 
-#: A generic Chrome event: every argument kept (counter events carry their values there).
-ChromeEvent = Event[dict[str, Any]]
+class ChromeEvent(Event[dict[str, Any]], gc=False):
+    """A generic Chrome event: every argument kept (counter events carry their values there), and the ids that
+    pair asynchronous events (as written: a number, a text, ``id2``'s object)."""
+
+    id: msgspec.Raw = msgspec.Raw()
+    id2: msgspec.Raw = msgspec.Raw()
+    scope: str | None = None
+
+
+#: Asynchronous phases: nestable (``b`` begin, ``e`` end, ``n`` instant) and the legacy ones (``S`` start,
+#: ``F`` finish, ``T``/``p`` steps).
+_ASYNC_BEGIN, _ASYNC_END, _ASYNC_INSTANT = ("b", "S"), ("e", "F"), ("n", "T", "p")
 
 
 class _Document(msgspec.Struct):
@@ -41,6 +58,8 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                                              "value", "_at")}
     open_spans: dict[tuple, list] = {}
     ends: dict[tuple, list] = {}
+    asynchronous: dict[tuple, list] = {}
+    thread_names: dict[str, str] = {}
     skipped: dict[str, int] = {}
     out_of_range: dict[str, int] = {}
 
@@ -55,7 +74,7 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
         out_of_range[field] = out_of_range.get(field, 0) + 1
         return None
 
-    def add(kind, name, start, dur, e, value=None, at=None):
+    def add(kind, name, start, dur, e, value=None, at=None, group=None):
         rows["_at"].append(index if at is None else at)  # the file position the row stands at
         rows["kind"].append(kind)
         rows["name"].append(name)
@@ -63,7 +82,7 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
         rows["duration_ns"].append(dur)
         rows["pid"].append(id_of(e.pid, "pid"))
         rows["tid"].append(id_of(e.tid, "tid"))
-        rows["group"].append(e.cat)
+        rows["group"].append(group or e.cat)
         rows["value"].append(value)
 
     chunk = int(options.params.get("chunk_bytes", CHUNK_BYTES))
@@ -77,6 +96,18 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                 ends.setdefault((e.pid, e.tid), []).append((_ns(path, index, "ts", e.ts), index, ph, e))
             elif ph in ("i", "I", "R"):
                 add("marker", e.name, _ns(path, index, "ts", e.ts), 0, e)
+            elif ph in _ASYNC_BEGIN or ph in _ASYNC_END:  # paired below, per id in time order
+                key = (e.pid, e.cat, bytes(e.id), bytes(e.id2), e.scope, ph in ("S", "F"))
+                asynchronous.setdefault(key, []).append((_ns(path, index, "ts", e.ts), index,
+                                                         "B" if ph in _ASYNC_BEGIN else "E", e))
+            elif ph in _ASYNC_INSTANT:
+                add("marker", e.name, _ns(path, index, "ts", e.ts), 0, e, group=ASYNC_GROUP)
+            elif ph == "M":
+                name = (e.args or {}).get("name")
+                if e.name == "thread_name" and isinstance(name, str) and id_of(e.tid, "tid") is not None:
+                    thread_names[f"{id_of(e.pid, 'pid')}/{id_of(e.tid, 'tid')}"] = name
+                elif e.name not in ("process_name", "process_labels", "process_sort_index", "thread_sort_index"):
+                    skipped["M"] = skipped.get("M", 0) + 1
             elif ph == "C":
                 numeric = {k: v for k, v in (e.args or {}).items()
                            if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -90,6 +121,12 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
     unclosed = sum(len(s) for s in open_spans.values())
     if unclosed:
         options.warn(f"{path}: {unclosed} B events have no matching E; left out")
+    open_async: dict[tuple, list] = {}
+    for events in asynchronous.values():  # overlapping spans of one lane: group "async", no thread's nesting
+        _pair(events, lambda *a, **k: add(*a, **k, group=ASYNC_GROUP), skipped, open_async, strict=True)
+    unclosed = sum(len(s) for s in open_async.values())
+    if unclosed:
+        options.warn(f"{path}: {fmt_count(unclosed, 'asynchronous begin')} (b, S) without a matching end, left out")
     if out_of_range:
         options.warn(f"{path}: ids past 64-bit integers: "
                      + "; ".join(f"{field} {n}× out of the column's range, left empty"
@@ -101,13 +138,18 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
                                     "duration_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
                                     "group": pl.String, "value": pl.Float64, "_at": pl.Int64})
     df = df.sort("_at", maintain_order=True).drop("_at")  # a pair stands where its E stands in the file
-    return Trace(df, TraceMeta(variant="Chrome Trace Event JSON"))
+    meta = TraceMeta(variant="Chrome Trace Event JSON")
+    if thread_names:
+        meta.extra[THREAD_NAMES] = thread_names
+    return Trace(df, meta)
 
 
-def _pair(events: list, add, skipped: dict, open_spans: dict) -> None:
+def _pair(events: list, add, skipped: dict, open_spans: dict, strict: bool = False) -> None:
     """One thread's ``B``/``E`` events, (ts, file index, phase, event), paired into regions in time order (ties in
     file order; writers list them out of order): an ``E`` closes the innermost open ``B`` of its name, else the
-    innermost one (the spec lets ``E`` leave its name out). What stays open goes to ``open_spans``."""
+    innermost one (the spec lets ``E`` leave its name out). ``strict`` (an asynchronous id's ``b``/``e``): a named
+    end closes only a begin of its name, and is counted unmatched otherwise. What stays open goes to
+    ``open_spans``."""
     stack: list = []
     for ts, at_index, ph, e in sorted(events, key=lambda x: (x[0], x[1])):
         if ph == "B":
@@ -116,7 +158,11 @@ def _pair(events: list, add, skipped: dict, open_spans: dict) -> None:
         if not stack:
             skipped["E without B"] = skipped.get("E without B", 0) + 1
             continue
-        at = next((i for i in range(len(stack) - 1, -1, -1) if e.name and stack[i][0].name == e.name), len(stack) - 1)
+        at = next((i for i in range(len(stack) - 1, -1, -1) if e.name and stack[i][0].name == e.name),
+                  None if strict and e.name else len(stack) - 1)
+        if at is None:
+            skipped["e without b"] = skipped.get("e without b", 0) + 1
+            continue
         begin, start = stack.pop(at)
         add("region", begin.name or e.name, start, ts - start, begin, at=at_index)
     if stack:
