@@ -179,3 +179,15 @@ def test_tau_routine_names_keep_the_routine_and_its_file():
     assert short_name("operator new(unsigned long)", 12) == "operator new"
     throttled = "std::vector<int> KDTree::range(std::vector<float> const&) [{/src/KDTree.cpp} {55,0}] [THROTTLED]"
     assert short_name(throttled, 50) == "KDTree::range [{KDTree.cpp} {55,0}] [THROTTLED]"
+
+
+def test_an_annotations_bracket_is_part_of_its_name():
+    """DeepSeek's training trace annotates dispatch(F), dispatch(B), attn(F), attn(B), attn(W): tables showed
+    "dispatch", "attn" (names no event has, and ambiguous) while the sentence above said dispatch(F). A bracket
+    with no parameter types in it is no C++ parameter list."""
+    assert [short_name(n, 70) for n in ("dispatch(F)", "attn(W)", "combine(B)")] == ["dispatch(F)", "attn(W)",
+                                                                                   "combine(B)"]
+    assert short_names(["attn(F)", "attn(B)"], 70) == ["attn(F)", "attn(B)"]
+    # a signature still loses its parameters
+    assert short_name("vector_add_kernel(float const*, float const*, float*, int)", 70) == "vector_add_kernel"
+    assert short_name("void at::native::kernel<float>(at::TensorIteratorBase&)", 70) == "at::native::kernel<float>"

@@ -139,7 +139,15 @@ def _declaration(name: str, keep_parameters: bool = False) -> str:
     return _drop_parameters(re.sub(r"(?:<unnamed>|\(anonymous namespace\))::", "", s))  # namespaces without a name
 
 
+#: What makes a bracket after a name a C++ parameter list: a type word, a pointer or reference, a template.
+_PARAMETER_TYPES = re.compile(r"[*&<:]|\b(?:int|long|short|char|float|double|bool|void|const|unsigned|signed|"
+                              r"size_t|u?int\d+_t|half|T\d*)\b")
+
+
 def _drop_parameters(s: str) -> str:
+    """``f(int, float*)`` -> ``f``: a C++ signature's parameter list. A bracket right after the name that holds
+    one word and no parameter type (an annotation's ``dispatch(F)`` beside ``dispatch(B)``) is part of the name
+    and stays."""
     if not s.endswith(")"):
         return s
     depth = 0
@@ -149,7 +157,10 @@ def _drop_parameters(s: str) -> str:
         elif s[i] == "(":
             depth -= 1
             if depth == 0:
-                head = s[:i].rstrip()
+                head, inside = s[:i].rstrip(), s[i + 1:-1]
+                if re.fullmatch(r"\w+", inside) and not s[i - 1:i].isspace() and "::" not in head and "<" not in head \
+                        and not _PARAMETER_TYPES.search(inside):
+                    return s
                 return head if head and head[-1] not in "<,(" else s
     return s
 
