@@ -396,3 +396,19 @@ def test_a_recursive_routines_inclusive_time_counts_once(tmp_path):
     (impl,) = [i for i in routines["items"] if i["name"].endswith("_call_impl")]
     assert impl["calls"] == 4 and impl["inclusive_ns"] == 130_000  # the union: 0-100 and 200-230 us
     assert impl["time_ns"] == 110_000  # self times: 100 + 30 less the 20 us of aten::addmm
+
+
+def test_a_roofline_of_a_trace_without_kernels_says_so(tmp_path):
+    """A CPU-only trace recorded with record_shapes (Cryptheon/CyclicRouter: aten::linear with Input Dims) was
+    told "The trace has kernels but no FLOP or DRAM byte counters" and to record shapes."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+               "args": {"Input Dims": [[1, 8], [4, 8], []], "Input type": ["float", "float", ""]}}]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(_kineto(events)))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule",
+                             "arithmetic-intensity")
+    assert code == 0, err
+    (found,) = json.loads(out)["findings"]
+    assert found["message"] == ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not "
+                                "traced): there is nothing to place on a GPU roofline.")
+    assert found["suggestion"] == ""

@@ -148,11 +148,22 @@ class ArithmeticIntensity(Rule):
 
 
     def _nothing(self, trace: Trace, spec: dict | None, how: str) -> Finding:
-        return Finding(self.name, "info", "No FLOP or byte counts", _nothing_message(trace),
-                       "Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
-                       "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
-                       "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md), or record torch.profiler "
-                       "with record_shapes=True (FLOPs and bytes are then derived from the shapes).",
+        events = trace.events
+        kernels, shapes = events.select(
+            kernels=(pl.col("kind") == "kernel").any(),
+            shapes=((pl.col("kind") == "op") & pl.col("input_dims").is_not_null()).any()).row(0)
+        ncu = ("Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
+               "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
+               "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md)")
+        if not kernels:  # a CPU-only trace, or one whose GPU was not traced: no roofline of a GPU to draw
+            message = ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not traced): "
+                       "there is nothing to place on a GPU roofline.")
+            suggestion = ""
+        else:
+            message = _nothing_message(trace)
+            suggestion = ncu + ("." if shapes else ", or record torch.profiler with record_shapes=True (FLOPs and "
+                                                   "bytes are then derived from the shapes).")
+        return Finding(self.name, "info", "No FLOP or byte counts", message, suggestion,
                        metrics={"gpu": spec["name"] if spec else None, "gpu_source": how},
                        figures={"gpu": "text", "gpu_source": "text"})
 
