@@ -412,3 +412,27 @@ def test_a_roofline_of_a_trace_without_kernels_says_so(tmp_path):
     assert found["message"] == ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not "
                                 "traced): there is nothing to place on a GPU roofline.")
     assert found["suggestion"] == ""
+
+
+def test_a_cut_trace_says_so_on_every_analysis(tmp_path):
+    """A trace cut short (a profiler killed by a timeout) warned once, on the ingest that read it; later
+    analyses and every --json stated its figures as facts (66 ms of GPU time in a file that has 244 ms)."""
+    import gzip as _gzip
+    whole = _gzip.decompress((FIXTURES / "torch" / "resnet18_bs16.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) // 2])
+    store = str(tmp_path / "s")
+    for attempt in range(2):  # the ingest that reads it, then one that finds it stored
+        code, out, err = run_cli("--store", store, "analyze", str(path), "--json")
+        assert code == 0, err
+        (summary,) = json.loads(out)["summary"]
+        (note,) = summary["incomplete"]
+        assert note.startswith(f"{path}: the file ends early (truncated JSON); kept the ")
+        assert ("ends early" in err) == (attempt == 0)  # the reader's warning comes with the reading
+    code, out, err = run_cli("--store", store, "--width", "200", "analyze", str(path))
+    said = note.split(": ", 1)[1]
+    assert re.search(r"incomplete +" + re.escape(said) + "; every figure here covers only what was read", out), out
+    code, out, err = run_cli("--store", str(tmp_path / "t"), "analyze", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                             "--json")
+    assert json.loads(out)["summary"][0]["incomplete"] == [] and "incomplete" not in run_cli(
+        "--store", str(tmp_path / "t"), "show", "--json", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"))[1]

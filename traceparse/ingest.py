@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from traceparse.errors import InputError, TraceparseError
+from traceparse.meta import INCOMPLETE
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import FileHashes, check_readable, content_size, read_head, sha256_of, source_notes
@@ -137,8 +138,8 @@ def _open_group(reader: Reader, paths: list[Path], progress: Callable[[int], Non
     options = ReadOptions(progress=progress or (lambda n: None), params=dict(params or {}))
     with source_notes() as notes:
         trace = reader.read(paths, options)
-    for message in notes:
-        options.warn(message)
+    for message in notes:  # a stream cut short (a gzip file cut)
+        options.incomplete(message)
     trace.refuse_empty = True  # the one rule of every reader: a trace with no events is not stored
     meta = trace.meta
     meta.source_paths = [str(p) for p in paths]
@@ -146,6 +147,7 @@ def _open_group(reader: Reader, paths: list[Path], progress: Callable[[int], Non
     # warnings given while reading, and later while a streamed trace is consumed, all land in the metadata
     meta.warnings.extend(w for w in options.warnings if w not in meta.warnings)
     options.warnings = meta.warnings
+    meta.extra[INCOMPLETE] = options.incomplete_notes  # filled on, as a streamed trace is consumed
     return trace
 
 

@@ -15,6 +15,16 @@ from typing import Any
 SCHEMA_VERSION = 4
 
 
+#: ``TraceMeta.extra`` key of what said the input ends before its end (``ReadOptions.incomplete``): a list of
+#: messages, absent when the input was whole.
+INCOMPLETE = "incomplete"
+
+
+def incomplete_notes(meta) -> list[str]:
+    """Why the trace is incomplete (the file ended early), as the reader said; empty for a whole input."""
+    return list(((getattr(meta, "extra", None) or {}).get(INCOMPLETE)) or [])
+
+
 @dataclass
 class Device:
     """A GPU as the source describes it; unknown fields stay None."""

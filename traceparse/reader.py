@@ -22,10 +22,20 @@ class ReadOptions:
     progress: Callable[[int], None] = lambda n: None
     warnings: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    #: What :meth:`incomplete` said: kept in the trace's metadata (``extra["incomplete"]``) and repeated by every
+    #: ``analyze`` of it, not only on the ingest that found it.
+    incomplete_notes: list[str] = field(default_factory=list)
 
     def warn(self, message: str) -> None:
         """Record a parse warning."""
         self.warnings.append(message)
+
+    def incomplete(self, message: str) -> None:
+        """Record that the input ends before its end (a profiler killed, a copy cut short): a warning that every
+        analysis of the trace repeats, since its figures cover only what was read."""
+        self.warn(message)
+        if message not in self.incomplete_notes:
+            self.incomplete_notes.append(message)
 
 
 class Reader:

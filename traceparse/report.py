@@ -268,6 +268,12 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
+    cut = summary.get("incomplete") or []
+    if cut:  # first: every figure below covers only what was read (the header names the file)
+        said = cut[0].split(": ", 1)[1] if ": " in cut[0] and len(cut) == 1 else cut[0]
+        grid.add_row(Text("incomplete", style="bold red"),
+                     Text(visible(said) + (f" (and {len(cut) - 1} more)" if len(cut) > 1 else "")
+                          + "; every figure here covers only what was read", style="red"))
     grid.add_row("span", fmt_ns(summary.get("span_ns")))
     grid.add_row("steps", steps_text(summary))
     busy = summary.get("gpu_busy_pct")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
-from traceparse.meta import TraceMeta
+from traceparse.meta import INCOMPLETE, TraceMeta, incomplete_notes
 
 if TYPE_CHECKING:
     import polars as pl
@@ -257,7 +257,9 @@ class Store:
             tool_version=metas[0].tool_version if metas else None, devices=devices,
             tags={"run": run.get("name", ""), **(run.get("tags") or {})},  # the run's own tags (`traceparse tag RUN`)
             warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=count,
-            summary={"events_per_kind": {}, "ranks": len(metas)}, extra={"run": run},
+            summary={"events_per_kind": {}, "ranks": len(metas)},
+            extra={"run": run, **({INCOMPLETE: cut} if (cut := [n for m in metas for n in incomplete_notes(m)])
+                                  else {})},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
 
@@ -383,6 +385,8 @@ class Store:
         try:
             meta.event_count, meta.summary = _write_events(trace.batches(), tmp / "events.parquet")
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+            if not meta.extra.get(INCOMPLETE):
+                meta.extra.pop(INCOMPLETE, None)  # a whole input says nothing
             _write_json(tmp / "meta.json", meta.to_dict())
             _fsync_dir(tmp)
             if replace and self.has(meta.id):

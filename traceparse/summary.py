@@ -15,6 +15,7 @@ import polars as pl
 from traceparse import measures
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_series
+from traceparse.meta import incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
 from traceparse.verdict import is_quiet
@@ -46,7 +47,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     on a run its time at stake is per rank), ``ranks`` (1 for a single
     trace), ``highlights`` (:func:`highlights`: e.g. a run's straggler) and
     ``top_categories`` (the kernel categories with the most time: category,
-    time_ns, share_pct of kernel time).
+    time_ns, share_pct of kernel time) and ``incomplete`` (why the input was
+    cut short, as its reader said: the figures cover what was read; empty
+    for a whole input).
     """
     events = trace.events
     steps = step_windows(events)
@@ -74,6 +77,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
+        "incomplete": incomplete_notes(trace.meta),
     }
 
 

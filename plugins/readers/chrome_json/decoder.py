@@ -503,8 +503,8 @@ def _decode_tail(path: Path, events_decoder, document_decoder, buf: bytes, offse
     kept = offset + len(events)
     if kept == 0:
         raise bad_input(path, None, "the trace ends before its first complete event (truncated file?)")
-    options.warn(f"{path}: the file ends early (truncated{' gzip stream' if truncated else ' JSON'}); "
-                 f"kept the {kept} complete events")
+    options.incomplete(f"{path}: the file ends early (truncated{' gzip stream' if truncated else ' JSON'}); "
+                       f"kept the {kept} complete events")
     return events, None
 
 
@@ -769,8 +769,8 @@ def _settle(path: Path, options: ReadOptions, result: tuple, state: dict, repair
             kept = offset + count
             if kept == 0:
                 raise bad_input(path, None, "the trace ends before its first complete event (truncated file?)")
-            options.warn(f"{path}: the file ends early (truncated{' gzip stream' if salvaged else ' JSON'}); "
-                         f"kept the {kept} complete events")
+            options.incomplete(f"{path}: the file ends early (truncated{' gzip stream' if salvaged else ' JSON'}); "
+                               f"kept the {kept} complete events")
         if document is not None and on_document is not None:
             on_document(document)
     yield offset, value

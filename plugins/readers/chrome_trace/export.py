@@ -215,6 +215,6 @@ def _salvage_export(path: Path, data: bytes, options: ReadOptions) -> _ExportDoc
     kept = sum(1 for e in events if e.args is not None and bytes(e.args.traceparse))
     if kept == 0:
         raise bad_input(path, None, "the file ends before its first complete event (truncated file?)")
-    options.warn(f"{path}: the file ends early (truncated); kept the {kept} complete timeline rows "
+    options.incomplete(f"{path}: the file ends early (truncated); kept the {kept} complete timeline rows "
                  f"(aggregated rows and counters, stored after the timeline, are lost)")
     return _ExportDocument(traceparse=header["traceparse"], traceEvents=events)

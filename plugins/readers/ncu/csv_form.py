@@ -150,7 +150,7 @@ def _details(path: Path, header: list[str], body: list[tuple[list[str], int]], o
             continue
         if len(record) < minimum:
             if truncated or n == len(body) - 1:
-                options.warn(f"{path}: line {line}: the last record is cut short (the file ends early); "
+                options.incomplete(f"{path}: line {line}: the last record is cut short (the file ends early); "
                              f"kept the {len(kernels)} kernels before it")
                 break
             raise bad_input(path, line, f"expected at least {minimum} CSV fields as in the header, found {len(record)}")
@@ -170,8 +170,8 @@ def _details(path: Path, header: list[str], body: list[tuple[list[str], int]], o
             for col, i in rule.items():
                 rules[col].append(record[i])
     if truncated:
-        options.warn(f"{path}: the file ends inside a quoted field (truncated); kept the {len(kernels)} complete "
-                     "kernels (the last one may miss metrics)")
+        options.incomplete(f"{path}: the file ends inside a quoted field (truncated); kept the {len(kernels)} "
+                           "complete kernels (the last one may miss metrics)")
     return Parsed("csv details page", _kernel_frame(kernels), frame(METRIC_COLUMNS, metrics),
                   frame(RULE_COLUMNS, rules))
 
@@ -229,8 +229,8 @@ def _raw(path: Path, header: list[str], header_line: int, body: list[tuple[list[
         row_lines.append(line)
         keys.append(key)
     if truncated:
-        options.warn(f"{path}: the file ends inside a quoted field (truncated); kept the {len(kernels)} complete "
-                     "kernels")
+        options.incomplete(f"{path}: the file ends inside a quoted field (truncated); kept the {len(kernels)} "
+                           "complete kernels")
     columns = list(zip(*rows)) if rows else [()] * width
     device_cols = [i for i in metric_cols if header[i].startswith("device__attribute_")]
     launch_cols = [i for i in metric_cols if i not in set(device_cols)]

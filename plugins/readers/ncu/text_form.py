@@ -217,7 +217,7 @@ class _State:
     def close(self, options: ReadOptions) -> None:
         self._end_rule()
         if self.columns is not None:
-            options.warn(f"{self.path}: the file ends inside a section table (truncated output); "
+            options.incomplete(f"{self.path}: the file ends inside a section table (truncated output); "
                          "kept the metrics read before that point")
 
 

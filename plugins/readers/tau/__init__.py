@@ -19,6 +19,8 @@ the same rows in :mod:`.events`. decimal text becomes integers only through
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,30 +76,31 @@ class TauReader(Reader):
 
         path = paths[0]
         extra: dict = {}
+        warn = _noting_cuts(options)
         if len(paths) == 1 and path.is_dir():
             xml = path / "tauprofile.xml"
             try:
-                sources = discover(path, options.warn)
+                sources = discover(path, warn)
             except InputError:
                 if not xml.is_file():
                     raise
                 sources = None
             if sources is None:
-                profile, variant = read_xml(xml, options.warn, options.progress), "merged XML (tauprofile.xml)"
+                profile, variant = read_xml(xml, warn, options.progress), "merged XML (tauprofile.xml)"
             else:
-                profile = read_sources(sources, options.warn, options.progress)
+                profile = read_sources(sources, warn, options.progress)
                 variant = _text_variant(profile)
         else:
             head = read_head(path)
             if len(paths) > 1 or HEADER.match(head) or PROFILE_NAME.match(path.name):
-                profile = read_sources([source_for(p) for p in paths], options.warn, options.progress)
+                profile = read_sources([source_for(p) for p in paths], warn, options.progress)
                 variant = _text_variant(profile)
             elif XML_HEAD.match(head) or b"<profile_xml" in head or path.suffix == ".xml" \
                     or SNAPSHOT_NAME.match(path.name):
-                profile = read_xml(path, options.warn, options.progress)
+                profile = read_xml(path, warn, options.progress)
                 variant = "merged XML" if path.name == "tauprofile.xml" else "snapshot XML"
             elif looks_like_pprof(head.decode("utf-8", errors="replace")):
-                profile, sections = read_pprof(path, options.warn, options.progress)
+                profile, sections = read_pprof(path, warn, options.progress)
                 table = "per-thread tables" if sections["read"] == "thread" else sections["read"] + " summary"
                 variant = f"pprof text ({table})"
                 extra["pprof_tables"] = sections["tables"]
@@ -176,3 +179,16 @@ def _devices(metadata: list, numbers: WholeNumbers, path: Path) -> list[Device]:
 @hookimpl
 def traceparse_readers():
     return [TauReader()]
+
+
+#: This reader's own words for an input that ends before its end (a run killed, a copy cut short).
+_CUT = re.compile(r"cut short|the file ends (?:early|after|before|in the middle)")
+
+
+def _noting_cuts(options: ReadOptions):
+    """``options.warn``, but a warning that the input was cut short is ``options.incomplete``: every analysis of
+    the trace repeats it."""
+    def warn(message: str) -> None:
+        (options.incomplete if _CUT.search(message) else options.warn)(message)
+    return warn
+
