@@ -190,6 +190,7 @@ def test_memory_peaks_match_the_json():
     assert device["op"] == max(ops, key=lambda e: (us_to_ns(e["ts"]), -us_to_ns(e["dur"])))["name"]
     assert len(device["timeline"]) == 40 and set(device["timeline"]) <= set("▁▂▃▄▅▆▇█")
     assert f.metrics["peak_allocated_bytes"] == 3_239_834_112 and f.severity == "info"
+
     assert run_rule(trace, "memory", "memory.reserved_warning_pct=5").severity == "warning"
 
 

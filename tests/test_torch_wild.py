@@ -436,3 +436,20 @@ def test_a_cut_trace_says_so_on_every_analysis(tmp_path):
                              "--json")
     assert json.loads(out)["summary"][0]["incomplete"] == [] and "incomplete" not in run_cli(
         "--store", str(tmp_path / "t"), "show", "--json", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"))[1]
+
+
+def test_memory_samples_count_allocator_events(tmp_path):
+    """Each [memory] event gives an allocated and a reserved total: the rule's samples counted both, 44 where a
+    real trace (Windows, CUDA memory events) has 22 events."""
+    def memory(ts, device_type, allocated):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+                "args": {"Total Reserved": 4096, "Total Allocated": allocated, "Bytes": 512, "Addr": 1,
+                         "Device Type": device_type, "Device Id": 0 if device_type == 1 else -1}}
+    events = [memory(1, 1, 512), memory(2, 1, 1024), memory(3, 1, 512), memory(4, 0, 512)]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_kineto(events)))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule", "memory")
+    assert code == 0, err
+    (found,) = json.loads(out)["findings"]
+    assert {i["device"]: i["samples"] for i in found["items"]} == {"0": 3, "host": 1}
+    assert found["metrics"]["samples"] == 4

@@ -13,7 +13,8 @@ first sample at the allocated peak, from the trace's first memory sample),
 ``step`` (the ``ProfilerStep#N`` window holding that instant, null outside
 every step), ``op`` (the innermost operator, kind ``op``, running at that
 instant on the sample's thread, or on any thread when the sample has none),
-``final_allocated_bytes`` (the last sample), ``samples``, and ``timeline``: a
+``final_allocated_bytes`` (the last sample), ``samples`` (the allocator's
+events: each gives its allocated and its reserved total, one sample), and ``timeline``: a
 sparkline of the allocated total over the device's samples, ``width``
 characters, each the highest total in its slice of time, scaled from 0 to
 the peak. ``peak_allocated_bytes`` in the metrics is the highest over
@@ -97,7 +98,7 @@ class Memory(Rule):
                 "peak_reserved_pct": reserved_pct, "peak_ns": at - origin,
                 "step": _step_at(steps, trace_id, at), "op": _op_at(ops, trace_id, at, head["peak_pid"], head["peak_tid"]),
                 "final_allocated_bytes": _int(alloc["final_bytes"]) if alloc else None,
-                "samples": int(sum(r["samples"] for r in by_series.values())),
+                "samples": int(max(r["samples"] for r in by_series.values())),  # an event gives both totals
                 "timeline": sparkline(series["start_ns"].to_list(), series["value"].to_list(), int(t["width"]), lo=0.0),
                 "capacity_bytes": cap,
             })
@@ -108,7 +109,8 @@ class Memory(Rule):
                    "peak_reserved_bytes": max((i["peak_reserved_bytes"] or 0 for i in on_device), default=None),
                    "peak_reserved_pct": max((i["peak_reserved_pct"] for i in on_device
                                              if i["peak_reserved_pct"] is not None), default=None),
-                   "capacity_bytes": top["capacity_bytes"], "devices": len(items), "samples": samples.height}
+                   "capacity_bytes": top["capacity_bytes"], "devices": len(items),
+                   "samples": sum(i["samples"] for i in items)}
         where = "Host memory" if top["device"] == "host" else f"Device {top['device']}"
         message = (f"{where}: peak allocated {_gib(top['peak_allocated_bytes'])}"
                    + (f", peak reserved {_gib(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
