@@ -453,3 +453,20 @@ def test_memory_samples_count_allocator_events(tmp_path):
     (found,) = json.loads(out)["findings"]
     assert {i["device"]: i["samples"] for i in found["items"]} == {"0": 3, "host": 1}
     assert found["metrics"]["samples"] == 4
+
+
+def test_a_copy_is_named_by_the_path_given(tmp_path):
+    """A byte-identical copy of a stored trace was reported under the path stored first, one the user did not
+    name in this command."""
+    import shutil as _shutil
+    store = str(tmp_path / "s")
+    source = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    assert run_cli("--store", store, "ingest", str(source))[0] == 0
+    copy = tmp_path / "renamed_copy.json.gz"
+    _shutil.copy(source, copy)
+    code, out, err = run_cli("--store", store, "analyze", str(copy), "--json", "--rule", "memory")
+    assert code == 0, err
+    (trace,) = json.loads(out)["traces"]
+    assert trace["path"] == str(copy)
+    code, out, err = run_cli("--store", store, "--width", "200", "analyze", str(copy), "--rule", "memory")
+    assert str(copy) in out.splitlines()[0]

@@ -194,7 +194,7 @@ class Session:
         if path.exists():
             if self.is_run_path(path, fmt):
                 return [self.store.load_run(self.ingest_run([ref], fmt=fmt).run["id"], lazy=lazy_runs)]
-            return [self.store.load(r.meta.id) for r in self.ingest([ref], fmt)]
+            return [_as_given(self.store.load(r.meta.id), ref) for r in self.ingest([ref], fmt)]
         kind, ref_id = self.store.resolve(ref)
         return [self.store.load_run(ref_id, lazy=lazy_runs) if kind == "run" else self.store.load(ref_id)]
 
@@ -231,3 +231,13 @@ class Session:
                 continue
             add(ref, self.resolve(ref, fmt, lazy_runs))
         return traces
+
+
+def _as_given(trace, path: str):
+    """``trace`` named by the path it was given as: content stored earlier from another path (a copy, a renamed
+    file) is shown as the file the user named, the stored path after it."""
+    paths = trace.meta.source_paths
+    if paths and str(path) not in paths and len(paths) == 1:
+        trace.meta.source_paths = [str(path), *paths]
+    return trace
+
