@@ -191,3 +191,6 @@ def test_an_annotations_bracket_is_part_of_its_name():
     # a signature still loses its parameters
     assert short_name("vector_add_kernel(float const*, float const*, float*, int)", 70) == "vector_add_kernel"
     assert short_name("void at::native::kernel<float>(at::TensorIteratorBase&)", 70) == "at::native::kernel<float>"
+    # a type as the one parameter is a parameter list; a label before a colon is no return type
+    assert short_name("ncclBroadcastKernel_copy_i8(ncclColl)", 70) == "ncclBroadcastKernel_copy_i8"
+    assert short_name("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 20) == "AccumulateGrad"

@@ -146,8 +146,8 @@ _PARAMETER_TYPES = re.compile(r"[*&<:]|\b(?:int|long|short|char|float|double|boo
 
 def _drop_parameters(s: str) -> str:
     """``f(int, float*)`` -> ``f``: a C++ signature's parameter list. A bracket right after the name that holds
-    one word and no parameter type (an annotation's ``dispatch(F)`` beside ``dispatch(B)``) is part of the name
-    and stays."""
+    one short word and no parameter type (an annotation's ``dispatch(F)`` beside ``dispatch(B)``, ``attn(fwd)``)
+    is part of the name and stays; ``kernel(ncclColl)``'s is a parameter."""
     if not s.endswith(")"):
         return s
     depth = 0
@@ -158,7 +158,7 @@ def _drop_parameters(s: str) -> str:
             depth -= 1
             if depth == 0:
                 head, inside = s[:i].rstrip(), s[i + 1:-1]
-                if re.fullmatch(r"\w+", inside) and not s[i - 1:i].isspace() and "::" not in head and "<" not in head \
+                if re.fullmatch(r"\w{1,4}", inside) and not s[i - 1:i].isspace() and "::" not in head and "<" not in head \
                         and not _PARAMETER_TYPES.search(inside):
                     return s
                 return head if head and head[-1] not in "<,(" else s
@@ -210,7 +210,7 @@ def _drop_return_type(s: str) -> str:
         elif ch in ">)]}":
             depth -= 1
         elif ch == " " and depth == 0 and i + 1 < len(s) and s[i + 1] not in "<([{&*" \
-                and not s[:i].endswith(("operator", "const", ",")):
+                and not s[:i].endswith(("operator", "const", ",", ":")):
             cut = i
     if cut < 0 or "::" not in s:  # no C++ (Python's "built-in method f of X object at 0x…" is prose)
         return s

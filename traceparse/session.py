@@ -237,7 +237,7 @@ def _as_given(trace, path: str):
     """``trace`` named by the path it was given as: content stored earlier from another path (a copy, a renamed
     file) is shown as the file the user named, the stored path after it."""
     paths = trace.meta.source_paths
-    if paths and str(path) not in paths and len(paths) == 1:
+    if paths and str(path) not in paths and len(paths) == 1 and Path(path).is_file():
         trace.meta.source_paths = [str(path), *paths]
     return trace
 
