@@ -178,6 +178,20 @@ def test_mixed_formats_are_refused(tmp_path):
     nothing_stored(tmp_path / "s")
 
 
+def test_a_folder_of_no_traces_is_refused_as_a_folder(tmp_path):
+    """An HPCToolkit database folder (hpcgroup/pipit's test data) was refused as ".../FORMATS.md: not a format
+    traceparse recognises": a file the user never named."""
+    d = tmp_path / "database"
+    write(d / "FORMATS.md", "# the database's formats\n")
+    write(d / "meta.db", "HPCTOOLKIT")
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2
+    assert err == (f"traceparse: error: {d}: a folder no reader reads, and none of its 2 entries is a trace "
+                   "traceparse recognises (tried: chrome, jax, ncu, nsys, nvprof, tau, torch, torch_et); a run is "
+                   "a folder of one trace per rank\n")
+    nothing_stored(tmp_path / "s")
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_one_unreadable_rank_stores_nothing(tmp_path, jobs):
     d = tmp_path / "job"

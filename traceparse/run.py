@@ -187,7 +187,17 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) 
     Raises a one-line :class:`InputError` naming the files for mixed formats.
     """
     reg = reg or default_registry()
-    groups = plan(rank_inputs(paths), fmt, reg)
+    inputs = rank_inputs(paths)
+    try:
+        groups = plan(inputs, fmt, reg)
+    except InputError as exc:
+        if len(paths) == 1 and paths[0].is_dir() and fmt == "auto" and not any(_recognised(p, reg) for p in inputs):
+            # no member is a trace either: say so of the folder the user named, not of its first file
+            tried = ", ".join(sorted(reg.readers)) or "none installed"
+            raise InputError(f"{paths[0]}: a folder no reader reads, and none of its {len(inputs)} entries is a "
+                             f"trace traceparse recognises (tried: {tried}); a run is a folder of one trace per "
+                             "rank") from exc
+        raise
     formats: dict[str, Path] = {}
     for reader, group in groups:
         formats.setdefault(reader.name, group[0])
@@ -195,6 +205,15 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) 
         (a, pa), (b, pb) = list(formats.items())[:2]
         raise InputError(f"{pb}: mixed formats in one run: {pa.name} is {a}, {pb.name} is {b}")
     return [(reader.name, group) for reader, group in groups]
+
+
+def _recognised(path: Path, reg: Registry) -> bool:
+    """Whether some reader claims ``path``."""
+    try:
+        plan([path], "auto", reg)
+    except InputError:
+        return False
+    return True
 
 
 def is_rank_directory(path: Path, fmt: str = "auto", reg: Registry | None = None) -> bool:
