@@ -430,3 +430,18 @@ def test_xml_attributes_that_are_not_whole_numbers_are_said_once_each():
         f"{path}: <thread> context 'zero' is not a whole number; left unknown",
         f"{path}: <event> id 'one' is not a whole number; left unknown",
         f"{path} (thread 0.0.0 metadata): GPU numMultiprocessors 'many' is not a whole number; left unknown"]
+
+
+def test_pprof_reports_pasted_together_read_each_thread_once(tmp_path):
+    """A user's notes file with three pprof reports of three runs pasted one after the other (each
+    NODE 0;CONTEXT 0;THREAD 0): they were summed into one thread of three times the time."""
+    path = TAU / "real" / "pprof" / "opencl-course-matmult-pprof.txt"
+    text = path.read_text()
+    assert text.count("NODE 0;CONTEXT 0;THREAD 0:") == 1
+    pasted = tmp_path / "readout.txt"
+    pasted.write_text(text + "\n" + text + "\n" + text)
+    want = read_paths([path])[0].events
+    trace = read_paths([pasted])[0]
+    assert trace.events.drop("trace_id").equals(want.drop("trace_id"))
+    assert (f"{pasted}: thread 0.0.0 appears 3 times (several pprof reports in one file?); the first of each was "
+            "read") in trace.meta.warnings

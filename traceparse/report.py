@@ -270,7 +270,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     grid.add_column()
     cut = summary.get("incomplete") or []
     if cut:  # first: every figure below covers only what was read (the header names the file)
-        said = cut[0].split(": ", 1)[1] if ": " in cut[0] and len(cut) == 1 else cut[0]
+        where = re.match(r"^\S+?(?::(\d+))?: (.+)$", cut[0], re.S) if len(cut) == 1 else None
+        said = ((f"line {where[1]}: " if where[1] else "") + where[2]) if where else cut[0]
         grid.add_row(Text("incomplete", style="bold red"),
                      Text(visible(said) + (f" (and {len(cut) - 1} more)" if len(cut) > 1 else "")
                           + "; every figure here covers only what was read", style="red"))

@@ -85,12 +85,14 @@ def read_pprof(path: Path, warn: Callable[[str], None],
         chosen = "mean"
         warn(f"{path}: only the FUNCTION SUMMARY (mean) table is present: rows are means over threads")
     routine_frames, counter_frames = [], []
-    for section in (s for s in sections if s["type"] == chosen):
+    chosen_sections = _first_of_each_thread(path, [s for s in sections if s["type"] == chosen], warn)
+    for section in chosen_sections:
         routines, counters = _function_table(path, lines, section, warn)
         routine_frames.append(routines)
         if counters is not None:
             counter_frames.append(counters)
-    event_frames = [_user_table(path, lines, s, warn) for s in sections if s["type"] == "user"]
+    users = _first_of_each_thread(path, [s for s in sections if s["type"] == "user"], lambda message: None)
+    event_frames = [_user_table(path, lines, s, warn) for s in users]
     if chosen != "thread":
         event_frames = []
     routines = pl.concat(routine_frames, how="diagonal_relaxed")  # by name: a cut table may order columns apart
@@ -100,6 +102,24 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     result = ProfileSet(routines, counters, user_events, events.empty(events.THREADS),
                         ["TIME"] if has_time else [COUNTER_NAME], "TIME" if has_time else None, [], 1)
     return result, {"tables": kinds, "read": chosen}
+
+
+def _first_of_each_thread(path: Path, sections: list[dict], warn: Callable[[str], None]) -> list[dict]:
+    """The first table of each thread: pprof writes a thread once, so a thread seen again is another report
+    pasted into the same file (three runs' reports summed into one thread of three times the time)."""
+    seen: dict[tuple, int] = {}
+    kept = []
+    for s in sections:
+        seen[s["key"]] = seen.get(s["key"], 0) + 1
+        if seen[s["key"]] == 1:
+            kept.append(s)
+    repeated = {k: n for k, n in seen.items() if n > 1}
+    if repeated:
+        key, n = next(iter(repeated.items()))
+        which = "the total summary" if key == (None, None, None) else "thread " + ".".join(map(str, key))
+        warn(f"{path}: {which} appears {n} times (several pprof reports in one file?); the first of each was read"
+             + (f", {len(repeated) - 1} more repeated" if len(repeated) > 1 else ""))
+    return kept
 
 
 def _sections(lines: pl.Series) -> list[dict]:
