@@ -224,6 +224,25 @@ def test_tuning_candidates_without_counters_says_so():
     (f,) = analyze(read_paths([CPI])[0], rules=["tuning-candidates"])
     assert f.title == "Tuning candidates: no derived metric computable" and f.items == []
     assert f.metrics["not_computable"] == ["warps_per_inst", "gmem_per_inst", "ipc"]
+    # each metric says what it lacks (it listed every counter of every alternative as absent)
+    assert f.message == ("None of the derived metrics can be computed: warps_per_inst needs warps_launched and "
+                         "inst_issued; gmem_per_inst needs global_load and global_store and inst_executed; ipc "
+                         "needs inst_executed and active_cycles.")
+
+
+def test_tuning_candidates_name_the_partner_a_counter_lacks(tmp_path):
+    """Hand-written after a real nvprof --metrics all --csv (leimingyu/magus, a GTX 1080 Ti): the trace had
+    inst_executed and was told it had no counter named inst_executed."""
+    from traceparse.trace import Trace, TraceMeta
+    from traceparse.schema import conform
+    import polars as pl
+
+    rows = pl.DataFrame({"kind": ["kernel", "counter"], "name": ["matrixMul", "inst_executed"],
+                         "duration_ns": [1000, None], "calls": [1, 1], "value": [None, 6_176_000.0],
+                         "parent_id": [None, 0], "start_ns": [0, None]})
+    (f,) = analyze(Trace(conform(rows), TraceMeta()), rules=["tuning-candidates"])
+    assert "ipc needs active_cycles beside inst_executed" in f.message
+    assert "gmem_per_inst needs global_load and global_store beside inst_executed" in f.message
 
 
 def test_definitions_table_is_valid_and_a_plugin_can_extend_it():

@@ -63,6 +63,7 @@ DERIVED_METRICS: list[dict] = [
          {"numerator": ["smsp__inst_executed.sum"], "denominator": ["sm__cycles_active.sum"]},
          {"numerator": ["sm__inst_executed.avg.per_cycle_active"], "denominator": []},        # ncu, a ratio already
          {"numerator": ["ipc"], "denominator": []},                                           # nvprof metric
+         {"numerator": ["executed_ipc"], "denominator": []},                                  # nvprof 7.x-10.x
          {"numerator": ["PAPI_TOT_INS"], "denominator": ["PAPI_TOT_CYC"]},                    # CPU routines (PAPI)
      ]},
 ]
@@ -90,6 +91,20 @@ def check_definition(spec: dict) -> dict:
             fail("each alternative needs a non-empty 'numerator' list of counter names (and a 'denominator' list)")
     return {"name": spec["name"], "score": spec.get("score", "value_x_time"),
             "description": spec.get("description", ""), "alternatives": alternatives}
+
+
+def _lacking(spec: dict, present: set[str]) -> str:
+    """What a metric lacks, from the alternative the trace comes nearest to: "ipc needs active_cycles beside
+    inst_executed" (a trace with inst_executed), else the first alternative's counters."""
+    def need(alt: dict) -> list[str]:
+        return [c for c in [*alt["numerator"], *(alt.get("denominator") or [])] if c not in present]
+
+    touched = [a for a in spec["alternatives"] if len(need(a)) < len(a["numerator"]) + len(a.get("denominator") or [])]
+    nearest = min(touched, key=lambda a: len(need(a))) if touched else spec["alternatives"][0]
+    have = [c for c in [*nearest["numerator"], *(nearest.get("denominator") or [])] if c in present]
+    if not need(nearest):  # the counters are there, on kernels without a time (nvprof --metrics alone)
+        return f"{spec['name']} has {', '.join(have)}, but on no routine or kernel with a time to weigh it by"
+    return f"{spec['name']} needs {' and '.join(need(nearest))}" + (f" beside {', '.join(have)}" if have else "")
 
 
 def formula_text(alt: dict) -> str:
@@ -155,11 +170,9 @@ class TuningCandidates(Rule):
         metrics = {"metrics": used, "not_computable": missing,
                    "counters_seen": len(present)}
         if not used:
-            wanted = sorted({c for spec in definitions for a in spec["alternatives"]
-                             for c in [*a["numerator"], *(a.get("denominator") or [])]})
             return [Finding(self.name, "info", "Tuning candidates: no derived metric computable",
-                            "None of the derived metrics can be computed: the trace has no counters of "
-                            f"kernels or routines named {', '.join(wanted[:8])}, ...",
+                            "None of the derived metrics can be computed: "
+                            + "; ".join(_lacking(spec, present) for spec in definitions) + ".",
                             "Profile with the counters of a metric, e.g. TAU_METRICS=TIME:CUDA.<GPU>.domain_d."
                             "inst_executed:..., or ncu --metrics smsp__inst_executed.sum,...",
                             metrics=metrics, figures=FIGURES)]
