@@ -715,3 +715,34 @@ def test_text_in_the_device_table_is_unknown_with_a_warning_naming_file_field_an
         "device 0, memory_bytes='80GB')",
         f"{path}: dropped 1 device value whose sm_count is not a whole number of SMs above 0 (first: device 1, "
         "sm_count='many')"]
+
+
+#: Hand-written after a real `nvprof -u ms --log-file` summary (XPlacer-ML-DataPlacement's bfs on a V100, CUDA
+#: 10.2): a units row under the header, bare numbers in the cells, and a unified-memory value wider than its column.
+SUMMARY_IN_MS = """==5324== Profiling result:
+            Type  Time(%)      Time     Calls       Avg       Min       Max  Name
+                        %        ms                  ms        ms        ms
+ GPU activities:    84.55  0.341204        14  0.024371  1.47e-03  0.306258  [CUDA memcpy HtoD]
+                     9.41  0.037986         8  4.75e-03  2.11e-03  6.24e-03  Kernel(Node*, int*, bool*, int)
+      API calls:    92.34  270.1498         6  45.02497  5.62e-03  270.1088  cudaMalloc
+                     0.04  0.126402        16  7.90e-03  5.96e-03  0.016592  cudaLaunchKernel
+
+==5324== Unified Memory profiling result:
+Device "Tesla V100-SXM2-16GB (0)"
+   Count  Avg Size  Min Size  Max Size  Total Size  Total Time  Name
+       1         -         -         -           -    0.298016ms  Gpu page fault groups
+"""
+
+
+def test_summary_with_a_normalized_time_unit(tmp_path):
+    """nvprof -u ms: refused ("a result table header with no rows under it" at the units row, then a unified-
+    memory value that runs past its column)."""
+    path = tmp_path / "output_graph4096.log"
+    path.write_text(SUMMARY_IN_MS)
+    events = read(path).events
+    rows = {r["name"]: r for r in events.iter_rows(named=True)}
+    assert rows["[CUDA memcpy HtoD]"]["duration_ns"] == 341_204 and rows["[CUDA memcpy HtoD]"]["calls"] == 14
+    assert (rows["[CUDA memcpy HtoD]"]["min_ns"], rows["[CUDA memcpy HtoD]"]["max_ns"]) == (1_470, 306_258)
+    kernel = rows["Kernel(Node*, int*, bool*, int)"]
+    assert (kernel["kind"], kernel["duration_ns"], kernel["calls"]) == ("kernel", 37_986, 8)
+    assert rows["cudaMalloc"]["duration_ns"] == 270_149_800 and rows["cudaLaunchKernel"]["calls"] == 16

@@ -63,7 +63,7 @@ class Converter:
         if kind == "int":
             return cells.str.to_integer(strict=False)
         allowed = DIMENSION_UNITS[kind]
-        if self.table.style == "csv":
+        if self.table.style == "csv" or self.table.units:  # a units row (CSV; text with -u): bare numbers
             unit = self.table.units.get(key)
             if unit is None and cells.is_not_null().any():
                 where = self.table.units_line or self.table.header_line

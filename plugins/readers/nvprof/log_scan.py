@@ -25,9 +25,9 @@ from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 
 from .devices import DeviceBook
-from .tables import (COUNT_ROW_START, EVENTS, LEGEND, METRICS, SUMMARY, SUMMARY_ROW_START, TRACE,
-                     TRACE_ROW_START, UNIFIED, Table, csv_cells, cut_mid_line, form_of, new_table,
-                     split_text_row, text_header)
+from .tables import (COUNT_ROW_START, EVENTS, LEGEND, METRICS, SUMMARY, SUMMARY_ROW_START, SUMMARY_ROW_START_BARE,
+                     TRACE, TRACE_ROW_START, UNIFIED, Table, csv_cells, cut_mid_line, form_of, new_table,
+                     split_text_row, text_header, text_units)
 from .units import UNIT_WORDS
 
 _PID_PREFIX = re.compile(r"==([0-9]+)== ?")
@@ -249,6 +249,11 @@ class LogScanner:
             if m:
                 table.add(no, {"name": m.group(1), "count": m.group(2)}, device=self.device)
                 return
+        if table.rows == 0 and table.units_line is None and table.form in (SUMMARY, TRACE, UNIFIED):
+            units = text_units(table, line)
+            if units:  # -u ms: the columns' units, the cells below bare numbers
+                table.units, table.units_line = units, no
+                return
         if not self.looks_like_row(table, line):
             labels, _, _ = text_header(line)
             if form_of(labels) is not None:  # a new header straight after a table
@@ -270,7 +275,7 @@ class LogScanner:
 
     def looks_like_row(self, table: Table, line: str) -> bool:
         if table.form == SUMMARY:
-            return bool(SUMMARY_ROW_START.match(line))
+            return bool((SUMMARY_ROW_START_BARE if table.units else SUMMARY_ROW_START).match(line))
         if table.form == TRACE:
             return bool(TRACE_ROW_START.match(line))
         return bool(COUNT_ROW_START.match(line))

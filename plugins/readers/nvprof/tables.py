@@ -19,6 +19,8 @@ import polars as pl
 
 from traceparse.errors import InputError, bad_input
 
+from .units import UNIT_WORDS as _UNIT_WORDS
+
 #: Forms of result table.
 SUMMARY, TRACE, METRICS, EVENTS, UNIFIED = "summary", "trace", "metrics", "events", "unified_memory"
 
@@ -49,6 +51,8 @@ LABELS = {SUMMARY: SUMMARY_LABELS, TRACE: TRACE_LABELS, METRICS: METRIC_LABELS, 
 #: Words of nvprof's legend printed after a text GPU trace.
 LEGEND = re.compile(r"^\s*(Regs|SSMem|DSMem|SrcMemType|DstMemType|Size|Throughput)\s*:\s")
 
+#: A unified-memory summary cell before the name: a count, a size or time with its unit, or "-".
+_UM_CELL = re.compile(r"^(?:-|[\d.]+(?:[eE][+-]?\d+)?[A-Za-z/]*)$")
 _LABEL_RUNS = re.compile(r"\S+(?: \S+)*")  # runs of text separated by two or more spaces
 # Possessive runs (*+, ++): \s and \S are disjoint, so each pattern matches what it did with plain runs, but
 # no run of spaces is tried again from each of its positions: time linear in the line (issue 16).
@@ -58,6 +62,11 @@ _SUMMARY_ROW = re.compile(
     rf"^\s*+(?:(?P<type>{_TYPE_LABEL}):)?+\s*+(?P<percent>\S+%)\s++(?P<time>\S++)\s++(?P<calls>\S++)\s++"
     rf"(?P<avg>\S++)\s++(?P<min>\S++)\s++(?P<max>\S++)\s++(?P<name>{_WORDS})\s*+$")
 SUMMARY_ROW_START = re.compile(rf"^\s*+(?:{_TYPE_LABEL}:)?+\s*+[\d.]+%")
+#: With ``-u`` (``--normalized-time-unit``) a units row follows the header and the cells are bare numbers: no ``%``.
+SUMMARY_ROW_START_BARE = re.compile(rf"^\s*+(?:{_TYPE_LABEL}:)?+\s*+[\d.]+\s")
+_SUMMARY_ROW_BARE = re.compile(
+    rf"^\s*+(?:(?P<type>{_TYPE_LABEL}):)?+\s*+(?P<percent>[\d.]+)\s++(?P<time>\S++)\s++(?P<calls>\S++)\s++"
+    rf"(?P<avg>\S++)\s++(?P<min>\S++)\s++(?P<max>\S++)\s++(?P<name>{_WORDS})\s*+$")
 TRACE_ROW_START = re.compile(r"^\s*\d[\d.]*(?:ns|us|ms|s)\s")
 COUNT_ROW_START = re.compile(r"^\s*\d+\s+\S")
 _VALUE = r"(?:[A-Za-z]+ \(\d+\)|\S+)"  # a metric value: 12.5%, 1.2GB/s, 0.75, Low (1)
@@ -183,6 +192,21 @@ def new_table(form: str, style: str, pid: int | None, line_no: int, labels: list
     return Table(form, style, pid, line_no, labels, keys, section=section, ends=list(ends or []))
 
 
+def text_units(table: Table, line: str) -> dict[str, str] | None:
+    """The units row nvprof writes under a text header with ``-u`` (``%  ms  ms ...``): each unit to the column
+    whose right edge it reaches (numbers are right-aligned), or None when ``line`` is no units row."""
+    tokens = list(_LABEL_RUNS.finditer(line))
+    if not tokens or not all(t.group() in _UNIT_WORDS for t in tokens) or not table.ends:
+        return None
+    units = {}
+    for t in tokens:
+        column = next((i for i, end in enumerate(table.ends) if t.end() <= end), None)
+        if column is None:
+            return None
+        units[table.keys[column]] = t.group()
+    return units
+
+
 def split_text_row(table: Table, line: str, line_no: int, path) -> dict[str, str | None]:
     """Cells of one text row of ``table``; an :class:`InputError` if the line does not fit the header."""
     if table.form == SUMMARY:
@@ -198,7 +222,7 @@ def split_text_row(table: Table, line: str, line_no: int, path) -> dict[str, str
 
 
 def _summary_cells(table: Table, line: str, line_no: int, path) -> dict[str, str | None]:
-    m = _SUMMARY_ROW.match(line)
+    m = (_SUMMARY_ROW_BARE if table.units else _SUMMARY_ROW).match(line)
     if not m:
         wanted = [label for label in table.labels if label != "Type"]
         raise bad_input(path, line_no, f"expected {len(wanted)} columns ({', '.join(wanted)}) in a summary row, "
@@ -221,6 +245,10 @@ def _positional_cells(table: Table, line: str, line_no: int, path) -> dict[str, 
             break  # two values in one column: the row does not fit the header
         cells[column] = m.group()
     missing = [table.labels[i] for i in range(last) if cells[i] is None]
+    if (missing or name_start is None) and table.form == UNIFIED:
+        fields = line.split(None, last)  # a wide value runs past its column (0.298016ms under "Total Time")
+        if len(fields) == last + 1 and all(_UM_CELL.match(f) for f in fields[:last]):
+            return dict(zip(table.keys, fields))
     if missing or name_start is None:
         found = len(_LABEL_RUNS.findall(line))
         raise bad_input(path, line_no, f"expected {len(ends)} columns ({', '.join(table.labels)}), found {found} "
