@@ -470,3 +470,16 @@ def test_a_copy_is_named_by_the_path_given(tmp_path):
     assert trace["path"] == str(copy)
     code, out, err = run_cli("--store", store, "--width", "200", "analyze", str(copy), "--rule", "memory")
     assert str(copy) in out.splitlines()[0]
+
+
+def test_a_kernels_inclusive_time_is_its_time_however_its_streams_overlap(tmp_path):
+    """The union that keeps a recursive routine's inclusive time honest is for calls nesting on a thread: one
+    kernel running at once on two streams has an inclusive time no smaller than its time."""
+    events = [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": s, "ts": 0, "dur": 10,
+               "args": {"device": 0, "stream": s, "correlation": s}} for s in (7, 8)]
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(_kineto(events)))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json", "--rule", "hotspots")
+    assert code == 0, err
+    (gemm,) = [i for i in json.loads(out)["findings"][0]["items"] if i["name"] == "gemm"]
+    assert gemm["time_ns"] == gemm["inclusive_ns"] == 20_000

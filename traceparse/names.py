@@ -158,8 +158,8 @@ def _drop_parameters(s: str) -> str:
             depth -= 1
             if depth == 0:
                 head, inside = s[:i].rstrip(), s[i + 1:-1]
-                if re.fullmatch(r"\w{1,4}", inside) and not s[i - 1:i].isspace() and "::" not in head and "<" not in head \
-                        and not _PARAMETER_TYPES.search(inside):
+                one_word = re.fullmatch(r"\w{1,4}", inside) and not s[i - 1:i].isspace()
+                if one_word and "::" not in head and "<" not in head and not _PARAMETER_TYPES.search(inside):
                     return s
                 return head if head and head[-1] not in "<,(" else s
     return s

@@ -25,11 +25,17 @@ def _projection(events: pl.DataFrame, kinds) -> pl.DataFrame:
 def _project(events: pl.DataFrame, kinds: tuple) -> pl.DataFrame:
     timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
     gpu = kind_is(*kinds) & timed
+    kind = pl.col("kind").cast(pl.String)
+    columns = [pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS]
+    side = pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))
+    uncorrelated = events.lazy().select(
+        (gpu & pl.col("correlation_id").is_null() & pl.col("external_id").is_not_null()).any()).collect().item()
+    if not uncorrelated:  # the common case: every GPU row has its correlation id
+        api = (pl.col("kind") == "api") & timed & pl.col("correlation_id").is_not_null()
+        return keyed(picked(events, gpu | api, *columns, side=side))
     api = ((pl.col("kind") == "api") & timed
            & (pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null()))
-    kind = pl.col("kind").cast(pl.String)
-    rows = keyed(picked(events, gpu | api, *[pl.col(c) if c != "kind" else kind for c in _SIDE_COLUMNS],
-                        "external_id", side=pl.when(gpu).then(pl.lit("gpu")).otherwise(pl.lit("api"))))
+    rows = keyed(picked(events, gpu | api, *columns, "external_id", side=side))
     return _paired_by_external_id(rows).filter(
         (pl.col("side") == "gpu") | pl.col("correlation_id").is_not_null()).drop("external_id")
 

@@ -114,16 +114,25 @@ class RoutineTime(Measure):
 
 
 def _with_own_span(rows: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` with ``own_span_ns``: the part of a timed row's interval that no earlier call of the same routine on
-    the same thread covers (their sum per routine is the union of its calls), an untimed row's duration."""
-    timed = pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null()
-    if not rows.select((timed & pl.col("name").is_duplicated()).any()).item():
-        return rows.with_columns(own_span_ns=pl.col("duration_ns"))
-    rows = rows.sort([*ROUTINE, "start_ns"], nulls_last=True)
+    """``rows`` with ``own_span_ns``: for a timed host row (one that nests on its thread), the part of its interval
+    that no earlier call of the same routine on the same thread covers (their sum per routine is the union of its
+    calls); for any other row its duration (a kernel's time is its own, however its streams overlap: its inclusive
+    time is never less than its exclusive)."""
+    timed = (pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null() & pl.col("kind").is_in(_HOST)
+             & pl.col("tid").is_not_null())
+    # on the timed host rows alone, narrow (the key, the interval, the row): sorted, then scattered back
+    # the routine and thread as one hashed key: a sort on two integers, not on six columns (a collision of two
+    # keys would only merge two routines' calls into one union, and 64-bit hashes of a trace's few thousand
+    # routines do not collide)
+    narrow = (rows.with_row_index("_row").filter(timed)
+              .select("_row", "start_ns", "duration_ns", _key=pl.struct(ROUTINE).hash())
+              .sort(["_key", "start_ns"]))
     end = pl.col("start_ns") + pl.col("duration_ns")
-    covered = pl.when(timed).then(end).cum_max().shift(1).over(ROUTINE)  # the latest end of the earlier calls
-    own = (end - pl.max_horizontal(pl.col("start_ns"), covered.fill_null(pl.col("start_ns")))).clip(lower_bound=0)
-    return rows.with_columns(own_span_ns=pl.when(timed).then(own).otherwise(pl.col("duration_ns")))
+    covered = end.cum_max().shift(1).over("_key")  # the latest end of the routine's earlier calls on the thread
+    own = narrow.select("_row", own=(end - pl.max_horizontal(pl.col("start_ns"), covered.fill_null(pl.col("start_ns"))))
+                        .clip(lower_bound=0))
+    spans = rows["duration_ns"].scatter(own["_row"], own["own"])
+    return rows.with_columns(own_span_ns=spans)
 
 
 routine_time = RoutineTime()

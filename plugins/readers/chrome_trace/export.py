@@ -216,5 +216,5 @@ def _salvage_export(path: Path, data: bytes, options: ReadOptions) -> _ExportDoc
     if kept == 0:
         raise bad_input(path, None, "the file ends before its first complete event (truncated file?)")
     options.incomplete(f"{path}: the file ends early (truncated); kept the {kept} complete timeline rows "
-                 f"(aggregated rows and counters, stored after the timeline, are lost)")
+                       f"(aggregated rows and counters, stored after the timeline, are lost)")
     return _ExportDocument(traceparse=header["traceparse"], traceEvents=events)

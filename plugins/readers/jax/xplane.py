@@ -75,8 +75,8 @@ def read_xspace(path: Path, options: ReadOptions, meta: TraceMeta) -> tuple[pl.D
     if hostnames:
         meta.extra["hostnames"] = hostnames
     if cut is not None:
-        options.incomplete(f"{path}: cut short at byte {len(data)}: the plane starting at byte {cut} is incomplete and "
-                     f"left out ({len(planes)} complete plane{'s' if len(planes) != 1 else ''} read)")
+        options.incomplete(f"{path}: cut short at byte {len(data)}: the plane starting at byte {cut} is incomplete "
+                           f"and left out ({len(planes)} complete plane{'s' if len(planes) != 1 else ''} read)")
     parts, modules = [], []
     for offset, blob in planes:
         plane = plane_class()

@@ -151,7 +151,7 @@ def _details(path: Path, header: list[str], body: list[tuple[list[str], int]], o
         if len(record) < minimum:
             if truncated or n == len(body) - 1:
                 options.incomplete(f"{path}: line {line}: the last record is cut short (the file ends early); "
-                             f"kept the {len(kernels)} kernels before it")
+                                   f"kept the {len(kernels)} kernels before it")
                 break
             raise bad_input(path, line, f"expected at least {minimum} CSV fields as in the header, found {len(record)}")
         if len(record) < width:

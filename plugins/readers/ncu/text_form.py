@@ -82,8 +82,8 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
                                     "Context N, Stream N' followed by 'Section:' tables) was found")
     kernels = {c: [k.get(c) for k in state.kernels] for c in KERNEL_COLUMNS}
     summary = any(k.get("invocations") is not None for k in state.kernels)
-    return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels), frame(METRIC_COLUMNS, state.metrics),
-                  frame(RULE_COLUMNS, state.rules), notes=state.notes)
+    return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels),
+                  frame(METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
 
 
 class _State:
@@ -218,7 +218,7 @@ class _State:
         self._end_rule()
         if self.columns is not None:
             options.incomplete(f"{self.path}: the file ends inside a section table (truncated output); "
-                         "kept the metrics read before that point")
+                               "kept the metrics read before that point")
 
 
 def _columns(dashes: str) -> list[tuple[int, int | None]]:
