@@ -228,6 +228,9 @@ def test_tuning_candidates_without_counters_says_so():
     assert f.message == ("None of the derived metrics can be computed: warps_per_inst needs warps_launched and "
                          "inst_issued; gmem_per_inst needs global_load and global_store and inst_executed; ipc "
                          "needs inst_executed and active_cycles.")
+    # a CPU-only MPI profile is told how to count on the CPU, not to collect CUDA counters
+    assert f.suggestion == ("Profile with CPU counters for IPC, e.g. TAU_METRICS=TIME:PAPI_TOT_INS:PAPI_TOT_CYC (TAU "
+                            "built with PAPI).")
 
 
 def test_tuning_candidates_name_the_partner_a_counter_lacks(tmp_path):

@@ -93,6 +93,15 @@ def check_definition(spec: dict) -> dict:
             "description": spec.get("description", ""), "alternatives": alternatives}
 
 
+def _how_to_count(events: pl.DataFrame) -> str:
+    """How to record the counters: GPU counters where the trace ran kernels, CPU ones (PAPI) where it did not (an MPI
+    code profiled with TAU was told to collect CUDA counters)."""
+    if events.lazy().select(kind_is("kernel").any()).collect().item():
+        return ("Profile with the counters of a metric, e.g. TAU_METRICS=TIME:CUDA.<GPU>.domain_d.inst_executed:..., "
+                "or ncu --metrics smsp__inst_executed.sum,...")
+    return "Profile with CPU counters for IPC, e.g. TAU_METRICS=TIME:PAPI_TOT_INS:PAPI_TOT_CYC (TAU built with PAPI)."
+
+
 def _lacking(spec: dict, present: set[str]) -> str:
     """What a metric lacks, from the alternative the trace comes nearest to: "ipc needs active_cycles beside
     inst_executed" (a trace with inst_executed), else the first alternative's counters."""
@@ -173,8 +182,7 @@ class TuningCandidates(Rule):
             return [Finding(self.name, "info", "Tuning candidates: no derived metric computable",
                             "None of the derived metrics can be computed: "
                             + "; ".join(_lacking(spec, present) for spec in definitions) + ".",
-                            "Profile with the counters of a metric, e.g. TAU_METRICS=TIME:CUDA.<GPU>.domain_d."
-                            "inst_executed:..., or ncu --metrics smsp__inst_executed.sum,...",
+                            _how_to_count(events),
                             metrics=metrics, figures=FIGURES)]
         lead = {m: next(i for i in items if i["metric"] == m) for m in used}
         parts = [f"{m}: {v['name']!r} (value {v['value']}, score {v['score']})" for m, v in lead.items()]
