@@ -135,3 +135,16 @@ def test_thread_names_from_metadata(tmp_path):
     assert trace.meta.warnings == []
     code, out, err = run_cli("--store", str(tmp_path / "s"), "--wide", "analyze", "--rule", "hotspots", str(path))
     assert code == 0 and "14689/14752 (CompositorRasterWorker1)" in out
+
+
+def test_instants_are_no_annotations(tmp_path):
+    """Hand-written after catapult's simple_trace.json: its instant events were listed by hotspots as
+    "annotations (record_function, NVTX, step ranges)" of 0 ns."""
+    events = [{"ph": "X", "name": "Frame", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+              {"ph": "i", "name": "Vsync", "pid": 1, "tid": 1, "ts": 5, "s": "t"}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "hotspots", str(path))
+    assert code == 0, err
+    titles = [f["title"] for f in json.loads(out)["findings"]]
+    assert not any("nnotation" in t for t in titles) and "Vsync" not in out

@@ -127,7 +127,8 @@ class Hotspots(Rule):
         names = thread_names(trace.meta)
         every = every.join(_roles(every, names), on=THREAD, how="left", nulls_equal=True)
         marker = pl.col("kind") == MARKER  # annotations: a table of their own (what runs inside them is elsewhere)
-        per_thread, marks = every.filter(~marker), every.filter(marker)
+        # instants (a Chrome trace's "i" events, markers of no duration) are no annotation of any span: left out
+        per_thread, marks = every.filter(~marker), every.filter(marker & (pl.col("inclusive_ns") > 0))
         routines = routines.filter(pl.col("kind") != MARKER)
         n_threads = per_thread.select(THREAD).unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
