@@ -168,3 +168,19 @@ def test_copies_with_no_kernel_have_nothing_to_overlap_with(tmp_path):
     overlap = finding(analyze(tmp_path / "store", path, "--all"), "low-memcpy-overlap")
     assert overlap["severity"] == "info" and overlap["impact_ns"] is None and not overlap["suggestion"]  # none lost
     assert overlap["message"].endswith("no kernel runs, so there is nothing for the copies to overlap with.")
+
+
+@pytest.mark.parametrize("source", ["Pinned", "Pageable"])
+def test_slow_copies_from_pinned_memory_are_not_told_to_pin(tmp_path, source):
+    """pytorch/benchmark's copy benchmark copies from pinned memory on streams of their own: low-memcpy-throughput
+    still advised pinning them."""
+    events = [{"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy HtoD ({source} -> Device)", "pid": 0, "tid": 7,
+               "ts": ts, "dur": 1000, "args": {"device": 0, "stream": 7, "correlation": ts, "bytes": 1_000_000}}
+              for ts in (0, 2000)]
+    path = tmp_path / "copies.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    found = finding(analyze(tmp_path / "store", path, "--all"), "low-memcpy-throughput")
+    assert found["severity"] != "info"  # 1 GB/s of a 15.75 GB/s link
+    pinned = found["suggestion"].startswith("The copies are from and to pinned memory already: merge small copies")
+    assert pinned == (source == "Pinned")
+    assert found["suggestion"].endswith("set low-memcpy-throughput.host_link_gbps.")

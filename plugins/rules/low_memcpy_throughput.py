@@ -141,10 +141,16 @@ class LowMemcpyThroughput(Rule):
         message += aggregated_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
-            suggestion = ("Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "
-                          "cudaHostAlloc/cudaHostRegister) so the DMA engine reads it directly, and merge small "
-                          "copies into large ones (see pageable-memcpy and inefficient-memcpy-size). If the link "
-                          "is slower than assumed (a x8 slot, an older PCIe generation), set "
+            host_rows = copies.filter(usable & pl.col("copy_kind").is_in(HOST_DEVICE))
+            pinned = host_rows.height > 0 and bool(  # every host side known and pinned: nothing to pin
+                (pl.concat([host_rows["src_memory"], host_rows["dst_memory"]]).cast(pl.String)
+                 .is_in(["pinned", "device"])).all())
+            suggestion = (("The copies are from and to pinned memory already: merge small copies into large ones "
+                           "(see inefficient-memcpy-size)" if pinned else
+                           "Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "
+                           "cudaHostAlloc/cudaHostRegister) so the DMA engine reads it directly, and merge small "
+                           "copies into large ones (see pageable-memcpy and inefficient-memcpy-size)")
+                          + ". If the link is slower than assumed (a x8 slot, an older PCIe generation), set "
                           "low-memcpy-throughput.host_link_gbps.")
         return [Finding(self.name, severity, "Low memcpy throughput" if severity != "info" else "Memcpy throughput",
                         message, suggestion,
