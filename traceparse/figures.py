@@ -92,4 +92,3 @@ def fmt_ratio(value: Any) -> str:
 def fmt_count(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` with thousands separators and ``noun`` in the number it takes: "1 gap", "6,642 gaps"."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
-

@@ -240,4 +240,3 @@ def _as_given(trace, path: str):
     if paths and str(path) not in paths and len(paths) == 1 and Path(path).is_file():
         trace.meta.source_paths = [str(path), *paths]
     return trace
-

@@ -118,4 +118,3 @@ def _category_phrase(category: str) -> str:
     if category == "other":
         return "kernels of no known category take"
     return f"{category} kernels take"
-

@@ -256,4 +256,3 @@ def _link_by_nesting(kernels: pl.DataFrame, api: pl.DataFrame, ops: pl.DataFrame
                  .select("correlation_id", "op_id"))
     return (kernels.join(launch_op, on="correlation_id", how="left")
             .select("name", "duration_ns", "op_id"))
-

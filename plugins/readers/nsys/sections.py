@@ -324,5 +324,3 @@ def _cut(line: str, spans: list[tuple[int, int]]) -> list[str]:
 def sections_of(path: Path) -> list[Section]:
     """Read ``path`` and return its report tables (see :func:`find_sections`)."""
     return find_sections(path, read_text(path))
-
-

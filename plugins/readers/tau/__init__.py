@@ -191,4 +191,3 @@ def _noting_cuts(options: ReadOptions):
     def warn(message: str) -> None:
         (options.incomplete if _CUT.search(message) else options.warn)(message)
     return warn
-
