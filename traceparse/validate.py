@@ -51,6 +51,7 @@ def ascii_int(value) -> int | None:
     match = _ASCII_INT.fullmatch(value) if isinstance(value, str) else None
     return int(match.group(1)) if match else None
 
+
 _INT_BOUNDS = {pl.Int8: (-2**7, 2**7 - 1), pl.Int16: (-2**15, 2**15 - 1), pl.Int32: (-2**31, 2**31 - 1),
                pl.Int64: (-2**63, 2**63 - 1), pl.UInt8: (0, 2**8 - 1), pl.UInt16: (0, 2**16 - 1),
                pl.UInt32: (0, 2**32 - 1), pl.UInt64: (0, 2**64 - 1)}

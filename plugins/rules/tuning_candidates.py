@@ -105,12 +105,15 @@ def _how_to_count(events: pl.DataFrame) -> str:
 def _lacking(spec: dict, present: set[str]) -> str:
     """What a metric lacks, from the alternative the trace comes nearest to: "ipc needs active_cycles beside
     inst_executed" (a trace with inst_executed), else the first alternative's counters."""
-    def need(alt: dict) -> list[str]:
-        return [c for c in [*alt["numerator"], *(alt.get("denominator") or [])] if c not in present]
+    def counters(alt: dict) -> list[str]:
+        return [*alt["numerator"], *(alt.get("denominator") or [])]
 
-    touched = [a for a in spec["alternatives"] if len(need(a)) < len(a["numerator"]) + len(a.get("denominator") or [])]
+    def need(alt: dict) -> list[str]:
+        return [c for c in counters(alt) if c not in present]
+
+    touched = [a for a in spec["alternatives"] if len(need(a)) < len(counters(a))]
     nearest = min(touched, key=lambda a: len(need(a))) if touched else spec["alternatives"][0]
-    have = [c for c in [*nearest["numerator"], *(nearest.get("denominator") or [])] if c in present]
+    have = [c for c in counters(nearest) if c in present]
     if not need(nearest):  # the counters are there, on kernels without a time (nvprof --metrics alone)
         return f"{spec['name']} has {', '.join(have)}, but on no routine or kernel with a time to weigh it by"
     return f"{spec['name']} needs {' and '.join(need(nearest))}" + (f" beside {', '.join(have)}" if have else "")

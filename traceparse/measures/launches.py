@@ -45,10 +45,6 @@ def _paired_by_external_id(rows: pl.DataFrame) -> pl.DataFrame:
     launch's and its kernel's shared ``External id``), a GPU row and a launch call that alone share an external
     id are each other's: their external id stands in for the correlation id. An operator's id shared by several
     launches or kernels (the usual meaning of ``External id``) links nothing."""
-    missing = rows.filter((pl.col("side") == "gpu") & pl.col("correlation_id").is_null()
-                          & pl.col("external_id").is_not_null())
-    if missing.height == 0:
-        return rows
     on_gpu = pl.col("side") == "gpu"
     launch = (pl.col("side") == "api") & expr.api_class(pl.col("name")).is_in(["launch", "graph_launch"])
     pair = ["trace_id", "external_id"]

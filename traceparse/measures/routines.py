@@ -120,10 +120,9 @@ def _with_own_span(rows: pl.DataFrame) -> pl.DataFrame:
     time is never less than its exclusive)."""
     timed = (pl.col("start_ns").is_not_null() & pl.col("duration_ns").is_not_null() & pl.col("kind").is_in(_HOST)
              & pl.col("tid").is_not_null())
-    # on the timed host rows alone, narrow (the key, the interval, the row): sorted, then scattered back
-    # the routine and thread as one hashed key: a sort on two integers, not on six columns (a collision of two
-    # keys would only merge two routines' calls into one union, and 64-bit hashes of a trace's few thousand
-    # routines do not collide)
+    # on the timed host rows alone, narrow (the key, the interval, the row): sorted, then scattered back; the
+    # routine and thread as one 64-bit hashed key, a sort on two integers rather than six columns (a collision,
+    # vanishingly unlikely among a trace's routines, would only merge two routines' calls into one union)
     narrow = (rows.with_row_index("_row").filter(timed)
               .select("_row", "start_ns", "duration_ns", _key=pl.struct(ROUTINE).hash())
               .sort(["_key", "start_ns"]))

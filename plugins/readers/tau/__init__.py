@@ -20,7 +20,6 @@ the same rows in :mod:`.events`. decimal text becomes integers only through
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 
