@@ -20,10 +20,13 @@ from traceparse.trace import Trace, TraceMeta
 
 @dataclass
 class IngestResult:
-    """What one ingest did: the trace's metadata and whether it was already stored."""
+    """What one ingest did: the trace's metadata and whether it was already stored; ``replaced``: the reading
+    that this one replaced (the same bytes as another reader, or another release of it, had read them), by its
+    reader (:attr:`TraceMeta.reader`)."""
 
     meta: TraceMeta
     already_stored: bool
+    replaced: str | None = None
 
 
 def detect_reader(path: Path, reg: Registry) -> Reader:
@@ -171,7 +174,8 @@ def ingest(paths: list[Path | str], *, store: Store, fmt: str = "auto", tags: di
     groups = plan([Path(p) for p in paths], fmt, reg)
     for done, (reader, group) in enumerate(groups):
         try:
-            results.append(_ingest_group(reader, group, store, tags, params, progress_factory, ahead))
+            results.append(_ingest_group(reader, group, store, tags, params, progress_factory, ahead,
+                                         reading=reg.reading_of(reader)))
         except TraceparseError as exc:
             if len(groups) > 1:  # say what the earlier groups left in the store, and what was not read
                 stored = [f"{_label(g)} as {r.meta.id}" for (_, g), r in zip(groups, results)]
@@ -187,8 +191,9 @@ def _label(group: list[Path]) -> str:
 
 
 def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params, progress_factory,
-                  ahead: FileHashes | None = None) -> IngestResult:
-    """Hash the group, and unless the store has its content, read and store it.
+                  ahead: FileHashes | None = None, reading: str | None = None) -> IngestResult:
+    """Hash the group, and unless the store has its content as ``reading`` (the reader and its release,
+    :meth:`~traceparse.plugins.Registry.reading_of`) read it, read and store it.
 
     The hash (whose id the store is asked for) is worked out in a thread while the reader starts: the first
     batch is read meanwhile (:meth:`Trace.prefetch`; hashlib lets go of the interpreter), which took 0.1 s off
@@ -209,10 +214,14 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
             raise
         sha256 = hashing.result()
     trace_id = trace_id_for(sha256)
-    # the same bytes stored as another reader read them (another --format, or an older traceparse that took them
-    # for another format) are read again, and this reading replaces that one: a path gives what it reads as now
-    replace = store.has(trace_id) and store.meta(trace_id).format != trace.meta.format
-    if store.has(trace_id) and not replace:
+    trace.meta.reader = reading
+    # the same bytes stored as another reader read them (another --format, an older traceparse that took them for
+    # another format, or another release of the reader: its fixes) are read again, and this reading replaces that
+    # one, keeping its tags: a path gives what this traceparse reads, never an older one's figures
+    stored = store.meta(trace_id) if store.has(trace_id) else None
+    replace = stored is not None and (stored.format != trace.meta.format
+                                      or (reading is not None and stored.reader != reading))
+    if stored is not None and not replace:
         trace.close()
         meta = store.update_tags(trace_id, tags or {})
         store.set_last(trace_id)
@@ -222,9 +231,10 @@ def _ingest_group(reader: Reader, group: list[Path], store: Store, tags, params,
     bar = progress_factory(f"reading {label}", content_size(group)) if progress_factory else nullcontext(None)
     with bar as advance:
         progress.attach(advance)
-        trace.meta.tags.update(tags or {})
+        trace.meta.tags.update({**(stored.tags if replace else {}), **(tags or {})})
         meta = store.write(trace, replace=replace)
-    return IngestResult(meta, already_stored=False)
+    return IngestResult(meta, already_stored=False,
+                        replaced=(stored.reader or f"{stored.format} (an earlier traceparse)") if replace else None)
 
 
 class _LateProgress:

@@ -47,6 +47,9 @@ class TraceMeta:
     source_paths: list[str] = field(default_factory=list)
     sha256: str | None = None
     format: str | None = None
+    #: The reader that made this reading and its plugin's release (``"torch (traceparse 0.1.0)"``,
+    #: :meth:`traceparse.plugins.Registry.reading_of`); None for a reading stored before readers were named.
+    reader: str | None = None
     variant: str | None = None
     tool: str | None = None
     tool_version: str | None = None

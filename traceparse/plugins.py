@@ -76,6 +76,7 @@ class Registry:
         self._index: dict[str, dict] = index or {}
         self._order = {info.name: i for i, info in enumerate(infos)}
         self._info = {info.name: info for info in infos}
+        self._origins: dict[int, str] = {}  # id of a collected object -> the plugin that provided it
         self._loading = threading.RLock()
 
     # -- loading on demand ---------------------------------------------------------------------------------
@@ -162,6 +163,8 @@ class Registry:
                 self._mark_broken(impl.plugin_name, f"{hook_name} failed: {exc}")
                 continue
             provided[impl.plugin_name] = len(result or [])
+            for obj in result or []:
+                self._origins[id(obj)] = impl.plugin_name
             items.extend(result or [])
         if only is None:
             self.__dict__.setdefault("_collected", set()).add(hook_name)
@@ -222,6 +225,21 @@ class Registry:
     def kernel_categories(self) -> list[tuple[str, str]]:
         """Kernel-category rows from every plugin (hook ``traceparse_kernel_categories``), in registration order."""
         return [(str(category), str(pattern)) for category, pattern in self._collect("traceparse_kernel_categories")]
+
+    def origin(self, obj) -> str:
+        """``"<distribution> <version>"`` of the plugin that provided ``obj`` (a reader, rule, ...): which code made
+        what it made. A stored reading says it (:attr:`traceparse.meta.TraceMeta.reader`), so that a store read by
+        an older release is read again by the newer one instead of keeping the older one's figures."""
+        plugin = self._origins.get(id(obj))
+        info = self._info.get(plugin) if plugin is not None else None
+        if info is None:
+            return "(registered in code)" if plugin is not None else "(unknown plugin)"
+        return f"{info.distribution} {info.version}".strip()
+
+    def reading_of(self, reader) -> str:
+        """What names a reading by ``reader``: its name and its plugin's distribution and version
+        (``"torch (traceparse 0.1.0)"``)."""
+        return f"{reader.name} ({self.origin(reader)})"
 
     def reader(self, name: str):
         """The reader called ``name``, or an :class:`InputError` listing those there are."""

@@ -90,11 +90,13 @@ SMALL_RANK_BYTES = 8 * 2**20
 
 @dataclass
 class RunResult:
-    """What one run ingest did: the run's metadata and whether it was already stored."""
+    """What one run ingest did: the run's metadata and whether it was already stored; ``replaced``: the readers
+    of the stored reading this one replaced (another release of the reader had read it)."""
 
     run: dict[str, Any]
     already_stored: bool
     warnings: list[str] = field(default_factory=list)
+    replaced: str | None = None
 
 
 # -- ranks ------------------------------------------------------------------
@@ -311,7 +313,9 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
     reg = default_registry()
     files = [Path(p) for p in paths]
     try:
-        trace = read_group(reg.readers[reader_name], files, params=params, sha256=sha256)
+        reader = reg.readers[reader_name]
+        trace = read_group(reader, files, params=params, sha256=sha256)
+        trace.meta.reader = reg.reading_of(reader)
         from_name = rank_from_name(files[0])
         used: set = set()
 
@@ -407,9 +411,13 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
     run_id = run_id_for(shas)
     if name is None:
         name = paths[0].name if len(paths) == 1 and paths[0].is_dir() else run_id
-    if store.has_run(run_id):
+    readings = sorted({reg.reading_of(reg.readers[reader_name]) for reader_name, _ in ranks})
+    stored = store.run_meta(run_id) if store.has_run(run_id) else None
+    if stored is not None and stored.get("readers") == readings:
         store.set_last(run_id)
-        return RunResult(store.run_meta(run_id), already_stored=True)
+        return RunResult(stored, already_stored=True)
+    # stored by another release of its reader (or before runs said which): read again, replacing that reading
+    replaced = (", ".join(stored.get("readers") or []) or "an earlier traceparse") if stored is not None else None
     tmp = store.fresh_tmp()
     flush = EarlyFlush()  # each rank's files flushed as it is done, while the others are read
     try:
@@ -437,13 +445,14 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
                                      per_task=_ranks_per_task(len(tasks), workers) if small else 1)
         flushed = flush.finish()  # before the parts are renamed
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
-        run["tags"] = dict(tags or {})
-        run = store.commit_run(tmp, run, _still_flushed(tmp, flushed, results, run))
+        run["tags"] = {**((stored or {}).get("tags") or {}), **(tags or {})}
+        run["readers"] = readings
+        run = store.commit_run(tmp, run, _still_flushed(tmp, flushed, results, run), replace=stored is not None)
     except BaseException:
         flush.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return RunResult(run, already_stored=False, warnings=warnings)
+    return RunResult(run, already_stored=False, warnings=warnings, replaced=replaced)
 
 
 def _still_flushed(tmp: Path, flushed: dict[Path, list[str]], results: list[dict], run: dict) -> set[str]:

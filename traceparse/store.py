@@ -263,14 +263,16 @@ class Store:
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
 
-    def commit_run(self, tmp: Path, run: dict, flushed: set[str] | None = None) -> dict:
+    def commit_run(self, tmp: Path, run: dict, flushed: set[str] | None = None, replace: bool = False) -> dict:
         """Make the run written under ``tmp`` (its ``rank=N`` partitions) a stored run, in one rename.
 
         ``run`` is its metadata (``run["id"]`` set); every file under ``tmp``
         is flushed to disk first (the ranks write theirs without a flush each; the paths in ``flushed``
         were flushed already, :class:`EarlyFlush`, and are not flushed again), ``run.json`` is written
         last. If the same run
-        appeared meanwhile it is kept and ``tmp`` is discarded. Returns the stored metadata.
+        appeared meanwhile it is kept and ``tmp`` is discarded; with ``replace``, a stored run of that id (the
+        same ranks as another release of their reader read them) is replaced once the new one is complete.
+        Returns the stored metadata.
         """
         try:
             _fsync_tree(tmp, flushed)  # the ranks' files, written without a flush each
@@ -278,6 +280,8 @@ class Store:
             _write_json(tmp / "run.json", run)
             _fsync_dir(tmp)
             self.runs_dir.mkdir(parents=True, exist_ok=True)
+            if replace and self.has_run(run["id"]):
+                self.remove_run(run["id"])
             try:
                 os.rename(tmp, self.runs_dir / run["id"])
             except OSError:

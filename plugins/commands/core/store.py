@@ -117,6 +117,12 @@ def _run_from(store, directory: Path) -> str:
                      "`traceparse list` shows what is stored")
 
 
+def _read_again(result) -> str | None:
+    """The title of an ingest whose content was stored as another reader, or another release of its reader, read
+    it (:attr:`traceparse.ingest.IngestResult.replaced`): that reading was replaced."""
+    return f"ingested again: the store had it as read by {result.replaced}" if result.replaced else None
+
+
 def meta_row(meta) -> dict:
     """One trace of ``list --json``: its id, where it came from, its tags and a few counts."""
     return {"id": meta.id, "path": meta.path, "paths": meta.source_paths, "format": meta.format,
@@ -271,17 +277,19 @@ class IngestCommand(Command):
         finally:
             ahead.close()
         if args.json:
-            doc = {"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored) for r in results]}
+            doc = {"traces": [dict(r.meta.to_dict(), already_stored=r.already_stored, replaced=r.replaced)
+                              for r in results]}
             if runs:
-                doc["runs"] = [dict(r.run, already_stored=r.already_stored) for r in runs]
+                doc["runs"] = [dict(r.run, already_stored=r.already_stored, replaced=r.replaced) for r in runs]
             self.print_json(doc)
             return 0
         # the warnings were printed on stderr as the traces were read: the panels count them, not say them again
         for r in results:
-            session.out.print(trace_summary(r.meta, r.already_stored, warnings=r.already_stored,
+            session.out.print(trace_summary(r.meta, r.already_stored, title=_read_again(r), warnings=r.already_stored,
                                             width=session.out.width))
         for r in runs:
-            session.out.print(run_summary(session.store, r.run, r.already_stored, warnings=r.already_stored))
+            session.out.print(run_summary(session.store, r.run, r.already_stored, title=_read_again(r),
+                                          warnings=r.already_stored))
         return 0
 
     @staticmethod
