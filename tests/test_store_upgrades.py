@@ -129,3 +129,11 @@ def test_a_run_stored_by_another_release_is_read_again_keeping_its_tags(tmp_path
     assert ingest_json(store, str(ranks))["runs"][0]["replaced"] == "an earlier traceparse"
     third = ingest_json(store, str(ranks))["runs"][0]
     assert (third["already_stored"], third["replaced"]) == (True, None)
+
+
+def test_sql_gives_each_readings_reader(tmp_path):
+    store = tmp_path / "s"
+    ingest_json(store, str(TRACE))
+    code, out, err = run_cli("--store", str(store), "sql", "select reader from traces", "--csv")
+    assert code == 0, err
+    assert out.splitlines() == ["reader", f"torch (traceparse {__version__})"]

@@ -98,8 +98,8 @@ KIND_VIEWS: dict[str, KindView] = {
 
 TRACES_SCHEMA = pl.Schema({
     "trace_id": pl.String, "run_id": pl.String, "rank": pl.Int32, "name": pl.String, "format": pl.String,
-    "variant": pl.String, "tool": pl.String, "tool_version": pl.String, "source_paths": pl.String,
-    "sha256": pl.String, "schema_version": pl.Int64, "ingested_at": pl.String, "event_count": pl.Int64,
+    "variant": pl.String, "reader": pl.String, "tool": pl.String, "tool_version": pl.String,
+    "source_paths": pl.String, "sha256": pl.String, "schema_version": pl.Int64, "ingested_at": pl.String, "event_count": pl.Int64,
     "start_ns": pl.Int64, "end_ns": pl.Int64, "span_ns": pl.Int64, "devices": pl.String, "tags": pl.String,
     "warnings": pl.Int64})
 RUNS_SCHEMA = pl.Schema({
@@ -397,7 +397,7 @@ def _traces(selection: Selection) -> list[dict]:
         summary = meta.summary or {}
         rows.append({
             "trace_id": meta.id, "run_id": run_id, "rank": rank, "name": trace_label(meta), "format": meta.format,
-            "variant": meta.variant, "tool": meta.tool, "tool_version": meta.tool_version,
+            "variant": meta.variant, "reader": meta.reader, "tool": meta.tool, "tool_version": meta.tool_version,
             "source_paths": json.dumps(meta.source_paths), "sha256": meta.sha256,
             "schema_version": meta.schema_version, "ingested_at": meta.ingested_at, "event_count": meta.event_count,
             "start_ns": summary.get("start_ns"), "end_ns": summary.get("end_ns"), "span_ns": summary.get("span_ns"),
