@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import FIXTURES, run_cli
+from helpers import FIXTURES, run_cli, union
 
 TPU = FIXTURES / "jax" / "tpu" / "xprof_tpu_inference_2" / "tpu_inference_2.xplane.pb"
 
@@ -26,3 +26,62 @@ def test_the_critical_paths_sentence_when_it_reached_nothing(tmp_path):
     assert f["metrics"]["length_ns"] == 0
     assert "the critical path is 0 ns (it reached no event that takes time)." in f["message"]
     assert ": ." not in f["message"]
+
+
+def test_a_tpus_lanes_nest_as_one_thread_in_hotspots(tmp_path):
+    """xprof's XLA Modules, XLA Ops and XLA TraceMe lines of a TPU are views of one device's work: summed side by
+    side, hotspots counted ``jit_f`` (a module) beside its ops, 31.5% of the total, and warned a 2.0x imbalance
+    over the device's lanes. Each device's time is now the time its lanes cover, computed here by a sweep of
+    the stored rows; ``jit_f`` keeps only its self time, and nothing is warned."""
+    import polars as pl
+
+    from traceparse.measures.routines import routine_choices, routine_time
+    from traceparse.store import Store
+
+    store = tmp_path / "s"
+    code, out, err = run_cli("--store", str(store), "analyze", str(TPU), "--rule", "hotspots", "--json")
+    assert code == 0, err
+    found = json.loads(out)["findings"][0]
+    assert found["severity"] == "info"
+    assert "nested host and device-lane events computed from their nesting on each thread (a device's XLA lanes nest as one thread: a module over its ops)." in found["message"]
+    events = Store(store).load(json.loads(out)["traces"][0]["id"]).events
+    events = events.filter(pl.col("group").ne_missing("async"))
+    lanes = events.filter(pl.col("pid").is_null() & pl.col("tid").is_not_null() & pl.col("kind").is_in(["region", "op"]))
+    kinds = ("region", "kernel", "op", "api", "marker", "memcpy", "memset", "sync")
+    chosen = routine_choices(events, kinds)
+    assert chosen["device_lane_rows"] == lanes.height == 6_013 + 630  # ops and regions of the four devices
+    routines = routine_time(events, kinds=kinds, drop_nested=chosen["drop_nested"],
+                            drop_aggregated=tuple(chosen["drop_aggregated"]))
+    on_devices = routines.filter(pl.col("pid").is_null())
+    assert on_devices["tid"].null_count() == on_devices.height  # a device's lanes are one thread
+    for device in range(4):
+        mine = lanes.filter(pl.col("device_id") == device)
+        covered = sum(e - s for s, e in union((s, s + d) for s, d in mine.select("start_ns", "duration_ns").iter_rows()))
+        assert on_devices.filter(pl.col("device_id") == device)["time_ns"].sum() == covered
+    jit = on_devices.filter(pl.col("name") == "jit_f(12190760917235803885)")
+    module_time = lanes.filter(pl.col("name") == "jit_f(12190760917235803885)")["duration_ns"].sum()
+    assert 0 < jit["time_ns"].sum() < module_time // 20  # its ops took the rest
+    assert jit["inclusive_ns"].sum() == module_time
+    assert sum(i["time_ns"] for i in found["items"] if i["name"] == "jit_f(12190760917235803885)") < module_time // 20
+
+
+def test_a_gpus_lanes_are_views_of_its_kernels_and_are_left_out():
+    """Hand-written edge case: a GPU with kernels on a stream and xprof's XLA Ops and XLA Modules lanes over them
+    (the same 200 ns of work at three levels). hotspots ranks the kernels; the lanes would count that time two
+    times more, so they are left out. A host region is its own thread's, as before."""
+    import polars as pl
+
+    from helpers import table
+    from traceparse.measures.routines import routine_choices, routine_time
+
+    rows = [dict(kind="kernel", name="fusion_k", device_id=0, stream_id=7, start_ns=0, duration_ns=100),
+            dict(kind="kernel", name="fusion_k", device_id=0, stream_id=7, start_ns=150, duration_ns=100),
+            dict(kind="op", name="fusion", device_id=0, tid=3, start_ns=0, duration_ns=100),
+            dict(kind="op", name="fusion", device_id=0, tid=3, start_ns=150, duration_ns=100),
+            dict(kind="region", name="jit_step", device_id=0, tid=2, start_ns=0, duration_ns=300),
+            dict(kind="region", name="train", pid=1, tid=1, start_ns=0, duration_ns=400)]
+    events = table(*rows)
+    kinds = ("region", "kernel", "op")
+    assert routine_choices(events, kinds)["device_lane_rows"] == 3
+    got = routine_time(events, kinds=kinds).select("name", "pid", "device_id", "tid", "time_ns")
+    assert sorted(got.iter_rows()) == [("fusion_k", None, 0, None, 200), ("train", 1, None, 1, 400)]

@@ -166,8 +166,11 @@ class Hotspots(Rule):
             message = "No routine time in this trace."
         nested_inclusive = int(routines["host_inclusive_rows"].sum())
         if metrics["self_time_rows"]:
-            message += (f" Self time of {metrics['self_time_rows']:,} nested host events computed from their nesting "
-                        "on each thread.")
+            lanes = bool(chosen["device_lane_rows"])
+            nested_where = "host and device-lane" if lanes else "host"
+            how = " (a device's XLA lanes nest as one thread: a module over its ops)" if lanes else ""
+            message += (f" Self time of {metrics['self_time_rows']:,} nested {nested_where} events computed from "
+                        f"their nesting on each thread{how}.")
         if nested_inclusive:
             message += (f" {nested_inclusive} operator/region/API rows have no exclusive time in this source and count "
                         "with their inclusive time (nested calls also count in their callers).")

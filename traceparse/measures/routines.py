@@ -24,6 +24,16 @@ ROUTINE = ["trace_id", "name", "kind", "pid", "device_id", "tid"]
 _ROW_COLUMNS = [*ROUTINE, "event_id", "start_ns", "duration_ns", "exclusive_ns", "calls"]
 #: Host kinds whose rows count with their inclusive time when the source gives no exclusive time.
 _HOST = ["op", "region", "api", "marker"]
+#: The ``pid`` a device lane's rows nest under (:func:`_lanes_nested`): no process has it.
+_LANE_PID = -(2 ** 62)
+
+
+def device_lane() -> pl.Expr:
+    """Rows on a device lane: an operator or range of a device that is on no stream and no host thread (xprof's
+    ``XLA Modules``, ``XLA Ops``, ``Steps``, ``XLA TraceMe`` lines of a TPU or GPU: ``tid`` the line). The lanes
+    are views of one device's work at several levels (a module runs its ops), not work side by side."""
+    return (pl.col("kind").is_in(["region", "op"]) & pl.col("pid").is_null() & pl.col("tid").is_not_null()
+            & pl.col("device_id").is_not_null())
 
 
 def _nested() -> pl.Expr:
@@ -35,13 +45,15 @@ def routine_choices(events: Any, kinds: list[str] | tuple[str, ...]) -> dict[str
 
     As :func:`traceparse.expr.flat_rows` then :func:`traceparse.expr.prefer_timed` per kind do on the
     whole table: ``drop_nested`` when some but not all rows are call-path rows (``nested``: how many);
-    ``drop_aggregated``: the kinds with both timed and aggregated rows (``dropped``: their aggregated rows).
+    ``drop_aggregated``: the kinds with both timed and aggregated rows (``dropped``: their aggregated rows);
+    ``device_lane_rows``: the rows on device lanes (:func:`device_lane`).
     One aggregate over the table (for a run, a lazy scan of three columns).
     """
     kinds = list(kinds)
     ours = kind_is(*kinds)
     nested = _nested()
-    exprs = [ours.sum().alias("rows"), (ours & nested).sum().alias("nested")]
+    exprs = [ours.sum().alias("rows"), (ours & nested).sum().alias("nested"),
+             (ours & device_lane()).sum().alias("lanes")]
     for i, k in enumerate(kinds):
         mine = pl.col("kind") == k
         exprs += [mine.sum().alias(f"r{i}"), (mine & timed()).sum().alias(f"t{i}"),
@@ -55,7 +67,7 @@ def routine_choices(events: Any, kinds: list[str] | tuple[str, ...]) -> dict[str
             drop.append(k)
             dropped += n - t
     return {"drop_nested": drop_nested, "nested": counts["nested"] if drop_nested else 0,
-            "drop_aggregated": drop, "dropped": dropped}
+            "drop_aggregated": drop, "dropped": dropped, "device_lane_rows": counts["lanes"]}
 
 
 class RoutineTime(Measure):
@@ -93,7 +105,10 @@ class RoutineTime(Measure):
         # only the columns used, not the forty others; the names as categoricals: grouped on integers, not on the
         # texts of a million rows (the 1 GB trace's hotspots: 1.11 -> 0.85 GB above the table)
         rows = picked(events, keep, *(pl.col(c).cast(pl.Categorical) if c == "name" else c for c in _ROW_COLUMNS))
-        rows = rows.with_columns(self_times(rows))
+        if rows.select(device_lane().any()).item():
+            rows = _lanes_nested(rows)
+        else:
+            rows = rows.with_columns(self_times(rows))
         rows = rows.with_columns(time_ns=pl.coalesce("exclusive_ns", "self_ns", "duration_ns"), calls=calls(),
                                  kind=pl.col("kind").cast(pl.String)).filter(pl.col("time_ns").is_not_null())
         inclusive_only = pl.col("exclusive_ns").is_null() & pl.col("self_ns").is_null()
@@ -111,6 +126,27 @@ class RoutineTime(Measure):
                 "host_inclusive_rows"]
         out = pl.concat(parts).group_by(ROUTINE).agg(pl.col(sums).sum()).sort(ROUTINE, nulls_last=False)
         return unkeyed(out)
+
+
+def _lanes_nested(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with their ``self_ns``, a device's lanes (:func:`device_lane`) one thread of that device.
+
+    A module's time is its ops' time: summed as lanes side by side, a TPU's time counted twice or three times
+    (``jit_f`` 31.5% of the total and "unevenly spread" over its device's lanes, its ``copy-done`` ops beside
+    it). The lanes of a device nest as one thread's events do (a step over its modules over their ops), so
+    each row counts its self time, and the device is one thread (``tid`` null, as its streams' kernels are).
+    On a device with timed kernels the lanes are views of those kernels, which hotspots already ranks: they
+    are left out."""
+    lane = device_lane()
+    kernels = rows.filter((pl.col("kind") == "kernel") & pl.col("start_ns").is_not_null()
+                          & pl.col("duration_ns").is_not_null()).select("trace_id", "device_id").unique()
+    if kernels.height:
+        on_kernels = pl.struct("trace_id", "device_id").is_in(kernels.select(pl.struct("trace_id", "device_id"))
+                                                              .to_series().implode())
+        rows = rows.filter(~(lane & on_kernels))
+    nesting = rows.with_columns(pid=pl.when(lane).then(pl.lit(_LANE_PID, pl.Int64)).otherwise("pid"),
+                                tid=pl.when(lane).then(-1 - pl.col("device_id").cast(pl.Int64)).otherwise("tid"))
+    return rows.with_columns(self_times(nesting), tid=pl.when(lane).then(None).otherwise("tid"))
 
 
 def _with_own_span(rows: pl.DataFrame) -> pl.DataFrame:
