@@ -99,9 +99,9 @@ KIND_VIEWS: dict[str, KindView] = {
 TRACES_SCHEMA = pl.Schema({
     "trace_id": pl.String, "run_id": pl.String, "rank": pl.Int32, "name": pl.String, "format": pl.String,
     "variant": pl.String, "reader": pl.String, "tool": pl.String, "tool_version": pl.String,
-    "source_paths": pl.String, "sha256": pl.String, "schema_version": pl.Int64, "ingested_at": pl.String, "event_count": pl.Int64,
-    "start_ns": pl.Int64, "end_ns": pl.Int64, "span_ns": pl.Int64, "devices": pl.String, "tags": pl.String,
-    "warnings": pl.Int64})
+    "source_paths": pl.String, "sha256": pl.String, "schema_version": pl.Int64, "ingested_at": pl.String,
+    "event_count": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "span_ns": pl.Int64, "devices": pl.String,
+    "tags": pl.String, "warnings": pl.Int64})
 RUNS_SCHEMA = pl.Schema({
     "run_id": pl.String, "name": pl.String, "format": pl.String, "world_size": pl.Int64, "ranks": pl.Int64,
     "backend": pl.String, "event_count": pl.Int64, "ingested_at": pl.String, "tags": pl.String,
