@@ -179,3 +179,26 @@ def test_a_gzip_xml_profile_cut_before_its_first_profile(store, tmp_path):
     cut.write_bytes(data[: len(data) * 2 // 3])
     assert_refused(["ingest", str(cut)], f"{cut}: no <profile> with <interval_data> in this TAU XML file before the "
                                          "file ends early (cut short?)", store)
+
+
+def test_a_paraprof_packed_profile_is_refused_with_how_to_unpack_it(store, tmp_path):
+    """Hand-written edge case after the head of tau2's perfexplorer examples (``DrawGraph/2.ppk``): a ``.ppk`` is
+    gzip around Java's serialisation, "PPK" first. It got the generic "not a format traceparse recognises"."""
+    import gzip
+
+    f = tmp_path / "my run.ppk"
+    f.write_bytes(gzip.compress(b"\x00P\x00P\x00K\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x04\x04" + bytes(64)))
+    assert_refused(["ingest", str(f)], f"{f}: a ParaProf packed profile (.ppk), which traceparse does not read: "
+                                       "`paraprof --dump 'my run.ppk'` writes its profile.N.C.T files into the current "
+                                       "folder; give that folder", store)
+
+
+def test_a_pprof_dump_is_refused_with_what_to_give_instead(store, tmp_path):
+    """Hand-written edge case after the first lines of tau2's ``TauIL/tests/pprof.dat`` (``pprof -d``)."""
+    f = tmp_path / "pprof.dat"
+    f.write_text('default.dep\n8 templated_functions -stddev\n'
+                 '%time         msec   total msec       #call      #subrs  usec/call     stddev name\n'
+                 '0,0,0 5 "void quicksort(int *, int, int)  " excl 5341226.344726562 74.02 GROUP="TAU_USER"\n')
+    assert_refused(["ingest", str(f)], f"{f}: a `pprof -d` dump, which traceparse does not read: give the "
+                                       "profile.N.C.T files (or their folder) that pprof read, or let "
+                                       "`paraprof -f pprof --dump pprof.dat` write them", store)

@@ -20,6 +20,7 @@ the same rows in :mod:`.events`. decimal text becomes integers only through
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,8 @@ from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
 # what reads a profile (polars, lxml) is imported by read(): every command that sniffs its paths loads this module
-from .sniff import HEADER, MULTI_PREFIX, PROFILE_NAME, SNAPSHOT_NAME, XML_HEAD, looks_like_pprof, sniff
+from .sniff import (HEADER, MULTI_PREFIX, PACKED_HEAD, PPROF_DUMP, PROFILE_NAME, SNAPSHOT_NAME, XML_HEAD, looks_like_pprof,
+                    sniff)
 
 if TYPE_CHECKING:
     from .profiles import ProfileSet
@@ -76,6 +78,8 @@ class TauReader(Reader):
         path = paths[0]
         extra: dict = {}
         warn = _noting_cuts(options)
+        if len(paths) == 1 and path.is_file():
+            _refuse_unread_forms(path, read_head(path))
         if len(paths) == 1 and path.is_dir():
             xml = path / "tauprofile.xml"
             try:
@@ -113,6 +117,20 @@ class TauReader(Reader):
         numbers.flush(options.warn)
         meta.warnings = options.warnings  # what was noticed while reading
         return Trace(rows, meta)
+
+
+def _refuse_unread_forms(path: Path, head: bytes) -> None:
+    """A one-line refusal, saying how to get what this reader reads, of TAU's forms it recognises but does not
+    read: ParaProf's packed profile (binary Java serialisation) and ``pprof -d``'s dump."""
+    name = shlex.quote(path.name)
+    if head.startswith(PACKED_HEAD):
+        raise InputError(f"{path}: a ParaProf packed profile (.ppk), which traceparse does not read: "
+                         f"`paraprof --dump {name}` writes its profile.N.C.T files into the current folder; "
+                         "give that folder")
+    if PPROF_DUMP.match(head):
+        raise InputError(f"{path}: a `pprof -d` dump, which traceparse does not read: give the profile.N.C.T "
+                         f"files (or their folder) that pprof read, or let `paraprof -f pprof --dump {name}` "
+                         "write them")
 
 
 def _text_variant(profile: ProfileSet) -> str:

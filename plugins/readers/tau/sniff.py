@@ -1,9 +1,11 @@
 """Recognising TAU's output by its own content (confidence scale: :meth:`traceparse.reader.Reader.sniff`).
 
-* 1.0: a text profile's first line, ``N templated_functions[_MULTI_<METRIC>]``.
+* 1.0: a text profile's first line, ``N templated_functions[_MULTI_<METRIC>]``; ParaProf's packed profile
+  (``.ppk``: gzip, then ``PPK`` as Java writes characters), claimed to be refused with how to unpack it.
 * 0.8: merged or snapshot XML (``<profile_xml>``), a pprof report, a
   directory of ``profile.N.C.T`` files, of ``MULTI__*`` directories of them,
   or holding a ``tauprofile.xml``.
+* 0.8 too: a ``pprof -d`` dump (a ``.dep`` line, then ``N templated_functions -stddev``), refused likewise.
 * 0.2: only the name (``profile.N.C.T``, ``snapshot.N.C.T``,
   ``tauprofile.xml``): claimed so the reader says precisely what is wrong.
 """
@@ -24,6 +26,10 @@ COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 HEADER = re.compile(rb"^\s*\d+\s+templated_functions")
 SNAPSHOT_NAME = re.compile(r"^snapshot\.\d+\.\d+\.\d+(?:\.gz)?$")
 # possessive spaces: two runs side by side would retry each other's split (quadratic in a head of spaces)
+#: ParaProf's packed profile (``.ppk``), once ungzipped: "PPK" written by Java's ``writeChars``.
+PACKED_HEAD = b"\x00P\x00P\x00K"
+#: ``pprof -d``'s dump: the dependency file's name, then the count of functions and pprof's column header.
+PPROF_DUMP = re.compile(rb"^[^\n]*\.dep\r?\n\s*\d+\s+templated_functions\b[^\n]*\n\s*%time\s")
 XML_HEAD = re.compile(rb"^\s*+(?:\xef\xbb\xbf)?+\s*+(?:<\?xml[^>]*\?>\s*)?<profile_xml>")
 
 
@@ -31,8 +37,10 @@ def sniff(path: Path, head: bytes) -> float:
     """Confidence that ``path`` is TAU output (see the module docstring)."""
     if path.is_dir():
         return _sniff_directory(path)
-    if HEADER.match(head):
+    if HEADER.match(head) or head.startswith(PACKED_HEAD):
         return 1.0
+    if PPROF_DUMP.match(head):
+        return 0.8
     if XML_HEAD.match(head):
         return 0.8
     if looks_like_pprof(head.decode("utf-8", errors="replace")):
