@@ -85,3 +85,14 @@ def test_a_gpus_lanes_are_views_of_its_kernels_and_are_left_out():
     assert routine_choices(events, kinds)["device_lane_rows"] == 3
     got = routine_time(events, kinds=kinds).select("name", "pid", "device_id", "tid", "time_ns")
     assert sorted(got.iter_rows()) == [("fusion_k", None, 0, None, 200), ("train", 1, None, 1, 400)]
+
+
+def test_arithmetic_intensity_says_a_tpus_ops_are_no_gpu_kernels(tmp_path):
+    """It said "its operators ran on the CPU, or the GPU was not traced" of a TPU's XLA ops, and asked for --gpu."""
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(TPU), "--rule", "arithmetic-intensity",
+                             "--json")
+    assert code == 0, err
+    f = json.loads(out)["findings"][0]
+    assert f["message"] == ("The trace's operators ran on accelerator devices that record no GPU kernels (XLA ops of "
+                            "a TPU): this rule places GPU kernels on a GPU's roofline, so there is nothing to place.")
+    assert f["metrics"]["gpu_source"] == "none: the trace's devices ran no GPU kernels"

@@ -149,13 +149,20 @@ class ArithmeticIntensity(Rule):
 
     def _nothing(self, trace: Trace, spec: dict | None, how: str) -> Finding:
         events = trace.events
-        kernels, shapes = events.select(
+        kernels, shapes, device_ops = events.select(
             kernels=(pl.col("kind") == "kernel").any(),
-            shapes=((pl.col("kind") == "op") & pl.col("input_dims").is_not_null()).any()).row(0)
+            shapes=((pl.col("kind") == "op") & pl.col("input_dims").is_not_null()).any(),
+            device_ops=((pl.col("kind") == "op") & pl.col("device_id").is_not_null() & pl.col("pid").is_null()).any(),
+        ).row(0)
         ncu = ("Profile with ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,"
                "dram__bytes_write.sum,sm__sass_thread_inst_executed_op_{f,h,d}{add,mul,fma}_pred_on.sum,"
                "sm__ops_path_tensor_src_tf32_dst_fp32.sum (see docs/roofline.md)")
-        if not kernels:  # a CPU-only trace, or one whose GPU was not traced: no roofline of a GPU to draw
+        if not kernels and device_ops:  # an accelerator's own operators, no GPU kernels: a TPU's XLA ops
+            message = ("The trace's operators ran on accelerator devices that record no GPU kernels (XLA ops of a "
+                       "TPU): this rule places GPU kernels on a GPU's roofline, so there is nothing to place.")
+            suggestion = ""
+            how = "none: the trace's devices ran no GPU kernels"
+        elif not kernels:  # a CPU-only trace, or one whose GPU was not traced: no roofline of a GPU to draw
             message = ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not traced): "
                        "there is nothing to place on a GPU roofline.")
             suggestion = ""
