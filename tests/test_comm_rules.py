@@ -504,3 +504,19 @@ def test_hotspots_splits_no_wait_off_gloo_collectives(folder):
     [f] = [f for f in analyze(run_of(folder), rules=["hotspots"]) if f.title == "Hotspots: routines by exclusive time"]
     assert all("waiting_ns" not in i for i in f.items) and "comm_waiting_ns" not in f.metrics
     assert "waiting_ns" not in [c.key for c in f.columns] and "spinning" not in f.message
+
+
+@pytest.mark.parametrize("cut", [[], ["--step", "all"]])
+def test_the_wait_per_step_is_over_the_steps_not_the_merged_windows(cut, tmp_path):
+    """``--step all`` lays the steps it cuts end to end, and the rule counted its steps as its merged windows: one,
+    so "the others wait 214.9 ms per step" of steps of at most 84.7 ms. The steps are ProfilerStep#N, counted
+    here from the raw JSON of the straggler's rank; the wait per step is the wait over them."""
+    steps = {e["name"] for e in raw(NCCL["slow"] / "rank1.json.gz")["traceEvents"]
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(NCCL["slow"]), *cut, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    m = next(f for f in doc["findings"] if f["rule"] == "stragglers")["metrics"]
+    assert len(steps) == doc["summary"][0]["steps"] == 3
+    assert m["wait_caused_per_step_ns"] == round(m["wait_caused_ns"] / 1 / len(steps))  # two ranks: one waits
+    assert m["wait_caused_per_step_ns"] < doc["summary"][0]["step_max_ns"]

@@ -64,7 +64,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
-from traceparse.measures.comm import member_compute, member_windows, waiting_time
+from traceparse.measures.comm import member_compute, member_windows_counted, waiting_time
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
@@ -118,9 +118,8 @@ class Stragglers(Rule):
                             metrics={"straggler_rank": None, "collectives": n_instances, "members": label,
                                      "clock": clock}, figures=FIGURES)]
         shared = waits.filter(pl.col("members") > 1)
-        windows = member_windows(events, waits)
+        windows, steps_per_member = member_windows_counted(events, waits)
         step = {m: sum(e - a for a, e in w) for m, w in windows.items()}
-        steps_per_member = {m: len(w) for m, w in windows.items()}
         busy = member_compute(events, waits)
         waited = dict(waiting_time(waits, windows, busy).iter_rows())
         # the wait a member causes: over the others, the union of their waits at the instances it was last to

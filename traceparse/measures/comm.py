@@ -459,19 +459,29 @@ def member_windows(events: Any, members: pl.DataFrame) -> dict[Any, list[tuple[i
     the devices (or the process) of one trace share that trace's steps. On a run's partitions
     (:class:`traceparse.measures.base.PartitionedEvents`, one rank each) every rank is measured in turn. The
     windows bound what a member can wait: a wait is counted inside them only, so it is never longer than the
-    member's step time (:func:`member_steps`).
+    member's step time (:func:`member_steps`). Steps that touch or overlap are one window.
     """
+    return member_windows_counted(events, members)[0]
+
+
+def member_windows_counted(events: Any, members: pl.DataFrame) -> tuple[dict[Any, list[tuple[int, int]]],
+                                                                          dict[Any, int]]:
+    """:func:`member_windows`, and each member's number of steps: the distinct steps of its step series, 1 for a
+    member whose one window is the span of its events, 0 for one without events. Not the number of windows:
+    steps end to end (``--step all`` lays the steps it cuts so; a step annotation ending where the next begins)
+    are one window, and a wait "per step" divided by that one window was longer than a step."""
     wanted = members.select("member", "rank").unique()
     if isinstance(events, PartitionedEvents):
-        per_rank: dict[Any, list[tuple[int, int]]] = {}
+        per_rank: dict[Any, tuple[list[tuple[int, int]], int]] = {}
         for found in events.map(_rank_windows):
             per_rank.update(found)
-        return {r["member"]: per_rank.get(r["rank"], []) for r in wanted.iter_rows(named=True)}
-    out: dict[Any, list[tuple[int, int]]] = {}
-    for r in wanted.iter_rows(named=True):
-        rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
-        out[r["member"]] = _windows(rows)
-    return out
+        found = {r["member"]: per_rank.get(r["rank"], ([], 0)) for r in wanted.iter_rows(named=True)}
+    else:
+        found = {}
+        for r in wanted.iter_rows(named=True):
+            rows = events.filter(pl.col("rank") == r["rank"]) if r["rank"] is not None else events
+            found[r["member"]] = _windows(rows)
+    return {m: w for m, (w, _) in found.items()}, {m: n for m, (_, n) in found.items()}
 
 
 def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
@@ -479,8 +489,8 @@ def member_steps(events: Any, members: pl.DataFrame) -> dict[Any, int]:
     return {m: sum(e - s for s, e in w) for m, w in member_windows(events, members).items()}
 
 
-def _rank_windows(events: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
-    """{rank: step windows} of a group of a run's partitions (each one rank's rows, in its own trace).
+def _rank_windows(events: pl.DataFrame) -> dict[Any, tuple[list[tuple[int, int]], int]]:
+    """{rank: (step windows, steps)} of a group of a run's partitions (each one rank's rows, in its own trace).
 
     The ranks whose trace has ``ProfilerStep#N`` annotations get them in one pass over the group (one rank per
     trace: per trace is per rank); the others, rank by rank (their steps may come from ranges or marks,
@@ -488,31 +498,35 @@ def _rank_windows(events: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
     """
     from traceparse.measures.steps import step_series
 
-    out: dict[Any, list[tuple[int, int]]] = {}
+    out: dict[Any, tuple[list[tuple[int, int]], int]] = {}
     ranks = _rank_of_trace(events.filter(pl.col("rank").is_not_null()))
     if ranks is not None and ranks.height > 1:
         s = step_series(events)
         if s.height and (s["source"] == "ProfilerStep#N").all():
+            counts = dict(keyed(s).join(ranks, on="trace_id", how="inner").group_by("rank")
+                          .agg(pl.col("step").n_unique()).iter_rows())
             merged = intervals.union(keyed(s).select("trace_id", "start_ns", "duration_ns"), ["trace_id"])
             merged = merged.join(ranks, on="trace_id", how="inner")
             for (rank,), rows in merged.sort("start").group_by("rank", maintain_order=True):
-                out[rank] = [(int(a), int(b)) for a, b in rows.select("start", "end").iter_rows()]
+                out[rank] = ([(int(a), int(b)) for a, b in rows.select("start", "end").iter_rows()],
+                             int(counts.get(rank, 0)))
     for rank in events["rank"].drop_nulls().unique().to_list():
         if rank not in out:
             out[rank] = _windows(events.filter(pl.col("rank") == rank))
     return out
 
 
-def _windows(rows: pl.DataFrame) -> list[tuple[int, int]]:
+def _windows(rows: pl.DataFrame) -> tuple[list[tuple[int, int]], int]:
+    """The step windows of one member's rows and its number of steps (:func:`member_windows_counted`)."""
     from traceparse.measures.steps import step_series
 
     s = step_series(rows.with_columns(trace_id=pl.lit(None, dtype=pl.String)))
     if s.height:
         merged = intervals.union(s.select("start_ns", "duration_ns"))
-        return [(int(a), int(b)) for a, b in merged.select("start", "end").iter_rows()]
+        return [(int(a), int(b)) for a, b in merged.select("start", "end").iter_rows()], int(s["step"].n_unique())
     first, last = rows.filter(placed()).select(pl.col("start_ns").min().alias("first"),
                                                (pl.col("start_ns") + pl.col("duration_ns")).max().alias("last")).row(0)
-    return [] if first is None or last is None else [(int(first), int(last))]
+    return ([], 0) if first is None or last is None else ([(int(first), int(last))], 1)
 
 
 def member_compute(events: Any, waits: pl.DataFrame) -> pl.DataFrame | None:
