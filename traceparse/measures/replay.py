@@ -65,9 +65,11 @@ class Replayer:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def run(self, weights: np.ndarray | None = None) -> np.ndarray:
+    def run(self, weights: np.ndarray | None = None, frozen: np.ndarray | None = None) -> np.ndarray:
         """The replayed time of every node (numbered as :attr:`keys`) with ``weights`` per edge (ns, in the graph's
-        row order; default the graph's ``weight_ns``)."""
+        row order; default the graph's ``weight_ns``). ``frozen`` (a boolean per edge): those edges leave from their
+        source's measured time, not its replayed one, so that what happened before them does not move what they
+        lead to (whatif replays each step from its measured start: :func:`traceparse.measures.whatif.what_if`)."""
         w = self.default if weights is None else np.asarray(weights)
         if w is None:
             raise ValueError("replay: the graph has no weight_ns and no weights were given")
@@ -75,6 +77,13 @@ class Replayer:
         src = self.src[self._edges].tolist()
         wt = np.rint(w[self._edges]).astype(np.int64).tolist() if w.dtype.kind == "f" else w[self._edges].tolist()
         first = self._first.tolist()
+        if frozen is not None and np.asarray(frozen).any():
+            # a frozen edge's source is a node of its own, at the measured time and with no edge into it
+            fixed = np.flatnonzero(np.asarray(frozen, dtype=bool)[self._edges])
+            src = np.asarray(src, dtype=np.int64)
+            src[fixed] = len(at) + np.arange(len(fixed))
+            at = at + self.measured[self.src[self._edges][fixed]].tolist()
+            src = src.tolist()
         for v in self.order.tolist():
             lo, hi = first[v], first[v + 1]
             if lo == hi:
@@ -85,7 +94,7 @@ class Replayer:
                 if t > best:
                     best = t
             at[v] = best
-        return np.array(at, dtype=np.int64)
+        return np.array(at[:len(self.keys)], dtype=np.int64)
 
     def window_nodes(self, graph: pl.DataFrame, windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Per window (``trace_id``, ``start_ns``, ``end_ns`` on the graph's clock), the node at its start and the
@@ -119,11 +128,17 @@ class Replayer:
         return pl.DataFrame({"trace": traces, "node": nodes, "measured_ns": self.measured, "replayed_ns": at},
                             schema=NODE_SCHEMA).sort("trace", "node", nulls_last=False)
 
-    def arrivals(self, at: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    def arrivals(self, at: np.ndarray, weights: np.ndarray | None = None, frozen: np.ndarray | None = None) -> np.ndarray:
         """Per edge (graph row order), when it lets its destination happen in the replay ``at``: its source's time
-        plus its weight. A node's replayed time is the latest arrival of its in-edges."""
+        (a ``frozen`` edge's: the measured one, as :meth:`run`) plus its weight. A node's replayed time is the latest
+        arrival of its in-edges."""
         w = self.default if weights is None else np.asarray(weights)
-        return at[self.src] + np.rint(w).astype(np.int64)
+        return self.sources(at, frozen) + np.rint(w).astype(np.int64)
+
+    def sources(self, at: np.ndarray, frozen: np.ndarray | None = None) -> np.ndarray:
+        """Per edge (graph row order), its source's time in the replay ``at``; a ``frozen`` edge's, the measured one."""
+        out = at[self.src]
+        return out if frozen is None else np.where(np.asarray(frozen, dtype=bool), self.measured[self.src], out)
 
 
 def replay(graph: pl.DataFrame, weight: pl.Expr | None = None) -> pl.DataFrame:

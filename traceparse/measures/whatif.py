@@ -20,8 +20,11 @@ the weights of some edges:
                        straggler's excess in the prediction).
 
 The predicted step of a rank is the replayed time between its step window's two ends (the nodes at its start and
-end: the ``ProfilerStep#N`` annotation's own, where there is one). With no edit every node lands where it was
-measured, so the prediction is the measured step. Time the trace does not show (``untraced`` edges: a host thread
+end: the ``ProfilerStep#N`` annotation's own, where there is one), each step replayed from its measured start (an
+edge into the step from another step leaves at its source's measured time): what one step gains is never carried
+into the next, where a node no edge explains, kept where it was measured, would make it read as slower. With no
+edit every node lands where it was measured, so the prediction is the measured step; with speed-ups only, no
+step is predicted slower. Time the trace does not show (``untraced`` edges: a host thread
 running nothing the trace records, a stream idle before work whose launch is not in the trace) is replayed as
 measured: whatif says where the path holds such time rather than guess what it was.
 """
@@ -291,11 +294,13 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | N
 
 
 # -- the replayed graph's critical path ---------------------------------------------------------------------------
-def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weights: np.ndarray) -> pl.DataFrame:
-    """``graph`` with every node at its replayed time (``src_ns``, ``dst_ns``), ``weight_ns`` the edited weights
-    and ``critical`` chosen again: each node's in-edge that arrived last (source time + weight), ties to the later
-    source, then an explicit edge over an inferred one, then program order (:data:`EDGE_KINDS`)."""
-    src_at, dst_at = at[replayer.src], at[replayer.dst]
+def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weights: np.ndarray,
+                   frozen: np.ndarray | None = None) -> pl.DataFrame:
+    """``graph`` with every node at its replayed time (``src_ns``, ``dst_ns``; a ``frozen`` edge's source at its
+    measured time, as the replay had it), ``weight_ns`` the edited weights and ``critical`` chosen again: each
+    node's in-edge that arrived last (source time + weight), ties to the later source, then an explicit edge over
+    an inferred one, then program order (:data:`EDGE_KINDS`)."""
+    src_at, dst_at = replayer.sources(at, frozen), at[replayer.dst]
     w = np.rint(weights).astype(np.int64)
     order = pl.col("edge").replace_strict({k: i for i, k in enumerate(EDGE_KINDS)}, return_dtype=pl.Int32)
     g = graph.with_columns(src_ns=pl.Series(src_at), dst_ns=pl.Series(dst_at), weight_ns=pl.Series(w),
@@ -306,6 +311,27 @@ def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weig
     chosen = np.zeros(g.height, dtype=bool)
     chosen[best["_i"].to_numpy()] = True
     return g.with_columns(critical=pl.Series(chosen)).drop("_i", "_arr", "_order")
+
+
+def _across_steps(replayer: Replayer, windows: pl.DataFrame) -> np.ndarray:
+    """Per edge of the replayer's graph, whether it leads into a step from outside it: its source is in another
+    step (by step number: the ranks' same step stays one) or in none. A node is in step N of its trace when its
+    measured time is after the step's start and at most its end, so the node at a step's start
+    (:meth:`Replayer.window_nodes`) is the step before's, and the step is replayed from it as measured. A
+    collective instance's node (:data:`INSTANCE_TRACE`: where its members meet) is in every step: the wait of
+    one rank for another goes through it."""
+    step = np.full(len(replayer), -1, dtype=np.int64)
+    traces = np.array([k[0] if k[0] is not None else "" for k in replayer.keys], dtype=object)
+    meeting = traces == INSTANCE_TRACE
+    for (trace,), rows in windows.select("trace_id", "step", "start_ns", "end_ns").sort("start_ns").group_by(
+            "trace_id", maintain_order=True):
+        mine = np.flatnonzero(traces == (trace if trace is not None else ""))
+        times = replayer.measured[mine]
+        starts, ends, numbers = (rows[c].to_numpy() for c in ("start_ns", "end_ns", "step"))
+        at = np.searchsorted(starts, times, side="left") - 1  # the last window starting before the node
+        inside = (at >= 0) & (times <= ends[np.clip(at, 0, None)])
+        step[mine[inside]] = numbers[at[inside]]
+    return (step[replayer.src] != step[replayer.dst]) & ~meeting[replayer.src] & ~meeting[replayer.dst]
 
 
 def _lane() -> pl.Expr:
@@ -397,19 +423,24 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
                          "mark (whatif predicts step times)")
     weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
     replayer = Replayer(graph)
-    at = replayer.run(weights)
+    # each step replayed from its measured start: an edge from another step (or from before the steps) leaves at its
+    # source's measured time, so that time saved in one step is never carried into the next as a later start of
+    # nothing (a node no edge explains stays where it was measured: the next step would have waited for it, and
+    # read as slower by what the step before gained)
+    frozen = _across_steps(replayer, windows)
+    at = replayer.run(weights, frozen)
     first, last = replayer.window_nodes(graph, windows)
-    ok = (first >= 0) & (last >= 0)
+    ok = (first >= 0) & (last >= 0) & (first != last)
     measured = (windows["end_ns"] - windows["start_ns"]).to_numpy()
-    shift = np.where(ok, (at[last] - replayer.measured[last]) - (at[first] - replayer.measured[first]), 0)
-    predicted = measured + shift
+    predicted = np.maximum(measured + np.where(ok, at[last] - replayer.measured[last], 0), 0)
     steps = windows.with_columns(measured_ns=pl.Series(measured, dtype=pl.Int64),
                                  predicted_ns=pl.Series(predicted, dtype=pl.Int64))
     steps = steps.with_columns(gain_ns=pl.col("measured_ns") - pl.col("predicted_ns"))
-    # the predicted path: the replayed graph's critical edges, from each window's replayed end
-    moved = replayed_graph(graph, replayer, at, weights)
-    new_windows = windows.with_columns(start_ns=pl.Series(np.where(ok, at[first], windows["start_ns"].to_numpy())),
-                                       end_ns=pl.Series(np.where(ok, at[last], windows["end_ns"].to_numpy())))
+    # the predicted path: the replayed graph's critical edges, from each window's replayed end to its start
+    moved = replayed_graph(graph, replayer, at, weights, frozen)
+    new_windows = windows.with_columns(
+        start_ns=pl.Series(np.where(ok, replayer.measured[first], windows["start_ns"].to_numpy())),
+        end_ns=pl.Series(np.where(ok, replayer.measured[first] + predicted, windows["end_ns"].to_numpy())))
     paths, segments = critical_paths(moved, new_windows)
     length = float(paths["length_ns"].mean()) if paths.height else 0.0
     cannot = _untraced_notes(paths, segments)
