@@ -333,3 +333,20 @@ def test_traces_of_the_same_file_name_are_told_apart_by_their_folder(two_sweeps)
     code, out, err = run_cli("compare", *two_sweeps.values(), "--by", "batch", "--series", "run", "--json")
     labels = [r["label"] for r in json.loads(out)["rows"]]
     assert labels == [f"{folder}/resnet18_bs{b}.json.gz" for folder in ("torch", "torch_sweep2") for b in (4, 16, 64)]
+
+
+def test_runs_compare_with_their_kernel_categories_over_every_rank(store, tmp_path):
+    """A run's rows are per rank: each category's share was one rank's time over every rank's kernel time (the
+    shares of the DDP run added up to 25.8%). They are analyze's kernel-share figures now, adding up to 100; and a
+    run of four ranks on one GPU model is that model, not "2 devices" beside a trace of it."""
+    run = FIXTURES / "torch" / "multirank" / "ddp4_balanced"
+    code, out, err = run_cli("compare", str(run), str(FIXTURES / "torch" / "multirank" / "ddp4_slow_hook"), "--json")
+    assert code == 0, err
+    assert "not like for like" not in err
+    rows = json.loads(out)["rows"]
+    code, out, err = run_cli("analyze", str(run), "--rule", "kernel-share", "--json")
+    assert code == 0, err
+    categories = json.loads(out)["findings"][0]["metrics"]["categories"]
+    got = rows[0]["metrics"]["category_pct"]
+    assert got == {k: c["share_pct"] for k, c in categories.items()}
+    assert got["gemm"] == 68.0534 and sum(got.values()) == pytest.approx(100, abs=0.01)

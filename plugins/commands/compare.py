@@ -85,7 +85,8 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
     busy_ns = int(kernels["busy_ns"].sum() or 0)
     metrics["concurrency_pct"] = (None if kernels.height == 0 else
                                   expr.pct(int(kernels["concurrent_ns"].sum() or 0), busy_ns) if busy_ns else 0.0)
-    categories = measures.time_by_category(events)
+    # per category over the whole trace (a run's rows are per rank: one rank's over every rank's was each share)
+    categories = measures.time_by_category(events).group_by("category").agg(pl.col("time_ns").sum())
     kernel_ns = int(categories["time_ns"].sum() or 0)
     shares = {r["category"]: expr.pct(r["time_ns"], kernel_ns) for r in categories.iter_rows(named=True)}
     metrics["category_pct"] = {c: shares[c] for c in CATEGORY_ORDER if c in shares}
@@ -164,7 +165,8 @@ def series_of(row: dict, series: str | None) -> str | None:
 
 
 def _device_of(t: Trace) -> str | None:
-    return ", ".join(d.name for d in t.meta.devices if d.name) or None
+    """The GPU models of a trace (of a run: of its ranks), each once: eight ranks on one model are that model."""
+    return ", ".join(dict.fromkeys(d.name for d in t.meta.devices if d.name)) or None
 
 
 def _require_tag(traces: list[Trace], tag: str, option: str) -> None:
@@ -303,8 +305,9 @@ def render(console, rows: list[dict], by: str | None, series: str | None = None)
     for part in fitted_table(columns, data, console.width, title="traces (step: mean ProfilerStep#N time; "
                                                                  "samples/s: batch / step)"):
         console.print(part)
-    columns = [Column("label", first, "name"), Column("span_ns", "GPU span", "ns"), Column("kernel_ns", "kernel", "ns"),
-               Column("memcpy_ns", "memcpy", "ns"), Column("api_ns", "API", "ns"), Column("memset_ns", "memset", "ns")]
+    columns = [Column("label", first, "name"), Column("span_ns", "GPU spans, summed", "ns"),
+               Column("kernel_ns", "kernel", "ns"), Column("memcpy_ns", "memcpy", "ns"), Column("api_ns", "API", "ns"),
+               Column("memset_ns", "memset", "ns")]
     data = [{"label": label, **{c.key: r["metrics"][c.key] for c in columns[1:]}} for label, r in zip(labels, rows)]
     for part in fitted_table(columns, data, console.width, title="GPU and API time"):
         console.print(part)
@@ -345,7 +348,7 @@ def share_series(rows: list[dict]) -> dict[str, dict[str, list[float | None]]]:
     for p in (rows[0]["metrics"]["api_pattern_pct"] if rows else {}):
         shares[f"API /{p}/ (of API time)"] = [r["metrics"]["api_pattern_pct"][p] for r in rows]
     times = {label: [None if r["metrics"][key] is None else r["metrics"][key] / 1e6 for r in rows]
-             for label, key in (("step", "step_time_ns"), ("GPU span", "span_ns"), ("kernel", "kernel_ns"),
+             for label, key in (("step", "step_time_ns"), ("GPU spans, summed", "span_ns"), ("kernel", "kernel_ns"),
                                 ("memcpy", "memcpy_ns"), ("API", "api_ns"))}
     panels = {"rule figures (%)": rule, "time shares (%)": shares, "time (ms)": times}
     if any(r["metrics"].get("samples_per_s") is not None for r in rows):
@@ -481,7 +484,7 @@ def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: 
 
 def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
     keys = tag_keys(rows, by, series)
-    head = ["trace", *keys, "step (ms)", "samples/s", "GPU span (ms)", "memcpy overlap %", "kernel concurrency %",
+    head = ["trace", *keys, "step (ms)", "samples/s", "GPU spans, summed (ms)", "memcpy overlap %", "kernel concurrency %",
             "GPU idle %"]
     body = []
     for r in rows:
