@@ -551,3 +551,22 @@ def test_a_title_names_a_kernel_by_its_name_not_its_argument_list():
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
     assert _short("autograd::engine::evaluate_function: AddBackward0") == "AddBackward0"
     assert [_short(n) for n in ("aten::mm", "DataLoader", "(weird)")] == ["mm", "DataLoader", "(weird)"]
+
+
+def test_one_untraced_part_of_every_step_is_one_row_as_whatif_shows_it(tmp_path):
+    """The rule listed "(nothing traced in ProfilerStep#1)", "#2", "#3" as rows of their own, each a third of the
+    part and ranked below smaller parts; whatif (no edit: the same paths) shows the one part. They agree now."""
+    import re as _re
+
+    path = str(FIXTURES / "torch" / "resnet18_bs16.json.gz")
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "analyze", path, "--rule", "critical-path", "--json")
+    assert code == 0, err
+    items = json.loads(out)["findings"][0]["items"]
+    assert not any(_re.search(r"ProfilerStep#\d", i["name"]) for i in items)
+    code, out, err = run_cli("--store", store, "whatif", path, "--json", "--top", "1000")
+    assert code == 0, err
+    whatif = {(t["lane"], t["kind"], t["name"]): t["per_step_ns"] for t in json.loads(out)["path"]["top"]}
+    mine = {(i["lane"], i["kind"], i["name"]): i["per_step_ns"] for i in items}
+    key = next(k for k in mine if k[2] == "(nothing traced in ProfilerStep#N)")
+    assert mine[key] == whatif[key] > 0

@@ -398,3 +398,20 @@ def test_a_speed_up_never_makes_a_step_slower(store, folder, edit):
         assert 0 <= r["gain_ns"] == r["measured_ns"] - r["predicted_ns"] <= r["measured_ns"], r
     gains = [r["gain_ns"] for r in doc["steps"]]
     assert doc["mean"]["gain_ns"] == pytest.approx(sum(gains) / len(gains), abs=1)
+
+
+def test_cannot_replay_names_the_untraced_part_with_the_most_time(tmp_path):
+    """It named the untraced part with the most segments: "mostly (nothing traced on the thread)" (1.14 ms a step)
+    beside "(nothing traced in ProfilerStep#N)" (1.39 ms) on the ResNet18 fixture."""
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "whatif", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                             "--json", "--top", "1000")
+    assert code == 0, err
+    doc = json.loads(out)
+    untraced: dict[str, int] = {}
+    for part in doc["path"]["top"]:
+        if part["kind"] == "untraced":
+            untraced[part["name"]] = untraced.get(part["name"], 0) + part["per_step_ns"]
+    largest = max(untraced, key=untraced.get)
+    assert largest == "(nothing traced in ProfilerStep#N)" and len(untraced) == 2
+    (note,) = doc["cannot_replay"]
+    assert f", mostly {largest}: replayed as measured" in note

@@ -265,10 +265,14 @@ def _sums(segments: pl.DataFrame, by: str, per_step, top: int | None = None) -> 
 
 
 def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None) -> list[dict]:
-    """The largest parts (rank, lane, kind, name) of ``segments``, per step."""
-    rows = (segments.group_by("segment_rank", "lane", "segment", "name")
-            .agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
+    """The largest parts (rank, lane, kind, name) of ``segments``, per step: a step's own name left out
+    (``(nothing traced in ProfilerStep#3)`` is ``... ProfilerStep#N)``), so that one part of every step is one row,
+    as whatif shows it, not a row per step ranked below parts smaller in all."""
+    part = ["segment_rank", "lane", "segment", "name"]
+    rows = (segments.group_by(*part).agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
             .with_columns(_text("lane", "segment", "name"))
+            .with_columns(pl.col("name").str.replace(r"ProfilerStep#\d+", "ProfilerStep#N"))
+            .group_by(*part).agg(pl.col("ns").sum(), pl.col("other").any())
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
             .head(top))
     out = []

@@ -386,9 +386,14 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
     if segments.height == 0:
         return []
     n = paths.height
-    per_rank = (segments.filter(pl.col("segment") == "untraced").group_by("segment_rank")
-                .agg(ns=pl.col("duration_ns").sum(), name=_step_free(pl.col("name")).mode().first())
-                .sort("ns", descending=True))
+    untraced = segments.filter(pl.col("segment") == "untraced").with_columns(name=_step_free(pl.col("name")))
+    # "mostly": the part with the most time (not the most segments), ties to the name
+    most = (untraced.group_by("segment_rank", "name").agg(part=pl.col("duration_ns").sum())
+            .sort(["part", "name"], descending=[True, False]).group_by("segment_rank", maintain_order=True)
+            .agg(pl.col("name").first()))
+    per_rank = (untraced.group_by("segment_rank").agg(ns=pl.col("duration_ns").sum())
+                .join(most, on="segment_rank", how="left", nulls_equal=True)
+                .sort("ns", descending=True).select("segment_rank", "ns", "name"))
     step = float((paths["end_ns"] - paths["start_ns"]).sum()) / max(n, 1)
     out = []
     for rank, ns, name in per_rank.iter_rows():
