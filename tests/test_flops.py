@@ -28,6 +28,25 @@ def test_without_torch_the_command_says_which_extra(monkeypatch, store):
                    "extra: pip install 'traceparse[torch]'\n")
 
 
+def test_a_torchvision_that_does_not_import_falls_back_to_the_own_definitions(monkeypatch, store):
+    """torchvision built for another torch raises RuntimeError ("operator torchvision::nms does not exist") on
+    import, not ImportError: the command ended in "internal error". It counts with its own definitions."""
+    pytest.importorskip("torch")
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name.startswith("torchvision"):
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    code, out, err = run_cli("flops", "resnet18", "--json")
+    assert code == 0, err
+    assert sum(layer["params"] for layer in json.loads(out)["layers"]) == PARAMS["resnet18"]
+
+
 def test_bad_input_shape(store):
     code, _, err = run_cli("flops", "vgg11", "--input", "3x224")
     assert code == 2

@@ -65,13 +65,12 @@ def load_model(name: str):
 
     if name not in MODEL_NAMES:
         raise InputError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+    try:
+        import torchvision.models as tvm
+    except Exception:  # not installed, or built for another torch: "operator torchvision::nms does not exist"
+        tvm = None
     with torch.device("meta"):
-        try:
-            import torchvision.models as tvm
-
-            model = getattr(tvm, name)(weights=None)
-        except ImportError:
-            model = build(name)
+        model = getattr(tvm, name)(weights=None) if tvm is not None else build(name)
     return model.eval()
 
 
