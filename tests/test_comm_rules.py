@@ -520,3 +520,27 @@ def test_the_wait_per_step_is_over_the_steps_not_the_merged_windows(cut, tmp_pat
     assert len(steps) == doc["summary"][0]["steps"] == 3
     assert m["wait_caused_per_step_ns"] == round(m["wait_caused_ns"] / 1 / len(steps))  # two ranks: one waits
     assert m["wait_caused_per_step_ns"] < doc["summary"][0]["step_max_ns"]
+
+
+def test_a_run_missing_a_rank_says_so_in_every_analysis(tmp_path):
+    """Three of the four ranks of the DDP fixture: the ingest warned "1 of 4 ranks missing", once, on stderr; later
+    analyses said nothing, and stragglers counted no collective incomplete (each has the 3 members present, of
+    the group of 4 every rank's distributedInfo names). The summary now opens with it, every time, and every
+    collective lacks a member."""
+    import shutil
+
+    run = tmp_path / "ddp3of4"
+    run.mkdir()
+    for r in (0, 1, 3):
+        shutil.copy(REPO / "fixtures" / "torch" / "multirank" / "ddp4_balanced" / f"rank{r}.json.gz", run)
+    store = str(tmp_path / "s")
+    assert run_cli("--store", store, "ingest", str(run))[0] == 0
+    for _ in range(2):  # the ingest's analysis and a later one alike
+        code, out, err = run_cli("--store", store, "analyze", str(run), "--json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["summary"][0]["incomplete"] == ["1 of 4 ranks missing from the run: 2"]
+        m = next(f for f in doc["findings"] if f["rule"] == "stragglers")["metrics"]
+        assert m["incomplete_collectives"] == m["collectives"] > 0
+    code, out, err = run_cli("--store", store, "--width", "80", "analyze", str(run))
+    assert "incomplete   1 of 4 ranks missing from the run: 2; every figure here covers" in out

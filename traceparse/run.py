@@ -596,7 +596,10 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
         missing = world_size - len(by_rank)
         first = _first_missing(by_rank, world_size, 10)  # never a set of every expected rank: a rank may be 2^31 - 1
         shown = ", ".join(map(str, first)) + (f" and {missing - len(first):,} more" if missing > len(first) else "")
-        warnings.append(f"{missing:,} of {world_size:,} ranks missing from the run: {shown}")
+        missing_note = f"{missing:,} of {world_size:,} ranks missing from the run: {shown}"
+        warnings.append(missing_note)
+    else:
+        missing_note = None
     for rank, result in by_rank.items():
         os.rename(tmp / f"part-{result['index']}", tmp / f"rank={rank}")
     shifts = align_rank_clocks(tmp, by_rank, ranks, warnings)
@@ -616,6 +619,8 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
         "event_count": sum(m.event_count or 0 for m in metas.values()),
         "warnings": warnings,
     }
+    if missing_note:  # every analysis of the run says it, not only its ingest (store.Store._run_trace_meta)
+        run["incomplete"] = [missing_note]
     if shifts:
         run["clock_shifts_ns"] = {str(rank): shift for rank, shift in sorted(shifts.items())}
     from traceparse.schema import SCHEMA_VERSION

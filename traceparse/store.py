@@ -258,7 +258,8 @@ class Store:
             tags={"run": run.get("name", ""), **(run.get("tags") or {})},  # the run's own tags (`traceparse tag RUN`)
             warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=count,
             summary={"events_per_kind": {}, "ranks": len(metas)},
-            extra={"run": run, **({INCOMPLETE: cut} if (cut := [n for m in metas for n in incomplete_notes(m)])
+            extra={"run": run, **({INCOMPLETE: cut} if (cut := [*(run.get("incomplete") or []),
+                                                                *(n for m in metas for n in incomplete_notes(m))])
                                   else {})},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )

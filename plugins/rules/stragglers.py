@@ -144,7 +144,8 @@ class Stragglers(Rule):
         share = expr.pct(caused_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         straggler = candidate if severity != "info" else None
-        incomplete = waits.filter(pl.col("members") < len(members)).select("process_group", "instance").unique().height
+        incomplete = waits.filter(pl.col("members") < _expected_members(trace.meta.distributed, len(members))).select(
+            "process_group", "instance").unique().height
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
         items = [{"rank": r["rank"], "device": r["device"], "last_count": r["last_count"],
@@ -204,6 +205,20 @@ class Stragglers(Rule):
                                  "ranks": ranks, **excess},
                         items=items, columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
+
+
+def _expected_members(distributed: dict, present: int) -> pl.Expr:
+    """How many members each collective instance should have: its process group's size where the run names the
+    group (``process_groups``), else the world size (a collective of no named group is the default group's),
+    else the members present. A run missing a rank lacks it at every collective of its groups: counted against
+    the members present, none was incomplete."""
+    sizes = {str(g["name"]): int(g["size"]) for g in distributed.get("process_groups") or []
+             if g.get("name") is not None and isinstance(g.get("size"), int)}
+    world = distributed.get("world_size")
+    default = max(int(world), present) if isinstance(world, int) else present
+    named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=default, return_dtype=pl.Int64) \
+        if sizes else pl.lit(default, dtype=pl.Int64)
+    return pl.when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named)
 
 
 def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> bool:
