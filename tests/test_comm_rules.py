@@ -544,3 +544,18 @@ def test_a_run_missing_a_rank_says_so_in_every_analysis(tmp_path):
         assert m["incomplete_collectives"] == m["collectives"] > 0
     code, out, err = run_cli("--store", store, "--width", "80", "analyze", str(run))
     assert "incomplete   1 of 4 ranks missing from the run: 2; every figure here covers" in out
+
+
+def test_gpu_idle_of_a_trace_without_runtime_calls_does_not_blame_other_streams(tmp_path):
+    """The NCCL fixture keeps no runtime calls (its raw JSON has no cuda_runtime events), so no gap can be told to
+    be a host wait: gpu-idle said "host wait 0.0%" and pointed at cross-stream waits for gaps that were rank 1's
+    60 ms sleep. It says it cannot tell, and asks for the runtime calls."""
+    for path in sorted(NCCL["slow"].glob("rank*.json.gz")):
+        assert not any(e.get("cat") in ("cuda_runtime", "cuda_driver") for e in raw(path)["traceEvents"])
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(NCCL["slow"]), "--rule", "gpu-idle",
+                             "--json")
+    assert code == 0, err
+    f = json.loads(out)["findings"][0]
+    assert f["message"].endswith(" The trace has no runtime calls (launches): whether work was queued in a gap "
+                                 "cannot be told, so host waits count as other.")
+    assert f["suggestion"].startswith("Record the runtime calls") and "cross-stream" not in f["suggestion"]

@@ -106,6 +106,9 @@ STREAMS = [Column("stream", "device:stream", "text"), Column("activities", "acti
            Column("kernel_wait_ns", "kernel wait", "ns"), Column("other_wait_ns", "other", "ns")]
 SUGGESTION_OTHER = ("Most stream idle time is queued work waiting for something else than the host: look for "
                     "cross-stream event waits, synchronous copies and synchronisations inside the step.")
+SUGGESTION_BLIND = ("Record the runtime calls (torch.profiler's CUDA activity with its cuda_runtime events, nsys's "
+                    "CUDA API trace) to tell a GPU waiting for the host from one waiting for other work; meanwhile "
+                    "look at what the host does before the longest gaps.")
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
               "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
               "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
@@ -179,14 +182,20 @@ class GpuIdle(Rule):
         message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
             message += f" {untimed:,} aggregated GPU rows left out: they have no start time."
-        breakdown, streams, sentence = self._breakdown(events, t, ranks, idle_ns)
-        message += sentence
+        breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns)
+        message += reasons
         activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
         message += sentence
         suggestion = ""
+        blind = not bool(events.select((pl.col("kind") == "api").any()).item())  # no launch call: no queue seen
+        if blind and reasons:
+            message += (" The trace has no runtime calls (launches): whether work was queued in a gap cannot be "
+                        "told, so host waits count as other.")
         if severity != "info":
             suggestion = SUGGESTION
-            if (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):
+            if blind:
+                suggestion = SUGGESTION_BLIND
+            elif (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):
                 suggestion = SUGGESTION_OTHER
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
                         suggestion,
