@@ -462,13 +462,38 @@ def test_run_never_prints_a_step_shorter_than_its_gpu_time_and_warns_outside_the
         assert gpu <= low <= r["step_predicted_ns"] <= high
         if r["step_floored_ns"] is not None:
             assert r["step_floored_ns"] == gpu
+            # the side that binds is judged against the raised GPU time: "device 22.1 ms, host 22.8 ms:
+            # host-bound" beside a step raised to 28.8 ms of GPU work read both ways
+            assert r["device_predicted_ns"] >= r["step_floored_ns"]
+        assert r["bound"] == ("GPU" if r["device_predicted_ns"] >= r["host_predicted_ns"] else "host")
         code, text, err = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
                                   "--batch", batch)
         assert code == 0 and err.count("traceparse: warning: extrapolating") == 1
         shown = [float(x) for x in re.findall(r"step time \(resnet18, batch \d+\): ([\d.]+) ms, interval "
                                               r"\[([\d.]+), ([\d.]+)\]", " ".join(text.split()))[0]]
         assert min(shown) >= round(gpu / 1e6, 3)
+        if r["step_floored_ns"] is not None:  # it says which figure the floor raised
+            said = "the step" if r["step_predicted_ns"] == r["step_floored_ns"] else "the interval's low end"
+            assert f"; {said} raised to the predicted GPU time per step" in " ".join(text.split())
     # at 128 the floor is what raised it (the replay alone gives less than the layers' GPU time)
     code, out, _ = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
                            "--batch", "128", "--json")
     assert json.loads(out)["step_floored_ns"] == json.loads(out)["layers_predicted_ns"]
+
+
+def test_run_gives_the_networks_crossover_batch_whichever_trace_it_replays(sweep_store, tmp_path):
+    """It worked the crossover out through the reference trace's own device line: one fit gave 99.5, 82.1 and 76.4
+    from three traces while its fit table said 76.45. It is the fit's, from any trace."""
+    ids = [_id(sweep_store, "resnet18", b) for b in (4, 8, 16, 32)]
+    model_path = tmp_path / "r18.json"
+    assert run_cli("--store", sweep_store, "predict", "fit", *ids, "--model-out", str(model_path), "--json")[0] == 0
+    fitted = json.loads(model_path.read_text())
+    networks = fitted.get("networks") or {}
+    want = (networks.get("resnet18") or {}).get("crossover_batch")
+    got = set()
+    for trace in ids[:3]:
+        code, out, err = run_cli("--store", sweep_store, "predict", "run", "--model", str(model_path), trace,
+                                 "--batch", "64", "--json")
+        assert code == 0, err
+        got.add(json.loads(out)["crossover_batch"])
+    assert want is not None and got == {want}

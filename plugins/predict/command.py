@@ -325,8 +325,9 @@ class PredictCommand(Command):
                     f"host {_ms(step['host_ns'])} ms: {step['bound']}-bound; crossover batch "
                     f"{_batch(step['crossover_batch'])}")
             if step.get("floored_ns"):
-                line += (f"; raised to the predicted GPU time per step, {_ms(step['floored_ns'])} ms: a step is "
-                         "never shorter than its GPU work")
+                what = ("the step" if "step_ns" in step.get("floored", ()) else "the interval's low end")
+                line += (f"; {what} raised to the predicted GPU time per step, {_ms(step['floored_ns'])} ms: a step "
+                         "is never shorter than its GPU work")
             if measured:
                 line += (f" (measured {_ms(measured['step_ns'])} ms, error "
                          f"{_pct(model.ape(step['step_ns'], measured['step_ns']))})")
@@ -360,8 +361,13 @@ def floor_step(step: dict, layers_ns: float) -> dict:
     floor = max(step["device_ns"] or 0.0, layers_ns or 0.0)
     if min(step["step_ns"], step["low_ns"]) >= floor:
         return step
+    # the floor is the device's time now: the side that binds is judged against it, not against the step model's
+    # lower device estimate ("device 22.1 ms, host 22.8 ms: host-bound" beside a step raised to 28.8 ms of GPU work)
+    device = max(step["device_ns"] or 0.0, floor)
     return dict(step, step_ns=max(step["step_ns"], floor), low_ns=max(step["low_ns"], floor),
-                high_ns=max(step["high_ns"], floor), floored_ns=floor)
+                high_ns=max(step["high_ns"], floor), floored_ns=floor, device_ns=device,
+                bound="GPU" if device >= (step["host_ns"] or 0.0) else "host",
+                floored=[k for k in ("step_ns", "low_ns", "high_ns") if step[k] < floor])
 
 
 def fitted_batches(nm, data: dict, network: str | None) -> list[float]:
