@@ -118,7 +118,7 @@ def document(trace, label: str, result) -> dict:
             "mean": {"paths": steps.height, "steps": steps["step"].n_unique(), "measured_ns": round(m),
                      "predicted_ns": round(p), "gain_ns": round(m - p), "gain_pct": expr.pct(m - p, m)},
             "path": {"length_ns": round(result.path_ns), "top": result.top},
-            "cannot_replay": result.cannot, "missing": result.missing}
+            "cannot_replay": result.cannot, "missing": result.missing, "notes": result.notes}
 
 
 def edit_line(e: dict) -> str:
@@ -170,6 +170,8 @@ def render(console, doc: dict) -> None:
             console.print(part)
     for line in doc["cannot_replay"]:
         console.print(literal(f"cannot replay: {line}", style="yellow"))
+    for line in doc.get("notes", []):
+        console.print(literal(f"note: {line}", style="yellow"))
     for line in doc["missing"]:
         console.print(literal(f"the trace has {line}", style="yellow"))
 

@@ -64,6 +64,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
+from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median
 from traceparse.measures.path_windows import windowed_critical_paths, windowed_steps
 from traceparse.measures.step_paths import step_windows
@@ -165,7 +166,12 @@ class CriticalPath(Rule):
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         unmarked = bool(windows["step"].is_null().all())  # no step marked: one window over each trace's span
+        behind = gpu_behind(events) if isinstance(events, pl.DataFrame) and not unmarked else None
+        if behind is not None:  # the path is the host's: say that the GPU, behind it, sets the pace
+            metrics["gpu_behind"] = behind.as_dict()
         message = _message(metrics, items, details, ranks_known, unmarked)
+        if behind is not None:
+            message += " " + behind.sentence()
         holder = None
         if held_by is not None and held_pct >= (wait_pct or 0.0):  # the part that holds the others most
             part = {"segment_rank": held_by["rank"], "lane": held_by["lane"], "segment": held_by["kind"],

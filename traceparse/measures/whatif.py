@@ -43,6 +43,7 @@ from traceparse.errors import InputError
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph,
                                               edge_coverage)
+from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median, step_time_by_name
 from traceparse.measures.replay import Replayer
 from traceparse.measures.step_paths import step_windows
@@ -146,6 +147,8 @@ class WhatIf:
     applied: list[Applied]
     cannot: list[str]
     missing: list[str]
+    #: What the replay of host-measured steps cannot show (the GPU behind the steps: :mod:`.gpu_behind`).
+    notes: list[str] = field(default_factory=list)
 
 
 # -- the graph's parts an edit touches ----------------------------------------------------------------------------
@@ -313,6 +316,18 @@ def replayed_graph(graph: pl.DataFrame, replayer: Replayer, at: np.ndarray, weig
     return g.with_columns(critical=pl.Series(chosen)).drop("_i", "_arr", "_order")
 
 
+def _gpu_edited(graph: pl.DataFrame, weights: np.ndarray, gpu_ns: int) -> str:
+    """Where the edits change the GPU activities' own time: what the GPU's time per step would be, about (its
+    measured time per step scaled as the activities' time is), which the host-measured steps do not show."""
+    own = graph.select(_itself()).to_series().to_numpy()
+    before = float(graph["weight_ns"].to_numpy()[own].sum())
+    after = float(np.asarray(weights)[own].sum())
+    if before <= 0 or abs(after - before) < 0.005 * before:
+        return ""
+    return (f" With the edits the GPU's activities take {fmt_pct(100 * after / before)} of their time: about "
+            f"{fmt_ns(gpu_ns * after / before)} of GPU work a step.")
+
+
 def _across_steps(replayer: Replayer, windows: pl.DataFrame) -> np.ndarray:
     """Per edge of the replayer's graph, whether it leads into a step from outside it: its source is in another
     step (by step number: the ranks' same step stays one) or in none. A node is in step N of its trace when its
@@ -449,5 +464,7 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     paths, segments = critical_paths(moved, new_windows)
     length = float(paths["length_ns"].mean()) if paths.height else 0.0
     cannot = _untraced_notes(paths, segments)
+    behind = gpu_behind(events) if isinstance(events, pl.DataFrame) else None
+    notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if behind is not None else []
     return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top),
-                  applied, cannot, missing_edges(events))
+                  applied, cannot, missing_edges(events), notes)
