@@ -128,7 +128,8 @@ class Replayer:
         return pl.DataFrame({"trace": traces, "node": nodes, "measured_ns": self.measured, "replayed_ns": at},
                             schema=NODE_SCHEMA).sort("trace", "node", nulls_last=False)
 
-    def arrivals(self, at: np.ndarray, weights: np.ndarray | None = None, frozen: np.ndarray | None = None) -> np.ndarray:
+    def arrivals(self, at: np.ndarray, weights: np.ndarray | None = None,
+                 frozen: np.ndarray | None = None) -> np.ndarray:
         """Per edge (graph row order), when it lets its destination happen in the replay ``at``: its source's time
         (a ``frozen`` edge's: the measured one, as :meth:`run`) plus its weight. A node's replayed time is the latest
         arrival of its in-edges."""

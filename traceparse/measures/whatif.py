@@ -458,9 +458,9 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     steps = steps.with_columns(gain_ns=pl.col("measured_ns") - pl.col("predicted_ns"))
     # the predicted path: the replayed graph's critical edges, from each window's replayed end to its start
     moved = replayed_graph(graph, replayer, at, weights, frozen)
-    new_windows = windows.with_columns(
+    new_windows = windows.with_columns(  # a step's nodes were replayed from its start node's measured time
         start_ns=pl.Series(np.where(ok, replayer.measured[first], windows["start_ns"].to_numpy())),
-        end_ns=pl.Series(np.where(ok, replayer.measured[first] + predicted, windows["end_ns"].to_numpy())))
+        end_ns=pl.Series(np.where(ok, at[last], windows["end_ns"].to_numpy())))
     paths, segments = critical_paths(moved, new_windows)
     length = float(paths["length_ns"].mean()) if paths.height else 0.0
     cannot = _untraced_notes(paths, segments)
