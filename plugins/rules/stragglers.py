@@ -209,15 +209,15 @@ class Stragglers(Rule):
 
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
     """How many members each collective instance should have: its process group's size where the run names the
-    group (``process_groups``), else the world size (a collective of no named group is the default group's),
-    else the members present. A run missing a rank lacks it at every collective of its groups: counted against
-    the members present, none was incomplete."""
+    group (``process_groups``), the world size for a collective of no group (the default group's), else (a group
+    the run does not describe) the members present. A run missing a rank lacks it at every collective of its
+    groups: counted against the members present, none was incomplete."""
     sizes = {str(g["name"]): int(g["size"]) for g in distributed.get("process_groups") or []
              if g.get("name") is not None and isinstance(g.get("size"), int)}
     world = distributed.get("world_size")
     default = max(int(world), present) if isinstance(world, int) else present
-    named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=default, return_dtype=pl.Int64) \
-        if sizes else pl.lit(default, dtype=pl.Int64)
+    named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=present, return_dtype=pl.Int64) \
+        if sizes else pl.lit(present, dtype=pl.Int64)
     return pl.when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named)
 
 
