@@ -290,3 +290,25 @@ def test_plain_whitespace_between_events_is_streamed(reader, tmp_path):
     outcome, peak_kib = result.stdout.strip().splitlines()
     assert outcome.startswith("read 2"), outcome
     assert int(peak_kib) < 500 * 1024, f"peak RSS {int(peak_kib) // 1024} MiB"
+
+
+def test_bad_utf8_is_counted_once_in_the_events_kept(tmp_path):
+    """Hand-written after a fuzz case: one bad byte in a kept event's name, one where the JSON breaks, one past
+    it. The whole document does not decode, so its complete events are found by decoding prefixes, and every
+    prefix tried counted the bad bytes again: 26 for the 3 of the file, where two decoding workers said 1. The
+    events kept hold one, read as U+FFFD: 1, whichever decoder reads it."""
+    events = [f'{{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {10 * i}, "dur": 5}}'
+              for i in range(40)]
+    events[3] = events[3].replace('"op3"', '"\\u006fp3 \xfa"')
+    text = '{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events[:30]).replace("\xfa", "@") + ",\n"
+    data = text.encode().replace(b"@", b"\xfa") + b'{"ph": "X",\xbe "name": "broken"},\n' + \
+        ",\n".join(events[30:]).replace('"op35"', '"op35 @"').encode().replace(b"@", b"\xd4") + b"]}"
+    path = tmp_path / "bad_utf8.json"
+    path.write_bytes(data)
+    for workers, chunk in (("0", 8 << 20), ("0", 256), ("2", 256)):  # one chunk (searched in prefixes), or many
+        trace = read_paths([path], fmt="torch", params={"workers": workers, "chunk_bytes": chunk, "small_bytes": 0})[0]
+        assert trace.events.height == 30
+        assert trace.events["name"][3] == "op3 \ufffd"
+        said = [w for w in trace.meta.warnings if "not valid UTF-8" in w]
+        assert said == [f"{path}: 1 byte sequence not valid UTF-8; read as U+FFFD (the replacement character)"], \
+            (workers, trace.meta.warnings)

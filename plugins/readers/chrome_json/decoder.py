@@ -288,7 +288,10 @@ class _Guarded:
     def __init__(self, decoder: msgspec.json.Decoder, path: Path, repairs: list[int]):
         self.decoder, self.path, self.repairs = decoder, path, repairs
 
-    def decode(self, data: bytes):
+    def decode(self, data: bytes, count: bool = True):
+        """``data`` decoded; its bad UTF-8 sequences counted in ``repairs`` once it decodes, unless ``count`` is
+        false (an attempt among several over the same bytes, whose caller counts the one it keeps:
+        :func:`_split_events`)."""
         try:
             return self.decoder.decode(data)
         except RecursionError:
@@ -296,11 +299,19 @@ class _Guarded:
         except UnicodeDecodeError:
             pass
         fixed = bytes(data).decode("utf-8", errors="replace")
-        self.repairs[0] += fixed.count("\ufffd") - bytes(data).count("\ufffd".encode())
         try:
-            return self.decoder.decode(fixed.encode())
+            decoded = self.decoder.decode(fixed.encode())
         except RecursionError:
             raise bad_input(self.path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
+        if count:  # a document that does not decode is not counted: it is tried again in parts
+            self.repairs[0] += bad_sequences(data)
+        return decoded
+
+
+def bad_sequences(data: bytes | bytearray | memoryview) -> int:
+    """How many byte sequences of ``data`` are not UTF-8 (each read as one U+FFFD)."""
+    raw = bytes(data)
+    return raw.decode("utf-8", errors="replace").count("\ufffd") - raw.count("\ufffd".encode())
 
 
 class _ChunkReader:
@@ -385,18 +396,19 @@ def _split_events(path: Path, decoder: _Guarded, buf: bytearray, offset: int, *,
     if pos < 0:
         return None
     tried = _decode_prefix(path, decoder, buf, pos + 1, offset, raise_validation)
-    if tried is not None:
-        return tried
-    ends = [end for end, _ in event_ends(buf) if end < pos + 1]
-    lo, hi, found = 0, len(ends) - 1, None
-    while lo <= hi:  # the events before a real boundary decode unless a damaged one is among them: monotone
-        mid = (lo + hi) // 2
-        tried = _decode_prefix(path, decoder, buf, ends[mid], offset, raise_validation)
-        if tried is None:
-            hi = mid - 1
-        else:
-            found, lo = tried, mid + 1
-    return found
+    if tried is None:
+        ends = [end for end, _ in event_ends(buf) if end < pos + 1]
+        lo, hi = 0, len(ends) - 1
+        while lo <= hi:  # the events before a real boundary decode unless a damaged one is among them: monotone
+            mid = (lo + hi) // 2
+            attempt = _decode_prefix(path, decoder, buf, ends[mid], offset, raise_validation)
+            if attempt is None:
+                hi = mid - 1
+            else:
+                tried, lo = attempt, mid + 1
+    if tried is not None:  # the bad UTF-8 of the events kept, counted once (not at every attempt of the search)
+        decoder.repairs[0] += bad_sequences(memoryview(buf)[: tried[1]])
+    return tried
 
 
 def _decode_prefix(path: Path, decoder: _Guarded, buf: bytearray, end: int, offset: int,
@@ -411,7 +423,7 @@ def _decode_prefix(path: Path, decoder: _Guarded, buf: bytearray, end: int, offs
         with memoryview(buf) as view:
             chunk = bytes(view[: end + 1])  # decoded Raw values point into it: buf must stay resizable
         with gc_paused():
-            return decoder.decode(chunk), end
+            return decoder.decode(chunk, count=False), end
     except msgspec.ValidationError as exc:
         if raise_validation:  # a worker's chunk: the caller knows the offset
             raise
