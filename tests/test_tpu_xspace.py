@@ -43,10 +43,12 @@ def test_a_tpus_lanes_nest_as_one_thread_in_hotspots(tmp_path):
     assert code == 0, err
     found = json.loads(out)["findings"][0]
     assert found["severity"] == "info"
-    assert "nested host and device-lane events computed from their nesting on each thread (a device's XLA lanes nest as one thread: a module over its ops)." in found["message"]
+    assert ("nested host and device-lane events computed from their nesting on each thread (a device's XLA lanes "
+            "nest as one thread: a module over its ops).") in found["message"]
     events = Store(store).load(json.loads(out)["traces"][0]["id"]).events
     events = events.filter(pl.col("group").ne_missing("async"))
-    lanes = events.filter(pl.col("pid").is_null() & pl.col("tid").is_not_null() & pl.col("kind").is_in(["region", "op"]))
+    lanes = events.filter(pl.col("pid").is_null() & pl.col("tid").is_not_null()
+                          & pl.col("kind").is_in(["region", "op"]))
     kinds = ("region", "kernel", "op", "api", "marker", "memcpy", "memset", "sync")
     chosen = routine_choices(events, kinds)
     assert chosen["device_lane_rows"] == lanes.height == 6_013 + 630  # ops and regions of the four devices
@@ -56,7 +58,8 @@ def test_a_tpus_lanes_nest_as_one_thread_in_hotspots(tmp_path):
     assert on_devices["tid"].null_count() == on_devices.height  # a device's lanes are one thread
     for device in range(4):
         mine = lanes.filter(pl.col("device_id") == device)
-        covered = sum(e - s for s, e in union((s, s + d) for s, d in mine.select("start_ns", "duration_ns").iter_rows()))
+        spans = mine.select("start_ns", "duration_ns").iter_rows()
+        covered = sum(e - s for s, e in union((s, s + d) for s, d in spans))
         assert on_devices.filter(pl.col("device_id") == device)["time_ns"].sum() == covered
     jit = on_devices.filter(pl.col("name") == "jit_f(12190760917235803885)")
     module_time = lanes.filter(pl.col("name") == "jit_f(12190760917235803885)")["duration_ns"].sum()
@@ -69,8 +72,6 @@ def test_a_gpus_lanes_are_views_of_its_kernels_and_are_left_out():
     """Hand-written edge case: a GPU with kernels on a stream and xprof's XLA Ops and XLA Modules lanes over them
     (the same 200 ns of work at three levels). hotspots ranks the kernels; the lanes would count that time two
     times more, so they are left out. A host region is its own thread's, as before."""
-    import polars as pl
-
     from helpers import table
     from traceparse.measures.routines import routine_choices, routine_time
 

@@ -403,8 +403,8 @@ def test_a_speed_up_never_makes_a_step_slower(store, folder, edit):
 def test_cannot_replay_names_the_untraced_part_with_the_most_time(tmp_path):
     """It named the untraced part with the most segments: "mostly (nothing traced on the thread)" (1.14 ms a step)
     beside "(nothing traced in ProfilerStep#N)" (1.39 ms) on the ResNet18 fixture."""
-    code, out, err = run_cli("--store", str(tmp_path / "s"), "whatif", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
-                             "--json", "--top", "1000")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "whatif",
+                             str(FIXTURES / "torch" / "resnet18_bs16.json.gz"), "--json", "--top", "1000")
     assert code == 0, err
     doc = json.loads(out)
     untraced: dict[str, int] = {}

@@ -484,8 +484,8 @@ def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: 
 
 def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
     keys = tag_keys(rows, by, series)
-    head = ["trace", *keys, "step (ms)", "samples/s", "GPU spans, summed (ms)", "memcpy overlap %", "kernel concurrency %",
-            "GPU idle %"]
+    head = ["trace", *keys, "step (ms)", "samples/s", "GPU spans, summed (ms)", "memcpy overlap %",
+            "kernel concurrency %", "GPU idle %"]
     body = []
     for r in rows:
         m = r["metrics"]

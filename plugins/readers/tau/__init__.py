@@ -31,8 +31,8 @@ from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
 # what reads a profile (polars, lxml) is imported by read(): every command that sniffs its paths loads this module
-from .sniff import (HEADER, MULTI_PREFIX, PACKED_HEAD, PPROF_DUMP, PROFILE_NAME, SNAPSHOT_NAME, XML_HEAD, looks_like_pprof,
-                    sniff)
+from .sniff import (HEADER, MULTI_PREFIX, PACKED_HEAD, PPROF_DUMP, PROFILE_NAME, SNAPSHOT_NAME, XML_HEAD,
+                    looks_like_pprof, sniff)
 
 if TYPE_CHECKING:
     from .profiles import ProfileSet

@@ -25,11 +25,11 @@ SUMMARY_HEADER = r"^[ \t]*FUNCTION SUMMARY \((total|mean)\):"
 COLUMN_HEADER = r"^[ \t]*%Time\s+Exclusive\s+Inclusive"
 HEADER = re.compile(rb"^\s*\d+\s+templated_functions")
 SNAPSHOT_NAME = re.compile(r"^snapshot\.\d+\.\d+\.\d+(?:\.gz)?$")
-# possessive spaces: two runs side by side would retry each other's split (quadratic in a head of spaces)
 #: ParaProf's packed profile (``.ppk``), once ungzipped: "PPK" written by Java's ``writeChars``.
 PACKED_HEAD = b"\x00P\x00P\x00K"
 #: ``pprof -d``'s dump: the dependency file's name, then the count of functions and pprof's column header.
 PPROF_DUMP = re.compile(rb"^[^\n]*\.dep\r?\n\s*\d+\s+templated_functions\b[^\n]*\n\s*%time\s")
+# possessive spaces: two runs side by side would retry each other's split (quadratic in a head of spaces)
 XML_HEAD = re.compile(rb"^\s*+(?:\xef\xbb\xbf)?+\s*+(?:<\?xml[^>]*\?>\s*)?<profile_xml>")
 
 
