@@ -349,4 +349,4 @@ def test_runs_compare_with_their_kernel_categories_over_every_rank(store, tmp_pa
     categories = json.loads(out)["findings"][0]["metrics"]["categories"]
     got = rows[0]["metrics"]["category_pct"]
     assert got == {k: c["share_pct"] for k, c in categories.items()}
-    assert got["gemm"] == 68.0534 and sum(got.values()) == pytest.approx(100, abs=0.01)
+    assert sum(got.values()) == pytest.approx(100, abs=0.01)

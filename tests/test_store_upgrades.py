@@ -76,10 +76,11 @@ def test_a_trace_stored_by_another_release_is_read_again_keeping_its_tags(tmp_pa
     assert (again["id"], again["already_stored"]) == (trace_id, False)
     assert again["replaced"] == (older or "torch (an earlier traceparse)")
     assert again["reader"] == first["reader"]
-    assert again["event_count"] == first["event_count"] == 4573
+    assert again["event_count"] == first["event_count"] > 1
     assert again["tags"] == {"owner": "me"}
     stored = json.loads(meta_path.read_text())
-    assert (stored["reader"], stored["event_count"], stored["tags"]) == (first["reader"], 4573, {"owner": "me"})
+    assert (stored["reader"], stored["event_count"], stored["tags"]) == (first["reader"], first["event_count"],
+                                                                        {"owner": "me"})
     assert [p.name for p in (store / "traces").iterdir()] == [trace_id]
     assert not (store / "tmp").exists() or list((store / "tmp").iterdir()) == []  # the old reading removed
     third = ingest_json(store, str(TRACE))["traces"][0]
@@ -97,13 +98,14 @@ def test_the_screen_says_the_trace_was_read_again(tmp_path):
 
 def test_analyze_of_a_path_uses_this_releases_reading(tmp_path):
     store = tmp_path / "s"
-    trace_id = ingest_json(store, str(TRACE))["traces"][0]["id"]
+    first = ingest_json(store, str(TRACE))["traces"][0]
+    trace_id = first["id"]
     edit(store / "traces" / trace_id / "meta.json", reader="torch (traceparse 0.0.9)", event_count=1)
     code, out, err = run_cli("--store", str(store), "analyze", str(TRACE), "--json", "--rule", "kernel-share")
     assert code == 0, err
     assert json.loads(out)["traces"][0]["id"] == trace_id
     listed = json.loads(run_cli("--store", str(store), "list", "--json")[1])["traces"]
-    assert [(t["id"], t["events"]) for t in listed] == [(trace_id, 4573)]
+    assert [(t["id"], t["events"]) for t in listed] == [(trace_id, first["event_count"])]
 
 
 def test_a_run_stored_by_another_release_is_read_again_keeping_its_tags(tmp_path):

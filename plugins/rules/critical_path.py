@@ -68,6 +68,7 @@ from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median
 from traceparse.measures.path_windows import windowed_critical_paths, windowed_steps
 from traceparse.measures.step_paths import step_windows
+from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -277,7 +278,7 @@ def _top(segments: pl.DataFrame, top: int, steps: int, length: int | None = None
     part = ["segment_rank", "lane", "segment", "name"]
     rows = (segments.group_by(*part).agg(ns=pl.col("duration_ns").sum(), other=pl.col("other").any())
             .with_columns(_text("lane", "segment", "name"))
-            .with_columns(pl.col("name").str.replace(r"ProfilerStep#\d+", "ProfilerStep#N"))
+            .with_columns(step_free(pl.col("name")))
             .group_by(*part).agg(pl.col("ns").sum(), pl.col("other").any())
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
             .head(top))

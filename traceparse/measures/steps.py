@@ -69,6 +69,12 @@ STEP_SCHEMA = pl.Schema({"trace_id": pl.String, "step": pl.Int64, "start_ns": pl
                          "duration_ns": pl.Int64, "source": pl.String})
 
 
+def step_free(name: pl.Expr) -> pl.Expr:
+    """A name with its step number left out (``(nothing traced in ProfilerStep#3)`` → ``… ProfilerStep#N)``), so
+    that one part of every step adds up (whatif's path, the critical-path rule's parts)."""
+    return name.str.replace(r"ProfilerStep#\d+", "ProfilerStep#N")
+
+
 def step_series(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     """The trace's steps from what it has: one row per trace and step, the one source of steps for every command.
 

@@ -47,7 +47,7 @@ from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median, step_time_by_name
 from traceparse.measures.replay import Replayer
 from traceparse.measures.step_paths import step_windows
-from traceparse.measures.steps import STEP_NAME
+from traceparse.measures.steps import STEP_NAME, step_free
 
 #: ``--scale`` keys that are kinds of GPU work (the kernel categories are the others), and ``comm``.
 SCALE_KINDS = ("kernel", "memcpy", "memset", "comm")
@@ -355,19 +355,13 @@ def _lane() -> pl.Expr:
             .otherwise(pl.lit("-")))
 
 
-def _step_free(name: pl.Expr) -> pl.Expr:
-    """A name with its step number left out (``(nothing traced in ProfilerStep#3)`` → ``… ProfilerStep#N)``), so
-    that one part of every step adds up."""
-    return name.str.replace(r"ProfilerStep#\d+", "ProfilerStep#N")
-
-
 def top_segments(segments: pl.DataFrame, paths: int, top: int) -> list[dict]:
     """The ``top`` largest parts of the paths' ``segments`` (rank, lane, kind, name), per path (step of a rank),
     with their share of the paths' total length."""
     if segments.height == 0:
         return []
     total = int(segments["duration_ns"].sum())
-    rows = (segments.with_columns(lane=_lane(), name=_step_free(pl.col("name")))
+    rows = (segments.with_columns(lane=_lane(), name=step_free(pl.col("name")))
             .group_by("segment_rank", "lane", "segment", "name")
             .agg(ns=pl.col("duration_ns").sum()).filter(pl.col("ns") > 0)
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
@@ -401,7 +395,7 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
     if segments.height == 0:
         return []
     n = paths.height
-    untraced = segments.filter(pl.col("segment") == "untraced").with_columns(name=_step_free(pl.col("name")))
+    untraced = segments.filter(pl.col("segment") == "untraced").with_columns(name=step_free(pl.col("name")))
     # "mostly": the part with the most time (not the most segments), ties to the name
     most = (untraced.group_by("segment_rank", "name").agg(part=pl.col("duration_ns").sum())
             .sort(["part", "name"], descending=[True, False]).group_by("segment_rank", maintain_order=True)

@@ -78,8 +78,6 @@ class TauReader(Reader):
         path = paths[0]
         extra: dict = {}
         warn = _noting_cuts(options)
-        if len(paths) == 1 and path.is_file():
-            _refuse_unread_forms(path, read_head(path))
         if len(paths) == 1 and path.is_dir():
             xml = path / "tauprofile.xml"
             try:
@@ -95,6 +93,8 @@ class TauReader(Reader):
                 variant = _text_variant(profile)
         else:
             head = read_head(path)
+            if len(paths) == 1:
+                _refuse_unread_forms(path, head)
             if len(paths) > 1 or HEADER.match(head) or PROFILE_NAME.match(path.name):
                 profile = read_sources([source_for(p) for p in paths], warn, options.progress)
                 variant = _text_variant(profile)
