@@ -97,3 +97,81 @@ def test_arithmetic_intensity_says_a_tpus_ops_are_no_gpu_kernels(tmp_path):
     assert f["message"] == ("The trace's operators ran on accelerator devices that record no GPU kernels (XLA ops of "
                             "a TPU): this rule places GPU kernels on a GPU's roofline, so there is nothing to place.")
     assert f["metrics"]["gpu_source"] == "none: the trace's devices ran no GPU kernels"
+
+
+def _tpu_lanes_busy() -> tuple[int, int, int]:
+    """The oracle: read the XSpace's TPU planes directly (protobuf) and, per TPU, merge the events of its
+    synchronous lines (``XLA Modules``, ``XLA Ops``, ``XLA TraceMe``; not ``Async XLA Ops``): Σ busy, Σ span
+    (first start to last end) over the TPUs, in picoseconds, and the number of TPUs."""
+    from traceparse_plugins.readers.jax.xplane import _protobuf, _top_level
+
+    planes, _, _ = _top_level(TPU, TPU.read_bytes())
+    busy = span = devices = 0
+    for _, blob in planes:
+        plane = _protobuf()()
+        plane.ParseFromString(blob)
+        if not plane.name.startswith("/device:TPU:"):
+            continue
+        spans = [(line.timestamp_ns * 1000 + e.offset_ps, line.timestamp_ns * 1000 + e.offset_ps + e.duration_ps)
+                 for line in plane.lines if line.name in ("XLA Modules", "XLA Ops", "XLA TraceMe")
+                 for e in line.events]
+        merged = union(spans)
+        busy += sum(e - s for s, e in merged)
+        span += merged[-1][1] - merged[0][0]
+        devices += 1
+    return busy, span, devices
+
+
+def test_a_tpu_profile_says_tpu_and_how_busy_its_tpus_were(tmp_path):
+    """The summary said "GPU busy -" of 4 busy TPUs, and hotspots labelled their rows "GPU 2". The TPUs' busy
+    share is now that of their lanes' union, checked against the XPlane read here; rows and devices say TPU."""
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "analyze", str(TPU), "--rule", "hotspots", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    summary = report["summary"][0]
+    busy, span, devices = _tpu_lanes_busy()
+    assert devices == 4 and summary["other_devices"] == {"TPU": 4} and summary["lane_devices"] == 4
+    assert summary["gpu_busy_pct"] is None
+    assert abs(summary["lane_busy_pct"] - 100 * busy / span) < 1e-4  # ns rounding of picosecond times
+    threads = [i["thread"] for f in report["findings"] if f["title"] == "Hotspots per thread" for i in f["items"]]
+    on_devices = [t for t in threads if not t[0].isdigit()]
+    assert on_devices and all(t.startswith("TPU ") for t in on_devices) and not any("GPU" in t for t in threads)
+
+    code, out, err = run_cli("--store", store, "--width", "100", "analyze", str(TPU), "--rule", "hotspots")
+    assert code == 0, err
+    assert f"│ TPU busy    {100 * busy / span:.1f}% of the mean TPU's span (first to last activity on its lanes)" in out
+    assert "GPU busy" not in out
+
+    code, out, err = run_cli("--store", store, "show", report["traces"][0]["id"], "--json")
+    assert code == 0, err
+    assert [(d["id"], d["kind"], d["name"]) for d in json.loads(out)["devices"]] == [
+        (i, "TPU", "TPU v6 Lite") for i in range(4)]
+
+
+def test_a_roofline_of_tpus_says_there_is_no_gpu_kernel(tmp_path):
+    """It said a JAX profile's .xplane.pb was needed, of an .xplane.pb."""
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "roofline", str(TPU))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"traceparse: error: {TPU}: no GPU kernels to place on a GPU's roofline: the trace's "
+                           "devices are TPUs (hotspots gives their ops' time)")
+
+
+def test_a_json_timeline_of_a_tpu_lists_the_tpu(tmp_path):
+    """Hand-written edge case (the xprof trace-viewer JSON of one TPU, two lines): the JSON has no device
+    properties, but its process name says TPU, and the device is listed as one."""
+    trace = tmp_path / "t.trace.json"
+    trace.write_text(json.dumps({"displayTimeUnit": "ns", "traceEvents": [
+        {"ph": "M", "pid": 5, "name": "process_name", "args": {"name": "/device:TPU:3"}},
+        {"ph": "M", "pid": 5, "tid": 1, "name": "thread_name", "args": {"name": "XLA Ops"}},
+        {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 7, "tid": 9, "name": "thread_name", "args": {"name": "main"}},
+        {"ph": "X", "pid": 5, "tid": 1, "name": "fusion.1", "ts": 10.0, "dur": 5.0},
+        {"ph": "X", "pid": 5, "tid": 1, "name": "fusion.2", "ts": 20.0, "dur": 5.0},
+        {"ph": "X", "pid": 7, "tid": 9, "name": "step", "ts": 0.0, "dur": 40.0}]}))
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "analyze", str(trace), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"][0]
+    assert summary["other_devices"] == {"TPU": 1}
+    assert summary["lane_busy_pct"] == round(100 * 10 / 15, 4)  # 10 us busy of the 15 us from the first op to the last

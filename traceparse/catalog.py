@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from traceparse.errors import InputError
+from traceparse.meta import device_noun
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.trace import Trace
 
@@ -237,12 +238,13 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
             known = ", ".join(sorted(s["name"] for s in reg.gpu_specs))
             raise InputError(f"--gpu {override!r}: not in the GPU catalog (known: {known})")
         return spec, f"{spec['name']} (from --gpu)"
-    names = [d.name for d in trace.meta.devices if d.name]
+    gpus = [d for d in trace.meta.devices if device_noun(d) == "GPU"]  # a TPU is in no GPU catalog
+    names = [d.name for d in gpus if d.name]
     for device_name in names:
         spec = find_gpu(device_name, reg)
         if spec is not None:
             return spec, f"{spec['name']} (matched the trace's device {device_name!r})"
-    for device in trace.meta.devices:
+    for device in gpus:
         spec, fits = identify_gpu(device, reg)
         if spec is not None:
             others = [f for f in fits if f != spec["name"]]
@@ -260,4 +262,7 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
                           f"properties: {_properties(device)}{alike}; --gpu to choose)")
     if names:
         return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass --gpu NAME"
+    if len(gpus) < len(trace.meta.devices) and not gpus:
+        kinds = sorted({device_noun(d) for d in trace.meta.devices})
+        return None, f"the trace's devices are {', '.join(kinds)}s, not GPUs; pass --gpu NAME for a GPU's roofs"
     return None, "the trace does not name its GPU; pass --gpu NAME"

@@ -27,10 +27,13 @@ def incomplete_notes(meta) -> list[str]:
 
 @dataclass
 class Device:
-    """A GPU as the source describes it; unknown fields stay None."""
+    """A GPU (or another accelerator: :attr:`kind`) as the source describes it; unknown fields stay None."""
 
     id: int | None = None
     name: str | None = None
+    #: What the device is, in the word a reader puts before its number: None for a GPU (every reader's device
+    #: until another accelerator came), ``"TPU"`` for a TPU core. :func:`device_noun` reads it.
+    kind: str | None = None
     sm_count: int | None = None
     memory_bytes: int | None = None
     compute_capability: str | None = None
@@ -85,3 +88,15 @@ class TraceMeta:
 
 
 _DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
+
+
+def device_noun(device: Device | None) -> str:
+    """The word a device is called by on screen: its :attr:`Device.kind` (``TPU``), ``GPU`` when it has none."""
+    return (device.kind if device is not None and device.kind else "GPU")
+
+
+def device_nouns(meta) -> dict[int, str]:
+    """Device id -> :func:`device_noun` of the devices a trace lists that are not GPUs (TPUs), so that a device
+    row is labelled ``TPU 2``, not ``GPU 2``; empty for a trace of GPUs (or of no listed devices)."""
+    return {d.id: device_noun(d) for d in (getattr(meta, "devices", None) or [])
+            if d.id is not None and d.kind and d.kind != "GPU"}

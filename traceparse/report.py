@@ -14,7 +14,7 @@ from rich.text import Text
 
 from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names  # noqa: F401 - re-exported
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
-from traceparse.meta import TraceMeta
+from traceparse.meta import TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
 
@@ -134,7 +134,9 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
             bits.append(f"{d.sm_count} {'CUs' if amd else 'SMs'}")
         if d.memory_bytes:
             bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
-        table.add_row(literal(f"device {d.id if d.id is not None else '?'}"), literal(", ".join(bits)))
+        bits.extend(_peaks(d.extra or {}))
+        noun = f"{device_noun(d)} " if d.kind else "device "  # GPUs keep their "device N" rows
+        table.add_row(literal(f"{noun}{d.id if d.id is not None else '?'}"), literal(", ".join(bits)))
     if meta.tags:
         table.add_row("tags", tags_text(meta.tags))
     if warnings or not meta.warnings:
@@ -280,9 +282,19 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     busy = summary.get("gpu_busy_pct")
     whole = "the GPU's span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU's span"  # gpu-idle's words
     unseen = summary.get("gpu_launches_unseen") or 0
-    grid.add_row("GPU busy", f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)" if unseen
-                 else "- (the trace gives GPU time as totals, with no timeline)" if summary.get("gpu_totals_only")
-                 else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
+    others = summary.get("other_devices") or {}
+    lanes = summary.get("lane_busy_pct")
+    if lanes is not None and busy is None and len(others) == 1:  # a TPU's work on its lanes: no GPU to speak of
+        noun = visible(next(iter(others)))
+        mean = "" if (summary.get("lane_devices") or 1) <= 1 else "mean "
+        grid.add_row(f"{noun} busy", f"{lanes:.1f}% of the {mean}{noun}'s span (first to last activity on its lanes)")
+    else:
+        grid.add_row("GPU busy", f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
+                     if unseen else "- (the trace gives GPU time as totals, with no timeline)"
+                     if summary.get("gpu_totals_only")
+                     else f"- (no GPU work: the trace's devices are {_counted(others)}; hotspots has their time)"
+                     if busy is None and others
+                     else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -313,6 +325,21 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         silent = sum(1 for f in findings if is_quiet(f, span))
         grid.add_row("findings", Text.from_markup(_severity_counts(list(findings), silent)))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
+
+
+def _peaks(extra: dict) -> list[str]:
+    """An accelerator's peak figures as its reader gave them (XLA's for a TPU): ``918 TFLOP/s``, ``1,638 GB/s``."""
+    out = []
+    for key, unit in (("peak_teraflops_per_second", "TFLOP/s"), ("peak_hbm_bw_gigabytes_per_second", "GB/s HBM")):
+        value = extra.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9:
+            out.append(f"{value:,.0f} {unit} peak")
+    return out
+
+
+def _counted(kinds: dict[str, int]) -> str:
+    """``4 TPUs``, ``4 TPUs and 1 CUSTOM`` (device words are a reader's, printed literally)."""
+    return " and ".join(f"{n} {visible(k)}{'s' if n != 1 else ''}" for k, n in sorted(kinds.items()))
 
 
 def steps_text(summary: dict) -> str:

@@ -14,10 +14,12 @@ import polars as pl
 
 from traceparse import measures
 from traceparse.measures.base import exact_sum
+from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
-from traceparse.meta import incomplete_notes
+from traceparse.meta import device_nouns, incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
+from traceparse.schema import ASYNC_GROUP
 from traceparse.verdict import is_quiet
 from traceparse.trace import Trace
 
@@ -39,7 +41,10 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
-    trace did not record at all, 0 otherwise), ``gpu_devices``
+    trace did not record at all, 0 otherwise), ``other_devices``
+    (:func:`other_devices`: the accelerators the trace lists that are no GPU, as
+    ``{"TPU": 4}``, so that "GPU busy -" is not read as an idle GPU; there,
+    :func:`lane_busy` adds ``lane_busy_pct`` and ``lane_devices``), ``gpu_devices``
     (how many devices that is over: of several, the share is of the mean
     device's span, as gpu-idle's whole says), ``gpu_time``
     (:func:`gpu_time`: GPU time split into kernels, each copy direction and
@@ -72,6 +77,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_devices": busy.height,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_totals_only": not span_sum and split is not None,
+        "other_devices": other_devices(trace.meta),
+        **(lane_busy(events) if not span_sum and other_devices(trace.meta) else {}),
         "gpu_time": split,
         "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),
@@ -79,6 +86,29 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "top_categories": top_categories(events),
         "incomplete": incomplete_notes(trace.meta),
     }
+
+
+def other_devices(meta) -> dict[str, int]:
+    """How many devices of each kind that is no GPU the trace lists (``{"TPU": 4}``); empty for GPUs alone."""
+    counts: dict[str, int] = {}
+    for noun in device_nouns(meta).values():
+        counts[noun] = counts.get(noun, 0) + 1
+    return counts
+
+
+def lane_busy(events) -> dict[str, Any]:
+    """For devices that are no GPU (a TPU: its work is on device lanes, no stream): ``lane_busy_pct``, 100 × Σ
+    busy / Σ span over the devices of the union of their lanes' synchronous rows (a module over its ops counts
+    once; asynchronous copies, which overlap the work, not at all), and ``lane_devices``; empty where no lane
+    has timed rows."""
+    lanes = device_lane()
+    if "group" in events.columns:
+        lanes = lanes & pl.col("group").ne_missing(ASYNC_GROUP)
+    busy = measures.device_busy(events, kinds=lanes)
+    span = exact_sum(busy["span_ns"]) if busy.height else 0
+    if not span:
+        return {}
+    return {"lane_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span, 4), "lane_devices": busy.height}
 
 
 def _launches(events: pl.DataFrame) -> int:

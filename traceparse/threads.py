@@ -30,17 +30,21 @@ def thread_names(meta) -> dict[tuple[int, int], str]:
     return out
 
 
-def thread_label(pid, device, tid, names: dict[tuple[int, int], str] | None = None) -> str:
+def thread_label(pid, device, tid, names: dict[tuple[int, int], str] | None = None,
+                 nouns: dict[int, str] | None = None) -> str:
     """``pid/tid (name)`` for a host thread, ``GPU d`` for device rows; ``-`` for an unknown part.
+
+    ``nouns`` (:func:`traceparse.meta.device_nouns`) names the devices that are not GPUs: ``TPU 2``.
 
     A thread that also has a device (TAU's node, context, thread) is
     ``pid.device.tid`` as TAU writes it (``0.1.0``: a context is no GPU);
     the name is shown only where the trace gives one.
     """
+    noun = (nouns or {}).get(device, "GPU")
     if tid is None and device is not None:
-        return f"GPU {device}" + (f" (pid {pid})" if pid is not None else "")
+        return f"{noun} {device}" + (f" (pid {pid})" if pid is not None else "")
     if pid is None and device is not None:  # a device's lane that is no stream (XLA's "XLA Ops" line)
-        return f"GPU {device}: {(names or {}).get((None, tid)) or f'line {tid}'}"
+        return f"{noun} {device}: {(names or {}).get((None, tid)) or f'line {tid}'}"
     name = (names or {}).get((pid, tid)) if pid is not None and tid is not None else None
     if device is not None and pid is not None and tid is not None:
         return f"{pid}.{device}.{tid}" + (f" ({name})" if name else "")

@@ -259,6 +259,7 @@ class Validator:
 
 # -- device properties ---------------------------------------------------------------------------------------
 _CC = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+_KIND = re.compile(r"[A-Za-z]{1,16}", re.ASCII)
 
 
 def _whole(lo: int, hi: int):
@@ -278,6 +279,8 @@ def _finite_above_zero(value: object) -> bool:
 DEVICE_RULES: dict[str, tuple] = {
     "id": (_whole(0, 2**31 - 1), "is not a whole number from 0 to 2,147,483,647"),
     "name": (lambda v: isinstance(v, str) and v.strip() != "", "is not a text name"),
+    "kind": (lambda v: isinstance(v, str) and _KIND.fullmatch(v) is not None,
+             "is not a device word of 1 to 16 letters (TPU)"),
     "sm_count": (_whole(1, 2**31 - 1), "is not a whole number of SMs above 0"),
     "memory_bytes": (_whole(1, INT64_MAX), "is not a whole number of bytes above 0"),
     "compute_capability": (lambda v: isinstance(v, str) and _CC.fullmatch(v) is not None,

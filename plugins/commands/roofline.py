@@ -25,6 +25,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.names import short_names
+from traceparse.summary import other_devices
 from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
@@ -77,6 +78,11 @@ class RooflineCommand(Command):
         choice = gpu_choice(args)
         spec, how = gpu_for_trace(trace, choice)
         result = roofline(trace, spec, model_gflops=model_gflops, group=args.group)
+        others = other_devices(trace.meta)
+        if result["source"] == "none" and others and not (trace.events["kind"] == "kernel").any():
+            kinds = ", ".join(sorted(others))
+            raise InputError(f"{trace.meta.path or trace.id}: no GPU kernels to place on a GPU's roofline: the "
+                             f"trace's devices are {kinds}s (hotspots gives their ops' time)")
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
                              "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, or a JAX "

@@ -64,7 +64,8 @@ from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
 from traceparse.schema import ASYNC_GROUP
-from traceparse.threads import thread_label as _label, thread_names, thread_role
+from traceparse.meta import device_nouns
+from traceparse.threads import thread_label, thread_names, thread_role
 from traceparse.trace import Trace
 
 #: What makes a thread: its rank on a run (null in one trace: ranks' processes may share ids), process, device, id.
@@ -90,11 +91,6 @@ WAITING = Column("waiting_ns", "waiting", "ns")
 THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
                   Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
                   Column("inclusive_ns", "inclusive", "ns"), Column("share_pct", "share %", "pct")]
-
-
-def thread_label(pid, device, tid, names: dict | None = None) -> str:
-    """``pid/tid (name)`` of a host thread, ``GPU d`` of device rows (:func:`traceparse.threads.thread_label`)."""
-    return _label(pid, device, tid, names)
 
 
 class Hotspots(Rule):
@@ -188,7 +184,7 @@ class Hotspots(Rule):
                             message, suggestion, metrics=metrics, items=items, columns=columns,
                             figures={**FIGURES, **({"comm_waiting_ns": "ns"} if waiting else {})},
                             labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
-        findings.append(self._per_thread(per_thread, t, names))
+        findings.append(self._per_thread(per_thread, t, names, device_nouns(trace.meta)))
         if marks.height:
             findings.append(self._annotations(marks, t))
         return findings
@@ -216,7 +212,7 @@ class Hotspots(Rule):
                        figures={"time_ns": "ns", "annotations": "count", "threads": "count"},
                        labels={"time_ns": "annotation self time", "threads": "annotated threads"})
 
-    def _per_thread(self, per_thread: pl.DataFrame, t: dict, names: dict) -> Finding:
+    def _per_thread(self, per_thread: pl.DataFrame, t: dict, names: dict, nouns: dict) -> Finding:
         totals = per_thread.group_by(THREAD).agg(thread_ns=pl.col("time_ns").sum())
         chosen = totals.sort(["thread_ns", *THREAD], descending=[True] + [False] * len(THREAD),
                              nulls_last=True).head(int(t["max_threads"]))
@@ -226,7 +222,7 @@ class Hotspots(Rule):
                   .group_by(THREAD, maintain_order=True).head(int(t["per_thread_top"])))
         items = [
             {"thread": (f"rank {r['rank']}: " if r["rank"] is not None else "")
-             + thread_label(r["pid"], r["device_id"], r["tid"], names),
+             + thread_label(r["pid"], r["device_id"], r["tid"], names, nouns),
              **({"rank": r["rank"]} if r["rank"] is not None else {}), "pid": r["pid"],
              **({"device_id": r["device_id"]} if r["device_id"] is not None else {}), "tid": r["tid"],
              "thread_name": names.get((r["pid"], r["tid"])), "name": r["name"], "kind": r["kind"],

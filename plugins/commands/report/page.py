@@ -230,6 +230,21 @@ def metadata_html(trace) -> str:
     return f'<div class="card"><dl class="meta">{body}</dl></div>'
 
 
+def _busy_card(summary: dict, busy) -> tuple[str, str]:
+    """GPU busy; a TPU's busy time (its lanes) where the trace's devices are TPUs (the terminal summary's words)."""
+    others, lanes = summary.get("other_devices") or {}, summary.get("lane_busy_pct")
+    if busy is None and lanes is not None and len(others) == 1:
+        noun = esc(next(iter(others)))
+        return (f"{noun} busy", f'<div class="big">{esc(fmt_unit("pct", lanes))}</div>'
+                                f'<div class="muted">of the devices&#39; {noun} span (first to last activity on '
+                                f'their lanes)</div>')
+    said = ("of the devices&#39; GPU span" if busy is not None else
+            f"no GPU work: the devices are {esc(', '.join(f'{n} {k}' for k, n in sorted(others.items())))}"
+            if others else "no timed GPU activity")
+    return ("GPU busy", f'<div class="big">{esc(fmt_unit("pct", busy)) if busy is not None else "-"}</div>'
+                        f'<div class="muted">{said}</div>')
+
+
 def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     """The summary cards: span, GPU busy, steps, bottleneck, top categories, and the worst findings as links."""
     steps = summary.get("steps") or 0
@@ -259,9 +274,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     cards = [
         ("span", f'<div class="big">{esc(fmt_ns(summary.get("span_ns")))}</div><div class="muted">'
                  f'{"first to last timed event" if summary.get("span_ns") is not None else "no timed events"}</div>'),
-        ("GPU busy", f'<div class="big">{esc(fmt_unit("pct", busy)) if busy is not None else "-"}</div>'
-                     f'<div class="muted">{"of the devices&#39; GPU span" if busy is not None else "no timed GPU activity"}'
-                     f'</div>'),
+        _busy_card(summary, busy),
         ("steps", steps_card),
         ("bottleneck", bottleneck_card),
         ("top kernel categories", f'<div>{cats or "-"}</div>'),

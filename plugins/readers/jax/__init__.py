@@ -22,7 +22,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Trace, TraceMeta
 
-from traceparse_plugins.readers.jax.events import thread_names, to_rows
+from traceparse_plugins.readers.jax.events import accelerators, thread_names, to_rows
 from traceparse_plugins.readers.jax.profile_dir import profile_files
 from traceparse_plugins.readers.jax.sniff import is_xspace, sniff
 
@@ -69,6 +69,7 @@ class JaxReader(Reader):
 
             raw = read_timeline(path, options)
             meta.variant = "xprof trace-viewer JSON" if not path.name.startswith("perfetto") else "JAX Perfetto JSON"
+        accelerators(raw, meta.devices)
         rows, notes = to_rows(raw)
         rows = _work(rows, modules, meta)
         if notes.unplaced:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse import expr
+from traceparse.meta import Device
 from traceparse.schema import ASYNC_GROUP
 from traceparse_plugins.readers.jax import details
 
@@ -54,6 +55,7 @@ RAW_SCHEMA = pl.Schema({"plane": pl.String, "line": pl.String, "line_id": pl.Int
                         "name": pl.String, "start_ns": pl.Int64, "duration_ns": pl.Int64,
                         **{s: pl.String for s in STATS}})
 _DEVICE_PLANE = r"^/device:[A-Za-z_]+:([0-9]{1,9})$"
+_DEVICE_KIND = r"^/device:([A-Za-z_]+):[0-9]{1,9}$"
 _STREAM_LINE = r"^Stream #([0-9]{1,18})\b"
 STEP_GROUP = "step"
 #: A CUDA API call XLA names after its GPU work: the driver call family it is, by the kind of that work.
@@ -170,6 +172,21 @@ def kernel_collective() -> pl.Expr:
     instruction = (pl.col("hlo_op").str.extract(r"^([a-z-]+?)(?:-start|-done)?\.", 1)
                    .replace_strict(XLA_COLLECTIVES, default=None, return_dtype=pl.String))
     return pl.when(named == expr.UNKNOWN_COLLECTIVE).then(pl.coalesce(instruction, named)).otherwise(named)
+
+
+def accelerators(raw: pl.DataFrame, devices: list[Device]) -> None:
+    """The devices of the planes that are no GPU (``/device:TPU:0``: kind ``TPU``, id 0) appended to ``devices``
+    where not listed yet, so that their rows are called TPU rows, not GPU rows (a JSON timeline has no device
+    properties; an XPlane's were read before)."""
+    planes = (raw.select(kind=pl.col("plane").str.extract(_DEVICE_KIND, 1),
+                         id=pl.col("plane").str.extract(_DEVICE_PLANE, 1).cast(pl.Int32, strict=False))
+              .drop_nulls().unique().sort("id", "kind"))
+    listed = {d.id for d in devices}
+    for kind, device_id in planes.iter_rows():
+        if kind.upper() != "GPU" and device_id not in listed:
+            devices.append(Device(id=device_id, kind=kind.upper()))
+            listed.add(device_id)
+    devices.sort(key=lambda d: (d.id is None, d.id))
 
 
 def thread_names(raw: pl.DataFrame) -> dict[str, str]:

@@ -193,6 +193,10 @@ def _text(value) -> str | None:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+#: The peak figures XLA gives a TPU plane (``device_type_string`` names the model), kept in the device's extra.
+_ACCELERATOR_PEAKS = ("peak_teraflops_per_second", "peak_hbm_bw_gigabytes_per_second")
+
+
 def _plane_facts(plane, meta: TraceMeta) -> None:
     """Devices from a device plane's stats, versions from /host:metadata."""
     names = {k: v.name for k, v in plane.stat_metadata.items()}
@@ -204,11 +208,18 @@ def _plane_facts(plane, meta: TraceMeta) -> None:
         if isinstance(stats.get("jax_version"), str):
             meta.tool_version = stats["jax_version"]
         return
-    if not plane.name.startswith("/device:GPU:"):
+    if not plane.name.startswith("/device:"):
         return
     try:
         device_id = int(plane.name.rsplit(":", 1)[1])
     except ValueError:
+        return
+    kind = plane.name.split(":")[1].upper()
+    if kind != "GPU":  # a TPU core: its model and XLA's peak figures, kept for show
+        name = stats.get("device_type_string")
+        extra = {k: stats[k] for k in _ACCELERATOR_PEAKS if isinstance(stats.get(k), (int, float)) and stats[k] > 0}
+        meta.devices.append(Device(id=device_id, name=name if isinstance(name, str) and name.strip() else None,
+                                   kind=kind, extra=extra))
         return
 
     def number(key):
