@@ -150,3 +150,18 @@ def test_chrome_export_device_values_go_through_the_same_check(store, tmp_path, 
                    f"of bytes above 0 (first: device {len(devices) - 1}, memory_bytes=-1)\n")
     assert meta.devices[0].sm_count is None and meta.devices[-1].memory_bytes is None
     assert [d.name for d in meta.devices] == [d["name"] for d in devices]
+
+
+def test_a_device_kind_that_is_no_word_is_dropped():
+    """A device's kind becomes its label on screen (``TPU 2``): one that is markup, an escape or too long is
+    dropped (the device is then a GPU, as every reader's device is without a kind), with the one warning."""
+    from traceparse.meta import Device, device_nouns
+    from traceparse.validate import validate_devices
+
+    devices = [Device(id=0, kind="TPU"), Device(id=1, kind="[bold]x"), Device(id=2, kind="\x1b[2J"),
+               Device(id=3, kind="A" * 17)]
+    warnings = validate_devices(devices, "t.json")
+    assert warnings == ["t.json: dropped 3 device values whose kind is not a device word of 1 to 16 letters (TPU) "
+                        "(first: device 1, kind='[bold]x')"]
+    assert [d.kind for d in devices] == ["TPU", None, None, None]
+    assert device_nouns(type("M", (), {"devices": devices})()) == {0: "TPU"}

@@ -8,6 +8,7 @@ does not; it knows no format and no rule.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from typing import Any, Iterable
 
 import polars as pl
@@ -63,6 +64,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     span_ns = trace_span(events)
     split = gpu_time(events)
+    others = other_devices(trace.meta)
     return {
         "trace": trace.id,
         "span_ns": span_ns,
@@ -77,8 +79,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_devices": busy.height,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_totals_only": not span_sum and split is not None,
-        "other_devices": other_devices(trace.meta),
-        **(lane_busy(events) if not span_sum and other_devices(trace.meta) else {}),
+        "other_devices": others,
+        **(lane_busy(events) if not span_sum and others else {}),
         "gpu_time": split,
         "bottleneck": bottleneck(findings, span_ns),
         "ranks": trace_ranks(trace),
@@ -90,10 +92,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
 
 def other_devices(meta) -> dict[str, int]:
     """How many devices of each kind that is no GPU the trace lists (``{"TPU": 4}``); empty for GPUs alone."""
-    counts: dict[str, int] = {}
-    for noun in device_nouns(meta).values():
-        counts[noun] = counts.get(noun, 0) + 1
-    return counts
+    return dict(Counter(device_nouns(meta).values()))
 
 
 def lane_busy(events) -> dict[str, Any]:
