@@ -445,3 +445,25 @@ def test_pprof_reports_pasted_together_read_each_thread_once(tmp_path):
     assert trace.events.drop("trace_id").equals(want.drop("trace_id"))
     assert (f"{pasted}: thread 0.0.0 appears 3 times (several pprof reports in one file?); the first of each was "
             "read, 2 more repeated") in trace.meta.warnings  # threads 0.0.1 and 0.0.2
+
+
+def test_a_tau_directory_with_another_profilers_file_says_what_it_left_out(tmp_path):
+    """A torch trace put beside a TAU profile was dropped in silence (the directory is TAU's: the 41 TAU rows were
+    stored, the 1,353 torch events not). The TAU profiles are still read, and the other files are named."""
+    import shutil
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for f in sorted(CPI.iterdir()):
+        shutil.copy(f, folder / f.name)
+    shutil.copy(FIXTURES / "torch" / "alexnet_bs4.json.gz", folder / "alexnet_bs4.json.gz")
+    (folder / "job.sh").write_text("mpirun -np 4 ./cpi\n")
+    (folder / ".hidden").write_text("x")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", "--json", str(folder))
+    assert code == 0, err
+    assert err == (f"traceparse: warning: {folder}: read its TAU profiles only; left out 2 other files "
+                   "(alexnet_bs4.json.gz, job.sh): give another profiler's files on their own\n")
+    profiles = sorted(CPI.glob("profile.*"))
+    got = json.loads(out)["traces"][0]
+    assert got["format"] == "tau" and got["event_count"] == read_paths([CPI])[0].events.height
+    assert got["variant"] == f"profile.N.C.T text: {len(profiles)} nodes, {len(profiles)} threads, metrics TIME"

@@ -136,10 +136,14 @@ def _refuse_unread_forms(path: Path, head: bytes) -> None:
 def _text_variant(profile: ProfileSet) -> str:
     from . import events
 
-    threads = profile.routines.select(events.THREAD).unique().height
+    threads = profile.routines.select(events.THREAD).unique()
+    nodes = threads.select(events.THREAD[0]).n_unique() if threads.height else 0
     metrics = ", ".join(profile.metrics)
     where = "MULTI__ directories" if len(profile.metrics) > 1 else "profile.N.C.T text"
-    return f"{where}: {threads} threads, metrics {metrics}"
+    # TAU's node is an MPI rank (a process): "8 nodes" says what "8 threads" of one thread each did not
+    said = (f"{nodes} nodes, {threads.height} threads" if nodes > 1
+            else f"{threads.height} thread{'s' if threads.height != 1 else ''}")
+    return f"{where}: {said}, metrics {metrics}"
 
 
 def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers, path: Path) -> TraceMeta:

@@ -55,6 +55,7 @@ def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
     """The profile files of a TAU output directory; InputError when there are none."""
     top = _profiles_in(directory, warn=warn)
     multi = sorted(p for p in directory.iterdir() if p.is_dir() and p.name.startswith(MULTI_PREFIX))
+    _note_others(directory, warn)
     if top:
         if multi:
             warn(f"{directory}: has both profile.* files and MULTI__ directories; read the profile.* files "
@@ -66,6 +67,18 @@ def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
     if not sources:
         raise bad_input(directory, None, NO_PROFILES)
     return sources
+
+
+def _note_others(directory: Path, warn: Callable[[str], None]) -> None:
+    """Warn of the files of a TAU directory that are no TAU profile (another profiler's trace put beside them, a
+    job script): they are not read, and would otherwise be left out in silence."""
+    others = sorted(p.name for p in directory.iterdir()
+                    if p.is_file() and not p.name.startswith(".") and not PROFILE_NAME.match(p.name))
+    if others:
+        shown = ", ".join(n[:60] + ("…" if len(n) > 60 else "") for n in others[:3])
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        warn(f"{directory}: read its TAU profiles only; left out {len(others)} other file"
+             f"{'s' if len(others) != 1 else ''} ({shown}{more}): give another profiler's files on their own")
 
 
 def _profiles_in(directory: Path, metric_dir: str | None = None,
