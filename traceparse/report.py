@@ -306,8 +306,9 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         per_rank = f" per rank (mean of {summary['ranks']})" if (summary.get("ranks") or 1) > 1 else ""
         share = (f", {fmt_unit('pct', worst['share_pct'])} of {worst.get('whole') or 'the span'}"
                  if worst.get("share_pct") is not None else "")
-        grid.add_row("bottleneck", Text.assemble((visible(worst.get("title", "")), "bold"),
-                                                 f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share} (",
+        lost = (f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share}" if worst.get("impact_ns") is not None
+                else ", time lost unknown (the trace gives totals only)")
+        grid.add_row("bottleneck", Text.assemble((visible(worst.get("title", "")), "bold"), f"{lost} (",
                                                  visible(worst["rule"]), ", ",
                                                  (visible(str(worst.get("severity", ""))), style), ")"))
     else:

@@ -82,7 +82,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "other_devices": others,
         **(lane_busy(events) if not span_sum and others else {}),
         "gpu_time": split,
-        "bottleneck": bottleneck(findings, span_ns),
+        "bottleneck": bottleneck(findings, span_ns, totals_only=not span_sum and split is not None),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
@@ -168,7 +168,8 @@ def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
                       for r in parts.iter_rows(named=True)]}
 
 
-def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[str, Any] | None:
+def bottleneck(findings: Iterable[Finding], span_ns: int | None = None,
+               totals_only: bool = False) -> dict[str, Any] | None:
     """The finding with the most time at stake: {rule, impact_ns, title, severity, whole, whole_ns, share_pct}, or None.
 
     The largest ``impact_ns`` (> 0) of any severity: an info finding with
@@ -180,8 +181,18 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[
     ``share_pct`` is the time at stake's share of ``whole_ns``: the whole the finding says it is part of
     (:attr:`Finding.impact_whole`, e.g. the GPU's span), else the trace's span, so that the summary and the
     finding give one percentage for one figure.
+
+    On a trace that gives GPU time as totals only (``totals_only``), where a finding with no time at stake
+    is a warning or critical (a summary report's copies: their time summed over streams that ran at once cannot
+    be said to be lost), the worst of those is the bottleneck with ``impact_ns`` None, unless a finding with
+    time at stake is as severe: named, with no figure the trace cannot give.
     """
+    findings = list(findings)
     timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)]
+    worst = _untimed(findings) if totals_only else None
+    if worst is not None and (not timed or severity_rank(worst["severity"]) > max(
+            severity_rank(f.severity) for f in timed)):
+        return worst
     if not timed:
         return None
     best = min(timed, key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule))
@@ -189,6 +200,16 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None) -> dict[
     share = min(100.0, round(100.0 * best.impact_ns / whole_ns, 4)) if whole_ns else None
     return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity,
             "whole": whole, "whole_ns": whole_ns, "share_pct": share}
+
+
+def _untimed(findings: list[Finding]) -> dict[str, Any] | None:
+    """The worst warning or critical finding, as a bottleneck with no time at stake; None without one."""
+    flagged = [f for f in findings if not f.impact_ns and severity_rank(f.severity) >= severity_rank("warning")]
+    if not flagged:
+        return None
+    best = min(flagged, key=lambda f: (-severity_rank(f.severity), f.rule, f.title))
+    return {"rule": best.rule, "impact_ns": None, "title": best.title, "severity": best.severity,
+            "whole": None, "whole_ns": None, "share_pct": None}
 
 
 def top_categories(events: pl.DataFrame, n: int = TOP_CATEGORIES) -> list[dict[str, Any]]:
