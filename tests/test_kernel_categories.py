@@ -25,6 +25,11 @@ SHARED = REPO.parent / "shared" / "samples" / "torch"
 
 NAMES = {
     "gemm": [
+        # TensorRT-LLM / FlashInfer MoE batched GEMMs (MXFP4 weights) on a B200 (AMD-AGI/TraceLens
+        # tests/traces/b200/eager_trace.json.gz, MIT: vLLM), and a WMMA tensor-core GEMM's ncu name
+        "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f",
+        "bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_biasM_bN_tmaOpt_clmp_dynBatch_sm100f",
+        "wmma_db",
         # (fixtures/torch/hta/trace_filter: an A100's cutlass and cuBLAS SGEMMs beside FBGEMM's kernels)
         "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1>(cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1::Params)",
         "ampere_sgemm_128x64_nn",
@@ -42,6 +47,9 @@ NAMES = {
         "gemm_fusion_dot_general_1.kd",
     ],
     "convolution": [
+        # cuDNN's FFT convolutions on an A100 (HTA tests/data/critical_path/alexnet, MIT)
+        "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)",
+        "void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*, int, int, int, int, int, int, int, int, int, float, float, cudnn::reduced_divisor, bool, float*, float*, int2, int, int)",
         # cuDNN 7 on a V100 (an nvprof --print-gpu-trace of torch.nn.Conv2d, and an ncu report of a V100): the
         # "relu" of the name is a fused epilogue, not an elementwise kernel
         "volta_scudnn_128x64_relu_interior_nn_v1",
@@ -80,6 +88,8 @@ NAMES = {
         "MIOpenBatchNormBwdSpatial",
     ],
     "elementwise": [
+        # TensorRT-LLM's block-scale quantization (the B200 trace): its flashinfer:: template argument is no attention
+        "void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)2, __nv_bfloat16, 32, true>(int, int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, unsigned int*, flashinfer::QuantizationSFLayout)",
         # FBGEMM's FP8 (de)quantization (fixtures/torch/hta/trace_filter)
         "void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*, int, int, unsigned char*, bool)",
         "void fbgemm_gpu::(anonymous namespace)::_FP8rowwise_to_float_cuda_kernel<float>(unsigned char const*, int, int, float*, bool)",
@@ -148,6 +158,12 @@ NAMES = {
         "void fbgemm_gpu::permute_indices_weights_kernel<false, int, decltype(nullptr)>(int, int, int const*, decltype(nullptr) const*)",
     ],
     "communication": [
+        # PyTorch's symmetric-memory all-reduce (the B200 vLLM trace above), and hand-written names of its
+        # siblings, vLLM's custom all-reduce and TensorRT-LLM's, as their sources spell them
+        "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)",
+        "void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 16, 8>(float*, unsigned long, float**, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long)",
+        "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)",
+        "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<(tensorrt_llm::kernels::AllReduceFusionPattern)1, __nv_bfloat16, 8, false>(tensorrt_llm::kernels::ar_fusion::AllReduceFusionParams)",
         "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
         "ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
         "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
@@ -313,7 +329,8 @@ def test_collective_and_family_of_distinct_names():
              "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "c10d::broadcast_", "c10d::wait",
              "gloo:all_reduce", "record_param_comms", "reduce_kernel", "volta_sgemm", "", None] * 10
     family = _chain(names, expr.COMMUNICATION_NAMES, None, lowercase=True)
-    key = [None if n is None else re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*$", "", n.lower())) for n in names]
+    key = [None if n is None else re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*$", "", n.lower().replace(
+        "(anonymous namespace)", ""))) for n in names]
     said = _chain(key, expr.COLLECTIVES, None)
     want = [None if f is None else s if s else ("unknown" if f in ("nccl kernel", "msccl kernel") else None)
             for f, s in zip(family, said)]
@@ -339,3 +356,32 @@ def test_kernel_share_names_the_uncategorised_as_such(tmp_path):
     assert code == 0, err
     (share,) = _json.loads(out)["findings"]
     assert share["message"].endswith("the top kernel takes 75.0%; kernels of no known category take 100.0%.")
+
+
+def test_collectives_written_as_their_own_kernels_are_communication(tmp_path):
+    """PyTorch's symmetric-memory all-reduce was "reduction/softmax" and no communication: on a B200 vLLM trace
+    (TraceLens' tests/traces/b200) comm-compute-overlap said nothing of 74 all-reduce kernels, 2.142 ms exposed.
+    Each such kernel now has its collective; a hand-written trace of one exposed and one hidden all-reduce beside
+    a GEMM gives the exposed time to the nanosecond."""
+    import json as _json
+    from helpers import run_cli
+
+    names = NAMES["communication"][:4]  # the direct-collective names added with the B200 trace
+    got = pl.select(expr.collective(pl.lit(pl.Series(names)))).to_series().to_list()
+    assert got == ["all_reduce", "all_reduce", "all_reduce", "all_reduce"]
+    gather = "void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*, char*, unsigned long, unsigned int**, unsigned long, unsigned long)"
+    assert pl.select(expr.collective(pl.lit(pl.Series([gather])))).item() == "all_gather"
+
+    def kernel(name, ts, dur, stream):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                "args": {"device": 0, "stream": stream, "correlation": ts}}
+    gemm = "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"
+    events = [kernel(gemm, 0, 100, 7), kernel(names[0], 100, 30, 7),      # exposed: nothing runs beside it
+              kernel(gemm, 200, 100, 7), kernel(names[0], 220, 30, 20)]   # hidden under the GEMM
+    path = tmp_path / "symm.json"
+    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "comm-compute-overlap",
+                             str(path))
+    assert code == 0, err
+    (found,) = _json.loads(out)["findings"]
+    assert found["metrics"]["comm_time_ns"] == 60_000 and found["metrics"]["overlapped_ns"] == 30_000

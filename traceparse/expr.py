@@ -33,6 +33,12 @@ GPU_KINDS = ("kernel", "memcpy", "memset")
 #: named so is communication (:data:`KERNEL_CATEGORIES`, :data:`COMMUNICATION_NAMES`).
 XLA_COLLECTIVE = (r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_]all|ragged[-_]all[-_]to[-_]all"
                   r"|collective[-_]permute|collective[-_]broadcast)([-_.]|$)")
+#: Collectives written as kernels of their own, outside NCCL: PyTorch's symmetric memory
+#: (``multimem_all_reduce_kernel``, ``one_shot_all_reduce_kernel``, ``two_shot_all_reduce_kernel``,
+#: ``multimem_all_gather_kernel``), vLLM's custom all-reduce (``cross_device_reduce_1stage``) and TensorRT-LLM's
+#: (``allreduce_fusion_kernel``, ``oneShotAllReduceKernel``, ``twoShotAllReduceKernel``).
+DIRECT_COLLECTIVE = (r"multimem_(one_shot_)?all_?(reduce|gather)|(one|two)_?shot_?all_?reduce|cross_device_reduce_[12]stage"
+                     r"|allreduce_fusion_kernel")
 #: What a kernel does, from its name: (category, regular expression searched in the lower-cased name). The
 #: first row that matches wins, so the order matters (a cuDNN flash-attention kernel's name also says
 #: "wgmma" and "fprop", a copy kernel's "elementwise_kernel"). Plugins put rows of their own in front of
@@ -41,7 +47,7 @@ XLA_COLLECTIVE = (r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_
 KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # NCCL / RCCL (ncclKernel_*, ncclDevKernel_*, RCCL's ncclDevKernel_Generic), MSCCL; XLA's collectives by
     # their HLO names (all-reduce-start.1, all-gather-done, reduce-scatter.3, collective-permute, all-to-all)
-    ("communication", r"nccl|rccl|msccl|" + XLA_COLLECTIVE),
+    ("communication", r"nccl|rccl|msccl|" + DIRECT_COLLECTIVE + "|" + XLA_COLLECTIVE),
     # torch.compile (Inductor) names its Triton kernels triton_<kind>_fused_<the aten ops fused>: kind poi
     # (pointwise), red (reduction), per (persistent reduction), for (foreach), tem (template: mm, conv,
     # flex attention). A template is what it computes. A pointwise or reduction kernel takes the category of
@@ -60,7 +66,8 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     ("triton-fused", r"^triton_"),
     # flash / memory-efficient attention, cuDNN SDPA (and its dO·O and dQ helper kernels), CK / aiter fmha,
     # Triton attn_fwd / _attn_bwd
-    ("attention", r"flash|fmha|sdpa|attention|attn_(fwd|bwd)|_attn|mha_(fwd|bwd)|cudnn::fusion::compute_dot_do_o"
+    ("attention", r"flash([^i]|$)|fmha|sdpa|attention|attn_(fwd|bwd)|_attn|mha_(fwd|bwd)|batch(prefill|decode)with"
+                  r"|cudnn::fusion::compute_dot_do_o"
                   r"|cudnn::fusion::convert_dq"),
     # batch / layer / group / instance / RMS norm and their backward kernels (cuDNN bn_fw/bn_bw, torch's
     # GammaBetaBackward and layer_norm_grad_input, MIOpen MIOpenBatchNorm*)
@@ -72,7 +79,7 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # naive conv, Composable Kernel grouped conv; cuDNN 7's Maxwell-to-Turing convolutions by precision
     # (volta_scudnn_128x64_relu_interior_nn_v1: its "relu" is a fused epilogue, volta_h884cudnn_256x64_...)
     ("convolution", r"conv(olu|olv|_|[1-3]d|uni)|implicit_?gemm|\bigemm|_igemm|dgrad|wgrad|fprop|winograd"
-                    r"|_bwd_weight|_[shi]?[0-9]{0,4}cudnn_"),
+                    r"|_bwd_weight|_[shi]?[0-9]{0,4}cudnn_|fft[12]d_(r2c|c2r)_"),
     # cuBLAS's level-1 kernels, by their parameter types (copy_kernel<double>(cublasCopyParams<T1>)): no GEMM
     ("layout/copy", r"cublas(copy|swap)params"),
     ("elementwise", r"cublas(axpy|scal|rot|rotm)params"),
@@ -81,7 +88,7 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # CK gemm, tensor-core tile names; not the "gemm" of FBGEMM's namespace (fbgemm_gpu::), which names its
     # embedding, permute and FP8 kernels and turns up in the template arguments of others
     ("gemm", r"nvjet|(^|[^b]|[^f]b)gemm|gemv|cublas|matmul|splitkreduce|reducesplitk|^cijk_|cutlass|xmma|wgmma|hmma"
-             r"|s1688|h1688|s884|h884|s16816|h16816|_bmm|addmm"),
+             r"|s1688|h1688|s884|h884|s16816|h16816|_bmm|addmm|^bmm_|wmma"),
     # fused multi-tensor optimizer steps (torch foreach / fused Adam, SGD's foreach add), apex
     ("optimizer", r"multi_tensor_apply|fused_?adam|adamw?_|fused_sgd|lamb_"),
     # embedding lookups and their backward (index sort, segment sums); FBGEMM's table-batched embeddings
@@ -215,8 +222,10 @@ def first_match(names: pl.Expr, table: list[tuple[str, str]], default: str, *, l
 _SUBJECTS = {
     "name": lambda: pl.col("name"),
     "lowercase": lambda: pl.col("name").str.to_lowercase(),
-    # a name lower-cased, without its parameter list, letters and digits only (:data:`COLLECTIVES`' subject)
-    "collective key": lambda: pl.col("name").str.to_lowercase().str.replace(r"\(.*$", "")
+    # a name lower-cased, without its parameter list (a C++ "(anonymous namespace)" is no parameter list),
+    # letters and digits only (:data:`COLLECTIVES`' subject)
+    "collective key": lambda: pl.col("name").str.to_lowercase().str.replace_all(r"\(anonymous namespace\)", "")
+    .str.replace(r"\(.*$", "")
     .str.replace_all(r"[^a-z0-9]", ""),
 }
 
@@ -491,6 +500,8 @@ COMMUNICATION_NAMES: list[tuple[str, str]] = [
     ("nccl kernel", r"^(void\s+)?(nccl|rccl)\w*kernel"),
     # MSCCL kernels (RCCL): mscclKernel_Sum_float_LL_...
     ("msccl kernel", r"^(void\s+)?msccl\w*kernel"),
+    # collectives as kernels of their own (:data:`DIRECT_COLLECTIVE`: PyTorch symmetric memory, vLLM, TRT-LLM)
+    ("direct collective kernel", DIRECT_COLLECTIVE),
     # torch.distributed operators: c10d::allreduce_, c10d::broadcast_, _c10d_functional::all_gather_into_tensor
     ("c10d op", r"^_?c10d(_functional)?::"),
     # Kineto's collective record (its collective is in its arguments; the reader fills it)
@@ -509,7 +520,7 @@ COMMUNICATION_NAMES: list[tuple[str, str]] = [
 #: ``nccldevkernelallreducesumf32ringll``, ``c10d::allreduce_`` -> ``c10dallreduce``). The first match wins,
 #: so a longer name comes before the shorter one it contains (all_reduce before reduce).
 COLLECTIVES: list[tuple[str, str]] = [
-    ("all_reduce", r"allreduce"),
+    ("all_reduce", r"allreduce|crossdevicereduce"),
     ("reduce_scatter", r"reducescatter"),
     ("all_gather", r"allgather"),
     ("all_to_all", r"alltoall"),
@@ -578,7 +589,8 @@ class _CollectiveOf(_Classifier):
             said = _classifier(COLLECTIVES, "", "collective key")(picked).to_list()
             for i, fam, say in zip(rows, family, said):
                 if fam is not None:
-                    found[i] = say if say else (UNKNOWN_COLLECTIVE if fam in ("nccl kernel", "msccl kernel")
+                    found[i] = say if say else (UNKNOWN_COLLECTIVE if fam in ("nccl kernel", "msccl kernel",
+                                                                           "direct collective kernel")
                                                 else None)
         return found
 
