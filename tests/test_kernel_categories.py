@@ -385,3 +385,27 @@ def test_collectives_written_as_their_own_kernels_are_communication(tmp_path):
     assert code == 0, err
     (found,) = _json.loads(out)["findings"]
     assert found["metrics"]["comm_time_ns"] == 60_000 and found["metrics"]["overlapped_ns"] == 30_000
+
+
+def test_two_collectives_at_once_are_exposed_once(tmp_path):
+    """Hand-written after HTA's negative-queue-length trace (an A100, rank 0 of 16): two SendRecv kernels in flight
+    at once on two streams, no compute beside them. The per-device row said exposed 187.8 ms, each kernel's
+    exposed time summed, where the timeline has 185.3 ms; exposed is now the time on the timeline, as the time at
+    stake is: here 100 + 40 - 20 = 120 us (the two overlap for 20 us), with 140 us of communication time."""
+    import json as _json
+    from helpers import run_cli
+
+    send = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+    gemm = "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": st, "ts": ts, "dur": dur,
+               "args": {"device": 0, "stream": st, "correlation": ts}}
+              for n, ts, dur, st in ((gemm, 0, 10, 7), (send, 20, 100, 20), (send, 100, 40, 24), (gemm, 200, 10, 7))]
+    path = tmp_path / "sendrecv.json"
+    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "comm-compute-overlap",
+                             str(path))
+    assert code == 0, err
+    (found,) = _json.loads(out)["findings"]
+    (item,) = found["items"]
+    assert item["comm_time_ns"] == 140_000 and item["overlapped_ns"] == 0 and item["exposed_ns"] == 120_000
+    assert found["impact_ns"] == 120_000
