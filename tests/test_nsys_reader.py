@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 
 from helpers import exact_int, intersect, refused, run_cli, union
+from traceparse.errors import InputError
 from traceparse.analysis import analyze
 from traceparse.ingest import detect_reader, read_group
 from traceparse.plugins import registry
@@ -654,12 +655,45 @@ def trace_csv(tmp_path) -> tuple[Path, list[str]]:
     return tmp_path / "bad_cuda_gpu_trace.csv", lines
 
 
-def test_cut_mid_line(store, trace_csv):
+@pytest.mark.parametrize("quoted", [False, True])
+def test_cut_mid_line_keeps_the_complete_rows(tmp_path, trace_csv, quoted):
+    """A report cut short (a profiler killed, a copy interrupted) was refused whole. Its complete rows are now
+    read, with a warning naming the cut line (inside its first numbers, or inside its quoted kernel name), and
+    every analysis says the figures cover what was read."""
     path, lines = trace_csv
-    path.write_text("\n".join(lines[:9]) + "\n" + lines[9][:25])
-    refused(["ingest", str(path)], f"{path}:10: the file ends in the middle of this line (cut short?): it ends "
-                                   "in a number with no newline after it, and nsys ends every report line with a "
-                                   "newline", store)
+    row = next(i for i in range(9, len(lines)) if ('"' in lines[i]) == quoted)
+    cut_at = lines[row].index('"') + 5 if quoted else 25
+    path.write_text("\n".join(lines[:row]) + "\n" + lines[row][:cut_at])
+    why = ("a quoted field does not close" if quoted
+           else f"{lines[row][:cut_at].count(',') + 1} of the header's {lines[0].count(',') + 1} fields")
+    full = tmp_path / "whole" / path.name
+    full.parent.mkdir()
+    full.write_text("\n".join(lines[:row]) + "\n")  # the same rows, whole
+    warnings: list = []
+    columns = ["kind", "name", "start_ns", "duration_ns", "device_id", "stream_id", "correlation_id"]
+    cut, kept = read(path, warnings=warnings).events.select(columns), read(full).events.select(columns)
+    assert warnings[0] == f"{path}:{row + 1}: cut short ({why}); kept the {row - 1} complete rows before it"
+    assert cut.equals(kept) and cut.height == row - 1
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["summary"][0]["incomplete"] == [warnings[0]]
+
+
+def test_a_quoted_field_over_two_lines(tmp_path, trace_csv):
+    """Hand-written edge case (RFC 4180, which nsys's CSV writer follows): a kernel name holding a line break
+    is one quoted field over two lines. It was refused as "a quote that does not close"; it is now read, the
+    rows after it in their place and the line numbers of later errors still the file's."""
+    path, lines = trace_csv
+    row = next(i for i in range(5, len(lines)) if '"' in lines[i])
+    lines[row] = lines[row].replace('"void ', '"void\nkernel ', 1)
+    path.write_text("\n".join(lines))
+    events = read(path).events
+    assert events.filter(pl.col("name").str.contains("void\nkernel ", literal=True)).height == 1
+    assert events.height == len([line for line in lines[1:] if line])
+    lines[row + 3] = lines[row + 3].replace(",,", ",", 1)  # a bad row after it: its line, counted in the file
+    path.write_text("\n".join(lines))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{row + 5}: 20 fields where the header"):
+        read(path)
 
 
 def test_console_table_without_last_newline_is_read(tmp_path):

@@ -590,18 +590,20 @@ def test_formats_lists_nvprof(store):
 
 
 # -- bad input -------------------------------------------------------------
-def test_cut_mid_line(tmp_path, store):
-    text = (NVPROF / "handwritten/gpu_trace.log").read_text()
-    lines = text.splitlines()
+def test_cut_mid_line_keeps_the_rows_before(tmp_path):
+    """A `--print-gpu-trace` log cut inside a row (a profiler killed) was refused whole; the complete rows are
+    read, with the cut line named (the CSV form: test_a_cut_csv_trace_keeps_its_complete_rows)."""
+    source = NVPROF / "handwritten/gpu_trace.log"
+    lines = source.read_text().splitlines()
     path = tmp_path / "cut.log"
     path.write_text("\n".join(lines[:11]) + "\n" + lines[11][:60])
-    refused(["ingest", str(path)], f"{path}:12: the file ends in the middle of this line (cut short?): expected a "
-                                   f"complete row", store)
-    csv_text = (NVPROF / "real/rlscope_gpu_trace.csv").read_text()
-    path = tmp_path / "cut.csv"
-    path.write_text(csv_text[: csv_text.rindex("[CUDA memcpy")])
-    refused(["ingest", str(path)], f"{path}:5: the file ends in the middle of this line (cut short?): expected a "
-                                   f"complete row", store)
+    whole = tmp_path / "whole.log"
+    whole.write_text("\n".join(lines[:11]) + "\n")
+    trace = read(path)
+    columns = ["kind", "name", "start_ns", "duration_ns", "device_id", "stream_id"]
+    assert trace.meta.warnings[0] == (f"{path}:12: cut short (the row does not line up with the header); kept the "
+                                      "3 complete rows before it")
+    assert trace.events.select(columns).equals(read(whole).events.select(columns))
 
 
 def test_header_without_rows(tmp_path, store):
@@ -746,3 +748,38 @@ def test_summary_with_a_normalized_time_unit(tmp_path):
     kernel = rows["Kernel(Node*, int*, bool*, int)"]
     assert (kernel["kind"], kernel["duration_ns"], kernel["calls"]) == ("kernel", 37_986, 8)
     assert rows["cudaMalloc"]["duration_ns"] == 270_149_800 and rows["cudaLaunchKernel"]["calls"] == 16
+
+
+def test_a_cut_csv_trace_keeps_its_complete_rows(tmp_path):
+    """An `nvprof --csv --print-gpu-trace` file cut short (the real rlscope trace, cut inside a row's numbers or
+    inside its quoted name) was refused whole; its complete rows are read now, with the cut line named, and the
+    figures say they cover what was read."""
+    source = NVPROF / "real" / "rlscope_gpu_trace.csv"
+    lines = source.read_text().split("\n")
+    row = 4  # the second and last data row (lines[3] is the first)
+    columns = ["kind", "name", "start_ns", "duration_ns", "device_id", "stream_id", "correlation_id"]
+    whole = tmp_path / "whole.csv"
+    whole.write_text("\n".join(lines[:row]) + "\n")
+    kept = read(whole).events.select(columns)
+    for cut_at, why in ((20, f"{lines[row][:20].count(',') + 1} of the header's 20 fields"),
+                        (lines[row].rindex('"[') + 6, "a quoted field does not close")):
+        path = tmp_path / f"cut{cut_at}.csv"
+        path.write_text("\n".join(lines[:row]) + "\n" + lines[row][:cut_at])
+        trace = read(path)
+        assert trace.meta.warnings == [f"{path}:{row + 1}: cut short ({why}); kept the {row - 3} complete row "
+                                       "before it"]
+        assert trace.events.select(columns).equals(kept) and kept.height == row - 3
+
+
+def test_a_csv_name_over_two_lines(tmp_path):
+    """Hand-written edge case (RFC 4180): a quoted Name holding a line break was "expected 20 fields, found 19";
+    it is one row, and the rows after it are read as before."""
+    source = NVPROF / "real" / "rlscope_gpu_trace.csv"
+    lines = source.read_text().split("\n")
+    lines[3] = lines[3].replace('"[CUDA memset]"', '"[CUDA\nmemset]"')
+    path = tmp_path / "nl.csv"
+    path.write_text("\n".join(lines))
+    events, whole = read(path).events, read(source).events
+    assert events.height == whole.height
+    assert events["name"].to_list() == [n.replace("[CUDA memset]", "[CUDA\nmemset]", 1) if i == 0 else n
+                                        for i, n in enumerate(whole["name"].to_list())]

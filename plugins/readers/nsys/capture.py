@@ -78,7 +78,7 @@ def read_capture(paths: list[Path], options: ReadOptions) -> Trace:
             options.warn(f"{path}: skipped: {reason}")
             continue
         try:
-            sections = sections_of(path)
+            sections = sections_of(path, options.incomplete)
         except EmptyReport as exc:
             if alone:
                 raise bad_input(path, None, exc.reason) from None

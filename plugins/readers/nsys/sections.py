@@ -20,6 +20,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import polars as pl
 
@@ -44,8 +45,8 @@ class Section:
 
     A CSV/TSV table keeps its rows as text (``body``) that polars parses
     column by column; a console table keeps the cells it cut (``rows``).
-    Row ``i`` is line ``first_line + i`` of the file (nsys writes no
-    line breaks inside a field).
+    Row ``i`` is line ``first_line + i`` of the file, unless a quoted field
+    holds a line break (``row_lines``).
     """
 
     path: Path
@@ -58,10 +59,15 @@ class Section:
     rows: list[list[str]] | None = None
     #: The report nsys's console names before the table (``[4/8] Executing 'osrt_sum' stats report``), canonical.
     announced: str | None = None
+    #: Where a quoted field holds a line break (an NVTX range named over two lines): each row's first line, as an
+    #: offset from ``first_line``; None where every row is one line.
+    row_lines: list[int] | None = None
     _bytes: bytes | None = field(default=None, repr=False)
 
     def line_of(self, index: int) -> int:
         """The file line of row ``index``."""
+        if self.row_lines is not None and 0 <= index < len(self.row_lines):
+            return self.first_line + self.row_lines[index]
         return self.first_line + index
 
     def body_bytes(self) -> bytes:
@@ -137,20 +143,25 @@ def _looks_like_header(cells: list[str]) -> bool:
     return len(known) >= 3 and len(known) * 2 >= len(cells) and bool(NSYS_ONLY & set(known))
 
 
-def find_sections(path: Path, text: str) -> list[Section]:
+def find_sections(path: Path, text: str, incomplete: Callable[[str], None] | None = None) -> list[Section]:
     """Every report table in ``text``; raises :class:`EmptyReport` or a one-line error when there is none.
 
     nsys ends every line with a newline, so a file that does not may be
-    cut short (a copy interrupted, a disk full). A last line that ends in
-    a digit may be a number cut short: that is an error naming the line,
-    never a silently wrong figure. One that ends otherwise (a name, a
-    closing bracket: a console table saved from a terminal or an editor
-    that dropped the last newline) is read as written.
+    cut short (a copy interrupted, a disk full, a profiler killed). Its
+    last row is left out when it may be cut: it ends in a digit (a number
+    cut short), inside a quoted field, or with fewer fields than the
+    header. ``incomplete`` is told so (the reader's
+    :meth:`~traceparse.reader.ReadOptions.incomplete`: a warning, and every
+    analysis says the figures cover what was read); without it that is an
+    error naming the line, never a silently wrong figure. A last line that
+    ends otherwise (a name, a closing bracket: a console table saved from a
+    terminal or an editor that dropped the last newline) is read as written.
     """
     if "\r" in text:
         text = text.replace("\r\n", "\n")
-    cut = not text.endswith("\n") and bool(re.search(r"[0-9.,]\s*$", text[text.rfind("\n") + 1:]))
-    if not text.endswith("\n"):
+    ended = text.endswith("\n")
+    cut = not ended and bool(re.search(r"[0-9.,]\s*$", text[text.rfind("\n") + 1:]))
+    if not ended:
         last = text.count("\n") + 1
         text += "\n"  # parse what is there; the error below names a line that may be cut
     sections = _delimited_sections(path, text)
@@ -158,13 +169,13 @@ def find_sections(path: Path, text: str) -> list[Section]:
     if not sections:
         sections = _column_sections(path, lines)
     if sections:
-        if cut:
-            raise bad_input(path, last, "the file ends in the middle of this line (cut short?): it ends in a "
-                                        "number with no newline after it, and nsys ends every report line "
-                                        "with a newline")
-        for section in sections:
+        open_end = not ended
+        for index, section in enumerate(sections):
             if section.body is not None:
-                _check_fields(section, "\t" if section.layout == "tsv" else ",")
+                _check_fields(section, "\t" if section.layout == "tsv" else ",",
+                              open_end and index == len(sections) - 1, incomplete)
+            elif cut and index == len(sections) - 1:
+                _cut_last_row(section, last, "it ends in a number with no newline after it", incomplete)
         return sections
     messages = [line.strip() for line in lines if line.strip()]
     skipped = [m for m in messages if m.startswith("SKIPPED:")]
@@ -215,24 +226,79 @@ def _delimited_sections(path: Path, text: str) -> list[Section]:
 _QUOTED = r'"[^"]*"'  # a quoted field; a doubled quote inside splits it in two, both removed
 
 
-def _check_fields(section: Section, separator: str) -> None:
-    """One-line error at the first row whose field count differs from the header's, or whose quotes do not close."""
+def _check_fields(section: Section, separator: str, open_end: bool = False,
+                  incomplete: Callable[[str], None] | None = None) -> None:
+    """One-line error at the first row whose field count differs from the header's, or whose quotes do not close.
+
+    A quoted field may hold a line break (RFC 4180; an NVTX range or a kernel name written over two lines):
+    the rows are then the lines joined where a quote is open, and ``row_lines`` says where each starts. Where
+    the file ends without a newline (``open_end``), a last row that is cut (a quote open to the end, too few
+    fields, a number at the very end) is left out and ``incomplete`` told (:func:`find_sections`)."""
     if not section.body:
         return
     lines = section.lines()
+    quotes = lines.fill_null("").str.count_matches('"', literal=True)
+    if (quotes % 2 == 1).any():
+        rows, starts = _joined_rows(lines.fill_null("").to_list())
+        lines = pl.Series("line", rows, dtype=pl.String)
+        section.row_lines = starts
     quoted = lines.str.contains('"', literal=True)
     unquoted = pl.select(pl.when(quoted).then(lines.str.replace_all(_QUOTED, "")).otherwise(lines)).to_series()
+    last = lines.len() - 1
     open_quote = unquoted.str.contains('"', literal=True)
     if open_quote.any():
         index = int(open_quote.arg_max())
+        if open_end and index == last:
+            return _cut_last_row(section, section.line_of(index), "a quoted field does not close", incomplete)
         raise bad_input(section.path, section.line_of(index), "a quote that does not close: not valid "
                                                               f"{section.layout.upper()}")
     fields = unquoted.str.count_matches(separator, literal=True) + 1
     wrong = fields != len(section.header)
     if wrong.any():
         index = int(wrong.arg_max())
+        if open_end and index == last and fields[index] < len(section.header):
+            return _cut_last_row(section, section.line_of(index), f"{fields[index]} of the header's "
+                                 f"{len(section.header)} fields", incomplete)
         raise bad_input(section.path, section.line_of(index), f"{fields[index]} fields where the header "
                                                               f"(line {section.header_line}) has {len(section.header)}")
+    if open_end and re.search(r"[0-9.,]\s*$", lines[last] or ""):
+        _cut_last_row(section, section.line_of(last), "it ends in a number with no newline after it", incomplete)
+
+
+def _joined_rows(lines: list[str]) -> tuple[list[str], list[int]]:
+    """Physical lines joined into rows where a quoted field holds a line break, and each row's first line."""
+    rows: list[str] = []
+    starts: list[int] = []
+    inside = False
+    for i, line in enumerate(lines):
+        if inside:
+            rows[-1] += "\n" + line
+        else:
+            rows.append(line)
+            starts.append(i)
+        if line.count('"') % 2:
+            inside = not inside
+    return rows, starts
+
+
+def _cut_last_row(section: Section, line: int, why: str, incomplete: Callable[[str], None] | None) -> None:
+    """Leave out a section's last row, cut short with the file; an error naming the line without ``incomplete``."""
+    if incomplete is None:
+        raise bad_input(section.path, line, f"the file ends in the middle of this line (cut short?): {why}, and "
+                                            "nsys ends every report line with a newline")
+    kept = (len(section.row_lines) if section.row_lines is not None else section.n_rows) - 1
+    if section.rows is not None:
+        section.rows = section.rows[:-1]
+    else:
+        offset = (section.row_lines[-1] if section.row_lines is not None else section.n_rows - 1)
+        lines = section.body.split("\n")
+        section.body = "\n".join(lines[:offset])
+        section._bytes = None
+        if section.row_lines is not None:
+            section.row_lines = section.row_lines[:-1]
+    section.n_rows = kept if section.rows is None else len(section.rows)
+    incomplete(f"{section.path}:{line}: cut short ({why}); kept the {kept:,} complete row{'s' if kept != 1 else ''} "
+               "before it")
 
 
 def _column_sections(path: Path, lines: list[str]) -> list[Section]:
@@ -321,6 +387,6 @@ def _cut(line: str, spans: list[tuple[int, int]]) -> list[str]:
     return cells
 
 
-def sections_of(path: Path) -> list[Section]:
+def sections_of(path: Path, incomplete: Callable[[str], None] | None = None) -> list[Section]:
     """Read ``path`` and return its report tables (see :func:`find_sections`)."""
-    return find_sections(path, read_text(path))
+    return find_sections(path, read_text(path), incomplete)

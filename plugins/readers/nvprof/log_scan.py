@@ -26,7 +26,7 @@ from traceparse.sources import open_binary
 
 from .devices import DeviceBook
 from .tables import (COUNT_ROW_START, EVENTS, LEGEND, METRICS, SUMMARY, SUMMARY_ROW_START, SUMMARY_ROW_START_BARE,
-                     TRACE, TRACE_ROW_START, UNIFIED, Table, csv_cells, cut_mid_line, form_of, new_table,
+                     TRACE, TRACE_ROW_START, UNIFIED, Table, csv_cells, form_of, new_table,
                      split_text_row, text_header, text_units)
 from .units import UNIT_WORDS
 
@@ -102,7 +102,7 @@ class LogScanner:
                     consumed = 0
                 table = self.table
                 if (table is not None and table.fast_row is not None and raw_line.endswith("\n")
-                        and "==" not in raw_line and table.fast_row.match(raw_line)):
+                        and not table.quote_open and "==" not in raw_line and table.fast_row.match(raw_line)):
                     table.queue(line_no, raw_line.rstrip("\r\n"), self.device, self.kernel)  # a row of a long table
                     continue
                 self.line(raw_line.rstrip("\r\n"), line_no, last_unended=not raw_line.endswith("\n"))
@@ -116,6 +116,9 @@ class LogScanner:
         return self.out
 
     def line(self, line: str, no: int, last_unended: bool) -> None:
+        if self.table is not None and self.table.quote_open:  # the rest of a quoted field holding a line break
+            self.queue(self.table, line, no, last_unended)
+            return
         if "==" in line:
             m = _PID_PREFIX.search(line)
             if m:
@@ -268,8 +271,9 @@ class LogScanner:
         try:
             cells = split_text_row(table, line, no, self.path)
         except Exception:
-            if last_unended:
-                raise cut_mid_line(self.path, no) from None
+            if last_unended:  # the file ends inside this row: the rows before it are read
+                table.cut = (no, "the row does not line up with the header", table.rows)
+                return
             raise
         self.add_row(table, cells, no, last_unended)
 
@@ -322,7 +326,11 @@ class LogScanner:
                 if column in chunk.columns:
                     for text in chunk[column].drop_nulls().unique(maintain_order=True).to_list():
                         self.out.devices.note(text)
-        if self.table.unended_line is not None:
+        if self.table.cut is not None:
+            line, why, kept = self.table.cut
+            self.options.incomplete(f"{self.path}:{line}: cut short ({why}); kept the {kept:,} complete "
+                                    f"row{'s' if kept != 1 else ''} before it")
+        elif self.table.unended_line is not None:
             self.options.warn(f"{self.path}:{self.table.unended_line}: the file does not end with a line break; "
                               f"the last row may be incomplete")
         self.table.reached_eof = eof

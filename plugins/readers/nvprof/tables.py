@@ -98,6 +98,8 @@ class Table:
     pending_lines: list[int] = field(default_factory=list)
     pending_context: list[tuple] = field(default_factory=list)  # (device, kernel) of each pending row
     unended_line: int | None = None                            # the last line, when it has no line break
+    cut: tuple[int, str, int] | None = None                    # (line, why, rows kept) of a last row cut short
+    quote_open: bool = False                                   # CSV: the last queued line leaves a quote open
     chunks: list[pl.DataFrame] = field(default_factory=list)   # rows split in bulk
     fast_row: re.Pattern | None = None                         # what a row looks like, once that is certain
 
@@ -125,12 +127,16 @@ class Table:
         self.pending.append(line)
         self.pending_lines.append(line_no)
         self.pending_context.append((device, kernel))
+        if self.style == "csv" and line.count('"') % 2:  # a quoted field goes on to the next line
+            self.quote_open = not self.quote_open
 
     def flush(self, path) -> None:
         """Split the queued rows (CSV, or right-aligned text) into cells, column by column, in one go."""
         if not self.pending:
             return
         cells = _bulk_csv(self, path) if self.style == "csv" else _bulk_positional(self, path)
+        if not self.pending:  # its one row was cut short with the file (``cut``)
+            return
         n = cells.height
         devices, kernels = (list(c) for c in zip(*self.pending_context))
         context = {"_line": pl.Series(self.pending_lines, dtype=pl.Int64),
@@ -257,9 +263,53 @@ def _positional_cells(table: Table, line: str, line_no: int, path) -> dict[str, 
     return dict(zip(table.keys, cells))
 
 
+def _join_quoted(table: Table) -> None:
+    """Queued CSV lines joined into one row where a quoted field holds a line break (RFC 4180: a kernel name or
+    an NVTX range written over two lines); each row keeps its first line's number and context."""
+    if not any(line.count('"') % 2 for line in table.pending):
+        return
+    rows, lines, context, inside = [], [], [], False
+    for line, no, ctx in zip(table.pending, table.pending_lines, table.pending_context):
+        if inside:
+            rows[-1] += "\n" + line
+        else:
+            rows.append(line)
+            lines.append(no)
+            context.append(ctx)
+        if line.count('"') % 2:
+            inside = not inside
+    if table.unended_line is not None and table.unended_line not in lines:
+        table.unended_line = lines[-1]  # the last row's first line: its number in messages
+    table.pending, table.pending_lines, table.pending_context = rows, lines, context
+
+
+def _drop_cut_row(table: Table) -> None:
+    """The last queued CSV row left out where the file ends inside it (no line break after it, and a quoted field
+    open or fewer fields than the header): ``table.cut`` says which line and why, for the reader's warning."""
+    if table.unended_line is None or not table.pending or table.pending_lines[-1] != table.unended_line:
+        return
+    last = table.pending[-1]
+    width = len(table.labels)
+    unquoted = re.sub(r'"(?:[^"]|"")*"', "", last)
+    why = ("a quoted field does not close" if '"' in unquoted
+           else f"{unquoted.count(',') + 1} of the header's {width} fields" if unquoted.count(",") + 1 < width
+           else None)
+    if why is None:
+        return
+    table.cut = (table.unended_line, why, table.rows - 1)
+    table.pending.pop()
+    table.pending_lines.pop()
+    table.pending_context.pop()
+    table.unended_line = None
+
+
 def _bulk_csv(table: Table, path) -> pl.DataFrame:
     """Cells of every queued CSV row; an error at the first row with a field count unlike the header's."""
+    _join_quoted(table)
+    _drop_cut_row(table)
     width = len(table.labels)
+    if not table.pending:
+        return pl.DataFrame(schema={k: pl.String for k in table.keys})
     lines = pl.Series(table.pending, dtype=pl.String)
     fields = lines.str.replace_all(r'"(?:[^"]|"")*"', "").str.count_matches(",") + 1
     if bool((fields == width).all()):
@@ -315,8 +365,13 @@ def _bulk_positional(table: Table, path) -> pl.DataFrame:
             try:
                 fixed.append(dict(_positional_cells(table, text, no, path), no=no))
             except InputError:
-                if no == table.unended_line:
-                    raise cut_mid_line(path, no) from None
+                if no == table.unended_line and no == table.pending_lines[-1]:  # the file ends inside it
+                    table.cut = (no, "the row does not line up with the header", table.rows - 1)
+                    split = split.filter(pl.col("no") != no)
+                    for queued in (table.pending, table.pending_lines, table.pending_context):
+                        queued.pop()
+                    table.unended_line = None
+                    continue
                 raise
         patch = pl.DataFrame(fixed, schema={**{k: pl.String for k in keys}, "no": pl.Int64})
         split = pl.concat([split.filter("aligned").select(*keys, "no"), patch]).sort("no")
