@@ -224,3 +224,35 @@ def test_the_items_title_in_json_and_html():
     assert "<caption>top &lt;kernels&gt;</caption>" in html and "&lt;b&gt;k&lt;/b&gt;" in html
     f.items_title = ""
     assert "<caption>" not in finding_html(f, 0) and f.to_dict()["items_title"] == ""
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_double_width_name_is_cut_to_its_cells(tmp_path, width):
+    """A kernel renamed in CJK (a hand-made mutant of a real trace): its 46 characters take 92 cells. Cut by its
+    characters, the row lost its ellipsis and its key number (at 120 columns the name was silently cut and never
+    shown whole). Cut by cells, the row ends with its key number and the key gives the whole name."""
+    import gzip
+    import json
+
+    from rich.cells import cell_len
+
+    doc = json.load(gzip.open(FIXTURES / "torch" / "alexnet_bs4.json.gz"))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    top = max({e["name"] for e in kernels}, key=lambda n: sum(e.get("dur", 0) for e in kernels if e["name"] == n))
+    wide = "最適化カーネル_多重テンソル適用_二項演算リスト_加算_浮動小数点_全角文字の長い名前"
+    for e in kernels:
+        if e["name"] == top:
+            e["name"] = wide
+    path = tmp_path / "cjk.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "--width", str(width), "analyze", str(path),
+                             "--rule", "kernel-share")
+    assert code == 0, err
+    lines = out.splitlines()
+    (row,) = [line for line in lines if line.startswith("│  最適")]
+    number = re.search(r"… *.* \[(\d+)\] *│", row)
+    assert number, row
+    key = [line for line in lines if line.startswith(f"│ [{number.group(1)}]")]
+    assert key and "".join(lines[lines.index(key[0]):lines.index(key[0]) + 3]).replace("│", "").replace(
+        " ", "").find(wide) >= 0
+    assert {cell_len(line) for line in lines if line.startswith(("│", "╭", "╰"))} == {width}

@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
 
+from rich.cells import cell_len
+
 
 @lru_cache(maxsize=4096)  # a report asks for a kernel's name in several tables and keys; the demangler is Python
 def demangle(name: str) -> str:
@@ -54,13 +56,13 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
         location = re.sub(r"\{[^{}]*[/\\]([^{}/\\]*)\}", r"{\1}", where.group(0).strip(), count=1)
         head = short_name(name[:where.start()], max(width - len(location) - 1, 8), cut=False)
         s = f"{head} {location}"
-        return s if len(s) <= width or not cut else middle_cut(s, width)
+        return s if text_width(s) <= width or not cut else middle_cut(s, width)
     s = _declaration(name)
     for step in _STEPS:
-        if len(s) <= width:
+        if text_width(s) <= width:
             break
         s = re.sub(r"\s+", " ", step(s))
-    return s if len(s) <= width or not cut else middle_cut(s, width)
+    return s if text_width(s) <= width or not cut else middle_cut(s, width)
 
 
 #: The source location TAU writes after a routine's name: `` [{/path/file.cpp} {307,0}]`` or ``{307,0}-{320,5}]``.
@@ -115,15 +117,38 @@ def _wrapped(s: str) -> bool:
     return False
 
 
+def text_width(s: str) -> int:
+    """The terminal cells ``s`` takes: a CJK character or an emoji two, a zero-width one none (rich's measure, the
+    one the tables are drawn with), so that a name is cut to its column, not to its number of characters."""
+    return cell_len(s)
+
+
+def _head(s: str, width: int) -> str:
+    """The longest start of ``s`` that takes at most ``width`` cells."""
+    if s.isascii():
+        return s[:width]
+    used = 0
+    for i, ch in enumerate(s):
+        used += cell_len(ch)
+        if used > width:
+            return s[:i]
+    return s
+
+
+def _tail(s: str, width: int) -> str:
+    """The longest end of ``s`` that takes at most ``width`` cells."""
+    return _head(s[::-1], width)[::-1]
+
+
 def middle_cut(s: str, width: int) -> str:
-    """``s`` shortened to ``width`` characters by replacing its middle with ``…``."""
-    if len(s) <= width:
+    """``s`` shortened to ``width`` cells (:func:`text_width`) by replacing its middle with ``…``."""
+    if text_width(s) <= width:
         return s
     if width <= 1:
         return "…"[:max(width, 0)]
     head = width // 2
     tail = width - 1 - head
-    return s[:head] + "…" + (s[-tail:] if tail else "")
+    return _head(s, head) + "…" + (_tail(s, tail) if tail else "")
 
 
 def key_entry(name: str, width: int, lines: int = 3) -> str:
@@ -344,21 +369,21 @@ def cut_apart(texts: list[str], width: int) -> list[str]:
 def _cut_at_difference(text: str, others: list[str], width: int) -> str:
     """``text`` in ``width`` characters: its head, ``…``, then the stretch from where it first differs from every
     one of ``others`` (six characters before it, for context), ``…`` if that is not its end."""
-    if len(text) <= width or width < 8:
+    if text_width(text) <= width or width < 8:
         return middle_cut(text, width)
     differs = max(_common_prefix(text, o) for o in others)
     word = max(text.rfind(sep, 0, differs + 1) for sep in SEPARATORS) + 1  # the word in which it differs
-    if 0 < word and len(text) - word + 1 <= width:  # a path's file name, a name's last words: "…alexnet_bs128.json"
+    if 0 < word and text_width(text[word:]) + 1 <= width:  # a path's file name, a name's last words
         return "…" + text[word:]
     head = max(width // 3, 4)
     start = max(head, differs - 6)
     if start <= head:
         return middle_cut(text, width)
-    room = width - head - 1
-    middle = text[start:start + room]
-    if start + room < len(text):
-        middle = middle[:-1] + "…"
-    return text[:head] + "…" + middle
+    room = width - text_width(_head(text, head)) - 1
+    middle = _head(text[start:], room)
+    if start + len(middle) < len(text):
+        middle = _head(middle, room - 1) + "…"
+    return _head(text, head) + "…" + middle
 
 
 #: Where a word of a name or path ends, for :func:`cut_apart`.

@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names  # noqa: F401 - re-exported
+from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names, text_width  # noqa: F401 - re-exported
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.meta import TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
@@ -606,7 +606,7 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     name_idx = next((i for i, c in enumerate(columns) if c.unit == "name"), text_idx[0] if text_idx else None)
     layout = _layout(columns, rows, headers, cells, width, text_idx, name_idx)
     if _squeezed(layout, text_idx, name_idx):  # a column dropped or a short text cut: headers on two lines
-        folded = [h if i in (0, name_idx) else _folded(h, max((len(x) for x in cells[i]), default=0))
+        folded = [h if i in (0, name_idx) else _folded(h, max((text_width(x) for x in cells[i]), default=0))
                   for i, h in enumerate(headers)]  # what names the rows keeps its header whole
         if folded != headers:
             cells_again = [list(c) for c in cells]
@@ -626,11 +626,11 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
                              justify="left" if c.unit == "id" else "right")
     for r in range(len(rows)):  # the key numbers, in order of the rows
         for i in shown:
-            if columns[i].unit in TEXT_UNITS and len(cells[i][r]) > widths[i]:
+            if columns[i].unit in TEXT_UNITS and text_width(cells[i][r]) > widths[i]:
                 key.setdefault(str(rows[r].get(columns[i].key)), len(key) + 1)
     for i in shown:  # long text cut to its cell, keeping what tells two cells apart, then its key number
         if columns[i].unit in TEXT_UNITS:
-            long = [r for r in range(len(rows)) if len(cells[i][r]) > widths[i]]
+            long = [r for r in range(len(rows)) if text_width(cells[i][r]) > widths[i]]
             numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
             room = widths[i] - max((len(n) for n in numbers), default=0)
             for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
@@ -656,13 +656,13 @@ def _layout(columns: list[Column], rows: list[dict], headers: list[str], cells: 
             text_idx: list[int], name_idx: int | None) -> tuple[list[int], dict[int, int], list[int], list[str]]:
     """Where :func:`_fitted_table` puts its columns: (the columns shown, their widths, each column's natural
     width, the labels of those dropped). A wide screen re-shortens the name column's ``headers``/``cells``."""
-    natural = [max([_header_width(headers[i])] + [len(x) for x in cells[i]]) for i in range(len(columns))]
+    natural = [max([_header_width(headers[i])] + [text_width(x) for x in cells[i]]) for i in range(len(columns))]
     if name_idx is not None and columns[name_idx].unit == "name":  # a wide screen shows more of each name
         room = width - 3 * len(columns) + 1 - sum(n for i, n in enumerate(natural) if i != name_idx)
         if room > NAME_WIDTH and natural[name_idx] > NAME_WIDTH:
             c = columns[name_idx]
             cells[name_idx] = _format_column(c, [r.get(c.key) for r in rows], room)[1]  # a name's header: its label
-            natural[name_idx] = max([_header_width(headers[name_idx])] + [len(x) for x in cells[name_idx]])
+            natural[name_idx] = max([_header_width(headers[name_idx])] + [text_width(x) for x in cells[name_idx]])
     minimum = []
     for i, c in enumerate(columns):
         if i == name_idx:
