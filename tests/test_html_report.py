@@ -643,3 +643,30 @@ def test_a_long_run_draws_its_slowest_steps_paths(monkeypatch):
     assert "Only the 5 slowest steps' paths of 60 are drawn" in charts.critical_path_chart(go, cut).note
     monkeypatch.setattr(data, "MAX_PATH_SEGMENTS", 1)
     assert data.critical_path(events)["paths_drawn"] == 1  # the slowest, whatever its size
+
+
+def test_control_and_direction_characters_are_shown_not_written(tmp_path):
+    """Hand-made mutant of a real trace: a kernel named with ESC, BEL, NUL, a carriage return and a right-to-left
+    override, in a file whose name holds the override too. The page wrote them raw (NUL and C0 characters are
+    HTML parse errors; U+202E reverses what follows it), and a carriage return became a line break. They are
+    written as the terminal shows them (``\\x1b``, ``\\u202e``), outside the charting library's own script."""
+    import gzip
+    import json
+    import re
+
+    doc = json.load(gzip.open(FIXTURES / "torch" / "alexnet_bs4.json.gz"))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    hostile = "evil\x1b[2J\x07bell\x00nul\rcr\u202egol.exe\u200bzw"
+    for e in kernels:
+        if e["name"] == kernels[0]["name"]:
+            e["name"] = hostile
+    path = tmp_path / "run\u202egol.json"
+    path.write_text(json.dumps(doc))
+    page = tmp_path / "r.html"
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "report", str(path), "--html", str(page))
+    assert code == 0, err
+    text = page.read_text(encoding="utf-8")
+    ours = re.sub(r"<script\b.*?</script>", "", text, flags=re.S)  # plotly.js carries binary magic numbers
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u200b\u202a-\u202e]", ours)
+    assert "evil\\x1b[2J\\x07bell\\x00nul\\rcr\\u202egol.exe\\u200bzw" in ours
+    assert "run\\u202egol.json" in re.search(r"<title>(.*?)</title>", ours).group(1)

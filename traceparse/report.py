@@ -771,7 +771,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
     if unit == "name":
         names = [v if isinstance(v, str) else None for v in values]
         shortened = iter(short_names([n for n in names if n is not None], name_width or NAME_WIDTH, compact=True))
-        return label, [visible(next(shortened)) if n is not None else _cell(column, v) for n, v in zip(names, values)]
+        return label, [_blank_shown(visible(next(shortened))) if n is not None else _cell(column, v)
+                       for n, v in zip(names, values)]
     if unit in TEXT_UNITS or not nums:
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
@@ -796,6 +797,12 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
     return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]
+
+
+def _blank_shown(name: str) -> str:
+    """A name that is empty or only spaces, quoted (``""``, ``"   "``): a blank cell would say nothing, and two
+    such names would look alike."""
+    return f'"{name}"' if not name.strip() else name
 
 
 def _is_number(v: Any) -> bool:

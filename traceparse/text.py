@@ -30,11 +30,14 @@ from rich.text import Text
 
 from traceparse.errors import EXCERPT
 
-#: Characters never written as they are: C0 controls, DEL, C1 controls (``\x9b`` is a one-byte CSI), and the
-#: Unicode direction overrides and isolates that reorder what a terminal shows.
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Characters never written as they are: C0 controls, DEL, C1 controls (``\x9b`` is a one-byte CSI), the
+#: Unicode direction overrides and isolates that reorder what a terminal shows, and the invisible ones
+#: (zero-width space, joiners, word joiner, invisible operators, byte-order mark, soft hyphen) that make two
+#: different names look alike (``zw\u200bx`` and ``zwx``).
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\xad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 #: The same, but line breaks and tabs are kept (rich lays those out itself; used on rendered segments).
-_CONTROL_IN_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_IN_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+                                "\u2066-\u2069\ufeff]")
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -54,6 +57,12 @@ def visible(value: Any) -> str:
     show of text from a file, a path or the command line."""
     s = value if isinstance(value, str) else str(value)
     return CONTROL.sub(_shown, s) if CONTROL.search(s) else s
+
+
+def visible_keeping_lines(value: Any) -> str:
+    """:func:`visible`, but line breaks and tabs kept as they are (text laid out by something else: an HTML page)."""
+    s = value if isinstance(value, str) else str(value)
+    return _CONTROL_IN_LAYOUT.sub(_shown, s) if _CONTROL_IN_LAYOUT.search(s) else s
 
 
 def literal(value: Any, style: str = "") -> Text:

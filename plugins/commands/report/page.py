@@ -20,6 +20,7 @@ from traceparse.names import cut_apart, short_names
 from traceparse.report import finding_columns, fmt_ns, fmt_unit, shown_figures
 from traceparse.rule import Finding
 from traceparse.verdict import Column
+from traceparse.text import visible_keeping_lines
 
 #: No request of any kind: scripts and styles are inline, images (plotly's PNG export) data/blob URLs.
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
@@ -91,8 +92,10 @@ BOOT = """
 
 
 def esc(value: Any) -> str:
-    """Text made safe for HTML content and attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text made safe for HTML content and attribute values: markup escaped, and control, direction and invisible
+    characters shown as the terminal shows them (``\x1b``, ``\u202e``): raw, they are HTML parse errors, and
+    an override reverses the text after it (a file name ``…\u202egol.exe`` read as ``…exe.log``)."""
+    return html.escape(visible_keeping_lines("" if value is None else str(value)), quote=True)
 
 
 def script_json(value: Any) -> str:
