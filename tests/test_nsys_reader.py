@@ -1053,3 +1053,16 @@ def test_sizes_rounded_to_zero_are_unknown(tmp_path):
     rows = of_kind(read(path), "memcpy").sort("copy_kind")
     assert sorted(rows.select(pl.col("copy_kind").cast(pl.String), "calls", "bytes").rows()) == [
         ("DtoH", 2, 2_097_000), ("HtoD", 2, None)]
+
+
+def test_a_nul_in_a_name_is_named_where_it_is(tmp_path, store):
+    """A NUL byte in one kernel name of a real nsys report (a hand-made mutant) made the whole file "not a format
+    traceparse recognises"; the error now says what and where."""
+    source = Path(f"{PREFIX}_cuda_gpu_kern_sum.csv")
+    data = source.read_bytes()
+    first_row = data.index(b"\n") + 1
+    at = data.index(b'"', first_row) + 4  # inside the first row's quoted kernel name
+    path = tmp_path / source.name
+    path.write_bytes(data[:at] + b"\x00" + data[at:])
+    refused(["ingest", str(path)], f"{path}: binary data (a NUL byte at byte {at:,}): not a text file (a sparse or "
+                                   "damaged file?)", store)

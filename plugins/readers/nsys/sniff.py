@@ -49,7 +49,7 @@ def kind_of(path: Path, head: bytes) -> str | None:
     name = path.name.lower()
     if name.endswith((".nsys-rep", ".qdrep")):
         return "rep"
-    if head and b"\x00" not in head[:4096]:
+    if head and b"\x00" not in head[:4096].split(b"\n", 1)[0]:  # a NUL in a name further on is still text
         return "text"
     return None
 
