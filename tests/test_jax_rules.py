@@ -135,11 +135,20 @@ def test_truncated_xplane_keeps_its_complete_planes(tmp_path, store):
 
 
 def test_xplane_cut_in_its_first_plane_is_one_line(tmp_path, store):
+    """It said "byte 0: not an XSpace protobuf" of an XSpace cut inside its first plane: the cut is at the end,
+    and the file is an XSpace (its first field a plane, whose declared length runs past the end)."""
+    from helpers import wire_fields
+
+    data = (RUN / "vm.xplane.pb").read_bytes()
+    number, first = next(wire_fields(data))
+    assert number == 1  # the first field is a plane; its length is what the file declares for it
+    length = len(first)
     path = tmp_path / "cut.xplane.pb"
-    path.write_bytes((RUN / "vm.xplane.pb").read_bytes()[:50])
+    path.write_bytes(data[:50])
     code, out, err = run_cli("ingest", str(path))
     assert code == 2
-    assert err == f"traceparse: error: {path}: byte 0: not an XSpace protobuf (.xplane.pb): cut short\n"
+    assert err == (f"traceparse: error: {path}: byte 50: an XSpace protobuf (.xplane.pb) cut short: the file ends "
+                   f"inside its first plane (from byte 0, {length:,} bytes long), so no plane is complete to read\n")
 
 
 def test_bytes_that_are_not_an_xspace(tmp_path, store):

@@ -148,6 +148,10 @@ def _top_level(path: Path, data: bytes) -> tuple[list[tuple[int, bytes]], list[t
                 if i + length > n:
                     if number == 1 and planes:
                         return planes, strings, start
+                    if number == 1:  # the file ends inside its first plane: an XSpace, but nothing whole in it
+                        raise bad_input(path, f"byte {n}", f"an XSpace protobuf (.xplane.pb) cut short: the "
+                                        f"file ends inside its first plane (from byte {start:,}, {length:,} bytes "
+                                        "long), so no plane is complete to read")
                     raise IndexError
                 value = data[i: i + length]
                 i += length
