@@ -74,6 +74,27 @@ def test_the_path_of_one_step_tiles_it():
     assert segments["duration_ns"].sum() == 210
 
 
+def test_a_sync_waits_for_work_launched_before_the_trace():
+    """Hand-written after a TraceLens Qwen decode trace (H100): its kernels were launched before the profiler
+    started (no launch call in the trace), and the step's cudaDeviceSynchronize waited 14 ms for them. Without
+    a launch, no sync edge was made and the path put the 14 ms on the host's "sync". Untraced launches count
+    as made before the call: the path runs through the kernel the call waited for."""
+    step = [host("marker", "ProfilerStep#1", 0, 210), host("op", "A", 0, 100),
+            host("api", "cudaDeviceSynchronize", 100, 200),
+            gpu("K1", 20, 120, correlation_id=901), gpu("K2", 120, 195, correlation_id=902)]  # no launch traced
+    graph = dependency_graph(table(*step))
+    # event ids: 0 step, 1 A, 2 the sync, 3 K1, 4 K2: K2's end (node 9) held the sync's end (node 5)
+    assert edges_of(graph, "sync") == [(9, 5, "sync", 5, True)]
+    windows = pl.DataFrame({"trace_id": ["t"], "rank": [None], "step": [1], "start_ns": [0], "end_ns": [210]},
+                           schema_overrides={"rank": pl.Int32})
+    paths, segments = critical_paths(graph, windows)
+    kinds = dict(segments.group_by("segment").agg(pl.col("duration_ns").sum()).rows())
+    assert kinds["sync"] == 5 and kinds["kernel"] == 100 + 75  # K1 then K2: not 100 ns of "sync"
+    # before K1 the path has no edge (its launch is not in the trace): that time is said to be unexplained
+    assert paths.select("length_ns", "unexplained_ns").row(0) == (190, 20)
+    assert segments["duration_ns"].sum() == 190
+
+
 def test_first_seen_is_numpys_unique_with_first_indices():
     """The nodes' distinct keys and first appearances, counted over a dense range or (keys too sparse) sorted,
     are exactly ``np.unique(keys, return_index=True)``."""

@@ -302,13 +302,16 @@ def _gpu_edges(gpu: pl.DataFrame) -> pl.DataFrame:
 
 def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """``sync`` edges: of the GPU work of its trace launched before a blocking call began, the activity that
-    ended last within the call → the call's end."""
+    ended last within the call → the call's end. Work whose launch the trace does not hold (launched before
+    the profiler started, or on a thread it did not record) counts as launched before the call: the calling
+    thread was blocked in it, and a launch on a traced thread would be linked (a Qwen decode step's 14 ms
+    ``cudaDeviceSynchronize`` over 500 such kernels was all "sync" on the path, none of it the GPU's)."""
     calls = picked(events, expr.kind_is("api") & placed() & pl.col("name").str.contains(SYNC_CALLS),
                    _T, "event_id", "name", "pid", "tid", "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"))
     if calls.height == 0 or gpu.height == 0:
         return _no_edges()
     by_end = gpu.select(_T, "event_id", "end_ns", "device_id", "stream_id",
-                        launched=pl.coalesce("from_ns", "start_ns")).sort(_T, "end_ns", "event_id")
+                        launched=pl.col("from_ns").fill_null(np.iinfo(np.int64).min)).sort(_T, "end_ns", "event_id")
     ends = by_end["end_ns"].to_numpy()
     launched = by_end["launched"].to_numpy()
     # each trace's rows of by_end: [first, stop)
