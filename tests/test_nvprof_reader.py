@@ -783,3 +783,27 @@ def test_a_csv_name_over_two_lines(tmp_path):
     assert events.height == whole.height
     assert events["name"].to_list() == [n.replace("[CUDA memset]", "[CUDA\nmemset]", 1) if i == 0 else n
                                         for i, n in enumerate(whole["name"].to_list())]
+
+
+@pytest.mark.parametrize("keep", [4, 8])
+def test_a_summary_cut_short_says_so(tmp_path, keep):
+    """A summary log cut inside its last table (the real CUDA.jl summary, its first ``keep`` lines) was read with
+    no word: its Time(%) column, which sums to 100% per section, says rows are missing. Kept whole (all 8 lines),
+    nothing is said. (Rows of 0.00% cut off cannot be told from the sum, and are not.)"""
+    source = NVPROF / "real" / "cudajl_summary.log"
+    lines = source.read_text().splitlines()
+    path = tmp_path / "cut.log"
+    path.write_text("\n".join(lines[:keep]) + "\n")
+    api = [float(re.search(r"([\d.]+)%", line).group(1)) for line in lines[3:keep]]
+    trace = read(path)
+    if keep == len(lines):
+        assert not trace.meta.warnings
+        return
+    assert trace.meta.warnings == [f"{path}: the API calls table under line 2 runs into the end of the file with its "
+                                   f"Time(%) summing to {sum(api):.2f}%, not 100% (log cut short?); kept its "
+                                   f"{len(api)} complete rows"]
+
+
+def test_a_whole_summary_says_nothing_of_a_cut(tmp_path):
+    for source in sorted(NVPROF.glob("*/*summary*")):
+        assert not [w for w in read(source).meta.warnings if "not 100%" in w], source

@@ -233,6 +233,8 @@ def _plane_facts(plane, meta: TraceMeta) -> None:
     major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
     clock = number("clock_rate")
     extra = {k: stats[k] for k in ("memory_bandwidth", "device_vendor") if stats.get(k) is not None}
+    if "amd" in str(extra.get("device_vendor", "")).lower():  # the word the Kineto reader gives: CUs, gfx
+        extra["vendor"] = "AMD"
     if not (stats.get("gpu_device_name") or number("core_count") or number("memory_size") or extra):
         return
     meta.devices.append(Device(

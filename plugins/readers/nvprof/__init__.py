@@ -43,7 +43,7 @@ from .log_scan import LogScanner, ScanResult
 from .sniff import sniff
 from .sqlite_db import NvprofDatabase, is_sqlite, open_readonly
 from .streams import serialize_streams
-from .tables import TRACE
+from .tables import SUMMARY, TRACE
 
 
 
@@ -154,11 +154,33 @@ def _check_complete(path: Path, scan: ScanResult, filled: list, options: ReadOpt
         elif table.form == TRACE and table.style == "text" and table.reached_eof and "regs" in table.keys:
             options.warn(f"{path}: the GPU trace under line {table.header_line} runs into the end of the file "
                          f"without nvprof's closing legend (log cut short?); kept its {table.rows} complete rows")
+        elif table.form == SUMMARY and table.reached_eof:
+            short = _summary_short(table)
+            if short is not None:
+                section, total, rows = short
+                options.incomplete(f"{path}: the {section} table under line {table.header_line} runs into the end "
+                                   f"of the file with its Time(%) summing to {total:.2f}%, not 100% (log cut "
+                                   f"short?); kept its {rows} complete rows")
     with_results = {t.pid for t in filled}
     for process in scan.processes.values():
         if process.pid is not None and process.command and process.pid not in with_results:
             options.warn(f"{path}: process {process.pid} ({process.command}) has no results in the log "
                          f"(killed, or the log cut short?)")
+
+
+def _summary_short(table) -> tuple[str, float, int] | None:
+    """(section, Time(%) sum, rows) of a summary table's last section when its shares fall short of 100% by more
+    than their rounding (two decimals a row): rows after the end of the file are missing. None when whole."""
+    frame = table.frame()
+    if "percent" not in frame.columns or frame.height == 0:
+        return None
+    section = frame["_type"][-1] or table.section or "summary"
+    mine = frame.filter(pl.col("_type").fill_null(table.section or "summary") == section)
+    shares = mine["percent"].str.strip_chars().str.strip_suffix("%").cast(pl.Float64, strict=False)
+    if shares.null_count():
+        return None
+    total = float(shares.sum())
+    return (section, total, mine.height) if total < 100 - (0.005 * mine.height + 0.05) else None
 
 
 @hookimpl
