@@ -292,3 +292,14 @@ def test_bad_peaks_are_one_line_errors(tmp_path, capsys, command, args, message)
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"traceparse {command}: error: {message}"
+
+
+def test_b200_from_a_real_trace():
+    """A B200 (a real torch.profiler trace's deviceProperties: AMD-AGI/TraceLens tests/traces/b200) was not in the
+    catalog, so its roofline had no roofs. A GB200's B200 (higher clocks and peaks) is not taken for it."""
+    from traceparse.catalog import find_gpu
+
+    spec = find_gpu("NVIDIA B200")
+    assert spec["name"] == "B200" and spec["sm_count"] == 148 and spec["compute_capability"] == "10.0"
+    assert spec["peak_tflops"]["bf16_tensor"] == 4500.0 / 2  # NVIDIA's 4.5 PFLOPS is with sparsity
+    assert find_gpu("NVIDIA GB200") is None or find_gpu("NVIDIA GB200")["name"] != "B200"
