@@ -152,6 +152,21 @@ def test_chrome_export_device_values_go_through_the_same_check(store, tmp_path, 
     assert [d.name for d in meta.devices] == [d["name"] for d in devices]
 
 
+def test_an_empty_device_name_is_no_name_and_no_warning(store, tmp_path):
+    """A real ROCm vLLM trace (TraceLens) names its devices "": the warning "dropped 8 device values whose name is
+    not a text name (name='')" said something was wrong with data that only says nothing. Hand-made here from the
+    NCCL rank trace's deviceProperties."""
+    doc = json.load(gzip.open(RANK0))
+    for d in doc["deviceProperties"]:
+        d["name"] = "  " if d["id"] else ""
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    err, meta = _ingest(path)
+    assert err == ""
+    assert [d.name for d in meta.devices] == [None] * len(doc["deviceProperties"])
+    assert [d.sm_count for d in meta.devices] == [d["numSms"] for d in doc["deviceProperties"]]
+
+
 def test_a_device_kind_that_is_no_word_is_dropped():
     """A device's kind becomes its label on screen (``TPU 2``): one that is markup, an escape or too long is
     dropped (the device is then a GPU, as every reader's device is without a kind), with the one warning."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from helpers import us_to_ns as ns
+from helpers import FIXTURES, us_to_ns as ns
 from traceparse.ingest import read_paths
 
 KIND_OF = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_runtime": "api",
@@ -220,3 +220,25 @@ def test_layout_does_not_change_the_table(fixtures_dir, tmp_path):
             got = read_paths([path], params=params)[0]
             assert got.events.drop("trace_id").equals(expected.events.drop("trace_id")), (path.name, params)
             assert got.meta.devices == expected.meta.devices
+
+
+def test_a_cut_trace_whose_keys_follow_its_events_is_not_called_pytorch_1(tmp_path):
+    """A Kineto trace written with its keys after ``traceEvents`` (TraceLens' harness layout), cut short: the
+    schemaVersion was cut off with the events' end, and the trace was labelled "PyTorch 1.x". Hand-made from a
+    real trace (its keys moved after the events, then cut in the middle)."""
+    import gzip as _gzip
+    import json as _json
+
+    from traceparse.ingest import read_paths
+
+    doc = _json.load(_gzip.open(FIXTURES / "torch" / "alexnet_bs4.json.gz"))
+    assert "schemaVersion" in doc
+    moved = {"traceEvents": doc.pop("traceEvents"), **doc}
+    text = _json.dumps(moved)
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) // 2])
+    trace = read_paths([path])[0]
+    assert trace.meta.variant == "Kineto (no schemaVersion read: the file is cut short before it)"
+    whole = tmp_path / "whole.json"
+    whole.write_text(text)
+    assert read_paths([whole])[0].meta.variant == f"Kineto schema {doc['schemaVersion']}"

@@ -298,6 +298,8 @@ def validate_devices(devices: list, where: str = "the trace") -> list[str]:
     """
     dropped: dict[tuple[str, str], _Dropped] = {}
     for index, device in enumerate(devices):
+        if isinstance(device.name, str) and not device.name.strip():
+            device.name = None  # an empty name is no name (ROCm's Kineto traces of some devices): nothing to warn of
         for name, (ok, reason) in DEVICE_RULES.items():
             value = getattr(device, name, None)
             if value is None or ok(value):

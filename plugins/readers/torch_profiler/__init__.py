@@ -31,7 +31,7 @@ from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.columnar import fast_rows
 from traceparse_plugins.readers.torch_profiler.events import rows_of
-from traceparse_plugins.readers.torch_profiler.kineto import Document, KinetoEvent, fill_meta
+from traceparse_plugins.readers.torch_profiler.kineto import NO_SCHEMA, Document, KinetoEvent, fill_meta
 from traceparse_plugins.readers.torch_profiler.memory import memory_rows, with_counters
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
 from traceparse_plugins.readers.torch_profiler.threads import collect_thread_names
@@ -102,6 +102,8 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
         yield batch
     if names:
         meta.extra["thread_names"] = names
+    if meta.variant == NO_SCHEMA and options.incomplete_notes:  # its keys after the events were cut off with them
+        meta.variant = "Kineto (no schemaVersion read: the file is cut short before it)"
     if coerced:
         options.warn(coerced.warning(path))
     if coerced.unread:

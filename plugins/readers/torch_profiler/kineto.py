@@ -86,6 +86,10 @@ class Document(msgspec.Struct):
     rocprofiler_sdk_version: int | float | str | None = msgspec.field(default=None, name="rocprofiler-sdk_version")
 
 
+#: The variant of a Kineto trace without ``schemaVersion`` (PyTorch 1.x wrote none).
+NO_SCHEMA = "Kineto (no schemaVersion: PyTorch 1.x)"
+
+
 def fill_meta(meta: TraceMeta, doc: Document) -> None:
     """Devices, distributed rank tags, schema version and recorded options from the document's keys."""
     if doc.deviceProperties:
@@ -111,7 +115,7 @@ def fill_meta(meta: TraceMeta, doc: Document) -> None:
     if doc.schemaVersion is not None:
         meta.variant = f"Kineto schema {doc.schemaVersion}"
     elif meta.variant is None:
-        meta.variant = "Kineto (no schemaVersion: PyTorch 1.x)"
+        meta.variant = NO_SCHEMA
     for key in ("traceName", "baseTimeNanoseconds", "cuda_runtime_version", "cuda_driver_version",
                 "cupti_version", "record_shapes", "with_flops", "profile_memory"):
         value = getattr(doc, key)
