@@ -195,3 +195,28 @@ def test_each_rules_impact_is_its_stated_time_at_stake(case, must, tmp_path):
             continue
         checked.add(rule)
     assert must in checked and len(checked) >= 2
+
+
+def test_events_not_read_are_said_where_no_gpu_work_is(tmp_path):
+    """Hand-written after HTA's MTIA inference trace: an accelerator's events of categories traceparse does not
+    read (``mtia_ccp_events``) were skipped with a warning at ingest, and every analysis then said "GPU busy -",
+    as of a trace with no device work. The summary now says what was not read. A category written as markup is
+    shown literally."""
+    import json as _json
+
+    from helpers import run_cli
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+              {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 2, "tid": 3, "ts": 10, "dur": 20},
+              {"ph": "X", "cat": "mtia_ccp_events", "name": "event_record", "pid": 2, "tid": 3, "ts": 40, "dur": 5},
+              {"ph": "X", "cat": "[bold]x[/]", "name": "odd", "pid": 2, "tid": 4, "ts": 40, "dur": 5}]
+    path = tmp_path / "mtia.json"
+    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", str(path))
+    assert code == 0, err
+    (summary,) = _json.loads(out)["summary"]
+    assert summary["gpu_busy_pct"] is None and summary["unread_events"] == {"mtia_ccp_events": 2, "[bold]x[/]": 1}
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "--width", "200", "analyze", str(path))
+    assert code == 0, err
+    assert ("GPU busy    - (no GPU work read; 3 events of 2 categories (mtia_ccp_events, [bold]x[/]) not read: "
+            "their time is in no figure)") in out

@@ -20,6 +20,12 @@ SCHEMA_VERSION = 4
 INCOMPLETE = "incomplete"
 
 
+#: ``TraceMeta.extra`` key of the events a reader skipped as of a kind it does not read: ``{category: count}``
+#: (an MTIA device's ``mtia_ccp_events``), absent when it read every event. Their time is in no figure, so the
+#: summary says so where it would otherwise say "no GPU work".
+UNREAD = "unread_events"
+
+
 def incomplete_notes(meta) -> list[str]:
     """Why the trace is incomplete (the file ended early), as the reader said; empty for a whole input."""
     return list(((getattr(meta, "extra", None) or {}).get(INCOMPLETE)) or [])

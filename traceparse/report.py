@@ -285,16 +285,19 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     others = summary.get("other_devices") or {}
     lanes = summary.get("lane_busy_pct")
     if lanes is not None and busy is None and len(others) == 1:  # a TPU's work on its lanes: no GPU to speak of
-        noun = visible(next(iter(others)))
+        noun = next(iter(others))
         mean = "" if (summary.get("lane_devices") or 1) <= 1 else "mean "
-        grid.add_row(f"{noun} busy", f"{lanes:.1f}% of the {mean}{noun}'s span (first to last activity on its lanes)")
+        grid.add_row(literal(f"{noun} busy"),
+                     literal(f"{lanes:.1f}% of the {mean}{noun}'s span (first to last activity on its lanes)"))
     else:
-        grid.add_row("GPU busy", f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
+        grid.add_row("GPU busy", literal(f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
                      if unseen else "- (the trace gives GPU time as totals, with no timeline)"
                      if summary.get("gpu_totals_only")
                      else f"- (no GPU work: the trace's devices are {_counted(others)}; hotspots has their time)"
                      if busy is None and others
-                     else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)")
+                     else f"- (no GPU work read; {_unread(summary['unread_events'])} not read: their time is in no "
+                          "figure)" if busy is None and summary.get("unread_events")
+                     else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
     if split and any(p["part"] != "kernels" for p in split["parts"]):
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -338,9 +341,18 @@ def _peaks(extra: dict) -> list[str]:
     return out
 
 
+def _unread(unread: dict) -> str:
+    """``2,136 events of 2 categories (mtia_ccp_events, mtia_runtime)``: what a reader skipped, named literally."""
+    total = sum(unread.values())
+    names = ", ".join(str(k) for k, _ in sorted(unread.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+    more = ", …" if len(unread) > 3 else ""
+    return (f"{total:,} event{'s' if total != 1 else ''} of {len(unread)} categor{'ies' if len(unread) != 1 else 'y'}"
+            f" ({names}{more})")
+
+
 def _counted(kinds: dict[str, int]) -> str:
     """``4 TPUs``, ``4 TPUs and 1 CUSTOM`` (device words are a reader's, printed literally)."""
-    return " and ".join(f"{n} {visible(k)}{'s' if n != 1 else ''}" for k, n in sorted(kinds.items()))
+    return " and ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in sorted(kinds.items()))
 
 
 def steps_text(summary: dict) -> str:

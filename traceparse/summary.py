@@ -17,7 +17,7 @@ from traceparse import measures
 from traceparse.measures.base import exact_sum
 from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
-from traceparse.meta import device_nouns, incomplete_notes
+from traceparse.meta import UNREAD, device_nouns, incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
 from traceparse.schema import ASYNC_GROUP
@@ -45,7 +45,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     trace did not record at all, 0 otherwise), ``other_devices``
     (:func:`other_devices`: the accelerators the trace lists that are no GPU, as
     ``{"TPU": 4}``, so that "GPU busy -" is not read as an idle GPU; there,
-    :func:`lane_busy` adds ``lane_busy_pct`` and ``lane_devices``), ``gpu_devices``
+    :func:`lane_busy` adds ``lane_busy_pct`` and ``lane_devices``), ``unread_events``
+    (``{category: count}`` of the events the reader did not read, an MTIA's say:
+    their time is in no figure), ``gpu_devices``
     (how many devices that is over: of several, the share is of the mean
     device's span, as gpu-idle's whole says), ``gpu_time``
     (:func:`gpu_time`: GPU time split into kernels, each copy direction and
@@ -80,6 +82,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_totals_only": not span_sum and split is not None,
         "other_devices": others,
+        "unread_events": dict((trace.meta.extra or {}).get(UNREAD) or {}),
         **(lane_busy(events) if not span_sum and others else {}),
         "gpu_time": split,
         "bottleneck": bottleneck(findings, span_ns, totals_only=not span_sum and split is not None),

@@ -27,6 +27,7 @@ from traceparse.trace import Trace, TraceMeta
 from traceparse_plugins.readers.chrome_json import (
     CHUNK_BYTES, content_bytes, decode_threads, decode_workers, map_chunks,
 )
+from traceparse.meta import UNREAD
 from traceparse_plugins.readers.torch_profiler.backend import fill_backend
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.columnar import fast_rows
@@ -108,6 +109,7 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
         options.warn(coerced.warning(path))
     if coerced.unread:
         options.warn(coerced.unread_warning(path))
+        meta.extra[UNREAD] = dict(coerced.unread)
 
 
 def chunk_rows(path: Path, events: list,
