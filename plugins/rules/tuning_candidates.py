@@ -93,6 +93,21 @@ def check_definition(spec: dict) -> dict:
             "description": spec.get("description", ""), "alternatives": alternatives}
 
 
+def _for_this(definitions: list[dict], events: pl.DataFrame) -> list[dict]:
+    """The metrics to say are lacking: on a trace with no GPU kernel (an MPI code under TAU), those that CPU
+    counters can give, with only their CPU alternatives ("ipc needs PAPI_TOT_INS and PAPI_TOT_CYC"), not the
+    GPU's warps and global loads; every one elsewhere."""
+    if events.lazy().select(kind_is("kernel").any()).collect().item():
+        return definitions
+    cpu = [{**spec, "alternatives": [a for a in spec["alternatives"] if _on_cpu(a)]} for spec in definitions]
+    return [spec for spec in cpu if spec["alternatives"]] or definitions
+
+
+def _on_cpu(alt: dict) -> bool:
+    """An alternative of CPU counters (PAPI's)."""
+    return all(c.startswith("PAPI_") for c in [*alt["numerator"], *(alt.get("denominator") or [])])
+
+
 def _how_to_count(events: pl.DataFrame) -> str:
     """How to record the counters: GPU counters where the trace ran kernels, CPU ones (PAPI) where it did not (an MPI
     code profiled with TAU was told to collect CUDA counters)."""
@@ -184,7 +199,7 @@ class TuningCandidates(Rule):
         if not used:
             return [Finding(self.name, "info", "Tuning candidates: no derived metric computable",
                             "None of the derived metrics can be computed: "
-                            + "; ".join(_lacking(spec, present) for spec in definitions) + ".",
+                            + "; ".join(_lacking(spec, present) for spec in _for_this(definitions, events)) + ".",
                             _how_to_count(events),
                             metrics=metrics, figures=FIGURES)]
         lead = {m: next(i for i in items if i["metric"] == m) for m in used}
