@@ -24,6 +24,7 @@ def test_binary_file(store, tmp_path):
     code, _, err = run_cli("ingest", str(p))
     assert code == 2 and err.startswith(f"traceparse: error: {p}: not a format traceparse recognises (tried: ")
     assert "torch" in err and err.count("\n") == 1
+    assert err.endswith("; `traceparse formats` lists the forms each reads)\n")  # where to look next
 
 
 def test_valid_json_not_a_trace(store, tmp_path):

@@ -55,7 +55,8 @@ def detect_reader(path: Path, reg: Registry) -> Reader:
         if path.is_file() and path.stat().st_size == 0:
             raise InputError(f"{path}: the file is empty")
         tried = ", ".join(sorted(reg.readers)) or "none installed"
-        raise InputError(f"{path}: not a format traceparse recognises (tried: {tried})")
+        raise InputError(f"{path}: not a format traceparse recognises (tried: {tried}; `traceparse formats` lists "
+                         "the forms each reads)")
     return best
 
 
