@@ -657,8 +657,9 @@ def test_control_and_direction_characters_are_shown_not_written(tmp_path):
     doc = json.load(gzip.open(FIXTURES / "torch" / "alexnet_bs4.json.gz"))
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
     hostile = "evil\x1b[2J\x07bell\x00nul\rcr\u202egol.exe\u200bzw"
+    first = kernels[0]["name"]
     for e in kernels:
-        if e["name"] == kernels[0]["name"]:
+        if e["name"] == first:
             e["name"] = hostile
     path = tmp_path / "run\u202egol.json"
     path.write_text(json.dumps(doc))
@@ -670,3 +671,7 @@ def test_control_and_direction_characters_are_shown_not_written(tmp_path):
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u200b\u202a-\u202e]", ours)
     assert "evil\\x1b[2J\\x07bell\\x00nul\\rcr\\u202egol.exe\\u200bzw" in ours
     assert "run\\u202egol.json" in re.search(r"<title>(.*?)</title>", ours).group(1)
+    charts = "".join(re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', text, flags=re.S))
+    # chart labels: the escapes shown (a JSON string's backslash, doubled), not the characters
+    assert '"evil\\\\x1b[2J\\\\x07bell\\\\x00nul\\\\rcr\\\\u202egol.exe\\\\u200bzw"' in charts
+    assert "\u202e" not in charts

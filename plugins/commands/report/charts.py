@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from traceparse.names import cut_apart, short_name, short_names
+from traceparse.text import visible
 from traceparse.report import fmt_ns
 
 from . import data
@@ -52,8 +53,9 @@ class Chart:
 
 def esc(text) -> str:
     """Trace-derived text made safe for a plotly label: ``&``, ``<`` and ``>`` as entities, which plotly.js decodes
-    back for display (it decodes no ``&quot;``, and without ``<`` a quote can start no tag)."""
-    return html.escape(str(text), quote=False)
+    back for display (it decodes no ``&quot;``, and without ``<`` a quote can start no tag); control, direction
+    and invisible characters shown as the terminal shows them (``\u202e``), so that a label reads as written."""
+    return html.escape(visible(str(text)), quote=False)
 
 
 def _layout(fig, legend_below: bool = False, **extra) -> None:
