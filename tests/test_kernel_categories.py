@@ -358,32 +358,36 @@ def test_kernel_share_names_the_uncategorised_as_such(tmp_path):
     assert share["message"].endswith("the top kernel takes 75.0%; kernels of no known category take 100.0%.")
 
 
+def _overlap_finding(tmp_path, kernels: list[tuple[str, int, int, int]]) -> dict:
+    """comm-compute-overlap's finding on a hand-written trace of ``(name, ts_us, dur_us, stream)`` kernels."""
+    import json as _json
+    from helpers import run_cli
+
+    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+               "args": {"device": 0, "stream": stream, "correlation": ts}} for name, ts, dur, stream in kernels]
+    path = tmp_path / "kernels.json"
+    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "comm-compute-overlap",
+                             str(path))
+    assert code == 0, err
+    (found,) = _json.loads(out)["findings"]
+    return found
+
+
 def test_collectives_written_as_their_own_kernels_are_communication(tmp_path):
     """PyTorch's symmetric-memory all-reduce was "reduction/softmax" and no communication: on a B200 vLLM trace
     (TraceLens' tests/traces/b200) comm-compute-overlap said nothing of 74 all-reduce kernels, 2.142 ms exposed.
     Each such kernel now has its collective; a hand-written trace of one exposed and one hidden all-reduce beside
     a GEMM gives the exposed time to the nanosecond."""
-    import json as _json
-    from helpers import run_cli
-
     names = NAMES["communication"][:4]  # the direct-collective names added with the B200 trace
     got = pl.select(expr.collective(pl.lit(pl.Series(names)))).to_series().to_list()
     assert got == ["all_reduce", "all_reduce", "all_reduce", "all_reduce"]
     gather = "void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*, char*, unsigned long, unsigned int**, unsigned long, unsigned long)"
     assert pl.select(expr.collective(pl.lit(pl.Series([gather])))).item() == "all_gather"
 
-    def kernel(name, ts, dur, stream):
-        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-                "args": {"device": 0, "stream": stream, "correlation": ts}}
     gemm = "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"
-    events = [kernel(gemm, 0, 100, 7), kernel(names[0], 100, 30, 7),      # exposed: nothing runs beside it
-              kernel(gemm, 200, 100, 7), kernel(names[0], 220, 30, 20)]   # hidden under the GEMM
-    path = tmp_path / "symm.json"
-    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "comm-compute-overlap",
-                             str(path))
-    assert code == 0, err
-    (found,) = _json.loads(out)["findings"]
+    found = _overlap_finding(tmp_path, [(gemm, 0, 100, 7), (names[0], 100, 30, 7),      # exposed: nothing beside it
+                                        (gemm, 200, 100, 7), (names[0], 220, 30, 20)])  # hidden under the GEMM
     assert found["metrics"]["comm_time_ns"] == 60_000 and found["metrics"]["overlapped_ns"] == 30_000
 
 
@@ -392,20 +396,9 @@ def test_two_collectives_at_once_are_exposed_once(tmp_path):
     at once on two streams, no compute beside them. The per-device row said exposed 187.8 ms, each kernel's
     exposed time summed, where the timeline has 185.3 ms; exposed is now the time on the timeline, as the time at
     stake is: here 100 + 40 - 20 = 120 us (the two overlap for 20 us), with 140 us of communication time."""
-    import json as _json
-    from helpers import run_cli
-
     send = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
     gemm = "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"
-    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": st, "ts": ts, "dur": dur,
-               "args": {"device": 0, "stream": st, "correlation": ts}}
-              for n, ts, dur, st in ((gemm, 0, 10, 7), (send, 20, 100, 20), (send, 100, 40, 24), (gemm, 200, 10, 7))]
-    path = tmp_path / "sendrecv.json"
-    path.write_text(_json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json", "--rule", "comm-compute-overlap",
-                             str(path))
-    assert code == 0, err
-    (found,) = _json.loads(out)["findings"]
+    found = _overlap_finding(tmp_path, [(gemm, 0, 10, 7), (send, 20, 100, 20), (send, 100, 40, 24), (gemm, 200, 10, 7)])
     (item,) = found["items"]
     assert item["comm_time_ns"] == 140_000 and item["overlapped_ns"] == 0 and item["exposed_ns"] == 120_000
     assert found["impact_ns"] == 120_000
