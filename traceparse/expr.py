@@ -37,8 +37,8 @@ XLA_COLLECTIVE = (r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_
 #: (``multimem_all_reduce_kernel``, ``one_shot_all_reduce_kernel``, ``two_shot_all_reduce_kernel``,
 #: ``multimem_all_gather_kernel``), vLLM's custom all-reduce (``cross_device_reduce_1stage``) and TensorRT-LLM's
 #: (``allreduce_fusion_kernel``, ``oneShotAllReduceKernel``, ``twoShotAllReduceKernel``).
-DIRECT_COLLECTIVE = (r"multimem_(one_shot_)?all_?(reduce|gather)|(one|two)_?shot_?all_?reduce|cross_device_reduce_[12]stage"
-                     r"|allreduce_fusion_kernel")
+DIRECT_COLLECTIVE = (r"multimem_(one_shot_)?all_?(reduce|gather)|(one|two)_?shot_?all_?reduce"
+                     r"|cross_device_reduce_[12]stage|allreduce_fusion_kernel")
 #: What a kernel does, from its name: (category, regular expression searched in the lower-cased name). The
 #: first row that matches wins, so the order matters (a cuDNN flash-attention kernel's name also says
 #: "wgmma" and "fprop", a copy kernel's "elementwise_kernel"). Plugins put rows of their own in front of

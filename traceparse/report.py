@@ -12,7 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.names import cut_apart, key_entry, middle_cut, short_name, short_names, text_width  # noqa: F401 - re-exported
+from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, short_names,  # noqa: F401 - re-exported
+                              text_width)
 from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
 from traceparse.meta import TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
