@@ -467,3 +467,27 @@ def test_a_tau_directory_with_another_profilers_file_says_what_it_left_out(tmp_p
     got = json.loads(out)["traces"][0]
     assert got["format"] == "tau" and got["event_count"] == read_paths([CPI])[0].events.height
     assert got["variant"] == f"profile.N.C.T text: {len(profiles)} nodes, {len(profiles)} threads, metrics TIME"
+
+
+def test_a_sampled_profile_is_not_counted_twice(tmp_path):
+    """TAU's sampling (EBS): ``[SAMPLE]`` rows split the time of ``[CONTEXT] .TAU application``, the samples taken
+    while the ``.TAU application`` timer ran, whose exclusive time holds that same time (a real TAU 2.26.2 profile
+    of taucmdr's mm example, BSD-3). hotspots said "3.721 s in all" of a 1.861 s thread and halved every share.
+    The timer now keeps only what no sample covers; the thread's total is its time, computed here from the file."""
+    path = TAU / "real" / "taucmdr-sample" / "profile.0.0.0"
+    rows = plain_profile(path)["routines"]
+    timer = us_to_ns(Decimal(rows[".TAU application"][2]))
+    context = us_to_ns(Decimal(rows["[CONTEXT] .TAU application"][3]))
+    samples = {n: us_to_ns(Decimal(r[2])) for n, r in rows.items() if n.startswith("[SAMPLE]")}
+    assert sum(samples.values()) == context  # the samples split the context's time, no more
+    total = timer  # the thread's whole time: the one top-level timer's (Excl = Incl)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path.parent), "--rule", "hotspots",
+                             "--json")
+    assert code == 0, err
+    found = json.loads(out)["findings"][0]
+    items = {i["name"]: i for i in found["items"]}
+    assert items[".TAU application"]["time_ns"] == timer - context
+    assert {n: items[n]["time_ns"] for n in samples} == samples
+    assert sum(i["time_ns"] for i in found["items"]) == total
+    best = max(samples, key=samples.get)
+    assert items[best]["share_pct"] == round(100 * samples[best] / total, 4)

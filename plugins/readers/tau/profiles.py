@@ -196,7 +196,7 @@ def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFra
     if missing.height:
         warn(f"{missing.height} routine rows of other metrics have no row in the {reference['metric'][0]} "
              f"profile of their thread (e.g. {missing['raw'][0].strip()!r}); their values were not kept")
-    routines = _with_times(reference, table, time_metric)
+    routines = _sampled_out_of_timers(_with_times(reference, table, time_metric))
     counters = _counters(table, time_metric)
     return ProfileSet(routines, counters, user_events, threads, metrics, time_metric, _dedupe_metadata(metadata),
                       files_read)
@@ -226,6 +226,30 @@ def _with_times(reference: pl.DataFrame, table: pl.DataFrame, time_metric: str |
     times = times.with_columns(exclusive_ns=_ns(times, "excl"), duration_ns=_ns(times, "incl"))
     return out.join(times.select(*keys, "exclusive_ns", "duration_ns"), on=keys, how="left", nulls_equal=True,
                     maintain_order="left")
+
+
+#: TAU's sampling (EBS, ``TAU_SAMPLING``) writes ``[CONTEXT] X``: the samples taken while timer ``X`` ran, broken
+#: down by the ``[SAMPLE] f [{file} {line}]`` rows under it.
+CONTEXT_PREFIX = "[CONTEXT] "
+
+
+def _sampled_out_of_timers(routines: pl.DataFrame) -> pl.DataFrame:
+    """Each timer's exclusive time less what its samples attribute elsewhere: TAU writes ``.TAU application``
+    Excl 1.861 s beside ``[CONTEXT] .TAU application`` (Incl 1.860 s, the 186 samples taken in it) and the
+    ``[SAMPLE]`` rows that split those 1.860 s among the functions sampled. Summed as written, the thread ran
+    3.721 s and every share was half its value; the timer keeps the time no sample covers (0.7 ms), the samples
+    the rest. Flat rows only (call paths are another view of the same time)."""
+    flat = ~pl.col("raw").str.contains(" => ", literal=True)
+    contexts = routines.filter(flat & pl.col("raw").str.starts_with(CONTEXT_PREFIX))
+    if not contexts.height or routines["exclusive_ns"].null_count() == routines.height:
+        return routines
+    sampled = (contexts.group_by(*events.THREAD, pl.col("raw").str.strip_prefix(CONTEXT_PREFIX).alias("timer"))
+               .agg(_sampled=pl.col("duration_ns").sum()))
+    routines = routines.join(sampled, left_on=[*events.THREAD, "raw"], right_on=[*events.THREAD, "timer"],
+                             how="left", nulls_equal=True, maintain_order="left")
+    less = pl.max_horizontal(pl.col("exclusive_ns") - pl.col("_sampled").fill_null(0), pl.lit(0))
+    return routines.with_columns(exclusive_ns=pl.when(flat & pl.col("_sampled").is_not_null()).then(less)
+                                 .otherwise(pl.col("exclusive_ns"))).drop("_sampled")
 
 
 def _ns(times: pl.DataFrame, column: str) -> pl.Series:
