@@ -491,3 +491,30 @@ def test_a_sampled_profile_is_not_counted_twice(tmp_path):
     assert sum(i["time_ns"] for i in found["items"]) == total
     best = max(samples, key=samples.get)
     assert items[best]["share_pct"] == round(100 * samples[best] / total, 4)
+
+
+def test_a_wrapped_32_bit_time_metric_is_warned_of(tmp_path):
+    """A real 12-thread OpenMP profile (stevenpl98/ParallelFinalProject, no licence, not committed) had
+    MULTI__P_WALL_CLOCK_TIME at 4,295 s a thread of a 0.09 s run: 2^32 us plus the time, a 32-bit counter that
+    wrapped, stored with no word. Hand-made here from the real cpi-mpi profiles: MULTI__TIME as they are,
+    MULTI__P_WALL_CLOCK_TIME with 2^32 added to every Excl and Incl."""
+    import re as _re
+
+    for metric, shift in (("TIME", 0), ("P_WALL_CLOCK_TIME", 2 ** 32)):
+        folder = tmp_path / "prof" / f"MULTI__{metric}"
+        folder.mkdir(parents=True)
+        for f in sorted(CPI.glob("profile.*")):
+            lines = f.read_text().splitlines(keepends=True)
+            n = int(lines[0].split()[0])
+            lines[0] = lines[0].replace("MULTI_TIME", f"MULTI_{metric}")
+            for i in range(2, 2 + n):
+                lines[i] = _re.sub(r'^(".*" \d+ \d+ )(\S+) (\S+)',
+                                   lambda m: f"{m[1]}{float(m[2]) + shift:.0f} {float(m[3]) + shift:.0f}", lines[i])
+            (folder / f.name).write_text("".join(lines))
+    per_thread = [max(float(v[3]) for v in plain_profile(f)["routines"].values()) for f in CPI.glob("profile.*")]
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(tmp_path / "prof"))
+    assert code == 0, err
+    wrapped = [(2 ** 32 + us) / 1e6 for us in per_thread]
+    assert (f"traceparse: warning: metric P_WALL_CLOCK_TIME: every thread ran {min(wrapped):,.0f}–{max(wrapped):,.0f}"
+            f" s, about 2^32 us, where TIME gives at most {max(per_thread) / 1e6:.3g} s: a 32-bit counter that wrapped; "
+            "its values are kept as written, and the figures use TIME") in err

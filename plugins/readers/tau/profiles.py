@@ -198,6 +198,7 @@ def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFra
              f"profile of their thread (e.g. {missing['raw'][0].strip()!r}); their values were not kept")
     routines = _sampled_out_of_timers(_with_times(reference, table, time_metric))
     counters = _counters(table, time_metric)
+    _note_wrapped(table, metrics, time_metric, warn)
     return ProfileSet(routines, counters, user_events, threads, metrics, time_metric, _dedupe_metadata(metadata),
                       files_read)
 
@@ -226,6 +227,32 @@ def _with_times(reference: pl.DataFrame, table: pl.DataFrame, time_metric: str |
     times = times.with_columns(exclusive_ns=_ns(times, "excl"), duration_ns=_ns(times, "incl"))
     return out.join(times.select(*keys, "exclusive_ns", "duration_ns"), on=keys, how="left", nulls_equal=True,
                     maintain_order="left")
+
+
+#: 2^32: a 32-bit counter (PAPI's or TAU's own) that wrapped leaves its values near this many units.
+_WRAP = 2 ** 32
+
+
+def _note_wrapped(table: pl.DataFrame, metrics: list[str], time_metric: str | None,
+                  warn: Callable[[str], None]) -> None:
+    """Warn of a second time metric whose every thread ran about 2^32 us where the time metric's ran under 1% of
+    that (``P_WALL_CLOCK_TIME`` at 4,295 s a thread of a 0.09 s run): a 32-bit counter that wrapped. Its values
+    are kept as written (the figures use the time metric), but not in silence."""
+    if time_metric is None:
+        return
+    incl = pl.col("incl").cast(pl.Float64, strict=False)
+    longest = table.group_by("metric", *events.THREAD).agg(incl.max().alias("us"))
+    reference = longest.filter(pl.col("metric") == time_metric)["us"].max()
+    if reference is None or reference >= 0.01 * _WRAP:
+        return
+    for metric in metrics:
+        if metric == time_metric or not is_time_metric(metric):
+            continue
+        mine = longest.filter(pl.col("metric") == metric)["us"]
+        if mine.len() and mine.min() >= 0.99 * _WRAP and mine.max() < 1.01 * _WRAP:
+            warn(f"metric {metric}: every thread ran {mine.min() / 1e6:,.0f}–{mine.max() / 1e6:,.0f} s, about "
+                 f"2^32 us, where {time_metric} gives at most {reference / 1e6:.3g} s: a 32-bit counter that "
+                 "wrapped; its values are kept as written, and the figures use " + time_metric)
 
 
 #: TAU's sampling (EBS, ``TAU_SAMPLING``) writes ``[CONTEXT] X``: the samples taken while timer ``X`` ran, broken
