@@ -518,3 +518,18 @@ def test_a_wrapped_32_bit_time_metric_is_warned_of(tmp_path):
     assert (f"traceparse: warning: metric P_WALL_CLOCK_TIME: every thread ran {min(wrapped):,.0f}–{max(wrapped):,.0f}"
             f" s, about 2^32 us, where TIME gives at most {max(per_thread) / 1e6:.3g} s: a 32-bit counter that wrapped; "
             "its values are kept as written, and the figures use TIME") in err
+
+
+def test_a_merged_xml_is_called_merged_whatever_its_file_name(tmp_path):
+    """A real merged profile from a Fujitsu system (12 ranks in one file, no licence, not committed) was called a
+    snapshot XML because it was not named tauprofile.xml. The form is told by what the file holds (every thread:
+    merged; one thread's snapshots: snapshot). Hand-written fixtures of each, renamed."""
+    import shutil
+
+    merged = tmp_path / "k_run.xml"
+    shutil.copy(TAU / "handwritten" / "xml" / "tauprofile.xml", merged)
+    snapshot = tmp_path / "snap.xml"
+    shutil.copy(TAU / "handwritten" / "xml" / "snapshot.0.0.0", snapshot)
+    (merged_trace,), (snapshot_trace,) = read_paths([merged]), read_paths([snapshot])
+    assert merged_trace.events.select("pid", "tid").unique().height > 1
+    assert merged_trace.meta.variant == "merged XML" and snapshot_trace.meta.variant == "snapshot XML"

@@ -101,7 +101,9 @@ class TauReader(Reader):
             elif XML_HEAD.match(head) or b"<profile_xml" in head or path.suffix == ".xml" \
                     or SNAPSHOT_NAME.match(path.name):
                 profile = read_xml(path, warn, options.progress)
-                variant = "merged XML" if path.name == "tauprofile.xml" else "snapshot XML"
+                # merged (TAU_PROFILE_FORMAT=merged) holds every thread; a snapshot file one thread's snapshots
+                merged = path.name == "tauprofile.xml" or profile.threads.height > 1
+                variant = "merged XML" if merged else "snapshot XML"
             elif looks_like_pprof(head.decode("utf-8", errors="replace")):
                 profile, sections = read_pprof(path, warn, options.progress)
                 table = "per-thread tables" if sections["read"] == "thread" else sections["read"] + " summary"
