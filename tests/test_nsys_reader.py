@@ -1066,3 +1066,15 @@ def test_a_nul_in_a_name_is_named_where_it_is(tmp_path, store):
     path.write_bytes(data[:at] + b"\x00" + data[at:])
     refused(["ingest", str(path)], f"{path}: binary data (a NUL byte at byte {at:,}): not a text file (a sparse or "
                                    "damaged file?)", store)
+
+
+def test_the_version_of_a_2022_export(tmp_path):
+    """nsys 2022.x names its metadata table EXPORT_META_DATA (2023 on: META_DATA_EXPORT), so real 2022.1 and
+    2022.4 exports showed no version. A hand-made mutant of the real 2025 export with the older table name."""
+    path = tmp_path / "r2022.sqlite"
+    with gzip.open(FIX / "resnet18_bs8.sqlite.gz") as src:
+        path.write_bytes(src.read())
+    with sqlite3.connect(path) as db:
+        version = dict(db.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())["EXPORT_PRODUCT_VERSION"]
+        db.execute("ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA")
+    assert read(path).meta.tool_version == version

@@ -33,7 +33,7 @@ from traceparse_plugins.readers.nsys.tables import SUFFIXES, connect, table_file
 from traceparse_plugins.readers.nsys.sections import header_cells, _DASHES, _looks_like_header, _cut
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_NSYS_TABLES = (b"StringIds", b"TARGET_INFO_", b"NVTX_EVENTS", b"ENUM_NSYS_", b"META_DATA_EXPORT")
+_NSYS_TABLES = (b"StringIds", b"TARGET_INFO_", b"NVTX_EVENTS", b"ENUM_NSYS_", b"META_DATA_EXPORT", b"EXPORT_META_DATA")
 _NSYS_MESSAGE = re.compile(r"^[ \t]*(usage: nsys|WARNING: Existing SQLite export|NOTICE: Existing SQLite export|"
                            r"Processing \[.*\] with \[|\*\* .*\((cuda|nvtx|osrt|gpu)\w*\):)", re.MULTILINE)
 

@@ -24,7 +24,7 @@ Tables read, each only when present (older exports lack some):
   ``group`` is the NVTX domain's name (null for the default domain).
 * ``TARGET_INFO_GPU`` (``TARGET_INFO_CUDA_GPU`` before 2021.2) for devices,
   ``TARGET_INFO_CUDA_DEVICE`` for the CUDA ordinal each process saw,
-  ``PROCESSES`` for process names, ``META_DATA_EXPORT`` for the version.
+  ``PROCESSES`` for process names, ``META_DATA_EXPORT`` (``EXPORT_META_DATA`` in nsys 2022) for the version.
 
 Process and thread ids come from nsys's serialized global ids as its own
 report scripts decode them: pid = (globalTid >> 24) & 0xFFFFFF, tid =
@@ -450,7 +450,8 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
     tables = db.names
     try:
         meta.devices = _devices(db)
-        export = _key_values(db, "META_DATA_EXPORT")
+        # nsys 2023 on names it META_DATA_EXPORT; 2022.x EXPORT_META_DATA (same keys)
+        export = _key_values(db, "META_DATA_EXPORT") or _key_values(db, "EXPORT_META_DATA")
         version = export.get("EXPORT_PRODUCT_VERSION")
         meta.tool_version = version
         meta.variant = variant + (f" (schema {export['EXPORT_SCHEMA_VERSION']})"
