@@ -416,3 +416,19 @@ def test_device_to_device_copies_faster_than_dram_have_no_share_of_it():
     # the host-device copies of the same trace stay under their link's peak, with their share
     host = next(i for i in f.items if i["copy_kind"] == "HtoD")
     assert host["above_peak"] is False and 0 < host["pct_of_peak"] <= 100
+
+
+def test_bytes_in_the_messages_are_scaled():
+    """An nsys capture of OpenMP offload (SC23 tutorial, a T4) copied 2 x 51.2 GB: both messages said
+    "102400.000 MB" where their own tables said 102.4 GB. Hand-written copies of those sizes."""
+    trace = synthetic([
+        {"kind": "memcpy", "copy_kind": "HtoD", "src_memory": "pageable", "dst_memory": "device",
+         "start_ns": 0, "duration_ns": 13_000_000_000, "bytes": 51_200_000_000},
+        {"kind": "memcpy", "copy_kind": "DtoH", "src_memory": "device", "dst_memory": "pageable",
+         "start_ns": 14_000_000_000, "duration_ns": 12_000_000_000, "bytes": 51_200_000_000},
+    ])
+    pageable = run_rule(trace, "pageable-memcpy")
+    assert "use pageable host memory: 102.4 GB in " in pageable.message
+    low = run_rule(trace, "low-memcpy-throughput")
+    assert low.message.startswith("Host-device copies moved 102.4 GB in ")
+    assert "MB" not in pageable.message + low.message

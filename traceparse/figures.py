@@ -70,6 +70,22 @@ def fmt_ns(ns: Any) -> str:
     return f"{ns:.0f} ns"
 
 
+def fmt_bytes(n: float) -> str:
+    """A byte count in SI units (1 kB = 1000 B), scaled to its size: ``102.4 GB``, not ``102400.000 MB``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_bytes_binary(n: float) -> str:
+    """A byte count in binary units (1 KiB = 1024 B)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _trimmed(text: str) -> str:
     """``30.00`` as ``30``, ``1.500`` as ``1.5``: zeros after the point say nothing in prose."""
     return text.rstrip("0").rstrip(".") if "." in text else text

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, short_names,  # noqa: F401 - re-exported
                               text_width)
-from traceparse.figures import NS_SCALES, decimals_for, fmt_number, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401 - re-exported
+from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
+                                fmt_ns, fmt_pct, fmt_ratio)  # re-exported
 from traceparse.meta import TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
@@ -50,22 +51,6 @@ def fmt_unit(unit: str, value: Any) -> str:
     if unit == "ratio":
         return fmt_ratio(value)
     return str(value) if isinstance(value, int) else fmt_number(value)
-
-
-def fmt_bytes(n: float) -> str:
-    """A byte count in SI units (1 kB = 1000 B)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_bytes_binary(n: float) -> str:
-    """A byte count in binary units (1 KiB = 1024 B)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
-    return f"{n:.0f} B"
 
 
 def shown_path(path: str | None) -> str:

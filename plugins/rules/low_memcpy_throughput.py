@@ -47,7 +47,7 @@ import polars as pl
 from traceparse import measures
 from traceparse.catalog import gpu_for_trace
 from traceparse.expr import HOST_DEVICE, gbps, pct
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_bytes, fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -114,12 +114,12 @@ class LowMemcpyThroughput(Rule):
             severity = grade(host_pct, warning=t["warning_below_pct"], critical=t["critical_below_pct"],
                              higher_is_worse=False)
         if host_ns and host_above:
-            message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
+            message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
                        f"{achieved:.2f} GB/s, above the {host_peak:,g} GB/s per direction assumed for the host link "
                        f"({host_source}), so the link is faster than assumed and no share of its peak is given: "
                        "pass --gpu NAME or set low-memcpy-throughput.host_link_gbps.")
         elif host_ns:
-            message = (f"Host-device copies moved {host_bytes / 1e6:.3f} MB in {fmt_ns(host_ns)}: "
+            message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
                        f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:,g} GB/s per direction. "
                        f"Peak: {host_source}.")
         else:
