@@ -172,4 +172,6 @@ def test_a_finding_with_nothing_to_report_is_no_bottleneck():
     assert bottleneck([quiet], span_ns=14_440_000) is None
     assert bottleneck([quiet], span_ns=14_000_000)["rule"] == "launch-stats"  # 1.02%: something to report
     assert bottleneck([quiet, _f("gpu-idle", "info", 2_053_000)], span_ns=14_440_000)["rule"] == "gpu-idle"
-    assert bottleneck([_f("w", "warning", 1)], span_ns=10**9)["rule"] == "w"  # a warning is never quiet
+    # a warning is never quiet among the findings, but 1 ns of a 1 s span is no headline ("0.0% of the span")
+    assert bottleneck([_f("w", "warning", 1)], span_ns=10**9) is None
+    assert bottleneck([_f("w", "warning", 10**7)], span_ns=10**9)["rule"] == "w"

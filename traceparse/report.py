@@ -301,7 +301,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                                                  visible(worst["rule"]), ", ",
                                                  (visible(str(worst.get("severity", ""))), style), ")"))
     else:
-        grid.add_row("bottleneck", "none: no finding here has 1% of the span or more at stake")
+        grid.add_row("bottleneck", "none: no finding here has 1% of the span or more at stake"
+                     if summary.get("span_ns") else "none: no finding here has time at stake")
     for line in summary.get("highlights") or []:
         grid.add_row(literal(str(line["label"])), literal(str(line["text"])))
     cats = summary.get("top_categories") or []

@@ -21,7 +21,7 @@ from traceparse.meta import UNREAD, device_nouns, incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
 from traceparse.schema import ASYNC_GROUP
-from traceparse.verdict import is_quiet
+from traceparse.verdict import QUIET_SHARE, is_quiet
 from traceparse.trace import Trace
 
 #: Kernel categories listed in the summary.
@@ -180,7 +180,8 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None,
     its severity beside it; ties go to the worse severity, then the rule name.
     A finding with nothing to report (:func:`traceparse.verdict.is_quiet`:
     an info finding with under 1% of ``span_ns`` at stake) is no bottleneck:
-    the summary would name what its own tally counts as nothing to report.
+    the summary would name what its own tally counts as nothing to report;
+    nor is a warning with under 1% of ``span_ns`` at stake.
     ``share_pct`` is the time at stake's share of ``whole_ns``: the whole the finding says it is part of
     (:attr:`Finding.impact_whole`, e.g. the GPU's span), else the trace's span, so that the summary and the
     finding give one percentage for one figure.
@@ -191,7 +192,10 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None,
     time at stake is as severe: named, with no figure the trace cannot give.
     """
     findings = list(findings)
-    timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)]
+    # under 1% of the span at stake is no bottleneck at any severity: a warning of 3 ms in a 10 s trace named as
+    # the headline read "0.0% of the span" (it stays a warning among the findings)
+    timed = [f for f in findings if f.impact_ns and not is_quiet(f, span_ns)
+             and not (span_ns and f.impact_ns < QUIET_SHARE * span_ns)]
     worst = _untimed(findings) if totals_only else None
     if worst is not None and (not timed or severity_rank(worst["severity"]) > max(
             severity_rank(f.severity) for f in timed)):
