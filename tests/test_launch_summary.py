@@ -82,8 +82,10 @@ def oracle(events, top: int = 10, ranks: dict | None = None) -> tuple[dict, list
               "name": r["name"], "launch_name": r["launch_name"], "device_id": r["device_id"],
               "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
               "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]} for _, r in ordered[:top]]
-    impact = sum(max(0, a - b) for a, b in zip(direct["launch_duration_ns"], direct["duration_ns"]))
-    return metrics, items, impact
+    excess = sum(max(0, a - b) for a, b in zip(direct["launch_duration_ns"], direct["duration_ns"]))
+    idle = int(measures.device_busy(events)["idle_ns"].sum() or 0) if excess else 0
+    metrics["gpu_idle_ns"] = idle
+    return metrics, items, min(excess, idle)  # no more at stake than the GPU was idle
 
 
 def check_against_oracle(trace, whole_events, top: int = 10) -> None:
