@@ -350,3 +350,26 @@ def test_runs_compare_with_their_kernel_categories_over_every_rank(store, tmp_pa
     got = rows[0]["metrics"]["category_pct"]
     assert got == {k: c["share_pct"] for k, c in categories.items()}
     assert sum(got.values()) == pytest.approx(100, abs=0.01)
+
+
+def test_figures_a_trace_does_not_have_are_unknown_and_steps_are_analyzes(tmp_path):
+    """A kernel summary (nsys cuda_gpu_kern_sum CSV) compared beside the same capture's SQLite export showed a
+    GPU span of 0.00 "holding" 2.977 ms of kernels and 0 API time; the SQLite showed no step where analyze finds
+    its NVTX train_step range. Figures a trace does not have are null ("-"), and the steps are analyze's."""
+    store = str(tmp_path / "s")
+    nsys = FIXTURES / "nsys"
+    paths = [nsys / "resnet18_bs8.sqlite.gz", nsys / "resnet18_bs8_cuda_gpu_kern_sum.csv"]
+    code, out, err = run_cli("--store", store, "compare", "--json", *map(str, paths))
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {Path(r["path"]).name: r["metrics"] for r in doc["rows"]}
+    assert doc["warnings"] == ["resnet18_bs8_cuda_gpu_kern_sum.csv: GPU work as totals, with no timeline: its span, "
+                               "idle and overlap are unknown (-)"]
+    summary_only = next(m for k, m in rows.items() if "kern_sum" in k)
+    assert (summary_only["span_ns"], summary_only["api_ns"], summary_only["memcpy_ns"]) == (None, None, None)
+    assert summary_only["kernel_ns"] > 0
+    sqlite = next(m for k, m in rows.items() if "sqlite" in k)
+    code, out, err = run_cli("--store", store, "analyze", "--json", str(paths[0]))
+    (summary,) = json.loads(out)["summary"]
+    assert summary["steps"] > 0
+    assert (sqlite["steps"], sqlite["step_time_ns"]) == (summary["steps"], summary["step_time_ns"])

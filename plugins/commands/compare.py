@@ -4,7 +4,7 @@ Figures per trace (``--json`` keys in ``metrics``):
 
 * ``span_ns``, ``idle_ns``, ``idle_pct``: as the ``gpu-idle`` rule gives them
   (GPU span from first to last GPU activity, summed over devices, and its idle
-  share; null without GPU rows, 0 / 0 / null with aggregated ones only);
+  share; null without timed GPU rows: a summary's totals have no span);
 * ``overlap_pct``: as ``low-memcpy-overlap`` (share of memcpy time that
   overlaps kernels); ``concurrency_pct``: as ``low-kernel-concurrency``
   (share of kernel busy time with two or more kernels running); null when
@@ -12,13 +12,14 @@ Figures per trace (``--json`` keys in ``metrics``):
 * ``category_pct``: as ``kernel-share``, the share of kernel time per kernel
   category;
 * ``kernel_ns``, ``memcpy_ns``, ``memset_ns``, ``api_ns``: Σ duration_ns of the
-  rows of that kind (timed events preferred over aggregated rows of the same
-  kind, as the rules do, so no call counts twice); ``gpu_ns`` = kernel +
-  memcpy + memset;
-* ``step_time_ns``: the mean duration of the trace's ``ProfilerStep#N``
-  annotations (the host-side ones where it has them, else the device-side
-  copies; :data:`traceparse.measures.steps`), ``steps`` their number; null / 0
-  without step annotations; ``samples_per_s``: with a ``batch`` tag (a
+  rows of that kind over the whole trace (every step and rank; timed events
+  preferred over aggregated rows of the same kind, as the rules do, so no call
+  counts twice), null where the trace has no row of the kind; ``gpu_ns`` =
+  kernel + memcpy + memset;
+* ``step_time_ns``: the mean duration of the trace's steps as ``analyze``'s
+  summary counts them (``ProfilerStep#N``, else step ranges, else optimizer
+  annotations: :func:`step_metrics`), ``steps`` their number; null / 0
+  without steps; ``samples_per_s``: with a ``batch`` tag (a
   number), batch / step time in seconds, the training or inference
   throughput; null without either;
 * ``kernel_pattern_pct``: for each ``--kernel REGEX``, 100 × Σ time of the
@@ -77,6 +78,7 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
     metrics: dict[str, Any] = {"span_ns": None, "idle_ns": None, "idle_pct": None}
     if present & set(expr.GPU_KINDS):
         busy = measures.device_busy(events)
+    if present & set(expr.GPU_KINDS) and busy.height:  # timed GPU rows: a summary's totals have no span
         span, idle = int(busy["span_ns"].sum() or 0), int(busy["idle_ns"].sum() or 0)
         metrics.update(span_ns=span, idle_ns=idle, idle_pct=expr.pct(idle, span))
     copies = measures.overlap(events, a=("memcpy",), b=("kernel",))
@@ -93,8 +95,8 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
     metrics["category_pct"].update({c: v for c, v in shares.items() if c not in CATEGORY_ORDER})
     by_name = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
     totals = {kind: int(by_name.filter(pl.col("kind") == kind)["time_ns"].sum() or 0) for kind in KINDS}
-    for kind in KINDS:
-        metrics[f"{kind}_ns"] = totals[kind]
+    for kind in KINDS:  # a kind the trace has no row of is unknown ("-"), not 0 (a kernel summary has no API)
+        metrics[f"{kind}_ns"] = totals[kind] if kind in present else None
     metrics["gpu_ns"] = totals["kernel"] + totals["memcpy"] + totals["memset"]
     kernel_rows, api_rows = by_name.filter(pl.col("kind") == "kernel"), by_name.filter(pl.col("kind") == "api")
     metrics.update(step_metrics(events))
@@ -104,14 +106,16 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
 
 
 def step_metrics(events: pl.DataFrame) -> dict[str, Any]:
-    """``steps`` and ``step_time_ns`` (their mean duration, rounded to the ns; null without steps) from the
-    ``ProfilerStep#N`` annotations: the host-side ones where the trace has them, else the device-side copies."""
-    s = measures.steps(events)
-    if s.height and s["on_host"].any():
-        s = s.filter(pl.col("on_host"))
-    if not s.height:
+    """``steps`` and ``step_time_ns`` (their mean duration, rounded to the ns; null without steps): the steps
+    ``analyze``'s summary counts (:func:`traceparse.summary.step_windows`: ``ProfilerStep#N``, else ranges
+    named like steps such as an NVTX ``train_step``, else optimizer annotations), so that the two agree."""
+    from traceparse.summary import step_windows
+
+    windows = step_windows(events)
+    if windows is None or not windows.height:
         return {"steps": 0, "step_time_ns": None}
-    return {"steps": s.height, "step_time_ns": round(int(s["duration_ns"].sum()) / s.height)}
+    return {"steps": windows["step"].n_unique(),
+            "step_time_ns": round(int(windows["duration_ns"].sum()) / windows.height)}
 
 
 def samples_per_s(tags: dict[str, str], step_time_ns: int | None) -> float | None:
@@ -302,14 +306,15 @@ def render(console, rows: list[dict], by: str | None, series: str | None = None)
                Column("step_time_ns", "step", "ns"), Column("samples_per_s", "samples/s", "number")]
     data = [{"label": r["label"], **{f"tag {k}": series_of(r, k) for k in keys},
              **{k: r["metrics"][k] for k in ("step_time_ns", "samples_per_s")}} for r in rows]
-    for part in fitted_table(columns, data, console.width, title="traces (step: mean ProfilerStep#N time; "
+    for part in fitted_table(columns, data, console.width, title="traces (step: mean step time; "
                                                                  "samples/s: batch / step)"):
         console.print(part)
     columns = [Column("label", first, "name"), Column("span_ns", "GPU spans, summed", "ns"),
                Column("kernel_ns", "kernel", "ns"), Column("memcpy_ns", "memcpy", "ns"), Column("api_ns", "API", "ns"),
                Column("memset_ns", "memset", "ns")]
     data = [{"label": label, **{c.key: r["metrics"][c.key] for c in columns[1:]}} for label, r in zip(labels, rows)]
-    for part in fitted_table(columns, data, console.width, title="GPU and API time"):
+    for part in fitted_table(columns, data, console.width, title="GPU and API time over the whole trace (every "
+                                                                 "step and rank, not per step)"):
         console.print(part)
     _bar_tables(console, "rule figures, % (memcpy time overlapping kernels; kernel busy time with 2+ kernels; "
                          "GPU span idle)", first, labels, ["memcpy overlap", "kernel concurrency", "GPU idle"],
@@ -536,16 +541,35 @@ class CompareCommand(Command):
         if warning:
             session.warn(warning + ("; the plot has one line per device" if out is not None and not args.series
                                     else ""))
+        notes = _comparability(rows)
+        for note in notes:
+            session.warn(note)
         if out is not None:
             plot(rows, args.by, out, series=plot_series)
             if not args.quiet:
                 session.err.print(literal(f"wrote {out}"))
         if args.json:
             self.print_json({"by": args.by, "series": args.series, "rows": rows,
-                             "warnings": [warning] if warning else []})
+                             "warnings": ([warning] if warning else []) + notes})
         else:
             render(session.out, rows, args.by, args.series)
         return 0
+
+
+def _comparability(rows: list[dict]) -> list[str]:
+    """What makes the rows' figures unlike each other, said once each: traces that give their GPU work as
+    totals (no span, no idle, no overlap), and traces with different numbers of steps (the time columns are
+    whole-trace totals, so a trace of more steps has more of everything)."""
+    notes = []
+    totals = [r["label"] for r in rows if r["metrics"]["span_ns"] is None and r["metrics"]["gpu_ns"]]
+    if totals:
+        notes.append(f"{', '.join(totals)}: GPU work as totals, with no timeline: its span, idle and overlap are "
+                     "unknown (-)")
+    counts = {r["metrics"]["steps"] for r in rows if r["metrics"]["steps"]}
+    if len(counts) > 1:
+        notes.append(f"the traces hold {', '.join(str(c) for c in sorted(counts))} steps: the GPU and API times "
+                     "are whole-trace totals, compare them per step (divide by the steps) or the step times")
+    return notes
 
 
 @hookimpl
