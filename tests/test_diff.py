@@ -92,8 +92,17 @@ def test_torch_sweep_is_per_step_by_default(store):
     a_path, b_path = TORCH / "resnet18_bs4.json.gz", TORCH / "resnet18_bs64.json.gz"
     doc = _diff(str(a_path), str(b_path))
     na, nb = _torch_steps(a_path), _torch_steps(b_path)
-    assert doc["basis"] == {"per": "step", "steps_a": na, "steps_b": nb, "step_source_a": "ProfilerStep#N",
-                            "step_source_b": "ProfilerStep#N"}
+    basis = doc["basis"]
+    assert {k: basis[k] for k in ("per", "steps_a", "steps_b", "step_source_a", "step_source_b", "ranks_a",
+                                  "ranks_b")} == {"per": "step", "steps_a": na, "steps_b": nb,
+                                                  "step_source_a": "ProfilerStep#N", "step_source_b": "ProfilerStep#N",
+                                                  "ranks_a": 1, "ranks_b": 1}
+    # the step times, first on screen: each trace's mean ProfilerStep#N, from the raw JSON
+    for path, key in ((a_path, "step_time_a_ns"), (b_path, "step_time_b_ns")):
+        durations = [_ns(e["dur"]) for e in json.load(gzip.open(path))["traceEvents"]
+                     if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                     and re.match(r"^ProfilerStep#\d+$", e.get("name", ""))]
+        assert basis[key] == round(sum(durations) / len(durations))
     ta, tb = _torch_totals(a_path), _torch_totals(b_path)
     for row in doc["rows"]:
         key = (row["kind"], _raw_name(row))
@@ -161,3 +170,24 @@ def test_diff_of_the_shared_sample_and_the_fixture(samples_dir, store, name):
     kernels = [r for r in doc["rows"] if r["kind"] == "kernel"]
     matched = sum(r["time_a_ns"] for r in kernels if r["status"] == "both")
     assert matched / doc["summary"]["kernel"]["time_a_ns"] > 0.5
+
+
+def test_a_run_against_its_straggler_twin_says_the_step_time_first(tmp_path):
+    """A balanced run against its straggler twin: the step went up 171% and the diff showed only the work in it
+    (GPU -7.7%, API -28%), summed over the ranks without saying so. The step time comes first now, as analyze's
+    summary gives it, and the per-step figures say they are summed over the ranks."""
+    from traceparse.figures import fmt_ns
+
+    runs = [FIXTURES / "torch" / "multirank" / name for name in ("nccl2_balanced", "nccl2_slow_rank1")]
+    store = str(tmp_path / "s")
+    steps = []
+    for run in runs:
+        code, out, err = run_cli("--store", store, "analyze", "--json", "--rule", "kernel-share", str(run))
+        assert code == 0, err
+        (summary,) = json.loads(out)["summary"]
+        steps.append(summary["step_time_ns"])
+    code, out, err = run_cli("--store", store, "--width", "200", "diff", *map(str, runs))
+    assert code == 0, err
+    a, b = steps
+    assert f"step time: A {fmt_ns(a)} -> B {fmt_ns(b)} (" in out
+    assert "a run's figures are summed over its ranks (A 2, B 2)" in out

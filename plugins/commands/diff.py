@@ -53,7 +53,7 @@ from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.names import demangle, short_name
 from traceparse.report import fitted_table, fmt_ns, trace_label
-from traceparse.run import world_size_of
+from traceparse.run import trace_ranks, world_size_of
 from traceparse.summary import step_windows
 from traceparse.text import literal, visible
 from traceparse.trace import Trace
@@ -178,22 +178,31 @@ def _per(total: int, n: int) -> int:
 
 def step_count(trace: Trace) -> tuple[int, str | None]:
     """How many steps the trace marks and where they come from, as the summary finds them (0, None: none)."""
+    n, source, _ = _steps(trace)
+    return n, source
+
+
+def _steps(trace: Trace) -> tuple[int, str | None, int | None]:
+    """The trace's steps as the summary finds them: how many, their source, their mean duration in ns (over every
+    rank's windows, as the summary's step time) or None."""
     steps = step_windows(trace.events)
     if steps is None or steps.height == 0:
-        return 0, None
-    return int(steps["step"].n_unique()), str(steps["source"][0])
+        return 0, None, None
+    return (int(steps["step"].n_unique()), str(steps["source"][0]),
+            round(int(steps["duration_ns"].sum()) / steps.height))
 
 
 def basis(a: Trace, b: Trace, per: str = "auto") -> dict:
     """What the figures are per: ``per`` ("step" or "trace"), each side's steps and their source, and the
     divisors; "auto" is per step when both sides have steps, else per trace."""
-    (na, source_a), (nb, source_b) = step_count(a), step_count(b)
+    (na, source_a, time_a), (nb, source_b, time_b) = _steps(a), _steps(b)
     if per == "step" and not (na and nb):
         without = " and ".join(label for label, n in (("A", na), ("B", nb)) if not n)
         raise InputError(f"--per step: {without} marks no steps (no ProfilerStep#N annotations and no NVTX range "
                          "named like train_step); use --per trace")
     chosen = "step" if per == "step" or (per == "auto" and na and nb) else "trace"
     return {"per": chosen, "steps_a": na, "steps_b": nb, "step_source_a": source_a, "step_source_b": source_b,
+            "step_time_a_ns": time_a, "step_time_b_ns": time_b, "ranks_a": trace_ranks(a), "ranks_b": trace_ranks(b),
             "divisor_a": na if chosen == "step" else 1, "divisor_b": nb if chosen == "step" else 1}
 
 
@@ -219,9 +228,22 @@ def basis_line(base: dict) -> str:
         return f"{label} {n} step{'s' if n != 1 else ''} ({source})" if n else f"{label} no steps"
 
     sides = f"{side('A', 'a')}, {side('B', 'b')}"
+    ranks = [base.get(f"ranks_{k}") or 1 for k in ("a", "b")]
+    summed = (f"; a run's figures are summed over its ranks (A {ranks[0]}, B {ranks[1]})" if max(ranks) > 1
+              else "")
     if base["per"] == "step":
-        return f"figures per step: {sides}; each trace's totals divided by its step count"
-    return f"figures are whole-trace totals, not per step: {sides}"
+        return f"figures per step: {sides}; each trace's totals divided by its step count{summed}"
+    return f"figures are whole-trace totals, not per step: {sides}{summed}"
+
+
+def step_time_line(base: dict) -> str | None:
+    """``step time: A 50.5 ms -> B 137.1 ms (+86.6 ms, +171.5%)``: what a user asks first of two runs; None
+    unless both mark steps."""
+    a, b = base.get("step_time_a_ns"), base.get("step_time_b_ns")
+    if a is None or b is None:
+        return None
+    return (f"step time: A {fmt_ns(a)} -> B {fmt_ns(b)} ({_signed_ns(b - a)}, "
+            f"{_pct(round(100.0 * (b - a) / a, 4) if a else None)})")
 
 
 def summary(rows: pl.DataFrame) -> dict:
@@ -282,6 +304,9 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         line.append(visible(f"{trace_label(trace.meta)}  {trace.id}  {_tags(trace)}".rstrip()))
         console.print(line)
     if base:
+        step_line = step_time_line(base)
+        if step_line:
+            console.print(Text(step_line, style="bold"))
         console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
