@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from traceparse.figures import fmt_ns
 from helpers import FIXTURES, run_cli, union, us_to_ns
 from traceparse.ingest import read_paths
 from traceparse.measures.gpu_behind import gpu_behind
@@ -77,6 +78,13 @@ def test_the_critical_path_and_whatif_say_the_gpu_is_behind(name, tmp_path):
     assert f["metrics"]["gpu_behind"] == got.as_dict()
     assert f["message"].endswith(got.sentence())
     assert "The GPU work each step launches ends after the step in 2 of 3 steps" in got.sentence()
+    # the summary says it beside its step time, which is the host's (an MI300 trace: 16.21 ms steps, the GPU's
+    # work ending 32 to 38 ms after them, said only deep in the critical path's box)
+    (line,) = [h for h in json.loads(out)["summary"][0]["highlights"] if h["rule"] == "critical-path"]
+    assert line["label"] == "GPU behind" and line["text"] == (
+        f"the steps are the host's: the GPU's work of {got.behind} of {got.steps} steps ends "
+        f"{fmt_ns(got.tail_min_ns)} to {fmt_ns(got.tail_max_ns)} after them, {fmt_ns(got.gpu_ns)} of GPU work a "
+        f"step against the host's {fmt_ns(got.step_ns)}")
     code, out, err = run_cli("--store", store, "whatif", str(TRACES[name]), "--scale", "kernel=0.5", "--json")
     assert code == 0, err
     (note,) = json.loads(out)["notes"]

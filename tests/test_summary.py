@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from traceparse.figures import fmt_ns
 from helpers import FIXTURES, REPO, run_cli, us_to_ns
 
 SAMPLES = REPO.parent / "shared" / "samples" / "torch"
@@ -141,6 +142,12 @@ def test_a_trace_without_steps_or_timed_gpu_work(tmp_path):
     code, out, _ = run_cli("--store", str(tmp_path), "analyze", str(path))
     # no span (a summary has no timeline): "1% of the span" would name a whole the trace does not have
     assert "steps        none marked" in out and "bottleneck   none: no finding here has time at stake" in out
+    # its kernel total is the one figure it has: on screen as in the JSON (it was left out where kernels are all)
+    import csv as _csv
+
+    total = sum(int(r["Total Time (ns)"]) for r in _csv.DictReader(path.open()))
+    assert summary["gpu_time"]["total_ns"] == total
+    assert f"GPU time     {fmt_ns(total)} summed over activities: kernels 100.0%" in out
 
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")

@@ -285,7 +285,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                           "figure)" if busy is None and summary.get("unread_events")
                      else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
-    if split and any(p["part"] != "kernels" for p in split["parts"]):
+    if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
         grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])} summed over activities: " + ", ".join(
             f"{p['part']} {fmt_unit('pct', p['share_pct'])}" for p in split["parts"]))
@@ -308,7 +308,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     cats = summary.get("top_categories") or []
     if cats:
         grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
-                                            + (" of kernel time" if split and len(split["parts"]) > 1 else "")))
+                                            + " of kernel time"))
     if findings:
         from traceparse.analysis import is_quiet
 
