@@ -134,8 +134,10 @@ def test_another_device_and_world_size_are_named(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path), "diff", str(TORCH), str(NCCL_RANK0), "--json")
     assert code == 0, err
     doc = json.loads(out)
+    api_b = any(e.get("cat") in ("cuda_runtime", "cuda_driver") for e in raw["traceEvents"])
+    assert not api_b  # the rank trace was kept to its GPU work: its API calls are unknown, not vanished
     assert doc["differences"] == [f"device: A {device_a}, B {device_b}", f"world size: A not given, B {world}",
-                                  f"steps: A 2, B {steps_b}"]
+                                  f"steps: A 2, B {steps_b}", "API calls recorded in A only: left out"]
     code, out, err = run_cli("--store", str(tmp_path), "diff", str(TORCH), str(NCCL_RANK0))
     assert out.splitlines()[0].startswith(f"not the same setup: device: A {device_a}, B {device_b}; world size")
 

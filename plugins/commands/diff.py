@@ -137,17 +137,19 @@ def _row(kind: str, name: str, status: str, in_a: dict, in_b: dict) -> dict:
 
 
 def diff_tables(a: Trace, b: Trace, exact: bool = False, per_a: int = 1,
-                per_b: int = 1) -> tuple[pl.DataFrame, pl.DataFrame]:
+                per_b: int = 1, leave_out: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per-name rows, per-category rows) of the change from ``a`` to ``b``.
 
     ``per_a`` / ``per_b``: what each side's figures are divided by (its number of steps, for per-step
     figures; 1 for whole traces): calls become a mean per step (4 decimals), time integer ns, rounded half
-    to even.
+    to even. ``leave_out``: kinds of rows to leave out (:func:`one_sided`).
     """
     schema = {"kind": pl.String, "name": pl.String, "status": pl.String, "calls_a": pl.Int64,
               "time_a_ns": pl.Int64, "calls_b": pl.Int64, "time_b_ns": pl.Int64, "names_a": pl.List(pl.String),
               "names_b": pl.List(pl.String)}
     rows = pl.DataFrame(matched_rows(totals_by_name(a), totals_by_name(b), exact), schema=schema, orient="row")
+    if leave_out:  # kinds one side did not record: not "vanished" or "new", unknown
+        rows = rows.filter(~pl.col("kind").is_in(list(leave_out)))
     if per_a != 1 or per_b != 1:
         rows = rows.with_columns(
             calls_a=(pl.col("calls_a") / per_a).round(4), calls_b=(pl.col("calls_b") / per_b).round(4),
@@ -219,6 +221,17 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
     if base["steps_a"] != base["steps_b"]:
         out.append(f"steps: A {base['steps_a'] or 'none marked'}, B {base['steps_b'] or 'none marked'}")
     return out
+
+
+#: How a kind of row is named in the differences line.
+WORDS = {"api": "API calls", "kernel": "kernels", "memcpy": "copies", "memset": "memsets"}
+
+
+def one_sided(a: Trace, b: Trace) -> dict[str, str]:
+    """The kinds diff compares that only one trace recorded ({kind: "A" or "B"}): two reports of one capture, one
+    with the API calls and one without, would call every call "vanished, −100%"."""
+    kinds = [set(t.events["kind"].cast(pl.String).unique().to_list()) & set(KINDS) for t in (a, b)]
+    return {k: ("A" if k in kinds[0] else "B") for k in sorted(kinds[0] ^ kinds[1]) if kinds[0] and kinds[1]}
 
 
 def basis_line(base: dict) -> str:
@@ -369,7 +382,10 @@ class DiffCommand(Command):
                              f"{', '.join(sorted(present)) or 'no events'}); diff compares only those")
         base = basis(a, b, args.per)
         differ = differences(a, b, base)
-        rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"])
+        unrecorded = one_sided(a, b)
+        differ += [f"{WORDS.get(kind, kind)} recorded in {side} only: left out" for kind, side in unrecorded.items()]
+        rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
+                                       leave_out=tuple(unrecorded))
         totals = summary(rows)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
