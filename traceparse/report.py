@@ -297,9 +297,13 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                  if worst.get("share_pct") is not None else "")
         lost = (f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share}" if worst.get("impact_ns") is not None
                 else ", time lost unknown (the trace gives totals only)")
-        grid.add_row("bottleneck", Text.assemble((visible(worst.get("title", "")), "bold"), f"{lost} (",
-                                                 visible(worst["rule"]), ", ",
-                                                 (visible(str(worst.get("severity", ""))), style), ")"))
+        line = Text.assemble((visible(worst.get("title", "")), "bold"), f"{lost} (", visible(worst["rule"]), ", ",
+                             (visible(str(worst.get("severity", ""))), style), ")")
+        if summary.get("gpu_bound"):
+            # a busy GPU's own work sets the pace: the finding with most at stake is a remainder, not the cause
+            line = Text.assemble(f"the GPU's own work ({busy:.1f}% busy: top kernels below); the most at stake "
+                                 "besides: ", line)
+        grid.add_row("bottleneck", line)
     else:
         grid.add_row("bottleneck", "none: no finding here has 1% of the span or more at stake"
                      if summary.get("span_ns") else "none: no finding here has time at stake")

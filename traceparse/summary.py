@@ -24,6 +24,10 @@ from traceparse.schema import ASYNC_GROUP
 from traceparse.verdict import QUIET_SHARE, is_quiet
 from traceparse.trace import Trace
 
+#: GPU busy share from which the summary calls the GPU's own work the bottleneck (``gpu_bound``) rather than the
+#: remainder an info finding has at stake (an 8% idle GPU is not held back by its idle time).
+GPU_BOUND_PCT = 90.0
+
 #: Kernel categories listed in the summary.
 TOP_CATEGORIES = 3
 
@@ -36,7 +40,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     figures are over: in a run, each rank's), ``step_time_ns`` (the windows'
     mean duration),
     ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
-    ``step_source`` (see :func:`step_windows`), ``gpu_busy_pct`` (100 × Σ busy
+    ``step_source`` (see :func:`step_windows`), ``gpu_bound`` (the GPU busy at
+    least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
+    work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
     minus gpu-idle's idle %; None without timed GPU work; then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
@@ -85,7 +91,10 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "unread_events": dict((trace.meta.extra or {}).get(UNREAD) or {}),
         **(lane_busy(events) if not span_sum and others else {}),
         "gpu_time": split,
-        "bottleneck": bottleneck(findings, span_ns, totals_only=not span_sum and split is not None),
+        "bottleneck": (worst := bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)),
+        # a busy GPU's own work sets the pace: the info finding with most at stake is a remainder, not the cause
+        "gpu_bound": bool(span_sum and 100.0 * exact_sum(busy["busy_ns"]) >= GPU_BOUND_PCT * span_sum
+                          and (worst is None or worst["severity"] == "info")),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
