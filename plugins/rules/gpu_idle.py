@@ -96,7 +96,7 @@ DEVICES = [Column("device", "device", "text"), Column("span_ns", "span", "ns"), 
            Column("idle_ns", "idle", "ns"), Column("idle_pct", "idle %", "pct"), Column("gaps", "gaps", "count")]
 HOST_ACTIVITY = [Column("activity", "what the host ran", "name"), Column("kind", "kind", "text"),
                  Column("wait_ns", "host wait", "ns"), Column("share_pct", "share", "pct"),
-                 Column("gaps", "gaps", "count")]
+                 Column("gaps", "in gaps", "count")]  # a gap can hold several activities: no sum of the gaps
 #: Host activities named in ``host_activity``; the rest are one row.
 ACTIVITY_ROWS = 7
 #: The row standing for every activity after the :data:`ACTIVITY_ROWS` largest.
