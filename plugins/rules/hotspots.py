@@ -60,7 +60,7 @@ from traceparse.expr import GPU_KINDS
 from traceparse.measures.comm import kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_ns, fmt_pct, fmt_ratio
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
 from traceparse.schema import ASYNC_GROUP
@@ -150,7 +150,10 @@ class Hotspots(Rule):
                 item["waiting_ns"] = waiting[item["name"]]
         if items:
             top = items[0]
-            message = (f"{by_name.height} routines on {n_threads} thread(s), {fmt_ns(total)} in all; "
+            longest = int(per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())["time_ns"].max() or 0)
+            summed = (f" (summed over the threads; the busiest thread {fmt_ns(longest)})" if n_threads > 1 else "")
+            message = (f"{by_name.height} routines on {fmt_count(n_threads, 'thread')}, {fmt_ns(total)} in all"
+                       f"{summed}; "
                        f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
                        f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
             if top.get("waiting_ns"):
