@@ -26,6 +26,9 @@ def test_the_critical_paths_sentence_when_it_reached_nothing(tmp_path):
     assert f["metrics"]["length_ns"] == 0
     assert "the critical path is 0 ns (it reached no event that takes time)." in f["message"]
     assert ": ." not in f["message"]
+    # no step is marked: the figures are of the one window over the trace, not "per step"
+    assert " a window lies before the first event the path reached." in f["message"]
+    assert "per step" not in f["message"]
 
 
 def test_a_tpus_lanes_nest_as_one_thread_in_hotspots(tmp_path):

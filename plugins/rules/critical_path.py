@@ -83,6 +83,8 @@ UNMARKED_LABELS = {"steps": "windows (no steps)", "step_ns": "window"}
 RANK = Column("rank", "rank", "number")
 COLUMNS = [Column("lane", "thread / stream", "text"), Column("kind", "kind", "text"), Column("name", "name", "name"),
            Column("per_step_ns", "per step", "ns"), Column("share_pct", "share", "pct")]
+#: The same columns where no step is marked: the figures are of the one window over the trace.
+UNMARKED_COLUMNS = [Column("per_step_ns", "per window", "ns") if c.key == "per_step_ns" else c for c in COLUMNS]
 OTHER_RANK = "waiting for another rank"
 
 
@@ -200,7 +202,8 @@ class CriticalPath(Rule):
                            f"{holder['lane']}) holds the step: {fmt_ns(holder['per_step_ns'])} of each step's "
                            f"critical path ({fmt_pct(holder['share_pct'])})")
         return [Finding(self.name, severity, title, message, suggestion, metrics=metrics, items=items,
-                        columns=([RANK] if ranks_known else []) + COLUMNS, figures=FIGURES,
+                        columns=([RANK] if ranks_known else []) + (UNMARKED_COLUMNS if unmarked else COLUMNS),
+                        figures=FIGURES,
                         labels={**LABELS, **(UNMARKED_LABELS if unmarked else {})},
                         impact_ns=max(per_step(wait_ns) * (n // max(1, len(rank_rows))),
                                       round(held_ns / max(1, len(rank_rows)))) if ranks_known else None,
@@ -500,8 +503,9 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     else:
         text = (f"Per step the critical path is {fmt_ns(m['length_ns'])} of a {fmt_ns(m['step_ns'])} step"
                 f" ({counted}){kinds}.")
+    each = " a window" if unmarked else " per step"  # no step marked: the one window over the trace
     if m["unexplained_ns"]:
-        text += (f" {fmt_ns(m['unexplained_ns'])} per step lies before the first event the path reached.")
+        text += (f" {fmt_ns(m['unexplained_ns'])}{each} lies before the first event the path reached.")
     if ranks_known:
         to = Counter(c["to_rank"] for d in details for c in d["crossings"])
         if to:
@@ -517,11 +521,11 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     if items:
         lead = items[0]
         who = f"rank {lead['rank']} {lead['lane']}" if lead.get("rank") is not None else lead["lane"]
-        text += f" Its largest part: {lead['kind']} {lead['name']} on {who}, {fmt_ns(lead['per_step_ns'])} per step."
+        text += f" Its largest part: {lead['kind']} {lead['name']} on {who}, {fmt_ns(lead['per_step_ns'])}{each}."
         off = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
         if off is not None and off is not lead:
             text += (f" On rank {off['rank']}: {off['kind']} {off['name']} ({off['lane']}), "
-                     f"{fmt_ns(off['per_step_ns'])} per step.")
+                     f"{fmt_ns(off['per_step_ns'])}{each}.")
     if m["untraced_pct"]:
         text += f" {fmt_pct(m['untraced_pct'])} of the path is time the trace does not show."
     if m["inferred_pct"]:
