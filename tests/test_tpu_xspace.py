@@ -179,3 +179,30 @@ def test_a_json_timeline_of_a_tpu_lists_the_tpu(tmp_path):
     summary = json.loads(out)["summary"][0]
     assert summary["other_devices"] == {"TPU": 1}
     assert summary["lane_busy_pct"] == round(100 * 10 / 15, 4)  # 10 us busy of the 15 us from the first op to the last
+
+
+def test_a_tpu_summary_names_its_top_ops(tmp_path):
+    """The summary of a TPU profile named no work of the TPUs ("top kernels" is of GPU kernels): their XLA ops
+    with the most time are listed now, checked against the XPlane's XLA Ops lines read directly."""
+    from collections import Counter
+
+    from traceparse_plugins.readers.jax.xplane import _protobuf, _top_level
+
+    planes, _, _ = _top_level(TPU, TPU.read_bytes())
+    ops: Counter = Counter()
+    for _, blob in planes:
+        plane = _protobuf()()
+        plane.ParseFromString(blob)
+        if plane.name.startswith("/device:TPU:"):
+            names = {k: v.display_name or v.name for k, v in plane.event_metadata.items()}
+            for line in plane.lines:
+                if line.name == "XLA Ops":
+                    for e in line.events:
+                        ops[names[e.metadata_id]] += e.duration_ps
+    total = sum(ops.values())
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(TPU), "--rule", "hotspots", "--json")
+    assert code == 0, err
+    top = json.loads(out)["summary"][0]["top_lane_ops"]
+    assert [o["name"] for o in top] == [n for n, _ in ops.most_common(3)]
+    for o in top:
+        assert abs(o["share_pct"] - 100 * ops[o["name"]] / total) < 1e-3

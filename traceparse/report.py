@@ -310,6 +310,11 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     for line in summary.get("highlights") or []:
         grid.add_row(literal(str(line["label"])), literal(str(line["text"])))
     cats = summary.get("top_categories") or []
+    lane_ops = summary.get("top_lane_ops") or []
+    if lane_ops and not cats and len(others) == 1:  # a TPU's own ops, where a GPU's summary names kernel categories
+        grid.add_row(literal(f"top {next(iter(others))} ops"),
+                     literal(", ".join(f"{short_name(o['name'], 40)} {fmt_unit('pct', o['share_pct'])}"
+                                       for o in lane_ops) + " of their op time"))
     if cats:
         grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
                                             + " of kernel time"))

@@ -51,7 +51,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     trace did not record at all, 0 otherwise), ``other_devices``
     (:func:`other_devices`: the accelerators the trace lists that are no GPU, as
     ``{"TPU": 4}``, so that "GPU busy -" is not read as an idle GPU; there,
-    :func:`lane_busy` adds ``lane_busy_pct`` and ``lane_devices``), ``unread_events``
+    :func:`lane_busy` adds ``lane_busy_pct``, ``lane_devices`` and ``top_lane_ops``:
+    the device's ops with the most time, as shares of its ops' time), ``unread_events``
     (``{category: count}`` of the events the reader did not read, an MTIA's say:
     their time is in no figure), ``gpu_devices``
     (how many devices that is over: of several, the share is of the mean
@@ -110,8 +111,9 @@ def other_devices(meta) -> dict[str, int]:
 def lane_busy(events) -> dict[str, Any]:
     """For devices that are no GPU (a TPU: its work is on device lanes, no stream): ``lane_busy_pct``, 100 × Σ
     busy / Σ span over the devices of the union of their lanes' synchronous rows (a module over its ops counts
-    once; asynchronous copies, which overlap the work, not at all), and ``lane_devices``; empty where no lane
-    has timed rows."""
+    once; asynchronous copies, which overlap the work, not at all), ``lane_devices``, and ``top_lane_ops``
+    (the ops of those lanes with the most time, {name, time_ns, share_pct} of the ops' time: what a TPU spent
+    itself on, where a GPU's summary names kernel categories); empty where no lane has timed rows."""
     lanes = device_lane()
     if "group" in events.columns:
         lanes = lanes & pl.col("group").ne_missing(ASYNC_GROUP)
@@ -119,7 +121,14 @@ def lane_busy(events) -> dict[str, Any]:
     span = exact_sum(busy["span_ns"]) if busy.height else 0
     if not span:
         return {}
-    return {"lane_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span, 4), "lane_devices": busy.height}
+    ops = (events.filter(lanes & (pl.col("kind") == "op") & pl.col("duration_ns").is_not_null())
+           .group_by("name").agg(time_ns=pl.col("duration_ns").sum())
+           .sort(["time_ns", "name"], descending=[True, False]))
+    total = int(ops["time_ns"].sum() or 0)
+    top = [{"name": r["name"], "time_ns": int(r["time_ns"]), "share_pct": round(100.0 * r["time_ns"] / total, 4)}
+           for r in ops.head(TOP_CATEGORIES).iter_rows(named=True)] if total else []
+    return {"lane_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span, 4), "lane_devices": busy.height,
+            "top_lane_ops": top}
 
 
 def _launches(events: pl.DataFrame) -> int:
