@@ -159,9 +159,9 @@ def _context_creation(events) -> tuple[int, str | None]:
     """The time of the calls that created a CUDA context, where they are allocations, and the first one's name.
 
     Timed calls: each process's first runtime call (``cuda*``, ``hip*``) when it is an allocation
-    (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call. Summary rows (no start
-    times): the longest allocation call when it holds at least half of all allocation time (nvprof's Max
-    column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
+    (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call.
+    Summary rows (no start times): the longest allocation call when it holds at least half of all allocation
+    time (nvprof's Max column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
     api = events.filter(expr.kind_is("api") & pl.col("duration_ns").is_not_null())
     if api.height == 0:
         return 0, None
