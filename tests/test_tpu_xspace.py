@@ -207,3 +207,27 @@ def test_a_tpu_summary_names_its_top_ops(tmp_path):
     assert [o["name"] for o in top] == [n for n, _ in ops.most_common(3)]
     for o in top:
         assert abs(o["share_pct"] - 100 * ops[o["name"]] / total) < 1e-3
+
+
+def test_a_tpus_peaks_are_shown_as_xla_gives_them(tmp_path):
+    """Each TPU plane carries XLA's peak figures; ``show`` lists them under the keys every reader uses
+    (``peak_tflops``, ``peak_memory_gbps``), read here from the planes' stats directly."""
+    from traceparse_plugins.readers.jax.xplane import _protobuf, _top_level, _values
+
+    planes, _, _ = _top_level(TPU, TPU.read_bytes())
+    want = {}
+    for _, blob in planes:
+        plane = _protobuf()()
+        plane.ParseFromString(blob)
+        if plane.name.startswith("/device:TPU:"):
+            stats = _values(plane.stats, {k: v.name for k, v in plane.stat_metadata.items()})
+            want[int(plane.name.rsplit(":", 1)[1])] = (stats["peak_teraflops_per_second"],
+                                                        stats["peak_hbm_bw_gigabytes_per_second"])
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "ingest", "--json", str(TPU))
+    assert code == 0, err
+    devices = json.loads(out)["traces"][0]["devices"]
+    assert {d["id"]: (d["extra"]["peak_tflops"], d["extra"]["peak_memory_gbps"]) for d in devices} == want
+    code, out, err = run_cli("--store", store, "--width", "120", "show", json.loads(out)["traces"][0]["id"])
+    tflops, gbps = want[0]
+    assert f"TPU v6 Lite, {tflops:,.0f} TFLOP/s peak, {gbps:,.0f} GB/s memory peak" in out

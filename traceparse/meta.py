@@ -96,6 +96,12 @@ class TraceMeta:
 _DEVICE_FIELDS = {f.name for f in dataclasses.fields(Device)}
 
 
+#: ``Device.extra`` keys any reader may set with a device's peak figures as its source gives them (XLA's for a
+#: TPU), shown by ``show``: TFLOP/s and GB/s of its main memory.
+PEAK_TFLOPS = "peak_tflops"
+PEAK_MEMORY_GBPS = "peak_memory_gbps"
+
+
 def device_noun(device: Device | None) -> str:
     """The word a device is called by on screen: its :attr:`Device.kind` (``TPU``), ``GPU`` when it has none."""
     return (device.kind if device is not None and device.kind else "GPU")

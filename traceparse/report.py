@@ -16,7 +16,7 @@ from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, shor
                               text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
-from traceparse.meta import TraceMeta, device_noun
+from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
 
@@ -328,9 +328,10 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
 
 
 def _peaks(extra: dict) -> list[str]:
-    """An accelerator's peak figures as its reader gave them (XLA's for a TPU): ``918 TFLOP/s``, ``1,638 GB/s``."""
+    """A device's peak figures as its reader gave them (:data:`traceparse.meta.PEAK_TFLOPS`, XLA's for a TPU):
+    ``918 TFLOP/s peak``, ``1,638 GB/s memory peak``."""
     out = []
-    for key, unit in (("peak_teraflops_per_second", "TFLOP/s"), ("peak_hbm_bw_gigabytes_per_second", "GB/s HBM")):
+    for key, unit in ((PEAK_TFLOPS, "TFLOP/s"), (PEAK_MEMORY_GBPS, "GB/s memory")):
         value = extra.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e9:
             out.append(f"{value:,.0f} {unit} peak")

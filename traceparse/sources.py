@@ -1,4 +1,4 @@
-"""Opening input files: transparent gzip, the head used for sniffing, content hashes."""
+"""Opening input files: transparent gzip, the head used for sniffing, content hashes; CSV lines as records."""
 
 from __future__ import annotations
 
@@ -430,3 +430,21 @@ def _file_sha256(path: Path, stop: threading.Event | None = None) -> str:
                 raise HashStopped(str(path))
             digest.update(view[:n])
         return digest.hexdigest()
+
+
+def quoted_records(lines: list[str]) -> tuple[list[str], list[int]]:
+    """CSV lines joined into records where a quoted field holds a line break (RFC 4180: a kernel name or an NVTX
+    range written over two lines), and the index of each record's first line. A doubled quote inside a field
+    counts twice, so only an odd number of quotes on a line opens or closes a field across lines."""
+    records: list[str] = []
+    starts: list[int] = []
+    inside = False
+    for i, line in enumerate(lines):
+        if inside:
+            records[-1] += "\n" + line
+        else:
+            records.append(line)
+            starts.append(i)
+        if line.count('"') % 2:
+            inside = not inside
+    return records, starts

@@ -74,6 +74,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     span_ns = trace_span(events)
     split = gpu_time(events)
     others = other_devices(trace.meta)
+    busy_pct = round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None
+    worst = bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)
     return {
         "trace": trace.id,
         "span_ns": span_ns,
@@ -84,7 +86,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_max_ns": max(durations) if durations else None,
         "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
         "step_source": steps["source"][0] if durations else None,
-        "gpu_busy_pct": round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None,
+        "gpu_busy_pct": busy_pct,
         "gpu_devices": busy.height,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_totals_only": not span_sum and split is not None,
@@ -92,10 +94,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "unread_events": dict((trace.meta.extra or {}).get(UNREAD) or {}),
         **(lane_busy(events) if not span_sum and others else {}),
         "gpu_time": split,
-        "bottleneck": (worst := bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)),
+        "bottleneck": worst,
         # a busy GPU's own work sets the pace: the info finding with most at stake is a remainder, not the cause
-        "gpu_bound": bool(span_sum and 100.0 * exact_sum(busy["busy_ns"]) >= GPU_BOUND_PCT * span_sum
-                          and (worst is None or worst["severity"] == "info")),
+        "gpu_bound": (busy_pct or 0) >= GPU_BOUND_PCT and (worst is None or worst["severity"] == "info"),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),

@@ -227,11 +227,12 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
 WORDS = {"api": "API calls", "kernel": "kernels", "memcpy": "copies", "memset": "memsets"}
 
 
-def one_sided(a: Trace, b: Trace) -> dict[str, str]:
-    """The kinds diff compares that only one trace recorded ({kind: "A" or "B"}): two reports of one capture, one
-    with the API calls and one without, would call every call "vanished, −100%"."""
-    kinds = [set(t.events["kind"].cast(pl.String).unique().to_list()) & set(KINDS) for t in (a, b)]
-    return {k: ("A" if k in kinds[0] else "B") for k in sorted(kinds[0] ^ kinds[1]) if kinds[0] and kinds[1]}
+def one_sided(kinds_a: set[str], kinds_b: set[str]) -> dict[str, str]:
+    """The kinds diff compares that only one trace recorded ({kind: "A" or "B"}), from each trace's kinds of
+    rows: two reports of one capture, one with the API calls and one without, would call every call
+    "vanished, −100%"."""
+    a, b = kinds_a & set(KINDS), kinds_b & set(KINDS)
+    return {k: ("A" if k in a else "B") for k in sorted(a ^ b) if a and b}
 
 
 def basis_line(base: dict) -> str:
@@ -375,14 +376,15 @@ class DiffCommand(Command):
             raise InputError(f"--top {args.top}: expected a number of rows, at least 1")
         a = session.resolve(args.a, args.format)[0]
         b = session.resolve(args.b, args.format)[0]
+        present = {}
         for label, trace in (("A", a), ("B", b)):
-            present = set(trace.events["kind"].cast(pl.String).unique().to_list())
-            if not present & set(KINDS):
+            present[label] = set(trace.events["kind"].cast(pl.String).unique().to_list())
+            if not present[label] & set(KINDS):
                 session.warn(f"{label} ({trace.id}) has no kernel, memcpy, memset or API rows (it has: "
-                             f"{', '.join(sorted(present)) or 'no events'}); diff compares only those")
+                             f"{', '.join(sorted(present[label])) or 'no events'}); diff compares only those")
         base = basis(a, b, args.per)
         differ = differences(a, b, base)
-        unrecorded = one_sided(a, b)
+        unrecorded = one_sided(present["A"], present["B"])
         differ += [f"{WORDS.get(kind, kind)} recorded in {side} only: left out" for kind, side in unrecorded.items()]
         rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))

@@ -34,6 +34,7 @@ from pathlib import Path
 import polars as pl
 
 from traceparse.errors import bad_input
+from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 from traceparse.trace import Device, TraceMeta
@@ -197,8 +198,9 @@ def _text(value) -> str | None:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-#: The peak figures XLA gives a TPU plane (``device_type_string`` names the model), kept in the device's extra.
-_ACCELERATOR_PEAKS = ("peak_teraflops_per_second", "peak_hbm_bw_gigabytes_per_second")
+#: The peak figures XLA gives a TPU plane (``device_type_string`` names the model), kept in the device's extra
+#: under the keys every reader uses (:data:`traceparse.meta.PEAK_TFLOPS`).
+_ACCELERATOR_PEAKS = {"peak_teraflops_per_second": PEAK_TFLOPS, "peak_hbm_bw_gigabytes_per_second": PEAK_MEMORY_GBPS}
 
 
 def _plane_facts(plane, meta: TraceMeta) -> None:
@@ -221,7 +223,8 @@ def _plane_facts(plane, meta: TraceMeta) -> None:
     kind = plane.name.split(":")[1].upper()
     if kind != "GPU":  # a TPU core: its model and XLA's peak figures, kept for show
         name = stats.get("device_type_string")
-        extra = {k: stats[k] for k in _ACCELERATOR_PEAKS if isinstance(stats.get(k), (int, float)) and stats[k] > 0}
+        extra = {ours: stats[xla] for xla, ours in _ACCELERATOR_PEAKS.items()
+                 if isinstance(stats.get(xla), (int, float)) and stats[xla] > 0}
         meta.devices.append(Device(id=device_id, name=name if isinstance(name, str) and name.strip() else None,
                                    kind=kind, extra=extra))
         return

@@ -25,7 +25,7 @@ from typing import Callable
 import polars as pl
 
 from traceparse.errors import bad_input
-from traceparse.sources import open_binary
+from traceparse.sources import open_binary, quoted_records
 
 from traceparse_plugins.readers.nsys.reports import NSYS_ONLY, field_of, parse_file_name
 from traceparse_plugins.readers.nsys.units import split_header
@@ -239,7 +239,7 @@ def _check_fields(section: Section, separator: str, open_end: bool = False,
     lines = section.lines()
     quotes = lines.fill_null("").str.count_matches('"', literal=True)
     if (quotes % 2 == 1).any():
-        rows, starts = _joined_rows(lines.fill_null("").to_list())
+        rows, starts = quoted_records(lines.fill_null("").to_list())
         lines = pl.Series("line", rows, dtype=pl.String)
         section.row_lines = starts
     quoted = lines.str.contains('"', literal=True)
@@ -263,22 +263,6 @@ def _check_fields(section: Section, separator: str, open_end: bool = False,
                                                               f"(line {section.header_line}) has {len(section.header)}")
     if open_end and re.search(r"[0-9.,]\s*$", lines[last] or ""):
         _cut_last_row(section, section.line_of(last), "it ends in a number with no newline after it", incomplete)
-
-
-def _joined_rows(lines: list[str]) -> tuple[list[str], list[int]]:
-    """Physical lines joined into rows where a quoted field holds a line break, and each row's first line."""
-    rows: list[str] = []
-    starts: list[int] = []
-    inside = False
-    for i, line in enumerate(lines):
-        if inside:
-            rows[-1] += "\n" + line
-        else:
-            rows.append(line)
-            starts.append(i)
-        if line.count('"') % 2:
-            inside = not inside
-    return rows, starts
 
 
 def _cut_last_row(section: Section, line: int, why: str, incomplete: Callable[[str], None] | None) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse.errors import InputError, bad_input
+from traceparse.sources import quoted_records
 
 from .units import UNIT_WORDS as _UNIT_WORDS
 
@@ -268,16 +269,9 @@ def _join_quoted(table: Table) -> None:
     an NVTX range written over two lines); each row keeps its first line's number and context."""
     if not any(line.count('"') % 2 for line in table.pending):
         return
-    rows, lines, context, inside = [], [], [], False
-    for line, no, ctx in zip(table.pending, table.pending_lines, table.pending_context):
-        if inside:
-            rows[-1] += "\n" + line
-        else:
-            rows.append(line)
-            lines.append(no)
-            context.append(ctx)
-        if line.count('"') % 2:
-            inside = not inside
+    rows, starts = quoted_records(table.pending)
+    lines = [table.pending_lines[i] for i in starts]
+    context = [table.pending_context[i] for i in starts]
     if table.unended_line is not None and table.unended_line not in lines:
         table.unended_line = lines[-1]  # the last row's first line: its number in messages
     table.pending, table.pending_lines, table.pending_context = rows, lines, context
