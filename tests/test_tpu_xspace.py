@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from helpers import FIXTURES, run_cli, union
+from traceparse.ingest import read_paths
 
 TPU = FIXTURES / "jax" / "tpu" / "xprof_tpu_inference_2" / "tpu_inference_2.xplane.pb"
 
@@ -231,3 +232,12 @@ def test_a_tpus_peaks_are_shown_as_xla_gives_them(tmp_path):
     code, out, err = run_cli("--store", store, "--width", "120", "show", json.loads(out)["traces"][0]["id"])
     tflops, gbps = want[0]
     assert f"TPU v6 Lite, {tflops:,.0f} TFLOP/s peak, {gbps:,.0f} GB/s memory peak" in out
+
+
+def test_the_gpu_catalog_does_not_look_a_tpu_up():
+    """The catalog looked a TPU's model up as a GPU ("the trace's GPU 'TPU v6 Lite' is not in the catalog")."""
+    from traceparse.catalog import gpu_for_trace
+
+    (trace,) = read_paths([TPU])
+    spec, how = gpu_for_trace(trace)
+    assert spec is None and how == "the trace's devices are TPUs, not GPUs; pass --gpu NAME for a GPU's roofs"

@@ -262,7 +262,7 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
                           f"properties: {_properties(device)}{alike}; --gpu to choose)")
     if names:
         return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass --gpu NAME"
-    if len(gpus) < len(trace.meta.devices) and not gpus:
+    if trace.meta.devices and not gpus:  # TPUs alone
         kinds = sorted({device_noun(d) for d in trace.meta.devices})
         return None, f"the trace's devices are {', '.join(kinds)}s, not GPUs; pass --gpu NAME for a GPU's roofs"
     return None, "the trace does not name its GPU; pass --gpu NAME"
