@@ -100,8 +100,10 @@ def test_gpu_busy_and_the_idle_bottleneck_from_merged_intervals(analysed, path):
     whole = best and (best["impact_whole"] or {"of": "the span", "ns": summary["span_ns"]})
     assert summary["bottleneck"] == (None if best is None else {
         "rule": best["rule"], "impact_ns": best["impact_ns"], "title": best["title"], "severity": best["severity"],
-        "whole": whole["of"], "whole_ns": whole["ns"], "share_pct": round(100 * best["impact_ns"] / whole["ns"], 4)})
+        "whole": whole["of"], "whole_ns": whole["ns"], "share_pct": round(100 * best["impact_ns"] / whole["ns"], 4),
+        "range": best["impact_range"]})
     assert idle["impact_whole"] == {"of": "the GPU's span", "ns": span}
+    assert idle["impact_range"] is None  # one GPU: its idle time is no mean
 
 
 def test_span_is_the_stored_span_and_categories_are_kernel_shares(analysed, tmp_path):

@@ -292,7 +292,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     worst = summary.get("bottleneck")
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
-        per_rank = f" per rank (mean of {summary['ranks']})" if (summary.get("ranks") or 1) > 1 else ""
+        per_rank = mean_of(worst.get("range"), summary.get("ranks") or 1)
         share = (f", {fmt_unit('pct', worst['share_pct'])} of {worst.get('whole') or 'the span'}"
                  if worst.get("share_pct") is not None else "")
         lost = (f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share}" if worst.get("impact_ns") is not None
@@ -325,6 +325,21 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         silent = sum(1 for f in findings if is_quiet(f, span))
         grid.add_row("findings", Text.from_markup(_severity_counts(list(findings), silent)))
     return Panel(grid, title="[bold]summary[/bold]", title_align="left")
+
+
+def mean_of(spread: dict | None, ranks: int) -> str:
+    """What the bottleneck's time is a mean of, for the summary (terminal and page): `` per rank (mean of 2:
+    20.9 ms on rank 0, 234.6 ms on rank 1)``, the least and the most where they differ as shown (``spread``:
+    :attr:`traceparse.rule.Finding.impact_range`); `` per rank (mean of 8)`` on a run without them."""
+    if not spread:
+        return f" per rank (mean of {ranks})" if ranks > 1 else ""
+    parts = spread["parts"]
+    least, most = fmt_ns(spread["least_ns"]), fmt_ns(spread["most_ns"])
+    if least == most:
+        return f" per {spread['per']} (mean of {parts})"
+    if parts == 2:
+        return f" per {spread['per']} (mean of 2: {least} on {spread['least']}, {most} on {spread['most']})"
+    return f" per {spread['per']} (mean of {parts}, from {least} on {spread['least']} to {most} on {spread['most']})"
 
 
 def _peaks(extra: dict) -> list[str]:

@@ -39,6 +39,11 @@ class Finding:
     of the GPU's span (first to last GPU activity), and the summary gives its
     share of that whole, the share the finding itself states, not a second
     percentage of another whole. It is made per rank with ``impact_ns``.
+    ``impact_range``, where ``impact_ns`` is a mean over parts (gpu-idle's
+    GPUs), says over how many and which parts had least and most:
+    {"parts": N, "per": "rank" or "GPU", "least_ns", "least", "most_ns", "most"}
+    (``least`` and ``most`` are the parts' labels), so that the mean of 20.9
+    and 234.6 ms is never read as though one part had it.
     """
 
     rule: str
@@ -56,6 +61,7 @@ class Finding:
     items_title: str = ""
     impact_ns: int | None = None
     impact_whole: tuple[str, int] | None = None
+    impact_range: dict[str, Any] | None = None
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
     summary: tuple[str, str] | None = None
 
@@ -73,6 +79,7 @@ class Finding:
             "items_title": self.items_title,
             "impact_ns": self.impact_ns,
             "impact_whole": ({"of": self.impact_whole[0], "ns": self.impact_whole[1]} if self.impact_whole else None),
+            "impact_range": self.impact_range,
             "summary": list(self.summary) if self.summary else None,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),

@@ -172,6 +172,29 @@ def in_rank_order(frame: pl.DataFrame, ranks: dict[str, int]) -> pl.DataFrame:
             .drop("__rank"))
 
 
+def mean_range(per_device: pl.DataFrame, column: str, ranks: dict[str, int], noun: str = "GPU") -> dict | None:
+    """:attr:`traceparse.rule.Finding.impact_range` of a time at stake that is the mean of ``column`` over the
+    devices of ``per_device`` (``trace_id``, ``device_id``, in rank order): how many, what one is (``per``:
+    ``rank`` where every rank has one device, else ``noun``), the least and the most, each with its device's
+    label (``rank 2``, ``rank 2 GPU 1``, or ``GPU 1`` outside a run; the first of equals); None for one device."""
+    if per_device.height < 2:
+        return None
+    rows = per_device.select("trace_id", "device_id", column).rows()
+    one_each = bool(ranks) and per_device["trace_id"].n_unique() == per_device.height
+
+    def label(trace_id, device_id) -> str:
+        device = f"{noun} {'?' if device_id is None else device_id}"
+        if not ranks or trace_id not in ranks:
+            return device
+        return f"rank {ranks[trace_id]}" + ("" if one_each else f" {device}")
+
+    least = min(rows, key=lambda r: r[2])
+    most = max(rows, key=lambda r: r[2])
+    return {"parts": per_device.height, "per": "rank" if one_each else noun,
+            "least_ns": int(least[2]), "least": label(*least[:2]),
+            "most_ns": int(most[2]), "most": label(*most[:2])}
+
+
 # -- planning ---------------------------------------------------------------
 def rank_inputs(paths: list[Path]) -> list[Path]:
     """The inputs of a run: a directory's entries (sorted, hidden ones left out), or the files given."""

@@ -26,7 +26,8 @@ over every rank's devices; ``devices`` names each ``rank R:D`` and every
 item has its ``rank``. The time at stake (``impact_ns``) is the idle time
 of the mean device (``idle_ns`` / devices): per GPU, so per rank on a run;
 the whole it is part of (``impact_whole``) is the mean device's span, so the
-summary's share of it is ``idle_pct``.
+summary's share of it is ``idle_pct``; with several devices, ``impact_range``
+names the least and the most idle one, with their idle time.
 
 Severity: warning when ``idle_pct`` ≥ ``warning_idle_pct``, critical from
 ``critical_idle_pct`` (Nsight Systems' ``gpu_time_util`` flags time under
@@ -77,7 +78,7 @@ from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import device_label, in_rank_order, rank_labels, rank_of
+from traceparse.run import device_label, in_rank_order, mean_range, rank_labels, rank_of
 from traceparse.trace import Trace
 
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
@@ -209,7 +210,8 @@ class GpuIdle(Rule):
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev),
                         impact_whole=("the GPU's span" if n_dev == 1 else "the mean GPU's span",
-                                      round(span_ns / n_dev)))]
+                                      round(span_ns / n_dev)),
+                        impact_range=mean_range(in_rank_order(per_device, ranks), "idle_ns", ranks))]
 
     def _host_activity(self, events, t: dict, host_wait_ns: int) -> tuple[dict, str]:
         """The host-wait time by what the launching thread did (see the definition): the table, a sentence."""

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traceparse.names import cut_apart, short_names
-from traceparse.report import finding_columns, fmt_ns, fmt_unit, shown_figures
+from traceparse.report import finding_columns, fmt_ns, fmt_unit, mean_of, shown_figures
 from traceparse.rule import Finding
 from traceparse.verdict import Column
 from traceparse.text import visible_keeping_lines
@@ -263,7 +263,9 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     busy = summary.get("gpu_busy_pct")
     bottleneck = summary.get("bottleneck")
     if bottleneck:
-        at_stake = (f", {esc(fmt_ns(bottleneck['impact_ns']))} at stake" if bottleneck.get("impact_ns") else "")
+        at_stake = (f", {esc(fmt_ns(bottleneck['impact_ns']))} at stake"
+                    f"{esc(mean_of(bottleneck.get('range'), summary.get('ranks') or 1))}"
+                    if bottleneck.get("impact_ns") else "")
         link = anchors.get((bottleneck["rule"], bottleneck["title"]))
         name = esc(bottleneck["rule"])
         bottleneck_card = (f'<div class="big"><a href="#finding-{link}">{name}</a></div>' if link is not None
