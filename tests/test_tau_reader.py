@@ -546,5 +546,7 @@ def test_hotspots_says_its_total_is_summed_over_threads(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(CPI), "--rule", "hotspots", "--json")
     assert code == 0, err
     message = json.loads(out)["findings"][0]["message"]
-    assert (f"routines on {len(per_file)} threads, {fmt_ns(sum(per_file))} in all (summed over the threads; the "
-            f"busiest thread {fmt_ns(max(per_file))}); ") in message
+    nodes = {f.name.split(".")[1] for f in CPI.glob("profile.*")}  # profile.NODE.CONTEXT.THREAD: a process each
+    assert len(nodes) == 4
+    assert (f"routines on {len(per_file)} threads of {len(nodes)} processes, {fmt_ns(sum(per_file))} in all (summed "
+            f"over the threads; the busiest thread {fmt_ns(max(per_file))}); ") in message

@@ -26,6 +26,12 @@ INCOMPLETE = "incomplete"
 UNREAD = "unread_events"
 
 
+#: ``TraceMeta.extra`` key of how many threads the rows with no thread (no pid, device or tid) are totals over,
+#: where the source says (``pprof -s``: its total table over its mean table), absent where it does not: hotspots
+#: says so of its total instead of calling it one thread's.
+SUMMED_THREADS = "summed_threads"
+
+
 def incomplete_notes(meta) -> list[str]:
     """Why the trace is incomplete (the file ended early), as the reader said; empty for a whole input."""
     return list(((getattr(meta, "extra", None) or {}).get(INCOMPLETE)) or [])

@@ -61,6 +61,7 @@ from traceparse.measures.comm import kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
+from traceparse.meta import SUMMED_THREADS
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
 from traceparse.schema import ASYNC_GROUP
@@ -86,6 +87,8 @@ COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Colum
            Column("share_pct", "share %", "pct"), Column("threads", "threads", "count"),
            Column("mean_ns", "mean per thread", "ns"), Column("min_ns", "min", "ns"), Column("max_ns", "max", "ns"),
            Column("imbalance", "imbalance", "ratio"), Column("peers", "peers", "count")]
+#: The columns of a routine's spread over threads: not shown where no row has a thread (a summary's totals).
+PER_THREAD = {"threads", "mean_ns", "min_ns", "max_ns", "imbalance", "peers"}
 #: A communication kernel's time spent waiting for the other ranks (a column only where an item has it).
 WAITING = Column("waiting_ns", "waiting", "ns")
 THREAD_COLUMNS = [Column("thread", "thread", "text"), Column("name", "name", "name"), Column("kind", "kind", "text"),
@@ -126,7 +129,10 @@ class Hotspots(Rule):
         # instants (a Chrome trace's "i" events, markers of no duration) are no annotation of any span: left out
         per_thread, marks = every.filter(~marker), every.filter(marker & (pl.col("inclusive_ns") > 0))
         routines = routines.filter(pl.col("kind") != MARKER)
-        n_threads = per_thread.select(THREAD).unique().height
+        # where no row has a thread, device or thread id (a summary's totals) they ran on no thread the source names
+        placed = bool(per_thread.select(pl.any_horizontal(pl.col("pid", "device_id", "tid").is_not_null()).any()).item())
+        n_threads = per_thread.select(THREAD).unique().height if placed else 0
+        n_processes = per_thread.filter(pl.col("pid").is_not_null()).select("rank", "pid").unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")
         total = int(per_thread["time_ns"].sum() or 0)
         by_name, items = _ranked(per_thread, total, int(t["top"]))
@@ -134,7 +140,7 @@ class Hotspots(Rule):
                       and i["kind"] not in PLACED_KINDS
                       and i["share_pct"] is not None and i["share_pct"] >= t["imbalance_min_share_pct"]
                       and grade(i["imbalance"], warning=t["imbalance_warning"]) != "info"]
-        metrics = {"time_ns": total, "threads": n_threads, "routines": by_name.height,
+        metrics = {"time_ns": total, "threads": n_threads, "processes": n_processes, "routines": by_name.height,
                    "threads_per_kind": dict(zip(per_kind["kind"], per_kind["kind_threads"])),
                    "thread_roles": sorted(r for r in per_thread["role"].unique().to_list() if r),
                    "callpath_rows_skipped": nested, "aggregated_rows_skipped": dropped,
@@ -152,7 +158,12 @@ class Hotspots(Rule):
             top = items[0]
             longest = int(per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())["time_ns"].max() or 0)
             summed = (f" (summed over the threads; the busiest thread {fmt_ns(longest)})" if n_threads > 1 else "")
-            message = (f"{by_name.height} routines on {fmt_count(n_threads, 'thread')}, {fmt_ns(total)} in all"
+            where = " on " + _threads_and_lanes(per_thread, n_processes, device_nouns(trace.meta))
+            if not n_threads:  # a summary's totals: on no thread the source names
+                over = (trace.meta.extra or {}).get(SUMMED_THREADS)
+                where, summed = "", (f" (summed over {over:,} threads: the source gives their total only)"
+                                     if over and over > 1 else " (totals: the source names no thread)")
+            message = (f"{fmt_count(by_name.height, 'routine')}{where}, {fmt_ns(total)} in all"
                        f"{summed}; "
                        f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
                        f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
@@ -182,12 +193,15 @@ class Hotspots(Rule):
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
         if waiting:
             metrics["comm_waiting_ns"] = sum(waiting.values())
-        columns = COLUMNS + ([WAITING] if any("waiting_ns" in i for i in items) else [])
+        columns = ([c for c in COLUMNS if c.key not in PER_THREAD] if not n_threads else COLUMNS) \
+            + ([WAITING] if any("waiting_ns" in i for i in items) else [])
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
                             message, suggestion, metrics=metrics, items=items, columns=columns,
-                            figures={**FIGURES, **({"comm_waiting_ns": "ns"} if waiting else {})},
+                            figures={**{k: v for k, v in FIGURES.items() if n_threads or k != "threads"},
+                                     **({"comm_waiting_ns": "ns"} if waiting else {})},
                             labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
-        findings.append(self._per_thread(per_thread, t, names, device_nouns(trace.meta)))
+        if n_threads:  # a table per thread where there are threads
+            findings.append(self._per_thread(per_thread, t, names, device_nouns(trace.meta)))
         if marks.height:
             findings.append(self._annotations(marks, t))
         return findings
@@ -238,6 +252,21 @@ class Hotspots(Rule):
         return Finding(self.name, "info", "Hotspots per thread", message,
                        metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,
                        columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
+
+
+def _threads_and_lanes(threaded: pl.DataFrame, processes: int, nouns: dict[int, str]) -> str:
+    """Where the routines ran, as a reader counts: "3 threads of 2 processes and 1 GPU" (GPU activity with no
+    thread id, a device's kernels, is a lane of that device: ``TPU`` where the trace says the device is one)."""
+    lanes = (threaded.filter(pl.col("tid").is_null()).group_by(THREAD)
+             .agg(pl.col("kind").is_in(list(GPU_KINDS)).all().alias("gpu")).filter("gpu"))
+    hosts = threaded.select(THREAD).unique().height - lanes.height
+    words = []
+    if hosts:
+        words.append(fmt_count(hosts, "thread") + (f" of {processes:,} processes" if processes > 1 else ""))
+    if lanes.height:
+        kinds = {nouns.get(d, "GPU") for d in lanes["device_id"].to_list()}
+        words.append(fmt_count(lanes.height, kinds.pop() if len(kinds) == 1 else "device"))
+    return " and ".join(words)
 
 
 def _waiting(events) -> dict[str, int]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from traceparse.errors import InputError, bad_input
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
+from traceparse.meta import SUMMED_THREADS
 from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
@@ -109,6 +110,8 @@ class TauReader(Reader):
                 table = "per-thread tables" if sections["read"] == "thread" else sections["read"] + " summary"
                 variant = f"pprof text ({table})"
                 extra["pprof_tables"] = sections["tables"]
+                if sections["summed_threads"]:
+                    extra[SUMMED_THREADS] = sections["summed_threads"]
             else:
                 raise bad_input(path, None, NO_PROFILES)
         rows, notes = events.build_events(profile.routines, profile.counters, profile.user_events, profile.threads)

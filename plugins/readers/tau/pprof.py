@@ -101,7 +101,25 @@ def read_pprof(path: Path, warn: Callable[[str], None],
     has_time = bool(routines["duration_ns"].is_not_null().any())
     result = ProfileSet(routines, counters, user_events, events.empty(events.THREADS),
                         ["TIME"] if has_time else [COUNTER_NAME], "TIME" if has_time else None, [], 1)
-    return result, {"tables": kinds, "read": chosen}
+    summed = None
+    if chosen == "total" and kinds["mean"] and has_time:
+        mean, _ = _function_table(path, lines, next(s for s in sections if s["type"] == "mean"), lambda m: None)
+        summed = _summed_threads(routines, mean)
+    return result, {"tables": kinds, "read": chosen, "summed_threads": summed}
+
+
+def _summed_threads(total: pl.DataFrame, mean: pl.DataFrame) -> int | None:
+    """How many threads the total table sums: pprof's mean table is the total over the threads divided by their
+    number, so the routine with the most inclusive time gives it (its total over its mean, a whole number to 1%);
+    None where the two tables disagree or say nothing."""
+    both = (total.select("raw", total_ns="duration_ns")
+            .join(mean.select("raw", mean_ns="duration_ns"), on="raw", how="inner")
+            .filter(pl.col("mean_ns") > 0).sort(["total_ns", "raw"], descending=[True, False]))
+    if both.height == 0:
+        return None
+    total_ns, mean_ns = both.row(0)[1:]
+    threads = round(total_ns / mean_ns)
+    return threads if threads >= 1 and abs(threads * mean_ns - total_ns) <= 0.01 * total_ns else None
 
 
 def _first_of_each_thread(path: Path, sections: list[dict], warn: Callable[[str], None]) -> list[dict]:

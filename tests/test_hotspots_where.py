@@ -1,0 +1,76 @@
+"""Hotspots says where its routines ran as a reader counts them (stop 44).
+
+A kernel summary read "57 routines on 1 thread" of GPU kernels that ran on no thread; ``pprof -s`` (a total
+table over 4 threads) read "10 routines on 1 thread, 11.9 s in all" against a 3 s run; four MPI ranks' TAU
+profiles read "on 4 threads" with no word of their processes. Each expected figure is worked out here from the
+file with plain Python.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+import polars as pl
+
+from helpers import FIXTURES, run_cli
+from traceparse.analysis import analyze
+from traceparse.figures import fmt_ns
+from traceparse.schema import conform
+from traceparse.trace import Trace, TraceMeta
+
+KERN_SUM = FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_kern_sum.csv"
+PPROF_S = FIXTURES / "tau" / "real" / "pprof" / "taustubs-matmult-pprof-s.txt"
+
+
+def hotspots(tmp_path, path) -> list[dict]:
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "analyze", str(path), "--rule", "hotspots",
+                             "--json")
+    assert code == 0, err
+    return json.loads(out)["findings"]
+
+
+def test_a_kernel_summary_runs_on_no_thread(tmp_path):
+    with open(KERN_SUM, newline="") as f:
+        rows = list(csv.DictReader(f))
+    total = sum(int(r["Total Time (ns)"]) for r in rows)
+    names = {r["Name"] for r in rows}
+    [main] = hotspots(tmp_path, KERN_SUM)  # no per-thread table: there is no thread
+    assert main["message"].startswith(f"{len(names)} routines, {fmt_ns(total)} in all (totals: the source names no "
+                                      "thread); ")
+    assert main["metrics"]["threads"] == 0 and main["metrics"]["processes"] == 0
+    assert "threads" not in main["figures"]
+    assert not {"threads", "mean_ns", "min_ns", "max_ns", "imbalance"} & {c["key"] for c in main["columns"]}
+
+
+def test_pprof_totals_say_over_how_many_threads(tmp_path):
+    text = PPROF_S.read_text()
+    total = re.search(r"FUNCTION SUMMARY \(total\):.*?\n([\s\S]*?)\n\n", text).group(1)
+    mean = re.search(r"FUNCTION SUMMARY \(mean\):.*?\n([\s\S]*?)(?:\n\n|$)", text).group(1)
+
+    def inclusive(table: str, name: str) -> float:
+        [line] = [line for line in table.splitlines() if line.rstrip().endswith(" " + name)]
+        return float(line.split()[2].replace(",", ""))
+
+    threads = round(inclusive(total, ".TAU application") / inclusive(mean, ".TAU application"))
+    assert threads == 4
+    [main] = hotspots(tmp_path, PPROF_S)
+    assert f"in all (summed over {threads} threads: the source gives their total only); " in main["message"]
+    assert main["metrics"]["threads"] == 0
+
+
+def test_threads_of_processes_and_gpu_lanes():
+    """Hand-written: two processes' host threads (one with two threads) and kernels on two GPUs."""
+    rows = pl.DataFrame({
+        "kind": ["op", "op", "op", "kernel", "kernel"],
+        "name": ["a", "b", "c", "k", "k"],
+        "start_ns": [0, 0, 0, 10, 10], "duration_ns": [50, 40, 30, 5, 7],
+        "pid": [1, 1, 2, None, None], "tid": [1, 2, 3, None, None], "device_id": [None, None, None, 0, 1],
+    })
+    trace = Trace(conform(rows, trace_id="t"), TraceMeta(id="t"))
+    found = analyze(trace, rules=["hotspots"])
+    main = next(f for f in found if f.title.startswith("Hotspots: routines"))
+    assert main.message.startswith("4 routines on 3 threads of 2 processes and 2 GPUs, ")
+    assert main.metrics["threads"] == 5 and main.metrics["processes"] == 2
+    assert any(f.title == "Hotspots per thread" for f in found)
