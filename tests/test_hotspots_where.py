@@ -74,3 +74,31 @@ def test_threads_of_processes_and_gpu_lanes():
     assert main.message.startswith("4 routines on 3 threads of 2 processes and 2 GPUs, ")
     assert main.metrics["threads"] == 5 and main.metrics["processes"] == 2
     assert any(f.title == "Hotspots per thread" for f in found)
+
+
+def test_a_gpu_stream_waiting_is_no_gpu_work(tmp_path):
+    """A GPU's per-thread shares are of its kernels, copies and memsets, not of its streams' ``cuda_sync`` waits:
+    HTA's AlexNet trace (A100) read "Memcpy HtoD 82.0%" of a GPU whose work is 83.8% copies."""
+    from collections import defaultdict
+
+    from helpers import raw_events, us_to_ns
+
+    path = FIXTURES / "torch" / "hta" / "critical_path_alexnet" / "benchmark_result_2869224_1695835535_trace.json.gz"
+    events = raw_events(path)
+    assert sum(e.get("cat") == "cuda_sync" for e in events) == 41
+    work = defaultdict(int)
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            work[e["name"]] += us_to_ns(e["dur"])
+    total = sum(work.values())
+    found = hotspots(tmp_path, path)
+    gpu = {i["name"]: i for i in next(f for f in found if f["title"] == "Hotspots per thread")["items"]
+           if i["thread"] == "GPU 0"}
+    top = sorted(work, key=lambda n: (-work[n], n))[:5]
+    assert list(gpu) == top
+    for name in top:
+        assert gpu[name]["share_pct"] == round(100 * work[name] / total, 4)
+    assert "Stream Sync" not in {i["name"] for i in found[0]["items"]}
+    routines = {(e["cat"], e["name"]) for e in events
+                if e.get("cat") in ("cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset")}
+    assert found[0]["message"].startswith(f"{len(routines)} routines on 1 thread and 1 GPU, ")

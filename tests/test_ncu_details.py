@@ -132,3 +132,23 @@ def test_not_applicable_says_what_the_ncu_rules_need(fixtures_dir):
     trace = read_paths([fixtures_dir / "ncu" / "ncu_raw_vgg11_bs16.csv"])[0]
     said = {f.rule: f.message for f in analyze(trace, rules=["ncu-speedups"])}
     assert said["ncu-speedups"] == "it needs ncu's rule results (a details page, text output or report with rules)"
+
+
+def test_the_summary_calls_ncus_estimate_a_gain_not_time_lost(tmp_path, fixtures_dir):
+    """The bottleneck line read "Speed-ups ncu estimates, 31.17 us lost": an estimate of what a change would save
+    is no time the program lost."""
+    import json
+
+    from helpers import run_cli
+    from traceparse.figures import fmt_ns
+
+    path = fixtures_dir / "ncu" / "ncu_details_vgg11_bs16.csv"
+    expected = _expected(independent(path))
+    code, out, err = run_cli("--store", str(tmp_path), "-q", "analyze", "--json", str(path))
+    assert code == 0, err
+    worst = json.loads(out)["summary"][0]["bottleneck"]
+    assert (worst["rule"], worst["said"]) == ("ncu-speedups", "to gain")
+    code, screen, err = run_cli("--store", str(tmp_path), "-q", "--width", "200", "analyze", str(path))
+    assert f"Speed-ups ncu estimates, {fmt_ns(worst['impact_ns'])} to gain (ncu-speedups" in screen
+    assert abs(worst["impact_ns"] - expected["global"]) <= len(independent(path))
+    assert " lost" not in next(line for line in screen.splitlines() if "bottleneck" in line)

@@ -49,13 +49,13 @@ def test_the_bottleneck_is_the_most_time_at_stake_whatever_the_severity():
     assert bottleneck([_f("a", "critical", 5), _f("b", "info", 7), _f("c", "warning", None)])["rule"] == "b"
     assert bottleneck([_f("b", "info", 7), _f("c", "warning", 7), _f("a", "info", 7)]) == {
         "rule": "c", "impact_ns": 7, "title": "c", "severity": "warning", "whole": "the span", "whole_ns": None,
-        "share_pct": None, "range": None}
+        "share_pct": None, "range": None, "said": "lost"}
     assert bottleneck([_f("c", "warning", 7)], span_ns=28)["share_pct"] == 25.0
     whole = _f("g", "critical", 30)
     whole.impact_whole = ("the GPU's span", 40)
     assert bottleneck([whole], span_ns=50) == {"rule": "g", "impact_ns": 30, "title": "g", "severity": "critical",
                                                "whole": "the GPU's span", "whole_ns": 40, "share_pct": 75.0,
-                                               "range": None}
+                                               "range": None, "said": "lost"}
     assert bottleneck([_f("a", "info", 7), _f("b", "info", 7)])["rule"] == "a"
     assert bottleneck([_f("a", "critical", 0), _f("b", "info", None)]) is None
 

@@ -102,6 +102,27 @@ def test_bound_and_roof_follow_from_the_h100_figures():
     assert conv["precision"] == "tf32_tensor" and not conv["flops_lower_bound"]
 
 
+def test_the_wholes_peak_says_which_precisions_it_is_of():
+    """"peak gflops 408,197" named no precision: it is the peak of the whole's mix (tf32 tensor GEMMs and fp32
+    SIMT kernels), and the metrics and the message say so, each share from the CSV's FLOPs."""
+    from traceparse.figures import fmt_number
+
+    items, metrics = all_items(VGG11)
+    expected = expected_per_kernel(VGG11)
+    work: dict[str, float] = {}
+    for e in expected:
+        for p, v in e["by_precision"].items():
+            work[p] = work.get(p, 0.0) + float(v)
+    work = {p: v for p, v in work.items() if v}
+    total = sum(work.values())
+    shares = {p: round(100 * v / total, 4) for p, v in sorted(work.items(), key=lambda kv: -kv[1])}
+    assert len(shares) == 3 and metrics["peak_mix"] == shares
+    assert list(metrics["peak_mix"]) == list(shares)  # most first
+    finding = ArithmeticIntensity().check(read_paths([VGG11])[0], RuleOptions(thresholds={"top": 0}))[0]
+    assert (f"peak {fmt_number(metrics['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
+            + ", ".join(f"{p} {v:.1f}%" for p, v in shares.items())) in finding.message
+
+
 def test_a_tf32_named_kernel_whose_tf32_ops_read_zero_is_not_a_tensor_kernel():
     items, _ = all_items(VGG11)
     expected = expected_per_kernel(VGG11)

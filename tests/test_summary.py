@@ -101,7 +101,7 @@ def test_gpu_busy_and_the_idle_bottleneck_from_merged_intervals(analysed, path):
     assert summary["bottleneck"] == (None if best is None else {
         "rule": best["rule"], "impact_ns": best["impact_ns"], "title": best["title"], "severity": best["severity"],
         "whole": whole["of"], "whole_ns": whole["ns"], "share_pct": round(100 * best["impact_ns"] / whole["ns"], 4),
-        "range": best["impact_range"]})
+        "range": best["impact_range"], "said": best["impact_said"]})
     assert idle["impact_whole"] == {"of": "the GPU's span", "ns": span}
     assert idle["impact_range"] is None  # one GPU: its idle time is no mean
 

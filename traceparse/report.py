@@ -295,7 +295,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         per_rank = mean_of(worst.get("range"), summary.get("ranks") or 1)
         share = (f", {fmt_unit('pct', worst['share_pct'])} of {worst.get('whole') or 'the span'}"
                  if worst.get("share_pct") is not None else "")
-        lost = (f", {fmt_ns(worst['impact_ns'])} lost{per_rank}{share}" if worst.get("impact_ns") is not None
+        lost = (f", {fmt_ns(worst['impact_ns'])} {worst.get('said') or 'lost'}{per_rank}{share}"
+                if worst.get("impact_ns") is not None
                 else ", time lost unknown (the trace gives totals only)")
         line = Text.assemble((visible(worst.get("title", "")), "bold"), f"{lost} (", visible(worst["rule"]), ", ",
                              (visible(str(worst.get("severity", ""))), style), ")")

@@ -62,6 +62,9 @@ class Finding:
     impact_ns: int | None = None
     impact_whole: tuple[str, int] | None = None
     impact_range: dict[str, Any] | None = None
+    #: What the summary says of the time at stake after the figure: "lost" (time the trace spent so), or the
+    #: rule's words where the time is an estimate of what a change would save (ncu-speedups: "to gain").
+    impact_said: str = "lost"
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
     summary: tuple[str, str] | None = None
 
@@ -80,6 +83,7 @@ class Finding:
             "impact_ns": self.impact_ns,
             "impact_whole": ({"of": self.impact_whole[0], "ns": self.impact_whole[1]} if self.impact_whole else None),
             "impact_range": self.impact_range,
+            "impact_said": self.impact_said,
             "summary": list(self.summary) if self.summary else None,
             "columns": [c.to_dict() for c in self.columns],
             "figures": dict(self.figures),

@@ -192,8 +192,9 @@ def gpu_time(events: pl.DataFrame) -> dict[str, Any] | None:
 
 def bottleneck(findings: Iterable[Finding], span_ns: int | None = None,
                totals_only: bool = False) -> dict[str, Any] | None:
-    """The finding with the most time at stake: {rule, impact_ns, title, severity, whole, whole_ns, share_pct, range},
-    or None (``range``: the finding's :attr:`~traceparse.rule.Finding.impact_range`, where its time is a mean).
+    """The finding with the most time at stake: {rule, impact_ns, title, severity, whole, whole_ns, share_pct, range,
+    said}, or None (``range``: the finding's :attr:`~traceparse.rule.Finding.impact_range`, where its time is a mean;
+    ``said``: its :attr:`~traceparse.rule.Finding.impact_said`, "lost" unless the time is an estimated saving).
 
     The largest ``impact_ns`` (> 0) of any severity: an info finding with
     more time at stake than a warning is the bottleneck, and the panel shows
@@ -226,7 +227,8 @@ def bottleneck(findings: Iterable[Finding], span_ns: int | None = None,
     whole, whole_ns = best.impact_whole or ("the span", span_ns)
     share = min(100.0, round(100.0 * best.impact_ns / whole_ns, 4)) if whole_ns else None
     return {"rule": best.rule, "impact_ns": int(best.impact_ns), "title": best.title, "severity": best.severity,
-            "whole": whole, "whole_ns": whole_ns, "share_pct": share, "range": best.impact_range}
+            "whole": whole, "whole_ns": whole_ns, "share_pct": share, "range": best.impact_range,
+            "said": best.impact_said}
 
 
 def _untimed(findings: list[Finding]) -> dict[str, Any] | None:
@@ -236,7 +238,7 @@ def _untimed(findings: list[Finding]) -> dict[str, Any] | None:
         return None
     best = min(flagged, key=lambda f: (-severity_rank(f.severity), f.rule, f.title))
     return {"rule": best.rule, "impact_ns": None, "title": best.title, "severity": best.severity,
-            "whole": None, "whole_ns": None, "share_pct": None, "range": None}
+            "whole": None, "whole_ns": None, "share_pct": None, "range": None, "said": best.impact_said}
 
 
 def top_categories(events: pl.DataFrame, n: int = TOP_CATEGORIES) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ the same, and aggregated summaries). A profile with call paths (TAU) holds each 
 flat and once per call path (``call_path`` containing `` => ``); only the
 flat rows count, as in pprof's totals. When a kind has both timed events
 and aggregated rows (a trace and its summary), only the timed ones count.
+A GPU stream's sync spans (``sync`` rows with no thread id: the stream
+waiting on an event) are no work of the device and are left out.
 
 A thread is (``pid``, ``device_id``, ``tid``): TAU's node, context, thread;
 shown as ``pid/tid (name)`` where the trace names its threads.
@@ -127,7 +129,9 @@ class Hotspots(Rule):
         every = every.join(_roles(every, names), on=THREAD, how="left", nulls_equal=True)
         marker = pl.col("kind") == MARKER  # annotations: a table of their own (what runs inside them is elsewhere)
         # instants (a Chrome trace's "i" events, markers of no duration) are no annotation of any span: left out
-        per_thread, marks = every.filter(~marker), every.filter(marker & (pl.col("inclusive_ns") > 0))
+        # a GPU stream's sync spans (Kineto's cuda_sync: the stream waiting on an event) are no work of the device
+        gpu_wait = (pl.col("kind") == "sync") & pl.col("tid").is_null()
+        per_thread, marks = every.filter(~marker & ~gpu_wait), every.filter(marker & (pl.col("inclusive_ns") > 0))
         routines = routines.filter(pl.col("kind") != MARKER)
         # where no row has a thread, device or thread id (a summary's totals) they ran on no thread the source names
         placed = bool(per_thread.select(pl.any_horizontal(pl.col("pid", "device_id", "tid").is_not_null()).any()).item())

@@ -172,7 +172,7 @@ class NcuSpeedups(Rule):
                                  "ncu_says": says},
                         items=items, items_title="kernels", columns=COLUMNS, figures=FIGURES, labels=LABELS,
                         tables={"rules": RULES_TABLE, "ncu_says": SAYS_TABLE},
-                        impact_ns=global_ns)]
+                        impact_ns=global_ns, impact_said="to gain")]
 
 
 def _type_counts(trace: Trace) -> dict[str, int]:

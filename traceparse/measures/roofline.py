@@ -251,7 +251,8 @@ def _from_counters(all_rows: list[dict], spec: dict | None, model_gflops: float,
     total_bytes = sum(r["dram_bytes"] for r in with_bytes) if with_bytes else None
     with_time = [r for r in rows if r["time_ns"] is not None]
     total_time = sum(r["time_ns"] for r in with_time) if with_time else None
-    total = {"name": "total", **_figures(total_flops, total_bytes, total_time, by_precision, peaks, None)}
+    total = {"name": "total", **_figures(total_flops, total_bytes, total_time, by_precision, peaks, None),
+             "peak_mix": _mix(by_precision)}
     clocks = [r["sm_clock_hz"] for r in rows if r["sm_clock_hz"]]
     boost = (spec or {}).get("clocks", {}).get("boost_mhz")
     mean_clock = sum(clocks) / len(clocks) if clocks else None
@@ -392,7 +393,8 @@ def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str, kernels
     with_bytes = calls.filter(pl.col("bytes").is_not_null())
     total_bytes = float(with_bytes["bytes"].sum()) if with_bytes.height == calls.height else None
     total_time = int(calls["time_ns"].sum())
-    total = {"name": "total", **_figures(total_flops, total_bytes, total_time, by_precision, peaks, None)}
+    total = {"name": "total", **_figures(total_flops, total_bytes, total_time, by_precision, peaks, None),
+             "peak_mix": _mix(by_precision)}
     total_above = _above_roof(total)
     kernel_ns = info["kernel_ns"]
     extra = {
@@ -499,6 +501,15 @@ def _peak_gflops(by_precision: dict, peaks: dict, held_to: str | None) -> float 
         return None
     seconds = sum(v / peaks[p] for p, v in work.items())
     return sum(work.values()) / seconds if seconds else None
+
+
+def _mix(by_precision: dict) -> dict[str, float]:
+    """Each precision's share of the FLOPs (%, most first): what the whole's peak (:func:`_peak_gflops`) is a mix
+    of, so that a peak of 408 TFLOP/s is not read as one precision's."""
+    work = {p: float(v) for p, v in by_precision.items() if v}
+    total = sum(work.values())
+    return {p: round(100.0 * v / total, 4) for p, v in sorted(work.items(), key=lambda kv: (-kv[1], kv[0]))} \
+        if total else {}
 
 
 def _dominant(by_precision: dict, held_to: str | None) -> str | None:
