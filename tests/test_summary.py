@@ -355,3 +355,14 @@ def test_a_busy_gpus_own_work_is_its_bottleneck(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", "--json",
                              str(FIXTURES / "torch" / "resnet18_bs16.json.gz"))
     assert json.loads(out)["summary"][0]["gpu_bound"] is False  # 28.8% busy
+
+
+def test_a_cpu_profile_says_it_has_no_gpu_activity(tmp_path):
+    """A CPU-only MPI profile's panel read "GPU busy -" with no word of why: it recorded no GPU activity (the
+    profile files name no GPU routine, checked here)."""
+    cpi = FIXTURES / "tau" / "real" / "cpi-mpi"
+    text = "".join(p.read_text(errors="replace") for p in cpi.glob("profile.*"))
+    assert not re.search(r"cuda|GPU|hip[A-Z]|OpenCL", text)
+    code, out, err = run_cli("--store", str(tmp_path), "-q", "--width", "120", "analyze", str(cpi))
+    assert code == 0, err
+    assert re.search(r"GPU busy +- \(the trace recorded no GPU activity\) ", out), out

@@ -283,7 +283,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      if busy is None and others
                      else f"- (no GPU work read; {_unread(summary['unread_events'])} not read: their time is in no "
                           "figure)" if busy is None and summary.get("unread_events")
-                     else "-" if busy is None else f"{busy:.1f}% of {whole} (first to last activity)"))
+                     else "- (the trace recorded no GPU activity)" if busy is None
+                     else f"{busy:.1f}% of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
