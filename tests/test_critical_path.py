@@ -591,3 +591,34 @@ def test_one_untraced_part_of_every_step_is_one_row_as_whatif_shows_it(tmp_path)
     mine = {(i["lane"], i["kind"], i["name"]): i["per_step_ns"] for i in items}
     key = next(k for k in mine if k[2] == "(nothing traced in ProfilerStep#N)")
     assert mine[key] == whatif[key] > 0
+
+
+def test_lanes_carry_the_threads_names(tmp_path):
+    """A path's lanes name the threads as the trace does ("thread 522 (python3)"), in analyze and whatif alike; an
+    XLA host line's hashed id read "thread -7836944042475012629" though the profile names it. Names from the raw
+    JSON's thread_name metadata events."""
+    import gzip
+
+    path = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    with gzip.open(path, "rt") as f:
+        named = {e["tid"]: e["args"]["name"] for e in json.load(f)["traceEvents"]
+                 if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    lanes = {i["lane"] for f in json.loads(out)["findings"] for i in f["items"]}
+    threads = {lane for lane in lanes if lane.startswith("thread ")}
+    # Kineto names a thread "thread 522 (python3)": the lane reads as the trace names it
+    assert threads and threads == {named[tid] for tid in {int(lane.split()[1]) for lane in threads}}
+    code, out, err = run_cli("--store", str(tmp_path), "whatif", str(path), "--json")
+    assert code == 0, err
+    assert {t["lane"] for t in json.loads(out)["path"]["top"] if t["lane"].startswith("thread ")} <= threads
+
+
+def test_a_name_that_carries_its_id_is_the_lane():
+    from traceparse.expr import lane_label
+
+    names = {(0, -78): "tf_pjrt_thread_pool/-78", (0, 5): "python", (None, 9): "XLA Ops", (1, 6): "a", (2, 6): "b"}
+    rows = pl.DataFrame({"tid": [-78, 5, 9, 6, None, None], "stream_id": [None, None, None, None, 7, None]},
+                        schema={"tid": pl.Int64, "stream_id": pl.Int64})
+    assert rows.select(lane_label(names)).to_series().to_list() == [
+        "thread tf_pjrt_thread_pool/-78", "thread 5 (python)", "thread 9", "thread 6", "stream 7", "-"]

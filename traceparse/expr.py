@@ -460,6 +460,26 @@ def as_shown(column: str) -> pl.Expr:
     return pl.col(column).cast(pl.Float64).round_sig_figs(digits())
 
 
+def lane_label(names: dict | None = None, otherwise: str | None = "-") -> pl.Expr:
+    """A critical-path segment's lane from its ``tid`` and ``stream_id``: ``thread 522 (pt_autograd_0)`` (the name
+    where the trace names that thread: :func:`traceparse.threads.thread_names`), ``thread tf_pjrt_thread_pool/-78…``
+    where the name carries the id (XLA's host lines), ``stream 7``, else ``otherwise``. One text for the same lane in
+    ``analyze``, ``whatif``, the HTML page and the Perfetto export."""
+    by_tid: dict[int, set[str]] = {}
+    for (pid, tid), name in (names or {}).items():
+        if pid is not None:  # a process's thread, not a device's line
+            by_tid.setdefault(tid, set()).add(name)
+    labels = {tid: f"thread {name}" if name.endswith(f"/{tid}") else f"thread {tid} ({name})"
+              for tid, (name, *more) in ((t, sorted(n)) for t, n in by_tid.items()) if not more}
+    thread = pl.format("thread {}", pl.col("tid"))
+    if labels:
+        thread = pl.col("tid").replace_strict(list(labels), list(labels.values()), default=thread,
+                                              return_dtype=pl.String)
+    stream = pl.format("stream {}", pl.col("stream_id"))
+    lane = pl.when(pl.col("tid").is_not_null()).then(thread).when(pl.col("stream_id").is_not_null()).then(stream)
+    return lane.otherwise(pl.lit(otherwise, dtype=pl.String))
+
+
 def pct(part: float | int | None, whole: float | int | None) -> float | None:
     """100 × part / whole rounded to 4 decimals, or None when whole is 0 or unknown (the ``_pct`` convention).
 

@@ -27,6 +27,7 @@ from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.whatif import parse_drop, parse_scale, what_if
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, trace_label
+from traceparse.threads import thread_names
 from traceparse.text import literal
 from traceparse.verdict import Column
 
@@ -74,7 +75,8 @@ class WhatIfCommand(Command):
         trace = found[0]
         label = _label(trace)
         try:
-            result = what_if(trace.events, drops, scales, args.balance, args.align_clocks, args.top)
+            result = what_if(trace.events, drops, scales, args.balance, args.align_clocks, args.top,
+                             names=thread_names(trace.meta))
         except InputError as e:
             raise InputError(f"{label}: {e}") from None
         doc = document(trace, label, result)

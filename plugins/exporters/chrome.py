@@ -57,9 +57,11 @@ from typing import IO, Iterator
 
 import polars as pl
 
+from traceparse import expr
 from traceparse.exporter import Exporter
 from traceparse.plugins import hookimpl
 from traceparse.schema import DTYPES, SCHEMA_VERSION
+from traceparse.threads import thread_names
 from traceparse.trace import Trace
 
 #: Version of this export layout (the keys above); the reader checks it.
@@ -131,7 +133,7 @@ def write_chrome(trace: Trace, f: IO[str]) -> dict[str, int]:
         writer.write_many(_flow_events(batch))
         counts["s"] += int(batch["first"].sum())
         counts["f"] += batch.height
-    path_lines, counts["path"] = critical_path_events(events)
+    path_lines, counts["path"] = critical_path_events(events, thread_names(trace.meta))
     writer.write_many(path_lines)
     f.write("\n],\n" + json.dumps(ROWS_KEY) + ":[\n")
     side = placed.filter(pl.col("start_ns").is_null() | (pl.col("kind") == "counter"))
@@ -338,7 +340,7 @@ def _us_int(ns: int) -> str:
     return f"{sign}{abs(ns) // 1000}.{abs(ns) % 1000:03d}"
 
 
-def critical_path_events(events: pl.DataFrame) -> tuple[list[str], int]:
+def critical_path_events(events: pl.DataFrame, names: dict | None = None) -> tuple[list[str], int]:
     """The critical-path process of the export (module docstring): its metadata, one slice per segment of every
     step's path and one flow per step through them; and the number of slices. None without host events on a
     thread (the GPU streams' order alone is no path worth a track)."""
@@ -355,9 +357,7 @@ def critical_path_events(events: pl.DataFrame) -> tuple[list[str], int]:
     for trace, rank in owners:
         label = f"rank {rank}: each step's critical path" if rank is not None else "each step's critical path"
         lines.append(_meta_event("thread_name", PATH_PID, tids[trace], {"name": label}))
-    lane = (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
-            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id"))))
-    rows = segments.with_columns(lane=lane).sort("trace_id", "step", "start_ns", nulls_last=False)
+    rows = segments.with_columns(lane=expr.lane_label(names, otherwise=None)).sort("trace_id", "step", "start_ns", nulls_last=False)
     flow = 0
     for (trace, step), path in rows.group_by("trace_id", "step", maintain_order=True):
         tid = tids[trace]

@@ -57,6 +57,7 @@ other ranks' paths over the ranks, whichever is larger; none on a single trace.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 
 import polars as pl
@@ -71,6 +72,7 @@ from traceparse.measures.step_paths import step_windows
 from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.threads import thread_names
 from traceparse.trace import Trace
 
 FIGURES = {"steps": "count", "paths": "count", "step_ns": "ns", "length_ns": "ns", "unexplained_ns": "ns",
@@ -108,10 +110,12 @@ class CriticalPath(Rule):
         t = options.thresholds
         events = trace.events
         missing = _missing(events)
+        names = thread_names(trace.meta)
         windows = windowed_steps(events)
         if windows is not None:  # one large trace: a group of steps at a time, never its whole graph
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
-                                                      keep=_lean, texts=pl.Categorical)
+                                                      keep=functools.partial(_lean, names=names),
+                                                      texts=pl.Categorical)
             joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
             ranks_known = bool(events["rank"].is_not_null().any())
         else:
@@ -123,7 +127,7 @@ class CriticalPath(Rule):
                                 metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
             windows = step_windows(events, graph, spans=True)
             paths, segments = critical_paths(graph, windows, texts=pl.Categorical, columns=_LEAN_INPUT)
-            segments = _lean(segments)
+            segments = _lean(segments, names)
             joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
             ranks_known = graph["rank"].is_not_null().any()
             del graph
@@ -232,13 +236,6 @@ def _short(name: str, width: int = 48) -> str:
     return name if len(name) <= width else name[:width - 1] + "…"
 
 
-def _lane() -> pl.Expr:
-    thread = pl.format("thread {}", pl.col("tid"))
-    stream = pl.format("stream {}", pl.col("stream_id"))
-    return (pl.when(pl.col("tid").is_not_null()).then(thread)
-            .when(pl.col("stream_id").is_not_null()).then(stream).otherwise(pl.lit("-")))
-
-
 #: The texts of a path's segments, as categoricals: a few thousand distinct names over millions of segments (the
 #: 1 GB trace's 3.4 million), grouped and filtered on integers, not texts.
 _TEXTS = ("trace_id", "segment_trace", "edge", "segment", "name", "category", "lane")
@@ -249,13 +246,13 @@ _LEAN_INPUT = ("rank", "step", "index", "segment_rank", "inferred", "start_ns", 
                "tid", "stream_id", *(c for c in _TEXTS if c != "lane"))
 
 
-def _lean(segments: pl.DataFrame) -> pl.DataFrame:
+def _lean(segments: pl.DataFrame, names: dict | None = None) -> pl.DataFrame:
     """The columns of the path's segments the rule reads, with ``other`` (the segment is on another rank than
     the path's) and ``lane``, the texts as categoricals (:data:`_TEXTS`); sums and tops cast them back to text
     before they sort, so ties fall as they would on the texts. A lane's text is made once per distinct lane (a
     few dozen over half a million segments)."""
     own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
-    lanes = segments.select("tid", "stream_id").unique().with_columns(lane=_lane().cast(pl.Categorical))
+    lanes = segments.select("tid", "stream_id").unique().with_columns(lane=expr.lane_label(names).cast(pl.Categorical))
     return segments.select(
         "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
         "tid", "stream_id", *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,

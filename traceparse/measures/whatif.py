@@ -349,19 +349,14 @@ def _across_steps(replayer: Replayer, windows: pl.DataFrame) -> np.ndarray:
     return (step[replayer.src] != step[replayer.dst]) & ~meeting[replayer.src] & ~meeting[replayer.dst]
 
 
-def _lane() -> pl.Expr:
-    return (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
-            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
-            .otherwise(pl.lit("-")))
-
-
-def top_segments(segments: pl.DataFrame, paths: int, top: int) -> list[dict]:
+def top_segments(segments: pl.DataFrame, paths: int, top: int, names: dict | None = None) -> list[dict]:
     """The ``top`` largest parts of the paths' ``segments`` (rank, lane, kind, name), per path (step of a rank),
-    with their share of the paths' total length."""
+    with their share of the paths' total length; ``names``: the trace's thread names, for the lanes
+    (:func:`traceparse.expr.lane_label`)."""
     if segments.height == 0:
         return []
     total = int(segments["duration_ns"].sum())
-    rows = (segments.with_columns(lane=_lane(), name=step_free(pl.col("name")))
+    rows = (segments.with_columns(lane=expr.lane_label(names), name=step_free(pl.col("name")))
             .group_by("segment_rank", "lane", "segment", "name")
             .agg(ns=pl.col("duration_ns").sum()).filter(pl.col("ns") > 0)
             .sort(["ns", "segment_rank", "lane", "name"], descending=[True, False, False, False], nulls_last=True)
@@ -417,10 +412,11 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
 
 # -- the whole what-if -----------------------------------------------------------------------------------------------
 def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, align_clocks: bool = False,
-            top: int = 8, graph: pl.DataFrame | None = None) -> WhatIf:
+            top: int = 8, graph: pl.DataFrame | None = None, names: dict | None = None) -> WhatIf:
     """Replay every step of ``events`` (a trace, or a run's ranks) with the edits and return, per step of each rank,
     ``measured_ns`` and ``predicted_ns`` (and ``gain_ns`` = measured − predicted), the predicted critical path (its
-    mean length per step and ``top`` largest parts), what each edit matched, and what cannot be replayed.
+    mean length per step and ``top`` largest parts, their lanes named by ``names``: the trace's thread names), what
+    each edit matched, and what cannot be replayed.
 
     A trace without a timeline, without host events on a thread or without steps cannot be replayed: a one-line
     :class:`InputError` says which."""
@@ -460,5 +456,5 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     cannot = _untraced_notes(paths, segments)
     behind = gpu_behind(events) if isinstance(events, pl.DataFrame) else None
     notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if behind is not None else []
-    return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top),
+    return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top, names),
                   applied, cannot, missing_edges(events), notes)

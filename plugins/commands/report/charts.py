@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from traceparse.names import cut_apart, short_name, short_names
 from traceparse.text import visible
 from traceparse.report import fmt_ns
+from traceparse.threads import thread_names
 
 from . import data
 
@@ -369,7 +370,7 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
             charts.append(ranks_chart(go, ranks))
     elif events["rank"].drop_nulls().n_unique() > 1:
         missing.append("Arrival at each collective, step time per rank: the ranks share no collective call.")
-    cp = data.critical_path(events)
+    cp = data.critical_path(events, thread_names(trace.meta))
     if cp:
         charts.append(critical_path_chart(go, cp))
     else:

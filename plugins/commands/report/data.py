@@ -251,7 +251,7 @@ def roofline_points(trace, gpu: str | None = None) -> dict | None:
             "roofs": sorted(roofs, key=lambda r: r[1]), "points": points, "source": result["source"]}
 
 
-def critical_path(events: pl.DataFrame) -> dict | None:
+def critical_path(events: pl.DataFrame, names: dict | None = None) -> dict | None:
     """Each step's critical path over a per-rank timeline (docs/critical_path.md).
 
     Per step, the path of the rank whose step took longest (it holds the step; the others' paths join it at the
@@ -274,9 +274,7 @@ def critical_path(events: pl.DataFrame) -> dict | None:
               .sort(["_k", "_len", "rank"], descending=[False, True, False], nulls_last=True)
               .group_by("_k", maintain_order=True).first())
     mine = segments.join(chosen.select("trace_id", "step"), on=["trace_id", "step"], how="semi", nulls_equal=True)
-    lane = (pl.when(pl.col("tid").is_not_null()).then(pl.format("thread {}", pl.col("tid")))
-            .when(pl.col("stream_id").is_not_null()).then(pl.format("stream {}", pl.col("stream_id")))
-            .otherwise(pl.lit("-")))
+    lane = expr.lane_label(names)
     mine = mine.filter(pl.col("duration_ns") > 0)
     if mine.height == 0:  # paths of zero length only (a step's end at an instant marker): nothing to draw
         return None
