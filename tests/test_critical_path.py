@@ -521,8 +521,11 @@ def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
     (sleep,) = m["slow_rank_host"]  # only the hook's sleep exceeds the median rank by 1% of a step
     assert sleep["name"] == "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
     assert sleep["excess_ns"] > 55_000_000
+    explains = min(100.0, 100 * sleep["excess_ns"] / m["wait_caused_per_step_ns"])
+    assert explains > 50  # the sleep is the wait
     assert (f"Longer on rank 2 than on the median rank, per step: {sleep['name']} (host, "
-            f"{fmt_ns(sleep['slow_ns'])} a step against {fmt_ns(sleep['median_ns'])}).") in finding.message
+            f"{fmt_ns(sleep['slow_ns'])} a step against {fmt_ns(sleep['median_ns'])}, {fmt_ns(sleep['excess_ns'])} "
+            f"more: {fmt_pct(explains)} of the wait).") in finding.message
     assert "No kernel or copy takes" in finding.message
     assert finding.suggestion.startswith(f"Start with {sleep['name']} on rank 2: ")
     # with no floor, every name longer on rank 2 is a candidate: the five largest of each side, as the raw JSON says
@@ -530,6 +533,25 @@ def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
     want = oracle_excess(SLOW, 2, 0.0)
     assert everything["slow_rank_host"] == want["slow_rank_host"]
     assert everything["slow_rank_gpu"] == want["slow_rank_gpu"] and len(want["slow_rank_gpu"]) == 5
+
+
+def test_a_longer_part_that_explains_little_of_the_wait_is_not_where_to_start(tmp_path):
+    """nccl2_slow_rank1's rank 1 sleeps in a hook the trimmed trace does not record: its step 4 read "Start with
+    DistributedDataParallel.forward on rank 1" for 1.9 ms more a step against a 73.9 ms wait. Each longer part
+    says how much of the wait it explains, and one under half of it is not offered as where to start."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(MULTIRANK / "nccl2_slow_rank1"), "--step", "4",
+                             "--rule", "stragglers", "--json")
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    m = finding["metrics"]
+    [lead] = m["slow_rank_host"]
+    explains = 100 * (lead["slow_ns"] - lead["median_ns"]) / m["wait_caused_per_step_ns"]
+    assert explains < 5
+    assert (f"{lead['name']} (host, {fmt_ns(lead['slow_ns'])} a step against {fmt_ns(lead['median_ns'])}, "
+            f"{fmt_ns(lead['slow_ns'] - lead['median_ns'])} more: {fmt_pct(explains)} of the wait)") in finding["message"]
+    assert not finding["suggestion"].startswith("Start with")
+    assert finding["suggestion"].startswith(f"What the trace records on rank 1 explains little of the wait (its largest "
+                                            f"excess, {lead['name']}, is {fmt_pct(explains)} of it)")
 
 
 def test_stragglers_on_a_trimmed_run_says_it_cannot_compare_host_work():
@@ -622,3 +644,36 @@ def test_a_name_that_carries_its_id_is_the_lane():
                         schema={"tid": pl.Int64, "stream_id": pl.Int64})
     assert rows.select(lane_label(names)).to_series().to_list() == [
         "thread tf_pjrt_thread_pool/-78", "thread 5 (python)", "thread 9", "thread 6", "stream 7", "-"]
+
+
+@pytest.mark.parametrize("run", ["ddp4_slow_loader", "ddp4_slow_hook", "fsdp2_slow_hook", "nccl2_slow_rank1"])
+def test_no_part_is_larger_than_its_kind(tmp_path, run):
+    """On ddp4_slow_loader the breakdown read "waiting for another rank 38.3%, ..., host op 26.2%" above a table
+    whose rank 1 DataLoader row was 50.1% of the path: the same milliseconds under two kinds. Each segment keeps
+    its own kind now: the kinds add up to the path, and every row of the table fits inside its kind."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(MULTIRANK / run), "--rule", "critical-path",
+                             "--json")
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    m = finding["metrics"]
+    assert abs(sum(m["by_kind"].values()) - m["length_ns"]) <= len(m["by_kind"])  # each kind rounded once
+    assert "waiting for another rank" not in m["by_kind"]
+    for item in finding["items"]:
+        assert item["per_step_ns"] <= m["by_kind"][item["kind"]], item
+    for name, ns in m["host_ops"].items():
+        assert ns <= m["by_kind"]["host op"]
+    assert m["wait_ns"] <= m["other_rank_ns"] <= m["length_ns"]
+
+
+def test_the_straggler_table_says_its_times_are_totals_over_the_steps(tmp_path):
+    """Its "step time (ms)" column held the sum of a rank's steps (328.6 ms) beside a message in ms per step (an
+    82 ms step): the table is titled as totals now, each rank's time in steps the sum of its ProfilerStep#N."""
+    folder = MULTIRANK / "ddp4_slow_loader"
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(folder), "--rule", "stragglers", "--json")
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    assert finding["items_title"] == "ranks, totals over all steps"
+    assert {c["key"]: c["label"] for c in finding["columns"]}["step_ns"] == "time in steps"
+    for item in finding["items"]:
+        steps = raw_steps(folder / f"rank{item['rank']}.json.gz")
+        assert len(steps) == 4 and item["step_ns"] == sum(e - s for s, e in steps.values())

@@ -194,3 +194,35 @@ def test_a_run_against_its_straggler_twin_says_the_step_time_first(tmp_path):
     a, b = steps
     assert f"step time: A {fmt_ns(a)} -> B {fmt_ns(b)} (" in out
     assert "a run's figures are summed over its ranks (A 2, B 2)" in out
+
+
+def test_a_step_change_diff_cannot_explain_is_said(tmp_path):
+    """ddp4_balanced -> ddp4_slow_loader: the step grew 35.9 ms (rank 1's data loading) while every row diff lists
+    got shorter, with no word that they do not explain it. Step times from the raw ProfilerStep#N of each rank."""
+    import statistics
+
+    from helpers import raw_steps
+    from traceparse.figures import fmt_ns
+
+    runs = FIXTURES / "torch" / "multirank"
+    means = []
+    for run in ("ddp4_balanced", "ddp4_slow_loader"):
+        durations = [e - s for p in sorted((runs / run).glob("rank*.json.gz")) for s, e in raw_steps(p).values()]
+        means.append(round(statistics.fmean(durations)))
+    change = means[1] - means[0]
+    assert change > 30_000_000
+    code, out, err = run_cli("--store", str(tmp_path), "diff", str(runs / "ddp4_balanced"), str(runs / "ddp4_slow_loader"),
+                             "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    gpu, api = doc["summary"]["gpu"], doc["summary"]["api"]
+    assert gpu["delta_ns"] < 0 and api["delta_ns"] < 0  # what diff compares got shorter per step
+    assert doc["step_time_unexplained"].startswith(f"the step time's +{fmt_ns(change)} is not in what diff compares")
+    code, out, err = run_cli("--store", str(tmp_path), "--width", "300", "diff", str(runs / "ddp4_balanced"),
+                             str(runs / "ddp4_slow_loader"))
+    assert doc["step_time_unexplained"] in out
+    # a change that what diff compares does account for needs no such line: the same trace at twice the batch
+    code, out, err = run_cli("--store", str(tmp_path), "diff", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                             str(FIXTURES / "torch" / "resnet18_bs64.json.gz"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_unexplained"] is None

@@ -18,6 +18,7 @@ import pytest
 from helpers import (FIXTURES, REPO, gpu, host, raw_events, raw_steps, run_cli, self_time, table,
                      us_to_ns)
 from traceparse.errors import InputError
+from traceparse.figures import fmt_ns
 from traceparse.measures.whatif import Drop, Scale, parse_drop, parse_scale, scale_keys, what_if
 
 SAMPLES = REPO.parent / "shared" / "samples"
@@ -415,3 +416,36 @@ def test_cannot_replay_names_the_untraced_part_with_the_most_time(tmp_path):
     assert largest == "(nothing traced in ProfilerStep#N)" and len(untraced) == 2
     (note,) = doc["cannot_replay"]
     assert f", mostly {largest}: replayed as measured" in note
+
+
+@pytest.mark.parametrize("run", ["gloo4_slow_rank2", "nccl2_slow_rank1"])
+def test_balance_says_when_it_cannot_touch_the_straggler(tmp_path, run):
+    """The trimmed gloo4_slow_rank2 (rank 2 sleeps 60 ms a step in a hook its trace does not record) predicted
+    "gain 426.6 us (0.3%)" from evening rank 3's operators, beside a straggler the others wait 74 ms a step for.
+    The balance says, before its prediction, that it takes nothing off the straggler and keeps that wait."""
+    folder = MULTIRANK / run
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "analyze", str(folder), "--rule", "stragglers", "--json")
+    assert code == 0, err
+    m = json.loads(out)["findings"][0]["metrics"]
+    rank, wait = m["straggler_rank"], m["wait_caused_per_step_ns"]
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--balance", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    [edit] = doc["edits"]
+    assert not edit["removed_per_step_by_rank"].get(str(rank))  # nothing recorded on the straggler to even
+    note = (f"--balance evens the work the trace records, and takes nothing off rank {rank}, which the others wait "
+            f"for {fmt_ns(wait)} a step (stragglers)")
+    assert doc["notes"][0].startswith(note)
+    code, out, err = run_cli("--store", store, "--width", "300", "whatif", str(folder), "--balance")
+    lines = out.splitlines()
+    assert lines[2].startswith("note: " + note)  # right under the edit, before the table and the gain
+
+
+def test_balance_that_removes_the_stragglers_excess_needs_no_note(tmp_path):
+    code, out, err = run_cli("--store", str(tmp_path), "whatif", str(MULTIRANK / "ddp4_slow_loader"), "--balance",
+                             "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert "edit_notes" not in doc and not any(n.startswith("--balance") for n in doc["notes"])
+    assert doc["edits"][0]["removed_per_step_by_rank"]["1"] > 40_000_000  # rank 1's DataLoader, evened

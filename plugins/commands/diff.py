@@ -260,6 +260,33 @@ def step_time_line(base: dict) -> str | None:
             f"{_pct(round(100.0 * (b - a) / a, 4) if a else None)})")
 
 
+def unexplained_step_line(base: dict, totals: dict) -> str | None:
+    """Where the step time changed and neither the GPU time nor the API time diff compares (per rank) accounts
+    for half of that change, a line saying so and where to look; None otherwise. A run whose step grew 35.9 ms
+    (rank 1's data loading) showed only rows that got shorter, and no word that they do not explain it."""
+    a, b = base.get("step_time_a_ns"), base.get("step_time_b_ns")
+    if a is None or b is None or base["per"] != "step" or not a or abs(b - a) < STEP_CHANGE_PCT / 100 * a:
+        return None
+    change = b - a
+    ranks = {k: base.get(f"ranks_{k}") or 1 for k in ("a", "b")}
+
+    def per_rank(part: dict) -> float:
+        return part["time_b_ns"] / ranks["b"] - part["time_a_ns"] / ranks["a"]
+
+    moved = {label: per_rank(totals[key]) for label, key in (("GPU time", "gpu"), ("API time", "api"))}
+    if any(ns / change >= 0.5 for ns in moved.values()):  # one of them moved with the step, by half of it or more
+        return None
+    what = ", ".join(f"{label} {_signed_ns(round(ns))}" for label, ns in moved.items())
+    each = " a rank" if max(ranks.values()) > 1 else ""
+    return (f"the step time's {_signed_ns(change)} is not in what diff compares ({what} per step{each}): it is "
+            "host work outside kernels and runtime calls (operators, annotations, data loading) or waiting for "
+            "another rank; analyze B (critical-path, stragglers) says which")
+
+
+#: A step time that changed by less than this share of A's is no change diff asks to explain.
+STEP_CHANGE_PCT = 5.0
+
+
 def summary(rows: pl.DataFrame) -> dict:
     """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time; names matched (by name,
     by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and ``b``)."""
@@ -340,6 +367,9 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
                   f"{fmt_ns(api['time_b_ns'])} ({_signed_ns(api['delta_ns'])}, {_pct(api['delta_pct'])}); "
                   f"{totals['matched']} names in both ({totals['renamed']} under another spelling), "
                   f"{totals['new']} new, {totals['vanished']} vanished")
+    unexplained = unexplained_step_line(base, totals) if base else None
+    if unexplained:
+        console.print(literal(unexplained, style="yellow"))
     for side, word in (("a", "only in A (vanished)"), ("b", "only in B (new)")):
         names = _by_change(rows, "vanished" if side == "a" else "new")
         if not names:
@@ -389,10 +419,12 @@ class DiffCommand(Command):
         rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))
         totals = summary(rows)
+        unexplained = unexplained_step_line(base, totals)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
                    "basis": {k: v for k, v in base.items() if not k.startswith("divisor")},
-                   "summary": totals, "categories": categories.to_dicts(), "rows": rows.to_dicts()}
+                   "summary": totals, "categories": categories.to_dicts(), "rows": rows.to_dicts(),
+                   "step_time_unexplained": unexplained}
             self.print_json(doc)
             return 0
         render(session.out, a, b, rows, categories, totals, args.top, base, differ)

@@ -357,7 +357,8 @@ def critical_path_events(events: pl.DataFrame, names: dict | None = None) -> tup
     for trace, rank in owners:
         label = f"rank {rank}: each step's critical path" if rank is not None else "each step's critical path"
         lines.append(_meta_event("thread_name", PATH_PID, tids[trace], {"name": label}))
-    rows = segments.with_columns(lane=expr.lane_label(names, otherwise=None)).sort("trace_id", "step", "start_ns", nulls_last=False)
+    rows = (segments.with_columns(lane=expr.lane_label(names, otherwise=None))
+            .sort("trace_id", "step", "start_ns", nulls_last=False))
     flow = 0
     for (trace, step), path in rows.group_by("trace_id", "step", maintain_order=True):
         tid = tids[trace]

@@ -134,7 +134,8 @@ class Hotspots(Rule):
         per_thread, marks = every.filter(~marker & ~gpu_wait), every.filter(marker & (pl.col("inclusive_ns") > 0))
         routines = routines.filter(pl.col("kind") != MARKER)
         # where no row has a thread, device or thread id (a summary's totals) they ran on no thread the source names
-        placed = bool(per_thread.select(pl.any_horizontal(pl.col("pid", "device_id", "tid").is_not_null()).any()).item())
+        placed = bool(per_thread.select(pl.any_horizontal(pl.col("pid", "device_id", "tid").is_not_null()).any())
+                      .item())
         n_threads = per_thread.select(THREAD).unique().height if placed else 0
         n_processes = per_thread.filter(pl.col("pid").is_not_null()).select("rank", "pid").unique().height
         per_kind = per_thread.select("kind", *THREAD).unique().group_by("kind").agg(kind_threads=pl.len()).sort("kind")

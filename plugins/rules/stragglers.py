@@ -31,7 +31,10 @@ time per step on every rank (0 where a rank never runs it) and the median over t
 median rank's most, by at least ``min_excess_pct`` of the straggler's step time: ``kind``, ``name``,
 ``slow_ns`` and ``median_ns`` (per step), ``excess_ns``. The message names them (or says nothing exceeds it,
 and when the straggler's trace has no operators, that host work between annotations could not be
-compared); the suggestion starts with the first.
+compared), each with how much of the others' wait per step its excess accounts for; the suggestion starts
+with the one of most excess where that is at least half the wait (:data:`EXPLAINS_PCT`), and otherwise says
+that what the trace records on the straggler explains little of it (a sleep in a hook the trace does not
+show: 1.9 ms more a step of an operator against a 73.9 ms wait was offered as where to start).
 
 Under the warning line, a candidate that still stands out (it costs the others at least half of
 ``warning_pct`` of their step time, and more than twice what any other rank costs them) is named as info,
@@ -75,7 +78,9 @@ FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns":
            "wait_caused_per_step_ns": "ns", "step_time_lost_pct": "pct"}
 COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
            Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
-           Column("waited_ns", "waited", "ns"), Column("step_ns", "step time", "ns")]
+           Column("waited_ns", "waited", "ns"), Column("step_ns", "time in steps", "ns")]
+#: The items' title: their times are totals over the steps, beside a message that speaks per step.
+ITEMS_TITLE = "ranks, totals over all steps"
 
 
 class Stragglers(Rule):
@@ -187,14 +192,21 @@ class Stragglers(Rule):
         if named is not None and label == "rank":
             floor = t["min_excess_pct"] / 100 * step.get(candidate, 0) / n_steps
             excess = slow_rank_excess(events, waits, named, int(t["top_excess"]), floor)
-            message += _excess_sentence(who, excess, floor)
+            message += _excess_sentence(who, excess, floor, per_step_ns)
             if not _has_operators(events, waits, named):
                 message += (f" The trace of {who} has no operators (recorded or trimmed without them): only "
                             "annotations and GPU work could be compared, not the host's work between them.")
-            lead = (excess["slow_rank_host"] or excess["slow_rank_gpu"] or [None])[0]
-            if lead is not None:
+            lead = max(excess["slow_rank_host"] + excess["slow_rank_gpu"],
+                       key=lambda r: r["slow_ns"] - r["median_ns"], default=None)
+            if lead is not None and _explains(lead, per_step_ns) >= EXPLAINS_PCT:
                 suggestion = (f"Start with {lead['name']} on {who}: {fmt_ns(lead['slow_ns'])} a step against "
                               f"{fmt_ns(lead['median_ns'])} on the median rank. " + suggestion)
+            elif lead is not None and straggler is not None:  # a lead that is no cause is not where to start
+                suggestion = (f"What the trace records on {who} explains little of the wait (its largest excess, "
+                              f"{lead['name']}, is {fmt_pct(_explains(lead, per_step_ns))} of it): look at what "
+                              f"{who} does that the trace does not show, time between its operators (data "
+                              "loading, hooks, I/O, a sleep), with record_function ranges or a host profiler. "
+                              + suggestion)
         summary = (("straggler", f"{who}: the others wait {fmt_ns(per_step_ns)} per step for it "
                            f"({fmt_pct(share)} of their step time)") if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
@@ -203,7 +215,8 @@ class Stragglers(Rule):
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
                                  "ranks": ranks, **excess},
-                        items=items, columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
+                        items=items, items_title=ITEMS_TITLE,
+                        columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
 
 
@@ -268,11 +281,27 @@ def _has_operators(events, waits: pl.DataFrame, rank: int) -> bool:
     return bool(events.select(ops.any()).item())
 
 
-def _excess_sentence(who: str, excess: dict, floor: float) -> str:
+#: A longer part of the straggler that explains less than this share of the wait per step is no place to start.
+EXPLAINS_PCT = 50.0
+
+
+def _explains(row: dict, wait_per_step_ns: int) -> float:
+    """How much of each other rank's wait per step a part's excess on the straggler (its time a step over the
+    median rank's) accounts for, in percent (at most 100)."""
+    if not wait_per_step_ns:
+        return 0.0
+    return min(100.0, 100.0 * max(0, row["slow_ns"] - row["median_ns"]) / wait_per_step_ns)
+
+
+def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int) -> str:
+    """The parts longer on the straggler than on the median rank, each with how much of the wait it explains."""
     parts = []
     for key, what in (("slow_rank_host", "host"), ("slow_rank_gpu", "GPU")):
         for r in excess[key][:2]:
-            parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])})")
+            share = (f", {fmt_ns(max(0, r['slow_ns'] - r['median_ns']))} more: "
+                     f"{fmt_pct(_explains(r, wait_per_step_ns))} of the wait" if wait_per_step_ns else "")
+            parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}"
+                         f"{share})")
     text = (f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "." if parts else
             f" Nothing on {who} takes {fmt_ns(floor)} a step longer than on the median rank.")
     if parts and not excess["slow_rank_gpu"]:
