@@ -163,3 +163,24 @@ def test_errors_and_options_print_literally(hostile):
     assert code == 2
     no_escapes(err)
     assert err.startswith("traceparse: error: --nvtx '[/x]\\x1b[2J*': ")
+
+
+def test_a_thread_name_in_a_critical_path_lane_is_printed_literally(tmp_path):
+    """Lanes carry the trace's thread names (stop 44): a hostile one stays text in analyze, whatif and the page."""
+    source = json.loads(gzip.open(FIXTURES / "torch" / "resnet18_bs16.json.gz", "rt").read())
+    named = [e for e in source["traceEvents"] if e.get("ph") == "M" and e.get("name") == "thread_name"]
+    for e in named:
+        e["args"]["name"] = ESC_NAME
+    path = tmp_path / "hostile_thread.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(source, f)
+    store = str(tmp_path / "s")
+    for args in (["analyze", str(path), "--rule", "critical-path"], ["whatif", str(path)]):
+        code, out, err = run_cli("--store", store, "--width", "240", *args)
+        assert code == 0, err
+        no_escapes(out, err)
+        assert f"({shown(ESC_NAME)})" in out
+    page = tmp_path / "p.html"
+    code, out, err = run_cli("--store", store, "report", str(path), "--html", str(page))
+    assert code == 0, err
+    no_escapes(page.read_text())
