@@ -449,3 +449,30 @@ def test_balance_that_removes_the_stragglers_excess_needs_no_note(tmp_path):
     doc = json.loads(out)
     assert "edit_notes" not in doc and not any(n.startswith("--balance") for n in doc["notes"])
     assert doc["edits"][0]["removed_per_step_by_rank"]["1"] > 40_000_000  # rank 1's DataLoader, evened
+
+
+def test_a_caveat_share_is_of_the_path_the_table_shares_are_of(tmp_path):
+    """"31.41 ms ... 23.2%" in the path table and "31.41 ms per step of the predicted path (23.0%)" in the caveat
+    under it: two shares of one figure. Both are of the predicted path's length now."""
+    import re
+
+    from traceparse.figures import fmt_pct
+
+    code, out, err = run_cli("--store", str(tmp_path), "whatif", str(MULTIRANK / "gloo4_slow_rank2"), "--balance",
+                             "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["cannot_replay"]
+    untraced: dict[int, list[dict]] = {}
+    for t in doc["path"]["top"]:
+        if t["kind"] == "untraced":
+            untraced.setdefault(t["rank"], []).append(t)
+    compared = 0
+    for line in doc["cannot_replay"]:
+        ms, pct = re.match(r"([\d.]+) ms per step of the predicted path \(([\d.]+)%\)", line).groups()
+        rank = int(re.search(r"on rank (\d+)", line).group(1))
+        rows = untraced.get(rank, [])
+        if rows and abs(sum(r["per_step_ns"] for r in rows) / 1e6 - float(ms)) < 0.01:  # all of it in the table
+            assert f"({fmt_pct(sum(r['share_pct'] for r in rows))})" in line, line
+            compared += 1
+    assert compared >= 3

@@ -386,7 +386,8 @@ def missing_edges(events: pl.DataFrame) -> list[str]:
 
 
 def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float = 10.0) -> list[str]:
-    """One line per rank whose untraced time on the predicted paths is at least ``min_pct`` of its steps."""
+    """One line per rank whose untraced time on the predicted paths is at least ``min_pct`` of the path's length
+    (the whole the path table's shares are of)."""
     if segments.height == 0:
         return []
     n = paths.height
@@ -398,13 +399,14 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
     per_rank = (untraced.group_by("segment_rank").agg(ns=pl.col("duration_ns").sum())
                 .join(most, on="segment_rank", how="left", nulls_equal=True)
                 .sort("ns", descending=True).select("segment_rank", "ns", "name"))
-    step = float((paths["end_ns"] - paths["start_ns"]).sum()) / max(n, 1)
+    # the predicted path's length, the whole of the table of its largest parts (top_segments): one share per figure
+    length = float(segments["duration_ns"].sum()) / max(n, 1)
     out = []
     for rank, ns, name in per_rank.iter_rows():
         per = ns / max(n, 1)
-        if step > 0 and 100 * per / step >= min_pct:
+        if length > 0 and 100 * per / length >= min_pct:
             who = f" on rank {rank}" if rank is not None else ""
-            out.append(f"{fmt_ns(per)} per step of the predicted path ({fmt_pct(100 * per / step)}) is time"
+            out.append(f"{fmt_ns(per)} per step of the predicted path ({fmt_pct(100 * per / length)}) is time"
                        f"{who} that the trace does not show, mostly {name}: replayed as measured (what the trace "
                        "does not record cannot be shortened or removed)")
     return out
