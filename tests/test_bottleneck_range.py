@@ -92,3 +92,20 @@ def test_the_page_says_it_too(tmp_path):
     assert code == 0, err
     assert (f"at stake per rank (mean of 2: {fmt_ns(idle[0])} on rank 0, {fmt_ns(idle[1])} on rank 1)"
             in page.read_text())
+
+
+def test_a_stragglers_cost_names_who_waits_most_and_the_straggler(tmp_path):
+    """The straggler's cost is the others' wait over every rank ("141.8 ms lost per rank (mean of 4)"): the straggler
+    waits nothing and the others up to 192.4 ms. Rank 1 is last at every collective here, so every wait is for it,
+    and the range is the table's own "waited" figures."""
+    folder = RUNS / "ddp4_slow_loader"
+    code, out, err = run_cli("--store", str(tmp_path), "-q", "analyze", "--json", "--rule", "stragglers", str(folder))
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    ranks = finding["metrics"]["ranks"]
+    assert ranks["1"]["last_count"] == finding["metrics"]["collectives"] == 8  # every wait is for rank 1
+    waited = {int(r): v["waited_ns"] for r, v in ranks.items()}
+    most = max(waited, key=lambda r: waited[r])
+    assert finding["impact_ns"] == round(sum(waited.values()) / 4)
+    assert finding["impact_range"] == {"parts": 4, "per": "rank", "least_ns": 0, "least": "rank 1",
+                                       "most_ns": waited[most], "most": f"rank {most}"}

@@ -128,10 +128,12 @@ class Stragglers(Rule):
         busy = member_compute(events, waits)
         waited = dict(waiting_time(waits, windows, busy).iter_rows())
         # the wait a member causes: over the others, the union of their waits at the instances it was last to
-        caused = {}
+        caused, caused_on = {}, {}  # caused_on: {last member: {waiting member: its wait for it}}
         for (last,), held in shared.filter(pl.col("member") != pl.col("last_member")).group_by(
                 "last_member", maintain_order=True):
-            caused[last] = int(waiting_time(held, windows, busy)["waited_ns"].sum() or 0)
+            on = waiting_time(held, windows, busy)
+            caused[last] = int(on["waited_ns"].sum() or 0)
+            caused_on[last] = dict(on.iter_rows())
         per = (waits.group_by("member").agg(device=pl.col("device_id").drop_nulls().first(),
                                             rank=pl.col("rank").first())
                .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),
@@ -217,7 +219,9 @@ class Stragglers(Rule):
                                  "ranks": ranks, **excess},
                         items=items, items_title=ITEMS_TITLE,
                         columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
-                        figures=FIGURES, impact_ns=round(caused_ns / len(members)), summary=summary)]
+                        figures=FIGURES, impact_ns=round(caused_ns / len(members)),
+                        impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label),
+                        summary=summary)]
 
 
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
@@ -241,6 +245,24 @@ def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> b
         return False
     first, second = per["wait_caused_ns"][0], per["wait_caused_ns"][1]
     return first > 2 * second
+
+
+def _caused_range(on: dict, members: list, per: pl.DataFrame, label: str) -> dict | None:
+    """:attr:`~traceparse.rule.Finding.impact_range` of the wait the straggler causes, whose mean over the members
+    is the time at stake: the least (the straggler's own, nothing) and the most one member waited for it."""
+    if len(members) < 2:
+        return None
+    rank_of = dict(zip(per["member"].to_list(), per["rank"].to_list()))
+
+    def name(member) -> str:
+        rank = rank_of.get(member)
+        return f"rank {rank}" if label == "rank" and rank is not None else f"{label} {_key(member)}"
+
+    waits = [(int(on.get(m, 0) or 0), m) for m in members]
+    least = min(waits, key=lambda w: w[0])
+    most = max(waits, key=lambda w: w[0])
+    return {"parts": len(members), "per": label, "least_ns": least[0], "least": name(least[1]),
+            "most_ns": most[0], "most": name(most[1])}
 
 
 def _key(member) -> str:
