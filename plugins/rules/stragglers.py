@@ -49,7 +49,8 @@ candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives
 ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}), ``slow_rank_host``,
 ``slow_rank_gpu`` (above; empty without a straggler rank). Items: every rank, most wait
 caused first. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
-the mean per rank. The finding of a straggler gives the run's summary a line naming it.
+the mean per rank; ``impact_range`` names the least (the straggler's own: nothing) and the rank that waited
+for it most. The finding of a straggler gives the run's summary a line naming it.
 
 Clocks: ranks on one host share its clock, so arrivals compare as they are. Ranks on several hosts do not:
 with ``align_clocks`` each rank's clock is moved by the median over instances of (its end − the first
