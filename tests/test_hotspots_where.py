@@ -102,3 +102,25 @@ def test_a_gpu_stream_waiting_is_no_gpu_work(tmp_path):
     routines = {(e["cat"], e["name"]) for e in events
                 if e.get("cat") in ("cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset")}
     assert found[0]["message"].startswith(f"{len(routines)} routines on 1 thread and 1 GPU, ")
+
+
+def test_a_trace_with_no_gpu_work_names_its_top_routines_in_the_summary(tmp_path):
+    """A CPU-only profile's summary had nothing but dashes; it names the routines that hold the time now, as a
+    GPU trace's names its top kernels, with the whole they are shares of."""
+    from traceparse.figures import fmt_pct
+
+    cases = {FIXTURES / "tau" / "real" / "cpi-mpi": " summed over the threads",
+             PPROF_S: " summed over 4 threads"}
+    for path, over in cases.items():
+        code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "analyze", str(path), "--json")
+        assert code == 0, err
+        doc = json.loads(out)
+        main = next(f for f in doc["findings"] if f["title"] == "Hotspots: routines by exclusive time")
+        line = (", ".join(f"{i['name']} {fmt_pct(i['share_pct'])}" for i in main["items"][:3])
+                + f" of {fmt_ns(main['metrics']['time_ns'])}{over}")
+        assert {"rule": "hotspots", "label": "top routines", "text": line} in doc["summary"][0]["highlights"]
+    # a GPU trace names its kernels instead; a CPU trace whose routines hold 4 us of 1.3 s names none
+    for path in (FIXTURES / "torch" / "resnet18_bs16.json.gz", FIXTURES / "torch" / "hta" / "cpu_only"):
+        code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "analyze", str(path), "--json")
+        assert code == 0, err
+        assert not any(h["label"] == "top routines" for h in json.loads(out)["summary"][0]["highlights"])

@@ -64,6 +64,8 @@ from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
 from traceparse.meta import SUMMED_THREADS
+from traceparse.summary import trace_span
+from traceparse.verdict import QUIET_SHARE
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
 from traceparse.schema import ASYNC_GROUP
@@ -159,15 +161,15 @@ class Hotspots(Rule):
         for item in items:
             if item["kind"] == "kernel" and item["name"] in waiting:
                 item["waiting_ns"] = waiting[item["name"]]
+        summed_over = (trace.meta.extra or {}).get(SUMMED_THREADS)  # rows with no thread: totals over these
         if items:
             top = items[0]
             longest = int(per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())["time_ns"].max() or 0)
             summed = (f" (summed over the threads; the busiest thread {fmt_ns(longest)})" if n_threads > 1 else "")
             where = " on " + _threads_and_lanes(per_thread, n_processes, device_nouns(trace.meta))
             if not n_threads:  # a summary's totals: on no thread the source names
-                over = (trace.meta.extra or {}).get(SUMMED_THREADS)
-                where, summed = "", (f" (summed over {over:,} threads: the source gives their total only)"
-                                     if over and over > 1 else " (totals: the source names no thread)")
+                where, summed = "", (f" (summed over {summed_over:,} threads: the source gives their total only)"
+                                     if summed_over and summed_over > 1 else " (totals: the source names no thread)")
             message = (f"{fmt_count(by_name.height, 'routine')}{where}, {fmt_ns(total)} in all"
                        f"{summed}; "
                        f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
@@ -200,8 +202,17 @@ class Hotspots(Rule):
             metrics["comm_waiting_ns"] = sum(waiting.values())
         columns = ([c for c in COLUMNS if c.key not in PER_THREAD] if not n_threads else COLUMNS) \
             + ([WAITING] if any("waiting_ns" in i for i in items) else [])
+        # a trace with no GPU work has no "top kernels" line: its summary names the routines that hold its time,
+        # where they hold a part of it worth naming (not 4 us of aten::empty in a 1.3 s trace of annotations)
+        span = trace_span(events)
+        cpu_only = (bool(items) and not per_thread["kind"].is_in(list(GPU_KINDS)).any()
+                    and not (span and total < QUIET_SHARE * span))
+        over = (" summed over the threads" if n_threads > 1 else
+                f" summed over {summed_over:,} threads" if not n_threads and (summed_over or 0) > 1 else "")
+        top_line = (("top routines", ", ".join(f"{i['name']} {fmt_pct(i['share_pct'])}" for i in items[:3])
+                     + f" of {fmt_ns(total)}{over}") if cpu_only else None)
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
-                            message, suggestion, metrics=metrics, items=items, columns=columns,
+                            message, suggestion, metrics=metrics, items=items, columns=columns, summary=top_line,
                             figures={**{k: v for k, v in FIGURES.items() if n_threads or k != "threads"},
                                      **({"comm_waiting_ns": "ns"} if waiting else {})},
                             labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
