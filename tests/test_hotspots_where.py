@@ -124,3 +124,21 @@ def test_a_trace_with_no_gpu_work_names_its_top_routines_in_the_summary(tmp_path
         code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "analyze", str(path), "--json")
         assert code == 0, err
         assert not any(h["label"] == "top routines" for h in json.loads(out)["summary"][0]["highlights"])
+
+
+def test_the_spread_shown_is_of_the_role_that_holds_the_routines_time():
+    """Hand-written: routine r runs 100 ns on each of 4 worker threads and 1 ns on one of 2 io threads. The spread
+    was that of the most uneven role (io: mean 0.5 ns, max 1, imbalance 2×) beside 401 ns of it; it is the
+    workers' now, and the role is named."""
+    names = {f"1/{t}": f"worker_{t}" for t in (11, 12, 13, 14)} | {"1/21": "io_0", "1/22": "io_1"}
+    rows = pl.DataFrame({
+        "kind": ["op"] * 7, "name": ["r", "r", "r", "r", "r", "s", "s"],
+        "start_ns": [0] * 7, "duration_ns": [100, 100, 100, 100, 1, 5, 5],
+        "pid": [1] * 7, "tid": [11, 12, 13, 14, 21, 21, 22],
+    })
+    trace = Trace(conform(rows, trace_id="t"), TraceMeta(id="t", extra={"thread_names": names}))
+    main = next(f for f in analyze(trace, rules=["hotspots"]) if f.title.startswith("Hotspots: routines"))
+    r = next(i for i in main.items if i["name"] == "r")
+    assert (r["threads"], r["role"], r["peers"], r["mean_ns"], r["min_ns"], r["max_ns"], r["imbalance"]) == (
+        5, "worker", 4, 100.0, 100, 100, 1.0)
+    assert {c.key: c.label for c in main.columns}["mean_ns"] == "mean in role"

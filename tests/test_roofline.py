@@ -9,6 +9,7 @@ FP32, 989/2 TFLOP/s dense TF32, 3.35 TB/s).
 from __future__ import annotations
 
 import csv
+import re
 import json
 import sys
 from decimal import Decimal
@@ -47,7 +48,11 @@ def expected_per_kernel(path: Path) -> list[dict]:
             m = f"sm__sass_thread_inst_executed_op_{x}%s_pred_on.sum"
             by_precision[precision] = get(row, m % "add") + get(row, m % "mul") + 2 * get(row, m % "fma")
         by_precision["tf32_tensor"] = get(row, "sm__ops_path_tensor_src_tf32_dst_fp32.sum")
-        out.append({"name": row[ix["Kernel Name"]], "by_precision": by_precision,
+        name = row[ix["Kernel Name"]]
+        half_moves = Decimal(0)
+        if re.search(r"\bfloat\b", name) and not re.search(r"half|bf16|bfloat16|fp16|f16|hmma", name, re.I):
+            half_moves, by_precision["fp16"] = by_precision["fp16"], Decimal(0)  # HFMA2.MMA moves, no arithmetic
+        out.append({"name": name, "by_precision": by_precision, "half_moves": half_moves,
                     "flops": int(sum(by_precision.values())),
                     "dram_bytes": int(get(row, "dram__bytes_read.sum") + get(row, "dram__bytes_write.sum")),
                     "time_ns": int(get(row, "gpu__time_duration.sum"))})
@@ -329,3 +334,22 @@ def test_details_page_with_metrics_and_scaled_units(store):
         assert item["roof_pct"] == pytest.approx(100 * float(flops / time_ns) / min(peak, ai * 1555), rel=1e-4)
     assert [i["precision"] for i in items] == ["fp32", "tf32_tensor"]
     assert [i["tensor_core"] for i in items] == [False, True]
+
+
+def test_half_precision_counts_of_float_kernels_are_register_moves_not_flops():
+    """A float element-wise add (CUDAFunctor_add<float>) read twice as many half-precision FMA counts as fp32 ones:
+    HFMA2.MMA register moves on sm_80+. It was labelled fp16 at three times its work; its FLOPs are its fp32
+    ones now, and the message says how many kernels and GFLOP were left out (both from the CSV here)."""
+    from traceparse.figures import fmt_number
+
+    items, metrics = all_items(VGG11)
+    expected = expected_per_kernel(VGG11)
+    moved = [e for e in expected if e["half_moves"]]
+    assert len(moved) == metrics["half_move_kernels"] >= 20
+    assert metrics["half_moves_left_out"] == pytest.approx(float(sum(e["half_moves"] for e in moved)))
+    add = next(i for i, e in zip(items, expected) if "CUDAFunctor_add<float>" in e["name"] and e["half_moves"])
+    e = next(e for e in expected if e["name"] == add["name"] and e["half_moves"])
+    assert add["precision"] == "fp32" and add["flops"] == int(e["by_precision"]["fp32"])
+    finding = ArithmeticIntensity().check(read_paths([VGG11])[0], RuleOptions(thresholds={"top": 0}))[0]
+    assert (f"{len(moved)} kernels whose names say float read half-precision FMA counts "
+            f"({fmt_number(float(sum(e['half_moves'] for e in moved)) / 1e9)} GFLOP)") in finding.message

@@ -218,6 +218,10 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
             at = (f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None
                   else "; with no kernel time in the trace, its share of the roof is unknown")
             parts.append(f"Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}.")
+        if extra.get("half_move_kernels"):
+            parts.append(f"{extra['half_move_kernels']:,} kernels whose names say float read half-precision FMA "
+                         f"counts ({fmt_number(extra['half_moves_left_out'] / 1e9)} GFLOP): HFMA2.MMA register moves "
+                         "on sm_80 and later, not arithmetic, left out of their FLOPs.")
         if extra["lower_bound_kernels"]:
             parts.append(f"{extra['lower_bound_kernels']:,} tensor-core kernels "
                          f"({fmt_ns(extra['lower_bound_time_ns'])}) have no tensor FLOP counts: their SASS FLOPs "

@@ -31,6 +31,11 @@ NVPROF_TRANSACTIONS = ("dram_read_transactions", "dram_write_transactions")
 NVPROF_BYTES = ("dram_read_bytes", "dram_write_bytes")
 SM_CLOCK = ("sm__cycles_elapsed.avg.per_second", "SM Frequency")
 
+#: A kernel name whose template arguments are float and none half-precision (``CUDAFunctor_add<float>``): its
+#: half-precision FMA counts are HFMA2.MMA register moves (sm_80+), not FLOPs. 21 such kernels of the VGG11 ncu
+#: fixture read twice as many "fp16" FLOPs as fp32 ones, an fp32 add labelled fp16 at three times its work.
+FLOAT_TYPED = re.compile(r"\bfloat\b")
+HALF_TYPED = re.compile(r"half|bf16|bfloat16|__nv_bfloat|fp16|f16|hmma", re.I)
 MATMUL_NAME = re.compile(r"gemm|conv|fprop|dgrad|wgrad|mma|matmul|attention|flash|xmma|cutlass|cudnn|cublas", re.I)
 TENSOR_NAME = re.compile(r"tf32|tfloat32|bfloat16|half_t|hmma|gmma|imma|dmma|tensorop|tensor_op|tensor\d+x\d+x\d+|bf16|f16f16|fp16|_f16|"
                          r"e4m3|e5m2|fp8|int8|(?<![a-z])[hsidb]\d{3,5}(?=gemm|conv|fprop|dgrad|wgrad|_)", re.I)
@@ -190,9 +195,12 @@ def _classify(kernel: dict, sass: dict, tensor: dict, gmma: float | None, dram: 
               clock: float | None) -> dict:
     """One kernel's FLOPs by precision, tensor-core verdict and whether its FLOPs are a lower bound."""
     flops = dict(sass)
+    name = kernel["name"]
+    half_moves = flops.get("fp16", 0.0) if FLOAT_TYPED.search(name or "") and not HALF_TYPED.search(name or "") else 0.0
+    if half_moves:  # HFMA2.MMA register moves of a kernel whose types are float: no half-precision arithmetic
+        del flops["fp16"]
     tensor_flops = {p: v for p, v in tensor["flops"].items()}
     measured_tensor = sum(tensor_flops.values())
-    name = kernel["name"]
     name_precision = tensor_precision_from_name(name)
     evidence = None
     if measured_tensor > 0:
@@ -214,7 +222,7 @@ def _classify(kernel: dict, sass: dict, tensor: dict, gmma: float | None, dram: 
         "dram_bytes": dram, "tensor_core": evidence is not None, "tensor_evidence": evidence,
         "flops_lower_bound": lower_bound, "lower_bound_precision": name_precision if lower_bound else None,
         "flops_estimated": 0.0, "sm_clock_hz": clock, "aggregated": kernel.get("start_ns") is None,
-        "calls": kernel.get("calls") or 1,
+        "calls": kernel.get("calls") or 1, "half_moves": half_moves,
     }
 
 
@@ -268,6 +276,8 @@ def _from_counters(all_rows: list[dict], spec: dict | None, model_gflops: float,
         "clock_ratio": round(mean_clock / 1e6 / boost, 4) if mean_clock and boost else None,
         "model_gflops": model_gflops or None,
         "kernels_without_counts": len(without),
+        "half_move_kernels": sum(1 for r in rows if r.get("half_moves")),
+        "half_moves_left_out": _num(sum(r.get("half_moves") or 0.0 for r in rows)),
         "kernels_without_counts_time_ns": sum(r["time_ns"] or 0 for r in without),
     }
     return {"source": "counters", "items": items, "total": total, "extra": extra, "peaks": peaks}
