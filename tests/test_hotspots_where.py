@@ -142,3 +142,35 @@ def test_the_spread_shown_is_of_the_role_that_holds_the_routines_time():
     assert (r["threads"], r["role"], r["peers"], r["mean_ns"], r["min_ns"], r["max_ns"], r["imbalance"]) == (
         5, "worker", 4, 100.0, 100, 100, 1.0)
     assert {c.key: c.label for c in main.columns}["mean_ns"] == "mean in role"
+
+
+def test_a_summary_logs_rows_are_of_its_process_not_a_thread(tmp_path):
+    """An nvprof summary gives totals per process, no thread: it read "20 routines on 1 thread". The rows of the
+    log's "Profiling result" table are counted here (its 'GPU activities' and 'API calls' rows)."""
+    path = FIXTURES / "nvprof" / "real" / "pytorch_wavelets_summary.log"
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith("Profiling result:")) + 2
+    rows = [line for line in lines[start:] if re.match(r"^\s+(GPU activities:|API calls:)?\s+[\d.]+%", line)]
+    process = lines[0].split("==")[1]
+    [main, *_] = hotspots(tmp_path, path)
+    assert main["message"].startswith(f"{len(rows)} routines of 1 process (no thread given), ")
+    assert process == "1256"
+
+
+def test_a_tpus_lines_are_the_tpus_not_threads():
+    """Hand-written: XLA's TPU op lines (no process, a device, a line id) are that TPU's lanes, not threads: a TPU
+    trace read "349 routines on 120 threads", its busiest "thread" a TPU."""
+    from traceparse.meta import Device
+
+    rows = pl.DataFrame({
+        "kind": ["op", "op", "op", "region", "region"], "name": ["fusion", "copy", "fusion", "host", "host"],
+        "start_ns": [0, 10, 0, 0, 0], "duration_ns": [30, 5, 20, 7, 9],
+        "pid": [None, None, None, 1, 1], "tid": [100, 101, 100, 11, 12], "device_id": [0, 0, 1, None, None],
+    })
+    meta = TraceMeta(id="t", devices=[Device(id=0, kind="TPU"), Device(id=1, kind="TPU")])
+    main = next(f for f in analyze(Trace(conform(rows, trace_id="t"), meta), rules=["hotspots"])
+                if f.title.startswith("Hotspots: routines"))
+    # TPU 0: copy [10, 15) nests in fusion [0, 30), 30 ns; TPU 1: 20 ns; the threads 7 and 9 ns
+    assert main.message.startswith("3 routines on 2 threads and 2 TPUs, 66 ns in all (summed over the threads and "
+                                   "devices; the busiest thread 9 ns, the busiest TPU, TPU 0, 30 ns); ")
+    assert main.summary is None  # the summary names a TPU's ops itself

@@ -241,3 +241,16 @@ def test_the_gpu_catalog_does_not_look_a_tpu_up():
     (trace,) = read_paths([TPU])
     spec, how = gpu_for_trace(trace)
     assert spec is None and how == "the trace's devices are TPUs, not GPUs; pass --gpu NAME for a GPU's roofs"
+
+
+def test_the_critical_path_of_a_tpu_trace_says_what_it_cannot_follow(tmp_path):
+    """It read "The trace has no timed GPU work" of a trace whose four TPUs are 86.7% busy, and named a 0 ns
+    "largest part" of a 0 ns path."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(TPU), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    assert finding["metrics"]["length_ns"] == 0
+    message = finding["message"]
+    assert "GPU work" not in message and "largest part" not in message
+    assert ("The trace has no GPU streams: the TPUs' ops are not in the graph (nothing in the trace links them to "
+            "the host's calls), so the path follows the host only.") in message

@@ -127,7 +127,7 @@ class ApiShare(Rule):
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         # the CUDA context is created by a process's first CUDA call, often a cudaMalloc: a one-off, not time lost
         # to allocating (a 5.5 s cudaMalloc in a program with 3.3 ms of GPU time was "allocation, 5.519 s lost")
-        startup, first = _context_creation(trace.events)
+        startup, first, from_summary = _context_creation(trace.events)
         steady = {c: classes[c]["time_ns"] - (startup if c == "allocation" else 0) for c in CLASSES}
         flagged = [c for c in CLASSES
                    if grade(expr.pct(steady[c], total), warning=t[f"{c}_warning_pct"]) != "info"
@@ -141,7 +141,11 @@ class ApiShare(Rule):
         else:
             message = f"{calls} API calls, with no recorded time."
         message += aggregated_note(ignored_aggregated, "API", "API events")
-        if startup:
+        if startup and from_summary:  # a summary keeps no order of calls: the longest one, most likely
+            message += (f" The longest {first} ({fmt_ns(startup)}, the summary's Max) most likely made the CUDA "
+                        "context (the first CUDA call does; a summary keeps no order): a one-off, left out of the "
+                        "allocation time at stake.")
+        elif startup:
             message += (f" {first} ({fmt_ns(startup)}) is the first CUDA call{' of each process' if run else ''}, "
                         "which creates the CUDA context: a one-off, left out of the allocation time at stake.")
         metrics = {"api_time_ns": total, "api_calls": calls, "api_names": by_name.height, "classes": classes,
@@ -155,8 +159,9 @@ class ApiShare(Rule):
                         impact_ns=sum(steady[c] for c in flagged) if flagged else None)]
 
 
-def _context_creation(events) -> tuple[int, str | None]:
-    """The time of the calls that created a CUDA context, where they are allocations, and the first one's name.
+def _context_creation(events) -> tuple[int, str | None, bool]:
+    """The time of the calls that created a CUDA context, where they are allocations, the first one's name, and
+    whether it was told from summary rows (which keep no order of calls: the longest allocation is taken).
 
     Timed calls: each process's first runtime call (``cuda*``, ``hip*``) when it is an allocation
     (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call.
@@ -164,7 +169,7 @@ def _context_creation(events) -> tuple[int, str | None]:
     time (nvprof's Max column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
     api = events.filter(expr.kind_is("api") & pl.col("duration_ns").is_not_null())
     if api.height == 0:
-        return 0, None
+        return 0, None, False
     api = api.with_columns(_class=expr.api_class(pl.col("name")))
     timed = api.filter(pl.col("start_ns").is_not_null())
     if timed.height:  # the runtime's first call makes the context (a driver query such as cuModuleGetLoadingMode
@@ -172,14 +177,14 @@ def _context_creation(events) -> tuple[int, str | None]:
         runtime = timed.filter(pl.col("name").str.starts_with("cuda") | pl.col("name").str.starts_with("hip"))
         first = (runtime.sort("start_ns").group_by("trace_id", "pid", maintain_order=True).first()
                  .filter(pl.col("_class") == "allocation"))
-        return int(first["duration_ns"].sum() or 0), (first["name"][0] if first.height else None)
+        return int(first["duration_ns"].sum() or 0), (first["name"][0] if first.height else None), False
     if "max_ns" not in api.columns:
-        return 0, None
+        return 0, None, False
     allocation = api.filter(pl.col("_class") == "allocation")
     longest = allocation.filter(pl.col("max_ns").is_not_null()).sort("max_ns", descending=True).head(1)
     if longest.height and 2 * longest["max_ns"][0] >= int(allocation["duration_ns"].sum() or 0):
-        return int(longest["max_ns"][0]), longest["name"][0]
-    return 0, None
+        return int(longest["max_ns"][0]), longest["name"][0], True
+    return 0, None, False
 
 
 @hookimpl

@@ -65,6 +65,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.meta import device_nouns
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median
@@ -110,7 +111,7 @@ class CriticalPath(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events
-        missing = _missing(events)
+        missing = _missing(events, device_nouns(trace.meta))
         names = thread_names(trace.meta)
         windows = windowed_steps(events)
         if windows is not None:  # one large trace: a group of steps at a time, never its whole graph
@@ -467,8 +468,9 @@ def _per_rank(details: list[dict]) -> dict:
     return out
 
 
-def _missing(events) -> list[str]:
-    """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges)."""
+def _missing(events, nouns: dict[int, str] | None = None) -> list[str]:
+    """The edges this trace cannot give, in words (docs/critical_path.md: which formats carry which edges);
+    ``nouns``: :func:`traceparse.meta.device_nouns`, the trace's devices that are no GPU (TPUs)."""
     row = edge_coverage(events)
     out = []
     if not row["host"]:
@@ -484,7 +486,11 @@ def _missing(events) -> list[str]:
         if not row["ops"] and not row["regions"]:
             out.append("no operators (only annotations and collective calls): the host's own work between them is "
                        "untraced time")
-    if not row["gpu"]:
+    others = sorted(set((nouns or {}).values()))
+    if not row["gpu"] and others:  # a TPU's ops are XLA's device lines: nothing links them to the host's calls
+        out.append(f"no GPU streams: the {' and '.join(others)}s' ops are not in the graph (nothing in the trace "
+                   "links them to the host's calls), so the path follows the host only")
+    elif not row["gpu"]:
         out.append("no timed GPU work")
     return out
 
@@ -520,7 +526,7 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
                      f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "
                      f"{fmt_ns(m['wait_ns'])} of it ({fmt_pct(m['wait_pct'])} of the path) while this rank had joined "
                      "a collective and waited for them.")
-    if items:
+    if items and items[0]["per_step_ns"]:  # a path of no length has no largest part worth naming
         lead = items[0]
         who = f"rank {lead['rank']} {lead['lane']}" if lead.get("rank") is not None else lead["lane"]
         text += f" Its largest part: {lead['kind']} {lead['name']} on {who}, {fmt_ns(lead['per_step_ns'])}{each}."

@@ -166,9 +166,8 @@ class Hotspots(Rule):
         summed_over = (trace.meta.extra or {}).get(SUMMED_THREADS)  # rows with no thread: totals over these
         if items:
             top = items[0]
-            longest = int(per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())["time_ns"].max() or 0)
-            summed = (f" (summed over the threads; the busiest thread {fmt_ns(longest)})" if n_threads > 1 else "")
-            where = " on " + _threads_and_lanes(per_thread, n_processes, device_nouns(trace.meta))
+            summed = _busiest(per_thread, device_nouns(trace.meta)) if n_threads > 1 else ""
+            where = " " + _threads_and_lanes(per_thread, n_processes, device_nouns(trace.meta))
             if not n_threads:  # a summary's totals: on no thread the source names
                 where, summed = "", (f" (summed over {summed_over:,} threads: the source gives their total only)"
                                      if summed_over and summed_over > 1 else " (totals: the source names no thread)")
@@ -207,7 +206,9 @@ class Hotspots(Rule):
         # a trace with no GPU work has no "top kernels" line: its summary names the routines that hold its time,
         # where they hold a part of it worth naming (not 4 us of aten::empty in a 1.3 s trace of annotations)
         span = trace_span(events)
-        cpu_only = (bool(items) and not per_thread["kind"].is_in(list(GPU_KINDS)).any()
+        device_lines = bool(per_thread.select((pl.col("pid").is_null() & pl.col("device_id").is_not_null()).any())
+                            .item())  # a TPU's ops: the summary names those itself
+        cpu_only = (bool(items) and not per_thread["kind"].is_in(list(GPU_KINDS)).any() and not device_lines
                     and not (span and total < QUIET_SHARE * span))
         over = (" summed over the threads" if n_threads > 1 else
                 f" summed over {summed_over:,} threads" if not n_threads and (summed_over or 0) > 1 else "")
@@ -272,18 +273,56 @@ class Hotspots(Rule):
                        columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
 
 
+def _places(threaded: pl.DataFrame) -> pl.DataFrame:
+    """Each thread key of ``threaded`` (:data:`THREAD`) with ``place``: ``device`` (a device's lane: GPU activity
+    with no thread id, or a device's line that is no process's, XLA's TPU ops), ``process`` (a process's rows with
+    no thread: an nvprof summary's API totals) or ``thread``."""
+    keys = threaded.group_by(THREAD).agg(gpu=pl.col("kind").is_in(list(GPU_KINDS)).all())
+    no_tid = pl.col("tid").is_null()
+    lane = (no_tid & pl.col("gpu")) | (pl.col("pid").is_null() & pl.col("device_id").is_not_null())
+    return keys.with_columns(place=pl.when(lane).then(pl.lit("device"))
+                             .when(no_tid & pl.col("device_id").is_null()).then(pl.lit("process"))
+                             .otherwise(pl.lit("thread")))
+
+
+def _busiest(per_thread: pl.DataFrame, nouns: dict[int, str]) -> str:
+    """`` (summed over the threads; the busiest thread 17.53 ms)``: the busiest host thread, and the busiest device
+    where devices' lanes are counted too (a TPU's 79 s was "the busiest thread")."""
+    keyed = (per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())
+             .join(_places(per_thread), on=THREAD, how="left", nulls_equal=True))
+    threads = keyed.filter(pl.col("place") != "device")
+    devices = keyed.filter(pl.col("place") == "device").group_by("rank", "device_id").agg(pl.col("time_ns").sum())
+    parts = []
+    if threads.height:
+        parts.append(f"the busiest thread {fmt_ns(int(threads['time_ns'].max() or 0))}")
+    if devices.height:
+        top = devices.sort(["time_ns", "device_id"], descending=[True, False], nulls_last=True).row(0, named=True)
+        noun = nouns.get(top["device_id"], "GPU")
+        name = noun if top["device_id"] is None else f"{noun} {top['device_id']}"
+        parts.append(f"{name} {fmt_ns(int(top['time_ns'] or 0))}" if devices.height == 1
+                     else f"the busiest {noun}, {name}, {fmt_ns(int(top['time_ns'] or 0))}")
+    over = "the threads" + (" and devices" if devices.height else "") if threads.height else "the devices"
+    return f" (summed over {over}; " + ", ".join(parts) + ")"
+
+
 def _threads_and_lanes(threaded: pl.DataFrame, processes: int, nouns: dict[int, str]) -> str:
     """Where the routines ran, as a reader counts: "3 threads of 2 processes and 1 GPU" (GPU activity with no
-    thread id, a device's kernels, is a lane of that device: ``TPU`` where the trace says the device is one)."""
-    lanes = (threaded.filter(pl.col("tid").is_null()).group_by(THREAD)
-             .agg(pl.col("kind").is_in(list(GPU_KINDS)).all().alias("gpu")).filter("gpu"))
-    hosts = threaded.select(THREAD).unique().height - lanes.height
+    thread id, a device's kernels, is a lane of that device: ``TPU`` where the trace says the device is one; a
+    process's rows with no thread, a summary's, are of that process)."""
+    places = _places(threaded)
+    hosts = places.filter(pl.col("place") == "thread").height
+    lanes = places.filter(pl.col("place") == "device")
+    bare = places.filter(pl.col("place") == "process").height
     words = []
     if hosts:
-        words.append(fmt_count(hosts, "thread") + (f" of {processes:,} processes" if processes > 1 else ""))
+        words.append("on " + fmt_count(hosts, "thread") + (f" of {processes:,} processes" if processes > 1 else ""))
     if lanes.height:
-        kinds = {nouns.get(d, "GPU") for d in lanes["device_id"].to_list()}
-        words.append(fmt_count(lanes.height, kinds.pop() if len(kinds) == 1 else "device"))
+        devices = lanes.select("rank", "device_id").unique()
+        kinds = {nouns.get(d, "GPU") for d in devices["device_id"].to_list()}
+        words.append(("on " if not words else "") + fmt_count(devices.height, kinds.pop() if len(kinds) == 1
+                                                             else "device"))
+    if bare:
+        words.append(f"of {fmt_count(bare, 'process', 'processes')} (no thread given)")
     return " and ".join(words)
 
 
