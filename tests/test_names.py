@@ -194,3 +194,9 @@ def test_an_annotations_bracket_is_part_of_its_name():
     # a type as the one parameter is a parameter list; a label before a colon is no return type
     assert short_name("ncclBroadcastKernel_copy_i8(ncclColl)", 70) == "ncclBroadcastKernel_copy_i8"
     assert short_name("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 20) == "AccumulateGrad"
+
+
+def test_a_plain_functions_empty_brackets_stay():
+    """TAU writes "MPI_File_open()": the table showed "MPI_File_open" beside a message quoting "MPI_File_open()"."""
+    assert short_name("MPI_File_open()") == "MPI_File_open()"
+    assert short_names(["MPI_Init()", "void f<1>()"]) == ["MPI_Init()", "f<1>"]

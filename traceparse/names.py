@@ -170,9 +170,10 @@ _PARAMETER_TYPES = re.compile(r"[*&<:]|\b(?:int|long|short|char|float|double|boo
 
 
 def _drop_parameters(s: str) -> str:
-    """``f(int, float*)`` -> ``f``: a C++ signature's parameter list. A bracket right after the name that holds
-    one short word and no parameter type (an annotation's ``dispatch(F)`` beside ``dispatch(B)``, ``attn(fwd)``)
-    is part of the name and stays; ``kernel(ncclColl)``'s is a parameter."""
+    """``f(int, float*)`` -> ``f``: a C++ signature's parameter list; a plain name's empty one (``MPI_Init()``)
+    stays. A bracket right after the name that holds one short word and no parameter type (an annotation's
+    ``dispatch(F)`` beside ``dispatch(B)``, ``attn(fwd)``) is part of the name and stays; ``kernel(ncclColl)``'s
+    is a parameter."""
     if not s.endswith(")"):
         return s
     depth = 0
@@ -183,6 +184,8 @@ def _drop_parameters(s: str) -> str:
             depth -= 1
             if depth == 0:
                 head, inside = s[:i].rstrip(), s[i + 1:-1]
+                if not inside.strip() and re.fullmatch(r"[A-Za-z_][\w.$]*", head):  # "MPI_File_open()": a plain
+                    return s  # function's name as the file writes it (a C++ declaration's "f<1>()" still drops it)
                 one_word = re.fullmatch(r"\w{1,4}", inside) and not s[i - 1:i].isspace()
                 if one_word and "::" not in head and "<" not in head and not _PARAMETER_TYPES.search(inside):
                     return s
