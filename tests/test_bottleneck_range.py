@@ -90,7 +90,7 @@ def test_the_page_says_it_too(tmp_path):
     page = tmp_path / "page.html"
     code, out, err = run_cli("--store", str(tmp_path / "store"), "-q", "report", str(folder), "--html", str(page))
     assert code == 0, err
-    assert (f"at stake per rank (mean of 2: {fmt_ns(idle[0])} on rank 0, {fmt_ns(idle[1])} on rank 1)"
+    assert (f"lost per rank (mean of 2: {fmt_ns(idle[0])} on rank 0, {fmt_ns(idle[1])} on rank 1)"
             in page.read_text())
 
 

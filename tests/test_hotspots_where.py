@@ -174,3 +174,24 @@ def test_a_tpus_lines_are_the_tpus_not_threads():
     assert main.message.startswith("3 routines on 2 threads and 2 TPUs, 66 ns in all (summed over the threads and "
                                    "devices; the busiest thread 9 ns, the busiest TPU, TPU 0, 30 ns); ")
     assert main.summary is None  # the summary names a TPU's ops itself
+
+
+def test_nvtx_step_ranges_are_one_annotation_row(tmp_path):
+    """The docs say names that differ only by a trailing step number are one row; an nsys capture's NVTX ranges
+    "step 2" ... "step 5" were four. Their count from the SQLite export's NVTX table."""
+    import gzip
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "c.sqlite"
+    with gzip.open(FIXTURES / "nsys" / "mlp_nvtx_steps.sqlite.gz") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(db)
+    names = [r[0] for r in con.execute("SELECT COALESCE(text, (SELECT value FROM StringIds WHERE id = textId)) "
+                                        "FROM NVTX_EVENTS WHERE end IS NOT NULL")]
+    steps = [n for n in names if n and re.fullmatch(r"step \d+", n)]
+    assert len(steps) == 4
+    found = hotspots(tmp_path, FIXTURES / "nsys" / "mlp_nvtx_steps.sqlite.gz")
+    annotations = next(f for f in found if f["title"].startswith("Hotspots: annotations"))
+    rows = [i for i in annotations["items"] if i["name"].startswith("step ")]
+    assert [(r["name"], r["calls"]) for r in rows] == [("step N", len(steps))]

@@ -77,6 +77,7 @@ from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.measures.base import exact_sum
+from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import device_label, in_rank_order, mean_range, rank_labels, rank_of
 from traceparse.trace import Trace
@@ -218,7 +219,7 @@ class GpuIdle(Rule):
         rows = measures.gap_activity(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
         if rows.height == 0:
             return {}, ""
-        merged = (rows.with_columns(name=pl.col("name").str.replace(r"#\d+$", "#N"))
+        merged = (rows.with_columns(name=step_free(pl.col("name")).str.replace(r"#\d+$", "#N"))
                   .group_by("kind", "name").agg(pl.col("wait_ns").sum(), pl.col("gaps").sum())
                   .sort(["wait_ns", "name"], descending=[True, False], nulls_last=True))
         total = int(merged["wait_ns"].sum())

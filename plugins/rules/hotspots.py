@@ -62,6 +62,7 @@ from traceparse import expr, measures
 from traceparse.expr import GPU_KINDS
 from traceparse.measures.comm import kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
+from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
 from traceparse.meta import SUMMED_THREADS
@@ -227,7 +228,8 @@ class Hotspots(Rule):
 
     def _annotations(self, marks: pl.DataFrame, t: dict) -> Finding:
         """The annotations' own table: their self time by name over all threads, as the routines'."""
-        marks = marks.with_columns(name=pl.col("name").str.replace(r"#\d+$", "#N"))  # ProfilerStep#3: every step's
+        # ProfilerStep#3, an NVTX range "step 3": every step's one row
+        marks = marks.with_columns(name=step_free(pl.col("name")).str.replace(r"#\d+$", "#N"))
         marks = marks.group_by(["name", "kind", *THREAD, "role"]).agg(pl.col("time_ns", "inclusive_ns", "calls").sum())
         total = int(marks["time_ns"].sum() or 0)
         by_name, items = _ranked(marks, total, int(t["top"]))

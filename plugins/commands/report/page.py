@@ -263,7 +263,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     busy = summary.get("gpu_busy_pct")
     bottleneck = summary.get("bottleneck")
     if bottleneck:
-        at_stake = (f", {esc(fmt_ns(bottleneck['impact_ns']))} at stake"
+        at_stake = (f", {esc(fmt_ns(bottleneck['impact_ns']))} {esc(bottleneck.get('said') or 'lost')}"
                     f"{esc(mean_of(bottleneck.get('range'), summary.get('ranks') or 1))}"
                     if bottleneck.get("impact_ns") else "")
         link = anchors.get((bottleneck["rule"], bottleneck["title"]))
