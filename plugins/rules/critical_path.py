@@ -258,7 +258,8 @@ def _lean(segments: pl.DataFrame, names: dict | None = None) -> pl.DataFrame:
     before they sort, so ties fall as they would on the texts. A lane's text is made once per distinct lane (a
     few dozen over half a million segments)."""
     own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
-    lanes = segments.select("tid", "stream_id").unique().with_columns(lane=expr.lane_label(names).cast(pl.Categorical))
+    lanes = (segments.select("tid", "stream_id").unique()
+             .with_columns(lane=expr.lane_label(names).cast(pl.Categorical)))
     return segments.select(
         "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
         "tid", "stream_id", *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceparse.errors import InputError, bad_input
+from traceparse.meta import SUMMED_THREADS
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
-from traceparse.meta import SUMMED_THREADS
 from traceparse.sources import read_head
 from traceparse.trace import Device, Trace, TraceMeta
 
