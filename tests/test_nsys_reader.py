@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import exact_int, intersect, refused, run_cli, union
+from helpers import FIXTURES, exact_int, intersect, refused, run_cli, union
 from traceparse.errors import InputError
 from traceparse.analysis import analyze
 from traceparse.ingest import detect_reader, read_group
@@ -56,11 +56,14 @@ def of_kind(trace, kind: str) -> pl.DataFrame:
     return trace.events.filter(pl.col("kind") == kind)
 
 
-def size(text: str, factor: int) -> int | None:
-    """A size column's bytes as the reader gives them: exact, but None where nsys rounded it to zero ("0.000" MB:
-    under 500 bytes, not nothing)."""
+def size(text: str, factor: int, row: dict | None = None) -> int | None:
+    """A size column's bytes as the reader gives them: exact, but where nsys rounded it to zero ("0.000" MB: under
+    500 bytes, not nothing) the row's Throughput (MB/s) × its duration, else None."""
     value = exact(text, factor)
-    return None if value == 0 and factor > 1 else value
+    if value == 0 and factor > 1:
+        rate = Decimal((row or {}).get("Throughput (MB/s)") or (row or {}).get("Throughput (MBps)") or "0")
+        return round(rate * 10**6 * int(row["Duration (ns)"]) / 10**9) if rate > 0 else None
+    return value
 
 
 def exact(text: str, factor: int) -> int:
@@ -117,7 +120,7 @@ def test_gpu_trace_csv_matches_independent_count(fixtures_dir):
         assert totals(trace, kind) == expected[kind]
     rows = csv_rows(path)
     copies = of_kind(trace, "memcpy").sort("start_ns")
-    want = sorted((int(r["Start (ns)"]), size(r["Bytes (MB)"], 10**6), r["SrcMemKd"].lower(), r["DstMemKd"].lower())
+    want = sorted((int(r["Start (ns)"]), size(r["Bytes (MB)"], 10**6, r), r["SrcMemKd"].lower(), r["DstMemKd"].lower())
                   for r in rows if op_kind(r["Name"]) == "memcpy")
     assert copies.select("start_ns", "bytes", "src_memory", "dst_memory").rows() == want
     assert sorted(copies["copy_kind"].cast(pl.String).to_list()) == ["DtoD", "DtoH", "HtoD", "HtoD", "HtoD", "HtoD"]
@@ -812,7 +815,7 @@ def test_every_sample_file(samples_dir, tmp_path, monkeypatch):
             for kind in ("kernel", "memcpy", "memset"):
                 assert totals(trace, kind) == expected[kind]
             assert int(of_kind(trace, "memcpy")["bytes"].sum()) == sum(
-                exact(r["Bytes (MB)"], 10**6) for r in rows if op_kind(r["Name"]) == "memcpy")
+                size(r["Bytes (MB)"], 10**6, r) or 0 for r in rows if op_kind(r["Name"]) == "memcpy")
         elif path.name.endswith("_cuda_api_trace.csv"):
             assert totals(trace, "api") == (len(rows), sum(int(r["Duration (ns)"]) for r in rows))
         elif path.name.endswith("_cuda_gpu_mem_size_sum.csv"):
@@ -1078,3 +1081,25 @@ def test_the_version_of_a_2022_export(tmp_path):
         version = dict(db.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())["EXPORT_PRODUCT_VERSION"]
         db.execute("ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA")
     assert read(path).meta.tool_version == version
+
+
+def test_a_copy_under_the_size_columns_last_digit_gets_its_bytes_from_its_throughput(tmp_path):
+    """``cuda_gpu_trace`` writes sizes in MB to 3 decimals: a 64-byte copy reads "0.000" and was unknown while its
+    time counted (a pageable throughput of the other copies only). Its Throughput column and duration give the
+    bytes; checked against the same capture's SQLite export, which has them exactly."""
+    from traceparse.ingest import read_paths
+
+    path = FIXTURES / "nsys" / "resnet18_bs8_cuda_gpu_trace.csv"
+    with open(path, newline="") as f:
+        zero = [r for r in csv.DictReader(f) if r["Bytes (MB)"] and Decimal(r["Bytes (MB)"]) == 0]
+    assert len(zero) == 6
+    db = tmp_path / "r.sqlite"
+    with gzip.open(FIXTURES / "nsys" / "resnet18_bs8.sqlite.gz") as src, open(db, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(db)
+    exact = {c: b for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+             for c, b in con.execute(f"SELECT correlationId, bytes FROM {table}")}
+    events = read_paths([path])[0].events
+    for r in zero:
+        row = events.filter(pl.col("correlation_id") == int(r["CorrId"]))
+        assert row["bytes"].to_list() == [exact[int(r["CorrId"])]], r
