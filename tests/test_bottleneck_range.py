@@ -109,3 +109,17 @@ def test_a_stragglers_cost_names_who_waits_most_and_the_straggler(tmp_path):
     assert finding["impact_ns"] == round(sum(waited.values()) / 4)
     assert finding["impact_range"] == {"parts": 4, "per": "rank", "least_ns": 0, "least": "rank 1",
                                        "most_ns": waited[most], "most": f"rank {most}"}
+
+
+def test_the_page_counts_findings_as_the_terminal_does(tmp_path):
+    """The page said "Findings (17: 4 critical, 2 warnings, 11 info)" where the terminal said "4 critical, 2
+    warnings, 6 info; 5 rules with nothing to report" of the same findings."""
+    folder = RUNS / "ddp4_slow_loader"
+    store = str(tmp_path / "store")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "300", "analyze", str(folder))
+    assert code == 0, err
+    counted = re.search(r"findings +(.+? with nothing to report)", screen).group(1)
+    page = tmp_path / "page.html"
+    code, out, err = run_cli("--store", store, "-q", "report", str(folder), "--html", str(page))
+    assert code == 0, err
+    assert re.search(r"Findings <span class=\"muted\">\(\d+: " + re.escape(counted) + r"\)", page.read_text())

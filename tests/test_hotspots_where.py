@@ -195,3 +195,27 @@ def test_nvtx_step_ranges_are_one_annotation_row(tmp_path):
     annotations = next(f for f in found if f["title"].startswith("Hotspots: annotations"))
     rows = [i for i in annotations["items"] if i["name"].startswith("step ")]
     assert [(r["name"], r["calls"]) for r in rows] == [("step N", len(steps))]
+
+
+def test_a_runs_threads_keep_their_names_and_roles(tmp_path):
+    """A run's combined trace had no thread names, so every thread but the main ones shared one role: the shared
+    gloo run's AccumulateGrad read "imbalance 11.59×" over 12 "peers" (gloo and python threads that never run it)
+    where its 4 autograd threads' is 3.86×. The names come from each rank's thread_name metadata, here read raw."""
+    import gzip
+
+    folder = FIXTURES / "torch" / "multirank" / "ddp4_slow_loader"
+    raw = {}
+    for path in sorted(folder.glob("rank*.json.gz")):
+        with gzip.open(path, "rt") as f:
+            for e in json.load(f)["traceEvents"]:
+                if e.get("ph") == "M" and e.get("name") == "thread_name":
+                    raw[(e["pid"], e["tid"])] = re.sub(r"^thread \d+ \((.*)\)$", r"\1", e["args"]["name"])
+    autograd = {key for key, name in raw.items() if name.startswith("pt_autograd")}
+    assert len(autograd) == 4
+    found = hotspots(tmp_path, folder)
+    main = next(f for f in found if f["title"] == "Hotspots: routines by exclusive time")
+    assert {"pt_autograd", "pt_gloo_runloop"} <= set(main["metrics"]["thread_roles"])
+    mm = next(i for i in main["items"] if i["name"] == "aten::mm")
+    assert (mm["role"], mm["peers"]) == ("pt_autograd", len(autograd))
+    per_thread = next(f for f in found if f["title"] == "Hotspots per thread")
+    assert {i["thread_name"] for i in per_thread["items"]} - {None} <= set(raw.values())

@@ -389,7 +389,7 @@ def test_device_to_device_copies_without_a_dram_figure():
     trace = synthetic([{"kind": "memcpy", "copy_kind": "DtoD", "start_ns": 0, "duration_ns": 100, "bytes": 5_000}])
     f = run_rule(trace, "low-memcpy-throughput")
     assert f.items == [{"copy_kind": "DtoD", "copies": 1, "bytes": 5_000, "time_ns": 100, "achieved_gbps": 50.0,
-                        "peak_gbps": None, "pct_of_peak": None, "link": "DRAM", "above_peak": False}]
+                        "peak_gbps": None, "pct_of_peak": None, "link": "DRAM, read + write", "above_peak": False}]
     assert (f.metrics["achieved_gbps"], f.metrics["pct_of_peak"]) == (None, None)  # no host-device copies
     assert "no DRAM peak: the trace does not name its GPU" in f.message
     assert f.severity == "info"
@@ -432,3 +432,13 @@ def test_bytes_in_the_messages_are_scaled():
     low = run_rule(trace, "low-memcpy-throughput")
     assert low.message.startswith("Host-device copies moved 102.4 GB in ")
     assert "MB" not in pageable.message + low.message
+
+
+def test_a_device_copys_share_of_dram_says_it_counts_the_read_and_the_write():
+    """"DtoD 1,158 GB/s, peak 3,350 GB/s, 69.1%": the share counts each byte read and written (2 × 1,158), which
+    the row did not say. Hand-written: 1,000 bytes in 2 ns on an H100 SXM (3,350 GB/s)."""
+    trace = synthetic([{"kind": "memcpy", "copy_kind": "DtoD", "start_ns": 0, "duration_ns": 2, "bytes": 1_000}],
+                      device="NVIDIA H100 80GB HBM3")
+    [item] = run_rule(trace, "low-memcpy-throughput").items
+    assert item["link"] == "DRAM, read + write"
+    assert item["pct_of_peak"] == round(100 * 2 * 500 / 3350, 4)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Iterable
 from traceparse.errors import StoreError
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
 from traceparse.meta import INCOMPLETE, TraceMeta, incomplete_notes
+from traceparse.threads import THREAD_NAMES
 
 if TYPE_CHECKING:
     import polars as pl
@@ -260,7 +261,8 @@ class Store:
             summary={"events_per_kind": {}, "ranks": len(metas)},
             extra={"run": run, **({INCOMPLETE: cut} if (cut := [*(run.get("incomplete") or []),
                                                                 *(n for m in metas for n in incomplete_notes(m))])
-                                  else {})},
+                                  else {}),
+                   **({THREAD_NAMES: names} if (names := _thread_names_of(metas)) else {})},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
 
@@ -465,6 +467,17 @@ class DamagedEntry(StoreError):
         self.kind, self.id, self.path, self.reason = kind, entry_id, path, reason
         super().__init__(f"{kind} {entry_id}: damaged in the store: {path} cannot be read ({reason}); "
                          f"`traceparse rm {entry_id}` removes it")
+
+
+def _thread_names_of(metas: list[TraceMeta]) -> dict[str, str]:
+    """The ranks' thread names, for the run's combined trace: a run's hotspots compared every unnamed thread with
+    every other (pt_autograd beside pt_gloo_runloop: "imbalance 11.59×" where the autograd threads' is 3.86×).
+    A ``pid/tid`` two ranks name apart (processes in containers can share ids) keeps the first rank's name."""
+    names: dict[str, str] = {}
+    for m in metas:
+        for key, name in ((m.extra or {}).get(THREAD_NAMES) or {}).items():
+            names.setdefault(str(key), name)
+    return names
 
 
 def _readable(ids, read) -> list:

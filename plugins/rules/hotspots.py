@@ -300,7 +300,8 @@ def _busiest(per_thread: pl.DataFrame, nouns: dict[int, str]) -> str:
     if devices.height:
         top = devices.sort(["time_ns", "device_id"], descending=[True, False], nulls_last=True).row(0, named=True)
         noun = nouns.get(top["device_id"], "GPU")
-        name = noun if top["device_id"] is None else f"{noun} {top['device_id']}"
+        name = ((f"rank {top['rank']} " if top["rank"] is not None else "")
+                + (noun if top["device_id"] is None else f"{noun} {top['device_id']}"))
         parts.append(f"{name} {fmt_ns(int(top['time_ns'] or 0))}" if devices.height == 1
                      else f"the busiest {noun}, {name}, {fmt_ns(int(top['time_ns'] or 0))}")
     over = "the threads" + (" and devices" if devices.height else "") if threads.height else "the devices"

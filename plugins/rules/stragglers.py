@@ -321,8 +321,10 @@ def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int
     parts = []
     for key, what in (("slow_rank_host", "host"), ("slow_rank_gpu", "GPU")):
         for r in excess[key][:2]:
-            share = (f", {fmt_ns(max(0, r['slow_ns'] - r['median_ns']))} more: "
-                     f"{fmt_pct(_explains(r, wait_per_step_ns))} of the wait" if wait_per_step_ns else "")
+            more = max(0, r["slow_ns"] - r["median_ns"])
+            share = ("" if not wait_per_step_ns else f", {fmt_ns(more)} more: "
+                     + (f"{fmt_pct(_explains(r, wait_per_step_ns))} of the wait" if more <= wait_per_step_ns
+                        else f"more than the {fmt_ns(wait_per_step_ns)} wait"))
             parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}"
                          f"{share})")
     text = (f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "." if parts else

@@ -19,7 +19,7 @@ from typing import Any
 from traceparse.names import cut_apart, short_names
 from traceparse.report import finding_columns, fmt_ns, fmt_unit, mean_of, shown_figures
 from traceparse.rule import Finding
-from traceparse.verdict import Column
+from traceparse.verdict import Column, is_quiet
 from traceparse.text import visible_keeping_lines
 
 #: No request of any kind: scripts and styles are inline, images (plotly's PNG export) data/blob URLs.
@@ -324,7 +324,11 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
     figures = "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in figure_json.items()) + "}"
     name = report_name(trace)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("critical", "warning", "info")}
+    silent = sum(1 for f in findings if is_quiet(f, summary.get("span_ns")))  # as the terminal's summary counts
+    counts["info"] -= silent
     tally = ", ".join(f"{n} {'warnings' if s == 'warning' and n != 1 else s}" for s, n in counts.items() if n)
+    if silent:
+        tally += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
 <html lang="en">
