@@ -280,7 +280,7 @@ class _Guarded:
     """A msgspec decoder that turns the hostile cases into one-line errors or counted repairs.
 
     * JSON nested deeper than msgspec's limit (RecursionError) -> a one-line :class:`InputError`;
-    * bytes that are not UTF-8 (UnicodeDecodeError) -> decoded again with each bad sequence replaced by
+    * bytes that are not UTF-8 (:func:`not_utf8`) -> decoded again with each bad sequence replaced by
       U+FFFD, counted in ``repairs[0]`` for one warning per file.
     msgspec's ValidationError and DecodeError pass through, for the caller to place.
     """
@@ -298,6 +298,9 @@ class _Guarded:
             raise bad_input(self.path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
         except UnicodeDecodeError:
             pass
+        except msgspec.DecodeError as exc:  # msgspec 0.23 and later say so in a DecodeError
+            if not not_utf8(exc):
+                raise
         fixed = bytes(data).decode("utf-8", errors="replace")
         try:
             decoded = self.decoder.decode(fixed.encode())
@@ -306,6 +309,12 @@ class _Guarded:
         if count:  # a document that does not decode is not counted: it is tried again in parts
             self.repairs[0] += bad_sequences(data)
         return decoded
+
+
+def not_utf8(exc: Exception) -> bool:
+    """Whether msgspec refused the bytes as not UTF-8: a UnicodeDecodeError before msgspec 0.23, a DecodeError
+    ("Invalid UTF-8 encoded string") from 0.23 on, where a syntax error is a DecodeError too."""
+    return isinstance(exc, UnicodeDecodeError) or (isinstance(exc, msgspec.DecodeError) and "UTF-8" in str(exc))
 
 
 def bad_sequences(data: bytes | bytearray | memoryview) -> int:
