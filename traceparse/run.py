@@ -188,11 +188,18 @@ def mean_range(per_device: pl.DataFrame, column: str, ranks: dict[str, int], nou
             return device
         return f"rank {ranks[trace_id]}" + ("" if one_each else f" {device}")
 
-    least = min(rows, key=lambda r: r[2])
-    most = max(rows, key=lambda r: r[2])
-    return {"parts": per_device.height, "per": "rank" if one_each else noun,
-            "least_ns": int(least[2]), "least": label(*least[:2]),
-            "most_ns": int(most[2]), "most": label(*most[:2])}
+    return impact_range([(int(ns), label(t, d)) for t, d, ns in rows], "rank" if one_each else noun)
+
+
+def impact_range(parts: list[tuple[int, str]], per: str) -> dict | None:
+    """:attr:`traceparse.rule.Finding.impact_range` of a mean over ``parts`` ((ns, label), in the order ties are
+    broken: the first of equals), each one a ``per`` (``rank``, ``GPU``); None for fewer than two."""
+    if len(parts) < 2:
+        return None
+    least = min(parts, key=lambda p: p[0])
+    most = max(parts, key=lambda p: p[0])
+    return {"parts": len(parts), "per": per, "least_ns": least[0], "least": least[1],
+            "most_ns": most[0], "most": most[1]}
 
 
 # -- planning ---------------------------------------------------------------

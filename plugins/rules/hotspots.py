@@ -165,10 +165,12 @@ class Hotspots(Rule):
             if item["kind"] == "kernel" and item["name"] in waiting:
                 item["waiting_ns"] = waiting[item["name"]]
         summed_over = (trace.meta.extra or {}).get(SUMMED_THREADS)  # rows with no thread: totals over these
+        nouns = device_nouns(trace.meta)
+        places = _places(per_thread)  # each thread key: a thread, a device's lane or a process's rows
         if items:
             top = items[0]
-            summed = _busiest(per_thread, device_nouns(trace.meta)) if n_threads > 1 else ""
-            where = " " + _threads_and_lanes(per_thread, n_processes, device_nouns(trace.meta))
+            summed = _busiest(per_thread, places, nouns) if n_threads > 1 else ""
+            where = " " + _threads_and_lanes(places, n_processes, nouns)
             if not n_threads:  # a summary's totals: on no thread the source names
                 where, summed = "", (f" (summed over {summed_over:,} threads: the source gives their total only)"
                                      if summed_over and summed_over > 1 else " (totals: the source names no thread)")
@@ -207,10 +209,9 @@ class Hotspots(Rule):
         # a trace with no GPU work has no "top kernels" line: its summary names the routines that hold its time,
         # where they hold a part of it worth naming (not 4 us of aten::empty in a 1.3 s trace of annotations)
         span = trace_span(events)
-        device_lines = bool(per_thread.select((pl.col("pid").is_null() & pl.col("device_id").is_not_null()).any())
-                            .item())  # a TPU's ops: the summary names those itself
-        cpu_only = (bool(items) and not per_thread["kind"].is_in(list(GPU_KINDS)).any() and not device_lines
-                    and not (span and total < QUIET_SHARE * span))
+        # no GPU work and no device's lanes (a TPU's ops: the summary names those itself)
+        cpu_only = (bool(items) and not per_thread["kind"].is_in(list(GPU_KINDS)).any()
+                    and not (places["place"] == "device").any() and not (span and total < QUIET_SHARE * span))
         over = (" summed over the threads" if n_threads > 1 else
                 f" summed over {summed_over:,} threads" if not n_threads and (summed_over or 0) > 1 else "")
         top_line = (("top routines", ", ".join(f"{i['name']} {fmt_pct(i['share_pct'])}" for i in items[:3])
@@ -221,7 +222,7 @@ class Hotspots(Rule):
                                      **({"comm_waiting_ns": "ns"} if waiting else {})},
                             labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
         if n_threads:  # a table per thread where there are threads
-            findings.append(self._per_thread(per_thread, t, names, device_nouns(trace.meta)))
+            findings.append(self._per_thread(per_thread, t, names, nouns))
         if marks.height:
             findings.append(self._annotations(marks, t))
         return findings
@@ -287,11 +288,11 @@ def _places(threaded: pl.DataFrame) -> pl.DataFrame:
                              .otherwise(pl.lit("thread")))
 
 
-def _busiest(per_thread: pl.DataFrame, nouns: dict[int, str]) -> str:
+def _busiest(per_thread: pl.DataFrame, places: pl.DataFrame, nouns: dict[int, str]) -> str:
     """`` (summed over the threads; the busiest thread 17.53 ms)``: the busiest host thread, and the busiest device
-    where devices' lanes are counted too (a TPU's 79 s was "the busiest thread")."""
+    where devices' lanes are counted too (a TPU's 79 s was "the busiest thread"); ``places``: :func:`_places`."""
     keyed = (per_thread.group_by(THREAD).agg(pl.col("time_ns").sum())
-             .join(_places(per_thread), on=THREAD, how="left", nulls_equal=True))
+             .join(places, on=THREAD, how="left", nulls_equal=True))
     threads = keyed.filter(pl.col("place") != "device")
     devices = keyed.filter(pl.col("place") == "device").group_by("rank", "device_id").agg(pl.col("time_ns").sum())
     parts = []
@@ -308,11 +309,10 @@ def _busiest(per_thread: pl.DataFrame, nouns: dict[int, str]) -> str:
     return f" (summed over {over}; " + ", ".join(parts) + ")"
 
 
-def _threads_and_lanes(threaded: pl.DataFrame, processes: int, nouns: dict[int, str]) -> str:
-    """Where the routines ran, as a reader counts: "3 threads of 2 processes and 1 GPU" (GPU activity with no
-    thread id, a device's kernels, is a lane of that device: ``TPU`` where the trace says the device is one; a
-    process's rows with no thread, a summary's, are of that process)."""
-    places = _places(threaded)
+def _threads_and_lanes(places: pl.DataFrame, processes: int, nouns: dict[int, str]) -> str:
+    """Where the routines ran, as a reader counts, from :func:`_places`: "3 threads of 2 processes and 1 GPU" (GPU
+    activity with no thread id, a device's kernels, is a lane of that device: ``TPU`` where the trace says the
+    device is one; a process's rows with no thread, a summary's, are of that process)."""
     hosts = places.filter(pl.col("place") == "thread").height
     lanes = places.filter(pl.col("place") == "device")
     bare = places.filter(pl.col("place") == "process").height

@@ -73,6 +73,7 @@ from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
+from traceparse.run import impact_range
 from traceparse.trace import Trace
 
 FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns": "ns",
@@ -251,19 +252,13 @@ def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> b
 def _caused_range(on: dict, members: list, per: pl.DataFrame, label: str) -> dict | None:
     """:attr:`~traceparse.rule.Finding.impact_range` of the wait the straggler causes, whose mean over the members
     is the time at stake: the least (the straggler's own, nothing) and the most one member waited for it."""
-    if len(members) < 2:
-        return None
     rank_of = dict(zip(per["member"].to_list(), per["rank"].to_list()))
 
     def name(member) -> str:
         rank = rank_of.get(member)
         return f"rank {rank}" if label == "rank" and rank is not None else f"{label} {_key(member)}"
 
-    waits = [(int(on.get(m, 0) or 0), m) for m in members]
-    least = min(waits, key=lambda w: w[0])
-    most = max(waits, key=lambda w: w[0])
-    return {"parts": len(members), "per": label, "least_ns": least[0], "least": name(least[1]),
-            "most_ns": most[0], "most": name(most[1])}
+    return impact_range([(int(on.get(m, 0) or 0), name(m)) for m in members], label)
 
 
 def _key(member) -> str:
