@@ -299,7 +299,8 @@ def _busiest(per_thread: pl.DataFrame, places: pl.DataFrame, nouns: dict[int, st
     if threads.height:
         parts.append(f"the busiest thread {fmt_ns(int(threads['time_ns'].max() or 0))}")
     if devices.height:
-        top = devices.sort(["time_ns", "device_id"], descending=[True, False], nulls_last=True).row(0, named=True)
+        top = devices.sort(["time_ns", "rank", "device_id"], descending=[True, False, False],
+                           nulls_last=True).row(0, named=True)  # of equal ones, the first rank's
         noun = nouns.get(top["device_id"], "GPU")
         name = ((f"rank {top['rank']} " if top["rank"] is not None else "")
                 + (noun if top["device_id"] is None else f"{noun} {top['device_id']}"))
