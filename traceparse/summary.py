@@ -39,7 +39,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     row), ``steps`` (how many), ``step_windows`` (how many windows their
     figures are over: in a run, each rank's), ``step_time_ns`` (the windows'
     mean duration),
-    ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (population stdev),
+    ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (the sample standard deviation, n - 1, as pandas' ``std()`` and ``nsys stats``' StdDev;
+    None for one step),
     ``step_source`` (see :func:`step_windows`), ``gpu_bound`` (the GPU busy at
     least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
@@ -84,7 +85,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_time_ns": round(statistics.fmean(durations)) if durations else None,
         "step_min_ns": min(durations) if durations else None,
         "step_max_ns": max(durations) if durations else None,
-        "step_stdev_ns": round(statistics.pstdev(durations)) if durations else None,
+        "step_stdev_ns": round(statistics.stdev(durations)) if len(durations) > 1 else None,
         "step_source": steps["source"][0] if durations else None,
         "gpu_busy_pct": busy_pct,
         "gpu_devices": busy.height,
