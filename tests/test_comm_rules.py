@@ -358,6 +358,8 @@ def test_comm_compute_overlap_on_dp2_equals_an_independent_sweep(path):
     assert f.metrics["comm_time_ns"] == sum(v["comm_time_ns"] for v in want.values())
     assert f.metrics["overlapped_ns"] == sum(v["overlapped_ns"] for v in want.values())
     assert sorted(want) == [0, 1] and all(v["kernels"] == 24 for v in want.values())
+    # no ranks: one table of the devices, without an empty rank column, and not a second of the same rows
+    assert f.tables == {} and [c.key for c in f.columns][:2] == ["device", "kernels"]
 
 
 def test_comm_compute_overlap_with_compute_beside_it():
@@ -477,6 +479,18 @@ def test_comm_overlap_and_rank_balance_on_real_nccl_ranks(kind):
         got = {c: balance["ranks"][str(rank)][c]
                for c in ("span_ns", "compute_ns", "comm_exposed_ns", "memcpy_ns", "idle_ns", "busy_ns")}
         assert got == oracle_breakdown(layers[rank])
+    # one GPU per rank: the devices' table says it all (rank and device columns), no ranks' table repeats it
+    f = run_rule(trace, "comm-compute-overlap")
+    assert f.tables == {} and [c.key for c in f.columns][:2] == ["rank", "device"]
+
+
+def test_a_rank_with_two_devices_gets_a_table_of_ranks_beside_the_devices():
+    rows = [{"kind": "kernel", "name": n, "start_ns": s, "duration_ns": 100, "device_id": d, "stream_id": 20, "rank": r}
+            for r in (0, 1) for d in (0, 1) for n, s in (("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0),
+                                                         ("gemm", 50))]
+    f = run_rule(Trace(conform(pl.DataFrame(rows)), TraceMeta()), "comm-compute-overlap")
+    assert len(f.items) == 4 and list(f.tables) == ["ranks"] and sorted(f.metrics["ranks"]) == ["0", "1"]
+    assert f.metrics["ranks"]["0"]["comm_time_ns"] == 200 and f.metrics["ranks"]["0"]["overlapped_ns"] == 100
 
 
 def test_the_real_nccl_run_through_the_store(tmp_path):

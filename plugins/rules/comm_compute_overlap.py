@@ -138,12 +138,14 @@ class CommComputeOverlap(Rule):
                    "comm_share_pct": share, "members": label, "ranks": ranks}
         if waiting:
             metrics.update(waiting_ns=waiting_ns, moving_overlap_pct=moving_pct)
+        # the ranks' table only where a rank has several devices: else it is the devices' table again
+        per_rank = {"ranks": RANKS + ([WAITING] if waiting else [])} if ranked and n < len(items) else {}
+        columns = [c for c in COLUMNS if ranked or c.key != "rank"] + ([WAITING] if waiting else [])
         return [Finding(self.name, severity, "Low communication/compute overlap" if severity != "info"
                         else "Communication/compute overlap", message, suggestion,
-                        metrics=metrics, items=items, items_title="devices", columns=COLUMNS + ([WAITING] if waiting else []),
+                        metrics=metrics, items=items, items_title="devices", columns=columns,
                         figures={**FIGURES, **({"waiting_ns": "ns", "moving_overlap_pct": "pct"} if waiting else {})},
-                        labels=LABELS, tables={"ranks": RANKS + ([WAITING] if waiting else [])},
-                        impact_ns=max(0, exposed_ns - waiting_ns))]
+                        labels=LABELS, tables=per_rank, impact_ns=max(0, exposed_ns - waiting_ns))]
 
 
 def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:
