@@ -289,6 +289,8 @@ def test_nsys_sqlite_thread_names_match_the_export(samples_dir, tmp_path):
     assert sorted(want.values()) == ["pt_autograd_0", "python3"]
     trace = read_paths([path])[0]
     assert trace.meta.extra["thread_names"] == want
+    keys = list(trace.meta.extra["thread_names"])  # in (pid, tid) order: the stored metadata the same each ingest
+    assert keys == sorted(keys, key=lambda k: tuple(map(int, k.split("/"))))
     per = next(f for f in analyze(trace, rules=["hotspots"]) if f.title == "Hotspots per thread")
     labels = {i["thread"] for i in per.items if i["tid"] is not None}
     assert labels == {f"{key} ({name})" for key, name in want.items()}
@@ -322,3 +324,12 @@ def test_inefficient_memcpy_size_needs_time_at_stake():
     assert f.severity == "info"
     assert run_rule(rows, "inefficient-memcpy-size", "inefficient-memcpy-size.min_small_time_us=45").severity == \
         "critical"
+
+
+@pytest.mark.parametrize("export", ["resnet18_bs8_export.parquetdir", "resnet18_bs8_export.arrowdir"])
+def test_nsys_export_thread_names_are_the_sqlite_ones_in_order(export):
+    """The Parquet and Arrow exports name the same threads as the SQLite export of the same report, in (pid, tid)
+    order whatever order polars' join gives the rows in."""
+    want = read_paths([FIXTURES / "nsys" / "export" / "resnet18_bs8_export.sqlite.gz"])[0].meta.extra["thread_names"]
+    got = read_paths([FIXTURES / "nsys" / "export" / export])[0].meta.extra["thread_names"]
+    assert list(got.items()) == list(want.items()) and len(want) == 2

@@ -196,6 +196,11 @@ def test_text_output_of_every_section_keeps_every_rule_result_and_its_kind():
     kinds = {name: info["speedup_types"] for name, info in trace.meta.extra["ncu_rules"].items()}
     assert kinds["Occupancy (local)"] == ["local"] and kinds["Occupancy"] == ["global"]
     assert all(len(k) <= 1 for k in kinds.values())
+    # each rule's result types counted from the text, in name order (stored metadata is the same each ingest)
+    types = {name: info["types"] for name, info in trace.meta.extra["ncu_rules"].items()}
+    assert all(list(t) == sorted(t) for t in types.values())
+    assert sum(sum(t.values()) for t in types.values()) == len(results)
+    assert sum(t.get("OPT", 0) for t in types.values()) == sum(r[0] == "OPT" for r in results)
 
 
 def test_text_output_of_2020_versions():

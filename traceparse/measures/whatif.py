@@ -398,7 +398,8 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
             .agg(pl.col("name").first()))
     per_rank = (untraced.group_by("segment_rank").agg(ns=pl.col("duration_ns").sum())
                 .join(most, on="segment_rank", how="left", nulls_equal=True)
-                .sort("ns", descending=True).select("segment_rank", "ns", "name"))
+                .sort(["ns", "segment_rank"], descending=[True, False], nulls_last=True)
+                .select("segment_rank", "ns", "name"))
     # the predicted path's length, the whole of the table of its largest parts (top_segments): one share per figure
     length = float(segments["duration_ns"].sum()) / max(n, 1)
     out = []

@@ -232,7 +232,7 @@ def _rule_summary(rules: pl.DataFrame) -> dict:
     for row in grouped.iter_rows(named=True):
         summary[row["name"]] = {
             "section": row["section"], "results": row["results"],
-            "types": {t["type"]: t["count"] for t in row["types"] if t["type"]},
+            "types": {t["type"]: t["count"] for t in sorted(row["types"], key=lambda t: t["type"] or "") if t["type"]},
             "speedup_types": sorted(s for s in row["speedup_types"] if s),
             "max_speedup_pct": row["max_speedup_pct"], "example": row["example"],
         }
