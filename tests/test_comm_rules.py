@@ -573,3 +573,18 @@ def test_gpu_idle_of_a_trace_without_runtime_calls_does_not_blame_other_streams(
     assert f["message"].endswith(" The trace has no runtime calls (launches): whether work was queued in a gap "
                                  "cannot be told, so host waits count as other.")
     assert f["suggestion"].startswith("Record the runtime calls") and "cross-stream" not in f["suggestion"]
+
+
+@pytest.mark.parametrize("folder", available(MULTIRANK["slow"]))
+def test_the_page_s_wait_at_each_collective_adds_up_to_the_time_waited(folder):
+    """The page's chart of the wait caused at each collective counts each moment of a rank's waiting once and
+    inside its steps: its bars add up to the ranks' time waited (the raw waits, gloo keeping two collectives in
+    flight, added up to 1,146.8 ms where the ranks waited 665.9), and the straggler's bars to its wait caused."""
+    from traceparse_plugins.commands.report.data import collective_lateness
+
+    want = oracle_stragglers(folder)
+    late = collective_lateness(run_of(folder).events)
+    bars = late["collectives"]
+    assert len(bars) == want["collectives"] == 12
+    assert sum(c["caused_ns"] for c in bars) == sum(want["waited_ns"].values())
+    assert sum(c["caused_ns"] for c in bars if c["last"] == "rank 2") == want["wait_caused_ns"][2]

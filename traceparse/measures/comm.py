@@ -575,12 +575,7 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
     key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
     spans = intervals.union(rows.select(member=key, start_ns=pl.col("arrival_ns"), duration_ns=pl.col("wait_ns")),
                             ["member"])
-    offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows())
-    cover = pl.DataFrame(
-        [{"member": _NO_RANK if m is None else m,
-          "start_ns": min(max(a - offsets.get(_NO_RANK if m is None else m, 0), _INT64[0]), _INT64[1]),
-          "duration_ns": b - a} for m, w in windows.items() for a, b in w],
-        schema={"member": pl.Int32, "start_ns": pl.Int64, "duration_ns": pl.Int64})
+    offsets, cover = _step_cover(rows, windows)
     spans = spans.select("member", start_ns=pl.col("start"), duration_ns=pl.col("end") - pl.col("start"))
     inside = intervals.overlap_with(spans, cover, ["member"])
     out = (spans.with_columns(inside.alias("waited_ns")).group_by("member")
@@ -598,3 +593,55 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
         out = out.with_columns(waited_ns=pl.col("waited_ns") - pl.col("member").replace_strict(
             covered, default=0, return_dtype=pl.Int64))
     return out.with_columns(member=pl.when(pl.col("member") != _NO_RANK).then(pl.col("member")))
+
+
+def _step_cover(rows: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]]) -> tuple[dict[int, int], pl.DataFrame]:
+    """The members' clock offsets ({member key: ns}) and their step ``windows`` as intervals on the clock of the
+    waits (``member`` keyed as :func:`waiting_time` keys it, ``start_ns``, ``duration_ns``)."""
+    key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
+    offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows())
+    cover = pl.DataFrame(
+        [{"member": _NO_RANK if m is None else m,
+          "start_ns": min(max(a - offsets.get(_NO_RANK if m is None else m, 0), _INT64[0]), _INT64[1]),
+          "duration_ns": b - a} for m, w in windows.items() for a, b in w],
+        schema={"member": pl.Int32, "start_ns": pl.Int64, "duration_ns": pl.Int64})
+    return offsets, cover
+
+
+def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
+                        busy: pl.DataFrame | None = None) -> pl.DataFrame:
+    """:func:`waiting_time` put down to the instances: per member and instance, the part of the member's time
+    waited that is first waited at that instance, so that a member's instances add up to its time waited.
+
+    Collectives in flight at once wait over the same time; a moment of waiting belongs to the instance that was
+    waiting first (by arrival), and only inside the member's steps. Where device waits overlapped by compute
+    are left out (``busy``), each instance keeps its share of what is left. This is what a chart of the wait at
+    each collective adds up: never more than the time the members waited (a sum of raw waits counted the same
+    moment at every collective in flight, 1,146.8 ms of a run whose ranks waited 665.9). Columns: ``member``,
+    ``process_group``, ``instance``, ``waited_ns``.
+    """
+    schema = {"member": waits.schema.get("member", pl.Int32), "process_group": waits.schema.get(
+        "process_group", pl.String), "instance": waits.schema.get("instance", pl.Int64), "waited_ns": pl.Int64}
+    rows = waits.filter(pl.col("wait_ns") > 0)
+    if rows.height == 0:
+        return pl.DataFrame(schema=schema)
+    key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
+    end = pl.col("arrival_ns") + pl.col("wait_ns")
+    held = (rows.select(key.alias("key"), "member", "process_group", "instance", "arrival_ns", end.alias("end"))
+            .sort(["key", "arrival_ns", "end", "process_group", "instance"], nulls_last=True)
+            .with_columns(before=pl.col("end").cum_max().shift(1).over("key")))
+    # the part of each wait no earlier wait of the member covered: disjoint pieces whose union is the members'
+    first = pl.max_horizontal("arrival_ns", pl.col("before").fill_null(pl.col("arrival_ns")))
+    pieces = held.with_columns(start_ns=first, duration_ns=(pl.col("end") - first).clip(lower_bound=0))
+    _, cover = _step_cover(rows, windows)
+    inside = intervals.overlap_with(pieces.select(pl.col("key").alias("member"), "start_ns", "duration_ns"), cover,
+                                    ["member"])
+    pieces = pieces.with_columns(inside.alias("waited_ns"))
+    totals = waiting_time(waits, windows, busy).select(key.alias("key"), pl.col("waited_ns").alias("total"))
+    # a member's device waits hidden under its compute (busy) come off each of its instances in proportion
+    pieces = (pieces.join(totals, on="key", how="left")
+              .with_columns(sum=pl.col("waited_ns").sum().over("key"))
+              .with_columns(waited_ns=pl.when(pl.col("sum") > pl.col("total"))
+                            .then((pl.col("waited_ns").cast(pl.Float64) * pl.col("total") / pl.col("sum")).round().cast(pl.Int64))
+                            .otherwise(pl.col("waited_ns"))))
+    return pieces.select("member", "process_group", "instance", pl.col("waited_ns").cast(pl.Int64))

@@ -215,7 +215,9 @@ def collectives_chart(go, make_subplots, late: dict) -> Chart:
         counts[c["last"]] = counts.get(c["last"], 0) + 1
     most = max(counts, key=lambda k: (counts[k], -list(colour).index(k)))
     note = (f"{most} arrived last at {counts[most]} of {len(collectives)} collectives. Top: each member's arrival "
-            "after the first; bottom: the other members' waits at that collective, added up.")
+            "after the first; bottom: the other members' waits at that collective, added up, each moment of waiting "
+            "counted once (at the collective waited for first) and only inside the steps, so the bars add up to "
+            "the time the members waited.")
     return Chart("chart-collectives", "Arrival at each collective", note, fig)
 
 

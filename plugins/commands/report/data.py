@@ -166,7 +166,10 @@ def collective_lateness(events: pl.DataFrame) -> dict | None:
 
     From :data:`traceparse.measures.collective_waits` (the stragglers rule's measure): a member's lateness
     at an instance is its arrival − the first member's arrival; the wait caused there is Σ over the other
-    members of their wait for the last to arrive (last arrival − their arrival), put down to that last member.
+    members of their wait for the last to arrive, put down to that last member, each moment of a member's
+    waiting counted once and inside its steps
+    (:func:`~traceparse.measures.comm.waiting_by_instance`), so the instances add up to the time the members
+    waited (:func:`rank_steps`), not more.
     Returns ``{"collectives": [{"label", "last", "caused_ns"}], "members": [{"member", "label",
     "late_ns": [...]}]}`` (``late_ns`` in the order of ``collectives``, None where the member lacks the
     instance), or None with fewer than two members or no instance that two share.
@@ -177,12 +180,17 @@ def collective_lateness(events: pl.DataFrame) -> dict | None:
     shared = waits.filter(pl.col("members") > 1)
     if shared.height == 0:
         return None
+    from traceparse.measures.comm import member_compute, member_windows, waiting_by_instance
+
     name = _member_name(waits)
     inst = ["process_group", "instance"]
+    waited = waiting_by_instance(waits, member_windows(events, waits), member_compute(events, waits))
+    caused = waited.group_by(inst).agg(caused=pl.col("waited_ns").sum())
     order = (shared.group_by(inst, maintain_order=True)
              .agg(first=pl.col("arrival_ns").min(), last_arrival=pl.col("last_arrival_ns").first(),
-                  last=pl.col("last_member").first(), collective=pl.col("collective").first(),
-                  caused=pl.col("wait_ns").sum())
+                  last=pl.col("last_member").first(), collective=pl.col("collective").first())
+             .join(caused, on=inst, how="left", nulls_equal=True)
+             .with_columns(pl.col("caused").fill_null(0))
              .sort(["last_arrival", "process_group", "instance"], nulls_last=False))
     groups = order["process_group"].drop_nulls().n_unique()
     collectives = [{"label": f"#{i} {r['collective']}" + (f" (group {r['process_group']})" if groups > 1 else ""),
