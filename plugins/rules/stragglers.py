@@ -47,8 +47,12 @@ no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` and ``wait_
 candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
 ``members`` (``rank``, ``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective
 ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}), ``slow_rank_host``,
-``slow_rank_gpu`` (above; empty without a straggler rank). Items: every rank, most wait
-caused first. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
+``slow_rank_gpu`` (above; empty without a straggler rank), ``as_slow`` (the other ranks as slow as the
+straggler: like it, they spent under :data:`AS_SLOW_FRACTION` of the way from its share of their steps spent
+waiting to the most-waiting rank's; the one a hair earlier causes no wait but is no faster, and is named beside
+it). Items: every rank, most wait caused first (the straggler's peers next to it). Where the ranks' collectives
+end more than :data:`CLOCKS_APART_NS` apart on their own clocks (they leave a collective together), the message
+says their clocks likely differ and how to align them. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
 the mean per rank; ``impact_range`` names the least (the straggler's own: nothing) and the rank that waited
 for it most. The finding of a straggler gives the run's summary a line naming it.
 
@@ -81,6 +85,13 @@ FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns":
 COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
            Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
            Column("waited_ns", "waited", "ns"), Column("step_ns", "time in steps", "ns")]
+#: A member is as slow as the straggler where its share of its step time spent waiting is within this fraction
+#: of the way from the straggler's share to the most-waiting member's (two ranks sleeping alike: the one 9 us
+#: earlier waits 0.1 ms, the others 150 ms).
+AS_SLOW_FRACTION = 0.1
+#: Members whose collectives end further apart than this on their own clocks cannot share one clock: they leave a
+#: collective together (ranks of one host: 0.3 ms at most in the runs made here).
+CLOCKS_APART_NS = 1_000_000
 #: The items' title: their times are totals over the steps, beside a message that speaks per step.
 ITEMS_TITLE = "ranks, totals over all steps"
 
@@ -164,14 +175,23 @@ class Stragglers(Rule):
                  for r in per.sort("member", nulls_last=False).iter_rows(named=True)}
         who = f"{label} {candidate}"
         each = f"{label}s" if len(members) > 2 else label
+        also = _as_slow(per, candidate) if straggler is not None else []
+        if also:  # the straggler's peers first in the table, after it
+            first = {candidate, *also}
+            items = [i for i in items if _member_of(i, label) in first] + [
+                i for i in items if _member_of(i, label) not in first]
         if straggler is not None:
-            title = f"Straggler: {who}"
+            names = _names(label, [candidate, *also])
+            title = f"Straggler: {who}" if not also else f"Stragglers: {names}"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives. The other "
                        f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), "
                        f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step.")
-            suggestion = (f"Find what {who} does before its collectives that the others do not: uneven data "
-                          "(batch sizes, sequence lengths), a slower input pipeline or host, extra work in "
-                          "hooks or logging on that rank, or a slower GPU or link.")
+            if also:
+                message += _as_slow_sentence(per, shared, candidate, also, label)
+            suggestion = (f"Find what {names} {'do' if also else 'does'} before {'their' if also else 'its'} "
+                          "collectives that the others do not: uneven data (batch sizes, sequence lengths), a "
+                          "slower input pipeline or host, extra work in hooks or logging on "
+                          f"{'those ranks' if also else 'that rank'}, or a slower GPU or link.")
         elif _stands_out(per, share, t["warning_pct"]):  # under the line, but the one rank the others wait for
             title = f"Most waited for: {who}, under the warning line"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives and made the other "
@@ -191,6 +211,11 @@ class Stragglers(Rule):
             message += f" {incomplete} collectives are missing on some {label}s."
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
+        elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None:
+            message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
+                        f"collectives), which {label}s on one clock cannot do, as they leave a collective together: "
+                        f"their clocks likely differ (several hosts), and the waits may be that difference; "
+                        "--set stragglers.align_clocks=true aligns them on the collectives' ends.")
         excess = {"slow_rank_host": [], "slow_rank_gpu": []}
         named = straggler if straggler is not None else (candidate if title.startswith("Most waited") else None)
         if named is not None and label == "rank":
@@ -211,14 +236,15 @@ class Stragglers(Rule):
                               f"{who} does that the trace does not show, time between its operators (data "
                               "loading, hooks, I/O, a sleep), with record_function ranges or a host profiler. "
                               + suggestion)
-        summary = (("straggler", f"{who}: the others wait {fmt_ns(per_step_ns)} per step for it "
-                           f"({fmt_pct(share)} of their step time)") if straggler is not None else None)
+        summary = (("straggler", f"{who}{f' (as slow: {_names(label, also)})' if also else ''}: the others "
+                                 f"wait {fmt_ns(per_step_ns)} per step for it ({fmt_pct(share)} of their step "
+                                 "time)") if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
-                                 "ranks": ranks, **excess},
+                                 "ranks": ranks, "as_slow": [_key(m) for m in also], **excess},
                         items=items, items_title=ITEMS_TITLE,
                         columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)),
@@ -259,6 +285,60 @@ def _caused_range(on: dict, members: list, per: pl.DataFrame, label: str) -> dic
         return f"rank {rank}" if label == "rank" and rank is not None else f"{label} {_key(member)}"
 
     return impact_range([(int(on.get(m, 0) or 0), name(m)) for m in members], label)
+
+
+def _as_slow(per: pl.DataFrame, candidate) -> list:
+    """The other members as slow as the straggler ``candidate``: those that, like it, spent almost none of their
+    steps waiting (:data:`AS_SLOW_FRACTION`), while the others wait for both. Of two ranks sleeping alike, one
+    arrives last everywhere and causes every wait; the other, a hair earlier, causes none but is no faster."""
+    share = {r["member"]: r["waited_ns"] / r["step_ns"] for r in per.iter_rows(named=True) if r["step_ns"]}
+    if candidate not in share or len(share) < 3:
+        return []
+    low, high = share[candidate], max(share.values())
+    if high <= low:
+        return []
+    line = low + AS_SLOW_FRACTION * (high - low)
+    return sorted((m for m, v in share.items() if m != candidate and v <= line), key=lambda m: (m is None, m or 0))
+
+
+def _as_slow_sentence(per: pl.DataFrame, shared: pl.DataFrame, candidate, also: list, label: str) -> str:
+    """What the members as slow as the straggler waited, against the median member, and how close behind the
+    straggler they arrived."""
+    waited = dict(zip(per["member"].to_list(), per["waited_ns"].to_list()))
+    others = sorted(v for m, v in waited.items() if m != candidate and m not in also)
+    median = others[len(others) // 2] if others else 0
+    gaps = shared.filter(pl.col("member").is_in(also) & (pl.col("last_member") == candidate))["wait_ns"]
+    ahead = int(gaps.median()) if gaps.len() else None
+    gap = ("" if ahead is None else f", arriving with {label} {_key(candidate)}" if ahead == 0
+           else f", arriving a median {fmt_ns(ahead)} before {label} {_key(candidate)}")
+    most = max(waited[m] for m in also)
+    one = len(also) == 1
+    return (f" {_names(label, also).capitalize()} {'is' if one else 'are'} as slow: "
+            f"{'it' if one else 'each'} waited {'' if one else 'at most '}{fmt_ns(most)} in all where the median "
+            f"other {label} waited {fmt_ns(median)}{gap}; the others wait for {'both' if one else 'all of them'}.")
+
+
+def _names(label: str, members: list, shown: int = 4) -> str:
+    """``rank 7``, ``ranks 7 and 3``, ``ranks 7, 3, 9 and 2 more``: members in the order given."""
+    keys = [_key(m) for m in members]
+    if len(keys) == 1:
+        return f"{label} {keys[0]}"
+    if len(keys) <= shown:
+        return f"{label}s {', '.join(keys[:-1])} and {keys[-1]}"
+    return f"{label}s {', '.join(keys[:shown - 1])} and {len(keys) - shown + 1:,} more"
+
+
+def _member_of(item: dict, label: str):
+    """The member an item row is of: its rank, or its device where members are devices."""
+    return item["rank"] if label == "rank" else item["device"] if label == "device" else None
+
+
+def _clocks_apart(events) -> int:
+    """How far apart the members' clocks are, from their collectives' ends (:func:`~traceparse.measures.comm.
+    clock_offsets`, the median over the collectives of each member's end against the first's): the spread."""
+    offsets = measures.collective_waits(events, align_clocks=True).group_by("member").agg(
+        pl.col("offset_ns").first())["offset_ns"].drop_nulls()
+    return int(offsets.max() - offsets.min()) if offsets.len() > 1 else 0
 
 
 def _key(member) -> str:
