@@ -49,7 +49,7 @@ def test_two_ranks_name_both(tmp_path):
     worst = summary["bottleneck"]
     assert worst["rule"] == "gpu-idle"
     assert worst["range"] == {"parts": 2, "per": "rank", "least_ns": idle[0], "least": "rank 0",
-                              "most_ns": idle[1], "most": "rank 1"}
+                              "most_ns": idle[1], "most": "rank 1", "least_like": 1, "most_like": 1}
     assert worst["impact_ns"] == round((idle[0] + idle[1]) / 2)
     assert (f"GPU idle, {fmt_ns(worst['impact_ns'])} lost per rank (mean of 2: {fmt_ns(idle[0])} on rank 0, "
             f"{fmt_ns(idle[1])} on rank 1)") in re.sub(r"\s*│\s*", " ", screen)
@@ -65,7 +65,7 @@ def test_four_ranks_least_and_most(tmp_path):
     least = min(idle, key=lambda r: (idle[r], r))
     most = max(idle, key=lambda r: (idle[r], -r))
     assert worst["range"] == {"parts": 4, "per": "rank", "least_ns": idle[least], "least": f"rank {least}",
-                              "most_ns": idle[most], "most": f"rank {most}"}
+                              "most_ns": idle[most], "most": f"rank {most}", "least_like": 1, "most_like": 1}
     assert (f"lost per rank (mean of 4, from {fmt_ns(idle[least])} on rank {least} to {fmt_ns(idle[most])} on "
             f"rank {most})") in re.sub(r"\s*│\s*", " ", screen)
 
@@ -79,7 +79,7 @@ def test_two_gpus_of_one_trace(tmp_path):
     assert worst["rule"] == "gpu-idle"
     least, most = sorted(idle, key=lambda d: idle[d])
     assert worst["range"] == {"parts": 2, "per": "GPU", "least_ns": idle[least], "least": f"GPU {least}",
-                              "most_ns": idle[most], "most": f"GPU {most}"}
+                              "most_ns": idle[most], "most": f"GPU {most}", "least_like": 1, "most_like": 1}
     assert (f"lost per GPU (mean of 2: {fmt_ns(idle[least])} on GPU {least}, {fmt_ns(idle[most])} on GPU {most})"
             in re.sub(r"\s*│\s*", " ", screen))
 
@@ -108,7 +108,9 @@ def test_a_stragglers_cost_names_who_waits_most_and_the_straggler(tmp_path):
     most = max(waited, key=lambda r: waited[r])
     assert finding["impact_ns"] == round(sum(waited.values()) / 4)
     assert finding["impact_range"] == {"parts": 4, "per": "rank", "least_ns": 0, "least": "rank 1",
-                                       "most_ns": waited[most], "most": f"rank {most}"}
+                                       "most_ns": waited[most], "most": f"rank {most}", "least_like": 1,
+                                       "most_like": sum(abs(w - waited[most]) <= max(waited[most] / 1000, 1000)
+                                                        for w in waited.values())}
 
 
 def test_the_page_counts_findings_as_the_terminal_does(tmp_path):

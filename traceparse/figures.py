@@ -108,3 +108,19 @@ def fmt_ratio(value: Any) -> str:
 def fmt_count(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` with thousands separators and ``noun`` in the number it takes: "1 gap", "6,642 gaps"."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+#: Two figures within this share of the larger are the same when one is picked out of many (the slowest rank, a
+#: notable one): a difference of 0.1% is clock noise or rounding, and does not show at four significant figures.
+SAME_SHARE = 0.001
+#: Two durations within this many ns (1 us) are the same however short they are (:func:`same_figure`).
+SAME_NS = 1_000
+#: How the tolerance of :func:`same_figure` reads in a message.
+SAME_SAID = "within 0.1%"
+
+
+def same_figure(a: float, b: float, floor: float = 0) -> bool:
+    """True when ``a`` and ``b`` differ by at most :data:`SAME_SHARE` of the larger (or by at most ``floor``:
+    :data:`SAME_NS` for durations): too little for either to stand out, so that no rank is named slowest, longest
+    or notable on a nanosecond of noise (a span of 151,734,364 ns against a median of 151,734,363)."""
+    return abs(a - b) <= max(SAME_SHARE * max(abs(a), abs(b)), floor)

@@ -16,6 +16,7 @@ from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, shor
                               text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
+from traceparse.figures import SAME_SAID
 from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
@@ -261,7 +262,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         where = re.match(r"^\S+?(?::(\d+))?: (.+)$", cut[0], re.S) if len(cut) == 1 else None
         said = ((f"line {where[1]}: " if where[1] else "") + where[2]) if where else cut[0]
         grid.add_row(Text("incomplete", style="bold red"),
-                     Text(visible(said) + (f" (and {len(cut) - 1} more)" if len(cut) > 1 else "")
+                     Text(visible(said) + (f" (and {len(cut) - 1:,} more)" if len(cut) > 1 else "")
                           + "; every figure here covers only what was read", style="red"))
     grid.add_row("span", fmt_ns(summary.get("span_ns")))
     grid.add_row("steps", steps_text(summary))
@@ -332,16 +333,26 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
 def mean_of(spread: dict | None, ranks: int) -> str:
     """What the bottleneck's time is a mean of, for the summary (terminal and page): `` per rank (mean of 2:
     20.9 ms on rank 0, 234.6 ms on rank 1)``, the least and the most where they differ as shown (``spread``:
-    :attr:`traceparse.rule.Finding.impact_range`); `` per rank (mean of 8)`` on a run without them."""
+    :attr:`traceparse.rule.Finding.impact_range`); `` per rank (mean of 8)`` on a run without them. Where several
+    parts are the least or the most but for noise, their number stands for a name picked among equals: ``from 0 ns
+    on rank 5 to 150.4 ms on 63 ranks``; where all are, ``(mean of 64, all within 0.1%)``."""
     if not spread:
         return f" per rank (mean of {ranks})" if ranks > 1 else ""
-    parts = spread["parts"]
+    parts, per = spread["parts"], spread["per"]
     least, most = fmt_ns(spread["least_ns"]), fmt_ns(spread["most_ns"])
-    if least == most:
-        return f" per {spread['per']} (mean of {parts})"
+    if least == most or spread.get("least_like") == parts:
+        return f" per {per} (mean of {parts:,}{'' if least == most else ', all ' + SAME_SAID})"
+    on_least, on_most = (_on(spread, end) for end in ("least", "most"))
     if parts == 2:
-        return f" per {spread['per']} (mean of 2: {least} on {spread['least']}, {most} on {spread['most']})"
-    return f" per {spread['per']} (mean of {parts}, from {least} on {spread['least']} to {most} on {spread['most']})"
+        return f" per {per} (mean of 2: {least} on {on_least}, {most} on {on_most})"
+    return f" per {per} (mean of {parts:,}, from {least} on {on_least} to {most} on {on_most})"
+
+
+def _on(spread: dict, end: str) -> str:
+    """Which part the least (``end``: ``least``) or the most of ``spread`` is on: its name, or ``63 ranks`` where
+    that many are alike (:data:`~traceparse.figures.SAME_SHARE`)."""
+    alike = spread.get(f"{end}_like") or 1
+    return spread[end] if alike == 1 else f"{alike:,} {spread['per']}s"
 
 
 def _peaks(extra: dict) -> list[str]:
@@ -585,7 +596,7 @@ def _rest_row(key: str, columns: list[Column], rows: list[dict]) -> dict:
     different wholes (streams of different devices, whose spans overlap), so
     a sum could be larger than any whole.
     """
-    out: dict[str, Any] = {key: f"({len(rows)} more, max)"}
+    out: dict[str, Any] = {key: f"({len(rows):,} more, max)"}
     for c in columns:
         values = [r.get(c.key) for r in rows if _is_number(r.get(c.key))]
         out[c.key] = max(values) if values else None

@@ -48,6 +48,7 @@ import polars as pl
 
 from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError
+from traceparse.figures import SAME_NS, same_figure
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
@@ -193,13 +194,17 @@ def mean_range(per_device: pl.DataFrame, column: str, ranks: dict[str, int], nou
 
 def impact_range(parts: list[tuple[int, str]], per: str) -> dict | None:
     """:attr:`traceparse.rule.Finding.impact_range` of a mean over ``parts`` ((ns, label), in the order ties are
-    broken: the first of equals), each one a ``per`` (``rank``, ``GPU``); None for fewer than two."""
+    broken: the first of equals), each one a ``per`` (``rank``, ``GPU``); None for fewer than two.
+    ``least_like`` and ``most_like`` count the parts as low as the least and as high as the most but for noise
+    (:func:`~traceparse.figures.same_figure`): where 63 ranks of 64 wait 150.4 ms, none of them is "the most"."""
     if len(parts) < 2:
         return None
     least = min(parts, key=lambda p: p[0])
     most = max(parts, key=lambda p: p[0])
     return {"parts": len(parts), "per": per, "least_ns": least[0], "least": least[1],
-            "most_ns": most[0], "most": most[1]}
+            "most_ns": most[0], "most": most[1],
+            "least_like": sum(same_figure(ns, least[0], SAME_NS) for ns, _ in parts),
+            "most_like": sum(same_figure(ns, most[0], SAME_NS) for ns, _ in parts)}
 
 
 # -- planning ---------------------------------------------------------------

@@ -228,9 +228,9 @@ def device_warning(rows: list[dict], series: str | None = None) -> str | None:
     for r in rows:
         if r["device"]:
             by_device.setdefault(r["device"], []).append(f"{r['label']} ({r['trace']})")
-    listed = "; ".join(f"{device}: {traces[0]}" + (f" and {len(traces) - 1} more" if len(traces) > 1 else "")
+    listed = "; ".join(f"{device}: {traces[0]}" + (f" and {len(traces) - 1:,} more" if len(traces) > 1 else "")
                        for device, traces in by_device.items())
-    return f"the traces come from {len(by_device)} devices ({listed}); their figures are not like for like"
+    return f"the traces come from {len(by_device):,} devices ({listed}); their figures are not like for like"
 
 
 # -- terminal -------------------------------------------------------------------
@@ -449,7 +449,7 @@ def plot(rows: list[dict], by: str | None, out: Path, series: str | None = None)
         if ax.get_legend_handles_labels()[0]:
             below = -0.14 if numeric else -0.16 - 0.012 * max(len(str(v)) for v in tick_labels)  # clear rotated labels
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, below), ncols=2, frameon=False)
-    fig.suptitle(f"traceparse compare: {len(rows)} traces" + (f" by {by}" if by else "")
+    fig.suptitle(f"traceparse compare: {len(rows):,} traces" + (f" by {by}" if by else "")
                  + (f", one line per {series}" if series else ""))
     suffix = out.suffix.lower()
     if suffix == ".html":
@@ -480,7 +480,7 @@ def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: 
                             tickvals=ticks, ticktext=[html.escape(str(t)) for t in tick_labels], row=1, col=col)
         if title.endswith("(%)"):
             figure.update_yaxes(range=[-3, 103], row=1, col=col)
-    figure.update_layout(title=html.escape(f"traceparse compare: {len(rows)} traces" + (f" by {by}" if by else "")
+    figure.update_layout(title=html.escape(f"traceparse compare: {len(rows):,} traces" + (f" by {by}" if by else "")
                                            + (f", one line per {series}" if series else "")),
                          height=560, width=max(640, 560 * len(panels)), legend=dict(orientation="h", y=-0.2),
                          margin=dict(t=90))

@@ -239,7 +239,7 @@ def basis_line(base: dict) -> str:
     """One line saying what the figures are per."""
     def side(label: str, key: str) -> str:
         n, source = base[f"steps_{key}"], base[f"step_source_{key}"]
-        return f"{label} {n} step{'s' if n != 1 else ''} ({source})" if n else f"{label} no steps"
+        return f"{label} {n:,} step{'s' if n != 1 else ''} ({source})" if n else f"{label} no steps"
 
     sides = f"{side('A', 'a')}, {side('B', 'b')}"
     ranks = [base.get(f"ranks_{k}") or 1 for k in ("a", "b")]
@@ -356,7 +356,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         r["status"] = "" if r["status"] == "both" else r["status"]
     columns = NAME_COLUMNS + (WIDE_NAME_COLUMNS if width >= WIDE else [])
     for part in fitted_table(columns, shown, width,
-                             title=f"by name (top {len(shown)} of {rows.height} by absolute change)"):
+                             title=f"by name (top {len(shown):,} of {rows.height:,} by absolute change)"):
         console.print(part)
     if width < WIDE:
         console.print(Text(f"(calls A, calls B and kind: from {WIDE} columns, or in --json)", style="dim"))
@@ -378,7 +378,8 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         for kind, name in names[:top]:
             console.print(literal(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
         if len(names) > top:
-            console.print(Text(f"  ... and {len(names) - top} more (--top N shows more; --json lists all)", style="dim"))
+            console.print(Text(f"  ... and {len(names) - top:,} more (--top N shows more; --json lists all)",
+                               style="dim"))
 
 
 def _by_change(rows: pl.DataFrame, status: str) -> list[tuple[str, str]]:

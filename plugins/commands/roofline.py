@@ -171,7 +171,7 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
     for part in fitted_table(columns, rows, console.width):
         console.print(part)
     if len(items) > len(shown):
-        console.print(f"({len(items) - len(shown)} more rows; --top 0 lists all)")
+        console.print(f"({len(items) - len(shown):,} more rows; --top 0 lists all)")
     console.print("prec.: the precision of most of the row's FLOPs (TC: tensor cores); *: a tensor-core kernel whose "
                   "tensor FLOPs were not counted, so its FLOPs, FLOP/B and GFLOP/s are lower bounds; ~: FLOPs "
                   "partly estimated from the model (docs/roofline.md).")
@@ -330,7 +330,7 @@ def draw_chart(matplotlib, trace, spec, result):
     ax.legend(handles=handles, loc="lower right", fontsize=8, framealpha=0.9)
     if skipped:
         skipped_ns = sum(i["time_ns"] or 0 for i in skipped)
-        ax.text(0.01, 0.01, f"not plotted: {len(skipped)} rows without FLOPs or DRAM bytes "
+        ax.text(0.01, 0.01, f"not plotted: {len(skipped):,} rows without FLOPs or DRAM bytes "
                             f"({100 * skipped_ns / time_total:.1f}% of the time)", fontsize=7, color="grey",
                 transform=ax.transAxes)
     return fig

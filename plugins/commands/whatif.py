@@ -23,8 +23,8 @@ from rich.text import Text
 from traceparse import expr
 from traceparse.command import Command
 from traceparse.errors import InputError
-from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.whatif import parse_drop, parse_scale, what_if
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct
+from traceparse.measures.whatif import BALANCE_MIN_EXCESS, parse_drop, parse_scale, what_if
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, trace_label
 from traceparse.rule import RuleOptions
@@ -72,7 +72,7 @@ class WhatIfCommand(Command):
         scales = [parse_scale(s) for s in args.scale]
         found = session.resolve(args.trace, args.format)
         if len(found) != 1:
-            raise InputError(f"{args.trace}: whatif takes one trace or run; this makes {len(found)} traces")
+            raise InputError(f"{args.trace}: whatif takes one trace or run; this makes {len(found):,} traces")
         trace = found[0]
         label = _label(trace)
         try:
@@ -153,9 +153,13 @@ def document(trace, label: str, result) -> dict:
 
 
 def edit_line(e: dict) -> str:
-    """One edit in words: what it matched and the time it took out of (or added to) each rank's steps."""
-    noun = "name" if e["edit"] == "--balance" else "event"
-    what = f"{e['calls']} {noun}{'' if e['calls'] == 1 else 's'}"
+    """One edit in words: what it matched and the time it took out of (or added to) each rank's steps; why
+    nothing, where it matched nothing (``--balance``: no rank exceeds the median rank by enough in any name)."""
+    balance = e["edit"] == "--balance"
+    if not e["calls"]:
+        return (f"--balance: nothing to even out: no rank spends {BALANCE_MIN_EXCESS:.0%} of its mean step or "
+                "more longer than the median rank in any name" if balance else f"{e['edit']}: matched no event")
+    what = fmt_count(e["calls"], "name" if balance else "event")
     by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
     if not by:
         return f"{e['edit']}: {what}, no time in the steps"
@@ -164,18 +168,28 @@ def edit_line(e: dict) -> str:
         return f"{e['edit']}: {what}, {word(by['-'])} work per step"
     order = sorted(by, key=lambda k: -abs(by[k]))
     parts = ", ".join(f"rank {k} {word(by[k])}" for k in order[:4])
-    more = f" (and {len(order) - 4} more ranks)" if len(order) > 4 else ""
+    more = f" (and {len(order) - 4:,} more ranks)" if len(order) > 4 else ""
     return f"{e['edit']}: {what}; work per step: {parts}{more}"
+
+
+def steps_said(doc: dict) -> str:
+    """What was replayed: ``3 steps × 4 ranks`` where every rank has as many steps, else the windows the table
+    lists and how many each rank has: ``9 step windows over 4 ranks, 1 to 3 steps each``."""
+    counts = [r["steps"] for r in doc["ranks"]]
+    if len(counts) < 2:
+        return fmt_count(doc["mean"]["paths"], "step")
+    if min(counts) == max(counts):
+        return f"{fmt_count(counts[0], 'step')} × {len(counts):,} ranks"
+    return (f"{fmt_count(doc['mean']['paths'], 'step window')} over {len(counts):,} ranks, "
+            f"{min(counts):,} to {max(counts):,} steps each")
 
 
 def render(console, doc: dict) -> None:
     """The terminal view: what was replayed with which edits, the steps table, the means, the predicted path."""
     width = console.width
     mean = doc["mean"]
-    ranks = len(doc["ranks"])
-    what = f"{mean['steps']} step{'s' if mean['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else "")
     head = Text("whatif ", style="bold")
-    head.append(literal(f"{doc['trace']['label']}  {doc['trace']['id']}  ({what})"))
+    head.append(literal(f"{doc['trace']['label']}  {doc['trace']['id']}  ({steps_said(doc)})"))
     console.print(head)
     if not doc["edits"]:
         console.print(Text("no edit: the replay of the measured durations (the prediction is the measured step)",

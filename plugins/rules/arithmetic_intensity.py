@@ -231,7 +231,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
                          f"estimated from model_gflops={extra['model_gflops']}, the rest measured.")
         above = [i["roof_pct"] for i in result["items"] if (i["roof_pct"] or 0) > ABOVE_ROOF_PCT]
         if above:
-            parts.append(f"{len(above)} rows sit above their roof (up to {max(above):.0f}%): the peak figures do not "
+            parts.append(f"{len(above):,} rows sit above their roof (up to {max(above):.0f}%): the peak figures do not "
                          "fit the GPU that ran them; check --gpu.")
         if extra["clock_ratio"] and extra["clock_ratio"] < 0.95:
             parts.append(f"The SM clock while profiling averaged {extra['sm_clock_mhz']:.0f} MHz, "
@@ -254,7 +254,7 @@ def _peak_of(total: dict) -> str:
         return f"; the {next(iter(mix))} peak, {fmt_number(total['peak_gflops'])} GFLOP/s"
     return (f"; peak {fmt_number(total['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
             + ", ".join(f"{p} {share:.1f}%" for p, share in list(mix.items())[:3])
-            + (f" and {len(mix) - 3} more" if len(mix) > 3 else ""))
+            + (f" and {len(mix) - 3:,} more" if len(mix) > 3 else ""))
 
 
 def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
@@ -281,7 +281,7 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
         at = f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None else ""
         text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
     if extra["items_above_roof"]:
-        rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']} rows run"
+        rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']:,} rows run"
         text += (f" {rows} faster than their roof allows for their derived bytes "
                  "(their tensors came partly from cache, or the peak is not the one they ran at): their % of roof "
                  "is left out.")

@@ -198,7 +198,7 @@ class CriticalPath(Rule):
         summary = None
         if behind is not None:  # on the summary too: its step time is the host's, the GPU's work longer
             summary = ("GPU behind", f"the steps are the host's: the GPU's work of {behind.behind} of "
-                                     f"{behind.steps} steps ends {fmt_ns(behind.tail_min_ns)} to "
+                                     f"{behind.steps:,} steps ends {fmt_ns(behind.tail_min_ns)} to "
                                      f"{fmt_ns(behind.tail_max_ns)} after them, {fmt_ns(behind.gpu_ns)} of GPU "
                                      f"work a step against the host's {fmt_ns(behind.step_ns)}")
         if severity != "info":
@@ -504,7 +504,7 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     kinds = ", ".join(f"{k} {fmt_pct(expr.pct(v, m['length_ns']))}" for k, v in parts[:4])
     kinds = f": {kinds}" if kinds else " (it reached no event that takes time)"
     ranks = len(m["ranks"])
-    counted = (f"{m['steps']} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks} ranks" if ranks > 1 else ""))
+    counted = (f"{m['steps']:,} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks:,} ranks" if ranks > 1 else ""))
     if unmarked:
         text = (f"No steps are marked: from the first to the last event the graph links ({fmt_ns(m['step_ns'])}"
                 f"{' a rank' if ranks > 1 else ''}; the summary's span counts every event), the critical path is "
@@ -521,7 +521,7 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
             rank, count = sorted(to.items(), key=lambda kv: (-kv[1], kv[0]))[0]
             first = next(c for d in details for c in d["crossings"] if c["to_rank"] == rank)
             at = len({c["instance"] for d in details for c in d["crossings"] if c["to_rank"] == rank})
-            times = f", {count} times over the {len(details)} paths" if count != at else ""
+            times = f", {count:,} times over the {len(details):,} paths" if count != at else ""
             text += (f" It crosses to rank {rank} at {at} of the {m['collectives']} collective"
                      f"{'s' if m['collectives'] != 1 else ''} ({first['name']}{times}):"
                      f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "

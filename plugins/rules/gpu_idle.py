@@ -266,7 +266,7 @@ class GpuIdle(Rule):
         if not total:
             return metrics, streams, ""
         who = ("the stream waits, by its" if per_stream.height == 1
-               else f"the {per_stream.height} streams wait, by their")
+               else f"the {per_stream.height:,} streams wait, by their")
         sentence = (f" Why {who} gap time: "
                     f"host wait {fmt_pct(shares['host_wait_pct'])} (nothing queued), kernel wait "
                     f"{fmt_pct(shares['kernel_wait_pct'])} (queued, gaps under "

@@ -198,7 +198,7 @@ class Hotspots(Rule):
         suggestion = ""
         if imbalanced:
             worst = max(imbalanced, key=lambda i: i["imbalance"])
-            message += (f" {len(imbalanced)} of the top routines are unevenly spread over threads; "
+            message += (f" {len(imbalanced):,} of the top routines are unevenly spread over threads; "
                         f"{worst['name']!r}: max/mean {fmt_ratio(worst['imbalance'])}.")
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")
@@ -235,7 +235,7 @@ class Hotspots(Rule):
         total = int(marks["time_ns"].sum() or 0)
         by_name, items = _ranked(marks, total, int(t["top"]))
         threads = marks.select(THREAD).unique().height
-        message = (f"{by_name.height} annotations (record_function, NVTX, step ranges) on {threads} thread(s), "
+        message = (f"{by_name.height:,} annotations (record_function, NVTX, step ranges) on {threads:,} thread(s), "
                    f"{fmt_ns(total)} of self time: the time inside an annotation that no operator, runtime call or "
                    "nested annotation accounts for (a step annotation's is what its thread did untraced or waited).")
         uneven = [i for i in items if i["peers"] > 1 and i["imbalance"] is not None
@@ -269,7 +269,7 @@ class Hotspots(Rule):
              "share_pct": _round(100.0 * r["time_ns"] / r["thread_ns"]) if r["thread_ns"] else None}
             for r in ranked.iter_rows(named=True)
         ]
-        message = (f"Top {t['per_thread_top']} routines of each of {chosen.height} of {totals.height} threads "
+        message = (f"Top {t['per_thread_top']} routines of each of {chosen.height:,} of {totals.height:,} threads "
                    "(threads with the most time first).")
         return Finding(self.name, "info", "Hotspots per thread", message,
                        metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,

@@ -148,7 +148,7 @@ class NcuSol(Rule):
         counts = launches.group_by("bound").len().sort(["len", "bound"], descending=[True, False])
         spread = ", ".join(f"{r['bound']} {r['len']}" for r in counts.iter_rows(named=True))
         top = per_name[0] if per_name else None
-        message = (f"{launches.height} profiled launches ({fmt_ns(time_ns)}): compute "
+        message = (f"{launches.height:,} profiled launches ({fmt_ns(time_ns)}): compute "
                    f"{_p(metrics['compute_pct'])} and memory {_p(metrics['memory_pct'])} of the GPU's peak, "
                    f"DRAM {_p(metrics['dram_pct'])} (duration-weighted). By launch: {spread}; latency-bound "
                    f"launches (both under {low:g}%) take {_p(latency_pct)} of the kernel time.")

@@ -123,7 +123,7 @@ class NcuSpeedups(Rule):
             typed = ", ".join(f"{k} {v}" for k, v in types.items())
             return [Finding(self.name, "info", "No speed-up estimated by ncu" if not n_results
                             else "What ncu's rules say (no speed-up estimated)",
-                            f"{launches.height} profiled launches, {n_results} rule results from ncu"
+                            f"{launches.height:,} profiled launches, {n_results:,} rule results from ncu"
                             + (f" ({typed})" if typed else "") + "; none estimates a speed-up of "
                             f"{t['min_speedup_pct']}% or more." + (f" The first: {says_rows[0]['type']} "
                                                                     f"{says_rows[0]['text']}" if says_rows else ""),
@@ -157,7 +157,7 @@ class NcuSpeedups(Rule):
                  .sort(["est_saved_ns", "rule"], descending=[True, False]).iter_rows(named=True)}
         severity = grade(global_pct, warning=t["warning_saved_pct"], critical=t["critical_saved_pct"])
         top = items[0]
-        message = (f"ncu's rules estimate that {best_per_launch.height} of {launches.height} profiled launches "
+        message = (f"ncu's rules estimate that {best_per_launch.height:,} of {launches.height:,} profiled launches "
                    f"could run faster: up to {fmt_ns(saved_ns)} of {fmt_ns(kernel_ns)} "
                    f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {fmt_ns(global_ns)} "
                    f"({global_pct or 0:.1f}%) from whole-kernel (global) estimates. The largest: "

@@ -105,7 +105,7 @@ class PageableMemcpy(Rule):
         else:
             message = "No host-device copy says whether its host memory is pageable or pinned."
         if unknown:
-            message += f" {unknown} host-device copies left out: the source does not record their memory kind."
+            message += f" {unknown:,} host-device copies left out: the source does not record their memory kind."
         message += aggregated_note(ignored_aggregated)
         suggestion = ("Allocate the host buffers page-locked: DataLoader(pin_memory=True) or tensor.pin_memory() "
                       "in PyTorch, cudaHostAlloc/cudaMallocHost or cudaHostRegister in CUDA; then copy with "

@@ -10,7 +10,10 @@ is on the GPU: a host-side collective (gloo) does not occupy it, and the GPU's w
 Rows without a device (copies whose device the trace does not say) count towards a rank, not a device.
 
 ``work_ns`` = compute + memcpy: the work a rank's GPU does. ``imbalance`` = max work / mean work over the
-ranks (1.0: even); ``slowest_rank`` has the most work, ``fastest_rank`` the least (of equals, the lowest).
+ranks (1.0: even); ``slowest_rank`` has the most work, ``fastest_rank`` the least (of equals, the lowest); both
+are None where every rank's work is the same but for noise (:func:`~traceparse.figures.same_figure`: within 0.1%
+or 1 us), where naming one would pick it on a few ns. The work is the GPU's: a rank slowed on the host (a data
+loader, a sleep before its collectives) does the same GPU work as the others and is the stragglers rule's.
 Exposed communication is not work: a communication kernel spins until every rank's has started, so the rank
 that waits for a straggler has the most of it (on a real FSDP2 run over NCCL whose rank 1 sleeps in a
 gradient hook, rank 0's GPU spent 75.7 ms in exposed communication against rank 1's 6.5, and judged by busy
@@ -32,7 +35,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns, fmt_ratio
+from traceparse.figures import SAME_NS, SAME_SAID, fmt_ns, fmt_ratio, same_figure
 from traceparse.measures.base import exact_sum, exact_total
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -86,8 +89,9 @@ class RankBalance(Rule):
         mean = work.mean()
         imbalance = round(float(work.max()) / mean, 4) if mean else None
         by_work = rows.sort(["work_ns", "member"], descending=[True, False])
-        slowest = by_work["member"][0]
-        fastest = rows.sort(["work_ns", "member"])["member"][0]
+        even = rows.height > 1 and same_figure(float(work.max()), float(work.min()), SAME_NS)
+        slowest = None if even else by_work["member"][0]
+        fastest = None if even else rows.sort(["work_ns", "member"])["member"][0]
         totals = {c: exact_sum(rows[c]) for c in _SUMS}
         ranks = {str(r["member"]): {k: v for k, v in r.items() if k != "member"} for r in rows.iter_rows(named=True)}
         items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
@@ -106,9 +110,8 @@ class RankBalance(Rule):
                             f"{label}s (ingest the rank directory as a run).",
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES)]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
-        message = (f"{rows.height} {label}s: most work on {label} {slowest} ({fmt_ns(float(work.max()))} of "
-                   f"compute and copies), least on {fastest} ({fmt_ns(float(work.min()))}); imbalance (max/mean "
-                   f"work) {fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
+        message = (f"{_spread_said(rows.height, label, slowest, fastest, work)}; imbalance (max/mean work) "
+                   f"{fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
         waiting = (rows.filter(pl.col("comm_exposed_pct") > WAITING_SHARE)
                    .sort(["comm_exposed_ns", "member"], descending=[True, False]))
         if waiting.height and rows.height > 1:
@@ -122,6 +125,17 @@ class RankBalance(Rule):
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
                         impact_ns=int(work.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
+
+
+def _spread_said(count: int, label: str, slowest, fastest, work: pl.Series) -> str:
+    """Who has the most and the least work (``64 ranks: most work on rank 5 (...), least on 0 (...)``), or, where
+    no rank has more than noise (``slowest`` None), that they all do the same: ``64 ranks: the same work on each,
+    19.85 ms of compute and copies (within 0.1%)``."""
+    if slowest is None:
+        return (f"{count:,} {label}s: the same work on each, {fmt_ns(float(work.max()))} of compute and copies "
+                f"({SAME_SAID}; a {label} slower on the host than on its GPU is the stragglers rule's)")
+    return (f"{count:,} {label}s: most work on {label} {slowest} ({fmt_ns(float(work.max()))} of compute and "
+            f"copies), least on {fastest} ({fmt_ns(float(work.min()))})")
 
 
 @hookimpl

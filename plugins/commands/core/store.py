@@ -20,6 +20,7 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
+from traceparse.figures import SAME_NS, SAME_SAID, same_figure
 from traceparse.report import fitted_table, fmt_ns, shown_path, tags_text, trace_summary, warning_count
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
@@ -171,12 +172,14 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
         events = [m.event_count for m in metas.values() if m.event_count is not None]
         spans = [s for m in metas.values() if (s := (m.summary or {}).get("span_ns")) is not None]
         spread = ([f"events {_spread(events, lambda n: f'{n:,}')}"] if events else []) + (
-            [f"span {_spread(spans, fmt_ns)}"] if spans else [])
+            [f"span {_spread(spans, fmt_ns, SAME_NS)}"] if spans else [])
         if spread:
             table.add_row("per rank", literal("; ".join(spread)))
         notable = notable_ranks(metas)
         if notable:
             table.add_row("notable", _rank_table(notable, metas))
+        else:
+            table.add_row("notable", literal(_none_notable(events, spans)))
         table.add_row("", literal(f"`traceparse show {run['id']} --json` lists all {len(metas):,} ranks"))
     if warnings or not run.get("warnings"):
         for w in run.get("warnings", []):
@@ -197,20 +200,22 @@ def notable_ranks(metas: dict) -> dict[int, str]:
     """The ranks a large run's panel shows, each with why: the longest spans (the slowest ranks), the most and
     the fewest events, and ranks with warnings; at most :data:`NOTABLE_EACH` for each reason, in rank order.
 
-    Only ranks beyond the median are picked for a reason (ranks that all agree: nothing stands out).
+    Only ranks beyond the median by more than noise are picked for a reason (:func:`same_figure`: a span 1 ns
+    over the median, or within 0.1% of it, is no longer; ranks that all agree: nothing stands out).
     """
     why: dict[int, list[str]] = {}
 
-    def pick(value, reason: str, reverse: bool) -> None:
+    def pick(value, reason: str, reverse: bool, floor: float = 0) -> None:
         known = {r: v for r, m in metas.items() if (v := value(m)) is not None}
         if not known:
             return
         median = sorted(known.values())[(len(known) - 1) // 2]
-        beyond = [r for r, v in known.items() if (v > median if reverse else v < median)]
+        beyond = [r for r, v in known.items()
+                  if (v > median if reverse else v < median) and not same_figure(v, median, floor)]
         for rank in sorted(beyond, key=lambda r: ((-known[r] if reverse else known[r]), r))[:NOTABLE_EACH]:
             why.setdefault(rank, []).append(reason)
 
-    pick(lambda m: (m.summary or {}).get("span_ns"), "longest span", True)
+    pick(lambda m: (m.summary or {}).get("span_ns"), "longest span", True, SAME_NS)
     pick(lambda m: m.event_count, "most events", True)
     pick(lambda m: m.event_count, "fewest events", False)
     for rank in [r for r in sorted(metas) if metas[r].warnings][:NOTABLE_EACH]:
@@ -219,11 +224,23 @@ def notable_ranks(metas: dict) -> dict[int, str]:
     return {rank: ", ".join(why[rank]) for rank in sorted(why)}
 
 
-def _spread(values: list[int], fmt) -> str:
-    """``4 each`` when the values agree, else ``3 to 10, median 4`` (the lower median)."""
+def _none_notable(events: list[int], spans: list[int]) -> str:
+    """Why a large run's panel names no rank (:func:`notable_ranks` picked none): all alike, or none far enough
+    beyond the median."""
+    alike = all(same_figure(min(v), max(v), floor) for v, floor in ((events, 0), (spans, SAME_NS)) if v)
+    if alike:
+        return f"none: every rank's span and event count alike ({SAME_SAID})"
+    return "none: no rank's span longer, nor its event count further from the median, by over 0.1%"
+
+
+def _spread(values: list[int], fmt, floor: float = 0) -> str:
+    """``4 each`` when the values agree, ``151.7 ms each (within 0.1%)`` when they differ by noise only
+    (:func:`same_figure`), else ``3 to 10, median 4`` (the lower median)."""
     low, high = min(values), max(values)
     if low == high:
         return f"{fmt(low)} each"
+    if same_figure(low, high, floor):
+        return f"{fmt(low)} each ({SAME_SAID})" if fmt(low) == fmt(high) else f"{fmt(low)} to {fmt(high)} ({SAME_SAID})"
     return f"{fmt(low)} to {fmt(high)}, median {fmt(sorted(values)[(len(values) - 1) // 2])}"
 
 

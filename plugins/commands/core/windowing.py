@@ -154,7 +154,8 @@ def _nothing(args: argparse.Namespace, trace) -> str:
     name = _name(trace)
     if args.nvtx is not None and args.step is not None and window.range_windows(trace, args.nvtx).height:
         count = window.range_windows(trace, args.nvtx).height
-        return f"--step {args.step}: {name} has {count} instance{'s' * (count != 1)} of range {args.nvtx}, no {args.step}"
+        return (f"--step {args.step}: {name} has {count:,} instance{'s' * (count != 1)} of range {args.nvtx}, "
+                f"no {args.step}")
     if args.nvtx is not None:
         names = window.range_names(trace)
         have = f"its ranges: {', '.join(names)}" if names else "it has no timed ranges"

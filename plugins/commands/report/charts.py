@@ -142,7 +142,7 @@ def names_chart(go, names: dict) -> Chart:
                       "%{customdata[2]:,} calls<extra></extra>"))
     _layout(fig, xaxis_title="kernel time (ms)", height=max(360, 24 * len(rows) + 100),
             margin=dict(l=20, r=20, t=30, b=50), yaxis=dict(automargin=True))
-    note = (f"The {len(rows)} kernels with the most time" if len(rows) > 1 else "The one kernel") + \
+    note = (f"The {len(rows):,} kernels with the most time" if len(rows) > 1 else "The one kernel") + \
         ", names shortened (hover for more)"
     if names["rest_names"]:
         note += (f"; the other {names['rest_names']} names take {fmt_ns(names['rest_ns'])} "
@@ -214,7 +214,7 @@ def collectives_chart(go, make_subplots, late: dict) -> Chart:
     for c in collectives:
         counts[c["last"]] = counts.get(c["last"], 0) + 1
     most = max(counts, key=lambda k: (counts[k], -list(colour).index(k)))
-    note = (f"{most} arrived last at {counts[most]} of {len(collectives)} collectives. Top: each member's arrival "
+    note = (f"{most} arrived last at {counts[most]:,} of {len(collectives):,} collectives. Top: each member's arrival "
             "after the first; bottom: the other members' waits at that collective, added up, each moment of waiting "
             "counted once (at the collective waited for first) and only inside the steps, so the bars add up to "
             "the time the members waited.")

@@ -1,0 +1,142 @@
+"""A rank is named slowest, longest or notable only where it differs by more than noise (sweep 10).
+
+On a 64-rank run whose spans differ by 1 ns, ``ingest`` listed ranks 0, 1 and 3 as "notable: longest span" at
+the median's 151.7 ms; rank-balance called rank 8 the slowest at imbalance 1.000×; the bottleneck ended "to
+150.4 ms on rank 7" where 63 ranks waited as long. A difference within 0.1% (or 1 us) is no difference.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import FIXTURES, REPO, run_cli
+from plugins.commands.core.store import _spread, notable_ranks
+from traceparse.figures import fmt_ns
+from traceparse.report import _rest_row, mean_of
+from traceparse.run import impact_range
+from traceparse.verdict import Column
+
+GLOO4 = FIXTURES / "torch" / "multirank" / "gloo4_balanced"
+#: The shared 4-rank samples (whole traces: the fixtures' are trimmed to kernels and collectives).
+SHARED = REPO.parent / "shared" / "samples" / "multirank" / "gloo4_resnet18_bs16"
+
+
+def meta(span_ns: int, events: int = 10_443) -> SimpleNamespace:
+    return SimpleNamespace(summary={"span_ns": span_ns}, event_count=events, warnings=[])
+
+
+def test_a_nanosecond_over_the_median_is_not_notable():
+    metas = {r: meta(151_734_363) for r in range(64)}
+    for r in (0, 1, 3):
+        metas[r] = meta(151_734_364)
+    assert notable_ranks(metas) == {}
+    assert _spread([m.summary["span_ns"] for m in metas.values()], fmt_ns, 1_000) == "151.7 ms each (within 0.1%)"
+    metas[5] = meta(631_734_363)  # the slow rank of `make_ranks.py --slow-rank 5`
+    assert notable_ranks(metas) == {5: "longest span"}
+
+
+def test_ingest_says_no_rank_stands_out(tmp_path):
+    """24 skewed copies of one rank: the panel names none of them (it named three at the median's span)."""
+    out = tmp_path / "r24"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_ranks.py"), str(GLOO4 / "rank0.json.gz"),
+                    str(out), "--ranks", "24", "--skew-us", "50000"], check=True, capture_output=True)
+    code, screen, err = run_cli("--store", str(tmp_path / "s"), "--width", "200", "ingest", str(out))
+    assert code == 0, err
+    spans = []
+    for path in sorted(out.glob("rank*.json.gz")):
+        events = [e for e in json.load(gzip.open(path))["traceEvents"] if "ts" in e]
+        spans.append(max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events))
+    assert max(spans) - min(spans) < 0.001 * max(spans)  # the run this test is about: spans alike but for noise
+    assert "notable        none: every rank's span and event count alike (within 0.1%)" in screen
+    assert "longest span" not in screen
+
+
+def test_the_bottleneck_counts_the_ranks_that_tie():
+    waited = [(0, "rank 5")] + [(150_447_000 + (r % 3), f"rank {r}") for r in range(64) if r != 5]
+    spread = impact_range(waited, "rank")
+    assert (spread["least_like"], spread["most_like"]) == (1, 63)
+    assert mean_of(spread, 64) == " per rank (mean of 64, from 0 ns on rank 5 to 150.4 ms on 63 ranks)"
+    alike = impact_range([(1_000_000 + r, f"rank {r}") for r in range(8)], "rank")
+    assert mean_of(alike, 8) == " per rank (mean of 8)"
+
+
+def test_rank_balance_names_no_slowest_rank_of_equal_work(tmp_path):
+    """make_ranks.py's slow rank is slow on the host: its GPU does the same work, so no rank is the slowest."""
+    out = tmp_path / "r4"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_ranks.py"), str(GLOO4 / "rank0.json.gz"),
+                    str(out), "--ranks", "4", "--slow-rank", "2"], check=True, capture_output=True)
+    code, doc, err = run_cli("--store", str(tmp_path / "s"), "-q", "analyze", "--json", "--rule", "rank-balance",
+                             str(out))
+    assert code == 0, err
+    [f] = json.loads(doc)["findings"]
+    work = [v["work_ns"] for v in f["metrics"]["ranks"].values()]
+    assert max(work) - min(work) <= max(work) / 1000
+    assert (f["metrics"]["slowest_rank"], f["metrics"]["fastest_rank"]) == (None, None)
+    assert f["message"].startswith(f"4 ranks: the same work on each, {fmt_ns(max(work))} of compute and copies "
+                                   "(within 0.1%; a rank slower on the host than on its GPU is the stragglers "
+                                   "rule's); imbalance (max/mean work) 1")
+
+
+def test_counts_have_thousands_separators():
+    from plugins.commands.whatif import edit_line
+
+    assert _rest_row("stream", [Column("n", "n", "count")], [{"n": i} for i in range(3320)])["stream"] == \
+        "(3,320 more, max)"
+    edit = {"edit": "--drop x", "calls": 3928, "removed_per_step_by_rank": {"-": 1_000}}
+    assert edit_line(edit) == "--drop x: 3,928 events, 1 us less work per step"
+
+
+def test_launch_stats_keeps_its_sort_key_at_80_columns(tmp_path):
+    """The items are sorted by delay: with a rank column, 80 columns dropped the delay and named "kernel" (the
+    kernel's time) as not shown beside the kernel names' column of the same label."""
+    if not SHARED.is_dir():
+        pytest.skip("shared multirank samples not present")
+    code, screen, err = run_cli("--store", str(tmp_path / "s"), "-q", "--width", "80", "analyze", "--rule",
+                                "launch-stats", str(SHARED))
+    assert code == 0, err
+    header = " ".join(line for line in screen.splitlines() if "┃" in line)
+    assert re.search(r"\bdelay\b", header)
+    shown = {"rank", "kernel", "launched by", "delay", "launch"}
+    note = re.search(r"not shown at this width: ([^)]*)\)", screen).group(1)
+    assert not shown & {c.strip() for c in note.split(",")}
+
+
+def cut_to_steps(source, target, keep: int) -> None:
+    """``source`` (a torch.profiler rank trace) with its first ``keep`` ProfilerStep#N windows only: events that
+    start after the last kept step's end dropped."""
+    doc = json.load(gzip.open(source))
+    steps = [e for e in doc["traceEvents"] if re.fullmatch(r"ProfilerStep#\d+", str(e.get("name", "")))]
+    kept = sorted({int(e["name"].split("#")[1]) for e in steps})[:keep]
+    end = max(e["ts"] + e["dur"] for e in steps if int(e["name"].split("#")[1]) in kept)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if "ts" not in e or float(e["ts"]) <= end]
+    with gzip.open(target, "wt") as f:
+        json.dump(doc, f)
+
+
+def test_whatif_says_how_many_steps_each_rank_has(tmp_path):
+    """Ranks of 3, 2, 1 and 3 steps: the header said "(3 steps × 4 ranks)" over 9 windows, and --balance "0 names,
+    no time in the steps" where no name exceeds the median rank's by 1% of a step."""
+    if not SHARED.is_dir():
+        pytest.skip("shared multirank samples not present")
+    run = tmp_path / "uneven"
+    run.mkdir()
+    for rank, keep in enumerate((3, 2, 1, 3)):
+        cut_to_steps(SHARED / f"rank{rank}.json.gz", run / f"rank{rank}.json.gz", keep)
+    store = str(tmp_path / "s")
+    code, doc, err = run_cli("--store", store, "-q", "whatif", "--json", "--balance", str(run))
+    assert code == 0, err
+    doc = json.loads(doc)
+    assert sorted(r["steps"] for r in doc["ranks"]) == [1, 2, 3, 3] and len(doc["steps"]) == 9
+    assert doc["edits"][0]["calls"] == 0
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "whatif", "--balance", str(run))
+    assert code == 0, err
+    assert "(9 step windows over 4 ranks, 1 to 3 steps each)" in screen
+    assert ("--balance: nothing to even out: no rank spends 1% of its mean step or more longer than the median "
+            "rank in any name") in screen
