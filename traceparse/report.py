@@ -339,13 +339,15 @@ def mean_of(spread: dict | None, ranks: int) -> str:
     if not spread:
         return f" per rank (mean of {ranks})" if ranks > 1 else ""
     parts, per = spread["parts"], spread["per"]
+    # a mean over some of a run's ranks (one recorded no GPU activity) says of how many
+    of = f"{parts:,} of {ranks:,} ranks" if per == "rank" and 1 < parts < ranks else f"{parts:,}"
     least, most = fmt_ns(spread["least_ns"]), fmt_ns(spread["most_ns"])
     if least == most or spread.get("least_like") == parts:
-        return f" per {per} (mean of {parts:,}{'' if least == most else ', all ' + SAME_SAID})"
+        return f" per {per} (mean of {of}{'' if least == most else ', all ' + SAME_SAID})"
     on_least, on_most = (_on(spread, end) for end in ("least", "most"))
     if parts == 2:
-        return f" per {per} (mean of 2: {least} on {on_least}, {most} on {on_most})"
-    return f" per {per} (mean of {parts:,}, from {least} on {on_least} to {most} on {on_most})"
+        return f" per {per} (mean of {of}: {least} on {on_least}, {most} on {on_most})"
+    return f" per {per} (mean of {of}, from {least} on {on_least} to {most} on {on_most})"
 
 
 def _on(spread: dict, end: str) -> str:

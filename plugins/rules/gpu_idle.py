@@ -48,6 +48,7 @@ event of another stream, a copy, a synchronization; or an activity whose
 launch is not in the trace). Stream gaps are counted per stream, so with
 several streams their sum can exceed the device's idle time: it is no part
 of the span, and only the reasons' shares of it are used. Metrics:
+``ranks_without_gpu`` (a run's ranks that recorded no GPU activity, left out of every figure and named),
 ``host_wait_pct``, ``kernel_wait_pct``, ``other_wait_pct`` (the reasons'
 shares of the streams' gap time), ``host_wait_ns``, ``kernel_wait_ns``,
 ``other_wait_ns`` (the devices' ``idle_ns`` split by those shares, so they
@@ -184,6 +185,11 @@ class GpuIdle(Rule):
         message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
             message += f" {untimed:,} aggregated GPU rows left out: they have no start time."
+        with_gpu = set(per_device["trace_id"].to_list()) if ranks else set()
+        without = sorted(r for tid, r in ranks.items() if tid not in with_gpu)
+        if without:
+            message += (f" {_ranks_said(without).capitalize()} recorded no GPU activity and "
+                        f"{'is' if len(without) == 1 else 'are'} left out of these figures.")
         breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns)
         message += reasons
         activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
@@ -202,7 +208,8 @@ class GpuIdle(Rule):
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
                         suggestion,
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
-                                 "gaps": n_gaps, "untimed_rows": untimed, "devices": devices, **breakdown,
+                                 "gaps": n_gaps, "untimed_rows": untimed, "devices": devices,
+                                 "ranks_without_gpu": without, **breakdown,
                                  "streams": streams, "host_activity": activity},
                         items=items, items_title="longest gaps", columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES, labels=LABELS if n_dev == 1 else {
@@ -281,3 +288,13 @@ def _device_key(device_id: int | None) -> str:
 @hookimpl
 def traceparse_rules():
     return [GpuIdle()]
+
+
+def _ranks_said(ranks: list[int], shown: int = 8) -> str:
+    """``rank 3``, ``ranks 3 and 5``, ``ranks 0, 1, 2 and 13 more``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) <= shown:
+        return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+    return f"ranks {', '.join(map(str, ranks[:shown - 1]))} and {len(ranks) - shown + 1:,} more"
+

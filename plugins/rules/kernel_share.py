@@ -61,8 +61,8 @@ class KernelShare(Rule):
         events = trace.events
         run = bool(rank_labels(trace))
         # a run's ranks are separate traces: every name and category once, its time summed over the ranks
-        gpu = measures.merge_ranks(measures.time_by_name(events, kinds=expr.GPU_KINDS, prefer_timed=False),
-                                   ["kind", "name"], ["calls", "time_ns"], spread="time_ns")
+        per_trace = measures.time_by_name(events, kinds=expr.GPU_KINDS, prefer_timed=False)
+        gpu = measures.merge_ranks(per_trace, ["kind", "name"], ["calls", "time_ns"], spread="time_ns")
         gpu_ns = int(gpu["time_ns"].sum() or 0)
         by_name = (gpu.filter(pl.col("kind") == "kernel")
                    .select("name", "calls", "time_ns", "ranks", "rank_imbalance")
@@ -91,7 +91,11 @@ class KernelShare(Rule):
                        "gives them no durations (e.g. a metrics-only log), so their shares cannot be computed.")
         elif top:
             lead = by_category.row(0, named=True)
-            over = f" over {trace_ranks(trace)} ranks" if run else ""
+            n_ranks = trace_ranks(trace)
+            # a rank that ran no kernel is not one the time is over: say which ranks it is over
+            ran = per_trace.filter(pl.col("kind") == "kernel")["trace_id"].n_unique() if run else 0
+            over = (f" over {n_ranks:,} ranks" if ran >= n_ranks else
+                    f" over {ran:,} of {n_ranks:,} ranks (the others ran no kernel)") if run else ""
             message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, "
                        f"{fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
                        f"{_category_phrase(lead['category'])} {fmt_pct(categories[lead['category']]['share_pct'])}.")
