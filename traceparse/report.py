@@ -478,15 +478,19 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
         if isinstance(data, dict) and data and columns and not repeats_figures(finding, data, columns):
-            parts.extend(_dict_table(key.replace("_", " "), data, columns, inner, rows))  # a title, not a key
+            parts.extend(_dict_table(key.replace("_", " "), data, columns, inner, rows,  # a title, not a key
+                                     finding.worst.get(key)))
     if finding.items and repeats:
         parts.append(literal(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
         columns = finding_columns(finding)
         items = finding.items
-        if columns and columns[0].key in MEMBER_KEYS and len(items) > rows + 1:  # one row per rank: the worst
-            items = items[:rows] + [_rest_row(columns[0].key, columns[1:], items[rows:])]
-        parts.extend(_items_table(items, columns, inner, finding.items_title or None))
+        title = finding.items_title or None
+        if columns and columns[0].key in MEMBER_KEYS:  # one row per rank: the worst
+            worst = finding.worst.get("items")
+            title = fold_title(title, items, rows, worst, columns)
+            items = fold_rows(items, columns[0].key, columns[1:], rows, worst)
+        parts.extend(_items_table(items, columns, inner, title))
     if finding.suggestion:
         parts.append(literal("→ " + finding.suggestion, style="green"))
     title = (f"[{style}]{markup_literal(finding.severity.upper())}[/{style}]  [bold]{markup_literal(finding.rule)}"
@@ -576,19 +580,61 @@ def finding_columns(finding: Finding) -> list[Column]:
 
 
 def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width: int = 76,
-                max_rows: int | None = None) -> list[Any]:
+                max_rows: int | None = None, worst: str | None = None) -> list[Any]:
     """A metric that is a table: the first declared column labels the row keys, the others its values.
 
-    With ``max_rows``, a longer table shows its first ``max_rows`` rows and
-    one row for the rest (:func:`_rest_row`).
+    With ``max_rows``, a longer table shows ``max_rows`` rows and one row for
+    the rest (:func:`fold_rows`): the worst by the column ``worst`` where the
+    finding declares one (``Finding.worst``), else the first.
     """
     head, rest = columns[0], columns[1:]
     key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
     rows = [{head.key: str(key), **{c.key: (row or {}).get(c.key) for c in rest}} for key, row in data.items()]
-    if max_rows is not None and len(rows) > max_rows + 1:
-        others = rows[max_rows:]
-        rows = rows[:max_rows] + [_rest_row(head.key, rest, others)]
+    if max_rows is not None:
+        title = fold_title(title, rows, max_rows, worst, columns)
+        rows = fold_rows(rows, head.key, rest, max_rows, worst)
     return _fitted_table([key_column, *rest], rows, width, title=title)
+
+
+def fold_rows(rows: list[dict], key: str, columns: list[Column], budget: int, worst: str | None = None) -> list[dict]:
+    """``rows`` as a table of at most ``budget + 1`` rows shows them: all where they are that few; else
+    ``budget`` of them and one row for the rest (:func:`_rest_row`, in the column ``key``).
+
+    The rows kept are the worst by the column ``worst`` (:func:`worst_first`), so that a folded table of 256
+    ranks names the rank that stands out, not ranks 0 to 7; without ``worst``, the first ones (a table its
+    rule lists worst first already).
+    """
+    if len(rows) <= budget + 1:
+        return rows
+    order = worst_first(range(len(rows)), rows, worst) if worst else list(range(len(rows)))
+    kept = set(order[:budget])
+    return ([rows[i] for i in order[:budget]]
+            + [_rest_row(key, columns, [r for i, r in enumerate(rows) if i not in kept])])
+
+
+def worst_first(indices, rows: list[dict], worst: str) -> list[int]:
+    """``indices`` of ``rows`` ordered by the column ``worst``: its largest value first, or its smallest first
+    where the name starts with ``-`` (``-overlap_pct``); rows without a number last; ties in their order."""
+    column, sign = worst.lstrip("-"), (1 if worst.startswith("-") else -1)
+
+    def rank(i: int) -> tuple:
+        value = rows[i].get(column)
+        return (0, sign * value) if _is_number(value) else (1, 0)
+
+    return sorted(indices, key=rank)
+
+
+def fold_title(title: str | None, rows: list[dict], budget: int, worst: str | None,
+               columns: list[Column]) -> str | None:
+    """The title of a table that :func:`fold_rows` folds by its worst rows, saying which rows it kept
+    ("devices (8 of 256, most idle first)"), so that an order other than the rule's is never read as it;
+    ``title`` unchanged where the table is not folded or keeps its first rows."""
+    if not worst or len(rows) <= budget + 1:
+        return title
+    column = next((c for c in columns if c.key == worst.lstrip("-")), None)
+    label = (column.label if column else worst.lstrip("-")).replace("\n", " ")
+    said = f"{budget} of {len(rows)}, {'least' if worst.startswith('-') else 'most'} {label} first"
+    return f"{title} ({said})" if title else said
 
 
 def _rest_row(key: str, columns: list[Column], rows: list[dict]) -> dict:

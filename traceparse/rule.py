@@ -67,6 +67,11 @@ class Finding:
     impact_said: str = "lost"
     #: A line the rule asks its trace's summary panel to show, (label, text): e.g. a run's straggler and its cost.
     summary: tuple[str, str] | None = None
+    #: Per table (a key of ``tables``, or "items"), the column whose worst rows a folded table keeps on screen
+    #: and in HTML (:func:`traceparse.report.fold_rows`): its largest values, or its smallest where the key starts
+    #: with ``-`` (``"-overlap_pct"``). A table of 256 ranks folded to 8 rows then shows the rank that stands
+    #: out, not ranks 0 to 7; a table without one keeps its first rows. JSON keeps every row in the rule's order.
+    worst: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used by ``traceparse analyze --json``."""

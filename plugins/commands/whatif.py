@@ -26,7 +26,7 @@ from traceparse.errors import InputError
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.measures.whatif import BALANCE_MIN_EXCESS, parse_drop, parse_scale, what_if
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, trace_label
+from traceparse.report import TABLE_ROWS, fitted_table, fold_rows, trace_label
 from traceparse.rule import RuleOptions
 from traceparse.threads import thread_names
 from traceparse.text import literal
@@ -61,6 +61,10 @@ class WhatIfCommand(Command):
                                  "the median rank's removed")
         parser.add_argument("--top", type=int, default=8, metavar="N",
                             help="largest parts of the predicted critical path shown (default 8)")
+        parser.add_argument("--rows", type=int, default=TABLE_ROWS, metavar="N",
+                            help=f"ranks (steps, of a trace without ranks) of the step table shown, those of "
+                                 f"largest gain (default {TABLE_ROWS}; the rest are one row)")
+        parser.add_argument("--all", action="store_true", help="show every rank's (every step's) rows")
         parser.add_argument("--align-clocks", action="store_true",
                             help="ranks on several hosts: align their clocks on collective end times")
 
@@ -68,6 +72,8 @@ class WhatIfCommand(Command):
         """Parse the edits, resolve the trace, replay, print."""
         if args.top < 1:
             raise InputError(f"--top {args.top}: expected a number of rows, at least 1")
+        if args.rows < 1:
+            raise InputError(f"--rows {args.rows}: expected a number of rows, at least 1")
         drops = [parse_drop(d) for d in args.drop]
         scales = [parse_scale(s) for s in args.scale]
         found = session.resolve(args.trace, args.format)
@@ -89,7 +95,7 @@ class WhatIfCommand(Command):
         if args.json:
             self.print_json(doc)
         else:
-            render(session.out, doc)
+            render(session.out, doc, None if args.all else args.rows)
         return 0
 
 
@@ -184,8 +190,12 @@ def steps_said(doc: dict) -> str:
             f"{min(counts):,} to {max(counts):,} steps each")
 
 
-def render(console, doc: dict) -> None:
-    """The terminal view: what was replayed with which edits, the steps table, the means, the predicted path."""
+def render(console, doc: dict, rows: int | None = TABLE_ROWS) -> None:
+    """The terminal view: what was replayed with which edits, the steps table, the means, the predicted path.
+
+    The steps table shows ``rows`` ranks (of a trace without ranks, ``rows`` steps), those the edits change most,
+    and one row for the rest (:func:`step_table`); None: every row. JSON keeps them all.
+    """
     width = console.width
     mean = doc["mean"]
     head = Text("whatif ", style="bold")
@@ -198,15 +208,14 @@ def render(console, doc: dict) -> None:
         console.print(literal(edit_line(e)))
     for line in doc.get("edit_notes", []):  # read before the prediction it qualifies
         console.print(literal(f"note: {line}", style="yellow"))
-    rows = [{**r, "step": str(r["step"]), "rank": _rank(r["rank"])} for r in doc["steps"]]
-    rows += [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
-                                                                               "gain_ns", "gain_pct")}}
-             for r in doc["ranks"]]
     ranked = any(r["rank"] is not None for r in doc["ranks"])
     columns = STEP_COLUMNS if ranked else [c for c in STEP_COLUMNS if c.key != "rank"]
     title = "step time per rank: measured and predicted" if ranked else "step time: measured and predicted"
-    for part in fitted_table(columns, rows, width, title=title):
+    table, folded = step_table(doc, rows, columns)
+    for part in fitted_table(columns, table, width, title=title):
         console.print(part)
+    if folded:
+        console.print(literal(folded, style="dim"))
     console.print(f"[bold]mean step[/bold]: {fmt_ns(mean['measured_ns'])} measured, {fmt_ns(mean['predicted_ns'])} "
                   f"predicted: gain {fmt_ns(mean['gain_ns'])} ({fmt_pct(mean['gain_pct'])})")
     top = [{**t, "rank": _rank(t["rank"])} for t in doc["path"]["top"]]
@@ -222,6 +231,34 @@ def render(console, doc: dict) -> None:
             console.print(literal(f"note: {line}", style="yellow"))
     for line in doc["missing"]:
         console.print(literal(f"the trace has {line}", style="yellow"))
+
+
+def step_table(doc: dict, rows: int | None, columns: list[Column]) -> tuple[list[dict], str]:
+    """The steps table's rows (each step of each rank, then each rank's mean) and a line saying what is folded.
+
+    Of a run of more than ``rows + 1`` ranks, the rows of the ``rows`` ranks whose mean gain is largest (in
+    size: a slower prediction counts too), those ranks first, then one row for the other ranks' steps and one for
+    their means (:func:`traceparse.report.fold_rows`): 64 ranks make 34 rows, not 256, and the rank the edits
+    change most is never folded away. A trace without ranks keeps the ``rows`` steps of largest gain so. The line
+    returned says which rows are kept, to print below the table ("" where nothing is folded).
+    """
+    steps = [{**r, "step": str(r["step"]), "rank": _rank(r["rank"])} for r in doc["steps"]]
+    means = [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
+                                                                               "gain_ns", "gain_pct")}}
+             for r in doc["ranks"]]
+    ranked = any(r["rank"] is not None for r in doc["ranks"])
+    if rows is None or len(doc["ranks"] if ranked else steps) <= rows + 1:
+        return steps + means, ""
+    largest = lambda r: -abs(r["gain_ns"] or 0)  # noqa: E731 - the rows the edits change most first
+    if not ranked:
+        return fold_rows(sorted(steps, key=largest), "step", columns[1:], rows) + means, \
+            f"{rows} of {len(steps)} steps shown, largest gain first (--rows N, --all)"
+    kept = [r["rank"] for r in sorted(means, key=largest)[:rows]]
+    order = {rank: i for i, rank in enumerate(kept)}
+    shown = sorted((r for r in steps if r["rank"] in order), key=lambda r: order[r["rank"]])
+    return (fold_rows(shown + [r for r in steps if r["rank"] not in order], "step", columns[1:], len(shown))
+            + fold_rows(sorted(means, key=largest), "step", columns[1:], rows),
+            f"{rows} of {len(means)} ranks shown, largest gain first (--rows N, --all)")
 
 
 @hookimpl

@@ -214,7 +214,7 @@ class GpuIdle(Rule):
                         items=items, items_title="longest gaps", columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES, labels=LABELS if n_dev == 1 else {
                             **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
-                        tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
+                        worst={"devices": "idle_ns"}, tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev),
                         impact_whole=("the GPU's span" if n_dev == 1 else "the mean GPU's span",

@@ -114,7 +114,7 @@ class LowKernelConcurrency(Rule):
                                  "idle_sm_ns": int(fill["idle_sm_ns"].sum() or 0),
                                  "short_kernel_ns": int(fill["short_ns"].sum() or 0),
                                  "small_grid_kernels": small, "sm_count": sms, "devices": devices},
-                        figures=FIGURES, tables={"devices": DEVICES})]
+                        figures=FIGURES, tables={"devices": DEVICES}, worst={"devices": "-concurrency_pct"})]
 
 
 def _sm_count(trace: Trace, options: RuleOptions, t: dict) -> int | None:

@@ -106,6 +106,7 @@ class LowMemcpyOverlap(Rule):
                                  "memcpy_to_kernel_ratio": ratio,
                                  "devices": devices},
                         items=items, items_title="copies, most exposed first", columns=COLUMNS, figures=FIGURES, labels=LABELS, tables={"devices": DEVICES},
+                        worst={"devices": "-overlap_pct"},
                         impact_ns=_exposed(events) if ratio is not None else None)]
 
 

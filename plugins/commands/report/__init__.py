@@ -16,6 +16,7 @@ from pathlib import Path
 from traceparse.analysis import analyze, parse_settings
 from traceparse.command import Command, gpu_choice
 from traceparse.errors import InputError
+from traceparse.report import TABLE_ROWS
 from traceparse.plugins import hookimpl
 from traceparse.text import literal, markup_literal
 
@@ -39,6 +40,10 @@ class ReportCommand(Command):
         parser.add_argument("--rule", action="append", metavar="NAME", help="run only this rule (repeatable)")
         parser.add_argument("--set", action="append", metavar="RULE.PARAM=VALUE", help="override a rule threshold")
         self.add_gpu_options(parser)
+        parser.add_argument("--rows", type=int, default=TABLE_ROWS, metavar="N",
+                            help=f"rows of a per-rank, per-device or per-stream table (and source files) shown "
+                                 f"before a fold that opens to all of them (default {TABLE_ROWS})")
+        parser.add_argument("--all", action="store_true", help="show every row of every table, with no fold")
         parser.add_argument("--bins", type=int, default=data.DEFAULT_BINS, metavar="N",
                             help=f"bins of the GPU busy timeline (default {data.DEFAULT_BINS})")
 
@@ -47,6 +52,8 @@ class ReportCommand(Command):
         out = Path(args.html)
         if out.suffix.lower() not in (".html", ".htm"):
             raise InputError(f"--html {args.html}: expected a .html file name")
+        if args.rows < 1:
+            raise InputError(f"--rows {args.rows}: expected a number of rows, at least 1")
         if args.bins < 1:
             raise InputError(f"--bins {args.bins}: expected a positive number of bins")
         modules = require_plotly()
@@ -58,7 +65,7 @@ class ReportCommand(Command):
                   if session.err.is_terminal and not session.quiet else nullcontext())
         with status:
             text = build_report(trace, rules=args.rule, settings=settings, gpu=gpu_choice(args), bins=args.bins,
-                                reg=session.registry, plotly=modules)
+                                reg=session.registry, plotly=modules, rows=None if args.all else args.rows)
             try:
                 out.write_text(text, encoding="utf-8")
             except OSError as e:
@@ -95,8 +102,9 @@ def one_trace(session, refs: list[str], fmt: str):
 
 
 def build_report(trace, rules=None, settings=None, gpu=None, bins: int = data.DEFAULT_BINS, reg=None,
-                 plotly=None) -> str:
-    """The report of ``trace`` as HTML text: analyse, summarize, chart, render."""
+                 plotly=None, rows: int | None = TABLE_ROWS) -> str:
+    """The report of ``trace`` as HTML text: analyse, summarize, chart, render; tables longer than ``rows + 1``
+    folded (None: none)."""
     from traceparse import __version__
 
     from .charts import build_charts
@@ -108,7 +116,7 @@ def build_report(trace, rules=None, settings=None, gpu=None, bins: int = data.DE
     summary = summarize(trace, findings)
     charts, missing = build_charts(trace, gpu=gpu, bins=bins)
     figure_json = {c.id: pio.to_json(c.figure, validate=False) for c in charts}
-    return render_page(trace, summary, findings, charts, missing, offline.get_plotlyjs(), figure_json, __version__)
+    return render_page(trace, summary, findings, charts, missing, offline.get_plotlyjs(), figure_json, __version__, rows)
 
 
 @hookimpl

@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traceparse.names import cut_apart, short_names
-from traceparse.report import finding_columns, fmt_ns, fmt_unit, mean_of, shown_figures
+from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, finding_columns, fmt_ns, fmt_unit, fold_rows,
+                               fold_title, mean_of, shown_figures)
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
 from traceparse.text import visible_keeping_lines
@@ -74,6 +75,7 @@ th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); white-space: n
 th { text-align: left; background: #f0f2f5; font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 ul.worst { margin: 4px 0 0; padding-left: 18px; }
+details.all-rows > summary { cursor: pointer; color: var(--muted); font-size: 12px; }
 footer { color: var(--muted); font-size: 12px; margin-top: 30px; }
 a { color: #2b6cb0; }
 """
@@ -172,8 +174,23 @@ def table_html(columns: list[Column], rows: list[dict], caption: str | None = No
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
-def finding_html(finding: Finding, index: int) -> str:
-    """One finding: severity, rule and title (open unless info), message, figures, tables, items, suggestion."""
+def folded_table_html(columns: list[Column], rows: list[dict], caption: str | None, budget: int | None,
+                      worst: str | None = None) -> str:
+    """A table of more than ``budget + 1`` rows as the terminal folds it (:func:`traceparse.report.fold_rows`:
+    ``budget`` rows, the worst by ``worst`` where declared, and one row for the rest), then every row in its
+    order under a "all N rows" fold that opens on a click; a shorter table (or ``budget`` None) whole."""
+    if budget is None or len(rows) <= budget + 1:
+        return table_html(columns, rows, caption)
+    shown = fold_rows(rows, columns[0].key, columns[1:], budget, worst)
+    return (table_html(columns, shown, fold_title(caption, rows, budget, worst, columns))
+            + f'<details class="all-rows"><summary>all {len(rows):,} rows</summary>'
+            + table_html(columns, rows, caption) + "</details>")
+
+
+def finding_html(finding: Finding, index: int, rows: int | None = TABLE_ROWS) -> str:
+    """One finding: severity, rule and title (open unless info), message, figures, tables, items, suggestion.
+    A table of a metric, or of items one per rank or device, longer than ``rows + 1`` is folded
+    (:func:`folded_table_html`)."""
     parts = [f'<p class="message">{esc(finding.message)}</p>']
     figures = shown_figures(finding)
     if figures:
@@ -184,10 +201,15 @@ def finding_html(finding: Finding, index: int) -> str:
         if isinstance(table, dict) and table and columns:
             head, rest = columns[0], columns[1:]
             key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
-            rows = [{head.key: str(k), **{c.key: (row or {}).get(c.key) for c in rest}} for k, row in table.items()]
-            parts.append(table_html([key_column, *rest], rows, caption=key.replace("_", " ")))
+            table_rows = [{head.key: str(k), **{c.key: (row or {}).get(c.key) for c in rest}}
+                          for k, row in table.items()]
+            parts.append(folded_table_html([key_column, *rest], table_rows, key.replace("_", " "), rows,
+                                           finding.worst.get(key)))
     if finding.items:
-        parts.append(table_html(finding_columns(finding), finding.items, caption=finding.items_title or None))
+        columns = finding_columns(finding)
+        member = bool(columns) and columns[0].key in MEMBER_KEYS  # one row per rank or device
+        parts.append(folded_table_html(columns, finding.items, finding.items_title or None, rows if member else None,
+                                       finding.worst.get("items")))
     if finding.suggestion:
         parts.append(f'<p class="suggestion">→ {esc(finding.suggestion)}</p>')
     sev = finding.severity if finding.severity in ("info", "warning", "critical") else "info"
@@ -197,15 +219,17 @@ def finding_html(finding: Finding, index: int) -> str:
             f'{esc(finding.title)}</summary>{"".join(parts)}</details>')
 
 
-def metadata_html(trace) -> str:
-    """The trace's metadata: id, source, format, tool, events per kind, devices, tags, run, warnings."""
+def metadata_html(trace, budget: int | None = TABLE_ROWS) -> str:
+    """The trace's metadata: id, source, format, tool, events per kind, devices, tags, run, warnings. More than
+    ``budget + 1`` source files (a run's ranks) show the first ``budget`` and the rest under a fold."""
     meta = trace.meta
     rows: list[tuple[str, str]] = [("id", meta.id or trace.id or "")]
     run = (meta.extra or {}).get("run") if meta.format == "run" else None
     if run:
         rows.append(("run", f"{run.get('name') or ''} — world size {run.get('world_size', '?')}, "
                             f"{len(run.get('ranks') or {})} ranks stored"))
-    rows.append(("source", "\n".join(meta.source_paths)))
+    sources = list(meta.source_paths)
+    rows.append(("source", "\n".join(sources if budget is None or len(sources) <= budget + 1 else sources[:budget])))
     rows.append(("format", " / ".join(x for x in (meta.format, meta.variant) if x)))
     if meta.tool or meta.tool_version:
         rows.append(("tool", " ".join(x for x in (meta.tool, meta.tool_version) if x)))
@@ -229,8 +253,20 @@ def metadata_html(trace) -> str:
         rows.append(("tags", " ".join(f"{k}={v}" for k, v in sorted(meta.tags.items()))))
     for w in meta.warnings:
         rows.append(("warning", w))
-    body = "".join(f"<dt>{esc(k)}</dt><dd>{'<br>'.join(esc(x) for x in v.splitlines()) or '-'}</dd>" for k, v in rows)
+    folded = {"source": _rest_of(sources, budget)}
+    body = "".join(f"<dt>{esc(k)}</dt><dd>{'<br>'.join(esc(x) for x in v.splitlines()) or '-'}"
+                   f"{folded.get(k, '')}</dd>" for k, v in rows)
     return f'<div class="card"><dl class="meta">{body}</dl></div>'
+
+
+def _rest_of(lines: list[str], budget: int | None) -> str:
+    """The lines a list folded to its first ``budget`` leaves out, under a fold that opens on a click ("and 248
+    more"); nothing where the list is not folded."""
+    if budget is None or len(lines) <= budget + 1:
+        return ""
+    rest = lines[budget:]
+    return (f'<details class="all-rows"><summary>and {len(rest):,} more</summary>'
+            f'{"<br>".join(esc(x) for x in rest)}</details>')
 
 
 def _busy_card(summary: dict, busy) -> tuple[str, str]:
@@ -311,8 +347,9 @@ def report_name(trace) -> str:
 
 
 def render_page(trace, summary: dict, findings: list[Finding], charts: list, missing: list[str], plotly_js: str,
-                figure_json: dict[str, str], version: str) -> str:
-    """The whole page. ``figure_json`` maps each chart's id to its plotly figure as JSON text."""
+                figure_json: dict[str, str], version: str, rows: int | None = TABLE_ROWS) -> str:
+    """The whole page. ``figure_json`` maps each chart's id to its plotly figure as JSON text; tables and lists
+    longer than ``rows + 1`` are folded (:func:`folded_table_html`), None: never."""
     anchors: dict[tuple[str, str], int] = {}
     for i, f in enumerate(findings):
         anchors.setdefault((f.rule, f.title), i)
@@ -346,12 +383,12 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
 <h2>Summary</h2>
 {summary_html(summary, anchors)}
 <h2>Trace</h2>
-{metadata_html(trace)}
+{metadata_html(trace, rows)}
 <h2>Charts</h2>
 <div class="charts">{chart_cards}</div>
 {missing_html}
 <h2>Findings <span class="muted">({len(findings)}{": " + esc(tally) if tally else ""})</span></h2>
-<div id="findings">{"".join(finding_html(f, i) for i, f in enumerate(findings))}</div>
+<div id="findings">{"".join(finding_html(f, i, rows) for i, f in enumerate(findings))}</div>
 <footer>Written by traceparse {esc(version)} on {esc(now)}. Self-contained: opens without a network.</footer>
 </main>
 <script type="application/json" id="figures">{script_json(figures)}</script>
