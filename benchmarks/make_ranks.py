@@ -11,12 +11,18 @@ Each output rank is the base trace with:
   ``record_param_comms``, ``gloo:*``/``nccl:*``, or an NCCL kernel) and
   everything after it start that much later per collective passed, and the
   events that span the insertion point (the step, the backward pass) last
-  that much longer.
+  that much longer;
+- with ``--others-wait``, the other ranks wait for it at each collective, as
+  they would on one clock: their collective calls last ``--delay-ms`` longer
+  and everything after them starts that much later per collective passed, so
+  every rank leaves a collective together (without it, the others never wait
+  and leave each collective ``--delay-ms`` per collective before the slow rank
+  does, which ranks on one clock cannot).
 
 Usage::
 
     python benchmarks/make_ranks.py BASE.json.gz OUTDIR --ranks 64 [--skew-us 200] [--slow-rank 5]
-        [--delay-ms 20] [--seed 0]
+        [--delay-ms 20] [--others-wait] [--seed 0]
 
 Files are written as ``OUTDIR/rank{r}.json.gz`` (gzip level 1, no time stamp: the same arguments give the
 same bytes). Generated
@@ -51,8 +57,11 @@ def collective_starts(events: list[dict]) -> list[float]:
     return points
 
 
-def make_rank(base: dict, rank: int, world_size: int, skew_us: float, delay_us: float, points: list[float]) -> dict:
-    """One synthetic rank from the base document."""
+def make_rank(base: dict, rank: int, world_size: int, skew_us: float, delay_us: float, points: list[float],
+              waits: bool = False) -> dict:
+    """One synthetic rank from the base document: ``delay_us`` before each collective (the slow rank), or with
+    ``waits`` that long inside each (a rank waiting for the slow one: what starts within 1 us of the call is the
+    call, and is not moved)."""
     doc = dict(base)
     info = dict(base.get("distributedInfo") or {})
     info.update(rank=rank, world_size=world_size)
@@ -68,7 +77,8 @@ def make_rank(base: dict, rank: int, world_size: int, skew_us: float, delay_us: 
         ts = float(e["ts"])
         shift = skew_us
         if delay_us:
-            passed = bisect.bisect_right(points, ts)  # collectives at or before ts
+            # collectives at or before ts (waiting: those it is past, a call and its annotation at its start not)
+            passed = bisect.bisect_left(points, ts - 1.0) if waits else bisect.bisect_right(points, ts)
             shift += passed * delay_us
             if "dur" in e:  # spans an insertion point: it lasts longer
                 end = ts + float(e["dur"])
@@ -89,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skew-us", type=float, default=200.0, help="largest clock skew between ranks (µs)")
     parser.add_argument("--slow-rank", type=int, default=None, help="the rank that computes longer (default: none)")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="extra compute of the slow rank per collective")
+    parser.add_argument("--others-wait", action="store_true",
+                        help="the other ranks wait for the slow rank at each collective (one clock, as in a real run)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     opener = gzip.open if args.base.suffix == ".gz" else open
@@ -99,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for rank in range(args.ranks):
         skew = round(rng.uniform(0, args.skew_us), 3)
-        delay = args.delay_ms * 1000 if rank == args.slow_rank else 0.0
-        doc = make_rank(base, rank, args.ranks, skew, delay, points)
+        slow = rank == args.slow_rank
+        waits = args.others_wait and args.slow_rank is not None and not slow
+        delay = args.delay_ms * 1000 if slow or waits else 0.0
+        doc = make_rank(base, rank, args.ranks, skew, delay, points, waits)
         # no time stamp in the gzip header: the same arguments give the same bytes, so the same store ids
         with open(args.out / f"rank{rank}.json.gz", "wb") as raw, \
                 gzip.GzipFile(filename="", mode="wb", compresslevel=1, fileobj=raw, mtime=0) as packed, \

@@ -88,3 +88,15 @@ def test_real_ranks_of_one_host_are_not_told_their_clocks_differ(run):
 
     f = run_rule(run_of(FIXTURES / "torch" / "multirank" / run), "stragglers")
     assert f.metrics["straggler_rank"] is not None and "clocks likely differ" not in f.message
+
+
+def test_a_slow_rank_the_others_wait_for_on_one_clock_is_no_clock_difference(tmp_path):
+    """With --others-wait the other ranks wait 20 ms inside each of the 12 collectives, as on one clock: every
+    rank leaves each collective together, so the straggler is named and its clocks are not doubted."""
+    make_ranks(tmp_path / "a", "--ranks", "6", "--skew-us", "0", "--slow-rank", "3", "--others-wait")
+    f = stragglers(tmp_path, tmp_path / "a")
+    m = f.metrics
+    assert f.title == "Straggler: rank 3" and m["collectives"] == 12
+    assert {r: v["waited_ns"] for r, v in m["ranks"].items() if r != "3"} == dict.fromkeys("01245", 12 * 20_000_000)
+    assert len({v["step_ns"] for v in m["ranks"].values()}) == 1  # every rank's steps as long: they waited
+    assert "clocks likely differ" not in f.message
