@@ -124,3 +124,25 @@ def test_the_html_report_folds_long_tables_and_the_source_list(run, tmp_path):
                              "--all")
     assert code == 0, err
     assert "more, max" not in page_all.read_text() and "all-rows\"><summary>" not in page_all.read_text()
+
+
+def test_ties_as_shown_keep_their_order():
+    """Values alike to four significant figures are ties: 131.7 ms idle but for nanoseconds of clock skew keep the
+    ranks' order, not one the nanoseconds pick."""
+    from traceparse.report import fold_rows
+
+    rows = [{"k": str(i), "v": v} for i, v in enumerate([131_734_363, 131_734_990, 611_700_000, 131_734_400])]
+    assert fold_rows(rows, "k", [Column("v", "v", "ns")], 2, "v")[:2] == [rows[2], rows[0]]
+
+
+def test_rank_balance_of_even_work_folds_to_the_most_idle_in_rank_order(run):
+    """Every rank does the same GPU work (the slow rank is slow on the host): rank-balance names no slowest rank,
+    and its folded table keeps rank 11, the most idle, then the others in rank order."""
+    store, run_id = run
+    code, out, err = run_cli("--store", store, "--width", "120", "analyze", run_id, "--rule", "rank-balance",
+                             "--rows", str(ROWS))
+    assert code == 0, err
+    assert f"{ROWS} of {RANKS}, most idle first" in out
+    body = table_lines(out, "most idle first")
+    ranks = [row.strip("│ ").split("│")[0].strip() for row in body]
+    assert ranks == [str(SLOW), "0", "1", "2", f"({RANKS - ROWS:,} more, max)"]

@@ -97,7 +97,7 @@ class RankBalance(Rule):
         items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
                   "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],
                   "busy_ns": r["busy_ns"], "work_ns": r["work_ns"], "idle_pct": r["idle_pct"]}
-                 for r in by_work.iter_rows(named=True)]
+                 for r in (rows.sort("member") if even else by_work).iter_rows(named=True)]  # alike: rank order
         metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
                    **totals, "ranks": ranks}
         shares = ", ".join(f"{p.replace('_', ' ')} {expr.pct(totals[f'{p}_ns'], totals['span_ns']) or 0:.1f}%"
@@ -124,6 +124,8 @@ class RankBalance(Rule):
                       f"{label}." if severity != "info" else "")
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
+                        # ranks alike in work: a folded table keeps the most idle (a straggler's peers wait)
+                        worst={"items": "idle_ns"} if even else {},
                         impact_ns=int(work.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
 
 
