@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -200,3 +201,23 @@ def test_a_plain_functions_empty_brackets_stay():
     """TAU writes "MPI_File_open()": the table showed "MPI_File_open" beside a message quoting "MPI_File_open()"."""
     assert short_name("MPI_File_open()") == "MPI_File_open()"
     assert short_names(["MPI_Init()", "void f<1>()"]) == ["MPI_Init()", "f<1>"]
+
+
+def test_a_cell_too_narrow_for_a_readable_cut_shows_its_key_number_alone():
+    """A thread label squeezed into a dozen cells read "ra…0) [11]": where fewer than MIN_CUT_CELLS are left
+    beside the key number, the cell is the number, and the key below gives the label whole."""
+    from traceparse.report import MIN_CUT_CELLS
+
+    labels = [f"rank {r}: 467/496 (pt_autograd_0)" for r in range(12)]
+    rows = [{"thread": t, "name": "aten::convolution_backward", "a_ns": 10**9, "b_ns": 10**9, "c_ns": 10**9,
+             "d_ns": 10**9} for t in labels]
+    columns = [Column("thread", "thread", "text"), Column("name", "name", "name"),
+               *(Column(k, k, "ns") for k in ("a_ns", "b_ns", "c_ns", "d_ns"))]
+    console = Console(width=60, record=True, file=open("/dev/null", "w"))
+    for part in fitted_table(columns, rows, 60):
+        console.print(part)
+    text = console.export_text()
+    cells = [line.split("│")[0].strip() for line in text.splitlines() if "│" in line]
+    assert len(cells) == 12 and all(re.fullmatch(r"\[\d+\]", c) for c in cells), cells
+    assert all(re.search(r"\[\d+\] +" + re.escape(label), text) for label in labels)  # each whole in the key
+    assert MIN_CUT_CELLS > len("ran…_0)")

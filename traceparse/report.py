@@ -596,6 +596,10 @@ def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width:
     return _fitted_table([key_column, *rest], rows, width, title=title)
 
 
+#: The fewest cells a cut text keeps beside its key number; in less, the cell shows the number alone.
+MIN_CUT_CELLS = 10
+
+
 def fold_rows(rows: list[dict], key: str, columns: list[Column], budget: int, worst: str | None = None) -> list[dict]:
     """``rows`` as a table of at most ``budget + 1`` rows shows them: all where they are that few; else
     ``budget`` of them and one row for the rest (:func:`_rest_row`, in the column ``key``).
@@ -721,7 +725,8 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
             room = widths[i] - max((len(n) for n in numbers), default=0)
             for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
-                cells[i][r] = cut + number
+                # too little room for a cut to tell anything ("ra…0) [11]"): the key number alone
+                cells[i][r] = cut + number if room >= MIN_CUT_CELLS else number.strip()
     for r in range(len(rows)):
         table.add_row(*(literal(cells[i][r]) for i in shown))
     parts: list[Any] = [table]
