@@ -24,6 +24,66 @@ def _read(path):
     return read_paths([path])[0]
 
 
+# -- to_pandas -------------------------------------------------------------------------------------------------
+
+def _pandas_values(column) -> list:
+    """A pandas column's values as Python objects, a null as None."""
+    import pandas as pd
+
+    return [None if pd.isna(value) else value for value in column.astype(object).tolist()]
+
+
+@pytest.mark.parametrize("path", [TORCH, JAX], ids=["torch", "jax"])
+def test_to_pandas_keeps_every_integer_exact(path):
+    """Every integer column equals the polars column value for value, nulls where polars has them: the JAX
+    trace's 64-bit thread ids too, which float64 rounded (-2237485431753280891 read -2237485431753280768)."""
+    events = _read(path).events
+    frame = _read(path).to_pandas()
+    ints = [name for name, dtype in events.schema.items() if dtype.is_integer()]
+    assert len(ints) == 30
+    for name in ints:
+        assert str(frame[name].dtype) == str(events[name].dtype), name  # Int64 / Int32, as in polars
+        assert _pandas_values(frame[name]) == events[name].to_list(), name
+
+
+def test_jax_thread_ids_past_2_53_are_exact():
+    frame = _read(JAX).to_pandas()
+    tids = set(frame["tid"].dropna().tolist())
+    assert -2237485431753280891 in tids and -5335141061055365543 in tids
+    assert str(frame["tid"].dtype) == "Int64"
+
+
+def test_to_pandas_dtypes_are_the_same_on_every_trace():
+    """duration_ns has no null in the torch trace and 164 in the JAX one: both are Int64 (was int64 and float64)."""
+    torch, jax = _read(TORCH).to_pandas(), _read(JAX).to_pandas()
+    assert _read(JAX).events["duration_ns"].null_count() == 164 and _read(TORCH).events["duration_ns"].null_count() == 0
+    assert dict(torch.dtypes.astype(str)) == dict(jax.dtypes.astype(str))
+    dtypes = dict(torch.dtypes.astype(str))
+    assert (dtypes["duration_ns"], dtypes["tid"], dtypes["device_id"], dtypes["value"], dtypes["kind"]) == \
+        ("Int64", "Int64", "Int32", "float64", "category")
+    assert list(torch["kind"].cat.categories) == ["kernel", "memcpy", "memset", "api", "op", "marker", "counter",
+                                                  "region", "sync"]
+
+
+def test_to_pandas_groups_by_name_with_exact_sums():
+    trace = _read(TORCH)
+    by_name = trace.to_pandas().groupby("name")["duration_ns"].sum()
+    expected = trace.events.group_by("name").agg(pl.col("duration_ns").sum())
+    assert str(by_name.dtype) == "Int64"
+    assert {k: int(v) for k, v in by_name.items()} == dict(expected.iter_rows())
+
+
+def test_a_run_read_lazily_gives_pandas_too(tmp_path):
+    from traceparse.store import Store
+
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", "-q", str(RANKS), "--run", "r4")
+    assert code == 0, err
+    store = Store(tmp_path / "s")
+    lazy, whole = store.load_run("r4", lazy=True).to_pandas(), store.load_run("r4").events
+    assert len(lazy) == whole.height == 7185
+    assert _pandas_values(lazy["start_ns"]) == whole["start_ns"].to_list()
+
+
 # -- the store: ids, prefixes, run names, a missing store --------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -585,7 +585,8 @@ def sql(query: str, *, store: Store | str | Path | None = None, engine: str | No
 
     ``engine`` is ``"duckdb"`` (the default when installed: ``pip install 'traceparse[sql]'``) or
     ``"polars"``; ``traces`` / ``runs`` narrow the views to those traces and runs (ids, unique prefixes, a run's
-    name). docs/sql.md lists the views and their columns. ``.to_pandas()`` gives a pandas DataFrame::
+    name). docs/sql.md lists the views and their columns. :func:`traceparse.trace.pandas_frame` gives a pandas
+    DataFrame whose integer columns stay exact (polars' own ``.to_pandas()`` turns one with a null into float64)::
 
         traceparse.sql("SELECT name, SUM(duration_ns) AS ns FROM kernels GROUP BY name ORDER BY ns DESC LIMIT 5")
     """
