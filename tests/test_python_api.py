@@ -84,6 +84,67 @@ def test_a_run_read_lazily_gives_pandas_too(tmp_path):
     assert _pandas_values(lazy["start_ns"]) == whole["start_ns"].to_list()
 
 
+# -- analyze(settings=...) ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def torch_trace():
+    return _read(TORCH)
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"low-memcpy-overlap": {"warning_below_pcnt": -1}},
+     "settings low-memcpy-overlap.warning_below_pcnt: rule low-memcpy-overlap has no parameter 'warning_below_pcnt' "
+     "(it has: critical_below_pct, min_memcpy_to_kernel_ratio, warning_below_pct)"),
+    ({"low-memcpy-overlap": {"critical_below_pct": "5"}},
+     "settings low-memcpy-overlap.critical_below_pct: expected a finite number (the default is 10.0), got '5'"),
+    ({"low-memcpy-overlap": {"critical_below_pct": True}},
+     "settings low-memcpy-overlap.critical_below_pct: expected a finite number (the default is 10.0), got True"),
+    ({"low-memcpy-overlap": {"critical_below_pct": float("nan")}},
+     "settings low-memcpy-overlap.critical_below_pct: expected a finite number (the default is 10.0), got nan"),
+    ({"stragglers": {"align_clocks": 1}},
+     "settings stragglers.align_clocks: expected True or False (the default is False), got 1"),
+    ({"hotspots": {"kinds": "kernel"}},
+     "settings hotspots.kinds: expected a list (the default is ['region', 'kernel', 'op', 'api', 'marker', 'memcpy', "
+     "'memset', 'sync']), got 'kernel'"),
+    ({"low-memcpy-overlap": 30}, "settings 'low-memcpy-overlap': expected a dict {parameter: value}, got 30"),
+], ids=["misspelled", "text", "bool", "nan", "int-for-bool", "text-for-list", "not-a-dict"])
+def test_settings_are_checked_as_set_checks_them(torch_trace, settings, expected):
+    from traceparse.analysis import analyze
+
+    with pytest.raises(InputError) as caught:
+        analyze(torch_trace, rules=["low-memcpy-overlap"], settings=settings)
+    assert str(caught.value) == expected
+
+
+def test_a_misspelled_rule_in_settings_is_refused(torch_trace):
+    from traceparse.analysis import analyze, default_registry
+
+    with pytest.raises(InputError) as caught:
+        analyze(torch_trace, rules=["low-memcpy-overlap"], settings={"low_memcpy_overlap": {"warning_below_pct": 1}})
+    known = ", ".join(sorted(default_registry().rules))
+    assert str(caught.value) == f"settings: unknown rule 'low_memcpy_overlap'; known rules: {known}"
+
+
+def test_an_int_for_a_float_threshold_is_taken(torch_trace):
+    """critical_below_pct=5 (an int) acts as 5.0 does, and as ``--set low-memcpy-overlap.critical_below_pct=5``."""
+    from traceparse.analysis import analyze, check_settings, parse_settings
+
+    as_int, as_float = {"low-memcpy-overlap": {"critical_below_pct": 5}}, {"low-memcpy-overlap": {"critical_below_pct": 5.0}}
+    assert check_settings(as_int) == parse_settings(["low-memcpy-overlap.critical_below_pct=5"]) == as_float
+    assert isinstance(check_settings(as_int)["low-memcpy-overlap"]["critical_below_pct"], float)
+    as_int = analyze(torch_trace, rules=["low-memcpy-overlap"], settings=as_int)
+    as_float = analyze(torch_trace, rules=["low-memcpy-overlap"], settings=as_float)
+    assert [f.to_dict() for f in as_int] == [f.to_dict() for f in as_float]
+
+
+def test_the_cli_set_still_says_what_it_said(store):
+    code, out, err = run_cli("analyze", str(TORCH), "--set", "low-memcpy-overlap.warning_below_pcnt=1")
+    assert (code, out) == (2, "")
+    assert err == ("traceparse: error: --set 'low-memcpy-overlap.warning_below_pcnt=1': rule low-memcpy-overlap has "
+                   "no parameter 'warning_below_pcnt' (it has: critical_below_pct, min_memcpy_to_kernel_ratio, "
+                   "warning_below_pct)\n")
+
+
 # -- the store: ids, prefixes, run names, a missing store --------------------------------------------------------
 
 @pytest.fixture(scope="module")
