@@ -145,6 +145,41 @@ def test_the_cli_set_still_says_what_it_said(store):
                    "warning_below_pct)\n")
 
 
+# -- Finding's repr ---------------------------------------------------------------------------------------------
+
+def _finding(**more):
+    from traceparse.rule import Finding
+
+    return Finding(**{"rule": "gpu-idle", "severity": "critical", "title": "GPU idle", "message": "m",
+                      "metrics": {"gaps": list(range(5000))}, "items": [{"name": "k" * 100}] * 200, **more})
+
+
+def test_a_finding_reads_in_one_short_line():
+    assert repr(_finding(impact_ns=129_600_000)) == "<Finding gpu-idle critical 'GPU idle' 129.6 ms at stake>"
+    assert repr(_finding()) == "<Finding gpu-idle critical 'GPU idle'>"
+    assert repr(_finding(title="a\x1b[31m" + "x" * 200, impact_ns=0)) == \
+        "<Finding gpu-idle critical " + repr("a\x1b[31m" + "x" * 200)[:79] + "… 0 ns at stake>"
+
+
+def test_findings_of_a_real_trace_print_short(torch_trace):
+    """The list a notebook cell shows: was 79-117 KB on one line."""
+    from traceparse.analysis import analyze
+
+    findings = analyze(torch_trace)
+    assert repr(findings[0]) == "<Finding gpu-idle critical 'GPU idle' 23.59 ms at stake>"
+    assert len(repr(findings)) < 100 * len(findings)
+    assert findings[0].to_dict()["metrics"] == findings[0].metrics  # the full form is still there
+
+
+def test_a_finding_in_html_escapes_text_from_the_trace():
+    finding = _finding(title="<script>alert(1)</script>", message="kernel <b>&", suggestion="use \"x\"",
+                       impact_ns=1500)
+    page = finding._repr_html_()
+    assert page == ("<div><b>critical</b> <code>gpu-idle</code>: &lt;script&gt;alert(1)&lt;/script&gt; (1.5 us at "
+                    "stake)<p>kernel &lt;b&gt;&amp;</p><p><i>use &quot;x&quot;</i></p></div>")
+    assert html.unescape(page).count("<script>") == 1 and "<script>" not in page
+
+
 # -- the store: ids, prefixes, run names, a missing store --------------------------------------------------------
 
 @pytest.fixture(scope="module")
