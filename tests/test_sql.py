@@ -254,9 +254,9 @@ def test_a_statement_that_is_not_a_query_is_refused_and_changes_nothing(cookbook
     assert sorted((str(p), p.stat().st_mtime_ns) for p in root.rglob("*")) == before
 
 
-def test_an_insert_inside_with_is_refused_by_duckdb():
+def test_an_insert_inside_with_is_refused_by_duckdb(tmp_path):
     with pytest.raises(SQLError, match="^INSERT refused"):
-        run_query("WITH a AS (SELECT 1 AS x) INSERT INTO t SELECT * FROM a", select("/nonexistent"), "duckdb")
+        run_query("WITH a AS (SELECT 1 AS x) INSERT INTO t SELECT * FROM a", select(tmp_path), "duckdb")
 
 
 def test_semicolons_and_dashes_inside_strings_are_text():
@@ -346,6 +346,7 @@ def test_python_api_returns_polars_and_pandas(cookbook):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_empty_store_has_every_view_with_no_rows(tmp_path, engine):
+    (tmp_path / "empty").mkdir()  # a store with nothing in it (one that does not exist is refused)
     sel = select(tmp_path / "empty")
     for view in VIEWS:
         assert run_query(f"SELECT * FROM {view}", sel, engine).height == 0

@@ -71,6 +71,60 @@ def _convert(setting: str, raw: str, default: Any) -> Any:
         raise InputError(f"--set {setting!r}: {raw!r} is not a valid {type(default).__name__}") from None
 
 
+def check_settings(settings: dict[str, dict[str, Any]], reg: Registry | None = None) -> dict[str, dict[str, Any]]:
+    """``settings`` as :func:`analyze` takes them ({rule: {param: value}}), checked as :func:`parse_settings`
+    checks ``--set``: the rule and parameter must exist and the value have the type of the parameter's default
+    (an int is taken for a float, as a float). A misspelled name is an error rather than a threshold silently
+    left at its default; a one-line :class:`InputError` names ``rule.param`` and what was expected."""
+    reg = reg or default_registry()
+    out: dict[str, dict[str, Any]] = {}
+    for rule_name, params in settings.items():
+        try:
+            rule = reg.rule(rule_name)
+        except InputError as exc:
+            raise InputError(f"settings: {exc}") from None
+        if not isinstance(params, dict):
+            raise InputError(f"settings {rule_name!r}: expected a dict {{parameter: value}}, got {excerpt(params)}")
+        for param, value in params.items():
+            if param not in rule.thresholds:
+                known = ", ".join(sorted(rule.thresholds)) or "none"
+                raise InputError(f"settings {rule_name}.{param}: rule {rule_name} has no parameter {param!r} "
+                                 f"(it has: {known})")
+            out.setdefault(rule_name, {})[param] = _checked(f"{rule_name}.{param}", value, rule.thresholds[param])
+    return out
+
+
+def _checked(key: str, value: Any, default: Any) -> Any:
+    """``value`` of the threshold ``key`` when it has the type of its ``default`` (an int is taken for a float, as a
+    float; a tuple for a list, as a list); else a one-line :class:`InputError`."""
+    if isinstance(default, bool):
+        ok, what = isinstance(value, bool), "True or False"
+    elif isinstance(default, int):
+        ok, what = isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63, \
+            "an integer that fits 64 bits"
+    elif isinstance(default, float):
+        number = _finite(value)
+        ok, what, value = number is not None, "a finite number", value if number is None else number
+    elif isinstance(default, list):
+        ok, what, value = isinstance(value, (list, tuple)), "a list", list(value) if isinstance(value, tuple) else value
+    else:
+        ok, what = isinstance(value, type(default)), f"a {type(default).__name__}"
+    if not ok:
+        raise InputError(f"settings {key}: expected {what} (the default is {default!r}), got {excerpt(value)}")
+    return value
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float when it is an int or a float (not a bool) that is one; else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the floats
+        return None
+    return number if math.isfinite(number) else None
+
+
 #: A finding with less time at stake than this share of its trace's span is never CRITICAL (``--critical-floor``).
 CRITICAL_FLOOR_PCT = 1.0
 #: Rules run at most this many at once (threads: polars and numpy work outside the interpreter's lock), on a table
@@ -108,7 +162,8 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     critical finding with less time at stake than ``critical_floor_pct`` of
     the trace's span is lowered to a warning, and says so: a percentage
     alone (0.6% overlap of 38 us of copies) does not make a problem critical.
-    ``settings`` are threshold overrides as returned by :func:`parse_settings`.
+    ``settings`` are threshold overrides as returned by :func:`parse_settings` ({rule: {param: value}}),
+    checked by :func:`check_settings`.
     ``on_rule`` is told each rule's name as it starts (a progress bar).
     ``threads``: how many rules run at once (default :func:`rule_threads`);
     the findings and their order do not depend on it.
@@ -117,7 +172,7 @@ def analyze(trace: Trace, rules: Iterable[str] | None = None, settings: dict[str
     from traceparse.summary import trace_span
 
     reg = reg or default_registry()
-    settings = settings or {}
+    settings = check_settings(settings or {}, reg)
     ranks = trace_ranks(trace)
     span_ns = trace_span(trace.events)
     chosen = [reg.rule(name) for name in rules] if rules else list(reg.rules.values())

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
+from traceparse.figures import fmt_ns
+from traceparse.text import visible
 from traceparse.trace import Trace
+from traceparse.validate import excerpt
 from traceparse.verdict import SEVERITIES, Column, grade, severity_rank  # noqa: F401 - the verdict floor, re-exported
 
 
@@ -94,6 +98,26 @@ class Finding:
             "figures": dict(self.figures),
             "labels": dict(self.labels),
         }
+
+    def __repr__(self) -> str:
+        """One short line: rule, severity, title and the time at stake (:meth:`to_dict` is the whole finding).
+
+        The dataclass' own repr wrote every metric and item, up to 22 KB a finding, so a list of findings as a
+        notebook cell's last line printed 100 KB on one line."""
+        at_stake = f" {fmt_ns(self.impact_ns)} at stake" if self.impact_ns is not None else ""
+        return f"<Finding {self.rule} {self.severity} {excerpt(self.title)}{at_stake}>"
+
+    def _repr_html_(self) -> str:
+        """The finding as a notebook shows it: severity, rule and title, then its message and suggestion. Every
+        text is escaped (a title or message quotes names from the trace file: untrusted text)."""
+        def text(value: Any) -> str:
+            return html.escape(visible(value))
+
+        at_stake = f" ({text(fmt_ns(self.impact_ns))} at stake)" if self.impact_ns is not None else ""
+        parts = [f"<div><b>{text(self.severity)}</b> <code>{text(self.rule)}</code>: {text(self.title)}{at_stake}",
+                 f"<p>{text(self.message)}</p>" if self.message else "",
+                 f"<p><i>{text(self.suggestion)}</i></p>" if self.suggestion else "", "</div>"]
+        return "".join(parts)
 
 
 

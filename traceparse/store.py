@@ -108,10 +108,12 @@ class Store:
     def events_path(self, trace_id: str) -> Path:
         return self.traces_dir / trace_id / "events.parquet"
 
-    def load(self, trace_id: str) -> Trace:
-        """An entry as a :class:`Trace` (its events as stored: not validated again, see :meth:`Trace.from_store`)."""
+    def load(self, ref: str) -> Trace:
+        """A stored trace, named by its id or a unique prefix of it, as a :class:`Trace` (its events as stored: not
+        validated again, see :meth:`Trace.from_store`); a one-line :class:`StoreError` for any other name."""
         from traceparse.trace import Trace
 
+        trace_id = self.stored_id(ref, "trace")
         return Trace.from_store(read_events(self.events_path(trace_id)), self.meta(trace_id))
 
     def resolve_id(self, ref: str) -> str:
@@ -121,27 +123,65 @@ class Store:
             return ref
         matches = [i for i in ids if i.startswith(ref)]
         if not matches:
-            raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
+            raise StoreError(f"{ref}: no such file, and {self.no_entry('trace')}")
         if len(matches) > 1:
             raise StoreError(f"{ref}: ambiguous trace id, matches {', '.join(matches[:5])}")
         return matches[0]
 
     def resolve(self, ref: str) -> tuple[str, str]:
         """``("trace", id)`` or ``("run", id)``: the one trace or run whose id starts with ``ref``, or a run's name."""
-        traces, runs = self.ids(), self.run_ids()
-        if ref in traces:
-            return "trace", ref
-        if ref in runs:
-            return "run", ref
-        matches = [("trace", i) for i in traces if i.startswith(ref)] + [("run", i) for i in runs if i.startswith(ref)]
+        matches = self.matches(ref)
         if not matches:
-            named = [r["id"] for r in self.all_runs() if r.get("name") == ref]
-            matches = [("run", i) for i in named]
-        if not matches:
-            raise StoreError(f"{ref}: no such file, and no trace with this id in the store {self.root}")
+            raise StoreError(f"{ref}: no such file, and {self.no_entry('trace')}")
         if len(matches) > 1:
             raise StoreError(f"{ref}: ambiguous id, matches {', '.join(i for _, i in matches[:5])}")
         return matches[0]
+
+    def stored_id(self, ref: str, want: str) -> str:
+        """The id of the stored trace or run (``want``: "trace" or "run") that ``ref`` names: its id, a unique
+        prefix of it, or a run's name, as :meth:`resolve` takes them; a one-line :class:`StoreError` naming ``ref``
+        and the store otherwise. What :meth:`load` and :meth:`load_run` take, so that ``Store().load_run(NAME)``
+        works as ``traceparse.load(NAME)`` does."""
+        if Path(ref).name == ref and (self.has if want == "trace" else self.has_run)(ref):
+            return ref  # an exact id: no listing of the store
+        matches = self.matches(ref)
+        found = [i for kind, i in matches if kind == want]
+        if len(found) > 1:
+            raise StoreError(f"{ref}: ambiguous {want} id, matches {', '.join(found[:5])}")
+        if found:
+            return found[0]
+        if matches:
+            kind, entry_id = matches[0]
+            method = "load_run" if kind == "run" else "load"
+            raise StoreError(f"{ref}: names a stored {kind}, not a {want}; Store.{method}({entry_id!r}) loads it")
+        raise StoreError(f"{ref}: {self.no_entry(want)}")
+
+    def matches(self, ref: str) -> list[tuple[str, str]]:
+        """Every ``("trace" or "run", id)`` that ``ref`` may name: the entry of exactly that id, else every entry
+        whose id starts with it, else the runs of that name."""
+        traces, runs = self.ids(), self.run_ids()
+        if ref in traces:
+            return [("trace", ref)]
+        if ref in runs:
+            return [("run", ref)]
+        matches = [("trace", i) for i in traces if i.startswith(ref)] + [("run", i) for i in runs if i.startswith(ref)]
+        return matches or [("run", r["id"]) for r in self.all_runs() if r.get("name") == ref]
+
+    def no_entry(self, want: str) -> str:
+        """Why nothing stored has a name: no such entry in the store, or no store there at all."""
+        if not self.root.is_dir():
+            return self.missing()
+        return f"no {want} with this id{' or name' if want == 'run' else ''} in the store {self.root}"
+
+    def missing(self) -> str:
+        """What to say where the store's directory does not exist (a mistyped ``--store`` or $TRACEPARSE_STORE)."""
+        return f"no store at {self.root}: ingest a trace first, or give --store"
+
+    def require(self) -> None:
+        """A one-line :class:`StoreError` when the store's directory does not exist: what reads the whole store (a
+        query) says so, rather than answer from nothing as from an empty store."""
+        if not self.root.is_dir():
+            raise StoreError(self.missing())
 
     def entry_dir(self, entry_id: str) -> Path | None:
         """The directory of the stored trace or run with exactly this id (None when there is none)."""
@@ -205,7 +245,8 @@ class Store:
         return Trace(read_events(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
     def load_run(self, run_id: str, lazy: bool = False) -> Trace:
-        """A run as one :class:`Trace`: every rank's events concatenated in rank order.
+        """A run as one :class:`Trace`: every rank's events concatenated in rank order. ``run_id`` is the run's
+        id, a unique prefix of it or the run's name (:meth:`stored_id`).
 
         Each row keeps its rank's ``trace_id`` and has ``rank`` set, so every
         measure (keyed by trace_id and device_id) and rule runs on it
@@ -223,6 +264,7 @@ class Store:
         from traceparse.schema import empty_frame
         from traceparse.trace import RunTrace, Trace
 
+        run_id = self.stored_id(run_id, "run")
         run = self.run_meta(run_id)
         ranks = sorted(run["ranks"], key=int)
         metas = [self.rank_meta(run_id, r) for r in ranks]
@@ -320,6 +362,7 @@ class Store:
             return trace_id
         metas = self.all_meta()
         if not metas:
+            self.require()
             raise StoreError(f"the store {self.root} is empty: ingest a trace first")
         return metas[-1].id
 

@@ -166,8 +166,9 @@ class Trace:
         return self.events.filter(pl.col("kind").is_in(kinds))
 
     def to_pandas(self):
-        """The events as a pandas DataFrame, for notebooks."""
-        return self.events.to_pandas()
+        """The events as a pandas DataFrame, for notebooks: exact integers, the same dtypes on every trace
+        (:func:`pandas_frame`)."""
+        return pandas_frame(self.events)
 
     def __repr__(self) -> str:
         n = "streamed" if self.is_streamed else f"{self.events.height} events"
@@ -198,3 +199,25 @@ class RunTrace(Trace):
 
     def of_kind(self, *kinds: str) -> pl.DataFrame:
         return self._table.filter(pl.col("kind").is_in(kinds))
+
+    def to_pandas(self):
+        """Every rank's events as one pandas DataFrame (read into memory whole), as :meth:`Trace.to_pandas`."""
+        return pandas_frame(self._table.lazy().collect())
+
+
+def pandas_frame(frame: pl.DataFrame):
+    """``frame`` (events, or a :func:`traceparse.sql` result) as a pandas DataFrame whose integer columns are
+    pandas' nullable integers (``Int64``, ``Int32``; a null is ``pd.NA``).
+
+    Plain ``DataFrame.to_pandas()`` turns an integer column with a null into float64: the dtype of
+    ``duration_ns`` or ``tid`` then changes from trace to trace, and integers past 2**53 (JAX's 64-bit thread
+    ids, nanosecond timestamps of long runs) are rounded. Enums stay pandas categoricals with every category,
+    text pandas' strings, floats float64 (a null is NaN).
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+            pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+    return frame.to_pandas(types_mapper=ints.get)

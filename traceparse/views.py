@@ -36,7 +36,7 @@ from typing import Iterable
 
 import polars as pl
 
-from traceparse.errors import InputError
+from traceparse.errors import InputError, StoreError
 from traceparse.expr import API_CLASSES, OTHER_CATEGORY, OTHER_CLASS, kernel_categories
 from traceparse.schema import DTYPES
 from traceparse.store import FINDINGS_FILE, Store
@@ -152,6 +152,7 @@ def select(store: Store | str | Path | None = None, traces: Iterable[str] = (), 
     """The traces and runs of ``store`` a query sees: every one, or only the ``traces`` (ids or unique prefixes)
     and ``runs`` (ids, prefixes or names) given. A damaged run (run.json unreadable) is left out."""
     store = store if isinstance(store, Store) else Store(store)
+    store.require()  # a mistyped store answers no query, not an empty one
     traces, runs = list(traces or ()), list(runs or ())
     if not traces and not runs:
         trace_ids, run_ids = store.ids(), store.run_ids()
@@ -170,7 +171,10 @@ def select(store: Store | str | Path | None = None, traces: Iterable[str] = (), 
 
 
 def _resolve(store: Store, ref: str, want: str) -> str:
-    """The id of the stored trace (``want`` "trace") or run that ``ref`` names; a one-line error for the other."""
+    """The id of the stored trace (``want`` "trace") or run that ``ref`` names; a one-line error for the other,
+    and for none (naming the run or trace sought)."""
+    if not store.matches(ref):
+        raise StoreError(f"{ref}: {store.no_entry(want)}")
     kind, entry_id = store.resolve(ref)
     if kind != want:
         other = "--run" if kind == "run" else "--trace"
@@ -581,7 +585,8 @@ def sql(query: str, *, store: Store | str | Path | None = None, engine: str | No
 
     ``engine`` is ``"duckdb"`` (the default when installed: ``pip install 'traceparse[sql]'``) or
     ``"polars"``; ``traces`` / ``runs`` narrow the views to those traces and runs (ids, unique prefixes, a run's
-    name). docs/sql.md lists the views and their columns. ``.to_pandas()`` gives a pandas DataFrame::
+    name). docs/sql.md lists the views and their columns. :func:`traceparse.trace.pandas_frame` gives a pandas
+    DataFrame whose integer columns stay exact (polars' own ``.to_pandas()`` turns one with a null into float64)::
 
         traceparse.sql("SELECT name, SUM(duration_ns) AS ns FROM kernels GROUP BY name ORDER BY ns DESC LIMIT 5")
     """

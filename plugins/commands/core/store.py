@@ -386,7 +386,9 @@ class ListCommand(Command):
             if not metas:
                 return 0
         if not metas:
-            session.out.print(literal(f"The store {session.store.root} is empty."))
+            empty = f"The store {session.store.root} is empty." if session.store.root.is_dir() else \
+                f"No store at {session.store.root}: ingest a trace first, or give --store."
+            session.out.print(literal(empty))
             return 0
         rows = [{"id": m.id, "format": m.format or "", "events": m.event_count,
                  "span_ns": (m.summary or {}).get("span_ns"), "tags": " ".join(f"{k}={v}" for k, v in m.tags.items()),
