@@ -33,6 +33,12 @@ def test_the_readme_example_queries_the_trace_it_ingested(tmp_path, monkeypatch)
     df = traceparse.sql("SELECT COUNT(*) AS n, COUNT(DISTINCT trace_id) AS traces FROM kernels", traces=trace_id)
     assert df.row(0) == (raw_kernels(TRACE), 1)
     assert traceparse.add(str(TRACE)) == trace_id  # stored once: the same id again
+    frame = traceparse.pandas_frame(traceparse.sql(
+        "SELECT category, SUM(duration_ns) AS kernel_ns FROM kernels GROUP BY category ORDER BY kernel_ns DESC",
+        traces=[trace_id]))
+    assert str(frame["kernel_ns"].dtype) == "Int64"
+    assert int(frame["kernel_ns"].sum()) == traceparse.load(trace_id).events.filter(
+        pl.col("kind") == "kernel")["duration_ns"].sum()
 
 
 def test_a_folder_of_ranks_loads_as_a_run_and_a_rank_by_its_trace_id(tmp_path):

@@ -9,7 +9,7 @@ Python API::
     findings = traceparse.analyze(trace, rules=["kernel-share"])
     trace_id = traceparse.add("trace.json.gz")     # into the store, for SQL
     traceparse.sql("SELECT name, SUM(duration_ns) AS ns FROM kernels GROUP BY name ORDER BY ns DESC",
-                   traces=[trace_id])             # polars
+                   traces=[trace_id])             # polars; traceparse.pandas_frame(df): pandas, exact integers
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from traceparse.errors import InputError, StoreError, TraceparseError
 if TYPE_CHECKING:
     from traceparse.plugins import hookimpl
     from traceparse.rule import Finding
-    from traceparse.trace import Device, Trace, TraceMeta
+    from traceparse.trace import Device, Trace, TraceMeta, pandas_frame
 
 #: Names imported when first used (PEP 562): ``import traceparse`` (and ``traceparse --version``) does not
 #: load polars, pluggy or the plugins.
 _LAZY = {"hookimpl": "traceparse.plugins", "Finding": "traceparse.rule", "Device": "traceparse.trace",
-         "Trace": "traceparse.trace", "TraceMeta": "traceparse.trace"}
+         "Trace": "traceparse.trace", "TraceMeta": "traceparse.trace", "pandas_frame": "traceparse.trace"}
 
 
 def __getattr__(name: str):
@@ -118,7 +118,8 @@ def analyze(trace: "Trace", rules: "str | list[str] | None" = None, settings: di
 def sql(query: str, *, store: str | Path | None = None, engine: str | None = None,
         traces: "str | list[str] | tuple" = (), runs: "str | list[str] | tuple" = ()):
     """Run one read-only SQL query over the store's views (docs/sql.md) and return a polars DataFrame
-    (``.to_pandas()`` for pandas).
+    (:func:`pandas_frame` for pandas with exact integers; polars' ``.to_pandas()`` makes a column with a null
+    float64).
 
     ``engine``: ``"duckdb"`` (default when installed, extra ``sql``) or ``"polars"``; ``traces`` / ``runs``
     narrow the views to those stored traces and runs (ids, unique prefixes, a run's name; one, or a list).
@@ -173,4 +174,4 @@ def _warn(messages) -> None:
 
 
 __all__ = ["Device", "Finding", "InputError", "StoreError", "Trace", "TraceMeta", "TraceparseError",
-           "TraceparseWarning", "__version__", "add", "analyze", "hookimpl", "load", "sql"]
+           "TraceparseWarning", "__version__", "add", "analyze", "hookimpl", "load", "pandas_frame", "sql"]
