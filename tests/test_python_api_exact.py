@@ -157,6 +157,9 @@ def _finding(**more):
 def test_a_finding_reads_in_one_short_line():
     assert repr(_finding(impact_ns=129_600_000)) == "<Finding gpu-idle critical 'GPU idle' 129.6 ms at stake>"
     assert repr(_finding()) == "<Finding gpu-idle critical 'GPU idle'>"
+    gain = _finding(impact_ns=2_500_000, impact_said="to gain")  # ncu's estimate of what a fix gains
+    assert repr(gain) == "<Finding gpu-idle critical 'GPU idle' 2.5 ms to gain>"
+    assert "(2.5 ms to gain)" in gain._repr_html_()
     assert repr(_finding(title="a\x1b[31m" + "x" * 200, impact_ns=0)) == \
         "<Finding gpu-idle critical " + repr("a\x1b[31m" + "x" * 200)[:79] + "… 0 ns at stake>"
 

@@ -104,8 +104,13 @@ class Finding:
 
         The dataclass' own repr wrote every metric and item, up to 22 KB a finding, so a list of findings as a
         notebook cell's last line printed 100 KB on one line."""
-        at_stake = f" {fmt_ns(self.impact_ns)} at stake" if self.impact_ns is not None else ""
+        at_stake = f" {fmt_ns(self.impact_ns)} {self._stake_said()}" if self.impact_ns is not None else ""
         return f"<Finding {self.rule} {self.severity} {excerpt(self.title)}{at_stake}>"
+
+    def _stake_said(self) -> str:
+        """How the time at stake reads: "at stake", or "to gain" where the finding's figure is an estimate of what
+        a fix gains (``impact_said``: ncu's speedups), as the summary says it."""
+        return "to gain" if self.impact_said == "to gain" else "at stake"
 
     def _repr_html_(self) -> str:
         """The finding as a notebook shows it: severity, rule and title, then its message and suggestion. Every
@@ -113,7 +118,7 @@ class Finding:
         def text(value: Any) -> str:
             return html.escape(visible(value))
 
-        at_stake = f" ({text(fmt_ns(self.impact_ns))} at stake)" if self.impact_ns is not None else ""
+        at_stake = f" ({text(fmt_ns(self.impact_ns))} {self._stake_said()})" if self.impact_ns is not None else ""
         parts = [f"<div><b>{text(self.severity)}</b> <code>{text(self.rule)}</code>: {text(self.title)}{at_stake}",
                  f"<p>{text(self.message)}</p>" if self.message else "",
                  f"<p><i>{text(self.suggestion)}</i></p>" if self.suggestion else "", "</div>"]
