@@ -43,9 +43,10 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
     # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one),
     # the 5 acceptance captures (H100 and H200), the 6 ranks of the FSDP2 twins (two H100s), the 12 of the
-    # four-GPU FSDP2 twins, 6 of HTA's test traces (fixtures/torch/hta), PyTorch 1.8's bare array and the 2 steps
-    # the host does not wait for (fixtures/torch/async)
-    assert len(paths) == 77
+    # four-GPU FSDP2 twins, 6 of HTA's test traces (fixtures/torch/hta), PyTorch 1.8's bare array, PyTorch 1.9's
+    # memory events with Bytes alone (fixtures/torch/kineto) and the 2 steps the host does not wait for
+    # (fixtures/torch/async)
+    assert len(paths) == 78
     for path in paths:
         check_against_independent(path)
 

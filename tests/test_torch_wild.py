@@ -483,3 +483,22 @@ def test_a_kernels_inclusive_time_is_its_time_however_its_streams_overlap(tmp_pa
     assert code == 0, err
     (gemm,) = [i for i in json.loads(out)["findings"][0]["items"] if i["name"] == "gemm"]
     assert gemm["time_ns"] == gemm["inclusive_ns"] == 20_000
+
+
+PT19 = FIXTURES / "torch" / "kineto" / "resnet50_pt19_worker0.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_pytorch_1_9_memory_events_with_bytes_alone_are_one_counter_each(fast):
+    """PyTorch 1.9's ``[memory]`` events carry ``Bytes`` alone (fixtures/torch/kineto/SOURCE.md): one
+    ``allocation_bytes`` counter each, not three rows of which two are empty (38,514 counters for 12,838 events);
+    the values and times are the raw JSON's."""
+    doc = json.load(gzip.open(PT19))
+    memory = [e for e in doc["traceEvents"] if e.get("name") == "[memory]"]
+    assert len(memory) == 12_838 and all(set(e["args"]) == {"Device Type", "Device Id", "Bytes"} for e in memory)
+    events, _ = read(PT19, fast=fast)
+    counters = events.filter(pl.col("kind") == "counter")
+    assert counters["name"].value_counts().rows() == [("allocation_bytes", 12_838)]
+    assert counters["value"].null_count() == 0
+    assert counters["value"].sum() == sum(e["args"]["Bytes"] for e in memory) == 19_267_840
+    assert counters["start_ns"].to_list() == [e["ts"] * 1000 for e in memory]

@@ -4,8 +4,9 @@ Each allocation or free the caching allocator reports is an instant event
 (``"ph": "i"``, ``"name": "[memory]"``) whose arguments are ``Bytes`` (the
 change: positive for an allocation, negative for a free), ``Total Allocated``
 and ``Total Reserved`` (the allocator's totals on that device after the
-change), ``Device Id``, ``Device Type`` and ``Addr``. Each event becomes three
-``counter`` rows at its ``ts``, every one with ``unit`` ``byte``:
+change), ``Device Id``, ``Device Type`` and ``Addr``. Each event becomes up to three
+``counter`` rows at its ``ts`` (one for each of these it gives: PyTorch 1.9 gave ``Bytes`` alone), every one with
+``unit`` ``byte``:
 
 =====================  ==================================
 name                   value
@@ -76,8 +77,9 @@ KEYS = {"mem_allocated": "Total Allocated", "mem_reserved": "Total Reserved", "m
 def counter_rows(event: pl.Series, ts: pl.Series, device: pl.Series, device_type: pl.Series, pid: pl.Series,
                  tid: pl.Series, values: dict[str, pl.Series]) -> pl.DataFrame:
     """The counter rows of ``[memory]`` events given as columns (one value per event; ``event`` its index in
-    the chunk, kept as ``_event`` for :func:`with_counters`): three rows an event, in :data:`COUNTERS` order;
-    ``values`` by Args field (:data:`KEYS`)."""
+    the chunk, kept as ``_event`` for :func:`with_counters`): a row for each counter the event gives, in
+    :data:`COUNTERS` order; ``values`` by Args field (:data:`KEYS`). An old Kineto (PyTorch 1.9) gives ``Bytes``
+    alone: one row, not three of which two are empty (12,838 events counted as 38,514)."""
     n = len(ts)
     base = pl.DataFrame({
         "_event": event,
@@ -91,6 +93,7 @@ def counter_rows(event: pl.Series, ts: pl.Series, device: pl.Series, device_type
               for name, field in COUNTERS.items()]
     k = pl.int_range(0, 3 * n, eager=True)
     return (pl.concat(frames).drop("_type")[(k % 3) * n + k // 3]  # event by event, its counters in order
+            .filter(pl.col("value").is_not_null())
             .with_columns(kind=pl.lit("counter"), unit=pl.lit("byte")))
 
 
