@@ -381,3 +381,9 @@ def test_a_runs_streams_and_gaps_that_read_alike_are_in_rank_order(tmp_path):
     assert len({fmt_ns(i["length_ns"]) for i in top}) == 1
     shown = [as_shown(i["length_ns"]) for i in f["items"]]
     assert shown == sorted(shown, reverse=True)
+
+
+def test_one_api_call_is_one_call_in_the_message():
+    rows = [{"kind": "api", "name": "cudaLaunchKernel", "start_ns": 0, "duration_ns": 10, "pid": 1, "tid": 1}]
+    f = run_rule(Trace(conform(pl.DataFrame(rows)), TraceMeta()), "api-share")
+    assert f.message.startswith("1 API call (1 distinct) takes 10 ns; launch 100.0%.")

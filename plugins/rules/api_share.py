@@ -54,7 +54,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
@@ -135,11 +135,12 @@ class ApiShare(Rule):
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             over = f" over {trace_ranks(trace)} ranks" if run else ""
-            message = (f"{calls:,} API calls ({by_name.height:,} distinct) take {fmt_ns(total)}{over}; "
+            message = (f"{fmt_count(calls, 'API call')} ({by_name.height:,} distinct) "
+                       f"take{'s' if calls == 1 else ''} {fmt_ns(total)}{over}; "
                        + ", ".join(f"{c} {fmt_pct(classes[c]['share_pct'])}" for c in ranked if classes[c]["time_ns"])
                        + f". The top call is {items[0]['name']} ({fmt_pct(items[0]['share_pct'])}).")
         else:
-            message = f"{calls} API calls, with no recorded time."
+            message = f"{fmt_count(calls, 'API call')}, with no recorded time."
         message += aggregated_note(ignored_aggregated, "API", "API events")
         if startup and from_summary:  # a summary keeps no order of calls: the longest one, most likely
             message += (f" The longest {first} ({fmt_ns(startup)}, the summary's Max) most likely made the CUDA "
