@@ -493,6 +493,51 @@ def test_a_sampled_profile_is_not_counted_twice(tmp_path):
     assert items[best]["share_pct"] == round(100 * samples[best] / total, 4)
 
 
+def packed_xml_threads(path: Path) -> dict[str, dict[str, tuple[int, int]]]:
+    """A TAU packed XML profile read with the standard library: {thread: {event name: (excl ns, incl ns)}} of
+    its time metric (metric 0), from ``<event id>`` names and each thread's ``<interval_data>`` lines."""
+    import xml.etree.ElementTree as ET
+
+    root_text = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
+    names, threads = {}, {}
+    for doc in re.findall(r"<profile_xml>.*?</profile_xml>", root_text, re.S):
+        tree = ET.fromstring(doc)
+        for event in tree.iter("event"):
+            names[event.get("id")] = event.findtext("name")
+        for profile in tree.iter("profile"):
+            lines = profile.findtext("interval_data").split("\n")
+            rows = threads.setdefault(profile.get("thread"), {})
+            for line in filter(None, (x.split() for x in lines)):
+                rows[names[line[0]]] = (us_to_ns(Decimal(line[3])), us_to_ns(Decimal(line[4])))
+    return threads
+
+
+def test_samples_beyond_their_timers_time_are_scaled_to_the_thread_s_time():
+    """A real sampled OpenMP profile (tau2's ClassBreakdown example, 12 threads; fixtures/tau/real/README.md):
+    the samples of 11 timers add up to 435.644 ms more than those timers' exclusive time. The timer keeps
+    nothing, so summed as written the routines came to 322.684 s, more than the 322.249 s the threads ran. Now
+    each thread's routines add up to its ``.TAU application`` time at most, and the scaling is warned of."""
+    path = TAU / "real" / "tau2-sampled-openmp" / "tauprofile.xml.gz"
+    threads = packed_xml_threads(path)
+    assert len(threads) == 12
+    excess = 0
+    for rows in threads.values():
+        for name, (_, incl) in rows.items():
+            if name.startswith("[CONTEXT] ") and " => " not in name:
+                excl = rows.get(name.removeprefix("[CONTEXT] "), (None,))[0]
+                excess += max(0, incl - excl) if excl is not None else 0
+    assert excess == 435_644_000
+    trace = read_paths([path])[0]
+    assert any("add up to 435.644 ms more than those timers' own time" in w for w in trace.meta.warnings)
+    from traceparse.analysis import analyze
+
+    whole = sum(rows[".TAU application"][1] for rows in threads.values())
+    assert whole == 322_248_601_000
+    (hot,) = [f for f in analyze(trace, rules=["hotspots"]) if f.title.startswith("Hotspots: routines")]
+    summed = hot.metrics["time_ns"]  # the routines' exclusive time, summed over the threads
+    assert summed <= whole and whole - summed < 12 * 1000  # a microsecond a thread: rounding
+
+
 def test_a_wrapped_32_bit_time_metric_is_warned_of(tmp_path):
     """A real 12-thread OpenMP profile (stevenpl98/ParallelFinalProject, no licence, not committed) had
     MULTI__P_WALL_CLOCK_TIME at 4,295 s a thread of a 0.09 s run: 2^32 us plus the time, a 32-bit counter that
