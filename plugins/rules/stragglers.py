@@ -52,9 +52,10 @@ straggler: like it, they spent under :data:`AS_SLOW_FRACTION` of the way from it
 waiting to the most-waiting rank's; the one a hair earlier causes no wait but is no faster, and is named beside
 it). Items: every rank, most wait caused first (the straggler's peers next to it). Where the ranks' collectives
 end more than :data:`CLOCKS_APART_NS` apart on their own clocks (they leave a collective together), the message
-says their clocks likely differ and how to align them. Time at stake (``impact_ns``): the candidate's ``wait_caused_ns`` over the number of ranks,
-the mean per rank; ``impact_range`` names the least (the straggler's own: nothing) and the rank that waited
-for it most. The finding of a straggler gives the run's summary a line naming it.
+says their clocks likely differ and how to align them. Time at stake (``impact_ns``): the candidate's
+``wait_caused_ns`` over the number of ranks, the mean per rank; ``impact_range`` names the least (the
+straggler's own: nothing) and the rank that waited for it most. The finding of a straggler gives the run's
+summary a line naming it.
 
 Clocks: ranks on one host share its clock, so arrivals compare as they are. Ranks on several hosts do not:
 with ``align_clocks`` each rank's clock is moved by the median over instances of (its end − the first
