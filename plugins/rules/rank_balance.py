@@ -11,8 +11,8 @@ Rows without a device (copies whose device the trace does not say) count towards
 
 ``work_ns`` = compute + memcpy: the work a rank's GPU does. ``imbalance`` = max work / mean work over the
 ranks (1.0: even); ``slowest_rank`` has the most work, ``fastest_rank`` the least (of equals, the lowest); both
-are None where every rank's work is the same but for noise (:func:`~traceparse.figures.same_figure`: within 0.1%
-or 1 us), where naming one would pick it on a few ns. The work is the GPU's: a rank slowed on the host (a data
+are None where every rank's work is the same but for noise (within 0.1%, or 1 us), where naming one would pick it
+on a few ns. The work is the GPU's: a rank slowed on the host (a data
 loader, a sleep before its collectives) does the same GPU work as the others and is the stragglers rule's.
 Exposed communication is not work: a communication kernel spins until every rank's has started, so the rank
 that waits for a straggler has the most of it (on a real FSDP2 run over NCCL whose rank 1 sleeps in a
