@@ -279,3 +279,26 @@ def test_a_routine_on_one_thread_alone_is_no_imbalance_warning(tmp_path):
     write(2, [("io", 100_000)])
     found = finding(analyze(read_paths([tmp_path])[0], rules=["hotspots"]), "Hotspots: routines by exclusive time")
     assert found.severity == "warning" and "'compute': max/mean 2.700×" in found.message
+
+
+OUTSIDE = (" '.TAU application' is the time in no instrumented routine: code the profile did not instrument, or "
+           "threads idle between parallel regions (worker threads waiting for work); the routines after it are "
+           "where the instrumented time went.")
+
+
+def test_the_top_level_timer_leading_is_said_to_be_time_outside_the_routines():
+    """An HPX run's `pprof -s` (SC15 APEX tutorial, 71 threads, mostly idle workers): '.TAU application' leads
+    with 85.5% of the time, time in no instrumented routine, which hotspots says rather than offer it as a
+    routine to speed up."""
+    (trace,) = read_paths([FIXTURES / "tau" / "real" / "pprof" / "sc15-apex-hpx-pprof-s.txt"])
+    assert trace.meta.extra["outside_routines"] == ".TAU application"
+    (hot,) = [f for f in analyze(trace, rules=["hotspots"]) if f.title.startswith("Hotspots: routines")]
+    assert hot.items[0]["name"] == ".TAU application" and OUTSIDE in hot.message
+
+
+def test_a_routine_leading_over_the_top_level_timer_gets_no_such_note():
+    """The pthread matmult run's `pprof -s`: 'compute' leads; '.TAU application' (1 ms exclusive) is named
+    nowhere in the message."""
+    (trace,) = read_paths([FIXTURES / "tau" / "real" / "pprof" / "taustubs-matmult-pprof-s.txt"])
+    (hot,) = [f for f in analyze(trace, rules=["hotspots"]) if f.title.startswith("Hotspots: routines")]
+    assert hot.items[0]["name"] == "compute" and "no instrumented routine" not in hot.message

@@ -31,6 +31,11 @@ UNREAD = "unread_events"
 #: says so of its total instead of calling it one thread's.
 SUMMED_THREADS = "summed_threads"
 
+#: ``TraceMeta.extra`` key of the routine whose exclusive time is the time in no instrumented routine (TAU's
+#: top-level timer ``.TAU application``), where the source has one: hotspots says what that time is when it leads
+#: (an HPX run's idle worker threads made it 85.5% of the time), rather than offer it as a routine to speed up.
+OUTSIDE_ROUTINES = "outside_routines"
+
 
 def incomplete_notes(meta) -> list[str]:
     """Why the trace is incomplete (the file ended early), as the reader said; empty for a whole input."""

@@ -65,7 +65,7 @@ from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
-from traceparse.meta import SUMMED_THREADS
+from traceparse.meta import OUTSIDE_ROUTINES, SUMMED_THREADS
 from traceparse.summary import trace_span
 from traceparse.verdict import QUIET_SHARE
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -178,6 +178,10 @@ class Hotspots(Rule):
                        f"{summed}; "
                        f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
                        f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
+            if top["name"] == (trace.meta.extra or {}).get(OUTSIDE_ROUTINES):
+                message += (f" {top['name']!r} is the time in no instrumented routine: code the profile did not "
+                            "instrument, or threads idle between parallel regions (worker threads waiting for "
+                            "work); the routines after it are where the instrumented time went.")
             if top.get("waiting_ns"):
                 message += (f" {fmt_ns(top['waiting_ns'])} of its time "
                             f"({fmt_pct(expr.pct(top['waiting_ns'], top['time_ns']))}) is the kernel spinning until "

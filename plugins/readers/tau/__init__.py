@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceparse.errors import InputError, bad_input
-from traceparse.meta import SUMMED_THREADS
+from traceparse.meta import OUTSIDE_ROUTINES, SUMMED_THREADS
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
@@ -151,6 +151,10 @@ def _text_variant(profile: ProfileSet) -> str:
     return f"{where}: {said}, metrics {metrics}"
 
 
+#: TAU's timer around the whole program: its exclusive time is the time in no other instrumented routine.
+TOP_TIMER = ".TAU application"
+
+
 def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers, path: Path) -> TraceMeta:
     from . import events
 
@@ -161,6 +165,8 @@ def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers,
     threads = profile.routines.select(events.THREAD).unique().height
     meta.extra = {"metrics": profile.metrics, "time_metric": profile.time_metric, "threads": threads,
                   "files_read": profile.files_read, **extra}
+    if (profile.routines["raw"].str.strip_chars() == TOP_TIMER).any():
+        meta.extra[OUTSIDE_ROUTINES] = TOP_TIMER
     if first:
         meta.extra["metadata"] = first
     nodes = profile.routines["node"].drop_nulls().unique().to_list() if "node" in profile.routines.columns else []
