@@ -129,7 +129,8 @@ def test_an_int_for_a_float_threshold_is_taken(torch_trace):
     """critical_below_pct=5 (an int) acts as 5.0 does, and as ``--set low-memcpy-overlap.critical_below_pct=5``."""
     from traceparse.analysis import analyze, check_settings, parse_settings
 
-    as_int, as_float = {"low-memcpy-overlap": {"critical_below_pct": 5}}, {"low-memcpy-overlap": {"critical_below_pct": 5.0}}
+    as_int = {"low-memcpy-overlap": {"critical_below_pct": 5}}
+    as_float = {"low-memcpy-overlap": {"critical_below_pct": 5.0}}
     assert check_settings(as_int) == parse_settings(["low-memcpy-overlap.critical_below_pct=5"]) == as_float
     assert isinstance(check_settings(as_int)["low-memcpy-overlap"]["critical_below_pct"], float)
     as_int = analyze(torch_trace, rules=["low-memcpy-overlap"], settings=as_int)

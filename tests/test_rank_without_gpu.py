@@ -51,3 +51,13 @@ def test_a_run_whose_ranks_all_ran_kernels_says_so_plainly(tmp_path):
     assert idle.metrics["ranks_without_gpu"] == [] and "recorded no GPU activity" not in idle.message
     assert " of kernel time over 4 ranks; " in share.message
     assert mean_of(idle.impact_range, 4).startswith(" per rank (mean of 4, from ")
+
+
+def test_a_few_ranks_are_named_and_the_rest_counted():
+    """The one way gpu-idle and stragglers name ranks: all of a few, the first of many and how many more."""
+    from traceparse.figures import listed
+
+    assert listed("rank", [3]) == "rank 3"
+    assert listed("rank", [7, 3]) == "ranks 7 and 3"
+    assert listed("rank", list(range(16)), shown=8) == "ranks 0, 1, 2, 3, 4, 5, 6 and 9 more"
+    assert listed("device", [1, 2, 3, 4]) == "devices 1, 2, 3 and 4"

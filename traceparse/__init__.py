@@ -77,7 +77,7 @@ def load(path_or_id: "str | Path | list[str | Path]", fmt: str = "auto", store: 
     try:
         kind, ref_id = s.resolve(ref)
     except StoreError:
-        rank = _rank_of_run(s, ref)
+        rank = s.rank_of_trace(ref)
         if rank is None:
             raise
         return s.load_rank(*rank)  # one rank of a run, by the trace id the traces view lists for it
@@ -154,17 +154,6 @@ def _ingest_run(folder: Path, fmt: str, store) -> str:
     if not result.already_stored:
         _warn(result.warnings)
     return result.run["id"]
-
-
-def _rank_of_run(store, ref: str) -> tuple[str, str] | None:
-    """(run id, rank) of the stored run rank whose trace id is ``ref`` (a unique prefix of one), else None."""
-    found = []
-    for run_id in store.run_ids():
-        run = store.run_meta(run_id)
-        for rank, trace_id in ((run.get("ranks") or {}) if isinstance(run, dict) else {}).items():
-            if str(trace_id).startswith(ref):
-                found.append((run_id, rank))
-    return found[0] if len(found) == 1 else None
 
 
 def _warn(messages) -> None:

@@ -124,3 +124,14 @@ def same_figure(a: float, b: float, floor: float = 0) -> bool:
     :data:`SAME_NS` for durations): too little for either to stand out, so that no rank is named slowest, longest
     or notable on a nanosecond of noise (a span of 151,734,364 ns against a median of 151,734,363)."""
     return abs(a - b) <= max(SAME_SHARE * max(abs(a), abs(b)), floor)
+
+
+def listed(noun: str, keys: list, shown: int = 4) -> str:
+    """``rank 7``, ``ranks 7 and 3``, ``ranks 7, 3, 9 and 2 more``: ``keys`` in the order given, at most ``shown``
+    of them named, the rest counted."""
+    keys = [str(k) for k in keys]
+    if len(keys) == 1:
+        return f"{noun} {keys[0]}"
+    if len(keys) <= shown:
+        return f"{noun}s {', '.join(keys[:-1])} and {keys[-1]}"
+    return f"{noun}s {', '.join(keys[:shown - 1])} and {len(keys) - shown + 1:,} more"

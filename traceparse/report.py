@@ -587,13 +587,20 @@ def _dict_table(title: str, data: dict[str, dict], columns: list[Column], width:
     the rest (:func:`fold_rows`): the worst by the column ``worst`` where the
     finding declares one (``Finding.worst``), else the first.
     """
-    head, rest = columns[0], columns[1:]
-    key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
-    rows = [{head.key: str(key), **{c.key: (row or {}).get(c.key) for c in rest}} for key, row in data.items()]
+    columns, rows = dict_rows(data, columns)
     if max_rows is not None:
         title = fold_title(title, rows, max_rows, worst, columns)
-        rows = fold_rows(rows, head.key, rest, max_rows, worst)
-    return _fitted_table([key_column, *rest], rows, width, title=title)
+        rows = fold_rows(rows, columns[0].key, columns[1:], max_rows, worst)
+    return _fitted_table(columns, rows, width, title=title)
+
+
+def dict_rows(data: dict[str, dict], columns: list[Column]) -> tuple[list[Column], list[dict]]:
+    """A metric that is a table ({row key: {column key: value}}) as the columns and rows of a table, on screen
+    and on the page: the first declared column holds the row keys, as text; the others their values."""
+    head, rest = columns[0], columns[1:]
+    key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
+    return [key_column, *rest], [{head.key: str(key), **{c.key: (row or {}).get(c.key) for c in rest}}
+                                 for key, row in data.items()]
 
 
 #: The fewest cells a cut text keeps beside its key number; in less, the cell shows the number alone.

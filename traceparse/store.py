@@ -244,6 +244,13 @@ class Store:
 
         return Trace(read_events(self.rank_dir(run_id, rank) / "events.parquet"), self.rank_meta(run_id, rank))
 
+    def rank_of_trace(self, ref: str) -> tuple[str, str] | None:
+        """(run id, rank) of the one stored rank whose trace id is ``ref`` or starts with it (the ``traces`` view
+        lists ranks by those ids), else None. A damaged run is passed over."""
+        found = [(r["id"], rank) for r in self.all_runs() for rank, trace_id in (r.get("ranks") or {}).items()
+                 if str(trace_id).startswith(ref)]
+        return found[0] if len(found) == 1 else None
+
     def load_run(self, run_id: str, lazy: bool = False) -> Trace:
         """A run as one :class:`Trace`: every rank's events concatenated in rank order. ``run_id`` is the run's
         id, a unique prefix of it or the run's name (:meth:`stored_id`).

@@ -39,8 +39,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     row), ``steps`` (how many), ``step_windows`` (how many windows their
     figures are over: in a run, each rank's), ``step_time_ns`` (the windows'
     mean duration),
-    ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (the sample standard deviation, n - 1, as pandas' ``std()`` and ``nsys stats``' StdDev;
-    None for one step),
+    ``step_min_ns``, ``step_max_ns``, ``step_stdev_ns`` (the sample standard
+    deviation, n - 1, as pandas' ``std()`` and ``nsys stats``' StdDev; None
+    for one step),
     ``step_source`` (see :func:`step_windows`), ``gpu_bound`` (the GPU busy at
     least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy

@@ -145,7 +145,8 @@ class CommComputeOverlap(Rule):
                         else "Communication/compute overlap", message, suggestion,
                         metrics=metrics, items=items, items_title="devices", columns=columns,
                         figures={**FIGURES, **({"waiting_ns": "ns", "moving_overlap_pct": "pct"} if waiting else {})},
-                        labels=LABELS, tables=per_rank, worst={"ranks": "-overlap_pct"}, impact_ns=max(0, exposed_ns - waiting_ns))]
+                        labels=LABELS, tables=per_rank, worst={"ranks": "-overlap_pct"},
+                        impact_ns=max(0, exposed_ns - waiting_ns))]
 
 
 def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:

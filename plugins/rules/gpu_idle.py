@@ -76,7 +76,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, listed
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -188,7 +188,7 @@ class GpuIdle(Rule):
         with_gpu = set(per_device["trace_id"].to_list()) if ranks else set()
         without = sorted(r for tid, r in ranks.items() if tid not in with_gpu)
         if without:
-            message += (f" {_ranks_said(without).capitalize()} recorded no GPU activity and "
+            message += (f" {listed('rank', without, shown=8).capitalize()} recorded no GPU activity and "
                         f"{'is' if len(without) == 1 else 'are'} left out of these figures.")
         breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns)
         message += reasons
@@ -214,7 +214,8 @@ class GpuIdle(Rule):
                         items=items, items_title="longest gaps", columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES, labels=LABELS if n_dev == 1 else {
                             **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
-                        worst={"devices": "idle_ns"}, tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
+                        worst={"devices": "idle_ns"},
+                        tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev),
                         impact_whole=("the GPU's span" if n_dev == 1 else "the mean GPU's span",
@@ -288,13 +289,3 @@ def _device_key(device_id: int | None) -> str:
 @hookimpl
 def traceparse_rules():
     return [GpuIdle()]
-
-
-def _ranks_said(ranks: list[int], shown: int = 8) -> str:
-    """``rank 3``, ``ranks 3 and 5``, ``ranks 0, 1, 2 and 13 more``."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    if len(ranks) <= shown:
-        return f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
-    return f"ranks {', '.join(map(str, ranks[:shown - 1]))} and {len(ranks) - shown + 1:,} more"
-

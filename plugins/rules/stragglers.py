@@ -71,7 +71,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import fmt_ns, fmt_pct, listed
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_compute, member_windows_counted, waiting_time
 from traceparse.measures.nesting import over_median
@@ -182,7 +182,7 @@ class Stragglers(Rule):
             items = [i for i in items if _member_of(i, label) in first] + [
                 i for i in items if _member_of(i, label) not in first]
         if straggler is not None:
-            names = _names(label, [candidate, *also])
+            names = _listed(label, [candidate, *also])
             title = f"Straggler: {who}" if not also else f"Stragglers: {names}"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives. The other "
                        f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), "
@@ -237,7 +237,7 @@ class Stragglers(Rule):
                               f"{who} does that the trace does not show, time between its operators (data "
                               "loading, hooks, I/O, a sleep), with record_function ranges or a host profiler. "
                               + suggestion)
-        summary = (("straggler", f"{who}{f' (as slow: {_names(label, also)})' if also else ''}: the others "
+        summary = (("straggler", f"{who}{f' (as slow: {_listed(label, also)})' if also else ''}: the others "
                                  f"wait {fmt_ns(per_step_ns)} per step for it ({fmt_pct(share)} of their step "
                                  "time)") if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
@@ -314,19 +314,14 @@ def _as_slow_sentence(per: pl.DataFrame, shared: pl.DataFrame, candidate, also: 
            else f", arriving a median {fmt_ns(ahead)} before {label} {_key(candidate)}")
     most = max(waited[m] for m in also)
     one = len(also) == 1
-    return (f" {_names(label, also).capitalize()} {'is' if one else 'are'} as slow: "
+    return (f" {_listed(label, also).capitalize()} {'is' if one else 'are'} as slow: "
             f"{'it' if one else 'each'} waited {'' if one else 'at most '}{fmt_ns(most)} in all where the median "
             f"other {label} waited {fmt_ns(median)}{gap}; the others wait for {'both' if one else 'all of them'}.")
 
 
-def _names(label: str, members: list, shown: int = 4) -> str:
-    """``rank 7``, ``ranks 7 and 3``, ``ranks 7, 3, 9 and 2 more``: members in the order given."""
-    keys = [_key(m) for m in members]
-    if len(keys) == 1:
-        return f"{label} {keys[0]}"
-    if len(keys) <= shown:
-        return f"{label}s {', '.join(keys[:-1])} and {keys[-1]}"
-    return f"{label}s {', '.join(keys[:shown - 1])} and {len(keys) - shown + 1:,} more"
+def _listed(label: str, members: list) -> str:
+    """``rank 7``, ``ranks 7 and 3``: members by their keys (:func:`~traceparse.figures.listed`)."""
+    return listed(label, [_key(m) for m in members])
 
 
 def _member_of(item: dict, label: str):

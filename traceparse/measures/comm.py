@@ -642,6 +642,7 @@ def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, 
     pieces = (pieces.join(totals, on="key", how="left")
               .with_columns(sum=pl.col("waited_ns").sum().over("key"))
               .with_columns(waited_ns=pl.when(pl.col("sum") > pl.col("total"))
-                            .then((pl.col("waited_ns").cast(pl.Float64) * pl.col("total") / pl.col("sum")).round().cast(pl.Int64))
+                            .then((pl.col("waited_ns").cast(pl.Float64) * pl.col("total") / pl.col("sum"))
+                                  .round().cast(pl.Int64))
                             .otherwise(pl.col("waited_ns"))))
     return pieces.select("member", "process_group", "instance", pl.col("waited_ns").cast(pl.Int64))

@@ -116,7 +116,8 @@ def build_report(trace, rules=None, settings=None, gpu=None, bins: int = data.DE
     summary = summarize(trace, findings)
     charts, missing = build_charts(trace, gpu=gpu, bins=bins)
     figure_json = {c.id: pio.to_json(c.figure, validate=False) for c in charts}
-    return render_page(trace, summary, findings, charts, missing, offline.get_plotlyjs(), figure_json, __version__, rows)
+    return render_page(trace, summary, findings, charts, missing, offline.get_plotlyjs(), figure_json, __version__,
+                       rows)
 
 
 @hookimpl

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traceparse.names import cut_apart, short_names
-from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, finding_columns, fmt_ns, fmt_unit, fold_rows,
+from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, dict_rows, finding_columns, fmt_ns, fmt_unit, fold_rows,
                                fold_title, mean_of, shown_figures)
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
@@ -199,11 +199,8 @@ def finding_html(finding: Finding, index: int, rows: int | None = TABLE_ROWS) ->
     for key, columns in finding.tables.items():
         table = finding.metrics.get(key)
         if isinstance(table, dict) and table and columns:
-            head, rest = columns[0], columns[1:]
-            key_column = Column(head.key, head.label, head.unit if head.unit in ("name", "text") else "text")
-            table_rows = [{head.key: str(k), **{c.key: (row or {}).get(c.key) for c in rest}}
-                          for k, row in table.items()]
-            parts.append(folded_table_html([key_column, *rest], table_rows, key.replace("_", " "), rows,
+            table_columns, table_rows = dict_rows(table, columns)
+            parts.append(folded_table_html(table_columns, table_rows, key.replace("_", " "), rows,
                                            finding.worst.get(key)))
     if finding.items:
         columns = finding_columns(finding)

@@ -492,7 +492,8 @@ def _thread_names(db: Tables) -> dict[str, str]:
     if not active:
         return {}
     sql = (f"SELECT {_pid(db, 't.globalTid')} AS p, {_tid(db, 't.globalTid')} AS t, s.value AS n "
-           f"FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)}) ORDER BY p, t")
+           f"FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)}) "
+           "ORDER BY p, t")
     return {f"{p}/{t}": str(n) for p, t, n in db.rows(sql) if n}
 
 
