@@ -93,7 +93,11 @@ def test_a_forward_convolutions_output_is_taken_only_from_one_backward_shape():
             ("aten::convolution_backward", json.dumps([[8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 1, 1]]))]
     for order in (rows, rows[::-1], rows[1:] + rows[:1]):
         keys = pl.DataFrame(order, schema=["name", "input_dims"], orient="row")
-        assert _conv_outputs(keys) == {((8, 64, 56, 56), (128, 64, 1, 1)): (8, 128, 28, 28)}
+        assert _conv_outputs(keys, []) == {(None, (8, 64, 56, 56), (128, 64, 1, 1)): (8, 128, 28, 28)}
+    # two ranks of a run (a _trace column), each with one of the two shapes: each rank's forward call takes its own
+    ranks = pl.DataFrame([(0, *rows[0]), (1, *rows[1])], schema=["_trace", "name", "input_dims"], orient="row")
+    assert _conv_outputs(ranks, ["_trace"]) == {(0, tuple(x), tuple(w)): (8, 64, 56, 56),
+                                                (1, tuple(x), tuple(w)): (8, 64, 28, 28)}
 
 
 def test_gemm_shapes():
@@ -173,7 +177,7 @@ def test_owner_is_the_innermost_enclosing_formula_operator():
              8: (200, 210), 9: (300, 400), 10: (300, 400)}
     ops = pl.DataFrame({"event_id": list(spans), "pid": [1] * len(spans), "tid": [1] * len(spans),
                         "start": [s for s, _ in spans.values()], "end": [e for _, e in spans.values()]})
-    got = owners(ops, pl.Series([1, 2, 3, 5, 9]))
+    got = owners(ops, pl.DataFrame({"event_id": [1, 2, 3, 5, 9]}))
     assert dict(got.select("event_id", "owner").iter_rows()) == {1: 1, 2: 2, 3: 3, 4: 3, 5: 5, 6: 1, 7: 1, 8: None,
                                                                   9: 9, 10: 9}
     assert set(got.filter(pl.col("leaf").fill_null(False))["event_id"]) == {3, 5, 9}  # 1 holds 2 and 5, 2 holds 3

@@ -379,6 +379,36 @@ def test_external_ids_that_are_correlation_ids_do_not_place_kernels(tmp_path):
     assert placed["time_ns"].to_list() == [140_000, 140_000] and info["placed_ns"] == 280_000
 
 
+def test_a_runs_ranks_are_placed_each_alone_in_one_pass(tmp_path):
+    """A run's ranks repeat event ids, External ids and threads: the placed calls of three traces read as one
+    frame (a real ResNet18 trace twice, then the hand-written trace whose External ids are correlation ids) are
+    each trace's own, in the order the traces come, each trace's by event id, and the figures add up."""
+    from traceparse.measures.op_work import placed_calls
+
+    old = [{"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 100, "dur": 50,
+            "args": {"External id": 3, "Input Dims": [[4096], [10, 1024], [1024, 4096]],
+                     "Input type": ["float"] * 3}},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::dropout", "pid": 1, "tid": 1, "ts": 5000, "dur": 1,
+            "args": {"External id": 7, "Input Dims": [[1, 10, 4096]], "Input type": ["float"]}}]
+    for corr, ts in ((7, 110), (8, 120)):
+        old.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                    "dur": 5, "args": {"correlation": corr, "External id": corr}})
+        old.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x32_tn", "pid": 0, "tid": 7,
+                    "ts": ts + 20, "dur": 140, "args": {"correlation": corr, "External id": corr, "device": 0,
+                                                       "stream": 7}})
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_kineto(old)))
+    real = read_paths([FIXTURES / "torch" / "resnet18_bs16.json.gz"])[0].events
+    hand = read_paths([path])[0].events
+    alone = [placed_calls(frame) for frame in (real, real, hand)]
+    assert alone[2][0]["time_ns"].to_list() == [280_000]  # both kernels, by the launches' enclosing addmm
+    together, info = placed_calls(pl.concat([real.with_columns(trace_id=pl.lit("a")),
+                                             real.with_columns(trace_id=pl.lit("b")),
+                                             hand.with_columns(trace_id=pl.lit("c"))], how="diagonal_relaxed"))
+    assert together.equals(pl.concat([placed for placed, _ in alone]))
+    assert info == {key: sum(part[key] for _, part in alone) for key in info}
+
+
 def test_a_recursive_routines_inclusive_time_counts_once(tmp_path):
     """Hand-written after with_stack traces (nn.Module's _call_impl calls itself for every submodule): the
     inclusive time summed the nested calls, 1.238 s for a routine on one thread of a 479.5 ms trace."""
