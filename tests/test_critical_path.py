@@ -677,3 +677,21 @@ def test_the_straggler_table_says_its_times_are_totals_over_the_steps(tmp_path):
     for item in finding["items"]:
         steps = raw_steps(folder / f"rank{item['rank']}.json.gz")
         assert len(steps) == 4 and item["step_ns"] == sum(e - s for s, e in steps.values())
+
+
+@pytest.mark.parametrize("spread", [10 ** 9, 2 ** 62])
+def test_nodes_are_ordered_as_a_lexsort_orders_them(spread):
+    """The graph's nodes in order (trace, time, GPU before host, number) by one packed sort, as numpy's lexsort
+    of the four orders them: ties of time and of the host flag included, and clocks 2^62 ns apart (no packing)."""
+    import numpy as np
+
+    from traceparse.measures.critical_path import _node_order
+
+    rng = np.random.default_rng(7)
+    code, number = rng.integers(0, 300, 50_000), rng.integers(0, 5_000, 50_000)
+    first = np.lexsort((number, code))  # the order _Nodes has them in
+    code, number = code[first], number[first]
+    at = rng.integers(-spread // 2, spread // 2, 50_000)
+    at[::3] = at[0]  # a third of the nodes at one time
+    host = rng.integers(0, 2, 50_000).astype(bool)
+    assert (_node_order(code, at, host, number) == np.lexsort((number, host, at, code))).all()

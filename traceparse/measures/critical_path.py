@@ -847,6 +847,24 @@ def _first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct.astype(keys.dtype, copy=False), first[distinct]
 
 
+def _node_order(code: np.ndarray, at: np.ndarray, host: np.ndarray, number: np.ndarray) -> np.ndarray:
+    """``np.lexsort((number, host, at, code))`` of nodes already in (code, number) order: one stable sort of the
+    code, the time since the trace's first node and the host flag packed in an int64 where they fit (the
+    4.6 million nodes of 256 ranks: 1.1 s -> 0.2 s), else the lexsort itself (clocks hours or years apart)."""
+    n = len(code)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+    low = np.minimum.reduceat(at, starts)
+    if int(at.max()) - int(low.min()) < 1 << 62:  # no int64 difference below wraps
+        since = at - np.repeat(low, np.diff(np.append(starts, n)))
+        time_bits = max(int(since.max()).bit_length(), 1)
+        if int(code.max()).bit_length() + time_bits + 1 <= 62:
+            return np.argsort((code.astype(np.int64) << (time_bits + 1)) | (since << 1) | host.astype(np.int64),
+                              kind="stable")
+    return np.lexsort((number, host, at, code))
+
+
 class _Nodes:
     """Every node of a graph once, numbered in order per trace (by trace id, nulls first; then time, GPU before
     host, node number), with numpy arrays only: ``times`` (each node's time, from its first appearance as an
@@ -865,7 +883,7 @@ class _Nodes:
         self.keys, first = _first_seen(keys)  # sorted keys; each one's first appearance
         code = self.keys // width
         number = self.keys % width
-        order = np.lexsort((number, host[first], at[first], code))  # trace, time, GPU before host, node
+        order = _node_order(code, at[first], host[first], number)  # trace, time, GPU before host, node
         self.rank = np.empty(len(order), dtype=np.int64)
         self.rank[order] = np.arange(len(order), dtype=np.int64)
         self.times = at[first][order]
