@@ -115,3 +115,26 @@ def test_per_trace_still_counts_everything(samples_dir, tmp_path, capture):
     doc = json.loads(out)
     assert doc["summary"]["api"]["time_b_ns"] == capture["api_all"]
     assert "outside_steps_b" not in doc["basis"]
+
+
+def test_one_rank_against_its_run_says_the_ranks_differ(samples_dir, tmp_path):
+    """Rank 0 of the balanced gloo run against the run: both say world size 4, so nothing was named at the top,
+    yet every row read about +300% (the run summed over 4 ranks). The number of ranks diffed is a difference."""
+    run = samples_dir / "multirank" / "gloo4_resnet18_bs16"
+    ranks = sorted(run.glob("rank*.json.gz"))
+    worlds = set()
+    for path in ranks:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            worlds.add(json.load(f)["distributedInfo"]["world_size"])
+    assert worlds == {len(ranks)} == {4}
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "diff", str(ranks[0]), str(run), "--json")
+    assert code == 0, err
+    assert json.loads(out)["differences"] == ["ranks: A 1, B 4 (a run's figures are summed over its ranks)"]
+    code, out, err = run_cli("--store", store, "diff", str(run), str(run), "--json")
+    assert code == 0, err
+    assert json.loads(out)["differences"] == []
+    code, out, err = run_cli("--store", store, "diff", str(run), str(ranks[0]))
+    assert code == 0, err
+    assert out.splitlines()[0] == ("not the same setup: ranks: A 4, B 1 (a run's figures are summed over its "
+                                   "ranks)")

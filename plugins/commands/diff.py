@@ -253,7 +253,8 @@ def outside(whole: pl.DataFrame, inside: pl.DataFrame) -> dict:
 
 
 def differences(a: Trace, b: Trace, base: dict) -> list[str]:
-    """What differs between the two runs besides their work: device, world size, step count (one text each)."""
+    """What differs between the two runs besides their work: device, world size, number of ranks diffed, step count
+    (one text each)."""
     out = []
     devices = [sorted({d.name for d in t.meta.devices if d.name}) for t in (a, b)]
     if all(devices) and devices[0] != devices[1]:
@@ -262,6 +263,9 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
     if sizes[0] != sizes[1] and any(s is not None for s in sizes):
         out.append(f"world size: A {sizes[0] if sizes[0] is not None else 'not given'}, "
                    f"B {sizes[1] if sizes[1] is not None else 'not given'}")
+    ranks = [base.get(f"ranks_{k}") or 1 for k in ("a", "b")]
+    if ranks[0] != ranks[1]:  # a run's figures are summed over its ranks: one rank against four read -75%
+        out.append(f"ranks: A {ranks[0]:,}, B {ranks[1]:,} (a run's figures are summed over its ranks)")
     if base["steps_a"] != base["steps_b"]:
         out.append(f"steps: A {base['steps_a'] or 'none marked'}, B {base['steps_b'] or 'none marked'}")
     return out
