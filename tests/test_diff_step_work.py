@@ -138,3 +138,24 @@ def test_one_rank_against_its_run_says_the_ranks_differ(samples_dir, tmp_path):
     assert code == 0, err
     assert out.splitlines()[0] == ("not the same setup: ranks: A 4, B 1 (a run's figures are summed over its "
                                    "ranks)")
+
+
+def test_compare_warns_of_runs_of_other_rank_counts(samples_dir, tmp_path):
+    """compare of the 4-rank gloo run beside the single-process trace of the same step: the run's GPU and API
+    times are summed over its ranks (about 4x), which no warning said."""
+    run = samples_dir / "multirank" / "gloo4_resnet18_bs16"
+    single = samples_dir / "torch" / "torch_resnet18_bs16.json.gz"
+    ranks = len(list(run.glob("rank*.json.gz")))
+    with gzip.open(single, "rt", encoding="utf-8") as f:
+        assert "distributedInfo" not in json.load(f)
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "compare", str(run), str(single), "--json")
+    assert code == 0, err
+    expected = (f"the traces hold 1, {ranks} ranks: the GPU and API times are summed over a run's ranks, compare "
+                "them per rank (divide by the ranks) or the shares and step times")
+    assert expected in json.loads(out)["warnings"]
+    assert f"traceparse: warning: {expected}\n" in err
+    twin = samples_dir / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
+    code, out, err = run_cli("--store", store, "compare", str(run), str(twin), "--json")
+    assert code == 0, err
+    assert not [w for w in json.loads(out)["warnings"] if "ranks" in w]
