@@ -60,6 +60,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
 from traceparse.report import fitted_table, trace_label
+from traceparse.run import trace_ranks
 from traceparse.text import literal
 from traceparse.trace import Trace
 from traceparse.verdict import Column
@@ -541,7 +542,7 @@ class CompareCommand(Command):
         if warning:
             session.warn(warning + ("; the plot has one line per device" if out is not None and not args.series
                                     else ""))
-        notes = _comparability(rows)
+        notes = _comparability(rows, [trace_ranks(t) for t in unique])
         for note in notes:
             session.warn(note)
         if out is not None:
@@ -556,11 +557,16 @@ class CompareCommand(Command):
         return 0
 
 
-def _comparability(rows: list[dict]) -> list[str]:
+def _comparability(rows: list[dict], ranks: list[int] = ()) -> list[str]:
     """What makes the rows' figures unlike each other, said once each: traces that give their GPU work as
-    totals (no span, no idle, no overlap), and traces with different numbers of steps (the time columns are
-    whole-trace totals, so a trace of more steps has more of everything)."""
+    totals (no span, no idle, no overlap), traces with different numbers of steps (the time columns are
+    whole-trace totals, so a trace of more steps has more of everything) and, ``ranks`` being each row's number
+    of ranks, runs of different numbers of ranks (the times are summed over a run's ranks)."""
     notes = []
+    if len(set(ranks)) > 1:
+        notes.append(f"the traces hold {', '.join(f'{n:,}' for n in sorted(set(ranks)))} ranks: the GPU and API "
+                     "times are summed over a run's ranks, compare them per rank (divide by the ranks) or the "
+                     "shares and step times")
     totals = [r["label"] for r in rows if r["metrics"]["span_ns"] is None and r["metrics"]["gpu_ns"]]
     if totals:
         notes.append(f"{', '.join(totals)}: GPU work as totals, with no timeline: its span, idle and overlap are "

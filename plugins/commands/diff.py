@@ -33,9 +33,11 @@ written in ``names_a`` / ``names_b`` and is *renamed* when they differ.
 Per step. When both traces mark iterations (the steps the summary uses,
 :func:`traceparse.summary.step_windows`: ``ProfilerStep#N``, else an NVTX
 range named like ``train_step``), every figure (calls and time, each row
-and total) is per step: the trace's total divided by its number of steps
-(time rounded to the ns), so a torch trace of 2 steps and an nsys capture of
-1 compare like for like. Otherwise (``--per trace``, or a side without
+and total) is per step: the trace's work in its steps (:func:`step_work`:
+API calls that start in a step, GPU work launched in one) divided by its
+number of steps (time rounded to the ns), so a torch trace of 2 steps and an
+nsys capture of 1 compare like for like, and a whole-process capture's
+start-up is not divided by its one step (the work left out is said). Otherwise (``--per trace``, or a side without
 steps) the figures are whole-trace totals, and a line says so. A different
 device, world size or step count is one line at the top (``differences``
 in ``--json``).
@@ -69,21 +71,51 @@ ROW_COLUMNS = ("kind", "category", "name", "status", "calls_a", "calls_b", "delt
                "delta_ns", "delta_pct", "names_a", "names_b")
 
 
-def totals_by_name(trace: Trace) -> pl.DataFrame:
+def totals_by_name(trace: Trace, steps_only: bool = False) -> pl.DataFrame:
     """Calls and time per (kind, name, raw name) of one trace, timed events preferred over aggregated rows.
 
     ``name`` is what is matched: API names without the CUPTI version suffix,
     mangled kernel names demangled (:func:`demangle`); ``raw`` the name as
     the trace wrote it (API names without the version suffix: that
-    difference is not a renaming).
+    difference is not a renaming). ``steps_only``: only the work of the
+    trace's steps (:func:`step_work`).
     """
-    rows = measures.time_by_name(trace.events, kinds=KINDS, prefer_timed=True)
+    events = step_work(trace.events) if steps_only else trace.events
+    rows = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
     mangled = rows.filter((pl.col("kind") == "kernel") & pl.col("name").str.starts_with("_Z"))["name"].to_list()
     readable = {n: demangle(n) for n in mangled}
     api = pl.col("kind") == "api"
     raw = pl.when(api).then(pl.col("name").str.replace(API_VERSION_SUFFIX, "")).otherwise(pl.col("name"))
     name = pl.when(api).then(raw).otherwise(pl.col("name").replace(readable)) if readable else raw
     return rows.select("kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
+
+
+def step_work(events: pl.DataFrame) -> pl.DataFrame:
+    """The rows of :data:`KINDS` that belong to the trace's steps (:func:`traceparse.measures.steps.step_series`,
+    per trace: a run's ranks each with their own): an API call that starts inside a step, GPU work whose
+    launching API call (same ``correlation_id``) starts inside one, or, without such a call, that itself starts
+    inside one. What a whole-process capture does outside its steps (start-up, library loading, the copies of
+    the data set) is no step's work: divided by one ``train_step`` it read as 300 ms of API time a step. Rows
+    without a start (aggregated summaries) belong to no step."""
+    from traceparse.measures.steps import step_series
+
+    windows = step_series(events).select(pl.col("trace_id").cast(pl.String).fill_null(""), "start_ns", "end_ns")
+    windows = (windows.sort("trace_id", "start_ns")  # overlapping steps merged, so each row meets one window
+               .with_columns(reach=pl.col("end_ns").cum_max().shift(1).over("trace_id"))
+               .with_columns(block=(pl.col("start_ns") > pl.col("reach").fill_null(-1)).cum_sum().over("trace_id"))
+               .group_by("trace_id", "block").agg(w_start=pl.col("start_ns").min(), w_end=pl.col("end_ns").max())
+               .drop("block").sort("w_start"))
+    rows = events.filter(pl.col("kind").is_in(list(KINDS)) & pl.col("start_ns").is_not_null()).with_columns(
+        __k=pl.col("trace_id").cast(pl.String).fill_null(""))
+    launches = (rows.filter((pl.col("kind") == "api") & pl.col("correlation_id").is_not_null())
+                .group_by("__k", "correlation_id").agg(__launch=pl.col("start_ns").min()))
+    gpu = pl.col("kind").is_in(list(GPU_KINDS)) & pl.col("__launch").is_not_null()
+    placed = (rows.join(launches, on=["__k", "correlation_id"], how="left", nulls_equal=False)
+              .with_columns(__at=pl.when(gpu).then(pl.col("__launch")).otherwise(pl.col("start_ns")))
+              .sort("__at"))
+    inside = placed.join_asof(windows.rename({"trace_id": "__k"}), left_on="__at", right_on="w_start", by="__k",
+                              strategy="backward", check_sortedness=False)
+    return inside.filter(pl.col("w_end").is_not_null() & (pl.col("__at") < pl.col("w_end"))).select(events.columns)
 
 
 def _side(frame: pl.DataFrame) -> dict[tuple[str, str], tuple[int, int, frozenset]]:
@@ -136,10 +168,11 @@ def _row(kind: str, name: str, status: str, in_a: dict, in_b: dict) -> dict:
             "names_b": sorted({raw for v in in_b.values() for raw in v[2]})}
 
 
-def diff_tables(a: Trace, b: Trace, exact: bool = False, per_a: int = 1,
+def diff_tables(a: Trace | pl.DataFrame, b: Trace | pl.DataFrame, exact: bool = False, per_a: int = 1,
                 per_b: int = 1, leave_out: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per-name rows, per-category rows) of the change from ``a`` to ``b``.
 
+    ``a`` / ``b``: the traces, or their :func:`totals_by_name` (of their steps' work, for per-step figures).
     ``per_a`` / ``per_b``: what each side's figures are divided by (its number of steps, for per-step
     figures; 1 for whole traces): calls become a mean per step (4 decimals), time integer ns, rounded half
     to even. ``leave_out``: kinds of rows to leave out (:func:`one_sided`).
@@ -147,7 +180,8 @@ def diff_tables(a: Trace, b: Trace, exact: bool = False, per_a: int = 1,
     schema = {"kind": pl.String, "name": pl.String, "status": pl.String, "calls_a": pl.Int64,
               "time_a_ns": pl.Int64, "calls_b": pl.Int64, "time_b_ns": pl.Int64, "names_a": pl.List(pl.String),
               "names_b": pl.List(pl.String)}
-    rows = pl.DataFrame(matched_rows(totals_by_name(a), totals_by_name(b), exact), schema=schema, orient="row")
+    ta, tb = (t if isinstance(t, pl.DataFrame) else totals_by_name(t) for t in (a, b))
+    rows = pl.DataFrame(matched_rows(ta, tb, exact), schema=schema, orient="row")
     if leave_out:  # kinds one side did not record: not "vanished" or "new", unknown
         rows = rows.filter(~pl.col("kind").is_in(list(leave_out)))
     if per_a != 1 or per_b != 1:
@@ -208,8 +242,19 @@ def basis(a: Trace, b: Trace, per: str = "auto") -> dict:
             "divisor_a": na if chosen == "step" else 1, "divisor_b": nb if chosen == "step" else 1}
 
 
+def outside(whole: pl.DataFrame, inside: pl.DataFrame) -> dict:
+    """What :func:`step_work` left out of a trace (its whole :func:`totals_by_name` less its steps'), in ns over
+    the whole trace: ``gpu_ns`` (kernels, copies, memsets) and ``api_ns``."""
+    def total(frame: pl.DataFrame, kinds) -> int:
+        return int(frame.filter(pl.col("kind").is_in(list(kinds)))["time_ns"].sum() or 0)
+
+    return {"gpu_ns": total(whole, GPU_KINDS) - total(inside, GPU_KINDS),
+            "api_ns": total(whole, ("api",)) - total(inside, ("api",))}
+
+
 def differences(a: Trace, b: Trace, base: dict) -> list[str]:
-    """What differs between the two runs besides their work: device, world size, step count (one text each)."""
+    """What differs between the two runs besides their work: device, world size, number of ranks diffed, step count
+    (one text each)."""
     out = []
     devices = [sorted({d.name for d in t.meta.devices if d.name}) for t in (a, b)]
     if all(devices) and devices[0] != devices[1]:
@@ -218,6 +263,9 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
     if sizes[0] != sizes[1] and any(s is not None for s in sizes):
         out.append(f"world size: A {sizes[0] if sizes[0] is not None else 'not given'}, "
                    f"B {sizes[1] if sizes[1] is not None else 'not given'}")
+    ranks = [base.get(f"ranks_{k}") or 1 for k in ("a", "b")]
+    if ranks[0] != ranks[1]:  # a run's figures are summed over its ranks: one rank against four read -75%
+        out.append(f"ranks: A {ranks[0]:,}, B {ranks[1]:,} (a run's figures are summed over its ranks)")
     if base["steps_a"] != base["steps_b"]:
         out.append(f"steps: A {base['steps_a'] or 'none marked'}, B {base['steps_b'] or 'none marked'}")
     return out
@@ -246,7 +294,15 @@ def basis_line(base: dict) -> str:
     summed = (f"; a run's figures are summed over its ranks (A {ranks[0]}, B {ranks[1]})" if max(ranks) > 1
               else "")
     if base["per"] == "step":
-        return f"figures per step: {sides}; each trace's totals divided by its step count{summed}"
+        left = []
+        for label, key in (("A", "a"), ("B", "b")):
+            out = base.get(f"outside_steps_{key}") or {}
+            parts = [f"{fmt_ns(out[k])} of {what} time" for k, what in (("api_ns", "API"), ("gpu_ns", "GPU"))
+                     if out.get(k)]
+            if parts:
+                left.append(f"{label} {' and '.join(parts)}")
+        outside_line = f"; outside the steps, left out: {', '.join(left)}" if left else ""
+        return f"figures per step: {sides}; each trace's work in its steps divided by its step count{summed}{outside_line}"
     return f"figures are whole-trace totals, not per step: {sides}{summed}"
 
 
@@ -417,7 +473,12 @@ class DiffCommand(Command):
         differ = differences(a, b, base)
         unrecorded = one_sided(present["A"], present["B"])
         differ += [f"{WORDS.get(kind, kind)} recorded in {side} only: left out" for kind, side in unrecorded.items()]
-        rows, categories = diff_tables(a, b, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
+        sides = [totals_by_name(t) for t in (a, b)]
+        if base["per"] == "step":
+            whole, sides = sides, [totals_by_name(t, steps_only=True) for t in (a, b)]
+            for key, all_rows, inside in zip("ab", whole, sides):
+                base[f"outside_steps_{key}"] = outside(all_rows, inside)
+        rows, categories = diff_tables(*sides, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))
         totals = summary(rows)
         unexplained = unexplained_step_line(base, totals)
