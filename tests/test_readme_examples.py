@@ -42,3 +42,14 @@ def test_a_block_whose_data_is_absent_is_kept_as_written():
     tool = _tool()
     text = ("<!-- example requires=no/such/dir -->\n```console\n$ traceparse list\nwhatever was written\n```\n")
     assert tool.regenerate(text) == text
+
+
+def test_the_readme_names_the_schema_version_json_carries():
+    """The README said the envelope's schema_version was 2 while every command printed 4."""
+    import re
+
+    from traceparse.meta import SCHEMA_VERSION
+
+    text = (REPO / "README.md").read_text()
+    stated = re.findall(r"the event schema's version, (\d+)", text) + re.findall(r'"schema_version": (\d+)', text)
+    assert stated and set(stated) == {str(SCHEMA_VERSION)}
