@@ -140,3 +140,13 @@ def test_whatif_says_how_many_steps_each_rank_has(tmp_path):
     assert "(9 step windows over 4 ranks, 1 to 3 steps each)" in screen
     assert ("--balance: nothing to even out: no rank spends 1% of its mean step or more longer than the median "
             "rank in any name") in screen
+
+
+def test_large_byte_counts_take_a_larger_unit_and_separators():
+    """The roofline of 8 ranks read "dram 11901 GB" beside "11,901 GB" in its message; 999.96 GB read "1000.0 GB"."""
+    from traceparse.figures import fmt_bytes, fmt_bytes_binary
+
+    assert fmt_bytes(11_901e9) == "11.90 TB"
+    assert fmt_bytes(999.96e9) == "1.000 TB" and fmt_bytes(999.94e9) == "999.9 GB"
+    assert fmt_bytes(1.5e15) == "1,500 TB" and fmt_bytes(2_500) == "2.500 kB" and fmt_bytes(12) == "12 B"
+    assert fmt_bytes_binary(3 * 2 ** 40) == "3.000 TiB" and fmt_bytes_binary(1023.99 * 2 ** 20) == "1.000 GiB"

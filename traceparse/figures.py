@@ -71,18 +71,26 @@ def fmt_ns(ns: Any) -> str:
 
 
 def fmt_bytes(n: float) -> str:
-    """A byte count in SI units (1 kB = 1000 B), scaled to its size: ``102.4 GB``, not ``102400.000 MB``."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
-    return f"{n:.0f} B"
+    """A byte count in SI units (1 kB = 1000 B), scaled to its size: ``102.4 GB``, not ``102400.000 MB``; past
+    a thousand TB with thousands separators, as counts."""
+    return _scaled(n, (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)))
 
 
 def fmt_bytes_binary(n: float) -> str:
     """A byte count in binary units (1 KiB = 1024 B)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    return _scaled(n, (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)))
+
+
+def _scaled(n: float, units: tuple) -> str:
+    """``n`` bytes in the largest of ``units`` (largest first) it reaches, to the significant figures in force;
+    rounded up into the next unit where it reaches it (999.96 MB is 1 GB), thousands separated past the largest."""
+    for i, (unit, scale) in enumerate(units):
         if abs(n) >= scale:
-            return f"{n / scale:.{decimals_for(n / scale)}f} {unit}"
+            value = n / scale
+            if abs(float(f"{value:.{decimals_for(value)}f}")) >= 1000 and i > 0:
+                unit, scale = units[i - 1]
+                value = n / scale
+            return f"{value:,.{decimals_for(max(abs(value), 1.0))}f} {unit}"
     return f"{n:.0f} B"
 
 

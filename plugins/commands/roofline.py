@@ -28,6 +28,7 @@ from traceparse.names import short_names
 from traceparse.summary import other_devices
 from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
 from traceparse.verdict import Column
+from traceparse.figures import fmt_number
 from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
 
@@ -145,7 +146,9 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
     console.print(f"[bold]Roofline[/bold] of {markup_literal(trace.id)}  {markup_literal(shown_path(trace.meta.path))}")
     if spec:
         roofs = "; ".join(f"{p} {peak:,.0f} GFLOP/s (ridge {ridge:.3g} FLOP/B)" for p, peak, ridge in roof_lines(result))
-        console.print(literal(f"GPU: {how}. Roofs: DRAM {spec.get('dram_gbps', '?')} GB/s; {roofs}"))
+        dram = spec.get("dram_gbps")
+        dram = fmt_number(dram) if isinstance(dram, (int, float)) else "?"
+        console.print(literal(f"GPU: {how}. Roofs: DRAM {dram} GB/s; {roofs}"))
     else:
         console.print(literal(f"GPU unknown: {how}; peaks, bound and roof % are left out."))
     if model_note:
