@@ -356,9 +356,16 @@ def test_external_ids_that_are_correlation_ids_do_not_place_kernels(tmp_path):
     each kernel's and launch call's correlation id as its External id (fixed in pytorch/kineto#1001), so the id
     named an unrelated operator: a GEMM was credited to an aten::dropout 46 ms later that launched nothing.
     The launch call's innermost enclosing operator owns the kernel."""
-    from traceparse.ingest import read_paths
     from traceparse.measures.op_work import placed_calls
 
+    placed, info = placed_calls(read_paths([_correlation_id_trace(tmp_path)])[0].events)
+    assert placed["name"].to_list() == ["aten::addmm", "aten::addmm"]
+    assert placed["time_ns"].to_list() == [140_000, 140_000] and info["placed_ns"] == 280_000
+
+
+def _correlation_id_trace(folder):
+    """The hand-written trace above: two aten::addmm each launch a GEMM whose External id is its correlation id
+    (7, 8), and 7 is also the External id of an aten::dropout that launched nothing. Its path."""
     def op(name, ts, dur, ext, dims):
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
                 "args": {"External id": ext, "Input Dims": dims, "Input type": ["float"] * len(dims)}}
@@ -372,11 +379,9 @@ def test_external_ids_that_are_correlation_ids_do_not_place_kernels(tmp_path):
         events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x32_tn", "pid": 0, "tid": 7,
                        "ts": ts + 20, "dur": 140, "args": {"correlation": corr, "External id": corr, "device": 0,
                                                           "stream": 7}})
-    path = tmp_path / "t.json"
+    path = folder / "t.json"
     path.write_text(json.dumps(_kineto(events)))
-    placed, info = placed_calls(read_paths([path])[0].events)
-    assert placed["name"].to_list() == ["aten::addmm", "aten::addmm"]
-    assert placed["time_ns"].to_list() == [140_000, 140_000] and info["placed_ns"] == 280_000
+    return path
 
 
 def test_a_runs_ranks_are_placed_each_alone_in_one_pass(tmp_path):
@@ -385,23 +390,10 @@ def test_a_runs_ranks_are_placed_each_alone_in_one_pass(tmp_path):
     each trace's own, in the order the traces come, each trace's by event id, and the figures add up."""
     from traceparse.measures.op_work import placed_calls
 
-    old = [{"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 100, "dur": 50,
-            "args": {"External id": 3, "Input Dims": [[4096], [10, 1024], [1024, 4096]],
-                     "Input type": ["float"] * 3}},
-           {"ph": "X", "cat": "cpu_op", "name": "aten::dropout", "pid": 1, "tid": 1, "ts": 5000, "dur": 1,
-            "args": {"External id": 7, "Input Dims": [[1, 10, 4096]], "Input type": ["float"]}}]
-    for corr, ts in ((7, 110), (8, 120)):
-        old.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
-                    "dur": 5, "args": {"correlation": corr, "External id": corr}})
-        old.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x32_tn", "pid": 0, "tid": 7,
-                    "ts": ts + 20, "dur": 140, "args": {"correlation": corr, "External id": corr, "device": 0,
-                                                       "stream": 7}})
-    path = tmp_path / "old.json"
-    path.write_text(json.dumps(_kineto(old)))
     real = read_paths([FIXTURES / "torch" / "resnet18_bs16.json.gz"])[0].events
-    hand = read_paths([path])[0].events
+    hand = read_paths([_correlation_id_trace(tmp_path)])[0].events
     alone = [placed_calls(frame) for frame in (real, real, hand)]
-    assert alone[2][0]["time_ns"].to_list() == [280_000]  # both kernels, by the launches' enclosing addmm
+    assert alone[2][0]["time_ns"].to_list() == [140_000, 140_000]  # each GEMM by its launch's enclosing addmm
     together, info = placed_calls(pl.concat([real.with_columns(trace_id=pl.lit("a")),
                                              real.with_columns(trace_id=pl.lit("b")),
                                              hand.with_columns(trace_id=pl.lit("c"))], how="diagonal_relaxed"))
