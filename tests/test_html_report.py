@@ -689,3 +689,21 @@ def test_control_and_direction_characters_are_shown_not_written(tmp_path):
     # chart labels: the escapes shown (a JSON string's backslash, doubled), not the characters
     assert '"evil\\\\x1b[2J\\\\x07bell\\\\x00nul\\\\rcr\\\\u202egol.exe\\\\u200bzw"' in charts
     assert "\u202e" not in charts
+
+
+def test_the_findings_heading_counts_what_the_terminal_counts(store, tmp_path):
+    """The page's "Findings (N: ...)" is the terminal's "N findings: ...": rules with nothing to report are named
+    after the tally, not counted in N (the page said 15 where the terminal said 11 on this fixture, the 11 being
+    1 critical + 1 warning + 9 info, and 4 more rules with nothing to report)."""
+    pytest.importorskip("plotly")
+    import re
+
+    out = report(tmp_path, str(TORCH))
+    heading = re.search(r'<h2>Findings <span class="muted">\((.*?)\)</span></h2>', out.read_text()).group(1)
+    code, text, err = run_cli("--width", "200", "analyze", str(TORCH))
+    assert code == 0, err
+    last = text.strip().splitlines()[-1]  # "11 findings: 1 critical, 1 warning, 9 info; 4 rules with nothing ..."
+    n, counts = re.fullmatch(r"(\d+) findings: (.*)", last).groups()
+    said = re.match(r"(\d+) critical, (\d+) warnings?, (\d+) info;", counts).groups()
+    assert int(n) == sum(int(x) for x in said)
+    assert heading == f"{n}: {counts}"

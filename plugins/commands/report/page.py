@@ -359,7 +359,7 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
     name = report_name(trace)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("critical", "warning", "info")}
     silent = sum(1 for f in findings if is_quiet(f, summary.get("span_ns")))  # as the terminal's summary counts
-    counts["info"] -= silent
+    counts["info"] -= silent  # and not counted as findings, as the terminal's "11 findings: ..." line
     tally = ", ".join(f"{n} {'warnings' if s == 'warning' and n != 1 else s}" for s, n in counts.items() if n)
     if silent:
         tally += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
@@ -384,7 +384,7 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
 <h2>Charts</h2>
 <div class="charts">{chart_cards}</div>
 {missing_html}
-<h2>Findings <span class="muted">({len(findings)}{": " + esc(tally) if tally else ""})</span></h2>
+<h2>Findings <span class="muted">({len(findings) - silent}{": " + esc(tally) if tally else ""})</span></h2>
 <div id="findings">{"".join(finding_html(f, i, rows) for i, f in enumerate(findings))}</div>
 <footer>Written by traceparse {esc(version)} on {esc(now)}. Self-contained: opens without a network.</footer>
 </main>
