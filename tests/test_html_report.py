@@ -707,3 +707,35 @@ def test_the_findings_heading_counts_what_the_terminal_counts(store, tmp_path):
     said = re.match(r"(\d+) critical, (\d+) warnings?, (\d+) info;", counts).groups()
     assert int(n) == sum(int(x) for x in said)
     assert heading == f"{n}: {counts}"
+
+
+def test_gpu_busy_says_of_what_as_the_terminal_does(store, tmp_path, samples_dir):
+    """GPU busy on the page is a share of the same whole as in the terminal's summary: "of the GPU's span" of one
+    GPU, "of the mean GPU's span" of two (the page said "of the devices' GPU span" of both). The two-GPU figure is
+    recomputed from the raw JSON: 100 × Σ busy (union per device) / Σ span (first to last activity per device)."""
+    pytest.importorskip("plotly")
+    import re
+
+    def card(path: Path) -> tuple[str, str]:
+        page = report(tmp_path, str(path)).read_text()
+        return re.search(r'<div class="label">GPU busy</div><div class="big">([^<]*)</div>'
+                         r'<div class="muted">([^<]*)</div>', page).groups()
+
+    assert card(TORCH)[1] == "of the GPU&#39;s span (first to last activity)"
+    dp2 = samples_dir / "torch" / "dp2_resnet18_bs16.json.gz"
+    events = raw_torch(dp2)
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATS:
+            start = us_to_ns(e["ts"])
+            args = e["args"]  # a peer copy names its device inDevice, not device
+            spans[args.get("device", args.get("inDevice"))].append((start, start + us_to_ns(e["dur"])))
+    assert len(spans) == 2
+    busy = sum(union_length(s) for s in spans.values())
+    whole = sum(max(b for _, b in s) - min(a for a, _ in s) for s in spans.values())
+    value, said = card(dp2)
+    assert value == f"{100 * busy / whole:.1f}%" == "7.5%"
+    assert said == "of the mean GPU&#39;s span (first to last activity)"
+    code, out, err = run_cli("--width", "200", "analyze", str(dp2), "--rule", "gpu-idle")
+    assert code == 0, err
+    assert "GPU busy     7.5% of the mean GPU's span (first to last activity)" in out

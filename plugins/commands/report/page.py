@@ -274,7 +274,8 @@ def _busy_card(summary: dict, busy) -> tuple[str, str]:
         return (f"{noun} busy", f'<div class="big">{esc(fmt_unit("pct", lanes))}</div>'
                                 f'<div class="muted">of the devices&#39; {noun} span (first to last activity on '
                                 f'their lanes)</div>')
-    said = ("of the devices&#39; GPU span" if busy is not None else
+    whole = "the GPU&#39;s span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU&#39;s span"  # the terminal's
+    said = (f"of {whole} (first to last activity)" if busy is not None else
             f"no GPU work: the devices are {esc(', '.join(f'{n} {k}' for k, n in sorted(others.items())))}"
             if others else "no timed GPU activity")
     return ("GPU busy", f'<div class="big">{esc(fmt_unit("pct", busy)) if busy is not None else "-"}</div>'
