@@ -218,3 +218,23 @@ def test_a_runs_threads_keep_their_names_and_roles(tmp_path):
     assert (mm["role"], mm["peers"]) == ("pt_autograd", len(autograd))
     per_thread = next(f for f in found if f["title"] == "Hotspots per thread")
     assert {i["thread_name"] for i in per_thread["items"]} - {None} <= set(raw.values())
+
+
+def test_the_threads_figure_says_it_counts_the_device_lanes_too(tmp_path):
+    """The message of a torch trace says "on 2 threads and 1 GPU" and the panel's figure, which counts the GPU's
+    lane as a thread, read "threads 3" beside it: its label now says what it counts."""
+    path = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    import gzip
+
+    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    host = {(e["pid"], e["tid"]) for e in events if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")}
+    gpus = {e["args"]["device"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    main = hotspots(tmp_path, path)[0]
+    assert f" on {len(host)} threads and {len(gpus)} GPU, " in main["message"]
+    assert main["metrics"]["threads"] == len(host) + len(gpus) == 3
+    assert main["labels"]["threads"] == "threads and device lanes"
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "-q", "--width", "120", "analyze", str(path), "--rule",
+                             "hotspots")
+    assert code == 0, err
+    panel = out.split("Hotspots: routines by exclusive time")[1].split("╰")[0]
+    assert re.search(r"│ threads and device lanes +3 ", panel) and not re.search(r"│ threads +3 ", panel)

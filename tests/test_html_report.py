@@ -689,3 +689,53 @@ def test_control_and_direction_characters_are_shown_not_written(tmp_path):
     # chart labels: the escapes shown (a JSON string's backslash, doubled), not the characters
     assert '"evil\\\\x1b[2J\\\\x07bell\\\\x00nul\\\\rcr\\\\u202egol.exe\\\\u200bzw"' in charts
     assert "\u202e" not in charts
+
+
+def test_the_findings_heading_counts_what_the_terminal_counts(store, tmp_path):
+    """The page's "Findings (N: ...)" is the terminal's "N findings: ...": rules with nothing to report are named
+    after the tally, not counted in N (the page said 15 where the terminal said 11 on this fixture, the 11 being
+    1 critical + 1 warning + 9 info, and 4 more rules with nothing to report)."""
+    pytest.importorskip("plotly")
+    import re
+
+    out = report(tmp_path, str(TORCH))
+    heading = re.search(r'<h2>Findings <span class="muted">\((.*?)\)</span></h2>', out.read_text()).group(1)
+    code, text, err = run_cli("--width", "200", "analyze", str(TORCH))
+    assert code == 0, err
+    last = text.strip().splitlines()[-1]  # "11 findings: 1 critical, 1 warning, 9 info; 4 rules with nothing ..."
+    n, counts = re.fullmatch(r"(\d+) findings: (.*)", last).groups()
+    said = re.match(r"(\d+) critical, (\d+) warnings?, (\d+) info;", counts).groups()
+    assert int(n) == sum(int(x) for x in said)
+    assert heading == f"{n}: {counts}"
+
+
+def test_gpu_busy_says_of_what_as_the_terminal_does(store, tmp_path, samples_dir):
+    """GPU busy on the page is a share of the same whole as in the terminal's summary: "of the GPU's span" of one
+    GPU, "of the mean GPU's span" of two (the page said "of the devices' GPU span" of both). The two-GPU figure is
+    recomputed from the raw JSON: 100 × Σ busy (union per device) / Σ span (first to last activity per device)."""
+    pytest.importorskip("plotly")
+    import re
+
+    def card(path: Path) -> tuple[str, str]:
+        page = report(tmp_path, str(path)).read_text()
+        return re.search(r'<div class="label">GPU busy</div><div class="big">([^<]*)</div>'
+                         r'<div class="muted">([^<]*)</div>', page).groups()
+
+    assert card(TORCH)[1] == "of the GPU&#39;s span (first to last activity)"
+    dp2 = samples_dir / "torch" / "dp2_resnet18_bs16.json.gz"
+    events = raw_torch(dp2)
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATS:
+            start = us_to_ns(e["ts"])
+            args = e["args"]  # a peer copy names its device inDevice, not device
+            spans[args.get("device", args.get("inDevice"))].append((start, start + us_to_ns(e["dur"])))
+    assert len(spans) == 2
+    busy = sum(union_length(s) for s in spans.values())
+    whole = sum(max(b for _, b in s) - min(a for a, _ in s) for s in spans.values())
+    value, said = card(dp2)
+    assert value == f"{100 * busy / whole:.1f}%" == "7.5%"
+    assert said == "of the mean GPU&#39;s span (first to last activity)"
+    code, out, err = run_cli("--width", "200", "analyze", str(dp2), "--rule", "gpu-idle")
+    assert code == 0, err
+    assert "GPU busy     7.5% of the mean GPU's span (first to last activity)" in out

@@ -140,6 +140,27 @@ def test_step_all_prints_the_table_before_the_findings(store, fixtures_dir):
     assert re.search(r"│\s+1 │\s+0 ns │ .* │\s+\d+\.\d% │", out)  # step 1 starts the trace, busy with one decimal
 
 
+def test_the_step_tables_gpu_busy_says_it_is_of_the_step(store, fixtures_dir):
+    """The step table's GPU busy is of the step's time; the summary's, of the GPU's span inside the window. Both were
+    labelled "GPU busy": step 1 of the ResNet18 fixture read one figure in the table (--step all) and another in
+    the summary of --step 1. Both recomputed here from the raw JSON."""
+    path = fixtures_dir / "torch" / "resnet18_bs16.json.gz"
+    steps, gpu = torch_raw(path)
+    lo, hi = steps[1]
+    busy = union_length([(s, e) for s, e, _, _ in gpu], lo, hi)
+    inside = [(max(s, lo), min(e, hi)) for s, e, _, _ in gpu if min(e, hi) > max(s, lo)]
+    of_step = f"{100 * busy / (hi - lo):.1f}%"
+    of_span = f"{100 * busy / (max(e for _, e in inside) - min(s for s, _ in inside)):.1f}%"
+    assert of_step != of_span  # the two wholes give two figures here
+    code, out, err = run_cli("--width", "120", "analyze", str(path), "--step", "all", "--rule", "gpu-idle")
+    assert code == 0, err
+    assert re.search(r"┃ step ┃ +start ┃ +time ┃ GPU busy of step ┃ +idle ┃ top category ┃", out)
+    assert re.search(r"│ +1 │ +0 ns │ [^│]+│ +" + re.escape(of_step) + " │", out)
+    code, out, err = run_cli("--width", "120", "analyze", str(path), "--step", "1", "--rule", "gpu-idle")
+    assert code == 0, err
+    assert f"GPU busy     {of_span} of the GPU's span (first to last activity)" in out
+
+
 # -- nsys: NVTX ranges of a whole-process capture -------------------------------------------------------------
 def nsys_raw(path, tmp_path, range_name):
     """(instances [(start, end)] of the NVTX range, GPU intervals [(start, end, kind)]) from the SQLite export."""

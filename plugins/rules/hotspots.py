@@ -85,8 +85,9 @@ FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_r
            "aggregated_rows_skipped": "problem_count", "exclusive_rows": "count", "self_time_rows": "count",
            "inclusive_only_rows": "count"}
 #: Screen labels where the key's words would read like another figure: the routines' self time over all threads (not
-#: another rule's time).
-LABELS = {"time_ns": "self time"}
+#: another rule's time); ``threads`` counts a device's lanes too, which the message names apart ("on 2 threads and
+#: 1 GPU": 3).
+LABELS = {"time_ns": "self time", "threads": "threads and device lanes"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("per_call_ns", "per call", "ns"),
            Column("inclusive_ns", "inclusive", "ns"),

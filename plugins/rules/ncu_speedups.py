@@ -14,7 +14,7 @@ rule result with a speed-up of at least ``min_speedup_pct``; the launch's
 saving is the largest of its rules' (their estimates overlap: they are never
 added). Per kernel name: launches, time_ns (Σ duration), est_saved_ns (Σ of
 the launches' savings), best_rule (the rule that gives the largest saving
-summed over the kernel's launches), speedup_pct (that rule's largest
+summed over the kernel's launches, each launch's largest of that rule), speedup_pct (that rule's largest
 speed-up), speedup_kind (global / local), saved_pct = 100 × est_saved_ns /
 the profiled kernel time of all launches. Metrics: ``kernel_time_ns`` (Σ
 duration of every profiled launch), ``est_saved_ns`` (Σ over launches),
@@ -24,7 +24,8 @@ and ``global_saved_pct`` (the same from ``global`` speed-ups only),
 OPT, INF, WRN, ..., with a speed-up or not), ``rule_types`` ({type:
 results}), ``speedup_results`` (results with a speed-up of at least
 ``min_speedup_pct``), ``rules`` (per rule name: results with a speed-up,
-its kind, Σ est_saved_ns). Table ``ncu_says``: what ncu's rules say, one
+its kind, Σ over launches of the rule's largest est_saved_ns there: one
+rule's several results for one launch estimate the same time). Table ``ncu_says``: what ncu's rules say, one
 row per rule, type and text (from ``meta.extra["ncu_rule_results"]``),
 the first ``top``: launches it was said of, the largest speed-up, the
 text; warnings and optimisation hints (OPT) first, keyed "1", "2", ... A trace whose rule results estimate no
@@ -138,7 +139,12 @@ class NcuSpeedups(Rule):
         global_ns = int(_best_per_launch(results.filter(pl.col("kind") == "global"))["est_saved_ns"].sum() or 0)
         global_pct = expr.pct(global_ns, kernel_ns)
         time_by_name = launches.group_by("name").agg(launches=pl.len(), time_ns=pl.col("duration_ns").sum())
-        per_rule = (results.group_by("kernel", "rule", "kind")
+        # one rule can say several things of one launch (LaunchConfiguration: too few blocks, too few threads per
+        # block), each an estimate of the same time: a rule's saving at a launch is its largest, never their sum
+        by_launch_rule = (results.group_by("trace_id", "parent_id", "kernel", "rule", "kind")
+                          .agg(results=pl.len(), est_saved_ns=pl.col("est_saved_ns").max(),
+                               speedup_pct=pl.col("speedup_pct").max()))
+        per_rule = (by_launch_rule.group_by("kernel", "rule", "kind")
                     .agg(rule_saved=pl.col("est_saved_ns").sum(), speedup_pct=pl.col("speedup_pct").max())
                     .sort(["rule_saved", "rule"], descending=[True, False])
                     .group_by("kernel", maintain_order=True).first())
@@ -152,8 +158,8 @@ class NcuSpeedups(Rule):
                   "est_saved_ns": r["est_saved_ns"], "saved_pct": expr.pct(r["est_saved_ns"], kernel_ns)}
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         rules = {r["rule"]: {"kind": r["kind"], "results": r["results"], "est_saved_ns": r["est_saved_ns"]}
-                 for r in results.group_by("rule", "kind").agg(results=pl.len(),
-                                                               est_saved_ns=pl.col("est_saved_ns").sum())
+                 for r in by_launch_rule.group_by("rule", "kind").agg(results=pl.col("results").sum(),
+                                                                      est_saved_ns=pl.col("est_saved_ns").sum())
                  .sort(["est_saved_ns", "rule"], descending=[True, False]).iter_rows(named=True)}
         severity = grade(global_pct, warning=t["warning_saved_pct"], critical=t["critical_saved_pct"])
         top = items[0]

@@ -75,7 +75,8 @@ class View:
 
 
 def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str | None = None) -> Table:
-    """The per-step table: step, start (from the trace's start), time, GPU busy, idle, top kernel category.
+    """The per-step table: step, start (from the trace's start), time, GPU busy (of the step's time), idle, top kernel
+    category.
 
     ``source`` (what marks the steps, as the summary says it) goes in the title.
     """
@@ -87,7 +88,8 @@ def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("start", justify="right", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("GPU busy", justify="right", no_wrap=True)
+    # of the step's time: not the summary's "GPU busy", which is of the GPU's span (first to last activity) inside it
+    table.add_column("GPU busy of step", justify="right", no_wrap=True)
     table.add_column("idle", justify="right", no_wrap=True)
     table.add_column("top category", no_wrap=True)
     for r in rows:

@@ -274,7 +274,8 @@ def _busy_card(summary: dict, busy) -> tuple[str, str]:
         return (f"{noun} busy", f'<div class="big">{esc(fmt_unit("pct", lanes))}</div>'
                                 f'<div class="muted">of the devices&#39; {noun} span (first to last activity on '
                                 f'their lanes)</div>')
-    said = ("of the devices&#39; GPU span" if busy is not None else
+    whole = "the GPU&#39;s span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU&#39;s span"  # the terminal's
+    said = (f"of {whole} (first to last activity)" if busy is not None else
             f"no GPU work: the devices are {esc(', '.join(f'{n} {k}' for k, n in sorted(others.items())))}"
             if others else "no timed GPU activity")
     return ("GPU busy", f'<div class="big">{esc(fmt_unit("pct", busy)) if busy is not None else "-"}</div>'
@@ -359,7 +360,7 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
     name = report_name(trace)
     counts = {s: sum(1 for f in findings if f.severity == s) for s in ("critical", "warning", "info")}
     silent = sum(1 for f in findings if is_quiet(f, summary.get("span_ns")))  # as the terminal's summary counts
-    counts["info"] -= silent
+    counts["info"] -= silent  # and not counted as findings, as the terminal's "11 findings: ..." line
     tally = ", ".join(f"{n} {'warnings' if s == 'warning' and n != 1 else s}" for s, n in counts.items() if n)
     if silent:
         tally += f"; {silent} rule{'s' if silent != 1 else ''} with nothing to report"
@@ -384,7 +385,7 @@ def render_page(trace, summary: dict, findings: list[Finding], charts: list, mis
 <h2>Charts</h2>
 <div class="charts">{chart_cards}</div>
 {missing_html}
-<h2>Findings <span class="muted">({len(findings)}{": " + esc(tally) if tally else ""})</span></h2>
+<h2>Findings <span class="muted">({len(findings) - silent}{": " + esc(tally) if tally else ""})</span></h2>
 <div id="findings">{"".join(finding_html(f, i, rows) for i, f in enumerate(findings))}</div>
 <footer>Written by traceparse {esc(version)} on {esc(now)}. Self-contained: opens without a network.</footer>
 </main>
