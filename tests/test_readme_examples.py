@@ -53,3 +53,22 @@ def test_the_readme_names_the_schema_version_json_carries():
     text = (REPO / "README.md").read_text()
     stated = re.findall(r"the event schema's version, (\d+)", text) + re.findall(r'"schema_version": (\d+)', text)
     assert stated and set(stated) == {str(SCHEMA_VERSION)}
+
+
+def test_the_readme_quotes_the_stragglers_finding_as_it_reads(tmp_path):
+    """The README quoted "61.14 ms a step against 753.3 us" where the finding said 713.4 us: its quotation of the
+    slow-rank run's stragglers message is the message's own words."""
+    import json
+    import re
+
+    import pytest
+    from helpers import run_cli
+
+    run = REPO.parent / "shared" / "samples" / "multirank" / "gloo4_resnet18_bs16_slow_rank2"
+    if not run.is_dir():
+        pytest.skip("shared multirank samples not present")
+    quoted = re.search(r'"(Longer on rank 2 than on the median rank.*?there\.)"',
+                       " ".join((REPO / "README.md").read_text().split()), re.S).group(1)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(run), "--rule", "stragglers", "--json")
+    assert code == 0, err
+    assert quoted in json.loads(out)["findings"][0]["message"]
