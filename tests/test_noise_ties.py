@@ -150,3 +150,39 @@ def test_large_byte_counts_take_a_larger_unit_and_separators():
     assert fmt_bytes(999.96e9) == "1.000 TB" and fmt_bytes(999.94e9) == "999.9 GB"
     assert fmt_bytes(1.5e15) == "1,500 TB" and fmt_bytes(2_500) == "2.500 kB" and fmt_bytes(12) == "12 B"
     assert fmt_bytes_binary(3 * 2 ** 40) == "3.000 TiB" and fmt_bytes_binary(1023.99 * 2 ** 20) == "1.000 GiB"
+
+
+def test_shares_of_one_whole_add_up_to_100_as_shown():
+    """Six parts of one whole each rounded alone read 99.8% (dp2's GPU time); four read 100.1% (api-share's
+    classes): shown to one decimal they add up to 100, each within 0.1 of its exact value; any other list (a
+    top-N, not a whole) is rounded alone."""
+    from traceparse.figures import shares_shown
+
+    assert shares_shown([65.2541, 15.2769, 3.0104, 16.4586, 0.0]) == [65.2, 15.3, 3.0, 16.5, 0.0]
+    assert shares_shown([97.74, 2.17, 0.09]) == [97.7, 2.2, 0.1]
+    assert shares_shown([51.04, 12.04, None, "-"]) == [51.0, 12.0, None, "-"]  # not a whole: alone
+    assert shares_shown([33.3333, 33.3333, 33.3334]) == [33.3, 33.3, 33.4]
+
+
+def test_the_summary_and_api_share_show_shares_that_add_up_to_100(tmp_path):
+    sample = SHARED.parent.parent / "torch" / "dp2_resnet18_bs16.json.gz"
+    if not sample.is_file():
+        pytest.skip("shared samples not present")
+    store = str(tmp_path / "s")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "analyze", str(sample))
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "analyze", str(sample), "--json", "--rule", "api-share")
+    doc = json.loads(out)
+    line = next(x for x in screen.splitlines() if "summed over activities" in x)
+    shown = {p: float(v) for p, v in re.findall(r"(\w+) (\d+\.\d)%", line.split("activities:")[1])}
+    exact = {p["part"]: p["share_pct"] for p in doc["summary"][0]["gpu_time"]["parts"]}
+    assert set(shown) == set(exact) and round(sum(shown.values()), 1) == 100.0
+    assert all(abs(shown[p] - exact[p]) <= 0.1 for p in exact)
+    classes = doc["findings"][0]["metrics"]["classes"]
+    table = {c: float(v) for c, v in re.findall(r"│  (\w+) +│ +[\d,]+ │ +[\d.]+ │ +(\d+\.\d)%", screen)
+             if c in classes}
+    assert set(table) == set(classes) and round(sum(table.values()), 1) == 100.0
+    # the headline figure, where shown, as the table shows it
+    launch = re.search(r"(?<!graph )launch share +(\d+\.\d)%", screen)
+    assert launch is None or float(launch.group(1)) == table["launch"]
+    assert f"launch {table['launch']}%" in " ".join(screen.split())  # the sentence says it as the table does

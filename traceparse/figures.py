@@ -99,6 +99,31 @@ def _trimmed(text: str) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
+    """``values`` (percentages; None and non-numbers kept as they are) as shown to ``decimals``: where they add up
+    to 100 (the shares of one whole) they are rounded so that the shown ones add up to 100 as well (the largest
+    remainders rounded up: 97.74, 2.17, 0.09 read 97.7, 2.2, 0.1, not 97.7, 2.2, 0.1 of 100.0 by luck, or
+    six parts of 99.8); any other list each rounded alone."""
+    at = [i for i, v in enumerate(values) if isinstance(v, (int, float)) and not isinstance(v, bool)
+          and math.isfinite(v)]
+    numbers = [float(values[i]) for i in at]
+    out = list(values)
+    if len(numbers) < 2 or any(v < 0 for v in numbers) or abs(sum(numbers) - 100.0) > 1e-3 * len(numbers):
+        for i in at:
+            out[i] = round(float(values[i]), decimals)
+        return out
+    unit = 10 ** decimals
+    scaled = [v * unit for v in numbers]
+    floors = [math.floor(v + 1e-9) for v in scaled]
+    short = 100 * unit - sum(floors)
+    up = sorted(range(len(scaled)), key=lambda k: (-(scaled[k] - floors[k]), k))[:max(short, 0)]
+    for k in up:
+        floors[k] += 1
+    for i, units in zip(at, floors):
+        out[i] = units / unit
+    return out
+
+
 def fmt_pct(value: Any) -> str:
     """A percentage with one decimal (``53.9%``); ``-`` when unknown."""
     if value is None:

@@ -16,7 +16,7 @@ from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, shor
                               text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
-from traceparse.figures import SAME_SAID
+from traceparse.figures import SAME_SAID, shares_shown
 from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
@@ -289,8 +289,9 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
+        shown = shares_shown([p["share_pct"] for p in split["parts"]])
         grid.add_row("GPU time", f"{fmt_ns(split['total_ns'])} summed over activities: " + ", ".join(
-            f"{p['part']} {fmt_unit('pct', p['share_pct'])}" for p in split["parts"]))
+            f"{p['part']} {fmt_unit('pct', share)}" for p, share in zip(split["parts"], shown)))
     worst = summary.get("bottleneck")
     if worst:
         style = SEVERITY_STYLE.get(worst.get("severity"), "white")
@@ -540,13 +541,37 @@ def shown_figures(finding: Finding) -> list[tuple[str, str]]:
     order. The label is the finding's own (``Finding.labels``) else the key's words; a ``problem_count`` figure
     that is zero is left out (nothing was left out, so it says nothing), JSON keeps it."""
     pairs = []
+    as_in_tables = table_shares(finding)
     for key, unit in finding_figures(finding).items():
         value = finding.metrics.get(key)
         if unit == "problem_count" and value == 0:
             continue
+        if unit == "pct" and isinstance(value, float):
+            value = as_in_tables.get(value, value)
         label = finding.labels.get(key) or (figure_label(key, unit) if finding.figures else key)
         pairs.append((label, fmt_unit(unit, value)))
     return pairs
+
+
+def table_shares(finding: Finding) -> dict[float, float]:
+    """The shares of the finding's tables of shares of one whole that they show otherwise than rounded alone
+    (:func:`~traceparse.figures.shares_shown`: so that they add up to 100), each with the value shown: a headline
+    figure equal to one (api-share's launch share, a row of its classes table) shows the same, not 65.3% beside
+    the table's 65.2%. A value two tables show differently is left out."""
+    tables = [[item.get(c.key) for item in finding.items] for c in finding_columns(finding) if c.unit == "pct"]
+    for key, columns in finding.tables.items():
+        data = finding.metrics.get(key)
+        if isinstance(data, dict) and data:
+            tables += [[row.get(c.key) if isinstance(row, dict) else None for row in data.values()]
+                       for c in columns if c.unit == "pct"]
+    shown: dict[float, float] = {}
+    apart: set[float] = set()
+    for values in tables:
+        for raw, adjusted in zip(values, shares_shown(values)):
+            if isinstance(raw, float) and adjusted != round(raw, 1):
+                if shown.setdefault(raw, adjusted) != adjusted:
+                    apart.add(raw)
+    return {raw: value for raw, value in shown.items() if raw not in apart}
 
 
 def unsaid_figures(finding: Finding) -> list[tuple[str, str]]:
@@ -879,8 +904,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         digits = 0 if scale == 1.0 else decimals_for(peak / scale)
         return f"{label} ({name})", [_fmt_scaled(v, scale, digits) for v in values]
     if unit in ("bytes", "bytes_binary"):
-        scales = ((("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if unit == "bytes"
-                  else (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)))
+        scales = ((("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if unit == "bytes"
+                  else (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)))
         name, scale = next(((n, s) for n, s in scales if peak >= s), ("B", 1.0))
         return f"{label} ({name})", [_fmt_scaled(v, scale, 0 if scale == 1.0 else decimals_for(peak / scale))
                                      for v in values]
@@ -890,8 +915,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, decimals_for(peak / 1e9)) for v in values]
     if unit == "ratio":
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
-    if unit == "pct":
-        return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in values]
+    if unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
+        return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in shares_shown(values)]
     if unit in COUNT_UNITS or all(float(v).is_integer() for v in nums):
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]

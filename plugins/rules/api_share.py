@@ -54,7 +54,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, shares_shown
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
@@ -137,7 +137,9 @@ class ApiShare(Rule):
             over = f" over {trace_ranks(trace)} ranks" if run else ""
             message = (f"{fmt_count(calls, 'API call')} ({by_name.height:,} distinct) "
                        f"take{'s' if calls == 1 else ''} {fmt_ns(total)}{over}; "
-                       + ", ".join(f"{c} {fmt_pct(classes[c]['share_pct'])}" for c in ranked if classes[c]["time_ns"])
+                       + ", ".join(f"{c} {fmt_pct(share)}" for c, share in
+                                   zip(ranked, shares_shown([classes[c]["share_pct"] for c in ranked]))
+                                   if classes[c]["time_ns"])
                        + f". The top call is {items[0]['name']} ({fmt_pct(items[0]['share_pct'])}).")
         else:
             message = f"{fmt_count(calls, 'API call')}, with no recorded time."

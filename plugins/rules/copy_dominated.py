@@ -33,7 +33,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import fmt_ns, fmt_pct, shares_shown
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -75,9 +75,11 @@ class CopyDominated(Rule):
         if not copy_ns:
             message = "No copy with a known duration."
         else:
+            # the kernels' share as the table of parts shows it (its shares add up to 100 as shown)
+            shown = dict(zip((i["part"] for i in items), shares_shown([i["share_pct"] for i in items])))
             message = (f"Copies take {fmt_ns(copy_ns)} of {fmt_ns(gpu_ns)} of GPU time ({fmt_pct(copy_pct)}; "
                        f"host-device {fmt_pct(host_pct)}), kernels {fmt_ns(kernel_ns)} "
-                       f"({fmt_pct(expr.pct(kernel_ns, gpu_ns) or 0)}). ")
+                       f"({fmt_pct(shown.get('kernels', expr.pct(kernel_ns, gpu_ns)) or 0)}). ")
             message += ("The copy time comes from summary rows, so what kernels hid of it is unknown."
                         if aggregated else f"For {fmt_ns(exposed)} the GPU copies while no kernel runs on "
                         "its device.")

@@ -76,7 +76,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct, listed
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, listed, shares_shown
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -275,10 +275,10 @@ class GpuIdle(Rule):
             return metrics, streams, ""
         who = ("the stream waits, by its" if per_stream.height == 1
                else f"the {per_stream.height:,} streams wait, by their")
-        sentence = (f" Why {who} gap time: "
-                    f"host wait {fmt_pct(shares['host_wait_pct'])} (nothing queued), kernel wait "
-                    f"{fmt_pct(shares['kernel_wait_pct'])} (queued, gaps under "
-                    f"{fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(shares['other_wait_pct'])}.")
+        host, kernel, other = shares_shown([shares["host_wait_pct"], shares["kernel_wait_pct"],
+                                            shares["other_wait_pct"]])
+        sentence = (f" Why {who} gap time: host wait {fmt_pct(host)} (nothing queued), kernel wait {fmt_pct(kernel)} "
+                    f"(queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(other)}.")
         return metrics, streams, sentence
 
 

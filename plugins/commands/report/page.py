@@ -16,6 +16,7 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
+from traceparse.figures import shares_shown
 from traceparse.names import cut_apart, short_names
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, dict_rows, finding_columns, fmt_ns, fmt_unit, fold_rows,
                                fold_title, mean_of, shown_figures)
@@ -123,8 +124,8 @@ def _is_number(v: Any) -> bool:
 
 #: Units whose cells are scaled together, so a column shows one unit named in its header.
 _SCALES = {"ns": (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0)),
-           "bytes": (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)),
-           "bytes_binary": (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1.0))}
+           "bytes": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)),
+           "bytes_binary": (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1.0))}
 
 
 def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[str, str | None]], bool]:
@@ -154,6 +155,8 @@ def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[st
         digits = 0 if scale == 1.0 else (3 if column.unit == "ns" else 2)
         return (f"{label} ({name})",
                 [(f"{float(v) / scale:,.{digits}f}" if _is_number(v) else plain(v), None) for v in values], True)
+    if column.unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
+        values = shares_shown(values)
     return label, [(fmt_unit(column.unit, v) if _is_number(v) else plain(v), None) for v in values], bool(numbers)
 
 
