@@ -373,3 +373,21 @@ def test_figures_a_trace_does_not_have_are_unknown_and_steps_are_analyzes(tmp_pa
     (summary,) = json.loads(out)["summary"]
     assert summary["steps"] > 0
     assert (sqlite["steps"], sqlite["step_time_ns"]) == (summary["steps"], summary["step_time_ns"])
+
+
+def test_the_docs_compare_example_is_what_compare_prints(store):
+    """docs/compare.md's example output of the ResNet18 sweep: every line it shows (those between its "..."
+    cuts) is a line of the command's own output at 80 columns, in order, so the page cannot drift from the tool."""
+    text = (FIXTURES.parent / "docs" / "compare.md").read_text()
+    block = text[text.index("$ traceparse compare fixtures/torch/resnet18_bs*"):]
+    block = block[:block.index("```")]
+    shown = [line.rstrip() for line in block.splitlines()[2:] if line.strip() and line.strip() != "..."]
+    ids = [_ingest(p, batch=b) for b, p in SWEEP.items()]
+    code, out, err = run_cli("compare", *ids, "--by", "batch", "--kernel", "max_pool_backward",
+                             "--api", "cudaLaunchKernel")
+    assert code == 0, err
+    printed = [line.rstrip() for line in out.splitlines()]
+    at = 0
+    for line in shown:
+        assert line in printed[at:], line
+        at = printed.index(line, at) + 1

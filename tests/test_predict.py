@@ -368,6 +368,29 @@ def test_goal_step_time_at_batch_64_from_batches_4_to_32(sweep2):
     assert apes["vgg16"] < 10 and apes["gpt"] < 10
 
 
+def test_docs_step_model_table_is_what_fit_gives(sweep2):
+    """docs/predict.md's table of the step models fitted on batch 4–64 (host median [p25, p75], κ, δ, D0, D1,
+    crossover) is the fit's own figures, to the digits it shows: a change to the fit that moves them fails here,
+    not in a reader's hands."""
+    doc, _, _ = sweep2
+    text = (FIXTURES.parent / "docs" / "predict.md").read_text()
+    table = text[text.index("| network | host (ms) | κ | δ device |"):]
+    names = {"AlexNet": "alexnet", "GPT": "gpt", "ResNet18": "resnet18", "VGG16": "vgg16"}
+    row = re.compile(r"^\| (\w+) \| ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \| ([0-9.]+) \| ([0-9.]+)% \| ([0-9.]+) \| "
+                     r"([0-9.]+) \| ([0-9.]+) \|$", re.M)
+    seen = set()
+    for m in row.finditer(table[:table.index("\n\n")]):
+        net = doc["networks"][names[m.group(1)]]
+        assert net["batches"] == [4.0, 8.0, 16.0, 32.0, 64.0]
+        want = (f"{net['host']['median_ns'] / 1e6:.3f}", f"{net['host']['p25_ns'] / 1e6:.3f}",
+                f"{net['host']['p75_ns'] / 1e6:.3f}", f"{net['kappa']:.2f}", f"{net['device_error_pct']:.1f}",
+                f"{net['device_per_step']['d0_ns'] / 1e6:.3f}",
+                f"{net['device_per_step']['d1_ns_per_sample'] / 1e6:.4f}", f"{net['crossover_batch']:.1f}")
+        assert m.groups()[1:] == want, m.group(1)
+        seen.add(m.group(1))
+    assert seen == set(names)
+
+
 def test_host_and_device_sides_add_up_and_replay_reproduces_the_steps(sweep2):
     """Per trace: device time = Σ GPU activity durations / steps (raw JSON), host = step − wait, and replaying a
     trace's timeline with its own durations gives back its measured steps."""
