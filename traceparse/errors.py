@@ -27,6 +27,11 @@ class StoreError(TraceparseError):
     """The store cannot do what was asked (no such trace, ambiguous id)."""
 
 
+class ResourceError(TraceparseError):
+    """This machine cannot do what was asked: it has not the memory for it (said before it is tried, not after
+    the system has killed the process)."""
+
+
 def bad_input(path: object, where: str | int | None, expected: str) -> InputError:
     """Build the one-line error for ``path`` at ``where`` (a line number or record)."""
     if where is None or where == "":

@@ -59,6 +59,7 @@ import polars as pl
 
 from traceparse import expr
 from traceparse.exporter import Exporter
+from traceparse.errors import ResourceError
 from traceparse.plugins import hookimpl
 from traceparse.schema import DTYPES, SCHEMA_VERSION
 from traceparse.threads import thread_names
@@ -346,7 +347,11 @@ def critical_path_events(events: pl.DataFrame, names: dict | None = None) -> tup
     thread (the GPU streams' order alone is no path worth a track)."""
     from traceparse.measures.step_paths import step_paths
 
-    paths, segments, on_threads = step_paths(events)
+    try:
+        paths, segments, on_threads = step_paths(events)
+    except ResourceError as exc:  # the rest of the export stands; the track's name says why it is empty
+        return [_meta_event("process_name", PATH_PID, 0, {"name": f"critical path: not computed, {exc}"}),
+                _meta_event("process_sort_index", PATH_PID, 0, {"sort_index": -1})], 0
     segments = segments.filter(pl.col("duration_ns") > 0)
     if segments.height == 0 or not on_threads:  # GPU work alone: no path worth a track
         return [], 0

@@ -64,6 +64,7 @@ from collections import Counter, defaultdict
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.errors import ResourceError
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.meta import device_nouns
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
@@ -121,8 +122,14 @@ class CriticalPath(Rule):
             joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
             ranks_known = bool(events["rank"].is_not_null().any())
         else:
-            graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]),
-                                              max_wake_ns=int(t["max_wake_ns"]), align_clocks=bool(t["align_clocks"]))
+            try:
+                graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]),
+                                                  max_wake_ns=int(t["max_wake_ns"]),
+                                                  align_clocks=bool(t["align_clocks"]))
+            except ResourceError as exc:  # the other rules' findings stand; this one says why it has none
+                return [Finding(self.name, "info", "Critical path not computed",
+                                f"Not computed: {exc}. `analyze --step N` (or `--window START:END`) follows the "
+                                "paths of some steps at a time.", metrics={"missing": missing})]
             if graph.height == 0:
                 return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a "
                                 "critical path needs events placed in time.",

@@ -46,9 +46,11 @@ import numpy as np
 import polars as pl
 
 from traceparse import expr
-from traceparse.cores import usable_cores
+from traceparse.cores import available_memory, usable_cores
+from traceparse.errors import ResourceError
+from traceparse.figures import fmt_bytes
 from traceparse.measures import path_walk
-from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed
+from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed, table_rows
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, parents
@@ -521,7 +523,9 @@ class DependencyGraph(Measure):
     def _measure(self, events: pl.DataFrame, params: dict) -> pl.DataFrame:
         """The whole table's graph; in memory (not a run read rank by rank) without packing the edges into one
         row of lists and out again, as ``combine([part(events)])`` would: the same frame, 1.23 → 1.12 CPU s on the
-        139 MB benchmark trace, and a copy of the edges less in memory while it is built."""
+        139 MB benchmark trace, and a copy of the edges less in memory while it is built. Refused
+        (:func:`check_graph_memory`) where it would not fit in the memory free."""
+        check_graph_memory(events)
         wait, wake = params.get("min_wait_ns", MIN_WAIT_NS), params.get("max_wake_ns", MAX_WAKE_NS)
         if isinstance(events, PartitionedEvents) and events.executor is None and events.paths:
             # a run read here, group by group: each group's edges as they are, concatenated once (packed into a
@@ -568,6 +572,26 @@ class DependencyGraph(Measure):
         out = _choose_critical(held)
         trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
         return out.select(trace.alias("trace_id"), pl.all())
+
+
+#: The memory the whole graph of a table takes while it is built, per row of the table, above the table itself:
+#: 650 to 750 bytes measured (``analyze --rule critical-path`` against ``--rule memory``, peak resident memory) on
+#: runs of 64 and 256 generated ranks and on 8 ranks of the 139 MB benchmark trace.
+GRAPH_BYTES_PER_ROW = 800
+
+
+def check_graph_memory(events) -> None:
+    """Raise :class:`~traceparse.errors.ResourceError` where the whole graph of ``events`` would take more memory
+    than this process could still take (:func:`traceparse.cores.available_memory`): a run's critical path is one
+    graph of every rank (a large trace's alone is found a group of steps at a time), and a run of 64 ranks of
+    300,000 events would need some 15 GB: said before, not killed by the system after."""
+    rows = table_rows(events)
+    needed = rows * GRAPH_BYTES_PER_ROW
+    free = available_memory()
+    if free is not None and needed > free:
+        raise ResourceError(
+            f"the critical path's graph of {rows:,} events would take about {fmt_bytes(needed)} of memory, more "
+            f"than the {fmt_bytes(free)} this machine has free")
 
 
 def _threads() -> int:

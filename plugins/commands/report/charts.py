@@ -12,6 +12,7 @@ import html
 import math
 from dataclasses import dataclass
 
+from traceparse.errors import ResourceError
 from traceparse.names import cut_apart, short_name, short_names
 from traceparse.text import visible
 from traceparse.report import fmt_ns
@@ -372,11 +373,16 @@ def build_charts(trace, gpu: str | None = None, bins: int = data.DEFAULT_BINS) -
             charts.append(ranks_chart(go, ranks))
     elif events["rank"].drop_nulls().n_unique() > 1:
         missing.append("Arrival at each collective, step time per rank: the ranks share no collective call.")
-    cp = data.critical_path(events, thread_names(trace.meta))
+    try:
+        cp = data.critical_path(events, thread_names(trace.meta))
+    except ResourceError as exc:  # the other charts stand; this one says why it is not drawn
+        cp = None
+        missing.append(f"Critical path of each step: not computed, {exc}.")
+    else:
+        if not cp:
+            missing.append("Critical path of each step: the trace has no host events on a thread to follow.")
     if cp:
         charts.append(critical_path_chart(go, cp))
-    else:
-        missing.append("Critical path of each step: the trace has no host events on a thread to follow.")
     tl = data.timeline(events, bins)
     if tl:
         charts.append(timeline_chart(go, tl))
