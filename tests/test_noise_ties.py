@@ -89,8 +89,9 @@ def test_counts_have_thousands_separators():
 
     assert _rest_row("stream", [Column("n", "n", "count")], [{"n": i} for i in range(3320)])["stream"] == \
         "(3,320 more, max)"
-    edit = {"edit": "--drop x", "calls": 3928, "removed_per_step_by_rank": {"-": 1_000}}
-    assert edit_line(edit) == "--drop x: 3,928 events, 1 us less work per step"
+    edit = {"edit": "--drop x", "calls": 13928, "calls_in_steps": 3928, "step_windows": 1200, "ranks": [],
+            "removed_per_step_by_rank": {"-": 1_000}}
+    assert edit_line(edit) == "--drop x: 3,928 events in 1,200 steps (13,928 in the whole trace), 1 us less work per step"
 
 
 def test_launch_stats_keeps_its_sort_key_at_80_columns(tmp_path):
