@@ -226,3 +226,43 @@ def test_a_step_change_diff_cannot_explain_is_said(tmp_path):
                              str(FIXTURES / "torch" / "resnet18_bs64.json.gz"), "--json")
     assert code == 0, err
     assert json.loads(out)["step_time_unexplained"] is None
+
+
+def test_a_time_neither_side_recorded_is_not_recorded(tmp_path):
+    """The trimmed NCCL runs hold no runtime call (their raw files have no cuda_runtime event): diff said "API time
+    0 ns -> 0 ns (±0 ns, -)", a measured zero; it says "not recorded", and --json has nulls."""
+    runs = [TORCH / "multirank" / name for name in ("nccl2_balanced", "nccl2_slow_rank1")]
+    for run in runs:
+        for path in run.glob("rank*.json.gz"):
+            with gzip.open(path, "rt") as f:
+                assert not any(e.get("cat") == "cuda_runtime" for e in json.load(f)["traceEvents"])
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "300", "diff", *map(str, runs))
+    assert code == 0, err
+    total = next(line for line in out.splitlines() if line.startswith("total per step: "))
+    assert "; API time not recorded; " in total and "0 ns -> 0 ns" not in total
+    code, out, err = run_cli("--store", store, "diff", "--json", *map(str, runs))
+    api = json.loads(out)["summary"]["api"]
+    assert api == {"time_a_ns": None, "time_b_ns": None, "delta_ns": None, "delta_pct": None}
+
+
+def test_a_time_one_side_recorded_is_left_out_and_says_whose(tmp_path):
+    """A kernel summary with the API summary of its capture against the kernel summary alone: the API calls are
+    left out (recorded in A only), and the total line says so rather than "API time 0 ns -> 0 ns"."""
+    store = str(tmp_path / "s")
+    kern, api = NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv", NSYS / "resnet18_bs8_cuda_api_sum.csv"
+    code, out, err = run_cli("--store", store, "ingest", "-q", "--json", str(kern), str(api))
+    assert code == 0, err
+    both = json.loads(out)["traces"][0]["id"]
+    code, out, err = run_cli("--store", store, "--width", "300", "diff", both, str(kern))
+    assert code == 0, err
+    total = next(line for line in out.splitlines() if line.startswith("total: "))
+    assert total.startswith("total: GPU time 2.977 ms -> 2.977 ms (±0 ns, +0.0%); API time left out (recorded in A "
+                            "only); ")
+    code, out, err = run_cli("--store", store, "diff", "--json", both, str(kern))
+    summary = json.loads(out)["summary"]
+    assert summary["api"] == {"time_a_ns": None, "time_b_ns": None, "delta_ns": None, "delta_pct": None,
+                              "recorded_in": "A"}
+    with kern.open(newline="") as f:
+        kernels = sum(int(r["Total Time (ns)"]) for r in csv.DictReader(f))
+    assert (summary["gpu"]["time_a_ns"], summary["gpu"]["time_b_ns"]) == (kernels, kernels) == (2_977_255,) * 2
