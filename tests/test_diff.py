@@ -266,3 +266,20 @@ def test_a_time_one_side_recorded_is_left_out_and_says_whose(tmp_path):
     with kern.open(newline="") as f:
         kernels = sum(int(r["Total Time (ns)"]) for r in csv.DictReader(f))
     assert (summary["gpu"]["time_a_ns"], summary["gpu"]["time_b_ns"]) == (kernels, kernels) == (2_977_255,) * 2
+
+
+def test_two_reports_sharing_no_kind_of_row_print_no_empty_table(tmp_path):
+    """An nsys API summary against a kernel summary: each kind is recorded by one side only and left out, so
+    nothing is left to compare; diff printed two empty tables and a total of nothing after its warning."""
+    api, kern = NSYS / "resnet18_bs8_cuda_api_sum.csv", NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "200", "diff", str(api), str(kern))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == "not the same setup: API calls recorded in A only: left out; kernels recorded in B only: left out"
+    assert [line.split()[0] for line in lines[1:3]] == ["A", "B"]
+    assert lines[3:] == ["figures are whole-trace totals, not per step: A no steps, B no steps",
+                         "nothing to compare: A and B share no kernel, memcpy, memset or API row that diff compares"]
+    code, out, err = run_cli("--store", store, "diff", "--json", str(api), str(kern))
+    doc = json.loads(out)
+    assert (doc["rows"], doc["categories"]) == ([], [])

@@ -422,6 +422,10 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         if step_line:
             console.print(Text(step_line, style="bold"))
         console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
+    if rows.height == 0:  # the tables and the total would be empty: no row, no total, nothing new or vanished
+        console.print(literal("nothing to compare: A and B share no kernel, memcpy, memset or API row that diff "
+                              "compares", style="yellow"))
+        return
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
     shown = rows.head(top).to_dicts()
