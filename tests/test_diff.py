@@ -283,3 +283,24 @@ def test_two_reports_sharing_no_kind_of_row_print_no_empty_table(tmp_path):
     code, out, err = run_cli("--store", store, "diff", "--json", str(api), str(kern))
     doc = json.loads(out)
     assert (doc["rows"], doc["categories"]) == ([], [])
+
+
+def test_new_and_vanished_names_never_read_alike(tmp_path):
+    """torch's and nsys's spellings of one step's kernels, matched as written (--exact): both lists showed
+    "Kernel<…>" (two different cutlass kernels) and four identical "Kernel<…ImplicitGemmConvolution<…>>" lines.
+    Shortened together, every listed name reads unlike every other, in one list and across the two, and fits its
+    line."""
+    a, b = TORCH / "resnet18_bs8.json.gz", NSYS / "resnet18_bs8.sqlite.gz"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "80", "diff", "--exact", "--top", "60", str(a), str(b))
+    assert code == 0, err
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("not matched, only in A (vanished): "))
+    listed = [line for line in lines[start:] if line.startswith("  ") and not line.startswith("  ...")]
+    code, doc, err = run_cli("--store", store, "diff", "--exact", "--json", str(a), str(b))
+    unmatched = json.loads(doc)["summary"]["unmatched"]
+    assert len(listed) == len(unmatched["a"]) + len(unmatched["b"]) == 48 + 52  # every name listed (--top 60)
+    labels = [line[9:] for line in listed]  # after "  kernel "
+    assert len(set(labels)) == len(labels)
+    assert all(len(line) <= 80 for line in listed)
+    assert "Kernel<…>" not in labels

@@ -53,7 +53,7 @@ from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.names import demangle, short_name
+from traceparse.names import demangle, fitted_names
 from traceparse.report import fitted_table, fmt_ns, trace_label
 from traceparse.run import trace_ranks, world_size_of
 from traceparse.summary import step_windows
@@ -444,13 +444,17 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     unexplained = unexplained_step_line(base, totals) if base else None
     if unexplained:
         console.print(literal(unexplained, style="yellow"))
-    for side, word in (("a", "only in A (vanished)"), ("b", "only in B (new)")):
-        names = _by_change(rows, "vanished" if side == "a" else "new")
+    unmatched = {status: _by_change(rows, status) for status in ("vanished", "new")}
+    listed = [name for names in unmatched.values() for _, name in names[:top]]
+    # shortened together, so that no two names read alike, in one list or across the two (--json has them whole)
+    label = dict(zip(listed, fitted_names(listed, max(width - 10, 20))))
+    for status, word in (("vanished", "only in A (vanished)"), ("new", "only in B (new)")):
+        names = unmatched[status]
         if not names:
             continue
         console.print(f"[bold]not matched[/bold], {word}: {len(names)}")
         for kind, name in names[:top]:
-            console.print(literal(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
+            console.print(literal(f"  {kind:<6} {label[name]}"))
         if len(names) > top:
             console.print(Text(f"  ... and {len(names) - top:,} more (--top N shows more; --json lists all)",
                                style="dim"))
