@@ -94,6 +94,14 @@ def test_counts_have_thousands_separators():
     assert edit_line(edit) == "--drop x: 3,928 events in 1,200 steps (13,928 in the whole trace), 1 us less work per step"
 
 
+def test_durations_of_a_thousand_seconds_have_thousands_separators():
+    """"6122 s in all" beside "3,320 more": a duration of 1,000 s or more has separators as counts do (prose,
+    --json's message text; the tables' cells already had them), and still rolls over at the unit's edge."""
+    assert [fmt_ns(ns) for ns in (6_122 * 10**9, 6_122_400_000_000, 1_234_567 * 10**9, -6_122 * 10**9, 999.9996e9,
+                                  999.96e6, 1.5e9, 12_000)] == \
+        ["6,122 s", "6,122 s", "1,234,567 s", "-6,122 s", "1,000 s", "1 s", "1.5 s", "12 us"]
+
+
 def test_launch_stats_keeps_its_sort_key_at_80_columns(tmp_path):
     """The items are sorted by delay: with a rank column, 80 columns dropped the delay and named "kernel" (the
     kernel's time) as not shown beside the kernel names' column of the same label."""
