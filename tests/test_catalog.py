@@ -178,7 +178,7 @@ def test_gpu_for_trace_prefers_gpu_option_and_explains():
     assert spec["name"] == "V100 SXM2" and "Tesla V100-SXM2-16GB" in how
     spec, how = gpu_for_trace(trace, "a100 80gb pcie")
     assert spec["name"] == "A100 PCIe 80GB" and how == "A100 PCIe 80GB (from --gpu)"
-    with pytest.raises(InputError, match=r"^--gpu 'B9000': not in the GPU catalog \(known: A100 PCIe 40GB, "):
+    with pytest.raises(InputError, match=r"^gpu='B9000': not in the GPU catalog \(known: A100 PCIe 40GB, "):
         gpu_for_trace(trace, "B9000")
 
 

@@ -364,7 +364,9 @@ def test_figures_a_trace_does_not_have_are_unknown_and_steps_are_analyzes(tmp_pa
     doc = json.loads(out)
     rows = {Path(r["path"]).name: r["metrics"] for r in doc["rows"]}
     assert doc["warnings"] == ["resnet18_bs8_cuda_gpu_kern_sum.csv: GPU work as totals, with no timeline: its span, "
-                               "idle and overlap are unknown (-)"]
+                               "idle and overlap are unknown (-)",
+                               "not recorded, so their time is unknown (-) rather than 0: copies, API calls and "
+                               "memsets in resnet18_bs8_cuda_gpu_kern_sum.csv"]
     summary_only = next(m for k, m in rows.items() if "kern_sum" in k)
     assert (summary_only["span_ns"], summary_only["api_ns"], summary_only["memcpy_ns"]) == (None, None, None)
     assert summary_only["kernel_ns"] > 0
@@ -391,3 +393,20 @@ def test_the_docs_compare_example_is_what_compare_prints(store):
     for line in shown:
         assert line in printed[at:], line
         at = printed.index(line, at) + 1
+
+
+def test_a_kind_no_trace_recorded_is_said_not_recorded(tmp_path):
+    """The trimmed NCCL runs hold no runtime call: their API column is "-" and a note says that is not recorded
+    rather than 0; a trace of API calls alone has no GPU time (null), not a GPU time of 0."""
+    store = str(tmp_path / "s")
+    runs = [FIXTURES / "torch" / "multirank" / name for name in ("nccl2_balanced", "nccl2_slow_rank1")]
+    code, out, err = run_cli("--store", store, "compare", "--json", *map(str, runs))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [r["metrics"]["api_ns"] for r in doc["rows"]] == [None, None]
+    assert doc["warnings"] == ["not recorded, so their time is unknown (-) rather than 0: API calls in every trace"]
+    api_only = FIXTURES / "nsys" / "resnet18_bs8_cuda_api_sum.csv"
+    code, out, err = run_cli("--store", store, "compare", "--json", str(api_only), str(runs[0]))
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert (rows[0]["metrics"]["gpu_ns"], rows[0]["metrics"]["api_ns"] > 0) == (None, True)

@@ -226,3 +226,81 @@ def test_a_step_change_diff_cannot_explain_is_said(tmp_path):
                              str(FIXTURES / "torch" / "resnet18_bs64.json.gz"), "--json")
     assert code == 0, err
     assert json.loads(out)["step_time_unexplained"] is None
+
+
+def test_a_time_neither_side_recorded_is_not_recorded(tmp_path):
+    """The trimmed NCCL runs hold no runtime call (their raw files have no cuda_runtime event): diff said "API time
+    0 ns -> 0 ns (±0 ns, -)", a measured zero; it says "not recorded", and --json has nulls."""
+    runs = [TORCH / "multirank" / name for name in ("nccl2_balanced", "nccl2_slow_rank1")]
+    for run in runs:
+        for path in run.glob("rank*.json.gz"):
+            with gzip.open(path, "rt") as f:
+                assert not any(e.get("cat") == "cuda_runtime" for e in json.load(f)["traceEvents"])
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "300", "diff", *map(str, runs))
+    assert code == 0, err
+    total = next(line for line in out.splitlines() if line.startswith("total per step: "))
+    assert "; API time not recorded; " in total and "0 ns -> 0 ns" not in total
+    code, out, err = run_cli("--store", store, "diff", "--json", *map(str, runs))
+    api = json.loads(out)["summary"]["api"]
+    assert api == {"time_a_ns": None, "time_b_ns": None, "delta_ns": None, "delta_pct": None}
+
+
+def test_a_time_one_side_recorded_is_left_out_and_says_whose(tmp_path):
+    """A kernel summary with the API summary of its capture against the kernel summary alone: the API calls are
+    left out (recorded in A only), and the total line says so rather than "API time 0 ns -> 0 ns"."""
+    store = str(tmp_path / "s")
+    kern, api = NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv", NSYS / "resnet18_bs8_cuda_api_sum.csv"
+    code, out, err = run_cli("--store", store, "ingest", "-q", "--json", str(kern), str(api))
+    assert code == 0, err
+    both = json.loads(out)["traces"][0]["id"]
+    code, out, err = run_cli("--store", store, "--width", "300", "diff", both, str(kern))
+    assert code == 0, err
+    total = next(line for line in out.splitlines() if line.startswith("total: "))
+    assert total.startswith("total: GPU time 2.977 ms -> 2.977 ms (±0 ns, +0.0%); API time left out (recorded in A "
+                            "only); ")
+    code, out, err = run_cli("--store", store, "diff", "--json", both, str(kern))
+    summary = json.loads(out)["summary"]
+    assert summary["api"] == {"time_a_ns": None, "time_b_ns": None, "delta_ns": None, "delta_pct": None,
+                              "recorded_in": "A"}
+    with kern.open(newline="") as f:
+        kernels = sum(int(r["Total Time (ns)"]) for r in csv.DictReader(f))
+    assert (summary["gpu"]["time_a_ns"], summary["gpu"]["time_b_ns"]) == (kernels, kernels) == (2_977_255,) * 2
+
+
+def test_two_reports_sharing_no_kind_of_row_print_no_empty_table(tmp_path):
+    """An nsys API summary against a kernel summary: each kind is recorded by one side only and left out, so
+    nothing is left to compare; diff printed two empty tables and a total of nothing after its warning."""
+    api, kern = NSYS / "resnet18_bs8_cuda_api_sum.csv", NSYS / "resnet18_bs8_cuda_gpu_kern_sum.csv"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "200", "diff", str(api), str(kern))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == "not the same setup: API calls recorded in A only: left out; kernels recorded in B only: left out"
+    assert [line.split()[0] for line in lines[1:3]] == ["A", "B"]
+    assert lines[3:] == ["figures are whole-trace totals, not per step: A no steps, B no steps",
+                         "nothing to compare: A and B share no kernel, memcpy, memset or API row that diff compares"]
+    code, out, err = run_cli("--store", store, "diff", "--json", str(api), str(kern))
+    doc = json.loads(out)
+    assert (doc["rows"], doc["categories"]) == ([], [])
+
+
+def test_new_and_vanished_names_never_read_alike(tmp_path):
+    """torch's and nsys's spellings of one step's kernels, matched as written (--exact): both lists showed
+    "Kernel<…>" (two different cutlass kernels) and four identical "Kernel<…ImplicitGemmConvolution<…>>" lines.
+    Shortened together, every listed name reads unlike every other, in one list and across the two, and fits its
+    line."""
+    a, b = TORCH / "resnet18_bs8.json.gz", NSYS / "resnet18_bs8.sqlite.gz"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "80", "diff", "--exact", "--top", "60", str(a), str(b))
+    assert code == 0, err
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("not matched, only in A (vanished): "))
+    listed = [line for line in lines[start:] if line.startswith("  ") and not line.startswith("  ...")]
+    code, doc, err = run_cli("--store", store, "diff", "--exact", "--json", str(a), str(b))
+    unmatched = json.loads(doc)["summary"]["unmatched"]
+    assert len(listed) == len(unmatched["a"]) + len(unmatched["b"]) == 48 + 52  # every name listed (--top 60)
+    labels = [line[9:] for line in listed]  # after "  kernel "
+    assert len(set(labels)) == len(labels)
+    assert all(len(line) <= 80 for line in listed)
+    assert "Kernel<…>" not in labels

@@ -221,3 +221,15 @@ def test_a_cell_too_narrow_for_a_readable_cut_shows_its_key_number_alone():
     assert len(cells) == 12 and all(re.fullmatch(r"\[\d+\]", c) for c in cells), cells
     assert all(re.search(r"\[\d+\] +" + re.escape(label), text) for label in labels)  # each whole in the key
     assert MIN_CUT_CELLS > len("ran…_0)")
+
+
+def test_fitted_names_tell_apart_names_that_differ_in_two_places():
+    """Two kernels differing near the start (128 against 64), each spelled two ways that differ at the end: one cut
+    cannot always show both differences (those still alike are numbered); none reads like another, none is too wide."""
+    from traceparse.names import fitted_names
+
+    body = "x" * 200
+    names = [f"ns::Kernel<Shape<{n}>, {body}>({tail})" for n in (128, 64) for tail in ("ns::Params", "T1::Params")]
+    out = fitted_names(names, 60)
+    assert len(set(out)) == 4 and all(len(s) <= 60 for s in out)
+    assert fitted_names(["Kernel<a>", "Kernel<b>"], 60) == ["Kernel<a>", "Kernel<b>"]

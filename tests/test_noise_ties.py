@@ -89,8 +89,17 @@ def test_counts_have_thousands_separators():
 
     assert _rest_row("stream", [Column("n", "n", "count")], [{"n": i} for i in range(3320)])["stream"] == \
         "(3,320 more, max)"
-    edit = {"edit": "--drop x", "calls": 3928, "removed_per_step_by_rank": {"-": 1_000}}
-    assert edit_line(edit) == "--drop x: 3,928 events, 1 us less work per step"
+    edit = {"edit": "--drop x", "calls": 13928, "calls_in_steps": 3928, "step_windows": 1200, "ranks": [],
+            "removed_per_step_by_rank": {"-": 1_000}}
+    assert edit_line(edit) == "--drop x: 3,928 events in 1,200 steps (13,928 in the whole trace), 1 us less work per step"
+
+
+def test_durations_of_a_thousand_seconds_have_thousands_separators():
+    """"6122 s in all" beside "3,320 more": a duration of 1,000 s or more has separators as counts do (prose,
+    --json's message text; the tables' cells already had them), and still rolls over at the unit's edge."""
+    assert [fmt_ns(ns) for ns in (6_122 * 10**9, 6_122_400_000_000, 1_234_567 * 10**9, -6_122 * 10**9, 999.9996e9,
+                                  999.96e6, 1.5e9, 12_000)] == \
+        ["6,122 s", "6,122 s", "1,234,567 s", "-6,122 s", "1,000 s", "1 s", "1.5 s", "12 us"]
 
 
 def test_launch_stats_keeps_its_sort_key_at_80_columns(tmp_path):

@@ -250,12 +250,14 @@ def test_a_missing_store_answers_no_query(tmp_path):
 
     missing = tmp_path / "nostore"
     said = f"no store at {missing}: ingest a trace first, or give --store"
+    in_python = f"no store at {missing}: traceparse.add(PATH) stores a trace first, or pass store= the folder of " \
+                "an existing store"
     with pytest.raises(StoreError) as caught:
         sql("SELECT COUNT(*) AS n FROM events", store=missing)
-    assert str(caught.value) == said
+    assert str(caught.value) == in_python
     with pytest.raises(StoreError) as caught:
         Store(missing).load("abc")
-    assert str(caught.value) == f"abc: {said}"
+    assert str(caught.value) == f"abc: {in_python}"
     assert run_cli("--store", str(missing), "sql", "SELECT COUNT(*) AS n FROM events") == \
         (2, "", f"traceparse: error: {said}\n")
     assert run_cli("--store", str(missing), "show", "abc") == \

@@ -480,3 +480,53 @@ def test_a_caveat_share_is_of_the_path_the_table_shares_are_of(tmp_path):
             assert f"({fmt_pct(sum(r['share_pct'] for r in rows))})" in line, line
             compared += 1
     assert compared >= 3
+
+
+def test_an_edits_count_is_of_what_its_time_per_step_covers(tmp_path):
+    """The nsys capture of ResNet18 holds 1,114 kernels, 372 of them in its one step (``train_step``): the count
+    beside "4.572 ms less work per step" is of those 372 (counted here from the raw SQLite export), and the whole
+    trace's count is said as such; it read "1,114 events" beside the step's figure."""
+    path = SAMPLES / "nsys" / "resnet18_bs16.sqlite.gz"
+    if not path.exists():
+        pytest.skip("the shared nsys sample is not here")
+    import gzip
+    import sqlite3
+
+    db = tmp_path / "capture.sqlite"
+    db.write_bytes(gzip.decompress(path.read_bytes()))
+    con = sqlite3.connect(db)
+    (a, b), = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'train_step'").fetchall()
+    total, inside = con.execute("SELECT COUNT(*), SUM(end > ? AND end <= ?) FROM CUPTI_ACTIVITY_KIND_KERNEL",
+                                (a, b)).fetchone()
+    con.close()
+    assert (total, inside) == (1114, 372)
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "--width", "120", "whatif", str(path), "--scale", "kernel=0")
+    assert code == 0, err
+    assert out.splitlines()[1] == ("--scale kernel=0: 372 events in 1 step (1,114 in the whole trace), 4.572 ms less "
+                                   "work per step")
+    code, out, err = run_cli("--store", store, "whatif", str(path), "--scale", "kernel=0", "--json")
+    edit = json.loads(out)["edits"][0]
+    assert (edit["calls"], edit["calls_in_steps"], edit["step_windows"]) == (total, inside, 1)
+
+
+def test_a_runs_edit_counts_the_events_in_its_ranks_steps(tmp_path):
+    """On a run the count is of the events in every rank's steps, and says over how many (3 steps × 4 ranks of
+    gloo4_balanced): its kernels ending inside a ProfilerStep#N annotation, counted in the raw rank files."""
+    folder = MULTIRANK / "gloo4_balanced"
+    total = inside = 0
+    for rank in range(4):
+        path = folder / f"rank{rank}.json.gz"
+        steps = raw_steps(path).values()
+        ends = [us_to_ns(e["ts"]) + us_to_ns(e["dur"]) for e in raw_events(path) if e.get("cat") == "kernel"]
+        total += len(ends)
+        inside += sum(any(a < end <= b for a, b in steps) for end in ends)
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--scale", "kernel=0", "--json")
+    assert code == 0, err
+    edit = json.loads(out)["edits"][0]
+    assert (edit["calls"], edit["calls_in_steps"], edit["step_windows"]) == (total, inside, 12)
+    code, out, err = run_cli("--store", store, "--width", "200", "whatif", str(folder), "--scale", "kernel=0")
+    whole = f" ({total:,} in the whole trace)" if total > inside else ""
+    assert out.splitlines()[1].startswith(f"--scale kernel=0: {inside:,} events in 12 steps of 4 ranks{whole}; "
+                                          "work per step: rank ")

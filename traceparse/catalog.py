@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from traceparse.errors import InputError
+from traceparse.errors import InputError, spelled
 from traceparse.meta import device_noun
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.trace import Trace
@@ -236,7 +236,8 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
         spec = find_gpu(override, reg)
         if spec is None:
             known = ", ".join(sorted(s["name"] for s in reg.gpu_specs))
-            raise InputError(f"--gpu {override!r}: not in the GPU catalog (known: {known})")
+            raise InputError(f"{spelled(f'--gpu {override!r}', f'gpu={override!r}')}: not in the GPU catalog "
+                             f"(known: {known})")
         return spec, f"{spec['name']} (from --gpu)"
     gpus = [d for d in trace.meta.devices if device_noun(d) == "GPU"]  # a TPU is in no GPU catalog
     names = [d.name for d in gpus if d.name]

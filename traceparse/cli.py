@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from traceparse import __version__
-from traceparse.errors import TraceparseError
+from traceparse.errors import TraceparseError, command_line
 
 if TYPE_CHECKING:
     from traceparse.plugins import Registry
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         session = Session(store=args.store, quiet=args.quiet, reg=reg, width=width)
         for warning in reg.warnings:
             session.warn(warning)
-        code = args.command_object.run(args, session)
+        with command_line():  # its messages name flags (--store), not Python's keywords (store=)
+            code = args.command_object.run(args, session)
         for warning in reg.warnings:  # a plugin's hook that failed while the command ran (once: warn dedups)
             session.warn(warning)
         sys.stdout.flush()

@@ -53,7 +53,8 @@ def fmt_number(value: float | int) -> str:
 
 
 def fmt_ns(ns: Any) -> str:
-    """A duration in the most readable unit, to the significant figures in force: ``388.7 ms``, ``1.563 s``."""
+    """A duration in the most readable unit, to the significant figures in force: ``388.7 ms``, ``1.563 s``; 1,000 s
+    and more with thousands separators, as counts have them (``6,122 s``)."""
     if ns is None:
         return "-"
     ns = float(ns)
@@ -65,8 +66,8 @@ def fmt_ns(ns: Any) -> str:
             text = f"{v:.{decimals_for(v)}f}"
             if abs(float(text)) >= 1000 and i > 0:  # rounded up into the next unit: 999.96 ms is 1 s
                 unit, scale = NS_SCALES[i - 1]
-                text = f"{ns / scale:.{decimals_for(ns / scale)}f}"
-            return f"{_trimmed(text)} {unit}"
+                v = ns / scale
+            return f"{_trimmed(f'{v:,.{decimals_for(v)}f}')} {unit}"
     return f"{ns:.0f} ns"
 
 

@@ -354,6 +354,29 @@ def _numbered(names: list[str], out: list[str]) -> list[str]:
     return [s if owners[s].index(name) == 0 else f"{s} #{owners[s].index(name) + 1}" for name, s in zip(names, out)]
 
 
+def fitted_names(names: list[str], width: int) -> list[str]:
+    """``names`` shortened to at most ``width`` cells each, two different names never alike: folded as a table's
+    names are (:func:`short_names`), then those still too wide cut together (:func:`cut_apart`). For names listed
+    one per line, side by side, where one shortened alone could read like another (diff's new and vanished names
+    both read ``Kernel<…>``). Where two names differ in two places too far apart for one cut to show both (a
+    torch kernel and its nsys spelling differ at the end, each from a sibling near the start), the later of those
+    that read alike are numbered ``#2``, ``#3`` (--json has every name whole)."""
+    out = short_names(names, width)
+    long = [i for i, s in enumerate(out) if text_width(s) > width]
+    for i, cut in zip(long, cut_apart([out[i] for i in long], width)):
+        out[i] = cut
+    owners: dict[str, list[str]] = defaultdict(list)
+    for name, s in zip(names, out):
+        if name not in owners[s]:
+            owners[s].append(name)
+    for i, (name, s) in enumerate(zip(names, out)):
+        n = owners[s].index(name) + 1
+        if n > 1:
+            room = width - len(f" #{n}")  # the end goes: a cut shows what tells it apart in its middle
+            out[i] = f"{s if text_width(s) <= room else _head(s, room - 1) + '…'} #{n}"
+    return out
+
+
 def cut_apart(texts: list[str], width: int) -> list[str]:
     """``texts`` cut to ``width`` from the middle (:func:`middle_cut`), except where two different ones would read
     alike: those keep their head and, in place of their middle, the stretch where they start to differ."""

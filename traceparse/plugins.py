@@ -31,7 +31,7 @@ from pathlib import Path
 import pluggy
 
 from traceparse import hookspecs
-from traceparse.errors import InputError
+from traceparse.errors import InputError, spelled
 
 ENTRY_POINT_GROUP = "traceparse"
 hookimpl = pluggy.HookimplMarker("traceparse")
@@ -246,7 +246,8 @@ class Registry:
         try:
             return self.readers[name]
         except KeyError:
-            raise InputError(f"unknown --format {name!r}; known formats: auto, {', '.join(sorted(self.readers))}") from None
+            raise InputError(f"{spelled(f'unknown --format {name!r}', f'fmt={name!r}: unknown format')}; known formats: auto, "
+                             f"{', '.join(sorted(self.readers))}") from None
 
     def rule(self, name: str):
         """The rule called ``name``, or an :class:`InputError` listing those there are."""

@@ -47,7 +47,7 @@ from typing import Any, Callable
 import polars as pl
 
 from traceparse.cores import usable_cores as _cores
-from traceparse.errors import InputError, TraceparseError
+from traceparse.errors import InputError, TraceparseError, enter_command_line, on_command_line, spelled
 from traceparse.figures import SAME_NS, same_figure
 from traceparse.ingest import plan, read_group
 from traceparse.plugins import Registry, registry as default_registry
@@ -577,7 +577,8 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
     pending: set[Future] = set()
     queue = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)][::-1]
     with _polars_threads(_cores() // workers), ProcessPoolExecutor(
-            max_workers=workers, mp_context=get_context("spawn"), max_tasks_per_child=tasks_per_worker) as pool:
+            max_workers=workers, mp_context=get_context("spawn"), max_tasks_per_child=tasks_per_worker,
+            initializer=enter_command_line, initargs=(on_command_line(),)) as pool:  # a reader's message as here
         try:
             while queue or pending:
                 while queue and len(pending) < workers:
@@ -589,8 +590,9 @@ def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
                     if advance:
                         advance(len(done_ranks), done_ranks)
         except BrokenProcessPool:
+            one_at_a_time = spelled("--jobs 1", "traceparse.run.ingest_run(paths, store=Store(), jobs=1)")
             raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
-                                  "--jobs 1 reads one rank at a time in this process") from None
+                                  f"{one_at_a_time} reads one rank at a time in this process") from None
         except BaseException:
             for future in pending:
                 future.cancel()

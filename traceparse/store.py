@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from traceparse.errors import StoreError
+from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
 from traceparse.meta import INCOMPLETE, TraceMeta, incomplete_notes
 from traceparse.threads import THREAD_NAMES
@@ -174,8 +174,11 @@ class Store:
         return f"no {want} with this id{' or name' if want == 'run' else ''} in the store {self.root}"
 
     def missing(self) -> str:
-        """What to say where the store's directory does not exist (a mistyped ``--store`` or $TRACEPARSE_STORE)."""
-        return f"no store at {self.root}: ingest a trace first, or give --store"
+        """What to say where the store's directory does not exist (a mistyped ``--store``, ``store=`` or
+        $TRACEPARSE_STORE), in the interface in use."""
+        return f"no store at {self.root}: " + spelled("ingest a trace first, or give --store",
+                                                      "traceparse.add(PATH) stores a trace first, or pass store= the "
+                                                      "folder of an existing store")
 
     def require(self) -> None:
         """A one-line :class:`StoreError` when the store's directory does not exist: what reads the whole store (a

@@ -36,7 +36,7 @@ from typing import Iterable
 
 import polars as pl
 
-from traceparse.errors import InputError, StoreError
+from traceparse.errors import InputError, StoreError, spelled
 from traceparse.expr import API_CLASSES, OTHER_CATEGORY, OTHER_CLASS, kernel_categories
 from traceparse.schema import DTYPES
 from traceparse.store import FINDINGS_FILE, Store
@@ -177,8 +177,8 @@ def _resolve(store: Store, ref: str, want: str) -> str:
         raise StoreError(f"{ref}: {store.no_entry(want)}")
     kind, entry_id = store.resolve(ref)
     if kind != want:
-        other = "--run" if kind == "run" else "--trace"
-        raise InputError(f"--{want} {ref}: names a {kind}, not a {want}; use {other} {ref}")
+        raise InputError(spelled(f"--{want} {ref}: names a {kind}, not a {want}; use --{kind} {ref}",
+                                 f"{want}s=[{ref!r}]: names a {kind}, not a {want}; pass {kind}s=[{ref!r}]"))
     return entry_id
 
 
@@ -485,10 +485,11 @@ def pick_engine(engine: str | None = None) -> str:
     if engine is None:
         return "duckdb" if duckdb_available() else "polars"
     if engine not in ENGINES:
-        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+        raise InputError(spelled(f"--engine {engine}: expected one of {', '.join(ENGINES)}",
+                                 f"engine={engine!r}: expected one of {', '.join(map(repr, ENGINES))}"))
     if engine == "duckdb" and not duckdb_available():
-        raise InputError("--engine duckdb: DuckDB is not installed: pip install 'traceparse[sql]' "
-                         "(or use --engine polars)")
+        raise InputError(spelled("--engine duckdb", "engine='duckdb'") + ": DuckDB is not installed: pip install "
+                         f"'traceparse[sql]' (or use {spelled('--engine polars', 'engine=' + repr('polars'))})")
     return engine
 
 

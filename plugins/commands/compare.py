@@ -98,7 +98,8 @@ def trace_metrics(trace: Trace, kernel_patterns: list[str], api_patterns: list[s
     totals = {kind: int(by_name.filter(pl.col("kind") == kind)["time_ns"].sum() or 0) for kind in KINDS}
     for kind in KINDS:  # a kind the trace has no row of is unknown ("-"), not 0 (a kernel summary has no API)
         metrics[f"{kind}_ns"] = totals[kind] if kind in present else None
-    metrics["gpu_ns"] = totals["kernel"] + totals["memcpy"] + totals["memset"]
+    metrics["gpu_ns"] = (totals["kernel"] + totals["memcpy"] + totals["memset"] if present & set(expr.GPU_KINDS)
+                         else None)  # no GPU row at all: not recorded, not a measured 0
     kernel_rows, api_rows = by_name.filter(pl.col("kind") == "kernel"), by_name.filter(pl.col("kind") == "api")
     metrics.update(step_metrics(events))
     metrics["kernel_pattern_pct"] = {p: _share(kernel_rows, p, metrics["gpu_ns"]) for p in kernel_patterns}
@@ -571,6 +572,15 @@ def _comparability(rows: list[dict], ranks: list[int] = ()) -> list[str]:
     if totals:
         notes.append(f"{', '.join(totals)}: GPU work as totals, with no timeline: its span, idle and overlap are "
                      "unknown (-)")
+    unrecorded: dict[tuple, list[str]] = {}  # the traces that lack a kind -> the kinds they lack
+    for kind, words in (("kernel", "kernels"), ("memcpy", "copies"), ("api", "API calls"), ("memset", "memsets")):
+        missing = tuple(r["label"] for r in rows if r["metrics"][f"{kind}_ns"] is None)
+        if missing:
+            unrecorded.setdefault(missing, []).append(words)
+    if unrecorded:  # a "-" of the times table: nothing of the kind was recorded, which is no measured 0
+        said = [f"{', '.join(kinds[:-1]) + ' and ' if len(kinds) > 1 else ''}{kinds[-1]} in "
+                f"{'every trace' if len(whom) == len(rows) else ', '.join(whom)}" for whom, kinds in unrecorded.items()]
+        notes.append(f"not recorded, so their time is unknown (-) rather than 0: {'; '.join(said)}")
     counts = {r["metrics"]["steps"] for r in rows if r["metrics"]["steps"]}
     if len(counts) > 1:
         notes.append(f"the traces hold {', '.join(str(c) for c in sorted(counts))} steps: the GPU and API times "

@@ -53,7 +53,7 @@ from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.plugins import hookimpl
-from traceparse.names import demangle, short_name
+from traceparse.names import demangle, fitted_names
 from traceparse.report import fitted_table, fmt_ns, trace_label
 from traceparse.run import trace_ranks, world_size_of
 from traceparse.summary import step_windows
@@ -329,7 +329,8 @@ def unexplained_step_line(base: dict, totals: dict) -> str | None:
     def per_rank(part: dict) -> float:
         return part["time_b_ns"] / ranks["b"] - part["time_a_ns"] / ranks["a"]
 
-    moved = {label: per_rank(totals[key]) for label, key in (("GPU time", "gpu"), ("API time", "api"))}
+    moved = {label: per_rank(totals[key]) for label, key in (("GPU time", "gpu"), ("API time", "api"))
+             if totals[key]["delta_ns"] is not None}  # a time a side did not record moved by no known amount
     if any(ns / change >= 0.5 for ns in moved.values()):  # one of them moved with the step, by half of it or more
         return None
     what = ", ".join(f"{label} {_signed_ns(round(ns))}" for label, ns in moved.items())
@@ -343,20 +344,36 @@ def unexplained_step_line(base: dict, totals: dict) -> str | None:
 STEP_CHANGE_PCT = 5.0
 
 
-def summary(rows: pl.DataFrame) -> dict:
+#: The totals :func:`summary` gives, and the kinds of rows each sums.
+TOTALS = {"gpu": GPU_KINDS, "kernel": ("kernel",), "api": ("api",)}
+
+
+def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = None,
+            left_out: dict[str, str] | None = None) -> dict:
     """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time; names matched (by name,
-    by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and ``b``)."""
+    by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and ``b``).
+
+    ``recorded``: the kinds of rows A and B hold (each side's; None: every kind); ``left_out``: the kinds only one
+    of them recorded, left out of the comparison (:func:`one_sided`). A total of kinds a side did not record, or
+    that were left out, is None there, not 0 (and so is its change; ``recorded_in`` says which side recorded what
+    was left out): two trimmed runs without runtime calls read "API time 0 ns -> 0 ns", a measured zero nobody
+    measured."""
     def total(frame: pl.DataFrame, column: str) -> int:
         return int(frame[column].sum() or 0)
 
-    gpu = rows.filter(pl.col("kind").is_in(GPU_KINDS))
-    api = rows.filter(pl.col("kind") == "api")
-    kernels = rows.filter(pl.col("kind") == "kernel")
+    kinds = recorded or (set(KINDS), set(KINDS))
+    left_out = left_out or {}
     out = {}
-    for label, frame in (("gpu", gpu), ("kernel", kernels), ("api", api)):
-        a, b = total(frame, "time_a_ns"), total(frame, "time_b_ns")
-        out[label] = {"time_a_ns": a, "time_b_ns": b, "delta_ns": b - a,
-                      "delta_pct": round(100.0 * (b - a) / a, 4) if a else None}
+    for label, of in TOTALS.items():
+        frame = rows.filter(pl.col("kind").is_in(of))
+        a, b = (total(frame, column) if (side & set(of)) - set(left_out) else None
+                for column, side in (("time_a_ns", kinds[0]), ("time_b_ns", kinds[1])))
+        both = a is not None and b is not None
+        out[label] = {"time_a_ns": a, "time_b_ns": b, "delta_ns": b - a if both else None,
+                      "delta_pct": round(100.0 * (b - a) / a, 4) if both and a else None}
+        sides = {left_out[k] for k in of if k in left_out}
+        if a is None and b is None and len(sides) == 1:
+            out[label]["recorded_in"] = sides.pop()
     count = {s: int((rows["status"] == s).sum()) for s in STATUSES}
     out["new"] = count["new"]
     out["vanished"] = count["vanished"]
@@ -405,6 +422,10 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         if step_line:
             console.print(Text(step_line, style="bold"))
         console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
+    if rows.height == 0:  # the tables and the total would be empty: no row, no total, nothing new or vanished
+        console.print(literal("nothing to compare: A and B share no kernel, memcpy, memset or API row that diff "
+                              "compares", style="yellow"))
+        return
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
     shown = rows.head(top).to_dicts()
@@ -416,26 +437,39 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         console.print(part)
     if width < WIDE:
         console.print(Text(f"(calls A, calls B and kind: from {WIDE} columns, or in --json)", style="dim"))
-    g, api = totals["gpu"], totals["api"]
     per = " per step" if base and base["per"] == "step" else ""
-    console.print(f"[bold]total{per}[/bold]: GPU time {fmt_ns(g['time_a_ns'])} -> {fmt_ns(g['time_b_ns'])} "
-                  f"({_signed_ns(g['delta_ns'])}, {_pct(g['delta_pct'])}); API time {fmt_ns(api['time_a_ns'])} -> "
-                  f"{fmt_ns(api['time_b_ns'])} ({_signed_ns(api['delta_ns'])}, {_pct(api['delta_pct'])}); "
-                  f"{totals['matched']} names in both ({totals['renamed']} under another spelling), "
-                  f"{totals['new']} new, {totals['vanished']} vanished")
+    console.print(f"[bold]total{per}[/bold]: GPU time {total_said(totals['gpu'])}; API time "
+                  f"{total_said(totals['api'])}; {totals['matched']} names in both ({totals['renamed']} under "
+                  f"another spelling), {totals['new']} new, {totals['vanished']} vanished")
     unexplained = unexplained_step_line(base, totals) if base else None
     if unexplained:
         console.print(literal(unexplained, style="yellow"))
-    for side, word in (("a", "only in A (vanished)"), ("b", "only in B (new)")):
-        names = _by_change(rows, "vanished" if side == "a" else "new")
+    unmatched = {status: _by_change(rows, status) for status in ("vanished", "new")}
+    listed = [name for names in unmatched.values() for _, name in names[:top]]
+    # shortened together, so that no two names read alike, in one list or across the two (--json has them whole)
+    label = dict(zip(listed, fitted_names(listed, max(width - 10, 20))))
+    for status, word in (("vanished", "only in A (vanished)"), ("new", "only in B (new)")):
+        names = unmatched[status]
         if not names:
             continue
         console.print(f"[bold]not matched[/bold], {word}: {len(names)}")
         for kind, name in names[:top]:
-            console.print(literal(f"  {kind:<6} {short_name(name, max(width - 10, 20))}"))
+            console.print(literal(f"  {kind:<6} {label[name]}"))
         if len(names) > top:
             console.print(Text(f"  ... and {len(names) - top:,} more (--top N shows more; --json lists all)",
                                style="dim"))
+
+
+def total_said(part: dict) -> str:
+    """One total of :func:`summary` in words: ``14.89 ms -> 84.08 ms (+69.19 ms, +464.7%)``; ``not recorded``
+    where neither trace recorded rows of its kinds, and ``not recorded`` on the side that did not."""
+    a, b = part["time_a_ns"], part["time_b_ns"]
+    if a is None and b is None:
+        return f"left out (recorded in {part['recorded_in']} only)" if part.get("recorded_in") else "not recorded"
+    if a is None or b is None:
+        return (f"{fmt_ns(a) if a is not None else 'not recorded'} -> "
+                f"{fmt_ns(b) if b is not None else 'not recorded'}")
+    return f"{fmt_ns(a)} -> {fmt_ns(b)} ({_signed_ns(part['delta_ns'])}, {_pct(part['delta_pct'])})"
 
 
 def _by_change(rows: pl.DataFrame, status: str) -> list[tuple[str, str]]:
@@ -480,7 +514,7 @@ class DiffCommand(Command):
                 base[f"outside_steps_{key}"] = outside(all_rows, inside)
         rows, categories = diff_tables(*sides, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))
-        totals = summary(rows)
+        totals = summary(rows, (present["A"], present["B"]), unrecorded)
         unexplained = unexplained_step_line(base, totals)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,

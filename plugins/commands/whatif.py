@@ -147,7 +147,8 @@ def document(trace, label: str, result) -> dict:
     per_rank.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0))
     m, p = float(steps["measured_ns"].mean()), float(steps["predicted_ns"].mean())
     return {"trace": {"id": trace.id, "label": label, "format": trace.meta.format},
-            "edits": [{"edit": a.text, "calls": a.calls, "ranks": a.ranks, "names": a.names,
+            "edits": [{"edit": a.text, "calls": a.calls, "calls_in_steps": a.in_steps, "step_windows": a.windows,
+                       "ranks": a.ranks, "names": a.names,
                        "removed_per_step_ns": a.removed_ns,
                        "removed_per_step_by_rank": {_rank(r): ns for r, ns in a.by_rank.items()}}
                       for a in result.applied],
@@ -165,7 +166,7 @@ def edit_line(e: dict) -> str:
     if not e["calls"]:
         return (f"--balance: nothing to even out: no rank spends {BALANCE_MIN_EXCESS:.0%} of its mean step or "
                 "more longer than the median rank in any name" if balance else f"{e['edit']}: matched no event")
-    what = fmt_count(e["calls"], "name" if balance else "event")
+    what = fmt_count(e["calls"], "name") if balance else _events_said(e)
     by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
     if not by:
         return f"{e['edit']}: {what}, no time in the steps"
@@ -176,6 +177,19 @@ def edit_line(e: dict) -> str:
     parts = ", ".join(f"rank {k} {word(by[k])}" for k in order[:4])
     more = f" (and {len(order) - 4:,} more ranks)" if len(order) > 4 else ""
     return f"{e['edit']}: {what}; work per step: {parts}{more}"
+
+
+def _events_said(e: dict) -> str:
+    """The events an edit matched, counted over what its time per step covers: those inside the steps
+    (``372 events in 1 step``), and how many the whole trace holds where that is more (an nsys capture's kernels
+    outside its one step)."""
+    inside, windows = e["calls_in_steps"], e["step_windows"]
+    if not windows:
+        return f"{fmt_count(e['calls'], 'event')}, none in the steps"
+    ranks = len(e["ranks"])
+    where = fmt_count(windows, "step") + (f" of {ranks:,} ranks" if ranks > 1 else "")
+    whole = f" ({e['calls']:,} in the whole trace)" if e["calls"] > inside else ""
+    return f"{fmt_count(inside, 'event')} in {where}{whole}"
 
 
 def steps_said(doc: dict) -> str:

@@ -81,7 +81,7 @@ def timeline_chart(go, tl: dict) -> Chart:
         for i, m in enumerate(members):
             fig.add_trace(go.Scatter(x=tl["x_ms"], y=m["busy_pct"], mode="lines", name=esc(m["label"]),
                                      line=dict(width=1.5, color=PALETTE[i % len(PALETTE)], shape="hvh"),
-                                     hovertemplate="%{x:.3f} ms: busy %{y:.1f}%<extra>" + esc(m["label"])
+                                     hovertemplate="%{x:,.3f} ms: busy %{y:.1f}%<extra>" + esc(m["label"])
                                                    + "</extra>"))
         _layout(fig, legend_below=True, xaxis_title="time from the first GPU activity (ms)",
                 yaxis_title="GPU busy (%)", yaxis_range=[0, 102])
@@ -89,7 +89,7 @@ def timeline_chart(go, tl: dict) -> Chart:
         fig.add_trace(go.Heatmap(x=tl["x_ms"], y=[esc(m["label"]) for m in members],
                                  z=[m["busy_pct"] for m in members], zmin=0, zmax=100, colorscale="Blues",
                                  colorbar=dict(title=dict(text="busy %"), thickness=12),
-                                 hovertemplate="%{y}, %{x:.3f} ms: busy %{z:.1f}%<extra></extra>"))
+                                 hovertemplate="%{y}, %{x:,.3f} ms: busy %{z:.1f}%<extra></extra>"))
         _layout(fig, xaxis_title="time from the first GPU activity (ms)",
                 yaxis=dict(autorange="reversed", automargin=True), height=max(300, 28 * len(members) + 140))
     note = (f"Share of each bin of {fmt_ns(tl['width_ns'])} in which the GPU runs a kernel, copy or memset; "
@@ -105,10 +105,10 @@ def steps_chart(go, sb: dict) -> Chart:
         label = esc(m["label"])
         fig.add_trace(go.Bar(x=x, y=[b / 1e6 for b in m["busy_ns"]], name=f"{label} busy", offsetgroup=str(i),
                              marker_color=PALETTE[i % len(PALETTE)], legendgroup=str(i), legendrank=i,
-                             hovertemplate="%{x}: busy %{y:.3f} ms<extra>" + label + "</extra>"))
+                             hovertemplate="%{x}: busy %{y:,.3f} ms<extra>" + label + "</extra>"))
         fig.add_trace(go.Bar(x=x, y=[d / 1e6 for d in m["idle_ns"]], base=[b / 1e6 for b in m["busy_ns"]],
                              name="idle", offsetgroup=str(i), marker_color=IDLE_COLOUR, legendgroup="idle",
-                             showlegend=i == 0, legendrank=10_000, hovertemplate="%{x}: idle %{y:.3f} ms<extra>" + label + "</extra>"))
+                             showlegend=i == 0, legendrank=10_000, hovertemplate="%{x}: idle %{y:,.3f} ms<extra>" + label + "</extra>"))
     _layout(fig, barmode="group", yaxis_title="time in the step (ms)")
     return Chart("chart-steps", "GPU busy and idle per step", "Each step's window (as the summary counts steps): the "
                  "time the GPU is busy (coloured) and idle (grey).", fig)
@@ -119,7 +119,7 @@ def categories_chart(go, cats: list[dict]) -> Chart:
     fig = go.Figure(go.Pie(labels=[esc(c["category"]) for c in cats], values=[c["time_ns"] / 1e6 for c in cats],
                            hole=0.45, sort=False, textinfo="label+percent",
                            customdata=[c["calls"] for c in cats],
-                           hovertemplate="%{label}: %{value:.3f} ms, %{percent}, %{customdata:,} calls<extra></extra>",
+                           hovertemplate="%{label}: %{value:,.3f} ms, %{percent}, %{customdata:,} calls<extra></extra>",
                            marker=dict(colors=[PALETTE[i % len(PALETTE)] for i in range(len(cats))])))
     _layout(fig, showlegend=False)
     total = sum(c["time_ns"] for c in cats)
@@ -139,7 +139,7 @@ def names_chart(go, names: dict) -> Chart:
     fig = go.Figure(go.Bar(
         y=labels[::-1], x=[r[2] / 1e6 for r in rows][::-1], orientation="h", marker_color=PALETTE[0],
         customdata=[[esc(r[1]), 100.0 * r[2] / total, r[3]] for r in rows][::-1],
-        hovertemplate="%{customdata[0]}<br>%{x:.3f} ms (%{customdata[1]:.1f}% of kernel time), "
+        hovertemplate="%{customdata[0]}<br>%{x:,.3f} ms (%{customdata[1]:.1f}% of kernel time), "
                       "%{customdata[2]:,} calls<extra></extra>"))
     _layout(fig, xaxis_title="kernel time (ms)", height=max(360, 24 * len(rows) + 100),
             margin=dict(l=20, r=20, t=30, b=50), yaxis=dict(automargin=True))
@@ -164,7 +164,7 @@ def copies_chart(go, make_subplots, rows: list[dict]) -> Chart:
     for col, (key, title, colour, scale, unit) in enumerate(panels, 1):
         fig.add_trace(go.Bar(x=x, y=[(r[key] or 0) / scale for r in rows], marker_color=colour,
                              name=title.split()[0], customdata=custom,
-                             hovertemplate="%{x}: %{y:.3f} " + unit + " in %{customdata[0]:,} copies, "
+                             hovertemplate="%{x}: %{y:,.3f} " + unit + " in %{customdata[0]:,} copies, "
                                            "%{customdata[1]}<extra></extra>"), row=1, col=col)
     _layout(fig, showlegend=False, margin=dict(l=60, r=20, t=TOP_WITH_SUBPLOT_TITLES, b=50))
     note = ("Host-to-device (HtoD), device-to-host (DtoH), device-to-device (DtoD) and peer copies: "
@@ -191,13 +191,13 @@ def collectives_chart(go, make_subplots, late: dict) -> Chart:
             fig.add_trace(go.Scatter(x=x, y=[None if v is None else v / 1e6 for v in m["late_ns"]],
                                      mode="lines+markers", name=esc(m["label"]), legendgroup=esc(m["label"]),
                                      line=dict(color=colour[m["label"]], width=1.5), customdata=labels,
-                                     hovertemplate="%{customdata}: arrived %{y:.3f} ms after the first<extra>"
+                                     hovertemplate="%{customdata}: arrived %{y:,.3f} ms after the first<extra>"
                                                    + esc(m["label"]) + "</extra>"), row=1, col=1)
     else:
         fig.add_trace(go.Heatmap(x=x, y=[esc(m["label"]) for m in members], colorscale="Reds", zmin=0,
                                  z=[[None if v is None else v / 1e6 for v in m["late_ns"]] for m in members],
                                  colorbar=dict(title=dict(text="late (ms)"), thickness=12, len=0.5, y=0.78),
-                                 hovertemplate="%{y}, collective %{x}: %{z:.3f} ms after the first<extra></extra>"),
+                                 hovertemplate="%{y}, collective %{x}: %{z:,.3f} ms after the first<extra></extra>"),
                       row=1, col=1)
         fig.update_yaxes(autorange="reversed", row=1, col=1)
     for m in members:
@@ -206,7 +206,7 @@ def collectives_chart(go, make_subplots, late: dict) -> Chart:
             continue
         fig.add_trace(go.Bar(x=x, y=mine, name=f"{esc(m['label'])} last", marker_color=colour[m["label"]],
                              legendgroup=esc(m["label"]), showlegend=len(members) > LINES_UP_TO_MEMBERS,
-                             customdata=labels, hovertemplate="%{customdata}: the others waited %{y:.3f} ms for "
+                             customdata=labels, hovertemplate="%{customdata}: the others waited %{y:,.3f} ms for "
                              + esc(m["label"]) + "<extra></extra>"), row=2, col=1)
     _layout(fig, legend_below=True, barmode="stack", height=520,
             margin=dict(l=60, r=20, t=TOP_WITH_SUBPLOT_TITLES, b=50))
@@ -234,7 +234,7 @@ def ranks_chart(go, rows: list[dict]) -> Chart:
         fig.add_trace(go.Bar(y=y, x=[v / n / 1e6 for v, n in zip(values, steps)], orientation="h", name=label,
                              marker_color=colour,
                              customdata=[100.0 * v / r["step_ns"] if r["step_ns"] else 0 for v, r in zip(values, rows)],
-                             hovertemplate="%{y}: " + label + " %{x:.3f} ms per step (%{customdata:.1f}%)"
+                             hovertemplate="%{y}: " + label + " %{x:,.3f} ms per step (%{customdata:.1f}%)"
                                            "<extra></extra>"))
     _layout(fig, legend_below=True, barmode="stack", xaxis_title="mean time per step (ms)",
             legend_traceorder="normal", height=max(300, 40 * len(rows) + 160), yaxis=dict(autorange="reversed"))
@@ -263,7 +263,7 @@ def critical_path_chart(go, cp: dict) -> Chart:
     fig.add_trace(go.Bar(y=[esc(s["row"]) for s in steps], x=[(s["end_ns"] - s["start_ns"]) / 1e6 for s in steps],
                          base=[ms(s["start_ns"]) for s in steps], orientation="h", name="step", width=0.8,
                          marker=dict(color=IDLE_COLOUR), customdata=[s["step"] for s in steps],
-                         hovertemplate="%{y}, step %{customdata}: %{x:.3f} ms<extra></extra>"))
+                         hovertemplate="%{y}, step %{customdata}: %{x:,.3f} ms<extra></extra>"))
     kinds = [k for k in PATH_KINDS if any(s["kind"] == k for s in cp["segments"])]
     kinds += sorted({s["kind"] for s in cp["segments"]} - set(kinds))
     for i, kind in enumerate(kinds):
@@ -274,7 +274,7 @@ def critical_path_chart(go, cp: dict) -> Chart:
             base=[ms(s["start_ns"]) for s in mine], orientation="h", name=esc(kind), width=0.4,
             marker=dict(color=colour, line=dict(width=0)),
             customdata=[[esc(short_name(s["name"] or "-", HOVER_WIDTH)), esc(s["lane"]), s["step"]] for s in mine],
-            hovertemplate="%{customdata[0]}<br>%{y} %{customdata[1]}, step %{customdata[2]}: %{x:.3f} ms"
+            hovertemplate="%{customdata[0]}<br>%{y} %{customdata[1]}, step %{customdata[2]}: %{x:,.3f} ms"
                           "<extra>" + esc(kind) + "</extra>"))
     if cp["crossings"]:
         x, y = [], []

@@ -42,7 +42,7 @@ from typing import Iterator
 
 import polars as pl
 
-from traceparse.errors import bad_input
+from traceparse.errors import bad_input, spelled
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
@@ -101,7 +101,7 @@ def check_tables(path: Path, tables: set[str], noun: str = "SQLite file") -> Non
     """One-line error unless this is an nsys export with at least one table of events traceparse reads."""
     if "StringTable" in tables and "StringIds" not in tables:
         raise bad_input(path, None, "an nvprof SQLite profile (StringTable), not an Nsight Systems export: "
-                                    "read it with --format nvprof")
+                                    f"read it with {spelled('--format nvprof', 'fmt=' + repr('nvprof'))}")
     present = [t for t in EVENT_TABLES if t in tables]
     if not present:
         raise bad_input(path, None, f"none of the tables traceparse reads is in this {noun} "

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 import polars as pl
 
-from traceparse.errors import InputError, bad_input
+from traceparse.errors import InputError, bad_input, spelled
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device
 from traceparse.validate import excerpt
@@ -134,7 +134,7 @@ class NvprofDatabase:
         """Refuse a database that is not nvprof's: no StringTable, an nsys export, or no activity tables."""
         if "StringIds" in self.tables:
             raise bad_input(self.path, None, "an Nsight Systems SQLite export (it has a StringIds table), not nvprof "
-                                             "output: read it with --format nsys")
+                                             f"output: read it with {spelled('--format nsys', 'fmt=' + repr('nsys'))}")
         present = [t for t in ACTIVITY_TABLES if t in self.tables]
         missing = [] if "StringTable" in self.tables else ["it has no table StringTable"]
         if not present:
