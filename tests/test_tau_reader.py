@@ -595,3 +595,52 @@ def test_hotspots_says_its_total_is_summed_over_threads(tmp_path):
     assert len(nodes) == 4
     assert (f"routines on {len(per_file)} threads of {len(nodes)} processes, {fmt_ns(sum(per_file))} in all (summed "
             f"over the threads; the busiest thread {fmt_ns(max(per_file))}); ") in message
+
+
+def _metric_dirs(root: Path, metrics: dict) -> None:
+    """MULTI__<METRIC>/ directories made from the real cpi-mpi profiles: each metric's Excl and Incl are the
+    time's times ``metrics[METRIC]``."""
+    for metric, factor in metrics.items():
+        folder = root / f"MULTI__{metric}"
+        folder.mkdir(parents=True)
+        for f in sorted(CPI.glob("profile.*")):
+            lines = f.read_text().splitlines(keepends=True)
+            n = int(lines[0].split()[0])
+            lines[0] = lines[0].replace("MULTI_TIME", f"MULTI_{metric}")
+            for i in range(2, 2 + n):
+                lines[i] = re.sub(r'^(".*" \d+ \d+ )(\S+) (\S+)',
+                                  lambda m: f"{m[1]}{int(m[2]) * factor} {int(m[3]) * factor}", lines[i])
+            (folder / f.name).write_text("".join(lines))
+
+
+def test_a_thread_missing_from_one_metric_directory_is_warned_of(tmp_path):
+    """An MPI run's MULTI__TIME/profile.2.0.0 lost (the other metrics' files of rank 2 there): rank 2 dropped out of
+    the hotspots ("on 3 threads of 3 processes", 160 ms) with no word at ingest, which said "4 nodes". Now one
+    warning per metric names the threads it lacks; the figures are those of the 3 ranks with a time (sums of the
+    files' flat Excl computed here)."""
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300, "PAPI_TOT_INS": 1000})
+    (prof / "MULTI__TIME" / "profile.2.0.0").unlink()
+    (prof / "MULTI__PAPI_TOT_INS" / "profile.3.0.0").unlink()
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(prof))
+    assert code == 0, err
+    assert ("traceparse: warning: 1 of 4 threads has no TIME profile (2.0.0) but profiles of other metrics: its "
+            "routines have no time, and every figure of time leaves it out") in err
+    assert ("traceparse: warning: 1 of 4 threads has no PAPI_TOT_INS profile (3.0.0) but profiles of other metrics: "
+            "its routines have no PAPI_TOT_INS values, and what is derived from PAPI_TOT_INS leaves it out") in err
+    assert "PAPI_TOT_CYC profile" not in err
+    (trace,) = read_paths([prof])
+    assert len(trace.meta.warnings) == 2
+    flat = [sum(us_to_ns(Decimal(r[2])) for name, r in plain_profile(CPI / f"profile.{n}.0.0")["routines"].items()
+                if " => " not in name) for n in (0, 1, 3)]
+    timed = trace.events.filter((pl.col("kind") == "region") & pl.col("exclusive_ns").is_not_null()
+                                & ~pl.col("call_path").str.contains(" => ", literal=True))
+    assert sorted(timed["pid"].unique().to_list()) == [0, 1, 3]
+    assert timed["exclusive_ns"].sum() == sum(flat) == 160_018_000
+
+
+def test_one_metric_directory_with_every_thread_says_nothing(tmp_path):
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    (trace,) = read_paths([prof])
+    assert not [w for w in trace.meta.warnings if "profile (" in w]

@@ -199,6 +199,7 @@ def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFra
     routines = _sampled_out_of_timers(_with_times(reference, table, time_metric), warn)
     counters = _counters(table, time_metric)
     _note_wrapped(table, metrics, time_metric, warn)
+    _note_threads_without(table, metrics, time_metric, warn)
     return ProfileSet(routines, counters, user_events, threads, metrics, time_metric, _dedupe_metadata(metadata),
                       files_read)
 
@@ -253,6 +254,31 @@ def _note_wrapped(table: pl.DataFrame, metrics: list[str], time_metric: str | No
             warn(f"metric {metric}: every thread ran {mine.min() / 1e6:,.0f}–{mine.max() / 1e6:,.0f} s, about "
                  f"2^32 us, where {time_metric} gives at most {reference / 1e6:.3g} s: a 32-bit counter that "
                  "wrapped; its values are kept as written, and the figures use " + time_metric)
+
+
+def _note_threads_without(table: pl.DataFrame, metrics: list[str], time_metric: str | None,
+                          warn: Callable[[str], None]) -> None:
+    """Warn, per metric, of the threads that have profiles of other metrics but none of this one (a rank's
+    ``MULTI__TIME/profile.2.0.0`` lost, or not copied): without its time that rank dropped out of every figure
+    of time ("on 3 threads of 3 processes" of a 4-rank run), without a counter out of the derived metrics, and
+    nothing said so."""
+    if len(metrics) < 2:
+        return
+    have = table.select("metric", *events.THREAD).unique()
+    everyone = have.select(events.THREAD).unique().sort(events.THREAD)
+    for metric in metrics:
+        lacking = everyone.join(have.filter(pl.col("metric") == metric), on=events.THREAD, how="anti",
+                                nulls_equal=True).sort(events.THREAD)
+        if not lacking.height:
+            continue
+        names = [".".join(map(str, r)) for r in lacking.iter_rows()]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        one = len(names) == 1
+        its, them = ("its", "it") if one else ("their", "them")
+        what = (f"{its} routines have no time, and every figure of time leaves {them} out" if metric == time_metric
+                else f"{its} routines have no {metric} values, and what is derived from {metric} leaves {them} out")
+        warn(f"{len(names)} of {everyone.height} threads {'has' if one else 'have'} no {metric} profile ({shown}) "
+             f"but profiles of other metrics: {what}")
 
 
 #: TAU's sampling (EBS, ``TAU_SAMPLING``) writes ``[CONTEXT] X``: the samples taken while timer ``X`` ran, broken
