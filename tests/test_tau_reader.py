@@ -644,3 +644,42 @@ def test_one_metric_directory_with_every_thread_says_nothing(tmp_path):
     _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
     (trace,) = read_paths([prof])
     assert not [w for w in trace.meta.warnings if "profile (" in w]
+
+
+def test_a_rank_missing_from_the_directory_is_warned_of(tmp_path):
+    """The real 4-rank cpi-mpi profiles without profile.2.0.0 (a rank killed before it wrote, or a file not
+    copied): read as "3 processes", rank 2 gone with no word. Now a warning names it; the figures stand for the
+    ranks there (their flat Excl summed here)."""
+    import shutil
+
+    prof = tmp_path / "run"
+    prof.mkdir()
+    for n in (0, 1, 3):
+        shutil.copy(CPI / f"profile.{n}.0.0", prof)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(prof))
+    assert code == 0, err
+    assert (f"traceparse: warning: {prof}: no profile of node 2 among nodes 0–3: TAU writes profile.N.C.T files for "
+            "every MPI rank N from 0, so that rank wrote none (killed before the end?) or its files were not copied; "
+            "every figure over ranks leaves it out") in err
+    (trace,) = read_paths([prof])
+    flat = trace.events.filter((pl.col("kind") == "region") & ~pl.col("call_path").str.contains(" => ", literal=True))
+    assert flat["exclusive_ns"].sum() == 160_018_000  # 51,781 + 55,329 + 52,908 us, ranks 0, 1, 3
+    shutil.copy(CPI / "profile.2.0.0", prof)  # every rank: nothing to say
+    assert not [w for w in read_paths([prof])[0].meta.warnings if "no profile of node" in w]
+    for n in (0, 1):  # rank 3 alone: one node on its own says nothing either
+        (prof / f"profile.{n}.0.0").unlink()
+    (prof / "profile.2.0.0").unlink()
+    assert not [w for w in read_paths([prof])[0].meta.warnings if "no profile of node" in w]
+
+
+def test_ranks_missing_from_metric_directories_are_warned_of_once(tmp_path):
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    for metric in ("TIME", "PAPI_TOT_CYC"):
+        for n in (0, 2):
+            (prof / f"MULTI__{metric}" / f"profile.{n}.0.0").unlink()
+    (trace,) = read_paths([prof])
+    assert [w for w in trace.meta.warnings if "no profile of node" in w] == [
+        f"{prof}: no profile of nodes 0, 2 among nodes 0–3: TAU writes profile.N.C.T files for every MPI rank N from "
+        "0, so those ranks wrote none (killed before the end?) or their files were not copied; every figure over ranks "
+        "leaves them out"]

@@ -60,13 +60,34 @@ def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
         if multi:
             warn(f"{directory}: has both profile.* files and MULTI__ directories; read the profile.* files "
                  "(as ParaProf does)")
+        _note_missing_nodes(directory, top, warn)
         return top
     sources = []
     for sub in multi:
         sources.extend(_profiles_in(sub, sub.name[len(MULTI_PREFIX):], warn))
     if not sources:
         raise bad_input(directory, None, NO_PROFILES)
+    _note_missing_nodes(directory, sources, warn)
     return sources
+
+
+def _note_missing_nodes(directory: Path, sources: list[Source], warn: Callable[[str], None]) -> None:
+    """Warn of the node numbers missing among a directory's profiles: TAU's node is the MPI rank, one
+    ``profile.N.C.T`` per rank from 0, so nodes 0, 1 and 3 are a 4-rank run whose rank 2 wrote no file (killed
+    before it did) or whose file was not copied; read as they were, the figures over ranks were those of 3
+    processes, and nothing said one was missing. One node alone (a rank's file on its own) says nothing."""
+    nodes = {s.node for s in sources}
+    if len(nodes) < 2:
+        return
+    missing = [n for n in range(max(nodes)) if n not in nodes]
+    if not missing:
+        return
+    shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    one = len(missing) == 1
+    warn(f"{directory}: no profile of node{'' if one else 's'} {shown} among nodes 0–{max(nodes)}: TAU writes "
+         f"profile.N.C.T files for every MPI rank N from 0, so {'that rank' if one else 'those ranks'} wrote none "
+         f"(killed before the end?) or {'its files were' if one else 'their files were'} not copied; every figure "
+         f"over ranks leaves {'it' if one else 'them'} out")
 
 
 def _note_others(directory: Path, warn: Callable[[str], None]) -> None:
