@@ -683,3 +683,29 @@ def test_ranks_missing_from_metric_directories_are_warned_of_once(tmp_path):
         f"{prof}: no profile of nodes 0, 2 among nodes 0–3: TAU writes profile.N.C.T files for every MPI rank N from "
         "0, so those ranks wrote none (killed before the end?) or their files were not copied; every figure over ranks "
         "leaves them out"]
+
+
+def test_a_time_profile_in_another_metrics_directory_is_not_counted_twice(tmp_path):
+    """MULTI__PAPI_TOT_CYC/profile.1.0.0 a copy of the TIME profile (its first line says MULTI_TIME): it was read as a
+    second TIME profile of thread 1.0.0, every routine of rank 1 twice (MPI_File_open() 26.904 ms twice), with no
+    word. The one in MULTI__TIME is kept, the other left out with a warning; the time is the four files' flat Excl
+    summed here."""
+    import shutil
+
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    misplaced = prof / "MULTI__PAPI_TOT_CYC" / "profile.1.0.0"
+    shutil.copy(prof / "MULTI__TIME" / "profile.1.0.0", misplaced)
+    (trace,) = read_paths([prof])
+    assert trace.meta.warnings[:2] == [
+        f"{misplaced}: its first line names metric TIME, not PAPI_TOT_CYC as its directory MULTI__PAPI_TOT_CYC does; "
+        "read as TIME",
+        f"{misplaced}: a second TIME profile of thread 1.0.0 (the first: {prof / 'MULTI__TIME' / 'profile.1.0.0'}); "
+        "left out, so that the thread's routines are not counted twice"]
+    flat = trace.events.filter((pl.col("kind") == "region") & ~pl.col("call_path").str.contains(" => ", literal=True))
+    expected = sum(us_to_ns(Decimal(r[2])) for f in sorted(CPI.glob("profile.*"))
+                   for name, r in plain_profile(f)["routines"].items() if " => " not in name)
+    assert flat["exclusive_ns"].sum() == expected
+    opens = flat.filter((pl.col("name") == "MPI_File_open()") & (pl.col("pid") == 1))
+    assert opens["exclusive_ns"].to_list() == [us_to_ns(Decimal(plain_profile(CPI / "profile.1.0.0")["routines"]
+                                                                  ["MPI_File_open()"][2]))] == [26_904_000]

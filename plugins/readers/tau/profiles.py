@@ -183,9 +183,38 @@ def _metric_of(source: Source, profile: ProfileFile) -> str:
     return profile.metric or source.metric_dir or "TIME"
 
 
+def _one_per_thread_and_metric(parsed: list[tuple[Source, ProfileFile]],
+                               warn: Callable[[str], None]) -> list[tuple[Source, ProfileFile]]:
+    """The files with at most one per thread and metric: a second profile of a thread's metric (a TIME profile
+    copied into ``MULTI__PAPI_TOT_CYC/``, whose first line still says TIME) was read beside the first, every
+    routine of that thread counted twice. The first is kept, with a warning naming both; a file whose first line
+    names another metric than its ``MULTI__`` directory is warned of too."""
+    def misplaced(source: Source, profile: ProfileFile) -> bool:
+        return source.metric_dir is not None and profile.metric != source.metric_dir
+
+    kept: dict[tuple, Path] = {}
+    out = []
+    # of two files of a thread's metric, the one in its own metric's directory is kept
+    for source, profile in sorted(parsed, key=lambda sp: misplaced(*sp)):
+        metric = _metric_of(source, profile)
+        if misplaced(source, profile):
+            warn(f"{profile.path}: its first line names metric {profile.metric}, not {source.metric_dir} as its "
+                 f"directory {MULTI_PREFIX}{source.metric_dir} does; read as {profile.metric}")
+        key = (source.node, source.context, source.thread, metric)
+        if key in kept:
+            warn(f"{profile.path}: a second {metric} profile of thread {'.'.join(map(str, key[:3]))} (the first: "
+                 f"{kept[key]}); left out, so that the thread's routines are not counted twice")
+            continue
+        kept[key] = profile.path
+        out.append((source, profile))
+    order = {id(sp[1]): i for i, sp in enumerate(parsed)}
+    return sorted(out, key=lambda sp: order[id(sp[1])])
+
+
 def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]) -> ProfileSet:
     frames, with_user_events, threads, metadata = [], {}, [], []
     numbers = WholeNumbers()
+    parsed = _one_per_thread_and_metric(parsed, warn)
     for source, profile in parsed:
         key = (source.node, source.context, source.thread)
         frames.append(profile.routines.with_columns(
