@@ -182,6 +182,25 @@ def test_tau_routine_names_keep_the_routine_and_its_file():
     assert short_name(throttled, 50) == "KDTree::range [{KDTree.cpp} {55,0}] [THROTTLED]"
 
 
+def test_tau_c_routine_names_keep_the_routine():
+    """TAU's source instrumentor (PDT) writes a C routine as ``RET NAME(PARAMS) C [{file} {l,c}-{l,c}]`` (the
+    ``C`` its language; tau2's examples/timerphase profile has ``int foo1(int) C [{foo.c} {22,1}-{29,1}] [3]``, a
+    dynamic timer's number after it). The ``C`` after the parameter list kept them from being dropped, and the
+    last-component step then left ``C [{foo.cpp} {120,1}-{180,2}]``: the routine's own name gone from every table."""
+    name = ("void Foo::bar(std::map<std::string, double> const&, int) C "
+            "[{/home/user/src/very/long/path/foo.cpp} {120,1}-{180,2}]")
+    assert short_name(name, 70) == "Foo::bar [{foo.cpp} {120,1}-{180,2}]"
+    assert short_name("void f(std::vector<int, std::allocator<int> > &) C", 40) == "f"
+    flux = "double compute_flux(double *, double *, int, int, const struct grid_t *) C [{/scratch/src/flux.c} {1,1}-{9,2}]"
+    assert short_name(flux, 70) == "double compute_flux [{flux.c} {1,1}-{9,2}]"
+    dynamic = "int foo1(int) C [{foo.c} {22,1}-{29,1}] [3]"
+    assert short_name(dynamic, 70) == dynamic  # it fits: as written
+    assert short_name(dynamic, 40) == "int foo1 [{foo.c} {22,1}-{29,1}] [3]"
+    assert short_names([f"int foo1(int) C [{{foo.c}} {{22,1}}-{{29,1}}] [{k}]" for k in (1, 2)], 30) == [
+        "int foo1 [{foo.c} {22,1}-{29,1}] [1]", "int foo1 [{foo.c} {22,1}-{29,1}] [2]"]
+    assert short_name("MPI C", 3) == "M…C"  # no parameter list: no language to drop
+
+
 def test_an_annotations_bracket_is_part_of_its_name():
     """DeepSeek's training trace annotates dispatch(F), dispatch(B), attn(F), attn(B), attn(W): tables showed
     "dispatch", "attn" (names no event has, and ambiguous) while the sentence above said dispatch(F). A bracket

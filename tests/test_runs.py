@@ -117,6 +117,60 @@ def test_file_name_gives_the_rank_when_the_trace_does_not(tmp_path):
     assert events.group_by("rank").len().sort("rank").rows() == [(0, 3), (1, 3)]
 
 
+def _nvprof_rank_logs(folder: Path) -> dict[int, str]:
+    """``nvprof --log-file out.%p.txt`` under mpirun: one log per process, named by its PID. Made from the
+    hand-written multiprocess log (processes 21002 and 21003 printed results): {pid: the process's lines}."""
+    import re
+
+    by_pid: dict[int, list[str]] = {}
+    pid = None
+    for line in (FIXTURES / "nvprof" / "handwritten" / "multiprocess_summary.log").read_text().splitlines():
+        m = re.match(r"==(\d+)==", line)
+        pid = int(m.group(1)) if m else pid
+        if pid is not None and not line.startswith(("rank", "srun", "iteration")):
+            by_pid.setdefault(pid, []).append(line)
+    logs = {p: "\n".join(lines) + "\n" for p, lines in by_pid.items() if any("Profiling result" in x for x in lines)}
+    folder.mkdir(parents=True)
+    for p, text in logs.items():
+        (folder / f"out.{p}.txt").write_text(text)
+    return logs
+
+
+def test_file_names_that_are_process_ids_are_not_taken_for_ranks(tmp_path):
+    """nvprof logs of 2 MPI processes named by PID (out.21002.txt, out.21003.txt) made a run of "world size 21004"
+    with "21,002 of 21,004 ranks missing". The number in each name is the process id the log's rows carry, so the
+    ranks are numbered in order of process id, with a warning; each rank holds its own log's rows."""
+    d = tmp_path / "nvrun"
+    logs = _nvprof_rank_logs(d)
+    assert sorted(logs) == [21002, 21003]
+    result = ingest_run([d], store=Store(tmp_path / "s"), jobs=1)
+    run = result.run
+    assert run["world_size"] == 2 and "incomplete" not in run
+    assert run["rank_from"] == {"0": "process id order", "1": "process id order"}
+    assert run["source_paths"] == {"0": [str(d / "out.21002.txt")], "1": [str(d / "out.21003.txt")]}
+    assert result.warnings == [
+        "the file names give process ids, not ranks (out.21002.txt holds process 21002): the 2 ranks are numbered "
+        "0–1 in order of process id, which need not be their MPI ranks; name each file by its rank (e.g. "
+        "%q{OMPI_COMM_WORLD_RANK} in the profiler's output file name) to have them"]
+    events = Store(tmp_path / "s").load_run(run["id"]).events
+    for rank, pid in ((0, 21002), (1, 21003)):
+        alone = read_paths([d / f"out.{pid}.txt"])[0].events
+        mine = events.filter(pl.col("rank") == rank)
+        assert mine.height == alone.height and set(mine["pid"].to_list()) == {pid}
+        assert mine["duration_ns"].sum() == alone["duration_ns"].sum()
+
+
+def test_file_names_of_ranks_0_to_n_stay_ranks_even_when_they_are_the_pids(tmp_path):
+    d = tmp_path / "job"
+    for rank in (0, 1):
+        doc = kineto(rank=None, start_us=1 + rank)
+        for event in doc["traceEvents"]:
+            event["pid"] = rank
+        write(d / f"trace_r{rank}.json", doc)
+    run = ingest_run([d], store=Store(tmp_path / "s"), jobs=1).run
+    assert run["rank_from"] == {"0": "file name", "1": "file name"}
+
+
 def test_no_rank_anywhere_is_an_error_naming_the_file(tmp_path):
     d = tmp_path / "job"
     write(d / "a.json", kineto(rank=0, world_size=2))

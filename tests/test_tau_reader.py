@@ -595,3 +595,117 @@ def test_hotspots_says_its_total_is_summed_over_threads(tmp_path):
     assert len(nodes) == 4
     assert (f"routines on {len(per_file)} threads of {len(nodes)} processes, {fmt_ns(sum(per_file))} in all (summed "
             f"over the threads; the busiest thread {fmt_ns(max(per_file))}); ") in message
+
+
+def _metric_dirs(root: Path, metrics: dict) -> None:
+    """MULTI__<METRIC>/ directories made from the real cpi-mpi profiles: each metric's Excl and Incl are the
+    time's times ``metrics[METRIC]``."""
+    for metric, factor in metrics.items():
+        folder = root / f"MULTI__{metric}"
+        folder.mkdir(parents=True)
+        for f in sorted(CPI.glob("profile.*")):
+            lines = f.read_text().splitlines(keepends=True)
+            n = int(lines[0].split()[0])
+            lines[0] = lines[0].replace("MULTI_TIME", f"MULTI_{metric}")
+            for i in range(2, 2 + n):
+                lines[i] = re.sub(r'^(".*" \d+ \d+ )(\S+) (\S+)',
+                                  lambda m: f"{m[1]}{int(m[2]) * factor} {int(m[3]) * factor}", lines[i])
+            (folder / f.name).write_text("".join(lines))
+
+
+def test_a_thread_missing_from_one_metric_directory_is_warned_of(tmp_path):
+    """An MPI run's MULTI__TIME/profile.2.0.0 lost (the other metrics' files of rank 2 there): rank 2 dropped out of
+    the hotspots ("on 3 threads of 3 processes", 160 ms) with no word at ingest, which said "4 nodes". Now one
+    warning per metric names the threads it lacks; the figures are those of the 3 ranks with a time (sums of the
+    files' flat Excl computed here)."""
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300, "PAPI_TOT_INS": 1000})
+    (prof / "MULTI__TIME" / "profile.2.0.0").unlink()
+    (prof / "MULTI__PAPI_TOT_INS" / "profile.3.0.0").unlink()
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(prof))
+    assert code == 0, err
+    assert ("traceparse: warning: 1 of 4 threads has no TIME profile (2.0.0) but profiles of other metrics: its "
+            "routines have no time, and every figure of time leaves it out") in err
+    assert ("traceparse: warning: 1 of 4 threads has no PAPI_TOT_INS profile (3.0.0) but profiles of other metrics: "
+            "its routines have no PAPI_TOT_INS values, and what is derived from PAPI_TOT_INS leaves it out") in err
+    assert "PAPI_TOT_CYC profile" not in err
+    (trace,) = read_paths([prof])
+    assert len(trace.meta.warnings) == 2
+    flat = [sum(us_to_ns(Decimal(r[2])) for name, r in plain_profile(CPI / f"profile.{n}.0.0")["routines"].items()
+                if " => " not in name) for n in (0, 1, 3)]
+    timed = trace.events.filter((pl.col("kind") == "region") & pl.col("exclusive_ns").is_not_null()
+                                & ~pl.col("call_path").str.contains(" => ", literal=True))
+    assert sorted(timed["pid"].unique().to_list()) == [0, 1, 3]
+    assert timed["exclusive_ns"].sum() == sum(flat) == 160_018_000
+
+
+def test_one_metric_directory_with_every_thread_says_nothing(tmp_path):
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    (trace,) = read_paths([prof])
+    assert not [w for w in trace.meta.warnings if "profile (" in w]
+
+
+def test_a_rank_missing_from_the_directory_is_warned_of(tmp_path):
+    """The real 4-rank cpi-mpi profiles without profile.2.0.0 (a rank killed before it wrote, or a file not
+    copied): read as "3 processes", rank 2 gone with no word. Now a warning names it; the figures stand for the
+    ranks there (their flat Excl summed here)."""
+    import shutil
+
+    prof = tmp_path / "run"
+    prof.mkdir()
+    for n in (0, 1, 3):
+        shutil.copy(CPI / f"profile.{n}.0.0", prof)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(prof))
+    assert code == 0, err
+    assert (f"traceparse: warning: {prof}: no profile of node 2 among nodes 0–3: TAU writes profile.N.C.T files for "
+            "every MPI rank N from 0, so that rank wrote none (killed before the end?) or its files were not copied; "
+            "every figure over ranks leaves it out") in err
+    (trace,) = read_paths([prof])
+    flat = trace.events.filter((pl.col("kind") == "region") & ~pl.col("call_path").str.contains(" => ", literal=True))
+    assert flat["exclusive_ns"].sum() == 160_018_000  # 51,781 + 55,329 + 52,908 us, ranks 0, 1, 3
+    shutil.copy(CPI / "profile.2.0.0", prof)  # every rank: nothing to say
+    assert not [w for w in read_paths([prof])[0].meta.warnings if "no profile of node" in w]
+    for n in (0, 1):  # rank 3 alone: one node on its own says nothing either
+        (prof / f"profile.{n}.0.0").unlink()
+    (prof / "profile.2.0.0").unlink()
+    assert not [w for w in read_paths([prof])[0].meta.warnings if "no profile of node" in w]
+
+
+def test_ranks_missing_from_metric_directories_are_warned_of_once(tmp_path):
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    for metric in ("TIME", "PAPI_TOT_CYC"):
+        for n in (0, 2):
+            (prof / f"MULTI__{metric}" / f"profile.{n}.0.0").unlink()
+    (trace,) = read_paths([prof])
+    assert [w for w in trace.meta.warnings if "no profile of node" in w] == [
+        f"{prof}: no profile of nodes 0, 2 among nodes 0–3: TAU writes profile.N.C.T files for every MPI rank N from "
+        "0, so those ranks wrote none (killed before the end?) or their files were not copied; every figure over ranks "
+        "leaves them out"]
+
+
+def test_a_time_profile_in_another_metrics_directory_is_not_counted_twice(tmp_path):
+    """MULTI__PAPI_TOT_CYC/profile.1.0.0 a copy of the TIME profile (its first line says MULTI_TIME): it was read as a
+    second TIME profile of thread 1.0.0, every routine of rank 1 twice (MPI_File_open() 26.904 ms twice), with no
+    word. The one in MULTI__TIME is kept, the other left out with a warning; the time is the four files' flat Excl
+    summed here."""
+    import shutil
+
+    prof = tmp_path / "prof"
+    _metric_dirs(prof, {"TIME": 1, "PAPI_TOT_CYC": 2300})
+    misplaced = prof / "MULTI__PAPI_TOT_CYC" / "profile.1.0.0"
+    shutil.copy(prof / "MULTI__TIME" / "profile.1.0.0", misplaced)
+    (trace,) = read_paths([prof])
+    assert trace.meta.warnings[:2] == [
+        f"{misplaced}: its first line names metric TIME, not PAPI_TOT_CYC as its directory MULTI__PAPI_TOT_CYC does; "
+        "read as TIME",
+        f"{misplaced}: a second TIME profile of thread 1.0.0 (the first: {prof / 'MULTI__TIME' / 'profile.1.0.0'}); "
+        "left out, so that the thread's routines are not counted twice"]
+    flat = trace.events.filter((pl.col("kind") == "region") & ~pl.col("call_path").str.contains(" => ", literal=True))
+    expected = sum(us_to_ns(Decimal(r[2])) for f in sorted(CPI.glob("profile.*"))
+                   for name, r in plain_profile(f)["routines"].items() if " => " not in name)
+    assert flat["exclusive_ns"].sum() == expected
+    opens = flat.filter((pl.col("name") == "MPI_File_open()") & (pl.col("pid") == 1))
+    assert opens["exclusive_ns"].to_list() == [us_to_ns(Decimal(plain_profile(CPI / "profile.1.0.0")["routines"]
+                                                                  ["MPI_File_open()"][2]))] == [26_904_000]

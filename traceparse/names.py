@@ -66,9 +66,14 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
 
 
 #: The source location TAU writes after a routine's name: `` [{/path/file.cpp} {307,0}]`` or ``{307,0}-{320,5}]``.
-#: TAU marks a routine it stopped measuring `` [THROTTLED]`` after that.
+#: TAU marks a routine it stopped measuring `` [THROTTLED]`` after that, and numbers the timers of
+#: ``TAU_PROFILE_CREATE_DYNAMIC_AUTO`` `` [1]``, `` [2]``, ...
 _SOURCE_LOCATION = re.compile(r"\s+\[\{[^{}\[\]]*\}\s*\{[^{}\[\]]*\}(?:\s*-\s*\{[^{}\[\]]*\})?\]"
-                              r"(?:\s*\[THROTTLED\])?\s*$")
+                              r"(?:\s*\[THROTTLED\])?(?:\s*\[\d+\])?\s*$")
+
+#: The language TAU's source instrumentor (PDT) writes after a C routine's parameter list: ``int main(int, char **)
+#: C [{foo.c} {32,1}-{43,1}]``.
+_TAU_LANGUAGE = re.compile(r"(?<=\))\s+C$")
 
 
 def short_names(names: Iterable[str | None], width: int = 70, compact: bool = False) -> list[str]:
@@ -174,6 +179,7 @@ def _drop_parameters(s: str) -> str:
     stays. A bracket right after the name that holds one short word and no parameter type (an annotation's
     ``dispatch(F)`` beside ``dispatch(B)``, ``attn(fwd)``) is part of the name and stays; ``kernel(ncclColl)``'s
     is a parameter."""
+    s = _TAU_LANGUAGE.sub("", s)
     if not s.endswith(")"):
         return s
     depth = 0

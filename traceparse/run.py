@@ -385,13 +385,48 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
         if from_name is not None and rank_from == "trace" and from_name != rank:
             meta.warnings.append(f"{files[0].name}: the trace says rank {rank}, the file name {from_name}; "
                                  f"rank {rank} is used")
+        # the file name's number is the process id its rows carry (a profiler's output named by %p): no rank
+        name_is_pid = rank_from == "file name" and rank in _process_ids(part / "events.parquet")
     except TraceparseError as exc:
         message = str(exc)
         raise InputError(message if str(files[0]) in message else f"{files[0]}: {message}") from None
     except Exception as exc:  # a reader's crash on one rank names that rank's file
         raise InputError(f"{files[0]}: cannot read this rank: {type(exc).__name__}: {exc}") from None
     return {"index": index, "rank": rank, "rank_from": rank_from, "world_size": world_size_of(meta),
-            "meta": meta.to_dict()}
+            "meta": meta.to_dict(), "name_is_pid": name_is_pid}
+
+
+def _process_ids(events_path: Path) -> set[int]:
+    """The process ids (``pid``) of a written partition's rows."""
+    pids = pl.read_parquet(events_path, columns=["pid"])["pid"].drop_nulls().unique()
+    return set(pids.to_list())
+
+
+def _ranks_for_process_ids(results: list[dict], ranks: list[tuple[str, list[Path]]], tmp: Path,
+                           warnings: list[str]) -> None:
+    """Where every rank's number came from its file's name and is the process id its rows carry, and the
+    numbers are not 0 to N-1 already (``out.21002.txt``, ``out.21003.txt``: ``nvprof --log-file out.%p.txt``
+    under mpirun), the ranks are numbered 0 to N-1 in order of process id, with a warning. Read as ranks,
+    such names made a run of "world size 21004" with "21,002 of 21,004 ranks missing". The partitions' ``rank``
+    column is rewritten; ``rank_from`` is ``process id order``."""
+    if not results or not all(r["rank_from"] == "file name" and r.get("name_is_pid") for r in results):
+        return
+    pids = sorted(r["rank"] for r in results)
+    if pids == list(range(len(pids))) or len(set(pids)) != len(pids):  # ranks already, or duplicates (said later)
+        return
+    order = {pid: i for i, pid in enumerate(pids)}
+    first = min(results, key=lambda r: r["rank"])
+    for result in results:
+        result["rank"], result["rank_from"] = order[result["rank"]], "process id order"
+        events_path = tmp / f"part-{result['index']}" / "events.parquet"
+        frame = pl.read_parquet(events_path).with_columns(pl.lit(result["rank"], dtype=pl.Int32).alias("rank"))
+        frame.write_parquet(events_path, compression="zstd", compression_level=1)
+    count = len(pids)
+    warnings.append(f"the file names give process ids, not ranks ({ranks[first['index']][1][0].name} holds process "
+                    f"{pids[0]}): the {count} rank{'s are' if count != 1 else ' is'} numbered "
+                    f"{'0' if count == 1 else f'0–{count - 1}'} in order of process id, which need not be their "
+                    "MPI ranks; name each file by its rank (e.g. %q{OMPI_COMM_WORLD_RANK} in the profiler's output "
+                    "file name) to have them")
 
 
 def with_rank(batch: pl.DataFrame, rank: int | None) -> pl.DataFrame:
@@ -605,6 +640,7 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
     """Check the ranks' numbers, move each partition to ``rank=N`` and build the run metadata."""
     results = sorted(results, key=lambda r: r["index"])
     warnings: list[str] = []
+    _ranks_for_process_ids(results, ranks, tmp, warnings)
     by_rank: dict[int, dict] = {}
     for result in results:
         path = ranks[result["index"]][1][0]

@@ -60,13 +60,34 @@ def discover(directory: Path, warn: Callable[[str], None]) -> list[Source]:
         if multi:
             warn(f"{directory}: has both profile.* files and MULTI__ directories; read the profile.* files "
                  "(as ParaProf does)")
+        _note_missing_nodes(directory, top, warn)
         return top
     sources = []
     for sub in multi:
         sources.extend(_profiles_in(sub, sub.name[len(MULTI_PREFIX):], warn))
     if not sources:
         raise bad_input(directory, None, NO_PROFILES)
+    _note_missing_nodes(directory, sources, warn)
     return sources
+
+
+def _note_missing_nodes(directory: Path, sources: list[Source], warn: Callable[[str], None]) -> None:
+    """Warn of the node numbers missing among a directory's profiles: TAU's node is the MPI rank, one
+    ``profile.N.C.T`` per rank from 0, so nodes 0, 1 and 3 are a 4-rank run whose rank 2 wrote no file (killed
+    before it did) or whose file was not copied; read as they were, the figures over ranks were those of 3
+    processes, and nothing said one was missing. One node alone (a rank's file on its own) says nothing."""
+    nodes = {s.node for s in sources}
+    if len(nodes) < 2:
+        return
+    missing = [n for n in range(max(nodes)) if n not in nodes]
+    if not missing:
+        return
+    shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    one = len(missing) == 1
+    warn(f"{directory}: no profile of node{'' if one else 's'} {shown} among nodes 0–{max(nodes)}: TAU writes "
+         f"profile.N.C.T files for every MPI rank N from 0, so {'that rank' if one else 'those ranks'} wrote none "
+         f"(killed before the end?) or {'its files were' if one else 'their files were'} not copied; every figure "
+         f"over ranks leaves {'it' if one else 'them'} out")
 
 
 def _note_others(directory: Path, warn: Callable[[str], None]) -> None:
@@ -162,9 +183,38 @@ def _metric_of(source: Source, profile: ProfileFile) -> str:
     return profile.metric or source.metric_dir or "TIME"
 
 
+def _one_per_thread_and_metric(parsed: list[tuple[Source, ProfileFile]],
+                               warn: Callable[[str], None]) -> list[tuple[Source, ProfileFile]]:
+    """The files with at most one per thread and metric: a second profile of a thread's metric (a TIME profile
+    copied into ``MULTI__PAPI_TOT_CYC/``, whose first line still says TIME) was read beside the first, every
+    routine of that thread counted twice. The first is kept, with a warning naming both; a file whose first line
+    names another metric than its ``MULTI__`` directory is warned of too."""
+    def misplaced(source: Source, profile: ProfileFile) -> bool:
+        return source.metric_dir is not None and profile.metric != source.metric_dir
+
+    kept: dict[tuple, Path] = {}
+    out = []
+    # of two files of a thread's metric, the one in its own metric's directory is kept
+    for source, profile in sorted(parsed, key=lambda sp: misplaced(*sp)):
+        metric = _metric_of(source, profile)
+        if misplaced(source, profile):
+            warn(f"{profile.path}: its first line names metric {profile.metric}, not {source.metric_dir} as its "
+                 f"directory {MULTI_PREFIX}{source.metric_dir} does; read as {profile.metric}")
+        key = (source.node, source.context, source.thread, metric)
+        if key in kept:
+            warn(f"{profile.path}: a second {metric} profile of thread {'.'.join(map(str, key[:3]))} (the first: "
+                 f"{kept[key]}); left out, so that the thread's routines are not counted twice")
+            continue
+        kept[key] = profile.path
+        out.append((source, profile))
+    order = {id(sp[1]): i for i, sp in enumerate(parsed)}
+    return sorted(out, key=lambda sp: order[id(sp[1])])
+
+
 def _merge(parsed: list[tuple[Source, ProfileFile]], warn: Callable[[str], None]) -> ProfileSet:
     frames, with_user_events, threads, metadata = [], {}, [], []
     numbers = WholeNumbers()
+    parsed = _one_per_thread_and_metric(parsed, warn)
     for source, profile in parsed:
         key = (source.node, source.context, source.thread)
         frames.append(profile.routines.with_columns(
@@ -199,6 +249,7 @@ def assemble(table: pl.DataFrame, user_events: pl.DataFrame, threads: pl.DataFra
     routines = _sampled_out_of_timers(_with_times(reference, table, time_metric), warn)
     counters = _counters(table, time_metric)
     _note_wrapped(table, metrics, time_metric, warn)
+    _note_threads_without(table, metrics, time_metric, warn)
     return ProfileSet(routines, counters, user_events, threads, metrics, time_metric, _dedupe_metadata(metadata),
                       files_read)
 
@@ -253,6 +304,31 @@ def _note_wrapped(table: pl.DataFrame, metrics: list[str], time_metric: str | No
             warn(f"metric {metric}: every thread ran {mine.min() / 1e6:,.0f}–{mine.max() / 1e6:,.0f} s, about "
                  f"2^32 us, where {time_metric} gives at most {reference / 1e6:.3g} s: a 32-bit counter that "
                  "wrapped; its values are kept as written, and the figures use " + time_metric)
+
+
+def _note_threads_without(table: pl.DataFrame, metrics: list[str], time_metric: str | None,
+                          warn: Callable[[str], None]) -> None:
+    """Warn, per metric, of the threads that have profiles of other metrics but none of this one (a rank's
+    ``MULTI__TIME/profile.2.0.0`` lost, or not copied): without its time that rank dropped out of every figure
+    of time ("on 3 threads of 3 processes" of a 4-rank run), without a counter out of the derived metrics, and
+    nothing said so."""
+    if len(metrics) < 2:
+        return
+    have = table.select("metric", *events.THREAD).unique()
+    everyone = have.select(events.THREAD).unique().sort(events.THREAD)
+    for metric in metrics:
+        lacking = everyone.join(have.filter(pl.col("metric") == metric), on=events.THREAD, how="anti",
+                                nulls_equal=True).sort(events.THREAD)
+        if not lacking.height:
+            continue
+        names = [".".join(map(str, r)) for r in lacking.iter_rows()]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        one = len(names) == 1
+        its, them = ("its", "it") if one else ("their", "them")
+        what = (f"{its} routines have no time, and every figure of time leaves {them} out" if metric == time_metric
+                else f"{its} routines have no {metric} values, and what is derived from {metric} leaves {them} out")
+        warn(f"{len(names)} of {everyone.height} threads {'has' if one else 'have'} no {metric} profile ({shown}) "
+             f"but profiles of other metrics: {what}")
 
 
 #: TAU's sampling (EBS, ``TAU_SAMPLING``) writes ``[CONTEXT] X``: the samples taken while timer ``X`` ran, broken
