@@ -37,7 +37,8 @@ def test_a_missing_store_says_what_to_pass(tmp_path):
     from traceparse.store import Store
 
     missing = tmp_path / "nostore"
-    said = f"no store at {missing}: traceparse.add(PATH) stores a trace first, or pass store= the folder of an existing store"
+    said = (f"no store at {missing}: traceparse.add(PATH) stores a trace first, or pass store= the folder of an "
+            "existing store")
     assert _said(lambda: traceparse.load("abc123", store=missing)) == f"abc123: no such file, and {said}"
     assert _said(lambda: traceparse.sql("SELECT 1", store=missing)) == said
     assert _said(lambda: Store(missing).load("abc")) == f"abc: {said}"
@@ -57,8 +58,9 @@ def test_an_unknown_format_names_fmt(tmp_path):
 
 
 def test_a_reader_refusing_a_forced_format_names_fmt(tmp_path):
-    assert _said(lambda: traceparse.load(NSYS, fmt="nvprof")) == \
-        f"{NSYS}: an Nsight Systems SQLite export (it has a StringIds table), not nvprof output: read it with fmt='nsys'"
+    assert _said(lambda: traceparse.load(NSYS, fmt="nvprof")) == (
+        f"{NSYS}: an Nsight Systems SQLite export (it has a StringIds table), not nvprof output: "
+        "read it with fmt='nsys'")
     nvvp = tmp_path / "prof.nvvp"
     con = sqlite3.connect(nvvp)
     con.executescript("CREATE TABLE StringTable (_id_ INTEGER PRIMARY KEY, value TEXT);")

@@ -211,8 +211,8 @@ def test_a_step_change_diff_cannot_explain_is_said(tmp_path):
         means.append(round(statistics.fmean(durations)))
     change = means[1] - means[0]
     assert change > 30_000_000
-    code, out, err = run_cli("--store", str(tmp_path), "diff", str(runs / "ddp4_balanced"), str(runs / "ddp4_slow_loader"),
-                             "--json")
+    code, out, err = run_cli("--store", str(tmp_path), "diff", str(runs / "ddp4_balanced"),
+                             str(runs / "ddp4_slow_loader"), "--json")
     assert code == 0, err
     doc = json.loads(out)
     gpu, api = doc["summary"]["gpu"], doc["summary"]["api"]
@@ -276,7 +276,8 @@ def test_two_reports_sharing_no_kind_of_row_print_no_empty_table(tmp_path):
     code, out, err = run_cli("--store", store, "--width", "200", "diff", str(api), str(kern))
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0] == "not the same setup: API calls recorded in A only: left out; kernels recorded in B only: left out"
+    assert lines[0] == ("not the same setup: API calls recorded in A only: left out; kernels recorded in B only: "
+                        "left out")
     assert [line.split()[0] for line in lines[1:3]] == ["A", "B"]
     assert lines[3:] == ["figures are whole-trace totals, not per step: A no steps, B no steps",
                          "nothing to compare: A and B share no kernel, memcpy, memset or API row that diff compares"]

@@ -191,7 +191,8 @@ def test_tau_c_routine_names_keep_the_routine():
             "[{/home/user/src/very/long/path/foo.cpp} {120,1}-{180,2}]")
     assert short_name(name, 70) == "Foo::bar [{foo.cpp} {120,1}-{180,2}]"
     assert short_name("void f(std::vector<int, std::allocator<int> > &) C", 40) == "f"
-    flux = "double compute_flux(double *, double *, int, int, const struct grid_t *) C [{/scratch/src/flux.c} {1,1}-{9,2}]"
+    flux = ("double compute_flux(double *, double *, int, int, const struct grid_t *) C "
+            "[{/scratch/src/flux.c} {1,1}-{9,2}]")
     assert short_name(flux, 70) == "double compute_flux [{flux.c} {1,1}-{9,2}]"
     dynamic = "int foo1(int) C [{foo.c} {22,1}-{29,1}] [3]"
     assert short_name(dynamic, 70) == dynamic  # it fits: as written

@@ -91,7 +91,8 @@ def test_counts_have_thousands_separators():
         "(3,320 more, max)"
     edit = {"edit": "--drop x", "calls": 13928, "calls_in_steps": 3928, "step_windows": 1200, "ranks": [],
             "removed_per_step_by_rank": {"-": 1_000}}
-    assert edit_line(edit) == "--drop x: 3,928 events in 1,200 steps (13,928 in the whole trace), 1 us less work per step"
+    assert edit_line(edit) == ("--drop x: 3,928 events in 1,200 steps (13,928 in the whole trace), 1 us less work "
+                               "per step")
 
 
 def test_durations_of_a_thousand_seconds_have_thousands_separators():

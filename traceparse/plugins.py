@@ -246,8 +246,8 @@ class Registry:
         try:
             return self.readers[name]
         except KeyError:
-            raise InputError(f"{spelled(f'unknown --format {name!r}', f'fmt={name!r}: unknown format')}; known formats: auto, "
-                             f"{', '.join(sorted(self.readers))}") from None
+            said = spelled(f"unknown --format {name!r}", f"fmt={name!r}: unknown format")
+            raise InputError(f"{said}; known formats: auto, {', '.join(sorted(self.readers))}") from None
 
     def rule(self, name: str):
         """The rule called ``name``, or an :class:`InputError` listing those there are."""

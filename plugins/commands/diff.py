@@ -302,7 +302,8 @@ def basis_line(base: dict) -> str:
             if parts:
                 left.append(f"{label} {' and '.join(parts)}")
         outside_line = f"; outside the steps, left out: {', '.join(left)}" if left else ""
-        return f"figures per step: {sides}; each trace's work in its steps divided by its step count{summed}{outside_line}"
+        return (f"figures per step: {sides}; each trace's work in its steps divided by its step count{summed}"
+                f"{outside_line}")
     return f"figures are whole-trace totals, not per step: {sides}{summed}"
 
 

@@ -108,7 +108,8 @@ def steps_chart(go, sb: dict) -> Chart:
                              hovertemplate="%{x}: busy %{y:,.3f} ms<extra>" + label + "</extra>"))
         fig.add_trace(go.Bar(x=x, y=[d / 1e6 for d in m["idle_ns"]], base=[b / 1e6 for b in m["busy_ns"]],
                              name="idle", offsetgroup=str(i), marker_color=IDLE_COLOUR, legendgroup="idle",
-                             showlegend=i == 0, legendrank=10_000, hovertemplate="%{x}: idle %{y:,.3f} ms<extra>" + label + "</extra>"))
+                             showlegend=i == 0, legendrank=10_000,
+                             hovertemplate="%{x}: idle %{y:,.3f} ms<extra>" + label + "</extra>"))
     _layout(fig, barmode="group", yaxis_title="time in the step (ms)")
     return Chart("chart-steps", "GPU busy and idle per step", "Each step's window (as the summary counts steps): the "
                  "time the GPU is busy (coloured) and idle (grey).", fig)
