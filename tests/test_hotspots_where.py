@@ -238,3 +238,21 @@ def test_the_threads_figure_says_it_counts_the_device_lanes_too(tmp_path):
     assert code == 0, err
     panel = out.split("Hotspots: routines by exclusive time")[1].split("╰")[0]
     assert re.search(r"│ threads and device lanes +3 ", panel) and not re.search(r"│ threads +3 ", panel)
+
+
+def test_an_nvprof_summarys_api_calls_are_no_gpus(tmp_path):
+    """An nvprof summary gives its API calls and its kernels on no thread, one key: the API rows read "role gpu"
+    (cuLaunchKernel, cuEventSynchronize). A role is "gpu" only for a thread of GPU activity alone."""
+    log = FIXTURES / "nvprof" / "real" / "cudajl_summary.log"
+    api = set()
+    section = None
+    for line in log.read_text().splitlines():
+        if "GPU activities:" in line or "API calls:" in line:
+            section = "api" if "API calls:" in line else "gpu"
+        if section == "api" and "%" in line:
+            api.add(line.split()[-1])
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(log), "--rule", "hotspots", "--json")
+    assert code == 0, err
+    items = json.loads(out)["findings"][0]["items"]
+    listed = [i for i in items if i["name"] in api]
+    assert listed and all(i["role"] != "gpu" for i in listed)

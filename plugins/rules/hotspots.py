@@ -351,8 +351,9 @@ def _waiting(events) -> dict[str, int]:
 
 def _roles(per_thread: pl.DataFrame, names: dict) -> pl.DataFrame:
     """Each thread of ``per_thread`` with its role: its name's (:func:`traceparse.threads.thread_role`), else
-    ``gpu`` for a thread with GPU activity (a TAU CUDA/OpenCL thread), else ``""``."""
-    threads = per_thread.group_by(THREAD).agg(gpu=pl.col("kind").is_in(list(GPU_KINDS)).any())
+    ``gpu`` for a thread of GPU activity only (a TAU CUDA/OpenCL thread, a stream), else ``""``: an nvprof
+    summary's rows on no thread, API calls and kernels together, are no GPU's (cuLaunchKernel read "role gpu")."""
+    threads = per_thread.group_by(THREAD).agg(gpu=pl.col("kind").is_in(list(GPU_KINDS)).all())
     roles = [thread_role(p, t, names) or ("gpu" if g else "") for p, t, g in
              zip(threads["pid"].to_list(), threads["tid"].to_list(), threads["gpu"].to_list())]
     return threads.select(THREAD).with_columns(role=pl.Series(roles, dtype=pl.String))
