@@ -530,3 +530,18 @@ def test_a_runs_edit_counts_the_events_in_its_ranks_steps(tmp_path):
     whole = f" ({total:,} in the whole trace)" if total > inside else ""
     assert out.splitlines()[1].startswith(f"--scale kernel=0: {inside:,} events in 12 steps of 4 ranks{whole}; "
                                           "work per step: rank ")
+
+
+def test_an_edit_after_another_says_its_time_was_left_by_it(tmp_path):
+    """``--scale kernel=0 --scale gemm=0.5``: the GEMMs have no time left once every kernel takes none; the line
+    said "no time in the steps", as if the GEMMs took none. Edits apply in the order given, and it says so."""
+    trace, store = str(FIXTURES / "torch" / "resnet18_bs16.json.gz"), str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "200", "whatif", trace, "--scale", "kernel=0",
+                             "--scale", "gemm=0.5")
+    assert code == 0, err
+    gemm = next(line for line in out.splitlines() if line.startswith("--scale gemm=0.5:"))
+    assert gemm.endswith(", no time left in the steps after the edits before it (edits apply in the order given)")
+    code, out, err = run_cli("--store", store, "--width", "200", "whatif", trace, "--scale", "gemm=0.5",
+                             "--scale", "kernel=0")
+    gemm = next(line for line in out.splitlines() if line.startswith("--scale gemm=0.5:"))
+    assert gemm.endswith("less work per step")

@@ -159,9 +159,11 @@ def document(trace, label: str, result) -> dict:
             "cannot_replay": result.cannot, "missing": result.missing, "notes": result.notes}
 
 
-def edit_line(e: dict) -> str:
+def edit_line(e: dict, after_others: bool = False) -> str:
     """One edit in words: what it matched and the time it took out of (or added to) each rank's steps; why
-    nothing, where it matched nothing (``--balance``: no rank exceeds the median rank by enough in any name)."""
+    nothing, where it matched nothing (``--balance``: no rank exceeds the median rank by enough in any name).
+    ``after_others``: edits before it were applied first, so the time it finds is what they left (``--scale
+    kernel=0 --scale gemm=0.5``: the GEMMs have none left)."""
     balance = e["edit"] == "--balance"
     if not e["calls"]:
         return (f"--balance: nothing to even out: no rank spends {BALANCE_MIN_EXCESS:.0%} of its mean step or "
@@ -169,7 +171,8 @@ def edit_line(e: dict) -> str:
     what = fmt_count(e["calls"], "name") if balance else _events_said(e)
     by = {k: v for k, v in e["removed_per_step_by_rank"].items() if v}
     if not by:
-        return f"{e['edit']}: {what}, no time in the steps"
+        return f"{e['edit']}: {what}, no time {'left ' if after_others else ''}in the steps" + (
+            " after the edits before it (edits apply in the order given)" if after_others else "")
     word = lambda ns: f"{fmt_ns(abs(ns))} {'less' if ns > 0 else 'more'}"  # noqa: E731
     if list(by) == ["-"]:
         return f"{e['edit']}: {what}, {word(by['-'])} work per step"
@@ -218,8 +221,8 @@ def render(console, doc: dict, rows: int | None = TABLE_ROWS) -> None:
     if not doc["edits"]:
         console.print(Text("no edit: the replay of the measured durations (the prediction is the measured step)",
                            style="dim"))
-    for e in doc["edits"]:
-        console.print(literal(edit_line(e)))
+    for i, e in enumerate(doc["edits"]):
+        console.print(literal(edit_line(e, after_others=i > 0)))
     for line in doc.get("edit_notes", []):  # read before the prediction it qualifies
         console.print(literal(f"note: {line}", style="yellow"))
     ranked = any(r["rank"] is not None for r in doc["ranks"])
