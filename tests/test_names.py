@@ -253,3 +253,17 @@ def test_fitted_names_tell_apart_names_that_differ_in_two_places():
     out = fitted_names(names, 60)
     assert len(set(out)) == 4 and all(len(s) <= 60 for s in out)
     assert fitted_names(["Kernel<a>", "Kernel<b>"], 60) == ["Kernel<a>", "Kernel<b>"]
+
+
+def test_the_key_below_a_table_tells_two_long_names_apart():
+    """Two kernels whose long names differ only in the middle read alike in the key (each cut to three lines in
+    its middle): the key keeps the stretch where they differ."""
+    from traceparse.names import key_entries, key_entry
+
+    head, tail = "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_" + "x" * 200, "_" + "y" * 200 + ">(Params)"
+    a, b = head + "128x128_32x3_nn_align4" + tail, head + "256x64_32x4_nn_align4" + tail
+    assert key_entry(a, 60) == key_entry(b, 60)  # what the key showed
+    ea, eb = key_entries([a, b], 60)
+    assert ea != eb and "128x128" in ea and "256x64" in eb
+    assert max(len(ea), len(eb)) <= 60 * 3 - 4
+    assert key_entries(["aten::addmm", "aten::mm"], 60) == ["aten::addmm", "aten::mm"]

@@ -162,6 +162,13 @@ def key_entry(name: str, width: int, lines: int = 3) -> str:
     return middle_cut(_declaration(name, keep_parameters=True), max(width * lines - 4, 8))
 
 
+def key_entries(names: list[str], width: int, lines: int = 3) -> list[str]:
+    """:func:`key_entry` of each of ``names``, except where two different ones would read alike (two kernels whose
+    1,000-character names differ only in the middle that the cut leaves out): those keep the stretch where they
+    differ (:func:`cut_apart`)."""
+    return cut_apart([_declaration(n, keep_parameters=True) for n in names], max(width * lines - 4, 8))
+
+
 def _declaration(name: str, keep_parameters: bool = False) -> str:
     s = re.sub(r"^(void|__global__ void)\s+", "", demangle(name.strip()))
     if keep_parameters:

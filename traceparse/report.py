@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.names import (cut_apart, key_entry, middle_cut, short_name, short_names,  # noqa: F401 - re-exported
+from traceparse.names import (cut_apart, key_entries, key_entry, middle_cut, short_name, short_names,  # noqa: F401 - re-exported
                               text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
@@ -767,9 +767,10 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
         lines.add_column(style="dim", no_wrap=True)
         lines.add_column(overflow="fold")
         room = width - len(f"[{len(key)}]") - 1
-        for full, n in key.items():
-            entry = middle_cut(full, max(room * 3 - 4, 8)) if as_written else key_entry(full, room)
-            lines.add_row(f"[{n}]", literal(entry))
+        fulls = list(key)  # cut together: no two entries of the key read alike
+        entries = cut_apart(fulls, max(room * 3 - 4, 8)) if as_written else key_entries(fulls, room)
+        for full, entry in zip(fulls, entries):
+            lines.add_row(f"[{key[full]}]", literal(entry))
         parts.append(lines)
     if dropped:
         parts.append(literal(f"(not shown at this width: {', '.join(dropped)})", style="dim"))
