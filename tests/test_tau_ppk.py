@@ -329,3 +329,17 @@ def test_a_file_named_ppk_that_is_not_one_says_what_a_ppk_starts_with(tmp_path, 
     f.write_bytes(b"hello, not a profile\n")
     assert_refused(["ingest", str(f)], f"{f}: not a ParaProf packed profile: expected gzip data starting with 'PPK' "
                                        "as Java writes characters (00 50 00 50 00 4B), found 68 65 6c 6c 6f 2c", store)
+
+
+def test_a_damaged_count_or_index_is_one_line(tmp_path, store):
+    """A negative count (bytes changed, not cut) and a record naming a routine the file does not have."""
+    head = struct.pack(">3H", *map(ord, "PPK")) + struct.pack(">ii", 2, 1) + struct.pack(">iiii", 12, 0, 0, 0)
+    f = tmp_path / "negative.ppk"
+    f.write_bytes(gzip.compress(head + struct.pack(">i", -5), mtime=0))
+    assert_refused(["ingest", str(f)], f"{f}: expected the count of metrics at byte 30 (decompressed), found -5: "
+                                       "the file is damaged", store)
+    g = tmp_path / "index.ppk"
+    g.write_bytes(gzip.compress(pack([("main", [0])], {(0, 0, 0): ([(7, 1.0, 0.0, [5.0, 5.0])], [])}), mtime=0))
+    assert_refused(["ingest", str(g)], f"{g}: thread 0.0.0 refers to routine id 7, but the file names 1 routines",
+                   store)
+

@@ -50,8 +50,8 @@ class _Short(Exception):
 class _Cursor:
     """Reads Java ``DataOutputStream`` fields (big-endian) from ``data``, raising :class:`_Short` at its end."""
 
-    def __init__(self, data: bytes):
-        self.data, self.at = data, 0
+    def __init__(self, data: bytes, path: Path):
+        self.data, self.at, self.path = data, 0, path
 
     def take(self, size: int, what: str) -> int:
         """The offset of the next ``size`` bytes (``what``), which are skipped."""
@@ -70,7 +70,8 @@ class _Cursor:
         start = self.at
         n = self.int(what)
         if n < 0:
-            raise _Short(f"{what} (found {n})", start)
+            raise bad_input(self.path, None, f"expected {what} at byte {start:,} (decompressed), found {n}: "
+                                             "the file is damaged")
         return n
 
     def utf(self, what: str) -> str:
@@ -119,13 +120,14 @@ def read_packed(path: Path, warn: Callable[[str], None],
         raise bad_input(path, None, "not a ParaProf packed profile: expected gzip data starting with 'PPK' as Java "
                                     f"writes characters (00 50 00 50 00 4B), found "
                                     f"{data[:6].hex(' ') if data else 'no data'}")
-    cursor = _Cursor(data)
+    cursor = _Cursor(data, path)
     cursor.at = len(PACKED_HEAD)
     try:
         head = _Head.read(cursor, path)
     except _Short as short:
-        raise bad_input(path, None, f"the file ends early (byte {short.offset:,} of {len(data):,} decompressed) "
-                                    f"while reading {short.what}, before any thread's data") from None
+        raise bad_input(path, None, f"the file ends early{f' ({cut})' if cut else ''} (byte {short.offset:,} of "
+                                    f"{len(data):,} decompressed) while reading {short.what}, before any thread's "
+                                    "data") from None
     threads, stopped = _threads(cursor, head, path)
     if stopped is not None:
         why = f" ({cut})" if cut else ""
