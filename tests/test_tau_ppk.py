@@ -261,12 +261,14 @@ def test_an_unzipped_ppk_is_read_as_paraprof_reads_it(tmp_path):
     assert read_paths([f])[0].events["duration_ns"].to_list() == [5000]
 
 
-def test_fractional_calls_are_rounded_with_a_warning(tmp_path):
+def test_fractional_calls_are_rounded_and_a_nan_time_is_unknown_with_warnings(tmp_path):
     f = tmp_path / "mean.ppk"
-    f.write_bytes(gzip.compress(pack([("main", [0])], {(0, 0, 0): ([(0, 2.5, 0.0, [5.0, 5.0])], [])}), mtime=0))
+    rows = [(0, 2.5, 0.0, [5.0, 5.0]), (1, 1.0, 0.0, [float("nan"), 7.0])]
+    f.write_bytes(gzip.compress(pack([("main", [0]), ("other", [0])], {(0, 0, 0): (rows, [])}), mtime=0))
     trace = read_paths([f])[0]
-    assert trace.events["calls"].to_list() == [2]
-    assert any("1 fractional calls values (e.g. 2.5) were rounded" in w for w in trace.meta.warnings)
+    assert trace.events.select("calls", "exclusive_ns", "duration_ns").rows() == [(2, 5000, 5000), (1, None, 7000)]
+    assert f"{f}: 1 fractional calls values (e.g. 2.5) were rounded to whole numbers" in trace.meta.warnings
+    assert f"{f}: 1 TIME values are not finite numbers (e.g. nan); left unknown" in trace.meta.warnings
 
 
 # --- cut short, and not a ppk -----------------------------------------------------------------------------------

@@ -244,6 +244,9 @@ def _threads(c: _Cursor, head: _Head, path: Path) -> tuple[list, _Short | None]:
 
 
 def _tables(path: Path, head: _Head, threads: list, warn: Callable[[str], None]) -> ProfileSet:
+    """The threads' records as the columns :func:`.profiles.assemble` takes from text profiles (one frame per
+    metric: thread, seq, raw name, group, calls, subcalls, excl and incl as decimal text), built once over all
+    threads from the concatenated arrays."""
     seen: set = set()
     kept = []
     for key, routines, user_events in threads:
@@ -332,6 +335,7 @@ def _whole(values: np.ndarray, what: str, path: Path, warn: Callable[[str], None
 
 
 def _user_events(path: Path, head: _Head, kept: list) -> pl.DataFrame:
+    """Every thread's user-event records as the user-event table (calls = numevents, value = mean)."""
     sizes = np.array([len(u) for _, _, u in kept], dtype=np.int64)
     if not sizes.sum():
         return events.empty(events.USER_EVENTS)
