@@ -181,16 +181,16 @@ def test_a_gzip_xml_profile_cut_before_its_first_profile(store, tmp_path):
                                          "file ends early (cut short?)", store)
 
 
-def test_a_paraprof_packed_profile_is_refused_with_how_to_unpack_it(store, tmp_path):
+def test_a_paraprof_packed_profile_cut_in_its_header_is_one_line(store, tmp_path):
     """Hand-written edge case after the head of tau2's perfexplorer examples (``DrawGraph/2.ppk``): a ``.ppk`` is
-    gzip around Java's serialisation, "PPK" first. It got the generic "not a format traceparse recognises"."""
+    gzip around Java's serialisation, "PPK" first. Once refused with how to unpack it; now read (tests/test_tau_ppk.py),
+    and this one, whose header announces 1,028 bytes where 64 follow, is one line saying what was expected."""
     import gzip
 
     f = tmp_path / "my run.ppk"
     f.write_bytes(gzip.compress(b"\x00P\x00P\x00K\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x04\x04" + bytes(64)))
-    assert_refused(["ingest", str(f)], f"{f}: a ParaProf packed profile (.ppk), which traceparse does not read: "
-                                       "`paraprof --dump 'my run.ppk'` writes its profile.N.C.T files into the current "
-                                       "folder; give that folder", store)
+    assert_refused(["ingest", str(f)], f"{f}: the file ends early (byte 18 of 82 decompressed) while reading a header "
+                                       "of 1,028 bytes, before any thread's data", store)
 
 
 def test_a_pprof_dump_is_refused_with_what_to_give_instead(store, tmp_path):

@@ -2,8 +2,8 @@
 
 Reads ``profile.<node>.<context>.<thread>`` text profiles (a directory of
 them, ``MULTI__<METRIC>/`` directories with one metric each, or loose
-files), merged ``tauprofile.xml`` and snapshot XML, and pprof's text
-report. Routines become aggregated rows (region; kernel, memcpy, sync or
+files), merged ``tauprofile.xml`` and snapshot XML, ParaProf's packed
+profile (``.ppk``) and pprof's text report. Routines become aggregated rows (region; kernel, memcpy, sync or
 api where TAU's CUDA support marks them), with calls, Subrs, exclusive and
 inclusive time, TAU group, node/context/thread as pid/device_id/tid and
 call paths as ``call_path`` + ``parent_id``; other metrics and user events
@@ -12,7 +12,8 @@ become counter rows. docs/formats/tau.md has the details.
 Layout: :mod:`.sniff` recognises each form; the forms are
 :mod:`.profiles` (directories and loose ``profile.N.C.T`` files, parsed by
 :mod:`.profile_text`), :mod:`.xml_profile` (merged ``tauprofile.xml`` and
-``snapshot.N.C.T`` XML) and :mod:`.pprof` (pprof's text report); all become
+``snapshot.N.C.T`` XML), :mod:`.packed` (ParaProf's ``.ppk``) and
+:mod:`.pprof` (pprof's text report); all become
 the same rows in :mod:`.events`. decimal text becomes integers only through
 :mod:`traceparse.units` (:mod:`.decimals`).
 """
@@ -42,14 +43,16 @@ if TYPE_CHECKING:
 
 class TauReader(Reader):
     name = "tau"
-    description = "TAU profiles: profile.N.C.T directories, MULTI__ metric directories, merged XML, pprof text"
+    description = ("TAU profiles: profile.N.C.T directories, MULTI__ metric directories, merged XML, ParaProf .ppk, "
+                   "pprof text")
     variants = (
         "profile.<node>.<context>.<thread> text (templated_functions[_MULTI_<METRIC>]), TAU 2.x, ParaProf export",
         "MULTI__<METRIC>/ directories (TIME, PAPI, CUPTI counters) merged into one trace",
         "merged XML (tauprofile.xml, TAU_PROFILE_FORMAT=merged) and snapshot.N.C.T XML",
+        "ParaProf packed profile (.ppk, every thread and metric of a run in one file), versions 1 and 2",
         "pprof text report (per thread, or FUNCTION SUMMARY total/mean)",
     )
-    patterns = ("profile.*.*.*", "MULTI__*", "tauprofile.xml", "snapshot.*.*.*", "*.pprof")
+    patterns = ("profile.*.*.*", "MULTI__*", "tauprofile.xml", "snapshot.*.*.*", "*.ppk", "*.pprof")
 
     def sniff(self, path: Path, head: bytes) -> float:
         return sniff(path, head)
@@ -71,6 +74,7 @@ class TauReader(Reader):
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         from . import events
+        from .packed import read_packed
         from .pprof import read_pprof
         from .profiles import NO_PROFILES, discover, read_sources, source_for
         from .whole import WholeNumbers
@@ -99,6 +103,9 @@ class TauReader(Reader):
             if len(paths) > 1 or HEADER.match(head) or PROFILE_NAME.match(path.name):
                 profile = read_sources([source_for(p) for p in paths], warn, options.progress)
                 variant = _text_variant(profile)
+            elif head.startswith(PACKED_HEAD) or path.suffix.lower() == ".ppk":
+                profile = read_packed(path, warn, options.progress)
+                variant = _text_variant(profile, "ParaProf packed profile (.ppk)")
             elif XML_HEAD.match(head) or b"<profile_xml" in head or path.suffix == ".xml" \
                     or SNAPSHOT_NAME.match(path.name):
                 profile = read_xml(path, warn, options.progress)
@@ -126,25 +133,22 @@ class TauReader(Reader):
 
 def _refuse_unread_forms(path: Path, head: bytes) -> None:
     """A one-line refusal, saying how to get what this reader reads, of TAU's forms it recognises but does not
-    read: ParaProf's packed profile (binary Java serialisation) and ``pprof -d``'s dump."""
+    read: ``pprof -d``'s dump."""
     name = shlex.quote(path.name)
-    if head.startswith(PACKED_HEAD):
-        raise InputError(f"{path}: a ParaProf packed profile (.ppk), which traceparse does not read: "
-                         f"`paraprof --dump {name}` writes its profile.N.C.T files into the current folder; "
-                         "give that folder")
     if PPROF_DUMP.match(head):
         raise InputError(f"{path}: a `pprof -d` dump, which traceparse does not read: give the profile.N.C.T "
                          f"files (or their folder) that pprof read, or let `paraprof -f pprof --dump {name}` "
                          "write them")
 
 
-def _text_variant(profile: ProfileSet) -> str:
+def _text_variant(profile: ProfileSet, where: str | None = None) -> str:
     from . import events
 
     threads = profile.routines.select(events.THREAD).unique()
     nodes = threads.select(events.THREAD[0]).n_unique() if threads.height else 0
     metrics = ", ".join(profile.metrics)
-    where = "MULTI__ directories" if len(profile.metrics) > 1 else "profile.N.C.T text"
+    if where is None:
+        where = "MULTI__ directories" if len(profile.metrics) > 1 else "profile.N.C.T text"
     # TAU's node is an MPI rank (a process): "8 nodes" says what "8 threads" of one thread each did not
     said = (f"{nodes} nodes, {threads.height} threads" if nodes > 1
             else f"{threads.height} thread{'s' if threads.height != 1 else ''}")

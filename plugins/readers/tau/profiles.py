@@ -274,6 +274,10 @@ def _with_times(reference: pl.DataFrame, table: pl.DataFrame, time_metric: str |
     out = reference.select(*events.THREAD, "seq", "raw", "dup", "calls", "subcalls", "group")
     if time_metric is None:
         return out.with_columns(exclusive_ns=pl.lit(None, pl.Int64), duration_ns=pl.lit(None, pl.Int64))
+    if (reference["metric"] == time_metric).all():
+        # every thread's reference rows are its time rows (the usual case): a join of each row with itself, on
+        # string keys, cost 4 of 9 s for a 3,000-routine x 1,000-thread .ppk
+        return out.with_columns(exclusive_ns=_ns(reference, "excl"), duration_ns=_ns(reference, "incl"))
     times = table.filter(pl.col("metric") == time_metric)
     times = times.with_columns(exclusive_ns=_ns(times, "excl"), duration_ns=_ns(times, "incl"))
     return out.join(times.select(*keys, "exclusive_ns", "duration_ns"), on=keys, how="left", nulls_equal=True,

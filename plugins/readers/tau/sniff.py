@@ -1,13 +1,13 @@
 """Recognising TAU's output by its own content (confidence scale: :meth:`traceparse.reader.Reader.sniff`).
 
 * 1.0: a text profile's first line, ``N templated_functions[_MULTI_<METRIC>]``; ParaProf's packed profile
-  (``.ppk``: gzip, then ``PPK`` as Java writes characters), claimed to be refused with how to unpack it.
+  (``.ppk``: gzip, then ``PPK`` as Java writes characters), read by :mod:`.packed`.
 * 0.8: merged or snapshot XML (``<profile_xml>``), a pprof report, a
   directory of ``profile.N.C.T`` files, of ``MULTI__*`` directories of them,
   or holding a ``tauprofile.xml``.
 * 0.8 too: a ``pprof -d`` dump (a ``.dep`` line, then ``N templated_functions -stddev``), refused likewise.
 * 0.2: only the name (``profile.N.C.T``, ``snapshot.N.C.T``,
-  ``tauprofile.xml``): claimed so the reader says precisely what is wrong.
+  ``tauprofile.xml``, ``*.ppk``): claimed so the reader says precisely what is wrong.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def sniff(path: Path, head: bytes) -> float:
         return 0.8
     if looks_like_pprof(head.decode("utf-8", errors="replace")):
         return 0.8
-    if PROFILE_NAME.match(path.name) or SNAPSHOT_NAME.match(path.name) or path.name == "tauprofile.xml":
+    if PROFILE_NAME.match(path.name) or SNAPSHOT_NAME.match(path.name) or path.name == "tauprofile.xml" \
+            or path.suffix.lower() == ".ppk":
         return 0.2
     return 0.0
 
