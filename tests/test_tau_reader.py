@@ -543,19 +543,8 @@ def test_a_wrapped_32_bit_time_metric_is_warned_of(tmp_path):
     MULTI__P_WALL_CLOCK_TIME at 4,295 s a thread of a 0.09 s run: 2^32 us plus the time, a 32-bit counter that
     wrapped, stored with no word. Hand-made here from the real cpi-mpi profiles: MULTI__TIME as they are,
     MULTI__P_WALL_CLOCK_TIME with 2^32 added to every Excl and Incl."""
-    import re as _re
-
-    for metric, shift in (("TIME", 0), ("P_WALL_CLOCK_TIME", 2 ** 32)):
-        folder = tmp_path / "prof" / f"MULTI__{metric}"
-        folder.mkdir(parents=True)
-        for f in sorted(CPI.glob("profile.*")):
-            lines = f.read_text().splitlines(keepends=True)
-            n = int(lines[0].split()[0])
-            lines[0] = lines[0].replace("MULTI_TIME", f"MULTI_{metric}")
-            for i in range(2, 2 + n):
-                lines[i] = _re.sub(r'^(".*" \d+ \d+ )(\S+) (\S+)',
-                                   lambda m: f"{m[1]}{float(m[2]) + shift:.0f} {float(m[3]) + shift:.0f}", lines[i])
-            (folder / f.name).write_text("".join(lines))
+    _metric_dirs(tmp_path / "prof", {"TIME": lambda v: f"{float(v):.0f}",
+                                     "P_WALL_CLOCK_TIME": lambda v: f"{float(v) + 2 ** 32:.0f}"})
     per_thread = [max(float(v[3]) for v in plain_profile(f)["routines"].values()) for f in CPI.glob("profile.*")]
     code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(tmp_path / "prof"))
     assert code == 0, err
@@ -599,8 +588,9 @@ def test_hotspots_says_its_total_is_summed_over_threads(tmp_path):
 
 def _metric_dirs(root: Path, metrics: dict) -> None:
     """MULTI__<METRIC>/ directories made from the real cpi-mpi profiles: each metric's Excl and Incl are the
-    time's times ``metrics[METRIC]``."""
+    time's times ``metrics[METRIC]``, or that function of the time's text."""
     for metric, factor in metrics.items():
+        scaled = factor if callable(factor) else (lambda v, k=factor: str(int(v) * k))
         folder = root / f"MULTI__{metric}"
         folder.mkdir(parents=True)
         for f in sorted(CPI.glob("profile.*")):
@@ -609,7 +599,7 @@ def _metric_dirs(root: Path, metrics: dict) -> None:
             lines[0] = lines[0].replace("MULTI_TIME", f"MULTI_{metric}")
             for i in range(2, 2 + n):
                 lines[i] = re.sub(r'^(".*" \d+ \d+ )(\S+) (\S+)',
-                                  lambda m: f"{m[1]}{int(m[2]) * factor} {int(m[3]) * factor}", lines[i])
+                                  lambda m: f"{m[1]}{scaled(m[2])} {scaled(m[3])}", lines[i])
             (folder / f.name).write_text("".join(lines))
 
 
