@@ -169,7 +169,10 @@ def test_tau_routine_names_keep_the_routine_and_its_file():
     assert short_name(name, 240) == name
     assert short_name(name, 70) == "KDTree::neighborhood_indices [{KDTree.cpp} {307,0}]"
     assert short_name(name, 50) == "neighborhood_indices [{KDTree.cpp} {307,0}]"
-    assert len(short_name(name, 30)) == 30
+    # narrower: the location's lines go, then its file, before the routine is cut (it read "do_nonbo…{517,1}]")
+    assert short_name(name, 40) == "neighborhood_indices [{KDTree.cpp}]"
+    assert short_name(name, 30) == "KDTree::neighborhood_indices"
+    assert short_name(name, 12) == "neighb…dices"
     ranged = "merge_remainders(int, int) [{/src/classbd.c} {10,1}-{40,2}]"
     assert short_name(ranged, 45) == "merge_remainders [{classbd.c} {10,1}-{40,2}]"
     # two routines of one name in two files stay apart
@@ -198,7 +201,11 @@ def test_tau_c_routine_names_keep_the_routine():
     assert short_name(dynamic, 70) == dynamic  # it fits: as written
     assert short_name(dynamic, 40) == "int foo1 [{foo.c} {22,1}-{29,1}] [3]"
     assert short_names([f"int foo1(int) C [{{foo.c}} {{22,1}}-{{29,1}}] [{k}]" for k in (1, 2)], 30) == [
-        "int foo1 [{foo.c} {22,1}-{29,1}] [1]", "int foo1 [{foo.c} {22,1}-{29,1}] [2]"]
+        "int foo1 [{foo.c}] [1]", "int foo1 [{foo.c}] [2]"]  # the dynamic timer's number stays
+    gromacs = ("void do_nonbonded(t_commrec *, t_forcerec *, rvec *, rvec *, t_mdatoms *, real *, real *, real *, "
+               "t_nrnb *, real, real *, int, int, int, int) C [{nonbonded.c} {271,1}-{517,1}]")  # tau2's 8.ppk
+    assert [short_name(gromacs, w) for w in (48, 30, 20)] == [
+        "do_nonbonded [{nonbonded.c} {271,1}-{517,1}]", "do_nonbonded [{nonbonded.c}]", "do_nonbonded"]
     assert short_name("MPI C", 3) == "M…C"  # no parameter list: no language to drop
 
 

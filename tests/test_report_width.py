@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from helpers import FIXTURES, run_cli
+from traceparse.names import key_entry
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, _cell, _format_column, figure_label, fmt_unit, render_findings,
                                shown_figures, unsaid_figures)
 
@@ -65,12 +66,13 @@ def test_every_table_keeps_its_name_column_and_names(rendered, case):
             name = next((c for c in cols if c.unit == "name"), None) or next(
                 (c for c in cols if c.unit == "text"), cols[0])
             assert re.search(rf"(^|[│┃ ]){re.escape(name.label)}( |$)", text, re.M), (f.rule, name.label)
-            for shown in _format_column(name, [item.get(name.key) for item in items])[1]:
+            values = [item.get(name.key) for item in items]
+            for value, shown in zip(values, _format_column(name, values)[1]):
                 if shown in text:
                     continue
-                # shortened from the middle: the head of the name, an ellipsis, a key number, the key below
-                head = shown[:4]
-                assert re.search(rf"{re.escape(head)}[^│\n]*…[^│\n]*\[(\d+)\]", text), (f.rule, shown)
+                # shortened for its cell, with a key number; the key below gives the name, from its head
+                head = key_entry(str(value), 60)[:10]
+                assert re.search(rf"\[\d+\]\s+{re.escape(head)}", text), (f.rule, shown)
 
 
 NUMERIC = ("ns", "pct", "bytes", "bytes_binary", "count", "gbps", "flops", "ratio")

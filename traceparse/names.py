@@ -54,9 +54,18 @@ def short_name(name: str | None, width: int = 70, cut: bool = True) -> str:
     where = _SOURCE_LOCATION.search(name) if len(name) > width else None
     if where and where.start() > 0:  # TAU's "f(int) [{/src/f.cpp} {12,0}]": the routine, then its file's name
         location = re.sub(r"\{[^{}]*[/\\]([^{}/\\]*)\}", r"{\1}", where.group(0).strip(), count=1)
-        head = short_name(name[:where.start()], max(width - len(location) - 1, 8), cut=False)
-        s = f"{head} {location}"
-        return s if text_width(s) <= width or not cut else middle_cut(s, width)
+        file = re.match(r"\[(\{[^{}]*\})[^\[\]]*\]", location)
+        tail = location[file.end():].strip() if file else ""  # " [THROTTLED]", a dynamic timer's " [3]": kept
+        # where the location does not fit, its lines go, then the file: the routine is what a cell must show
+        # ("do_nonbo…{517,1}]" told nothing at 20 columns)
+        shown = [location] + ([f"[{file.group(1)}] {tail}".strip(), tail] if file else [])
+        fits = []
+        for suffix in shown:
+            head = short_name(name[:where.start()], max(width - len(suffix) - 1 if suffix else width, 8), cut=False)
+            fits.append(f"{head} {suffix}" if suffix else head)
+            if text_width(fits[-1]) <= width:
+                return fits[-1]
+        return fits[-1] if not cut else middle_cut(fits[-1], width)
     s = _declaration(name)
     for step in _STEPS:
         if text_width(s) <= width:

@@ -756,7 +756,12 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             long = [r for r in range(len(rows)) if text_width(cells[i][r]) > widths[i]]
             numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
             room = widths[i] - max((len(n) for n in numbers), default=0)
-            for r, cut, number in zip(long, cut_apart([cells[i][r] for r in long], room), numbers):
+            texts = [cells[i][r] for r in long]
+            if columns[i].unit == "name" and room > 0:  # shortened again for the cell's room, not cut from the
+                # table's width: a TAU routine keeps its name before its location ("do_nonbo…{517,1}]" read before)
+                texts = [visible(t) for t in short_names([str(rows[r].get(columns[i].key)) for r in long], room,
+                                                         compact=True)]
+            for r, cut, number in zip(long, cut_apart(texts, room), numbers):
                 # too little room for a cut to tell anything ("ra…0) [11]"): the key number alone
                 cells[i][r] = cut + number if room >= MIN_CUT_CELLS else number.strip()
     for r in range(len(rows)):
