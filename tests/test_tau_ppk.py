@@ -13,6 +13,7 @@ Synthetic files (hostile names, versions, cuts) are written by :func:`pack`, the
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 from pathlib import Path
 
@@ -346,3 +347,15 @@ def test_a_damaged_count_or_index_is_one_line(tmp_path, store):
     assert_refused(["ingest", str(g)], f"{g}: thread 0.0.0 refers to routine id 7, but the file names 1 routines",
                    store)
 
+
+
+def test_hotspots_of_counters_alone_says_what_was_measured(tmp_path):
+    """XGC's profile measured 5 PAPI counters and no time: hotspots said only "No routine time in this trace.", as
+    if nothing had been measured. It names the counters the routines carry (from the test's own decoder)."""
+    metrics = sorted(plain_ppk(HW_COUNTERS / "xgc-nosamples.ppk")["metrics"])
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(HW_COUNTERS / "xgc-nosamples.ppk"),
+                             "--rule", "hotspots", "--json")
+    assert code == 0, err
+    assert json.loads(out)["findings"][0]["message"] == (
+        f"No routine time in this trace. Its routines carry counters ({', '.join(metrics)}) but no time: the "
+        "profile measured no time metric, and routines are ranked here by their time.")

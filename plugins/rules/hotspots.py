@@ -189,7 +189,7 @@ class Hotspots(Rule):
                             "the other ranks' kernels of the same collective start: time lost waiting for a later "
                             "rank (stragglers says which), not work of its own.")
         else:
-            message = "No routine time in this trace."
+            message = "No routine time in this trace." + _counters_only(events)
         nested_inclusive = int(routines["host_inclusive_rows"].sum())
         if metrics["self_time_rows"]:
             lanes = bool(chosen["device_lane_rows"])
@@ -279,6 +279,20 @@ class Hotspots(Rule):
         return Finding(self.name, "info", "Hotspots per thread", message,
                        metrics={"threads": totals.height, "threads_listed": chosen.height}, items=items,
                        columns=THREAD_COLUMNS, figures={"threads": "count", "threads_listed": "count"})
+
+
+def _counters_only(events) -> str:
+    """Where routines carry counters but no time (a TAU profile of PAPI counters alone): a sentence naming them,
+    so that "no routine time" is not read as "nothing measured"; else nothing."""
+    on_routines = ((pl.col("kind") == "counter") & pl.col("parent_id").is_not_null() & pl.col("value").is_not_null()
+                   & ~pl.col("name").str.ends_with(" (inc)"))  # a routine's own count, not its inclusive one
+    counters = events.filter(on_routines).select(pl.col("name").drop_nulls().unique().sort())
+    names = counters.to_series().to_list() if counters.height else []
+    if not names:
+        return ""
+    listed = ", ".join(names[:6]) + (f" and {len(names) - 6:,} more" if len(names) > 6 else "")
+    return (f" Its routines carry counters ({listed}) but no time: the profile measured no time metric, and "
+            "routines are ranked here by their time.")
 
 
 def _places(threaded: pl.DataFrame) -> pl.DataFrame:
