@@ -196,3 +196,19 @@ def test_the_summary_and_api_share_show_shares_that_add_up_to_100(tmp_path):
     launch = re.search(r"(?<!graph )launch share +(\d+\.\d)%", screen)
     assert launch is None or float(launch.group(1)) == table["launch"]
     assert f"launch {table['launch']}%" in " ".join(screen.split())  # the sentence says it as the table does
+
+
+def test_gpu_idles_reasons_read_the_same_in_the_sentence_and_the_figures(tmp_path):
+    """The real 4-rank DDP run's idle time: the sentence said "other 1.5%" (rounded with host and kernel wait so
+    that they add up to 100) and the figures "other wait 1.4%" (rounded alone). One share, one value."""
+    import traceparse
+    from traceparse.report import shown_figures
+
+    run = traceparse.load(FIXTURES / "torch" / "multirank" / "ddp4_slow_loader", store=tmp_path / "s")
+    (idle,) = [f for f in traceparse.analyze(run, rules=["gpu-idle"]) if f.rule == "gpu-idle"]
+    shown = dict(shown_figures(idle))
+    said = dict(re.findall(r"(host wait|kernel wait|other) (\d+\.\d)%", idle.message))
+    figures = {label: shown[label] for label in ("host wait", "kernel wait", "other wait") if label in shown}
+    assert round(sum(float(v) for v in said.values()), 1) == 100.0
+    for label, value in figures.items():
+        assert value == said[label.replace(" wait", "") if label == "other wait" else label] + "%"

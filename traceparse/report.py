@@ -542,12 +542,15 @@ def shown_figures(finding: Finding) -> list[tuple[str, str]]:
     that is zero is left out (nothing was left out, so it says nothing), JSON keeps it."""
     pairs = []
     as_in_tables = table_shares(finding)
+    together: dict[str, Any] = {}  # the shares of one whole a finding declares: rounded together, as its sentence
+    for group in finding.shares:
+        together.update(zip(group, shares_shown([finding.metrics.get(k) for k in group])))
     for key, unit in finding_figures(finding).items():
         value = finding.metrics.get(key)
         if unit == "problem_count" and value == 0:
             continue
         if unit == "pct" and isinstance(value, float):
-            value = as_in_tables.get(value, value)
+            value = together[key] if key in together else as_in_tables.get(value, value)
         label = finding.labels.get(key) or (figure_label(key, unit) if finding.figures else key)
         pairs.append((label, fmt_unit(unit, value)))
     return pairs

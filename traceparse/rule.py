@@ -76,6 +76,10 @@ class Finding:
     #: with ``-`` (``"-overlap_pct"``). A table of 256 ranks folded to 8 rows then shows the rank that stands
     #: out, not ranks 0 to 7; a table without one keeps its first rows. JSON keeps every row in the rule's order.
     worst: dict[str, str] = field(default_factory=dict)
+    #: Groups of headline figures (metric keys) that are the shares of one whole (gpu-idle's host, kernel and other
+    #: wait): shown rounded together, so that they add up to 100 as shown
+    #: (:func:`traceparse.figures.shares_shown`), as the rule's sentence gives them. JSON keeps the exact values.
+    shares: list[tuple[str, ...]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used by ``traceparse analyze --json``."""

@@ -83,6 +83,8 @@ from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import device_label, in_rank_order, mean_range, rank_labels, rank_of
 from traceparse.trace import Trace
 
+#: The reasons' shares of the idle time (one whole): rounded together wherever they are shown.
+WAIT_SHARES = ("host_wait_pct", "kernel_wait_pct", "other_wait_pct")
 FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct", "gaps": "count",
            "untimed_rows": "problem_count", "host_wait_pct": "pct", "kernel_wait_pct": "pct",
            "other_wait_pct": "pct"}
@@ -214,7 +216,7 @@ class GpuIdle(Rule):
                         items=items, items_title="longest gaps", columns=([RANK] if ranks else []) + (COLUMNS if n_dev > 1 else COLUMNS[1:]),
                         figures=FIGURES, labels=LABELS if n_dev == 1 else {
                             **LABELS, "span_ns": "GPU spans, summed", "busy_ns": "busy, summed", "idle_ns": "idle, summed"},
-                        worst={"devices": "idle_ns"},
+                        worst={"devices": "idle_ns"}, shares=[WAIT_SHARES],
                         tables={"devices": DEVICES, **({"streams": STREAMS} if len(streams) > 1 else {}),
                                 **({"host_activity": HOST_ACTIVITY} if activity else {})},
                         impact_ns=round(idle_ns / n_dev),
@@ -275,8 +277,7 @@ class GpuIdle(Rule):
             return metrics, streams, ""
         who = ("the stream waits, by its" if per_stream.height == 1
                else f"the {per_stream.height:,} streams wait, by their")
-        host, kernel, other = shares_shown([shares["host_wait_pct"], shares["kernel_wait_pct"],
-                                            shares["other_wait_pct"]])
+        host, kernel, other = shares_shown([shares[k] for k in WAIT_SHARES])  # as the figures show them
         sentence = (f" Why {who} gap time: host wait {fmt_pct(host)} (nothing queued), kernel wait {fmt_pct(kernel)} "
                     f"(queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(other)}.")
         return metrics, streams, sentence
