@@ -528,6 +528,42 @@ def test_old_export_without_enum_tables(tmp_path):
     assert trace.meta.tool_version is None
 
 
+def test_export_with_both_device_tables_merges_them(tmp_path):
+    """Exports of about 2020.5-2021.1 (no META_DATA_EXPORT) have a TARGET_INFO_GPU of five columns and the SM count,
+    memory and compute capability only in TARGET_INFO_CUDA_GPU. Hand-written after the real export
+    leenaj-cn/cuda-concurrent-streams streams-report.sqlite (commit cc45209, no licence: only read), whose two rows
+    are copied here column for column; before, the device was read from TARGET_INFO_GPU alone, without them."""
+    path = tmp_path / "both.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (343, 'decrypt_gpu(unsigned long*, unsigned long, unsigned int)'),
+                                     (344, 'decrypt_gpu');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
+            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
+            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+            (795393200, 805128809, 0, 1, 14, 122, 281491653263360, 343, 344, 2560, 1, 1, 64, 1, 1, 20, 0, 0);
+        CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, deviceId INTEGER, name TEXT, busLocation TEXT,
+            isDiscrete INTEGER);
+        INSERT INTO TARGET_INFO_GPU VALUES (281474976710656, 0, 'Tesla V100-SXM2-16GB', '0000:00:1E.0', 1);
+        CREATE TABLE TARGET_INFO_CUDA_GPU (vmId INTEGER, name TEXT, pciBusId TEXT, globalMemoryBandwidth INTEGER,
+            globalMemorySize INTEGER, l2CacheSize INTEGER, coreClockRate INTEGER, numMultiprocessors INTEGER,
+            computeCapabilityMajor INTEGER, computeCapabilityMinor INTEGER, deviceId INTEGER, pid INTEGER);
+        INSERT INTO TARGET_INFO_CUDA_GPU VALUES (281474976710656, 'Tesla V100-SXM2-16GB', '<UNKNOWN_BUS_ID>',
+            898048000, 16945512448, 6291456, 1530000, 80, 7, 0, 0, 994);
+    """)
+    db.commit()
+    db.close()
+    trace = read(path)
+    assert of_kind(trace, "kernel").select("pid", "duration_ns").rows() == [(994, 9735609)]
+    [device] = trace.meta.devices
+    assert (device.id, device.name, device.sm_count, device.memory_bytes, device.compute_capability) == (
+        0, "Tesla V100-SXM2-16GB", 80, 16945512448, "7.0")
+    assert device.extra["busLocation"] == "0000:00:1E.0" and device.extra["l2CacheSize"] == 6291456
+
+
 def test_enum_tables_win_over_the_fallback(tmp_path):
     path = tmp_path / "enums.sqlite"
     _old_export(path, enums=True)  # a (made-up) numbering different from the fallback one
