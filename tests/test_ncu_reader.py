@@ -450,3 +450,30 @@ def test_print_summary_per_kernel_text():
     rows = len(re.findall(r"^    (?!Metric Name|-)\S.*? +\S+ +[\d.,]+ +[\d.,]+ +[\d.,]+$", text, re.M))
     assert counters.height == rows
     assert set(counters["calls"].to_list()) == {n for _, n, _ in want}
+
+
+def test_print_summary_keeps_minimum_and_maximum():
+    """`--print-summary per-kernel` tables give each metric's Minimum, Maximum and Average over the invocations.
+    Only the Average was read: the real summary of ishana23g/heat_eq (ncu 2023-2024, CC 8.9; its
+    `add_heat_kernel_1d` Duration 1.70/1.98/1.75 us over 14 launches) read min_ns and max_ns as null and the DRAM
+    Throughput range 0.57-10.65% as nothing. The hand-written file follows its layout (fixtures/ncu/handwritten)."""
+    path = NCU / "handwritten" / "text_2024_summary_minmax.txt"
+    text = path.read_text()
+    blocks = re.findall(r"^  (\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Device 0, CC 8\.9, Invocations (\d+)\n"
+                        r"(.*?)(?=^  \S|\Z)", text, re.M | re.S)
+    want_kernels, want_dram = [], []
+    for name, invocations, body in blocks:
+        ((unit, low, high, avg),) = re.findall(r"^    Duration +(\w+) +([\d.]+) +([\d.]+) +([\d.]+)$", body, re.M)
+        ns = [int(Decimal(v) * TIME_NS[unit]) for v in (low, high, avg)]
+        want_kernels.append((name, int(invocations), ns[2] * int(invocations), ns[0], ns[1]))
+        ((low, high, avg),) = re.findall(r"^    DRAM Throughput +% +([\d.]+) +([\d.]+) +([\d.]+)$", body, re.M)
+        want_dram.append((float(avg), float(low), float(high)))
+    assert want_kernels == [("add_heat(float *, int)", 12, 21720, 1720, 2040),
+                            ("step_sim(float *, float *, int)", 200, 390000, 1840, 2810)]
+    kernels, counters, _ = events(path)
+    assert kernels.select("name", "calls", "duration_ns", "min_ns", "max_ns").rows() == want_kernels
+    dram = counters.filter(pl.col("name") == "DRAM Throughput")
+    assert dram.select("value", "value_min", "value_max").rows() == want_dram
+    ghz = counters.filter(pl.col("name") == "SM Frequency")  # scaled like the value: Ghz -> hz
+    assert ghz.select("value", "value_min", "value_max", "unit").rows()[0] == (2.24e9, 2.2e9, 2.28e9, "hz")
+    assert counters["value_min"].null_count() == 0 and counters["value_max"].null_count() == 0

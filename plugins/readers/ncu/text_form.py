@@ -20,7 +20,7 @@ The dashed line gives the column widths (name, unit, value). With
 ``--print-summary per-kernel`` a kernel line ends ``Device 0, CC 9.0,
 Invocations N`` (no context, no stream) and its tables have ``Minimum``,
 ``Maximum`` and ``Average`` columns: the average is read as the value, the
-kernel stands for its N launches. Older versions
+minimum and maximum as its bounds, the kernel stands for its N launches. Older versions
 print ``NAME, 2020-Apr-07 17:01:05, Context 1, Stream 7`` as the kernel line
 and no ``Metric Name`` header row in the table. Rule results (``OPT``,
 ``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. Speedup: N%``, a global
@@ -39,7 +39,7 @@ from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 
-from .parsed import KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, Parsed, frame
+from .parsed import KERNEL_COLUMNS, RULE_COLUMNS, SUMMARY_METRIC_COLUMNS, Parsed, frame
 
 PROCESS = re.compile(r"^\[(?P<pid>\d+)\] (?P<process>.+?)@(?P<host>\S+)\s*$")
 KERNEL = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<block>\d+, ?\d+, ?\d+)\), "
@@ -83,7 +83,7 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
     kernels = {c: [k.get(c) for k in state.kernels] for c in KERNEL_COLUMNS}
     summary = any(k.get("invocations") is not None for k in state.kernels)
     return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels),
-                  frame(METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
+                  frame(SUMMARY_METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
 
 
 class _State:
@@ -93,7 +93,7 @@ class _State:
         self.path = path
         self.pid = self.process = self.host = None
         self.kernels: list[dict] = []
-        self.metrics = {c: [] for c in METRIC_COLUMNS}
+        self.metrics = {c: [] for c in SUMMARY_METRIC_COLUMNS}
         self.rules = {c: [] for c in RULE_COLUMNS}
         self.notes: list[str] = []
         self.section: str | None = None
@@ -180,8 +180,9 @@ class _State:
         self.rows_in_table += 1
         if len(cols) != (5 if self.summary_table else 3):
             return  # a table of another shape (charts, breakdowns): not metrics
+        low, high = (cells[2], cells[3]) if self.summary_table else (None, None)
         for col, value in (("key", self.key()), ("line", lineno), ("group", self.section), ("name", cells[0]),
-                           ("unit", cells[1]), ("raw", cells[-1])):
+                           ("unit", cells[1]), ("raw", cells[-1]), ("raw_min", low), ("raw_max", high)):
             self.metrics[col].append(value)
 
     def _end_rule(self) -> None:
