@@ -18,7 +18,7 @@ Tables read, each only when present (older exports lack some):
   API calls, ``nameId`` into ``StringIds`` without a version suffix
   (:mod:`.api_names`: ``cudaGraphLaunch_v10000`` is ``cudaGraphLaunch``);
   ``group`` is the event class
-  (``CUDA runtime`` / ``CUDA driver``) from ``ENUM_NSYS_EVENT_CLASS``.
+  (``CUDA runtime`` / ``CUDA driver``) from ``ENUM_NSYS_EVENT_CLASS`` (0 and 1 without it).
 * ``NVTX_EVENTS``: push/pop and start/end ranges become markers with their
   duration, marks markers of duration 0; the text is ``text`` or ``textId``;
   ``group`` is the NVTX domain's name (null for the default domain).
@@ -59,6 +59,10 @@ NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtP
                     71: "NvtxtStartEndRange"}
 NVTX_MARK_TYPES = {34: "NvtxMark"}
 NVTX_DOMAIN_CREATE = 75
+#: API event classes of nsys (ENUM_NSYS_EVENT_CLASS), for exports without that table (2020 to 2022.2, schema up to
+#: 2.9.1): their CUPTI_ACTIVITY_KIND_RUNTIME numbers them the same way (a real 2022.2.1 export has its cuda* calls
+#: in class 0 and its one driver call, cuModuleGetLoadingMode, in class 1).
+FALLBACK_EVENT_CLASS = {0: "CUDA runtime", 1: "CUDA driver"}
 
 
 def _pid(db: Tables, column: str) -> str:
@@ -355,7 +359,7 @@ class _Enums:
     def __init__(self, db: Tables):
         self.copy_kind = _enum(db, "ENUM_CUDA_MEMCPY_OPER") or dict(memops.FALLBACK_COPY_KIND)
         self.mem_kind = _enum(db, "ENUM_CUDA_MEM_KIND") or dict(memops.FALLBACK_MEM_KIND)
-        self.event_class = _enum(db, "ENUM_NSYS_EVENT_CLASS")
+        self.event_class = _enum(db, "ENUM_NSYS_EVENT_CLASS") or dict(FALLBACK_EVENT_CLASS)
         types = _enum(db, "ENUM_NSYS_EVENT_TYPE", "name")
         if types:
             self.nvtx_ranges = {i for i, n in types.items() if n.startswith("Nvtx") and n.endswith("Range")}
