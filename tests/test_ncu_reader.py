@@ -452,6 +452,47 @@ def test_print_summary_per_kernel_text():
     assert set(counters["calls"].to_list()) == {n for _, n, _ in want}
 
 
+#: ncu 2020 text under a decimal-comma locale, laid out as a real `nv-nsight-cu-cli` run published in a course's
+#: solution notes (ax_kernel on a V100, 2020-Oct-30: `Duration msecond 10,55`, `Elapsed Cycles 13 181 137`,
+#: `SM Active Cycles 12 837 852,30`); hand-written with other numbers (that page names no licence).
+LOCALE_TEXT = """\
+  ax_kernel, 2020-Oct-30 17:40:42, Context 1, Stream 7
+    Section: GPU Speed Of Light
+    ---------------------------------------------------------------------- --------------- ------------------------------
+    Memory Frequency                                                         cycle/usecond                         870,25
+    SOL FB                                                                               %                          80,5
+    Elapsed Cycles                                                                   cycle                     12 500 000
+    SM Frequency                                                             cycle/nsecond                           1,25
+    Duration                                                                       msecond                          1,234
+    SM Active Cycles                                                                 cycle                  11 900 250,75
+    SM [%]                                                                               %                           3,34
+    ---------------------------------------------------------------------- --------------- ------------------------------
+"""
+
+
+def test_text_in_a_decimal_comma_locale(tmp_path):
+    """A real 2020 text output written under a decimal-comma locale was refused on its first value ('875,84' is not
+    a number). With the locale shown by the file (space-grouped thousands, decimal commas), its numbers are read as
+    such, with a warning, a three-decimal `Duration msecond 1,234` included (1.234 ms, not 1234 ms)."""
+    path = tmp_path / "locale.txt"
+    path.write_text(LOCALE_TEXT)
+    kernels, counters, trace = events(path)
+    assert kernels.select("name", "duration_ns").rows() == [("ax_kernel", 1_234_000)]
+    value = dict(counters.select("name", "value").rows())
+    assert value["Elapsed Cycles"] == 12_500_000 and value["SM Active Cycles"] == 11_900_250.75
+    assert value["SOL FB"] == 80.5 and value["SM [%]"] == 3.34
+    assert value["Memory Frequency"] == pytest.approx(870.25e6) and value["SM Frequency"] == pytest.approx(1.25e9)
+    assert [w for w in trace.meta.warnings if "locale" in w] == [
+        f"{path}: numbers are written in a decimal-comma locale (e.g. '12 837 852,30'): read with ',' as the decimal "
+        "mark and spaces between thousands"]
+    # the C locale's own "1,234" (thousands) is unchanged where nothing shows another locale
+    path.write_text(LOCALE_TEXT.replace("12 500 000", "12500000").replace("11 900 250,75", "11900250")
+                    .replace("870,25", "870").replace("80,5", "80").replace("1,25", "1").replace("3,34", "3"))
+    kernels, _, trace = events(path)
+    assert kernels["duration_ns"].to_list() == [1_234_000_000]
+    assert not [w for w in trace.meta.warnings if "locale" in w]
+
+
 def test_print_summary_keeps_minimum_and_maximum():
     """`--print-summary per-kernel` tables give each metric's Minimum, Maximum and Average over the invocations.
     Only the Average was read: the real summary of ishana23g/heat_eq (ncu 2023-2024, CC 8.9; its

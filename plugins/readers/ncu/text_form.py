@@ -56,6 +56,12 @@ SECTION = re.compile(r"^    Section: (?P<section>\s*+\S++(?:\s++\S++)*+)\s*+$") 
 DASHES = re.compile(r"^    -+( -+)+\s*$")
 RULE = re.compile(r"^    (?P<type>OPT|INF|WRN|ERR|WARN|ERROR)\s{2,}+(?P<text>(?:\S++(?:\s++\S++)*+)?+)\s*+$")
 CONTINUATION = re.compile(r"^ {10}(?P<text>\S++(?:\s++\S++)*+)\s*+$")
+#: ncu prints numbers in the user's locale: under a LC_NUMERIC such as fi_FI or de_DE ``12 837 852,30`` (a space or a
+#: no-break space between thousands, a decimal comma) where the C locale prints ``12,837,852.30``.
+LOCALE_GROUPED = re.compile(r"^[+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?:,\d+)?$")
+LOCALE_DECIMAL = re.compile(r"^[+-]?\d+,(?:\d{1,2}|\d{4,})$")  # a comma not followed by three digits
+LOCALE_NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:[ \u00a0\u202f]\d{3})+|\d+)(?:,\d+)?$")
+C_DECIMAL = re.compile(r"^[+-]?[\d,]*\.\d+$")
 SPEEDUP = re.compile(r"^Est\. (?:(?P<kind>Local|Global) )?Speedup: (?P<value>[\d.,]+)%\s*(?P<rest>.*)$")
 
 
@@ -77,6 +83,7 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
     if last and not last.endswith("\n"):
         state.drop_partial_last()
     state.close(options)
+    _decimal_comma(state, options)
     if not state.kernels:
         raise bad_input(path, None, "not Nsight Compute output: no kernel result (a line 'NAME (grid)x(block), "
                                     "Context N, Stream N' followed by 'Section:' tables) was found")
@@ -84,6 +91,28 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
     summary = any(k.get("invocations") is not None for k in state.kernels)
     return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels),
                   frame(SUMMARY_METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
+
+
+def _decimal_comma(state: "_State", options: ReadOptions) -> None:
+    """Numbers of a decimal-comma locale, rewritten as the C locale writes them.
+
+    Only when the file shows the locale (a number grouped by spaces, or a comma followed by other than three digits)
+    and no value has a decimal point: then ``1,234`` is 1.234, not 1234."""
+    values = [v.strip() for c in ("raw", "raw_min", "raw_max") for v in state.metrics[c] if v]
+    if not any(LOCALE_GROUPED.match(v) or LOCALE_DECIMAL.match(v) for v in values):
+        return
+    if any(C_DECIMAL.match(v) for v in values):
+        return  # both conventions in one file: no guess (the comma values are then refused as not numbers)
+
+    def c_locale(value: str | None) -> str | None:
+        if value is None or not LOCALE_NUMBER.match(value.strip()):
+            return value
+        return re.sub(r"[ \u00a0\u202f]", "", value.strip()).replace(",", ".")
+
+    for column in ("raw", "raw_min", "raw_max"):
+        state.metrics[column] = [c_locale(v) for v in state.metrics[column]]
+    options.warn(f"{state.path}: numbers are written in a decimal-comma locale (e.g. '12 837 852,30'): read with ',' "
+                 "as the decimal mark and spaces between thousands")
 
 
 class _State:
