@@ -455,19 +455,18 @@ def test_print_summary_per_kernel_text():
 #: ncu 2020 text under a decimal-comma locale, laid out as a real `nv-nsight-cu-cli` run published in a course's
 #: solution notes (ax_kernel on a V100, 2020-Oct-30: `Duration msecond 10,55`, `Elapsed Cycles 13 181 137`,
 #: `SM Active Cycles 12 837 852,30`); hand-written with other numbers (that page names no licence).
-LOCALE_TEXT = """\
-  ax_kernel, 2020-Oct-30 17:40:42, Context 1, Stream 7
-    Section: GPU Speed Of Light
-    ---------------------------------------------------------------------- --------------- ------------------------------
-    Memory Frequency                                                         cycle/usecond                         870,25
-    SOL FB                                                                               %                          80,5
-    Elapsed Cycles                                                                   cycle                     12 500 000
-    SM Frequency                                                             cycle/nsecond                           1,25
-    Duration                                                                       msecond                          1,234
-    SM Active Cycles                                                                 cycle                  11 900 250,75
-    SM [%]                                                                               %                           3,34
-    ---------------------------------------------------------------------- --------------- ------------------------------
-"""
+def _text_2020(kernel_line: str, rows: list[tuple[str, str, str]], section: str = "GPU Speed Of Light") -> str:
+    """A result of ncu 2020 text output: its kernel line, and a section table laid out as ncu lays it out (a
+    70-wide name column, a 15-wide unit column and a 30-wide value column, both right-aligned)."""
+    rule = f"    {'-' * 70} {'-' * 15} {'-' * 30}\n"
+    body = "".join(f"    {name:<70} {unit:>15} {value:>30}\n" for name, unit, value in rows)
+    return (kernel_line + "\n" if kernel_line else "") + f"    Section: {section}\n" + rule + body + rule
+
+
+LOCALE_TEXT = _text_2020("  ax_kernel, 2020-Oct-30 17:40:42, Context 1, Stream 7", [
+    ("Memory Frequency", "cycle/usecond", "870,25"), ("SOL FB", "%", "80,5"),
+    ("Elapsed Cycles", "cycle", "12 500 000"), ("SM Frequency", "cycle/nsecond", "1,25"),
+    ("Duration", "msecond", "1,234"), ("SM Active Cycles", "cycle", "11 900 250,75"), ("SM [%]", "%", "3,34")])
 
 
 def test_text_in_a_decimal_comma_locale(tmp_path):
@@ -491,6 +490,26 @@ def test_text_in_a_decimal_comma_locale(tmp_path):
     kernels, _, trace = events(path)
     assert kernels["duration_ns"].to_list() == [1_234_000_000]
     assert not [w for w in trace.meta.warnings if "locale" in w]
+
+
+def test_text_tables_before_the_first_kernel_line_are_said(tmp_path):
+    """ncu 2020 text of a `--nvtx` run as published in a Julia package's docs (`==PROF==   0: Naive transpose
+    (32, 32)`, the SOL table, then `  ptxcall_..._2, 2020-Feb-20 22:42:24, Context 1, Stream 23`; three tables,
+    two kernel lines): the first table has no kernel line above it and was dropped without a word. Hand-written
+    after that layout with other numbers (the page's repository is not named by the index)."""
+    def sol(fb: str, ms: str) -> str:
+        return _text_2020("", [("SOL FB", "%", fb), ("Duration", "msecond", ms)])
+
+    path = tmp_path / "nvtx.txt"
+    path.write_text("==PROF==   0: range a\n" + sol("40.00", "1.10") + "\n"
+                    "  kernel_b, 2020-Feb-20 22:42:24, Context 1, Stream 23\n\n==PROF==   0: range b\n"
+                    + sol("20.00", "2.20"))
+    kernels, counters, trace = events(path)
+    assert kernels.select("name", "duration_ns", "stream_id").rows() == [("kernel_b", 2_200_000, 23)]
+    assert counters.filter(pl.col("name") == "SOL FB")["value"].to_list() == [20.0]
+    assert [w for w in trace.meta.warnings if "before the first kernel line" in w] == [
+        f"{path}: 1 section tables come before the first kernel line (NAME ..., Context N, Stream N) and were "
+        "skipped: they belong to no kernel the file names"]
 
 
 def test_print_summary_keeps_minimum_and_maximum():

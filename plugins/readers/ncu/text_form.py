@@ -131,6 +131,7 @@ class _State:
         self.rule: dict | None = None
         self.header_open = False
         self.summary_table = False
+        self.orphan_sections = 0
 
     def key(self) -> str:
         return self.kernels[-1]["key"]
@@ -163,6 +164,8 @@ class _State:
             self.section = None
             return
         if not self.kernels:
+            if SECTION.match(line):  # a result's tables with no kernel line above them (cut off, or reordered)
+                self.orphan_sections += 1
             return
         m = SECTION.match(line)
         if m:
@@ -249,6 +252,9 @@ class _State:
         if self.columns is not None:
             options.incomplete(f"{self.path}: the file ends inside a section table (truncated output); "
                                "kept the metrics read before that point")
+        if self.orphan_sections and self.kernels:
+            options.warn(f"{self.path}: {self.orphan_sections} section tables come before the first kernel line "
+                         "(NAME ..., Context N, Stream N) and were skipped: they belong to no kernel the file names")
 
 
 def _columns(dashes: str) -> list[tuple[int, int | None]]:
