@@ -515,8 +515,8 @@ def test_old_export_without_enum_tables(tmp_path):
     assert of_kind(trace, "memset").select("bytes", "dst_memory").rows() == [(512, None)]
     api = of_kind(trace, "api").sort("start_ns")
     # the export names the versioned entry point (cudaLaunchKernel_v7000): the API's name is without it
-    assert api.select("pid", "tid", "name", "group").rows() == [(4100, 4101, "cudaLaunchKernel", None),
-                                                               (4200, 4200, "cudaLaunchKernel", None)]
+    assert api.select("pid", "tid", "name", "group").rows() == [(4100, 4101, "cudaLaunchKernel", "CUDA runtime"),
+                                                               (4200, 4200, "cudaLaunchKernel", "CUDA runtime")]
     m = of_kind(trace, "marker").sort("start_ns")
     assert m.select("name", "duration_ns", "group", "pid").rows() == [
         ("step", 200, "MyDomain", 4100), ("checkpoint", 0, None, 4100), ("registered text", 10, None, 4200),
@@ -526,6 +526,77 @@ def test_old_export_without_enum_tables(tmp_path):
     assert [(d.id, d.name, d.sm_count, d.compute_capability, d.core_clock_mhz) for d in trace.meta.devices] == [
         (0, "Tesla V100-SXM2-16GB", 80, "7.0", None), (1, "Tesla V100-SXM2-16GB", 80, "7.0", None)]
     assert trace.meta.tool_version is None
+
+
+def test_export_with_both_device_tables_merges_them(tmp_path):
+    """Exports of about 2020.5-2021.1 (no META_DATA_EXPORT) have a TARGET_INFO_GPU of five columns and the SM count,
+    memory and compute capability only in TARGET_INFO_CUDA_GPU. Hand-written after the real export
+    leenaj-cn/cuda-concurrent-streams streams-report.sqlite (commit cc45209, no licence: only read), whose two rows
+    are copied here column for column; before, the device was read from TARGET_INFO_GPU alone, without them."""
+    path = tmp_path / "both.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (343, 'decrypt_gpu(unsigned long*, unsigned long, unsigned int)'),
+                                     (344, 'decrypt_gpu');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
+            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
+            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+            (795393200, 805128809, 0, 1, 14, 122, 281491653263360, 343, 344, 2560, 1, 1, 64, 1, 1, 20, 0, 0);
+        CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, deviceId INTEGER, name TEXT, busLocation TEXT,
+            isDiscrete INTEGER);
+        INSERT INTO TARGET_INFO_GPU VALUES (281474976710656, 0, 'Tesla V100-SXM2-16GB', '0000:00:1E.0', 1);
+        CREATE TABLE TARGET_INFO_CUDA_GPU (vmId INTEGER, name TEXT, pciBusId TEXT, globalMemoryBandwidth INTEGER,
+            globalMemorySize INTEGER, l2CacheSize INTEGER, coreClockRate INTEGER, numMultiprocessors INTEGER,
+            computeCapabilityMajor INTEGER, computeCapabilityMinor INTEGER, deviceId INTEGER, pid INTEGER);
+        INSERT INTO TARGET_INFO_CUDA_GPU VALUES (281474976710656, 'Tesla V100-SXM2-16GB', '<UNKNOWN_BUS_ID>',
+            898048000, 16945512448, 6291456, 1530000, 80, 7, 0, 0, 994);
+    """)
+    db.commit()
+    db.close()
+    trace = read(path)
+    assert of_kind(trace, "kernel").select("pid", "duration_ns").rows() == [(994, 9735609)]
+    [device] = trace.meta.devices
+    assert (device.id, device.name, device.sm_count, device.memory_bytes, device.compute_capability) == (
+        0, "Tesla V100-SXM2-16GB", 80, 16945512448, "7.0")
+    assert device.extra["busLocation"] == "0000:00:1E.0" and device.extra["l2CacheSize"] == 6291456
+
+
+def test_event_class_without_its_enum_table(tmp_path):
+    """Exports up to 2022.2 (schema 2.9.1) have no ENUM_NSYS_EVENT_CLASS, but number the API classes as later ones
+    do: a real 2022.2.1.31 export (SMcMann/cudaHW report1.sqlite, commit 97ba1a2, no licence: only read) has its
+    five cuda* calls in class 0 and cuModuleGetLoadingMode, a driver call, in class 1. Its group was null for all
+    six; now 'CUDA runtime' five times and 'CUDA driver' once. The rows here copy that export's RUNTIME table."""
+    path = tmp_path / "schema291.sqlite"
+    tid = 313048893798240
+    db = sqlite3.connect(path)
+    db.executescript(f"""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO StringIds VALUES (24, 'cuModuleGetLoadingMode'), (28, 'cudaMallocManaged_v6000'),
+                                     (38, 'cudaLaunchKernel_v7000'), (39, 'cudaFree_v3020');
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
+            returnValue INTEGER NOT NULL, callchainId INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES
+            (309945588, 309946549, 1, {tid}, 1, 24, 0, NULL), (331657272, 714879395, 0, {tid}, 411, 28, 0, NULL),
+            (714880898, 714903442, 0, {tid}, 412, 28, 0, NULL), (719288401, 719329441, 0, {tid}, 413, 38, 0, NULL),
+            (727883171, 829401207, 0, {tid}, 414, 39, 0, NULL), (829401828, 830110512, 0, {tid}, 415, 39, 0, NULL);
+        CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT);
+        INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_PRODUCT_VERSION', '2022.2.1.31'),
+                                            ('EXPORT_SCHEMA_VERSION', '2.9.1');
+    """)
+    db.commit()
+    db.close()
+    trace = read(path)
+    api = of_kind(trace, "api").sort("start_ns")
+    assert api.select("name", "group").rows() == [
+        ("cuModuleGetLoadingMode", "CUDA driver"), ("cudaMallocManaged", "CUDA runtime"),
+        ("cudaMallocManaged", "CUDA runtime"), ("cudaLaunchKernel", "CUDA runtime"), ("cudaFree", "CUDA runtime"),
+        ("cudaFree", "CUDA runtime")]
+    assert api["duration_ns"].sum() == 961 + 383222123 + 22544 + 41040 + 101518036 + 708684
+    assert trace.meta.tool_version == "2022.2.1.31"
 
 
 def test_enum_tables_win_over_the_fallback(tmp_path):

@@ -59,8 +59,9 @@ def to_events(path: Path, parsed: Parsed, options: ReadOptions) -> tuple[pl.Data
     n_kernels = kernels.height
     event_of = kernels.select("key", parent_id=pl.int_range(0, n_kernels, dtype=pl.Int64))
     counters = (values.join(event_of, on="key", how="left", maintain_order="left")
-                .select(kind=pl.lit("counter"), name="name", value="value", unit="base", group="group",
-                        parent_id="parent_id", calls=pl.lit(1, dtype=pl.Int64)))
+                .select(kind=pl.lit("counter"), name="name", value="value", value_min="value_min",
+                        value_max="value_max", unit="base", group="group", parent_id="parent_id",
+                        calls=pl.lit(1, dtype=pl.Int64)))
     rules = _rules(path, parsed.rules).join(event_of, on="key", how="left", maintain_order="left")
     rule_rows = rules.select(kind=pl.lit("counter"), name=pl.lit("rule:") + pl.col("name"), value="value",
                              unit=pl.lit("%"), group=pl.lit("rule"), parent_id="parent_id",
@@ -127,7 +128,34 @@ def _values(path: Path, metrics: pl.DataFrame, options: ReadOptions) -> pl.DataF
     frame = (frame.join(scaled_values, on=["number", "unit"], how="left", maintain_order="left")
              .with_columns(value=pl.when(pl.col("scaled")).then(pl.col("scaled_value"))
                            .otherwise(pl.col("number").cast(pl.Float64))))
-    return frame.select("key", "line", "group", "name", "unit", "base", "value", "number")
+    frame = _bounds(frame, {u: c.factor for u, c in table.items()})
+    return frame.select("key", "line", "group", "name", "unit", "base", "value", "number",
+                        "value_min", "value_max", "number_min", "number_max")
+
+
+def _bounds(frame: pl.DataFrame, factors: dict) -> pl.DataFrame:
+    """``value_min`` / ``value_max`` (and their numbers as written) from the Minimum and Maximum columns of
+    ``--print-summary per-kernel`` text, in the base unit as ``value``; null for the forms without them."""
+    out = {}
+    if "raw_min" not in frame.columns or frame["raw_min"].null_count() == frame.height:
+        return frame.with_columns(number_min=pl.lit(None, dtype=pl.String), number_max=pl.lit(None, dtype=pl.String),
+                                  value_min=pl.lit(None, dtype=pl.Float64), value_max=pl.lit(None, dtype=pl.Float64))
+    for bound in ("min", "max"):
+        raw = frame[f"raw_{bound}"]
+        numbers, values = [], []
+        for text, unit in zip(raw.to_list(), frame["unit"].to_list()):
+            clean = text.strip().replace(",", "") if text is not None and re.match(NUMBER, text.strip()) else None
+            numbers.append(clean)
+            if clean is None:
+                values.append(None)
+                continue
+            try:
+                values.append(registry.to_float(clean, scale=factors[unit]) if factors[unit] != 1 else float(clean))
+            except ValueError:
+                values.append(None)
+        out[f"number_{bound}"] = pl.Series(numbers, dtype=pl.String)
+        out[f"value_{bound}"] = pl.Series(values, dtype=pl.Float64)
+    return frame.with_columns(**out)
 
 
 def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
@@ -141,7 +169,8 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
             {n: i for i, n in enumerate(names)}, default=len(names), return_dtype=pl.Int64))
         return (picked.sort(["key", "rank"]).group_by("key", maintain_order=True).first()
                 .select("key", pl.col("value").alias(alias), pl.col("number").alias(alias + "_number"),
-                        pl.col("unit").alias(alias + "_unit")))
+                        pl.col("unit").alias(alias + "_unit"), pl.col("number_min").alias(alias + "_number_min"),
+                        pl.col("number_max").alias(alias + "_number_max")))
 
     out = kernels
     for names, alias, sections in ((DURATION, "duration", SECTION_OF_DURATION), (REGISTERS, "registers", None),
@@ -150,12 +179,15 @@ def _kernels(path: Path, kernels: pl.DataFrame, values: pl.DataFrame) -> pl.Data
     for names in (GRID, BLOCK):
         for name in names:
             out = out.join(metric((name,), name), on="key", how="left", maintain_order="left")
-    exact_ns = [_duration_ns(n, u) for n, u in zip(out["duration_number"].to_list(), out["duration_unit"].to_list())]
+    exact_ns, min_ns, max_ns = ([_duration_ns(n, u) for n, u in zip(out[c].to_list(), out["duration_unit"].to_list())]
+                                for c in ("duration_number", "duration_number_min", "duration_number_max"))
     grid = [_triple(v) for v in out["grid"].to_list()]
     block = [_triple(v) for v in out["block"].to_list()]
     cols = {
         "name": out["name"],
         "duration_ns": pl.Series(exact_ns, dtype=pl.Int64),
+        "min_ns": pl.Series(min_ns, dtype=pl.Int64),
+        "max_ns": pl.Series(max_ns, dtype=pl.Int64),
         "registers_per_thread": out["registers"].cast(pl.Int32, strict=False),
         "static_smem_bytes": out["static_smem"].cast(pl.Int64, strict=False),
         "dynamic_smem_bytes": out["dynamic_smem"].cast(pl.Int64, strict=False),

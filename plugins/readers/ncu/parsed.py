@@ -17,6 +17,8 @@ KERNEL_COLUMNS = ("key", "line", "id", "name", "pid", "process", "host", "contex
                   "block", "grid", "kernel_time", "invocations")
 #: Columns of :attr:`Parsed.metrics` (one row per kernel × metric).
 METRIC_COLUMNS = ("key", "line", "group", "name", "unit", "raw")
+#: Extra metric columns of ``--print-summary per-kernel`` text (its Minimum and Maximum; ``raw`` holds the Average).
+SUMMARY_METRIC_COLUMNS = METRIC_COLUMNS + ("raw_min", "raw_max")
 #: Columns of :attr:`Parsed.rules` (one row per kernel × rule result).
 RULE_COLUMNS = ("key", "line", "group", "name", "type", "speedup_type", "speedup", "description")
 

@@ -20,7 +20,7 @@ The dashed line gives the column widths (name, unit, value). With
 ``--print-summary per-kernel`` a kernel line ends ``Device 0, CC 9.0,
 Invocations N`` (no context, no stream) and its tables have ``Minimum``,
 ``Maximum`` and ``Average`` columns: the average is read as the value, the
-kernel stands for its N launches. Older versions
+minimum and maximum as its bounds, the kernel stands for its N launches. Older versions
 print ``NAME, 2020-Apr-07 17:01:05, Context 1, Stream 7`` as the kernel line
 and no ``Metric Name`` header row in the table. Rule results (``OPT``,
 ``INF``, ``WRN``, ``ERR`` + text, optionally ``Est. Speedup: N%``, a global
@@ -39,7 +39,7 @@ from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.sources import open_binary
 
-from .parsed import KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, Parsed, frame
+from .parsed import KERNEL_COLUMNS, RULE_COLUMNS, SUMMARY_METRIC_COLUMNS, Parsed, frame
 
 PROCESS = re.compile(r"^\[(?P<pid>\d+)\] (?P<process>.+?)@(?P<host>\S+)\s*$")
 KERNEL = re.compile(r"^  (?P<name>\S.*?) \((?P<grid>\d+, ?\d+, ?\d+)\)x\((?P<block>\d+, ?\d+, ?\d+)\), "
@@ -56,6 +56,12 @@ SECTION = re.compile(r"^    Section: (?P<section>\s*+\S++(?:\s++\S++)*+)\s*+$") 
 DASHES = re.compile(r"^    -+( -+)+\s*$")
 RULE = re.compile(r"^    (?P<type>OPT|INF|WRN|ERR|WARN|ERROR)\s{2,}+(?P<text>(?:\S++(?:\s++\S++)*+)?+)\s*+$")
 CONTINUATION = re.compile(r"^ {10}(?P<text>\S++(?:\s++\S++)*+)\s*+$")
+#: ncu prints numbers in the user's locale: under a LC_NUMERIC such as fi_FI or de_DE ``12 837 852,30`` (a space or a
+#: no-break space between thousands, a decimal comma) where the C locale prints ``12,837,852.30``.
+LOCALE_GROUPED = re.compile(r"^[+-]?\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?:,\d+)?$")
+LOCALE_DECIMAL = re.compile(r"^[+-]?\d+,(?:\d{1,2}|\d{4,})$")  # a comma not followed by three digits
+LOCALE_NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:[ \u00a0\u202f]\d{3})+|\d+)(?:,\d+)?$")
+C_DECIMAL = re.compile(r"^[+-]?[\d,]*\.\d+$")
 SPEEDUP = re.compile(r"^Est\. (?:(?P<kind>Local|Global) )?Speedup: (?P<value>[\d.,]+)%\s*(?P<rest>.*)$")
 
 
@@ -77,13 +83,36 @@ def read_text(path: Path, options: ReadOptions) -> Parsed:
     if last and not last.endswith("\n"):
         state.drop_partial_last()
     state.close(options)
+    _decimal_comma(state, options)
     if not state.kernels:
         raise bad_input(path, None, "not Nsight Compute output: no kernel result (a line 'NAME (grid)x(block), "
                                     "Context N, Stream N' followed by 'Section:' tables) was found")
     kernels = {c: [k.get(c) for k in state.kernels] for c in KERNEL_COLUMNS}
     summary = any(k.get("invocations") is not None for k in state.kernels)
     return Parsed("text --print-summary per-kernel" if summary else "text", frame(KERNEL_COLUMNS, kernels),
-                  frame(METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
+                  frame(SUMMARY_METRIC_COLUMNS, state.metrics), frame(RULE_COLUMNS, state.rules), notes=state.notes)
+
+
+def _decimal_comma(state: "_State", options: ReadOptions) -> None:
+    """Numbers of a decimal-comma locale, rewritten as the C locale writes them.
+
+    Only when the file shows the locale (a number grouped by spaces, or a comma followed by other than three digits)
+    and no value has a decimal point: then ``1,234`` is 1.234, not 1234."""
+    values = [v.strip() for c in ("raw", "raw_min", "raw_max") for v in state.metrics[c] if v]
+    if not any(LOCALE_GROUPED.match(v) or LOCALE_DECIMAL.match(v) for v in values):
+        return
+    if any(C_DECIMAL.match(v) for v in values):
+        return  # both conventions in one file: no guess (the comma values are then refused as not numbers)
+
+    def c_locale(value: str | None) -> str | None:
+        if value is None or not LOCALE_NUMBER.match(value.strip()):
+            return value
+        return re.sub(r"[ \u00a0\u202f]", "", value.strip()).replace(",", ".")
+
+    for column in ("raw", "raw_min", "raw_max"):
+        state.metrics[column] = [c_locale(v) for v in state.metrics[column]]
+    options.warn(f"{state.path}: numbers are written in a decimal-comma locale (e.g. '12 837 852,30'): read with ',' "
+                 "as the decimal mark and spaces between thousands")
 
 
 class _State:
@@ -93,7 +122,7 @@ class _State:
         self.path = path
         self.pid = self.process = self.host = None
         self.kernels: list[dict] = []
-        self.metrics = {c: [] for c in METRIC_COLUMNS}
+        self.metrics = {c: [] for c in SUMMARY_METRIC_COLUMNS}
         self.rules = {c: [] for c in RULE_COLUMNS}
         self.notes: list[str] = []
         self.section: str | None = None
@@ -102,6 +131,7 @@ class _State:
         self.rule: dict | None = None
         self.header_open = False
         self.summary_table = False
+        self.orphan_sections = 0
 
     def key(self) -> str:
         return self.kernels[-1]["key"]
@@ -134,6 +164,8 @@ class _State:
             self.section = None
             return
         if not self.kernels:
+            if SECTION.match(line):  # a result's tables with no kernel line above them (cut off, or reordered)
+                self.orphan_sections += 1
             return
         m = SECTION.match(line)
         if m:
@@ -180,8 +212,9 @@ class _State:
         self.rows_in_table += 1
         if len(cols) != (5 if self.summary_table else 3):
             return  # a table of another shape (charts, breakdowns): not metrics
+        low, high = (cells[2], cells[3]) if self.summary_table else (None, None)
         for col, value in (("key", self.key()), ("line", lineno), ("group", self.section), ("name", cells[0]),
-                           ("unit", cells[1]), ("raw", cells[-1])):
+                           ("unit", cells[1]), ("raw", cells[-1]), ("raw_min", low), ("raw_max", high)):
             self.metrics[col].append(value)
 
     def _end_rule(self) -> None:
@@ -219,6 +252,9 @@ class _State:
         if self.columns is not None:
             options.incomplete(f"{self.path}: the file ends inside a section table (truncated output); "
                                "kept the metrics read before that point")
+        if self.orphan_sections and self.kernels:
+            options.warn(f"{self.path}: {self.orphan_sections} section tables come before the first kernel line "
+                         "(NAME ..., Context N, Stream N) and were skipped: they belong to no kernel the file names")
 
 
 def _columns(dashes: str) -> list[tuple[int, int | None]]:

@@ -18,11 +18,11 @@ Tables read, each only when present (older exports lack some):
   API calls, ``nameId`` into ``StringIds`` without a version suffix
   (:mod:`.api_names`: ``cudaGraphLaunch_v10000`` is ``cudaGraphLaunch``);
   ``group`` is the event class
-  (``CUDA runtime`` / ``CUDA driver``) from ``ENUM_NSYS_EVENT_CLASS``.
+  (``CUDA runtime`` / ``CUDA driver``) from ``ENUM_NSYS_EVENT_CLASS`` (0 and 1 without it).
 * ``NVTX_EVENTS``: push/pop and start/end ranges become markers with their
   duration, marks markers of duration 0; the text is ``text`` or ``textId``;
   ``group`` is the NVTX domain's name (null for the default domain).
-* ``TARGET_INFO_GPU`` (``TARGET_INFO_CUDA_GPU`` before 2021.2) for devices,
+* ``TARGET_INFO_GPU`` (``TARGET_INFO_CUDA_GPU`` before 2021.2; both, merged by device id, in between) for devices,
   ``TARGET_INFO_CUDA_DEVICE`` for the CUDA ordinal each process saw,
   ``PROCESSES`` for process names, ``META_DATA_EXPORT`` (``EXPORT_META_DATA`` in nsys 2022) for the version.
 
@@ -59,6 +59,10 @@ NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange", 70: "NvtxtP
                     71: "NvtxtStartEndRange"}
 NVTX_MARK_TYPES = {34: "NvtxMark"}
 NVTX_DOMAIN_CREATE = 75
+#: API event classes of nsys (ENUM_NSYS_EVENT_CLASS), for exports without that table (2020 to 2022.2, schema up to
+#: 2.9.1): their CUPTI_ACTIVITY_KIND_RUNTIME numbers them the same way (a real 2022.2.1 export has its cuda* calls
+#: in class 0 and its one driver call, cuModuleGetLoadingMode, in class 1).
+FALLBACK_EVENT_CLASS = {0: "CUDA runtime", 1: "CUDA driver"}
 
 
 def _pid(db: Tables, column: str) -> str:
@@ -355,7 +359,7 @@ class _Enums:
     def __init__(self, db: Tables):
         self.copy_kind = _enum(db, "ENUM_CUDA_MEMCPY_OPER") or dict(memops.FALLBACK_COPY_KIND)
         self.mem_kind = _enum(db, "ENUM_CUDA_MEM_KIND") or dict(memops.FALLBACK_MEM_KIND)
-        self.event_class = _enum(db, "ENUM_NSYS_EVENT_CLASS")
+        self.event_class = _enum(db, "ENUM_NSYS_EVENT_CLASS") or dict(FALLBACK_EVENT_CLASS)
         types = _enum(db, "ENUM_NSYS_EVENT_TYPE", "name")
         if types:
             self.nvtx_ranges = {i for i, n in types.items() if n.startswith("Nvtx") and n.endswith("Range")}
@@ -412,9 +416,14 @@ def _devices(db: Tables) -> list[Device]:
         return []
     names, rows = db.records(f"SELECT * FROM {table}")
     cuda_ids = _cuda_ordinals(db)
+    details = _cuda_gpu_details(db) if table == "TARGET_INFO_GPU" else {}
     devices = []
     for row in rows:
         record = dict(zip(names, row))
+        device_id = next((record[c] for c in _DEVICE_COLUMNS["id"] if record.get(c) is not None), None)
+        for column, value in details.get(device_id, {}).items():
+            if record.get(column) is None:
+                record[column] = value
         get = {field: next((record[c] for c in options if record.get(c) is not None), None)
                for field, options in _DEVICE_COLUMNS.items()}
         used = {c for options in _DEVICE_COLUMNS.values() for c in options}
@@ -430,6 +439,23 @@ def _devices(db: Tables) -> list[Device]:
             extra=extra,
         ))
     return sorted(devices, key=lambda d: (type(d.id) is not int, d.id if type(d.id) is int else 0))
+
+
+def _cuda_gpu_details(db: Tables) -> dict[int, dict]:
+    """deviceId -> the TARGET_INFO_CUDA_GPU row, for exports that have both device tables.
+
+    Exports of about 2020.5-2021.1 (no META_DATA_EXPORT) write a TARGET_INFO_GPU of only ``vmId``, ``deviceId``,
+    ``name``, ``busLocation``, ``isDiscrete``, and the SM count, memory size and compute capability in
+    TARGET_INFO_CUDA_GPU beside it (one row per device and process): the two are merged by device id."""
+    if "TARGET_INFO_CUDA_GPU" not in db.names or "deviceId" not in db.columns("TARGET_INFO_CUDA_GPU"):
+        return {}
+    names, rows = db.records("SELECT * FROM TARGET_INFO_CUDA_GPU")
+    out: dict[int, dict] = {}
+    for row in rows:
+        record = dict(zip(names, row))
+        if type(record["deviceId"]) is int:
+            out.setdefault(record["deviceId"], record)
+    return out
 
 
 def _cuda_ordinals(db: Tables) -> dict[int, list[dict]]:
