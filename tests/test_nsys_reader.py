@@ -39,6 +39,13 @@ CSV_REPORTS = ("cuda_gpu_trace", "cuda_api_trace", "cuda_gpu_kern_sum", "cuda_ap
 
 # ------------------------------------------------------------------ helpers
 
+
+#: The kernel table as nsys 2020-2025 exports write it (the columns the reader reads), for hand-made exports.
+KERNEL_TABLE = """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER,
+            shortName INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER,
+            blockZ INTEGER, registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);"""
+
 def reader():
     return registry().reader("nsys")
 
@@ -458,10 +465,7 @@ def _old_export(path: Path, *, enums: bool = False) -> None:
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
         INSERT INTO StringIds VALUES (1, 'gemm_kernel(float*)'), (2, 'gemm_kernel'), (3, 'cudaLaunchKernel_v7000'),
                                      (4, 'registered text');
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
-            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
-            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
-            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+        {KERNEL_TABLE}
         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
             (100, 200, 0, 1, 7, 11, {g1}, 1, 2, 4, 1, 1, 128, 1, 1, 32, 0, 0),
             (150, 260, 1, 2, 9, 12, {g2}, 1, 2, 4, 1, 1, 128, 1, 1, 32, 0, 0);
@@ -535,14 +539,11 @@ def test_export_with_both_device_tables_merges_them(tmp_path):
     are copied here column for column; before, the device was read from TARGET_INFO_GPU alone, without them."""
     path = tmp_path / "both.sqlite"
     db = sqlite3.connect(path)
-    db.executescript("""
+    db.executescript(f"""
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
         INSERT INTO StringIds VALUES (343, 'decrypt_gpu(unsigned long*, unsigned long, unsigned int)'),
                                      (344, 'decrypt_gpu');
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
-            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
-            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
-            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+        {KERNEL_TABLE}
         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
             (795393200, 805128809, 0, 1, 14, 122, 281491653263360, 343, 344, 2560, 1, 1, 64, 1, 1, 20, 0, 0);
         CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, deviceId INTEGER, name TEXT, busLocation TEXT,

@@ -288,7 +288,8 @@ def test_a_ppk_cut_in_the_middle_keeps_its_complete_threads_with_a_warning(tmp_p
         f"{cut}: the file ends early (Compressed file ended before the end-of-stream marker was reached) while "
         f"reading the {len(plain['threads'][(len(kept), 0, 0)][0])} routine records of thread {len(kept)}.0.0; "
         f"{len(kept)} complete threads of 8 were kept"]
-    assert trace.meta.extra["incomplete"] == [w for w in trace.meta.warnings if "ends early" in w]  # every analysis says it
+    # every analysis says it
+    assert trace.meta.extra["incomplete"] == [w for w in trace.meta.warnings if "ends early" in w]
     whole = read_paths([LOAD_IMBALANCE / "8.ppk"])[0].events
     assert trace.events.filter(pl.col("kind") != "counter").drop("trace_id").to_dicts() == \
         whole.filter(pl.col("kind") != "counter", pl.col("pid").is_in(kept)).drop("trace_id").to_dicts()

@@ -12,8 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.names import (cut_apart, key_entries, key_entry, middle_cut, short_name, short_names,  # noqa: F401 - re-exported
-                              text_width)
+from traceparse.names import (cut_apart, key_entries, key_entry, middle_cut, short_name,  # noqa: F401 - re-exported
+                              short_names, text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
 from traceparse.figures import SAME_SAID, shares_shown
