@@ -70,7 +70,7 @@ def test_a_rank_on_another_clock_is_aligned_with_a_warning(store, tmp_path):
     code, out, err = run_cli("ingest", "-q", "--jobs", "1", str(directory))
     assert code == 0, err
     assert err == ("traceparse: warning: ranks on another clock: rank 1 (its events never overlap those of rank 0 in "
-                   "time; rank 1 is 9200000000 s ahead of rank 0); their times are moved to start with the first "
+                   "time; rank 1 is 9,200,000,000 s ahead of rank 0); their times are moved to start with the first "
                    "event of rank 0 (--set stragglers.align_clocks=true aligns the ranks on collective ends)\n")
     spans = _raw_spans(directory)
     assert spans[1][0] - spans[0][0] > 9 * 10**18  # the mutant is what it claims
@@ -105,7 +105,7 @@ def test_a_rank_that_cannot_be_moved_is_refused(store, tmp_path):
     code, out, err = run_cli("ingest", "-q", "--jobs", "1", str(directory))
     assert code == 2 and err.count("\n") == 1
     assert err == (f"traceparse: error: {directory / 'rank1.json.gz'}: rank 1 is on another clock (its events never "
-                   "overlap those of rank 0 in time) and its span of 50000000 s cannot be moved onto the clock of "
+                   "overlap those of rank 0 in time) and its span of 50,000,000 s cannot be moved onto the clock of "
                    "rank 0 within Int64 nanoseconds\n")
 
 
