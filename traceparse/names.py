@@ -376,14 +376,15 @@ def _numbered(names: list[str], out: list[str]) -> list[str]:
     return [s if owners[s].index(name) == 0 else f"{s} #{owners[s].index(name) + 1}" for name, s in zip(names, out)]
 
 
-def fitted_names(names: list[str], width: int) -> list[str]:
+def fitted_names(names: list[str], width: int, compact: bool = False) -> list[str]:
     """``names`` shortened to at most ``width`` cells each, two different names never alike: folded as a table's
     names are (:func:`short_names`), then those still too wide cut together (:func:`cut_apart`). For names listed
     one per line, side by side, where one shortened alone could read like another (diff's new and vanished names
     both read ``Kernel<…>``). Where two names differ in two places too far apart for one cut to show both (a
     torch kernel and its nsys spelling differ at the end, each from a sibling near the start), the later of those
-    that read alike are numbered ``#2``, ``#3`` (--json has every name whole)."""
-    out = short_names(names, width)
+    that read alike are numbered ``#2``, ``#3`` (--json has every name whole). ``compact``: as
+    :func:`short_names`'s."""
+    out = short_names(names, width, compact=compact)
     long = [i for i, s in enumerate(out) if text_width(s) > width]
     for i, cut in zip(long, cut_apart([out[i] for i in long], width)):
         out[i] = cut

@@ -12,8 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from traceparse.names import (cut_apart, key_entries, key_entry, middle_cut, short_name,  # noqa: F401 - re-exported
-                              short_names, text_width)
+from traceparse.names import (cut_apart, fitted_names, key_entries, key_entry,  # noqa: F401 - re-exported
+                              middle_cut, short_name, short_names, text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
 from traceparse.figures import SAME_SAID, shares_shown
@@ -759,12 +759,12 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
             long = [r for r in range(len(rows)) if text_width(cells[i][r]) > widths[i]]
             numbers = [f" [{key[str(rows[r].get(columns[i].key))]}]" for r in long]
             room = widths[i] - max((len(n) for n in numbers), default=0)
-            texts = [cells[i][r] for r in long]
             if columns[i].unit == "name" and room > 0:  # shortened again for the cell's room, not cut from the
                 # table's width: a TAU routine keeps its name before its location ("do_nonbo…{517,1}]" read before)
-                texts = [visible(t) for t in short_names([str(rows[r].get(columns[i].key)) for r in long], room,
-                                                         compact=True)]
-            for r, cut, number in zip(long, cut_apart(texts, room), numbers):
+                cuts = fitted_names([visible(str(rows[r].get(columns[i].key))) for r in long], room, compact=True)
+            else:
+                cuts = cut_apart([cells[i][r] for r in long], room)
+            for r, cut, number in zip(long, cuts, numbers):
                 # too little room for a cut to tell anything ("ra…0) [11]"): the key number alone
                 cells[i][r] = cut + number if room >= MIN_CUT_CELLS else number.strip()
     for r in range(len(rows)):

@@ -379,9 +379,7 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
             raise InputError(f"{files[0]}: rank {rank} (from the {rank_from}) is outside 0 to {MAX_RANK:,}, the "
                              "ranks a run can hold")
         if used != {rank}:  # the trace said its rank only after some rows were written
-            events_path = part / "events.parquet"
-            frame = pl.read_parquet(events_path).with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
-            frame.write_parquet(events_path, compression="zstd", compression_level=1)
+            _set_rank(part / "events.parquet", rank)
         if from_name is not None and rank_from == "trace" and from_name != rank:
             meta.warnings.append(f"{files[0].name}: the trace says rank {rank}, the file name {from_name}; "
                                  f"rank {rank} is used")
@@ -394,6 +392,12 @@ def ingest_rank(tmp: str, index: int, reader_name: str, paths: list[str], params
         raise InputError(f"{files[0]}: cannot read this rank: {type(exc).__name__}: {exc}") from None
     return {"index": index, "rank": rank, "rank_from": rank_from, "world_size": world_size_of(meta),
             "meta": meta.to_dict(), "name_is_pid": name_is_pid}
+
+
+def _set_rank(events_path: Path, rank: int) -> None:
+    """Rewrite a written partition with every row's ``rank`` set to ``rank`` (known only after it was written)."""
+    frame = pl.read_parquet(events_path).with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
+    frame.write_parquet(events_path, compression="zstd", compression_level=1)
 
 
 def _process_ids(events_path: Path) -> set[int]:
@@ -418,9 +422,7 @@ def _ranks_for_process_ids(results: list[dict], ranks: list[tuple[str, list[Path
     first = min(results, key=lambda r: r["rank"])
     for result in results:
         result["rank"], result["rank_from"] = order[result["rank"]], "process id order"
-        events_path = tmp / f"part-{result['index']}" / "events.parquet"
-        frame = pl.read_parquet(events_path).with_columns(pl.lit(result["rank"], dtype=pl.Int32).alias("rank"))
-        frame.write_parquet(events_path, compression="zstd", compression_level=1)
+        _set_rank(tmp / f"part-{result['index']}" / "events.parquet", result["rank"])
     count = len(pids)
     warnings.append(f"the file names give process ids, not ranks ({ranks[first['index']][1][0].name} holds process "
                     f"{pids[0]}): the {count} rank{'s are' if count != 1 else ' is'} numbered "

@@ -97,14 +97,13 @@ def step_work(events: pl.DataFrame) -> pl.DataFrame:
     inside one. What a whole-process capture does outside its steps (start-up, library loading, the copies of
     the data set) is no step's work: divided by one ``train_step`` it read as 300 ms of API time a step. Rows
     without a start (aggregated summaries) belong to no step."""
+    from traceparse.intervals import merge
     from traceparse.measures.steps import step_series
 
-    windows = step_series(events).select(pl.col("trace_id").cast(pl.String).fill_null(""), "start_ns", "end_ns")
-    windows = (windows.sort("trace_id", "start_ns")  # overlapping steps merged, so each row meets one window
-               .with_columns(reach=pl.col("end_ns").cum_max().shift(1).over("trace_id"))
-               .with_columns(block=(pl.col("start_ns") > pl.col("reach").fill_null(-1)).cum_sum().over("trace_id"))
-               .group_by("trace_id", "block").agg(w_start=pl.col("start_ns").min(), w_end=pl.col("end_ns").max())
-               .drop("block").sort("w_start"))
+    steps = step_series(events).select(pl.col("trace_id").cast(pl.String).fill_null(""), start="start_ns",
+                                       end="end_ns")
+    # overlapping steps merged, so each row meets one window
+    windows = merge(steps, by=["trace_id"]).select("trace_id", w_start="start", w_end="end").sort("w_start")
     rows = events.filter(pl.col("kind").is_in(list(KINDS)) & pl.col("start_ns").is_not_null()).with_columns(
         __k=pl.col("trace_id").cast(pl.String).fill_null(""))
     launches = (rows.filter((pl.col("kind") == "api") & pl.col("correlation_id").is_not_null())

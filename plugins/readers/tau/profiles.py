@@ -187,8 +187,9 @@ def _one_per_thread_and_metric(parsed: list[tuple[Source, ProfileFile]],
                                warn: Callable[[str], None]) -> list[tuple[Source, ProfileFile]]:
     """The files with at most one per thread and metric: a second profile of a thread's metric (a TIME profile
     copied into ``MULTI__PAPI_TOT_CYC/``, whose first line still says TIME) was read beside the first, every
-    routine of that thread counted twice. The first is kept, with a warning naming both; a file whose first line
-    names another metric than its ``MULTI__`` directory is warned of too."""
+    routine of that thread counted twice. The one in its own metric's directory is kept (else the first), with a
+    warning naming both; a file whose first line names another metric than its ``MULTI__`` directory is warned
+    of too."""
     def misplaced(source: Source, profile: ProfileFile) -> bool:
         return source.metric_dir is not None and profile.metric != source.metric_dir
 
