@@ -160,6 +160,17 @@ def same_figure(a: float, b: float, floor: float = 0) -> bool:
     return abs(a - b) <= max(SAME_SHARE * max(abs(a), abs(b)), floor)
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """Ranks as ranges: ``0–3``, ``0–2, 5, 7–9``."""
+    parts: list[list[int]] = []
+    for r in sorted(ranks):
+        if parts and r == parts[-1][1] + 1:
+            parts[-1][1] = r
+        else:
+            parts.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
+
+
 def listed(noun: str, keys: list, shown: int = 4) -> str:
     """``rank 7``, ``ranks 7 and 3``, ``ranks 7, 3, 9 and 2 more``: ``keys`` in the order given, at most ``shown``
     of them named, the rest counted."""

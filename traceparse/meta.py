@@ -113,6 +113,51 @@ PEAK_TFLOPS = "peak_tflops"
 PEAK_MEMORY_GBPS = "peak_memory_gbps"
 
 
+#: ``TraceMeta.extra`` key any reader may set: the names of the hosts the trace was recorded on, as the profiler
+#: wrote them (a list of text; one for a process's trace). ``ingest`` and ``show`` print them, a run's panel groups
+#: its ranks by host, and the straggler finding says where a run's slow ranks ran (:func:`hosts`).
+HOSTNAMES = "hostnames"
+#: Characters kept of one host name: a name is a label, not a document.
+HOSTNAME_CHARS = 255
+
+
+def hosts(meta) -> list[str]:
+    """The host names a reader recorded for a trace (:data:`HOSTNAMES`), each once, in order; [] where the
+    trace names none. Only non-empty text is a name (a stored value of another type says nothing)."""
+    values = ((getattr(meta, "extra", None) or {}).get(HOSTNAMES)) or []
+    if isinstance(values, str):
+        values = [values]
+    out = [v.strip()[:HOSTNAME_CHARS] for v in values if isinstance(v, str) and v.strip()] if isinstance(
+        values, list) else []
+    return list(dict.fromkeys(out))
+
+
+#: ``TraceMeta.extra`` key of a run's combined trace: {rank (text): host name} of the ranks whose trace names one
+#: host (:data:`HOSTNAMES`), set by the store as it loads the run (:func:`ranks_by_host`).
+RANK_HOSTS = "rank_hosts"
+
+
+def rank_hosts(metas: dict[int, Any]) -> dict[str, str]:
+    """{rank (text): host} of the ranks (rank -> their trace's metadata) whose trace names exactly one host."""
+    out = {}
+    for rank, meta in sorted(metas.items()):
+        names = hosts(meta)
+        if len(names) == 1:
+            out[str(rank)] = names[0]
+    return out
+
+
+def ranks_by_host(meta) -> dict[str, list[int]]:
+    """{host: its ranks, in order} of a run's combined trace (:data:`RANK_HOSTS`), hosts in the order of their
+    first rank; {} where no rank's host is known."""
+    pairs = sorted(((int(r), h) for r, h in ((getattr(meta, "extra", None) or {}).get(RANK_HOSTS) or {}).items()
+                    if isinstance(h, str) and str(r).lstrip("-").isdigit()))
+    out: dict[str, list[int]] = {}
+    for rank, host in pairs:
+        out.setdefault(host, []).append(rank)
+    return out
+
+
 def device_noun(device: Device | None) -> str:
     """The word a device is called by on screen: its :attr:`Device.kind` (``TPU``), ``GPU`` when it has none."""
     return (device.kind if device is not None and device.kind else "GPU")

@@ -16,8 +16,8 @@ from traceparse.names import (cut_apart, fitted_names, key_entries, key_entry,  
                               middle_cut, short_name, short_names, text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
-from traceparse.figures import SAME_SAID, shares_shown
-from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun
+from traceparse.figures import SAME_SAID, rank_ranges, shares_shown
+from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun, hosts
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
 
@@ -104,6 +104,9 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
     table.add_row("format", literal(" / ".join(x for x in (meta.format, meta.variant) if x)))
     if meta.tool or meta.tool_version:
         table.add_row("tool", literal(" ".join(x for x in (meta.tool, meta.tool_version) if x)))
+    names = hosts(meta)
+    if names:
+        table.add_row("host" if len(names) == 1 else "hosts", literal(", ".join(names)))
     summary = meta.summary or {}
     kinds = summary.get("events_per_kind", {})
     table.add_row("events", f"{meta.event_count:,}" + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")"
@@ -133,6 +136,28 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
         table.add_row(Text("warnings", style="yellow"), warning_count(len(meta.warnings)))
     title = title or ("already in the store" if already_stored else "ingested")
     return Panel(table, title=f"[bold]{markup_literal(title)}[/bold]", expand=False)
+
+
+#: Hosts named in a run panel's line of hosts; the rest are counted.
+HOSTS_LISTED = 4
+
+
+def hosts_line(on: dict[str, str], ranks: int) -> str:
+    """A run's line of hosts (its panel, its page) from {rank (text): host}: ``vm (every rank)``, or each host with
+    its ranks (``2 — node-a: ranks 0–3; node-b: ranks 4–7``), the ranks whose host is not known counted."""
+    by_host: dict[str, list[int]] = {}
+    for rank, host in on.items():
+        by_host.setdefault(host, []).append(int(rank))
+    unknown = ranks - len(on)
+    if len(by_host) == 1 and not unknown:
+        return f"{next(iter(by_host))} (every rank)"
+    parts = [f"{host}: rank{'s' if len(r) > 1 else ''} {rank_ranges(r)}"
+             for host, r in list(by_host.items())[:HOSTS_LISTED]]
+    if len(by_host) > HOSTS_LISTED:
+        parts.append(f"{len(by_host) - HOSTS_LISTED:,} more hosts")
+    if unknown:
+        parts.append(f"{unknown:,} rank{'s' if unknown != 1 else ''} not named")
+    return f"{len(by_host)} — " + "; ".join(parts)
 
 
 def tags_text(tags: dict) -> Text:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
-from traceparse.meta import INCOMPLETE, TraceMeta, incomplete_notes
+from traceparse.meta import HOSTNAMES, INCOMPLETE, RANK_HOSTS, TraceMeta, incomplete_notes, rank_hosts
 from traceparse.threads import THREAD_NAMES
 
 if TYPE_CHECKING:
@@ -314,7 +314,9 @@ class Store:
             extra={"run": run, **({INCOMPLETE: cut} if (cut := [*(run.get("incomplete") or []),
                                                                 *(n for m in metas for n in incomplete_notes(m))])
                                   else {}),
-                   **({THREAD_NAMES: names} if (names := _thread_names_of(metas)) else {})},
+                   **({THREAD_NAMES: names} if (names := _thread_names_of(metas)) else {}),
+                   **({RANK_HOSTS: on, HOSTNAMES: list(dict.fromkeys(on.values()))}
+                      if (on := rank_hosts(dict(zip(sorted(map(int, run.get("ranks") or {})), metas)))) else {})},
             distributed={k: run.get(k) for k in ("world_size", "backend", "process_groups")},
         )
 

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.measures.memory import sparkline
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_bytes_binary, fmt_ns
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -112,9 +112,9 @@ class Memory(Rule):
                    "capacity_bytes": top["capacity_bytes"], "devices": len(items),
                    "samples": sum(i["samples"] for i in items)}
         where = "Host memory" if top["device"] == "host" else f"Device {top['device']}"
-        message = (f"{where}: peak allocated {_gib(top['peak_allocated_bytes'])}"
-                   + (f", peak reserved {_gib(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
-                   + (f" ({top['peak_reserved_pct']:.1f}% of {_gib(top['capacity_bytes'])})"
+        message = (f"{where}: peak allocated {_binary(top['peak_allocated_bytes'])}"
+                   + (f", peak reserved {_binary(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
+                   + (f" ({top['peak_reserved_pct']:.1f}% of {_binary(top['capacity_bytes'])})"
                       if top["peak_reserved_pct"] is not None else "")
                    + f", reached {fmt_ns(top['peak_ns'])} into the memory timeline"
                    + (f" in step {top['step']}" if top["step"] is not None else "")
@@ -122,7 +122,8 @@ class Memory(Rule):
         suggestion = ("Reserved memory is close to the device's capacity: free references early, use activation "
                       "checkpointing, a smaller batch or mixed precision; set PYTORCH_CUDA_ALLOC_CONF="
                       "expandable_segments:True against fragmentation." if worst != "info" else "")
-        return [Finding(self.name, worst, "Device memory", message, suggestion, metrics=metrics, items=items,
+        title = "Host memory" if top["device"] == "host" else "Device memory"  # no device sampled: the host's
+        return [Finding(self.name, worst, title, message, suggestion, metrics=metrics, items=items,
                         columns=COLUMNS, figures=FIGURES, labels=LABELS)]
 
 
@@ -134,8 +135,9 @@ def _int(value):
     return None if value is None else int(value)
 
 
-def _gib(nbytes) -> str:
-    return "?" if nbytes is None else f"{nbytes / 2**30:.3f} GiB"
+def _binary(nbytes) -> str:
+    """A byte count in binary units scaled to its size (``1.868 MiB``, not ``0.002 GiB``), as the table shows it."""
+    return "?" if nbytes is None else fmt_bytes_binary(nbytes)
 
 
 def _step_at(steps: pl.DataFrame, trace_id, at: int):

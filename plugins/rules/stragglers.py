@@ -52,7 +52,15 @@ straggler: like it, they spent under :data:`AS_SLOW_FRACTION` of the way from it
 waiting to the most-waiting rank's; the one a hair earlier causes no wait but is no faster, and is named beside
 it). Items: every rank, most wait caused first (the straggler's peers next to it). Where the ranks' collectives
 end more than :data:`CLOCKS_APART_NS` apart on their own clocks (they leave a collective together), the message
-says their clocks likely differ and how to align them. Time at stake (``impact_ns``): the candidate's
+says their clocks likely differ and how to align them; unless every rank's trace names one and the same host
+(one machine, one clock: then it says the waits are no clock difference, and aligning is not offered).
+
+Hosts: where the ranks' traces name two hosts or more (PyTorch 2.13's ``host_name``, nsys's ``Hostname``:
+:func:`traceparse.meta.ranks_by_host`), a straggler's (or most-waited-for rank's) message adds the waits the
+ranks caused summed by host, each with its share of them all; ``hosts`` = {host: {ranks, wait_caused_ns}}, and
+the items get a ``host`` column. Where every rank of one host (two or more) made the others wait longer than any
+rank of another host, the host is slow, not one rank: the suggestion says to look at that host first, and the
+summary line says so. Time at stake (``impact_ns``): the candidate's
 ``wait_caused_ns`` over the number of ranks, the mean per rank; ``impact_range`` names the least (the
 straggler's own: nothing) and the rank that waited for it most. The finding of a straggler gives the run's
 summary a line naming it.
@@ -71,11 +79,12 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns, fmt_pct, listed
+from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_compute, member_windows_counted, waiting_time
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
+from traceparse.meta import ranks_by_host
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import impact_range
@@ -85,7 +94,10 @@ FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns":
            "wait_caused_per_step_ns": "ns", "step_time_lost_pct": "pct"}
 COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
            Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
-           Column("waited_ns", "waited", "ns"), Column("step_ns", "time in steps", "ns")]
+           Column("waited_ns", "waited", "ns"), Column("step_ns", "time in steps", "ns"),
+           Column("host", "host", "text")]  # a run whose traces name two hosts or more
+#: Hosts named one by one in the sentence of the waits caused per host; the rest are counted.
+HOSTS_NAMED = 4
 #: A member is as slow as the straggler where its share of its step time spent waiting is within this fraction
 #: of the way from the straggler's share to the most-waiting member's (two ranks sleeping alike: the one 9 us
 #: earlier waits 0.1 ms, the others 150 ms).
@@ -169,8 +181,11 @@ class Stragglers(Rule):
             "process_group", "instance").unique().height
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
+        hosts = _present_hosts(trace.meta, per) if label == "rank" else {}
+        host_of = {rank: host for host, ranks in hosts.items() for rank in ranks}
         items = [{"rank": r["rank"], "device": r["device"], "last_count": r["last_count"],
-                  "wait_caused_ns": r["wait_caused_ns"], "waited_ns": r["waited_ns"], "step_ns": r["step_ns"]}
+                  "wait_caused_ns": r["wait_caused_ns"], "waited_ns": r["waited_ns"], "step_ns": r["step_ns"],
+                  **({"host": host_of.get(r["rank"])} if len(hosts) > 1 else {})}
                  for r in per.iter_rows(named=True)]
         ranks = {_key(r["member"]): {k: r[k] for k in ("last_count", "wait_caused_ns", "waited_ns", "step_ns")}
                  for r in per.sort("member", nulls_last=False).iter_rows(named=True)}
@@ -208,15 +223,26 @@ class Stragglers(Rule):
                        f"waited-for, {who}, made the others wait {fmt_ns(caused_ns)} "
                        f"({fmt_pct(share or 0)} of their step time).")
             suggestion = ""
+        by_host = _caused_by_host(per, hosts) if straggler is not None or title.startswith("Most waited") else []
+        if len(by_host) > 1:
+            message += _hosts_sentence(by_host)
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
         elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None:
-            message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
-                        f"collectives), which {label}s on one clock cannot do, as they leave a collective together: "
-                        f"their clocks likely differ (several hosts), and the waits may be that difference; "
-                        "--set stragglers.align_clocks=true aligns them on the collectives' ends.")
+            one_host = _one_host(trace.meta, members) if label == "rank" else None
+            if one_host is not None:  # one machine, one clock: the gap is not the clocks'
+                message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
+                            f"collectives), though every {label} ran on {one_host}, on one clock: the waits are "
+                            "not a difference of clocks, but some ranks left their collectives late (their threads "
+                            "descheduled, as where more ranks than cores run on one machine).")
+            else:
+                several = (f"they ran on {len(hosts)} hosts" if len(hosts) > 1 else "several hosts")
+                message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
+                            f"collectives), which {label}s on one clock cannot do, as they leave a collective "
+                            f"together: their clocks likely differ ({several}), and the waits may be that "
+                            "difference; --set stragglers.align_clocks=true aligns them on the collectives' ends.")
         excess = {"slow_rank_host": [], "slow_rank_gpu": []}
         named = straggler if straggler is not None else (candidate if title.startswith("Most waited") else None)
         if named is not None and label == "rank":
@@ -237,20 +263,77 @@ class Stragglers(Rule):
                               f"{who} does that the trace does not show, time between its operators (data "
                               "loading, hooks, I/O, a sleep), with record_function ranges or a host profiler. "
                               + suggestion)
+        whole_host = _whole_host_slow(per, by_host) if len(by_host) > 1 else None
+        if whole_host is not None:  # said first: where to look before which operator
+            suggestion = (f"Every rank on {whole_host} made the others wait longer than any rank elsewhere: the host "
+                          f"is slow, not one rank; look at {whole_host} itself (other jobs on it, its input pipeline "
+                          "and storage, its GPUs' clocks and its network link) first. " + suggestion)
         summary = (("straggler", f"{who}{f' (as slow: {_listed(label, also)})' if also else ''}: the others "
                                  f"wait {fmt_ns(per_step_ns)} per step for it ({fmt_pct(share)} of their step "
-                                 "time)") if straggler is not None else None)
+                                 "time)" + (f"; every rank of {whole_host} is slow" if whole_host else ""))
+                   if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "members": label, "clock": clock,
-                                 "ranks": ranks, "as_slow": [_key(m) for m in also], **excess},
+                                 "ranks": ranks, "as_slow": [_key(m) for m in also], **excess,
+                                 **({"hosts": {h: {"ranks": r, "wait_caused_ns": c} for h, r, c in by_host}}
+                                    if len(by_host) > 1 else {})},
                         items=items, items_title=ITEMS_TITLE,
-                        columns=[c for c in COLUMNS if c.key != "device" or per["device"].is_not_null().any()],
+                        columns=[c for c in COLUMNS if (c.key != "device" or per["device"].is_not_null().any())
+                                 and (c.key != "host" or len(hosts) > 1)],
                         figures=FIGURES, impact_ns=round(caused_ns / len(members)),
                         impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label),
                         summary=summary)]
+
+
+def _present_hosts(meta, per: pl.DataFrame) -> dict[str, list[int]]:
+    """{host: its ranks among the members} of a run whose traces name their hosts (:func:`ranks_by_host`)."""
+    present = set(per["rank"].drop_nulls().to_list())
+    hosts = {h: [r for r in ranks if r in present] for h, ranks in ranks_by_host(meta).items()}
+    return {h: ranks for h, ranks in hosts.items() if ranks}
+
+
+def _one_host(meta, members: list) -> str | None:
+    """The one host every member (rank) ran on, where every member's trace names it; else None."""
+    hosts = ranks_by_host(meta)
+    named = {r for ranks in hosts.values() for r in ranks}
+    if len(hosts) == 1 and all(m in named for m in members):
+        return next(iter(hosts))
+    return None
+
+
+def _caused_by_host(per: pl.DataFrame, hosts: dict[str, list[int]]) -> list[tuple[str, list[int], int]]:
+    """(host, its ranks, the wait they caused the others) per host, most caused first (then host order)."""
+    caused = dict(zip(per["rank"].to_list(), per["wait_caused_ns"].to_list()))
+    rows = [(h, ranks, sum(int(caused.get(r) or 0) for r in ranks)) for h, ranks in hosts.items()]
+    return sorted(rows, key=lambda row: -row[2])
+
+
+def _hosts_sentence(by_host: list[tuple[str, list[int], int]]) -> str:
+    """The waits the ranks caused, summed by host: each host's ranks, time and share of all the waits caused."""
+    total = sum(c for _, _, c in by_host)
+    shares = shares_shown([100.0 * c / total for _, _, c in by_host]) if total else [0.0] * len(by_host)
+    parts = [f"{h} (rank{'s' if len(r) > 1 else ''} {rank_ranges(r)}) {fmt_ns(c)}"
+             + (f", {share:.1f}%" if total else "")
+             for (h, r, c), share in zip(by_host[:HOSTS_NAMED], shares)]
+    rest = by_host[HOSTS_NAMED:]
+    if rest:
+        parts.append(f"{len(rest):,} more hosts {fmt_ns(sum(c for _, _, c in rest))}"
+                     + (f", {sum(shares[HOSTS_NAMED:]):.1f}%" if total else ""))
+    return f" The ranks ran on {len(by_host)} hosts; the waits they caused, by host: " + "; ".join(parts) + "."
+
+
+def _whole_host_slow(per: pl.DataFrame, by_host: list[tuple[str, list[int], int]]) -> str | None:
+    """The host of two ranks or more each of which made the others wait longer than any rank of another host did
+    (the host, not one rank, is slow); else None."""
+    caused = dict(zip(per["rank"].to_list(), per["wait_caused_ns"].to_list()))
+    for host, ranks, _ in by_host:
+        elsewhere = [int(caused.get(r) or 0) for h, rs, _ in by_host if h != host for r in rs]
+        if len(ranks) > 1 and elsewhere and min(int(caused.get(r) or 0) for r in ranks) > max(elsewhere):
+            return host
+    return None
 
 
 def _expected_members(distributed: dict, present: int) -> pl.Expr:

@@ -20,8 +20,9 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
-from traceparse.figures import SAME_NS, SAME_SAID, same_figure
-from traceparse.report import fitted_table, fmt_ns, shown_path, tags_text, trace_summary, warning_count
+from traceparse.meta import rank_hosts
+from traceparse.figures import SAME_NS, SAME_SAID, rank_ranges, same_figure
+from traceparse.report import fitted_table, fmt_ns, hosts_line, shown_path, tags_text, trace_summary, warning_count
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
 
@@ -165,6 +166,9 @@ def run_summary(store, run: dict, already_stored: bool = False, title: str | Non
     if run.get("tags"):
         table.add_row("tags", tags_text(run["tags"]))
     metas = {int(rank): store.rank_meta(run["id"], rank) for rank in run.get("ranks", {})}
+    on = rank_hosts(metas)
+    if on:
+        table.add_row("hosts", literal(hosts_line(on, len(metas))))
     if len(metas) <= RANKS_LISTED:
         table.add_row("ranks", _rank_table({rank: "" for rank in sorted(metas)}, metas))
     else:
@@ -247,15 +251,21 @@ def _spread(values: list[int], fmt, floor: float = 0) -> str:
 def _rank_table(ranks: dict[int, str], metas: dict) -> Table:
     """One line per rank of ``ranks`` (rank -> why it is shown; a column only when one says)."""
     table = Table(header_style="bold", box=None, padding=(0, 1))
-    columns = ("rank", "trace", "events", "span", "source") + (("why",) if any(ranks.values()) else ())
+    on = rank_hosts({rank: metas[rank] for rank in ranks})
+    several = len(set(rank_hosts(metas).values())) > 1  # one host for all: the panel's hosts line says it once
+    columns = (("rank", "trace", "events", "span") + (("host",) if several and on else ()) + ("source",)
+               + (("why",) if any(ranks.values()) else ()))
     for column in columns:
         table.add_column(column)
     for rank, why in ranks.items():
         meta = metas[rank]
         row = [literal(str(rank)), literal(meta.id or ""),
                f"{meta.event_count:,}" if meta.event_count is not None else "-",
-               fmt_ns((meta.summary or {}).get("span_ns")), literal(Path(meta.path).name if meta.path else "")]
-        table.add_row(*row, *((literal(why),) if len(columns) > 5 else ()))
+               fmt_ns((meta.summary or {}).get("span_ns"))]
+        if "host" in columns:
+            row.append(literal(on.get(str(rank), "-")))
+        row.append(literal(Path(meta.path).name if meta.path else ""))
+        table.add_row(*row, *((literal(why),) if "why" in columns else ()))
     return table
 
 
@@ -338,17 +348,6 @@ RUN_COLUMNS = [Column("id", "id", "id"), Column("name", "name", "name"), Column(
                Column("events", "events", "count"), Column("tags", "tags", "text")]
 TRACE_COLUMNS = [Column("id", "id", "id"), Column("format", "format", "id"), Column("events", "events", "count"),
                  Column("span_ns", "span", "ns"), Column("path", "path", "name"), Column("tags", "tags", "text")]
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """Ranks as ranges: ``0–3``, ``0–2, 5, 7–9``."""
-    parts: list[list[int]] = []
-    for r in sorted(ranks):
-        if parts and r == parts[-1][1] + 1:
-            parts[-1][1] = r
-        else:
-            parts.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
 
 
 def _filled(columns: list[Column], rows: list[dict]) -> list[Column]:

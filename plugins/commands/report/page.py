@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from traceparse.figures import shares_shown
+from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.names import cut_apart, short_names
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, dict_rows, finding_columns, fmt_ns, fmt_unit, fold_rows,
-                               fold_title, mean_of, shown_figures)
+                               fold_title, hosts_line, mean_of, shown_figures)
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
 from traceparse.text import visible_keeping_lines
@@ -239,6 +240,11 @@ def metadata_html(trace, budget: int | None = TABLE_ROWS) -> str:
     if run:
         rows.append(("run", f"{run.get('name') or ''} — world size {run.get('world_size', '?')}, "
                             f"{len(run.get('ranks') or {})} ranks stored"))
+        on = (meta.extra or {}).get(RANK_HOSTS) or {}
+        if on:
+            rows.append(("hosts", hosts_line(on, len(run.get("ranks") or {}))))
+    elif hosts(meta):
+        rows.append(("host" if len(hosts(meta)) == 1 else "hosts", ", ".join(hosts(meta))))
     sources = list(meta.source_paths)
     rows.append(("source", "\n".join(sources if budget is None or len(sources) <= budget + 1 else sources[:budget])))
     rows.append(("format", " / ".join(x for x in (meta.format, meta.variant) if x)))

@@ -43,6 +43,7 @@ from typing import Iterator
 import polars as pl
 
 from traceparse.errors import bad_input, spelled
+from traceparse.meta import HOSTNAMES
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
@@ -492,6 +493,11 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
             row = db.rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
             if row and row[0][0]:
                 meta.extra["session_start_utc_ns"] = row[0][0]
+        if "TARGET_INFO_SYSTEM_ENV" in tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
+            hostnames = [v for (v,) in db.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
+                         if isinstance(v, str) and v.strip()]  # one per target (host) of the capture
+            if hostnames:
+                meta.extra[HOSTNAMES] = list(dict.fromkeys(hostnames))
         meta.extra["processes"] = _processes(db)
         names = _thread_names(db)
         if names:

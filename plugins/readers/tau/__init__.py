@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceparse.errors import InputError, bad_input
-from traceparse.meta import OUTSIDE_ROUTINES, SUMMED_THREADS
+from traceparse.meta import HOSTNAMES, OUTSIDE_ROUTINES, SUMMED_THREADS
 from traceparse.plugins import hookimpl
 from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
@@ -173,6 +173,9 @@ def _meta(profile: ProfileSet, variant: str, extra: dict, numbers: WholeNumbers,
         meta.extra[OUTSIDE_ROUTINES] = TOP_TIMER
     if first:
         meta.extra["metadata"] = first
+    names = [attrs.get("Hostname") for _, attrs in profile.metadata]  # one per thread, in node order
+    if any(isinstance(n, str) and n.strip() for n in names):
+        meta.extra[HOSTNAMES] = list(dict.fromkeys(n for n in names if isinstance(n, str) and n.strip()))
     nodes = profile.routines["node"].drop_nulls().unique().to_list() if "node" in profile.routines.columns else []
     if len(nodes) == 1:  # one node's profile: TAU's node is the MPI rank, so this file is one rank of a run
         meta.distributed = {"rank": int(nodes[0])}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
+from traceparse.meta import HOSTNAMES
 from traceparse.trace import Device, TraceMeta
 
 from traceparse_plugins.readers.chrome_json import Event
@@ -75,6 +78,8 @@ class Document(msgspec.Struct):
     cuda_runtime_version: int | None = None
     cuda_driver_version: int | None = None
     cupti_version: int | None = None
+    # the machine's name (Kineto of PyTorch 2.13 and later): any JSON value, only text kept (:func:`fill_meta`)
+    host_name: Any = None
     # the profiler's options, 1 or 0 as Kineto writes them (true or false as some rewriting tools do)
     record_shapes: int | bool | None = None
     with_flops: int | bool | None = None
@@ -121,6 +126,8 @@ def fill_meta(meta: TraceMeta, doc: Document) -> None:
         value = getattr(doc, key)
         if value is not None:
             meta.extra[key] = value
+    if isinstance(doc.host_name, str) and doc.host_name.strip():
+        meta.extra[HOSTNAMES] = [doc.host_name]
     if doc.cupti_version is not None:
         meta.tool_version = f"CUPTI {doc.cupti_version}"
 
