@@ -291,8 +291,8 @@ def test_a_trimmed_run_says_what_it_cannot_replay(store):
     assert doc["mean"]["predicted_ns"] > 2.5 * twin
     assert any("is time on rank 1 that the trace does not show" in line for line in doc["cannot_replay"])
     assert doc["missing"] == [
-        "no runtime calls (launches, synchronisations): no wait of the host for the GPU or for another thread can "
-        "be replayed",
+        "no runtime calls (launches, synchronisations): no wait of the host for the GPU, nor for another thread "
+        "but at a collective's end, can be replayed",
         "no operators (only annotations and collective calls): the host's own work is untraced time, replayed as "
         "measured"]
     code, out, err = run_cli("--store", store, "whatif", str(folder), "--drop",
@@ -463,7 +463,7 @@ def test_a_caveat_share_is_of_the_path_the_table_shares_are_of(tmp_path):
     from traceparse.figures import fmt_pct
 
     code, out, err = run_cli("--store", str(tmp_path), "whatif", str(MULTIRANK / "gloo4_slow_rank2"), "--balance",
-                             "--json")
+                             "--top", "100", "--json")  # every part of the path in the table
     assert code == 0, err
     doc = json.loads(out)
     assert doc["cannot_replay"]
@@ -479,7 +479,7 @@ def test_a_caveat_share_is_of_the_path_the_table_shares_are_of(tmp_path):
         if rows and abs(sum(r["per_step_ns"] for r in rows) / 1e6 - float(ms)) < 0.01:  # all of it in the table
             assert f"({fmt_pct(sum(r['share_pct'] for r in rows))})" in line, line
             compared += 1
-    assert compared >= 3
+    assert compared == len(doc["cannot_replay"]) >= 1
 
 
 def test_an_edits_count_is_of_what_its_time_per_step_covers(tmp_path):

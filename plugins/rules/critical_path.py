@@ -490,7 +490,8 @@ def _missing(events, nouns: dict[int, str] | None = None) -> list[str]:
     else:
         if not row["api"] and row["gpu"]:
             out.append("no runtime calls (launches, synchronisations): GPU work is linked to the operator of the "
-                       "same external id where it has one, and no wait for the GPU or another thread can be seen")
+                       "same external id where it has one, and no wait for the GPU, nor for another thread but at "
+                       "a collective's end, can be seen")
         if not row["ops"] and not row["regions"]:
             out.append("no operators (only annotations and collective calls): the host's own work between them is "
                        "untraced time")

@@ -342,10 +342,12 @@ def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     return _edges(rows, edge="sync")
 
 
-def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: int, max_wake_ns: int) -> pl.DataFrame:
+def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: int, max_wake_ns: int,
+                waking: pl.DataFrame | None = None) -> pl.DataFrame:
     """``wake`` edges (inferred): a thread resuming after a gap of at least ``min_wait_ns`` in which it ran no
     event (or only an annotation: a range, not work), or starting its first event, at most ``max_wake_ns`` after
-    an event of another thread of its process ended within the gap → from that end."""
+    an event of another thread of its process ended within the gap → from that end. ``waking`` (trace, event id):
+    only the ends of those events wake a thread (else any event's)."""
     waiting = (pl.col("segment") == "untraced") | pl.col("category").is_in(["marker", "region"])
     gaps = thread_edges.filter(waiting & (pl.col("dst_ns") - pl.col("src_ns") >= min_wait_ns)).select(
         pl.col("dst_trace").alias(_T), "pid", "tid", a="src_ns", b="dst_ns", dst_node="dst_node")
@@ -355,8 +357,10 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
     first = points.filter(new_thread | (pl.int_range(pl.len()) == 0)).select(
         _T, "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
     gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
-    ends = points.filter(pl.col("is_end") == 1).select(_T, "pid", e_tid="tid", e="t", e_node="node",
-                                                      e_event="event_id").sort("e")
+    ends = points.filter(pl.col("is_end") == 1)
+    if waking is not None:
+        ends = ends.join(waking, on=[_T, "event_id"], how="semi")
+    ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _no_edges()
     woke = gaps.join_asof(ends, left_on="b", right_on="e", by=[_T, "pid"], strategy="backward",
@@ -416,7 +420,9 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
     ``events`` may hold many traces (a group of a run's ranks): they are built together, each edge within its
     own trace (``trace_id``; its ``rank`` is the trace's first non-null rank), in a fixed number of polars
     queries whatever the number of traces. Inferred edges (``wake``, ``stream_wait``) only in traces that
-    record runtime calls: without them a host gap is work the trace does not show, not a wait.
+    record runtime calls: without them a host gap is work the trace does not show, not a wait; except that a
+    thread resuming right after a collective on another thread of its process ended (a CPU-only run's DDP waiting
+    for gloo's worker thread) is woken by it.
     """
     if events.height == 0:
         return _empty_edges()
@@ -451,6 +457,18 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
 
     if with_runtime.height and points.height:
         parts.append(_wake_edges(recording(points), recording(thread, "dst_trace"), min_wait_ns, max_wake_ns))
+    if with_runtime.height < per_trace.height and points.height:
+        # traces without runtime calls (a CPU-only run): a gap is work the trace does not show, unless it ends
+        # right after a collective on another thread of the process ended (DDP's reducer waiting for gloo's
+        # worker thread): only a collective's end wakes a thread there
+        silent = per_trace.filter(~pl.col("_runtime")).select(_T)
+        host = events.join(silent, on=_T, how="semi").filter(on_a_thread()).select(_T, "event_id", "name",
+                                                                                  "collective")
+        ended = host.filter(_collective_of(host).is_not_null()).select(_T, "event_id")
+        if ended.height:
+            points_of = points.join(silent, on=_T, how="semi", maintain_order="left")
+            thread_of = thread.join(silent, left_on="dst_trace", right_on=_T, how="semi", maintain_order="left")
+            parts.append(_wake_edges(points_of, thread_of, min_wait_ns, max_wake_ns, waking=ended))
     if with_runtime.height and gpu.height:
         parts.append(_stream_wait_edges(recording(gpu), recording(gpu_edges, "dst_trace"), min_wait_ns, max_wake_ns))
     if not parts:

@@ -388,8 +388,8 @@ def missing_edges(events: pl.DataFrame) -> list[str]:
         out.append("host events without a thread id: the host's program order cannot be replayed")
     else:
         if not row["api"]:
-            out.append("no runtime calls (launches, synchronisations): no wait of the host for the GPU or for "
-                       "another thread can be replayed")
+            out.append("no runtime calls (launches, synchronisations): no wait of the host for the GPU, nor for "
+                       "another thread but at a collective's end, can be replayed")
         if not row["ops"]:
             out.append("no operators (only annotations and collective calls): the host's own work is untraced "
                        "time, replayed as measured")
