@@ -207,3 +207,18 @@ def test_host_memory_of_a_cpu_trace(store):
     assert finding["title"] == "Host memory"
     assert finding["metrics"]["peak_allocated_bytes"] == peak
     assert finding["message"].startswith(f"Host memory: peak allocated {peak / 2**20:.3f} MiB, ")
+
+
+def test_analyze_json_names_the_hosts(store):
+    ingest(store, TWO_HOSTS)
+    code, out, err = run_cli("analyze", "gloo4_two_hosts", "--rule", "memory", "--json")
+    assert code == 0, err
+    [trace] = json.loads(out)["traces"]
+    on = raw_hosts(TWO_HOSTS)
+    assert trace["hosts"] == list(dict.fromkeys(on[r] for r in sorted(on)))
+    assert trace["rank_hosts"] == {str(r): h for r, h in on.items()}
+    ingest(store, FIXTURES / "torch" / "resnet18_bs16.json.gz")
+    code, out, err = run_cli("analyze", "--rule", "memory", "--json")
+    assert code == 0, err
+    [trace] = json.loads(out)["traces"]
+    assert "hosts" not in trace and "rank_hosts" not in trace

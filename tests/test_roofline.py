@@ -9,6 +9,7 @@ FP32, 989/2 TFLOP/s dense TF32, 3.35 TB/s).
 from __future__ import annotations
 
 import csv
+import gzip
 import re
 import json
 import sys
@@ -353,3 +354,27 @@ def test_half_precision_counts_of_float_kernels_are_register_moves_not_flops():
     finding = ArithmeticIntensity().check(read_paths([VGG11])[0], RuleOptions(thresholds={"top": 0}))[0]
     assert (f"{len(moved)} kernels whose names say float read half-precision FMA counts "
             f"({fmt_number(float(sum(e['half_moves'] for e in moved)) / 1e9)} GFLOP)") in finding.message
+
+
+def test_roofline_of_a_cpu_only_trace_says_there_is_no_gpu_work(store):
+    """A CPU-only trace recorded with shapes and FLOPs (PyTorch 2.13 on the CPU) has no kernel to place: the error
+    says so instead of asking for the record_shapes and with_flops it has; its apostrophes are prose, not quoted
+    values cut to an excerpt."""
+    path = FIXTURES / "torch" / "cpu" / "convnet_cpu_torch213.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    assert doc["record_shapes"] == 1 and doc["with_flops"] == 1
+    assert not any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in doc["traceEvents"])
+    code, _, err = run_cli("roofline", str(path))
+    assert code == 2
+    assert err == (f"traceparse: error: {path}: no GPU kernels to place on a GPU's roofline: the trace recorded no "
+                   "GPU activity (a CPU-only run; hotspots gives its operators' time)\n")
+
+
+def test_apostrophes_are_not_quotes_in_one_line_errors():
+    from traceparse.text import one_line
+
+    prose = "the GPU's roofline" + " and more" * 20 + " the ranks' waits"
+    assert one_line(prose) == prose
+    value = "'" + "x" * 200 + "'"
+    assert one_line(f"got {value} for the GPU's name") == f"got '{'x' * 79}…' for the GPU's name"

@@ -106,7 +106,9 @@ class SafeConsole(Console):
         raise BrokenPipeError
 
 
-_QUOTED = re.compile("'[^'\\n]*'|\"[^\"\\n]*\"")  # paired left to right: 'a' then 'b', never a' ... 'b
+#: A quoted value: paired left to right ('a' then 'b', never a' ... 'b), a quote inside or at the end of a word an
+#: apostrophe, not a quote (the GPU's roofline ... its operators' time is prose, not a value to cut).
+_QUOTED = re.compile("(?<!\\w)'[^'\\n]*'(?!\\w)|\"[^\"\\n]*\"")
 
 
 def one_line(message: str, limit: int = 1000) -> str:

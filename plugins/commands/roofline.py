@@ -19,6 +19,7 @@ import io
 from pathlib import Path
 
 
+from traceparse import expr
 from traceparse.catalog import gpu_for_trace
 from traceparse.command import gpu_choice
 from traceparse.command import Command
@@ -84,6 +85,9 @@ class RooflineCommand(Command):
             kinds = ", ".join(sorted(others))
             raise InputError(f"{trace.meta.path or trace.id}: no GPU kernels to place on a GPU's roofline: the "
                              f"trace's devices are {kinds}s (hotspots gives their ops' time)")
+        if result["source"] == "none" and not trace.events.select(expr.kind_is(*expr.GPU_KINDS).any()).item():
+            raise InputError(f"{trace.meta.path or trace.id}: no GPU kernels to place on a GPU's roofline: the trace "
+                             "recorded no GPU activity (a CPU-only run; hotspots gives its operators' time)")
         if result["source"] == "none":
             raise InputError(f"{trace.meta.path or trace.id}: no FLOP or DRAM byte counts to put on a roofline "
                              "(ncu metrics, or torch.profiler with record_shapes=True or with_flops, or a JAX "

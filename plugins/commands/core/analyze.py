@@ -20,6 +20,7 @@ from contextlib import ExitStack, nullcontext
 from traceparse.command import Command, gpu_choice
 from traceparse.errors import StoreError
 from traceparse.figures import set_digits
+from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.report import TABLE_ROWS, render_findings, trace_label
 from traceparse.verdict import SEVERITIES, severity_rank
 from traceparse_plugins.commands.core import windowing
@@ -156,9 +157,16 @@ def _percent(text: str) -> float:
 
 
 def _trace_row(trace) -> dict:
-    """A trace of ``analyze --json``'s ``traces``; a run adds ``run``: its name, world size and {rank: trace id}."""
+    """A trace of ``analyze --json``'s ``traces``; a run adds ``run``: its name, world size and {rank: trace id};
+    ``hosts``, where the trace names the machines it was recorded on (a run: {rank: host} as ``rank_hosts``)."""
     row = {"id": trace.id, "path": trace.meta.path, "format": trace.meta.format, "tags": trace.meta.tags}
     run = (trace.meta.extra or {}).get("run") if trace.meta.format == "run" else None
     if run:
         row["run"] = {"name": run.get("name"), "world_size": run.get("world_size"), "ranks": run.get("ranks")}
+    names = hosts(trace.meta)
+    if names:
+        row["hosts"] = names
+        on = (trace.meta.extra or {}).get(RANK_HOSTS)
+        if on:
+            row["rank_hosts"] = on
     return row
