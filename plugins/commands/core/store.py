@@ -20,8 +20,8 @@ from rich.table import Table
 
 from traceparse.command import Command
 from traceparse.errors import InputError, StoreError
-from traceparse.meta import rank_hosts
 from traceparse.figures import SAME_NS, SAME_SAID, rank_ranges, same_figure
+from traceparse.meta import rank_hosts
 from traceparse.report import fitted_table, fmt_ns, hosts_line, shown_path, tags_text, trace_summary, warning_count
 from traceparse.verdict import Column
 from traceparse.text import literal, markup_literal
