@@ -434,6 +434,7 @@ def test_a_roofline_of_a_trace_without_kernels_says_so(tmp_path):
     assert found["message"] == ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not "
                                 "traced): there is nothing to place on a GPU roofline.")
     assert found["suggestion"] == ""
+    assert found["metrics"]["gpu_source"] == "none: the trace has no GPU kernels"  # not "pass --gpu NAME"
 
 
 def test_a_cut_trace_says_so_on_every_analysis(tmp_path):

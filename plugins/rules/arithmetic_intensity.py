@@ -166,6 +166,7 @@ class ArithmeticIntensity(Rule):
             message = ("The trace has no GPU kernels (its operators ran on the CPU, or the GPU was not traced): "
                        "there is nothing to place on a GPU roofline.")
             suggestion = ""
+            how = "none: the trace has no GPU kernels"  # not "pass --gpu NAME": no GPU's roof would be used
         else:
             message = _nothing_message(trace)
             suggestion = ncu + ("." if shapes else ", or record torch.profiler with record_shapes=True (FLOPs and "
