@@ -81,9 +81,11 @@ THREAD = ["rank", "pid", "device_id", "tid"]
 PLACED_KINDS = ("memcpy", "memset")
 #: The kind of annotations (record_function, NVTX ranges, ProfilerStep#N): ranked in a table of their own.
 MARKER = "marker"
+#: The row counts of how self time was had (the source's exclusive times, nesting, inclusive only) are said only
+#: where nonzero (``problem_count``): a torch trace has no exclusive times, and "exclusive rows 0" said nothing.
 FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_rows_skipped": "problem_count",
-           "aggregated_rows_skipped": "problem_count", "exclusive_rows": "count", "self_time_rows": "count",
-           "inclusive_only_rows": "count"}
+           "aggregated_rows_skipped": "problem_count", "exclusive_rows": "problem_count",
+           "self_time_rows": "problem_count", "inclusive_only_rows": "problem_count"}
 #: Screen labels where the key's words would read like another figure: the routines' self time over all threads (not
 #: another rule's time); ``threads`` counts a device's lanes too, which the message names apart ("on 2 threads and
 #: 1 GPU": 3).
