@@ -236,6 +236,33 @@ def test_a_thread_woken_by_another_is_inferred_only_with_runtime_calls():
     assert without.filter(pl.col("dst_node") == 4).select("segment", "critical").rows() == [("untraced", True)]
 
 
+def test_a_python_frame_that_held_the_wait_for_autograds_thread_is_woken_by_it(tmp_path):
+    # sweep 18's amp_accum (with_stack=True): the main thread's `<built-in method run_backward ...>` frame spans
+    # each backward, run by autograd's own thread; nothing of the main thread is inside it. The frame's end is
+    # itself an end point of its thread at the resuming instant: the wake was looked up at or before that instant,
+    # found the frame's own end, and no wake edge was made, so 6.112 ms a step (54%) of the path was "host op
+    # run_backward", the wait itself. Oracle (raw JSON): each frame is woken by the last end on another thread of
+    # its process inside it.
+    path = FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz"
+    raw = raw_events(path)
+    host_cats = ("cpu_op", "cuda_runtime", "cuda_driver", "python_function", "user_annotation")
+
+    def end(e: dict) -> int:
+        return us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+
+    frames = [e for e in raw if e["name"].startswith("<built-in method run_backward")]
+    expected = sorted((max(end(e) for e in raw if e.get("cat") in host_cats and e["pid"] == f["pid"]
+                           and e["tid"] != f["tid"] and us_to_ns(f["ts"]) < end(e) < end(f)), end(f)) for f in frames)
+    assert len(expected) == 12  # 4 micro-batches x 3 steps
+    graph = dependency_graph(read_torch(path).events)
+    woke = graph.filter((pl.col("edge") == "wake") & pl.col("dst_ns").is_in([b for _, b in expected]))
+    assert sorted(woke.select("src_ns", "dst_ns").rows()) == expected
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    host_ops = json.loads(out)["findings"][0]["metrics"]["host_ops"]
+    assert not [name for name in host_ops if "run_backward" in name]
+
+
 def test_formats_give_the_edges_they_carry():
     from traceparse.ingest import read_paths
 

@@ -359,8 +359,10 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
                                                       e_event="event_id").sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _no_edges()
-    woke = gaps.join_asof(ends, left_on="b", right_on="e", by=[_T, "pid"], strategy="backward",
-                          check_sortedness=False)
+    # the last end strictly before the resuming point: one at it may be the thread's own (a range, a Python frame
+    # that held the wait, ending there), and would hide the other thread's end before it
+    woke = gaps.with_columns(before=pl.col("b") - 1).join_asof(
+        ends, left_on="before", right_on="e", by=[_T, "pid"], strategy="backward", check_sortedness=False)
     woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_tid") != pl.col("tid")) & (pl.col("e") > pl.col("a"))
                        & (pl.col("b") - pl.col("e") <= max_wake_ns))
     rows = woke.select(_T, src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="b", segment=pl.lit("wake-up"),
