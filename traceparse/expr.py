@@ -95,6 +95,9 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # (split_embedding_*, and the index checks and linearization before them)
     ("embedding", r"embedding|index_?select|gather_kernel|sum_and_scatter|compute_grad_weight|partial_?segment"
                   r"|partials_per_segment|bounds_check_indices|linearize_index"),
+    # cuDNN's RNN cells (elemWiseRNNcell: an LSTM or GRU step's gates) and their backward (LSTM_elementWise_bp1,
+    # GRU_elementWise_bp2): the second part's signature holds cudnn::reduced_divisor, a fast division, no reduction
+    ("elementwise", r"elemwisernncell|_elementwise_bp\d"),
     # reductions, softmax, losses, and the scans and sorts of cub
     ("reduction/softmax", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum"
                           r"|scan_?kernel|devicescan|radix_?sort|segmented_?sort|unique_?by_?key|devicecompact"
