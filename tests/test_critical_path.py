@@ -263,6 +263,32 @@ def test_a_python_frame_that_held_the_wait_for_autograds_thread_is_woken_by_it(t
     assert not [name for name in host_ops if "run_backward" in name]
 
 
+def test_an_nvtx_step_range_owns_untraced_time_as_profilerstep_does(tmp_path):
+    # sweep 18's nsys capture: steps are the NVTX ranges "step 1".."step 3" (no ProfilerStep#N) and the trace has
+    # no operators, only those ranges and runtime calls (raw SQLite below). A step range's own time was "host op
+    # step N", 4.734 ms a step (33.3%), in a message that says the host's own work is untraced time; as a
+    # ProfilerStep#N's, it is time the trace does not show
+    import gzip
+    import sqlite3
+
+    path = FIXTURES / "nsys" / "sweep18" / "lstm_gru_nsys.sqlite.gz"
+    db = tmp_path / "t.sqlite"
+    db.write_bytes(gzip.decompress(path.read_bytes()))
+    con = sqlite3.connect(db)
+    ranges = [r[0] for r in con.execute("SELECT text FROM NVTX_EVENTS ORDER BY start")]
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert ranges == ["step 1", "step 2", "step 3"] and not {t for t in tables if "PYTORCH" in t or "OSRT" in t}
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    finding = json.loads(out)["findings"][0]
+    metrics = finding["metrics"]
+    assert metrics["host_ops"] == {} and "host op" not in metrics["by_kind"]
+    top = finding["items"][0]
+    assert (top["lane"], top["kind"], top["name"]) == ("thread 591 (python3)", "untraced", "(nothing traced in step N)")
+    assert metrics["untraced_pct"] == round(100 * metrics["by_kind"]["untraced"] / metrics["length_ns"], 4)
+
+
 def test_formats_give_the_edges_they_carry():
     from traceparse.ingest import read_paths
 
@@ -362,7 +388,7 @@ def test_a_group_of_ranks_is_built_in_one_pass_with_each_rank_as_alone(monkeypat
     alone = pl.concat([cp.trace_edges(t) for t in by_trace]).sort(order, nulls_last=True)
     calls = []
     real = cp._host_points
-    monkeypatch.setattr(cp, "_host_points", lambda e: calls.append(e["trace_id"].n_unique()) or real(e))
+    monkeypatch.setattr(cp, "_host_points", lambda e, *more: calls.append(e["trace_id"].n_unique()) or real(e, *more))
     together = cp.trace_edges(events).sort(order, nulls_last=True)
     assert together.equals(alone)
     assert set(together["rank"]) == {0, 1, 2, 3} and (together["rank"] == together["src_rank"]).all()
