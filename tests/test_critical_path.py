@@ -236,6 +236,59 @@ def test_a_thread_woken_by_another_is_inferred_only_with_runtime_calls():
     assert without.filter(pl.col("dst_node") == 4).select("segment", "critical").rows() == [("untraced", True)]
 
 
+def test_a_python_frame_that_held_the_wait_for_autograds_thread_is_woken_by_it(tmp_path):
+    # sweep 18's amp_accum (with_stack=True): the main thread's `<built-in method run_backward ...>` frame spans
+    # each backward, run by autograd's own thread; nothing of the main thread is inside it. The frame's end is
+    # itself an end point of its thread at the resuming instant: the wake was looked up at or before that instant,
+    # found the frame's own end, and no wake edge was made, so 6.112 ms a step (54%) of the path was "host op
+    # run_backward", the wait itself. Oracle (raw JSON): each frame is woken by the last end on another thread of
+    # its process inside it.
+    path = FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz"
+    raw = raw_events(path)
+    host_cats = ("cpu_op", "cuda_runtime", "cuda_driver", "python_function", "user_annotation")
+
+    def end(e: dict) -> int:
+        return us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+
+    frames = [e for e in raw if e["name"].startswith("<built-in method run_backward")]
+    expected = sorted((max(end(e) for e in raw if e.get("cat") in host_cats and e["pid"] == f["pid"]
+                           and e["tid"] != f["tid"] and us_to_ns(f["ts"]) < end(e) < end(f)), end(f)) for f in frames)
+    assert len(expected) == 12  # 4 micro-batches x 3 steps
+    graph = dependency_graph(read_torch(path).events)
+    woke = graph.filter((pl.col("edge") == "wake") & pl.col("dst_ns").is_in([b for _, b in expected]))
+    assert sorted(woke.select("src_ns", "dst_ns").rows()) == expected
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    host_ops = json.loads(out)["findings"][0]["metrics"]["host_ops"]
+    assert not [name for name in host_ops if "run_backward" in name]
+
+
+def test_an_nvtx_step_range_owns_untraced_time_as_profilerstep_does(tmp_path):
+    # sweep 18's nsys capture: steps are the NVTX ranges "step 1".."step 3" (no ProfilerStep#N) and the trace has
+    # no operators, only those ranges and runtime calls (raw SQLite below). A step range's own time was "host op
+    # step N", 4.734 ms a step (33.3%), in a message that says the host's own work is untraced time; as a
+    # ProfilerStep#N's, it is time the trace does not show
+    import gzip
+    import sqlite3
+
+    path = FIXTURES / "nsys" / "sweep18" / "lstm_gru_nsys.sqlite.gz"
+    db = tmp_path / "t.sqlite"
+    db.write_bytes(gzip.decompress(path.read_bytes()))
+    con = sqlite3.connect(db)
+    ranges = [r[0] for r in con.execute("SELECT text FROM NVTX_EVENTS ORDER BY start")]
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert ranges == ["step 1", "step 2", "step 3"] and not {t for t in tables if "PYTORCH" in t or "OSRT" in t}
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    finding = json.loads(out)["findings"][0]
+    metrics = finding["metrics"]
+    assert metrics["host_ops"] == {} and "host op" not in metrics["by_kind"]
+    top = finding["items"][0]
+    assert (top["lane"], top["kind"], top["name"]) == ("thread 591 (python3)", "untraced", "(nothing traced in step N)")
+    assert metrics["untraced_pct"] == round(100 * metrics["by_kind"]["untraced"] / metrics["length_ns"], 4)
+
+
 def test_formats_give_the_edges_they_carry():
     from traceparse.ingest import read_paths
 
@@ -335,7 +388,7 @@ def test_a_group_of_ranks_is_built_in_one_pass_with_each_rank_as_alone(monkeypat
     alone = pl.concat([cp.trace_edges(t) for t in by_trace]).sort(order, nulls_last=True)
     calls = []
     real = cp._host_points
-    monkeypatch.setattr(cp, "_host_points", lambda e: calls.append(e["trace_id"].n_unique()) or real(e))
+    monkeypatch.setattr(cp, "_host_points", lambda e, *more: calls.append(e["trace_id"].n_unique()) or real(e, *more))
     together = cp.trace_edges(events).sort(order, nulls_last=True)
     assert together.equals(alone)
     assert set(together["rank"]) == {0, 1, 2, 3} and (together["rank"] == together["src_rank"]).all()

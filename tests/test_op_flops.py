@@ -151,6 +151,37 @@ def test_element_wise_and_normalization():
 
 
 
+def test_a_nested_tensors_unrecorded_input_is_not_replaced_by_a_later_tensor(tmp_path):
+    """Sweep 18's inference capture (nn.TransformerEncoder on padded batches: the fast path's nested tensors):
+    each ``aten::native_layer_norm``'s input is recorded as dims ``[]`` of type '' (not recorded), so the first
+    tensor found was the weight ([512]): 5 × 512 FLOPs and 0.2 MB a call for a layer norm of 2656 × 512 halves,
+    a roofline row at "0 GFLOP/s, 0.0% of roof". No figure where the input is not recorded."""
+    path = FIXTURES / "torch" / "sweep18" / "infer.json.gz"
+    with gzip.open(path, "rt") as f:
+        raw = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    norms = [e["args"] for e in raw if e["name"] == "aten::native_layer_norm"]
+    assert len(norms) == 60 and {json.dumps(a["Input Dims"]) for a in norms} == {"[[], [], [512], [512], []]"}
+    assert op_flops.cost("aten::native_layer_norm", norms[0]["Input Dims"], norms[0]["Input type"],
+                         norms[0]["Concrete Inputs"]) is None
+    # the rule's total: the addmm GEMMs (2·M·N·K), the add_ calls with recorded dims (one FLOP an element) and the
+    # outer aten::abs of each step (its inner abs.out call belongs to it), from the raw JSON
+    gemm = sum(2 * math.prod(a["Input Dims"][1]) * a["Input Dims"][2][1] for a in
+               (e["args"] for e in raw if e["name"] == "aten::addmm"))
+    adds = sum(math.prod(e["args"]["Input Dims"][0]) for e in raw
+               if e["name"] == "aten::add_" and e["args"]["Input Dims"][0])
+    abs_calls = [e for e in raw if e["name"] == "aten::abs"]
+    outer = [e for e in abs_calls if not any(o is not e and o["tid"] == e["tid"] and o["ts"] <= e["ts"]
+                                             and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in abs_calls)]
+    expected = gemm + adds + sum(math.prod(e["args"]["Input Dims"][0]) for e in outer)
+    assert (gemm, adds, len(outer)) == (334_202_142_720, 81_592_320, 5)
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "arithmetic-intensity",
+                             "--json")
+    assert code == 0, err
+    finding = json.loads(out)["findings"][0]
+    assert finding["metrics"]["flops"] == expected == 334_294_220_800
+    assert not [i["name"] for i in finding["items"] if "layer_norm" in i["name"]]
+
+
 def test_arguments_that_fit_no_real_call_give_no_figure():
     """A damaged or hostile file: no figure rather than a wrong one, and never an exception."""
     huge = [2 ** 63, 2 ** 63]

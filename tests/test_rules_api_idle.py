@@ -387,3 +387,25 @@ def test_one_api_call_is_one_call_in_the_message():
     rows = [{"kind": "api", "name": "cudaLaunchKernel", "start_ns": 0, "duration_ns": 10, "pid": 1, "tid": 1}]
     f = run_rule(Trace(conform(pl.DataFrame(rows)), TraceMeta()), "api-share")
     assert f.message.startswith("1 API call (1 distinct) takes 10 ns; launch 100.0%.")
+
+
+def test_a_share_reads_the_same_in_the_title_the_sentence_and_the_tables():
+    """Sweep 18's amp_accum: launches are 4,578,302 of 5,193,940 ns of API time (88.147%), cudaLaunchKernel
+    3,794,151 ns (73.050%), from the raw JSON. The classes and top-calls tables show their shares rounded to add up
+    to 100 (88.2%, 73.1%); the title said "launch (88.1%)" and the sentence "cudaLaunchKernel (73.0%)" over them."""
+    with gzip.open(FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz", "rt") as f:
+        api = [e for e in json.load(f)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    total = sum(us_to_ns(e["dur"]) for e in api)
+    launch = sum(us_to_ns(e["dur"]) for e in api if EXPECTED_CLASS.get(e["name"]) == "launch")
+    top = sum(us_to_ns(e["dur"]) for e in api if e["name"] == "cudaLaunchKernel")
+    assert (launch, top, total) == (4_578_302, 3_794_151, 5_193_940)
+    from traceparse.figures import shares_shown
+
+    f = run_rule(read_torch(FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz"), "api-share")
+    classes = f.metrics["classes"]
+    shown = dict(zip(classes, shares_shown([c["share_pct"] for c in classes.values()])))
+    top_shown = shares_shown([i["share_pct"] for i in f.items])[0]
+    assert (round(100 * launch / total, 3), shown["launch"], top_shown) == (88.147, 88.2, 73.1)
+    assert f.title == "API time in launch (88.2%)"
+    assert "launch 88.2%" in f.message and "The top call is cudaLaunchKernel (73.1%)." in f.message

@@ -95,20 +95,27 @@ KERNEL_CATEGORIES: list[tuple[str, str]] = [
     # (split_embedding_*, and the index checks and linearization before them)
     ("embedding", r"embedding|index_?select|gather_kernel|sum_and_scatter|compute_grad_weight|partial_?segment"
                   r"|partials_per_segment|bounds_check_indices|linearize_index"),
+    # cuDNN's RNN cells (elemWiseRNNcell: an LSTM or GRU step's gates) and their backward (LSTM_elementWise_bp1,
+    # GRU_elementWise_bp2): the second part's signature holds cudnn::reduced_divisor, a fast division, no reduction
+    ("elementwise", r"elemwisernncell|_elementwise_bp\d"),
     # reductions, softmax, losses, and the scans and sorts of cub
+    # (and cub's merge sorts and torch's tensor_kernel_scan_* of sort and cumsum, sparse tensors' coalesceValuesKernel
+    # summing the values of repeated indices: a sparse embedding gradient before its optimizer step)
     ("reduction/softmax", r"reduce|reduction|softmax|nll_loss|cross_entropy|argmax|argmin|topk|cumsum"
                           r"|scan_?kernel|devicescan|radix_?sort|segmented_?sort|unique_?by_?key|devicecompact"
-                          r"|histogram"),
+                          r"|histogram|merge_?sort|kernel_scan_|coalescevalues"),
     # memory-format conversions (cuDNN nchwToNhwc, MIOpen transposes), transposes, copies and casts (torch's
     # direct_copy_kernel_cuda, dtype copies), concatenation, padding, the HIP runtime's copy kernels
     # XLA: concatenations (input_concatenate_fusion), slices and copies wrapped as fusions, dynamic (update)
     # slices, MIOpen's 3-D im2col of XLA's convolutions (Im3d2Col), XLA's device copy kernels in command buffers
     # (memcpy128, memcpy32_post: a data-parallel program's buffers)
     ("layout/copy", r"nchwtonhwc|nhwctonchw|nchw2|nhwc2|transpose|copy_kernel|catarray|batchedcopy|converttensor"
-                    r"|addpadding|im2col|col2im|im3d2col|permute|rocclr_copy|copybuffer|concatenate"
+                    r"|add_?padding|remove_?padding|im2col|col2im|im3d2col|permute|rocclr_copy|copybuffer|concatenate"
                     r"|^wrapped_(slice|copy|pad|reverse)|dynamic_(update_)?slice|^memcpy\d"),
+    # (cub's transform kernels: thrust::transform, thrust::sequence)
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|threshold|relu|sigmoid|tanh|gelu|silu"
                     r"|dropout|clamp|scale|add_kernel|mul_kernel|cast|philox|random|distribution|bernoulli"
+                    r"|cub::detail::transform::"
                     # FBGEMM's FP8 (de)quantization
                     r"|quantize|fp8rowwise_to|fp8_qparam"
                     r"|triu_tril|tensorop|index_put|scatter|where_kernel|masked|^memset"

@@ -132,15 +132,17 @@ class ApiShare(Rule):
         flagged = [c for c in CLASSES
                    if grade(expr.pct(steady[c], total), warning=t[f"{c}_warning_pct"]) != "info"
                    and steady[c] >= t["min_class_time_us"] * 1000]
+        # each share as its table shows it (rounded so that a table of one whole adds up to 100): the title, the
+        # sentence and the tables give one value, not "launch (88.1%)" over "launch 88.2%" and a row of 88.2%
+        class_shown = dict(zip(CLASSES, shares_shown([classes[c]["share_pct"] for c in CLASSES])))
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             over = f" over {trace_ranks(trace)} ranks" if run else ""
+            top_shown = shares_shown([item["share_pct"] for item in items])[0]
             message = (f"{fmt_count(calls, 'API call')} ({by_name.height:,} distinct) "
                        f"take{'s' if calls == 1 else ''} {fmt_ns(total)}{over}; "
-                       + ", ".join(f"{c} {fmt_pct(share)}" for c, share in
-                                   zip(ranked, shares_shown([classes[c]["share_pct"] for c in ranked]))
-                                   if classes[c]["time_ns"])
-                       + f". The top call is {items[0]['name']} ({fmt_pct(items[0]['share_pct'])}).")
+                       + ", ".join(f"{c} {fmt_pct(class_shown[c])}" for c in ranked if classes[c]["time_ns"])
+                       + f". The top call is {items[0]['name']} ({fmt_pct(top_shown)}).")
         else:
             message = f"{fmt_count(calls, 'API call')}, with no recorded time."
         message += aggregated_note(ignored_aggregated, "API", "API events")
@@ -155,7 +157,7 @@ class ApiShare(Rule):
                    **({"context_creation_ns": startup} if startup else {})}
         metrics.update({f"{c}_share_pct": classes[c]["share_pct"] for c in CLASSES})
         return [Finding(self.name, "warning" if flagged else "info",
-                        ("API time in " + " and ".join(f"{c} ({fmt_pct(classes[c]['share_pct'])})" for c in flagged)
+                        ("API time in " + " and ".join(f"{c} ({fmt_pct(class_shown[c])})" for c in flagged)
                          if flagged else "Where the API time goes"),
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items, items_title="top calls",
                         columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, tables={"classes": TABLE},

@@ -54,7 +54,7 @@ from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, 
 from traceparse.measures.comm import clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, parents
-from traceparse.measures.steps import STEP_NAME
+from traceparse.measures.steps import RANGE_KINDS, STEP_NAME, step_series
 
 #: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies).
 SYNC_CALLS = r"Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v2)?$"
@@ -140,9 +140,11 @@ def on_a_thread() -> pl.Expr:
             & pl.col("exclusive_ns").is_null())
 
 
-def _host_points(events: pl.DataFrame) -> pl.DataFrame:
+def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> pl.DataFrame:
     """The start and end points of each trace's timed host events, in order on each thread, with the event that
-    owns the time after each point (the innermost one open there)."""
+    owns the time after each point (the innermost one open there). ``windows`` (:data:`_T`, ``start_ns``,
+    ``end_ns``): the trace's steps; a host range that is one of them is a step annotation, as ``ProfilerStep#N`` is
+    (an NVTX range ``step 3``, a ``train_step`` annotation, a reader's marked step)."""
     host = picked(events, on_a_thread(),
                   _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
@@ -169,6 +171,12 @@ def _host_points(events: pl.DataFrame) -> pl.DataFrame:
     info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
                        _class=_per_name(names, expr.api_class),
                        _step=_per_name(names, lambda n: n.str.contains(STEP_NAME)))
+    if windows is not None and windows.height:
+        window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
+        is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
+                                _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
+            window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
+        info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
     rows = _rows_of(host, points)
     return pl.concat([points, info.select(pl.all().gather(rows))], how="horizontal")
 
@@ -363,8 +371,10 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
     ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _no_edges()
-    woke = gaps.join_asof(ends, left_on="b", right_on="e", by=[_T, "pid"], strategy="backward",
-                          check_sortedness=False)
+    # the last end strictly before the resuming point: one at it may be the thread's own (a range, a Python frame
+    # that held the wait, ending there), and would hide the other thread's end before it
+    woke = gaps.with_columns(before=pl.col("b") - 1).join_asof(
+        ends, left_on="before", right_on="e", by=[_T, "pid"], strategy="backward", check_sortedness=False)
     woke = woke.filter(pl.col("e").is_not_null() & (pl.col("e_tid") != pl.col("tid")) & (pl.col("e") > pl.col("a"))
                        & (pl.col("b") - pl.col("e") <= max_wake_ns))
     rows = woke.select(_T, src_node="e_node", src_ns="e", dst_node="dst_node", dst_ns="b", segment=pl.lit("wake-up"),
@@ -436,7 +446,11 @@ def trace_edges(events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_n
                                         _runtime=expr.kind_is("api").any())
     with_runtime = per_trace.filter(pl.col("_runtime")).select(_T)
     parts = []
-    points = _host_points(events)
+    # the steps as every command finds them (step_series: ProfilerStep#N, a reader's marked steps, NVTX ranges
+    # named like steps, ...), each trace's own: a range that is one of them is a step annotation
+    windows = keyed(step_series(given, by_trace=True).select("trace_id", "start_ns", "end_ns")).with_columns(
+        pl.col(_T).replace_strict(traces, range(traces.len()), default=None, return_dtype=pl.Int32)).drop_nulls(_T)
+    points = _host_points(events, windows)
     thread = _no_edges()
     if points.height:
         thread = _thread_edges(points)

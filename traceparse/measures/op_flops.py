@@ -350,10 +350,12 @@ def _attention(name: str, family: str, dims: list, types: list | None, concrete:
 
 
 def _per_element(name: str, family: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
-    tensors = [i for i, d in enumerate(dims) if is_shape(d) and _is_tensor(types, i)]
-    if not tensors:
+    # the main tensor is the first argument of every family here (input, self, grad_output): where it is not
+    # recorded (a nested tensor's dims are [], its type ''), a later tensor (a layer norm's weight) is not it
+    tensors = [i for i, d in enumerate(dims) if _sized_tensor(dims, types, i)]
+    if not tensors or tensors[0] != 0:
         return None
-    main = dims[tensors[0]]
+    main = dims[0]
     if family == "binary":
         shape = main
         for i in tensors[1:2]:
@@ -396,6 +398,13 @@ def _is_tensor(types: list | None, i: int) -> bool:
     """Whether input ``i`` is a tensor: its recorded type is a dtype (not Scalar, ScalarList, '' ...)."""
     dtype = _dtype_at(types, i)
     return types is None or dtype in DTYPE_BYTES
+
+
+def _sized_tensor(dims: list, types: list | None, i: int) -> bool:
+    """Whether input ``i`` is a tensor of recorded dims: a shape, or ``[]`` with a dtype (a 0-dimensional tensor,
+    1 element; ``[]`` of type '' is a tensor whose dims were not recorded, such as a nested tensor's)."""
+    d = dims[i]
+    return _is_tensor(types, i) and (is_shape(d) or (d == [] and _dtype_at(types, i) in DTYPE_BYTES))
 
 
 def _bytes(dims: list, types: list | None, out_elements: int, out_dtype: str | None) -> float | None:

@@ -72,7 +72,14 @@ STEP_SCHEMA = pl.Schema({"trace_id": pl.String, "step": pl.Int64, "start_ns": pl
 def step_free(name: pl.Expr) -> pl.Expr:
     """A name with its step number left out (``(nothing traced in ProfilerStep#3)`` → ``… ProfilerStep#N)``, an
     NVTX step range ``step 3`` → ``step N``), so that one part of every step adds up (whatif's path, the
-    critical-path rule's parts, hotspots' annotations, gpu-idle's host activity)."""
+    critical-path rule's parts, hotspots' annotations, gpu-idle's host activity); the critical path's
+    ``(nothing traced in step 3)`` → ``(nothing traced in step N)`` too."""
+    inner = name.str.extract(r"^\(nothing traced in (.+)\)$", 1)
+    return (pl.when(inner.is_not_null()).then(pl.format("(nothing traced in {})", _step_free(inner)))
+            .otherwise(_step_free(name)))
+
+
+def _step_free(name: pl.Expr) -> pl.Expr:
     ranged = name.str.contains(STEP_RANGE) & ~name.str.contains(NOT_STEP_RANGE) & name.str.contains(TRAILING_NUMBER)
     return (pl.when(ranged).then(name.str.replace(TRAILING_NUMBER, "${1}${2}N"))
             .otherwise(name.str.replace(r"ProfilerStep#\d+", "ProfilerStep#N")))
