@@ -22,7 +22,7 @@ from traceparse.reader import ReadOptions, Reader
 from traceparse.sources import read_head
 from traceparse.trace import Trace, TraceMeta
 
-from traceparse_plugins.readers.jax.events import accelerators, thread_names, to_rows
+from traceparse_plugins.readers.jax.events import accelerators, thread_names, to_rows, without_profiler_frames
 from traceparse_plugins.readers.jax.profile_dir import profile_files
 from traceparse_plugins.readers.jax.sniff import is_xspace, sniff
 
@@ -70,6 +70,9 @@ class JaxReader(Reader):
             raw = read_timeline(path, options)
             meta.variant = "xprof trace-viewer JSON" if not path.name.startswith("perfetto") else "JAX Perfetto JSON"
         accelerators(raw, meta.devices)
+        raw, left_out = without_profiler_frames(raw)
+        if left_out:
+            meta.extra["profiler_frames_left_out"] = left_out
         rows, notes = to_rows(raw)
         rows = _work(rows, modules, meta)
         if notes.unplaced:
