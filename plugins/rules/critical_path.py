@@ -403,7 +403,8 @@ def _crossings(segments: pl.DataFrame, paths: pl.DataFrame) -> dict[tuple, list[
     rows = rows.join(starts, on=path, how="left", nulls_equal=True, maintain_order="left").select(
         *path, collective=pl.when(pl.col("category").is_not_null() & (pl.col("category") != ""))
         .then(pl.col("category")).otherwise(pl.col("name")), name="name", from_rank="from_rank",
-        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"), instance="dst_node")
+        to_rank="segment_rank", offset_ns=pl.col("end_ns") - pl.col("_start"),
+        instance=-pl.col("dst_node") - 1)  # the graph numbers instance nodes -1, -2, ...: instance 0, 1, ...
     out: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows.iter_rows(named=True):
         out[(r.pop("trace_id"), r.pop("step"))].append(r)

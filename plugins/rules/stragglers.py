@@ -55,8 +55,8 @@ end more than :data:`CLOCKS_APART_NS` apart on their own clocks (they leave a co
 says their clocks likely differ and how to align them; unless every rank's trace names one and the same host
 (one machine, one clock: then it says the waits are no clock difference, and aligning is not offered).
 
-Hosts: where the ranks' traces name two hosts or more (PyTorch 2.13's ``host_name``, nsys's ``Hostname``:
-:func:`traceparse.meta.ranks_by_host`), a straggler's (or most-waited-for rank's) message adds the waits the
+Hosts: where the ranks' traces name two hosts or more (PyTorch 2.13's ``host_name``, nsys's ``Hostname``), a
+straggler's (or most-waited-for rank's) message adds the waits the
 ranks caused summed by host, each with its share of them all; ``hosts`` = {host: {ranks, wait_caused_ns}}, and
 the items get a ``host`` column. Where every rank of one host (two or more) made the others wait longer than any
 rank of another host, the host is slow, not one rank: the suggestion says to look at that host first, and the
