@@ -124,8 +124,9 @@ def test_the_wholes_peak_says_which_precisions_it_is_of():
     assert len(shares) == 3 and metrics["peak_mix"] == shares
     assert list(metrics["peak_mix"]) == list(shares)  # most first
     finding = ArithmeticIntensity().check(read_paths([VGG11])[0], RuleOptions(thresholds={"top": 0}))[0]
+    assert 0 < shares["fp16"] < 0.05  # more than none: it read "fp16 0.0%"
     assert (f"peak {fmt_number(metrics['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
-            + ", ".join(f"{p} {v:.1f}%" for p, v in shares.items())) in finding.message
+            f"tf32_tensor {shares['tf32_tensor']:.1f}%, fp32 {shares['fp32']:.1f}%, fp16 <0.1%") in finding.message
 
 
 def test_a_tf32_named_kernel_whose_tf32_ops_read_zero_is_not_a_tensor_kernel():

@@ -56,3 +56,21 @@ def test_a_short_copy_reads_under_a_tenth_of_a_percent_not_zero(tmp_path):
     html = page.read_text()  # copy-dominated's table of the parts of GPU time
     assert re.search(r'<td class="">DtoH</td><td class="num">[\d.]+</td><td class="num">&lt;0\.1%</td>', html)
     assert not re.search(r'<td class="">DtoH</td><td class="num">[\d.]+</td><td class="num">0\.0%</td>', html)
+
+
+def test_rank_balance_parts_of_the_span_add_up_to_100_as_shown(tmp_path):
+    """gloo4_slow_rank2 read "compute 3.5%, comm exposed 0.0%, memcpy 1.6%, idle 95.0% of the span": 100.1."""
+    run = FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2"
+    store = str(tmp_path / "s")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "400", "analyze", str(run), "--rule", "rank-balance")
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "analyze", str(run), "--rule", "rank-balance", "--json")
+    m = json.loads(out)["findings"][0]["metrics"]
+    parts = ("compute", "comm_exposed", "memcpy", "idle")
+    assert sum(m[f"{p}_ns"] for p in parts) == m["span_ns"]  # a partition of the span
+    exact = {p: 100 * m[f"{p}_ns"] / m["span_ns"] for p in parts}  # 3.453, 0, 1.580, 94.97
+    said = re.search(r"Over all ranks: compute (\S+)%, comm exposed (\S+)%, memcpy (\S+)%, idle (\S+)% of the span",
+                     " ".join(screen.split()))
+    shown = dict(zip(parts, map(float, said.groups())))
+    assert shown == {"compute": 3.4, "comm_exposed": 0.0, "memcpy": 1.6, "idle": 95.0}
+    assert round(sum(shown.values()), 1) == 100.0 and all(abs(shown[p] - exact[p]) <= 0.1 for p in parts)

@@ -275,7 +275,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         noun = next(iter(others))
         mean = "" if (summary.get("lane_devices") or 1) <= 1 else "mean "
         grid.add_row(literal(f"{noun} busy"),
-                     literal(f"{lanes:.1f}% of the {mean}{noun}'s span (first to last activity on its lanes)"))
+                     literal(f"{fmt_pct(lanes)} of the {mean}{noun}'s span (first to last activity on its lanes)"))
     else:
         grid.add_row("GPU busy", literal(f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
                      if unseen else "- (the trace gives GPU time as totals, with no timeline)"
@@ -285,7 +285,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      else f"- (no GPU work read; {_unread(summary['unread_events'])} not read: their time is in no "
                           "figure)" if busy is None and summary.get("unread_events")
                      else "- (the trace recorded no GPU activity)" if busy is None
-                     else f"{busy:.1f}% of {whole} (first to last activity)"))
+                     else f"{fmt_pct(busy)} of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -305,7 +305,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                              (visible(str(worst.get("severity", ""))), style), ")")
         if summary.get("gpu_bound"):
             # a busy GPU's own work sets the pace: the finding with most at stake is a remainder, not the cause
-            line = Text.assemble(f"the GPU's own work ({busy:.1f}% busy: top kernels below); the most at stake "
+            line = Text.assemble(f"the GPU's own work ({fmt_pct(busy)} busy: top kernels below); the most at stake "
                                  "besides: ", line)
         grid.add_row("bottleneck", line)
     else:

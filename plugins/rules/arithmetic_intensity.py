@@ -101,7 +101,7 @@ import polars as pl
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures import op_work
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
-from traceparse.figures import fmt_ns, fmt_number
+from traceparse.figures import fmt_ns, fmt_number, fmt_pct, shares_shown
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
@@ -199,7 +199,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
     elif result["source"] == "torch-ops":
         parts.append(f"{extra['operators']:,} operators with FLOPs: {fmt_number(total['flops'] / 1e9)} GFLOP in "
                      f"{fmt_ns(total['time_ns'])} = {fmt_number(total['achieved_gflops'])} GFLOP/s"
-                     + (f", {total['roof_pct']:.1f}% of the fp32 peak" if total["roof_pct"] is not None else "")
+                     + (f", {fmt_pct(total['roof_pct'])} of the fp32 peak" if total["roof_pct"] is not None else "")
                      + ". The trace has FLOPs but no DRAM byte counts: arithmetic intensity, the memory roof and "
                        "memory/compute-bound cannot be given.")
     else:
@@ -215,7 +215,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
         if total["bound"]:
             ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte{_peak_of(total)})" \
                 if total["ridge_ai"] is not None else ""
-            at = (f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None
+            at = (f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None
                   else "; with no kernel time in the trace, its share of the roof is unknown")
             parts.append(f"Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}.")
         if extra.get("half_move_kernels"):
@@ -253,7 +253,7 @@ def _peak_of(total: dict) -> str:
     if len(mix) == 1:
         return f"; the {next(iter(mix))} peak, {fmt_number(total['peak_gflops'])} GFLOP/s"
     return (f"; peak {fmt_number(total['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
-            + ", ".join(f"{p} {share:.1f}%" for p, share in list(mix.items())[:3])
+            + ", ".join(f"{p} {fmt_pct(share)}" for p, share in list(zip(mix, shares_shown(list(mix.values()))))[:3])
             + (f" and {len(mix) - 3:,} more" if len(mix) > 3 else ""))
 
 
@@ -273,12 +273,12 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
     text += f", in {fmt_ns(total['time_ns'])} of their kernels = {fmt_number(total['achieved_gflops'] / 1e3)} TFLOP/s."
     if extra["placed_time_pct"] is not None:
         whose = "They" if extra.get("derived_from") == "hlo" else "These operators' kernels"
-        text += (f" {whose} are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
+        text += (f" {whose} are {fmt_pct(extra['placed_time_pct'])} of the trace's kernel time "
                  f"({fmt_ns(extra['kernel_time_ns'])}).")
     if total["bound"] and spec:
         ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte{_peak_of(total)})" \
             if total["ridge_ai"] is not None else ""
-        at = f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None else ""
+        at = f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None else ""
         text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
     if extra["items_above_roof"]:
         rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']:,} rows run"

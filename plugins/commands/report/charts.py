@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from traceparse.errors import ResourceError
 from traceparse.names import cut_apart, short_name, short_names
 from traceparse.text import visible
-from traceparse.report import fmt_ns
+from traceparse.report import fmt_ns, fmt_number, fmt_pct
 from traceparse.threads import thread_names
 
 from . import data
@@ -148,7 +148,7 @@ def names_chart(go, names: dict) -> Chart:
         ", names shortened (hover for more)"
     if names["rest_names"]:
         note += (f"; the other {names['rest_names']} names take {fmt_ns(names['rest_ns'])} "
-                 f"({100.0 * names['rest_ns'] / total:.1f}%)")
+                 f"({fmt_pct(100.0 * names['rest_ns'] / total)})")
     return Chart("chart-names", "Kernel time by name", note + ".", fig)
 
 
@@ -156,7 +156,7 @@ def copies_chart(go, make_subplots, rows: list[dict]) -> Chart:
     """Bytes and time of the copies by direction, side by side; a panel the trace has no figures for (a TAU
     profile's copies have time but no bytes) is left out, and the note says so."""
     x = [esc(r["direction"]) for r in rows]
-    rate = [f"{r['bytes'] / r['time_ns']:.2f} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
+    rate = [f"{fmt_number(r['bytes'] / r['time_ns'])} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
     custom = [[r["copies"], g] for r, g in zip(rows, rate)]
     panels = [(key, title, colour, scale, unit) for key, title, colour, scale, unit in (
         ("bytes", "bytes (MB)", PALETTE[1], 1e6, "MB"), ("time_ns", "time (ms)", PALETTE[0], 1e6, "ms"))
@@ -242,7 +242,7 @@ def ranks_chart(go, rows: list[dict]) -> Chart:
     least = min(rows, key=lambda r: r["waited_ns"] / r["step_ns"] if r["step_ns"] else 1.0)
     note = (f"Each rank's step time (its steps' windows) and the part of it spent waiting at collectives (each "
             f"wait counted once). {least['label']} waits least: "
-            f"{100.0 * least['waited_ns'] / least['step_ns'] if least['step_ns'] else 0:.1f}% of its step time.")
+            f"{fmt_pct(100.0 * least['waited_ns'] / least['step_ns'] if least['step_ns'] else 0)} of its step time.")
     return Chart("chart-ranks", "Step time per rank", note, fig)
 
 

@@ -323,7 +323,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     else:
         bottleneck_card = '<div class="big">none</div><div class="muted">no finding with time at stake</div>'
     top = summary.get("top_categories") or []
-    cats = ", ".join(f"{esc(c['category'])} {c['share_pct']:.1f}%" for c in top if c.get("share_pct") is not None)
+    cats = ", ".join(f"{esc(c['category'])} {esc(fmt_unit('pct', c['share_pct']))}" for c in top if c.get("share_pct") is not None)
     cards = [
         ("span", f'<div class="big">{esc(fmt_ns(summary.get("span_ns")))}</div><div class="muted">'
                  f'{"first to last timed event" if summary.get("span_ns") is not None else "no timed events"}</div>'),
