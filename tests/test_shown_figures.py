@@ -74,3 +74,58 @@ def test_rank_balance_parts_of_the_span_add_up_to_100_as_shown(tmp_path):
     shown = dict(zip(parts, map(float, said.groups())))
     assert shown == {"compute": 3.4, "comm_exposed": 0.0, "memcpy": 1.6, "idle": 95.0}
     assert round(sum(shown.values()), 1) == 100.0 and all(abs(shown[p] - exact[p]) <= 0.1 for p in parts)
+
+
+def _copies(tmp_path):
+    """fsdp2_slow_loader's copies, straight from its traces: HtoD 5,155,152 B in 393.632 us; DtoD 24 B in 7.681 us."""
+    totals: dict[str, list[float]] = {}
+    for path in sorted((FIXTURES / "torch" / "multirank" / "fsdp2_slow_loader").glob("rank*.json.gz")):
+        for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]:
+            if e.get("cat") == "gpu_memcpy":
+                kind = next(k for k in ("HtoD", "DtoH", "DtoD") if k in e["name"])
+                t = totals.setdefault(kind, [0, 0.0])
+                t[0] += e["args"]["bytes"]
+                t[1] += e["dur"]
+    return totals
+
+
+def test_a_tiny_value_in_a_scaled_column_is_not_zero_and_the_page_rounds_as_the_screen(tmp_path):
+    """fsdp2's 24 B of DtoD copies read "0.000" in a column of MB on screen and "0.00" on the page; the page wrote
+    393.632 us of HtoD copies where the screen wrote 393.6."""
+    copies = _copies(tmp_path)
+    assert copies["HtoD"][0] == 5_155_152 and round(copies["HtoD"][1], 3) == 393.632 and copies["DtoD"][0] == 24
+    run = FIXTURES / "torch" / "multirank" / "fsdp2_slow_loader"
+    store = str(tmp_path / "s")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "analyze", str(run),
+                                "--rule", "low-memcpy-throughput")
+    assert code == 0, err
+    rows = {m[0]: m[1:] for m in re.findall(r"│  (HtoD|DtoD) │ +(\d+) │ +(\S+) │ +(\S+) │", screen)}
+    # bytes in MB and time in us, each to 4 significant figures of the column's largest
+    assert rows == {"HtoD": ("90", "5.155", "393.6"), "DtoD": ("6", "<0.001", "7.7")}
+    page = tmp_path / "r.html"
+    code, _, err = run_cli("--store", store, "-q", "report", str(run), "--rule", "low-memcpy-throughput",
+                           "--html", str(page))
+    assert code == 0, err
+    cells = {m[0]: m[1:] for m in re.findall(r'<td class="">(HtoD|DtoD)</td><td class="num">(\d+)</td>'
+                                             r'<td class="num">([^<]+)</td><td class="num">([^<]+)</td>',
+                                             page.read_text())}
+    assert cells == {"HtoD": ("90", "5.155", "393.6"), "DtoD": ("6", "&lt;0.001", "7.7")}
+
+
+def test_a_column_of_plain_numbers_reads_on_the_page_as_on_the_screen(tmp_path):
+    """tuning-candidates' scores of the TAU multi-cupti profiles: the screen rounds the column to the decimals of
+    its largest (2,500,062: none), so winograd_3x3_kernel's 181.89 (1,200,500 ns × 0.00015152 warps per
+    instruction) reads 182; the page rounded each cell alone and wrote 181.9."""
+    multi = FIXTURES / "tau" / "handwritten" / "multi-cupti"
+    store = str(tmp_path / "s")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "analyze", str(multi),
+                                "--rule", "tuning-candidates")
+    assert code == 0, err
+    on_screen = re.findall(r"│  winograd_3x3_kernel │ (\w+) +│ +(\S+) │ +(\S+) │ +(\S+) ", screen)
+    assert on_screen[0] == ("warps_per_inst", "0.0001520×", "1.200", "182")
+    page = tmp_path / "r.html"
+    code, _, err = run_cli("--store", store, "-q", "report", "--rule", "tuning-candidates", "--html", str(page))
+    assert code == 0, err
+    on_page = re.findall(r'<td class="">winograd_3x3_kernel</td><td class="">(\w+)</td><td class="num">([^<]+)</td>'
+                         r'<td class="num">([^<]+)</td><td class="num">([^<]+)</td>', page.read_text())
+    assert on_page == on_screen

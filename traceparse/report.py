@@ -943,13 +943,19 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt_scaled(v: Any, scale: float, digits: int) -> str:
-    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals."""
+    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals; one more than
+    none too small to show in them reads ``<0.001`` (4 B in a column of MB, a copy of 4 B at 0.0026 GB/s beside
+    13.10), not ``0.000`` or ``-0.000``, which say none."""
     pair = _interval(v)
     if pair is not None:
         return "[" + ", ".join(_fmt_scaled(x, scale, digits) for x in pair) + "]"
     if not _is_number(v):
         return _plain(v)
-    return f"{float(v) / scale:,.{digits}f}"
+    value = float(v) / scale
+    text = f"{value:,.{digits}f}"
+    if value and not any(c in "123456789" for c in text):
+        return ("-<" if value < 0 else "<") + (f"{10 ** -digits:.{digits}f}" if digits else "1")
+    return text
 
 
 def _plain(value: Any) -> str:
