@@ -129,3 +129,25 @@ def test_a_column_of_plain_numbers_reads_on_the_page_as_on_the_screen(tmp_path):
     on_page = re.findall(r'<td class="">winograd_3x3_kernel</td><td class="">(\w+)</td><td class="num">([^<]+)</td>'
                          r'<td class="num">([^<]+)</td><td class="num">([^<]+)</td>', page.read_text())
     assert on_page == on_screen
+
+
+def test_a_slow_copy_rate_keeps_its_significant_figures(tmp_path):
+    """24 B of DtoD copies in 7.681 us is 0.003125 GB/s: rounded to 4 decimals it was kept as 0.0031, which reads
+    "0.003100 GB/s" (and read "0.00 GB/s" in low-memcpy-throughput's sentence)."""
+    copies = _copies(tmp_path)
+    rate = copies["DtoD"][0] / (copies["DtoD"][1] * 1e3)  # bytes per ns: GB/s
+    assert f"{rate:.4g}" == "0.003125"
+    run = FIXTURES / "torch" / "multirank" / "fsdp2_slow_loader"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "-q", "analyze", str(run), "--rule", "low-memcpy-throughput", "--json")
+    assert code == 0, err
+    finding = json.loads(out)["findings"][0]
+    dtod = next(i for i in finding["items"] if i["copy_kind"] == "DtoD")
+    assert dtod["achieved_gbps"] == 0.003125
+    assert ("Device-to-device copies: 0.003125 GB/s, <0.1% of the DRAM bandwidth, 3,350 GB/s"
+            in " ".join(finding["message"].split()))
+    page = tmp_path / "r.html"
+    code, _, err = run_cli("--store", store, "-q", "report", str(run), "--rule", "low-memcpy-throughput",
+                           "--html", str(page))
+    assert code == 0, err
+    assert "Device-to-device copies: 0.003125 GB/s, &lt;0.1% of the DRAM bandwidth" in page.read_text()
