@@ -176,7 +176,7 @@ def test_unknown_gpu_still_reports_what_needs_no_peak():
     assert m["peak_gflops"] is None and m["bound"] is None and m["roof_pct"] is None
     assert m["flops"] == sum(e["flops"] for e in expected_per_kernel(VGG11))
     assert m["arithmetic_intensity"] is not None and m["achieved_gflops"] is not None
-    assert "No peak figures: the trace's GPU 'Imaginary GPU 9000' is not in the catalog; pass --gpu NAME" in finding.message
+    assert "No peak figures: the trace's GPU 'Imaginary GPU 9000' is not in the catalog; pass gpu=NAME" in finding.message
 
 
 def test_gpu_option_overrides_the_trace(store):

@@ -151,3 +151,38 @@ def test_a_slow_copy_rate_keeps_its_significant_figures(tmp_path):
                            "--html", str(page))
     assert code == 0, err
     assert "Device-to-device copies: 0.003125 GB/s, &lt;0.1% of the DRAM bandwidth" in page.read_text()
+
+
+def test_what_to_pass_is_said_as_the_user_passes_it(tmp_path):
+    """A notebook was told "pass --gpu NAME", "check --gpu", "(from --gpu)" and "--set ...": flags it has no way
+    to give. Python is told the keyword (gpu=, settings=), the command line the flag."""
+    import traceparse
+    from helpers import read_torch, run_rule
+    from traceparse.catalog import gpu_for_trace
+    from traceparse.errors import command_line
+    from traceparse.meta import Device, TraceMeta
+    from traceparse.trace import Trace
+
+    unnamed = Trace(None, TraceMeta(devices=[Device(id=0, sm_count=133, compute_capability="9.0")]))
+    assert gpu_for_trace(unnamed)[1] == "the trace does not name its GPU; pass gpu=NAME"
+    with command_line():
+        assert gpu_for_trace(unnamed)[1] == "the trace does not name its GPU; pass --gpu NAME"
+
+    resnet = FIXTURES / "torch" / "resnet18_bs8.json.gz"  # 9.634 MB of host copies at 51 GB/s: above 1 GB/s
+    python = run_rule(read_torch(resnet), "low-memcpy-throughput", "low-memcpy-throughput.host_link_gbps=1").message
+    assert python.endswith('no share of its peak is given: pass gpu=NAME or settings={"low-memcpy-throughput": '
+                           '{"host_link_gbps": GBPS}}.')
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(resnet), "--json", "--rule",
+                             "low-memcpy-throughput", "--set", "low-memcpy-throughput.host_link_gbps=1")
+    assert code == 0, err
+    assert json.loads(out)["findings"][0]["message"].endswith(
+        "no share of its peak is given: pass --gpu NAME or --set low-memcpy-throughput.host_link_gbps=GBPS.")
+
+    vgg = FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"  # an H100's kernels against a T4's roofs: above them
+    (finding,) = traceparse.analyze(traceparse.load(str(vgg)), rules="arithmetic-intensity", gpu="T4")
+    assert "the peak figures do not fit the GPU that ran them; check gpu=. GPU: T4 (from gpu=)." in finding.message
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(vgg), "--json", "--rule",
+                             "arithmetic-intensity", "--gpu", "T4")
+    assert code in (0, 1), err
+    assert ("the peak figures do not fit the GPU that ran them; check --gpu. GPU: T4 (from --gpu)."
+            in json.loads(out)["findings"][0]["message"])

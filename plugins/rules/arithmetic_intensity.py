@@ -101,6 +101,7 @@ import polars as pl
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures import op_work
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
+from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_number, fmt_pct, shares_shown
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
@@ -232,7 +233,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
         above = [i["roof_pct"] for i in result["items"] if (i["roof_pct"] or 0) > ABOVE_ROOF_PCT]
         if above:
             parts.append(f"{len(above):,} rows sit above their roof (up to {max(above):.0f}%): the peak figures do not "
-                         "fit the GPU that ran them; check --gpu.")
+                         f"fit the GPU that ran them; check {spelled('--gpu', 'gpu=')}.")
         if extra["clock_ratio"] and extra["clock_ratio"] < 0.95:
             parts.append(f"The SM clock while profiling averaged {extra['sm_clock_mhz']:.0f} MHz, "
                          f"{100 * extra['clock_ratio']:.0f}% of the {extra['boost_clock_mhz']} MHz boost clock the "

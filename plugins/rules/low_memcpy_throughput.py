@@ -47,6 +47,7 @@ import polars as pl
 from traceparse import measures
 from traceparse.catalog import gpu_for_trace
 from traceparse.expr import HOST_DEVICE, gbps, pct
+from traceparse.errors import spelled
 from traceparse.figures import fmt_bytes, fmt_ns, fmt_number, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -116,12 +117,15 @@ class LowMemcpyThroughput(Rule):
                              higher_is_worse=False)
         if host_ns and host_above:
             message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
-                       f"{fmt_number(achieved)} GB/s, above the {host_peak:,g} GB/s per direction assumed for the host link "
+                       f"{fmt_number(achieved)} GB/s, above the {host_peak:,g} GB/s per direction assumed for the "
+                       "host link "
                        f"({host_source}), so the link is faster than assumed and no share of its peak is given: "
-                       "pass --gpu NAME or set low-memcpy-throughput.host_link_gbps.")
+                       + spelled("pass --gpu NAME or --set low-memcpy-throughput.host_link_gbps=GBPS.",
+                                 'pass gpu=NAME or settings={"low-memcpy-throughput": {"host_link_gbps": GBPS}}.'))
         elif host_ns:
             message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
-                       f"{fmt_number(achieved)} GB/s, {fmt_pct(host_pct)} of the host link's {host_peak:,g} GB/s per direction. "
+                       f"{fmt_number(achieved)} GB/s, {fmt_pct(host_pct)} of the host link's {host_peak:,g} GB/s "
+                       "per direction. "
                        f"Peak: {host_source}.")
         else:
             message = "No host-device copy with a known size and duration."
