@@ -153,6 +153,25 @@ def test_a_slow_copy_rate_keeps_its_significant_figures(tmp_path):
     assert "Device-to-device copies: 0.003125 GB/s, &lt;0.1% of the DRAM bandwidth" in page.read_text()
 
 
+def test_tuning_candidates_say_what_a_score_is_and_its_unit(tmp_path):
+    """"(value 0.019048, score 28572.609524)": six decimals, no unit, no definition, beside a table that read
+    0.01905× and 28,573. A score is a time in ns (time × value, time ÷ value for ipc): said so, as the table
+    rounds it. relu_kernel: 1,500,062 ns × 0.0190476 warps/inst (test_tau_rules computes these from the
+    profiles) = 28,572.6 ns."""
+    multi = FIXTURES / "tau" / "handwritten" / "multi-cupti"
+    store = str(tmp_path / "s")
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "analyze", str(multi),
+                                "--rule", "tuning-candidates")
+    assert code == 0, err
+    said = " ".join(screen.replace("│", " ").split())
+    assert ("Top candidates by warps_per_inst: 'relu_kernel' (value 0.01905×, score 28,573 ns); gmem_per_inst: "
+            "'relu_kernel' (value 0.4000×, score 600,025 ns);") in said
+    assert ("A score is the routine's time in ns weighted by the metric: time × value, or time ÷ value where more "
+            "is better (ipc).") in said
+    assert re.search(r"┃ time \(ms\) ┃ score \(ns\)", screen)
+    assert re.search(r"│  relu_kernel +│ warps_per_inst │ +0\.01905× │ +1\.500 │ +28,573 ", screen)
+
+
 def test_what_to_pass_is_said_as_the_user_passes_it(tmp_path):
     """A notebook was told "pass --gpu NAME", "check --gpu", "(from --gpu)" and "--set ...": flags it has no way
     to give. Python is told the keyword (gpu=, settings=), the command line the flag."""
