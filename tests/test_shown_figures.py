@@ -131,6 +131,14 @@ def test_a_column_of_plain_numbers_reads_on_the_page_as_on_the_screen(tmp_path):
     assert on_page == on_screen
 
 
+def test_a_change_in_percent_has_no_sign_on_zero_and_no_zero_for_a_change():
+    """diff wrote "(±0 ns, +0.0%)" for no change and "-0.0%" for a change of -0.04%."""
+    from traceparse_plugins.commands.diff import _pct
+
+    assert [_pct(v) for v in (0.0, 0, 0.04, -0.04, 55.6, -2.54, None)] == [
+        "±0.0%", "±0.0%", "+<0.1%", "-<0.1%", "+55.6%", "-2.5%", "-"]
+
+
 def test_a_slow_copy_rate_keeps_its_significant_figures(tmp_path):
     """24 B of DtoD copies in 7.681 us is 0.003125 GB/s: rounded to 4 decimals it was kept as 0.0031, which reads
     "0.003100 GB/s" (and read "0.00 GB/s" in low-memcpy-throughput's sentence)."""
