@@ -213,3 +213,11 @@ def test_what_to_pass_is_said_as_the_user_passes_it(tmp_path):
     assert code in (0, 1), err
     assert ("the peak figures do not fit the GPU that ran them; check --gpu. GPU: T4 (from --gpu)."
             in json.loads(out)["findings"][0]["message"])
+
+
+def test_compare_bars_say_a_share_more_than_none(tmp_path):
+    """compare's bars wrote each figure with {pct:6.1f}: 0.04% of the kernel time with two kernels read "0.0"."""
+    from traceparse_plugins.commands.compare import bar
+
+    assert [bar(v).plain[6:] for v in (0.04, 0.0, 59.6, 99.97, 100.0)] == [
+        "  <0.1", "   0.0", "  59.6", " >99.9", " 100.0"]
