@@ -221,3 +221,12 @@ def test_compare_bars_say_a_share_more_than_none(tmp_path):
 
     assert [bar(v).plain[6:] for v in (0.04, 0.0, 59.6, 99.97, 100.0)] == [
         "  <0.1", "   0.0", "  59.6", " >99.9", " 100.0"]
+
+
+def test_a_change_under_a_tenth_of_a_percent_below_none_keeps_its_sign_in_a_column():
+    """A column of percentages (whatif's gain %) rounded -0.03 to -0.0 before writing it, which read "0.0%"."""
+    from traceparse.report import _format_column
+    from traceparse.verdict import Column
+
+    assert [fmt_pct(v) for v in shares_shown([-0.03, 5.0, 0.0])] == ["-<0.1%", "5.0%", "0.0%"]
+    assert _format_column(Column("gain_pct", "gain %", "pct"), [-0.03, 48.3, 0.0])[1] == ["-<0.1%", "48.3%", "0.0%"]

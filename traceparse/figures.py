@@ -141,10 +141,10 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
 
 
 def _bounded(exact: float, shown: float, decimals: int) -> float:
-    """``shown`` (``exact`` rounded), or a :class:`Bound` where it reads 0 of a part more than none or 100 of a
-    part less than the whole."""
-    if shown == 0 and exact > 0:
-        return Bound(0.0, f"<{10 ** -decimals:.{decimals}f}")
+    """``shown`` (``exact`` rounded), or a :class:`Bound` where it reads 0 of a part more than none (or of a change
+    less than none: a whatif gain of -0.03%) or 100 of a part less than the whole."""
+    if shown == 0 and exact != 0:
+        return Bound(0.0, f"{'-' if exact < 0 else ''}<{10 ** -decimals:.{decimals}f}")
     if shown == 100 and exact < 100:
         return Bound(100.0, f">{100 - 10 ** -decimals:.{decimals}f}")
     return shown
