@@ -230,3 +230,13 @@ def test_a_change_under_a_tenth_of_a_percent_below_none_keeps_its_sign_in_a_colu
 
     assert [fmt_pct(v) for v in shares_shown([-0.03, 5.0, 0.0])] == ["-<0.1%", "5.0%", "0.0%"]
     assert _format_column(Column("gain_pct", "gain %", "pct"), [-0.03, 48.3, 0.0])[1] == ["-<0.1%", "48.3%", "0.0%"]
+
+
+def test_a_trace_in_a_notebook_counts_its_events_with_separators():
+    """"<Trace a5bae5806774aa42 torch 4499 events>", where ingest and every other count read 4,499."""
+    import traceparse
+
+    raw = json.loads(gzip.decompress((FIXTURES / "torch" / "resnet18_bs8.json.gz").read_bytes()))["traceEvents"]
+    trace = traceparse.load(str(FIXTURES / "torch" / "resnet18_bs8.json.gz"))
+    assert trace.events.height == 4_499 and len(raw) > 4_499  # (its metadata and flow events are not events)
+    assert repr(trace) == f"<Trace {trace.meta.id} torch 4,499 events>"
