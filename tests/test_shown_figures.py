@@ -240,3 +240,23 @@ def test_a_trace_in_a_notebook_counts_its_events_with_separators():
     trace = traceparse.load(str(FIXTURES / "torch" / "resnet18_bs8.json.gz"))
     assert trace.events.height == 4_499 and len(raw) > 4_499  # (its metadata and flow events are not events)
     assert repr(trace) == f"<Trace {trace.meta.id} torch 4,499 events>"
+
+
+def test_the_roofline_command_gives_the_whole_as_analyze_does(tmp_path):
+    """roofline's total read "AI 52.4 FLOP/B" where analyze's arithmetic-intensity read 52.35 (three significant
+    figures, not four), and a total past 9,999 GFLOP read "1.234e+04 GFLOP"."""
+    from traceparse_plugins.commands.roofline import _g
+
+    vgg = FIXTURES / "ncu" / "ncu_raw_vgg11_bs16.csv"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "roofline", "--json", str(vgg))
+    assert code == 0, err
+    total = json.loads(out)["total"]
+    ai = total["flops"] / total["dram_bytes"]
+    assert f"{ai:.2f}" == "52.35"
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "roofline", str(vgg))
+    assert code == 0, err
+    assert "; AI 52.35 FLOP/B, 66,407 GFLOP/s, memory-bound at 37.9% of the roof" in screen
+    code, out, err = run_cli("--store", store, "analyze", "--json", "--rule", "arithmetic-intensity", str(vgg))
+    assert "= 52.35 FLOP/byte in 11.16 ms, 66,407 GFLOP/s." in json.loads(out)["findings"][0]["message"]
+    assert _g(12_345e9, 1e9, "GFLOP") == "12,345 GFLOP" and _g(None, 1e9) == "-"

@@ -201,17 +201,19 @@ def _precision_label(item: dict) -> str:
 
 
 def _f(value, digits: int = 3) -> str:
+    """A figure as analyze's arithmetic-intensity writes it (:func:`traceparse.figures.fmt_number`: 52.35 FLOP/B
+    there read 52.4 here), a percentage to one decimal (``digits`` 1); ``-`` when unknown."""
     if value is None:
         return "-"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}" if digits == 1 else f"{value:.{digits}g}"
+    return fmt_pct(value).removesuffix("%") if digits == 1 else fmt_number(value)
 
 
 def _g(value, scale: float, unit: str = "", digits: int = 4) -> str:
+    """``value / scale`` as :func:`_f` writes it, with ``unit``: never with an exponent (12,345 GFLOP read
+    "1.234e+04 GFLOP")."""
     if value is None:
         return "-"
-    text = f"{value / scale:.{digits}g}"
+    text = fmt_number(value / scale)
     return f"{text} {unit}" if unit else text
 
 
