@@ -260,3 +260,29 @@ def test_the_roofline_command_gives_the_whole_as_analyze_does(tmp_path):
     code, out, err = run_cli("--store", store, "analyze", "--json", "--rule", "arithmetic-intensity", str(vgg))
     assert "= 52.35 FLOP/byte in 11.16 ms, 66,407 GFLOP/s." in json.loads(out)["findings"][0]["message"]
     assert _g(12_345e9, 1e9, "GFLOP") == "12,345 GFLOP" and _g(None, 1e9) == "-"
+
+
+def test_compare_page_and_screen_show_one_sweep_alike(tmp_path):
+    """The AlexNet sweep: two kernels overlap for 0.0119% of bs32's kernel time and 0.0197% of bs64's; the bars
+    and the page read 0.0. The page wrote the GPU spans as 14.610 ms where the screen wrote 14.61."""
+    sweep = [str(FIXTURES / "torch" / f"alexnet_bs{b}.json.gz") for b in (4, 8, 16, 32, 64)]
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "-q", "compare", "--json", *sweep)
+    assert code == 0, err
+    exact = {r["label"]: r["metrics"] for r in json.loads(out)["rows"]}
+    assert 0 < exact["alexnet_bs32.json.gz"]["concurrency_pct"] < 0.05
+    assert 0 < exact["alexnet_bs64.json.gz"]["concurrency_pct"] < 0.05
+    page = tmp_path / "c.html"
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "compare", *sweep, "--out", str(page))
+    assert code == 0, err
+    figures = screen.split("rule figures")[1].split("share of kernel time")[0]
+    bars = dict(re.findall(r"(alexnet_bs\d+\.json\.gz) +\S+ +(\S+) +[█▏▎▍▌▋▊▉ ]*\d", figures))
+    assert bars["alexnet_bs32.json.gz"] == bars["alexnet_bs64.json.gz"] == "<0.1"
+    assert bars["alexnet_bs16.json.gz"] == "0.0"
+    spans = dict(re.findall(r"(alexnet_bs\d+\.json\.gz) +│ +([\d.]+) │", screen.split("GPU and API time")[1]))
+    assert spans["alexnet_bs16.json.gz"] == f"{exact['alexnet_bs16.json.gz']['span_ns'] / 1e6:.2f}" == "14.61"
+    rows = {r[0]: r[1:] for r in re.findall(r"<tr><td>(alexnet_bs\d+\.json\.gz)</td><td>([^<]*)</td><td>([^<]*)</td>"
+                                           r"<td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>",
+                                           page.read_text())}
+    assert rows["alexnet_bs16.json.gz"][2] == "14.61" and rows["alexnet_bs32.json.gz"][4] == "&lt;0.1"
+    assert all(rows[label][2] == spans[label] for label in spans)

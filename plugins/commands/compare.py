@@ -60,7 +60,7 @@ from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.figures import fmt_pct
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, trace_label
+from traceparse.report import _format_column, fitted_table, trace_label
 from traceparse.run import trace_ranks
 from traceparse.text import literal
 from traceparse.trace import Trace
@@ -498,15 +498,17 @@ def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: 
 
 def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
     keys = tag_keys(rows, by, series)
-    head = ["trace", *keys, "step (ms)", "samples/s", "GPU spans, summed (ms)", "memcpy overlap %",
-            "kernel concurrency %", "GPU idle %"]
+    # the step, samples/s and span columns as the terminal's tables show them: one unit a column, its decimals
+    # (the page wrote 14.610 ms where the screen wrote 14.61, a step of 2.5 s as 2500.000 ms)
+    figures = [_format_column(c, [r["metrics"][c.key] for r in rows]) for c in (
+        Column("step_time_ns", "step", "ns"), Column("samples_per_s", "samples/s", "number"),
+        Column("span_ns", "GPU spans, summed", "ns"))]
+    head = ["trace", *keys, *[header for header, _ in figures], "memcpy overlap %", "kernel concurrency %",
+            "GPU idle %"]
     body = []
-    for r in rows:
+    for n, r in enumerate(rows):
         m = r["metrics"]
-        cells = [r["label"], *[series_of(r, k) or "-" for k in keys],
-                 *["-" if m[k] is None else f"{m[k] / 1e6:.3f}" for k in ("step_time_ns",)],
-                 "-" if m["samples_per_s"] is None else f"{m['samples_per_s']:.1f}",
-                 "-" if m["span_ns"] is None else f"{m['span_ns'] / 1e6:.3f}",
+        cells = [r["label"], *[series_of(r, k) or "-" for k in keys], *[texts[n] for _, texts in figures],
                  *["-" if m[k] is None else _pct_figure(m[k])
                    for k in ("overlap_pct", "concurrency_pct", "idle_pct")]]
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
