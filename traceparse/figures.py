@@ -162,12 +162,14 @@ def fmt_pct(value: Any) -> str:
     value = float(value)
     if not math.isfinite(value):
         return "-"
+    if value == 0:
+        return "0.0%"  # -0.0 as well
     text = f"{value:.1f}"
-    if float(text) == 0 and value != 0:
+    if float(text) == 0:
         return "<0.1%" if value > 0 else "-<0.1%"  # a loss under 0.1%: less than 0.1% below none
     if text == "100.0" and value < 100:
         return ">99.9%"
-    return f"{abs(value) if float(text) == 0 else value:.1f}%"
+    return f"{text}%"
 
 
 def fmt_ratio(value: Any) -> str:
