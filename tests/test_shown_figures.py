@@ -286,3 +286,29 @@ def test_compare_page_and_screen_show_one_sweep_alike(tmp_path):
                                            page.read_text())}
     assert rows["alexnet_bs16.json.gz"][2] == "14.61" and rows["alexnet_bs32.json.gz"][4] == "&lt;0.1"
     assert all(rows[label][2] == spans[label] for label in spans)
+
+
+def test_arithmetic_intensity_reads_in_flop_per_byte_not_as_a_ratio(tmp_path):
+    """ResNet-18's derived roofline: the sentence said "59.64 FLOP/byte", the figure beside it "arithmetic
+    intensity 59.64×" and the table's FLOP/byte column "189.1×": × marks a dimensionless ratio, which FLOP per
+    byte is not."""
+    trace = FIXTURES / "torch" / "resnet18_bs8.json.gz"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "analyze", "--json", "--rule", "arithmetic-intensity", str(trace))
+    assert code == 0, err
+    (finding,) = json.loads(out)["findings"]
+    m = finding["metrics"]
+    assert f"{m['flops'] / m['dram_bytes']:.2f}" == "59.64" and "= 59.64 FLOP/byte" in finding["message"]
+    assert finding["figures"]["arithmetic_intensity"] == finding["figures"]["ridge_ai"] == "flop_per_byte"
+    code, screen, err = run_cli("--store", store, "-q", "--width", "200", "analyze", "--rule",
+                                "arithmetic-intensity", str(trace))
+    assert code == 0, err
+    assert "×" not in screen.split("bound")[0].split("GPU: H100 SXM")[-1]  # the figures under the sentence
+    rows = re.findall(r"│ +([\d.,]+) │ +[\d,]+ │ +(?:[\d.]+%|-) │ (?:compute|memory)", screen)
+    assert rows and "0.7500" in rows and not any("×" in r for r in rows)
+    page = tmp_path / "r.html"
+    code, _, err = run_cli("--store", store, "-q", "report", "--rule", "arithmetic-intensity", "--html", str(page))
+    assert code == 0, err
+    html = page.read_text()
+    assert "<span>arithmetic intensity</span><span>59.64 FLOP/byte</span>" in html
+    assert '<td class="num">0.7500</td>' in html and '<td class="num">0.7500×</td>' not in html

@@ -51,6 +51,8 @@ def fmt_unit(unit: str, value: Any) -> str:
         return f"{fmt_number(value / 1e9)} GFLOP"
     if unit == "ratio":
         return fmt_ratio(value)
+    if unit == "flop_per_byte":
+        return f"{fmt_number(float(value))} FLOP/byte"
     return str(value) if isinstance(value, int) else fmt_number(value)
 
 
@@ -924,6 +926,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, decimals_for(peak / 1e9)) for v in values]
     if unit == "ratio":
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
+    if unit == "flop_per_byte":  # each cell to its own figures: intensities span orders of magnitude (0.0833, 388)
+        return label, [fmt_number(float(v)) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in shares_shown(values)]
     if unit in COUNT_UNITS or all(float(v).is_integer() for v in nums):

@@ -107,14 +107,17 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
 
-FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "ratio",
-           "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "ratio",
+#: Arithmetic intensity is FLOP per byte, not a dimensionless ratio: it read "59.64×" beside the sentence's "59.64
+#: FLOP/byte".
+FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "flop_per_byte",
+           "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "flop_per_byte",
            "bound": "text", "roof_pct": "pct", "gpu": "text", "gpu_source": "text"}
 #: Screen labels where the key's words would read like another figure: the operators' kernel time (not all of it:
 #: kernel-share's), the DRAM peak (not a copy link's).
-LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak", "peak_gflops": "peak GFLOP/s, the mix's"}
+LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak", "peak_gflops": "peak GFLOP/s, the mix's",
+          "ridge_ai": "ridge", "achieved_gflops": "achieved GFLOP/s"}
 COLUMNS = [Column("name", "name", "name"), Column("time_ns", "time", "ns"), Column("flops", "FLOPs", "flops"),
-           Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "ratio"),
+           Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "flop_per_byte"),
            Column("achieved_gflops", "GFLOP/s", "number"), Column("roof_pct", "% of roof", "pct"),
            Column("bound", "bound", "text"), Column("precision", "precision", "text"),
            Column("tensor_core", "tensor core", "text")]
