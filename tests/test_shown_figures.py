@@ -312,3 +312,24 @@ def test_arithmetic_intensity_reads_in_flop_per_byte_not_as_a_ratio(tmp_path):
     html = page.read_text()
     assert "<span>arithmetic intensity</span><span>59.64 FLOP/byte</span>" in html
     assert '<td class="num">0.7500</td>' in html and '<td class="num">0.7500×</td>' not in html
+
+
+def test_chart_hovers_say_a_share_more_than_none():
+    """The charts' hovers wrote shares with plotly's %{y:.1f}%: a bin busy for 0.02% of its width read "busy
+    0.0%", one busy for 99.97% "busy 100.0%"."""
+    import plotly.graph_objects as go
+
+    from traceparse_plugins.commands.report.charts import names_chart, timeline_chart
+
+    busy = [0.02, 50.0, 0.0, 99.97]
+    tl = {"x_ms": [0.0, 1.0, 2.0, 3.0], "width_ns": 1_000_000, "members": [{"label": "GPU 0", "busy_pct": busy}]}
+    (line,) = timeline_chart(go, tl).figure.data
+    assert list(line.customdata) == ["<0.1%", "50.0%", "0.0%", ">99.9%"] and "busy %{customdata}" in line.hovertemplate
+    many = {**tl, "members": [{"label": f"GPU {i}", "busy_pct": busy} for i in range(12)]}
+    (heat,) = timeline_chart(go, many).figure.data
+    assert [list(row) for row in heat.customdata][0] == ["<0.1%", "50.0%", "0.0%", ">99.9%"]
+    names = {"names": [{"name": "big", "time_ns": 9_999_000, "calls": 1}, {"name": "tiny", "time_ns": 1_000,
+                                                                          "calls": 1}],
+             "total_ns": 10_000_000, "rest_names": 0, "rest_ns": 0}
+    (bars,) = names_chart(go, names).figure.data
+    assert [row[1] for row in bars.customdata] == ["<0.1%", ">99.9%"]  # longest on top: listed last
