@@ -333,3 +333,12 @@ def test_chart_hovers_say_a_share_more_than_none():
              "total_ns": 10_000_000, "rest_names": 0, "rest_ns": 0}
     (bars,) = names_chart(go, names).figure.data
     assert [row[1] for row in bars.customdata] == ["<0.1%", ">99.9%"]  # longest on top: listed last
+
+
+def test_a_bound_survives_a_pickle_and_a_copy():
+    import copy
+    import pickle
+
+    (bound,) = [v for v in shares_shown([99.97, 0.03]) if v == 0]
+    for again in (pickle.loads(pickle.dumps(bound)), copy.deepcopy(bound), copy.copy(bound)):
+        assert again == 0.0 and fmt_pct(again) == "<0.1%"

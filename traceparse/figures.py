@@ -112,6 +112,10 @@ class Bound(float):
         bound.said = said
         return bound
 
+    def __reduce__(self):
+        """Pickled and copied with its bound (a worker process's result, a deep copy of a table's cells)."""
+        return Bound, (float(self), self.said)
+
 
 def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
     """``values`` (percentages; None and non-numbers kept as they are) as shown to ``decimals``: where they add up
