@@ -342,3 +342,19 @@ def test_a_bound_survives_a_pickle_and_a_copy():
     (bound,) = [v for v in shares_shown([99.97, 0.03]) if v == 0]
     for again in (pickle.loads(pickle.dumps(bound)), copy.deepcopy(bound), copy.copy(bound)):
         assert again == 0.0 and fmt_pct(again) == "<0.1%"
+
+
+def test_a_gpus_memory_reads_alike_in_the_device_line_and_the_memory_finding(tmp_path):
+    """The H200 capture: its device line said "140 GiB" and memory's sentence "of 139.801 GiB" for one
+    capacity (and "peak allocated 0.233 GiB" for 238 MiB): both are fmt_bytes_binary's now."""
+    amp = FIXTURES / "torch" / "acceptance" / "amp_stack_loader_h200.json.gz"
+    (props,) = json.loads(gzip.decompress(amp.read_bytes()))["deviceProperties"]
+    capacity = f"{props['totalGlobalMem'] / 2**30:.1f} GiB"
+    assert capacity == "139.8 GiB"
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "--width", "200", "ingest", str(amp))
+    assert code == 0, err
+    assert re.search(rf"device 0 +NVIDIA H200, sm 9\.0, 132 SMs, {capacity} ", out)
+    code, out, err = run_cli("--store", store, "analyze", "--json", "--rule", "memory")
+    message = json.loads(out)["findings"][0]["message"]
+    assert f"of {capacity})" in message and "peak allocated 238.2 MiB, peak reserved 356.0 MiB" in message

@@ -122,7 +122,7 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
         if d.sm_count:
             bits.append(f"{d.sm_count} {'CUs' if amd else 'SMs'}")
         if d.memory_bytes:
-            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+            bits.append(fmt_bytes_binary(d.memory_bytes))  # as memory's "of 79.18 GiB", not "79 GiB" here
         bits.extend(_peaks(d.extra or {}))
         noun = f"{device_noun(d)} " if d.kind else "device "  # GPUs keep their "device N" rows
         table.add_row(literal(f"{noun}{d.id if d.id is not None else '?'}"), literal(", ".join(bits)))

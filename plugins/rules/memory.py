@@ -33,7 +33,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.measures.memory import sparkline
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import fmt_bytes_binary, fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -135,7 +135,9 @@ def _int(value):
 
 
 def _gib(nbytes) -> str:
-    return "?" if nbytes is None else f"{nbytes / 2**30:.3f} GiB"
+    """Bytes in binary units, as the device lines give a GPU's memory (79.18 GiB, not 79.179 GiB here and 79 GiB
+    there)."""
+    return "?" if nbytes is None else fmt_bytes_binary(nbytes)
 
 
 def _step_at(steps: pl.DataFrame, trace_id, at: int):

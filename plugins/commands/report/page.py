@@ -241,7 +241,7 @@ def metadata_html(trace, budget: int | None = TABLE_ROWS) -> str:
         if d.sm_count:
             bits.append(f"{d.sm_count} SMs")
         if d.memory_bytes:
-            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+            bits.append(fmt_unit("bytes_binary", d.memory_bytes))
         rows.append((f"device {d.id if d.id is not None else '?'}", ", ".join(bits)))
     if meta.distributed:
         info = meta.distributed
