@@ -177,7 +177,7 @@ def test_gpu_for_trace_prefers_gpu_option_and_explains():
     spec, how = gpu_for_trace(trace)
     assert spec["name"] == "V100 SXM2" and "Tesla V100-SXM2-16GB" in how
     spec, how = gpu_for_trace(trace, "a100 80gb pcie")
-    assert spec["name"] == "A100 PCIe 80GB" and how == "A100 PCIe 80GB (from --gpu)"
+    assert spec["name"] == "A100 PCIe 80GB" and how == "A100 PCIe 80GB (from gpu=)"  # Python's spelling
     with pytest.raises(InputError, match=r"^gpu='B9000': not in the GPU catalog \(known: A100 PCIe 40GB, "):
         gpu_for_trace(trace, "B9000")
 
@@ -253,9 +253,9 @@ def test_peaks_by_hand_stand_alone_for_a_gpu_the_catalog_lacks():
     assert spec["name"] == "peaks given by hand"
     assert spec["peak_tflops"] == {"fp32": 5.0} and spec["dram_gbps"] == 200.0
     assert how == ("peaks given by hand: fp32 5,000 GFLOP/s, DRAM 200 GB/s (the trace's GPU 'Voodoo5 6000' is not "
-                   "in the catalog; pass --gpu NAME)")
+                   "in the catalog; pass gpu=NAME)")
     assert gpu_for_trace(trace, GpuChoice()) == (None, "the trace's GPU 'Voodoo5 6000' is not in the catalog; "
-                                                       "pass --gpu NAME")
+                                                       "pass gpu=NAME")
 
 
 def test_analyze_takes_peaks_by_hand(store):

@@ -58,9 +58,9 @@ def test_cc_9_0_with_132_sms_is_an_h100_sxm_and_the_look_alikes_are_named(sample
         assert how.startswith("H100 SXM (identified from the trace's device 0 (unnamed) by its properties: "
                               "132 SMs, compute capability 9.0; ambiguous: ")
         assert "H100 NVL, H200, H200 NVL and GH200 have these properties too, with other peak figures" in how
-        assert "--gpu to choose" in how
+        assert "; gpu= to choose)" in how  # called from Python
         spec, how = gpu_for_trace(trace, "H200")  # --gpu still wins
-        assert spec["name"] == "H200" and how == "H200 (from --gpu)"
+        assert spec["name"] == "H200" and how == "H200 (from gpu=)"
 
 
 def test_analyze_and_show_name_the_h100(tmp_path):
@@ -107,4 +107,4 @@ def test_what_is_not_identified():
     # memory that fits no entry of that cc and SM count
     assert identify_gpu(Device(id=0, sm_count=132, compute_capability="9.0", memory_bytes=40 * 2**30)) == (None, [])
     _, how = gpu_for_trace(Trace(None, TraceMeta(devices=[Device(id=0, sm_count=133, compute_capability="9.0")])))
-    assert how == "the trace does not name its GPU; pass --gpu NAME"
+    assert how == "the trace does not name its GPU; pass gpu=NAME"

@@ -257,7 +257,7 @@ def test_a_time_one_side_recorded_is_left_out_and_says_whose(tmp_path):
     code, out, err = run_cli("--store", store, "--width", "300", "diff", both, str(kern))
     assert code == 0, err
     total = next(line for line in out.splitlines() if line.startswith("total: "))
-    assert total.startswith("total: GPU time 2.977 ms -> 2.977 ms (±0 ns, +0.0%); API time left out (recorded in A "
+    assert total.startswith("total: GPU time 2.977 ms -> 2.977 ms (±0 ns, ±0.0%); API time left out (recorded in A "
                             "only); ")
     code, out, err = run_cli("--store", store, "diff", "--json", both, str(kern))
     summary = json.loads(out)["summary"]

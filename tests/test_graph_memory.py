@@ -52,6 +52,17 @@ def test_analyze_says_why_the_critical_path_is_missing_and_gives_the_rest(tmp_pa
     assert {"gpu-idle", "stragglers", "kernel-share"} <= {f["rule"] for f in findings}
 
 
+def test_python_is_told_how_to_cut_the_trace_in_python(tmp_path, little_memory):
+    """In a notebook "`analyze --step N` (or `--window START:END`)" names flags there is nothing to pass to."""
+    import traceparse
+
+    trace = traceparse.load(str(RUN), store=tmp_path / "s")
+    (path,) = traceparse.analyze(trace, rules=["critical-path"])
+    assert path.message == (f"Not computed: {_reason(trace.events.height)}. Analysing traceparse.window.cut(trace, "
+                            "traceparse.window.step_windows(trace, N), 'step N') follows the paths of some steps at "
+                            "a time.")
+
+
 def test_whatif_refuses_in_one_line(tmp_path, little_memory):
     store = tmp_path / "s"
     code, _, err = run_cli("--store", str(store), "ingest", str(RUN))

@@ -74,6 +74,17 @@ def test_a_rank_on_another_clock_is_aligned_with_a_warning(store, tmp_path):
                    "event of rank 0 (--set stragglers.align_clocks=true aligns the ranks on collective ends)\n")
     spans = _raw_spans(directory)
     assert spans[1][0] - spans[0][0] > 9 * 10**18  # the mutant is what it claims
+    import warnings
+
+    import traceparse
+
+    with warnings.catch_warnings(record=True) as said:  # in Python, the keyword and not the flag
+        warnings.simplefilter("always")
+        traceparse.add(directory, store=tmp_path / "api")
+    assert [str(w.message) for w in said] == [
+        "ranks on another clock: rank 1 (its events never overlap those of rank 0 in time; rank 1 is 9,200,000,000 s "
+        "ahead of rank 0); their times are moved to start with the first event of rank 0 (analyze(..., "
+        'settings={"stragglers": {"align_clocks": True}}) aligns the ranks on collective ends)']
     doc, _ = _analyze(directory)
     run = json.loads((next((store / "runs").iterdir()) / "run.json").read_text())
     assert run["clock_shifts_ns"] == {"1": spans[0][0] - spans[1][0]}

@@ -125,8 +125,9 @@ def test_the_wholes_peak_says_which_precisions_it_is_of():
     assert len(shares) == 3 and metrics["peak_mix"] == shares
     assert list(metrics["peak_mix"]) == list(shares)  # most first
     finding = ArithmeticIntensity().check(read_paths([VGG11])[0], RuleOptions(thresholds={"top": 0}))[0]
+    assert 0 < shares["fp16"] < 0.05  # more than none: it read "fp16 0.0%"
     assert (f"peak {fmt_number(metrics['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
-            + ", ".join(f"{p} {v:.1f}%" for p, v in shares.items())) in finding.message
+            f"tf32_tensor {shares['tf32_tensor']:.1f}%, fp32 {shares['fp32']:.1f}%, fp16 <0.1%") in finding.message
 
 
 def test_a_tf32_named_kernel_whose_tf32_ops_read_zero_is_not_a_tensor_kernel():
@@ -176,7 +177,7 @@ def test_unknown_gpu_still_reports_what_needs_no_peak():
     assert m["peak_gflops"] is None and m["bound"] is None and m["roof_pct"] is None
     assert m["flops"] == sum(e["flops"] for e in expected_per_kernel(VGG11))
     assert m["arithmetic_intensity"] is not None and m["achieved_gflops"] is not None
-    assert "No peak figures: the trace's GPU 'Imaginary GPU 9000' is not in the catalog; pass --gpu NAME" in finding.message
+    assert "No peak figures: the trace's GPU 'Imaginary GPU 9000' is not in the catalog; pass gpu=NAME" in finding.message
 
 
 def test_gpu_option_overrides_the_trace(store):

@@ -411,7 +411,7 @@ def test_device_to_device_copies_faster_than_dram_have_no_share_of_it():
     assert (item["copies"], item["bytes"], item["time_ns"]) == (3, nbytes, ns)
     assert item["achieved_gbps"] == round(nbytes / ns, 4)
     assert (item["peak_gbps"], item["pct_of_peak"], item["above_peak"]) == (3350.0, None, True)
-    assert f"Device-to-device copies: {nbytes / ns:.2f} GB/s, faster than the DRAM bandwidth allows" in f.message
+    assert f"Device-to-device copies: {nbytes / ns:,.0f} GB/s, faster than the DRAM bandwidth allows" in f.message
     assert "came partly from the L2 cache" in f.message
     # the host-device copies of the same trace stay under their link's peak, with their share
     host = next(i for i in f.items if i["copy_kind"] == "HtoD")

@@ -7,6 +7,7 @@ collective, and each rank's clock is shifted by a skew drawn from ``random.Rando
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_cli
 from traceparse.analysis import analyze, parse_settings
 from traceparse.figures import fmt_ns
 from traceparse.run import ingest_run
@@ -76,8 +77,14 @@ def test_ranks_on_clocks_apart_are_told_so(tmp_path):
     assert f.metrics["straggler_rank"] == max(range(8), key=lambda r: skews_ns[r])
     assert (f" The ranks' collectives end up to {fmt_ns(max(skews_ns) - min(skews_ns))} apart (the median over "
             "the collectives), which ranks on one clock cannot do, as they leave a collective together: their "
-            "clocks likely differ (several hosts), and the waits may be that difference; --set "
-            "stragglers.align_clocks=true aligns them on the collectives' ends.") in f.message
+            "clocks likely differ (several hosts), and the waits may be that difference; "
+            'settings={"stragglers": {"align_clocks": True}} aligns them on the collectives\' ends.') in f.message
+    # the command line's user is told the flag, the Python caller (above) the keyword
+    code, out, err = run_cli("--store", str(tmp_path / "cli"), "analyze", "--json", "--rule", "stragglers",
+                             str(tmp_path / "a"))
+    assert code == 0, err
+    assert ("and the waits may be that difference; --set stragglers.align_clocks=true aligns them on the "
+            "collectives' ends.") in json.loads(out)["findings"][0]["message"]
     aligned = stragglers(tmp_path / "again", tmp_path / "a", parse_settings(["stragglers.align_clocks=true"]))
     assert aligned.title == "No straggler" and "clocks likely differ" not in aligned.message
 

@@ -240,7 +240,7 @@ def test_the_gpu_catalog_does_not_look_a_tpu_up():
 
     (trace,) = read_paths([TPU])
     spec, how = gpu_for_trace(trace)
-    assert spec is None and how == "the trace's devices are TPUs, not GPUs; pass --gpu NAME for a GPU's roofs"
+    assert spec is None and how == "the trace's devices are TPUs, not GPUs; pass gpu=NAME for a GPU's roofs"
 
 
 def test_the_critical_path_of_a_tpu_trace_says_what_it_cannot_follow(tmp_path):

@@ -207,14 +207,19 @@ def _by_hand(spec: dict | None, how: str, choice: GpuChoice) -> tuple[dict | Non
     given = []
     for precision, gflops in choice.peak_gflops:
         out["peak_tflops"][precision] = gflops / 1000.0
-        out["sources"][f"peak_tflops.{precision}"] = "given by hand (--peak-flops)"
+        out["sources"][f"peak_tflops.{precision}"] = f"given by hand ({spelled('--peak-flops', 'peak_gflops')})"
         given.append(f"{precision} {gflops:,g} GFLOP/s")
     if choice.dram_gbps is not None:
         out["dram_gbps"] = choice.dram_gbps
-        out["sources"]["dram_gbps"] = "given by hand (--peak-bw)"
+        out["sources"]["dram_gbps"] = f"given by hand ({spelled('--peak-bw', 'dram_gbps')})"
         given.append(f"DRAM {choice.dram_gbps:,g} GB/s")
     said = "peaks given by hand: " + ", ".join(given)
     return out, f"{said}; the rest from {how}" if spec is not None else f"{said} ({how})"
+
+
+def _gpu_named() -> str:
+    """How the user names a GPU: ``--gpu NAME`` on the command line, ``gpu=NAME`` in Python."""
+    return spelled("--gpu NAME", "gpu=NAME")
 
 
 def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
@@ -238,7 +243,7 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
             known = ", ".join(sorted(s["name"] for s in reg.gpu_specs))
             raise InputError(f"{spelled(f'--gpu {override!r}', f'gpu={override!r}')}: not in the GPU catalog "
                              f"(known: {known})")
-        return spec, f"{spec['name']} (from --gpu)"
+        return spec, f"{spec['name']} (from {spelled('--gpu', 'gpu=')})"
     gpus = [d for d in trace.meta.devices if device_noun(d) == "GPU"]  # a TPU is in no GPU catalog
     names = [d.name for d in gpus if d.name]
     for device_name in names:
@@ -260,10 +265,10 @@ def gpu_for_trace(trace: Trace, override: str | GpuChoice | None = None,
                              f"with other peak figures; the first catalog entry is used")
             which = repr(device.name) if device.name else f"{device.id if device.id is not None else ''} (unnamed)"
             return spec, (f"{spec['name']} (identified from the trace's device {which} by its "
-                          f"properties: {_properties(device)}{alike}; --gpu to choose)")
+                          f"properties: {_properties(device)}{alike}; {spelled('--gpu', 'gpu=')} to choose)")
     if names:
-        return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass --gpu NAME"
+        return None, f"the trace's GPU {names[0]!r} is not in the catalog; pass {_gpu_named()}"
     if trace.meta.devices and not gpus:  # TPUs alone
         kinds = sorted({device_noun(d) for d in trace.meta.devices})
-        return None, f"the trace's devices are {', '.join(kinds)}s, not GPUs; pass --gpu NAME for a GPU's roofs"
-    return None, "the trace does not name its GPU; pass --gpu NAME"
+        return None, f"the trace's devices are {', '.join(kinds)}s, not GPUs; pass {_gpu_named()} for a GPU's roofs"
+    return None, f"the trace does not name its GPU; pass {_gpu_named()}"

@@ -18,6 +18,7 @@ plugin composes them with its own; none knows any rule.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import polars as pl
@@ -499,14 +500,17 @@ def pct(part: float | int | None, whole: float | int | None) -> float | None:
 
 
 def gbps(nbytes: int | None, ns: int | None) -> float | None:
-    """Bytes per nanosecond, i.e. GB/s with 1 GB = 10⁹ bytes, rounded to 4 decimals; None without time.
+    """Bytes per nanosecond, i.e. GB/s with 1 GB = 10⁹ bytes, rounded to 4 decimals, or to 4 significant figures
+    where those are more (24 B in 7.681 us is 0.003125 GB/s, not 0.0031, which reads "0.003100"); None without
+    time.
 
-    >>> gbps(3_000, 1_000)
-    3.0
+    >>> gbps(3_000, 1_000), gbps(24, 7_681)
+    (3.0, 0.003125)
     """
     if nbytes is None or not ns:
         return None
-    return round(nbytes / ns, 4)
+    rate = nbytes / ns
+    return round(rate, max(4, 3 - math.floor(math.log10(abs(rate))))) if rate else 0.0
 
 
 # =============================================================================================================

@@ -51,6 +51,8 @@ def fmt_unit(unit: str, value: Any) -> str:
         return f"{fmt_number(value / 1e9)} GFLOP"
     if unit == "ratio":
         return fmt_ratio(value)
+    if unit == "flop_per_byte":
+        return f"{fmt_number(float(value))} FLOP/byte"
     return str(value) if isinstance(value, int) else fmt_number(value)
 
 
@@ -123,7 +125,7 @@ def trace_summary(meta: TraceMeta, already_stored: bool = False, title: str | No
         if d.sm_count:
             bits.append(f"{d.sm_count} {'CUs' if amd else 'SMs'}")
         if d.memory_bytes:
-            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+            bits.append(fmt_bytes_binary(d.memory_bytes))  # as memory's "of 79.18 GiB", not "79 GiB" here
         bits.extend(_peaks(d.extra or {}))
         noun = f"{device_noun(d)} " if d.kind else "device "  # GPUs keep their "device N" rows
         table.add_row(literal(f"{noun}{d.id if d.id is not None else '?'}"), literal(", ".join(bits)))
@@ -300,7 +302,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         noun = next(iter(others))
         mean = "" if (summary.get("lane_devices") or 1) <= 1 else "mean "
         grid.add_row(literal(f"{noun} busy"),
-                     literal(f"{lanes:.1f}% of the {mean}{noun}'s span (first to last activity on its lanes)"))
+                     literal(f"{fmt_pct(lanes)} of the {mean}{noun}'s span (first to last activity on its lanes)"))
     else:
         grid.add_row("GPU busy", literal(f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
                      if unseen else "- (the trace gives GPU time as totals, with no timeline)"
@@ -310,7 +312,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      else f"- (no GPU work read; {_unread(summary['unread_events'])} not read: their time is in no "
                           "figure)" if busy is None and summary.get("unread_events")
                      else "- (the trace recorded no GPU activity)" if busy is None
-                     else f"{busy:.1f}% of {whole} (first to last activity)"))
+                     else f"{fmt_pct(busy)} of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -330,7 +332,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                              (visible(str(worst.get("severity", ""))), style), ")")
         if summary.get("gpu_bound"):
             # a busy GPU's own work sets the pace: the finding with most at stake is a remainder, not the cause
-            line = Text.assemble(f"the GPU's own work ({busy:.1f}% busy: top kernels below); the most at stake "
+            line = Text.assemble(f"the GPU's own work ({fmt_pct(busy)} busy: top kernels below); the most at stake "
                                  "besides: ", line)
         grid.add_row("bottleneck", line)
     else:
@@ -949,6 +951,8 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, decimals_for(peak / 1e9)) for v in values]
     if unit == "ratio":
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
+    if unit == "flop_per_byte":  # each cell to its own figures: intensities span orders of magnitude (0.0833, 388)
+        return label, [fmt_number(float(v)) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in shares_shown(values)]
     if unit in COUNT_UNITS or all(float(v).is_integer() for v in nums):
@@ -968,13 +972,19 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt_scaled(v: Any, scale: float, digits: int) -> str:
-    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals."""
+    """A number (or an interval, ``[low, high]``) divided by ``scale``, with ``digits`` decimals; one more than
+    none too small to show in them reads ``<0.001`` (4 B in a column of MB, a copy of 4 B at 0.0026 GB/s beside
+    13.10), not ``0.000`` or ``-0.000``, which say none."""
     pair = _interval(v)
     if pair is not None:
         return "[" + ", ".join(_fmt_scaled(x, scale, digits) for x in pair) + "]"
     if not _is_number(v):
         return _plain(v)
-    return f"{float(v) / scale:,.{digits}f}"
+    value = float(v) / scale
+    text = f"{value:,.{digits}f}"
+    if value and not any(c in "123456789" for c in text):
+        return ("-<" if value < 0 else "<") + (f"{10 ** -digits:.{digits}f}" if digits else "1")
+    return text
 
 
 def _plain(value: Any) -> str:

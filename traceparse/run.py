@@ -776,8 +776,10 @@ def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str
         others = f" and {len(shifts) - 1:,} more rank{'s' if len(shifts) > 2 else ''}" if len(shifts) > 1 else ""
         warnings.append(f"ranks on another clock: rank {first}{others} (its events never overlap those of rank "
                         f"{ref} in time; rank {first} is {fmt_ns(abs(shift))} {ahead} rank {ref}); their times are "
-                        f"moved to start with the first event of rank {ref} (--set stragglers.align_clocks=true "
-                        "aligns the ranks on collective ends)")
+                        f"moved to start with the first event of rank {ref} ("
+                        + spelled("--set stragglers.align_clocks=true",
+                                  'analyze(..., settings={"stragglers": {"align_clocks": True}})')
+                        + " aligns the ranks on collective ends)")
     return shifts
 
 

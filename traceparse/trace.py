@@ -171,7 +171,7 @@ class Trace:
         return pandas_frame(self.events)
 
     def __repr__(self) -> str:
-        n = "streamed" if self.is_streamed else f"{self.events.height} events"
+        n = "streamed" if self.is_streamed else f"{self.events.height:,} events"  # a count, as everywhere
         return f"<Trace {self.meta.id or '(not stored)'} {self.meta.format} {n}>"
 
 

@@ -33,6 +33,7 @@ UNITS = {
     "gbps": "GB/s, 1 GB = 10^9 bytes",
     "flops": "floating-point operations (shown in GFLOP)",
     "ratio": "a dimensionless ratio",
+    "flop_per_byte": "arithmetic intensity, FLOP per byte (each to the significant figures in force, not marked ×)",
     "number": "any other number or value, shown as is",
     "id": "an identifier (a store id, a format): left-aligned, never shortened",
 }

@@ -58,8 +58,9 @@ from rich.text import Text
 from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
+from traceparse.figures import fmt_pct
 from traceparse.plugins import hookimpl
-from traceparse.report import fitted_table, trace_label
+from traceparse.report import _format_column, fitted_table, trace_label
 from traceparse.run import trace_ranks
 from traceparse.text import literal
 from traceparse.trace import Trace
@@ -248,8 +249,14 @@ def bar(pct: float | None, width: int = BAR_WIDTH) -> Text:
     whole, frac = int(filled), int((filled - int(filled)) * 8)
     cells = "█" * whole + (_EIGHTHS[frac] if whole < width else "")
     text = Text(cells.ljust(width), style="cyan")
-    text.append(f"{pct:6.1f}")
+    text.append(f"{_pct_figure(pct):>6}")
     return text
+
+
+def _pct_figure(pct: float) -> str:
+    """A percentage in a column headed "%", without the sign: ``59.6``; ``<0.1`` where more than none rounds to
+    0.0 and ``>99.9`` where less than all rounds to 100.0 (:func:`traceparse.figures.fmt_pct`)."""
+    return fmt_pct(pct).removesuffix("%")
 
 
 def row_labels(rows: list[dict], by: str | None, series: str | None = None) -> tuple[str, list[str]]:
@@ -491,16 +498,19 @@ def _plotly_figure(go, make_subplots, rows: list[dict], by: str | None, series: 
 
 def _html_page(rows: list[dict], by: str | None, svg: str, series: str | None = None) -> str:
     keys = tag_keys(rows, by, series)
-    head = ["trace", *keys, "step (ms)", "samples/s", "GPU spans, summed (ms)", "memcpy overlap %",
-            "kernel concurrency %", "GPU idle %"]
+    # the step, samples/s and span columns as the terminal's tables show them: one unit a column, its decimals
+    # (the page wrote 14.610 ms where the screen wrote 14.61, a step of 2.5 s as 2500.000 ms)
+    figures = [_format_column(c, [r["metrics"][c.key] for r in rows]) for c in (
+        Column("step_time_ns", "step", "ns"), Column("samples_per_s", "samples/s", "number"),
+        Column("span_ns", "GPU spans, summed", "ns"))]
+    head = ["trace", *keys, *[header for header, _ in figures], "memcpy overlap %", "kernel concurrency %",
+            "GPU idle %"]
     body = []
-    for r in rows:
+    for n, r in enumerate(rows):
         m = r["metrics"]
-        cells = [r["label"], *[series_of(r, k) or "-" for k in keys],
-                 *["-" if m[k] is None else f"{m[k] / 1e6:.3f}" for k in ("step_time_ns",)],
-                 "-" if m["samples_per_s"] is None else f"{m['samples_per_s']:.1f}",
-                 "-" if m["span_ns"] is None else f"{m['span_ns'] / 1e6:.3f}",
-                 *["-" if m[k] is None else f"{m[k]:.1f}" for k in ("overlap_pct", "concurrency_pct", "idle_pct")]]
+        cells = [r["label"], *[series_of(r, k) or "-" for k in keys], *[texts[n] for _, texts in figures],
+                 *["-" if m[k] is None else _pct_figure(m[k])
+                   for k in ("overlap_pct", "concurrency_pct", "idle_pct")]]
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>traceparse compare</title>"
             "<style>body{font-family:sans-serif} td,th{padding:2px 8px;text-align:right}</style></head><body>\n"

@@ -389,7 +389,14 @@ def _signed_ns(ns: int) -> str:
 
 
 def _pct(value) -> str:
-    return "-" if value is None else f"{value:+.1f}%"
+    """A change in percent with its sign: ``+55.6%``; ``±0.0%`` for none (as ``±0 ns``), ``-<0.1%`` for one too
+    small for a decimal (not ``+0.0%`` or ``-0.0%``, which read as no change with a direction)."""
+    if value is None:
+        return "-"
+    if not value:
+        return "±0.0%"
+    text = f"{abs(value):.1f}"
+    return ("+" if value > 0 else "-") + ("<0.1" if text == "0.0" else text) + "%"
 
 
 CATEGORY_COLUMNS = [Column("category", "category", "text"), Column("time_a_ns", "A", "ns"),

@@ -29,7 +29,7 @@ from traceparse.names import short_names
 from traceparse.summary import other_devices
 from traceparse.report import fitted_table, fmt_ns, short_name, shown_path
 from traceparse.verdict import Column
-from traceparse.figures import fmt_number
+from traceparse.figures import fmt_number, fmt_pct
 from traceparse.text import literal, markup_literal
 from traceparse.measures.roofline import roofline
 
@@ -159,14 +159,14 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
         console.print(literal(model_note))
     if extra.get("note"):
         whose = "these kernels" if extra.get("derived_from") == "hlo" else "these operators' kernels"
-        console.print(literal(f"{extra['note']}; {whose} are {extra['placed_time_pct']:.1f}% of "
+        console.print(literal(f"{extra['note']}; {whose} are {fmt_pct(extra['placed_time_pct'])} of "
                               "the trace's kernel time." if extra.get("placed_time_pct") is not None
                               else extra["note"] + "."))
     time_total = total.get("time_ns") or 0
     console.print(f"Total: {_g(total['flops'], 1e9, 'GFLOP')}, {_g(total['dram_bytes'], 1e9, 'GB')}, "
                   f"{fmt_ns(total['time_ns'])}; AI {_f(total['arithmetic_intensity'])} FLOP/B, "
                   f"{_f(total['achieved_gflops'])} GFLOP/s"
-                  + (f", {total['bound']}-bound at {total['roof_pct']:.1f}% of the roof" if total.get("bound") else ""))
+                  + (f", {total['bound']}-bound at {fmt_pct(total['roof_pct'])} of the roof" if total.get("bound") else ""))
     shown = items if top <= 0 else items[:top]
     rows = [{"name": i["name"], "n": i.get("launches", i.get("calls", 1)), "time_ns": i["time_ns"],
              "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],
@@ -205,17 +205,19 @@ def _precision_label(item: dict) -> str:
 
 
 def _f(value, digits: int = 3) -> str:
+    """A figure as analyze's arithmetic-intensity writes it (:func:`traceparse.figures.fmt_number`: 52.35 FLOP/B
+    there read 52.4 here), a percentage to one decimal (``digits`` 1); ``-`` when unknown."""
     if value is None:
         return "-"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}" if digits == 1 else f"{value:.{digits}g}"
+    return fmt_pct(value).removesuffix("%") if digits == 1 else fmt_number(value)
 
 
 def _g(value, scale: float, unit: str = "", digits: int = 4) -> str:
+    """``value / scale`` as :func:`_f` writes it, with ``unit``: never with an exponent (12,345 GFLOP read
+    "1.234e+04 GFLOP")."""
     if value is None:
         return "-"
-    text = f"{value / scale:.{digits}g}"
+    text = fmt_number(value / scale)
     return f"{text} {unit}" if unit else text
 
 
@@ -318,7 +320,7 @@ def draw_chart(matplotlib, trace, spec, result):
     for rank, i in enumerate(labelled, 1):
         ax.annotate(str(rank), (i["arithmetic_intensity"], i["achieved_gflops"]), textcoords="offset points",
                     xytext=(5, 5), fontsize=8, fontweight="bold", zorder=4)
-    key = [f"{rank}  {short_name(i['name'], 58)}  ({100 * (i['time_ns'] or 0) / time_total:.1f}% of time"
+    key = [f"{rank}  {short_name(i['name'], 58)}  ({fmt_pct(100 * (i['time_ns'] or 0) / time_total)} of time"
            f"{', lower bound' if i.get('flops_lower_bound') else ''})" for rank, i in enumerate(labelled, 1)]
     if key:
         fig.text(0.07, 0.005, "\n".join(key), fontsize=7.5, family="monospace", va="bottom")
@@ -338,7 +340,7 @@ def draw_chart(matplotlib, trace, spec, result):
     if skipped:
         skipped_ns = sum(i["time_ns"] or 0 for i in skipped)
         ax.text(0.01, 0.01, f"not plotted: {len(skipped):,} rows without FLOPs or DRAM bytes "
-                            f"({100 * skipped_ns / time_total:.1f}% of the time)", fontsize=7, color="grey",
+                            f"({fmt_pct(100 * skipped_ns / time_total)} of the time)", fontsize=7, color="grey",
                 transform=ax.transAxes)
     return fig
 

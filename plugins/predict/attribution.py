@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceparse.errors import InputError
+from traceparse.figures import fmt_pct
 from traceparse.measures import op_flops
 from traceparse.trace import Trace
 from traceparse_plugins.predict import layers
@@ -99,7 +100,7 @@ def profile(trace: Trace) -> TraceProfile:
     if gpu_ns and attributed_ns < gpu_ns:
         share = 100.0 * (gpu_ns - attributed_ns) / gpu_ns
         if share >= 1.0:
-            warnings.append(f"{label}: {share:.1f}% of the GPU time links to no operator (unattributed)")
+            warnings.append(f"{label}: {fmt_pct(share)} of the GPU time links to no operator (unattributed)")
     ops_per_top = _ops(ops, tops, steps, warnings, label)
     calls = (tops.join(per_top, left_on="event_id", right_on="top_id", how="inner")
              .join(ops_per_top, on="event_id", how="left")

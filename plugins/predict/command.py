@@ -16,7 +16,7 @@ import polars as pl
 from traceparse import __version__
 from traceparse.command import Command
 from traceparse.errors import InputError, bad_input
-from traceparse.figures import fmt_number
+from traceparse.figures import fmt_number, fmt_pct
 from traceparse.report import fitted_table
 from traceparse.text import literal
 from traceparse.trace import Trace
@@ -48,7 +48,7 @@ def _ms(ns: float | None) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}%"
+    return fmt_pct(value)
 
 
 def _batch(value: float | None) -> str:

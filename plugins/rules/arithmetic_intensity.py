@@ -101,19 +101,23 @@ import polars as pl
 from traceparse.catalog import gpu_for_trace
 from traceparse.measures import op_work
 from traceparse.measures.roofline import ABOVE_ROOF_PCT, roofline
-from traceparse.figures import fmt_ns, fmt_number
+from traceparse.errors import spelled
+from traceparse.figures import fmt_ns, fmt_number, fmt_pct, shares_shown
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
 
-FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "ratio",
-           "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "ratio",
+#: Arithmetic intensity is FLOP per byte, not a dimensionless ratio: it read "59.64×" beside the sentence's "59.64
+#: FLOP/byte".
+FIGURES = {"flops": "flops", "dram_bytes": "bytes", "time_ns": "ns", "arithmetic_intensity": "flop_per_byte",
+           "achieved_gflops": "number", "peak_gflops": "number", "peak_gbps": "gbps", "ridge_ai": "flop_per_byte",
            "bound": "text", "roof_pct": "pct", "gpu": "text", "gpu_source": "text"}
 #: Screen labels where the key's words would read like another figure: the operators' kernel time (not all of it:
 #: kernel-share's), the DRAM peak (not a copy link's).
-LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak", "peak_gflops": "peak GFLOP/s, the mix's"}
+LABELS = {"time_ns": "their kernel time", "peak_gbps": "DRAM peak", "peak_gflops": "peak GFLOP/s, the mix's",
+          "ridge_ai": "ridge", "achieved_gflops": "achieved GFLOP/s"}
 COLUMNS = [Column("name", "name", "name"), Column("time_ns", "time", "ns"), Column("flops", "FLOPs", "flops"),
-           Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "ratio"),
+           Column("dram_bytes", "DRAM bytes", "bytes"), Column("arithmetic_intensity", "FLOP/byte", "flop_per_byte"),
            Column("achieved_gflops", "GFLOP/s", "number"), Column("roof_pct", "% of roof", "pct"),
            Column("bound", "bound", "text"), Column("precision", "precision", "text"),
            Column("tensor_core", "tensor core", "text")]
@@ -200,7 +204,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
     elif result["source"] == "torch-ops":
         parts.append(f"{extra['operators']:,} operators with FLOPs: {fmt_number(total['flops'] / 1e9)} GFLOP in "
                      f"{fmt_ns(total['time_ns'])} = {fmt_number(total['achieved_gflops'])} GFLOP/s"
-                     + (f", {total['roof_pct']:.1f}% of the fp32 peak" if total["roof_pct"] is not None else "")
+                     + (f", {fmt_pct(total['roof_pct'])} of the fp32 peak" if total["roof_pct"] is not None else "")
                      + ". The trace has FLOPs but no DRAM byte counts: arithmetic intensity, the memory roof and "
                        "memory/compute-bound cannot be given.")
     else:
@@ -216,7 +220,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
         if total["bound"]:
             ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte{_peak_of(total)})" \
                 if total["ridge_ai"] is not None else ""
-            at = (f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None
+            at = (f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None
                   else "; with no kernel time in the trace, its share of the roof is unknown")
             parts.append(f"Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}.")
         if extra.get("half_move_kernels"):
@@ -233,7 +237,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
         above = [i["roof_pct"] for i in result["items"] if (i["roof_pct"] or 0) > ABOVE_ROOF_PCT]
         if above:
             parts.append(f"{len(above):,} rows sit above their roof (up to {max(above):.0f}%): the peak figures do not "
-                         "fit the GPU that ran them; check --gpu.")
+                         f"fit the GPU that ran them; check {spelled('--gpu', 'gpu=')}.")
         if extra["clock_ratio"] and extra["clock_ratio"] < 0.95:
             parts.append(f"The SM clock while profiling averaged {extra['sm_clock_mhz']:.0f} MHz, "
                          f"{100 * extra['clock_ratio']:.0f}% of the {extra['boost_clock_mhz']} MHz boost clock the "
@@ -254,7 +258,7 @@ def _peak_of(total: dict) -> str:
     if len(mix) == 1:
         return f"; the {next(iter(mix))} peak, {fmt_number(total['peak_gflops'])} GFLOP/s"
     return (f"; peak {fmt_number(total['peak_gflops'])} GFLOP/s for its FLOPs' precisions, "
-            + ", ".join(f"{p} {share:.1f}%" for p, share in list(mix.items())[:3])
+            + ", ".join(f"{p} {fmt_pct(share)}" for p, share in list(zip(mix, shares_shown(list(mix.values()))))[:3])
             + (f" and {len(mix) - 3:,} more" if len(mix) > 3 else ""))
 
 
@@ -274,12 +278,12 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
     text += f", in {fmt_ns(total['time_ns'])} of their kernels = {fmt_number(total['achieved_gflops'] / 1e3)} TFLOP/s."
     if extra["placed_time_pct"] is not None:
         whose = "They" if extra.get("derived_from") == "hlo" else "These operators' kernels"
-        text += (f" {whose} are {extra['placed_time_pct']:.1f}% of the trace's kernel time "
+        text += (f" {whose} are {fmt_pct(extra['placed_time_pct'])} of the trace's kernel time "
                  f"({fmt_ns(extra['kernel_time_ns'])}).")
     if total["bound"] and spec:
         ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte{_peak_of(total)})" \
             if total["ridge_ai"] is not None else ""
-        at = f" at {total['roof_pct']:.1f}% of its roof" if total["roof_pct"] is not None else ""
+        at = f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None else ""
         text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
     if extra["items_above_roof"]:
         rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']:,} rows run"

@@ -64,7 +64,7 @@ from collections import Counter, defaultdict
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.errors import ResourceError
+from traceparse.errors import ResourceError, spelled
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.meta import device_nouns
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
@@ -128,8 +128,11 @@ class CriticalPath(Rule):
                                                   align_clocks=bool(t["align_clocks"]))
             except ResourceError as exc:  # the other rules' findings stand; this one says why it has none
                 return [Finding(self.name, "info", "Critical path not computed",
-                                f"Not computed: {exc}. `analyze --step N` (or `--window START:END`) follows the "
-                                "paths of some steps at a time.", metrics={"missing": missing})]
+                                f"Not computed: {exc}. " + spelled(
+                                    "`analyze --step N` (or `--window START:END`)",
+                                    "Analysing traceparse.window.cut(trace, traceparse.window.step_windows(trace, "
+                                    "N), 'step N')") + " follows the paths of some steps at a time.",
+                                metrics={"missing": missing})]
             if graph.height == 0:
                 return [Finding(self.name, "info", "No timeline", "The trace has no timed events to follow: a "
                                 "critical path needs events placed in time.",

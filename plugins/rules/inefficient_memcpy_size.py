@@ -42,7 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -111,11 +111,11 @@ class InefficientMemcpySize(Rule):
         elif bool(considered["aggregated"].all()):  # a summary: one mean size per row, not each copy's
             message = (f"{n_copies:,} {kinds} copies in summary rows, which give a mean size per row, not each "
                        f"copy's: {n_small:,} are in rows whose mean is under {limit}, taking {fmt_ns(small_ns)}, "
-                       f"{share or 0:.1f}% of the {fmt_ns(copy_ns)} of copy time. How many single copies are "
+                       f"{fmt_pct(share or 0)} of the {fmt_ns(copy_ns)} of copy time. How many single copies are "
                        f"under {limit} a summary cannot say (a row of mean 7.8 MB may hold many 3 kB copies).")
         else:
             message = (f"{n_small:,} of {n_copies:,} {kinds} copies are smaller than {limit}; they take "
-                       f"{fmt_ns(small_ns)}, {share or 0:.1f}% of the {fmt_ns(copy_ns)} of copy time.")
+                       f"{fmt_ns(small_ns)}, {fmt_pct(share or 0)} of the {fmt_ns(copy_ns)} of copy time.")
             if skipped:
                 message += f" {skipped} copies skipped: direction or size unknown."
         message += aggregated_note(ignored_aggregated)

@@ -43,7 +43,7 @@ import math
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_count, fmt_ns
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, rank_of
@@ -145,7 +145,7 @@ class LaunchStats(Rule):
             if n_direct:
                 message += (f" {n_direct:,} launched one by one by {n_calls:,} calls taking "
                             f"{fmt_ns(metrics['launch_time_ns'])} (median {fmt_ns(metrics['launch_ns_p50'])}); "
-                            f"{metrics['short_kernel_pct']:.1f}% of them run shorter than their launch call.")
+                            f"{fmt_pct(metrics['short_kernel_pct'])} of them run shorter than their launch call.")
             if n_graph:
                 message += (f" {n_graph:,} replayed by {metrics['graph_launches']:,} graph launches "
                             f"({metrics['kernels_per_graph_launch']:g} kernels per launch, "

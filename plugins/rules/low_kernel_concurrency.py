@@ -28,7 +28,7 @@ from __future__ import annotations
 from traceparse import expr, measures
 from traceparse.catalog import gpu_for_trace
 from traceparse.errors import InputError
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.run import device_label, in_rank_order, rank_labels
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -87,11 +87,11 @@ class LowKernelConcurrency(Rule):
         low = (n_kernels >= 2 and mean_us >= t["min_mean_kernel_us"] and underused >= t["warning_underused_pct"]
                and grade(pct, warning=t["warning_below_pct"], higher_is_worse=False) != "info")
         n_streams = len({s for ids in per_device["stream_ids"].to_list() for s in ids})
-        message = (f"Two or more kernels run during {pct:.1f}% of the {fmt_ns(busy)} the GPU runs kernels "
+        message = (f"Two or more kernels run during {fmt_pct(pct)} of the {fmt_ns(busy)} the GPU runs kernels "
                    f"({n_kernels:,} kernels on {n_streams} stream(s), mean {mean_us:.1f} us).")
         small = int(fill["small_grid"].sum() or 0)
         short = int(fill["short"].sum() or 0)
-        message += (f" The kernels leave {underused:.1f}% of the SM time unused"
+        message += (f" The kernels leave {fmt_pct(underused)} of the SM time unused"
                     + (f" ({small:,} kernels have fewer blocks than the {sms} SMs" if sms else " (SM count unknown")
                     + (f"; {short:,} without a grid are shorter than {t['short_kernel_us']:g} us" if short else "")
                     + ").")

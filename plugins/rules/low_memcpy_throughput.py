@@ -47,7 +47,8 @@ import polars as pl
 from traceparse import measures
 from traceparse.catalog import gpu_for_trace
 from traceparse.expr import HOST_DEVICE, gbps, pct
-from traceparse.figures import fmt_bytes, fmt_ns
+from traceparse.errors import spelled
+from traceparse.figures import fmt_bytes, fmt_ns, fmt_number, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -116,12 +117,15 @@ class LowMemcpyThroughput(Rule):
                              higher_is_worse=False)
         if host_ns and host_above:
             message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
-                       f"{achieved:.2f} GB/s, above the {host_peak:,g} GB/s per direction assumed for the host link "
+                       f"{fmt_number(achieved)} GB/s, above the {host_peak:,g} GB/s per direction assumed for the "
+                       "host link "
                        f"({host_source}), so the link is faster than assumed and no share of its peak is given: "
-                       "pass --gpu NAME or set low-memcpy-throughput.host_link_gbps.")
+                       + spelled("pass --gpu NAME or --set low-memcpy-throughput.host_link_gbps=GBPS.",
+                                 'pass gpu=NAME or settings={"low-memcpy-throughput": {"host_link_gbps": GBPS}}.'))
         elif host_ns:
             message = (f"Host-device copies moved {fmt_bytes(host_bytes)} in {fmt_ns(host_ns)}: "
-                       f"{achieved:.2f} GB/s, {host_pct:.1f}% of the host link's {host_peak:,g} GB/s per direction. "
+                       f"{fmt_number(achieved)} GB/s, {fmt_pct(host_pct)} of the host link's {host_peak:,g} GB/s "
+                       "per direction. "
                        f"Peak: {host_source}.")
         else:
             message = "No host-device copy with a known size and duration."
@@ -132,11 +136,11 @@ class LowMemcpyThroughput(Rule):
                              f"write; peak: {dram_source}): the bytes came partly from the L2 cache, so no share of "
                              "the DRAM peak is given.")
             elif dtod["pct_of_peak"] is not None:
-                dram_part = (f", {dtod['pct_of_peak']:.1f}% of the DRAM bandwidth, {dram_peak:,g} GB/s, counting the "
+                dram_part = (f", {fmt_pct(dtod['pct_of_peak'])} of the DRAM bandwidth, {dram_peak:,g} GB/s, counting the "
                              f"read and the write; peak: {dram_source}.")
             else:
                 dram_part = f"; no DRAM peak: {dram_source}."
-            message += f" Device-to-device copies: {dtod['achieved_gbps']:.2f} GB/s" + dram_part
+            message += f" Device-to-device copies: {fmt_number(dtod['achieved_gbps'])} GB/s" + dram_part
         if skipped:
             message += f" {skipped} copies skipped: direction, size or duration unknown."
         message += aggregated_note(ignored_aggregated)

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.measures.memory import sparkline
-from traceparse.figures import fmt_bytes_binary, fmt_ns
+from traceparse.figures import fmt_bytes_binary, fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -114,7 +114,7 @@ class Memory(Rule):
         where = "Host memory" if top["device"] == "host" else f"Device {top['device']}"
         message = (f"{where}: peak allocated {_binary(top['peak_allocated_bytes'])}"
                    + (f", peak reserved {_binary(top['peak_reserved_bytes'])}" if top["peak_reserved_bytes"] else "")
-                   + (f" ({top['peak_reserved_pct']:.1f}% of {_binary(top['capacity_bytes'])})"
+                   + (f" ({fmt_pct(top['peak_reserved_pct'])} of {_binary(top['capacity_bytes'])})"
                       if top["peak_reserved_pct"] is not None else "")
                    + f", reached {fmt_ns(top['peak_ns'])} into the memory timeline"
                    + (f" in step {top['step']}" if top["step"] is not None else "")

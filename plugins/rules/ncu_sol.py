@@ -37,7 +37,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.names import short_name
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -167,7 +167,7 @@ class NcuSol(Rule):
 
 
 def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}%"
+    return fmt_pct(value)
 
 
 @hookimpl

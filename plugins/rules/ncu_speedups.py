@@ -44,7 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr
-from traceparse.figures import fmt_ns
+from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.names import short_name
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -165,10 +165,10 @@ class NcuSpeedups(Rule):
         top = items[0]
         message = (f"ncu's rules estimate that {best_per_launch.height:,} of {launches.height:,} profiled launches "
                    f"could run faster: up to {fmt_ns(saved_ns)} of {fmt_ns(kernel_ns)} "
-                   f"({saved_pct or 0:.1f}%) if each launch's best estimate held, {fmt_ns(global_ns)} "
-                   f"({global_pct or 0:.1f}%) from whole-kernel (global) estimates. The largest: "
+                   f"({fmt_pct(saved_pct or 0)}) if each launch's best estimate held, {fmt_ns(global_ns)} "
+                   f"({fmt_pct(global_pct or 0)}) from whole-kernel (global) estimates. The largest: "
                    f"{top['best_rule']} on {short_name(top['name'], 60)} ({top['speedup_kind']} speed-up up to "
-                   f"{top['speedup_pct']:.1f}%).")
+                   f"{fmt_pct(top['speedup_pct'])}).")
         return [Finding(self.name, severity, "Speed-ups ncu estimates", message,
                         SUGGESTION if severity != "info" else "",
                         metrics={"kernel_time_ns": kernel_ns, "est_saved_ns": saved_ns, "est_saved_pct": saved_pct,

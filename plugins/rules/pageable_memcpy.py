@@ -36,7 +36,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_bytes, fmt_ns
+from traceparse.figures import fmt_bytes, fmt_ns, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -100,7 +100,7 @@ class PageableMemcpy(Rule):
                 and grade(blocking_share, warning=t["warning_share_pct"]) != "info")
         if total_ns:
             message = (f"{n_pageable} host-device copies use pageable host memory: {fmt_bytes(pageable_bytes)} "
-                       f"in {fmt_ns(pageable_ns)}, {share:.1f}% of the {fmt_ns(total_ns)} of "
+                       f"in {fmt_ns(pageable_ns)}, {fmt_pct(share)} of the {fmt_ns(total_ns)} of "
                        f"host-device copy time.")
         else:
             message = "No host-device copy says whether its host memory is pageable or pinned."

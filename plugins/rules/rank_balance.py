@@ -35,7 +35,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import SAME_NS, SAME_SAID, fmt_ns, fmt_ratio, same_figure
+from traceparse.figures import SAME_NS, SAME_SAID, fmt_ns, fmt_pct, fmt_ratio, same_figure, shares_shown
 from traceparse.measures.base import exact_sum, exact_total
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -100,8 +100,9 @@ class RankBalance(Rule):
                  for r in (rows.sort("member") if even else by_work).iter_rows(named=True)]  # alike: rank order
         metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
                    **totals, "ranks": ranks}
-        shares = ", ".join(f"{p.replace('_', ' ')} {expr.pct(totals[f'{p}_ns'], totals['span_ns']) or 0:.1f}%"
-                           for p in PARTS)
+        # the parts of the span, a partition of it: rounded together so that they add up to 100 as shown
+        parts_pct = shares_shown([expr.pct(totals[f"{p}_ns"], totals["span_ns"]) or 0 for p in PARTS])
+        shares = ", ".join(f"{p.replace('_', ' ')} {fmt_pct(share)}" for p, share in zip(PARTS, parts_pct))
         if rows.height == 1:
             info = trace.meta.distributed
             alone = f" (rank {info['rank']} of {info.get('world_size', '?')})" if "rank" in info else ""
@@ -117,7 +118,7 @@ class RankBalance(Rule):
         if waiting.height and rows.height > 1:
             w = waiting.row(0, named=True)
             message += (f" {label.capitalize()} {w['member']}'s GPU spent {fmt_ns(float(w['comm_exposed_ns']))} "
-                        f"({w['comm_exposed_pct']:.1f}% of its span) in communication kernels with no compute beside "
+                        f"({fmt_pct(w['comm_exposed_pct'])} of its span) in communication kernels with no compute beside "
                         "them: transfers, or waiting at collectives for another rank (stragglers says which).")
         suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
                       "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "

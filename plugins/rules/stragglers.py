@@ -79,6 +79,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import member_compute, member_windows_counted, waiting_time
@@ -242,7 +243,9 @@ class Stragglers(Rule):
                 message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
                             f"collectives), which {label}s on one clock cannot do, as they leave a collective "
                             f"together: their clocks likely differ ({several}), and the waits may be that "
-                            "difference; --set stragglers.align_clocks=true aligns them on the collectives' ends.")
+                            "difference; " + spelled("--set stragglers.align_clocks=true",
+                                                     'settings={"stragglers": {"align_clocks": True}}')
+                            + " aligns them on the collectives' ends.")
         excess = {"slow_rank_host": [], "slow_rank_gpu": []}
         named = straggler if straggler is not None else (candidate if title.startswith("Most waited") else None)
         if named is not None and label == "rank":

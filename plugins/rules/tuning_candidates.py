@@ -28,13 +28,20 @@ import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.expr import flat_rows, kind_is
+from traceparse.figures import fmt_number, fmt_ratio
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
 
 FIGURES = {"counters_seen": "count"}
+#: A score is a time in ns (the routine's time weighted by its metric), said as such: "28,573" alone named no unit.
+#: It stays a plain number in ns, not a duration column: the scores of different metrics differ by orders of
+#: magnitude, and one unit for the column would show the smaller ones as <0.001 ms.
 COLUMNS = [Column("name", "name", "name"), Column("metric", "metric", "text"), Column("value", "value", "ratio"),
-           Column("time_ns", "time", "ns"), Column("score", "score", "number")]
+           Column("time_ns", "time", "ns"), Column("score", "score (ns)", "number")]
+#: What a score is, where the finding gives scores.
+SCORE_SAID = ("A score is the routine's time in ns weighted by the metric: time × value, or time ÷ value where "
+              "more is better (ipc).")
 
 #: The derived metrics, in one table. "score": "value_x_time" (more is worse) or "time_over_value".
 DERIVED_METRICS: list[dict] = [
@@ -203,8 +210,9 @@ class TuningCandidates(Rule):
                             _how_to_count(events),
                             metrics=metrics, figures=FIGURES)]
         lead = {m: next(i for i in items if i["metric"] == m) for m in used}
-        parts = [f"{m}: {v['name']!r} (value {v['value']}, score {v['score']})" for m, v in lead.items()]
-        message = "Top candidates by " + "; ".join(parts) + "."
+        parts = [f"{m}: {v['name']!r} (value {fmt_ratio(v['value'])}, score {fmt_number(v['score'])} ns)"
+                 for m, v in lead.items()]
+        message = "Top candidates by " + "; ".join(parts) + ". " + SCORE_SAID
         return [Finding(self.name, "info", "Tuning candidates: derived metric x time", message,
                         "Look first at the routines that lead several metrics: their time is high and their "
                         "instruction mix or memory traffic is poor.", metrics=metrics, items=items,

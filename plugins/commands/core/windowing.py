@@ -19,7 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from traceparse.errors import InputError
-from traceparse.report import fmt_ns
+from traceparse.report import fmt_ns, fmt_pct
 from traceparse.text import literal
 
 
@@ -93,7 +93,7 @@ def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str
     table.add_column("idle", justify="right", no_wrap=True)
     table.add_column("top category", no_wrap=True)
     for r in rows:
-        busy = "-" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.1f}%"
+        busy = fmt_pct(r["gpu_busy_pct"])
         since = r["start_ns"] - origins.get(r["trace"] or "", r["start_ns"])
         cells = [str(r["step"]), fmt_ns(since), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
                  r["top_category"] or "-"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from traceparse.errors import ResourceError
 from traceparse.names import cut_apart, short_name, short_names
 from traceparse.text import visible
-from traceparse.report import fmt_ns
+from traceparse.report import fmt_ns, fmt_number, fmt_pct
 from traceparse.threads import thread_names
 
 from . import data
@@ -72,6 +72,12 @@ def _layout(fig, legend_below: bool = False, **extra) -> None:
     fig.update_layout(**layout)
 
 
+def _pcts(values: list) -> list[str]:
+    """Percentages as a chart's hover text shows them: fmt_pct's, so that a bin busy for 0.02% does not read
+    "busy 0.0%" (plotly's own ``:.1f`` rounds it to none)."""
+    return [fmt_pct(v) for v in values]
+
+
 def timeline_chart(go, tl: dict) -> Chart:
     """GPU busy % per member over time: a line per member, or a heatmap (a row per member) for more than
     :data:`LINES_UP_TO` members."""
@@ -81,15 +87,17 @@ def timeline_chart(go, tl: dict) -> Chart:
         for i, m in enumerate(members):
             fig.add_trace(go.Scatter(x=tl["x_ms"], y=m["busy_pct"], mode="lines", name=esc(m["label"]),
                                      line=dict(width=1.5, color=PALETTE[i % len(PALETTE)], shape="hvh"),
-                                     hovertemplate="%{x:,.3f} ms: busy %{y:.1f}%<extra>" + esc(m["label"])
+                                     customdata=_pcts(m["busy_pct"]),
+                                     hovertemplate="%{x:,.3f} ms: busy %{customdata}<extra>" + esc(m["label"])
                                                    + "</extra>"))
         _layout(fig, legend_below=True, xaxis_title="time from the first GPU activity (ms)",
                 yaxis_title="GPU busy (%)", yaxis_range=[0, 102])
     else:
         fig.add_trace(go.Heatmap(x=tl["x_ms"], y=[esc(m["label"]) for m in members],
                                  z=[m["busy_pct"] for m in members], zmin=0, zmax=100, colorscale="Blues",
+                                 customdata=[_pcts(m["busy_pct"]) for m in members],
                                  colorbar=dict(title=dict(text="busy %"), thickness=12),
-                                 hovertemplate="%{y}, %{x:,.3f} ms: busy %{z:.1f}%<extra></extra>"))
+                                 hovertemplate="%{y}, %{x:,.3f} ms: busy %{customdata}<extra></extra>"))
         _layout(fig, xaxis_title="time from the first GPU activity (ms)",
                 yaxis=dict(autorange="reversed", automargin=True), height=max(300, 28 * len(members) + 140))
     note = (f"Share of each bin of {fmt_ns(tl['width_ns'])} in which the GPU runs a kernel, copy or memset; "
@@ -139,8 +147,8 @@ def names_chart(go, names: dict) -> Chart:
     total = names["total_ns"] or 1
     fig = go.Figure(go.Bar(
         y=labels[::-1], x=[r[2] / 1e6 for r in rows][::-1], orientation="h", marker_color=PALETTE[0],
-        customdata=[[esc(r[1]), 100.0 * r[2] / total, r[3]] for r in rows][::-1],
-        hovertemplate="%{customdata[0]}<br>%{x:,.3f} ms (%{customdata[1]:.1f}% of kernel time), "
+        customdata=[[esc(r[1]), fmt_pct(100.0 * r[2] / total), r[3]] for r in rows][::-1],
+        hovertemplate="%{customdata[0]}<br>%{x:,.3f} ms (%{customdata[1]} of kernel time), "
                       "%{customdata[2]:,} calls<extra></extra>"))
     _layout(fig, xaxis_title="kernel time (ms)", height=max(360, 24 * len(rows) + 100),
             margin=dict(l=20, r=20, t=30, b=50), yaxis=dict(automargin=True))
@@ -148,7 +156,7 @@ def names_chart(go, names: dict) -> Chart:
         ", names shortened (hover for more)"
     if names["rest_names"]:
         note += (f"; the other {names['rest_names']} names take {fmt_ns(names['rest_ns'])} "
-                 f"({100.0 * names['rest_ns'] / total:.1f}%)")
+                 f"({fmt_pct(100.0 * names['rest_ns'] / total)})")
     return Chart("chart-names", "Kernel time by name", note + ".", fig)
 
 
@@ -156,7 +164,7 @@ def copies_chart(go, make_subplots, rows: list[dict]) -> Chart:
     """Bytes and time of the copies by direction, side by side; a panel the trace has no figures for (a TAU
     profile's copies have time but no bytes) is left out, and the note says so."""
     x = [esc(r["direction"]) for r in rows]
-    rate = [f"{r['bytes'] / r['time_ns']:.2f} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
+    rate = [f"{fmt_number(r['bytes'] / r['time_ns'])} GB/s" if r["bytes"] and r["time_ns"] else "-" for r in rows]
     custom = [[r["copies"], g] for r, g in zip(rows, rate)]
     panels = [(key, title, colour, scale, unit) for key, title, colour, scale, unit in (
         ("bytes", "bytes (MB)", PALETTE[1], 1e6, "MB"), ("time_ns", "time (ms)", PALETTE[0], 1e6, "ms"))
@@ -234,15 +242,16 @@ def ranks_chart(go, rows: list[dict]) -> Chart:
     for label, values, colour in parts:
         fig.add_trace(go.Bar(y=y, x=[v / n / 1e6 for v, n in zip(values, steps)], orientation="h", name=label,
                              marker_color=colour,
-                             customdata=[100.0 * v / r["step_ns"] if r["step_ns"] else 0 for v, r in zip(values, rows)],
-                             hovertemplate="%{y}: " + label + " %{x:,.3f} ms per step (%{customdata:.1f}%)"
+                             customdata=[fmt_pct(100.0 * v / r["step_ns"] if r["step_ns"] else 0)
+                                         for v, r in zip(values, rows)],
+                             hovertemplate="%{y}: " + label + " %{x:,.3f} ms per step (%{customdata})"
                                            "<extra></extra>"))
     _layout(fig, legend_below=True, barmode="stack", xaxis_title="mean time per step (ms)",
             legend_traceorder="normal", height=max(300, 40 * len(rows) + 160), yaxis=dict(autorange="reversed"))
     least = min(rows, key=lambda r: r["waited_ns"] / r["step_ns"] if r["step_ns"] else 1.0)
     note = (f"Each rank's step time (its steps' windows) and the part of it spent waiting at collectives (each "
             f"wait counted once). {least['label']} waits least: "
-            f"{100.0 * least['waited_ns'] / least['step_ns'] if least['step_ns'] else 0:.1f}% of its step time.")
+            f"{fmt_pct(100.0 * least['waited_ns'] / least['step_ns'] if least['step_ns'] else 0)} of its step time.")
     return Chart("chart-ranks", "Step time per rank", note, fig)
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
-from traceparse.figures import shares_shown
 from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.names import cut_apart, short_names
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, dict_rows, finding_columns, fmt_ns, fmt_unit, fold_rows,
                                fold_title, hosts_line, mean_of, shown_figures)
+from traceparse.report import _format_column as screen_column, _numbers as screen_numbers
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
 from traceparse.text import visible_keeping_lines
@@ -119,23 +119,16 @@ def plain(value: Any) -> str:
     return str(value)
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-#: Units whose cells are scaled together, so a column shows one unit named in its header.
-_SCALES = {"ns": (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0)),
-           "bytes": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)),
-           "bytes_binary": (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1.0))}
-
-
 def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[str, str | None]], bool]:
     """A column's header, its cells as (text, tooltip or None), and whether it is numeric (right-aligned).
 
-    Durations and byte counts take one unit per column, the largest their
-    largest value reaches, named in the header; names are shortened with the
-    whole name as the tooltip; other units are formatted by
-    :func:`traceparse.report.fmt_unit`.
+    Names are shortened with the whole name as the tooltip; a column of
+    numbers reads as the terminal's table shows it
+    (:func:`traceparse.report._format_column`): durations and byte counts in
+    one unit per column, named in the header, every number of a column to
+    the same decimals, shares of one whole adding up to 100. The page wrote
+    its own: 393.632 us where the screen said 393.6, a score 181.9 where it
+    said 182.
     """
     label = column.label or column.key
     if column.unit in ("name", "text"):
@@ -149,16 +142,10 @@ def format_column(column: Column, values: list[Any]) -> tuple[str, list[tuple[st
             else:
                 cells.append((plain(v), None))
         return label, cells, False
-    numbers = [float(v) for v in values if _is_number(v)]
-    if column.unit in _SCALES and numbers:
-        peak = max(abs(v) for v in numbers)
-        name, scale = next(((n, s) for n, s in _SCALES[column.unit] if peak >= s), _SCALES[column.unit][-1])
-        digits = 0 if scale == 1.0 else (3 if column.unit == "ns" else 2)
-        return (f"{label} ({name})",
-                [(f"{float(v) / scale:,.{digits}f}" if _is_number(v) else plain(v), None) for v in values], True)
-    if column.unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
-        values = shares_shown(values)
-    return label, [(fmt_unit(column.unit, v) if _is_number(v) else plain(v), None) for v in values], bool(numbers)
+    if screen_numbers(values):  # numbers, or intervals of them ([6.20, 7.75])
+        header, texts = screen_column(Column(column.key, label, column.unit), values)
+        return header, [(text, None) for text in texts], True
+    return label, [(plain(v), None) for v in values], False
 
 
 def table_html(columns: list[Column], rows: list[dict], caption: str | None = None) -> str:
@@ -260,7 +247,7 @@ def metadata_html(trace, budget: int | None = TABLE_ROWS) -> str:
         if d.sm_count:
             bits.append(f"{d.sm_count} SMs")
         if d.memory_bytes:
-            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+            bits.append(fmt_unit("bytes_binary", d.memory_bytes))
         rows.append((f"device {d.id if d.id is not None else '?'}", ", ".join(bits)))
     if meta.distributed:
         info = meta.distributed
@@ -329,7 +316,8 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     else:
         bottleneck_card = '<div class="big">none</div><div class="muted">no finding with time at stake</div>'
     top = summary.get("top_categories") or []
-    cats = ", ".join(f"{esc(c['category'])} {c['share_pct']:.1f}%" for c in top if c.get("share_pct") is not None)
+    cats = ", ".join(f"{esc(c['category'])} {esc(fmt_unit('pct', c['share_pct']))}" for c in top
+                     if c.get("share_pct") is not None)
     cards = [
         ("span", f'<div class="big">{esc(fmt_ns(summary.get("span_ns")))}</div><div class="muted">'
                  f'{"first to last timed event" if summary.get("span_ns") is not None else "no timed events"}</div>'),
