@@ -166,7 +166,8 @@ def print_text(console, trace, spec, how, result, top: int, model_note: str | No
     console.print(f"Total: {_g(total['flops'], 1e9, 'GFLOP')}, {_g(total['dram_bytes'], 1e9, 'GB')}, "
                   f"{fmt_ns(total['time_ns'])}; AI {_f(total['arithmetic_intensity'])} FLOP/B, "
                   f"{_f(total['achieved_gflops'])} GFLOP/s"
-                  + (f", {total['bound']}-bound at {fmt_pct(total['roof_pct'])} of the roof" if total.get("bound") else ""))
+                  + (f", {total['bound']}-bound at {fmt_pct(total['roof_pct'])} of the roof"
+                     if total.get("bound") else ""))
     shown = items if top <= 0 else items[:top]
     rows = [{"name": i["name"], "n": i.get("launches", i.get("calls", 1)), "time_ns": i["time_ns"],
              "share": 100.0 * (i["time_ns"] or 0) / time_total if time_total else None, "flops": i["flops"],

@@ -122,7 +122,8 @@ class CommComputeOverlap(Rule):
         n = len(ranks)
         message = (f"{fmt_pct(pct or 0)} of {fmt_ns(comm_ns)} of communication-kernel time "
                    f"({n} {label}{'s' if n != 1 else ''}) runs while compute kernels run "
-                   f"({fmt_ns(overlapped_ns)}); communication runs during {fmt_pct(share or 0)} of the time kernels run.")
+                   f"({fmt_ns(overlapped_ns)}); communication runs during {fmt_pct(share or 0)} of the time kernels "
+                   "run.")
         if waiting_ns:
             message += (f" {fmt_ns(waiting_ns)} of the exposed {fmt_ns(exposed_ns)} is kernels spinning until a "
                         "later rank's kernel of the same collective starts: waiting for that rank (stragglers says "

@@ -136,8 +136,8 @@ class LowMemcpyThroughput(Rule):
                              f"write; peak: {dram_source}): the bytes came partly from the L2 cache, so no share of "
                              "the DRAM peak is given.")
             elif dtod["pct_of_peak"] is not None:
-                dram_part = (f", {fmt_pct(dtod['pct_of_peak'])} of the DRAM bandwidth, {dram_peak:,g} GB/s, counting the "
-                             f"read and the write; peak: {dram_source}.")
+                dram_part = (f", {fmt_pct(dtod['pct_of_peak'])} of the DRAM bandwidth, {dram_peak:,g} GB/s, counting "
+                             f"the read and the write; peak: {dram_source}.")
             else:
                 dram_part = f"; no DRAM peak: {dram_source}."
             message += f" Device-to-device copies: {fmt_number(dtod['achieved_gbps'])} GB/s" + dram_part

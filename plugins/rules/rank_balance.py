@@ -118,8 +118,8 @@ class RankBalance(Rule):
         if waiting.height and rows.height > 1:
             w = waiting.row(0, named=True)
             message += (f" {label.capitalize()} {w['member']}'s GPU spent {fmt_ns(float(w['comm_exposed_ns']))} "
-                        f"({fmt_pct(w['comm_exposed_pct'])} of its span) in communication kernels with no compute beside "
-                        "them: transfers, or waiting at collectives for another rank (stragglers says which).")
+                        f"({fmt_pct(w['comm_exposed_pct'])} of its span) in communication kernels with no compute "
+                        "beside them: transfers, or waiting at collectives for another rank (stragglers says which).")
         suggestion = (f"Even out the work per {label}: uneven shards or sequence lengths, a pipeline or "
                       "model-parallel split with unequal stages, or extra work (logging, evaluation) on one "
                       f"{label}." if severity != "info" else "")
