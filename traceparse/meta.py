@@ -150,8 +150,12 @@ def rank_hosts(metas: dict[int, Any]) -> dict[str, str]:
 def ranks_by_host(meta) -> dict[str, list[int]]:
     """{host: its ranks, in order} of a run's combined trace (:data:`RANK_HOSTS`), hosts in the order of their
     first rank; {} where no rank's host is known."""
-    pairs = sorted(((int(r), h) for r, h in ((getattr(meta, "extra", None) or {}).get(RANK_HOSTS) or {}).items()
-                    if isinstance(h, str) and str(r).lstrip("-").isdigit()))
+    return grouped_by_host((getattr(meta, "extra", None) or {}).get(RANK_HOSTS) or {})
+
+
+def grouped_by_host(on: dict) -> dict[str, list[int]]:
+    """{rank (text): host} as {host: its ranks, in order}, hosts in the order of their first rank."""
+    pairs = sorted((int(r), h) for r, h in on.items() if isinstance(h, str) and str(r).lstrip("-").isdigit())
     out: dict[str, list[int]] = {}
     for rank, host in pairs:
         out.setdefault(host, []).append(rank)

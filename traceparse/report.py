@@ -17,7 +17,7 @@ from traceparse.names import (cut_apart, fitted_names, key_entries, key_entry,  
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
 from traceparse.figures import SAME_SAID, rank_ranges, shares_shown
-from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun, hosts
+from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun, grouped_by_host, hosts
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
 
@@ -147,9 +147,7 @@ HOSTS_LISTED = 4
 def hosts_line(on: dict[str, str], ranks: int) -> str:
     """A run's line of hosts (its panel, its page) from {rank (text): host}: ``vm (every rank)``, or each host with
     its ranks (``2 — node-a: ranks 0–3; node-b: ranks 4–7``), the ranks whose host is not known counted."""
-    by_host: dict[str, list[int]] = {}
-    for rank, host in on.items():
-        by_host.setdefault(host, []).append(int(rank))
+    by_host = grouped_by_host(on)
     unknown = ranks - len(on)
     if len(by_host) == 1 and not unknown:
         return f"{next(iter(by_host))} (every rank)"
