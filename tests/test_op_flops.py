@@ -111,6 +111,12 @@ def test_gemm_shapes():
     assert op_flops.cost("aten::matmul", [[32, 64], [4, 64, 16]]).flops == 2 * 4 * 32 * 16 * 64
     assert op_flops.cost("aten::linear", [[2, 10, 512], [1000, 512], [1000]]).flops == 2 * 20 * 512 * 1000
     assert op_flops.cost("aten::mm", [[16, 1000], [999, 4096]]) is None  # inner sizes differ: no figure
+    # _addmm_activation(bias, mat1, mat2, beta, alpha, use_gelu): addmm's operands, the activation not counted; its
+    # bytes: bias, mat1, mat2 read and the M × N output written, in fp16
+    fused = op_flops.cost("aten::_addmm_activation", [[2048], [2656, 512], [512, 2048], [], [], []],
+                          ["c10::Half"] * 3 + ["Scalar"] * 3, ["", "", "", "1", "1", "False"])
+    assert (fused.flops, fused.bytes, fused.family, fused.dtype) == (
+        2 * 2656 * 512 * 2048, 2 * (2048 + 2656 * 512 + 512 * 2048 + 2656 * 2048), "gemm", "fp16")
 
 
 def test_attention_causal_and_backward():
@@ -163,22 +169,25 @@ def test_a_nested_tensors_unrecorded_input_is_not_replaced_by_a_later_tensor(tmp
     assert len(norms) == 60 and {json.dumps(a["Input Dims"]) for a in norms} == {"[[], [], [512], [512], []]"}
     assert op_flops.cost("aten::native_layer_norm", norms[0]["Input Dims"], norms[0]["Input type"],
                          norms[0]["Concrete Inputs"]) is None
-    # the rule's total: the addmm GEMMs (2·M·N·K), the add_ calls with recorded dims (one FLOP an element) and the
-    # outer aten::abs of each step (its inner abs.out call belongs to it), from the raw JSON
+    # the rule's total: the addmm GEMMs and the fast path's fused feed-forward GEMMs (_addmm_activation: bias,
+    # mat1, mat2, as addmm; 2·M·N·K, the GELU/ReLU not counted), the add_ calls with recorded dims (one FLOP an
+    # element) and the outer aten::abs of each step (its inner abs.out call belongs to it), from the raw JSON
     gemm = sum(2 * math.prod(a["Input Dims"][1]) * a["Input Dims"][2][1] for a in
-               (e["args"] for e in raw if e["name"] == "aten::addmm"))
+               (e["args"] for e in raw if e["name"] in ("aten::addmm", "aten::_addmm_activation")))
     adds = sum(math.prod(e["args"]["Input Dims"][0]) for e in raw
                if e["name"] == "aten::add_" and e["args"]["Input Dims"][0])
     abs_calls = [e for e in raw if e["name"] == "aten::abs"]
     outer = [e for e in abs_calls if not any(o is not e and o["tid"] == e["tid"] and o["ts"] <= e["ts"]
                                              and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in abs_calls)]
     expected = gemm + adds + sum(math.prod(e["args"]["Input Dims"][0]) for e in outer)
-    assert (gemm, adds, len(outer)) == (334_202_142_720, 81_592_320, 5)
+    fused = [e["args"]["Input Dims"] for e in raw if e["name"] == "aten::_addmm_activation"]
+    assert len(fused) == 30 and {json.dumps(d) for d in fused} == {"[[2048], [2656, 512], [512, 2048], [], [], []]"}
+    assert (gemm, adds, len(outer)) == (334_202_142_720 + 30 * 2 * 2656 * 512 * 2048, 81_592_320, 5)
     code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "arithmetic-intensity",
                              "--json")
     assert code == 0, err
     finding = json.loads(out)["findings"][0]
-    assert finding["metrics"]["flops"] == expected == 334_294_220_800
+    assert finding["metrics"]["flops"] == expected == 501_395_292_160
     assert not [i["name"] for i in finding["items"] if "layer_norm" in i["name"]]
 
 

@@ -65,9 +65,10 @@ class Formula:
 
 #: The formula table: one row per family (docs/flops.md prints it).
 FORMULAS: tuple[Formula, ...] = (
-    Formula("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"),
+    Formula("gemm", ("aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::bmm", "aten::baddbmm",
+                     "aten::matmul", "aten::linear"),
             "2 × batch × M × N × K (A[batch, M, K] × B[batch, K, N]; linear: x[..., K] × weight[N, K]ᵀ; the bias "
-            "addition of addmm, baddbmm and linear is not counted)",
+            "addition of addmm, baddbmm and linear and the ReLU/GELU of _addmm_activation are not counted)",
             "batch × M × N, in A's dtype", f"{TORCH}: mm_flop, addmm_flop, bmm_flop, baddbmm_flop"),
     Formula("conv", ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
                      "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::miopen_convolution",
@@ -229,7 +230,7 @@ def _gemm(name: str, dims: list, types: list | None) -> Cost | None:
         out = rows * n
         flops = 2.0 * rows * k * n
         return Cost(flops, _bytes(dims, types, out, _dtype_at(types, 0)), "gemm", _precision(types, 0))
-    first = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
+    first = 1 if name in ("aten::addmm", "aten::_addmm_activation", "aten::baddbmm") else 0
     if len(dims) < first + 2 or not is_shape(dims[first]) or not is_shape(dims[first + 1]):
         return None
     a, b = dims[first], dims[first + 1]
