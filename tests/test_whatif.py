@@ -325,6 +325,27 @@ def test_text_view_names_the_edits_and_the_mean(tmp_path):
     assert "--scale comm=0.5: " in text and "mean step: " in text and "predicted critical path: " in text
 
 
+def test_without_a_trace_it_replays_the_last_ingested_one_as_analyze_does(tmp_path):
+    """``whatif`` and ``show`` with no TRACE take the trace (or run) ingested last, as ``analyze`` does: the same
+    document as naming it; an empty store is one line and exit 2, not argparse's usage text."""
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "whatif", "--json")
+    assert (code, out, err) == (2, "", f"traceparse: error: no store at {store}: ingest a trace first, or give "
+                                       "--store\n")
+    run = str(MULTIRANK / "nccl2_balanced")
+    assert run_cli("--store", store, "ingest", run)[0] == 0
+    named = run_cli("--store", store, "whatif", run, "--scale", "comm=0.5", "--json")
+    last = run_cli("--store", store, "whatif", "--scale", "comm=0.5", "--json")
+    assert named[0] == last[0] == 0
+    assert json.loads(last[1]) == json.loads(named[1])
+    assert json.loads(last[1])["trace"]["label"] == "run nccl2_balanced"
+    trace = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    assert run_cli("--store", store, "ingest", str(trace))[0] == 0
+    code, out, err = run_cli("--store", store, "show", "--json")
+    assert code == 0, err
+    assert json.loads(out)["source_paths"] == [str(trace)]
+
+
 # -- the DDP twins (fixtures/make_whatif_twins.py: the same job balanced, with a slow data loader, a slow hook) -----
 DDP = MULTIRANK
 

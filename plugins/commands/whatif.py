@@ -47,8 +47,9 @@ class WhatIfCommand(Command):
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """TRACE (a trace or a run), the edits (``--drop``, ``--scale``, ``--balance``), ``--top``,
         ``--align-clocks`` and the common options."""
-        self.add_common_options(parser, traces="1", json=True, fmt=True,
-                                trace_help="a store id (or prefix), a run's name, a path, or a rank directory")
+        self.add_common_options(parser, traces="?", json=True, fmt=True,
+                                trace_help="a store id (or prefix), a run's name, a path, or a rank directory "
+                                           "(default: the last ingested trace or run)")
         parser.add_argument("--drop", action="append", default=[], metavar="NAME[@RANK]",
                             help="a host op or annotation takes no time (its self time removed, its children kept); "
                                  "NAME exactly or as a glob; @RANK: on that rank only (repeatable)")
@@ -76,6 +77,8 @@ class WhatIfCommand(Command):
             raise InputError(f"--rows {args.rows}: expected a number of rows, at least 1")
         drops = [parse_drop(d) for d in args.drop]
         scales = [parse_scale(s) for s in args.scale]
+        if args.trace is None:  # as analyze: the trace (or run) ingested last
+            args.trace = session.store.last_id()
         found = session.resolve(args.trace, args.format)
         if len(found) != 1:
             raise InputError(f"{args.trace}: whatif takes one trace or run; this makes {len(found):,} traces")

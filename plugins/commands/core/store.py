@@ -409,13 +409,15 @@ class ShowCommand(Command):
     help = "show one trace's (or run's) metadata"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        """One TRACE (or RUN) and the common options."""
-        self.add_common_options(parser, traces="1", json=True, fmt=True)
+        """One TRACE (or RUN; default: the last ingested) and the common options."""
+        self.add_common_options(parser, traces="?", json=True, fmt=True)
 
     def run(self, args: argparse.Namespace, session) -> int:
         """The trace's summary, or its whole stored metadata with ``--json``; for a run, its ranks
         (``--json``: ``{"run": run metadata, "ranks": [{"rank", "trace", ...rank metadata}]}``)."""
         run_id = None
+        if args.trace is None:  # as analyze: the trace (or run) ingested last
+            args.trace = session.store.last_id()
         if not Path(args.trace).exists():
             kind, ref_id = session.store.resolve(args.trace)
             run_id = ref_id if kind == "run" else None
