@@ -191,6 +191,39 @@ def test_a_nested_tensors_unrecorded_input_is_not_replaced_by_a_later_tensor(tmp
     assert not [i["name"] for i in finding["items"] if "layer_norm" in i["name"]]
 
 
+def test_fp8_gemms_are_costed_with_their_output_dtype(tmp_path):
+    """A real H200 capture of ``torch._scaled_mm`` (fixtures/make_fp8_trace.py: e4m3 operands, per-tensor scales,
+    outputs in bf16, fp32 and e4m3, one layer with a bias): each call is 2·M·K·N FLOPs at fp8 (tensor cores) and
+    its bytes are the operands, the scales (0-dimensional fp32 tensors), the bias and the output in the
+    ``out_dtype`` the script asked for (its record, not the trace's ScalarType numbers); they had no formula, so
+    an FP8 model's GEMMs were missing from the roofline."""
+    path = FIXTURES / "torch" / "fp8" / "fp8_scaled_mm.json.gz"
+    made = json.loads((path.parent / "fp8_scaled_mm_made.json").read_text())
+    size = {"bfloat16": 2, "float32": 4, "float8_e4m3fn": 1}
+    with gzip.open(path, "rt") as f:
+        calls = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "aten::_scaled_mm"]
+    assert len(calls) == 3 * len(made["layers"])  # three profiled steps of four layers
+    total_flops = total_bytes = 0
+    for i, args in enumerate(calls):
+        layer = made["layers"][i % len(made["layers"])]
+        m, k, n = layer["m"], layer["k"], layer["n"]
+        assert args["Input Dims"][:2] == [[m, k], [k, n]]
+        flops = 2 * m * k * n
+        nbytes = m * k + k * n + 2 * 4 + (2 * n if layer["bias"] else 0) + m * n * size[layer["out_dtype"]]
+        cost = op_flops.cost("aten::_scaled_mm", args["Input Dims"], args["Input type"], args["Concrete Inputs"])
+        assert (cost.flops, cost.bytes, cost.family, cost.dtype) == (flops, nbytes, "gemm", "fp8")
+        total_flops += flops
+        total_bytes += nbytes
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "arithmetic-intensity",
+                             "--json")
+    assert code == 0, err
+    metrics = json.loads(out)["findings"][0]["metrics"]
+    assert metrics["flops_by_precision"]["fp8_tensor"] == total_flops == 283_467_841_536  # the GELUs: bf16
+    assert metrics["peak_mix"]["fp8_tensor"] > 99.9
+    rows = [i for i in json.loads(out)["findings"][0]["items"] if "_scaled_mm" in i["name"]]
+    assert sum(i["dram_bytes"] for i in rows) == total_bytes
+
+
 def test_arguments_that_fit_no_real_call_give_no_figure():
     """A damaged or hostile file: no figure rather than a wrong one, and never an exception."""
     huge = [2 ** 63, 2 ** 63]

@@ -34,6 +34,13 @@ DTYPE_BYTES = {
     "c10::bfloat16": 2, "short int": 2, "short": 2, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
     "c10::float8_e4m3fnuz": 1, "c10::float8_e5m2fnuz": 1, "unsigned char": 1, "signed char": 1, "bool": 1,
 }
+#: The dtype (as "Input type" names it) of each number torch.profiler writes for a ScalarType argument (c10's
+#: ScalarType enum: an ``out_dtype`` in "Concrete Inputs"); a number not here has no known size.
+SCALAR_TYPES = {
+    "0": "unsigned char", "1": "signed char", "2": "short int", "3": "int", "4": "long int", "5": "c10::half",
+    "6": "float", "7": "double", "11": "bool", "15": "c10::bfloat16", "23": "c10::float8_e5m2",
+    "24": "c10::float8_e4m3fn", "25": "c10::float8_e5m2fnuz", "26": "c10::float8_e4m3fnuz",
+}
 #: Precision of the floating-point dtypes (the GPU catalog's peak names).
 DTYPE_PRECISION = {
     "double": "fp64", "float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16",
@@ -66,10 +73,12 @@ class Formula:
 #: The formula table: one row per family (docs/flops.md prints it).
 FORMULAS: tuple[Formula, ...] = (
     Formula("gemm", ("aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::bmm", "aten::baddbmm",
-                     "aten::matmul", "aten::linear"),
+                     "aten::matmul", "aten::linear", "aten::_scaled_mm"),
             "2 × batch × M × N × K (A[batch, M, K] × B[batch, K, N]; linear: x[..., K] × weight[N, K]ᵀ; the bias "
-            "addition of addmm, baddbmm and linear and the ReLU/GELU of _addmm_activation are not counted)",
-            "batch × M × N, in A's dtype", f"{TORCH}: mm_flop, addmm_flop, bmm_flop, baddbmm_flop"),
+            "addition of addmm, baddbmm and linear, the ReLU/GELU of _addmm_activation and the scaling of "
+            "_scaled_mm are not counted)",
+            "batch × M × N, in A's dtype (_scaled_mm: in its out_dtype)",
+            f"{TORCH}: mm_flop, addmm_flop, bmm_flop, baddbmm_flop, _scaled_mm_flop"),
     Formula("conv", ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
                      "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::miopen_convolution",
                      "aten::_convolution_mode", "aten::conv2d_padding", "aten::conv_transpose1d",
@@ -202,7 +211,7 @@ def cost(name: str, dims: list | None, types: list | None = None, concrete: list
         return None
     try:
         if family == "gemm":
-            found = _gemm(name, dims, types)
+            found = _gemm(name, dims, types, concrete)
         elif family == "conv":
             found = _conv(name, dims, types, concrete, conv_output)
         elif family == "conv backward":
@@ -219,7 +228,7 @@ def cost(name: str, dims: list | None, types: list | None = None, concrete: list
 
 
 # -- families ------------------------------------------------------------------------------------------------
-def _gemm(name: str, dims: list, types: list | None) -> Cost | None:
+def _gemm(name: str, dims: list, types: list | None, concrete: list | None = None) -> Cost | None:
     if name == "aten::linear":
         if len(dims) < 2 or not is_shape(dims[0]) or not is_shape(dims[1]) or len(dims[1]) != 2:
             return None
@@ -241,8 +250,12 @@ def _gemm(name: str, dims: list, types: list | None) -> Cost | None:
         return None
     batch = math.prod(_broadcast(a[:-2], b[:-2]))
     out = batch * m * n
-    return Cost(2.0 * batch * m * n * k, _bytes(dims, types, out, _dtype_at(types, first)), "gemm",
-                _precision(types, first))
+    out_dtype = _dtype_at(types, first)
+    if name == "aten::_scaled_mm":  # (self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)
+        code = _arg(concrete or [], 6)
+        if code:  # a ScalarType's number; none given: the result is in self's dtype
+            out_dtype = SCALAR_TYPES.get(code)
+    return Cost(2.0 * batch * m * n * k, _bytes(dims, types, out, out_dtype), "gemm", _precision(types, first))
 
 
 def conv_output_shape(name: str, x: list, w: list, concrete: list | None) -> tuple | None:
