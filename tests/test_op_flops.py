@@ -224,6 +224,65 @@ def test_fp8_gemms_are_costed_with_their_output_dtype(tmp_path):
     assert sum(i["dram_bytes"] for i in rows) == total_bytes
 
 
+def test_cudnn_rnn_calls_are_costed_from_their_weights(tmp_path):
+    """Sweep 18's LSTM/GRU capture (H200, cuDNN 9.19): each ``aten::_cudnn_rnn`` is 2 × tokens × the elements of
+    its weight matrices (every layer's input-to-hidden and hidden-to-hidden GEMMs, the gates carried by the
+    shapes), its backward the same for the gradient through the sequence and again for the weight gradient
+    (output_mask [True, False, False, True]); computed here from the raw JSON. They had no formula: the roofline
+    placed 22.1% of the trace's kernel time (93.8% now) and said nothing of the recurrent layers that own most of
+    it."""
+    path = FIXTURES / "torch" / "sweep18" / "lstm_gru.json.gz"
+    with gzip.open(path, "rt") as f:
+        raw = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "cpu_op"]
+    rnn = [e["args"] for e in raw if e["name"] in ("aten::_cudnn_rnn", "aten::_cudnn_rnn_backward")]
+    assert len(rnn) == 12
+
+    def forward(args):
+        x, weights = args["Input Dims"][0], args["Input Dims"][1]
+        return 2 * x[0] * x[1] * sum(w[0] * w[1] for w in weights if len(w) == 2)
+
+    expected = {}
+    for args in rnn:
+        backward = args["Concrete Inputs"][-1] == "[True, False, False, True]"
+        flops = forward(args) * (2 if backward else 1)
+        cost = op_flops.cost("aten::_cudnn_rnn_backward" if backward else "aten::_cudnn_rnn", args["Input Dims"],
+                             args["Input type"], args["Concrete Inputs"])
+        assert cost.flops == flops and cost.dtype == "fp32" and cost.assumed is None
+        expected[json.dumps(args["Input Dims"][0]), backward] = flops
+    # the LSTM (two layers, 256 -> 512) and the GRU (512 -> 512) over 32 × 64 tokens, forward
+    gru, lstm_fwd = 2 * 2048 * 2 * 1536 * 512, 2 * 2048 * 2048 * (256 + 3 * 512)
+    assert set(expected.values()) == {gru, lstm_fwd, 2 * gru, 2 * lstm_fwd}
+    lstm = next(a for a in rnn if len(a["Input Dims"][1]) == 8 and a["Concrete Inputs"][-1] == "")
+    # its bytes: input, flat weights, hx, cx read; output (tokens × 512) and hy, cy written; fp32
+    tokens, hx = 32 * 64, 2 * 32 * 512
+    assert op_flops.cost("aten::_cudnn_rnn", lstm["Input Dims"], lstm["Input type"], lstm["Concrete Inputs"]).bytes \
+        == 4 * (tokens * 256 + 3678208 + 2 * hx + tokens * 512 + 2 * hx)
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "arithmetic-intensity",
+                             "--json")
+    assert code == 0, err
+    items = [i for i in json.loads(out)["findings"][0]["items"] if i["operator"].startswith("aten::_cudnn_rnn")]
+    assert sum(i["flops"] for i in items) == 3 * sum(expected.values())  # 3 steps, each call once a step
+    assert {i["precision"] for i in items} == {"tf32_tensor"}  # cuDNN ran them on TF32 tensor-op GEMMs
+
+
+def test_rnn_arguments_without_sizes_give_what_they_can():
+    """Hand-written arguments (edge cases): a bidirectional LSTM with projections writes tokens × proj × 2; a
+    backward call without output_mask assumes the weight gradient and says so; a weight list without a matrix,
+    or not a list, gives no figure."""
+    weights = [[64, 16], [64, 8], [64], [64], [8, 16]] * 2  # two directions: w_ih, w_hh, biases, w_hr
+    dims = [[5, 3, 16], weights, [], [], [2, 3, 8], [2, 3, 16]]
+    concrete = [""] * 6 + ["2", "16", "8", "1", "False", "0.", "True", "True", "[]", ""]
+    cost = op_flops.cost("aten::_cudnn_rnn", dims, ["float", "TensorList", "Scalar", "", "float", "float"],
+                         concrete)
+    assert cost.flops == 2 * 15 * 2 * (64 * 16 + 64 * 8 + 8 * 16)
+    assert cost.bytes == 4 * (5 * 3 * 16 + 2 * 3 * 8 + 2 * 3 * 16 + 15 * 8 * 2 + 2 * 3 * 8 + 2 * 3 * 16)
+    back = op_flops.cost("aten::_cudnn_rnn_backward", dims, None, None)
+    assert back.flops == 2 * cost.flops and back.assumed == "the weight gradient too (output_mask not recorded)"
+    assert op_flops.cost("aten::_cudnn_rnn", [[5, 3, 16], [[64], [64]]]) is None
+    assert op_flops.cost("aten::_cudnn_rnn", [[5, 3, 16], "weights"]) is None
+    assert op_flops.cost("aten::miopen_rnn", [[15, 16], [[48, 16], [48, 16]]]).flops == 2 * 15 * 2 * 48 * 16
+
+
 def test_arguments_that_fit_no_real_call_give_no_figure():
     """A damaged or hostile file: no figure rather than a wrong one, and never an exception."""
     huge = [2 ** 63, 2 ** 63]

@@ -48,7 +48,7 @@ DTYPE_PRECISION = {
     "c10::float8_e5m2fnuz": "fp8",
 }
 #: Families whose work runs on matrix units (tensor cores) when the kernels and dtype allow it.
-MATRIX_FAMILIES = ("gemm", "conv", "conv backward", "attention", "attention backward")
+MATRIX_FAMILIES = ("gemm", "conv", "conv backward", "attention", "attention backward", "rnn", "rnn backward")
 #: XLA element types (as XLA prints them, a kernel row's ``input_types`` in a JAX trace) -> precision.
 XLA_PRECISION = {"f64": "fp64", "f32": "fp32", "f16": "fp16", "bf16": "bf16", "f8e4m3fn": "fp8", "f8e5m2": "fp8",
                  "f8e4m3fnuz": "fp8", "f8e5m2fnuz": "fp8", "f8e4m3": "fp8", "f8e4m3b11fnuz": "fp8"}
@@ -57,6 +57,8 @@ XLA_FAMILY = {"dot": "gemm", "convolution": "conv"}
 
 TORCH = "torch.utils.flop_counter (PyTorch)"
 TRACELENS = "TraceLens PerfModel (AMD-AGI/TraceLens, perf_model.py)"
+CUDNN_RNN = ("cuDNN's RNN (per layer and direction, one input-to-hidden GEMM over every step, one hidden-to-hidden "
+             "GEMM per step; LSTM 4 gates, GRU 3, plain RNN 1, carried by the weights' shapes)")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,19 @@ FORMULAS: tuple[Formula, ...] = (
             "2 × B × H_q × L_q × L_kv × (3·E_qk + 2·E_v) (scores recomputed, dV, dP, dQ, dK); halved when "
             "is_causal is True and L_q = L_kv",
             "dQ, dK, dV (the shapes of q, k, v)", f"{TORCH}: sdpa_backward_flop_count; causal halving as TraceLens"),
+    Formula("rnn", ("aten::_cudnn_rnn", "aten::miopen_rnn"),
+            "2 × tokens × Σ elements of the weight matrices (every layer and direction: input-to-hidden, "
+            "hidden-to-hidden and projection weights, each applied once per token); tokens: the input's "
+            "elements over its last dimension (batch × sequence, or a packed sequence's length); the gates' "
+            "element-wise work and the biases are not counted",
+            "batch × sequence × hidden (or projection) size × directions, and the last hidden (and cell) state",
+            f"written here: the gates' GEMMs of {CUDNN_RNN}"),
+    Formula("rnn backward", ("aten::_cudnn_rnn_backward", "aten::miopen_rnn_backward"),
+            "the forward's FLOPs for the gradient through the sequence (always: the weight gradient needs it), "
+            "and the forward's FLOPs again for the weight gradient where output_mask asks for it (both when the "
+            "mask is not recorded)",
+            "the gradients output_mask asks for: input (the input's shape), hidden and cell state, weights (the "
+            "flat weight buffer)", f"written here, as conv backward: {CUDNN_RNN}"),
     Formula("normalization", ("aten::layer_norm", "aten::native_layer_norm", "aten::batch_norm",
                               "aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm",
                               "aten::_batch_norm_impl_index", "aten::group_norm", "aten::native_group_norm",
@@ -136,6 +151,9 @@ FORMULAS: tuple[Formula, ...] = (
             "1 per element of the output (the broadcast of the two inputs' shapes)",
             "the broadcast shape of the tensor inputs", f"{TRACELENS}: BinaryElementwise.flops_func"),
 )
+
+#: Where the sizes of an RNN call sit in ``concrete_inputs``: (hidden_size, proj_size or None, bidirectional).
+RNN_ARGS = {"aten::_cudnn_rnn": (7, 8, 13), "aten::miopen_rnn": (6, None, 11)}
 
 #: Operator name -> its family.
 FAMILY: dict[str, str] = {op: f.family for f in FORMULAS for op in f.ops}
@@ -216,6 +234,8 @@ def cost(name: str, dims: list | None, types: list | None = None, concrete: list
             found = _conv(name, dims, types, concrete, conv_output)
         elif family == "conv backward":
             found = _conv_backward(name, dims, types, concrete)
+        elif family in ("rnn", "rnn backward"):
+            found = _rnn(name, family, dims, types, concrete)
         elif family in ("attention", "attention backward"):
             found = _attention(name, family, dims, types, concrete)
         else:
@@ -340,6 +360,48 @@ def _conv_backward(name: str, dims: list, types: list | None, concrete: list | N
         + (w[1] if transposed else w[0]) * (1 if len(mask) > 2 and mask[2] else 0)
     return Cost(flops, _bytes(dims, types, outputs, _dtype_at(types, 1)), "conv backward", _precision(types, 1),
                 assumed)
+
+
+def _rnn(name: str, family: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
+    # (input, weight[], weight_stride0, ...): the weights, a tensor list of every layer's and direction's
+    # matrices and bias vectors; each matrix multiplies every token once (the input-to-hidden GEMM of all steps
+    # at once, the hidden-to-hidden one step by step)
+    x, weights = dims[0], dims[1] if len(dims) > 1 else None
+    if not is_shape(x) or len(x) < 2 or not isinstance(weights, list) or not weights:
+        return None
+    if not all(is_shape(w) for w in weights) or not any(len(w) == 2 for w in weights):
+        return None
+    tokens = math.prod(x[:-1])
+    forward = 2.0 * tokens * sum(math.prod(w) for w in weights if len(w) == 2)
+    if family == "rnn":
+        out = _rnn_outputs(name, dims, concrete, tokens)
+        return Cost(forward, None if out is None else _bytes(dims, types, out, _dtype_at(types, 0)), "rnn",
+                    _precision(types, 0))
+    mask = _bools(concrete, len(concrete) - 1) if concrete else None  # output_mask: the last argument
+    assumed = None if mask is not None and len(mask) == 4 else "the weight gradient too (output_mask not recorded)"
+    mask = mask if mask is not None and len(mask) == 4 else [True, True, True, True]
+    flops = forward * (1 + int(bool(mask[3])))
+    # the gradients asked for: input (its shape), hx and cx (their shapes: arguments 4 and 5), the weights (the
+    # flat weight buffer, argument 3)
+    sizes = [math.prod(dims[i]) if len(dims) > i and is_shape(dims[i]) else 0 for i in (0, 4, 5, 3)]
+    out = sum(size for size, asked in zip(sizes, mask) if asked)
+    return Cost(flops, _bytes(dims, types, out, _dtype_at(types, 0)), "rnn backward", _precision(types, 0),
+                assumed)
+
+
+def _rnn_outputs(name: str, dims: list, concrete: list | None, tokens: int) -> int | None:
+    """The elements a forward RNN call writes: its output (tokens × hidden or projection size × directions) and
+    its last hidden and cell states (the shapes of hx and cx: arguments 4 and 5 of cudnn's, 3 and 4 of MIOpen's);
+    None where the sizes are not recorded."""
+    hidden_at, proj_at, bidirectional_at = RNN_ARGS[name]
+    hidden = _arg(concrete or [], hidden_at)
+    proj = _arg(concrete or [], proj_at) if proj_at is not None else "0"
+    if not hidden or not hidden.isdigit() or not proj or not proj.isdigit():
+        return None
+    directions = 2 if _flag(concrete, bidirectional_at) else 1
+    states = (4, 5) if name == "aten::_cudnn_rnn" else (3, 4)
+    out = tokens * (int(proj) or int(hidden)) * directions
+    return out + sum(math.prod(dims[i]) for i in states if len(dims) > i and is_shape(dims[i]))
 
 
 def _attention(name: str, family: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
