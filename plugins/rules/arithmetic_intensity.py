@@ -298,6 +298,10 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
                  "counted on an assumption (the item's 'assumed' says which).")
     if extra["calls_without_bytes"]:
         text += f" {extra['calls_without_bytes']} calls have no bytes (a dtype not recorded)."
+    if extra.get("sparse_calls"):
+        calls = "1 call" if extra["sparse_calls"] == 1 else f"{extra['sparse_calls']:,} calls"
+        text += (f" {calls} on sparse tensors are left out: their recorded shapes are the dense ones, which no "
+                 "formula here fits.")
     return text
 
 

@@ -19,6 +19,10 @@ torch.profiler trace with no counters; docs/flops.md):
   never placed, so no work is counted twice; kernels it owns directly (an
   autocast copy inside ``aten::linear``) are left out, and counted in
   ``uncovered``.
+* A formula operator that owns a sparse tensor's accessor (``aten::_values``,
+  ``aten::_indices``, ...: :data:`SPARSE_ACCESSORS`) ran on a sparse tensor,
+  whose recorded dims are the dense shape: it is never placed (no dense
+  formula fits its work) and its kernels count as not placed.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ from traceparse.measures import op_flops
 from traceparse.measures.base import picked
 
 _NO_THREAD = -1
+#: Operators only a sparse tensor has (COO's values and indices, CSR/CSC's compressed indices): one running
+#: inside a formula operator says that operator was given a sparse tensor. Kineto records a sparse tensor's dims
+#: as its dense shape (and its strides as ``[]``), so the formula would cost the dense operation: a sparse
+#: gradient's ``aten::add`` into a 200,000-row embedding read as three dense 51 MB tensors.
+SPARSE_ACCESSORS = ("aten::_values", "aten::_indices", "aten::values", "aten::indices", "aten::_nnz",
+                    "aten::crow_indices", "aten::col_indices", "aten::ccol_indices", "aten::row_indices")
 _WORK_SCHEMA = {"event_id": pl.Int64, "name": pl.String, "input_dims": pl.String, "input_types": pl.String,
                 "flops": pl.Float64, "bytes": pl.Float64, "family": pl.String, "dtype": pl.String,
                 "assumed": pl.String}
@@ -62,7 +72,7 @@ def kernel_calls(events) -> tuple[pl.DataFrame, dict]:
         time_ns="duration_ns", kernels=pl.lit(1, dtype=pl.UInt32), kernel_names=pl.concat_list("name"))
     placed = int(calls["time_ns"].sum() or 0)
     info = {"kernel_ns": int(kernels["duration_ns"].sum() or 0), "placed_ns": placed, "uncovered_ns": 0,
-            "formula_calls": calls.height, "without_kernels": 0}
+            "formula_calls": calls.height, "without_kernels": 0, "sparse_calls": 0}
     return calls.sort("event_id"), info
 
 
@@ -179,7 +189,8 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
     Rows: event_id, name, input_dims, input_types, flops, bytes, family, dtype, assumed, time_ns, kernels,
     kernel_names (list). The dict: ``kernel_ns`` (all kernels), ``placed_ns``, ``uncovered_ns`` (kernels
     owned by a formula operator that encloses another), ``formula_calls`` (formula operators),
-    ``without_kernels`` (placed candidates that launched none: CPU work). ``events`` may hold several traces
+    ``without_kernels`` (placed candidates that launched none: CPU work), ``sparse_calls`` (candidates given a
+    sparse tensor: not placed). ``events`` may hold several traces
     (a run's ranks): each trace is worked out alone, all in one pass (a loop over 256 ranks took 8.6 s), and
     its rows come in the order the traces first appear, each trace's by event id.
     """
@@ -195,7 +206,7 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
     empty = pl.DataFrame(schema={**_WORK_SCHEMA, "time_ns": pl.Int64, "kernels": pl.UInt32,
                                  "kernel_names": pl.List(pl.String)})
     info = {"kernel_ns": int(kernels["duration_ns"].sum() or 0), "placed_ns": 0, "uncovered_ns": 0,
-            "formula_calls": 0, "without_kernels": 0}
+            "formula_calls": 0, "without_kernels": 0, "sparse_calls": 0}
     traces = ops["trace_id"].unique(maintain_order=True).to_list()
     number = {t: i for i, t in enumerate(traces) if t is not None}
     code = (pl.when(pl.col("trace_id").is_null()).then(traces.index(None) if None in traces else -1)
@@ -207,6 +218,7 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
     if work.height == 0:
         return empty, info
     owned = owners(ops, work)
+    on_sparse = _on_sparse_tensors(ops, owned)
     linked = _link(kernels, api, ops).join(owned, left_on=[_TRACE, "op_id"], right_on=[_TRACE, "event_id"],
                                            how="left")
     per_owner = (linked.filter(pl.col("owner").is_not_null())
@@ -215,11 +227,24 @@ def placed_calls(events) -> tuple[pl.DataFrame, dict]:
     leaves = owned.filter(pl.col("leaf").fill_null(False)).select(_TRACE, "event_id")
     calls = (work.join(leaves, on=[_TRACE, "event_id"], how="inner")
              .join(per_owner, left_on=[_TRACE, "event_id"], right_on=[_TRACE, "owner"], how="left"))
+    if on_sparse.height:  # their kernels stay theirs (no enclosing call is placed with them), not placed
+        info["sparse_calls"] = calls.join(on_sparse, on=[_TRACE, "event_id"], how="semi").height
+        calls = calls.join(on_sparse, on=[_TRACE, "event_id"], how="anti")
     placed = calls.filter(pl.col("kernels").is_not_null()).sort(_TRACE, "event_id")
     uncovered = per_owner.join(leaves, left_on=[_TRACE, "owner"], right_on=[_TRACE, "event_id"], how="anti")
     info.update(placed_ns=int(placed["time_ns"].sum() or 0), uncovered_ns=int(uncovered["time_ns"].sum() or 0),
                 without_kernels=calls.height - placed.height)
     return placed.select(list(empty.columns)).cast(empty.schema), info
+
+
+def _on_sparse_tensors(ops: pl.DataFrame, owned: pl.DataFrame) -> pl.DataFrame:
+    """The formula operators (:data:`_TRACE`, ``event_id``) that own a sparse tensor's accessor
+    (:data:`SPARSE_ACCESSORS`): they ran on a sparse tensor. ``owned``: :func:`owners` of ``ops``."""
+    accessors = ops.filter(pl.col("name").is_in(SPARSE_ACCESSORS)).select(_TRACE, "event_id")
+    if accessors.height == 0:
+        return accessors
+    return (owned.join(accessors, on=[_TRACE, "event_id"], how="semi").select(_TRACE, event_id="owner")
+            .drop_nulls().unique())
 
 
 def _link(kernels: pl.DataFrame, api: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:

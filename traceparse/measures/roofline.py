@@ -415,7 +415,7 @@ def _from_shapes(events: pl.DataFrame, spec: dict | None, op_group: str, kernels
         "calls_without_bytes": calls.height - with_bytes.height,
         "calls_with_assumptions": int(calls["assumed"].is_not_null().sum()),
         "items_above_roof": sum(1 for i in items if i["above_roof"]), "total_above_roof": total_above,
-        "formula_calls_without_kernels": info["without_kernels"],
+        "formula_calls_without_kernels": info["without_kernels"], "sparse_calls": info.get("sparse_calls", 0),
         "kernels": int(calls["kernels"].sum()),
         "kernel_time_ns": kernel_ns, "placed_time_ns": info["placed_ns"],
         "placed_time_pct": round(100.0 * info["placed_ns"] / kernel_ns, 2) if kernel_ns else None,
