@@ -463,6 +463,25 @@ def test_attention_ops_are_the_scaled_dot_product_flops():
     assert per_type[("attention", "forward")]["calls"] == 4
 
 
+def test_recurrent_layers_are_a_layer_type_with_their_gemm_flops():
+    """Sweep 18's LSTM/GRU language model: the LSTM and the GRU are ``recurrent`` layers (they were ``other``, with
+    the element count of their largest input as ops), each step's ops the FLOPs of their cuDNN calls from the raw
+    JSON — 2 × tokens × the weight matrices' elements forward, twice that backward (the data and the weight
+    gradients)."""
+    from traceparse.ingest import read_paths
+    from traceparse_plugins.predict.attribution import profile
+
+    path = FIXTURES / "torch" / "sweep18" / "lstm_gru.json.gz"
+    calls = [e["args"] for e in _events(path) if e.get("cat") == "cpu_op" and e["name"] == "aten::_cudnn_rnn"]
+    assert len(calls) == 6  # the LSTM and the GRU, three steps
+    forward = sum(2 * a["Input Dims"][0][0] * a["Input Dims"][0][1] * sum(w[0] * w[1] for w in a["Input Dims"][1]
+                                                                           if len(w) == 2) for a in calls)
+    per_type = {(r["layer_type"], r["pass"]): r for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
+    assert per_type[("recurrent", "forward")]["ops"] == forward / 3 == 2 * 2048 * (2048 * 1792 + 1536 * 1024)
+    assert per_type[("recurrent", "backward")]["ops"] == 2 * forward / 3
+    assert per_type[("recurrent", "forward")]["calls"] == per_type[("recurrent", "backward")]["calls"] == 2
+
+
 def test_run_never_prints_a_step_shorter_than_its_gpu_time_and_warns_outside_the_fit(sweep_store, tmp_path):
     """Fitted on ResNet18 at batches 4-32 and run from the batch-8 trace: at 128 the step model's replay would
     give a step shorter than the layer models' GPU time per step; it is raised to it, and it says so."""

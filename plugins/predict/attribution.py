@@ -217,7 +217,7 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
     for (name, text, types, concrete), dims in parsed.items():
         conv = mm = None
         if name in layers.ATTENTION or name in layers.CONV_FORWARD or name in layers.CONV_BACKWARD \
-                or name in layers.MATMUL:
+                or name in layers.MATMUL or name in layers.RECURRENT:
             key = layers.conv_key(dims) if name in layers.CONV_FORWARD else None
             found = op_flops.cost(name, dims, op_flops.parse(types), op_flops.parse(concrete),
                                   conv_output=outputs.get(key) if key is not None else None)
@@ -239,7 +239,8 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
     ops = ops.join(formulas, on=["name", "input_dims", "input_types", "concrete_inputs"], how="left",
                    nulls_equal=True)
     recorded = pl.col("flops").is_not_null() & (pl.col("flops") > 0)
-    is_conv = pl.col("name").is_in(list(layers.CONV_FORWARD | layers.CONV_BACKWARD | layers.ATTENTION))
+    is_conv = pl.col("name").is_in(list(layers.CONV_FORWARD | layers.CONV_BACKWARD | layers.ATTENTION
+                                        | layers.RECURRENT))
     is_mm = pl.col("name").is_in(list(layers.MATMUL))
     ops = ops.with_columns(conv=pl.when(is_conv & recorded).then("flops").otherwise("conv"),
                            mm=pl.when(is_mm & recorded).then("flops").otherwise("mm"))
@@ -252,7 +253,7 @@ def _ops(ops: pl.DataFrame, tops: pl.DataFrame, steps: int, warnings: list[str],
            .join(conv, left_on="event_id", right_on="top_id", how="left")
            .join(mm, left_on="event_id", right_on="top_id", how="left")
            .join(elem, left_on="event_id", right_on="top_id", how="left"))
-    ops_expr = (pl.when(pl.col("layer_type").is_in(["convolution", "attention"])).then("conv")
+    ops_expr = (pl.when(pl.col("layer_type").is_in(["convolution", "attention", "recurrent"])).then("conv")
                 .when(pl.col("layer_type") == "linear").then("mm")
                 .when((pl.col("layer_type") == layers.OPTIMIZER) & (pl.col("elements").fill_null(0) <= 1))
                 .then(pl.lit(params_per_step, dtype=pl.Float64))

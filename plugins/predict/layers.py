@@ -13,7 +13,8 @@ Operations ("ops") of one call, from the shapes torch.profiler records with
 the ``flops`` it records with ``with_flops=True`` (used instead of the formula
 for the operator that has it):
 
-* convolution, linear / matmul and attention operators: the FLOPs of the one
+* convolution, linear / matmul, attention and recurrent (cuDNN's LSTM, GRU
+  and RNN calls) operators: the FLOPs of the one
   formula table, :data:`traceparse.measures.op_flops.FORMULAS` (docs/flops.md):
   2 FLOPs per multiply-add; a convolution's output size from its stride,
   padding and dilation; a ``convolution_backward`` counts the gradients its
@@ -57,6 +58,7 @@ LAYER_TYPES: list[tuple[str, str]] = [
     ("pooling", r"pool|meanbackward|aten::mean\b"),
     ("loss", r"loss|nll|cross_entropy|log_?softmax"),
     ("attention", r"scaled_?dot_?product|flash_attention|efficient_attention|cudnn_attention|attentionbackward"),
+    ("recurrent", r"lstm|\bgru|_gru|rnn"),
     ("layer norm", r"layer_?norm|rms_?norm"),
     ("activation", r"gelu|silu|tanh|sigmoid|softplus|hardswish|mish"),
     ("embedding", r"embedding"),
@@ -78,6 +80,7 @@ def _family(*names: str) -> frozenset[str]:
 CONV_FORWARD = _family("conv")
 CONV_BACKWARD = _family("conv backward")
 ATTENTION = _family("attention", "attention backward")
+RECURRENT = _family("rnn", "rnn backward")
 MATMUL = _family("gemm")
 
 
