@@ -1,0 +1,105 @@
+"""Pipeline parallelism: two stages exchanging activations and gradients by NCCL point-to-point calls.
+
+The fixtures (fixtures/make_pipeline_fixtures.py, two H200s, PyTorch 2.11): ``pp2_balanced`` (4 layers on each
+stage) and ``pp2_slow_stage1`` (12 layers on stage 1, rank 1). Each step is a GPipe schedule of 4 micro-batches:
+rank 0 ``dist.send``\\ s each activation (a lone P2P call: its kernel's Kineto arguments say ``send``), rank 1
+``irecv``\\ s it; the gradients go back through ``batch_isend_irecv`` on both sides (a batched call: its kernel
+says no collective, only its name, ``ncclDevKernel_SendRecv``). Every figure here is worked out from the raw
+JSON, not from traceparse.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, intersect, run_of, run_rule, union, us_to_ns
+
+RUNS = FIXTURES / "torch" / "multirank"
+STEP_TIMES = RUNS / "pp2_step_times.json"
+
+
+def raw_events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def complete(events: list[dict], cat: str) -> list[dict]:
+    return sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == cat), key=lambda e: e["ts"])
+
+
+def span(e: dict) -> tuple[int, int]:
+    return us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+
+
+def oracle_pipeline_waits(folder: Path) -> dict:
+    """The waits of a two-stage pipeline from the raw JSON, pairing each transfer by its direction.
+
+    A forward transfer is a kernel whose Kineto ``Collective name`` is ``send`` on rank 0 and ``recv`` on rank
+    1 (lone calls); a backward transfer is a P2P kernel without one (the batched calls), on either rank: the
+    j-th of a kind on rank 0 meets the j-th of that kind on rank 1 (NCCL keeps a pair's transfers in order).
+    Each side's kernel starts when its stream reaches it and spins until the other side's has started, so a
+    rank waits [its start, the later start). A rank's waited time is the union of its waits inside its
+    ProfilerStep# windows less what its compute kernels cover; the wait a rank causes is the other's waited
+    time at the transfers it was last to.
+    """
+    kernels, windows, compute = {}, {}, {}
+    for rank in (0, 1):
+        events = raw_events(folder / f"rank{rank}.json.gz")
+        gpu = complete(events, "kernel")
+        nccl = [e for e in gpu if e["name"].startswith("ncclDevKernel_SendRecv")]
+        forward = "send" if rank == 0 else "recv"
+        kernels[rank] = {"forward": [us_to_ns(e["ts"]) for e in nccl if e["args"].get("Collective name") == forward],
+                         "backward": [us_to_ns(e["ts"]) for e in nccl if "Collective name" not in e["args"]]}
+        assert len(kernels[rank]["forward"]) + len(kernels[rank]["backward"]) == len(nccl)
+        compute[rank] = union([span(e) for e in gpu if not e["name"].startswith("nccl")])
+        windows[rank] = union([span(e) for e in complete(events, "user_annotation")
+                               if e["name"].startswith("ProfilerStep#")])
+    pairs = [(kernels[0][kind][j], kernels[1][kind][j]) for kind in ("forward", "backward")
+             for j in range(len(kernels[0][kind]))]
+    assert all(len(kernels[0][k]) == len(kernels[1][k]) for k in ("forward", "backward"))
+
+    def waited(rank: int) -> int:
+        waits = union([(pair[rank], max(pair)) for pair in pairs if max(pair) > pair[rank]])
+        inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[rank] if min(e, b) > max(s, a)]
+        return sum(e - s - intersect(s, e, compute[rank]) for s, e in inside)
+
+    last_count = {0: sum(1 for a, b in pairs if a > b), 1: sum(1 for a, b in pairs if b >= a)}
+    steps = {r: sum(e - s for s, e in w) for r, w in windows.items()}
+    return {"transfers": len(pairs), "waited_ns": {r: waited(r) for r in (0, 1)}, "last_count": last_count,
+            "step_ns": steps}
+
+
+def test_the_slow_stage_is_the_straggler_at_its_gpus_arrivals():
+    """The batched transfers' kernels say only ``send_recv``: the calls (``c10d::recv_``) must still find them.
+
+    Before, no call of rank 0's batched receives met a kernel, so the whole run fell back to the calls' host
+    starts: 57.51 ms waited in all (19.17 ms a step), where rank 0's GPU waits 43 ms of each 62 ms step.
+    """
+    want = oracle_pipeline_waits(RUNS / "pp2_slow_stage1")
+    f = run_rule(run_of(RUNS / "pp2_slow_stage1"), "stragglers")
+    m = f.metrics
+    assert m["straggler_rank"] == 1 and f.severity == "critical"
+    assert m["collectives"] == want["transfers"] == 24
+    assert m["wait_caused_ns"] == want["waited_ns"][0]  # rank 0 waits only on rank 1
+    assert m["others_step_ns"] == want["step_ns"][0]
+    for rank in (0, 1):
+        row = m["ranks"][str(rank)]
+        assert row["last_count"] == want["last_count"][rank]
+        assert row["waited_ns"] == want["waited_ns"][rank]
+        assert row["step_ns"] == want["step_ns"][rank]
+    # the independent oracle: rank 0 waits most of each step (the measured steps are 61-62 ms)
+    measured = json.loads(STEP_TIMES.read_text())["variants"]["pp2_slow_stage1"]["step_ms"]
+    per_step_ms = want["waited_ns"][0] / 3 / 1e6
+    assert 40 < per_step_ms < min(measured["rank0"][2:]) == pytest.approx(61.4, abs=0.1)
+
+
+def test_the_balanced_pipelines_waits_equal_the_raw_json():
+    """Balanced stages still wait: the GPipe bubble (fill and drain). The figures must be the raw JSON's."""
+    want = oracle_pipeline_waits(RUNS / "pp2_balanced")
+    m = run_rule(run_of(RUNS / "pp2_balanced"), "stragglers").metrics
+    assert {int(r): row["waited_ns"] for r, row in m["ranks"].items()} == want["waited_ns"]
+    assert {int(r): row["last_count"] for r, row in m["ranks"].items()} == want["last_count"]
