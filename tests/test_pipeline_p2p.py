@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, intersect, run_of, run_rule, union, us_to_ns
+from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
 
 RUNS = FIXTURES / "torch" / "multirank"
 STEP_TIMES = RUNS / "pp2_step_times.json"
@@ -103,3 +103,41 @@ def test_the_balanced_pipelines_waits_equal_the_raw_json():
     m = run_rule(run_of(RUNS / "pp2_balanced"), "stragglers").metrics
     assert {int(r): row["waited_ns"] for r, row in m["ranks"].items()} == want["waited_ns"]
     assert {int(r): row["last_count"] for r, row in m["ranks"].items()} == want["last_count"]
+
+
+def whatif_json(tmp_path: Path, folder: Path, *edits: str) -> dict:
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "whatif", str(folder), "--json", *edits)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def measured_mean_step_ms(variant: str) -> float:
+    """The script's own clock: the mean of every rank's profiled steps (2..4), ms."""
+    steps = json.loads(STEP_TIMES.read_text())["variants"][variant]["step_ms"]
+    times = [t for per_rank in steps.values() for t in per_rank[2:]]
+    return sum(times) / len(times)
+
+
+def test_balancing_the_slow_stage_predicts_the_balanced_twin(tmp_path):
+    """``--balance`` evens stage 1's work to stage 0's: the measured balanced pipeline (4 layers a stage, the
+    script's clock: 24.145 ms a step) is the answer. Before, the send/recv calls met no kernel and no wait
+    joined the ranks: rank 0 kept its 61.7 ms of waiting and the run's mean was 42.88 ms (77% off)."""
+    doc = whatif_json(tmp_path, RUNS / "pp2_slow_stage1", "--balance")
+    twin_ms = measured_mean_step_ms("pp2_balanced")
+    assert twin_ms == pytest.approx(24.145, abs=0.001)
+    assert measured_mean_step_ms("pp2_slow_stage1") > 2.4 * twin_ms  # the slow stage is there to be evened
+    assert abs(doc["mean"]["predicted_ns"] / 1e6 - twin_ms) <= 0.05 * twin_ms, doc["mean"]
+
+
+def test_no_communication_time_does_not_free_the_waiting_stage(tmp_path):
+    """Rank 0's receive kernels are mostly rank 0 waiting for stage 1. With communication taking no time, a
+    step still lasts at least stage 1's own compute (its compute kernels' union per step, from the raw JSON);
+    before, rank 0's steps were predicted at 18.2 ms, as if its waits were the transfers' cost."""
+    events = raw_events(RUNS / "pp2_slow_stage1" / "rank1.json.gz")
+    windows = [span(e) for e in complete(events, "user_annotation") if e["name"].startswith("ProfilerStep#")]
+    compute = union([span(e) for e in complete(events, "kernel") if not e["name"].startswith("nccl")])
+    per_step = sum(intersect(s, e, compute) for s, e in windows) / len(windows)
+    assert per_step > 50e6
+    doc = whatif_json(tmp_path, RUNS / "pp2_slow_stage1", "--scale", "comm=0")
+    rank0 = [row for row in doc["steps"] if row["rank"] == 0]
+    assert len(rank0) == 3 and all(row["predicted_ns"] >= per_step for row in rank0), rank0
