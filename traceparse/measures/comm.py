@@ -300,6 +300,13 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
 POINT_TO_POINT = ("send", "recv", "send_recv")
 
 
+def point_to_point_only(kinds: pl.Series) -> bool:
+    """Whether ``kinds`` (``collective`` values) are all point-to-point (:data:`POINT_TO_POINT`): at least one, and
+    no collective among them (a pipeline's sends and receives, not an all-reduce)."""
+    kinds = kinds.drop_nulls()
+    return kinds.len() > 0 and bool(kinds.is_in(list(POINT_TO_POINT)).all())
+
+
 def _matching_family() -> pl.Expr:
     """The ``collective`` a call and its kernel are matched on: point-to-point ones (:data:`POINT_TO_POINT`) as one.
 
