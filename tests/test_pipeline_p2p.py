@@ -196,3 +196,26 @@ def test_overlap_advice_for_a_pipeline_is_not_data_parallel(run):
     assert "DistributedDataParallel" not in f.suggestion and "FSDP" not in f.suggestion
     assert f.suggestion.startswith("Overlap the pipeline's transfers with compute")
     assert "Every communication kernel is a point-to-point transfer" in f.message
+
+
+def test_host_arrivals_are_said_when_batched_calls_share_kernels():
+    """1F1B batches each send with the stage's next receive (one NCCL kernel for two calls): the calls and the
+    kernels no longer pair one to one, the waits fall back to the calls' host starts (19.6 ms a step where rank
+    0's GPU waits about 43 ms), and nothing said so. Now the finding says it, with each rank's counts (raw JSON:
+    its c10d::send and c10d::recv_ operators, its NCCL kernels). Not fixed: pairing a batch's calls with the
+    kernel its launch made (see the report of sweep 20)."""
+    folder = RUNS / "pp2_1f1b_slow_stage1"
+    counts = {}
+    for rank in (0, 1):
+        events = raw_events(folder / f"rank{rank}.json.gz")
+        calls = [e for e in complete(events, "cpu_op") if e["name"] in ("c10d::send", "c10d::recv_")]
+        kernels = [e for e in complete(events, "kernel") if e["name"].startswith("nccl")]
+        counts[rank] = (len(calls), len(kernels))
+    assert counts == {0: (24, 15), 1: (24, 15)}
+    f = run_rule(run_of(folder), "stragglers")
+    assert f.metrics["straggler_rank"] == 1
+    said = "; ".join(f"rank {r} {c} calls, {k} kernels" for r, (c, k) in counts.items())
+    assert (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the point-to-point "
+            f"transfers' calls and communication kernels do not pair one to one ({said};") in f.message
+    # where every call met its kernel (the GPipe twin), nothing of the kind is said
+    assert "starts on the host" not in run_rule(run_of(RUNS / "pp2_slow_stage1"), "stragglers").message

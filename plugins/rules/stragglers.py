@@ -89,7 +89,7 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum
-from traceparse.measures.comm import member_compute, member_windows_counted, point_to_point_only, waiting_time
+from traceparse.measures.comm import comm_kernels, member_compute, member_windows_counted, point_to_point_only, waiting_time
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
 from traceparse.meta import ranks_by_host
@@ -257,6 +257,7 @@ class Stragglers(Rule):
             message += _hosts_sentence(by_host)
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
+        message += _host_arrivals_sentence(events, waits, label, noun)
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
         elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None:
@@ -506,6 +507,28 @@ P2P_SENTENCE = (" These are point-to-point transfers (sends and receives, as bet
 #: What to do first about a slow pipeline stage.
 P2P_SUGGESTION = ("Even out the pipeline's stages (fewer layers on the slow stage, or more on the others), then "
                   "shrink the bubble: more micro-batches per step, or a 1F1B or interleaved schedule. ")
+
+
+def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) -> str:
+    """Where the arrivals are the calls' host starts though the members ran communication kernels (their calls and
+    kernels did not pair one to one: :func:`~traceparse.measures.comm.completions`), a sentence that says so, with
+    each count; else ""."""
+    if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
+        return ""
+    kernels = events.filter(comm_kernels() & pl.col("rank").is_not_null()).group_by("rank").agg(kernels=pl.len())
+    if kernels.height == 0:
+        return ""
+    calls = waits.group_by("rank").agg(calls=pl.len())
+    counts = calls.join(kernels, on="rank", how="left").with_columns(pl.col("kernels").fill_null(0))
+    differ = counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
+    if differ.height == 0:
+        return ""
+    shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(HOSTS_NAMED).iter_rows())
+    more = f" and {differ.height - HOSTS_NAMED} more {label}s" if differ.height > HOSTS_NAMED else ""
+    return (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the {noun}' calls "
+            f"and communication kernels do not pair one to one ({shown}{more}; calls batched together, as "
+            "batch_isend_irecv does, run as one kernel), and a host that runs ahead of its GPU makes these waits "
+            "the hosts', which can be far from the GPUs' (the kernels' time is in comm-compute-overlap).")
 
 
 #: A pipeline's most waited-for stage that waits itself at least this fraction of the wait it causes is not a
