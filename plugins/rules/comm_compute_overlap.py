@@ -36,7 +36,8 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.comm import kernel_spin, member_compute, member_windows, waiting_time
+from traceparse.measures.comm import (comm_kernels, kernel_spin, member_compute, member_windows,
+                                      point_to_point_only, waiting_time)
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -131,10 +132,14 @@ class CommComputeOverlap(Rule):
                         f"{fmt_pct(moving_pct or 0)} overlaps compute.")
         if n == 1:
             message += f" One {label} alone: the figure is that {label}'s."
-        suggestion = ("Overlap communication with compute: DistributedDataParallel buckets (bucket_cap_mb) so "
+        p2p = point_to_point_only(events.filter(comm_kernels())["collective"])
+        if p2p:
+            message += P2P_SENTENCE
+        suggestion = ("" if severity == "info" else P2P_SUGGESTION if p2p else
+                      "Overlap communication with compute: DistributedDataParallel buckets (bucket_cap_mb) so "
                       "gradients reduce during the backward pass, FSDP prefetching (forward_prefetch, "
                       "backward_prefetch), communication on its own stream, and no synchronisation between "
-                      "the backward pass and the collectives." if severity != "info" else "")
+                      "the backward pass and the collectives.")
         metrics = {"comm_time_ns": comm_ns, "overlapped_ns": overlapped_ns, "overlap_pct": pct,
                    "comm_share_pct": share, "members": label, "ranks": ranks}
         if waiting:
@@ -148,6 +153,18 @@ class CommComputeOverlap(Rule):
                         figures={**FIGURES, **({"waiting_ns": "ns", "moving_overlap_pct": "pct"} if waiting else {})},
                         labels=LABELS, tables=per_rank, worst={"ranks": "-overlap_pct"},
                         impact_ns=max(0, exposed_ns - waiting_ns))]
+
+
+#: Said where every communication kernel is a point-to-point transfer (a pipeline's sends and receives).
+P2P_SENTENCE = (" Every communication kernel is a point-to-point transfer (send, receive: a pipeline's stages "
+                "passing activations and gradients); a stage's kernel spins until its peer's starts, so most of "
+                "their time is a stage waiting for its neighbour (stragglers says whether a stage is slow or it "
+                "is the pipeline's bubble).")
+#: What to do about a pipeline's exposed transfers (instead of the data-parallel advice).
+P2P_SUGGESTION = ("Overlap the pipeline's transfers with compute: post the receives early and send without "
+                  "waiting (isend/irecv or batch_isend_irecv, waited only where the tensor is needed), so the "
+                  "next micro-batch computes while this one moves; the waiting no overlap hides: even out the "
+                  "stages and use more micro-batches (stragglers).")
 
 
 def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:

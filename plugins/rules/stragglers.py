@@ -36,6 +36,13 @@ with the one of most excess where that is at least half the wait (:data:`EXPLAIN
 that what the trace records on the straggler explains little of it (a sleep in a hook the trace does not
 show: 1.9 ms more a step of an operator against a 73.9 ms wait was offered as where to start).
 
+Where no single part explains half the wait but the listed GPU parts together do (kernels of one stream add
+up: a slow pipeline stage's extra layers spread over three GEMM kernels), the suggestion says the straggler's
+GPU work explains the wait. Where every instance is a point-to-point transfer (a pipeline's sends and
+receives), the text says "point-to-point transfers" and gives a pipeline's advice; where the most waited-for
+rank itself waits at least :data:`BUBBLE_FRACTION` of the wait it causes, the finding is the pipeline's bubble,
+info, with no straggler named.
+
 Under the warning line, a candidate that still stands out (it costs the others at least half of
 ``warning_pct`` of their step time, and more than twice what any other rank costs them) is named as info,
 "Most waited for", with what it does longer than the median rank: the waits count only where the waiting
@@ -82,7 +89,7 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum
-from traceparse.measures.comm import member_compute, member_windows_counted, waiting_time
+from traceparse.measures.comm import comm_kernels, member_compute, member_windows_counted, point_to_point_only, waiting_time
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import STEP_NAME
 from traceparse.meta import ranks_by_host
@@ -140,6 +147,8 @@ class Stragglers(Rule):
             "device" if waits["member"].is_not_null().any() else "process")
         n_instances = waits.select("process_group", "instance").unique().height
         members = waits["member"].unique().sort(nulls_last=False).to_list()
+        p2p = point_to_point_only(waits["collective"])
+        noun = "point-to-point transfers" if p2p else "collectives"
         if len(members) < 2:
             info = trace.meta.distributed
             who = (f"rank {members[0]}" if label == "rank" else
@@ -177,6 +186,9 @@ class Stragglers(Rule):
         others_step = exact_sum(others["step_ns"])
         share = expr.pct(caused_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
+        # a pipeline whose most waited-for stage waits about as much itself: its bubble, not a slow stage
+        bubble = p2p and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
+        severity = "info" if bubble else severity
         straggler = candidate if severity != "info" else None
         incomplete = waits.filter(pl.col("members") < _expected_members(trace.meta.distributed, len(members))).select(
             "process_group", "instance").unique().height
@@ -200,18 +212,34 @@ class Stragglers(Rule):
         if straggler is not None:
             names = _listed(label, [candidate, *also])
             title = f"Straggler: {who}" if not also else f"Stragglers: {names}"
-            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives. The other "
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun}. The other "
                        f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), "
                        f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step.")
             if also:
                 message += _as_slow_sentence(per, shared, candidate, also, label)
             suggestion = (f"Find what {names} {'do' if also else 'does'} before {'their' if also else 'its'} "
-                          "collectives that the others do not: uneven data (batch sizes, sequence lengths), a "
+                          f"{noun} that the others do not: uneven data (batch sizes, sequence lengths), a "
                           "slower input pipeline or host, extra work in hooks or logging on "
                           f"{'those ranks' if also else 'that rank'}, or a slower GPU or link.")
+            if p2p:
+                message += P2P_SENTENCE
+                suggestion = P2P_SUGGESTION + suggestion
+        elif bubble:
+            title = "Pipeline bubble: every stage waits, none is slow"
+            waited_each = "; ".join(f"{label} {r['member']} {fmt_ns(r['waited_ns'])} "
+                                    f"({fmt_pct(expr.pct(r['waited_ns'], r['step_ns']) or 0)} of its step time)"
+                                    for r in per.sort("member", nulls_last=False).iter_rows(named=True))
+            message = (f"{len(members)} {label}s, {n_instances} point-to-point transfers. Every {label} waits in "
+                       f"its sends and receives: {waited_each}. The most waited-for, {who}, waits itself "
+                       f"{fmt_pct(expr.pct(top['waited_ns'], caused_ns) or 0)} as long as it makes the others "
+                       "wait: no stage is much slower than the others, this is the pipeline's bubble (its stages "
+                       "idle while it fills and drains: with p stages and m micro-batches a step, GPipe and 1F1B "
+                       "leave each stage idle about (p - 1) / (m + p - 1) of it).")
+            suggestion = ("Shrink the bubble: more micro-batches per step (smaller ones), or an interleaved "
+                          "schedule (several stages a rank).")
         elif _stands_out(per, share, t["warning_pct"]):  # under the line, but the one rank the others wait for
             title = f"Most waited for: {who}, under the warning line"
-            message = (f"{who} arrived last at {top['last_count']} of {n_instances} collectives and made the other "
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun} and made the other "
                        f"{each} wait {fmt_ns(caused_ns)} ({fmt_pct(share)} of their step time, under the "
                        f"{t['warning_pct']:g}% warning line), more than twice any other {label}. A wait counts where "
                        f"the waiting {label}'s GPU computed nothing; a late {label} can cost the others more where "
@@ -220,7 +248,7 @@ class Stragglers(Rule):
             suggestion = ""
         else:
             title = "No straggler"
-            message = (f"{len(members)} {label}s, {n_instances} collectives: no {label} stands out; the most "
+            message = (f"{len(members)} {label}s, {n_instances} {noun}: no {label} stands out; the most "
                        f"waited-for, {who}, made the others wait {fmt_ns(caused_ns)} "
                        f"({fmt_pct(share or 0)} of their step time).")
             suggestion = ""
@@ -229,6 +257,7 @@ class Stragglers(Rule):
             message += _hosts_sentence(by_host)
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
+        message += _host_arrivals_sentence(events, waits, label, noun)
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
         elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None:
@@ -260,6 +289,12 @@ class Stragglers(Rule):
             if lead is not None and _explains(lead, per_step_ns) >= EXPLAINS_PCT:
                 suggestion = (f"Start with {lead['name']} on {who}: {fmt_ns(lead['slow_ns'])} a step against "
                               f"{fmt_ns(lead['median_ns'])} on the median rank. " + suggestion)
+            elif (gpu_more := _gpu_excess_ns(excess)) and straggler is not None and (
+                    100.0 * gpu_more >= EXPLAINS_PCT * per_step_ns):  # no one kernel, but its GPU work together
+                suggestion = (f"{who}'s GPU work explains the wait: the {len(excess['slow_rank_gpu'])} kernels "
+                              f"listed take {fmt_ns(gpu_more)} a step more there than on the median rank "
+                              f"({fmt_pct(min(100.0, 100.0 * gpu_more / per_step_ns))} of the wait), led by "
+                              f"{lead['name']}: {who} has more work to do than the others. " + suggestion)
             elif lead is not None and straggler is not None:  # a lead that is no cause is not where to start
                 suggestion = (f"What the trace records on {who} explains little of the wait (its largest excess, "
                               f"{lead['name']}, is {fmt_pct(_explains(lead, per_step_ns))} of it): look at what "
@@ -463,6 +498,49 @@ def _has_operators(events, waits: pl.DataFrame, rank: int) -> bool:
 
 #: A longer part of the straggler that explains less than this share of the wait per step is no place to start.
 EXPLAINS_PCT = 50.0
+
+#: Said of a straggler whose waits are all point-to-point (sends and receives: a pipeline's stages).
+P2P_SENTENCE = (" These are point-to-point transfers (sends and receives, as between a pipeline's stages): a "
+                "rank waits in its receive (or its send) until its peer gets there, so a stage slower than the "
+                "others makes them wait; with even stages what remains is the schedule's own bubble (the "
+                "pipeline filling and draining).")
+#: What to do first about a slow pipeline stage.
+P2P_SUGGESTION = ("Even out the pipeline's stages (fewer layers on the slow stage, or more on the others), then "
+                  "shrink the bubble: more micro-batches per step, or a 1F1B or interleaved schedule. ")
+
+
+def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) -> str:
+    """Where the arrivals are the calls' host starts though the members ran communication kernels (their calls and
+    kernels did not pair one to one: :func:`~traceparse.measures.comm.completions`), a sentence that says so, with
+    each count; else ""."""
+    if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
+        return ""
+    kernels = events.filter(comm_kernels() & pl.col("rank").is_not_null()).group_by("rank").agg(kernels=pl.len())
+    if kernels.height == 0:
+        return ""
+    calls = waits.group_by("rank").agg(calls=pl.len())
+    counts = calls.join(kernels, on="rank", how="left").with_columns(pl.col("kernels").fill_null(0))
+    differ = counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
+    if differ.height == 0:
+        return ""
+    shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(HOSTS_NAMED).iter_rows())
+    more = f" and {differ.height - HOSTS_NAMED} more {label}s" if differ.height > HOSTS_NAMED else ""
+    return (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the {noun}' calls "
+            f"and communication kernels do not pair one to one ({shown}{more}; calls batched together, as "
+            "batch_isend_irecv does, run as one kernel), and a host that runs ahead of its GPU makes these waits "
+            "the hosts', which can be far from the GPUs' (the kernels' time is in comm-compute-overlap).")
+
+
+#: A pipeline's most waited-for stage that waits itself at least this fraction of the wait it causes is not a
+#: slow stage: its waits and the others' are the schedule's bubble (two even stages, GPipe with 4 micro-batches:
+#: 71%; a stage with three times the layers of the other: 9%).
+BUBBLE_FRACTION = 0.5
+
+
+def _gpu_excess_ns(excess: dict) -> int:
+    """The straggler's listed GPU work a step over the median rank's, summed (kernels of one stream run one at a
+    time, so their excesses add up)."""
+    return sum(max(0, r["slow_ns"] - r["median_ns"]) for r in excess["slow_rank_gpu"])
 
 
 def _explains(row: dict, wait_per_step_ns: int) -> float:

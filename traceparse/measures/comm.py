@@ -270,13 +270,14 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     same_groups = found is not None and not (inst["process_group"].is_null().all()
                                              or found["process_group"].is_null().all())
     group = pl.col("process_group") if same_groups else pl.lit(None, dtype=pl.String)
-    key = ["member", "_pg", "collective"]
-    inst = inst.with_columns(_pg=group).sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False)
+    key = ["member", "_pg", "_family"]
+    inst = (inst.with_columns(_pg=group, _family=_matching_family())
+            .sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False))
     inst = inst.with_columns(_k=pl.int_range(pl.len(), dtype=pl.Int64).over(key))
     done = {"done_event_id": pl.Int64, "done_name": pl.String, "done_source": pl.String, "join_ns": pl.Int64,
             "done_ns": pl.Int64, "done_tid": pl.Int64, "done_stream_id": pl.Int64}
     if found is not None:
-        found = (found.with_columns(_pg=group).sort([*key, "start_ns", "trace_id", "event_id"], nulls_last=False)
+        found = (found.with_columns(_pg=group, _family=_matching_family()).sort([*key, "start_ns", "trace_id", "event_id"], nulls_last=False)
                  .with_columns(_k=pl.int_range(pl.len(), dtype=pl.Int64).over(key))
                  .select(*key, "_k", done_event_id="event_id", done_name="name", done_source="source",
                          join_ns="start_ns", done_ns="end_ns", done_tid="tid", done_stream_id="stream_id"))
@@ -293,6 +294,29 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
         done_stream_id=pl.when(own).then(pl.col("stream_id")).otherwise(pl.col("done_stream_id")),
         done_event_id=pl.when(own).then(pl.col("event_id")).otherwise(pl.col("done_event_id")))
     return inst.sort(["process_group", "instance", "member"], nulls_last=False).select(out_columns)
+
+
+#: Point-to-point collectives: one family when a call is matched to its kernel (:func:`completions`).
+POINT_TO_POINT = ("send", "recv", "send_recv")
+
+
+def point_to_point_only(kinds: pl.Series) -> bool:
+    """Whether ``kinds`` (``collective`` values) are all point-to-point (:data:`POINT_TO_POINT`): at least one, and
+    no collective among them (a pipeline's sends and receives, not an all-reduce)."""
+    kinds = kinds.drop_nulls()
+    return kinds.len() > 0 and bool(kinds.is_in(list(POINT_TO_POINT)).all())
+
+
+def _matching_family() -> pl.Expr:
+    """The ``collective`` a call and its kernel are matched on: point-to-point ones (:data:`POINT_TO_POINT`) as one.
+
+    NCCL runs every send and receive as one kernel, ``ncclDevKernel_SendRecv``: Kineto names its collective
+    (``send``, ``recv``) on a lone ``isend``/``irecv`` but not on a batch (``batch_isend_irecv``), whose kernel's
+    name says only ``send_recv``. Matched by collective, a ``c10d::recv_`` found no kernel, and the whole run fell
+    back to host arrivals (a pipeline's host runs far ahead of its GPU).
+    """
+    return (pl.when(pl.col("collective").is_in(list(POINT_TO_POINT))).then(pl.lit("send_recv"))
+            .otherwise(pl.col("collective")))
 
 
 _INT64 = (-2**63, 2**63 - 1)
