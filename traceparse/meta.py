@@ -132,6 +132,13 @@ def hosts(meta) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+#: ``TraceMeta.extra`` key any reader may set where its source says when its clock's zero was: the UTC time, in ns
+#: since the Unix epoch, of the trace's time 0 (an integer). Traces that count time from their own capture's start
+#: (an Nsight Systems report per rank: each session has its own zero) are put on one clock by it when stored
+#: as a run (:func:`traceparse.run.align_rank_clocks`); absent where the source does not say.
+CLOCK_ORIGIN_UTC_NS = "clock_origin_utc_ns"
+
+
 #: ``TraceMeta.extra`` key of a run's combined trace: {rank (text): host name} of the ranks whose trace names one
 #: host (:data:`HOSTNAMES`), set by the store as it loads the run (:func:`ranks_by_host`).
 RANK_HOSTS = "rank_hosts"

@@ -43,7 +43,7 @@ from typing import Iterator
 import polars as pl
 
 from traceparse.errors import bad_input, spelled
-from traceparse.meta import HOSTNAMES
+from traceparse.meta import CLOCK_ORIGIN_UTC_NS, HOSTNAMES
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
@@ -493,6 +493,14 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
             row = db.rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
             if row and row[0][0]:
                 meta.extra["session_start_utc_ns"] = row[0][0]
+                # The export's times count from its session's start (measured on nsys 2025.3.1: two per-rank
+                # reports of one job, sessions started 6.19 ms apart, have every NCCL collective's ends 6.2 ms
+                # apart; moved by the difference of utcEpochNs they end together, as in one report of the job).
+                # Not where the export was asked to shift its times (nsys export --time-shift).
+                shifted = any(export.get(k, "0") not in ("0", "") for k in ("EXPORT_PARAM_TIME_SHIFT",
+                                                                            "EXPORT_CONFIG_TIME_SHIFT"))
+                if type(row[0][0]) is int and not shifted:
+                    meta.extra[CLOCK_ORIGIN_UTC_NS] = row[0][0]
         if "TARGET_INFO_SYSTEM_ENV" in tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             hostnames = [v for (v,) in db.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
                          if isinstance(v, str) and v.strip()]  # one per target (host) of the capture

@@ -1,0 +1,113 @@
+"""Nsight Systems captures of a 2-GPU DDP-over-NCCL job (sweep 21), the two ways users profile torchrun jobs.
+
+Real files, made by fixtures/make_nsys_nccl_run.sh on two H200s (fixtures/nsys/nccl_run/SOURCE.md): ``job/``
+one report of the whole job (two processes, two GPUs), ``ranks/`` one report per rank. Rank 1 sleeps 30 ms in a
+gradient hook each step: a known straggler. The oracles read the SQLite exports with sqlite3 and the
+workload's own step timings (``steps_rank{R}.json``); they share no code with traceparse.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from helpers import FIXTURES, run_cli
+
+HERE = FIXTURES / "nsys" / "nccl_run"
+RANKS = HERE / "ranks"
+JOB = HERE / "job" / "job.sqlite.gz"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """{name: sqlite3 connection} of the three exports, decompressed."""
+    out = {}
+    folder = tmp_path_factory.mktemp("nccl_sqlite")
+    for name, path in (("rank0", RANKS / "rank0.sqlite.gz"), ("rank1", RANKS / "rank1.sqlite.gz"), ("job", JOB)):
+        plain = folder / f"{name}.sqlite"
+        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out[name] = sqlite3.connect(plain)
+    yield out
+    for c in out.values():
+        c.close()
+
+
+def origin(c) -> int:
+    return c.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+
+
+def nccl_kernels(c, pid: int | None = None) -> list[tuple[int, int]]:
+    where = "" if pid is None else f" AND ((k.globalPid >> 24) & 16777215) = {pid}"
+    return c.execute("SELECT k.start, k.\"end\" FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                     f"ON s.id = k.demangledName WHERE s.value LIKE 'ncclDevKernel%'{where} ORDER BY k.start").fetchall()
+
+
+def step_ranges(c, pid: int | None = None) -> list[tuple[str, int, int]]:
+    where = "" if pid is None else f" AND ((globalTid >> 24) & 16777215) = {pid}"
+    return c.execute("SELECT text, start, \"end\" FROM NVTX_EVENTS WHERE text LIKE 'step %'"
+                     f"{where} ORDER BY start").fetchall()
+
+
+def ingest_ranks(store) -> None:
+    code, out, err = run_cli("ingest", str(RANKS / "rank0.sqlite.gz"), str(RANKS / "rank1.sqlite.gz"),
+                             "--run", "nsys_ranks")
+    assert code == 0, err
+
+
+def stragglers(target: str) -> dict:
+    code, out, err = run_cli("analyze", target, "--rule", "stragglers", "--json")
+    assert code == 0, err
+    [finding] = [f for f in json.loads(out)["findings"] if f["rule"] == "stragglers"]
+    return finding
+
+
+# -- one report per rank: a run ---------------------------------------------
+def test_per_rank_reports_are_put_on_one_clock(store, db):
+    """Each per-rank report counts time from its own session's start: stored as a run, rank 1's events are moved
+    by the difference of the sessions' UTC starts (sqlite: utcEpochNs), so the ranks leave each collective
+    together. Before, rank 1 stayed 6.2 ms off and the straggler finding blamed descheduled threads."""
+    shift = origin(db["rank1"]) - origin(db["rank0"])
+    k0, k1 = nccl_kernels(db["rank0"]), nccl_kernels(db["rank1"])
+    assert len(k0) == len(k1) == 33 and shift == -6_194_961
+    ends_apart = sorted(abs(a[1] - b[1]) for a, b in zip(k0, k1))
+    ends_aligned = sorted(abs(a[1] - (b[1] + shift)) for a, b in zip(k0, k1))
+    assert ends_apart[16] > 6_000_000 and ends_aligned[16] < 50_000  # the medians: the shift is the whole gap
+
+    ingest_ranks(store)
+    code, out, err = run_cli("sql", "--engine", "polars", "--json", "--run", "nsys_ranks",
+                             "SELECT rank, name, start_ns FROM events WHERE name LIKE 'step %' ORDER BY rank, start_ns")
+    assert code == 0, err
+    got = [(r["rank"], r["name"], r["start_ns"]) for r in json.loads(out)["rows"]]
+    want = ([(0, name, start) for name, start, _ in step_ranges(db["rank0"])]
+            + [(1, name, start + shift) for name, start, _ in step_ranges(db["rank1"])])
+    assert got == want
+    code, out, err = run_cli("show", "nsys_ranks", "--json")
+    assert code == 0, err
+    assert "each rank's trace counts time from its own capture's start: rank 1 moved onto the clock of rank 0 " \
+           "by the UTC times of their starts (rank 1 by -6.195 ms)" in out
+
+
+def test_straggler_of_per_rank_reports(store, db):
+    """rank 1 is the straggler; its last arrivals and every rank's step time are those of the exports."""
+    shift = origin(db["rank1"]) - origin(db["rank0"])
+    k0, k1 = nccl_kernels(db["rank0"]), nccl_kernels(db["rank1"])
+    last1 = sum(1 for a, b in zip(k0, k1) if b[0] + shift > a[0])
+    assert last1 == 31
+    ingest_ranks(store)
+    finding = stragglers("nsys_ranks")
+    m = finding["metrics"]
+    assert m["straggler_rank"] == 1 and m["collectives"] == 33 and m["members"] == "rank"
+    assert m["ranks"]["1"]["last_count"] == last1 and m["ranks"]["0"]["last_count"] == 33 - last1
+    for rank in (0, 1):
+        assert m["ranks"][str(rank)]["step_ns"] == sum(e - s for _, s, e in step_ranges(db[f"rank{rank}"]))
+    # each wait is one rank 0 spent in an NCCL kernel waiting for rank 1: at most rank 0's NCCL kernel time
+    assert m["ranks"]["0"]["waited_ns"] <= sum(e - s for s, e in k0)
+    # the sleep is 30 ms a step (steps_rank1.json): rank 0 loses about that a step, never more than its step
+    sleep_ms = json.loads((RANKS / "steps_rank1.json").read_text())["sleep_ms"]
+    assert 0.9 * sleep_ms * 1e6 < m["wait_caused_per_step_ns"] < 1.1 * sleep_ms * 1e6
+    assert "end up to" not in finding["message"] and "descheduled" not in finding["message"]
