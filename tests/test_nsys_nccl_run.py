@@ -111,3 +111,17 @@ def test_straggler_of_per_rank_reports(store, db):
     sleep_ms = json.loads((RANKS / "steps_rank1.json").read_text())["sleep_ms"]
     assert 0.9 * sleep_ms * 1e6 < m["wait_caused_per_step_ns"] < 1.1 * sleep_ms * 1e6
     assert "end up to" not in finding["message"] and "descheduled" not in finding["message"]
+
+
+def test_step_ranges_are_not_what_the_straggler_did(store, db):
+    """The NVTX ranges ``step 1`` .. ``step 5`` are the run's steps (range step N): their time is the step's, so
+    they are no host work that rank 1 does longer. Before, 'step 1 (host, 6.884 ms a step against 642.8 us)' and
+    'step 2' were offered as what rank 1 did longer than rank 0."""
+    steps = {name for name, _, _ in step_ranges(db["rank1"])}
+    assert steps == {f"step {i}" for i in range(1, 6)}
+    ingest_ranks(store)
+    finding = stragglers("nsys_ranks")
+    named = {r["name"] for key in ("slow_rank_host", "slow_rank_gpu") for r in finding["metrics"][key]}
+    assert not named & steps
+    assert not any(f"{s} (host" in finding["message"] for s in steps)
+
