@@ -125,3 +125,80 @@ def test_step_ranges_are_not_what_the_straggler_did(store, db):
     assert not named & steps
     assert not any(f"{s} (host" in finding["message"] for s in steps)
 
+
+# -- one report of the whole job: one trace of two processes -------------------------------------------------
+def gpu_processes_of(c) -> dict[str, list[int]]:
+    out: dict[int, set] = {}
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        for pid, device in c.execute(f"SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId FROM {table}"):
+            out.setdefault(pid, set()).add(device)
+    return {str(p): sorted(d) for p, d in sorted(out.items())}
+
+
+def test_one_report_of_the_job_says_it_holds_two_processes(store, db, tmp_path):
+    """One report of the torchrun job: two processes ran GPU work (pid 830 on GPU 0, pid 831 on GPU 1, the pids
+    the workload wrote). It is one trace, not a run: ingest warns, and the summary (terminal, JSON, page) says
+    so before its figures, which before were shown as if of one process."""
+    procs = gpu_processes_of(db["job"])
+    pids = {json.loads((HERE / "job" / f"steps_rank{r}.json").read_text())["pid"]: r for r in (0, 1)}
+    assert procs == {"830": [0], "831": [1]} and pids == {830: 0, 831: 1}
+    code, out, err = run_cli("ingest", str(JOB))
+    assert code == 0, err
+    assert ("2 processes ran GPU work in this one report (pid 830 (python3): GPU 0; pid 831 (python3): GPU 1): "
+            "it is read as one trace, not a run of ranks") in " ".join(err.split())
+    code, out, err = run_cli("analyze", "--json")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    assert summary["gpu_processes"] == procs
+    code, out, err = run_cli("--width", "200", "analyze")
+    assert code == 0, err
+    assert "processes    2 ran GPU work in this one trace (pid 830: GPU 0; pid 831: GPU 1): not a run of ranks" \
+        in out and "consecutive steps can overlap" in " ".join(out.replace("│", " ").split())
+    page = tmp_path / "job.html"
+    code, out, err = run_cli("report", "--html", str(page))
+    assert code == 0, err
+    assert '<div class="label">processes</div><div class="big">2</div>' in page.read_text()
+
+
+def test_steps_of_the_one_report_are_both_processes_taken_together(store, db):
+    """What the summary says a step is, exactly: step N from the first process's start of its range to the last
+    one's end (sqlite); the processes are not in step to the microsecond, so step 3 (ended by pid 831) overlaps
+    step 4 (begun by pid 830) by 38.1 us: what the summary's processes line warns of."""
+    ranges = step_ranges(db["job"])
+    windows = {}
+    for name, start, end in ranges:
+        s, e = windows.get(name, (start, end))
+        windows[name] = (min(s, start), max(e, end))
+    assert len(ranges) == 10 and len(windows) == 5
+    ordered = sorted(windows.values())
+    overlaps = [a[1] - b[0] for a, b in zip(ordered, ordered[1:]) if a[1] > b[0]]
+    assert overlaps == [18204433530 - 18204395403] and windows["step 4"][0] == 18204395403
+    code, out, err = run_cli("ingest", str(JOB))
+    code, out, err = run_cli("analyze", "--json", "--rule", "stragglers")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    durations = [e - s for s, e in ordered]
+    assert summary["steps"] == 5 and summary["step_time_ns"] == round(sum(durations) / 5)
+    assert summary["step_min_ns"] == min(durations) and summary["step_max_ns"] == max(durations)
+
+
+def test_straggler_of_the_one_report_is_rank_1s_gpu(store, db):
+    """In the one report the members are the GPUs: GPU 1 (rank 1's, pid 831) is last at the collectives, and GPU 0's
+    NCCL kernels are the ones that spin (sqlite: 276.0 ms of kernel time in pid 830's NCCL kernels, 8.3 in 831's)."""
+    k0, k1 = nccl_kernels(db["job"], 830), nccl_kernels(db["job"], 831)
+    assert len(k0) == len(k1) == 33
+    last1 = sum(1 for a, b in zip(k0, k1) if b[0] > a[0])
+    code, out, err = run_cli("ingest", str(JOB))
+    finding = stragglers(json.loads(run_cli("list", "--json")[1])["traces"][0]["id"])
+    m = finding["metrics"]
+    assert m["members"] == "device" and m["collectives"] == 33
+    assert m["ranks"]["1"]["last_count"] == last1 and m["ranks"]["0"]["last_count"] == 33 - last1
+    assert m["ranks"]["0"]["waited_ns"] <= sum(e - s for s, e in k0)
+
+
+def test_run_of_per_rank_reports_names_no_processes_line(store):
+    ingest_ranks(store)
+    code, out, err = run_cli("analyze", "nsys_ranks", "--json", "--rule", "stragglers")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    assert summary["gpu_processes"] == {}

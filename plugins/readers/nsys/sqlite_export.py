@@ -43,7 +43,7 @@ from typing import Iterator
 import polars as pl
 
 from traceparse.errors import bad_input, spelled
-from traceparse.meta import CLOCK_ORIGIN_UTC_NS, HOSTNAMES
+from traceparse.meta import CLOCK_ORIGIN_UTC_NS, GPU_PROCESSES, HOSTNAMES
 from traceparse.reader import ReadOptions
 from traceparse.sources import GZIP_DAMAGE, damaged_gzip, is_gzip
 from traceparse.trace import Device, Trace, TraceMeta
@@ -507,6 +507,18 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
             if hostnames:
                 meta.extra[HOSTNAMES] = list(dict.fromkeys(hostnames))
         meta.extra["processes"] = _processes(db)
+        gpu = _gpu_processes(db)
+        if len(gpu) > 1:
+            meta.extra[GPU_PROCESSES] = gpu
+            names = meta.extra["processes"]
+            each = "; ".join(f"pid {pid}{f' ({names[pid]})' if names.get(pid) else ''}: GPU "
+                             f"{', '.join(map(str, devices))}" for pid, devices in list(gpu.items())[:8])
+            more = f"; and {len(gpu) - 8:,} more" if len(gpu) > 8 else ""
+            meta.warnings.append(
+                f"{db.path}: {len(gpu)} processes ran GPU work in this one report ({each}{more}): it is read as "
+                "one trace, not a run of ranks; its figures are per GPU, and a step is every process's range of "
+                "that step taken together (consecutive steps can overlap by the processes' skew). For per-rank figures profile each rank into its own report (nsys "
+                "profile -o rank%q{RANK} under torchrun) and ingest the reports together as a run")
         names = _thread_names(db)
         if names:
             meta.extra["thread_names"] = names
@@ -535,6 +547,22 @@ def _thread_names(db: Tables) -> dict[str, str]:
            f"FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId WHERE t.globalTid IN ({' UNION '.join(active)}) "
            "ORDER BY p, t")
     return {f"{p}/{t}": str(n) for p, t, n in db.rows(sql) if n}
+
+
+def _gpu_processes(db: Tables) -> dict[str, list[int]]:
+    """pid -> the devices it ran kernels, copies or memsets on, in order of pid (the process in a GPU row's
+    globalPid, as its report scripts decode it)."""
+    tables = db.names
+    parts = [f"SELECT DISTINCT {_pid(db, 'globalPid')} AS p, deviceId AS d FROM {table}"
+             for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+             if table in tables and {"globalPid", "deviceId"} <= db.columns(table)]
+    if not parts:
+        return {}
+    out: dict[int, set[int]] = {}
+    for p, d in db.rows(" UNION ".join(parts)):
+        if type(p) is int and type(d) is int:
+            out.setdefault(p, set()).add(d)
+    return {str(p): sorted(out[p]) for p in sorted(out)}
 
 
 def _processes(db: Tables) -> dict[str, str]:
