@@ -202,3 +202,43 @@ def test_run_of_per_rank_reports_names_no_processes_line(store):
     assert code == 0, err
     [summary] = json.loads(out)["summary"]
     assert summary["gpu_processes"] == {}
+
+
+def test_one_report_links_each_kernel_to_its_own_process_launch(store, db):
+    """CUPTI's correlation ids count per process: in the job's report 13 kernel ids (and 4,852 runtime-call ids)
+    occur in both ranks' processes, so joined by the id alone a kernel met 802 calls for 690 kernels. Joined
+    within its process (sqlite), every kernel has exactly one launch. Before, launch-stats said '655 launched one
+    by one by 642 calls', with a 69.83 ms 'launch delay' from a call of the other rank."""
+    c = db["job"]
+    by_id_alone = c.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                            "ON r.correlationId = k.correlationId").fetchone()[0]
+    kernels, launches, delay_min, delay_max = c.execute(
+        "WITH k AS (SELECT (globalPid >> 24) & 16777215 AS p, correlationId AS c, start AS ks "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL), r AS (SELECT (globalTid >> 24) & 16777215 AS p, correlationId AS c, "
+        "start AS rs FROM CUPTI_ACTIVITY_KIND_RUNTIME) SELECT COUNT(*), COUNT(DISTINCT r.p * 4294967296 + r.c), "
+        "MIN(ks - rs), MAX(ks - rs) FROM k JOIN r ON k.p = r.p AND k.c = r.c").fetchone()
+    launch_time = c.execute(
+        "WITH k AS (SELECT DISTINCT (globalPid >> 24) & 16777215 AS p, correlationId AS c "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL) SELECT SUM(r.\"end\" - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN k ON k.p = (r.globalTid >> 24) & 16777215 AND k.c = r.correlationId").fetchone()[0]
+    assert by_id_alone == 802 and kernels == launches == 690
+    code, out, err = run_cli("ingest", str(JOB))
+    code, out, err = run_cli("analyze", "--json", "--rule", "launch-stats")
+    assert code == 0, err
+    [finding] = [f for f in json.loads(out)["findings"] if f["rule"] == "launch-stats"]
+    m = finding["metrics"]
+    assert (m["kernels"], m["linked_kernels"], m["direct_kernels"], m["launches"]) == (690, 690, 690, launches)
+    assert m["launch_time_ns"] == launch_time
+    assert (m["delay_ns_min"], m["delay_ns_max"]) == (delay_min, delay_max)
+
+
+def test_one_process_report_keeps_nsys_correlation_ids(store, db):
+    """A per-rank report holds one process: its correlation ids are the export's own."""
+    from traceparse.reader import ReadOptions
+    from traceparse_plugins.readers.nsys.sqlite_export import read_sqlite
+
+    trace = read_sqlite(RANKS / "rank1.sqlite.gz", ReadOptions())
+    kernels = trace.events.filter(trace.events["kind"] == "kernel")
+    want = sorted(r[0] for r in db["rank1"].execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert sorted(kernels["correlation_id"].to_list()) == want
+    assert "correlation_ids" not in trace.meta.extra
