@@ -242,3 +242,19 @@ def test_one_process_report_keeps_nsys_correlation_ids(store, db):
     want = sorted(r[0] for r in db["rank1"].execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL"))
     assert sorted(kernels["correlation_id"].to_list()) == want
     assert "correlation_ids" not in trace.meta.extra
+
+
+def test_run_steps_are_the_ranks_nvtx_steps(store, db):
+    """The run's steps are each rank's NVTX ``step N`` ranges (sqlite), 10 windows; the workload's own timings
+    (perf_counter around each step, ``steps_rank{R}.json``) agree with them to within 1%."""
+    durations = [e - s for r in (0, 1) for _, s, e in step_ranges(db[f"rank{r}"])]
+    measured = [ms * 1e6 for r in (0, 1)
+                for ms in json.loads((RANKS / f"steps_rank{r}.json").read_text())["step_wall_ms"]]
+    ingest_ranks(store)
+    code, out, err = run_cli("analyze", "nsys_ranks", "--json", "--rule", "stragglers")
+    assert code == 0, err
+    [summary] = json.loads(out)["summary"]
+    assert (summary["steps"], summary["step_windows"]) == (5, 10)
+    assert summary["step_time_ns"] == round(sum(durations) / 10)
+    assert (summary["step_min_ns"], summary["step_max_ns"]) == (min(durations), max(durations))
+    assert abs(summary["step_time_ns"] - sum(measured) / 10) < 0.01 * summary["step_time_ns"]
