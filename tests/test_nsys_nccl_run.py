@@ -258,3 +258,26 @@ def test_run_steps_are_the_ranks_nvtx_steps(store, db):
     assert summary["step_time_ns"] == round(sum(durations) / 10)
     assert (summary["step_min_ns"], summary["step_max_ns"]) == (min(durations), max(durations))
     assert abs(summary["step_time_ns"] - sum(measured) / 10) < 0.01 * summary["step_time_ns"]
+
+
+def test_a_folder_of_reports_and_their_exports_is_one_rank_each(store, db, tmp_path):
+    """``nsys export`` writes rank0.sqlite beside rank0.nsys-rep: a folder of both is still a run of two ranks,
+    each read once from its export (nsys is not needed). Before, each report was a rank of its own: refused
+    without nsys ('reading an Nsight Systems report needs nsys'), with nsys two rank-0 files."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in (0, 1):
+        for ext in (".nsys-rep", ".sqlite.gz"):
+            shutil.copy(RANKS / f"rank{r}{ext}", folder / f"rank{r}{ext}")
+    code, out, err = run_cli("ingest", str(folder), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    flat = " ".join(err.split())
+    for r in (0, 1):
+        assert f"{folder / f'rank{r}.nsys-rep'}: read from its SQLite export beside it, rank{r}.sqlite.gz" in flat
+    code, out, err = run_cli("sql", "--engine", "polars", "--json", "--run", "ranks",
+                             "SELECT rank, COUNT(*) AS n FROM events WHERE kind = 'kernel' GROUP BY rank ORDER BY rank")
+    assert code == 0, err
+    want = [db[f"rank{r}"].execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] for r in (0, 1)]
+    assert [(row["rank"], row["n"]) for row in json.loads(out)["rows"]] == [(0, want[0]), (1, want[1])]
+    assert doc
