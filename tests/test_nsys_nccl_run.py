@@ -281,3 +281,25 @@ def test_a_folder_of_reports_and_their_exports_is_one_rank_each(store, db, tmp_p
     want = [db[f"rank{r}"].execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] for r in (0, 1)]
     assert [(row["rank"], row["n"]) for row in json.loads(out)["rows"]] == [(0, want[0]), (1, want[1])]
     assert doc
+
+
+def test_clock_origin_only_for_times_as_recorded(db, tmp_path):
+    """The session's UTC start is the clock origin of an export whose times are as recorded (sqlite:
+    EXPORT_PARAM_TIME_NORMALIZE false, no time shift); an export made with --ts-normalize or a time shift has
+    none (its times are not counted from the session's start)."""
+    from traceparse.reader import ReadOptions
+    from traceparse_plugins.readers.nsys.sqlite_export import read_sqlite
+
+    c = db["rank0"]
+    said = dict(c.execute("SELECT name, value FROM META_DATA_EXPORT WHERE name IN ('EXPORT_PARAM_TIME_NORMALIZE', "
+                          "'EXPORT_PARAM_TIME_SHIFT')").fetchall())
+    assert said == {"EXPORT_PARAM_TIME_NORMALIZE": "false", "EXPORT_PARAM_TIME_SHIFT": "0"}
+    assert read_sqlite(RANKS / "rank0.sqlite.gz", ReadOptions()).meta.extra["clock_origin_utc_ns"] == origin(c)
+    for name, value in (("EXPORT_PARAM_TIME_NORMALIZE", "true"), ("EXPORT_PARAM_TIME_SHIFT", "1000")):
+        copy = tmp_path / f"{name}.sqlite"
+        with gzip.open(RANKS / "rank0.sqlite.gz", "rb") as src, open(copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        with sqlite3.connect(copy) as w:
+            w.execute("UPDATE META_DATA_EXPORT SET value = ? WHERE name = ?", (value, name))
+        w.close()
+        assert "clock_origin_utc_ns" not in read_sqlite(copy, ReadOptions()).meta.extra

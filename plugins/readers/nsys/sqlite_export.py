@@ -516,10 +516,13 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
                 # The export's times count from its session's start (measured on nsys 2025.3.1: two per-rank
                 # reports of one job, sessions started 6.19 ms apart, have every NCCL collective's ends 6.2 ms
                 # apart; moved by the difference of utcEpochNs they end together, as in one report of the job).
-                # Not where the export was asked to shift its times (nsys export --time-shift).
+                # Only for an export that says its times are as recorded (EXPORT_PARAM_TIME_NORMALIZE false, no
+                # time shift), as measured: not one made with --ts-normalize or a time shift, nor an export that
+                # does not say.
                 shifted = any(export.get(k, "0") not in ("0", "") for k in ("EXPORT_PARAM_TIME_SHIFT",
                                                                             "EXPORT_CONFIG_TIME_SHIFT"))
-                if type(row[0][0]) is int and not shifted:
+                as_recorded = export.get("EXPORT_PARAM_TIME_NORMALIZE", "").lower() == "false"
+                if type(row[0][0]) is int and as_recorded and not shifted:
                     meta.extra[CLOCK_ORIGIN_UTC_NS] = row[0][0]
         if "TARGET_INFO_SYSTEM_ENV" in tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             hostnames = [v for (v,) in db.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
