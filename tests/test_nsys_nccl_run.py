@@ -43,8 +43,8 @@ def origin(c) -> int:
 
 def nccl_kernels(c, pid: int | None = None) -> list[tuple[int, int]]:
     where = "" if pid is None else f" AND ((k.globalPid >> 24) & 16777215) = {pid}"
-    return c.execute("SELECT k.start, k.\"end\" FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
-                     f"ON s.id = k.demangledName WHERE s.value LIKE 'ncclDevKernel%'{where} ORDER BY k.start").fetchall()
+    return c.execute("SELECT k.start, k.\"end\" FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON "
+                     f"s.id = k.demangledName WHERE s.value LIKE 'ncclDevKernel%'{where} ORDER BY k.start").fetchall()
 
 
 def step_ranges(c, pid: int | None = None) -> list[tuple[str, int, int]]:

@@ -540,8 +540,9 @@ def _fill_meta(db: Tables, meta: TraceMeta, variant: str) -> None:
             meta.warnings.append(
                 f"{db.path}: {len(gpu)} processes ran GPU work in this one report ({each}{more}): it is read as "
                 "one trace, not a run of ranks; its figures are per GPU, and a step is every process's range of "
-                "that step taken together (consecutive steps can overlap by the processes' skew). For per-rank figures profile each rank into its own report (nsys "
-                "profile -o rank%q{RANK} under torchrun) and ingest the reports together as a run")
+                "that step taken together (consecutive steps can overlap by the processes' skew). For per-rank "
+                "figures profile each rank into its own report (nsys profile -o rank%q{RANK} under torchrun) and "
+                "ingest the reports together as a run")
         names = _thread_names(db)
         if names:
             meta.extra["thread_names"] = names
