@@ -525,7 +525,13 @@ def test_old_export_without_enum_tables(tmp_path):
     assert m.select("name", "duration_ns", "group", "pid").rows() == [
         ("step", 200, "MyDomain", 4100), ("checkpoint", 0, None, 4100), ("registered text", 10, None, 4200),
         ("never popped", None, None, 4200)]
-    assert warnings == [f"{path}: 1 NVTX ranges have no end (still open when the capture stopped); "
+    # two processes, each on its own GPU (the kernels above): one report of a multi-process job, said once
+    assert warnings == [f"{path}: 2 processes ran GPU work in this one report (pid 4100: GPU 0; pid 4200: GPU 1): "
+                        "it is read as one trace, not a run of ranks; its figures are per GPU, and a step is every "
+                        "process's range of that step taken together (consecutive steps can overlap by the "
+                        "processes' skew). For per-rank figures profile each rank into its own report (nsys profile "
+                        "-o rank%q{RANK} under torchrun) and ingest the reports together as a run",
+                        f"{path}: 1 NVTX ranges have no end (still open when the capture stopped); "
                         "they are kept with a null duration"]
     assert [(d.id, d.name, d.sm_count, d.compute_capability, d.core_clock_mhz) for d in trace.meta.devices] == [
         (0, "Tesla V100-SXM2-16GB", 80, "7.0", None), (1, "Tesla V100-SXM2-16GB", 80, "7.0", None)]

@@ -132,6 +132,30 @@ def hosts(meta) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+#: ``TraceMeta.extra`` key any reader may set where its source says when its clock's zero was: the UTC time, in ns
+#: since the Unix epoch, of the trace's time 0 (an integer). Traces that count time from their own capture's start
+#: (an Nsight Systems report per rank: each session has its own zero) are put on one clock by it when stored
+#: as a run (:func:`traceparse.run.align_rank_clocks`); absent where the source does not say.
+CLOCK_ORIGIN_UTC_NS = "clock_origin_utc_ns"
+
+
+#: ``TraceMeta.extra`` key a reader may set where one trace can hold the GPU work of several processes (one Nsight
+#: Systems report of a whole ``torchrun`` job): {pid (text): [device ids]} of the processes that ran GPU work. Where
+#: it names two or more, the trace is one trace, not a run of ranks: its rows have no rank, and its steps are the
+#: processes' step ranges taken together; the summary says so (:func:`gpu_processes`).
+GPU_PROCESSES = "gpu_processes"
+
+
+def gpu_processes(meta) -> dict[str, list[int]]:
+    """{pid (text): [device ids]} of a trace's processes that ran GPU work, as its reader recorded them
+    (:data:`GPU_PROCESSES`); {} where it did not. Only a mapping of text to integer lists is read."""
+    value = (getattr(meta, "extra", None) or {}).get(GPU_PROCESSES)
+    if not isinstance(value, dict):
+        return {}
+    return {str(pid): [d for d in devices if type(d) is int] for pid, devices in value.items()
+            if isinstance(devices, list)}
+
+
 #: ``TraceMeta.extra`` key of a run's combined trace: {rank (text): host name} of the ranks whose trace names one
 #: host (:data:`HOSTNAMES`), set by the store as it loads the run (:func:`ranks_by_host`).
 RANK_HOSTS = "rank_hosts"

@@ -291,6 +291,14 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                           + "; every figure here covers only what was read", style="red"))
     grid.add_row("span", fmt_ns(summary.get("span_ns")))
     grid.add_row("steps", steps_text(summary))
+    procs = summary.get("gpu_processes") or {}
+    if len(procs) > 1:  # one trace of a multi-process job: say what the figures are before any of them is read
+        each = "; ".join(f"pid {pid}: GPU {', '.join(map(str, devices))}" for pid, devices in list(procs.items())[:4])
+        grid.add_row(Text("processes", style="bold yellow"), Text(
+            f"{len(procs):,} ran GPU work in this one trace ({visible(each)}{'; ...' if len(procs) > 4 else ''}): "
+            "not a run of ranks; figures are per GPU, and a step is every process's range of it taken together "
+            "(consecutive steps can overlap by the processes' skew)",
+            style="yellow"))
     busy = summary.get("gpu_busy_pct")
     whole = "the GPU's span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU's span"  # gpu-idle's words
     unseen = summary.get("gpu_launches_unseen") or 0

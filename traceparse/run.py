@@ -740,28 +740,59 @@ def clock_shifts(ranges: dict[int, tuple[int, int]]) -> tuple[int | None, dict[i
     return ref, {r: ranges[ref][0] - span[0] for r, span in sorted(ranges.items()) if gap(span) > far}
 
 
+def clock_origin_shifts(by_rank: dict[int, dict]) -> tuple[int | None, dict[int, int]]:
+    """The reference rank (the lowest) and, for each rank whose trace counts time from another zero, the shift
+    that puts it on the reference's clock, from the UTC time of each trace's zero its reader gives
+    (:data:`traceparse.meta.CLOCK_ORIGIN_UTC_NS`): a time t of rank r is t + (origin r - origin ref) on the
+    reference's clock. Only where every rank gives one; ({} otherwise, and where they are all the same)."""
+    from traceparse.meta import CLOCK_ORIGIN_UTC_NS
+
+    origins = {}
+    for rank, result in by_rank.items():
+        value = ((result["meta"].get("extra") or {}).get(CLOCK_ORIGIN_UTC_NS))
+        if type(value) is not int:  # a stored value of another type says nothing
+            return None, {}
+        origins[rank] = value
+    if len(origins) < 2:
+        return None, {}
+    ref = min(origins)
+    return ref, {r: origins[r] - origins[ref] for r in sorted(origins) if origins[r] != origins[ref]}
+
+
 def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str, list[Path]]],
                       warnings: list[str]) -> dict[int, int]:
-    """Move the events of ranks on another clock (:func:`clock_shifts`) so the run shares one; one warning.
+    """Move the events of ranks on another clock so the run shares one; one warning for each way they moved.
+
+    Two ways, in turn. Ranks whose traces count time from their own zero, and say when it was in UTC
+    (:func:`clock_origin_shifts`: an Nsight Systems report per rank, each from its own session's start), are
+    moved onto the lowest rank's clock by the difference of their zeros. Then ranks still on another clock
+    (:func:`clock_shifts`: time ranges far apart) are moved to start with the reference rank's first event.
 
     Cross-rank figures (collective waits, the run's span, the critical floor) compare times across ranks: a rank
-    whose clock is 9.2e18 ns off would make the run span 292 years and its waits that long. Each moved rank's
-    ``events.parquet`` (under ``tmp/rank=N``) and its metadata summary are rewritten. A rank that cannot be
-    moved without passing Int64 (its own events span nearly 2^63 ns) is refused in one line. Returns
-    {rank: shift_ns}.
+    whose clock is 9.2e18 ns off would make the run span 292 years and its waits that long; two per-rank nsys
+    reports whose sessions started 6.2 ms apart made every collective's ranks seem to leave it 6.2 ms apart.
+    Each moved rank's ``events.parquet`` (under ``tmp/rank=N``) and its metadata summary are rewritten. A rank
+    that cannot be moved without passing Int64 (its own events span nearly 2^63 ns) is refused in one line.
+    Returns {rank: shift_ns}.
     """
     from traceparse.figures import fmt_ns
     from traceparse.validate import INT64_MAX
 
     ranges = {rank: r for rank, result in by_rank.items() if (r := _time_range(result)) is not None}
-    ref, shifts = clock_shifts(ranges)
+    origin_ref, by_origin = clock_origin_shifts(by_rank)
+    by_origin = {r: shift for r, shift in by_origin.items() if r in ranges}
+    moved = {r: (start + by_origin.get(r, 0), end + by_origin.get(r, 0)) for r, (start, end) in ranges.items()}
+    ref, far = clock_shifts(moved)
+    shifts = {r: by_origin.get(r, 0) + far.get(r, 0) for r in sorted({*by_origin, *far})}
+    shifts = {r: shift for r, shift in shifts.items() if shift}
     for rank, shift in shifts.items():
         start, end = ranges[rank]
-        if end + shift > INT64_MAX:
+        if end + shift > INT64_MAX or start + shift < -INT64_MAX - 1:
             path = ranks[by_rank[rank]["index"]][1][0]
+            onto = ref if ref is not None else origin_ref
             raise InputError(f"{path}: rank {rank} is on another clock (its events never overlap those of rank "
-                             f"{ref} in time) and its span of {fmt_ns(end - start)} cannot be moved onto the clock "
-                             f"of rank {ref} within Int64 nanoseconds")
+                             f"{onto} in time) and its span of {fmt_ns(end - start)} cannot be moved onto the clock "
+                             f"of rank {onto} within Int64 nanoseconds")
         directory = tmp / f"rank={rank}"
         events = pl.read_parquet(directory / "events.parquet")
         events.with_columns(pl.col("start_ns") + shift).write_parquet(directory / "events.parquet",
@@ -770,10 +801,17 @@ def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str
         meta["summary"] = {**meta["summary"], "start_ns": start + shift, "end_ns": end + shift}
         meta.setdefault("extra", {})["clock_shift_ns"] = shift
         _write_json(directory / "meta.json", meta, sync=False)  # flushed at the commit, with the rest
-    if shifts:
-        first, shift = next(iter(shifts.items()))
+    if by_origin:
+        first, shift = next(iter(by_origin.items()))
+        others = f" and {len(by_origin) - 1:,} more rank{'s' if len(by_origin) > 2 else ''}" if len(by_origin) > 1 \
+            else ""
+        warnings.append(f"each rank's trace counts time from its own capture's start: rank {first}{others} moved "
+                        f"onto the clock of rank {origin_ref} by the UTC times of their starts (rank {first} by "
+                        f"{'-' if shift < 0 else '+'}{fmt_ns(abs(shift))})")
+    if far:
+        first, shift = next(iter(far.items()))
         ahead = "ahead of" if shift < 0 else "behind"
-        others = f" and {len(shifts) - 1:,} more rank{'s' if len(shifts) > 2 else ''}" if len(shifts) > 1 else ""
+        others = f" and {len(far) - 1:,} more rank{'s' if len(far) > 2 else ''}" if len(far) > 1 else ""
         warnings.append(f"ranks on another clock: rank {first}{others} (its events never overlap those of rank "
                         f"{ref} in time; rank {first} is {fmt_ns(abs(shift))} {ahead} rank {ref}); their times are "
                         f"moved to start with the first event of rank {ref} ("

@@ -17,7 +17,7 @@ from traceparse import measures
 from traceparse.measures.base import exact_sum
 from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
-from traceparse.meta import UNREAD, device_nouns, incomplete_notes
+from traceparse.meta import UNREAD, device_nouns, gpu_processes, incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks
 from traceparse.schema import ASYNC_GROUP
@@ -103,6 +103,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
         "incomplete": incomplete_notes(trace.meta),
+        # one trace of several processes' GPU work (one nsys report of a whole job): not ranks, said on screen
+        "gpu_processes": (procs if len(procs := gpu_processes(trace.meta)) > 1 and trace_ranks(trace) == 1 else {}),
     }
 
 

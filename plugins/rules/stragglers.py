@@ -91,7 +91,7 @@ from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_show
 from traceparse.measures.base import exact_sum
 from traceparse.measures.comm import comm_kernels, member_compute, member_windows_counted, point_to_point_only, waiting_time
 from traceparse.measures.nesting import over_median
-from traceparse.measures.steps import STEP_NAME
+from traceparse.measures.steps import is_step_annotation
 from traceparse.meta import ranks_by_host
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -476,7 +476,8 @@ def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: fl
     slow_trace = next((tr for tr, r in traces.items() if r == rank), None)
     if slow_trace is None:
         return {"slow_rank_host": [], "slow_rank_gpu": []}
-    waiting = pl.col("name").str.contains(STEP_NAME) | expr.collective(pl.col("name").fill_null("")).is_not_null()
+    step_names = events.filter(is_step_annotation(events)).get_column("name").drop_nulls().unique().implode()
+    waiting = pl.col("name").is_in(step_names) | expr.collective(pl.col("name").fill_null("")).is_not_null()
     table = measures.step_time_by_name(events).filter(~waiting)
     rows = [{"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
              "excess_ns": round(slow) - round(median)}

@@ -118,6 +118,24 @@ def step_series(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     return shared(events, "step_series", lambda: _step_series(events, by_trace), (by_trace,))
 
 
+def is_step_annotation(events: pl.DataFrame) -> pl.Expr:
+    """True for the rows of ``events`` that are its step annotations, whose time is the step's, not work in it:
+    ``ProfilerStep#N``, the rows a reader marks as steps (group :data:`STEP_GROUP`), and the ranges of the series
+    :func:`step_series` chose from names (``step 3`` of ``range step N``, each ``train_step`` of
+    ``range train_step``). Ranges named like steps that are not the chosen series are not."""
+    name = pl.col("name").fill_null("")
+    out = name.str.contains(STEP_NAME)
+    if "group" in events.columns:
+        out = out | (pl.col("group") == STEP_GROUP).fill_null(False)
+    series = [source.removeprefix("range ") for source in step_series(events)["source"].drop_nulls().unique().to_list()
+              if source.startswith("range ")]
+    if series:
+        parts = name.str.extract_groups(TRAILING_NUMBER)
+        stem = (parts.struct.field("1") + parts.struct.field("2") + pl.lit("N")).fill_null("")
+        out = out | (pl.col("kind").cast(pl.String).is_in(RANGE_KINDS) & (name.is_in(series) | stem.is_in(series)))
+    return out
+
+
 def _step_series(events: pl.DataFrame, by_trace: bool) -> pl.DataFrame:
     if by_trace:
         return _by_trace(events)

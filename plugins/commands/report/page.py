@@ -327,6 +327,14 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
         ("top kernel categories", f'<div>{cats or "-"}</div>'),
     ]
     cards[4:4] = [(line["label"], f'<div>{esc(line["text"])}</div>') for line in summary.get("highlights") or []]
+    procs = summary.get("gpu_processes") or {}
+    if len(procs) > 1:  # one trace of a multi-process job (the terminal's "processes" line)
+        each = "; ".join(f"pid {pid}: GPU {', '.join(map(str, devices))}" for pid, devices in list(procs.items())[:4])
+        cards.insert(3, ("processes", f'<div class="big">{len(procs):,}</div><div class="muted">ran GPU work in '
+                                      f'this one trace ({esc(each)}{"; ..." if len(procs) > 4 else ""}): not a run '
+                                      "of ranks; figures are per GPU, and a step is every process&#39;s range of "
+                                      "it taken together (consecutive steps can overlap by the processes&#39; "
+                                      "skew)</div>"))
     out = "".join(f'<div class="card"><div class="label">{esc(label)}</div>{body}</div>' for label, body in cards)
     worst = summary.get("worst") or []
     items = []

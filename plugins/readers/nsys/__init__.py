@@ -54,14 +54,33 @@ class NsysReader(Reader):
         return sniffing.sniff(path, head)
 
     def group(self, paths: list[Path]) -> list[list[Path]]:
-        """Report files of one capture (``PREFIX_REPORT.csv``) together; SQLite and report files alone."""
+        """Report files of one capture (``PREFIX_REPORT.csv``) together; SQLite and report files alone, but a
+        report with its SQLite export beside it (``rank0.nsys-rep`` and ``rank0.sqlite``, as ``nsys export``
+        writes it) is one group, the export first: one capture, read once."""
         text, single = [], []
+        kinds: dict[Path, str | None] = {}
         for path in paths:
-            kind = sniffing.kind_of(path, read_head(path, 64) if path.is_file() else b"")
+            kinds[path] = kind = sniffing.kind_of(path, read_head(path, 64) if path.is_file() else b"")
             (single if kind in ("rep", "sqlite", "tables") else text).append(path)
-        return [[p] for p in single] + capture.group(text)
+        exports = {(p.parent, _stem(p)): p for p in single if kinds[p] == "sqlite"}
+        groups, paired = [], set()
+        for path in single:
+            export = exports.get((path.parent, _stem(path))) if kinds[path] == "rep" else None
+            if export is not None and export not in paired:
+                groups.append([export, path])
+                paired.update((export, path))
+        groups += [[p] for p in single if p not in paired]
+        return sorted(groups, key=lambda g: single.index(g[0])) + capture.group(text)
 
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
+        if len(paths) == 2 and [sniffing.kind_of(p, read_head(p, 64)) for p in paths] == ["sqlite", "rep"]:
+            export, report = paths
+            trace = read_sqlite(export, options)
+            made_from = trace.meta.extra.get("export_param_input_file")
+            options.warn(f"{report}: read from its SQLite export beside it, {export.name} (nsys was not run)"
+                         + (f"; but that export says it was made from {made_from}" if made_from and
+                            made_from != report.name else ""))
+            return trace
         if len(paths) == 1:
             kind = sniffing.kind_of(paths[0], read_head(paths[0], 64))
             if kind == "rep":
@@ -71,6 +90,15 @@ class NsysReader(Reader):
             if kind == "tables":
                 return read_export_dir(paths[0], options)
         return capture.read_capture(paths, options)
+
+
+def _stem(path: Path) -> str:
+    """The name without its nsys extension: ``rank0`` of rank0.nsys-rep, rank0.qdrep, rank0.sqlite, rank0.sqlite.gz."""
+    name = path.name
+    for ext in (".nsys-rep", ".qdrep", ".sqlite.gz", ".sqlite"):
+        if name.lower().endswith(ext):
+            return name[:-len(ext)]
+    return name
 
 
 @hookimpl
