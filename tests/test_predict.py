@@ -476,7 +476,8 @@ def test_recurrent_layers_are_a_layer_type_with_their_gemm_flops():
     assert len(calls) == 6  # the LSTM and the GRU, three steps
     forward = sum(2 * a["Input Dims"][0][0] * a["Input Dims"][0][1] * sum(w[0] * w[1] for w in a["Input Dims"][1]
                                                                            if len(w) == 2) for a in calls)
-    per_type = {(r["layer_type"], r["pass"]): r for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
+    per_type = {(r["layer_type"], r["pass"]): r
+                for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
     assert per_type[("recurrent", "forward")]["ops"] == forward / 3 == 2 * 2048 * (2048 * 1792 + 1536 * 1024)
     assert per_type[("recurrent", "backward")]["ops"] == 2 * forward / 3
     assert per_type[("recurrent", "forward")]["calls"] == per_type[("recurrent", "backward")]["calls"] == 2

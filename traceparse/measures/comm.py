@@ -277,7 +277,8 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     done = {"done_event_id": pl.Int64, "done_name": pl.String, "done_source": pl.String, "join_ns": pl.Int64,
             "done_ns": pl.Int64, "done_tid": pl.Int64, "done_stream_id": pl.Int64}
     if found is not None:
-        found = (found.with_columns(_pg=group, _family=_matching_family()).sort([*key, "start_ns", "trace_id", "event_id"], nulls_last=False)
+        found = (found.with_columns(_pg=group, _family=_matching_family())
+                 .sort([*key, "start_ns", "trace_id", "event_id"], nulls_last=False)
                  .with_columns(_k=pl.int_range(pl.len(), dtype=pl.Int64).over(key))
                  .select(*key, "_k", done_event_id="event_id", done_name="name", done_source="source",
                          join_ns="start_ns", done_ns="end_ns", done_tid="tid", done_stream_id="stream_id"))
