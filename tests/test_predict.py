@@ -20,7 +20,6 @@ import pytest
 from helpers import FIXTURES, run_cli, us_to_ns as _ns
 from traceparse.schema import SCHEMA_VERSION
 from traceparse.session import Session
-from traceparse.schema import SCHEMA_VERSION
 
 TORCH = FIXTURES / "torch"
 NETWORKS = ("resnet18", "vgg16", "alexnet")
