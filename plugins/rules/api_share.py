@@ -52,6 +52,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.measures.base import picked
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct, shares_shown
@@ -172,7 +173,9 @@ def _context_creation(events) -> tuple[int, str | None, bool]:
     (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call.
     Summary rows (no start times): the longest allocation call when it holds at least half of all allocation
     time (nvprof's Max column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
-    api = events.filter(expr.kind_is("api") & pl.col("duration_ns").is_not_null())
+    # only the columns used: an eager filter copies all fifty of the table's (20 ms on 100,000 calls)
+    api = picked(events, expr.kind_is("api") & pl.col("duration_ns").is_not_null(),
+                 *[c for c in ("trace_id", "pid", "name", "start_ns", "duration_ns", "max_ns") if c in events.columns])
     if api.height == 0:
         return 0, None, False
     api = api.with_columns(_class=expr.api_class(pl.col("name")))

