@@ -178,6 +178,11 @@ def test_a_balanced_pipeline_is_its_bubble_not_a_straggler():
     assert (f.severity, f.title) == ("info", "Pipeline bubble: every stage waits, none is slow")
     assert f.metrics["straggler_rank"] is None
     assert f.suggestion.startswith("Shrink the bubble")
+    # what is at stake is every stage's own wait, a mean over the ranks (it was what rank 1 makes rank 0 wait over
+    # the ranks: "0 ns on rank 1" in the bottleneck line, for a stage that waits 12.9 ms)
+    assert f.impact_ns == round((want["waited_ns"][0] + want["waited_ns"][1]) / 2)
+    assert (f.impact_range["least"], f.impact_range["least_ns"], f.impact_range["most"], f.impact_range["most_ns"]) \
+        == ("rank 1", want["waited_ns"][1], "rank 0", want["waited_ns"][0])
     # the slow twin keeps its straggler: rank 1 waits 9% of what it costs rank 0
     slow = oracle_pipeline_waits(RUNS / "pp2_slow_stage1")["waited_ns"]
     assert slow[1] < 0.5 * slow[0]

@@ -322,8 +322,9 @@ class Stragglers(Rule):
                         items=items, items_title=ITEMS_TITLE,
                         columns=[c for c in COLUMNS if (c.key != "device" or per["device"].is_not_null().any())
                                  and (c.key != "host" or len(hosts) > 1)],
-                        figures=FIGURES, impact_ns=round(caused_ns / len(members)),
-                        impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label),
+                        figures=FIGURES, **(_bubble_impact(per, members, label) if bubble else dict(
+                            impact_ns=round(caused_ns / len(members)),
+                            impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label))),
                         summary=summary)]
 
 
@@ -396,6 +397,18 @@ def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> b
         return False
     first, second = per["wait_caused_ns"][0], per["wait_caused_ns"][1]
     return first > 2 * second
+
+
+def _bubble_impact(per: pl.DataFrame, members: list, label: str) -> dict:
+    """``impact_ns`` and ``impact_range`` of a pipeline's bubble: what every stage waits (its own waits, a mean over
+    the members), not what the most waited-for stage makes the others wait (that stage's own waits counted 0 ns:
+    a balanced pipeline's bottleneck line read "0 ns on rank 1" for a stage waiting 12.9 ms)."""
+    waited = dict(zip(per["member"].to_list(), per["waited_ns"].to_list()))
+    rank_of = dict(zip(per["member"].to_list(), per["rank"].to_list()))
+    parts = [(int(waited.get(m, 0) or 0),
+              f"rank {rank_of[m]}" if label == "rank" and rank_of.get(m) is not None else f"{label} {_key(m)}")
+             for m in members]
+    return {"impact_ns": round(sum(ns for ns, _ in parts) / len(members)), "impact_range": impact_range(parts, label)}
 
 
 def _caused_range(on: dict, members: list, per: pl.DataFrame, label: str) -> dict | None:
