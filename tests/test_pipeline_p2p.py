@@ -224,3 +224,19 @@ def test_host_arrivals_are_said_when_batched_calls_share_kernels():
             f"transfers' calls and communication kernels do not pair one to one ({said};") in f.message
     # where every call met its kernel (the GPipe twin), nothing of the kind is said
     assert "starts on the host" not in run_rule(run_of(RUNS / "pp2_slow_stage1"), "stragglers").message
+
+
+def test_the_critical_path_says_transfers_where_every_instance_is_one():
+    """A pipeline's path crosses ranks at sends and receives, and the message said "of the 24 collectives ... had
+    joined a collective": every instance of the run is a send or a receive (raw JSON: no other collective call),
+    so it says transfers; a run of all-reduces keeps "collectives"."""
+    names = {e["name"] for r in (0, 1) for e in complete(raw_events(RUNS / "pp2_slow_stage1" / f"rank{r}.json.gz"),
+                                                         "cpu_op") if e["name"].startswith("c10d::")}
+    assert names and all(n.startswith(("c10d::send", "c10d::recv")) for n in names)
+    f = run_rule(run_of(RUNS / "pp2_slow_stage1"), "critical-path")
+    assert f.metrics["point_to_point"] is True
+    assert f" of the {f.metrics['collectives']} point-to-point transfers (" in f.message
+    assert "had joined a transfer and waited for them." in f.message and "collective" not in f.message
+    fsdp = run_rule(run_of(RUNS / "fsdp2_slow_hook"), "critical-path")  # NCCL all-reduces its path crosses at
+    assert fsdp.metrics["point_to_point"] is False
+    assert f" of the {fsdp.metrics['collectives']} collectives (" in fsdp.message

@@ -27,7 +27,8 @@ by its own kind on whatever rank it is; they add up to ``length_ns``, and no ite
 the ``top`` largest and ``(others)``), ``kernel_categories``, ``wait_ns`` and ``wait_pct`` (waiting for
 another rank, and its share of the length), ``other_rank_ns`` and ``other_rank_pct`` (all of the path's time
 on other ranks), ``crossings`` (collectives per path where it crossed to another rank), ``collectives`` (collective
-instances in the graph, over all ranks and steps), ``untraced_pct`` and
+instances in the graph, over all ranks and steps), ``point_to_point`` (every one of them a send or receive: a
+pipeline's transfers, and the message says so), ``untraced_pct`` and
 ``inferred_pct`` (shares of the length the trace does not show, or that rest on inferred edges), ``missing``
 (the edges the trace cannot give, in words), ``per_step`` (per path: ``step``, ``rank``, ``step_ns``,
 ``length_ns``, ``unexplained_ns``, ``wait_ns``, ``other_rank_ns``, ``crossings`` [{``collective``, ``name``,
@@ -67,6 +68,7 @@ from traceparse import expr, measures
 from traceparse.errors import ResourceError, spelled
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.meta import device_nouns
+from traceparse.measures.comm import point_to_point_only
 from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median
@@ -119,7 +121,7 @@ class CriticalPath(Rule):
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
                                                       keep=functools.partial(_lean, names=names),
                                                       texts=pl.Categorical)
-            joins, instances = None, 0  # one trace whose collectives join no other member (windowed)
+            joins, instances, p2p = None, 0, False  # one trace whose collectives join no other member (windowed)
             ranks_known = bool(events["rank"].is_not_null().any())
         else:
             try:
@@ -141,6 +143,7 @@ class CriticalPath(Rule):
             paths, segments = critical_paths(graph, windows, texts=pl.Categorical, columns=_LEAN_INPUT)
             segments = _lean(segments, names)
             joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
+            p2p = point_to_point_only(joins.filter(pl.col("dst_trace") == INSTANCE_TRACE)["category"].cast(pl.String))
             ranks_known = graph["rank"].is_not_null().any()
             del graph
         parts = _split_waits(segments, joins)
@@ -185,7 +188,7 @@ class CriticalPath(Rule):
                    "wait_pct": wait_pct, "held_pct": held_pct, "other_rank_ns": per_step(other_ns),
                    "other_rank_pct": expr.pct(other_ns, length),
                    "crossings": round(sum(len(d["crossings"]) for d in details) / n, 4) if n else 0,
-                   "collectives": instances,
+                   "collectives": instances, "point_to_point": p2p,
                    "untraced_pct": expr.pct(untraced, length), "inferred_pct": expr.pct(inferred, length),
                    "missing": missing, "per_step": details, "ranks": rank_rows}
         unmarked = bool(windows["step"].is_null().all())  # no step marked: one window over each trace's span
@@ -534,11 +537,12 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
             first = next(c for d in details for c in d["crossings"] if c["to_rank"] == rank)
             at = len({c["instance"] for d in details for c in d["crossings"] if c["to_rank"] == rank})
             times = f", {count:,} times over the {len(details):,} paths" if count != at else ""
-            text += (f" It crosses to rank {rank} at {at} of the {m['collectives']} collective"
+            one = "point-to-point transfer" if m.get("point_to_point") else "collective"  # a pipeline's sends
+            text += (f" It crosses to rank {rank} at {at} of the {m['collectives']} {one}"
                      f"{'s' if m['collectives'] != 1 else ''} ({first['name']}{times}):"
                      f" {fmt_ns(m['other_rank_ns'])} per step ({fmt_pct(m['other_rank_pct'])}) runs on other ranks, "
                      f"{fmt_ns(m['wait_ns'])} of it ({fmt_pct(m['wait_pct'])} of the path) while this rank had joined "
-                     "a collective and waited for them.")
+                     f"a {'transfer' if m.get('point_to_point') else 'collective'} and waited for them.")
     if items and items[0]["per_step_ns"]:  # a path of no length has no largest part worth naming
         lead = items[0]
         who = f"rank {lead['rank']} {lead['lane']}" if lead.get("rank") is not None else lead["lane"]
