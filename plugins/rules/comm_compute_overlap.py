@@ -36,6 +36,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.measures.base import picked
 from traceparse.measures.comm import (comm_kernels, kernel_spin, member_compute, member_windows,
                                       point_to_point_only, waiting_time)
 from traceparse.plugins import hookimpl
@@ -132,7 +133,7 @@ class CommComputeOverlap(Rule):
                         f"{fmt_pct(moving_pct or 0)} overlaps compute.")
         if n == 1:
             message += f" One {label} alone: the figure is that {label}'s."
-        p2p = point_to_point_only(events.filter(comm_kernels())["collective"])
+        p2p = point_to_point_only(picked(events, comm_kernels(), "collective")["collective"])
         if p2p:
             message += P2P_SENTENCE
         suggestion = ("" if severity == "info" else P2P_SUGGESTION if p2p else

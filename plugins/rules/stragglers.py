@@ -88,7 +88,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
-from traceparse.measures.base import exact_sum
+from traceparse.measures.base import exact_sum, picked
 from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, point_to_point_only,
                                       waiting_time)
 from traceparse.measures.nesting import over_median
@@ -404,23 +404,26 @@ def _bubble_impact(per: pl.DataFrame, members: list, label: str) -> dict:
     the members), not what the most waited-for stage makes the others wait (that stage's own waits counted 0 ns:
     a balanced pipeline's bottleneck line read "0 ns on rank 1" for a stage waiting 12.9 ms)."""
     waited = dict(zip(per["member"].to_list(), per["waited_ns"].to_list()))
-    rank_of = dict(zip(per["member"].to_list(), per["rank"].to_list()))
-    parts = [(int(waited.get(m, 0) or 0),
-              f"rank {rank_of[m]}" if label == "rank" and rank_of.get(m) is not None else f"{label} {_key(m)}")
-             for m in members]
+    parts = _member_parts(waited, members, per, label)
     return {"impact_ns": round(sum(ns for ns, _ in parts) / len(members)), "impact_range": impact_range(parts, label)}
 
 
 def _caused_range(on: dict, members: list, per: pl.DataFrame, label: str) -> dict | None:
     """:attr:`~traceparse.rule.Finding.impact_range` of the wait the straggler causes, whose mean over the members
     is the time at stake: the least (the straggler's own, nothing) and the most one member waited for it."""
+    return impact_range(_member_parts(on, members, per, label), label)
+
+
+def _member_parts(ns_of: dict, members: list, per: pl.DataFrame, label: str) -> list[tuple[int, str]]:
+    """(ns, name) of each member, its ns from ``ns_of`` (0 where absent), named "rank N" where the members are
+    ranks, else by their label and key: the parts of an :func:`~traceparse.run.impact_range`."""
     rank_of = dict(zip(per["member"].to_list(), per["rank"].to_list()))
 
     def name(member) -> str:
         rank = rank_of.get(member)
         return f"rank {rank}" if label == "rank" and rank is not None else f"{label} {_key(member)}"
 
-    return impact_range([(int(on.get(m, 0) or 0), name(m)) for m in members], label)
+    return [(int(ns_of.get(m, 0) or 0), name(m)) for m in members]
 
 
 def _as_slow(per: pl.DataFrame, candidate) -> list:
@@ -490,7 +493,7 @@ def slow_rank_excess(events, waits: pl.DataFrame, rank: int, top: int, floor: fl
     slow_trace = next((tr for tr, r in traces.items() if r == rank), None)
     if slow_trace is None:
         return {"slow_rank_host": [], "slow_rank_gpu": []}
-    step_names = events.filter(is_step_annotation(events)).get_column("name").drop_nulls().unique().implode()
+    step_names = picked(events, is_step_annotation(events), "name")["name"].drop_nulls().unique().implode()
     waiting = pl.col("name").is_in(step_names) | expr.collective(pl.col("name").fill_null("")).is_not_null()
     table = measures.step_time_by_name(events).filter(~waiting)
     rows = [{"kind": kind, "name": name, "slow_ns": round(slow), "median_ns": round(median),
@@ -530,7 +533,8 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) 
     each count; else ""."""
     if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
         return ""
-    kernels = events.filter(comm_kernels() & pl.col("rank").is_not_null()).group_by("rank").agg(kernels=pl.len())
+    kernels = picked(events, comm_kernels() & pl.col("rank").is_not_null(), "rank").group_by("rank").agg(
+        kernels=pl.len())
     if kernels.height == 0:
         return ""
     calls = waits.group_by("rank").agg(calls=pl.len())
@@ -538,13 +542,16 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) 
     differ = counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
     if differ.height == 0:
         return ""
-    shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(HOSTS_NAMED).iter_rows())
-    more = f" and {differ.height - HOSTS_NAMED} more {label}s" if differ.height > HOSTS_NAMED else ""
+    shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(RANKS_NAMED).iter_rows())
+    more = f" and {differ.height - RANKS_NAMED} more {label}s" if differ.height > RANKS_NAMED else ""
     return (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the {noun}' calls "
             f"and communication kernels do not pair one to one ({shown}{more}; calls batched together, as "
             "batch_isend_irecv does, run as one kernel), and a host that runs ahead of its GPU makes these waits "
             "the hosts', which can be far from the GPUs' (the kernels' time is in comm-compute-overlap).")
 
+
+#: The ranks whose calls and kernels differ in number named in the host-arrivals sentence; the rest are counted.
+RANKS_NAMED = 4
 
 #: A pipeline's most waited-for stage that waits itself at least this fraction of the wait it causes is not a
 #: slow stage: its waits and the others' are the schedule's bubble (two even stages, GPipe with 4 micro-batches:

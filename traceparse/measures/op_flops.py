@@ -152,8 +152,9 @@ FORMULAS: tuple[Formula, ...] = (
             "the broadcast shape of the tensor inputs", f"{TRACELENS}: BinaryElementwise.flops_func"),
 )
 
-#: Where the sizes of an RNN call sit in ``concrete_inputs``: (hidden_size, proj_size or None, bidirectional).
-RNN_ARGS = {"aten::_cudnn_rnn": (7, 8, 13), "aten::miopen_rnn": (6, None, 11)}
+#: Where an RNN call's arguments sit: its sizes in ``concrete_inputs`` (hidden_size, proj_size or None,
+#: bidirectional), and its hx and cx among the inputs.
+RNN_ARGS = {"aten::_cudnn_rnn": (7, 8, 13, (4, 5)), "aten::miopen_rnn": (6, None, 11, (3, 4))}
 
 #: Operator name -> its family.
 FAMILY: dict[str, str] = {op: f.family for f in FORMULAS for op in f.ops}
@@ -393,13 +394,12 @@ def _rnn_outputs(name: str, dims: list, concrete: list | None, tokens: int) -> i
     """The elements a forward RNN call writes: its output (tokens × hidden or projection size × directions) and
     its last hidden and cell states (the shapes of hx and cx: arguments 4 and 5 of cudnn's, 3 and 4 of MIOpen's);
     None where the sizes are not recorded."""
-    hidden_at, proj_at, bidirectional_at = RNN_ARGS[name]
+    hidden_at, proj_at, bidirectional_at, states = RNN_ARGS[name]
     hidden = _arg(concrete or [], hidden_at)
     proj = _arg(concrete or [], proj_at) if proj_at is not None else "0"
     if not hidden or not hidden.isdigit() or not proj or not proj.isdigit():
         return None
     directions = 2 if _flag(concrete, bidirectional_at) else 1
-    states = (4, 5) if name == "aten::_cudnn_rnn" else (3, 4)
     out = tokens * (int(proj) or int(hidden)) * directions
     return out + sum(math.prod(dims[i]) for i in states if len(dims) > i and is_shape(dims[i]))
 
