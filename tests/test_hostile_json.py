@@ -70,6 +70,11 @@ BYTE_CASES = {
     "latin1_everywhere": _text(_doc()).replace('"k"', '"café"').encode("latin-1"),
     "utf16": _text(_doc()).encode("utf-16"),
     "nul_bytes": _text(_doc()).encode().replace(b'"k"', b'"k\x00\x00"', 1),
+    # values the torch reader keeps raw (not decoded as strings) until they become columns; a byte flipped in
+    # "Input type" of a real trace stopped the read with an internal error
+    "non_utf8_input_type": _text(_doc([{**EVENT, "cat": "cpu_op", "name": "aten::mm", "args": {
+        "Input Dims": [[2, 2], [2, 2]], "Input type": ["float", "Scal\udc9arList"]}}, EVENT])).encode().replace(
+        b"\\udc9a", b"\x9a", 1),
 }
 
 
@@ -113,6 +118,9 @@ def test_what_the_named_cases_give(tmp_path):
     path, trace = read("non_utf8_name")
     assert trace.events["name"][0] == "\ufffd\ufffd"
     assert f"{path}: 2 byte sequences not valid UTF-8; read as U+FFFD (the replacement character)" in trace.meta.warnings
+    path, trace = read("non_utf8_input_type")
+    assert trace.events["input_types"][0] == '["float","Scal\ufffdrList"]'
+    assert f"{path}: 1 byte sequence not valid UTF-8; read as U+FFFD (the replacement character)" in trace.meta.warnings
     _, trace = read("float_device")
     assert trace.events["device_id"].to_list() == [0, 0]  # 0.5 is no device: the pid, which Kineto sets to it
     assert any("args.device 1× not an integer, left empty" in w for w in trace.meta.warnings)

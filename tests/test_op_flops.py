@@ -224,6 +224,50 @@ def test_fp8_gemms_are_costed_with_their_output_dtype(tmp_path):
     assert sum(i["dram_bytes"] for i in rows) == total_bytes
 
 
+def test_grouped_gemms_of_a_mixture_of_experts_are_costed(tmp_path):
+    """A real H200 capture of an MoE feed-forward (fixtures/make_grouped_mm_trace.py: 8 experts, tokens shared
+    unevenly, bf16, forward and backward, and an FP8 ``_scaled_grouped_mm``): every grouped GEMM of the block
+    — up and down projections, their input gradients (2-D × 3-D, grouped along the tokens) and weight gradients
+    (2-D × 2-D, grouped along K) — is 2 × tokens × hidden × ffn FLOPs, whichever operand is grouped; the bytes are
+    the operands, the offsets and the output (one per group for the weight gradients). They had no formula: the
+    roofline placed 21.2% of the kernel time and counted 0.25 of its 661.7 GFLOP."""
+    path = FIXTURES / "torch" / "grouped_mm" / "moe_grouped_mm.json.gz"
+    made = json.loads((path.parent / "moe_grouped_mm_made.json").read_text())
+    assert made["fp8"] == "ran"
+    tokens, hidden, ffn = sum(made["tokens_per_expert"]), made["hidden"], made["ffn"]
+    experts = len(made["tokens_per_expert"])
+    with gzip.open(path, "rt") as f:
+        calls = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "cpu_op" and "grouped_mm" in e["name"]]
+    assert len(calls) == 2 * 7  # two profiled steps: 2 forward, 4 backward, 1 FP8
+    flops = 2 * tokens * hidden * ffn
+    outputs = {  # (A, B) -> output elements, from the sizes the script used
+        ((tokens, hidden), (experts, hidden, ffn)): tokens * ffn,
+        ((tokens, ffn), (experts, ffn, hidden)): tokens * hidden,
+        ((hidden, tokens), (tokens, ffn)): experts * hidden * ffn,
+        ((ffn, tokens), (tokens, hidden)): experts * ffn * hidden,
+    }
+    total = 0
+    for call in calls:
+        args = call["args"]
+        a, b = (tuple(d) for d in args["Input Dims"][:2])
+        fp8 = call["name"] == "aten::_scaled_grouped_mm"
+        element = 1 if fp8 else 2
+        nbytes = (math.prod(a) + math.prod(b)) * element + experts * 4 + outputs[(a, b)] * 2  # bf16 output
+        if fp8:  # row-wise fp32 scales of A's rows and of each expert's columns
+            nbytes += (tokens + experts * ffn) * 4
+        cost = op_flops.cost(call["name"], args["Input Dims"], args["Input type"], args["Concrete Inputs"])
+        assert (cost.flops, cost.bytes, cost.family, cost.dtype) == (
+            flops, nbytes, "grouped gemm", "fp8" if fp8 else "bf16"), args["Input Dims"]
+        total += flops
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "arithmetic-intensity",
+                             "--json")
+    assert code == 0, err
+    metrics = json.loads(out)["findings"][0]["metrics"]
+    assert metrics["flops_by_precision"]["bf16_tensor"] == 12 * flops
+    assert metrics["flops_by_precision"]["fp8_tensor"] == 2 * flops
+    assert total == 14 * flops == 661_424_963_584
+
+
 def test_cudnn_rnn_calls_are_costed_from_their_weights(tmp_path):
     """Sweep 18's LSTM/GRU capture (H200, cuDNN 9.19): each ``aten::_cudnn_rnn`` is 2 × tokens × the elements of
     its weight matrices (every layer's input-to-hidden and hidden-to-hidden GEMMs, the gates carried by the

@@ -482,6 +482,23 @@ def test_recurrent_layers_are_a_layer_type_with_their_gemm_flops():
     assert per_type[("recurrent", "forward")]["calls"] == per_type[("recurrent", "backward")]["calls"] == 2
 
 
+def test_grouped_gemms_of_experts_are_linear_layers_with_their_flops():
+    """The MoE feed-forward of an H200 (fixtures/make_grouped_mm_trace.py): its ``aten::_grouped_mm`` calls (and the
+    FP8 ``_scaled_grouped_mm``) are ``linear`` layers, each 2 × tokens × hidden × ffn ops from the script's sizes;
+    forward the up and down projections and the FP8 one, backward (``GroupedMmBackward0``) the input and weight
+    gradients of both. They were ``other``, with their largest input's elements as ops."""
+    from traceparse.ingest import read_paths
+    from traceparse_plugins.predict.attribution import profile
+
+    path = FIXTURES / "torch" / "grouped_mm" / "moe_grouped_mm.json.gz"
+    made = json.loads((path.parent / "moe_grouped_mm_made.json").read_text())
+    one = 2 * sum(made["tokens_per_expert"]) * made["hidden"] * made["ffn"]
+    per_type = {(r["layer_type"], r["pass"]): r
+                for r in profile(read_paths([path])[0]).per_type().iter_rows(named=True)}
+    assert (per_type[("linear", "forward")]["calls"], per_type[("linear", "forward")]["ops"]) == (3, 3 * one)
+    assert (per_type[("linear", "backward")]["calls"], per_type[("linear", "backward")]["ops"]) == (2, 4 * one)
+
+
 def test_run_never_prints_a_step_shorter_than_its_gpu_time_and_warns_outside_the_fit(sweep_store, tmp_path):
     """Fitted on ResNet18 at batches 4-32 and run from the batch-8 trace: at 128 the step model's replay would
     give a step shorter than the layer models' GPU time per step; it is raised to it, and it says so."""

@@ -37,7 +37,8 @@ def test_shared_samples_match_independent_parse(samples_dir):
 def test_fixture_traces_match_independent_parse(fixtures_dir):
     not_traces = ("manifest.json", "ddp4_step_times.json", "fsdp2_step_times.json",  # what made them, not traces
                   "fsdp4_step_times.json", "pp2_step_times.json", "pp2_1f1b_step_times.json",
-                  "et_versions.json", "versions.json", "amp_accum_skipped.json", "fp8_scaled_mm_made.json")
+                  "et_versions.json", "versions.json", "amp_accum_skipped.json", "fp8_scaled_mm_made.json",
+                  "gemm_precisions_made.json", "moe_grouped_mm_made.json")
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and not p.name.endswith("_steps.json")  # sweep 18's measured step times
@@ -49,8 +50,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # memory events with Bytes alone (fixtures/torch/kineto), the 2 steps the host does not wait for
     # (fixtures/torch/async), the 6 of sweep 18 (fixtures/torch/sweep18) and PyTorch 2.13's CPU trace and 8 gloo
     # ranks under two host names (fixtures/torch/cpu, multirank/gloo4_*host*), the 6 ranks of sweep 20's
-    # two-stage pipelines (multirank/pp2_*) and the FP8 GEMMs of an H200 (fixtures/torch/fp8)
-    assert len(paths) == 100
+    # two-stage pipelines (multirank/pp2_*), the FP8 GEMMs of an H200 (fixtures/torch/fp8), its one GEMM in
+    # six precisions (fixtures/torch/gemm_kernels) and its mixture of experts (fixtures/torch/grouped_mm)
+    assert len(paths) == 102
     for path in paths:
         check_against_independent(path)
 

@@ -52,7 +52,7 @@ from traceparse.measures import op_flops
 LAYER_TYPES: list[tuple[str, str]] = [
     ("optimizer step", r"^optimizer\.|_foreach_|_fused_(sgd|adam)|\bsgd\b|\badamw?\b"),
     ("convolution", r"conv"),
-    ("linear", r"linear|addmm|(^|::|\s)mm\b|bmm|matmul|(^|\s)mmbackward"),
+    ("linear", r"linear|addmm|(^|::|\s)mm\b|bmm|matmul|(^|\s)mmbackward|grouped_?mm"),
     ("batch norm", r"batch_?norm"),
     ("ReLU", r"relu|threshold_backward"),
     ("pooling", r"pool|meanbackward|aten::mean\b"),
@@ -81,7 +81,7 @@ CONV_FORWARD = _family("conv")
 CONV_BACKWARD = _family("conv backward")
 ATTENTION = _family("attention", "attention backward")
 RECURRENT = _family("rnn", "rnn backward")
-MATMUL = _family("gemm")
+MATMUL = _family("gemm", "grouped gemm")
 
 
 def layer_type(name: str) -> str:

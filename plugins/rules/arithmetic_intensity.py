@@ -20,7 +20,8 @@ or byte counts are items; the others are counted in
   ``sm__inst_executed_pipe_tensor_op_gmma.sum`` > 0 (Hopper warpgroup MMA), or
   when its name says so (tf32, hmma, h884/s1688/h16816-style tiles,
   tensorop, bf16, fp8 ... in a GEMM/convolution kernel name, and no SIMT
-  marker such as ``_ffma_`` or ``sgemm``) - unless the ops metric of the
+  marker such as ``_ffma_`` or ``sgemm``; cuBLAS's ``nvjet_*`` GEMMs, their
+  operand type the letter after ``nvjet_smNN_``) - unless the ops metric of the
   precision its name gives was collected and reads 0. Neither
   ``sm__inst_executed_pipe_tensor.sum`` nor ``..._op_hmma.sum`` is taken as
   evidence: on sm_80+ they also count HFMA2.MMA register moves, so

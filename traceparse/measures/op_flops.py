@@ -48,7 +48,8 @@ DTYPE_PRECISION = {
     "c10::float8_e5m2fnuz": "fp8",
 }
 #: Families whose work runs on matrix units (tensor cores) when the kernels and dtype allow it.
-MATRIX_FAMILIES = ("gemm", "conv", "conv backward", "attention", "attention backward", "rnn", "rnn backward")
+MATRIX_FAMILIES = ("gemm", "grouped gemm", "conv", "conv backward", "attention", "attention backward", "rnn",
+                   "rnn backward")
 #: XLA element types (as XLA prints them, a kernel row's ``input_types`` in a JAX trace) -> precision.
 XLA_PRECISION = {"f64": "fp64", "f32": "fp32", "f16": "fp16", "bf16": "bf16", "f8e4m3fn": "fp8", "f8e5m2": "fp8",
                  "f8e4m3fnuz": "fp8", "f8e5m2fnuz": "fp8", "f8e4m3": "fp8", "f8e4m3b11fnuz": "fp8"}
@@ -81,6 +82,15 @@ FORMULAS: tuple[Formula, ...] = (
             "_scaled_mm are not counted)",
             "batch × M × N, in A's dtype (_scaled_mm: in its out_dtype)",
             f"{TORCH}: mm_flop, addmm_flop, bmm_flop, baddbmm_flop, _scaled_mm_flop"),
+    Formula("grouped gemm", ("aten::_grouped_mm", "aten::_scaled_grouped_mm"),
+            "2 × M × N × K summed over the groups (a mixture of experts' GEMMs in one call, the groups cut by "
+            "offs): A[M_total, K] × B[G, K, N] 2 × M_total × K × N; A[G, M, K] × B[K, N_total] 2 × M × K × N_total; "
+            "A[M, K_total] × B[K_total, N] 2 × M × K_total × N; A[G, M, K] × B[G, K, N] 2 × G × M × K × N. offs is "
+            "a tensor the trace does not record, so rows past its last offset (padding) count too; the bias and the "
+            "scaling of _scaled_grouped_mm are not counted",
+            "M_total × N, M × N_total, G × M × N (grouped along K) or G × M × N, in A's dtype (_scaled_grouped_mm: "
+            "in its out_dtype)",
+            "written here, from the shapes torch._grouped_mm documents (torch.utils.flop_counter has no formula)"),
     Formula("conv", ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
                      "aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::miopen_convolution",
                      "aten::_convolution_mode", "aten::conv2d_padding", "aten::conv_transpose1d",
@@ -231,6 +241,8 @@ def cost(name: str, dims: list | None, types: list | None = None, concrete: list
     try:
         if family == "gemm":
             found = _gemm(name, dims, types, concrete)
+        elif family == "grouped gemm":
+            found = _grouped_gemm(name, dims, types, concrete)
         elif family == "conv":
             found = _conv(name, dims, types, concrete, conv_output)
         elif family == "conv backward":
@@ -277,6 +289,37 @@ def _gemm(name: str, dims: list, types: list | None, concrete: list | None = Non
         if code:  # a ScalarType's number; none given: the result is in self's dtype
             out_dtype = SCALAR_TYPES.get(code)
     return Cost(2.0 * batch * m * n * k, _bytes(dims, types, out, out_dtype), "gemm", _precision(types, first))
+
+
+#: Where a grouped GEMM's arguments sit: offs (a 1-D tensor, one entry per group) and out_dtype (a ScalarType's
+#: number in ``concrete_inputs``).
+GROUPED_ARGS = {"aten::_grouped_mm": (2, 4), "aten::_scaled_grouped_mm": (4, 7)}
+
+
+def _grouped_gemm(name: str, dims: list, types: list | None, concrete: list | None) -> Cost | None:
+    if len(dims) < 2 or not is_shape(dims[0]) or not is_shape(dims[1]):
+        return None
+    a, b = dims[0], dims[1]
+    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:  # groups of A's rows, one B each
+        (m, k), n, out = a, b[2], a[0] * b[2]
+    elif len(a) == 3 and len(b) == 2 and a[2] == b[0]:  # one A each, groups of B's columns
+        m, k, n, out = a[1], a[2], b[1], a[1] * b[1]
+    elif len(a) == 2 and len(b) == 2 and a[1] == b[0]:  # groups along K: one output per group
+        offs = dims[GROUPED_ARGS[name][0]] if len(dims) > GROUPED_ARGS[name][0] else None
+        groups = offs[0] if is_shape(offs) and len(offs) == 1 else None
+        if not groups:
+            return None
+        (m, k), n = a, b[1]
+        out = groups * m * n
+    elif len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:  # a batch of equal groups
+        m, k, n, out = a[0] * a[1], a[2], b[2], a[0] * a[1] * b[2]
+    else:
+        return None
+    out_dtype = _dtype_at(types, 0)
+    code = _arg(concrete or [], GROUPED_ARGS[name][1])
+    if code:  # a ScalarType's number; none given: the result is in A's dtype
+        out_dtype = SCALAR_TYPES.get(code)
+    return Cost(2.0 * m * k * n, _bytes(dims, types, out, out_dtype), "grouped gemm", _precision(types, 0))
 
 
 def conv_output_shape(name: str, x: list, w: list, concrete: list | None) -> tuple | None:

@@ -47,6 +47,13 @@ NAME_PRECISION = (  # first match wins
     (re.compile(r"int8|imma|i8i8|(?<![a-z])i\d{3,5}", re.I), "int8_tensor"),
     (re.compile(r"dmma|(?<![a-z])d\d{3,5}", re.I), "fp64_tensor"),
 )
+#: cuBLAS's JIT-built Hopper/Blackwell GEMMs (``nvjet_sm90_tst_256x128_...``): tensor-core kernels (WGMMA/UMMA
+#: only), their name's letters the types of the operands, the compute and the output (``hsh``, ``tst``; FP8
+#: GEMMs name both operands first: ``qqtst``). What each operand letter is, read off real kernels
+#: (fixtures/make_gemm_kernel_trace.py, an H200 with CUDA 13): h fp16, t bf16, q e4m3, r e5m2; fp32 GEMMs ran as
+#: ``sm80_xmma_gemm_..._ffma`` (SIMT) and, with TF32, ``sm90_xmma_gemm_f32f32_tf32f32_...``, not as nvjet.
+NVJET_NAME = re.compile(r"(?:^|[^a-z])nvjet_(?:sm\d+_)?(?P<types>[a-z]{3,5})_", re.I)
+NVJET_OPERAND_PRECISION = {"h": "fp16_tensor", "t": "bf16_tensor", "q": "fp8_tensor", "r": "fp8_tensor"}
 DEFAULT_TENSOR_PRECISION = "fp16_tensor"
 #: roof_pct above this (measurement noise allowed for) means the peaks cannot be the GPU's
 ABOVE_ROOF_PCT = 105.0
@@ -57,15 +64,24 @@ def uses_tensor_cores_by_name(name: str | None) -> bool:
     """True when a kernel name says it runs MMA instructions on tensor cores (see the module docstring)."""
     if not name:
         return False
+    if NVJET_NAME.search(name):
+        return True
     return bool(MATMUL_NAME.search(name) and TENSOR_NAME.search(name) and not SIMT_NAME.search(name))
 
 
 def tensor_precision_from_name(name: str | None) -> str:
     """The tensor precision a kernel name gives (tf32, bf16, fp8, int8, fp64; fp16 by default)."""
-    for pattern, precision in NAME_PRECISION:
-        if name and pattern.search(name):
-            return precision
-    return DEFAULT_TENSOR_PRECISION
+    return _named_precision(name) or DEFAULT_TENSOR_PRECISION
+
+
+def _named_precision(name: str | None) -> str | None:
+    """The tensor precision a kernel name spells out, None where it names none."""
+    if not name:
+        return None
+    nvjet = NVJET_NAME.search(name)
+    if nvjet:
+        return NVJET_OPERAND_PRECISION.get(nvjet["types"][0].lower())
+    return next((precision for pattern, precision in NAME_PRECISION if pattern.search(name)), None)
 
 
 
@@ -443,7 +459,7 @@ def _tensor_by_name(name: str) -> str | None:
     """The tensor precision a kernel's name gives when it says tensor cores ("tensor": none named), else None."""
     if not uses_tensor_cores_by_name(name):
         return None
-    return next((p for pattern, p in NAME_PRECISION if pattern.search(name)), "tensor")
+    return _named_precision(name) or "tensor"
 
 
 def shape_precision(family: str, dtype: str | None, tensor: set[str]) -> str | None:

@@ -19,6 +19,7 @@ by any amount of whitespace, and an event longer than :data:`MAX_EVENT_BYTES`
 
 from __future__ import annotations
 
+import codecs
 import gc
 import os
 import re
@@ -293,7 +294,8 @@ class _Guarded:
         false (an attempt among several over the same bytes, whose caller counts the one it keeps:
         :func:`_split_events`)."""
         try:
-            return self.decoder.decode(data)
+            if is_utf8(data):  # msgspec checks the strings it decodes, not the values it keeps raw
+                return self.decoder.decode(data)
         except RecursionError:
             raise bad_input(self.path, None, "JSON nested too deeply to read (deeper than any trace is)") from None
         except UnicodeDecodeError:
@@ -315,6 +317,19 @@ def not_utf8(exc: Exception) -> bool:
     """Whether msgspec refused the bytes as not UTF-8: a UnicodeDecodeError before msgspec 0.23, a DecodeError
     ("Invalid UTF-8 encoded string") from 0.23 on, where a syntax error is a DecodeError too."""
     return isinstance(exc, UnicodeDecodeError) or (isinstance(exc, msgspec.DecodeError) and "UTF-8" in str(exc))
+
+
+def is_utf8(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` is UTF-8 throughout, raw values too (an operator's ``Input type`` or ``Concrete Inputs``,
+    kept as ``msgspec.Raw`` unchecked): a bad byte there reached the columns and stopped the read."""
+    whole = data.obj if isinstance(data, memoryview) else data  # a chunk's view: its document, ASCII around it
+    if whole.isascii():
+        return True
+    try:
+        codecs.utf_8_decode(data, "strict", True)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def bad_sequences(data: bytes | bytearray | memoryview) -> int:
