@@ -240,3 +240,101 @@ def test_the_critical_path_says_transfers_where_every_instance_is_one():
     fsdp = run_rule(run_of(RUNS / "fsdp2_slow_hook"), "critical-path")  # NCCL all-reduces its path crosses at
     assert fsdp.metrics["point_to_point"] is False
     assert f" of the {fsdp.metrics['collectives']} collectives (" in fsdp.message
+
+
+# -- four stages over gloo: each transfer has two members, its sender and its receiver --------------------------
+PP4 = {"balanced": RUNS / "pp4_gloo_balanced", "slow": RUNS / "pp4_gloo_slow_stage2"}
+
+
+def oracle_pairwise_transfers(folder: Path) -> dict:
+    """Every transfer of a four-stage pipeline from the raw JSON: a ``c10d::send`` on the sender and a
+    ``c10d::recv_`` on the receiver, whose third argument (``Concrete Inputs``) is the other rank; the k-th send
+    from s to d meets the k-th receive on d from s. Each side arrives at its call's start; the later one is last
+    (of two at one instant, the lower rank) and the other waited the difference."""
+    arrivals: dict = {}
+    for rank in range(4):
+        for e in sorted((e for e in raw_events(folder / f"rank{rank}.json.gz") if e.get("cat") == "cpu_op"
+                         and e["name"] in ("c10d::send", "c10d::recv_")), key=lambda e: e["ts"]):
+            peer = int(e["args"]["Concrete Inputs"][2])
+            pair = (rank, peer) if e["name"] == "c10d::send" else (peer, rank)
+            arrivals.setdefault(pair, {}).setdefault(rank, []).append(us_to_ns(e["ts"]))
+    last, caused = dict.fromkeys(range(4), 0), dict.fromkeys(range(4), 0)
+    n = 0
+    for (src, dst), sides in arrivals.items():
+        assert abs(src - dst) == 1 and len(sides[src]) == len(sides[dst])  # neighbours only, every send received
+        for a, b in zip(sides[src], sides[dst]):
+            late = src if a > b or (a == b and src < dst) else dst
+            last[late] += 1
+            caused[late] += abs(a - b)
+            n += 1
+    return {"transfers": n, "last": last, "caused": caused}
+
+
+def test_each_transfer_of_a_four_stage_pipeline_meets_its_peer():
+    """Stage 2 (rank 2) does three times the others' work (fixtures/make_pipeline4_gloo.py, four CPU processes).
+    Transfers were matched as the n-th point-to-point call of every rank, all four together: the rule named
+    rank 0 the straggler, counted 24 of 48 transfers "missing on some ranks" and said the ranks' clocks
+    differed by 311.7 ms (one host, one clock). Each transfer is now its sender's and its receiver's: the figures
+    are the raw JSON's, pair by pair."""
+    want = oracle_pairwise_transfers(PP4["slow"])
+    f = run_rule(run_of(PP4["slow"]), "stragglers")
+    m = f.metrics
+    assert (f.severity, m["straggler_rank"]) == ("critical", 2)
+    assert m["collectives"] == want["transfers"] == 72  # 3 neighbour pairs × 2 ways × 4 micro-batches × 3 steps
+    assert m["incomplete_collectives"] == 0
+    assert {int(r): row["last_count"] for r, row in m["ranks"].items()} == want["last"]
+    assert {int(r): row["wait_caused_ns"] for r, row in m["ranks"].items()} == want["caused"]
+    assert m["wait_caused_ns"] == want["caused"][2] == max(want["caused"].values())
+    assert "missing" not in f.message and "clocks" not in f.message
+    made = json.loads((RUNS / "pp4_gloo_step_times.json").read_text())
+    assert made["slow_rank"]["pp4_gloo_slow_stage2"] == 2 and made["slow_layers"] == 3 * made["layers"]
+
+
+def test_a_balanced_four_stage_pipeline_is_its_bubble():
+    want = oracle_pairwise_transfers(PP4["balanced"])
+    f = run_rule(run_of(PP4["balanced"]), "stragglers")
+    assert (f.severity, f.title) == ("info", "Pipeline bubble: every stage waits, none is slow")
+    assert {int(r): row["last_count"] for r, row in f.metrics["ranks"].items()} == want["last"]
+    assert f.metrics["collectives"] == want["transfers"] == 72
+
+
+def test_the_critical_path_of_a_four_stage_pipeline_runs_through_the_slow_stage():
+    """The path crossed to rank 0 and made rank 3's untraced time its largest part; it runs through stage 2's
+    GEMMs now (rank 2's aten::mm: 3 × the layers of the others, the raw JSON's largest self time on rank 2)."""
+    f = run_rule(run_of(PP4["slow"]), "critical-path")
+    top = f.items[0]
+    assert (top["rank"], top["kind"], top["name"]) == (2, "host op", "aten::mm")
+    assert f.metrics["point_to_point"] is True
+
+
+def test_peer_ranks_are_read_from_the_calls_and_from_record_param_comms():
+    """``peer_rank``: a c10d call's third argument (gloo), Kineto's ``Dst Rank``/``Src Rank`` mapped through
+    ``Process Group Ranks`` (NCCL), each checked against the raw JSON."""
+    from traceparse.ingest import read_paths
+
+    for path in (PP4["slow"] / "rank1.json.gz", RUNS / "pp2_balanced" / "rank0.json.gz"):
+        raw = [e for e in raw_events(path) if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+        expected = {}
+        for e in raw:
+            a = e["args"]
+            if e["name"] in ("c10d::send", "c10d::recv_"):
+                expected[(e["name"], us_to_ns(e["ts"]))] = int(a["Concrete Inputs"][2])
+            elif e["name"] == "record_param_comms" and ("Dst Rank" in a or "Src Rank" in a):
+                ranks = json.loads(a["Process Group Ranks"])
+                expected[(e["name"], us_to_ns(e["ts"]))] = ranks[a.get("Dst Rank", a.get("Src Rank"))]
+        events = read_paths([path], fmt="torch")[0].events
+        got = {(n, t): p for n, t, p in events.filter(events["peer_rank"].is_not_null())
+               .select("name", "start_ns", "peer_rank").iter_rows() if n in ("c10d::send", "c10d::recv_",
+                                                                              "record_param_comms")}
+        assert got == expected and len(got) >= 24
+
+
+def test_balancing_the_slow_stage_of_four_predicts_the_balanced_twin(tmp_path):
+    """``whatif --balance`` on the four-stage pipeline evens stage 2's work: the balanced twin, measured by the
+    script's own clock (mean of every rank's profiled steps), is the answer. Matched by position, the straggler
+    was rank 0 and the balance evened its 4.1 ms: 345 ms predicted against the twin's 201.6 ms (now 204)."""
+    made = json.loads((RUNS / "pp4_gloo_step_times.json").read_text())["step_wall_ms"]
+    twin_ms = [t for per_rank in made["pp4_gloo_balanced"].values() for t in per_rank[2:]]
+    twin_ms = sum(twin_ms) / len(twin_ms)
+    doc = whatif_json(tmp_path, PP4["slow"], "--balance")
+    assert abs(doc["mean"]["predicted_ns"] / 1e6 - twin_ms) <= 0.10 * twin_ms, (doc["mean"], twin_ms)

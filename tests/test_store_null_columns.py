@@ -110,3 +110,24 @@ def test_several_files_read_as_one_with_the_columns_null_in_all_of_them_as_scala
     assert read_columns == [[c for c in DTYPES if c not in in_all]]
     assert events.equals(whole) and events.schema == whole.schema
     assert read_events(paths[:1]).equals(pl.read_parquet(paths[0]))
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_store_written_before_a_column_joined_the_schema_reads_it_null(tmp_path, listed):
+    """``peer_rank`` joined the schema after stores were written: a stored file without it (with and without its
+    list of null columns) reads with the column null, in the schema's order, so queries that select it run."""
+    from traceparse.measures.base import PartitionedEvents
+
+    store = Store(tmp_path / "s")
+    [result] = ingest([FIXTURES / "torch" / "resnet18_bs16.json.gz"], store=store)
+    path = store.events_path(result.meta.id)
+    old = read_events(path).drop("peer_rank")
+    nulls = _all_null(old)
+    old_path = tmp_path / "old.parquet"
+    old.write_parquet(old_path, metadata={NULL_COLUMNS_KEY: json.dumps(nulls)} if listed else None)
+    assert "peer_rank" not in pl.read_parquet_schema(old_path)
+    back = read_events(old_path)
+    assert back.columns == list(DTYPES) and back["peer_rank"].null_count() == back.height == old.height
+    assert back.drop("peer_rank").equals(old)
+    lazy = PartitionedEvents([old_path, old_path], ["a", "b"]).lazy().select("peer_rank", "name").collect()
+    assert lazy.height == 2 * old.height and lazy["peer_rank"].null_count() == lazy.height

@@ -43,11 +43,25 @@ def read_events(path: Path | str | Sequence[Path | str]) -> pl.DataFrame:
             break
     source = paths[0] if len(paths) == 1 else paths
     if not nulls:
-        return pl.read_parquet(source)
+        return with_new_columns(pl.read_parquet(source))
     schema = pl.read_parquet_schema(paths[0])
     kept = [c for c in schema if c not in nulls]
     if not kept or not nulls <= set(schema):
-        return pl.read_parquet(source)
+        return with_new_columns(pl.read_parquet(source))
     frame = pl.read_parquet(source, columns=kept)
-    return frame.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c in nulls).select(
-        list(schema))
+    return with_new_columns(frame.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in schema
+                                               if c in nulls).select(list(schema)))
+
+
+def with_new_columns(frame):
+    """``frame`` with the schema's columns a store written by an older traceparse lacks (``peer_rank``), null: a
+    store stays readable when the schema grows."""
+    import polars as pl
+
+    from traceparse.schema import DTYPES
+
+    missing = [c for c in DTYPES if c not in frame.columns]
+    if not missing or "event_id" not in frame.columns:  # not an event table: as it is
+        return frame
+    return frame.with_columns(pl.lit(None, dtype=DTYPES[c]).alias(c) for c in missing).select(
+        [c for c in DTYPES if c in frame.columns or c in missing] + [c for c in frame.columns if c not in DTYPES])

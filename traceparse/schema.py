@@ -79,6 +79,7 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "collective": (pl.String, "collective of a communication event (all_reduce, broadcast, all_gather, ...), lower-case"),
     "seq": (pl.Int64, "collective sequence number within its process group, where the trace has it"),
     "process_group": (pl.String, "process-group name (Kineto 'Process Group Name'; nsys/NVTX domain)"),
+    "peer_rank": (pl.Int32, "the other rank of a point-to-point transfer: a send's destination, a receive's source"),
     "hlo_module": (pl.String, "compiled XLA program the event belongs to (XLA's hlo_module: jit_train_step)"),
     "hlo_op": (pl.String, "XLA instruction the GPU work computes (XLA's hlo_op: gemm_fusion_dot.17, copy.1)"),
 }

@@ -89,8 +89,8 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
-from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, point_to_point_only,
-                                      waiting_time)
+from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, paired_transfer,
+                                      point_to_point_only, waiting_time)
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import is_step_annotation
 from traceparse.meta import ranks_by_host
@@ -379,7 +379,8 @@ def _whole_host_slow(per: pl.DataFrame, by_host: list[tuple[str, list[int], int]
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
     """How many members each collective instance should have: its process group's size where the run names the
     group (``process_groups``), the world size for a collective of no group (the default group's), else (a group
-    the run does not describe) the members present. A run missing a rank lacks it at every collective of its
+    the run does not describe) the members present; a point-to-point transfer between two ranks (its group
+    names them: ``0 1→2``), two. A run missing a rank lacks it at every collective of its
     groups: counted against the members present, none was incomplete."""
     sizes = {str(g["name"]): int(g["size"]) for g in distributed.get("process_groups") or []
              if g.get("name") is not None and isinstance(g.get("size"), int)}
@@ -387,7 +388,8 @@ def _expected_members(distributed: dict, present: int) -> pl.Expr:
     default = max(int(world), present) if isinstance(world, int) else present
     named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=present, return_dtype=pl.Int64) \
         if sizes else pl.lit(present, dtype=pl.Int64)
-    return pl.when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named)
+    return (pl.when(paired_transfer()).then(pl.lit(2, dtype=pl.Int64))
+            .when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named))
 
 
 def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> bool:

@@ -483,7 +483,10 @@ class PartitionedEvents:
                 kept = [self._kept.get(tuple(g)) for g in groups]
             if all(frame is not None for frame in kept):
                 return pl.concat([frame.lazy() for frame in kept])
-        return pl.scan_parquet(self.paths)
+        from traceparse.schema import DTYPES
+
+        # a store written before a column joined the schema lacks it: null there, as read_events gives it
+        return pl.scan_parquet(self.paths, schema=DTYPES, missing_columns="insert", extra_columns="ignore")
 
     def filter(self, *predicates: Any, **constraints: Any) -> pl.DataFrame:
         """``DataFrame.filter`` of the whole table: only the matching rows are read into memory."""

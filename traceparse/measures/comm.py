@@ -116,7 +116,7 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 
 # -- collective instances ------------------------------------------------------------------------------------
 _COLUMNS = ["trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
-            "process_group", "start_ns", "end_ns", "bytes", "source"]
+            "process_group", "peer_rank", "start_ns", "end_ns", "bytes", "source"]
 
 
 def _source() -> pl.Expr:
@@ -159,11 +159,37 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
     rows = rows.sort([*thread, "start_ns", "event_id"], nulls_last=False)
     outer_end = pl.col("end_ns").cum_max().shift(1).over(thread)
     rows = rows.filter(outer_end.is_null() | (pl.col("start_ns") >= outer_end))
+    rows = rows.with_columns(call_group=pl.col("process_group"), process_group=_transfer_group())
     group = ["member", "process_group"]
     rows = rows.sort(["member", "process_group", "start_ns", "trace_id", "event_id"], nulls_last=False)
     rows = rows.with_columns(index=pl.int_range(pl.len(), dtype=pl.Int64).over(group))
     by_seq = pl.col("seq").is_not_null().all().over("process_group")
     return rows.with_columns(instance=pl.when(by_seq).then(pl.col("seq")).otherwise(pl.col("index"))).drop("level")
+
+
+def paired_transfer() -> pl.Expr:
+    """An instance that is one transfer between two ranks (its ``process_group`` names them: ``0 1→2``)."""
+    return pl.col("collective").is_in(list(POINT_TO_POINT)) & pl.col("process_group").cast(pl.String).str.contains(
+        "[→↔]").fill_null(False)
+
+
+def _transfer_group() -> pl.Expr:
+    """``process_group``, and for a point-to-point transfer whose peer is known (``peer_rank``) between ranks, the
+    pair of ranks it runs between as well (``0 1→2``: the group, then sender → receiver; ``1↔2`` where a call
+    does both or the direction is not the call's own, a kernel's): stage 1 of a pipeline receives from stage 0
+    and sends to stage 2, so its n-th transfer is not stage 2's n-th, and a transfer has two members, not the
+    group. A peer is in its group's numbering, taken here as the run's ranks (a ``c10d::`` operator names no
+    group; ``record_param_comms`` gives the group's ranks, and the reader maps its peer through them)."""
+    peer, me = pl.col("peer_rank"), pl.col("member")
+    directed = pl.col("collective").is_in(["send", "recv"]) & (pl.col("source") != "kernel")
+    sender = pl.when(pl.col("collective") == "send").then(me).otherwise(peer)
+    receiver = pl.when(pl.col("collective") == "send").then(peer).otherwise(me)
+    pair = (pl.when(directed).then(pl.format("{}→{}", sender, receiver))
+            .otherwise(pl.format("{}↔{}", pl.min_horizontal(me, peer), pl.max_horizontal(me, peer))))
+    known = pl.col("collective").is_in(list(POINT_TO_POINT)) & peer.is_not_null() & me.is_not_null() \
+        & pl.col("rank").is_not_null()
+    return (pl.when(known).then(pl.concat_str([pl.col("process_group"), pair], separator=" ", ignore_nulls=True))
+            .otherwise(pl.col("process_group")).alias("process_group"))
 
 
 class Collectives(Measure):
@@ -202,11 +228,13 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
     All members leave a collective together, so for each instance the difference of a member's end time and
     the first (lowest) member's end time is its clock offset plus noise; the median over instances is
-    taken. End times come from the events that end with the collective: communication kernels where every
-    member has them, else host annotations (a gloo worker's ``gloo:all_reduce``), else the instances
-    themselves. ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for the first).
+    taken. Point-to-point transfers are left out: a send may end before its receive does (a message small
+    enough to leave eagerly). End times come from the events that end with the collective: communication
+    kernels where every member has them, else host annotations (a gloo worker's ``gloo:all_reduce``), else the
+    instances themselves. ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for
+    the first).
     """
-    rows = pl.concat(parts)
+    rows = pl.concat(parts).filter(~pl.col("collective").is_in(list(POINT_TO_POINT)))
     chosen = None
     for sources in (("kernel",), ("host annotation",), SOURCES):
         found = _instances(rows, sources)
@@ -267,9 +295,10 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
             break
     # one source may name the process group where the other does not (a c10d operator and its NCCL kernel):
     # then the k-th of a collective on a member, whatever its group
-    same_groups = found is not None and not (inst["process_group"].is_null().all()
-                                             or found["process_group"].is_null().all())
-    group = pl.col("process_group") if same_groups else pl.lit(None, dtype=pl.String)
+    # (the call's own group: a transfer's kernel says its group, not always which way it goes)
+    same_groups = found is not None and not (inst["call_group"].is_null().all()
+                                             or found["call_group"].is_null().all())
+    group = pl.col("call_group") if same_groups else pl.lit(None, dtype=pl.String)
     key = ["member", "_pg", "_family"]
     inst = (inst.with_columns(_pg=group, _family=_matching_family())
             .sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False))

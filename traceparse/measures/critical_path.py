@@ -85,7 +85,8 @@ EDGE_SCHEMA: dict[str, pl.DataType] = {
 }
 _COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,
                 "stream_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name": pl.String, "collective": pl.String,
-                "seq": pl.Int64, "process_group": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                "seq": pl.Int64, "process_group": pl.String, "peer_rank": pl.Int32, "start_ns": pl.Int64,
+                "end_ns": pl.Int64,
                 "bytes": pl.Int64, "source": pl.String}
 
 

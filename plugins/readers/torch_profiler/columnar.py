@@ -34,8 +34,8 @@ from traceparse.validate import INT64_MAX
 from traceparse_plugins.readers.chrome_json.decoder import chunk_list, gc_paused
 from traceparse_plugins.readers.torch_profiler.coerce import Coercions
 from traceparse_plugins.readers.torch_profiler.events import (
-    _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, collective_of,
-    compact_json_text,
+    _COMM_NAME, _COPY_NAME, _EMPTY, _known, _raw_text, CATEGORY_KIND, DTYPE_BYTES, GPU_CATEGORIES, PEER_FIELDS,
+    collective_of, compact_json_text, peer_expr,
 )
 from traceparse_plugins.readers.torch_profiler.kineto import Args
 from traceparse_plugins.readers.torch_profiler.memory import KEYS, MEMORY_EVENT, counter_rows, with_counters
@@ -56,7 +56,7 @@ RARE = {
     "peer": ("in_device", "from_device", "to_device"),
     "memory": ("mem_bytes", "mem_allocated", "mem_reserved", "mem_device_id", "mem_device_type"),
     "comm": ("collective_name", "in_nelems", "out_nelems", "in_nelems_legacy", "out_nelems_legacy", "dtype",
-             "pg_name", "seq"),
+             "pg_name", "seq", "dst_rank", "src_rank", "pg_ranks"),
 }
 
 
@@ -425,6 +425,7 @@ def _event_columns() -> list[pl.Expr]:
         pl.when(_PICKED).then(pl.col("collective_name")).alias("_given"),
         pl.when(_PICKED).then(pl.col("seq")).alias("seq"),
         pl.when(_PICKED).then(pl.col("pg_name")).alias("process_group"),
+        *(pl.when(_PICKED).then(pl.col(field)).alias(f"_{field}") for field in PEER_FIELDS),
     ]
 
 
@@ -432,7 +433,8 @@ def _with_collectives(rows: pl.DataFrame) -> pl.DataFrame:
     """The rows with their ``collective`` (:func:`.events.collective_of`), in place of Kineto's ``_given`` name."""
     if rows.height == 0:
         return _EMPTY
-    return rows.with_columns(collective=collective_of(rows["name"], rows["_given"])).drop("_given")
+    return (rows.with_columns(collective=collective_of(rows["name"], rows["_given"]), peer_rank=peer_expr())
+            .drop("_given", *(f"_{field}" for field in PEER_FIELDS)))
 
 
 def _counter_columns() -> list[pl.Expr]:

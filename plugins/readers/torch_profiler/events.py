@@ -216,7 +216,7 @@ def _row_query(wide_comm_bytes: bool, copies: bool, dims: bool) -> tuple[pl.Expr
         # Kineto reports one "shared memory" figure per kernel (static and dynamic together, not split);
         # it is kept as dynamic_smem_bytes and documented so in docs/schema.md.
         pl.when(pl.col("kind") == "kernel").then(pl.col("_smem")).alias("dynamic_smem_bytes"),
-        collective_expr(), "seq", "process_group",
+        collective_expr(), "seq", "process_group", peer_expr(),
         pl.coalesce(nbytes, "_comm_bytes").alias("bytes"),
     )
 
@@ -308,6 +308,7 @@ def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None, 
     if picked is None:
         picked = names.str.contains(_COMM_NAME).fill_null(False).arg_true().to_list()
     given, seq, group, nbytes = [None] * n, [None] * n, [None] * n, [None] * n
+    peer = {field: [None] * n for field in PEER_FIELDS}
     for i in picked:
         x = args[i]
         if x is None:
@@ -315,6 +316,8 @@ def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None, 
         given[i] = x.collective_name
         seq[i] = _int_or_none(x.seq)
         group[i] = None if x.pg_name is None else str(x.pg_name)
+        peer["dst_rank"][i], peer["src_rank"][i] = _int_or_none(x.dst_rank), _int_or_none(x.src_rank)
+        peer["pg_ranks"][i] = str(x.pg_ranks) if isinstance(x.pg_ranks, list) else x.pg_ranks  # as Kineto: "[0, 1]"
         elems = [v for v in (x.in_nelems, x.out_nelems, x.in_nelems_legacy, x.out_nelems_legacy)
                  if isinstance(v, int)]
         size = DTYPE_BYTES.get(x.dtype or "")
@@ -324,7 +327,34 @@ def comm_columns(names: pl.Series, args: list, picked: list[int] | None = None, 
     given = pl.Series("_given", given, dtype=pl.String) if given_column else collective_of(
         names, pl.Series(given, dtype=pl.String))
     return [given, wide_ints("seq", seq),
-            pl.Series("process_group", group, dtype=pl.String), wide_ints("_comm_bytes", nbytes)]
+            pl.Series("process_group", group, dtype=pl.String), wide_ints("_comm_bytes", nbytes),
+            *(_ranks(f"_{field}", peer[field]) for field in ("dst_rank", "src_rank")),
+            pl.Series("_pg_ranks", peer["pg_ranks"], dtype=pl.String)]
+
+
+#: Kineto's arguments that name a point-to-point transfer's other rank (:func:`peer_expr`).
+PEER_FIELDS = ("dst_rank", "src_rank", "pg_ranks")
+#: The operators whose third argument is the other rank of their transfer (in their group's numbering).
+PEER_ARGUMENT_OPS = ("c10d::send", "c10d::recv_")
+
+
+def _ranks(name: str, values: list) -> pl.Series:
+    """Ranks as an Int64 column (one past Int64: null, as Arrow's fast path leaves it to this one)."""
+    return pl.Series(name, [v if v is None or -2 ** 63 <= v < 2 ** 63 else None for v in values], dtype=pl.Int64)
+
+
+def peer_expr() -> pl.Expr:
+    """``peer_rank``: the other rank of a point-to-point transfer. ``record_param_comms``' ``Dst Rank`` (a send)
+    or ``Src Rank`` (a receive), made a global rank through ``Process Group Ranks`` where that lists it; else a
+    ``c10d::send``/``c10d::recv_`` operator's third argument (its group's numbering: the operator names no
+    group). Null where neither is a rank from 0 to 2^31 - 1."""
+    named = pl.coalesce("_dst_rank", "_src_rank")
+    members = pl.col("_pg_ranks").str.extract_all(r"-?\d+").list.eval(pl.element().cast(pl.Int64, strict=False))
+    in_group = pl.when(named.is_between(0, 2 ** 31 - 1)).then(members.list.get(named, null_on_oob=True))
+    argument = pl.col("concrete_inputs").str.extract(r'^\["[^"]*","[^"]*","(-?\d{1,12})"', 1).cast(pl.Int64)
+    peer = (pl.when(named.is_not_null()).then(pl.coalesce(in_group, named))
+            .when(pl.col("name").is_in(PEER_ARGUMENT_OPS)).then(argument))
+    return pl.when(peer.is_between(0, 2 ** 31 - 1)).then(peer).cast(pl.Int32).alias("peer_rank")
 
 
 def collective_of(names: pl.Series, given: pl.Series) -> pl.Series:

@@ -54,6 +54,10 @@ class Args(msgspec.Struct, gc=False):
     dtype: str | None = None
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     seq: Int = msgspec.field(default=None, name="Seq")
+    # a point-to-point transfer's other rank (in its group's numbering) and the group's global ranks ("[0, 1]")
+    dst_rank: Int = msgspec.field(default=None, name="Dst Rank")
+    src_rank: Int = msgspec.field(default=None, name="Src Rank")
+    pg_ranks: str | list | None = msgspec.field(default=None, name="Process Group Ranks")
     # metadata events ("ph": "M"): a thread_name event's name, kept raw (decoded only there; see .threads)
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
     # operator arguments beside "Input Dims" (record_shapes=True), kept as their JSON text: the FLOPs-from-shapes
