@@ -380,7 +380,7 @@ def _expected_members(distributed: dict, present: int) -> pl.Expr:
     """How many members each collective instance should have: its process group's size where the run names the
     group (``process_groups``), the world size for a collective of no group (the default group's), else (a group
     the run does not describe) the members present; a point-to-point transfer between two ranks (its group
-    names them: ``0 1→2``), two. A run missing a rank lacks it at every collective of its
+    names them: ``0 1↔2``), two. A run missing a rank lacks it at every collective of its
     groups: counted against the members present, none was incomplete."""
     sizes = {str(g["name"]): int(g["size"]) for g in distributed.get("process_groups") or []
              if g.get("name") is not None and isinstance(g.get("size"), int)}

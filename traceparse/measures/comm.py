@@ -122,7 +122,10 @@ _COLUMNS = ["trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "ti
 def _source() -> pl.Expr:
     family = expr.communication_family(pl.col("name").fill_null(""))
     record = pl.col("name") == "record_param_comms"
-    return (pl.when(expr.kind_is("op") & record & pl.col("seq").is_not_null()).then(pl.lit(SOURCES[0]))
+    # a transfer's peer identifies it as a sequence number does a collective (and is the group's rank, mapped)
+    transfer = pl.col("collective").is_in(list(POINT_TO_POINT)) & pl.col("peer_rank").is_not_null()
+    identified = pl.col("seq").is_not_null() | transfer
+    return (pl.when(expr.kind_is("op") & record & identified).then(pl.lit(SOURCES[0]))
             .when(expr.kind_is("op") & (family == "c10d op")).then(pl.lit(SOURCES[1]))
             .when(expr.kind_is("op") & record).then(pl.lit(SOURCES[2]))
             .when(expr.kind_is("marker", "op", "region") & pl.col("pid").is_not_null()).then(pl.lit(SOURCES[3]))
@@ -153,7 +156,10 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
     """Each member's rows of its preferred source, outermost calls only, numbered per process group."""
     rows = _members(rows.filter(pl.col("source").is_in(list(sources))))
     level = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, return_dtype=pl.Int32)
-    rows = rows.with_columns(level=level).filter(pl.col("level") == pl.col("level").min().over("member"))
+    # collectives and transfers each from their own best source: a run of both (pipeline and data parallel)
+    # whose collectives have sequence numbers and transfers none kept no transfer at all
+    kind = pl.col("collective").is_in(list(POINT_TO_POINT))
+    rows = rows.with_columns(level=level).filter(pl.col("level") == pl.col("level").min().over("member", kind))
     # a collective call inside another of the same thread (or kernel stream) is part of it, not another one
     thread = ["member", "trace_id", "pid", "tid", "device_id", "stream_id"]
     rows = rows.sort([*thread, "start_ns", "event_id"], nulls_last=False)
@@ -168,26 +174,23 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
 
 
 def paired_transfer() -> pl.Expr:
-    """An instance that is one transfer between two ranks (its ``process_group`` names them: ``0 1→2``)."""
+    """An instance that is one transfer between two ranks (its ``process_group`` names them: ``0 1↔2``)."""
     return pl.col("collective").is_in(list(POINT_TO_POINT)) & pl.col("process_group").cast(pl.String).str.contains(
-        "[→↔]").fill_null(False)
+        "↔", literal=True).fill_null(False)
 
 
 def _transfer_group() -> pl.Expr:
     """``process_group``, and for a point-to-point transfer whose peer is known (``peer_rank``) between ranks, the
-    pair of ranks it runs between as well (``0 1→2``: the group, then sender → receiver; ``1↔2`` where a call
-    does both or the direction is not the call's own, a kernel's): stage 1 of a pipeline receives from stage 0
-    and sends to stage 2, so its n-th transfer is not stage 2's n-th, and a transfer has two members, not the
-    group. A peer is in its group's numbering, taken here as the run's ranks (a ``c10d::`` operator names no
-    group; ``record_param_comms`` gives the group's ranks, and the reader maps its peer through them)."""
+    pair of ranks it runs between as well (``0 1↔2``: the group, then the pair): stage 1 of a pipeline receives
+    from stage 0 and sends to stage 2, so its n-th transfer is not stage 2's n-th, and a transfer has two
+    members, not the group. Numbered within the pair, both ways together: a 1F1B schedule batches a stage's send
+    with its receive from the same peer (one rendezvous, one kernel), in the same order on both sides. A peer is
+    in its group's numbering, taken here as the run's ranks (a ``c10d::`` operator names no group;
+    ``record_param_comms`` gives the group's ranks, and the reader maps its peer through them)."""
     peer, me = pl.col("peer_rank"), pl.col("member")
-    directed = pl.col("collective").is_in(["send", "recv"]) & (pl.col("source") != "kernel")
-    sender = pl.when(pl.col("collective") == "send").then(me).otherwise(peer)
-    receiver = pl.when(pl.col("collective") == "send").then(peer).otherwise(me)
-    pair = (pl.when(directed).then(pl.format("{}→{}", sender, receiver))
-            .otherwise(pl.format("{}↔{}", pl.min_horizontal(me, peer), pl.max_horizontal(me, peer))))
+    pair = pl.format("{}↔{}", pl.min_horizontal(me, peer), pl.max_horizontal(me, peer))
     known = pl.col("collective").is_in(list(POINT_TO_POINT)) & peer.is_not_null() & me.is_not_null() \
-        & pl.col("rank").is_not_null()
+        & pl.col("rank").is_not_null() & (peer != me)
     return (pl.when(known).then(pl.concat_str([pl.col("process_group"), pair], separator=" ", ignore_nulls=True))
             .otherwise(pl.col("process_group")).alias("process_group"))
 
@@ -298,7 +301,9 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     # (the call's own group: a transfer's kernel says its group, not always which way it goes)
     same_groups = found is not None and not (inst["call_group"].is_null().all()
                                              or found["call_group"].is_null().all())
-    group = pl.col("call_group") if same_groups else pl.lit(None, dtype=pl.String)
+    # and a transfer's kernel is the k-th transfer of its member whatever its group: a batch's kernel names none
+    p2p = pl.col("collective").is_in(list(POINT_TO_POINT))
+    group = (pl.when(~p2p).then(pl.col("call_group")) if same_groups else pl.lit(None, dtype=pl.String))
     key = ["member", "_pg", "_family"]
     inst = (inst.with_columns(_pg=group, _family=_matching_family())
             .sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False))
