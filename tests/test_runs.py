@@ -422,6 +422,25 @@ def test_process_pool_gives_the_same_run_as_in_process(tmp_path, slow_store):
     assert pooled.load_run(run["id"]).events.equals(store.load_run(run["id"]).events)
 
 
+def test_this_process_and_a_pool_read_the_run_as_one_process_does(tmp_path):
+    """With two workers this process reads ranks beside a pool of one process (started before the hashing): the
+    same run as read by this process alone; the pool is not started ahead for the same files again (their run is
+    likely stored), and they are recognised as stored."""
+    from traceparse.run import _maybe_stored, plan_run
+
+    d = tmp_path / "job"
+    for rank in range(4):
+        write(d / f"rank{rank}.json", kineto(rank=rank, world_size=4, start_us=1 + rank))
+    alone, pooled = Store(tmp_path / "alone"), Store(tmp_path / "pooled")
+    assert not _maybe_stored(pooled, plan_run([d]))
+    run = ingest_run([d], store=alone, jobs=1).run
+    result = ingest_run([d], store=pooled, jobs=2)
+    assert not result.already_stored and result.run["ranks"] == run["ranks"]
+    assert pooled.load_run(run["id"]).events.equals(alone.load_run(run["id"]).events)
+    assert _maybe_stored(pooled, plan_run([d]))
+    assert ingest_run([d], store=pooled, jobs=2).already_stored
+
+
 def test_workers_are_bounded_by_cores_and_memory(tmp_path, monkeypatch):
     import traceparse.run as run_module
 

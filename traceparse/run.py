@@ -9,8 +9,8 @@ run (:func:`ingest_run`):
    be of one format ("mixed formats" is an error naming two files), and no
    two ranks may have the same content.
 2. **Read, in parallel, bounded.** Each rank is read and written to its own
-   partition under ``STORE/tmp/`` by :func:`ingest_rank`: in a process pool
-   (by default), in this process (``jobs=1``), or on a Dask cluster
+   partition under ``STORE/tmp/`` by :func:`ingest_rank`: by this process and a
+   process pool (by default), in this process alone (``jobs=1``), or on a Dask cluster
    (``scheduler``, see :mod:`traceparse.distributed`). Workers are bounded
    by the cores and by the memory one rank needs (:func:`choose_workers`),
    so only that many ranks are in memory at once, whatever the run's size.
@@ -35,7 +35,9 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from bisect import bisect_left, bisect_right
+from collections import deque
 from contextlib import contextmanager, nullcontext
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -474,6 +476,27 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
     reg = reg or default_registry()
     paths = [Path(p) for p in paths]
     ranks = plan_run(paths, fmt, reg)
+    pool = None if scheduler else _RankPool.for_ranks([group for _, group in ranks], jobs)
+    try:
+        return _ingest_planned(ranks, pool, store=store, paths=paths, name=name, params=params, scheduler=scheduler,
+                               tags=tags, progress_factory=progress_factory, reg=reg)
+    finally:
+        if pool is not None:
+            pool.close(wait=False)  # (a run already stored: the worker started ahead exits by itself)
+
+
+def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None", *, store: Store,
+                    paths: list[Path], name: str | None, params: dict | None, scheduler: str | None,
+                    tags: dict[str, str] | None, progress_factory, reg: Registry) -> RunResult:
+    """:func:`ingest_run` of the planned ``ranks``, read by ``pool`` (None: on the Dask ``scheduler``).
+
+    The pool's worker processes are started before the ranks are hashed, unless the store seems to hold the
+    run already (:func:`_maybe_stored`): their imports (0.5 CPU s each) overlap the hashing, and every process
+    then starts its first rank at once; started after the hashing, the worker began its first rank only after
+    its imports (0.4 to 0.5 s on 2 cores), while this process read, and ended its last rank that much later.
+    """
+    if pool is not None and not _maybe_stored(store, ranks):
+        pool.start()
     shas = _hashes([group for _, group in ranks])
     seen: dict[str, Path] = {}
     for sha, (_, group) in zip(shas, ranks):
@@ -509,12 +532,8 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
 
                 results = map_ingest(scheduler, ingest_rank, tasks, advance)
             else:
-                sizes = [input_bytes(group) for _, group in ranks]
-                workers = choose_workers([group for _, group in ranks], jobs, sizes)
-                small = workers > 1 and max(sizes) < SMALL_RANK_BYTES
-                results = _map_local(_share_cores(tasks, workers), workers, done,
-                                     tasks_per_worker=None if small else TASKS_PER_WORKER,
-                                     per_task=_ranks_per_task(len(tasks), workers) if small else 1)
+                results = _map_local(_share_cores(tasks, pool.workers), pool, done,
+                                     per_task=_ranks_per_task(len(tasks), pool.workers) if pool.small else 1)
         flushed = flush.finish()  # before the parts are renamed
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         run["tags"] = {**((stored or {}).get("tags") or {}), **(tags or {})}
@@ -596,45 +615,157 @@ def ingest_ranks(tasks: list[tuple]) -> list[dict]:
     return [ingest_rank(*task) for task in tasks]
 
 
-def _map_local(tasks: list[tuple], workers: int, advance: Callable | None,
-               tasks_per_worker: int | None = TASKS_PER_WORKER, per_task: int = 1) -> list[dict]:
-    """Run :func:`ingest_rank` over ``tasks``: inline for one worker, else in a process pool of ``workers``,
-    each replaced after ``tasks_per_worker`` tasks (None: never), each task ``per_task`` ranks.
+def _map_local(tasks: list[tuple], pool: "_RankPool", advance: Callable | None, per_task: int = 1) -> list[dict]:
+    """Run :func:`ingest_rank` over ``tasks``, each task ``per_task`` ranks: inline for one worker, else by this
+    process and ``pool``'s ``workers - 1`` processes (perhaps started ahead, :meth:`_RankPool.start`).
     ``advance(n, results)`` is called with each task's ranks as they are done.
 
-    At most ``workers`` tasks are in flight; the first error cancels the rest.
+    This process reads ranks too, taking the next task from the same queue as the pool's feeder
+    (:class:`_PoolFeeder`): one process fewer to start (its imports cost 0.5 CPU s, which on 2 cores is 0.25 s
+    of the run), and its first rank is read while the pool's worker is still starting. At most ``workers``
+    tasks are in flight; the first error stops the rest.
     """
-    results = []
+    workers = pool.workers
     if workers <= 1:
+        results = []
         for task in tasks:
             results.append(ingest_rank(*task))
             if advance:
                 advance(1, results[-1:])
         return results
-    pending: set[Future] = set()
-    queue = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)][::-1]
-    with _polars_threads(_cores() // workers), ProcessPoolExecutor(
-            max_workers=workers, mp_context=get_context("spawn"), max_tasks_per_child=tasks_per_worker,
-            initializer=enter_command_line, initargs=(on_command_line(),)) as pool:  # a reader's message as here
+    queue = _TaskQueue([tasks[i:i + per_task] for i in range(0, len(tasks), per_task)])
+    done = _Done(advance)
+    read = False
+    with _polars_threads(_cores() // workers):  # (the workers that replace those done with their tasks)
         try:
-            while queue or pending:
-                while queue and len(pending) < workers:
-                    pending.add(pool.submit(ingest_ranks, queue.pop()))
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    done_ranks = future.result()
-                    results.extend(done_ranks)
-                    if advance:
-                        advance(len(done_ranks), done_ranks)
-        except BrokenProcessPool:
-            one_at_a_time = spelled("--jobs 1", "traceparse.run.ingest_run(paths, store=Store(), jobs=1)")
-            raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
-                                  f"{one_at_a_time} reads one rank at a time in this process") from None
-        except BaseException:
+            feeder = _PoolFeeder(pool.start(), workers - 1, queue, done)
+            feeder.start()
+            try:
+                while (task := queue.take()) is not None:
+                    done(ingest_ranks(task))
+            finally:
+                queue.stop()  # an error here: the pool takes no more
+                feeder.join()
+            read = feeder.error is None
+        finally:
+            # every rank read: the workers exit while the run is assembled (a worker's exit took 0.1 to 0.3 s);
+            # else they are waited for, as they stop, before the error is raised
+            pool.close(wait=not read)
+    if isinstance(feeder.error, BrokenProcessPool):
+        one_at_a_time = spelled("--jobs 1", "traceparse.run.ingest_run(paths, store=Store(), jobs=1)")
+        raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
+                              f"{one_at_a_time} reads one rank at a time in this process") from None
+    if feeder.error is not None:
+        raise feeder.error
+    return done.results
+
+
+class _RankPool:
+    """The worker processes of a run read here: ``workers - 1`` of them (this process reads ranks too), made when
+    first needed (:meth:`start`). ``small``: every rank is small (:data:`SMALL_RANK_BYTES`), so a worker is never
+    replaced; else after :data:`TASKS_PER_WORKER` tasks."""
+
+    def __init__(self, workers: int, small: bool = False):
+        self.workers, self.small = workers, small
+        self._executor: ProcessPoolExecutor | None = None
+
+    @classmethod
+    def for_ranks(cls, ranks: list[list[Path]], jobs: int | None) -> "_RankPool":
+        """The pool for ``ranks`` (:func:`choose_workers`; started only where it has a process)."""
+        sizes = [input_bytes(group) for group in ranks]
+        workers = choose_workers(ranks, jobs, sizes)
+        return cls(workers, small=workers > 1 and max(sizes) < SMALL_RANK_BYTES)
+
+    def start(self) -> ProcessPoolExecutor | None:
+        """The executor, its processes started now (a process pool starts them at its first task); None for one
+        worker (this process alone)."""
+        if self._executor is None and self.workers > 1:
+            with _polars_threads(_cores() // self.workers):
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.workers - 1, mp_context=get_context("spawn"),
+                    max_tasks_per_child=None if self.small else TASKS_PER_WORKER, initializer=enter_command_line,
+                    initargs=(on_command_line(),))  # a reader's message as here
+                self._executor.submit(int)  # no work: the processes start, and import, while this one goes on
+        return self._executor
+
+    def close(self, wait: bool) -> None:
+        """Stop the processes (``wait``: until they have exited); tasks not started are cancelled."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _maybe_stored(store: Store, ranks: list[tuple[str, list[Path]]]) -> bool:
+    """Whether the store holds a run of exactly these files (by path): then its content is likely stored, and no
+    worker is started ahead of the hashing that tells (a worker started for nothing delays the exit by its
+    start-up)."""
+    wanted = sorted(str(p) for _, group in ranks for p in group)
+    for run in store.all_runs():
+        given = run.get("source_paths") or {}
+        if sorted(p for paths in given.values() for p in paths) == wanted:
+            return True
+    return False
+
+
+class _TaskQueue:
+    """A run's tasks in order, taken one at a time by this process and by the pool's feeder thread."""
+
+    def __init__(self, tasks: list):
+        self._tasks = deque(tasks)
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def take(self):
+        """The next task, or None when there is none left or the run stopped (an error)."""
+        with self._lock:
+            return None if self._stopped or not self._tasks else self._tasks.popleft()
+
+    def stop(self) -> None:
+        """Give out no more tasks."""
+        with self._lock:
+            self._stopped = True
+
+
+class _Done:
+    """The ranks read so far, from either thread, each batch handed to ``advance(n, results)`` once."""
+
+    def __init__(self, advance: Callable | None):
+        self.results: list[dict] = []
+        self._advance = advance
+        self._lock = threading.Lock()
+
+    def __call__(self, ranks: list[dict]) -> None:
+        with self._lock:
+            self.results.extend(ranks)
+            if self._advance:
+                self._advance(len(ranks), ranks)
+
+
+class _PoolFeeder(threading.Thread):
+    """Keeps ``slots`` tasks of ``queue`` in flight in ``pool`` while this process reads ranks itself: a worker
+    that finishes gets its next task at once, not when this process is done with its own rank. ``error``: the
+    first error of a task (the queue is then stopped and the tasks not started are cancelled)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, slots: int, queue: _TaskQueue, done: _Done):
+        super().__init__(name="traceparse-pool-feeder", daemon=True)
+        self.pool, self.slots, self.queue, self.done = pool, slots, queue, done
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        pending: set[Future] = set()
+        try:
+            while True:
+                while len(pending) < self.slots and (task := self.queue.take()) is not None:
+                    pending.add(self.pool.submit(ingest_ranks, task))
+                if not pending:
+                    return
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    self.done(future.result())
+        except BaseException as exc:
+            self.error = exc
+            self.queue.stop()
             for future in pending:
                 future.cancel()
-            raise
-    return results
 
 
 def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], results: list[dict],
