@@ -166,19 +166,31 @@ def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> p
     owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
     points = points.with_columns(owner=owner)
     # what owns each point's time, gathered from the host row of its owner (a look-up by position, not a join of
-    # half a million points); the owner's API class and whether it is a step, once per host event, not per point
+    # half a million points), made once per host event, not per point
+    rows = _rows_of(host, points)
+    return pl.concat([points, _owned_time(host, windows).select(pl.all().gather(rows))], how="horizontal")
+
+
+def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+    """What the time each host event owns is, once per event (every thread edge out of its points takes it, twice
+    as many): ``_segment`` (:func:`_host_segment`), ``_name`` (a step annotation's own time is ``(nothing traced in
+    ProfilerStep#3)``) and ``_category`` (its collective, else its kind), in ``host``'s order. ``windows``: as
+    :func:`_host_points`'s."""
     names = host["name"].fill_null("")
-    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
-                       _class=_per_name(names, expr.api_class),
-                       _step=_per_name(names, lambda n: n.str.contains(STEP_NAME)))
+    step = _per_name(names, lambda n: n.str.contains(STEP_NAME))
     if windows is not None and windows.height:
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
         is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                                 _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
             window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
-        info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
-    rows = _rows_of(host, points)
-    return pl.concat([points, info.select(pl.all().gather(rows))], how="horizontal")
+        step = step | (is_window["_range"] & is_window["_window"].fill_null(False))
+    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
+                       _class=_per_name(names, expr.api_class), _step=step)
+    return info.select(
+        _segment=_host_segment().cast(SEGMENT_KIND),
+        _name=pl.when(pl.col("_step")).then(pl.format("(nothing traced in {})", pl.col("owner_name")))
+        .otherwise(pl.col("owner_name")).cast(pl.Categorical),
+        _category=pl.coalesce("owner_collective", "owner_kind").cast(pl.Categorical))
 
 
 def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
@@ -193,12 +205,11 @@ def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
 
 
 def _host_segment() -> pl.Expr:
-    """The segment kind of host time owned by ``owner_kind`` / ``owner_name`` (a collective call or annotation's
+    """The segment kind of host time owned by ``owner_kind`` / ``owner_collective`` (a collective call or annotation's
     own time is communication; a step annotation's own time is time the trace does not show), given ``_class``
     (the owner's API class) and ``_step`` (the owner is a step annotation)."""
     cls = pl.col("_class")
-    nothing = pl.col("owner_kind").is_null() | pl.col("_step")
-    return (pl.when(nothing).then(pl.lit("untraced"))
+    return (pl.when(pl.col("_step")).then(pl.lit("untraced"))
             .when(pl.col("owner_collective").is_not_null()).then(pl.lit("communication"))
             .when(pl.col("owner_kind") != "api").then(pl.lit("host op"))
             .when(cls.is_in(["launch", "graph_launch"])).then(pl.lit("launch"))
@@ -214,13 +225,12 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     rows = points.with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
                                dst_ns=pl.when(same).then(pl.col("t").shift(-1))
                                ).filter(pl.col("dst_node").is_not_null())
-    rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
-                       name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
-                       .when(pl.col("_step"))
-                       .then(pl.format("(nothing traced in {})", pl.col("owner_name")))
-                       .otherwise(pl.col("owner_name")),
-                       category=pl.coalesce("owner_collective", "owner_kind"), event_id="owner", pid="pid",
-                       tid="tid")
+    nothing = pl.col("owner").is_null()  # time no event owns
+    rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns",
+                       segment=pl.when(nothing).then(pl.lit("untraced", dtype=SEGMENT_KIND)).otherwise("_segment"),
+                       name=pl.when(nothing).then(pl.lit("(nothing traced on the thread)", dtype=pl.Categorical))
+                       .otherwise("_name"),
+                       category="_category", event_id="owner", pid="pid", tid="tid")
     return _edges(rows, edge="thread")
 
 
