@@ -205,9 +205,9 @@ def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
 
 
 def _host_segment() -> pl.Expr:
-    """The segment kind of host time owned by ``owner_kind`` / ``owner_collective`` (a collective call or annotation's
-    own time is communication; a step annotation's own time is time the trace does not show), given ``_class``
-    (the owner's API class) and ``_step`` (the owner is a step annotation)."""
+    """The segment kind of host time owned by ``owner_kind`` / ``owner_collective`` (a collective call or
+    annotation's own time is communication; a step annotation's own time is time the trace does not show), given
+    ``_class`` (the owner's API class) and ``_step`` (the owner is a step annotation)."""
     cls = pl.col("_class")
     return (pl.when(pl.col("_step")).then(pl.lit("untraced"))
             .when(pl.col("owner_collective").is_not_null()).then(pl.lit("communication"))
