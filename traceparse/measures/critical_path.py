@@ -118,17 +118,30 @@ def _edges(frame: pl.DataFrame, **fixed: Any) -> pl.DataFrame:
     return frame.select(exprs)
 
 
-def _per_name(names: pl.Series, classify: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
-    """``classify`` (an expression over names: a regular-expression table) of each of ``names`` (no nulls),
-    evaluated once per distinct name: a trace repeats a few hundred names over hundreds of thousands of rows."""
+#: A column of names as its distinct names and each row's place among them (:func:`_name_codes`).
+Coded = tuple[pl.Series, pl.Series]
+
+
+def _name_codes(names: pl.Series) -> Coded:
+    """The distinct names of ``names`` (no nulls) and each row's place among them: what is made of a name is
+    made once per distinct name and gathered to the rows, and the names are hashed once for all of it."""
     distinct = names.unique()
+    return distinct, names.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), return_dtype=pl.Int64)
+
+
+def _per_name(names: pl.Series, classify: Callable[[pl.Expr], pl.Expr], coded: Coded | None = None) -> pl.Series:
+    """``classify`` (an expression over names: a regular-expression table) of each of ``names`` (no nulls),
+    evaluated once per distinct name: a trace repeats a few hundred names over hundreds of thousands of rows.
+    ``coded``: :func:`_name_codes` of ``names``, where the caller classifies them more than one way."""
+    distinct, codes = _name_codes(names) if coded is None else coded
     labels = pl.select(classify(pl.lit(distinct))).to_series()
-    return names.replace_strict(distinct, labels, return_dtype=labels.dtype)
+    return labels.gather(codes).alias(names.name)
 
 
-def _collective_of(frame: pl.DataFrame) -> pl.Series:
-    """:func:`traceparse.expr.collective_of` of ``frame``'s rows, the names classified once each."""
-    from_name = _per_name(frame["name"].fill_null(""), expr.collective)
+def _collective_of(frame: pl.DataFrame, coded: Coded | None = None) -> pl.Series:
+    """:func:`traceparse.expr.collective_of` of ``frame``'s rows, the names classified once each (``coded``: as
+    :func:`_per_name`'s, of the names with nulls as "")."""
+    from_name = _per_name(frame["name"].fill_null(""), expr.collective, coded)
     return frame.select(pl.coalesce(pl.col("collective"), from_name)).to_series().alias("collective")
 
 
@@ -149,7 +162,8 @@ def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> p
                   _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
         return pl.DataFrame()
-    host = pl.concat([host.with_columns(_collective_of(host)).select(
+    coded = _name_codes(host["name"].fill_null(""))  # the names hashed once: classified, and named, per name
+    host = pl.concat([host.with_columns(_collective_of(host, coded)).select(
         _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective"),
         parents(host, [_T, "pid", "tid"])], how="horizontal")
     some = pl.col("duration_ns") > 0
@@ -168,28 +182,32 @@ def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> p
     # what owns each point's time, gathered from the host row of its owner (a look-up by position, not a join of
     # half a million points), made once per host event, not per point
     rows = _rows_of(host, points)
-    return pl.concat([points, _owned_time(host, windows).select(pl.all().gather(rows))], how="horizontal")
+    return pl.concat([points, _owned_time(host, windows, coded).select(pl.all().gather(rows))], how="horizontal")
 
 
-def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None, coded: Coded) -> pl.DataFrame:
     """What the time each host event owns is, once per event (every thread edge out of its points takes it, twice
     as many): ``_segment`` (:func:`_host_segment`), ``_name`` (a step annotation's own time is ``(nothing traced in
     ProfilerStep#3)``) and ``_category`` (its collective, else its kind), in ``host``'s order. ``windows``: as
-    :func:`_host_points`'s."""
+    :func:`_host_points`'s; ``coded``: :func:`_name_codes` of the names (nulls as "")."""
     names = host["name"].fill_null("")
-    step = _per_name(names, lambda n: n.str.contains(STEP_NAME))
+    step = _per_name(names, lambda n: n.str.contains(STEP_NAME), coded)
     if windows is not None and windows.height:
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
         is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                                 _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
             window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
         step = step | (is_window["_range"] & is_window["_window"].fill_null(False))
-    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
-                       _class=_per_name(names, expr.api_class), _step=step)
+    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_collective="collective",
+                       _class=_per_name(names, expr.api_class, coded), _step=step)
+    # the names as categoricals, and a step's "(nothing traced in ...)", made per distinct name
+    plain = _per_name(names, lambda n: n.cast(pl.Categorical), coded)
+    stepped = _per_name(names, lambda n: pl.format("(nothing traced in {})", n).cast(pl.Categorical), coded)
+    no_name = host["name"].is_null()
     return info.select(
         _segment=_host_segment().cast(SEGMENT_KIND),
-        _name=pl.when(pl.col("_step")).then(pl.format("(nothing traced in {})", pl.col("owner_name")))
-        .otherwise(pl.col("owner_name")).cast(pl.Categorical),
+        _name=pl.when(no_name).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step")).then(stepped)
+        .otherwise(plain),
         _category=pl.coalesce("owner_collective", "owner_kind").cast(pl.Categorical))
 
 
@@ -944,7 +962,9 @@ class _Nodes:
         self.of = _Keys(graph, nulls_last=False)
         width = self.of.width
         on_host = graph["tid"].is_not_null().to_numpy()
-        keys = np.concatenate([self._keys(graph, "src"), self._keys(graph, "dst")])
+        self._edges = graph.height
+        # every edge's source key, then every edge's destination key: kept, for :meth:`ids_at`
+        self._ends = keys = np.concatenate([self._keys(graph, "src"), self._keys(graph, "dst")])
         at = np.concatenate([graph["src_ns"].to_numpy(), graph["dst_ns"].to_numpy()])
         host = np.concatenate([on_host, on_host])
         self.keys, first = _first_seen(keys)  # sorted keys; each one's first appearance
@@ -964,11 +984,13 @@ class _Nodes:
     def _keys(self, frame: pl.DataFrame, end: str) -> np.ndarray:
         return frame.select(self.of.key(end)).to_series().to_numpy()
 
-    def ids(self, frame: pl.DataFrame, end: str) -> np.ndarray:
-        """The numbers of ``frame``'s ``src`` or ``dst`` nodes (each must be a node of the graph)."""
+    def ids_at(self, rows: np.ndarray, end: str) -> np.ndarray:
+        """The numbers of the ``src`` or ``dst`` nodes of the graph's edges ``rows`` (positions): their keys kept
+        from the graph, not made again from their trace ids (a text look-up per edge)."""
+        keys = self._ends[rows if end == "src" else rows + self._edges]
         if self._number is not None:
-            return self._number[self._keys(frame, end)]
-        return self.rank[np.searchsorted(self.keys, self._keys(frame, end))]
+            return self._number[keys]
+        return self.rank[np.searchsorted(self.keys, keys)]
 
     def span(self, trace: str | None) -> tuple[int, int]:
         """``[first, stop)``: the numbers of ``trace``'s nodes."""
@@ -1000,13 +1022,14 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     # the critical edges' ends only (their wide columns are gathered for the walked ones alone, at the end: a copy
     # of every critical edge's 18 columns was 0.7 GB of 8 ranks of 140 MB)
     rows = graph.select(pl.col("critical").arg_true()).to_series()
-    crit = graph.select(pl.col("src_trace", "src_node", "src_ns", "dst_trace", "dst_node").gather(rows))
+    critical_rows = rows.to_numpy()
     nodes = _Nodes(graph)
-    # each node's critical in-edge (the row of crit; of two, the later row, as a dict keeps), -1 for none
+    # each node's critical in-edge (the row of the critical edges; of two, the later row, as a dict keeps), -1 for
+    # none
     into = np.full(len(nodes.times), -1, dtype=np.int64)
-    into[nodes.ids(crit, "dst")] = np.arange(crit.height, dtype=np.int64)
-    src_id = np.asarray(nodes.ids(crit, "src"), dtype=np.int64)
-    src_ns = np.asarray(crit["src_ns"].to_numpy(), dtype=np.int64)  # never null: src <= dst
+    into[nodes.ids_at(critical_rows, "dst")] = np.arange(len(critical_rows), dtype=np.int64)
+    src_id = np.asarray(nodes.ids_at(critical_rows, "src"), dtype=np.int64)
+    src_ns = np.asarray(graph["src_ns"].to_numpy()[critical_rows], dtype=np.int64)  # never null: src <= dst
     times = nodes.times
     windows = windows.sort("trace_id", "step", nulls_last=False)
     if "rank" not in windows.columns:
@@ -1022,8 +1045,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     last = np.where(start >= 0, times[np.maximum(start, 0)] if len(times) else 0, 0).astype(np.int64)
     w_start = bounds["start_ns"].to_numpy().astype(np.int64)
     step_ns = bounds["end_ns"].to_numpy().astype(np.int64) - w_start
-    # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from crit in
-    # one query, not built row by row)
+    # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from the graph
+    # in one query, not built row by row)
     walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last, w_start)
     # the segments tile [where the walk stopped, its last node]
     length = np.where(reps > 0, last - np.maximum(reached, w_start), 0)
@@ -1041,7 +1064,7 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     # segments of 8 ranks of 140 MB)
     per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
-    walked_rows = pl.Series(rows.to_numpy()[walked], dtype=pl.Int64)
+    walked_rows = pl.Series(critical_rows[walked], dtype=pl.Int64)
     made = _segment_columns()
     asked = set(SEGMENT_SCHEMA if columns is None else columns)
     wanted = [c for c in SEGMENT_SCHEMA if c in asked]
