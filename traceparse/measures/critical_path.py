@@ -1095,8 +1095,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     needed = {name for c in wanted for name in made[c][1]}
     segments = pl.concat([
         per.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(reps)), reps), dtype=pl.Int64))),
-        graph.select(pl.col(c).gather(walked_rows).cast(texts) if c in ("src_trace", "dst_trace")
-                     else pl.col(c).gather(walked_rows) for c in edge_columns if c in needed),
+        pl.DataFrame([_texts_of(graph[c], walked_rows, texts) if c in ("src_trace", "dst_trace", "edge", "segment")
+                      else graph[c].gather(walked_rows) for c in edge_columns if c in needed]),
     ], how="horizontal").with_columns(
         index=pl.Series(np.arange(len(walked), dtype=np.int64) - np.repeat(first, reps), dtype=pl.Int64),
         end_ns=pl.Series(ends, dtype=pl.Int64))
@@ -1105,6 +1105,20 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     segments = segments.select(**{c: made[c][0] for c in wanted})
     schema = {c: (texts if t == pl.String else t) for c, t in SEGMENT_SCHEMA.items() if c in wanted}
     return paths, segments.cast(schema)
+
+
+def _texts_of(column: pl.Series, rows: pl.Series, texts: pl.DataType) -> pl.Series:
+    """``column`` (a graph's text or enum column) at ``rows``, as ``texts``: each distinct text made once (the
+    enum's few kinds; the one trace id of a trace's graph), not once per row of half a million segments."""
+    if texts == pl.String or not (column.dtype == pl.String or isinstance(column.dtype, pl.Enum)):
+        return column.gather(rows).cast(texts)
+    if isinstance(column.dtype, pl.Enum):  # its kinds as texts, gathered by its codes
+        kinds = pl.Series(column.name, column.dtype.categories).cast(texts)
+        return kinds.gather(column.gather(rows).to_physical())
+    only = _only_text(column)
+    if only is None:
+        return column.gather(rows).cast(texts)
+    return pl.Series(column.name, [only]).cast(texts).gather(pl.zeros(rows.len(), dtype=pl.Int64, eager=True))
 
 
 def _segment_columns() -> dict[str, tuple[pl.Expr, tuple[str, ...]]]:
