@@ -103,19 +103,22 @@ def _no_edges() -> pl.DataFrame:
     return pl.DataFrame(schema={**EDGE_SCHEMA, "src_trace": pl.Int32, "dst_trace": pl.Int32})
 
 
-def _edges(frame: pl.DataFrame, **fixed: Any) -> pl.DataFrame:
+def _edges(frame: pl.DataFrame | pl.LazyFrame, **fixed: Any) -> pl.DataFrame:
     """``frame`` (some edge columns and ``trace_id``) as a frame of :data:`EDGE_SCHEMA`: both ends in the row's
-    trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`)."""
+    trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`). A lazy ``frame`` is
+    collected with it, in one query."""
     values = {"inferred": False, **fixed}
+    lazy = isinstance(frame, pl.LazyFrame)
+    names = frame.collect_schema().names() if lazy else frame.columns
     exprs = []
     for column, dtype in EDGE_SCHEMA.items():
-        if column in frame.columns:
+        if column in names:
             exprs.append(pl.col(column).cast(dtype))
         elif column in ("src_trace", "dst_trace"):
             exprs.append(pl.col(_T).alias(column))
         else:
             exprs.append(pl.lit(values.get(column), dtype=dtype).alias(column))
-    return frame.select(exprs)
+    return frame.select(exprs).collect() if lazy else frame.select(exprs)
 
 
 #: A column of names as its distinct names and each row's place among them (:func:`_name_codes`).
@@ -239,8 +242,9 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     """``thread`` edges: each point → the next point of its thread, owned by the innermost open event."""
     # the points are in order on each thread, threads one after the other: the next point of a thread is the next
     # row where that row is of the same thread (no window per thread over half a million points)
+    # one lazy query: only the columns the edges take are copied, not every column of half a million points
     same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in (_T, "pid", "tid"))
-    rows = points.with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
+    rows = points.lazy().with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
                                dst_ns=pl.when(same).then(pl.col("t").shift(-1))
                                ).filter(pl.col("dst_node").is_not_null())
     nothing = pl.col("owner").is_null()  # time no event owns
@@ -393,10 +397,10 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
     first = points.filter(new_thread | (pl.int_range(pl.len()) == 0)).select(
         _T, "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
     gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
-    ends = points.filter(pl.col("is_end") == 1)
+    ends = points.lazy().filter(pl.col("is_end") == 1)  # only the columns taken are copied
     if waking is not None:
-        ends = ends.join(waking, on=[_T, "event_id"], how="semi")
-    ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").sort("e")
+        ends = ends.join(waking.lazy(), on=[_T, "event_id"], how="semi")
+    ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").collect().sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _no_edges()
     # the last end strictly before the resuming point: one at it may be the thread's own (a range, a Python frame
