@@ -218,10 +218,15 @@ def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
     """The row of ``host`` (trace code, event id: unique) of each point's ``owner`` in its trace (null: none)."""
     width = max(int(host["event_id"].max()), int(points["owner"].max() or 0)) + 1
     key = host[_T].cast(pl.Int64).to_numpy() * width + host["event_id"].to_numpy()
-    order = np.argsort(key, kind="stable")
     owner = points["owner"]
     wanted = points[_T].cast(pl.Int64).to_numpy() * width + owner.fill_null(0).to_numpy()
-    found = order[np.clip(np.searchsorted(key[order], wanted), 0, len(order) - 1)]
+    if _dense(key, len(wanted)):  # a row per key in an array over their range: a look-up each, no sort
+        row_of = np.zeros(int(key.max()) + 1, dtype=np.int64)
+        row_of[key] = np.arange(len(key), dtype=np.int64)
+        found = row_of[np.minimum(wanted, len(row_of) - 1)]
+    else:
+        order = np.argsort(key, kind="stable")
+        found = order[np.clip(np.searchsorted(key[order], wanted), 0, len(order) - 1)]
     return pl.Series(found, dtype=pl.Int64).scatter(np.flatnonzero(owner.is_null().to_numpy()), None)
 
 
