@@ -220,9 +220,10 @@ def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
     key = host[_T].cast(pl.Int64).to_numpy() * width + host["event_id"].to_numpy()
     owner = points["owner"]
     wanted = points[_T].cast(pl.Int64).to_numpy() * width + owner.fill_null(0).to_numpy()
-    if _dense(key, len(wanted)):  # a row per key in an array over their range: a look-up each, no sort
+    if _dense(key, len(wanted)):  # each key's first row in an array over their range: a look-up each, no sort
+        distinct, first = _first_seen(key)
         row_of = np.zeros(int(key.max()) + 1, dtype=np.int64)
-        row_of[key] = np.arange(len(key), dtype=np.int64)
+        row_of[distinct] = first
         found = row_of[np.minimum(wanted, len(row_of) - 1)]
     else:
         order = np.argsort(key, kind="stable")
@@ -250,8 +251,8 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     # one lazy query: only the columns the edges take are copied, not every column of half a million points
     same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in (_T, "pid", "tid"))
     rows = points.lazy().with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
-                               dst_ns=pl.when(same).then(pl.col("t").shift(-1))
-                               ).filter(pl.col("dst_node").is_not_null())
+                                      dst_ns=pl.when(same).then(pl.col("t").shift(-1))
+                                      ).filter(pl.col("dst_node").is_not_null())
     nothing = pl.col("owner").is_null()  # time no event owns
     rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns",
                        segment=pl.when(nothing).then(pl.lit("untraced", dtype=SEGMENT_KIND)).otherwise("_segment"),
