@@ -931,18 +931,19 @@ def edge_coverage(events: pl.DataFrame) -> dict[str, int]:
     and whatif word it each their way): ``host`` (timed host events with a process), ``threads`` (those with a
     thread), ``api`` (runtime calls), ``ops`` (operators that are not communication), ``gpu`` (timed GPU work),
     ``regions`` (timed host regions: Python frames, a generic Chrome trace's slices).
-    Operator names are classified once each (communication or not), not once per row."""
+    Operator names are classified once each (communication or not), not once per row, and only the operators'
+    rows are grouped by name (the counts of the rest are sums over the table)."""
     host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
             & pl.col("start_ns").is_not_null())
-    counts = events.lazy().group_by(
-        op=expr.kind_is("op"), name=pl.when(expr.kind_is("op") & pl.col("collective").is_null()).then(pl.col("name")),
-        collective=pl.when(expr.kind_is("op")).then(pl.col("collective"))).agg(
+    row = events.lazy().select(
         host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(), api=expr.kind_is("api").sum(),
         gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum(),
-        regions=(host & expr.kind_is("region")).sum(), rows=pl.len()).collect()
-    ops = pl.col("op") & ~expr.is_communication() & (pl.col("name").fill_null("") != "record_param_comms")
-    row = counts.select(pl.col("host", "threads", "api", "gpu", "regions").sum(),
-                        ops=pl.col("rows").filter(ops).sum()).row(0, named=True)
+        regions=(host & expr.kind_is("region")).sum()).collect().row(0, named=True)
+    counts = events.lazy().filter(expr.kind_is("op")).group_by(
+        name=pl.when(pl.col("collective").is_null()).then(pl.col("name")), collective="collective").agg(
+        rows=pl.len()).collect()
+    ops = ~expr.is_communication() & (pl.col("name").fill_null("") != "record_param_comms")
+    row["ops"] = counts.select(pl.col("rows").filter(ops).sum()).item()
     return {k: int(v or 0) for k, v in row.items()}
 
 
