@@ -271,13 +271,29 @@ def _lean(segments: pl.DataFrame, names: dict | None = None) -> pl.DataFrame:
     before they sort, so ties fall as they would on the texts. A lane's text is made once per distinct lane (a
     few dozen over half a million segments)."""
     own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
-    lanes = (segments.select("tid", "stream_id").unique()
-             .with_columns(lane=expr.lane_label(names).cast(pl.Categorical)))
-    return segments.select(
+    key = _lane_key(segments)
+    on = ["_lane"] if key is not None else ["tid", "stream_id"]
+    lean = segments.select(
         "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
         "tid", "stream_id", *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,
-    ).join(lanes, on=["tid", "stream_id"], how="left", nulls_equal=True, maintain_order="left").drop(
-        "tid", "stream_id")
+        **({} if key is None else {"_lane": key}))
+    lanes = (lean.select(*{"tid": None, "stream_id": None, **dict.fromkeys(on)}).unique(on)  # a row per lane
+             .with_columns(lane=expr.lane_label(names).cast(pl.Categorical)).select(*on, "lane"))
+    return lean.join(lanes, on=on, how="left", nulls_equal=True, maintain_order="left").drop(
+        "tid", "stream_id", *(["_lane"] if key is not None else []))
+
+
+def _lane_key(segments: pl.DataFrame) -> pl.Expr | None:
+    """One integer per lane (its thread where it has one, as :func:`traceparse.expr.lane_label` names it, else its
+    stream; null for neither), so that the lanes are told apart on one column, not two; None where the ids are
+    too large to double."""
+    bound = 1 << 61
+    for column in ("tid", "stream_id"):
+        values = segments[column]
+        if values.null_count() < values.len() and not -bound < values.min() <= values.max() < bound:
+            return None
+    return (pl.when(pl.col("tid").is_not_null()).then(pl.col("tid") * 2)
+            .when(pl.col("stream_id").is_not_null()).then(pl.col("stream_id") * 2 + 1))
 
 
 def _text(*columns: str) -> list[pl.Expr]:
