@@ -783,12 +783,12 @@ class _Keys:
 
 
 def _only_text(column: pl.Series) -> str | None:
-    """The text every row of ``column`` holds, else None (none, nulls, or two texts): found from its least and
-    greatest, a pass of comparisons, not a hash of every row."""
+    """The text every row of ``column`` holds, else None (none, nulls, or two texts): found by comparing every row
+    with the first, not by a hash of every row."""
     if column.len() == 0 or column.null_count():
         return None
-    low = column.min()
-    return low if low == column.max() else None
+    first = column[0]
+    return first if (column == first).all() else None
 
 
 def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
