@@ -129,6 +129,8 @@ def _name_codes(names: pl.Series) -> Coded:
     """The distinct names of ``names`` (no nulls) and each row's place among them: what is made of a name is
     made once per distinct name and gathered to the rows, and the names are hashed once for all of it."""
     distinct = names.unique()
+    if names.len() == 0:  # no codes to look up (polars gives an empty column back as it was)
+        return distinct, pl.Series(names.name, [], dtype=pl.Int64)
     return distinct, names.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), return_dtype=pl.Int64)
 
 
