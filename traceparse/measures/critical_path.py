@@ -195,24 +195,26 @@ def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None, coded: Coded) 
     as many): ``_segment`` (:func:`_host_segment`), ``_name`` (a step annotation's own time is ``(nothing traced in
     ProfilerStep#3)``) and ``_category`` (its collective, else its kind), in ``host``'s order. ``windows``: as
     :func:`_host_points`'s; ``coded``: :func:`_name_codes` of the names (nulls as "")."""
-    names = host["name"].fill_null("")
-    step = _per_name(names, lambda n: n.str.contains(STEP_NAME), coded)
+    # what each name is (a step's, its API class) and says (the name as a categorical, a step's own time as
+    # "(nothing traced in ...)"), made per distinct name in one query and gathered to the events in another
+    distinct, codes = coded
+    name = pl.lit(distinct)
+    labels = pl.select(_step=name.str.contains(STEP_NAME), _class=expr.api_class(name),
+                       _plain=name.cast(pl.Categorical),
+                       _stepped=pl.format("(nothing traced in {})", name).cast(pl.Categorical))
+    info = pl.concat([host.select(owner_kind=pl.col("kind").cast(pl.String), owner_collective="collective",
+                                  _no_name=pl.col("name").is_null()),
+                      labels.select(pl.all().gather(codes))], how="horizontal")
     if windows is not None and windows.height:
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
         is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                                 _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
             window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
-        step = step | (is_window["_range"] & is_window["_window"].fill_null(False))
-    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_collective="collective",
-                       _class=_per_name(names, expr.api_class, coded), _step=step)
-    # the names as categoricals, and a step's "(nothing traced in ...)", made per distinct name
-    plain = _per_name(names, lambda n: n.cast(pl.Categorical), coded)
-    stepped = _per_name(names, lambda n: pl.format("(nothing traced in {})", n).cast(pl.Categorical), coded)
-    no_name = host["name"].is_null()
+        info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
     return info.select(
         _segment=_host_segment().cast(SEGMENT_KIND),
-        _name=pl.when(no_name).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step")).then(stepped)
-        .otherwise(plain),
+        _name=pl.when(pl.col("_no_name")).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step"))
+        .then(pl.col("_stepped")).otherwise(pl.col("_plain")),
         _category=pl.coalesce("owner_collective", "owner_kind").cast(pl.Categorical))
 
 
@@ -843,9 +845,15 @@ def _choose_critical(held: list[pl.DataFrame]) -> pl.DataFrame:
     # other reference to the frame): the graph is not twice in memory at the end
     sorted_columns = []
     for name in edges.columns:
-        sorted_columns.append(_permuted(edges.get_column(name), final))
+        column = edges.get_column(name)
+        sorted_columns.append(_permuted(column, final) if name in _UNIFORM else column.gather(final))
         edges = edges.drop(name)
     return pl.concat([pl.DataFrame(sorted_columns), gaps], how="horizontal")
+
+
+#: The graph's columns that hold one value on every row of a trace's graph: the only ones worth testing for it
+#: before they are put in order (each test is a pass over the column; on a run's graph none holds one value).
+_UNIFORM = ("src_trace", "dst_trace", "src_rank", "rank", "offset_ns")
 
 
 def _permuted(column: pl.Series, order: pl.Series) -> pl.Series:
