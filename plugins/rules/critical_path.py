@@ -153,29 +153,30 @@ class CriticalPath(Rule):
         # each segment by its own kind, on whatever rank it is: the parts below (items) are never larger than their
         # kind (rank 1's DataLoader 50.1% of the path against "host op 26.2%" when the kinds were split by waits);
         # the part of the path on other ranks while this rank waited is its own figure (wait_ns)
-        own = segments.rename({"segment": "kind"})
+        summed = _per_part(segments)  # what the sums and tops below group: parts of paths, not every segment
+        own = summed.rename({"segment": "kind"})
         by_kind = _sums(own, "kind", per_step)
         host_ops = _sums(own.filter(pl.col("kind") == "host op"), "name", per_step, top=int(t["top"]))
         kernels = _sums(own.filter(pl.col("kind") == "kernel"), "category", per_step)
         wait_ns = int(parts.filter(pl.col("kind") == OTHER_RANK)["duration_ns"].sum())
-        other_ns = int(segments.filter(pl.col("other"))["duration_ns"].sum())
-        untraced = int(segments.filter(pl.col("segment") == "untraced")["duration_ns"].sum())
-        inferred = int(segments.filter(pl.col("inferred"))["duration_ns"].sum())
+        other_ns = int(summed.filter(pl.col("other"))["duration_ns"].sum())
+        untraced = int(summed.filter(pl.col("segment") == "untraced")["duration_ns"].sum())
+        inferred = int(summed.filter(pl.col("inferred"))["duration_ns"].sum())
         crossings = _crossings(segments, paths)
         key = ["trace_id", "step"]
         waits = dict(((a, b), int(c)) for a, b, c in parts.filter(pl.col("kind") == OTHER_RANK).group_by(key)
                      .agg(pl.col("duration_ns").sum()).iter_rows())
-        others = dict(((a, b), int(c)) for a, b, c in segments.filter(pl.col("other")).group_by(key)
+        others = dict(((a, b), int(c)) for a, b, c in summed.filter(pl.col("other")).group_by(key)
                       .agg(pl.col("duration_ns").sum()).iter_rows())
         details = []
-        tops = _top_per_path(segments, 3)  # every path's three largest parts at once, not a query per path
+        tops = _top_per_path(summed, 3)  # every path's three largest parts at once, not a query per path
         for p in paths.sort("step", "rank", nulls_last=True).iter_rows(named=True):
             k = (p["trace_id"], p["step"])
             details.append({"step": p["step"], "rank": p["rank"], "step_ns": p["step_ns"],
                             "length_ns": p["length_ns"], "unexplained_ns": p["unexplained_ns"],
                             "wait_ns": waits.get(k, 0), "other_rank_ns": others.get(k, 0),
                             "crossings": crossings.get(k, []), "top": tops.get(k, [])})
-        items = _top(segments, int(t["top"]), n, length)
+        items = _top(summed, int(t["top"]), n, length)
         wait_pct = expr.pct(wait_ns, length)
         held_pct, held_ns, held_by = _held(segments, paths, events) if ranks_known else (None, 0, None)
         worst = max(wait_pct or 0.0, held_pct or 0.0)
@@ -202,7 +203,7 @@ class CriticalPath(Rule):
         if held_by is not None and held_pct >= (wait_pct or 0.0):  # the part that holds the others most
             part = {"segment_rank": held_by["rank"], "lane": held_by["lane"], "segment": held_by["kind"],
                     "name": held_by["name"]}
-            mine = segments.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in part.items()))
+            mine = summed.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in part.items()))
             holder = next(iter(_top(mine, 1, n, length)), None)
         if holder is None:
             holder = next((i for i in items if i["other_rank"] and i["kind"] != "communication"), None)
@@ -271,13 +272,37 @@ def _lean(segments: pl.DataFrame, names: dict | None = None) -> pl.DataFrame:
     before they sort, so ties fall as they would on the texts. A lane's text is made once per distinct lane (a
     few dozen over half a million segments)."""
     own = pl.col("segment_rank").fill_null(-1) == pl.col("rank").fill_null(-1)
-    lanes = (segments.select("tid", "stream_id").unique()
-             .with_columns(lane=expr.lane_label(names).cast(pl.Categorical)))
-    return segments.select(
+    key = _lane_key(segments)
+    on = ["_lane"] if key is not None else ["tid", "stream_id"]
+    lean = segments.select(
         "rank", "step", "index", "segment_rank", "inferred", "start_ns", "end_ns", "duration_ns", "dst_node",
         "tid", "stream_id", *(pl.col(c).cast(pl.Categorical) for c in _TEXTS if c != "lane"), other=~own,
-    ).join(lanes, on=["tid", "stream_id"], how="left", nulls_equal=True, maintain_order="left").drop(
-        "tid", "stream_id")
+        **({} if key is None else {"_lane": key}))
+    lanes = (lean.select(*{"tid": None, "stream_id": None, **dict.fromkeys(on)}).unique(on)  # a row per lane
+             .with_columns(lane=expr.lane_label(names).cast(pl.Categorical)).select(*on, "lane"))
+    return lean.join(lanes, on=on, how="left", nulls_equal=True, maintain_order="left").drop(
+        "tid", "stream_id", *(["_lane"] if key is not None else []))
+
+
+def _lane_key(segments: pl.DataFrame) -> pl.Expr | None:
+    """One integer per lane (its thread where it has one, as :func:`traceparse.expr.lane_label` names it, else its
+    stream; null for neither), so that the lanes are told apart on one column, not two; None where the ids are
+    too large to double."""
+    bound = 1 << 61
+    for column in ("tid", "stream_id"):
+        values = segments[column]
+        if values.null_count() < values.len() and not -bound < values.min() <= values.max() < bound:
+            return None
+    return (pl.when(pl.col("tid").is_not_null()).then(pl.col("tid") * 2)
+            .when(pl.col("stream_id").is_not_null()).then(pl.col("stream_id") * 2 + 1))
+
+
+def _per_part(segments: pl.DataFrame) -> pl.DataFrame:
+    """The segments summed per path and part (``duration_ns``: their sum), with the columns the sums and tops
+    group by: each of those groups these, not every segment (the 139 MB trace's 475,000 segments are some 9,000
+    parts); the sums of integers come out the same."""
+    return segments.group_by("trace_id", "step", "segment_rank", "lane", "segment", "name", "category", "inferred",
+                             "other").agg(pl.col("duration_ns").sum())
 
 
 def _text(*columns: str) -> list[pl.Expr]:

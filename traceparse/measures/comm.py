@@ -133,12 +133,14 @@ def _source() -> pl.Expr:
 
 
 def _candidates(events: pl.DataFrame) -> pl.DataFrame:
-    """The communication rows that may stand for a collective call, each with its source."""
-    rows = events.filter(placed()).with_columns(expr.collective_of())
+    """The communication rows that may stand for a collective call, each with its source (one lazy query: the
+    filters read the columns they test, and only the chosen rows' own columns are copied, not every column of
+    every timed row)."""
+    rows = events.lazy().filter(placed()).with_columns(expr.collective_of())
     rows = rows.filter(pl.col("collective").is_not_null())
     return (rows.with_columns(source=_source(), end_ns=pl.col("start_ns") + pl.col("duration_ns"))
             .filter(pl.col("source").is_not_null())
-            .select(pl.col(c) for c in _COLUMNS))
+            .select(pl.col(c) for c in _COLUMNS)).collect()
 
 
 def _members(rows: pl.DataFrame) -> pl.DataFrame:

@@ -104,32 +104,50 @@ def _no_edges() -> pl.DataFrame:
     return pl.DataFrame(schema={**EDGE_SCHEMA, "src_trace": pl.Int32, "dst_trace": pl.Int32})
 
 
-def _edges(frame: pl.DataFrame, **fixed: Any) -> pl.DataFrame:
+def _edges(frame: pl.DataFrame | pl.LazyFrame, **fixed: Any) -> pl.DataFrame:
     """``frame`` (some edge columns and ``trace_id``) as a frame of :data:`EDGE_SCHEMA`: both ends in the row's
-    trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`)."""
+    trace, the rest from ``fixed`` or null (the ranks are filled in by :func:`trace_edges`). A lazy ``frame`` is
+    collected with it, in one query."""
     values = {"inferred": False, **fixed}
+    lazy = isinstance(frame, pl.LazyFrame)
+    names = frame.collect_schema().names() if lazy else frame.columns
     exprs = []
     for column, dtype in EDGE_SCHEMA.items():
-        if column in frame.columns:
+        if column in names:
             exprs.append(pl.col(column).cast(dtype))
         elif column in ("src_trace", "dst_trace"):
             exprs.append(pl.col(_T).alias(column))
         else:
             exprs.append(pl.lit(values.get(column), dtype=dtype).alias(column))
-    return frame.select(exprs)
+    return frame.select(exprs).collect() if lazy else frame.select(exprs)
 
 
-def _per_name(names: pl.Series, classify: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
-    """``classify`` (an expression over names: a regular-expression table) of each of ``names`` (no nulls),
-    evaluated once per distinct name: a trace repeats a few hundred names over hundreds of thousands of rows."""
+#: A column of names as its distinct names and each row's place among them (:func:`_name_codes`).
+Coded = tuple[pl.Series, pl.Series]
+
+
+def _name_codes(names: pl.Series) -> Coded:
+    """The distinct names of ``names`` (no nulls) and each row's place among them: what is made of a name is
+    made once per distinct name and gathered to the rows, and the names are hashed once for all of it."""
     distinct = names.unique()
+    if names.len() == 0:  # no codes to look up (polars gives an empty column back as it was)
+        return distinct, pl.Series(names.name, [], dtype=pl.Int64)
+    return distinct, names.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), return_dtype=pl.Int64)
+
+
+def _per_name(names: pl.Series, classify: Callable[[pl.Expr], pl.Expr], coded: Coded | None = None) -> pl.Series:
+    """``classify`` (an expression over names: a regular-expression table) of each of ``names`` (no nulls),
+    evaluated once per distinct name: a trace repeats a few hundred names over hundreds of thousands of rows.
+    ``coded``: :func:`_name_codes` of ``names``, where the caller classifies them more than one way."""
+    distinct, codes = _name_codes(names) if coded is None else coded
     labels = pl.select(classify(pl.lit(distinct))).to_series()
-    return names.replace_strict(distinct, labels, return_dtype=labels.dtype)
+    return labels.gather(codes).alias(names.name)
 
 
-def _collective_of(frame: pl.DataFrame) -> pl.Series:
-    """:func:`traceparse.expr.collective_of` of ``frame``'s rows, the names classified once each."""
-    from_name = _per_name(frame["name"].fill_null(""), expr.collective)
+def _collective_of(frame: pl.DataFrame, coded: Coded | None = None) -> pl.Series:
+    """:func:`traceparse.expr.collective_of` of ``frame``'s rows, the names classified once each (``coded``: as
+    :func:`_per_name`'s, of the names with nulls as "")."""
+    from_name = _per_name(frame["name"].fill_null(""), expr.collective, coded)
     return frame.select(pl.coalesce(pl.col("collective"), from_name)).to_series().alias("collective")
 
 
@@ -150,7 +168,8 @@ def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> p
                   _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "exclusive_ns", "collective")
     if host.height == 0:
         return pl.DataFrame()
-    host = pl.concat([host.with_columns(_collective_of(host)).select(
+    coded = _name_codes(host["name"].fill_null(""))  # the names hashed once: classified, and named, per name
+    host = pl.concat([host.with_columns(_collective_of(host, coded)).select(
         _T, "event_id", "kind", "name", "pid", "tid", "start_ns", "duration_ns", "collective"),
         parents(host, [_T, "pid", "tid"])], how="horizontal")
     some = pl.col("duration_ns") > 0
@@ -167,39 +186,62 @@ def _host_points(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> p
     owner = pl.when(pl.col("is_end") == 0).then(pl.col("event_id")).otherwise(pl.col("parent_event_id"))
     points = points.with_columns(owner=owner)
     # what owns each point's time, gathered from the host row of its owner (a look-up by position, not a join of
-    # half a million points); the owner's API class and whether it is a step, once per host event, not per point
-    names = host["name"].fill_null("")
-    info = host.select(owner_kind=pl.col("kind").cast(pl.String), owner_name="name", owner_collective="collective",
-                       _class=_per_name(names, expr.api_class),
-                       _step=_per_name(names, lambda n: n.str.contains(STEP_NAME)))
+    # half a million points), made once per host event, not per point
+    rows = _rows_of(host, points)
+    return pl.concat([points, _owned_time(host, windows, coded).select(pl.all().gather(rows))], how="horizontal")
+
+
+def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None, coded: Coded) -> pl.DataFrame:
+    """What the time each host event owns is, once per event (every thread edge out of its points takes it, twice
+    as many): ``_segment`` (:func:`_host_segment`), ``_name`` (a step annotation's own time is ``(nothing traced in
+    ProfilerStep#3)``) and ``_category`` (its collective, else its kind), in ``host``'s order. ``windows``: as
+    :func:`_host_points`'s; ``coded``: :func:`_name_codes` of the names (nulls as "")."""
+    # what each name is (a step's, its API class) and says (the name as a categorical, a step's own time as
+    # "(nothing traced in ...)"), made per distinct name in one query and gathered to the events in another
+    distinct, codes = coded
+    name = pl.lit(distinct)
+    labels = pl.select(_step=name.str.contains(STEP_NAME), _class=expr.api_class(name),
+                       _plain=name.cast(pl.Categorical),
+                       _stepped=pl.format("(nothing traced in {})", name).cast(pl.Categorical))
+    info = pl.concat([host.select(owner_kind=pl.col("kind").cast(pl.String), owner_collective="collective",
+                                  _no_name=pl.col("name").is_null()),
+                      labels.select(pl.all().gather(codes))], how="horizontal")
     if windows is not None and windows.height:
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
         is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                                 _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
             window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
         info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
-    rows = _rows_of(host, points)
-    return pl.concat([points, info.select(pl.all().gather(rows))], how="horizontal")
+    return info.select(
+        _segment=_host_segment().cast(SEGMENT_KIND),
+        _name=pl.when(pl.col("_no_name")).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step"))
+        .then(pl.col("_stepped")).otherwise(pl.col("_plain")),
+        _category=pl.coalesce("owner_collective", "owner_kind").cast(pl.Categorical))
 
 
 def _rows_of(host: pl.DataFrame, points: pl.DataFrame) -> pl.Series:
     """The row of ``host`` (trace code, event id: unique) of each point's ``owner`` in its trace (null: none)."""
     width = max(int(host["event_id"].max()), int(points["owner"].max() or 0)) + 1
     key = host[_T].cast(pl.Int64).to_numpy() * width + host["event_id"].to_numpy()
-    order = np.argsort(key, kind="stable")
     owner = points["owner"]
     wanted = points[_T].cast(pl.Int64).to_numpy() * width + owner.fill_null(0).to_numpy()
-    found = order[np.clip(np.searchsorted(key[order], wanted), 0, len(order) - 1)]
+    if _dense(key, len(wanted)):  # each key's first row in an array over their range: a look-up each, no sort
+        distinct, first = _first_seen(key)
+        row_of = np.zeros(int(key.max()) + 1, dtype=np.int64)
+        row_of[distinct] = first
+        found = row_of[np.minimum(wanted, len(row_of) - 1)]
+    else:
+        order = np.argsort(key, kind="stable")
+        found = order[np.clip(np.searchsorted(key[order], wanted), 0, len(order) - 1)]
     return pl.Series(found, dtype=pl.Int64).scatter(np.flatnonzero(owner.is_null().to_numpy()), None)
 
 
 def _host_segment() -> pl.Expr:
-    """The segment kind of host time owned by ``owner_kind`` / ``owner_name`` (a collective call or annotation's
-    own time is communication; a step annotation's own time is time the trace does not show), given ``_class``
-    (the owner's API class) and ``_step`` (the owner is a step annotation)."""
+    """The segment kind of host time owned by ``owner_kind`` / ``owner_collective`` (a collective call or
+    annotation's own time is communication; a step annotation's own time is time the trace does not show), given
+    ``_class`` (the owner's API class) and ``_step`` (the owner is a step annotation)."""
     cls = pl.col("_class")
-    nothing = pl.col("owner_kind").is_null() | pl.col("_step")
-    return (pl.when(nothing).then(pl.lit("untraced"))
+    return (pl.when(pl.col("_step")).then(pl.lit("untraced"))
             .when(pl.col("owner_collective").is_not_null()).then(pl.lit("communication"))
             .when(pl.col("owner_kind") != "api").then(pl.lit("host op"))
             .when(cls.is_in(["launch", "graph_launch"])).then(pl.lit("launch"))
@@ -211,17 +253,17 @@ def _thread_edges(points: pl.DataFrame) -> pl.DataFrame:
     """``thread`` edges: each point → the next point of its thread, owned by the innermost open event."""
     # the points are in order on each thread, threads one after the other: the next point of a thread is the next
     # row where that row is of the same thread (no window per thread over half a million points)
+    # one lazy query: only the columns the edges take are copied, not every column of half a million points
     same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in (_T, "pid", "tid"))
-    rows = points.with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
-                               dst_ns=pl.when(same).then(pl.col("t").shift(-1))
-                               ).filter(pl.col("dst_node").is_not_null())
-    rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns", segment=_host_segment(),
-                       name=pl.when(pl.col("owner_kind").is_null()).then(pl.lit("(nothing traced on the thread)"))
-                       .when(pl.col("_step"))
-                       .then(pl.format("(nothing traced in {})", pl.col("owner_name")))
-                       .otherwise(pl.col("owner_name")),
-                       category=pl.coalesce("owner_collective", "owner_kind"), event_id="owner", pid="pid",
-                       tid="tid")
+    rows = points.lazy().with_columns(dst_node=pl.when(same).then(pl.col("node").shift(-1)),
+                                      dst_ns=pl.when(same).then(pl.col("t").shift(-1))
+                                      ).filter(pl.col("dst_node").is_not_null())
+    nothing = pl.col("owner").is_null()  # time no event owns
+    rows = rows.select(_T, src_node="node", src_ns="t", dst_node="dst_node", dst_ns="dst_ns",
+                       segment=pl.when(nothing).then(pl.lit("untraced", dtype=SEGMENT_KIND)).otherwise("_segment"),
+                       name=pl.when(nothing).then(pl.lit("(nothing traced on the thread)", dtype=pl.Categorical))
+                       .otherwise("_name"),
+                       category="_category", event_id="owner", pid="pid", tid="tid")
     return _edges(rows, edge="thread")
 
 
@@ -366,10 +408,10 @@ def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: i
     first = points.filter(new_thread | (pl.int_range(pl.len()) == 0)).select(
         _T, "pid", "tid", a=pl.lit(None, dtype=pl.Int64), b="t", dst_node="node")
     gaps = pl.concat([gaps, first.with_columns(a=pl.col("b") - max_wake_ns - 1)]).sort("b")
-    ends = points.filter(pl.col("is_end") == 1)
+    ends = points.lazy().filter(pl.col("is_end") == 1)  # only the columns taken are copied
     if waking is not None:
-        ends = ends.join(waking, on=[_T, "event_id"], how="semi")
-    ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").sort("e")
+        ends = ends.join(waking.lazy(), on=[_T, "event_id"], how="semi")
+    ends = ends.select(_T, "pid", e_tid="tid", e="t", e_node="node", e_event="event_id").collect().sort("e")
     if gaps.height == 0 or ends.height == 0:
         return _no_edges()
     # the last end strictly before the resuming point: one at it may be the thread's own (a range, a Python frame
@@ -713,14 +755,20 @@ def shared_instances(events: pl.DataFrame) -> int:
 class _Keys:
     """A node (trace, number) of an edge frame as one int64 (``trace code × width + number − smallest``), so that
     sorts, joins and look-ups run on one integer column, not on (string, int) pairs: codes follow the trace ids'
-    order, a null trace first (``nulls_last=False``) or last, as the sorts they stand for put them."""
+    order, a null trace first (``nulls_last=False``) or last, as the sorts they stand for put them. Its expressions
+    are over the frame it was made from."""
 
     def __init__(self, frame: pl.DataFrame, nulls_last: bool):
-        traces = pl.concat([frame["src_trace"], frame["dst_trace"]]).drop_nulls().unique().sort().to_list()
+        only = {end: _only_text(frame[f"{end}_trace"]) for end in ("src", "dst")}
+        ends = pl.concat([pl.Series([text], dtype=pl.String) if text is not None else frame[f"{end}_trace"].unique()
+                          for end, text in only.items()])  # each end's few, not both ends' every row
+        traces = ends.drop_nulls().unique().sort().to_list()
         first = 0 if nulls_last else 1
         self.codes = {t: first + i for i, t in enumerate(traces)}
         self.null_code = len(traces) if nulls_last else 0
         self.traces = len(traces)
+        # an end of one trace on every row (one trace's graph): its code, not a look-up per row
+        self._only = {end: self.codes[text] for end, text in only.items() if text is not None}
         ends = [frame[c] for c in ("src_node", "dst_node")]
         self.low = min((e.min() for e in ends if e.null_count() < e.len()), default=0)
         self.width = max((e.max() for e in ends if e.null_count() < e.len()), default=0) - self.low + 1
@@ -729,12 +777,23 @@ class _Keys:
 
     def code(self, end: str) -> pl.Expr:
         """The code of the ``src`` or ``dst`` trace."""
+        if end in self._only:
+            return pl.lit(self._only[end], dtype=pl.Int64)
         return (pl.col(f"{end}_trace").replace_strict(self.codes, default=None, return_dtype=pl.Int64)
                 .fill_null(self.null_code))
 
     def key(self, end: str) -> pl.Expr:
         """The key of the ``src`` or ``dst`` node."""
         return self.code(end) * self.width + (pl.col(f"{end}_node") - self.low)
+
+
+def _only_text(column: pl.Series) -> str | None:
+    """The text every row of ``column`` holds, else None (none, nulls, or two texts): found by comparing every row
+    with the first, not by a hash of every row."""
+    if column.len() == 0 or column.null_count():
+        return None
+    first = column[0]
+    return first if (column == first).all() else None
 
 
 def choose_critical(edges: pl.DataFrame) -> pl.DataFrame:
@@ -769,10 +828,10 @@ def _choose_critical(held: list[pl.DataFrame]) -> pl.DataFrame:
     critical &= narrow["_known"].to_numpy()
     # each (trace, edge, segment) kind's median critical gap, as one number per triple
     # per trace: one trace's weights do not depend on the other traces in the table
-    # a number per segment kind (any one-to-one numbering groups alike; a dense rank sorts 600,000 texts)
+    # a number per segment kind and per trace (any one-to-one numbering groups alike; a dense rank sorts 600,000
+    # texts): the trace's code of the keys
     segment = pl.col("segment").to_physical().cast(pl.Int64) + 1
-    pair = edges.select(_o=order, _g=segment.fill_null(0),
-                        _t=pl.col("dst_trace").rank("dense").fill_null(0)).select(
+    pair = edges.select(_o=order, _g=segment.fill_null(0), _t=keys.code("dst")).select(
         _p=(pl.col("_t").cast(pl.Int64) * (len(EDGE_KINDS) + 1) + pl.col("_o").cast(pl.Int64)) * (edges.height + 1)
         + pl.col("_g").cast(pl.Int64))
     gaps = pl.DataFrame({"_p": pair["_p"], "gap_ns": edges["gap_ns"], "critical": critical})
@@ -787,9 +846,28 @@ def _choose_critical(held: list[pl.DataFrame]) -> pl.DataFrame:
     # other reference to the frame): the graph is not twice in memory at the end
     sorted_columns = []
     for name in edges.columns:
-        sorted_columns.append(edges.get_column(name).gather(final))
+        column = edges.get_column(name)
+        sorted_columns.append(_permuted(column, final) if name in _UNIFORM else column.gather(final))
         edges = edges.drop(name)
     return pl.concat([pl.DataFrame(sorted_columns), gaps], how="horizontal")
+
+
+#: The graph's columns that hold one value on every row of a trace's graph: the only ones worth testing for it
+#: before they are put in order (each test is a pass over the column; on a run's graph none holds one value).
+_UNIFORM = ("src_trace", "dst_trace", "src_rank", "rank", "offset_ns")
+
+
+def _permuted(column: pl.Series, order: pl.Series) -> pl.Series:
+    """``column`` at ``order``, a permutation of its rows: the column itself where every row holds one value (a
+    trace's graph: its trace id at both ends, its rank, no clock moved), as gathering it would give."""
+    nulls = column.null_count()
+    if nulls == column.len():
+        return column
+    if not nulls and column.dtype == pl.String and _only_text(column) is not None:
+        return column
+    if not nulls and (column.dtype.is_integer() or column.dtype == pl.Boolean) and column.min() == column.max():
+        return column
+    return column.gather(order)
 
 
 def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | None:
@@ -801,13 +879,20 @@ def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | 
     cols = {c: narrow[c] for c in ("_d", "_s", "_o", "src_ns")}
     if any(c.null_count() for c in cols.values()):
         return None
-    d, s, o, at = (cols[c].to_numpy()[final] for c in ("_d", "_s", "_o", "src_ns"))
-    t = at - at.min()
+    d, s, o, t = (cols[c].to_numpy()[final] for c in ("_d", "_s", "_o", "src_ns"))
+    t -= t.min()  # the source time since the first (in place: each temporary here is 8 bytes an edge of fresh memory)
     o_low, o_high, s_low, s_high = int(o.min()), int(o.max()), int(s.min()), int(s.max())
     b_o, b_s = (o_high - o_low).bit_length(), (s_high - s_low).bit_length()
     if int(t.max()).bit_length() + b_o + b_s > 62:
         return None
-    packed = (t << (b_o + b_s)) | ((o_high - o.astype(np.int64)) << b_s) | (s_high - s)
+    packed = t
+    packed <<= b_o + b_s
+    kind = o.astype(np.int64)
+    np.subtract(o_high, kind, out=kind)
+    kind <<= b_s
+    packed |= kind
+    del kind
+    packed |= s_high - s
     inferred = narrow["inferred"].to_numpy()[final]
     first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))
     best_explicit = np.maximum.reduceat(np.where(inferred, -1, packed), first)
@@ -857,18 +942,19 @@ def edge_coverage(events: pl.DataFrame) -> dict[str, int]:
     and whatif word it each their way): ``host`` (timed host events with a process), ``threads`` (those with a
     thread), ``api`` (runtime calls), ``ops`` (operators that are not communication), ``gpu`` (timed GPU work),
     ``regions`` (timed host regions: Python frames, a generic Chrome trace's slices).
-    Operator names are classified once each (communication or not), not once per row."""
+    Operator names are classified once each (communication or not), not once per row, and only the operators'
+    rows are grouped by name (the counts of the rest are sums over the table)."""
     host = (pl.col("pid").is_not_null() & expr.kind_is("op", "marker", "api", "region")
             & pl.col("start_ns").is_not_null())
-    counts = events.lazy().group_by(
-        op=expr.kind_is("op"), name=pl.when(expr.kind_is("op") & pl.col("collective").is_null()).then(pl.col("name")),
-        collective=pl.when(expr.kind_is("op")).then(pl.col("collective"))).agg(
+    row = events.lazy().select(
         host=host.sum(), threads=(host & pl.col("tid").is_not_null()).sum(), api=expr.kind_is("api").sum(),
         gpu=(expr.kind_is(*expr.GPU_KINDS) & pl.col("start_ns").is_not_null()).sum(),
-        regions=(host & expr.kind_is("region")).sum(), rows=pl.len()).collect()
-    ops = pl.col("op") & ~expr.is_communication() & (pl.col("name").fill_null("") != "record_param_comms")
-    row = counts.select(pl.col("host", "threads", "api", "gpu", "regions").sum(),
-                        ops=pl.col("rows").filter(ops).sum()).row(0, named=True)
+        regions=(host & expr.kind_is("region")).sum()).collect().row(0, named=True)
+    counts = events.lazy().filter(expr.kind_is("op")).group_by(
+        name=pl.when(pl.col("collective").is_null()).then(pl.col("name")), collective="collective").agg(
+        rows=pl.len()).collect()
+    ops = ~expr.is_communication() & (pl.col("name").fill_null("") != "record_param_comms")
+    row["ops"] = counts.select(pl.col("rows").filter(ops).sum()).item()
     return {k: int(v or 0) for k, v in row.items()}
 
 
@@ -935,7 +1021,9 @@ class _Nodes:
         self.of = _Keys(graph, nulls_last=False)
         width = self.of.width
         on_host = graph["tid"].is_not_null().to_numpy()
-        keys = np.concatenate([self._keys(graph, "src"), self._keys(graph, "dst")])
+        self._edges = graph.height
+        # every edge's source key, then every edge's destination key: kept, for :meth:`ids_at`
+        self._ends = keys = np.concatenate([self._keys(graph, "src"), self._keys(graph, "dst")])
         at = np.concatenate([graph["src_ns"].to_numpy(), graph["dst_ns"].to_numpy()])
         host = np.concatenate([on_host, on_host])
         self.keys, first = _first_seen(keys)  # sorted keys; each one's first appearance
@@ -955,11 +1043,13 @@ class _Nodes:
     def _keys(self, frame: pl.DataFrame, end: str) -> np.ndarray:
         return frame.select(self.of.key(end)).to_series().to_numpy()
 
-    def ids(self, frame: pl.DataFrame, end: str) -> np.ndarray:
-        """The numbers of ``frame``'s ``src`` or ``dst`` nodes (each must be a node of the graph)."""
+    def ids_at(self, rows: np.ndarray, end: str) -> np.ndarray:
+        """The numbers of the ``src`` or ``dst`` nodes of the graph's edges ``rows`` (positions): their keys kept
+        from the graph, not made again from their trace ids (a text look-up per edge)."""
+        keys = self._ends[rows if end == "src" else rows + self._edges]
         if self._number is not None:
-            return self._number[self._keys(frame, end)]
-        return self.rank[np.searchsorted(self.keys, self._keys(frame, end))]
+            return self._number[keys]
+        return self.rank[np.searchsorted(self.keys, keys)]
 
     def span(self, trace: str | None) -> tuple[int, int]:
         """``[first, stop)``: the numbers of ``trace``'s nodes."""
@@ -991,13 +1081,14 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     # the critical edges' ends only (their wide columns are gathered for the walked ones alone, at the end: a copy
     # of every critical edge's 18 columns was 0.7 GB of 8 ranks of 140 MB)
     rows = graph.select(pl.col("critical").arg_true()).to_series()
-    crit = graph.select(pl.col("src_trace", "src_node", "src_ns", "dst_trace", "dst_node").gather(rows))
+    critical_rows = rows.to_numpy()
     nodes = _Nodes(graph)
-    # each node's critical in-edge (the row of crit; of two, the later row, as a dict keeps), -1 for none
+    # each node's critical in-edge (the row of the critical edges; of two, the later row, as a dict keeps), -1 for
+    # none
     into = np.full(len(nodes.times), -1, dtype=np.int64)
-    into[nodes.ids(crit, "dst")] = np.arange(crit.height, dtype=np.int64)
-    src_id = np.asarray(nodes.ids(crit, "src"), dtype=np.int64)
-    src_ns = np.asarray(crit["src_ns"].to_numpy(), dtype=np.int64)  # never null: src <= dst
+    into[nodes.ids_at(critical_rows, "dst")] = np.arange(len(critical_rows), dtype=np.int64)
+    src_id = np.asarray(nodes.ids_at(critical_rows, "src"), dtype=np.int64)
+    src_ns = np.asarray(graph["src_ns"].to_numpy()[critical_rows], dtype=np.int64)  # never null: src <= dst
     times = nodes.times
     windows = windows.sort("trace_id", "step", nulls_last=False)
     if "rank" not in windows.columns:
@@ -1013,8 +1104,8 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     last = np.where(start >= 0, times[np.maximum(start, 0)] if len(times) else 0, 0).astype(np.int64)
     w_start = bounds["start_ns"].to_numpy().astype(np.int64)
     step_ns = bounds["end_ns"].to_numpy().astype(np.int64) - w_start
-    # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from crit in
-    # one query, not built row by row)
+    # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from the graph
+    # in one query, not built row by row)
     walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last, w_start)
     # the segments tile [where the walk stopped, its last node]
     length = np.where(reps > 0, last - np.maximum(reached, w_start), 0)
@@ -1032,15 +1123,15 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     # segments of 8 ranks of 140 MB)
     per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
-    walked_rows = pl.Series(rows.to_numpy()[walked], dtype=pl.Int64)
+    walked_rows = pl.Series(critical_rows[walked], dtype=pl.Int64)
     made = _segment_columns()
     asked = set(SEGMENT_SCHEMA if columns is None else columns)
     wanted = [c for c in SEGMENT_SCHEMA if c in asked]
     needed = {name for c in wanted for name in made[c][1]}
     segments = pl.concat([
         per.select(pl.all().gather(pl.Series(np.repeat(np.arange(len(reps)), reps), dtype=pl.Int64))),
-        graph.select(pl.col(c).gather(walked_rows).cast(texts) if c in ("src_trace", "dst_trace")
-                     else pl.col(c).gather(walked_rows) for c in edge_columns if c in needed),
+        pl.DataFrame([_texts_of(graph[c], walked_rows, texts) if c in ("src_trace", "dst_trace", "edge", "segment")
+                      else graph[c].gather(walked_rows) for c in edge_columns if c in needed]),
     ], how="horizontal").with_columns(
         index=pl.Series(np.arange(len(walked), dtype=np.int64) - np.repeat(first, reps), dtype=pl.Int64),
         end_ns=pl.Series(ends, dtype=pl.Int64))
@@ -1049,6 +1140,20 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     segments = segments.select(**{c: made[c][0] for c in wanted})
     schema = {c: (texts if t == pl.String else t) for c, t in SEGMENT_SCHEMA.items() if c in wanted}
     return paths, segments.cast(schema)
+
+
+def _texts_of(column: pl.Series, rows: pl.Series, texts: pl.DataType) -> pl.Series:
+    """``column`` (a graph's text or enum column) at ``rows``, as ``texts``: each distinct text made once (the
+    enum's few kinds; the one trace id of a trace's graph), not once per row of half a million segments."""
+    if texts == pl.String or not (column.dtype == pl.String or isinstance(column.dtype, pl.Enum)):
+        return column.gather(rows).cast(texts)
+    if isinstance(column.dtype, pl.Enum):  # its kinds as texts, gathered by its codes
+        kinds = pl.Series(column.name, column.dtype.categories).cast(texts)
+        return kinds.gather(column.gather(rows).to_physical())
+    only = _only_text(column)
+    if only is None:
+        return column.gather(rows).cast(texts)
+    return pl.Series(column.name, [only]).cast(texts).gather(pl.zeros(rows.len(), dtype=pl.Int64, eager=True))
 
 
 def _segment_columns() -> dict[str, tuple[pl.Expr, tuple[str, ...]]]:
