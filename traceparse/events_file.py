@@ -63,5 +63,5 @@ def with_new_columns(frame):
     missing = [c for c in DTYPES if c not in frame.columns]
     if not missing or "event_id" not in frame.columns:  # not an event table: as it is
         return frame
-    return frame.with_columns(pl.lit(None, dtype=DTYPES[c]).alias(c) for c in missing).select(
-        [c for c in DTYPES if c in frame.columns or c in missing] + [c for c in frame.columns if c not in DTYPES])
+    extra = [c for c in frame.columns if c not in DTYPES]
+    return frame.with_columns(pl.lit(None, dtype=DTYPES[c]).alias(c) for c in missing).select(*DTYPES, *extra)

@@ -123,8 +123,7 @@ def _source() -> pl.Expr:
     family = expr.communication_family(pl.col("name").fill_null(""))
     record = pl.col("name") == "record_param_comms"
     # a transfer's peer identifies it as a sequence number does a collective (and is the group's rank, mapped)
-    transfer = pl.col("collective").is_in(list(POINT_TO_POINT)) & pl.col("peer_rank").is_not_null()
-    identified = pl.col("seq").is_not_null() | transfer
+    identified = pl.col("seq").is_not_null() | (is_transfer() & pl.col("peer_rank").is_not_null())
     return (pl.when(expr.kind_is("op") & record & identified).then(pl.lit(SOURCES[0]))
             .when(expr.kind_is("op") & (family == "c10d op")).then(pl.lit(SOURCES[1]))
             .when(expr.kind_is("op") & record).then(pl.lit(SOURCES[2]))
@@ -160,8 +159,8 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
     level = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, return_dtype=pl.Int32)
     # collectives and transfers each from their own best source: a run of both (pipeline and data parallel)
     # whose collectives have sequence numbers and transfers none kept no transfer at all
-    kind = pl.col("collective").is_in(list(POINT_TO_POINT))
-    rows = rows.with_columns(level=level).filter(pl.col("level") == pl.col("level").min().over("member", kind))
+    best = pl.col("level").min().over("member", is_transfer())
+    rows = rows.with_columns(level=level).filter(pl.col("level") == best)
     # a collective call inside another of the same thread (or kernel stream) is part of it, not another one
     thread = ["member", "trace_id", "pid", "tid", "device_id", "stream_id"]
     rows = rows.sort([*thread, "start_ns", "event_id"], nulls_last=False)
@@ -177,8 +176,7 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
 
 def paired_transfer() -> pl.Expr:
     """An instance that is one transfer between two ranks (its ``process_group`` names them: ``0 1↔2``)."""
-    return pl.col("collective").is_in(list(POINT_TO_POINT)) & pl.col("process_group").cast(pl.String).str.contains(
-        "↔", literal=True).fill_null(False)
+    return is_transfer() & pl.col("process_group").cast(pl.String).str.contains("↔", literal=True).fill_null(False)
 
 
 def _transfer_group() -> pl.Expr:
@@ -191,8 +189,7 @@ def _transfer_group() -> pl.Expr:
     ``record_param_comms`` gives the group's ranks, and the reader maps its peer through them)."""
     peer, me = pl.col("peer_rank"), pl.col("member")
     pair = pl.format("{}↔{}", pl.min_horizontal(me, peer), pl.max_horizontal(me, peer))
-    known = pl.col("collective").is_in(list(POINT_TO_POINT)) & peer.is_not_null() & me.is_not_null() \
-        & pl.col("rank").is_not_null() & (peer != me)
+    known = is_transfer() & peer.is_not_null() & pl.col("rank").is_not_null() & (peer != me)  # members: ranks
     return (pl.when(known).then(pl.concat_str([pl.col("process_group"), pair], separator=" ", ignore_nulls=True))
             .otherwise(pl.col("process_group")).alias("process_group"))
 
@@ -239,7 +236,7 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
     instances themselves. ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for
     the first).
     """
-    rows = pl.concat(parts).filter(~pl.col("collective").is_in(list(POINT_TO_POINT)))
+    rows = pl.concat(parts).filter(~is_transfer())
     chosen = None
     for sources in (("kernel",), ("host annotation",), SOURCES):
         found = _instances(rows, sources)
@@ -299,13 +296,12 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
             found = candidates
             break
     # one source may name the process group where the other does not (a c10d operator and its NCCL kernel):
-    # then the k-th of a collective on a member, whatever its group
-    # (the call's own group: a transfer's kernel says its group, not always which way it goes)
+    # then the k-th of a collective on a member, whatever its group. The calls' own groups, not the instances'
+    # (a transfer's names its pair, which no kernel does); and a transfer's kernel is the k-th transfer of its
+    # member whatever its group (a batch's kernel names none)
     same_groups = found is not None and not (inst["call_group"].is_null().all()
                                              or found["call_group"].is_null().all())
-    # and a transfer's kernel is the k-th transfer of its member whatever its group: a batch's kernel names none
-    p2p = pl.col("collective").is_in(list(POINT_TO_POINT))
-    group = (pl.when(~p2p).then(pl.col("call_group")) if same_groups else pl.lit(None, dtype=pl.String))
+    group = pl.when(~is_transfer()).then(pl.col("call_group")) if same_groups else pl.lit(None, dtype=pl.String)
     key = ["member", "_pg", "_family"]
     inst = (inst.with_columns(_pg=group, _family=_matching_family())
             .sort([*key, "arrival_ns", "trace_id", "event_id"], nulls_last=False))
@@ -344,6 +340,11 @@ def point_to_point_only(kinds: pl.Series) -> bool:
     return kinds.len() > 0 and bool(kinds.is_in(list(POINT_TO_POINT)).all())
 
 
+def is_transfer() -> pl.Expr:
+    """A point-to-point row (its ``collective`` one of :data:`POINT_TO_POINT`): a send, a receive or both."""
+    return pl.col("collective").is_in(list(POINT_TO_POINT))
+
+
 def _matching_family() -> pl.Expr:
     """The ``collective`` a call and its kernel are matched on: point-to-point ones (:data:`POINT_TO_POINT`) as one.
 
@@ -352,7 +353,7 @@ def _matching_family() -> pl.Expr:
     name says only ``send_recv``. Matched by collective, a ``c10d::recv_`` found no kernel, and the whole run fell
     back to host arrivals (a pipeline's host runs far ahead of its GPU).
     """
-    return (pl.when(pl.col("collective").is_in(list(POINT_TO_POINT))).then(pl.lit("send_recv"))
+    return (pl.when(is_transfer()).then(pl.lit("send_recv"))
             .otherwise(pl.col("collective")))
 
 
