@@ -578,7 +578,8 @@ def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
     assert explains > 50  # the sleep is the wait
     assert (f"Longer on rank 2 than on the median rank, per step: {sleep['name']} (host, "
             f"{fmt_ns(sleep['slow_ns'])} a step against {fmt_ns(sleep['median_ns'])}, {fmt_ns(sleep['excess_ns'])} "
-            f"more: {fmt_pct(explains)} of the wait).") in finding.message
+            f"more). Against the {fmt_ns(m['wait_caused_per_step_ns'])} a step the others wait: the largest excess is "
+            f"{fmt_ns(sleep['excess_ns'])}, {fmt_pct(explains)} of it.") in finding.message
     assert "No kernel or copy takes" in finding.message
     assert finding.suggestion.startswith(f"Start with {sleep['name']} on rank 2: ")
     # with no floor, every name longer on rank 2 is a candidate: the five largest of each side, as the raw JSON says
@@ -591,7 +592,8 @@ def test_stragglers_names_what_rank_2_did_longer_than_the_median_rank():
 def test_a_longer_part_that_explains_little_of_the_wait_is_not_where_to_start(tmp_path):
     """nccl2_slow_rank1's rank 1 sleeps in a hook the trimmed trace does not record: its step 4 read "Start with
     DistributedDataParallel.forward on rank 1" for 1.9 ms more a step against a 73.9 ms wait. Each longer part
-    says how much of the wait it explains, and one under half of it is not offered as where to start."""
+    is listed with its excess, the largest with how much of the wait it explains, and one under half of it is not
+    offered as where to start."""
     code, out, err = run_cli("--store", str(tmp_path), "analyze", str(MULTIRANK / "nccl2_slow_rank1"), "--step", "4",
                              "--rule", "stragglers", "--json")
     assert code == 0, err
@@ -601,7 +603,9 @@ def test_a_longer_part_that_explains_little_of_the_wait_is_not_where_to_start(tm
     explains = 100 * (lead["slow_ns"] - lead["median_ns"]) / m["wait_caused_per_step_ns"]
     assert explains < 5
     assert (f"{lead['name']} (host, {fmt_ns(lead['slow_ns'])} a step against {fmt_ns(lead['median_ns'])}, "
-            f"{fmt_ns(lead['slow_ns'] - lead['median_ns'])} more: {fmt_pct(explains)} of the wait)") in finding["message"]
+            f"{fmt_ns(lead['slow_ns'] - lead['median_ns'])} more). Against the "
+            f"{fmt_ns(m['wait_caused_per_step_ns'])} a step the others wait: the largest excess is "
+            f"{fmt_ns(lead['slow_ns'] - lead['median_ns'])}, {fmt_pct(explains)} of it.") in finding["message"]
     assert not finding["suggestion"].startswith("Start with")
     assert finding["suggestion"].startswith(f"What the trace records on rank 1 explains little of the wait (its largest "
                                             f"excess, {lead['name']}, is {fmt_pct(explains)} of it)")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
+from traceparse.figures import fmt_ns, fmt_pct
 
 RUNS = FIXTURES / "torch" / "multirank"
 STEP_TIMES = RUNS / "pp2_step_times.json"
@@ -365,3 +366,23 @@ def test_balancing_the_slow_stage_of_four_predicts_the_balanced_twin(tmp_path):
     twin_ms = sum(twin_ms) / len(twin_ms)
     doc = whatif_json(tmp_path, PP4["slow"], "--balance")
     assert abs(doc["mean"]["predicted_ns"] / 1e6 - twin_ms) <= 0.10 * twin_ms, (doc["mean"], twin_ms)
+
+
+def test_the_slow_stages_longer_parts_give_no_shares_that_add_past_the_wait():
+    """pp2_1f1b_slow_stage1's rank 1 runs three times the GEMMs of rank 0: its longer kernels, a step, came each
+    with its share of the others' wait ("13.31 ms more: 67.8% of the wait; ... 11.5 ms more: 58.6% of the wait"),
+    shares adding up to more than the whole. Each part now gives its excess; only the largest excess and the
+    kernels' excesses together (one stream: they add up) are set against the wait, and at most all of it."""
+    finding = run_rule(run_of(RUNS / "pp2_1f1b_slow_stage1"), "stragglers")
+    m = finding.metrics
+    assert m["straggler_rank"] == 1
+    wait = m["wait_caused_per_step_ns"]
+    excesses = [r["slow_ns"] - r["median_ns"] for r in m["slow_rank_host"] + m["slow_rank_gpu"]]
+    kernels = sum(r["slow_ns"] - r["median_ns"] for r in m["slow_rank_gpu"])
+    assert len(m["slow_rank_gpu"]) > 1 and kernels > wait > max(excesses)  # the case: more than all of it
+    largest = max(excesses)
+    assert (f"Against the {fmt_ns(wait)} a step the others wait: the largest excess is {fmt_ns(largest)}, "
+            f"{fmt_pct(100 * largest / wait)} of it; the {len(m['slow_rank_gpu'])} kernels of largest excess add "
+            f"up to {fmt_ns(kernels)}, more than all of it.") in finding.message
+    longer = finding.message.split("Longer on rank 1")[1].split("Against the")[0]
+    assert "%" not in longer  # no share per part

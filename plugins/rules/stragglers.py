@@ -294,7 +294,7 @@ class Stragglers(Rule):
                     100.0 * gpu_more >= EXPLAINS_PCT * per_step_ns):  # no one kernel, but its GPU work together
                 suggestion = (f"{who}'s GPU work explains the wait: the {len(excess['slow_rank_gpu'])} kernels "
                               f"listed take {fmt_ns(gpu_more)} a step more there than on the median rank "
-                              f"({fmt_pct(min(100.0, 100.0 * gpu_more / per_step_ns))} of the wait), led by "
+                              f"({_wait_part(gpu_more, per_step_ns)}), led by "
                               f"{lead['name']}: {who} has more work to do than the others. " + suggestion)
             elif lead is not None and straggler is not None:  # a lead that is no cause is not where to start
                 suggestion = (f"What the trace records on {who} explains little of the wait (its largest excess, "
@@ -576,23 +576,47 @@ def _explains(row: dict, wait_per_step_ns: int) -> float:
 
 
 def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int) -> str:
-    """The parts longer on the straggler than on the median rank, each with how much of the wait it explains."""
+    """The parts longer on the straggler than on the median rank, each with its excess, then how much of the wait
+    the largest explains and, where several kernels are listed, they together (kernels of a stream add up).
+
+    No share per part: the parts overlap (a host operator and the kernels it launched) or add up past the wait
+    (a slow stage's extra GPU work that the others partly overlap), so shares of the wait per part could add up
+    to more than the whole."""
     parts = []
     for key, what in (("slow_rank_host", "host"), ("slow_rank_gpu", "GPU")):
         for r in excess[key][:2]:
             more = max(0, r["slow_ns"] - r["median_ns"])
-            share = ("" if not wait_per_step_ns else f", {fmt_ns(more)} more: "
-                     + (f"{fmt_pct(_explains(r, wait_per_step_ns))} of the wait" if more <= wait_per_step_ns
-                        else f"more than the {fmt_ns(wait_per_step_ns)} wait"))
-            parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}"
-                         f"{share})")
-    text = (f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "." if parts else
-            f" Nothing on {who} takes {fmt_ns(floor)} a step longer than on the median rank.")
-    if parts and not excess["slow_rank_gpu"]:
+            parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}, "
+                         f"{fmt_ns(more)} more)")
+    if not parts:
+        return f" Nothing on {who} takes {fmt_ns(floor)} a step longer than on the median rank."
+    text = f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "."
+    if wait_per_step_ns:
+        lead = max(excess["slow_rank_host"] + excess["slow_rank_gpu"], key=lambda r: r["slow_ns"] - r["median_ns"])
+        said = [_share_of_wait(lead["slow_ns"] - lead["median_ns"], wait_per_step_ns, "the largest excess is")]
+        kernels = len(excess["slow_rank_gpu"])
+        if kernels > 1:
+            said.append(_share_of_wait(_gpu_excess_ns(excess), wait_per_step_ns,
+                                       f"the {kernels} kernels of largest excess add up to"))
+        text += f" Against the {fmt_ns(wait_per_step_ns)} a step the others wait: " + "; ".join(said) + "."
+    if not excess["slow_rank_gpu"]:
         text += f" No kernel or copy takes {fmt_ns(floor)} a step longer there."
-    elif parts and not excess["slow_rank_host"]:
+    elif not excess["slow_rank_host"]:
         text += f" No host operator or annotation takes {fmt_ns(floor)} a step longer there."
     return text
+
+
+def _wait_part(more_ns: int, wait_per_step_ns: int) -> str:
+    """How much of the wait an excess a step accounts for: its share, or "more than all of the wait"."""
+    if more_ns > wait_per_step_ns:
+        return "more than all of the wait"
+    return f"{fmt_pct(100.0 * more_ns / wait_per_step_ns)} of the wait"
+
+
+def _share_of_wait(more_ns: int, wait_per_step_ns: int, what: str) -> str:
+    """``what`` and an excess a step, with the share of the wait it accounts for: at most all of it."""
+    more_ns = max(0, more_ns)
+    return f"{what} {fmt_ns(more_ns)}, " + _wait_part(more_ns, wait_per_step_ns).replace(" the wait", " it")
 
 
 @hookimpl
