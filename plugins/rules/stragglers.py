@@ -292,8 +292,9 @@ class Stragglers(Rule):
                               f"{fmt_ns(lead['median_ns'])} on the median rank. " + suggestion)
             elif (gpu_more := _gpu_excess_ns(excess)) and straggler is not None and (
                     100.0 * gpu_more >= EXPLAINS_PCT * per_step_ns):  # no one kernel, but its GPU work together
-                suggestion = (f"{who}'s GPU work explains the wait: the {len(excess['slow_rank_gpu'])} kernels "
-                              f"listed take {fmt_ns(gpu_more)} a step more there than on the median rank "
+                kernels = len(excess["slow_rank_gpu"])
+                suggestion = (f"{who}'s GPU work explains the wait: the {kernels} kernels of largest excess "
+                              f"take {fmt_ns(gpu_more)} a step more there than on the median rank "
                               f"({_wait_part(gpu_more, per_step_ns)}), led by "
                               f"{lead['name']}: {who} has more work to do than the others. " + suggestion)
             elif lead is not None and straggler is not None:  # a lead that is no cause is not where to start
