@@ -69,9 +69,10 @@ from traceparse.errors import ResourceError, spelled
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.meta import device_nouns
 from traceparse.measures.comm import point_to_point_only
-from traceparse.measures.critical_path import INSTANCE_TRACE, critical_paths, edge_coverage
+from traceparse.measures.critical_path import INSTANCE_TRACE, DependencyGraph, critical_paths, edge_coverage
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median
+from traceparse.measures.path_direct import direct_critical_paths
 from traceparse.measures.path_windows import windowed_critical_paths, windowed_steps
 from traceparse.measures.step_paths import step_windows
 from traceparse.measures.steps import step_free
@@ -124,10 +125,12 @@ class CriticalPath(Rule):
             joins, instances, p2p = None, 0, False  # one trace whose collectives join no other member (windowed)
             ranks_known = bool(events["rank"].is_not_null().any())
         else:
-            try:
-                graph = measures.dependency_graph(events, min_wait_ns=int(t["min_wait_ns"]),
-                                                  max_wake_ns=int(t["max_wake_ns"]),
-                                                  align_clocks=bool(t["align_clocks"]))
+            params = {"min_wait_ns": int(t["min_wait_ns"]), "max_wake_ns": int(t["max_wake_ns"]),
+                      "align_clocks": bool(t["align_clocks"])}
+            try:  # the edges as built, walked without sorting the graph (path_direct); else the measure's graph
+                graph = measures.dependency_graph.unchosen(events, **params)
+                chosen = graph is None
+                graph = measures.dependency_graph(events, **params) if chosen else graph
             except ResourceError as exc:  # the other rules' findings stand; this one says why it has none
                 return [Finding(self.name, "info", "Critical path not computed",
                                 f"Not computed: {exc}. " + spelled(
@@ -140,12 +143,17 @@ class CriticalPath(Rule):
                                 "critical path needs events placed in time.",
                                 metrics={"steps": 0, "paths": 0, "missing": missing}, figures={"paths": "count"})]
             windows = step_windows(events, graph, spans=True)
-            paths, segments = critical_paths(graph, windows, texts=pl.Categorical, columns=_LEAN_INPUT)
+            found = None if chosen else direct_critical_paths(graph, windows, texts=pl.Categorical,
+                                                              columns=_LEAN_INPUT)
+            if found is None:  # keys that do not fit: the measure's graph, chosen and sorted
+                graph = graph if chosen else DependencyGraph.chosen(graph)
+                found = critical_paths(graph, windows, texts=pl.Categorical, columns=_LEAN_INPUT)
+            paths, segments = found
             segments = _lean(segments, names)
-            joins, instances = graph.filter(pl.col("edge") == "join"), _instances(graph)
+            joins, instances = _joins(graph), _instances(graph)
             p2p = point_to_point_only(joins.filter(pl.col("dst_trace") == INSTANCE_TRACE)["category"].cast(pl.String))
             ranks_known = graph["rank"].is_not_null().any()
-            del graph
+            del graph, found
         parts = _split_waits(segments, joins)
         n = paths.height  # paths: one per step of each rank
         length = int(paths["length_ns"].sum())
@@ -410,6 +418,14 @@ def _top_per_path(segments: pl.DataFrame, top: int) -> dict[tuple, list[dict]]:
         out[(r["trace_id"], r["step"])].append({"rank": r["segment_rank"], "lane": r["lane"], "kind": r["segment"],
                                                 "name": r["name"], "per_step_ns": r["ns"], "other_rank": r["other"]})
     return dict(out)
+
+
+def _joins(graph: pl.DataFrame) -> pl.DataFrame:
+    """The graph's ``join`` edges in the measure's order (by destination, then source: the sorted graph's), whether
+    ``graph`` is the measure's or the edges as built (:meth:`DependencyGraph.unchosen`): :func:`_split_waits` keeps
+    the last of a rank's joinings of an instance."""
+    return graph.filter(pl.col("edge") == "join").sort("dst_node", "src_trace", "src_node", nulls_last=True,
+                                                       maintain_order=True)
 
 
 def _instances(graph: pl.DataFrame) -> int:
