@@ -62,6 +62,7 @@ from __future__ import annotations
 import functools
 from collections import Counter, defaultdict
 
+import numpy as np
 import polars as pl
 
 from traceparse import expr, measures
@@ -305,12 +306,38 @@ def _lane_key(segments: pl.DataFrame) -> pl.Expr | None:
             .when(pl.col("stream_id").is_not_null()).then(pl.col("stream_id") * 2 + 1))
 
 
+#: What a part of a path is: the columns :func:`_per_part` groups by.
+_PART = ("trace_id", "step", "segment_rank", "lane", "segment", "name", "category", "inferred", "other")
+
+
 def _per_part(segments: pl.DataFrame) -> pl.DataFrame:
     """The segments summed per path and part (``duration_ns``: their sum), with the columns the sums and tops
     group by: each of those groups these, not every segment (the 139 MB trace's 475,000 segments are some 9,000
-    parts); the sums of integers come out the same."""
-    return segments.group_by("trace_id", "step", "segment_rank", "lane", "segment", "name", "category", "inferred",
-                             "other").agg(pl.col("duration_ns").sum())
+    parts); the sums of integers come out the same. Grouped on one integer made of the nine columns' codes
+    (:func:`_part_key`) where it fits, not on nine columns (475,000 segments: 17 -> 12 ms)."""
+    key = _part_key(segments)
+    if key is None:
+        return segments.group_by(*_PART).agg(pl.col("duration_ns").sum())
+    return (segments.select(*_PART, "duration_ns", _k=key).group_by("_k")
+            .agg(*(pl.col(c).first() for c in _PART), pl.col("duration_ns").sum()).drop("_k"))
+
+
+def _part_key(segments: pl.DataFrame) -> pl.Series | None:
+    """One integer per part (:data:`_PART`: each column's physical code, a null as one less than its least,
+    offset and multiplied into place), or None where the columns' ranges multiply past 2^62."""
+    if segments.height == 0:
+        return None
+    codes = segments.select(pl.col(c).to_physical().cast(pl.Int64) for c in _PART)
+    key, span = np.zeros(segments.height, dtype=np.int64), 1
+    for column in codes.iter_columns():
+        low = column.min()
+        low = -1 if low is None else int(low) - 1  # a null is below every value
+        width = (low + 1 if column.max() is None else int(column.max())) - low + 1
+        if span * width >= 1 << 62:
+            return None
+        key += (column.fill_null(low).to_numpy() - low) * span
+        span *= width
+    return pl.Series(key, dtype=pl.Int64)
 
 
 def _text(*columns: str) -> list[pl.Expr]:

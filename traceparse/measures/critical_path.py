@@ -207,11 +207,15 @@ def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None, coded: Coded) 
                                   _no_name=pl.col("name").is_null()),
                       labels.select(pl.all().gather(codes))], how="horizontal")
     if windows is not None and windows.height:
+        # only ranges can be step annotations: those few rows are matched with the windows, not every host event
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
-        is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
-                                _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
-            window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
-        info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
+        ranges = host.with_row_index("_row").filter(expr.kind_is(*RANGE_KINDS)).select(
+            "_row", _T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns")).join(
+            window, on=[_T, "start_ns", "end_ns"], how="inner")  # unique windows: a row each
+        if ranges.height:
+            stepped = np.zeros(host.height, dtype=bool)
+            stepped[ranges["_row"].to_numpy()] = True
+            info = info.with_columns(_step=pl.col("_step") | pl.Series(stepped))
     return info.select(
         _segment=_host_segment().cast(SEGMENT_KIND),
         _name=pl.when(pl.col("_no_name")).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step"))
