@@ -36,6 +36,8 @@ the measured times.
 :data:`dependency_graph` (a measure: per-trace part, a combine that adds the collectives across ranks) builds
 the graph, every trace of a partition at once (a group of a run's ranks costs a fixed number of polars queries,
 not a few dozen per rank); :func:`critical_paths` walks it for each step window and returns the path's segments.
+The ``critical-path`` rule finds the same paths from the edges before they are chosen and sorted
+(:meth:`DependencyGraph.unchosen`, :mod:`traceparse.measures.path_direct`): it needs no replay weights.
 """
 
 from __future__ import annotations
