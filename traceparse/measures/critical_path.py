@@ -36,6 +36,8 @@ the measured times.
 :data:`dependency_graph` (a measure: per-trace part, a combine that adds the collectives across ranks) builds
 the graph, every trace of a partition at once (a group of a run's ranks costs a fixed number of polars queries,
 not a few dozen per rank); :func:`critical_paths` walks it for each step window and returns the path's segments.
+The ``critical-path`` rule finds the same paths from the edges before they are chosen and sorted
+(:meth:`DependencyGraph.unchosen`, :mod:`traceparse.measures.path_direct`): it needs no replay weights.
 """
 
 from __future__ import annotations
@@ -207,11 +209,15 @@ def _owned_time(host: pl.DataFrame, windows: pl.DataFrame | None, coded: Coded) 
                                   _no_name=pl.col("name").is_null()),
                       labels.select(pl.all().gather(codes))], how="horizontal")
     if windows is not None and windows.height:
+        # only ranges can be step annotations: those few rows are matched with the windows, not every host event
         window = windows.select(_T, "start_ns", end_ns="end_ns").unique().with_columns(_window=pl.lit(True))
-        is_window = host.select(_T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns"),
-                                _range=pl.col("kind").cast(pl.String).is_in(RANGE_KINDS)).join(
-            window, on=[_T, "start_ns", "end_ns"], how="left", maintain_order="left")  # unique windows: a row each
-        info = info.with_columns(_step=pl.col("_step") | (is_window["_range"] & is_window["_window"].fill_null(False)))
+        ranges = host.with_row_index("_row").filter(expr.kind_is(*RANGE_KINDS)).select(
+            "_row", _T, "start_ns", end_ns=pl.col("start_ns") + pl.col("duration_ns")).join(
+            window, on=[_T, "start_ns", "end_ns"], how="inner")  # unique windows: a row each
+        if ranges.height:
+            stepped = np.zeros(host.height, dtype=bool)
+            stepped[ranges["_row"].to_numpy()] = True
+            info = info.with_columns(_step=pl.col("_step") | pl.Series(stepped))
     return info.select(
         _segment=_host_segment().cast(SEGMENT_KIND),
         _name=pl.when(pl.col("_no_name")).then(pl.lit(None, dtype=pl.Categorical)).when(pl.col("_step"))
@@ -601,6 +607,16 @@ class DependencyGraph(Measure):
         row of lists and out again, as ``combine([part(events)])`` would: the same frame, 1.23 → 1.12 CPU s on the
         139 MB benchmark trace, and a copy of the edges less in memory while it is built. Refused
         (:func:`check_graph_memory`) where it would not fit in the memory free."""
+        own = self._gathered(events, params)
+        if own is None:
+            return super()._measure(events, params)
+        return self._graph(own.pop(0), own.pop(0), params.get("align_clocks", False))  # the list holds neither
+
+    def _gathered(self, events: pl.DataFrame, params: dict) -> list[pl.DataFrame] | None:
+        """``[edges, comm]``: every trace's own edges and collective calls, built here (:meth:`_own`), in a list
+        the caller empties (so that only the graph's builder holds them), or None where the measure's parts and
+        combine build them (a run on a cluster, no rows). Refused (:func:`check_graph_memory`) where the
+        graph would not fit in the memory free."""
         check_graph_memory(events)
         wait, wake = params.get("min_wait_ns", MIN_WAIT_NS), params.get("max_wake_ns", MAX_WAKE_NS)
         if isinstance(events, PartitionedEvents) and events.executor is None and events.paths:
@@ -613,11 +629,30 @@ class DependencyGraph(Measure):
                     edges.append(own[0])
                     comm.append(own[1])
             if not edges:
-                return super()._measure(events, params)
-            return self._graph(_concat_cleared(edges), _concat_cleared(comm), params.get("align_clocks", False))
+                return None
+            return [_concat_cleared(edges), _concat_cleared(comm)]
         if isinstance(events, PartitionedEvents) or events.height == 0:
-            return super()._measure(events, params)
-        return self._graph(*self._own(events, wait, wake), params.get("align_clocks", False))
+            return None
+        return list(self._own(events, wait, wake))
+
+    def unchosen(self, events: pl.DataFrame, min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
+                 align_clocks: bool = False) -> pl.DataFrame | None:
+        """The graph's edges (:data:`EDGE_SCHEMA` and ``offset_ns``) before any is chosen: in the order they were
+        built, without ``trace_id``, ``gap_ns``, ``critical`` or ``weight_ns``; :meth:`chosen` of them is the
+        measure. For a caller that walks the paths and needs neither the sorted graph nor a replay's weights
+        (:func:`traceparse.measures.path_direct.direct_critical_paths`). None where the measure's parts build
+        the graph (a run on a cluster, no rows): ask the measure itself. Not shared (:func:`sharing`)."""
+        own = self._gathered(events, {"min_wait_ns": min_wait_ns, "max_wake_ns": max_wake_ns})
+        return None if own is None else self._placed(own.pop(0), own.pop(0), align_clocks)
+
+    @staticmethod
+    def chosen(edges: pl.DataFrame) -> pl.DataFrame:
+        """The measure's graph from :meth:`unchosen`'s edges (each node's critical edge chosen, sorted)."""
+        held = [edges]
+        del edges
+        out = _choose_critical(held)
+        trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
+        return out.select(trace.alias("trace_id"), pl.all())
 
     def combine(self, parts: list[pl.DataFrame], min_wait_ns: int = MIN_WAIT_NS, max_wake_ns: int = MAX_WAKE_NS,
                 align_clocks: bool = False) -> pl.DataFrame:
@@ -628,6 +663,14 @@ class DependencyGraph(Measure):
     def _graph(edges: pl.DataFrame, comm: pl.DataFrame, align_clocks: bool) -> pl.DataFrame:
         """The graph from every trace's own edges and collective calls: the collectives across ranks placed, each
         node's critical edge chosen."""
+        held = [DependencyGraph._placed(edges, comm, align_clocks)]
+        del edges  # choose_critical's the only reference: it lets each column go once sorted
+        return DependencyGraph.chosen(held.pop())
+
+    @staticmethod
+    def _placed(edges: pl.DataFrame, comm: pl.DataFrame, align_clocks: bool) -> pl.DataFrame:
+        """Every trace's own edges and the collectives' edges across ranks (clocks aligned with
+        ``align_clocks``), with ``offset_ns``; edges that would run backwards in time left out."""
         by: dict[int, int] = {}
         if align_clocks and comm.height:
             offsets = clock_offsets([comm])
@@ -640,14 +683,9 @@ class DependencyGraph(Measure):
             comm = comm.with_columns(_o=moved).with_columns(
                 start_ns=pl.col("start_ns") - pl.col("_o"), end_ns=pl.col("end_ns") - pl.col("_o")).drop("_o")
         edges = pl.concat([edges, collective_edges(comm, edges)])
-        edges = edges.filter(pl.col("src_ns") <= pl.col("dst_ns")).with_columns(
+        return edges.filter(pl.col("src_ns") <= pl.col("dst_ns")).with_columns(
             offset_ns=pl.col("rank").replace_strict(by, default=0, return_dtype=pl.Int64) if by
             else pl.lit(0, dtype=pl.Int64))
-        held = [edges]
-        del edges  # choose_critical's the only reference: it lets each column go once sorted
-        out = _choose_critical(held)
-        trace = pl.when(pl.col("dst_trace") == INSTANCE_TRACE).then(pl.col("src_trace")).otherwise(pl.col("dst_trace"))
-        return out.select(trace.alias("trace_id"), pl.all())
 
 
 #: The memory the whole graph of a table takes while it is built, per row of the table, above the table itself:
@@ -1076,8 +1114,6 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     ``columns``: only these of the segments' columns (in :data:`SEGMENT_SCHEMA`'s order), for a caller that reads a
     few of millions of segments' (only what they are made of is gathered).
     """
-    edge_columns = ["src_trace", "src_node", "src_ns", "src_rank", "dst_trace", "dst_node", "dst_ns", "rank", "edge",
-                    "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id", "inferred"]
     # the critical edges' ends only (their wide columns are gathered for the walked ones alone, at the end: a copy
     # of every critical edge's 18 columns was 0.7 GB of 8 ranks of 140 MB)
     rows = graph.select(pl.col("critical").arg_true()).to_series()
@@ -1090,10 +1126,7 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     src_id = np.asarray(nodes.ids_at(critical_rows, "src"), dtype=np.int64)
     src_ns = np.asarray(graph["src_ns"].to_numpy()[critical_rows], dtype=np.int64)  # never null: src <= dst
     times = nodes.times
-    windows = windows.sort("trace_id", "step", nulls_last=False)
-    if "rank" not in windows.columns:
-        windows = windows.with_columns(rank=pl.lit(None, dtype=pl.Int32))
-    bounds = windows.select("trace_id", "rank", "step", "start_ns", "end_ns")
+    windows, bounds = path_bounds(windows)
     # each window's last node: the trace's last node at or before the window's end (-1: none)
     start = np.full(bounds.height, -1, dtype=np.int64)
     for w, (trace, w_end) in enumerate(zip(bounds["trace_id"].to_list(), bounds["end_ns"].to_list())):
@@ -1102,11 +1135,33 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
         if at >= lo:
             start[w] = at
     last = np.where(start >= 0, times[np.maximum(start, 0)] if len(times) else 0, 0).astype(np.int64)
-    w_start = bounds["start_ns"].to_numpy().astype(np.int64)
-    step_ns = bounds["end_ns"].to_numpy().astype(np.int64) - w_start
     # the walks backwards, each node's critical edge in turn (the path's segments are then gathered from the graph
     # in one query, not built row by row)
-    walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last, w_start)
+    walked, reps, reached = path_walk.walk(into, src_id, src_ns, start, last,
+                                           bounds["start_ns"].to_numpy().astype(np.int64))
+    return path_frames(graph, windows, bounds, critical_rows[walked], reps, reached, last, texts, columns)
+
+
+def path_bounds(windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``windows`` (:func:`critical_paths`') in the paths' order (trace, step), with ``rank``, and their
+    ``trace_id``, ``rank``, ``step``, ``start_ns``, ``end_ns``."""
+    windows = windows.sort("trace_id", "step", nulls_last=False)
+    if "rank" not in windows.columns:
+        windows = windows.with_columns(rank=pl.lit(None, dtype=pl.Int32))
+    return windows, windows.select("trace_id", "rank", "step", "start_ns", "end_ns")
+
+
+def path_frames(graph: pl.DataFrame, windows: pl.DataFrame, bounds: pl.DataFrame, walked: np.ndarray,
+                reps: np.ndarray, reached: np.ndarray, last: np.ndarray, texts: pl.DataType = pl.String,
+                columns: Iterable[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`critical_paths`' answer from its walks: ``walked`` (the rows of ``graph`` each walk took, one walk
+    after the other, as :func:`traceparse.measures.path_walk.walk` gives them), ``reps`` (each window's number of
+    them), ``reached`` (the time each walk reached) and ``last`` (the time of each window's last node);
+    ``windows`` and ``bounds`` as :func:`path_bounds` gives them."""
+    edge_columns = ["src_trace", "src_node", "src_ns", "src_rank", "dst_trace", "dst_node", "dst_ns", "rank", "edge",
+                    "segment", "name", "category", "event_id", "pid", "tid", "device_id", "stream_id", "inferred"]
+    w_start = bounds["start_ns"].to_numpy().astype(np.int64)
+    step_ns = bounds["end_ns"].to_numpy().astype(np.int64) - w_start
     # the segments tile [where the walk stopped, its last node]
     length = np.where(reps > 0, last - np.maximum(reached, w_start), 0)
     paths = bounds.with_columns(
@@ -1116,14 +1171,14 @@ def critical_paths(graph: pl.DataFrame, windows: pl.DataFrame, texts: pl.DataTyp
     first = np.concatenate([[0], np.cumsum(reps)[:-1]]).astype(np.int64) if len(reps) else reps
     ends = np.empty(len(walked), dtype=np.int64)
     if len(walked):
-        ends[1:] = src_ns[walked[:-1]]
+        ends[1:] = graph["src_ns"].to_numpy()[walked[:-1]]
         ends[first[reps > 0]] = last[reps > 0]
     paths = paths.cast(PATH_SCHEMA)
     # the trace ids as ``texts`` from the start (the walked edges' texts made once, not as text first: 4 million
     # segments of 8 ranks of 140 MB)
     per = windows.select(trace_id=pl.col("trace_id").cast(pl.String).cast(texts), w_rank=pl.col("rank").cast(pl.Int32),
                          step=pl.col("step").cast(pl.Int64), w_start=pl.col("start_ns").cast(pl.Int64))
-    walked_rows = pl.Series(critical_rows[walked], dtype=pl.Int64)
+    walked_rows = pl.Series(walked, dtype=pl.Int64)
     made = _segment_columns()
     asked = set(SEGMENT_SCHEMA if columns is None else columns)
     wanted = [c for c in SEGMENT_SCHEMA if c in asked]

@@ -73,14 +73,18 @@ def gpu_behind(events: Any) -> GpuBehind | None:
         return None
     key = ["trace_id", "step"]
     per = work.group_by(key).agg(gpu_end=(pl.col("start_ns") + pl.col("duration_ns")).max(),
-                                 step_start=pl.col("step_start").first(), step_end=pl.col("step_end").first())
-    busy = (intervals.union(work.select(*key, "start_ns", "duration_ns"), key)
-            .group_by(key).agg(gpu_ns=(pl.col("end") - pl.col("start")).sum()))
-    per = per.join(busy, on=key, how="left", nulls_equal=True).with_columns(
-        step_ns=pl.col("step_end") - pl.col("step_start"), tail_ns=pl.col("gpu_end") - pl.col("step_end"))
+                                 step_start=pl.col("step_start").first(), step_end=pl.col("step_end").first()
+                                 ).with_columns(step_ns=pl.col("step_end") - pl.col("step_start"),
+                                                tail_ns=pl.col("gpu_end") - pl.col("step_end"))
     behind = per.filter(pl.col("tail_ns") > BEHIND_SHARE * pl.col("step_ns"))
     if behind.height == 0 or 2 * behind.height < per.height:
         return None
+    # the GPU's busy time of the steps behind only, once they are known to be most (a union of every kernel of
+    # a trace whose GPU keeps up was most of this function's time)
+    mine = work.join(behind.select(key), on=key, how="semi", nulls_equal=True)
+    busy = (intervals.union(mine.select(*key, "start_ns", "duration_ns"), key)
+            .group_by(key).agg(gpu_ns=(pl.col("end") - pl.col("start")).sum()))
+    behind = behind.join(busy, on=key, how="left", nulls_equal=True, maintain_order="left")
     return GpuBehind(steps=per.height, behind=behind.height, tail_min_ns=int(behind["tail_ns"].min()),
                      tail_max_ns=int(behind["tail_ns"].max()), step_ns=round(float(behind["step_ns"].mean())),
                      gpu_ns=round(float(behind["gpu_ns"].mean())))
