@@ -169,10 +169,11 @@ def test_a_value_the_careful_path_coerces_is_left_to_it(value, left, tmp_path, m
 
 
 def test_labels_thread_names_and_text_dims_in_one_chunk(tmp_path, monkeypatch):
-    """A pid written as a label (Kineto's "Spans"), found by Arrow's parse (msgspec keeps no pid then), a launch
-    op's ``grid`` written as text and ``thread_name`` events (their names decoded again) in the same chunks: the
-    fast path reads every chunk, with the careful path's table, warnings and thread names."""
-    events = [_event(str(i), "1") for i in range(60)]
+    """A pid written as a label (Kineto's "Spans"), found by Arrow's parse (msgspec keeps no pid then) or guessed
+    from a chunk's last bytes, a launch op's ``grid`` written as text and ``thread_name`` events (their names
+    decoded again) in the same chunks: the fast path reads every chunk, with the careful path's table, warnings
+    and thread names. (The whole file: the label 12 events in, more than 64 KiB before the chunk's end.)"""
+    events = [_event(str(i), "1") for i in range(600)]
     events[12] = events[12].replace('"pid": 0', '"pid": "Spans"')
     events[20] = ('{"ph": "X", "cat": "cpu_op", "name": "launch", "pid": 3, "tid": 4, "ts": 20, "dur": 1, '
                   '"args": {"grid": "grid(100,)", "block": [1, 2, 3], "Input Dims": [[1, 2], []]}}')

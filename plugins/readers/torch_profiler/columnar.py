@@ -152,6 +152,13 @@ def _args_of(checked: list, groups: frozenset, labels: bool) -> list:
 _RARE_AT = re.compile(r" - at `\$\[\d+\]\.args\.(.+)`$")
 #: Arrow's message for a pid or tid written as text (a label) where the schema has int64.
 _LABEL_CHANGED = re.compile(r"Column\(/e/\[\]/[pt]id\) changed from number to string")
+#: A pid or tid written as text near the end of a chunk: Kineto writes its labelled events (``"pid": "Spans"``)
+#: last, so the chunk that has them has them in its last bytes; it is checked with labels from the start
+#: rather than parsed by Arrow to the end first (a guess: a label elsewhere is found by Arrow, as above). The
+#: guess is not carried to the next chunk (:data:`_last`): the next file's chunks, in a run's worker, would all
+#: be checked with labels (0.07 CPU s a rank), where only its last few events have them.
+_LABEL_NEAR = re.compile(rb'"[pt]id"\s*:\s*"')
+_LABEL_TAIL = 1 << 16
 #: The raw arguments kept as text: Args attribute -> how the careful path makes its column of the raw texts.
 _RAW = {"input_dims": lambda text: text.str.replace_all(r"\s+", "").replace("", None),
         "input_types": compact_json_text, "concrete_inputs": compact_json_text}
@@ -178,8 +185,9 @@ def _schema(groups: frozenset, labels: bool):
     return _SCHEMAS[key]
 
 
-#: The groups of rare arguments the last chunk had, and whether it had labels for pids (this process): the
-#: next chunk is checked with those first.
+#: The groups of rare arguments the last chunk had, and whether it had labels for pids (this process) where
+#: Arrow found them (not only in the chunk's last bytes, :data:`_LABEL_NEAR`): the next chunk is checked with
+#: those first.
 _last: list[tuple[frozenset, bool]] = [(frozenset(), False)]
 
 
@@ -214,6 +222,8 @@ def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str,
         except UnicodeDecodeError:
             return None
     groups, labels = _last[0]
+    guessed = not labels and _LABEL_NEAR.search(document, max(0, len(document) - _LABEL_TAIL)) is not None
+    labels = labels or guessed
     import pyarrow as pa
 
     while True:
@@ -230,10 +240,10 @@ def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str,
             if TEXT_DIMS not in groups and _DIMS_CHANGED.search(message):
                 groups = groups | {TEXT_DIMS}
             elif not labels and _LABEL_CHANGED.search(message):  # a pid written as a label (Kineto's "Spans")
-                labels = True
+                labels, guessed = True, False
             else:
                 return None
-    _last[0] = (groups, labels)
+    _last[0] = (groups, labels and not guessed)
     if len(events) != len(checked):
         return None
     frame = _frame(events)
