@@ -168,6 +168,30 @@ def test_a_value_the_careful_path_coerces_is_left_to_it(value, left, tmp_path, m
         assert any("not written as JSON integers" in w for w in fast[2])
 
 
+def test_labels_thread_names_and_text_dims_in_one_chunk(tmp_path, monkeypatch):
+    """A pid written as a label (Kineto's "Spans"), found by Arrow's parse (msgspec keeps no pid then) or guessed
+    from a chunk's last bytes, a launch op's ``grid`` written as text and ``thread_name`` events (their names
+    decoded again) in the same chunks: the fast path reads every chunk, with the careful path's table, warnings
+    and thread names. (The whole file: the label 12 events in, more than 64 KiB before the chunk's end.)"""
+    events = [_event(str(i), "1") for i in range(600)]
+    events[12] = events[12].replace('"pid": 0', '"pid": "Spans"')
+    events[20] = ('{"ph": "X", "cat": "cpu_op", "name": "launch", "pid": 3, "tid": 4, "ts": 20, "dur": 1, '
+                  '"args": {"grid": "grid(100,)", "block": [1, 2, 3], "Input Dims": [[1, 2], []]}}')
+    events[25] = '{"ph": "M", "name": "thread_name", "pid": 3, "tid": 4, "args": {"name": "thread 4 (pt_main)"}}'
+    events[40] = '{"ph": "M", "name": "thread_name", "pid": "Spans", "tid": 9, "args": {"name": "thread 9 (x)"}}'
+    events[45] = '{"ph": "M", "name": "thread_name", "pid": 5, "tid": 6, "args": {"name": "stream 6"}}'
+    events[46] = '{"ph": "M", "name": "thread_name", "pid": 5, "tid": 7}'
+    path = tmp_path / "labels.json"
+    path.write_text('{"schemaVersion": 1, "traceEvents": [' + ",\n".join(events) + "]}")
+    for chunk in (None, 3_000):
+        params = {} if chunk is None else {"chunk_bytes": chunk}
+        counting = _Counting(monkeypatch)
+        fast = _outcome(path, **params)
+        assert counting.read > 0 and counting.left == 0, (chunk, counting.read, counting.left)
+        assert fast[3]["thread_names"] == {"3/4": "pt_main"}
+        _assert_same(_outcome(path, fast=False, **params), fast, f"labels chunk {chunk}")
+
+
 def _batches(path: Path, **params) -> list:
     """The raw batches the torch reader gives for ``path`` (before the core conforms them)."""
     from traceparse.reader import ReadOptions

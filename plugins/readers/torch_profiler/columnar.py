@@ -93,7 +93,23 @@ class _CheckedArgs(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
+
+
+class _NameArgs(msgspec.Struct, gc=False):
+    """A ``thread_name`` event's raw name (:func:`_thread_names`)."""
+
     meta_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="name")
+
+
+class _NamedEvent(msgspec.Struct, gc=False):
+    args: _NameArgs = None  # type: ignore[assignment]  (absent: None; an "args": null was refused by the check)
+
+
+#: The events' raw ``args.name``, decoded again only for a chunk that has ``thread_name`` events (a few chunks
+#: of a trace: Kineto writes them at its end). Not in :class:`_CheckedArgs`: one field fewer in the struct that
+#: every event with arguments makes (24 fields, not 25) halved the time to free a chunk's structs here (CPython
+#: 3.11's allocator; 35 against 75 ms for 14 chunks of 8 MiB).
+_NAMES = msgspec.json.Decoder(list[_NamedEvent])
 
 
 #: A pseudo-group of :func:`_checker` and :func:`_schema`: the chunk has a ``grid`` or ``block`` written as text
@@ -104,29 +120,45 @@ _DIMS = ("grid", "block")
 #: Arrow's message for a ``grid``/``block`` that is text where the schema has a list.
 _DIMS_CHANGED = re.compile(r"/args/(grid|block)\) changed from array to string")
 
-_CHECKERS: dict[tuple[frozenset, bool], msgspec.json.Decoder] = {}
+_CHECKERS: dict[tuple[frozenset, bool], tuple[msgspec.json.Decoder, Any]] = {}
 
 
 def _checker(groups: frozenset, labels: bool) -> msgspec.json.Decoder:
     """A decoder of the chunk as a list of tiny structs. The rare arguments of the groups not in ``groups``
-    must be absent (or null), and without ``labels`` every pid and tid an integer (or null), else a
-    ValidationError names the first one found; with ``labels`` the pids and tids are kept (int or str). With
-    :data:`TEXT_DIMS` in ``groups``, ``grid`` and ``block`` are kept (a list of ints, or a text)."""
+    must be absent (or null), else a ValidationError names the first one found. With ``labels`` the pids and
+    tids are kept (int or str); without, msgspec skips them and Arrow reads them, an integer or null (Arrow's
+    int64 takes no value that msgspec's ``int | None`` refuses, and a text is Arrow's error: :data:`_LABEL_CHANGED`).
+    With :data:`TEXT_DIMS` in ``groups``, ``grid`` and ``block`` are kept (a list of ints, or a text). An event
+    without ``args`` has None (not an empty struct: fewer objects to make and free), an ``"args": null`` is
+    refused as before."""
     key = (groups, labels)
     if key not in _CHECKERS:
         absent = [(name, None, msgspec.field(default=None, name=_KEYS[name]))
                   for group, names in RARE.items() if group not in groups for name in names]
         dims = [(name, list[int] | str | None, None) for name in _DIMS] if TEXT_DIMS in groups else []
         args = msgspec.defstruct("CheckedArgs", absent + dims, bases=(_CheckedArgs,), gc=False)
-        ids = int | str | None if labels else int | None
-        event = msgspec.defstruct("CheckedEvent", [("args", args, msgspec.field(default_factory=args)),
-                                                   ("pid", ids, None), ("tid", ids, None)], gc=False)
-        _CHECKERS[key] = msgspec.json.Decoder(list[event])
-    return _CHECKERS[key]
+        ids = [("pid", int | str | None, None), ("tid", int | str | None, None)] if labels else []
+        event = msgspec.defstruct("CheckedEvent", [("args", args, None), *ids], gc=False)
+        _CHECKERS[key] = (msgspec.json.Decoder(list[event]), args())
+    return _CHECKERS[key][0]
+
+
+def _args_of(checked: list, groups: frozenset, labels: bool) -> list:
+    """The events' ``args`` structs, an empty one where an event has none."""
+    empty = _CHECKERS[(groups, labels)][1]
+    return [empty if a is None else a for a in map(_ARGS, checked)]
 
 
 _RARE_AT = re.compile(r" - at `\$\[\d+\]\.args\.(.+)`$")
-_LABEL_AT = re.compile(r"^Expected `int \| null`, got `str` - at `\$\[\d+\]\.[pt]id`$")
+#: Arrow's message for a pid or tid written as text (a label) where the schema has int64.
+_LABEL_CHANGED = re.compile(r"Column\(/e/\[\]/[pt]id\) changed from number to string")
+#: A pid or tid written as text near the end of a chunk: Kineto writes its labelled events (``"pid": "Spans"``)
+#: last, so the chunk that has them has them in its last bytes; it is checked with labels from the start
+#: rather than parsed by Arrow to the end first (a guess: a label elsewhere is found by Arrow, as above). The
+#: guess is not carried to the next chunk (:data:`_last`): the next file's chunks, in a run's worker, would all
+#: be checked with labels (0.07 CPU s a rank), where only its last few events have them.
+_LABEL_NEAR = re.compile(rb'"[pt]id"\s*:\s*"')
+_LABEL_TAIL = 1 << 16
 #: The raw arguments kept as text: Args attribute -> how the careful path makes its column of the raw texts.
 _RAW = {"input_dims": lambda text: text.str.replace_all(r"\s+", "").replace("", None),
         "input_types": compact_json_text, "concrete_inputs": compact_json_text}
@@ -153,8 +185,9 @@ def _schema(groups: frozenset, labels: bool):
     return _SCHEMAS[key]
 
 
-#: The groups of rare arguments the last chunk had, and whether it had labels for pids (this process): the
-#: next chunk is checked with those first.
+#: The groups of rare arguments the last chunk had, and whether it had labels for pids (this process) where
+#: Arrow found them (not only in the chunk's last bytes, :data:`_LABEL_NEAR`): the next chunk is checked with
+#: those first.
 _last: list[tuple[frozenset, bool]] = [(frozenset(), False)]
 
 
@@ -189,46 +222,48 @@ def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str,
         except UnicodeDecodeError:
             return None
     groups, labels = _last[0]
-    # the raw texts msgspec keeps point into the document: the view goes when they go
-    checked = _check(chunk_list(document), groups, labels)
-    if checked is None:
-        return None
-    groups, labels, checked = checked
+    guessed = not labels and _LABEL_NEAR.search(document, max(0, len(document) - _LABEL_TAIL)) is not None
+    labels = labels or guessed
     import pyarrow as pa
 
-    try:
-        events = _read(document, groups, labels)
-    except (pa.ArrowException, ValueError, OverflowError) as exc:
-        if TEXT_DIMS in groups or not _DIMS_CHANGED.search(str(exc)):
-            return None
-        checked = _check(chunk_list(document), groups | {TEXT_DIMS}, labels)  # again, msgspec reading the two
+    while True:
+        # the raw texts msgspec keeps point into the document: the view goes when they go
+        checked = _check(chunk_list(document), groups, labels)
         if checked is None:
             return None
         groups, labels, checked = checked
         try:
             events = _read(document, groups, labels)
-        except (pa.ArrowException, ValueError, OverflowError):
-            return None
-    del document
+            break
+        except (pa.ArrowException, ValueError, OverflowError) as exc:  # again, msgspec reading what Arrow cannot
+            message = str(exc)
+            if TEXT_DIMS not in groups and _DIMS_CHANGED.search(message):
+                groups = groups | {TEXT_DIMS}
+            elif not labels and _LABEL_CHANGED.search(message):  # a pid written as a label (Kineto's "Spans")
+                labels, guessed = True, False
+            else:
+                return None
+    _last[0] = (groups, labels and not guessed)
     if len(events) != len(checked):
         return None
     frame = _frame(events)
     if frame is None:
         return None
     if TEXT_DIMS in groups:
-        frame = _with_dims(frame, checked)
+        frame = _with_dims(frame, _args_of(checked, groups, labels))
         if frame is None:
             return None
     if labels:  # as the careful path reads them: polars' non-strict Int64 (a label is no id)
         frame = frame.with_columns(pl.Series(key, list(map(attrgetter(key), checked)), dtype=pl.Int64, strict=False)
                                    for key in ("pid", "tid"))
-    rows = _rows(frame, checked)
+    rows = _rows(frame, checked, _args_of(checked, groups, labels), labels, document)
     return None if rows is None else (rows, len(checked))
 
 
 def _check(events_list, groups: frozenset, labels: bool) -> tuple[frozenset, bool, list] | None:
     """The chunk decoded by msgspec as :func:`_checker` structs, the groups of rare arguments it has and whether
-    it has labels for pids; None when it does not decode (the careful path will say why)."""
+    it has labels for pids (as given: Arrow finds them); None when it does not decode (the careful path will say
+    why)."""
     while True:
         try:
             with gc_paused():
@@ -240,13 +275,10 @@ def _check(events_list, groups: frozenset, labels: bool) -> tuple[frozenset, boo
             group = _GROUP_OF_KEY.get(m.group(1)) if m else None
             if group is not None and group not in groups:
                 groups = groups | {group}
-            elif not labels and _LABEL_AT.match(message):  # a pid written as a label (Kineto's "Spans")
-                labels = True
             else:
                 return None
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
             return None
-    _last[0] = (groups, labels)
     return (groups, labels, checked) if checked else None
 
 
@@ -274,10 +306,10 @@ def _frame(events) -> pl.DataFrame | None:
     return frame.with_columns(**missing) if missing else frame
 
 
-def _with_dims(frame: pl.DataFrame, checked: list) -> pl.DataFrame | None:
-    """``frame`` with ``grid`` and ``block`` from msgspec's structs (a text: empty) and ``_text_dims``: whether
-    the event's were text; None where a number is past Int64 (the careful path will say)."""
-    args = list(map(_ARGS, checked))
+def _with_dims(frame: pl.DataFrame, args: list) -> pl.DataFrame | None:
+    """``frame`` with ``grid`` and ``block`` from msgspec's structs (``args``: :func:`_args_of`; a text: empty)
+    and ``_text_dims``: whether the event's were text; None where a number is past Int64 (the careful path will
+    say)."""
     columns, text = [], [False] * len(args)
     for name in _DIMS:
         values = list(map(attrgetter(name), args))
@@ -304,15 +336,17 @@ def _valid(array):
     return pa.BooleanArray.from_buffers(pa.bool_(), len(array), [None, bitmap], 0, array.offset)
 
 
-def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dict] | None:
-    """The rows of the decoded columns, or None where they differ from the careful path's.
+def _rows(df: pl.DataFrame, checked: list, args: list, labels: bool,
+          document: bytes) -> tuple[pl.DataFrame, Coercions, dict] | None:
+    """The rows of the decoded columns, or None where they differ from the careful path's. ``args``: the events'
+    argument structs (:func:`_args_of`); ``labels``: whether the pids and tids are msgspec's (else Arrow's);
+    ``document``: the chunk (its thread names are decoded from it again, :func:`_thread_names`).
 
     One query per part (the checks, the event rows, the ``[memory]`` counters, the thread names) on the kinds and
     raw texts added once, with expressions built once (:func:`_queries`): a chunk costs a few queries, not one per
     step. (``collect_all`` of the four, lazily, was no faster: without the optimizer each query redid the head,
     with it the planning cost as much.)
     """
-    args = list(map(_ARGS, checked))
     texts = {name: _raw_text(list(map(attrgetter(name), args))) for name in _RAW}
     q = _queries()
     made = []
@@ -328,7 +362,7 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
         return None
     rows = kept.select(*q["columns"], *made)
     counters = frame.filter(q["memory"]).select(q["counters"])
-    named = frame.filter(q["named"]).select("_row")
+    named = frame.filter(q["named"]).select("_row", "pid", "tid")
     rows = _with_collectives(rows)
     coerced = Coercions()
     loose = frame.filter(q["loose"])  # complete events of a category no row is made of (a few: Trace, overhead)
@@ -342,7 +376,10 @@ def _rows(df: pl.DataFrame, checked: list) -> tuple[pl.DataFrame, Coercions, dic
                                 {field: counters[field] for field in KEYS})
     else:
         counters = None
-    return with_counters(rows, counters), coerced, _thread_names(named["_row"], checked)
+    names = _thread_names(named, document, checked if labels else None) if named.height else {}
+    if names is None:
+        return None
+    return with_counters(rows, counters), coerced, names
 
 
 @functools.cache
@@ -387,7 +424,10 @@ def _event_checks() -> list[pl.Expr]:
     """What makes the careful path coerce, warn or refuse where the kept rows are concerned: an Int32 argument out
     of range, a time past Int64 nanoseconds, a message size past Int64 (the careful path keeps it as text)."""
     elems = pl.when(_PICKED & (_DTYPE_SIZE > 0)).then(_ELEMS)
-    return ([_out_of(c, *_INT32) for c in _INT32_ARGS] + [_out_of(e, *_INT32) for e in _dim3().values()]
+    # a dim3 (a list of three) with a number out of Int32: its numbers exploded (half the time of the six
+    # ``list.get`` of :func:`_dim3`; a list of ints holding a null never gets here, :func:`_frame`)
+    dim3 = [pl.col(label).filter(pl.col(label).list.len() == 3).explode() for label in ("grid", "block")]
+    return ([_out_of(c, *_INT32) for c in _INT32_ARGS] + [_out_of(e, *_INT32) for e in dim3]
             + [_out_of(pl.col(c).to_physical(), *_TIME_RANGE) for c in ("ts", "dur")]
             + [(elems.cast(pl.Int128) * _DTYPE_SIZE > INT64_MAX).any()])
 
@@ -450,15 +490,25 @@ def _counter_columns() -> list[pl.Expr]:
     ]
 
 
-def _thread_names(rows: pl.Series, checked: list) -> dict[str, str]:
-    """The chunk's ``thread_name`` events (a few; ``rows`` their indices): as
-    :func:`.threads.collect_thread_names` reads them."""
+def _thread_names(named: pl.DataFrame, document: bytes, checked: list | None) -> dict[str, str] | None:
+    """The chunk's ``thread_name`` events (a few; ``named``: their indices, pids and tids as Arrow read them): as
+    :func:`.threads.collect_thread_names` reads them; with ``checked`` (labels) the pids and tids are msgspec's.
+    Their raw names come from a second decoding of ``document`` (:data:`_NAMES`), which cannot fail where the
+    check passed (every event an object, every ``args`` an object or absent; else None, to be safe)."""
     names: dict[str, str] = {}
-    for row in rows:
-        event = checked[row]
-        key = thread_key(event.pid, event.tid)
+    try:
+        with gc_paused():
+            args = list(map(_ARGS, _NAMES.decode(chunk_list(document))))
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    if len(args) != len(checked if checked is not None else args):
+        return None
+    for row, pid, tid in named.iter_rows():
+        if checked is not None:
+            pid, tid = checked[row].pid, checked[row].tid
+        key = thread_key(pid, tid)
         if key is not None:
-            name = thread_name(event.args.meta_name)
+            name = thread_name(args[row].meta_name)
             if name:
                 names[key] = name
     return names
