@@ -618,3 +618,48 @@ def test_workers_share_the_cores_among_their_polars_threads(monkeypatch):
     with _polars_threads(1):
         assert os.environ["POLARS_MAX_THREADS"] == "7"
     assert os.environ["POLARS_MAX_THREADS"] == "7"
+
+
+PP2 = FIXTURES / "torch" / "multirank" / "pp2_balanced"
+
+
+def test_files_that_are_no_trace_are_left_out_of_a_run_folder_and_named(tmp_path):
+    """A run folder kept with what made it (a README, the script) would not ingest: the first file no reader
+    recognised stopped the run. Files named like no reader's files and recognised by none are left out with one
+    warning naming them, kept with the run (``show``); a trace named like none (``rank1_trace``) is still read."""
+    folder = tmp_path / "pp2 with notes"
+    folder.mkdir()
+    shutil.copy(PP2 / "rank0.json.gz", folder / "rank0.json.gz")
+    (folder / "rank1_trace").write_bytes(gzip.decompress((PP2 / "rank1.json.gz").read_bytes()))
+    (folder / "README.md").write_text("# how these were made\n")
+    (folder / "make.py").write_text("print('profile')\n")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder), "--json")
+    assert code == 0, err
+    [run] = json.loads(out)["runs"]
+    assert sorted(run["ranks"]) == ["0", "1"]
+    assert run["source_paths"] == {"0": [str(folder / "rank0.json.gz")], "1": [str(folder / "rank1_trace")]}
+    warning = f"{folder}: 2 files are no trace and were left out: README.md, make.py"
+    assert err.strip().splitlines() == [f"traceparse: warning: {warning}"]
+    assert run["warnings"] == [warning]
+    # the same ranks without the extra files: the same run (its id is its ranks' contents)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("rank0.json.gz", "rank1_trace"):
+        shutil.copy(folder / name, plain / name)
+    code, out, err = run_cli("--store", str(tmp_path / "s2"), "ingest", str(plain), "--json")
+    assert code == 0, err
+    assert json.loads(out)["runs"][0]["id"] == run["id"] and err == ""
+
+
+def test_a_file_named_like_a_trace_that_is_none_still_stops_the_run(tmp_path):
+    """A file named as traces are (``*.txt``: nvprof's and ncu's text output) that no reader recognises is not
+    left out: a rank left out would change every figure of the run. It is refused in one line, naming it."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("rank0.json.gz", "rank1.json.gz"):
+        shutil.copy(PP2 / name, folder / name)
+    (folder / "stdout.txt").write_text("epoch 1 loss 0.3\n")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder))
+    assert code == 2 and out == ""
+    assert err.startswith(f"traceparse: error: {folder / 'stdout.txt'}: not a format traceparse recognises")
+    assert len(err.strip().splitlines()) == 1

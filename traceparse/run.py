@@ -42,6 +42,7 @@ from contextlib import contextmanager, nullcontext
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
@@ -220,13 +221,22 @@ def rank_inputs(paths: list[Path]) -> list[Path]:
     return paths
 
 
-def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) -> list[tuple[str, list[Path]]]:
+def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None,
+             skipped: list[Path] | None = None) -> list[tuple[str, list[Path]]]:
     """The ranks of a run: (reader name, paths) per rank, every rank of one format.
 
-    Raises a one-line :class:`InputError` naming the files for mixed formats.
+    With ``skipped`` (a list), the entries of a run folder that are no trace (:func:`not_traces`: a README, a
+    script, a TensorBoard event file beside the ranks' traces) are left out and added to it, where some other
+    entry is one; without, every entry must be read. Raises a one-line :class:`InputError` naming the files for
+    mixed formats.
     """
     reg = reg or default_registry()
     inputs = rank_inputs(paths)
+    if skipped is not None and len(paths) == 1 and paths[0].is_dir() and fmt == "auto":
+        others = not_traces(inputs, reg)
+        if others and len(others) < len(inputs):
+            skipped.extend(others)
+            inputs = [p for p in inputs if p not in others]
     try:
         groups = plan(inputs, fmt, reg)
     except InputError as exc:
@@ -244,6 +254,15 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None) 
         (a, pa), (b, pb) = list(formats.items())[:2]
         raise InputError(f"{pb}: mixed formats in one run: {pa.name} is {a}, {pb.name} is {b}")
     return [(reader.name, group) for reader, group in groups]
+
+
+def not_traces(entries: list[Path], reg: Registry) -> list[Path]:
+    """The files among ``entries`` that are no trace: named like none of the readers' files (their ``patterns``:
+    ``*.json``, ``*.sqlite``, ``*.txt``, ...) and recognised by none. A file named like a trace that no reader
+    recognises stays, to be refused in one line: a rank left out would change every figure of the run."""
+    patterns = [pattern.lower() for reader in reg.readers.values() for pattern in getattr(reader, "patterns", ())]
+    return [p for p in entries if p.is_file() and not any(fnmatch(p.name.lower(), pattern) for pattern in patterns)
+            and not _recognised(p, reg)]
 
 
 def _recognised(path: Path, reg: Registry) -> bool:
@@ -475,20 +494,37 @@ def ingest_run(paths: list[Path | str], *, store: Store, name: str | None = None
     """
     reg = reg or default_registry()
     paths = [Path(p) for p in paths]
-    ranks = plan_run(paths, fmt, reg)
+    skipped: list[Path] = []
+    ranks = plan_run(paths, fmt, reg, skipped)
     pool = None if scheduler else _RankPool.for_ranks([group for _, group in ranks], jobs)
+    notes = [_skipped_warning(paths[0], skipped)] if skipped else []
     try:
         return _ingest_planned(ranks, pool, store=store, paths=paths, name=name, params=params, scheduler=scheduler,
-                               tags=tags, progress_factory=progress_factory, reg=reg)
+                               tags=tags, progress_factory=progress_factory, reg=reg, notes=notes)
     finally:
         if pool is not None:
             pool.close(wait=False)  # (a run already stored: the worker started ahead exits by itself)
 
 
+#: The files left out of a run folder (:func:`not_traces`) named in its warning; the rest are counted.
+SKIPPED_NAMED = 5
+
+
+def _skipped_warning(folder: Path, skipped: list[Path]) -> str:
+    """The warning that files of ``folder`` were left out of its run as no trace, naming them."""
+    shown = ", ".join(p.name for p in skipped[:SKIPPED_NAMED])
+    more = f" and {len(skipped) - SKIPPED_NAMED} more" if len(skipped) > SKIPPED_NAMED else ""
+    one = len(skipped) == 1
+    return (f"{folder}: {len(skipped)} {'file is' if one else 'files are'} no trace and {'was' if one else 'were'} "
+            f"left out: {shown}{more}")
+
+
 def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None", *, store: Store,
                     paths: list[Path], name: str | None, params: dict | None, scheduler: str | None,
-                    tags: dict[str, str] | None, progress_factory, reg: Registry) -> RunResult:
-    """:func:`ingest_run` of the planned ``ranks``, read by ``pool`` (None: on the Dask ``scheduler``).
+                    tags: dict[str, str] | None, progress_factory, reg: Registry,
+                    notes: list[str] = ()) -> RunResult:
+    """:func:`ingest_run` of the planned ``ranks``, read by ``pool`` (None: on the Dask ``scheduler``); ``notes``:
+    warnings of the run's own, said before the ranks'.
 
     The pool's worker processes are started before the ranks are hashed, unless the store seems to hold the
     run already (:func:`_maybe_stored`): their imports (0.5 CPU s each) overlap the hashing, and every process
@@ -510,7 +546,7 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
     stored = store.run_meta(run_id) if store.has_run(run_id) else None
     if stored is not None and stored.get("readers") == readings:
         store.set_last(run_id)
-        return RunResult(stored, already_stored=True)
+        return RunResult(stored, already_stored=True, warnings=list(notes))
     # stored by another release of its reader (or before runs said which): read again, replacing that reading
     replaced = (", ".join(stored.get("readers") or []) or "an earlier traceparse") if stored is not None else None
     tmp = store.fresh_tmp()
@@ -536,6 +572,7 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
                                      per_task=_ranks_per_task(len(tasks), pool.workers) if pool.small else 1)
         flushed = flush.finish()  # before the parts are renamed
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
+        warnings[:0] = notes
         run["tags"] = {**((stored or {}).get("tags") or {}), **(tags or {})}
         run["readers"] = readings
         run = store.commit_run(tmp, run, _still_flushed(tmp, flushed, results, run), replace=stored is not None)
