@@ -197,7 +197,7 @@ def test_hotspots_rank_self_time(path):
 
 
 def test_last_open_is_the_last_row_of_the_run_still_open_by_brute_force():
-    """``nesting.last_open`` (the descent behind every nesting and gpu-idle's wait gaps) against its definition,
+    """``nesting.last_open`` (the descent for any queries of the innermost open row) against its definition,
     max{j : first <= j < limit, end_j > at}, on 2,000 random tables of up to four runs: queries at every row's
     start, at times between and past the rows, with no row started yet, and at the largest time there is; the
     queries in any order, and in run order (every caller's, which finds the runs without a sort)."""

@@ -39,10 +39,20 @@ def merge(iv: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     iv = sort_rows(iv.select(*by, "start", "end"), [*by, "start"])
     if iv.height == 0:
         return iv
+    # the groups of ``by`` columns that vary: one trace's rows share their trace_id (and often their device), and
+    # a window over the text on every row cost more than the rest of the merge
+    vary = [c for c in by if not is_constant(iv[c])]
     prev_end = pl.col("end").cum_max().shift(1)
-    if by:
-        prev_end = prev_end.over(by)
-    iv = iv.with_columns(new=(prev_end.is_null() | (pl.col("start") > prev_end)).cast(pl.Int64))
+    if vary:
+        prev_end = prev_end.over(vary)
+    new = (prev_end.is_null() | (pl.col("start") > prev_end)).cast(pl.Int64)
+    if iv["start"].null_count() == 0 and iv["end"].null_count() == 0:
+        # the rows are in order: each merged interval is a run of them, from a row that starts one; its start the
+        # run's first, its end the run's largest (numpy, where a group-by on the keys and a run number took 3x)
+        at = np.flatnonzero(iv.select(new).to_series().to_numpy())
+        return iv[at].with_columns(end=pl.Series(np.maximum.reduceat(iv["end"].to_numpy(), at),
+                                                 dtype=iv.schema["end"]))
+    iv = iv.with_columns(new=new)
     seg = pl.col("new").cum_sum()
     iv = iv.with_columns(segment=seg.over(by) if by else seg)
     return iv.group_by([*by, "segment"], maintain_order=True).agg(

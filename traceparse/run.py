@@ -39,13 +39,11 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections import deque
 from contextlib import contextmanager, nullcontext
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import polars as pl
 
@@ -58,6 +56,10 @@ from traceparse.sources import sha256_of
 from traceparse.validate import ascii_int
 from traceparse.store import EarlyFlush, Store, _write_json, trace_id_for, write_partition
 from traceparse.trace import Trace, TraceMeta
+
+if TYPE_CHECKING:  # the process pool and multiprocessing are imported where a run's ranks are read by workers,
+    # not by every command that imports this module (``analyze``: the summary asks a trace's ranks)
+    from concurrent.futures import ProcessPoolExecutor
 
 #: File-name patterns that give a rank, tried in order on the file (or directory) name.
 RANK_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
@@ -688,6 +690,8 @@ def _map_local(tasks: list[tuple], pool: "_RankPool", advance: Callable | None, 
             # every rank read: the workers exit while the run is assembled (a worker's exit took 0.1 to 0.3 s);
             # else they are waited for, as they stop, before the error is raised
             pool.close(wait=not read)
+    from concurrent.futures.process import BrokenProcessPool
+
     if isinstance(feeder.error, BrokenProcessPool):
         one_at_a_time = spelled("--jobs 1", "traceparse.run.ingest_run(paths, store=Store(), jobs=1)")
         raise TraceparseError("a worker process died while reading the ranks (out of memory?); "
@@ -717,6 +721,9 @@ class _RankPool:
         """The executor, its processes started now (a process pool starts them at its first task); None for one
         worker (this process alone)."""
         if self._executor is None and self.workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_context
+
             with _polars_threads(_cores() // self.workers):
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.workers - 1, mp_context=get_context("spawn"),

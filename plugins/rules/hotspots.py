@@ -124,7 +124,10 @@ class Hotspots(Rule):
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
         events = trace.events  # a run's events are read rank by rank: the rows are summed per routine and thread
-        if "group" in events.columns:  # asynchronous spans overlap on their lane: no exclusive time is theirs
+        # asynchronous spans overlap on their lane: no exclusive time is theirs. A table with none is taken as it is
+        # (one column looked at): a filter that keeps every row still copied all fifty-odd columns of it
+        if "group" in events.columns and (not isinstance(events, pl.DataFrame)
+                                          or events.select((pl.col("group") == ASYNC_GROUP).any()).item()):
             events = events.filter(pl.col("group").ne_missing(ASYNC_GROUP))
         chosen = routine_choices(events, t["kinds"])
         nested, dropped = chosen["nested"], chosen["dropped"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import intervals
-from traceparse.expr import GPU_KINDS
+from traceparse.expr import GPU_KINDS, by_id
 from traceparse.measures.base import DEVICE, Measure, keyed, placed, rows_of, shared, unkeyed
 
 
@@ -117,8 +117,9 @@ class Gaps(Measure):
 
 
 def _first_at(rows: pl.DataFrame, at: str, event: str, name: str) -> pl.DataFrame:
-    """Per device and instant ``at``: the first row (by event_id) with that value, its event_id and name."""
-    return (rows.sort("event_id").group_by([*DEVICE, at])
+    """Per device and instant ``at``: the first row (by event_id) with that value, its event_id and name. Rows
+    in event-id order already (a stored table's are) are not sorted again (the names along: 4 ms a call)."""
+    return (by_id(rows).group_by([*DEVICE, at])
             .agg(pl.col("event_id").first().alias(event), pl.col("name").first().alias(name)))
 
 

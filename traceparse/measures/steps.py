@@ -295,10 +295,11 @@ def _mark_steps(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
 def _marked(events: pl.DataFrame, marks: pl.DataFrame, edge: str) -> pl.DataFrame:
     """One step per mark of ``marks`` (with ``__k``, the trace key), the iteration's edge at ``edge``."""
     key = pl.col("trace_id").fill_null("")
-    bounds = (events.filter(pl.col("pid").is_not_null() & pl.col("start_ns").is_not_null())
+    bounds = (events.lazy().filter(pl.col("pid").is_not_null() & pl.col("start_ns").is_not_null())
               .group_by(key.cast(pl.String).alias("__k"))
               .agg(first=pl.col("start_ns").min(),
-                   last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max()))
+                   last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max())
+              .collect())  # lazy: the four columns used filtered, not every column of the table
     marks = marks.sort("start_ns").join(bounds, on="__k", how="left")
     if edge == "end":
         start = pl.col("end_ns").shift(1).over("__k").fill_null(pl.col("first"))
