@@ -662,4 +662,6 @@ def test_a_file_named_like_a_trace_that_is_none_still_stops_the_run(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder))
     assert code == 2 and out == ""
     assert err.startswith(f"traceparse: error: {folder / 'stdout.txt'}: not a format traceparse recognises")
+    assert err.rstrip().endswith("; in a run folder every file named like a trace must be one: move it out of run, "
+                                 "or give the ranks' files themselves with --run NAME")
     assert len(err.strip().splitlines()) == 1

@@ -248,6 +248,9 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None,
             raise InputError(f"{paths[0]}: a folder no reader reads, and none of its {len(inputs)} entries is a "
                              f"trace traceparse recognises (tried: {tried}); a run is a folder of one trace per "
                              "rank") from exc
+        if skipped is not None and len(paths) == 1 and paths[0].is_dir():  # one entry of a run folder
+            raise InputError(f"{exc}; in a run folder every file named like a trace must be one: move it out of "
+                             f"{paths[0].name}, or give the ranks' files themselves with --run NAME") from exc
         raise
     formats: dict[str, Path] = {}
     for reader, group in groups:
