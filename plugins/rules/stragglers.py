@@ -607,17 +607,17 @@ def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int
     return text
 
 
-def _wait_part(more_ns: int, wait_per_step_ns: int) -> str:
-    """How much of the wait an excess a step accounts for: its share, or "more than all of the wait"."""
+def _wait_part(more_ns: int, wait_per_step_ns: int, wait: str = "the wait") -> str:
+    """How much of the wait (called ``wait``) an excess a step accounts for: its share, or more than all of it."""
     if more_ns > wait_per_step_ns:
-        return "more than all of the wait"
-    return f"{fmt_pct(100.0 * more_ns / wait_per_step_ns)} of the wait"
+        return f"more than all of {wait}"
+    return f"{fmt_pct(100.0 * more_ns / wait_per_step_ns)} of {wait}"
 
 
 def _share_of_wait(more_ns: int, wait_per_step_ns: int, what: str) -> str:
     """``what`` and an excess a step, with the share of the wait it accounts for: at most all of it."""
     more_ns = max(0, more_ns)
-    return f"{what} {fmt_ns(more_ns)}, " + _wait_part(more_ns, wait_per_step_ns).replace(" the wait", " it")
+    return f"{what} {fmt_ns(more_ns)}, " + _wait_part(more_ns, wait_per_step_ns, "it")
 
 
 @hookimpl

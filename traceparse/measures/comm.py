@@ -382,14 +382,14 @@ def _batched(inst: pl.DataFrame, rows: pl.DataFrame, kernels: pl.DataFrame, key:
 
     A unit: a call that launched a point-to-point kernel (a launch on its thread inside it), alone; a call that
     launched none, with the others before the next :data:`BATCH_MARK` on its thread that launched one (the batch).
-    Units are numbered per member in order of their launch.
+    Units are numbered per member in order of their start (a batch's: its annotation's), as the kernels are by
+    theirs.
     """
     marks = rows.filter(pl.col("source").is_in(list(MARK_SOURCES)) & pl.col("rank").is_not_null())
     calls = inst.filter(is_transfer())
     if marks.height == 0 or calls.height == 0 or calls["member"].is_null().any():
         return inst
     thread = ["trace_id", "pid", "tid"]
-    marks = marks.with_columns(member=pl.col("rank").cast(pl.Int32))
     launches = marks.filter(pl.col("source") == "launch").select(*thread, _at=pl.col("start_ns")).sort("_at")
     batches = marks.filter(pl.col("source") == "batch").select(*thread, "start_ns", "end_ns", _unit="event_id")
 
