@@ -194,33 +194,3 @@ def test_hotspots_rank_self_time(path):
     g = analyze(host, rules=["hotspots"])[0]
     per_thread = g.metrics["time_ns"] / max(1, sum(g.metrics["threads_per_kind"].values()))
     assert per_thread <= span.row(0)[1] - span.row(0)[0]
-
-
-def test_last_open_is_the_last_row_of_the_run_still_open_by_brute_force():
-    """``nesting.last_open`` (the descent for any queries of the innermost open row) against its definition,
-    max{j : first <= j < limit, end_j > at}, on 2,000 random tables of up to four runs: queries at every row's
-    start, at times between and past the rows, with no row started yet, and at the largest time there is; the
-    queries in any order, and in run order (every caller's, which finds the runs without a sort)."""
-    import numpy as np
-
-    from traceparse.measures.nesting import last_open
-
-    rng = np.random.default_rng(5)
-    biggest = np.iinfo(np.int64).max
-    for _ in range(2000):
-        sizes = rng.integers(0, 12, int(rng.integers(1, 5)))
-        firsts = np.repeat(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-        start = np.concatenate([np.sort(rng.integers(0, 40, k)) for k in sizes]).astype(np.int64)
-        end = start + rng.integers(0, 3 if rng.random() < 0.3 else 25, len(start))
-        if len(start) == 0:
-            continue
-        queries = rng.integers(0, len(start), 30)  # a row's run: from its first row to past its last
-        if rng.random() < 0.5:
-            queries = np.sort(queries)
-        first = firsts[queries]
-        last = first + sizes[np.searchsorted(np.cumsum(sizes), queries, side="right")]
-        limit = np.array([int(rng.integers(f, l + 1)) for f, l in zip(first, last)], dtype=np.int64)
-        at = rng.integers(-2, 70, 30).astype(np.int64)
-        at[::7] = biggest
-        expected = [max((j for j in range(f, lim) if end[j] > a), default=-1) for f, lim, a in zip(first, limit, at)]
-        assert last_open(end, limit, at, first).tolist() == expected

@@ -918,9 +918,35 @@ def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | 
     if any(c.null_count() for c in cols.values()):
         return None
     d, s, o, t = (cols[c].to_numpy()[final] for c in ("_d", "_s", "_o", "src_ns"))
-    t -= t.min()  # the source time since the first (in place: each temporary here is 8 bytes an edge of fresh memory)
-    o_low, o_high, s_low, s_high = int(o.min()), int(o.max()), int(s.min()), int(s.max())
-    b_o, b_s = (o_high - o_low).bit_length(), (s_high - s_low).bit_length()
+    packing = pack_preference(t, o, s)  # t is a copy (the gather): packed in place
+    if packing is None:
+        return None
+    packed, layout = packing
+    inferred = narrow["inferred"].to_numpy()[final]
+    first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))
+    best_explicit = np.maximum.reduceat(np.where(inferred, -1, packed), first)
+    best_inferred = np.maximum.reduceat(np.where(inferred, packed, -1), first)
+    c_s, c_o = chosen_edge(best_explicit, best_inferred, layout)
+    runs = np.diff(np.append(first, len(d)))
+    critical = np.empty(len(d), dtype=bool)
+    critical[final] = (s == np.repeat(c_s, runs)) & (o == np.repeat(c_o, runs))
+    return critical
+
+
+#: How :func:`pack_preference` placed an edge's parts in its number: the edge kind's and source's bits, and the
+#: largest edge kind and source (each is stored as largest − value, so that larger numbers are preferred).
+Layout = tuple[int, int, int, int]
+
+
+def pack_preference(t: np.ndarray, o: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, Layout] | None:
+    """Each edge's preference as its destination's critical in-edge in one int64, larger preferred: its source
+    time since the first (``t``, changed in place into the packed numbers: each temporary here is 8 bytes an
+    edge of fresh memory), then its edge kind (``o``, its place in :data:`EDGE_KINDS`, the first preferred),
+    then its source (``s``, the least preferred); None where the three do not fit in 62 bits together (a trace
+    spanning days)."""
+    t -= t.min()
+    o_high, s_high = int(o.max()), int(s.max())
+    b_o, b_s = (o_high - int(o.min())).bit_length(), (s_high - int(s.min())).bit_length()
     if int(t.max()).bit_length() + b_o + b_s > 62:
         return None
     packed = t
@@ -931,19 +957,17 @@ def _critical_in_order(narrow: pl.DataFrame, final: np.ndarray) -> np.ndarray | 
     packed |= kind
     del kind
     packed |= s_high - s
-    inferred = narrow["inferred"].to_numpy()[final]
-    first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))
-    best_explicit = np.maximum.reduceat(np.where(inferred, -1, packed), first)
-    best_inferred = np.maximum.reduceat(np.where(inferred, packed, -1), first)
-    # an inferred edge only where its source happened later than the explicit one's (or there is none)
+    return packed, (b_o, b_s, o_high, s_high)
+
+
+def chosen_edge(best_explicit: np.ndarray, best_inferred: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """The source and edge kind of each destination's critical in-edge, from its best explicit and best inferred
+    in-edge's packed numbers (:func:`pack_preference`; -1: none): an inferred edge only where its source happened
+    later than the explicit one's, or there is none."""
+    b_o, b_s, o_high, s_high = layout
     later = (best_inferred >> (b_o + b_s)) > (best_explicit >> (b_o + b_s))
     chosen = np.where((best_inferred >= 0) & ((best_explicit < 0) | later), best_inferred, best_explicit)
-    runs = np.diff(np.append(first, len(d)))
-    c_s = np.repeat(s_high - (chosen & ((1 << b_s) - 1)), runs)
-    c_o = np.repeat(o_high - ((chosen >> b_s) & ((1 << b_o) - 1)), runs)
-    critical = np.empty(len(d), dtype=bool)
-    critical[final] = (s == c_s) & (o == c_o)
-    return critical
+    return s_high - (chosen & ((1 << b_s) - 1)), o_high - ((chosen >> b_s) & ((1 << b_o) - 1))
 
 
 def _critical_ranked(narrow: pl.DataFrame) -> np.ndarray:

@@ -9,7 +9,7 @@ import polars as pl
 from traceparse import expr
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, unkeyed
 from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
-from traceparse.measures.nesting import innermost_open
+from traceparse.measures.nesting import climb, innermost_open
 
 #: Host rows that can be what a thread is doing: operators, annotations, runtime calls, regions, syncs.
 HOST_KINDS = ("op", "marker", "api", "region", "sync")
@@ -151,25 +151,18 @@ def _innermost(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarr
     starts, ends and rows, in time order and apart.
 
     Between two consecutive starts or ends nothing starts or ends, so the innermost row there is the last row
-    started by the segment's start and still open after it (what a sweep with a stack of open rows has on top,
-    :func:`~traceparse.measures.nesting.last_open`); moments with no row open are in no segment. Found by
-    walking up from the last row started: while the row has ended, its parent
-    (:func:`~traceparse.measures.nesting.innermost_open`: every row between a row and its parent ended by the
-    row's start, so by the segment's), all segments at once, as many rounds as rows nest (a third of the time
-    of :func:`~traceparse.measures.nesting.last_open`'s table of block maxima).
+    started by the segment's start and still open after it (what a sweep with a stack of open rows has on
+    top); moments with no row open are in no segment. Found by walking up from the last row started: while the
+    row has ended, its parent (:func:`~traceparse.measures.nesting.innermost_open`: every row between a row and
+    its parent ended by the row's start, so by the segment's), all segments at once
+    (:func:`~traceparse.measures.nesting.climb`), as many rounds as rows nest.
     """
     points = np.sort(np.concatenate([start, end]), kind="stable")  # two nearly sorted runs: one merge
     points = points[np.concatenate(([True], points[1:] != points[:-1]))] if len(points) else points
     seg_a, seg_b = points[:-1], points[1:]
     parent = innermost_open(start, end, np.zeros(len(start), dtype=np.int64))
     row = np.searchsorted(start, seg_a, side="right").astype(np.int64) - 1  # the last row started by then
-    looking = np.flatnonzero(row >= 0)
-    while len(looking):
-        r = row[looking]
-        ended = end[r] <= seg_a[looking]
-        looking = looking[ended]
-        row[looking] = parent[r[ended]]
-        looking = looking[row[looking] >= 0]
+    row = climb(row, lambda r, segment: end[r] <= seg_a[segment], up=parent)
     running = row >= 0
     return seg_a[running], seg_b[running], row[running]
 

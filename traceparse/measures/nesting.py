@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import polars as pl
 
@@ -139,14 +141,13 @@ def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np
 
     What a sweep with a stack of open rows gives (close every row ending at or before the start, take the top)
     is the last earlier row of the thread still open, ``max{j < i : end_j > start_i}``: a row under the top
-    that has ended is never the answer, and one still open is never closed before (:func:`last_open` answers
-    the same question for any queries).
+    that has ended is never the answer, and one still open is never closed before.
 
-    Found by pointer jumping: each row's candidate starts as the row before it; while the candidate ended by
-    the row's start, the row takes the candidate's own candidate. Every row between a candidate's candidate
-    and the candidate ended by the candidate's start, so by the row's (rows go by start): none is skipped that
-    could be the answer. All rows step at once, those still looking only (numpy, a few rounds: 22 on the
-    139 MB trace's 250,000 host rows, 12 ms where the descent of :func:`last_open` took 32 ms).
+    Found by pointer jumping (:func:`climb`): each row's candidate starts as the row before it; while the
+    candidate ended by the row's start, the row takes the candidate's own candidate. Every row between a
+    candidate's candidate and the candidate ended by the candidate's start, so by the row's (rows go by start):
+    none is skipped that could be the answer (a few rounds: 22 on the 139 MB trace's 250,000 host rows, 12 ms
+    where a descent through a table of block maxima took 32 ms).
     """
     n = len(start)
     if n == 0:
@@ -154,68 +155,24 @@ def innermost_open(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np
     cand = np.arange(-1, n - 1, dtype=np.int64)
     if n > 1:
         cand[1:][thread[1:] != thread[:-1]] = -1  # a thread's first row has no earlier row
-    looking = np.flatnonzero(cand >= 0)
+    return climb(cand, lambda c, row: end[c] <= start[row])
+
+
+def climb(pointer: np.ndarray, moves: Callable[[np.ndarray, np.ndarray], np.ndarray],
+          up: np.ndarray | None = None) -> np.ndarray:
+    """``pointer`` (a row per entry, -1: none) moved, in place, while ``moves(rows, entries)`` says the row an
+    entry points at is not its answer yet: to ``up`` of that row, or without ``up`` to the row's own pointer
+    (pointer jumping). Every entry steps at once, from the same state each round, those still moving only: the
+    nesting of rows (:func:`innermost_open`), gpu-idle's innermost rows, the operators' formula owners."""
+    step = pointer if up is None else up
+    looking = np.flatnonzero(pointer >= 0)
     while len(looking):
-        c = cand[looking]
-        ended = end[c] <= start[looking]
-        looking = looking[ended]
-        cand[looking] = cand[c[ended]]  # read before any is written: every row steps from the same state
-        looking = looking[cand[looking] >= 0]
-    return cand
-
-
-#: The end of a sentinel row, put before each run of rows (:func:`last_open`): open at any time.
-_SENTINEL = np.iinfo(np.int64).max
-
-
-def last_open(end: np.ndarray, limit: np.ndarray, at: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
-    """For each query ``q``: the last row ``j`` with ``first[q] <= j < limit[q]`` and ``end[j] > at[q]``, -1 if none.
-
-    Rows come in runs (a thread's rows), ``first[q]`` the first row of the query's run (every row's run begins
-    at 0 without ``first``). With rows sorted by start and ``limit`` the rows started by ``at`` (at or before
-    it), the answer is the innermost row open at ``at``: what a sweep with a stack of open rows has on top.
-
-    Found for all queries at once by descending a table of the maxima of ``end`` over blocks of 2^k rows: each
-    query skips the blocks before it whose rows all ended by ``at`` (log2 n numpy steps, no Python per row).
-    A sentinel row that never ends stands before each run, so no block is skipped across a run's start and the
-    descent needs no bounds of its own (a third of the time it took with them); a query whose last row started
-    is still open needs no descent at all. For queries that are not rows started in order: the nesting of rows
-    (:func:`innermost_open`) and gpu-idle's innermost rows walk parent pointers instead, in less time than this
-    table of ``log2 n`` levels takes to build.
-    """
-    n, m = len(end), len(at)
-    if n == 0 or m == 0:
-        return np.full(m, -1, dtype=np.int64)
-    first = np.zeros(m, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64)
-    at = np.asarray(at, dtype=np.int64)
-    if m > 1 and (first[1:] >= first[:-1]).all():  # queries in run order (every caller's): no sort
-        new = np.empty(m, dtype=bool)
-        new[0] = first[0] != 0
-        np.not_equal(first[1:], first[:-1], out=new[1:])
-        runs = np.concatenate([[0], first[new]])  # a sentinel at row 0 too: no block reaches past the table
-        run = np.cumsum(new)
-    else:
-        runs = np.unique(np.concatenate([[0], first]))
-        run = np.searchsorted(runs, first)
-    table = np.insert(np.asarray(end, dtype=np.int64), runs, _SENTINEL)  # row r of run k at r + k + 1
-    p = np.asarray(limit, dtype=np.int64) + run  # the last row started, or the run's sentinel when none was
-    descend = np.flatnonzero((table[p] <= at) & (at < _SENTINEL))  # at the largest time nothing is open
-    if len(descend):
-        levels = [table]  # levels[k][i] = max(table[i - 2^k + 1 .. i]), the sentinel where that reaches past 0
-        while (1 << len(levels)) <= len(table):
-            half = 1 << (len(levels) - 1)
-            prev = levels[-1]
-            cur = np.empty_like(prev)
-            cur[:half] = _SENTINEL
-            np.maximum(prev[half:], prev[:-half], out=cur[half:])
-            levels.append(cur)
-        q, a = p[descend], at[descend]
-        for k in range(len(levels) - 1, -1, -1):
-            np.subtract(q, 1 << k, out=q, where=levels[k][q] <= a)
-        p[descend] = q
-    found = p - run - 1
-    found[(p == first + run) | (at == _SENTINEL)] = -1  # stopped at the sentinel: no row of the run is open
-    return found
+        at = pointer[looking]
+        moving = moves(at, looking)
+        looking = looking[moving]
+        pointer[looking] = step[at[moving]]  # the right side is read before any is written
+        looking = looking[pointer[looking] >= 0]
+    return pointer
 
 
 def _reach(end: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ import polars as pl
 from traceparse.expr import by_id
 from traceparse.measures import op_flops
 from traceparse.measures.base import picked, shared
+from traceparse.measures.nesting import climb
 
 _NO_THREAD = -1
 #: Operators only a sparse tensor has (COO's values and indices, CSR/CSC's compressed indices): one running
@@ -146,8 +147,8 @@ def owners(ops: pl.DataFrame, formula: pl.DataFrame) -> pl.DataFrame:
     The operators of a thread are ordered by start (longest first on a tie); each starts with the last formula
     operator before it as candidate and, while the candidate ends before the operator does, steps to the
     candidate's own candidate: every step goes to an earlier operator enclosing the innermost answer, so it
-    ends there in as many rounds as formula operators nest. All operators step at once, those still looking
-    only (numpy: a polars gather of every row per round took three times as long).
+    ends there in as many rounds as formula operators nest. All operators step at once
+    (:func:`~traceparse.measures.nesting.climb`; a polars gather of every row per round took three times as long).
     """
     import numpy as np
 
@@ -168,13 +169,7 @@ def owners(ops: pl.DataFrame, formula: pl.DataFrame) -> pl.DataFrame:
     cand = np.full(n, -1, dtype=np.int64)
     cand[1:] = last[:-1]  # the last formula operator before the row, if on its thread
     cand[cand < first] = -1
-    looking = np.flatnonzero(cand >= 0)
-    while len(looking):
-        c = cand[looking]
-        outside = end[c] < end[looking]
-        looking = looking[outside]
-        cand[looking] = cand[c[outside]]  # read before any is written: every row steps from the same state
-        looking = looking[cand[looking] >= 0]
+    cand = climb(cand, lambda c, row: end[c] < end[row])  # while the candidate ends before the operator does
     ids = frame["event_id"]
     has = cand >= 0
     raw = np.zeros(n, dtype=np.int64)

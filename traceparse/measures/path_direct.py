@@ -29,7 +29,8 @@ import numpy as np
 import polars as pl
 
 from traceparse.measures import path_walk
-from traceparse.measures.critical_path import EDGE_KINDS, _dense, _Keys, path_bounds, path_frames
+from traceparse.measures.critical_path import (EDGE_KINDS, _dense, _Keys, chosen_edge, pack_preference,
+                                                 path_bounds, path_frames)
 
 _MAX = np.iinfo(np.int64).max
 
@@ -53,7 +54,7 @@ def direct_critical_paths(edges: pl.DataFrame, windows: pl.DataFrame, texts: pl.
         return None
     src_ns = narrow["src_ns"].to_numpy()
     critical = _critical(d, s, o, src_ns, narrow["inferred"].to_numpy(), size)
-    nodes = _first_seen(d, s, o, size)
+    nodes = _first_edges(d, s, o, size)
     if critical is None or nodes is None:
         return None
     at = np.where(nodes[1], src_ns[nodes[0]], narrow["dst_ns"].to_numpy()[nodes[0]])  # each node's time
@@ -75,26 +76,22 @@ def direct_critical_paths(edges: pl.DataFrame, windows: pl.DataFrame, texts: pl.
 def _critical(d: np.ndarray, s: np.ndarray, o: np.ndarray, src_ns: np.ndarray, inferred: np.ndarray,
               size: int) -> np.ndarray | None:
     """Whether each edge is its destination's critical in-edge, as
-    :func:`~traceparse.measures.critical_path._critical_in_order` decides it (the same packed number: source
-    time, then edge kind, then source, larger preferred), each destination's best explicit and best inferred edge
-    found by ``np.maximum.at`` over the destinations' keys; None where the packed number does not fit."""
-    t = src_ns - src_ns.min()
-    o_low, o_high, s_low, s_high = int(o.min()), int(o.max()), int(s.min()), int(s.max())
-    b_o, b_s = (o_high - o_low).bit_length(), (s_high - s_low).bit_length()
-    if int(t.max()).bit_length() + b_o + b_s > 62:
+    :func:`~traceparse.measures.critical_path._critical_in_order` decides it (the same packed number,
+    :func:`~traceparse.measures.critical_path.pack_preference`), each destination's best explicit and best
+    inferred edge found by ``np.maximum.at`` over the destinations' keys; None where the number does not fit."""
+    packing = pack_preference(src_ns.astype(np.int64), o, s)  # a copy: packed in place
+    if packing is None:
         return None
-    packed = (t << (b_o + b_s)) | ((o_high - o) << b_s) | (s_high - s)
+    packed, layout = packing
     best_explicit = np.full(size, -1, dtype=np.int64)
     np.maximum.at(best_explicit, d[~inferred], packed[~inferred])
     best_inferred = np.full(size, -1, dtype=np.int64)
     np.maximum.at(best_inferred, d[inferred], packed[inferred])
-    # an inferred edge only where its source happened later than the explicit one's (or there is none)
-    later = (best_inferred >> (b_o + b_s)) > (best_explicit >> (b_o + b_s))
-    chosen = np.where((best_inferred >= 0) & ((best_explicit < 0) | later), best_inferred, best_explicit)[d]
-    return (s == s_high - (chosen & ((1 << b_s) - 1))) & (o == o_high - ((chosen >> b_s) & ((1 << b_o) - 1)))
+    c_s, c_o = chosen_edge(best_explicit, best_inferred, layout)
+    return (s == c_s[d]) & (o == c_o[d])
 
 
-def _first_seen(d: np.ndarray, s: np.ndarray, o: np.ndarray, size: int
+def _first_edges(d: np.ndarray, s: np.ndarray, o: np.ndarray, size: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Every node's first edge in the sorted graph's order (by destination, source, edge kind in alphabetical
     order, then row; every edge as a source before any as a destination, as

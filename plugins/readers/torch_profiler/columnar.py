@@ -249,14 +249,15 @@ def fast_rows(document: bytes) -> tuple[tuple[pl.DataFrame, Coercions, dict[str,
     frame = _frame(events)
     if frame is None:
         return None
+    args = _args_of(checked, groups, labels)
     if TEXT_DIMS in groups:
-        frame = _with_dims(frame, _args_of(checked, groups, labels))
+        frame = _with_dims(frame, args)
         if frame is None:
             return None
     if labels:  # as the careful path reads them: polars' non-strict Int64 (a label is no id)
         frame = frame.with_columns(pl.Series(key, list(map(attrgetter(key), checked)), dtype=pl.Int64, strict=False)
                                    for key in ("pid", "tid"))
-    rows = _rows(frame, checked, _args_of(checked, groups, labels), labels, document)
+    rows = _rows(frame, checked, args, labels, document)
     return None if rows is None else (rows, len(checked))
 
 
