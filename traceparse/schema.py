@@ -80,6 +80,11 @@ COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "seq": (pl.Int64, "collective sequence number within its process group, where the trace has it"),
     "process_group": (pl.String, "process-group name (Kineto 'Process Group Name'; nsys/NVTX domain)"),
     "peer_rank": (pl.Int32, "the other rank of a point-to-point transfer: a send's destination, a receive's source"),
+    "peer_rank_choices": (pl.String, "the ranks the other rank of a point-to-point transfer may be, as a JSON "
+                                     "list, where the trace does not say which (peer_rank null): settled across a "
+                                     "run's ranks"),
+    "process_group_choices": (pl.String, "the process groups a collective that names none may be of (its rank's "
+                                         "groups, a JSON list of names): settled across a run's ranks"),
     "hlo_module": (pl.String, "compiled XLA program the event belongs to (XLA's hlo_module: jit_train_step)"),
     "hlo_op": (pl.String, "XLA instruction the GPU work computes (XLA's hlo_op: gemm_fusion_dot.17, copy.1)"),
 }

@@ -88,10 +88,11 @@ KIND_VIEWS: dict[str, KindView] = {
         "stream_id")),
     "ops": KindView(("op",), _HEAD + _TIME + (
         "exclusive_ns", "subcalls", "pid", "tid", "external_id", "parent_id", "data_from", "call_path", "input_dims",
-        "input_types", "concrete_inputs", "flops", "device_id", "collective", "seq", "process_group", "peer_rank",
-        "bytes")),
+        "input_types", "concrete_inputs", "flops", "device_id", "collective", "seq", "process_group",
+        "process_group_choices", "peer_rank", "peer_rank_choices", "bytes")),
     "markers": KindView(("marker",), _HEAD + _TIME + (
-        "pid", "tid", "device_id", "stream_id", "group", "parent_id", "collective", "seq", "process_group")),
+        "pid", "tid", "device_id", "stream_id", "group", "parent_id", "collective", "seq", "process_group",
+        "process_group_choices")),
     "counters": KindView(("counter",), _HEAD + ("start_ns", "duration_ns", "calls", "value", "value_min",
                                                 "value_max", "value_sumsq", "unit", "device_id", "pid", "tid",
                                                 "parent_id", "group")),

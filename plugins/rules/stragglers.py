@@ -39,9 +39,13 @@ show: 1.9 ms more a step of an operator against a 73.9 ms wait was offered as wh
 Where no single part explains half the wait but the listed GPU parts together do (kernels of one stream add
 up: a slow pipeline stage's extra layers spread over three GEMM kernels), the suggestion says the straggler's
 GPU work explains the wait. Where every instance is a point-to-point transfer (a pipeline's sends and
-receives), the text says "point-to-point transfers" and gives a pipeline's advice; where the most waited-for
-rank itself waits at least :data:`BUBBLE_FRACTION` of the wait it causes, the finding is the pipeline's bubble,
-info, with no straggler named.
+receives), the text says "point-to-point transfers" and gives a pipeline's advice; where the run has
+point-to-point transfers (alone, or beside a data-parallel job's collectives) and the most waited-for rank
+itself waits at least :data:`BUBBLE_FRACTION` of the wait it causes, the finding is the pipeline's bubble,
+info, with no straggler named. The candidate is the most waited-for rank, except where the others wait at
+least ``warning_pct`` of their step time and one rank waits under :data:`LONE_FRACTION` of what they do while
+making them wait: that rank, which the others wait for through one another too (a pipeline's slow last stage,
+whose neighbours are last at the others' collectives because they waited for it).
 
 Under the warning line, a candidate that still stands out (it costs the others at least half of
 ``warning_pct`` of their step time, and more than twice what any other rank costs them) is named as info,
@@ -82,6 +86,8 @@ critical; a balanced run is info. One rank alone (a single rank's trace) is info
 """
 
 from __future__ import annotations
+
+import statistics
 
 import polars as pl
 
@@ -150,6 +156,8 @@ class Stragglers(Rule):
         members = waits["member"].unique().sort(nulls_last=False).to_list()
         p2p = point_to_point_only(waits["collective"])
         noun = "point-to-point transfers" if p2p else "collectives"
+        # a pipeline: its stages' transfers (alone, or beside data-parallel collectives over other groups)
+        transfers = waits.filter(paired_transfer()).select("process_group", "instance").unique().height
         if len(members) < 2:
             info = trace.meta.distributed
             who = (f"rank {members[0]}" if label == "rank" else
@@ -180,6 +188,7 @@ class Stragglers(Rule):
                              wait_caused_ns=pl.col("member").replace_strict(caused, default=0, return_dtype=pl.Int64),
                              step_ns=pl.col("member").replace_strict(step, default=0, return_dtype=pl.Int64))
                .sort(["wait_caused_ns", "member"], descending=[True, False], nulls_last=True))
+        per = _busiest_first(per, t["warning_pct"])
         top = per.row(0, named=True)
         candidate = top["member"]
         others = per.filter(pl.col("member") != candidate)
@@ -188,7 +197,7 @@ class Stragglers(Rule):
         share = expr.pct(caused_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         # a pipeline whose most waited-for stage waits about as much itself: its bubble, not a slow stage
-        bubble = p2p and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
+        bubble = transfers > 0 and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
         severity = "info" if bubble else severity
         straggler = candidate if severity != "info" else None
         incomplete = waits.filter(pl.col("members") < _expected_members(trace.meta.distributed, len(members))).select(
@@ -230,10 +239,12 @@ class Stragglers(Rule):
             waited_each = "; ".join(f"{label} {r['member']} {fmt_ns(r['waited_ns'])} "
                                     f"({fmt_pct(expr.pct(r['waited_ns'], r['step_ns']) or 0)} of its step time)"
                                     for r in per.sort("member", nulls_last=False).iter_rows(named=True))
-            message = (f"{len(members)} {label}s, {n_instances} point-to-point transfers. Every {label} waits in "
-                       f"its sends and receives: {waited_each}. The most waited-for, {who}, waits itself "
-                       f"{fmt_pct(expr.pct(top['waited_ns'], caused_ns) or 0)} as long as it makes the others "
-                       "wait: no stage is much slower than the others, this is the pipeline's bubble (its stages "
+            among = (f"{n_instances} point-to-point transfers" if p2p else
+                     f"{transfers} point-to-point transfers and {n_instances - transfers} collectives")
+            message = (f"{len(members)} {label}s, {among}. Every {label} waits in its sends and receives"
+                       f"{'' if p2p else ' and its collectives'}: {waited_each}. The most waited-for, {who}, "
+                       f"waits itself {fmt_pct(expr.pct(top['waited_ns'], caused_ns) or 0)} as long as it makes "
+                       "the others wait: no stage is much slower than the others, this is the pipeline's bubble (its stages "
                        "idle while it fills and drains: with p stages and m micro-batches a step, GPipe and 1F1B "
                        "leave each stage idle about (p - 1) / (m + p - 1) of it).")
             suggestion = ("Shrink the bubble: more micro-batches per step (smaller ones), or an interleaved "
@@ -380,15 +391,16 @@ def _whole_host_slow(per: pl.DataFrame, by_host: list[tuple[str, list[int], int]
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
     """How many members each collective instance should have: its process group's size where the run names the
     group (``process_groups``), the world size for a collective of no group (the default group's), else (a group
-    the run does not describe) the members present; a point-to-point transfer between two ranks (its group
-    names them: ``0 1↔2``), two. A run missing a rank lacks it at every collective of its
+    the run does not describe) the most members any of its instances has; a point-to-point transfer between two
+    ranks (its group names them: ``0 1↔2``), two. A run missing a rank lacks it at every collective of its
     groups: counted against the members present, none was incomplete."""
     sizes = {str(g["name"]): int(g["size"]) for g in distributed.get("process_groups") or []
              if g.get("name") is not None and isinstance(g.get("size"), int)}
     world = distributed.get("world_size")
     default = max(int(world), present) if isinstance(world, int) else present
-    named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=present, return_dtype=pl.Int64) \
-        if sizes else pl.lit(present, dtype=pl.Int64)
+    seen = pl.col("members").max().over("process_group").cast(pl.Int64)
+    named = pl.col("process_group").cast(pl.String).replace_strict(sizes, default=None, return_dtype=pl.Int64) \
+        .fill_null(seen) if sizes else seen
     return (pl.when(paired_transfer()).then(pl.lit(2, dtype=pl.Int64))
             .when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named))
 
@@ -427,6 +439,40 @@ def _member_parts(ns_of: dict, members: list, per: pl.DataFrame, label: str) -> 
         return f"rank {rank}" if label == "rank" and rank is not None else f"{label} {_key(member)}"
 
     return [(int(ns_of.get(m, 0) or 0), name(m)) for m in members]
+
+
+#: A member that waits less than this fraction of the median other member's share of its step time, where the
+#: others wait, is the one they all wait for, directly or through one another (:func:`_busiest_first`).
+LONE_FRACTION = 0.5
+
+
+def _busiest_first(per: pl.DataFrame, warning_pct: float) -> pl.DataFrame:
+    """``per`` (most wait caused first) with the member that barely waits first, where the others wait at least
+    ``warning_pct`` of their step time (the median other member) and one member waits under
+    :data:`LONE_FRACTION` of that and makes them wait: it runs while they wait for it, some of them through
+    another member.
+
+    Why: the wait a member causes is counted at the instances it is last to, so along a chain the member in
+    the middle collects it. On a real DP2 × PP4 job over gloo whose rank 7 (the last stage of the second
+    pipeline) runs its layers three times over, ranks 5 and 6 (the stages before it, late because they waited
+    for its gradients) made the others wait most, 2.74 s each against rank 7's 2.27; each waited itself 75% of
+    its steps, so the finding read as the pipeline's bubble, "none is slow". Rank 7 waited 17% of its steps, every
+    other rank 71-78%. Of several such members, the least waiting (then the most causing). Otherwise unchanged: a
+    balanced job's ranks, whose few milliseconds of waits differ by chance, keep the most waited-for first."""
+    share = {r["member"]: r["waited_ns"] / r["step_ns"] for r in per.iter_rows(named=True) if r["step_ns"]}
+    caused = dict(zip(per["member"].to_list(), per["wait_caused_ns"].to_list()))
+    if len(share) < 3:  # two members: the last arrival is the one the other waits for
+        return per
+    lone = []
+    for member, mine in share.items():
+        median = statistics.median(v for m, v in share.items() if m != member)
+        if caused.get(member) and median >= warning_pct / 100 and mine < LONE_FRACTION * median:
+            lone.append((mine, -caused[member], member))
+    if not lone:
+        return per
+    first = min(lone, key=lambda x: (x[0], x[1]))[2]
+    key = pl.col("member").fill_null(-1) == (-1 if first is None else first)
+    return pl.concat([per.filter(key), per.filter(~key)])
 
 
 def _as_slow(per: pl.DataFrame, candidate) -> list:

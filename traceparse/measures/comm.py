@@ -116,7 +116,8 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 
 # -- collective instances ------------------------------------------------------------------------------------
 _COLUMNS = ["trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
-            "process_group", "peer_rank", "start_ns", "end_ns", "bytes", "source"]
+            "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns", "end_ns", "bytes",
+            "source"]
 
 
 def _source() -> pl.Expr:
@@ -173,7 +174,9 @@ def _batch_marks(events: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame | Non
            .with_columns(collective=pl.lit("send_recv"), end_ns=pl.col("start_ns") + pl.col("duration_ns"),
                          seq=pl.lit(None, dtype=rows.schema["seq"]),
                          process_group=pl.lit(None, dtype=rows.schema["process_group"]),
+                         process_group_choices=pl.lit(None, dtype=rows.schema["process_group_choices"]),
                          peer_rank=pl.lit(None, dtype=rows.schema["peer_rank"]),
+                         peer_rank_choices=pl.lit(None, dtype=rows.schema["peer_rank_choices"]),
                          bytes=pl.lit(None, dtype=rows.schema["bytes"]))
            .select(pl.col(c).cast(rows.schema[c]) for c in _COLUMNS)).collect()
     return out if out.height else None
@@ -192,7 +195,7 @@ def _members(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.DataFrame:
     """Each member's rows of its preferred source, outermost calls only, numbered per process group."""
-    rows = _members(rows.filter(pl.col("source").is_in(list(sources))))
+    rows = _members(_settled_groups(rows).filter(pl.col("source").is_in(list(sources))))
     level = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, return_dtype=pl.Int32)
     # collectives and transfers each from their own best source: a run of both (pipeline and data parallel)
     # whose collectives have sequence numbers and transfers none kept no transfer at all
@@ -203,12 +206,139 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
     rows = rows.sort([*thread, "start_ns", "event_id"], nulls_last=False)
     outer_end = pl.col("end_ns").cum_max().shift(1).over(thread)
     rows = rows.filter(outer_end.is_null() | (pl.col("start_ns") >= outer_end))
+    rows = _settled_peers(rows)
     rows = rows.with_columns(call_group=pl.col("process_group"), process_group=_transfer_group())
     group = ["member", "process_group"]
     rows = rows.sort(["member", "process_group", "start_ns", "trace_id", "event_id"], nulls_last=False)
     rows = rows.with_columns(index=pl.int_range(pl.len(), dtype=pl.Int64).over(group))
     by_seq = pl.col("seq").is_not_null().all().over("process_group")
     return rows.with_columns(instance=pl.when(by_seq).then(pl.col("seq")).otherwise(pl.col("index"))).drop("level")
+
+
+#: How far apart (ns) the members of a collective may leave it, beyond twice the closest grouping's spread, for
+#: a grouping of coarser groups to be taken (:func:`_settled_groups`): gloo's members of one all-reduce leave
+#: it within a fraction of a millisecond on one clock, two groups' all-reduces end milliseconds apart.
+TOGETHER_NS = 100_000
+
+
+def _settled_groups(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (candidates of every source) with the collectives that name no process group and may be of several
+    (``process_group_choices``: the rank's groups) given one: that of the *grouping* whose members leave their
+    collectives together. Why: gloo names no group, and a job with data-parallel groups ``[0, 2]`` and ``[1, 3]``
+    beside pipelines ``[0, 1]`` and ``[2, 3]`` all-reduces in pairs; matched as the n-th all-reduce of every
+    rank, the two pairs' all-reduces were one, ranks waited for ranks they never met, and the ranks' clocks
+    seemed 15 ms apart.
+
+    A grouping is a set of same-size groups that together hold every such member once, built from the groups
+    the members list (each group's members: the ranks listing it). Each is scored by how far apart its
+    instances' members leave them (the median over instances of the last end less the first, the k-th
+    collective of each member in its group), on the events that end with the collective: kernels where every
+    member has them, else host annotations, else the calls. The coarsest grouping within twice the best score
+    and :data:`TOGETHER_NS` is taken (a coarser one is never closer: its instances hold more members); where
+    only one grouping is possible, that one. Only where no collective of the run names its group (a trace
+    that names some is read as it says). ``process_group_choices`` dropped."""
+    if "process_group_choices" not in rows.columns:
+        return rows
+    collective = ~is_transfer() & pl.col("rank").is_not_null()  # only ranks list choices
+    open_ = collective & pl.col("process_group_choices").is_not_null() & pl.col("process_group").is_null()
+    test = rows.select(open_=open_.any(), named=(collective & pl.col("process_group").is_not_null()).any())
+    if not test["open_"][0] or test["named"][0]:
+        return rows.drop("process_group_choices")
+    listed = (rows.filter(open_).select(member="rank", _g=pl.col("process_group_choices")
+                                        .str.json_decode(pl.List(pl.String))).explode("_g").drop_nulls().unique())
+    members_of = {g: frozenset(m) for g, m in listed.group_by("_g").agg("member").iter_rows()}
+    everyone = frozenset(listed["member"].to_list())
+    groupings = _groupings(members_of, everyone)
+    if not groupings:
+        return rows.drop("process_group_choices")
+    chosen = groupings[0] if len(groupings) == 1 else _closest_grouping(
+        rows.filter(open_).with_columns(member=pl.col("rank")), groupings, members_of)
+    group_of = {m: g for g in chosen for m in members_of[g]}
+    return rows.with_columns(process_group=pl.when(open_).then(
+        pl.col("rank").replace_strict(group_of, default=None, return_dtype=pl.String))
+        .otherwise(pl.col("process_group"))).drop("process_group_choices")
+
+
+def _groupings(members_of: dict[str, frozenset], everyone: frozenset) -> list[tuple[str, ...]]:
+    """The ways to cover ``everyone`` once with groups of one size (:func:`_settled_groups`), coarsest first:
+    from each group, the groups of its size that share no member with those taken, in order of name."""
+    by_size = sorted(members_of, key=lambda g: (-len(members_of[g]), g))
+    found: list[tuple[str, ...]] = []
+    for first in by_size:
+        taken, covered = [first], set(members_of[first])
+        for other in by_size:
+            if other != first and len(members_of[other]) == len(members_of[first]) \
+                    and not covered & members_of[other]:
+                taken.append(other)
+                covered |= members_of[other]
+        grouping = tuple(sorted(taken))
+        if covered == everyone and grouping not in found:
+            found.append(grouping)
+    return found
+
+
+def _closest_grouping(rows: pl.DataFrame, groupings: list[tuple[str, ...]],
+                      members_of: dict[str, frozenset]) -> tuple[str, ...]:
+    """Of ``groupings`` (coarsest first), the coarsest whose members leave their collectives together
+    (:func:`_settled_groups`), judged on ``rows`` (the collectives to settle, every source)."""
+    ends = None
+    for sources in (*COMPLETION_SOURCES, tuple(SOURCES)):
+        found = rows.filter(pl.col("source").is_in(list(sources)))
+        if found.height and found["member"].n_unique() == rows["member"].n_unique():
+            best = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, default=len(SOURCES),
+                                                   return_dtype=pl.Int32)
+            found = found.filter(best == best.min().over("member"))
+            ends = (found.sort(["member", "start_ns", "trace_id", "event_id"])
+                    .select("member", "end_ns", _k=pl.int_range(pl.len(), dtype=pl.Int64).over("member")))
+            break
+    if ends is None:
+        return groupings[0]
+    scores = []
+    for grouping in groupings:
+        group_of = {m: g for g in grouping for m in members_of[g]}
+        spread = (ends.with_columns(_g=pl.col("member").replace_strict(group_of, default=None,
+                                                                      return_dtype=pl.String))
+                  .group_by("_g", "_k").agg(apart=pl.col("end_ns").max() - pl.col("end_ns").min(), n=pl.len())
+                  .filter(pl.col("n") > 1)["apart"].median())
+        scores.append(float("inf") if spread is None else float(spread))
+    bound = 2 * min(scores) + TOGETHER_NS
+    return next(g for g, score in zip(groupings, scores) if score <= bound)
+
+
+def _settled_peers(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with each transfer whose peer the trace left open (``peer_rank_choices``: the ranks it may be, a JSON
+    list, the likeliest first) given the one of them whose own transfers name this member as theirs, the other
+    way (a send's peer receives from it; a ``send_recv`` either way): rank 2's peer ``1`` over an unnamed group
+    is rank 3 where rank 3 receives from rank 2 and rank 1 does not. Where none or several do, the first listed
+    (the default group's numbering, as the trace's number reads). Members are ranks; ``peer_rank_choices``
+    dropped."""
+    if "peer_rank_choices" not in rows.columns:
+        return rows
+    open_ = pl.col("peer_rank_choices").is_not_null() & pl.col("peer_rank").is_null() & is_transfer()
+    if not rows.select(open_.any()).item():
+        return rows.drop("peer_rank_choices")
+    listed = pl.col("peer_rank_choices").str.json_decode(pl.List(pl.Int32))
+    rows = rows.with_row_index("_row")
+    transfers = rows.filter(is_transfer() & pl.col("member").is_not_null())
+    # every (member, direction, rank it may exchange with) of the run's transfers
+    may = pl.when(pl.col("peer_rank").is_not_null()).then(pl.concat_list(pl.col("peer_rank").cast(pl.Int32)))
+    named = (transfers.select("member", "collective", may.otherwise(listed).alias("_may"))
+             .explode("_may").drop_nulls("_may").unique())
+    choices = (transfers.filter(open_).select("_row", "member", "collective", _may=listed)
+               .with_columns(_order=pl.int_ranges(pl.col("_may").list.len())).explode("_may", "_order"))
+    other_way = {"send": ["recv", "send_recv"], "recv": ["send", "send_recv"], "send_recv": list(POINT_TO_POINT)}
+    answered = (choices.join(named.select(_may="member", member="_may", _back="collective"),
+                             on=["_may", "member"], how="inner")
+                .filter(pl.col("collective").replace_strict(other_way, return_dtype=pl.List(pl.String))
+                        .list.contains(pl.col("_back")))
+                .select("_row", "_may").unique())
+    settled = answered.group_by("_row").agg(pl.col("_may").first(), n=pl.len()).filter(pl.col("n") == 1)
+    first = choices.filter(pl.col("_order") == 0).select("_row", _first="_may")
+    rows = (rows.join(settled.select("_row", _one="_may"), on="_row", how="left")
+            .join(first, on="_row", how="left")
+            .with_columns(peer_rank=pl.when(open_).then(pl.coalesce("_one", "_first")).otherwise("peer_rank")
+                          .cast(pl.Int32)))
+    return rows.sort("_row").drop("_row", "_one", "_first", "peer_rank_choices")
 
 
 def paired_transfer() -> pl.Expr:
@@ -222,8 +352,9 @@ def _transfer_group() -> pl.Expr:
     from stage 0 and sends to stage 2, so its n-th transfer is not stage 2's n-th, and a transfer has two
     members, not the group. Numbered within the pair, both ways together: a 1F1B schedule batches a stage's send
     with its receive from the same peer (one rendezvous, one kernel), in the same order on both sides. A peer is
-    in its group's numbering, taken here as the run's ranks (a ``c10d::`` operator names no group;
-    ``record_param_comms`` gives the group's ranks, and the reader maps its peer through them)."""
+    a run's rank: readers map a group's numbering through the group's ranks where they know them
+    (``record_param_comms`` gives them; a ``c10d::`` operator's group is one of its rank's), and where several
+    ranks fit, :func:`_settled_peers` has chosen one."""
     peer, me = pl.col("peer_rank"), pl.col("member")
     pair = pl.format("{}↔{}", pl.min_horizontal(me, peer), pl.max_horizontal(me, peer))
     known = is_transfer() & peer.is_not_null() & pl.col("rank").is_not_null() & (peer != me)  # members: ranks

@@ -10,12 +10,16 @@ from traceparse import expr
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, unkeyed
 from traceparse.measures.launches import KERNEL_WAIT_NS, _projection, stream_gaps
 from traceparse.measures.nesting import climb, innermost_open
+from traceparse.schema import STEP_NAME
 
 #: Host rows that can be what a thread is doing: operators, annotations, runtime calls, regions, syncs.
 HOST_KINDS = ("op", "marker", "api", "region", "sync")
 #: The name given to gap time when the launching thread recorded nothing then (Python without ops, another
 #: thread's work, a profiler that records no host events).
 NOTHING = "(nothing recorded)"
+#: The name given to gap time when the innermost row running is a step's annotation (``ProfilerStep#3``): the thread
+#: ran nothing the trace shows (Python between operators), inside that step; as the critical path names it.
+NOTHING_IN = "(nothing traced in {})"
 #: The name given to host-wait gap time whose next activity has no launch in the trace.
 NO_LAUNCH = "(no launch in the trace)"
 _HOST_COLUMNS = ["trace_id", "tid", "kind", "name", "start_ns", "duration_ns"]
@@ -30,8 +34,10 @@ class GapActivity(Measure):
     moment of such a gap is given to the innermost host row (kinds
     :data:`HOST_KINDS`: the op, annotation, runtime call or region that
     started last among those running) on the thread of that launch; moments
-    when the thread ran no recorded row go to :data:`NOTHING`, gaps whose
-    activity has no launch in the trace to :data:`NO_LAUNCH`.
+    when the thread ran no recorded row go to :data:`NOTHING`, moments when the
+    innermost row is a step annotation to :data:`NOTHING_IN` that step (kind
+    null: the thread ran nothing the trace shows), gaps whose activity has no
+    launch in the trace to :data:`NO_LAUNCH`.
 
     Columns: ``trace_id``, ``kind`` (null for the two placeholders), ``name``,
     ``wait_ns`` (the gap time given to it, summed over the gaps; several
@@ -92,6 +98,10 @@ def _activity(stream: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
                 for (kind, name), (ns, n) in totals.items()]
     schema = {"trace_id": pl.String, "kind": pl.String, "name": pl.String, "wait_ns": pl.Int64, "gaps": pl.Int64}
     frame = pl.DataFrame(out, schema=schema) if out else pl.DataFrame(schema=schema)
+    # a step annotation innermost is no activity: the thread ran nothing the trace shows, inside that step
+    step = (pl.col("kind") == "marker") & pl.col("name").str.contains(STEP_NAME).fill_null(False)
+    frame = frame.with_columns(name=pl.when(step).then(pl.format(NOTHING_IN, pl.col("name"))).otherwise("name"),
+                               kind=pl.when(step).then(None).otherwise("kind"))
     return unkeyed(frame).sort(["trace_id", "wait_ns", "name"], descending=[False, True, False], nulls_last=True)
 
 

@@ -34,6 +34,7 @@ from traceparse_plugins.readers.torch_profiler.columnar import fast_rows
 from traceparse_plugins.readers.torch_profiler.events import rows_of
 from traceparse_plugins.readers.torch_profiler.kineto import NO_SCHEMA, Document, KinetoEvent, fill_meta
 from traceparse_plugins.readers.torch_profiler.memory import memory_rows, with_counters
+from traceparse_plugins.readers.torch_profiler.peers import with_group_choices
 from traceparse_plugins.readers.torch_profiler.sniff import sniff
 from traceparse_plugins.readers.torch_profiler.threads import collect_thread_names
 
@@ -100,7 +101,7 @@ def _batches(path: Path, meta: TraceMeta, options: ReadOptions, chunk_bytes: int
             threads=threads):
         coerced.merge(counts)
         names.update(chunk_names)  # chunks come in file order: a thread named twice keeps its last name
-        yield batch
+        yield with_group_choices(batch, meta)  # the groups are the header's (distributedInfo precedes the events)
     if names:
         meta.extra["thread_names"] = names
     if meta.variant == NO_SCHEMA and options.incomplete_notes:  # its keys after the events were cut off with them
