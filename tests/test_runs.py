@@ -651,17 +651,37 @@ def test_files_that_are_no_trace_are_left_out_of_a_run_folder_and_named(tmp_path
     assert json.loads(out)["runs"][0]["id"] == run["id"] and err == ""
 
 
-def test_a_file_named_like_a_trace_that_is_none_still_stops_the_run(tmp_path):
-    """A file named as traces are (``*.txt``: nvprof's and ncu's text output) that no reader recognises is not
-    left out: a rank left out would change every figure of the run. It is refused in one line, naming it."""
+def test_a_file_named_like_the_runs_traces_that_is_none_still_stops_the_run(tmp_path):
+    """A file named as the run's traces are (``*.json`` beside torch ranks) that no reader recognises is not
+    left out: a rank left out would change every figure of the run. It is refused in one line, naming it. One
+    named like another format's files only (``stdout.txt``: nvprof's and ncu's text output) is left out."""
     folder = tmp_path / "run"
     folder.mkdir()
     for name in ("rank0.json.gz", "rank1.json.gz"):
         shutil.copy(PP2 / name, folder / name)
     (folder / "stdout.txt").write_text("epoch 1 loss 0.3\n")
-    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder), "--json")
+    assert code == 0, err
+    assert err.strip().splitlines() == [f"traceparse: warning: {folder}: 1 file is no trace and was left out: "
+                                        "stdout.txt"]
+    (folder / "losses.json").write_text('{"epoch": 1, "loss": 0.3}\n')
+    code, out, err = run_cli("--store", str(tmp_path / "s2"), "ingest", str(folder))
     assert code == 2 and out == ""
-    assert err.startswith(f"traceparse: error: {folder / 'stdout.txt'}: not a format traceparse recognises")
+    assert err.startswith(f"traceparse: error: {folder / 'losses.json'}: not a format traceparse recognises")
     assert err.rstrip().endswith("; in a run folder every file named like a trace must be one: move it out of run, "
                                  "or give the ranks' files themselves with --run NAME")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_job_scripts_files_beside_nsys_ranks_are_left_out(tmp_path):
+    """The real two-rank nsys run as its script left it (fixtures/nsys/nccl_run/ranks: each rank's report, its
+    SQLite export and the steps the script timed, ``steps_rank0.json``): the steps files are named like torch
+    traces, not like nsys files, and stopped the run; they are left out, named, and the two ranks read."""
+    folder = FIXTURES / "nsys" / "nccl_run" / "ranks"
+    steps = sorted(p.name for p in folder.glob("steps_rank*.json"))
+    assert steps == ["steps_rank0.json", "steps_rank1.json"]
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(folder), "--json")
+    assert code == 0, err
+    [run] = json.loads(out)["runs"]
+    assert sorted(run["ranks"]) == ["0", "1"] and run["format"] == "nsys"
+    assert f"{folder}: 2 files are no trace and were left out: {', '.join(steps)}" in run["warnings"]

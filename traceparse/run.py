@@ -262,21 +262,33 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None,
 
 
 def not_traces(entries: list[Path], reg: Registry) -> list[Path]:
-    """The files among ``entries`` that are no trace: named like none of the readers' files (their ``patterns``:
-    ``*.json``, ``*.sqlite``, ``*.txt``, ...) and recognised by none. A file named like a trace that no reader
-    recognises stays, to be refused in one line: a rank left out would change every figure of the run."""
-    patterns = [pattern.lower() for reader in reg.readers.values() for pattern in getattr(reader, "patterns", ())]
-    return [p for p in entries if p.is_file() and not any(fnmatch(p.name.lower(), pattern) for pattern in patterns)
+    """The files among ``entries`` that are no trace: recognised by no reader, and named like none of the files of
+    the run's format (the ``patterns`` of the reader of its first trace, and of the format it refines: an nsys
+    run's ``*.nsys-rep``, ``*.sqlite``, ...), or of any format where no entry is a trace. A file named like the
+    run's traces that no reader recognises stays, to be refused in one line: a rank left out would change every
+    figure of the run. Why the run's format: the steps a job script wrote beside its nsys ranks
+    (``steps_rank0.json``) are named like torch traces, and stopped the run."""
+    files = [p for p in entries if p.is_file()]
+    first = next((reader for reader in map(lambda p: _reader_of(p, reg), files) if reader is not None), None)
+    readers = reg.readers.values() if first is None else [
+        r for r in reg.readers.values() if r.name in (first.name, getattr(first, "refines", None))]
+    patterns = [pattern.lower() for reader in readers for pattern in getattr(reader, "patterns", ())]
+    return [p for p in files if not any(fnmatch(p.name.lower(), pattern) for pattern in patterns)
             and not _recognised(p, reg)]
+
+
+def _reader_of(path: Path, reg: Registry):
+    """The reader that claims ``path``, or None."""
+    try:
+        groups = plan([path], "auto", reg)
+    except InputError:
+        return None
+    return groups[0][0] if groups else None
 
 
 def _recognised(path: Path, reg: Registry) -> bool:
     """Whether some reader claims ``path``."""
-    try:
-        plan([path], "auto", reg)
-    except InputError:
-        return False
-    return True
+    return _reader_of(path, reg) is not None
 
 
 def is_rank_directory(path: Path, fmt: str = "auto", reg: Registry | None = None) -> bool:
