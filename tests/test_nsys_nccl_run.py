@@ -16,6 +16,7 @@ import sqlite3
 import pytest
 
 from helpers import FIXTURES, run_cli
+from traceparse.figures import fmt_pct
 
 HERE = FIXTURES / "nsys" / "nccl_run"
 RANKS = HERE / "ranks"
@@ -180,6 +181,28 @@ def test_steps_of_the_one_report_are_both_processes_taken_together(store, db):
     durations = [e - s for s, e in ordered]
     assert summary["steps"] == 5 and summary["step_time_ns"] == round(sum(durations) / 5)
     assert summary["step_min_ns"] == min(durations) and summary["step_max_ns"] == max(durations)
+    assert summary["steps_span_ns"] == ordered[-1][1] - ordered[0][0]
+
+
+def test_a_whole_process_capture_says_its_steps_are_a_sliver_of_it(store, db):
+    """The report of the whole job (no capture range: CUDA and NCCL start-up included) spans 14.55 s, its five
+    steps 174 ms: the steps line says what share of the span the steps cover, and that ``--step all`` analyses
+    them alone (the straggler, 86% of the steps' time, was lowered under the 1% floor of the whole span)."""
+    ranges = step_ranges(db["job"])
+    covered = max(e for _, _, e in ranges) - min(s for _, s, _ in ranges)
+    run_cli("ingest", str(JOB))
+    code, out, err = run_cli("analyze", "--rule", "stragglers", "--width", "400")
+    assert code == 0, err
+    code, doc, err = run_cli("analyze", "--rule", "stragglers", "--json")
+    [summary] = json.loads(doc)["summary"]
+    assert summary["steps_span_ns"] == covered and covered < summary["span_ns"] / 2
+    share = fmt_pct(100.0 * covered / summary["span_ns"])
+    assert share == "1.2%"
+    assert (f"; they cover {share} of the span (the rest is before or after them: start-up, warm-up, teardown): "
+            "--step all analyses the steps alone") in out
+    code, out, err = run_cli("analyze", "--rule", "stragglers", "--width", "400", "--step", "all")
+    assert code == 0, err
+    assert "steps        5" in out and "they cover" not in out
 
 
 def test_straggler_of_the_one_report_is_rank_1s_gpu(store, db):

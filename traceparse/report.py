@@ -428,7 +428,16 @@ def steps_text(summary: dict) -> str:
     if windows > 1:
         text += (f", {fmt_ns(summary.get('step_min_ns'))} to {fmt_ns(summary.get('step_max_ns'))}"
                  f" (stdev {fmt_ns(summary.get('step_stdev_ns'))})")
+    covered, span = summary.get("steps_span_ns"), summary.get("span_ns")
+    if covered is not None and span and covered < STEPS_HINT_SHARE * span:
+        text += (f"; they cover {fmt_pct(100.0 * covered / span)} of the span (the rest is before or after them: "
+                 "start-up, warm-up, teardown): --step all analyses the steps alone")
     return text
+
+
+#: Steps that cover less than this share of the span get a hint to analyse them alone (``--step all``): a whole
+#: process captured (nsys without a capture range) is mostly start-up, whose idle GPU outweighs every step's cause.
+STEPS_HINT_SHARE = 0.5
 
 
 #: The columns of the table of traces that ends a report of several.

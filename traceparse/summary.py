@@ -88,6 +88,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_max_ns": max(durations) if durations else None,
         "step_stdev_ns": round(statistics.stdev(durations)) if len(durations) > 1 else None,
         "step_source": steps["source"][0] if durations else None,
+        # from the first step's start to the last one's end: against the span, how much of the capture is steps
+        "steps_span_ns": int(steps["end_ns"].max() - steps["start_ns"].min()) if durations else None,
         "gpu_busy_pct": busy_pct,
         "gpu_devices": busy.height,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
@@ -158,14 +160,15 @@ def trace_span(events: pl.DataFrame) -> int | None:
 
 
 def step_windows(events: pl.DataFrame) -> pl.DataFrame | None:
-    """The trace's iterations: one row per step and rank (``step``, ``duration_ns``, ``source``), or None.
+    """The trace's iterations: one row per step and rank (``step``, ``start_ns``, ``end_ns``, ``duration_ns``,
+    ``source``), or None.
 
     :func:`traceparse.measures.steps.step_series`, the steps ``analyze --step``
     cuts and its per-step table lists: ``ProfilerStep#N``, else ranges named
     like steps (keeping their numbers), else one step per optimizer annotation.
     """
     steps = step_series(events)
-    return steps.select("step", "duration_ns", "source") if steps.height else None
+    return steps.select("step", "start_ns", "end_ns", "duration_ns", "source") if steps.height else None
 
 
 def highlights(findings: Iterable[Finding]) -> list[dict[str, Any]]:
