@@ -242,3 +242,35 @@ def test_a_peer_no_other_side_settles_keeps_the_default_groups_reading():
     rows = rows.with_columns(collective=pl.Series(["send", "send", "recv"]), peer_rank=pl.Series([None, 3, 0],
                                                                                                  dtype=pl.Int32))
     assert _settled_peers(rows)["peer_rank"].to_list() == [2, 3, 0]  # rank 2 receives from rank 0: it is rank 2
+
+
+# -- the dependency graph and its replay see the same pairs -----------------------------------------------------
+def test_the_critical_paths_graph_joins_every_rank_at_every_instance_of_it():
+    """The critical path's graph built its own collective matching from candidate rows cut to a fixed set of
+    columns, without the choices: rank 0's transfers paired with nobody, rank 1 joined 12 of its 36 instances,
+    and ``whatif --balance`` kept rank 1 waiting for a rank 3 that was no longer slow (345 ms predicted where the
+    balanced twin runs 188 ms a step). Each rank now joins each of its instances, as the oracle counts them."""
+    from traceparse.measures.critical_path import dependency_graph
+
+    want = oracle_instances(JOBS["slow"])
+    per_rank = {r: sum(r in arrivals for arrivals in want.values()) for r in range(4)}
+    assert per_rank == {0: 36, 1: 36, 2: 36, 3: 36}
+    graph = dependency_graph(run_of(JOBS["slow"]).events)
+    joins = graph.filter(pl.col("edge") == "join").group_by("src_rank").len()
+    assert dict(joins.iter_rows()) == per_rank
+
+
+@pytest.mark.parametrize("slow, made, twin", [
+    (JOBS["slow"], MADE, "dp2pp2_gloo_balanced"), (CHAIN, MADE_PP4, "dp2pp4_gloo_balanced")], ids=["dp2pp2", "dp2pp4"])
+def test_balancing_the_slow_rank_predicts_the_balanced_twin(tmp_path, slow, made, twin):
+    """``whatif --balance`` evens the slow rank's work: the balanced twin, measured by the script's own clock (the
+    mean of every rank's profiled steps), is the answer, within 15% (dp2pp2: 168.6 ms against 187.9;
+    dp2pp4: 302.8 against 266.1)."""
+    from helpers import run_cli
+
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "whatif", str(slow), "--balance", "--json")
+    assert code == 0, err
+    predicted_ms = json.loads(out)["mean"]["predicted_ns"] / 1e6
+    steps = [t for per_rank in made["step_wall_ms"][twin].values() for t in per_rank[2:]]
+    twin_ms = sum(steps) / len(steps)
+    assert abs(predicted_ms - twin_ms) <= 0.15 * twin_ms, (predicted_ms, twin_ms)

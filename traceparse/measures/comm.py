@@ -23,6 +23,7 @@ import polars as pl
 from traceparse import expr, intervals
 from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, unkeyed
 from traceparse.measures.overlap import overlap
+from traceparse.schema import DTYPES
 
 #: Key of the per-device communication measures: a rank's device (a run's ranks are separate traces).
 MEMBER = ["trace_id", "rank", "device_id"]
@@ -115,9 +116,12 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 
 
 # -- collective instances ------------------------------------------------------------------------------------
-_COLUMNS = ["trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
-            "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns", "end_ns", "bytes",
-            "source"]
+#: The columns of a :class:`Collectives` part (a candidate row) and their types: the events' own, the end, the source.
+CANDIDATE_SCHEMA = {**{c: DTYPES[c] for c in (
+    "trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
+    "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns")},
+    "end_ns": pl.Int64, **{c: DTYPES[c] for c in ("bytes",)}, "source": pl.String}
+_COLUMNS = list(CANDIDATE_SCHEMA)
 
 
 def _source() -> pl.Expr:

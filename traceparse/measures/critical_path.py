@@ -53,7 +53,7 @@ from traceparse.errors import ResourceError
 from traceparse.figures import fmt_bytes
 from traceparse.measures import path_walk
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed, table_rows
-from traceparse.measures.comm import clock_offsets, collectives, completions
+from traceparse.measures.comm import CANDIDATE_SCHEMA, clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, parents
 from traceparse.measures.steps import RANGE_KINDS, STEP_NAME, step_series
@@ -85,11 +85,7 @@ EDGE_SCHEMA: dict[str, pl.DataType] = {
     "event_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64,
     "inferred": pl.Boolean,
 }
-_COMM_SCHEMA = {"trace_id": pl.String, "event_id": pl.Int64, "rank": pl.Int32, "device_id": pl.Int32,
-                "stream_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name": pl.String, "collective": pl.String,
-                "seq": pl.Int64, "process_group": pl.String, "peer_rank": pl.Int32, "start_ns": pl.Int64,
-                "end_ns": pl.Int64,
-                "bytes": pl.Int64, "source": pl.String}
+_COMM_SCHEMA = CANDIDATE_SCHEMA  # the collective candidates a part carries (every column the matching reads)
 
 
 def _empty_edges() -> pl.DataFrame:
