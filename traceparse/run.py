@@ -269,7 +269,7 @@ def not_traces(entries: list[Path], reg: Registry) -> list[Path]:
     figure of the run. Why the run's format: the steps a job script wrote beside its nsys ranks
     (``steps_rank0.json``) are named like torch traces, and stopped the run."""
     files = [p for p in entries if p.is_file()]
-    first = next((reader for reader in map(lambda p: _reader_of(p, reg), files) if reader is not None), None)
+    first = next((reader for p in files if (reader := _reader_of(p, reg)) is not None), None)
     readers = reg.readers.values() if first is None else [
         r for r in reg.readers.values() if r.name in (first.name, getattr(first, "refines", None))]
     patterns = [pattern.lower() for reader in readers for pattern in getattr(reader, "patterns", ())]
