@@ -120,7 +120,7 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 CANDIDATE_SCHEMA = {**{c: DTYPES[c] for c in (
     "trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
     "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns")},
-    "end_ns": pl.Int64, **{c: DTYPES[c] for c in ("bytes",)}, "source": pl.String}
+    "end_ns": pl.Int64, **{c: DTYPES[c] for c in ("bytes",)}, "source": pl.String, "step": pl.Int64}
 _COLUMNS = list(CANDIDATE_SCHEMA)
 
 
@@ -145,9 +145,39 @@ def _candidates(events: pl.DataFrame) -> pl.DataFrame:
     rows = rows.filter(pl.col("collective").is_not_null())
     rows = (rows.with_columns(source=_source(), end_ns=pl.col("start_ns") + pl.col("duration_ns"))
             .filter(pl.col("source").is_not_null())
-            .select(pl.col(c) for c in _COLUMNS)).collect()
+            .select(pl.col(c) for c in _COLUMNS if c != "step")).collect()
+    rows = _with_steps(rows, events)
     marks = _batch_marks(events, rows)
     return rows if marks is None else pl.concat([rows, marks], how="vertical_relaxed")
+
+
+#: The step source whose numbers are the job's own, the same on every rank (``ProfilerStep#N``: step N of the
+#: training loop), as :func:`traceparse.measures.steps.step_series` names it; other sources number a trace's
+#: steps from 1 in order, which says nothing across ranks.
+NUMBERED_STEPS = "ProfilerStep#N"
+#: ``instance`` of a collective numbered within its step: step × this + its place in the step.
+STEP_STRIDE = 1 << 24
+
+
+def _with_steps(rows: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (candidates) with ``step``: the :data:`NUMBERED_STEPS` step of ``events`` each host-side row starts
+    in, on its trace; null for kernels (a GPU runs behind its host's steps) and outside every step."""
+    if rows.height == 0:
+        return rows.with_columns(step=pl.lit(None, dtype=pl.Int64))
+    from traceparse.measures.steps import step_series
+
+    steps = step_series(events)
+    steps = steps.filter(pl.col("source") == NUMBERED_STEPS) if steps.height else steps
+    if steps.height == 0:
+        return rows.with_columns(step=pl.lit(None, dtype=pl.Int64))
+    key = pl.col("trace_id").fill_null("")
+    found = (rows.with_row_index("_row").filter(pl.col("source") != "kernel")
+             .select("_row", "start_ns", _t=key).sort("start_ns")
+             .join_asof(steps.select("step", "end_ns", _t=key, _s="start_ns").sort("_s"), left_on="start_ns",
+                        right_on="_s", by="_t", strategy="backward", check_sortedness=False)
+             .filter(pl.col("start_ns") < pl.col("end_ns")).select("_row", "step"))
+    return (rows.with_row_index("_row").join(found, on="_row", how="left").sort("_row").drop("_row")
+            .with_columns(pl.col("step").cast(pl.Int64)))
 
 
 #: The host annotation that ends a batch of point-to-point calls (``batch_isend_irecv``; PyTorch's coalescing
@@ -181,7 +211,7 @@ def _batch_marks(events: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame | Non
                          process_group_choices=pl.lit(None, dtype=rows.schema["process_group_choices"]),
                          peer_rank=pl.lit(None, dtype=rows.schema["peer_rank"]),
                          peer_rank_choices=pl.lit(None, dtype=rows.schema["peer_rank_choices"]),
-                         bytes=pl.lit(None, dtype=rows.schema["bytes"]))
+                         bytes=pl.lit(None, dtype=rows.schema["bytes"]), step=pl.lit(None, dtype=pl.Int64))
            .select(pl.col(c).cast(rows.schema[c]) for c in _COLUMNS)).collect()
     return out if out.height else None
 
@@ -214,9 +244,15 @@ def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.Dat
     rows = rows.with_columns(call_group=pl.col("process_group"), process_group=_transfer_group())
     group = ["member", "process_group"]
     rows = rows.sort(["member", "process_group", "start_ns", "trace_id", "event_id"], nulls_last=False)
-    rows = rows.with_columns(index=pl.int_range(pl.len(), dtype=pl.Int64).over(group))
+    rows = rows.with_columns(index=pl.int_range(pl.len(), dtype=pl.Int64).over(group),
+                             _in_step=pl.int_range(pl.len(), dtype=pl.Int64).over(*group, "step"))
     by_seq = pl.col("seq").is_not_null().all().over("process_group")
-    return rows.with_columns(instance=pl.when(by_seq).then(pl.col("seq")).otherwise(pl.col("index"))).drop("level")
+    # numbered within their step where every call of the group has one: ranks that profiled different steps
+    # (one started a step later) meet at the same collective of the same step, not at their n-th
+    by_step = pl.col("step").is_not_null().all().over("process_group")
+    return rows.with_columns(instance=pl.when(by_seq).then(pl.col("seq"))
+                             .when(by_step).then(pl.col("step") * STEP_STRIDE + pl.col("_in_step"))
+                             .otherwise(pl.col("index"))).drop("level", "_in_step")
 
 
 #: How far apart (ns) the members of a collective may leave it, beyond twice the closest grouping's spread, for
@@ -374,8 +410,10 @@ class Collectives(Measure):
     operators, else ``record_param_comms``, else host annotations, else communication kernels; a call nested
     in another of the same thread is part of it. An instance is identified across members by
     (``process_group``, ``seq``) where every row of that process group has a sequence number, else as the
-    n-th collective of that process group on each member (``index``, from 0, by arrival): ``instance`` is
-    that key. Columns: ``member``, ``rank``, ``device_id``, ``trace_id``, ``process_group``, ``instance``,
+    n-th collective of that process group in its step on each member where every call of the group lies in a
+    ``ProfilerStep#N`` (``step`` × :data:`STEP_STRIDE` + its place in the step: ranks that profiled different
+    steps meet at the same step's), else as the n-th on each member (``index``, from 0, by arrival):
+    ``instance`` is that key. Columns: ``member``, ``rank``, ``device_id``, ``trace_id``, ``process_group``, ``instance``,
     ``index``, ``seq``, ``collective``, ``name``, ``source``, ``arrival_ns`` (start of the call),
     ``end_ns``, ``bytes``. Sorted by process group, instance and member.
 
