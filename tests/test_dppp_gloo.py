@@ -190,11 +190,12 @@ def _rows(ends: dict, choices: str | None = '["0", "1", "2"]', named: str | None
              "pid": m, "tid": 1, "name": "gloo:all_reduce", "collective": "all_reduce", "seq": None,
              "process_group": named, "process_group_choices": choices, "peer_rank": None,
              "peer_rank_choices": None, "start_ns": end - 1_000_000, "end_ns": end, "bytes": None,
-             "source": "host annotation"} for m, times in ends.items() for k, end in enumerate(times)]
+             "source": "host annotation", "step": None} for m, times in ends.items() for k, end in enumerate(times)]
     return pl.DataFrame(rows, schema_overrides={"member": pl.Int32, "rank": pl.Int32, "device_id": pl.Int32,
                                                 "peer_rank": pl.Int32, "seq": pl.Int64, "stream_id": pl.Int64,
                                                 "process_group": pl.String, "process_group_choices": pl.String,
-                                                "peer_rank_choices": pl.String, "bytes": pl.Int64})
+                                                "peer_rank_choices": pl.String, "bytes": pl.Int64,
+                                                "step": pl.Int64})
 
 
 def _groups_of(rows: pl.DataFrame) -> dict:

@@ -23,6 +23,7 @@ import polars as pl
 from traceparse import expr, intervals
 from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, unkeyed
 from traceparse.measures.overlap import overlap
+from traceparse.measures.steps import step_series
 from traceparse.schema import DTYPES
 
 #: Key of the per-device communication measures: a rank's device (a run's ranks are separate traces).
@@ -116,11 +117,12 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 
 
 # -- collective instances ------------------------------------------------------------------------------------
-#: The columns of a :class:`Collectives` part (a candidate row) and their types: the events' own, the end, the source.
+#: The columns of a :class:`Collectives` part (a candidate row) and their types: the events' own, then the end,
+#: the source (:data:`SOURCES`) and the step the call starts in (:func:`_with_steps`).
 CANDIDATE_SCHEMA = {**{c: DTYPES[c] for c in (
     "trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
     "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns")},
-    "end_ns": pl.Int64, **{c: DTYPES[c] for c in ("bytes",)}, "source": pl.String, "step": pl.Int64}
+    "end_ns": pl.Int64, "bytes": DTYPES["bytes"], "source": pl.String, "step": pl.Int64}
 _COLUMNS = list(CANDIDATE_SCHEMA)
 
 
@@ -164,8 +166,6 @@ def _with_steps(rows: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     in, on its trace; null for kernels (a GPU runs behind its host's steps) and outside every step."""
     if rows.height == 0:
         return rows.with_columns(step=pl.lit(None, dtype=pl.Int64))
-    from traceparse.measures.steps import step_series
-
     steps = step_series(events)
     steps = steps.filter(pl.col("source") == NUMBERED_STEPS) if steps.height else steps
     if steps.height == 0:
@@ -328,8 +328,8 @@ def _closest_grouping(rows: pl.DataFrame, groupings: list[tuple[str, ...]],
             best = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, default=len(SOURCES),
                                                    return_dtype=pl.Int32)
             found = found.filter(best == best.min().over("member"))
-            ends = (found.sort(["member", "start_ns", "trace_id", "event_id"])
-                    .select("member", "end_ns", _k=pl.int_range(pl.len(), dtype=pl.Int64).over("member")))
+            k = pl.int_range(pl.len(), dtype=pl.Int64).over("member", "step")  # the k-th in its step, as matched
+            ends = found.sort(["member", "start_ns", "trace_id", "event_id"]).select("member", "end_ns", "step", _k=k)
             break
     if ends is None:
         return groupings[0]
@@ -338,7 +338,7 @@ def _closest_grouping(rows: pl.DataFrame, groupings: list[tuple[str, ...]],
         group_of = {m: g for g in grouping for m in members_of[g]}
         spread = (ends.with_columns(_g=pl.col("member").replace_strict(group_of, default=None,
                                                                       return_dtype=pl.String))
-                  .group_by("_g", "_k").agg(apart=pl.col("end_ns").max() - pl.col("end_ns").min(), n=pl.len())
+                  .group_by("_g", "step", "_k").agg(apart=pl.col("end_ns").max() - pl.col("end_ns").min(), n=pl.len())
                   .filter(pl.col("n") > 1)["apart"].median())
         scores.append(float("inf") if spread is None else float(spread))
     bound = 2 * min(scores) + TOGETHER_NS
@@ -413,8 +413,8 @@ class Collectives(Measure):
     n-th collective of that process group in its step on each member where every call of the group lies in a
     ``ProfilerStep#N`` (``step`` × :data:`STEP_STRIDE` + its place in the step: ranks that profiled different
     steps meet at the same step's), else as the n-th on each member (``index``, from 0, by arrival):
-    ``instance`` is that key. Columns: ``member``, ``rank``, ``device_id``, ``trace_id``, ``process_group``, ``instance``,
-    ``index``, ``seq``, ``collective``, ``name``, ``source``, ``arrival_ns`` (start of the call),
+    ``instance`` is that key. Columns: ``member``, ``rank``, ``device_id``, ``trace_id``, ``process_group``,
+    ``instance``, ``index``, ``seq``, ``collective``, ``name``, ``source``, ``arrival_ns`` (start of the call),
     ``end_ns``, ``bytes``. Sorted by process group, instance and member.
 
     Part: the candidate rows of a partition; combine: the choice of source per member and the numbering.
