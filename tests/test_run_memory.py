@@ -257,9 +257,12 @@ def test_routine_time_per_trace_equals_the_whole_table_algorithm(case):
 @needs_samples
 @pytest.mark.parametrize("name", SAMPLES)
 def test_gloo_samples_have_no_collective_seq_and_instances_are_the_nth_call_of_each_rank(runs, name):
+    """No sequence numbers: an instance is the n-th call of each rank in its ProfilerStep#N (every call lies in
+    one), so ranks that profiled different steps still meet at the same step's collectives."""
     import gzip
 
     from helpers import us_to_ns
+    from traceparse.measures.comm import STEP_STRIDE
 
     store, ids = runs
     expected = {}
@@ -273,15 +276,23 @@ def test_gloo_samples_have_no_collective_seq_and_instances_are_the_nth_call_of_e
         assert any("Sequence number" in (e.get("args") or {}) for e in events)
         calls = sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name", "").startswith("c10d::")),
                        key=lambda e: e["ts"])
-        expected[rank] = [(e["name"], us_to_ns(e["ts"])) for e in calls]
+        steps = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]), int(e["name"].split("#")[1]))
+                 for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                 and e["name"].startswith("ProfilerStep#")]
+        seen: dict = {}
+        expected[rank] = []
+        for e in calls:  # each call is the k-th of its ProfilerStep#N (every call lies in one)
+            [n] = [n for a, b, n in steps if a <= us_to_ns(e["ts"]) < b]
+            seen[n] = seen.get(n, -1) + 1
+            expected[rank].append((e["name"], us_to_ns(e["ts"]), n * STEP_STRIDE + seen[n]))
     table = store.load_run(ids[name], lazy=True).events
     assert table.select(pl.col("seq").is_not_null().sum()).item() == 0
     found = measures.collectives(table)
     assert set(found["source"]) == {"c10d op"} and found["seq"].null_count() == found.height
-    assert (found["instance"] == found["index"]).all()
     for rank in range(4):
         mine = found.filter(pl.col("member") == rank).sort("instance")
-        assert list(zip(mine["name"], mine["arrival_ns"])) == expected[rank]
+        assert list(zip(mine["name"], mine["arrival_ns"], mine["instance"])) == expected[rank]
+        assert mine["index"].to_list() == list(range(len(expected[rank])))  # the n-th call of the rank, in order
     # every instance has all four ranks
     assert set(found.group_by("process_group", "instance").len()["len"]) == {4}
 
