@@ -60,11 +60,10 @@ not change the severity; it picks the suggestion (host wait or other).
 What the host did while the GPU waited for it: each moment of a host-wait gap
 goes to the innermost host row (op, annotation, runtime call, region) running
 then on the thread that launched the activity ending the gap; moments when
-that thread recorded nothing go to "(nothing recorded)", moments when the
-innermost row is a step annotation to "(nothing traced in ProfilerStep#N)" (the
-thread ran nothing the trace shows, inside a step: Python between operators;
-it read as an activity, ``ProfilerStep#N``, a marker), gaps whose activity
-has no launch in the trace to "(no launch in the trace)". Names that differ only by a
+that thread recorded nothing go to "(nothing recorded)" (a step's
+``ProfilerStep#N`` annotation is no activity: time inside it that no other row
+covers is untraced Python between operators; it read as an activity), gaps
+whose activity has no launch in the trace to "(no launch in the trace)". Names that differ only by a
 trailing step number (``ProfilerStep#3``) are one activity (``ProfilerStep#N``).
 ``host_activity`` ({activity: kind, wait_ns, share_pct, gaps}, the seven
 largest, then one "(other activities)" row for the rest): ``share_pct`` is
