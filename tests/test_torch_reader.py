@@ -39,7 +39,8 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
                   "fsdp4_step_times.json", "pp2_step_times.json", "pp2_1f1b_step_times.json",
                   "et_versions.json", "versions.json", "amp_accum_skipped.json", "fp8_scaled_mm_made.json",
                   "gemm_precisions_made.json", "moe_grouped_mm_made.json", "pp4_gloo_step_times.json",
-                  "dp2pp2_gloo_step_times.json", "dp2pp4_gloo_step_times.json")
+                  "dp2pp2_gloo_step_times.json", "dp2pp4_gloo_step_times.json",
+                  "tp2dp2_gloo_step_times.json")
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and not p.name.endswith("_steps.json")  # sweep 18's measured step times
@@ -54,8 +55,8 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # two-stage pipelines (multirank/pp2_*), the FP8 GEMMs of an H200 (fixtures/torch/fp8), its one GEMM in
     # six precisions (fixtures/torch/gemm_kernels), its mixture of experts (fixtures/torch/grouped_mm) and the 8
     # ranks of two four-stage gloo pipelines (multirank/pp4_gloo_*), the 8 of two DP2 x PP2 gloo jobs and the 8
-    # of a DP2 x PP4 one (multirank/dp2pp*_gloo_*)
-    assert len(paths) == 126
+    # of a DP2 x PP4 one (multirank/dp2pp*_gloo_*), the 12 of three TP2 x DP2 gloo jobs (multirank/tp2dp2_gloo_*)
+    assert len(paths) == 138
     for path in paths:
         check_against_independent(path)
 

@@ -22,6 +22,7 @@ import polars as pl
 
 from traceparse import expr, intervals
 from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, unkeyed
+from traceparse.measures.comm_links import carried_out_by, tensor_sizes
 from traceparse.measures.overlap import overlap
 from traceparse.measures.steps import step_series
 from traceparse.schema import DTYPES
@@ -121,7 +122,7 @@ def _rank_of_trace(frame: pl.DataFrame) -> pl.DataFrame | None:
 #: the source (:data:`SOURCES`) and the step the call starts in (:func:`_with_steps`).
 CANDIDATE_SCHEMA = {**{c: DTYPES[c] for c in (
     "trace_id", "event_id", "rank", "device_id", "stream_id", "pid", "tid", "name", "collective", "seq",
-    "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "start_ns")},
+    "process_group", "process_group_choices", "peer_rank", "peer_rank_choices", "input_dims", "start_ns")},
     "end_ns": pl.Int64, "bytes": DTYPES["bytes"], "source": pl.String, "step": pl.Int64}
 _COLUMNS = list(CANDIDATE_SCHEMA)
 
@@ -274,9 +275,16 @@ def _settled_groups(rows: pl.DataFrame) -> pl.DataFrame:
     instances' members leave them (the median over instances of the last end less the first, the k-th
     collective of each member in its group), on the events that end with the collective: kernels where every
     member has them, else host annotations, else the calls. The coarsest grouping within twice the best score
-    and :data:`TOGETHER_NS` is taken (a coarser one is never closer: its instances hold more members); where
-    only one grouping is possible, that one. Only where no collective of the run names its group (a trace
-    that names some is read as it says). ``process_group_choices`` dropped."""
+    and :data:`TOGETHER_NS` is taken (a coarser one is never closer: its instances hold more members; of one
+    size, the closest); where only one grouping is possible, that one. Only where no collective of the run
+    names its group (a trace that names some is read as it says). ``process_group_choices`` dropped.
+
+    A job may use several groupings at once: tensor parallelism inside data parallelism all-reduces
+    activations over ``[0, 1]``, ``[2, 3]``, gathers parameters over ``[0, 2]``, ``[1, 3]`` and a loss over all
+    four. So the calls are settled by *family* (the collective and the shapes it moves, :func:`_call_families`),
+    each family present on every member on its own, scored on the worker events that carried its calls out
+    (:func:`traceparse.measures.comm_links.carried_out_by`), which take their call's group and collective; what
+    is left (a family some members lack, a worker event no call claims) is settled as one."""
     if "process_group_choices" not in rows.columns:
         return rows
     collective = ~is_transfer() & pl.col("rank").is_not_null()  # only ranks list choices
@@ -284,19 +292,104 @@ def _settled_groups(rows: pl.DataFrame) -> pl.DataFrame:
     test = rows.select(open_=open_.any(), named=(collective & pl.col("process_group").is_not_null()).any())
     if not test["open_"][0] or test["named"][0]:
         return rows.drop("process_group_choices")
-    listed = (rows.filter(open_).select(member="rank", _g=pl.col("process_group_choices")
-                                        .str.json_decode(pl.List(pl.String))).explode("_g").drop_nulls().unique())
+    rows = rows.with_row_index("_row")
+    unsettled = rows.filter(open_).with_columns(member=pl.col("rank"))
+    listed = (unsettled.select("member", _g=pl.col("process_group_choices").str.json_decode(pl.List(pl.String)))
+              .explode("_g").drop_nulls().unique())
     members_of = {g: frozenset(m) for g, m in listed.group_by("_g").agg("member").iter_rows()}
     everyone = frozenset(listed["member"].to_list())
     groupings = _groupings(members_of, everyone)
     if not groupings:
-        return rows.drop("process_group_choices")
-    chosen = groupings[0] if len(groupings) == 1 else _closest_grouping(
-        rows.filter(open_).with_columns(member=pl.col("rank")), groupings, members_of)
-    group_of = {m: g for g in chosen for m in members_of[g]}
-    return rows.with_columns(process_group=pl.when(open_).then(
-        pl.col("rank").replace_strict(group_of, default=None, return_dtype=pl.String))
-        .otherwise(pl.col("process_group"))).drop("process_group_choices")
+        return rows.drop("process_group_choices", "_row")
+    settled = []  # frames of _row, _group, _collective (null: the row's own)
+    rest = unsettled
+    families, nested = _call_families(unsettled, everyone)
+    for family in families:
+        size = _group_size(family)  # what the shapes say, where they say it
+        fitting = [g for g in groupings if len(members_of[g[0]]) == size] or groupings
+        chosen = fitting[0] if len(fitting) == 1 else _closest_grouping(family, fitting, members_of)
+        group_of = {m: g for g in chosen for m in members_of[g]}
+        group = pl.col("member").replace_strict(group_of, default=None, return_dtype=pl.String)
+        settled.append(family.select("_row", _group=group, _collective=pl.lit(None, dtype=pl.String)))
+        settled.append(family.filter(pl.col("_by").is_not_null())
+                       .select(_row="_by", _group=group, _collective=pl.col("collective")))
+        rest = rest.join(family.select("_row"), on="_row", how="anti").join(
+            family.select(_row="_by").drop_nulls(), on="_row", how="anti")
+    if settled and nested.height:  # a call inside another takes the group of the call around it
+        outer = pl.concat(settled).select(_outer="_row", _group="_group")
+        inner = nested.join(outer, on="_outer", how="inner").select(
+            "_row", "_group", _collective=pl.lit(None, dtype=pl.String))
+        settled.append(inner)
+        rest = rest.join(inner.select("_row"), on="_row", how="anti")
+    if rest.height:
+        chosen = groupings[0] if len(groupings) == 1 else _closest_grouping(rest, groupings, members_of)
+        group_of = {m: g for g in chosen for m in members_of[g]}
+        settled.append(rest.select("_row", _group=pl.col("member").replace_strict(group_of, default=None,
+                                                                                  return_dtype=pl.String),
+                                   _collective=pl.lit(None, dtype=pl.String)))
+    found = pl.concat(settled).unique("_row", keep="first")
+    return (rows.join(found, on="_row", how="left")
+            .with_columns(process_group=pl.when(open_).then(pl.col("_group")).otherwise(pl.col("process_group")),
+                          collective=pl.coalesce("_collective", "collective"))
+            .sort("_row").drop("_row", "_group", "_collective", "process_group_choices"))
+
+
+#: Collectives whose data tells their group's size: an all-gather's output is the group's size times its input,
+#: a reduce-scatter's input the group's size times its output.
+_SIZED_BY_DATA = ("all_gather", "reduce_scatter")
+
+
+def _group_size(family: pl.DataFrame) -> int | None:
+    """The size of the group ``family``'s calls (:func:`_call_families`) run over where their shapes say it: an
+    all-gather or a reduce-scatter that moves two tensor sizes, one a whole multiple (≥ 2) of the other, the
+    same on every call; else None. Where every member is in step, the ends of a coarser grouping's instances
+    are as close as the true one's, and only the data tells pairs from the world."""
+    if family["collective"][0] not in _SIZED_BY_DATA:
+        return None
+    ratios = set()
+    for dims in family["input_dims"].unique().to_list():
+        sizes = sorted(tensor_sizes(dims))
+        if len(sizes) != 2 or sizes[1] % sizes[0] or sizes[1] // sizes[0] < 2:
+            return None
+        ratios.add(sizes[1] // sizes[0])
+    return ratios.pop() if len(ratios) == 1 else None
+
+
+#: The sources of calls (not their worker events, nor kernels) among :data:`SOURCES`.
+_CALL_SOURCES = SOURCES[:3]
+
+
+def _call_families(unsettled: pl.DataFrame, everyone: frozenset) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """``unsettled`` (open collective rows: ``_row``, ``member``, the candidates' columns)'s outermost calls by
+    family: the collective and the shapes it moves (``input_dims``), one frame per family that every one of
+    ``everyone`` calls, each call with the worker event that carried it out (``_by``: its ``_row``, null where
+    none did) and, where every call of the family has one, the worker's source and end in place of its own (the
+    end of the exchange, :func:`_closest_grouping`'s signal). And the calls inside another of their thread
+    (``_c10d_functional::all_reduce`` holds ``c10d::allreduce_``: one call, :func:`_instances`), as ``_row``
+    and ``_outer`` (the enclosing call's ``_row``): they take its group."""
+    thread = ["member", "trace_id", "pid", "tid"]
+    calls = (unsettled.filter(pl.col("source").is_in(list(_CALL_SOURCES)))
+             .sort([*thread, "start_ns", "event_id"], nulls_last=False))
+    inside = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(thread)
+    calls = calls.with_columns(_inside=inside.fill_null(False))
+    calls = calls.with_columns(_outer=pl.when(~pl.col("_inside")).then(pl.col("_row")).forward_fill().over(thread))
+    nested = calls.filter(pl.col("_inside")).select("_row", "_outer")
+    calls = calls.filter(~pl.col("_inside")).drop("_inside", "_outer")
+    workers = unsettled.filter(pl.col("source") == "host annotation")
+    if calls.height == 0:
+        return [], nested
+    links = carried_out_by(calls, workers) if workers.height else pl.DataFrame(
+        schema={"_row": pl.UInt32, "_by": pl.UInt32})
+    ends = workers.select(_by="_row", _by_source="source", _by_end="end_ns")
+    calls = calls.join(links, on="_row", how="left").join(ends, on="_by", how="left")
+    out = []
+    for _, family in calls.group_by("collective", "input_dims", maintain_order=True):
+        if frozenset(family["member"].to_list()) != everyone:
+            continue
+        if family["_by"].is_not_null().all():
+            family = family.with_columns(source="_by_source", end_ns="_by_end")
+        out.append(family.drop("_by_source", "_by_end"))
+    return out, nested
 
 
 def _groupings(members_of: dict[str, frozenset], everyone: frozenset) -> list[tuple[str, ...]]:
@@ -342,7 +435,10 @@ def _closest_grouping(rows: pl.DataFrame, groupings: list[tuple[str, ...]],
                   .filter(pl.col("n") > 1)["apart"].median())
         scores.append(float("inf") if spread is None else float(spread))
     bound = 2 * min(scores) + TOGETHER_NS
-    return next(g for g, score in zip(groupings, scores) if score <= bound)
+    # the coarsest within the bound; of one size, the closest (two groupings of pairs, data and tensor parallel)
+    within = [(-len(members_of[g[0]]), score, i) for i, (g, score) in enumerate(zip(groupings, scores))
+              if score <= bound]
+    return groupings[min(within)[2]]
 
 
 def _settled_peers(rows: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,185 @@
+"""Tensor parallelism inside data parallelism over gloo: three groupings of the same ranks, none named.
+
+The fixtures (fixtures/make_tp_dp_fixtures.py ``--cpu``, four CPU processes on the GPU machine, PyTorch 2.11):
+a ``(dp 2, tp 2)`` device mesh; each block's MLP split over the tensor-parallel group (``[0, 1]``, ``[2, 3]``:
+an all-reduce of activations forward and backward), FSDP2 over the data-parallel group (``[0, 2]``, ``[1, 3]``:
+all-gathers and reduce-scatters) and the loss all-reduced over all four. gloo names no group on any call, and
+runs each on a worker thread of its group, recorded as its own annotation (a reduce-scatter as
+``gloo:all_reduce``). Settled as one grouping for every call, the data-parallel pairs took the activations'
+all-reduces too: the job with rank 3's loader 80 ms slow read "Stragglers: ranks 3 and 2" with rank 2 waiting
+3 ms in all (it waited 282 ms, for its tensor-parallel partner). Every figure here is worked out from the raw
+JSON and the groups the script made (its record), not from traceparse.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, raw_events, run_of, run_rule, us_to_ns
+
+RUNS = FIXTURES / "torch" / "multirank"
+MADE = json.loads((RUNS / "tp2dp2_gloo_step_times.json").read_text())
+JOBS = {v: RUNS / f"tp2dp2_gloo_{v}" for v in ("balanced", "slow_loader", "slow_gpu")}
+CALLS = ("_c10d_functional::all_reduce", "c10d::allreduce_", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_")
+
+
+def oracle_instances(folder) -> dict:
+    """Every collective of the job from the raw JSON, keyed ``(what, members, k)``, values ``{rank: arrival}``
+    (the outermost call's start, ns): an all-reduce of activations (a functional all-reduce, holding its
+    ``c10d::allreduce_``) over the rank's tensor-parallel group, the loss's (a ``c10d::allreduce_`` of a
+    scalar, alone) over all ranks, an all-gather or reduce-scatter over the rank's data-parallel group; the
+    k-th of its kind in that group."""
+    world, groups = MADE["world_size"], MADE["groups"]
+    out: dict = {}
+    for rank in range(world):
+        tp = tuple(next(g for g in groups["tp"] if rank in g))
+        dp = tuple(next(g for g in groups["dp"] if rank in g))
+        calls = sorted((e for e in raw_events(folder / f"rank{rank}.json.gz")
+                        if e.get("cat") == "cpu_op" and e["name"] in CALLS), key=lambda e: e["ts"])
+        functional = [e for e in calls if e["name"] == "_c10d_functional::all_reduce"]
+        seen: dict = {}
+        for e in calls:
+            if e["name"] == "c10d::allreduce_" and any(
+                    f["tid"] == e["tid"] and f["ts"] <= e["ts"] <= f["ts"] + f["dur"] for f in functional):
+                continue  # inside its functional all-reduce: one call
+            if e["name"] == "_c10d_functional::all_reduce":
+                key = ("activations", tp)
+            elif e["name"] == "c10d::allreduce_":
+                assert e["args"]["Input Dims"][0] == [[]]  # the loss: a scalar
+                key = ("loss", tuple(range(world)))
+            else:
+                key = (e["name"], dp)
+            k = seen[key] = seen.get(key, -1) + 1
+            out.setdefault((*key, k), {})[rank] = us_to_ns(e["ts"])
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(JOBS))
+def job(request):
+    return request.param, run_of(JOBS[request.param])
+
+
+def _matched(trace) -> dict:
+    """traceparse's instances: {frozenset of (rank, arrival): (process group's members, {rank: wait})}."""
+    from traceparse import measures
+
+    waits = measures.collective_waits(trace.events)
+    got = {}
+    for _, rows in waits.group_by("process_group", "instance"):
+        got[frozenset(zip(rows["member"].to_list(), rows["arrival_ns"].to_list()))] = dict(
+            zip(rows["member"].to_list(), rows["wait_ns"].to_list()))
+    return got
+
+
+def test_each_call_meets_the_ranks_of_its_own_group(job):
+    """Every instance traceparse matches holds exactly the ranks and arrivals of one collective of the oracle,
+    each rank waiting the last arrival less its own: per job 48 all-reduces of activations (4 blocks × 2 ways ×
+    3 steps × 2 tensor-parallel pairs), 54 all-gathers and 30 reduce-scatters (FSDP2's, over 2 data-parallel
+    pairs) and 3 losses over all four."""
+    want = oracle_instances(JOBS[job[0]])
+    kinds = {}
+    for what, members, _ in want:
+        kinds[what] = kinds.get(what, 0) + 1
+    assert kinds == {"activations": 48, "c10d::_allgather_base_": 54, "c10d::_reduce_scatter_base_": 30, "loss": 3}
+    assert all(len(a) == (4 if w == "loss" else 2) for (w, *_), a in want.items())
+    expected = {frozenset(a.items()): {r: max(a.values()) - t for r, t in a.items()} for a in want.values()}
+    assert _matched(job[1]) == expected
+
+
+def test_the_groups_are_the_ones_the_script_made(job):
+    """Each kind of collective is over the groups the script made, by the names Kineto gives them: the
+    activations' all-reduces over the tensor-parallel pairs, FSDP2's all-gathers and reduce-scatters over the
+    data-parallel pairs, the loss over the default group of all four."""
+    from traceparse import measures
+
+    waits = measures.collective_waits(job[1].events)
+    members = (waits.group_by("process_group", "collective", "instance").agg(pl.col("member").sort())
+               .group_by("collective").agg(pl.col("member").unique()))
+    got = {c: sorted(ms) for c, ms in members.iter_rows()}
+    tp, dp = sorted(MADE["groups"]["tp"]), sorted(MADE["groups"]["dp"])
+    assert got["all_gather"] == got["reduce_scatter"] == dp
+    assert got["all_reduce"] == sorted([*tp, [0, 1, 2, 3]])
+
+
+def test_each_call_ends_with_the_worker_that_ran_it(job):
+    """gloo runs each call on a worker thread of its group (``gloo:all_gather``, ``gloo:all_reduce``, a
+    reduce-scatter as an all-reduce): every instance's members leave it by their worker's annotation, one
+    whose recorded tensor is one of the call's (the raw JSON's ``Input Dims``), and none leaves before the
+    last has arrived."""
+    from traceparse.measures.comm import collectives, completions
+
+    done = completions([collectives.part(job[1].events)])
+    assert done.height == sum(len(a) for a in oracle_instances(JOBS[job[0]]).values())
+    assert set(done["done_source"].to_list()) == {"host annotation"}
+    assert set(zip(done["collective"].to_list(), done["done_name"].to_list())) == {
+        ("all_gather", "gloo:all_gather"), ("all_reduce", "gloo:all_reduce"), ("reduce_scatter", "gloo:all_reduce")}
+    events = {}
+    for rank in range(4):
+        for e in raw_events(JOBS[job[0]] / f"rank{rank}.json.gz"):
+            if e.get("ph") == "X" and str(e.get("name")).startswith(("gloo:", "c10d::", "_c10d_functional::")):
+                events[rank, us_to_ns(e["ts"])] = e
+
+    for call_start, done_start, rank in done.select("arrival_ns", "join_ns", "member").iter_rows():
+        call, worker = events[rank, call_start], events[rank, done_start]
+        assert worker["name"].startswith("gloo:") and worker["tid"] != call["tid"]
+        assert _sizes(worker["args"]["Input Dims"]) <= _sizes(call["args"]["Input Dims"])
+    last = done.group_by("process_group", "instance").agg(
+        left=pl.col("done_ns").min(), arrived=pl.col("arrival_ns").max())
+    assert (last["left"] >= last["arrived"]).all()
+
+
+def _sizes(dims: list) -> set:
+    """The element counts of the non-empty shapes anywhere in ``dims`` (a list of tensors is a list of shapes),
+    ``{1}`` where there are none (a scalar)."""
+    out = set()
+    for item in dims:
+        if item and all(isinstance(x, int) for x in item):
+            count = 1
+            for x in item:
+                count *= x
+            out.add(count)
+        elif item:
+            out |= _sizes(item) - {1}
+    return out or {1}
+
+
+def _oracle_ranks(folder) -> dict:
+    """Per rank: collectives it arrived last to, the wait it caused (each instance's waits, to its last
+    arrival), the time it waited."""
+    table = {r: {"last": 0, "caused": 0, "waited": 0} for r in range(4)}
+    for arrivals in oracle_instances(folder).values():
+        latest = max(arrivals.values())
+        late = min(r for r, t in arrivals.items() if t == latest)
+        table[late]["last"] += 1
+        for r, t in arrivals.items():
+            table[r]["waited"] += latest - t
+            table[late]["caused"] += latest - t
+    return table
+
+
+@pytest.mark.parametrize("variant", ["slow_loader", "slow_gpu"])
+def test_the_slow_rank_is_named_with_the_waits_of_the_oracle(variant):
+    """Rank 3 (the script's slow rank) is the one straggler, with what it does longer; every rank's last count,
+    wait caused and wait equal the oracle's. Before: "Stragglers: ranks 3 and 2" with rank 2 waiting 3 ms in
+    all, where it waited 282 ms for rank 3, its tensor-parallel partner."""
+    f = run_rule(run_of(JOBS[variant]), "stragglers")
+    m = f.metrics
+    assert MADE["slow_rank"] == m["straggler_rank"] == 3
+    assert f.title == "Straggler: rank 3"
+    want = _oracle_ranks(JOBS[variant])
+    got = {int(r): {"last": row["last_count"], "caused": row["wait_caused_ns"], "waited": row["waited_ns"]}
+           for r, row in m["ranks"].items()}
+    assert got == want
+    longer = m["slow_rank_host"][0]["name"]
+    assert longer == ("DataLoader" if variant == "slow_loader" else "aten::mm")
+
+
+def test_the_balanced_job_has_no_straggler():
+    f = run_rule(run_of(JOBS["balanced"]), "stragglers")
+    assert f.severity == "info" and f.metrics["straggler_rank"] is None
+    want = _oracle_ranks(JOBS["balanced"])
+    assert {int(r): row["waited_ns"] for r, row in f.metrics["ranks"].items()} == {
+        r: w["waited"] for r, w in want.items()}
