@@ -202,6 +202,19 @@ def run_of(folder: Path):
     return Trace(pl.concat(frames), TraceMeta(format="run"))
 
 
+def matched_waits(trace) -> dict:
+    """traceparse's collective instances of ``trace``, as an oracle of raw arrivals is written:
+    ``{frozenset of (rank, arrival): {rank: wait}}``."""
+    from traceparse import measures
+
+    waits = measures.collective_waits(trace.events)
+    got = {}
+    for _, rows in waits.group_by("process_group", "instance"):
+        got[frozenset(zip(rows["member"].to_list(), rows["arrival_ns"].to_list()))] = dict(
+            zip(rows["member"].to_list(), rows["wait_ns"].to_list()))
+    return got
+
+
 def as_shown(value: int) -> int:
     """An integer to 4 significant figures, halves away from zero: :func:`traceparse.expr.as_shown` (polars'
     ``round_sig_figs``) worked out with decimals, for oracles that order rows as they read."""

@@ -16,7 +16,7 @@ import json
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, raw_events, read_torch, run_of, run_rule, us_to_ns
+from helpers import FIXTURES, matched_waits, raw_events, read_torch, run_of, run_rule, us_to_ns
 
 RUNS = FIXTURES / "torch" / "multirank"
 MADE = json.loads((RUNS / "dp2pp2_gloo_step_times.json").read_text())
@@ -54,18 +54,6 @@ def job(request):
     return request.param, run_of(JOBS[request.param])
 
 
-def _matched(trace) -> dict:
-    """traceparse's instances: {frozenset of (rank, arrival): {rank: wait}}."""
-    from traceparse import measures
-
-    waits = measures.collective_waits(trace.events)
-    got = {}
-    for (_, _), rows in waits.group_by("process_group", "instance"):
-        got[frozenset(zip(rows["member"].to_list(), rows["arrival_ns"].to_list()))] = dict(
-            zip(rows["member"].to_list(), rows["wait_ns"].to_list()))
-    return got
-
-
 def _expected(want: dict) -> dict:
     return {frozenset(a.items()): {r: max(a.values()) - t for r, t in a.items()} for a in want.values()}
 
@@ -77,7 +65,7 @@ def test_each_call_meets_the_ranks_of_its_own_group(job):
     want = oracle_instances(JOBS[job[0]])
     assert sum(w == "transfer" for w, *_ in want) == 48 and sum(w == "all_reduce" for w, *_ in want) == 24
     assert all(len(arrivals) == 2 for arrivals in want.values())
-    assert _matched(job[1]) == _expected(want)
+    assert matched_waits(job[1]) == _expected(want)
 
 
 def test_four_stages_beside_data_parallelism_pair_as_well():
@@ -85,7 +73,7 @@ def test_four_stages_beside_data_parallelism_pair_as_well():
     pairs × 2 ways × 4 micro-batches × 3 steps × 2 pipelines) and 48 all-reduces (4 × 3 × 4 pairs)."""
     want = oracle_instances(CHAIN, MADE_PP4)
     assert sum(w == "transfer" for w, *_ in want) == 144 and sum(w == "all_reduce" for w, *_ in want) == 48
-    assert _matched(run_of(CHAIN)) == _expected(want)
+    assert matched_waits(run_of(CHAIN)) == _expected(want)
 
 
 def test_the_slow_end_of_a_chain_is_named_not_the_links_before_it():

@@ -18,7 +18,7 @@ import json
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, raw_events, run_of, run_rule, us_to_ns
+from helpers import FIXTURES, matched_waits, raw_events, run_of, run_rule, us_to_ns
 
 RUNS = FIXTURES / "torch" / "multirank"
 MADE = json.loads((RUNS / "tp2dp2_gloo_step_times.json").read_text())
@@ -62,18 +62,6 @@ def job(request):
     return request.param, run_of(JOBS[request.param])
 
 
-def _matched(trace) -> dict:
-    """traceparse's instances: {frozenset of (rank, arrival): (process group's members, {rank: wait})}."""
-    from traceparse import measures
-
-    waits = measures.collective_waits(trace.events)
-    got = {}
-    for _, rows in waits.group_by("process_group", "instance"):
-        got[frozenset(zip(rows["member"].to_list(), rows["arrival_ns"].to_list()))] = dict(
-            zip(rows["member"].to_list(), rows["wait_ns"].to_list()))
-    return got
-
-
 def test_each_call_meets_the_ranks_of_its_own_group(job):
     """Every instance traceparse matches holds exactly the ranks and arrivals of one collective of the oracle,
     each rank waiting the last arrival less its own: per job 48 all-reduces of activations (4 blocks × 2 ways ×
@@ -86,7 +74,7 @@ def test_each_call_meets_the_ranks_of_its_own_group(job):
     assert kinds == {"activations": 48, "c10d::_allgather_base_": 54, "c10d::_reduce_scatter_base_": 30, "loss": 3}
     assert all(len(a) == (4 if w == "loss" else 2) for (w, *_), a in want.items())
     expected = {frozenset(a.items()): {r: max(a.values()) - t for r, t in a.items()} for a in want.values()}
-    assert _matched(job[1]) == expected
+    assert matched_waits(job[1]) == expected
 
 
 def test_the_groups_are_the_ones_the_script_made(job):
