@@ -40,7 +40,8 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
                   "et_versions.json", "versions.json", "amp_accum_skipped.json", "fp8_scaled_mm_made.json",
                   "gemm_precisions_made.json", "moe_grouped_mm_made.json", "pp4_gloo_step_times.json",
                   "dp2pp2_gloo_step_times.json", "dp2pp4_gloo_step_times.json",
-                  "tp2dp2_gloo_step_times.json")
+                  "tp2dp2_gloo_step_times.json", "fsdp4_gloo_step_times.json",
+                  "tp2_nccl_step_times.json")
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and not p.name.endswith("_steps.json")  # sweep 18's measured step times
@@ -56,7 +57,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # six precisions (fixtures/torch/gemm_kernels), its mixture of experts (fixtures/torch/grouped_mm) and the 8
     # ranks of two four-stage gloo pipelines (multirank/pp4_gloo_*), the 8 of two DP2 x PP2 gloo jobs and the 8
     # of a DP2 x PP4 one (multirank/dp2pp*_gloo_*), the 12 of three TP2 x DP2 gloo jobs (multirank/tp2dp2_gloo_*)
-    assert len(paths) == 138
+    # and the 4 of an FSDP2 job over gloo's default group (multirank/fsdp4_gloo_slow_loader), the 2 of a
+    # tensor-parallel job over NCCL on two H200s (multirank/tp2_nccl_slow_gpu)
+    assert len(paths) == 144
     for path in paths:
         check_against_independent(path)
 

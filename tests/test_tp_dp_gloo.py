@@ -201,3 +201,56 @@ def test_balancing_the_slow_loader_predicts_the_balanced_twin(tmp_path):
     twin_ms = sum(steps) / len(steps)
     slow = [t for per_rank in MADE["variants"]["tp2dp2_slow_loader"]["profiled_wall_ms"].values() for t in per_rank]
     assert abs(predicted_ms - twin_ms) <= 0.15 * twin_ms < sum(slow) / len(slow) - twin_ms, (predicted_ms, twin_ms)
+
+
+# -- FSDP2 alone over gloo's default group (the script's --tp 1 --no-mesh): nothing to settle, calls still linked --
+PLAIN = RUNS / "fsdp4_gloo_slow_loader"
+PLAIN_MADE = json.loads((RUNS / "fsdp4_gloo_step_times.json").read_text())
+
+
+def test_a_reduce_scatter_ends_with_its_worker_where_there_is_one_group():
+    """One process group (every rank lists only the default one): no group to settle, but gloo still runs each
+    reduce-scatter as ``gloo:all_reduce``. Matched as the k-th annotation of its own collective, every
+    reduce-scatter ended with its own call (queued, not exchanged) and the loss's all-reduces took the first
+    reduce-scatters' annotations: 13 of 45 instances had a rank leaving before the last one arrived. Now each
+    call ends with its worker's annotation, and none does."""
+    from traceparse.measures.comm import collectives, completions
+
+    assert PLAIN_MADE["mesh"] is None and PLAIN_MADE["backend"] == "gloo"
+    done = completions([collectives.part(run_of(PLAIN).events)])
+    calls = {}
+    for rank in range(4):
+        for e in raw_events(PLAIN / f"rank{rank}.json.gz"):
+            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] in CALLS[1:]:
+                calls[rank, us_to_ns(e["ts"])] = e["name"]
+    # 27 all-gathers, 15 reduce-scatters and 3 losses a rank, every one an instance of all four ranks
+    assert sorted(calls.values()).count("c10d::_reduce_scatter_base_") == 60 and len(calls) == 180
+    assert done.height == 180 and set(done["done_source"].to_list()) == {"host annotation"}
+    names = dict(zip(zip(done["member"].to_list(), done["arrival_ns"].to_list()), done["done_name"].to_list()))
+    assert {(calls[k], v) for k, v in names.items()} == {
+        ("c10d::_allgather_base_", "gloo:all_gather"), ("c10d::_reduce_scatter_base_", "gloo:all_reduce"),
+        ("c10d::allreduce_", "gloo:all_reduce")}
+    last = done.group_by("process_group", "instance").agg(
+        left=pl.col("done_ns").min(), arrived=pl.col("arrival_ns").max())
+    assert last.height == 45 and (last["left"] >= last["arrived"]).all()
+    f = run_rule(run_of(PLAIN), "stragglers")
+    assert f.metrics["straggler_rank"] == PLAIN_MADE["slow_rank"] == 3
+
+
+def test_the_critical_path_runs_through_the_late_loader_not_the_waits_for_it():
+    """A functional collective's ``wait_tensor`` blocks its thread under gloo until the worker has exchanged the
+    tensor: the wait is the others' late arrival, not work of its own. Read as a host operator, the critical
+    path of the slow-loader job named "rank 2's wait_tensor holds the step" (57 ms a step; rank 2 waits for
+    rank 3, its tensor-parallel partner). A thread resuming from one may have been woken by the worker
+    (``wake``), and the path reaches rank 3's ``DataLoader``: per step at least 95% of its mean duration in
+    the raw JSON (the 80 ms the script sleeps there), and no ``wait_tensor`` among the path's host operators."""
+    durations = [e["dur"] for e in raw_events(JOBS["slow_loader"] / "rank3.json.gz")
+                 if e.get("ph") == "X" and e.get("name") == "DataLoader" and e.get("cat") == "user_annotation"]
+    per_step_ns = us_to_ns(sum(durations)) / len(durations)
+    assert len(durations) == 3 and per_step_ns > 80e6
+    f = run_rule(run_of(JOBS["slow_loader"]), "critical-path")
+    m = f.metrics
+    assert f.title == "Rank 3's DataLoader holds the step"
+    assert m["host_ops"]["DataLoader"] >= 0.95 * per_step_ns
+    assert max(m["host_ops"], key=m["host_ops"].get) == "DataLoader"
+    assert "_c10d_functional::wait_tensor" not in m["host_ops"]

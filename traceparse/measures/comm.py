@@ -230,7 +230,7 @@ def _members(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _instances(rows: pl.DataFrame, sources: tuple[str, ...] = SOURCES) -> pl.DataFrame:
     """Each member's rows of its preferred source, outermost calls only, numbered per process group."""
-    rows = _members(_settled_groups(rows).filter(pl.col("source").is_in(list(sources))))
+    rows = _members(_worker_collectives(_settled_groups(rows)).filter(pl.col("source").is_in(list(sources))))
     level = pl.col("source").replace_strict({s: i for i, s in enumerate(SOURCES)}, return_dtype=pl.Int32)
     # collectives and transfers each from their own best source: a run of both (pipeline and data parallel)
     # whose collectives have sequence numbers and transfers none kept no transfer at all
@@ -359,22 +359,55 @@ def _group_size(family: pl.DataFrame) -> int | None:
 _CALL_SOURCES = SOURCES[:3]
 
 
+def _outermost_calls(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``rows``' calls (:data:`_CALL_SOURCES`; ``_row``, ``member``, the candidates' columns) that no other call of
+    their thread holds, and those inside another (``_c10d_functional::all_reduce`` holds ``c10d::allreduce_``:
+    one call, :func:`_instances`) as ``_row`` and ``_outer`` (the enclosing call's ``_row``)."""
+    thread = ["member", "trace_id", "pid", "tid"]
+    calls = (rows.filter(pl.col("source").is_in(list(_CALL_SOURCES)))
+             .sort([*thread, "start_ns", "event_id"], nulls_last=False))
+    inside = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(thread)
+    calls = calls.with_columns(_inside=inside.fill_null(False))
+    calls = calls.with_columns(_outer=pl.when(~pl.col("_inside")).then(pl.col("_row")).forward_fill().over(thread))
+    return (calls.filter(~pl.col("_inside")).drop("_inside", "_outer"),
+            calls.filter(pl.col("_inside")).select("_row", "_outer"))
+
+
+def _worker_collectives(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with each worker annotation that carried out a call of another collective given the call's: gloo
+    runs a reduce-scatter as ``gloo:all_reduce``, and matched as the k-th of its collective, a reduce-scatter
+    found no annotation (it ended with its own call, queued, not exchanged) and the all-reduces took the
+    reduce-scatters' (the loss's all-reduce ended before some ranks had arrived). Only where, on some member, a
+    collective's calls and its annotations differ in number (what :func:`_settled_groups` links is already
+    given); the link is :func:`traceparse.measures.comm_links.carried_out_by`'s."""
+    collective = ~is_transfer() & pl.col("rank").is_not_null() & pl.col("collective").is_not_null()
+    kind = (pl.when(pl.col("source").is_in(list(_CALL_SOURCES))).then(pl.lit("call"))
+            .when(pl.col("source") == "host annotation").then(pl.lit("worker")))
+    counts = (rows.filter(collective).with_columns(_kind=kind).drop_nulls("_kind")
+              .group_by("rank", "collective", "_kind").len()
+              .pivot("_kind", index=["rank", "collective"], values="len"))
+    if "call" not in counts.columns or "worker" not in counts.columns or counts.select(
+            (pl.col("call").fill_null(0) == pl.col("worker").fill_null(0)).all()).item():
+        return rows
+    rows = rows.with_row_index("_row")
+    open_ = rows.filter(collective).with_columns(member=pl.col("rank"))
+    calls, _ = _outermost_calls(open_)
+    links = carried_out_by(calls, open_.filter(pl.col("source") == "host annotation"))
+    given = links.join(calls.select("_row", _collective="collective"), on="_row", how="inner").select(
+        _row="_by", _collective="_collective")
+    return (rows.join(given, on="_row", how="left")
+            .with_columns(collective=pl.coalesce("_collective", "collective"))
+            .sort("_row").drop("_row", "_collective"))
+
+
 def _call_families(unsettled: pl.DataFrame, everyone: frozenset) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """``unsettled`` (open collective rows: ``_row``, ``member``, the candidates' columns)'s outermost calls by
     family: the collective and the shapes it moves (``input_dims``), one frame per family that every one of
     ``everyone`` calls, each call with the worker event that carried it out (``_by``: its ``_row``, null where
     none did) and, where every call of the family has one, the worker's source and end in place of its own (the
     end of the exchange, :func:`_closest_grouping`'s signal). And the calls inside another of their thread
-    (``_c10d_functional::all_reduce`` holds ``c10d::allreduce_``: one call, :func:`_instances`), as ``_row``
-    and ``_outer`` (the enclosing call's ``_row``): they take its group."""
-    thread = ["member", "trace_id", "pid", "tid"]
-    calls = (unsettled.filter(pl.col("source").is_in(list(_CALL_SOURCES)))
-             .sort([*thread, "start_ns", "event_id"], nulls_last=False))
-    inside = pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(thread)
-    calls = calls.with_columns(_inside=inside.fill_null(False))
-    calls = calls.with_columns(_outer=pl.when(~pl.col("_inside")).then(pl.col("_row")).forward_fill().over(thread))
-    nested = calls.filter(pl.col("_inside")).select("_row", "_outer")
-    calls = calls.filter(~pl.col("_inside")).drop("_inside", "_outer")
+    (:func:`_outermost_calls`): they take its group."""
+    calls, nested = _outermost_calls(unsettled)
     workers = unsettled.filter(pl.col("source") == "host annotation")
     if calls.height == 0:
         return [], nested
