@@ -403,9 +403,9 @@ def _worker_collectives(rows: pl.DataFrame) -> pl.DataFrame:
 def _call_families(unsettled: pl.DataFrame, everyone: frozenset) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """``unsettled`` (open collective rows: ``_row``, ``member``, the candidates' columns)'s outermost calls by
     family: the collective and the shapes it moves (``input_dims``), one frame per family that every one of
-    ``everyone`` calls, each call with the worker event that carried it out (``_by``: its ``_row``, null where
-    none did) and, where every call of the family has one, the worker's source and end in place of its own (the
-    end of the exchange, :func:`_closest_grouping`'s signal). And the calls inside another of their thread
+    ``everyone`` calls and whose every call is linked to the worker event that carried it out (``_by``: its
+    ``_row``), the worker's source and end in place of the call's (the end of the exchange,
+    :func:`_closest_grouping`'s signal). And the calls inside another of their thread
     (:func:`_outermost_calls`): they take its group."""
     calls, nested = _outermost_calls(unsettled)
     workers = unsettled.filter(pl.col("source") == "host annotation")
@@ -417,11 +417,11 @@ def _call_families(unsettled: pl.DataFrame, everyone: frozenset) -> tuple[list[p
     calls = calls.join(links, on="_row", how="left").join(ends, on="_by", how="left")
     out = []
     for _, family in calls.group_by("collective", "input_dims", maintain_order=True):
-        if frozenset(family["member"].to_list()) != everyone:
+        # a family some member lacks, or whose calls' ends are not all known (no shapes recorded, a worker cut
+        # off by the trace's end: a call's own end is when it was queued), is left to the settlement of the rest
+        if frozenset(family["member"].to_list()) != everyone or family["_by"].is_null().any():
             continue
-        if family["_by"].is_not_null().all():
-            family = family.with_columns(source="_by_source", end_ns="_by_end")
-        out.append(family.drop("_by_source", "_by_end"))
+        out.append(family.with_columns(source="_by_source", end_ns="_by_end").drop("_by_source", "_by_end"))
     return out, nested
 
 
