@@ -277,3 +277,20 @@ def test_without_shapes_the_calls_are_settled_as_one_grouping(tmp_path):
     assert len(want) == 84
     got = matched_waits(run_of(stripped))
     assert {k: got.get(k) for k in want} == want
+
+
+def test_hotspots_say_the_leading_wait_is_a_wait():
+    """On ranks 0–2 of the slow-loader job ``wait_tensor`` leads the routines by exclusive time (40%: they wait
+    for rank 3): the finding says it is a wait, not work, and points at stragglers."""
+    f = next(f for f in analyze_rules(run_of(JOBS["slow_loader"]), "hotspots")
+             if f.title == "Hotspots: routines by exclusive time")
+    assert f.items[0]["name"] == "_c10d_functional::wait_tensor"
+    assert ("'_c10d_functional::wait_tensor' is a wait: it blocks its thread until a collective is done, so its "
+            "time is the exchange and the other ranks' lateness (stragglers says whose), not work of its own."
+            ) in f.message
+
+
+def analyze_rules(trace, rule: str) -> list:
+    from traceparse.analysis import analyze
+
+    return [f for f in analyze(trace, rules=[rule]) if f.rule == rule]

@@ -51,7 +51,9 @@ its instances, min(last member's kernel start − its start, its duration)
 sums it over every communication kernel. Where the leader is one, the
 message says how much of it is waiting: a kernel that leads the table
 because it waits for a late rank points at that rank (stragglers), not at
-itself.
+itself. So does a leader that is a blocking wait on the host (a functional
+collective's ``wait_tensor`` over gloo, which runs the exchange on a worker
+thread): all of its time is waiting.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.expr import GPU_KINDS
-from traceparse.measures.comm import kernel_spin
+from traceparse.measures.comm import BLOCKING_WAITS, kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
@@ -188,6 +190,10 @@ class Hotspots(Rule):
                 message += (f" {top['name']!r} is the time in no instrumented routine: code the profile did not "
                             "instrument, or threads idle between parallel regions (worker threads waiting for "
                             "work); the routines after it are where the instrumented time went.")
+            if top["name"] in BLOCKING_WAITS:
+                message += (f" {top['name']!r} is a wait: it blocks its thread until a collective is done, so "
+                            "its time is the exchange and the other ranks' lateness (stragglers says whose), not "
+                            "work of its own.")
             if top.get("waiting_ns"):
                 message += (f" {fmt_ns(top['waiting_ns'])} of its time "
                             f"({fmt_pct(expr.pct(top['waiting_ns'], top['time_ns']))}) is the kernel spinning until "

@@ -27,6 +27,10 @@ from traceparse.measures.overlap import overlap
 from traceparse.measures.steps import step_series
 from traceparse.schema import DTYPES
 
+#: Host operators that block their thread until a collective's exchange is done, running nothing themselves: a
+#: functional collective's ``wait_tensor`` (gloo runs the exchange on a worker thread; NCCL's returns at once and
+#: the stream waits instead). A thread resuming from one may have been woken (the critical path's ``wake``).
+BLOCKING_WAITS = ("_c10d_functional::wait_tensor", "c10d_functional::wait_tensor")
 #: Key of the per-device communication measures: a rank's device (a run's ranks are separate traces).
 MEMBER = ["trace_id", "rank", "device_id"]
 #: Where an arrival comes from, most preferred first: each member's instances are its rows of the first source

@@ -53,17 +53,13 @@ from traceparse.errors import ResourceError
 from traceparse.figures import fmt_bytes
 from traceparse.measures import path_walk
 from traceparse.measures.base import Measure, PartitionedEvents, keyed, picked, placed, table_rows
-from traceparse.measures.comm import CANDIDATE_SCHEMA, clock_offsets, collectives, completions
+from traceparse.measures.comm import BLOCKING_WAITS, CANDIDATE_SCHEMA, clock_offsets, collectives, completions
 from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, parents
 from traceparse.measures.steps import RANGE_KINDS, STEP_NAME, step_series
 
 #: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies).
 SYNC_CALLS = r"Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v2)?$"
-#: Host operators that block their thread until another thread's work is done, without running any themselves:
-#: a functional collective's ``wait_tensor`` waits for the exchange (gloo runs it on a worker thread; NCCL's
-#: returns at once, the stream waits instead). A thread that resumes from one may have been woken (``wake``).
-BLOCKING_WAITS = ("_c10d_functional::wait_tensor", "c10d_functional::wait_tensor")
 #: An untraced gap (host) or an unexplained wait (GPU) shorter than this is overhead, not a wait.
 MIN_WAIT_NS = 20_000
 #: A thread resuming (a stream starting) at most this long after another's event ended may have waited for it.
@@ -402,10 +398,10 @@ def _sync_edges(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 def _wake_edges(points: pl.DataFrame, thread_edges: pl.DataFrame, min_wait_ns: int, max_wake_ns: int,
                 waking: pl.DataFrame | None = None) -> pl.DataFrame:
     """``wake`` edges (inferred): a thread resuming after a gap of at least ``min_wait_ns`` in which it ran no
-    event (or only an annotation: a range, not work; or a blocking wait, :data:`BLOCKING_WAITS`), or starting
-    its first event, at most ``max_wake_ns`` after an event of another thread of its process ended within the
-    gap → from that end. ``waking`` (trace, event id): only the ends of those events wake a thread (else any
-    event's)."""
+    event (or only an annotation: a range, not work; or a blocking wait,
+    :data:`~traceparse.measures.comm.BLOCKING_WAITS`), or starting its first event, at most ``max_wake_ns``
+    after an event of another thread of its process ended within the gap → from that end. ``waking`` (trace,
+    event id): only the ends of those events wake a thread (else any event's)."""
     waiting = ((pl.col("segment") == "untraced") | pl.col("category").is_in(["marker", "region"])
                | pl.col("name").is_in(BLOCKING_WAITS))
     gaps = thread_edges.filter(waiting & (pl.col("dst_ns") - pl.col("src_ns") >= min_wait_ns)).select(
