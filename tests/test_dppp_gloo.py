@@ -187,10 +187,10 @@ def _rows(ends: dict, choices: str | None = '["0", "1", "2"]', named: str | None
 
 
 def _groups_of(rows: pl.DataFrame) -> dict:
-    from traceparse.measures.comm import _settled_groups
+    from traceparse.measures.comm_groups import settled_groups
 
     # members listing group "0" (all four), "1" ([0, 1]) or "2" ([2, 3]): each lists the world and its own pair
-    return dict(_settled_groups(rows).select("member", "process_group").unique().iter_rows())
+    return dict(settled_groups(rows).select("member", "process_group").unique().iter_rows())
 
 
 def test_a_grouping_is_taken_only_where_its_members_leave_together():
@@ -208,11 +208,11 @@ def test_a_grouping_is_taken_only_where_its_members_leave_together():
 def test_collectives_that_name_their_group_are_read_as_they_say():
     """Where any collective of the run names its process group, nothing is inferred: the unnamed ones keep no
     group (as before), and the choices column is dropped."""
-    from traceparse.measures.comm import _settled_groups
+    from traceparse.measures.comm_groups import settled_groups
 
     rows = pl.concat([_rows({0: [10_000_000], 1: [10_000_000]}, '["0", "1"]'),
                       _rows({2: [15_000_000]}, None, named="7")])
-    out = _settled_groups(rows)
+    out = settled_groups(rows)
     assert "process_group_choices" not in out.columns
     assert out.sort("member")["process_group"].to_list() == [None, None, "7"]
 
@@ -220,17 +220,17 @@ def test_collectives_that_name_their_group_are_read_as_they_say():
 def test_a_peer_no_other_side_settles_keeps_the_default_groups_reading():
     """Rank 0's send to its group's "1" may be rank 1 or rank 2; neither receives from rank 0 (their traces are
     cut short): the first listed (the default group's numbering) is kept, as the trace's number reads."""
-    from traceparse.measures.comm import _settled_peers
+    from traceparse.measures.comm_groups import settled_peers
 
     rows = pl.DataFrame({"member": [0, 1, 2], "collective": ["send", "send", "send"], "peer_rank": [None, 3, 3],
                          "peer_rank_choices": ["[1, 2]", None, None]},
                         schema_overrides={"member": pl.Int32, "peer_rank": pl.Int32})
-    assert _settled_peers(rows)["peer_rank"].to_list() == [1, 3, 3]
+    assert settled_peers(rows)["peer_rank"].to_list() == [1, 3, 3]
     rows = rows.with_columns(collective=pl.Series(["send", "recv", "send"]))  # rank 1 receives from 3, not 0
-    assert _settled_peers(rows)["peer_rank"].to_list() == [1, 3, 3]
+    assert settled_peers(rows)["peer_rank"].to_list() == [1, 3, 3]
     rows = rows.with_columns(collective=pl.Series(["send", "send", "recv"]), peer_rank=pl.Series([None, 3, 0],
                                                                                                  dtype=pl.Int32))
-    assert _settled_peers(rows)["peer_rank"].to_list() == [2, 3, 0]  # rank 2 receives from rank 0: it is rank 2
+    assert settled_peers(rows)["peer_rank"].to_list() == [2, 3, 0]  # rank 2 receives from rank 0: it is rank 2
 
 
 # -- the dependency graph and its replay see the same pairs -----------------------------------------------------

@@ -37,8 +37,8 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import picked
-from traceparse.measures.comm import (comm_kernels, kernel_spin, member_compute, member_windows,
-                                      point_to_point_only, waiting_time)
+from traceparse.measures.comm import comm_kernels, kernel_spin, member_compute, member_windows, waiting_time
+from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace

@@ -69,7 +69,7 @@ from traceparse import expr, measures
 from traceparse.errors import ResourceError, spelled
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.meta import device_nouns
-from traceparse.measures.comm import point_to_point_only
+from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.critical_path import INSTANCE_TRACE, DependencyGraph, critical_paths, edge_coverage
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median

@@ -95,8 +95,8 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
-from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, paired_transfer,
-                                      point_to_point_only, waiting_time)
+from traceparse.measures.comm import comm_kernels, member_compute, member_windows_counted, paired_transfer, waiting_time
+from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import is_step_annotation
 from traceparse.meta import ranks_by_host

@@ -6,7 +6,7 @@ annotation's end is when the rank left the collective. Nothing in the trace ties
 threads and the annotation names neither the call nor its group. What ties them is order and data: a worker
 takes its group's calls in the order they were made, soon after each, and moves the call's tensor, whose shape
 the annotation records as the call does (an all-gather's input, a reduce-scatter's input, an all-reduce's
-tensor). The process-group settlement (:mod:`traceparse.measures.comm`) needs the link to know when each call
+tensor). The process-group settlement (:mod:`traceparse.measures.comm_groups`) needs the link to know when each call
 ended, and to give the annotation its call's group and collective (gloo runs a reduce-scatter as an all-reduce).
 """
 
