@@ -18,6 +18,16 @@ def test_empty_file(store, tmp_path):
     assert_refused(["ingest", str(p)], f"{p}: the file is empty", store)
 
 
+def test_git_lfs_pointer(store, tmp_path):
+    """A clone without git-lfs holds a pointer where a published report was (an nsys ``report1.sqlite`` of 552,960
+    bytes, seen in a public repository): named as such, with the size it points at, not "not a format"."""
+    p = tmp_path / "report1.sqlite"
+    p.write_text("version https://git-lfs.github.com/spec/v1\n"
+                 "oid sha256:a1c2af0d6058114d6a1c2a21e86fbe5812197ea2d6e4293dcf997dd24db63123\nsize 552960\n")
+    assert_refused(["ingest", str(p)], f"{p}: a Git LFS pointer, not the file itself (a 552,960-byte object git-lfs "
+                   "did not fetch: `git lfs pull` in its repository brings it)", store)
+
+
 def test_binary_file(store, tmp_path):
     p = tmp_path / "blob.bin"
     p.write_bytes(bytes(range(256)) * 10)

@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, REPO, run_cli
+from helpers import FIXTURES, REPO, refused, run_cli
 from traceparse.errors import InputError
 from traceparse.ingest import read_paths
 
@@ -320,3 +321,44 @@ def test_bad_utf8_is_counted_once_in_the_events_kept(tmp_path):
         said = [w for w in trace.meta.warnings if "not valid UTF-8" in w]
         assert said == [f"{path}: 1 byte sequence not valid UTF-8; read as U+FFFD (the replacement character)"], \
             (workers, trace.meta.warnings)
+
+
+# -- a header that is not JSON ---------------------------------------------------------------------------------
+def _lost_key(tmp_path: Path) -> tuple[Path, int]:
+    """A real trace (alexnet_bs4, H100) with its first two keys taken out of its header, as a copy of a trace
+    published with them lost was (``{`` then the first device's ``{``: GPUPuzzlers' ``different_priority_streams``),
+    and the line of the device's ``{``, counted in the text."""
+    data = gzip.decompress((FIXTURES / "torch" / "alexnet_bs4.json.gz").read_bytes())
+    cut = re.search(rb'"schemaVersion": 1,\s*"deviceProperties": \[', data)
+    data = data[: cut.start()] + data[cut.end():]
+    path = tmp_path / "lost_key.json"
+    path.write_bytes(data)
+    first = data.index(b"{")
+    return path, data[: data.index(b"{", first + 1)].count(b"\n") + 1
+
+
+def test_a_header_that_lost_its_key_is_refused_not_read_as_another_format(store, tmp_path):
+    """The keys before ``traceEvents`` are checked as JSON by every reader of the format, whether or not it keeps
+    them: with Kineto's first keys gone the file was no longer Kineto's to the torch reader, and the chrome
+    reader, which keeps none of them, read it without a word, its kernels as host ranges ("the trace recorded no
+    GPU activity" of a trace of 200 kernels). The error names the line of the second ``{``."""
+    path, line = _lost_key(tmp_path)
+    why = 'the keys before "traceEvents" are not valid JSON (JSON is malformed: object keys must be strings)'
+    refused(["ingest", str(path)], f"{path}:{line}: {why}; a Chrome trace is one JSON document", store)
+    refused(["ingest", "--format", "torch", str(path)],
+            f"{path}:{line}: {why}; a torch.profiler trace is one JSON document", store)
+
+
+def test_a_header_with_a_trailing_comma_names_its_line(tmp_path):
+    """A Kineto header the torch reader claims (its first keys are there) with one comma too many after the
+    device's last property: refused, naming the line where the parser met it (the ``}`` that closes the object
+    after the comma), as counted in the text."""
+    data = gzip.decompress((FIXTURES / "torch" / "alexnet_bs4.json.gz").read_bytes())
+    end = data.index(b"\n", data.index(b'"sharedMemPerMultiprocessor": '))
+    path = tmp_path / "comma.json"
+    path.write_bytes(data[:end] + b"," + data[end:])
+    line = data[: data.index(b"}", end)].count(b"\n") + 1
+    with pytest.raises(InputError) as caught:
+        read_paths([path], fmt="torch")[0].events
+    assert str(caught.value) == (f'{path}:{line}: the keys before "traceEvents" are not valid JSON (JSON is '
+                                 "malformed: trailing comma in object); a torch.profiler trace is one JSON document")

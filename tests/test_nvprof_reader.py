@@ -807,3 +807,19 @@ def test_a_summary_cut_short_says_so(tmp_path, keep):
 def test_a_whole_summary_says_nothing_of_a_cut(tmp_path):
     for source in sorted(NVPROF.glob("*/*summary*")):
         assert not [w for w in read(source).meta.warnings if "not 100%" in w], source
+
+
+def test_a_metrics_log_lists_its_kernels_without_times_and_the_summary_says_so(store):
+    """A metrics-only log (hand-written after nvprof's layout) names its kernels and never says when they ran:
+    the summary said "the trace recorded no GPU activity" beside kernel-share's table of those kernels. It now
+    says how many it lists (the log's ``Kernel:`` lines, counted here) and that no busy time can be given."""
+    path = NVPROF / "handwritten" / "sgemm_metrics.log"
+    kernels = path.read_text().count("Kernel:")
+    assert run_cli("ingest", "-q", str(path))[0] == 0
+    code, out, _ = run_cli("analyze", "--json")
+    summary = json.loads(out)["summary"][0]
+    assert (code, summary["gpu_busy_pct"], summary["gpu_untimed"]) == (0, None, {"kernel": kernels})
+    code, out, _ = run_cli("--width", "200", "analyze")
+    assert f"GPU busy    - (the trace lists {kernels} kernels but never when they ran (a metrics-only log): no busy " \
+           "time to give)" in out
+    assert "recorded no GPU activity" not in out

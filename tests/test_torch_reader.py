@@ -45,7 +45,8 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     paths = sorted(p for p in (fixtures_dir / "torch").glob("**/*.json*")
                    if p.name not in not_traces and not p.name.endswith("_et.json.gz")  # execution traces
                    and not p.name.endswith("_steps.json")  # sweep 18's measured step times
-                   and "rocm" not in p.parts)  # ROCm: tests/test_torch_modern.py
+                   and "rocm" not in p.parts  # ROCm: tests/test_torch_modern.py
+                   and p.name != "different_priority_streams.json.gz")  # no JSON: refused (test_hostile_json.py)
     # the 15-trace sweep, one tensorboard_trace_handler file, 13 communication fixtures, the 60-step MLP trace,
     # the 12 ranks of the DDP twins, the 3 Kineto traces beside their execution traces (2 made here, HTA's one),
     # the 5 acceptance captures (H100 and H200), the 6 ranks of the FSDP2 twins (two H100s), the 12 of the
@@ -58,8 +59,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # ranks of two four-stage gloo pipelines (multirank/pp4_gloo_*), the 8 of two DP2 x PP2 gloo jobs and the 8
     # of a DP2 x PP4 one (multirank/dp2pp*_gloo_*), the 12 of three TP2 x DP2 gloo jobs (multirank/tp2dp2_gloo_*)
     # and the 4 of an FSDP2 job over gloo's default group (multirank/fsdp4_gloo_slow_loader), the 2 of a
-    # tensor-parallel job over NCCL on two H200s (multirank/tp2_nccl_slow_gpu)
-    assert len(paths) == 144
+    # tensor-parallel job over NCCL on two H200s (multirank/tp2_nccl_slow_gpu), the 8 ranks of param's DLRM on
+    # V100s (fixtures/torch/param) and a GPU puzzle's A100 trace (fixtures/torch/gpupuzzlers)
+    assert len(paths) == 153
     for path in paths:
         check_against_independent(path)
 

@@ -254,3 +254,28 @@ def test_the_critical_path_of_a_tpu_trace_says_what_it_cannot_follow(tmp_path):
     assert "GPU work" not in message and "largest part" not in message
     assert ("The trace has no GPU streams: the TPUs' ops are not in the graph (nothing in the trace links them to "
             "the host's calls), so the path follows the host only.") in message
+
+
+def test_an_xspace_saved_as_text_is_not_called_cut_short(store, tmp_path):
+    """xprof's own copy of this file at later commits is the binary saved as text (every byte that is no UTF-8
+    replaced by U+FFFD): its first varint then claims a plane of trillions of bytes, and the error said the file
+    was "cut short", sending the user after a truncation. No protobuf field passes 2 GiB: it is no XSpace, and
+    the error counts the replacement characters. Expected length and count worked out here from the bytes."""
+    from helpers import refused
+
+    mangled = TPU.read_bytes().decode("utf-8", errors="replace").encode()
+    path = tmp_path / "saved_as_text.xplane.pb"
+    path.write_bytes(mangled)
+    assert mangled[0] == 0x0A  # field 1 (a plane), length-delimited
+    length, shift, i = 0, 0, 1
+    while True:
+        length |= (mangled[i] & 0x7F) << shift
+        shift += 7
+        if mangled[i] < 0x80:
+            break
+        i += 1
+    assert length > 2**31
+    saved = mangled.count("\ufffd".encode())
+    refused(["ingest", str(path)], f"{path}: byte 0: not an XSpace protobuf (.xplane.pb): a field {length:,} bytes "
+            f"long, past protobuf's 2 GiB limit; {saved:,} U+FFFD replacement characters in it: binary bytes saved "
+            "as text?", store)

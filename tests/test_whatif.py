@@ -549,7 +549,7 @@ def test_a_runs_edit_counts_the_events_in_its_ranks_steps(tmp_path):
     assert (edit["calls"], edit["calls_in_steps"], edit["step_windows"]) == (total, inside, 12)
     code, out, err = run_cli("--store", store, "--width", "200", "whatif", str(folder), "--scale", "kernel=0")
     whole = f" ({total:,} in the whole trace)" if total > inside else ""
-    assert out.splitlines()[1].startswith(f"--scale kernel=0: {inside:,} events in 12 steps of 4 ranks{whole}; "
+    assert out.splitlines()[1].startswith(f"--scale kernel=0: {inside:,} events in 3 steps of each of 4 ranks{whole}; "
                                           "work per step: rank ")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -29,6 +30,11 @@ class IngestResult:
     replaced: str | None = None
 
 
+#: A Git LFS pointer file: what a clone without git-lfs holds in place of a large file (a profiler's report).
+LFS_POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\r?\noid sha256:[0-9a-f]{64}\r?\n"
+                         rb"size (\d{1,19})\r?\n")
+
+
 def detect_reader(path: Path, reg: Registry) -> Reader:
     """The reader most confident it can read ``path``; an :class:`InputError` naming those tried if none is.
 
@@ -54,6 +60,10 @@ def detect_reader(path: Path, reg: Registry) -> Reader:
     if best is None:
         if path.is_file() and path.stat().st_size == 0:
             raise InputError(f"{path}: the file is empty")
+        lfs = LFS_POINTER.match(head)
+        if lfs:  # a repository's large file that was never fetched: the profiler's output is elsewhere
+            raise InputError(f"{path}: a Git LFS pointer, not the file itself (a {int(lfs.group(1)):,}-byte object "
+                             "git-lfs did not fetch: `git lfs pull` in its repository brings it)")
         tried = ", ".join(sorted(reg.readers)) or "none installed"
         raise InputError(f"{path}: not a format traceparse recognises (tried: {tried}; `traceparse formats` lists "
                          "the forms each reads)")

@@ -317,6 +317,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      if busy is None and others
                      else f"- (no GPU work read; {_unread(summary['unread_events'])} not read: their time is in no "
                           "figure)" if busy is None and summary.get("unread_events")
+                     else f"- (the trace lists {_untimed(summary['gpu_untimed'])} but never when they ran (a "
+                          "metrics-only log): no busy time to give)" if busy is None and summary.get("gpu_untimed")
                      else "- (the trace recorded no GPU activity)" if busy is None
                      else f"{fmt_pct(busy)} of {whole} (first to last activity)"))
     split = summary.get("gpu_time")
@@ -409,6 +411,16 @@ def _unread(unread: dict) -> str:
     more = ", …" if len(unread) > 3 else ""
     return (f"{total:,} event{'s' if total != 1 else ''} of {len(unread)} categor{'ies' if len(unread) != 1 else 'y'}"
             f" ({names}{more})")
+
+
+#: The GPU row kinds in words, one and several (:func:`_untimed`).
+_GPU_NOUNS = {"kernel": ("kernel", "kernels"), "memcpy": ("copy", "copies"), "memset": ("memset", "memsets")}
+
+
+def _untimed(kinds: dict[str, int]) -> str:
+    """``3 kernels``, ``3 kernels and 1 copy``: the GPU rows a trace lists without times (summary's
+    ``gpu_untimed``)."""
+    return " and ".join(f"{n:,} {_GPU_NOUNS.get(k, (k, k + 's'))[n != 1]}" for k, n in kinds.items())
 
 
 def _counted(kinds: dict[str, int]) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Iterable
 
 import polars as pl
 
-from traceparse import measures
+from traceparse import expr, measures
+from traceparse.expr import GPU_KINDS
 from traceparse.measures.base import exact_sum
 from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
@@ -50,7 +51,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
-    trace did not record at all, 0 otherwise), ``other_devices``
+    trace did not record at all, 0 otherwise; ``gpu_untimed``: ``{kind: rows}`` of the GPU rows it records
+    without times, as a metrics-only log does), ``other_devices``
     (:func:`other_devices`: the accelerators the trace lists that are no GPU, as
     ``{"TPU": 4}``, so that "GPU busy -" is not read as an idle GPU; there,
     :func:`lane_busy` adds ``lane_busy_pct``, ``lane_devices`` and ``top_lane_ops``:
@@ -93,6 +95,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_busy_pct": busy_pct,
         "gpu_devices": busy.height,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
+        "gpu_untimed": _untimed_gpu(events) if not span_sum and split is None else {},
         "gpu_totals_only": not span_sum and split is not None,
         "other_devices": others,
         "unread_events": dict((trace.meta.extra or {}).get(UNREAD) or {}),
@@ -143,6 +146,14 @@ def _launches(events: pl.DataFrame) -> int:
     without a GPU trace (nsys where the GPU could not be traced), which a bare "GPU busy -" would not explain."""
     classes = measures.api_classes(events)
     return int(classes.filter(pl.col("category").is_in(["launch", "graph_launch"]))["calls"].sum() or 0)
+
+
+def _untimed_gpu(events: pl.DataFrame) -> dict[str, int]:
+    """``{kind: rows}`` of a trace's GPU rows (kernels, copies, memsets) that have no time (an nvprof metrics log
+    lists its kernels by name with their metrics, never when they ran): "recorded no GPU activity" would deny
+    the kernels the same screen lists."""
+    rows = events.filter(expr.kind_is(*GPU_KINDS)).group_by("kind").len()
+    return {str(kind): int(n) for kind, n in rows.sort("kind").iter_rows()}
 
 
 def trace_span(events: pl.DataFrame) -> int | None:

@@ -187,13 +187,16 @@ def edit_line(e: dict, after_others: bool = False) -> str:
 
 def _events_said(e: dict) -> str:
     """The events an edit matched, counted over what its time per step covers: those inside the steps
-    (``372 events in 1 step``), and how many the whole trace holds where that is more (an nsys capture's kernels
-    outside its one step)."""
+    (``372 events in 1 step``, ``192 events in 1 step of each of 8 ranks``), and how many the whole trace holds
+    where that is more (an nsys capture's kernels outside its one step)."""
     inside, windows = e["calls_in_steps"], e["step_windows"]
     if not windows:
         return f"{fmt_count(e['calls'], 'event')}, none in the steps"
     ranks = len(e["ranks"])
-    where = fmt_count(windows, "step") + (f" of {ranks:,} ranks" if ranks > 1 else "")
+    # 8 windows of 8 ranks are one step of each, not "8 steps" (the title says 1 step × 8 ranks)
+    where = (fmt_count(windows, "step") if ranks <= 1
+             else f"{fmt_count(windows // ranks, 'step')} of each of {ranks:,} ranks" if windows % ranks == 0
+             else f"{fmt_count(windows, 'step window')} of {ranks:,} ranks")
     whole = f" ({e['calls']:,} in the whole trace)" if e["calls"] > inside else ""
     return f"{fmt_count(inside, 'event')} in {where}{whole}"
 
@@ -254,7 +257,8 @@ def render(console, doc: dict, rows: int | None = TABLE_ROWS) -> None:
 
 
 def step_table(doc: dict, rows: int | None, columns: list[Column]) -> tuple[list[dict], str]:
-    """The steps table's rows (each step of each rank, then each rank's mean) and a line saying what is folded.
+    """The steps table's rows (each step of each rank, then the mean of each rank of several steps) and a line saying
+    what is folded.
 
     Of a run of more than ``rows + 1`` ranks, the rows of the ``rows`` ranks whose mean gain is largest (in
     size: a slower prediction counts too), those ranks first, then one row for the other ranks' steps and one for
@@ -263,9 +267,11 @@ def step_table(doc: dict, rows: int | None, columns: list[Column]) -> tuple[list
     returned says which rows are kept, to print below the table ("" where nothing is folded).
     """
     steps = [{**r, "step": str(r["step"]), "rank": _rank(r["rank"])} for r in doc["steps"]]
-    means = [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
+    every = [{"step": "mean", "rank": _rank(r["rank"]), **{k: r[k] for k in ("measured_ns", "predicted_ns",
                                                                                "gain_ns", "gain_pct")}}
              for r in doc["ranks"]]
+    # a rank of one step has no mean row: it would repeat that step's row (a run of one step printed each rank twice)
+    means = [m for m, r in zip(every, doc["ranks"]) if r["steps"] > 1]
     ranked = any(r["rank"] is not None for r in doc["ranks"])
     if rows is None or len(doc["ranks"] if ranked else steps) <= rows + 1:
         return steps + means, ""
@@ -273,12 +279,12 @@ def step_table(doc: dict, rows: int | None, columns: list[Column]) -> tuple[list
     if not ranked:
         return fold_rows(sorted(steps, key=largest), "step", columns[1:], rows) + means, \
             f"{rows} of {len(steps)} steps shown, largest gain first (--rows N, --all)"
-    kept = [r["rank"] for r in sorted(means, key=largest)[:rows]]
+    kept = [r["rank"] for r in sorted(every, key=largest)[:rows]]
     order = {rank: i for i, rank in enumerate(kept)}
     shown = sorted((r for r in steps if r["rank"] in order), key=lambda r: order[r["rank"]])
     return (fold_rows(shown + [r for r in steps if r["rank"] not in order], "step", columns[1:], len(shown))
-            + fold_rows(sorted(means, key=largest), "step", columns[1:], rows),
-            f"{rows} of {len(means)} ranks shown, largest gain first (--rows N, --all)")
+            + (fold_rows(sorted(means, key=largest), "step", columns[1:], rows) if means else []),
+            f"{rows} of {len(every)} ranks shown, largest gain first (--rows N, --all)")
 
 
 @hookimpl

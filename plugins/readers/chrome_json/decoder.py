@@ -234,8 +234,9 @@ def stream_events(path: Path, options: ReadOptions, event_type: type, document_t
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, events_start, form = reader.find_array(label, array_form)
-        if form == "object" and on_document is not None:
-            on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
+        if form == "object":
+            _check_header(path, head, label, repairs, document_decoder if on_document is not None else None,
+                          on_document)
         buf = bytearray(b"[") + events_start  # always "[" followed by whole events from index 1
         offset = 0  # index within traceEvents of the first event in buf
         while True:
@@ -498,13 +499,28 @@ def _scan(buf: bytes | bytearray, start: int = 1) -> tuple[list[tuple[int, int]]
     return out, False
 
 
-def _decode_document(path: Path, decoder: _Guarded, data: bytes, where_: str, label: str):
+def _check_header(path: Path, head: bytes, label: str, repairs: list[int], decoder: _Guarded | None,
+                  on_document: Callable[[Any], None] | None) -> None:
+    """The document's keys before ``"traceEvents"`` (``head``), decoded as the reader's document and handed to
+    ``on_document``; or, where the reader keeps none of them, checked to be JSON all the same: a Kineto file whose
+    ``"deviceProperties"`` key was lost (``{ {...}, ...``) was read as a plain Chrome trace, its kernels as host
+    ranges, and "no GPU activity" said of a trace of 200 kernels. The error names the line."""
+    data = head + b'"traceEvents": []}'
+    if decoder is None:
+        decoder = _Guarded(msgspec.json.Decoder(), path, repairs)
     try:
-        return decoder.decode(data)
+        document = decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise bad_input(path, where_, f"unexpected value: {exc}") from None
-    except msgspec.DecodeError:
-        raise bad_input(path, where_, f"not valid JSON: this is not a {label}") from None
+        raise bad_input(path, "the header", f"unexpected value: {exc}") from None
+    except msgspec.DecodeError as exc:
+        found = re.search(r"\(byte (\d+)\)", str(exc))
+        line = head[: int(found.group(1))].count(b"\n") + 1 if found and int(found.group(1)) < len(head) else None
+        detail = str(exc).split(" (byte ")[0]
+        raise bad_input(path, line if line is not None else "the header",
+                        f'the keys before "traceEvents" are not valid JSON ({detail}); a {label} is one JSON '
+                        "document") from None
+    if on_document is not None:
+        on_document(document)
 
 
 def _decode_tail(path: Path, events_decoder, document_decoder, buf: bytes, offset: int, options: ReadOptions,
@@ -670,9 +686,10 @@ def map_chunks(path: Path, options: ReadOptions, event_type: type, document_type
     with open_binary(path) as f:
         reader = _ChunkReader(f, chunk_bytes, options, path)
         head, rest, form = reader.find_array(label, array_form)
-        if form == "object" and on_document is not None:
+        if form == "object":
             document_decoder = _Guarded(msgspec.json.Decoder(document_type), path, repairs)
-            on_document(_decode_document(path, document_decoder, head + b'"traceEvents": []}', "the header", label))
+            _check_header(path, head, label, repairs, document_decoder if on_document is not None else None,
+                          on_document)
         # [data, separator after it, final, future, checked], in file order; data is the chunk as a document
         # (:func:`_wrap`) but for the final chunk, the end of the file as it is
         queue: list[list] = []

@@ -135,6 +135,10 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+#: The most bytes a serialized protobuf message (and so any field of one) can hold: 2 GiB − 1.
+MAX_PROTOBUF_BYTES = 2**31 - 1
+
+
 def _top_level(path: Path, data: bytes) -> tuple[list[tuple[int, bytes]], list[tuple[int, str]], int | None]:
     """The XSpace's planes (byte offset, bytes), its string fields (field number, text), and where a plane cut
     short starts (None when the file is whole)."""
@@ -146,6 +150,12 @@ def _top_level(path: Path, data: bytes) -> tuple[list[tuple[int, bytes]], list[t
             number, wire = key >> 3, key & 7
             if wire == 2:
                 length, i = _varint(data, i)
+                if length > MAX_PROTOBUF_BYTES:  # no length a protobuf writer can write: not a cut file, not an XSpace
+                    saved = data.count(b"\xef\xbf\xbd")
+                    raise bad_input(path, f"byte {start}", f"not an XSpace protobuf (.xplane.pb): a field {length:,} "
+                                    "bytes long, past protobuf's 2 GiB limit" + (
+                                        f"; {saved:,} U+FFFD replacement characters in it: binary bytes saved as text?"
+                                        if saved else ""))
                 if i + length > n:
                     if number == 1 and planes:
                         return planes, strings, start
