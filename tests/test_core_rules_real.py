@@ -83,3 +83,33 @@ def test_core_rules_match_plain_python(path):
     top = sorted(names.items(), key=lambda kv: (-kv[1][1], kv[0]))[:len(share.items)]
     assert [(i["name"], i["calls"], i["time_ns"]) for i in share.items] == [(n, c, t) for n, (c, t) in top]
     assert share.items[0]["share_pct"] == round(100 * top[0][1][1] / total, 4)
+
+
+@pytest.mark.parametrize("name,pageable", [("torch/alexnet_bs16.json.gz", False), ("nsys/resnet18_bs8.sqlite.gz", True)])
+def test_pinned_memory_is_advised_only_where_a_copy_is_not_pinned(name, pageable):
+    """low-memcpy-overlap told a trace whose exposed copies were all ``pinned -> device`` and ``device -> pinned``
+    to "use pinned host memory" (a sweep of public files, stop 53). Whether a copy is pinned is read here from
+    the raw file: Kineto's ``memcpy`` kernels name their memory kinds (``Memcpy HtoD (Pinned -> Device)``), the
+    nsys export's CUPTI memory kinds are numbers (0: unknown, 1: pageable, 2: pinned, 3: device)."""
+    import sqlite3
+    import tempfile
+
+    from traceparse.ingest import read_paths
+
+    path = FIXTURES.parent / name
+    if name.endswith(".json.gz"):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        copies = {e["name"] for e in events if e.get("cat") == "gpu_memcpy"}
+        raw_pageable = any("Pageable" in c for c in copies)
+    else:
+        with tempfile.NamedTemporaryFile(suffix=".sqlite") as db:
+            db.write(gzip.decompress(path.read_bytes()))
+            db.flush()
+            kinds = sqlite3.connect(db.name).execute(
+                "select distinct srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY").fetchall()
+        raw_pageable = any(1 in pair for pair in kinds)
+    assert raw_pageable == pageable
+    (found,) = analyze(read_paths([path])[0], ["low-memcpy-overlap"])
+    assert found.severity != "info"
+    assert ("Use pinned host memory" in found.suggestion) == pageable
+    assert ("from and to pinned or device memory already" in found.suggestion) == (not pageable)

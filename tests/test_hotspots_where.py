@@ -106,8 +106,8 @@ def test_a_gpu_stream_waiting_is_no_gpu_work(tmp_path):
 
 def test_a_trace_with_no_gpu_work_names_its_top_routines_in_the_summary(tmp_path):
     """A CPU-only profile's summary had nothing but dashes; it names the routines that hold the time now, as a
-    GPU trace's names its top kernels, with the whole they are shares of."""
-    from traceparse.figures import fmt_pct
+    GPU trace's names its top kernels, with the whole they are shares of, each share as the table shows it."""
+    from traceparse.figures import fmt_pct, shares_shown
 
     cases = {FIXTURES / "tau" / "real" / "cpi-mpi": " summed over the threads",
              PPROF_S: " summed over 4 threads"}
@@ -116,7 +116,8 @@ def test_a_trace_with_no_gpu_work_names_its_top_routines_in_the_summary(tmp_path
         assert code == 0, err
         doc = json.loads(out)
         main = next(f for f in doc["findings"] if f["title"] == "Hotspots: routines by exclusive time")
-        line = (", ".join(f"{i['name']} {fmt_pct(i['share_pct'])}" for i in main["items"][:3])
+        shown = shares_shown([i["share_pct"] for i in main["items"]])  # as the table shows them (stop 53)
+        line = (", ".join(f"{i['name']} {fmt_pct(v)}" for i, v in zip(main["items"][:3], shown))
                 + f" of {fmt_ns(main['metrics']['time_ns'])}{over}")
         assert {"rule": "hotspots", "label": "top routines", "text": line} in doc["summary"][0]["highlights"]
     # a GPU trace names its kernels instead; a CPU trace whose routines hold 4 us of 1.3 s names none
@@ -154,6 +155,11 @@ def test_a_summary_logs_rows_are_of_its_process_not_a_thread(tmp_path):
     processes = {line.split("==")[1] for line in lines if line.startswith("==")}  # nvprof's "==PID==" prefix
     [main, *_] = hotspots(tmp_path, path)
     assert main["message"].startswith(f"{len(rows)} routines of {len(processes)} process (no thread given), ")
+    # its rows are API calls and GPU activities both: one whole of host and device time that overlap, said so
+    # (a cudaMemcpy "led with 47.0%" of such a whole, its time mostly the kernels' it waited for)
+    assert any(r.strip().startswith("GPU activities:") for r in rows) and any("API calls:" in r for r in rows)
+    assert (" in all (the host's calls and the GPU's work summed: they overlap in time); "
+            in main["message"])
 
 
 def test_a_tpus_lines_are_the_tpus_not_threads():

@@ -252,13 +252,18 @@ def _last_components(s: str) -> str:
 
 def _drop_return_type(s: str) -> str:
     """``std::vector<int> KDTree::neighbors`` -> ``KDTree::neighbors``: a return type before the name (TAU's
-    routine names keep it), the text after the last space outside brackets; ``operator new`` stays whole."""
+    routine names keep it), the text after the last space outside brackets; ``operator new`` stays whole. A name
+    whose brackets do not pair stays whole: ncu's text report prints a lambda kernel with parts of its scopes cut
+    out (``kernel<4, unnamed>::silu_kernel(...)::[lambda() (instance 1)]::operator ()() lambda() (instance 2)]
+    ...``), and its "last space outside brackets" was inside the lambdas, leaving ``1)], std::array<...>>``."""
     depth, cut = 0, -1
     for i, ch in enumerate(s):
         if ch in "<([{":
             depth += 1
         elif ch in ">)]}":
             depth -= 1
+            if depth < 0:  # brackets that do not pair (a name a tool cut parts out of): no top level to tell
+                return s
         elif ch == " " and depth == 0 and i + 1 < len(s) and s[i + 1] not in "<([{&*" \
                 and not s[:i].endswith(("operator", "const", ",", ":")):
             cut = i

@@ -53,6 +53,8 @@ def fmt_unit(unit: str, value: Any) -> str:
         return fmt_ratio(value)
     if unit == "flop_per_byte":
         return f"{fmt_number(float(value))} FLOP/byte"
+    if unit == "metric":  # a counter metric's value (IPC, warps per instruction): a number of its own, no "×"
+        return fmt_number(float(value))
     return str(value) if isinstance(value, int) else fmt_number(value)
 
 
@@ -978,7 +980,7 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tu
         return f"{label} (GFLOP)", [_fmt_scaled(v, 1e9, decimals_for(peak / 1e9)) for v in values]
     if unit == "ratio":
         return label, [fmt_ratio(v) if _is_number(v) else _plain(v) for v in values]
-    if unit == "flop_per_byte":  # each cell to its own figures: intensities span orders of magnitude (0.0833, 388)
+    if unit in ("flop_per_byte", "metric"):  # each cell to its own figures: they span orders of magnitude (0.0833, 388)
         return label, [fmt_number(float(v)) if _is_number(v) else _plain(v) for v in values]
     if unit == "pct":  # a table's shares of one whole add up to 100 as shown, too
         return label, [fmt_unit("pct", v) if _is_number(v) else _plain(v) for v in shares_shown(values)]

@@ -34,6 +34,8 @@ UNITS = {
     "flops": "floating-point operations (shown in GFLOP)",
     "ratio": "a dimensionless ratio",
     "flop_per_byte": "arithmetic intensity, FLOP per byte (each to the significant figures in force, not marked ×)",
+    "metric": ("a counter metric's value (IPC, warps per instruction): each to the significant figures in force, "
+               "not marked × (it is a rate, not a multiple)"),
     "number": "any other number or value, shown as is",
     "id": "an identifier (a store id, a format): left-aligned, never shortened",
 }

@@ -66,7 +66,7 @@ from traceparse.measures.comm import BLOCKING_WAITS, kernel_spin
 from traceparse.measures.routines import routine_choices, routine_time
 from traceparse.measures.steps import step_free
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, fmt_ratio, shares_shown
 from traceparse.meta import OUTSIDE_ROUTINES, SUMMED_THREADS
 from traceparse.summary import trace_span
 from traceparse.verdict import QUIET_SHARE
@@ -175,6 +175,9 @@ class Hotspots(Rule):
         summed_over = (trace.meta.extra or {}).get(SUMMED_THREADS)  # rows with no thread: totals over these
         nouns = device_nouns(trace.meta)
         places = _places(per_thread)  # each thread key: a thread, a device's lane or a process's rows
+        # each share as the table shows it (rounded so that the shares of the whole add up to 100): the sentence
+        # and the summary's line give the table's value, not "97.5%" above a row of 97.6%
+        shown = shares_shown([i["share_pct"] for i in items])
         if items:
             top = items[0]
             summed = _busiest(per_thread, places, nouns) if n_threads > 1 else ""
@@ -182,9 +185,14 @@ class Hotspots(Rule):
             if not n_threads:  # a summary's totals: on no thread the source names
                 where, summed = "", (f" (summed over {summed_over:,} threads: the source gives their total only)"
                                      if summed_over and summed_over > 1 else " (totals: the source names no thread)")
+            # a host call and the GPU work it waits for, summed into one whole, are not "the time": said so (an
+            # nvprof summary's cudaMemcpy "led with 47.0%" of 2.85 s of calls and kernels that overlap)
+            kinds = set(per_thread["kind"].unique().to_list())
+            mixed = (" (the host's calls and the GPU's work summed: they overlap in time)"
+                     if kinds & set(GPU_KINDS) and kinds - set(GPU_KINDS) and "devices" not in summed else "")
             message = (f"{fmt_count(by_name.height, 'routine')}{where}, {fmt_ns(total)} in all"
-                       f"{summed}; "
-                       f"{top['name']!r} leads with {fmt_pct(top['share_pct'])} ({fmt_ns(top['time_ns'])}"
+                       f"{summed}{mixed}; "
+                       f"{top['name']!r} leads with {fmt_pct(shown[0])} ({fmt_ns(top['time_ns'])}"
                        f"{', imbalance ' + fmt_ratio(top['imbalance']) if n_threads > 1 else ''}).")
             if top["name"] == (trace.meta.extra or {}).get(OUTSIDE_ROUTINES):
                 message += (f" {top['name']!r} is the time in no instrumented routine: code the profile did not "
@@ -230,7 +238,7 @@ class Hotspots(Rule):
                     and not (places["place"] == "device").any() and not (span and total < QUIET_SHARE * span))
         over = (" summed over the threads" if n_threads > 1 else
                 f" summed over {summed_over:,} threads" if not n_threads and (summed_over or 0) > 1 else "")
-        top_line = (("top routines", ", ".join(f"{i['name']} {fmt_pct(i['share_pct'])}" for i in items[:3])
+        top_line = (("top routines", ", ".join(f"{i['name']} {fmt_pct(v)}" for i, v in zip(items[:3], shown))
                      + f" of {fmt_ns(total)}{over}") if cpu_only else None)
         findings = [Finding(self.name, "warning" if imbalanced else "info", "Hotspots: routines by exclusive time",
                             message, suggestion, metrics=metrics, items=items, columns=columns, summary=top_line,

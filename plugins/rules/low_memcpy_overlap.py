@@ -96,9 +96,18 @@ class LowMemcpyOverlap(Rule):
                    f"({fmt_ns(overlapped_ns)}); "
                    + (f"copy time is {fmt_ratio(ratio)} the kernel busy time." if ratio is not None
                       else "no kernel runs, so there is nothing for the copies to overlap with."))
-        suggestion = ("Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
+        # pinned memory is advice only where the exposed copies are not already from or to it (a capture whose
+        # copies were all "pinned -> device" was told to use pinned memory)
+        pageable = worst.filter((pl.col("exposed_ns") > 0) & ~(
+            pl.col("src_memory").is_in(["pinned", "device"]) & pl.col("dst_memory").is_in(["pinned", "device"])))
+        suggestion = ("" if severity == "info" else
+                      "Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
                       "(non_blocking=True / cudaMemcpyAsync) on a stream other than the compute stream, "
-                      "so copies run while kernels do." if severity != "info" else "")
+                      "so copies run while kernels do." if pageable.height else
+                      "The exposed copies are from and to pinned or device memory already: issue them "
+                      "asynchronously (non_blocking=True / cudaMemcpyAsync) on a stream other than the compute "
+                      "stream, ahead of the kernels that need them (prefetch the next batch while this one "
+                      "computes), so copies run while kernels do.")
         return [Finding(self.name, severity, "Low memcpy/compute overlap" if severity != "info"
                         else "Memcpy/compute overlap", message, suggestion,
                         metrics={"memcpy_time_ns": memcpy_ns, "overlapped_ns": overlapped_ns,

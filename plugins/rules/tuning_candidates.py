@@ -28,7 +28,7 @@ import polars as pl
 
 from traceparse.errors import InputError
 from traceparse.expr import flat_rows, kind_is
-from traceparse.figures import fmt_number, fmt_ratio
+from traceparse.figures import fmt_number
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions
 from traceparse.trace import Trace
@@ -37,7 +37,7 @@ FIGURES = {"counters_seen": "count"}
 #: A score is a time in ns (the routine's time weighted by its metric), said as such: "28,573" alone named no unit.
 #: It stays a plain number in ns, not a duration column: the scores of different metrics differ by orders of
 #: magnitude, and one unit for the column would show the smaller ones as <0.001 ms.
-COLUMNS = [Column("name", "name", "name"), Column("metric", "metric", "text"), Column("value", "value", "ratio"),
+COLUMNS = [Column("name", "name", "name"), Column("metric", "metric", "text"), Column("value", "value", "metric"),
            Column("time_ns", "time", "ns"), Column("score", "score (ns)", "number")]
 #: What a score is, where the finding gives scores.
 SCORE_SAID = ("A score is the routine's time in ns weighted by the metric: time × value, or time ÷ value where "
@@ -210,7 +210,7 @@ class TuningCandidates(Rule):
                             _how_to_count(events),
                             metrics=metrics, figures=FIGURES)]
         lead = {m: next(i for i in items if i["metric"] == m) for m in used}
-        parts = [f"{m}: {v['name']!r} (value {fmt_ratio(v['value'])}, score {fmt_number(v['score'])} ns)"
+        parts = [f"{m}: {v['name']!r} (value {fmt_number(v['value'])}, score {fmt_number(v['score'])} ns)"
                  for m, v in lead.items()]
         message = "Top candidates by " + "; ".join(parts) + ". " + SCORE_SAID
         return [Finding(self.name, "info", "Tuning candidates: derived metric x time", message,
