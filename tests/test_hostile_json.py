@@ -1,9 +1,9 @@
-"""Hostile files for the torch and chrome readers (issue 12.10): a one-line error (exit 2) or a counted warning,
+"""Hostile files for the torch, chrome and rocprof readers (issue 12.10): a one-line error (exit 2) or a counted warning,
 never a traceback; decompression bounded.
 
 Three parts: named cases (deep nesting, non-UTF-8 bytes, a directory or FIFO, a number of the wrong JSON type
-in an integer field, out-of-range numbers); a deterministic mutation corpus of two small real fixtures run
-through both readers (seconds, in CI); gzip bombs of whitespace read in a subprocess whose peak RSS is
+in an integer field, out-of-range numbers); a deterministic mutation corpus of three small real fixtures run
+through the three readers (seconds, in CI); gzip bombs of whitespace read in a subprocess whose peak RSS is
 measured with :func:`resource.getrusage`.
 """
 
@@ -27,7 +27,7 @@ from helpers import FIXTURES, REPO, refused, run_cli
 from traceparse.errors import InputError
 from traceparse.ingest import read_paths
 
-READERS = ("torch", "chrome")
+READERS = ("torch", "chrome", "rocprof")
 EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2,
          "args": {"device": 0, "stream": 7, "correlation": 1}}
 
@@ -156,7 +156,8 @@ def test_directory_and_fifo(reader, tmp_path):
 
 # -- a mutation corpus ----------------------------------------------------------------------------------------
 SEEDS = [FIXTURES / "torch" / "rocm" / "hta_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-         FIXTURES / "chrome" / "handwritten" / "object_form.json"]
+         FIXTURES / "chrome" / "handwritten" / "object_form.json",
+         FIXTURES / "rocprof" / "rocm_blogs_hip_trace_results.json.gz"]
 ODD_VALUES = [b"1e400", b"-1e400", b"18446744073709551616", b"-9223372036854775809", b'"0x1"', b'"abc"', b"1.5",
               b"null", b"true", b"[]", b"{}", b'"\\ud800"', b"-0", b"1E+2", b'"\xff"', b"[[[[[[[[[[[[[[1]]]]]]]]]]]]]]"]
 

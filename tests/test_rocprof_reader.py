@@ -1,0 +1,164 @@
+"""The ``rocprof`` reader on real rocprof v1 ``results.json`` files (fixtures/rocprof/SOURCE.md): every row,
+time and link checked against an independent parse of the raw JSON here, with ``json`` and plain Python."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, refused, run_cli
+from traceparse.errors import InputError
+from traceparse.ingest import detect_reader, read_paths
+from traceparse.plugins import registry
+from traceparse.sources import read_head
+
+HERE = FIXTURES / "rocprof"
+REAL = sorted(HERE.glob("*.json.gz"))
+HANDWRITTEN = HERE / "handwritten" / "tblextr_head_roctx_barriers.json"
+
+
+def _doc(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+
+
+def _expected(path: Path) -> dict:
+    """What the file holds, by track: rows per kind, the kernels' time, the devices of the GPU rows and the
+    launch links (arrows from a call track that end where a GPU operation starts, no later than it)."""
+    events = _doc(path)["traceEvents"]
+    tracks = {str(e["pid"]): re.sub(r"^\d+ ", "", e["args"]["name"]) for e in events
+              if e.get("ph") == "M" and e.get("name") == "process_name"}
+    kinds, kernel_ns, devices, zero = Counter(), 0, set(), 0
+    ops = {}  # (track, lane, ts) -> the longest non-barrier operation starting there
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        track = tracks.get(str(e["pid"]), "")
+        a = e["args"]
+        ns = int(a["EndNs"]) - int(a["BeginNs"])
+        name = a.get("KernelName") or a.get("Name") or e["name"]
+        if track.startswith("CPU "):
+            kinds["marker" if name == "hsa_dispatch" else "api"] += 1
+        elif track == "COPY" or re.fullmatch(r"GPU\d+", track):
+            if name == "<barrier packet>":
+                kinds["barrier"] += 1
+                continue
+            kind = "memcpy" if track == "COPY" else "kernel"
+            kinds[kind] += 1
+            if kind == "kernel":
+                kernel_ns += ns
+                zero += ns == 0
+                devices.add(int(a.get("dev-id", a.get("gpu-id"))))
+            key = (str(e["pid"]), str(e["tid"]), int(e["ts"]))
+            if key not in ops or ns > ops[key]:
+                ops[key] = ns
+        elif track == "Markers and Ranges":
+            kinds["marker" if ns <= 1 else "region"] += 1
+    starts = {e["id"]: e for e in events if e.get("ph") == "s"}
+    marks = {(str(e["pid"]), str(e["tid"]), int(e["ts"])) for e in events
+             if e.get("ph") == "X" and e["name"] == "hsa_dispatch"}  # rocprof's mark of a dispatch: no call
+    links = 0
+    for t in (e for e in events if e.get("ph") == "t"):
+        s = starts.get(t["id"])
+        if s and tracks.get(str(s["pid"]), "").startswith("CPU ") and s["ts"] <= t["ts"] \
+                and (str(t["pid"]), str(t["tid"]), int(t["ts"])) in ops \
+                and (str(s["pid"]), str(s["tid"]), int(s["ts"])) not in marks:
+            links += 1
+    return {"kinds": dict(kinds), "kernel_ns": kernel_ns, "devices": devices, "links": links, "zero": zero}
+
+
+def test_every_real_fixture_is_claimed_by_the_rocprof_reader():
+    reg = registry()
+    assert len(REAL) == 4
+    for path in [*REAL, HANDWRITTEN]:
+        assert detect_reader(path, reg).name == "rocprof", path
+
+
+@pytest.mark.parametrize("path", [*REAL, HANDWRITTEN], ids=lambda p: p.name)
+def test_rows_times_devices_and_links_match_an_independent_parse(path):
+    want = _expected(path)
+    trace = read_paths([path])[0]
+    events = trace.events
+    got = dict(Counter(events["kind"].to_list()))
+    barriers = want["kinds"].pop("barrier", 0)
+    assert got == want["kinds"]
+    kernels = events.filter(events["kind"] == "kernel")
+    assert int(kernels["duration_ns"].sum() or 0) == want["kernel_ns"]  # exact: BeginNs/EndNs, not ts/dur
+    assert set(kernels["device_id"].to_list()) == want["devices"]
+    gpu = events.filter(events["kind"].is_in(["kernel", "memcpy"]))
+    linked = gpu.filter(gpu["correlation_id"].is_not_null())
+    assert linked.height == want["links"]
+    # each linked operation's call is on a call track, shares its id, and began before the operation did
+    calls = events.filter((events["kind"] == "api") & events["correlation_id"].is_not_null())
+    assert sorted(calls["correlation_id"].to_list()) == sorted(linked["correlation_id"].to_list())
+    joined = linked.join(calls, on="correlation_id", suffix="_call")
+    assert (joined["start_ns_call"] <= joined["start_ns"]).all()
+    if barriers:
+        assert f"{barriers} barrier packets" in " ".join(trace.meta.warnings)
+
+
+def test_the_old_form_gives_the_process_not_the_track():
+    """Before ROCm 4.3, ``args.pid`` held the track (2, 3: the event's own pid) and ``args.proc-id`` the process,
+    on copies and dispatches only; the calls take the one process the file names."""
+    path = HERE / "millipyde_rocm4_results.json.gz"
+    events = [e for e in _doc(path)["traceEvents"] if e.get("ph") == "X"]
+    processes = {int(e["args"]["proc-id"]) for e in events if "proc-id" in e["args"]}
+    assert len(processes) == 1 and all(e["args"]["pid"] == e["pid"] for e in events if "proc-id" not in e["args"])
+    trace = read_paths([path])[0]
+    assert set(trace.events.filter(trace.events["kind"] == "api")["pid"].to_list()) == processes
+
+
+def test_a_real_trace_reads_as_gpu_work_and_its_launches(store):
+    """The first screen gives GPU busy time (it said "the trace recorded no GPU activity" when the file was read
+    as a plain Chrome trace) and launch-stats counts the launches the arrows link, as counted here."""
+    path = HERE / "millipyde_2gpu_results.json.gz"
+    code, out, err = run_cli("analyze", str(path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["summary"][0]["gpu_busy_pct"] is not None and doc["summary"][0]["gpu_devices"] == 2
+    launches = next(f for f in doc["findings"] if f["rule"] == "launch-stats")
+    assert launches["metrics"]["linked_kernels"] == _expected(path)["links"]
+
+
+def test_rocprofv2_json_and_a_plain_chrome_trace_are_not_claimed(tmp_path):
+    """rocprofv2's JSON plugin writes tracks ``CPU``/``GPU`` and no ``BeginNs`` (a hand-written file after its
+    layout): not claimed (a Chrome trace of another reader)."""
+    v2 = tmp_path / "1234_output.json"
+    v2.write_text(json.dumps({"traceEvents": [
+        {"args": {"name": "CPU"}, "ph": "M", "pid": 1, "name": "process_name"},
+        {"args": {"name": "GPU"}, "ph": "M", "pid": 2, "name": "process_name"},
+        {"ph": "X", "name": "vector_add", "pid": 2, "tid": 1, "ts": 5, "dur": 2, "cat": "kernel",
+         "args": {"cid": 7}}]}, indent=2))
+    assert detect_reader(v2, registry()).name != "rocprof"
+
+
+def test_an_event_without_its_nanoseconds_is_refused_naming_it(store, tmp_path):
+    """A real file with one copy's ``BeginNs`` taken out: one line naming the event and what it lacks."""
+    path = HERE / "rocm_blogs_hip_trace_results.json.gz"
+    text = gzip.decompress(path.read_bytes()).decode()
+    doc = json.loads(text)
+    index = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "CopyHostToDevice")
+    cut = re.sub(r'"BeginNs":"\d+",', "", text, count=1)
+    assert cut.count('"BeginNs"') == text.count('"BeginNs"') - 1
+    first = min(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X")
+    bad = tmp_path / "results.json"
+    bad.write_text(cut)
+    refused(["ingest", str(bad)], f"{bad}: traceEvents[{first}].args: BeginNs and EndNs (rocprof writes both on "
+            "every event)", store)
+    assert index >= first
+
+
+def test_the_sniff_needs_rocprofs_tracks_and_nanoseconds():
+    head = read_head(HERE / "rocm_blogs_hip_trace_results.json.gz", 64 * 1024)
+    reader = registry().readers["rocprof"]
+    assert reader.sniff(Path("results.json"), head) == 0.8
+    assert reader.sniff(Path("x.json"), head.replace(b'"BeginNs"', b'"Begin"')) == 0.0
+    assert reader.sniff(Path("x.json"), head.replace(b"CPU HIP API", b"CPU").replace(b'"COPY"', b'"C"')
+                        .replace(b'"GPU', b'"G')) == 0.0
+    with pytest.raises(InputError):
+        read_paths([HERE / "SOURCE.md"], fmt="rocprof")[0].events
