@@ -101,7 +101,8 @@ def read_results(path: Path, options: ReadOptions) -> Trace:
         frame = frame.with_columns(pl.col("pid").fill_null(processes[0]))
     kinds = {t: _LABEL.match(label) for t, label in tracks.items()}
     track_kind = pl.DataFrame({"_track": list(kinds), "_kind": [_kind(m) for m in kinds.values()],
-                               "_device": [int(m.group(2)) if m and m.group(2) else None for m in kinds.values()]},
+                               "_device": [ascii_int(m.group(2)) if m and m.group(2) else None
+                                           for m in kinds.values()]},
                               schema={"_track": pl.Int64, "_kind": pl.String, "_device": pl.Int64})
     frame = frame.join(track_kind, on="_track", how="left", maintain_order="left")
     unknown = frame.filter(pl.col("_kind").is_null())
@@ -205,7 +206,8 @@ def _add(rows: dict[str, list], path: Path, index: int, e: RocEvent) -> None:
     if begin is None or end is None:
         raise bad_input(path, f"traceEvents[{index}].args", "BeginNs and EndNs (rocprof writes both on every event)")
     if end < begin:
-        raise bad_input(path, f"traceEvents[{index}].args.EndNs", f"an end no earlier than BeginNs, got {end} < {begin}")
+        raise bad_input(path, f"traceEvents[{index}].args.EndNs",
+                        f"an end no earlier than BeginNs, got {end} < {begin}")
     name = a.KernelName or a.Name or e.name
     rows["_at"].append(index)
     rows["_track"].append(ascii_int(e.pid))
@@ -246,5 +248,6 @@ def _int(path: Path, index: int, field: str, value: Any) -> int | None:
         return None
     number = ascii_int(value)
     if number is None:
-        raise bad_input(path, f"traceEvents[{index}].args.{field}", f"an integer of nanoseconds, got {str(value)[:40]!r}")
+        raise bad_input(path, f"traceEvents[{index}].args.{field}",
+                        f"an integer of nanoseconds, got {str(value)[:40]!r}")
     return number
