@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, refused, run_cli
+from traceparse.analysis import analyze
 from traceparse.errors import InputError
 from traceparse.ingest import detect_reader, read_paths
 from traceparse.plugins import registry
@@ -162,3 +163,20 @@ def test_the_sniff_needs_rocprofs_tracks_and_nanoseconds():
                         .replace(b'"GPU', b'"G')) == 0.0
     with pytest.raises(InputError):
         read_paths([HERE / "SOURCE.md"], fmt="rocprof")[0].events
+
+
+def test_gpu_idle_says_when_no_call_is_linked_to_the_gpu_work(tmp_path):
+    """A real rocprof trace with its arrows taken out (a derived file: rocprof writes no correlation id, the
+    arrows are the only links) has runtime calls but none linked to a copy or kernel: gpu-idle cannot tell a
+    GPU waiting for the host from one waiting for other work, and says so, instead of counting every gap as
+    "queued work waiting for something else than the host". With the arrows, it counts host waits."""
+    path = HERE / "millipyde_2gpu_results.json.gz"
+    doc = _doc(path)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") not in ("s", "t")]
+    cut = tmp_path / "results.json"
+    cut.write_text(json.dumps(doc))
+    (blind,) = analyze(read_paths([cut])[0], ["gpu-idle"])
+    assert "The trace links no runtime call to the GPU work it queued" in blind.message
+    assert blind.suggestion.startswith("The trace ties no runtime call to the GPU work it queued")
+    (seen,) = analyze(read_paths([path])[0], ["gpu-idle"])
+    assert "links no runtime call" not in seen.message and seen.metrics["host_wait_ns"] > 0

@@ -116,6 +116,10 @@ SUGGESTION_OTHER = ("Most stream idle time is queued work waiting for something 
 SUGGESTION_BLIND = ("Record the runtime calls (torch.profiler's CUDA activity with its cuda_runtime events, nsys's "
                     "CUDA API trace) to tell a GPU waiting for the host from one waiting for other work; meanwhile "
                     "look at what the host does before the longest gaps.")
+SUGGESTION_UNLINKED = ("The trace ties no runtime call to the GPU work it queued (a correlation id, rocprof's "
+                       "arrows): record with a tool or option that does (torch.profiler, nsys, rocprof "
+                       "--hip-trace) to tell a GPU waiting for the host from one waiting for other work; meanwhile "
+                       "look at what the host does before the longest gaps.")
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
               "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
               "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
@@ -199,14 +203,19 @@ class GpuIdle(Rule):
         activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
         message += sentence
         suggestion = ""
-        blind = not bool(events.select((pl.col("kind") == "api").any()).item())  # no launch call: no queue seen
+        # no launch call, or none linked to the GPU work it queued: when work was queued cannot be seen
+        calls, links = events.select(_calls=(pl.col("kind") == "api").any(), _links=(expr.kind_is(*expr.GPU_KINDS) & (
+            pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null())).any()).row(0)
+        blind = not calls or not links
         if blind and reasons:
             message += (" The trace has no runtime calls (launches): whether work was queued in a gap cannot be "
-                        "told, so host waits count as other.")
+                        "told, so host waits count as other." if not calls else
+                        " The trace links no runtime call to the GPU work it queued: whether work was queued in a "
+                        "gap cannot be told, so host waits count as other.")
         if severity != "info":
             suggestion = SUGGESTION
             if blind:
-                suggestion = SUGGESTION_BLIND
+                suggestion = SUGGESTION_BLIND if not calls else SUGGESTION_UNLINKED
             elif (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):
                 suggestion = SUGGESTION_OTHER
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
