@@ -52,7 +52,9 @@ of the span, and only the reasons' shares of it are used. Metrics:
 ``host_wait_pct``, ``kernel_wait_pct``, ``other_wait_pct`` (the reasons'
 shares of the streams' gap time), ``host_wait_ns``, ``kernel_wait_ns``,
 ``other_wait_ns`` (the devices' ``idle_ns`` split by those shares, so they
-add up to it), and ``streams`` ({"device:stream": activities, span_ns,
+add up to it), ``unlinked_wait_ns`` (the part of ``other_wait_ns`` before copies or kernels linked to no launch
+call: their wait cannot be told; where it is most of "other" the sentence says so and the suggestion is not
+"queued work waiting"), and ``streams`` ({"device:stream": activities, span_ns,
 idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
 first; the screen shows the worst few and one row for the rest). The breakdown does
 not change the severity; it picks the suggestion (host wait or other).
@@ -120,6 +122,10 @@ SUGGESTION_UNLINKED = ("The trace ties no runtime call to the GPU work it queued
                        "arrows): record with a tool or option that does (torch.profiler, nsys, rocprof "
                        "--hip-trace) to tell a GPU waiting for the host from one waiting for other work; meanwhile "
                        "look at what the host does before the longest gaps.")
+SUGGESTION_PART_UNLINKED = ("Most of the idle time comes before copies or kernels the trace ties to no runtime "
+                            "call, so whether they were queued cannot be told: record with the links where the tool "
+                            "can (correlation ids; rocprof draws arrows for launches, not always for copies); "
+                            "meanwhile look at what the host does before the longest gaps.")
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
               "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
               "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
@@ -198,15 +204,15 @@ class GpuIdle(Rule):
         if without:
             message += (f" {listed('rank', without, shown=8).capitalize()} recorded no GPU activity and "
                         f"{'is' if len(without) == 1 else 'are'} left out of these figures.")
-        breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns)
-        message += reasons
-        activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
-        message += sentence
-        suggestion = ""
         # no launch call, or none linked to the GPU work it queued: when work was queued cannot be seen
         calls, links = events.select(_calls=(pl.col("kind") == "api").any(), _links=(expr.kind_is(*expr.GPU_KINDS) & (
             pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null())).any()).row(0)
         blind = not calls or not links
+        breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns, partly_linked=not blind)
+        message += reasons
+        activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
+        message += sentence
+        suggestion = ""
         if blind and reasons:
             message += (" The trace has no runtime calls (launches): whether work was queued in a gap cannot be "
                         "told, so host waits count as other." if not calls else
@@ -217,7 +223,9 @@ class GpuIdle(Rule):
             if blind:
                 suggestion = SUGGESTION_BLIND if not calls else SUGGESTION_UNLINKED
             elif (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):
-                suggestion = SUGGESTION_OTHER
+                # "queued work waiting for something else" only where the queueing was seen
+                suggestion = (SUGGESTION_OTHER if 2 * breakdown["unlinked_wait_ns"] <= breakdown["other_wait_ns"]
+                              else SUGGESTION_PART_UNLINKED)
         return [Finding(self.name, severity, "GPU idle" if severity != "info" else "GPU idle time", message,
                         suggestion,
                         metrics={"span_ns": span_ns, "idle_ns": idle_ns, "idle_pct": idle_pct, "busy_ns": busy_ns,
@@ -257,9 +265,11 @@ class GpuIdle(Rule):
         named = ", ".join(f"{name} {fmt_pct(v['share_pct'])}" for name, v in list(table.items())[:3])
         return table, f" The host, while the GPU waited for it, was in: {named}."
 
-    def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int) -> tuple[dict, dict, str]:
+    def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int,
+                   partly_linked: bool = True) -> tuple[dict, dict, str]:
         """Idle time split into host wait, kernel wait and other by the streams' gaps: metrics, the streams table
-        (worst first), a sentence.
+        (worst first), a sentence (which says how much of "other" comes before unlinked work where the trace links
+        some of its work to launch calls, ``partly_linked``; where it links none, the rule says that instead).
 
         Each stream's gaps are classified; the shares of the three reasons in the streams' gap time split the
         devices' idle time (streams overlap, so the gaps of several streams may cover one idle moment: their
@@ -270,10 +280,11 @@ class GpuIdle(Rule):
         parts = {"host_wait_ns": exact_sum(per_stream["host_wait_ns"]),
                  "kernel_wait_ns": exact_sum(per_stream["kernel_wait_ns"]),
                  "other_wait_ns": exact_sum(per_stream["other_ns"])}
+        unlinked = exact_sum(per_stream["unlinked_ns"])
         shares = {k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}
         # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns)
         metrics = {**{k: (2 * idle_ns * v + total) // (2 * total) if total else 0 for k, v in parts.items()},
-                   **shares}
+                   **shares, "unlinked_wait_ns": (2 * idle_ns * unlinked + total) // (2 * total) if total else 0}
         # most idle first; streams idle alike as shown (a run's ranks often are) in rank order, not by nanoseconds
         # no one sees nor by their trace ids' hashes
         rank = rank_of(ranks)
@@ -291,6 +302,9 @@ class GpuIdle(Rule):
         host, kernel, other = shares_shown([shares[k] for k in WAIT_SHARES])  # as the figures show them
         sentence = (f" Why {who} gap time: host wait {fmt_pct(host)} (nothing queued), kernel wait {fmt_pct(kernel)} "
                     f"(queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(other)}.")
+        if partly_linked and 2 * unlinked > parts["other_wait_ns"]:  # most of "other" is before unlinked work
+            sentence += (f" Of the other, {fmt_pct(expr.pct(unlinked, parts['other_wait_ns']))} is before copies or "
+                         "kernels the trace links to no launch call: whether they were queued cannot be told.")
         return metrics, streams, sentence
 
 

@@ -254,7 +254,8 @@ class StreamIdle(Measure):
     ``span_ns`` (first start to last end), ``busy_ns``, ``idle_ns`` (Σ gaps),
     ``host_wait_ns``, ``kernel_wait_ns``, ``other_ns``, and the number of
     gaps of each: ``gaps``, ``host_wait_gaps``, ``kernel_wait_gaps``,
-    ``other_gaps``. Sorted by stream.
+    ``other_gaps``; ``unlinked_ns``: the part of ``other_ns`` before activities with no linked launch (whose
+    wait cannot be told). Sorted by stream.
 
     Part: the projection of :class:`Launches`; combine: the sweep. Valid
     partitions: device, trace, row chunks.
@@ -274,17 +275,18 @@ class StreamIdle(Measure):
             return [pl.col("gap").filter(pl.col("category") == label).sum().alias(f"{label}_ns"),
                     (pl.col("category") == label).sum().cast(pl.Int64).alias(f"{label}_gaps")]
 
+        unlinked = (pl.col("category") == "other") & pl.col("launch_start_ns").is_null()
         out = (gaps.group_by(STREAM).agg(
             activities=pl.len().cast(pl.Int64), first=pl.col("start_ns").min(), last=pl.col("end_ns").max(),
             idle_ns=pl.col("gap").sum(), gaps=(pl.col("gap") > 0).sum().cast(pl.Int64),
-            *of("host_wait"), *of("kernel_wait"), *of("other"))
+            *of("host_wait"), *of("kernel_wait"), *of("other"), unlinked_ns=pl.col("gap").filter(unlinked).sum())
             .with_columns(span_ns=pl.col("last") - pl.col("first"))
             .with_columns(busy_ns=pl.col("span_ns") - pl.col("idle_ns"),
                           stream_id=pl.when(pl.col("stream_id") >= 0).then(pl.col("stream_id")))
             .sort(STREAM, nulls_last=False))
         return unkeyed(out).select(
             *STREAM, "activities", "span_ns", "busy_ns", "idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns",
-            "gaps", "host_wait_gaps", "kernel_wait_gaps", "other_gaps")
+            "gaps", "host_wait_gaps", "kernel_wait_gaps", "other_gaps", "unlinked_ns")
 
 
 launches = Launches()
