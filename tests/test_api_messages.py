@@ -49,7 +49,7 @@ def test_a_missing_store_says_what_to_pass(tmp_path):
 
 
 def test_an_unknown_format_names_fmt(tmp_path):
-    known = "known formats: auto, chrome, jax, ncu, nsys, nvprof, tau, torch, torch_et"
+    known = "known formats: auto, chrome, jax, ncu, nsys, nvprof, rocprof, tau, torch, torch_et"
     assert _said(lambda: traceparse.load(TORCH, fmt="bogus")) == f"fmt='bogus': unknown format; {known}"
     assert _said(lambda: traceparse.add(TORCH, fmt="bogus", store=tmp_path / "s")) == \
         f"fmt='bogus': unknown format; {known}"

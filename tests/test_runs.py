@@ -241,7 +241,7 @@ def test_a_folder_of_no_traces_is_refused_as_a_folder(tmp_path):
     code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
     assert code == 2
     assert err == (f"traceparse: error: {d}: a folder no reader reads, and none of its 2 entries is a trace "
-                   "traceparse recognises (tried: chrome, jax, ncu, nsys, nvprof, tau, torch, torch_et); a run is "
+                   "traceparse recognises (tried: chrome, jax, ncu, nsys, nvprof, rocprof, tau, torch, torch_et); a run is "
                    "a folder of one trace per rank\n")
     nothing_stored(tmp_path / "s")
 
