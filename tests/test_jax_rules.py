@@ -262,3 +262,20 @@ def test_a_kernel_whose_name_says_no_collective_takes_its_xla_instructions():
                          "hlo_op": ["all-gather-start.2", "reduce.5", None, "all-reduce.1", "reduce.5"]})
     assert rows.select(kernel_collective().alias("c"))["c"].to_list() == \
         ["all_gather", "unknown", "unknown", "all_gather", None]
+
+
+def test_jax_python_tracer_frames_are_no_steps(tmp_path):
+    """TraceLens's JAX 0.8 elementwise profile (MI300X) has no step annotation; its host plane's ``python`` line
+    holds JAX's Python-tracer frames, 30 of them calls of the builtin ``iter()`` named ``$builtins iter``: they
+    were "30 steps (range $builtins iter), mean 255 ns" of a 10.3 ms trace, and the critical path's per-step
+    figures with them. The name is in the file's bytes (an XEvent metadata name), counted here from the rows."""
+    path = JAX / "public" / "tracelens_jax08_elementwise" / "tw003.xplane.pb"
+    assert b"$builtins iter" in path.read_bytes()
+    events = read_paths([path])[0].events
+    assert events.filter(pl.col("name") == "$builtins iter").height == 30
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["summary"][0]["steps"] == 0 and doc["summary"][0]["step_source"] is None
+    path_finding = next(f for f in doc["findings"] if f["rule"] == "critical-path")
+    assert "$builtins iter" not in json.dumps(path_finding)

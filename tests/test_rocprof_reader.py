@@ -72,14 +72,29 @@ def _expected(path: Path) -> dict:
     starts = {e["id"]: e for e in events if e.get("ph") == "s"}
     marks = {(str(e["pid"]), str(e["tid"]), int(e["ts"])) for e in events
              if e.get("ph") == "X" and e["name"] == "hsa_dispatch"}  # rocprof's mark of a dispatch: no call
-    links = 0
+    linked = set()
     for t in (e for e in events if e.get("ph") == "t"):
         s = starts.get(t["id"])
         if s and tracks.get(str(s["pid"]), "").startswith("CPU ") and s["ts"] <= t["ts"] \
                 and (str(t["pid"]), str(t["tid"]), int(t["ts"])) in ops \
                 and (str(s["pid"]), str(s["tid"]), int(s["ts"])) not in marks:
-            links += 1
-    return {"kinds": dict(kinds), "kernel_ns": kernel_ns, "devices": devices, "links": links, "zero": zero}
+            linked.add((str(t["pid"]), str(t["tid"]), int(t["ts"])))
+    # and a copy no arrow reaches, inside synchronous copy calls of one thread of its process
+    span = lambda e: (int(e["args"]["BeginNs"]), int(e["args"]["EndNs"]))  # noqa: E731
+    calls = [e for e in events if _copy_call(e) and tracks.get(str(e["pid"]), "").startswith("CPU ")]
+    process = lambda e: e["args"].get("proc-id", e["args"]["pid"])  # noqa: E731
+    for c in events:
+        key = (str(c.get("pid")), str(c.get("tid")), int(c["ts"])) if c.get("ph") == "X" else None
+        if key is None or tracks.get(key[0]) != "COPY" or key in linked:
+            continue
+        holding = [k for k in calls if process(k) == process(c) and span(k)[0] <= span(c)[0]
+                   and span(c)[1] <= span(k)[1]]
+        if holding and len({k["args"]["tid"] for k in holding}) == 1:
+            linked.add(key)
+    links = len(linked)
+    kernel_links = sum(1 for key in linked if re.fullmatch(r"GPU\d+", tracks[key[0]]))
+    return {"kinds": dict(kinds), "kernel_ns": kernel_ns, "devices": devices, "links": links, "zero": zero,
+            "kernel_links": kernel_links}
 
 
 def test_every_real_fixture_is_claimed_by_the_rocprof_reader():
@@ -135,7 +150,7 @@ def test_a_real_trace_reads_as_gpu_work_and_its_launches(store):
     doc = json.loads(out)
     assert doc["summary"][0]["gpu_busy_pct"] is not None and doc["summary"][0]["gpu_devices"] == 2
     launches = next(f for f in doc["findings"] if f["rule"] == "launch-stats")
-    assert launches["metrics"]["linked_kernels"] == _expected(path)["links"]
+    assert launches["metrics"]["linked_kernels"] == _expected(path)["kernel_links"]
 
 
 def test_rocprofv2_json_and_a_plain_chrome_trace_are_not_claimed(tmp_path):
@@ -177,28 +192,65 @@ def test_the_sniff_needs_rocprofs_tracks_and_nanoseconds():
         read_paths([HERE / "SOURCE.md"], fmt="rocprof")[0].events
 
 
-def test_gpu_idle_says_when_no_call_is_linked_to_the_gpu_work(tmp_path):
-    """A real rocprof trace with its arrows taken out (a derived file: rocprof writes no correlation id, the
-    arrows are the only links) has runtime calls but none linked to a copy or kernel: gpu-idle cannot tell a
-    GPU waiting for the host from one waiting for other work, and says so, instead of counting every gap as
-    "queued work waiting for something else than the host". With the arrows, it counts host waits."""
-    path = HERE / "millipyde_2gpu_results.json.gz"
+def _without(path: Path, tmp_path: Path, name: str, drop) -> Path:
+    """A derived copy of a real trace with the events ``drop`` picks taken out."""
     doc = _doc(path)
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") not in ("s", "t")]
-    cut = tmp_path / "results.json"
-    cut.write_text(json.dumps(doc))
-    (blind,) = analyze(read_paths([cut])[0], ["gpu-idle"])
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not drop(e)]
+    out = tmp_path / f"{name}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _copy_call(e: dict) -> bool:
+    return e.get("ph") == "X" and re.fullmatch(r"hipMemcpy(?:[A-Z][A-Za-z]*)?", e.get("name") or "") is not None
+
+
+def test_a_copy_with_no_arrow_is_linked_to_the_synchronous_call_it_ran_in():
+    """rocprof drew no arrow to any of this trace's 23 copies; a synchronous ``hipMemcpy*`` returns once its copy
+    is done, so a copy inside such calls of one thread is that call's (the innermost). Worked out here from the
+    raw events: the copies and the calls holding them."""
+    path = HERE / "millipyde_2gpu_results.json.gz"
+    events = _doc(path)["traceEvents"]
+    tracks = {str(e["pid"]): e["args"]["name"] for e in events if e.get("ph") == "M"}
+    copies = [e for e in events if e.get("ph") == "X" and tracks.get(str(e["pid"])) == "COPY"]
+    calls = [e for e in events if _copy_call(e) and tracks.get(str(e["pid"])) == "CPU HIP API"]
+    span = lambda e: (int(e["args"]["BeginNs"]), int(e["args"]["EndNs"]))  # noqa: E731
+    want = {}
+    for c in copies:
+        holding = [k for k in calls if k["args"]["pid"] == c["args"]["pid"]
+                   and span(k)[0] <= span(c)[0] and span(c)[1] <= span(k)[1]]
+        if holding and len({k["args"]["tid"] for k in holding}) == 1:
+            inner = max(holding, key=lambda k: (span(k)[0], -span(k)[1]))
+            want[span(c)[0]] = (inner["name"], span(inner)[0])
+    trace = read_paths([path])[0]
+    rows = trace.events
+    got = {}
+    for copy in rows.filter((rows["kind"] == "memcpy") & rows["correlation_id"].is_not_null()).iter_rows(named=True):
+        (call,) = rows.filter((rows["kind"] == "api") & (rows["correlation_id"] == copy["correlation_id"])).iter_rows(
+            named=True)
+        got[copy["start_ns"]] = (call["name"], call["start_ns"])
+    assert len(want) == 13 and got == want
+    # the three-second gaps before the device-to-host copies are the GPU waiting for the host
+    (found,) = analyze(trace, ["gpu-idle"])
+    assert found.metrics["host_wait_pct"] > 90 and found.suggestion.startswith("The GPU waits for the host")
+
+
+def test_gpu_idle_says_when_no_call_is_linked_to_the_gpu_work(tmp_path):
+    """A real rocprof trace with its arrows and copy calls taken out (derived files: rocprof writes no
+    correlation id) has runtime calls but none linked to a copy or kernel: gpu-idle cannot tell a GPU waiting for
+    the host from one waiting for other work, and says so, instead of counting every gap as "queued work waiting
+    for something else than the host". With the arrows but without the copy calls, its kernels are linked and
+    its copies not: the long gaps before the copies are said to be before unlinked work, with no "queued work"
+    advice."""
+    path = HERE / "millipyde_2gpu_results.json.gz"
+    blind_file = _without(path, tmp_path, "blind", lambda e: e.get("ph") in ("s", "t") or _copy_call(e))
+    (blind,) = analyze(read_paths([blind_file])[0], ["gpu-idle"])
     assert "The trace links no runtime call to the GPU work it queued" in blind.message
     assert blind.suggestion.startswith("The trace ties no runtime call to the GPU work it queued")
-    (seen,) = analyze(read_paths([path])[0], ["gpu-idle"])
-    assert "links no runtime call" not in seen.message and seen.metrics["host_wait_ns"] > 0
-    # its copies have no arrow (23 copies, no flow event ends on COPY): the long gaps end in copies whose wait
-    # cannot be told, so the "other" time is said to be that, and the advice is not "queued work waiting"
-    doc = _doc(path)
-    copy_track = next(str(e["pid"]) for e in doc["traceEvents"]
-                      if e.get("ph") == "M" and e["args"]["name"] == "COPY")
-    assert not any(e.get("ph") == "t" and str(e["pid"]) == copy_track for e in doc["traceEvents"])
-    m = seen.metrics
+    part_file = _without(path, tmp_path, "part", _copy_call)
+    (part,) = analyze(read_paths([part_file])[0], ["gpu-idle"])
+    m = part.metrics
+    assert "links no runtime call" not in part.message and m["host_wait_ns"] > 0
     assert 0 < m["unlinked_wait_ns"] <= m["other_wait_ns"] and 2 * m["unlinked_wait_ns"] > m["other_wait_ns"]
-    assert "is before copies or kernels the trace links to no launch call" in seen.message
-    assert seen.suggestion.startswith("Most of the idle time comes before copies or kernels the trace ties to no")
+    assert "is before copies or kernels the trace links to no launch call" in part.message
+    assert part.suggestion.startswith("Most of the idle time comes before copies or kernels the trace ties to no")

@@ -322,7 +322,7 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      else f"- (the trace lists {_untimed(summary['gpu_untimed'])} but never when they ran (a "
                           "metrics-only log): no busy time to give)" if busy is None and summary.get("gpu_untimed")
                      else "- (the trace recorded no GPU activity)" if busy is None
-                     else f"{fmt_pct(busy)} of {whole} (first to last activity)"))
+                     else f"{fmt_pct(busy)} of {whole} (first to last activity)" + _short_span(summary)))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -413,6 +413,19 @@ def _unread(unread: dict) -> str:
     more = ", …" if len(unread) > 3 else ""
     return (f"{total:,} event{'s' if total != 1 else ''} of {len(unread)} categor{'ies' if len(unread) != 1 else 'y'}"
             f" ({names}{more})")
+
+
+#: Where the GPU's span is under this share of the trace's, the busy line says how short it is.
+SHORT_GPU_SPAN_PCT = 10.0
+
+
+def _short_span(summary: dict) -> str:
+    """``: 11.0 us of the 33.73 ms traced`` where the GPU's span is a sliver of the trace's (a CUDA-graph capture
+    whose two kernels ran back to back read ">99.9% busy" beside a 33.7 ms step), else ""."""
+    gpu, span = summary.get("gpu_span_ns"), summary.get("span_ns")
+    if not gpu or not span or 100.0 * gpu >= SHORT_GPU_SPAN_PCT * span:
+        return ""
+    return f": {fmt_ns(gpu)} of the {fmt_ns(span)} traced"
 
 
 #: The GPU row kinds in words, one and several (:func:`_untimed`).

@@ -47,7 +47,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work; then
+    minus gpu-idle's idle %; None without timed GPU work; ``gpu_span_ns`` the span it is of (a device's first to
+    last activity; of several, their mean); then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
@@ -94,6 +95,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "steps_span_ns": int(steps["end_ns"].max() - steps["start_ns"].min()) if durations else None,
         "gpu_busy_pct": busy_pct,
         "gpu_devices": busy.height,
+        "gpu_span_ns": span_sum // busy.height if busy.height else None,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_untimed": _untimed_gpu(events) if not span_sum and split is None else {},
         "gpu_totals_only": not span_sum and split is not None,

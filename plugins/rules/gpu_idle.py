@@ -302,7 +302,8 @@ class GpuIdle(Rule):
         host, kernel, other = shares_shown([shares[k] for k in WAIT_SHARES])  # as the figures show them
         sentence = (f" Why {who} gap time: host wait {fmt_pct(host)} (nothing queued), kernel wait {fmt_pct(kernel)} "
                     f"(queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(other)}.")
-        if partly_linked and 2 * unlinked > parts["other_wait_ns"]:  # most of "other" is before unlinked work
+        # most of an "other" worth naming is before unlinked work
+        if partly_linked and 2 * unlinked > parts["other_wait_ns"] and (shares["other_wait_pct"] or 0) >= 10:
             sentence += (f" Of the other, {fmt_pct(expr.pct(unlinked, parts['other_wait_ns']))} is before copies or "
                          "kernels the trace links to no launch call: whether they were queued cannot be told.")
         return metrics, streams, sentence

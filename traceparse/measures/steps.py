@@ -51,9 +51,11 @@ steps = Steps()
 STEP_GROUP = "step"
 #: Host-side ranges that mark one iteration where the trace has no ``ProfilerStep#N``: an NVTX range or
 #: annotation named like ``train_step``, ``step 3``, ``iteration 7``, ``iter_12`` (not ``Optimizer.step``, nor a
-#: Python frame that with_stack records: ``torch/utils/_pytree.py(1462): tree_iter`` ran 240 times a step).
+#: Python frame that with_stack records: ``torch/utils/_pytree.py(1462): tree_iter`` ran 240 times a step, nor one
+#: JAX's Python tracer records, ``$file.py:N name`` or ``$builtins name``: 30 calls of ``iter()`` of 110–600 ns
+#: were "30 steps, mean 255 ns" of a 10.3 ms trace).
 STEP_RANGE = r"(?i)(^|[^a-z])(step|iter|iteration)([^a-z]|$)"
-NOT_STEP_RANGE = r"(?i)optim|(\.py|>)\(\d+\): |^<built-in "
+NOT_STEP_RANGE = r"(?i)optim|(\.py|>)\(\d+\): |^<built-in |^\$"
 #: A name's trailing number (``step 3``, ``iter_12``, ``step3``): ranges whose names differ only by it are one
 #: series, each range keeping its number. Groups: stem, separator, number.
 TRAILING_NUMBER = r"^(.*?[^\d\s_#:.\-])([\s_#:.\-]*)([0-9]{1,18})$"  # a longer number is part of the name

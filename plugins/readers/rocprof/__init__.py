@@ -16,8 +16,9 @@ a Chrome trace made by rocprofiler's ``bin/tblextr.py`` (ROCm 2.x to 6.x; format
 - ``Markers and Ranges``: ROCTX, a marker (rocprof writes it 1 ns long) or a range (``region``).
 
 Other tracks (``GPU Barriers<n>``, ROCm 6.2's barrier packets) are skipped and counted in a warning; flow
-events (``DataFlow``: a call to the copy or dispatch it queued) are links, not slices. Times are the exact
-nanoseconds of ``args.BeginNs`` and ``args.EndNs`` (the top-level ``ts``/``dur`` are the same truncated to
+events (``DataFlow``: a call to the copy or dispatch it queued) are links, not slices: they make the launch
+links (``correlation_id``), and a copy none reaches takes the synchronous copy call it ran inside. Times are the
+exact nanoseconds of ``args.BeginNs`` and ``args.EndNs`` (the top-level ``ts``/``dur`` are the same truncated to
 microseconds, and since ROCm 3.10 may be shifted to the run's start). rocprofv2's JSON (no ``BeginNs``, tracks
 ``CPU``/``GPU``) and rocprofv3's (no ``traceEvents``) are other formats: not claimed.
 """
