@@ -254,3 +254,19 @@ def test_gpu_idle_says_when_no_call_is_linked_to_the_gpu_work(tmp_path):
     assert 0 < m["unlinked_wait_ns"] <= m["other_wait_ns"] and 2 * m["unlinked_wait_ns"] > m["other_wait_ns"]
     assert "is before copies or kernels the trace links to no launch call" in part.message
     assert part.suggestion.startswith("Most of the idle time comes before copies or kernels the trace ties to no")
+
+
+def test_the_links_are_the_same_on_every_read():
+    """The ids given to copies linked by the call they ran in are numbered in file order: two reads (one of them
+    with one polars thread) give the same table (they differed from read to read when numbered in the order a
+    hash-based unique left the rows: reader.read() against store.load() found it)."""
+    import os
+    import subprocess
+    import sys
+
+    path = HERE / "millipyde_2gpu_results.json.gz"
+    code = ("import sys; from traceparse.ingest import read_paths; e = read_paths([sys.argv[1]])[0].events; "
+            "print(e.select('correlation_id', 'start_ns', 'kind').rows())")
+    runs = [subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
+                           env={**os.environ, "POLARS_MAX_THREADS": threads}).stdout for threads in ("1", "4")]
+    assert runs[0] == runs[1] and runs[0].count("memcpy") == 23

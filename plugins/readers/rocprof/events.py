@@ -171,13 +171,14 @@ def _linked(frame: pl.DataFrame, starts: pl.DataFrame, ends: pl.DataFrame) -> pl
         return _contained(frame.with_row_index("_row").with_columns(correlation_id=pl.lit(None, dtype=pl.Int64))
                           ).drop("_row")
     ops = (arrows.select(_track="_track_end", _lane="_lane_end", _ts="_ts_end", correlation_id="_id")
-           .unique(["_track", "_lane", "_ts"], keep="first"))
+           .sort("correlation_id").unique(["_track", "_lane", "_ts"], keep="first", maintain_order=True))
     rows = frame.with_row_index("_row")
     # one operation an arrow: of the rows starting in its microsecond on its lane, the longest (rocprof also
     # writes zero-length records of dispatches it could not time)
     op_ids = (rows.join(ops, on=["_track", "_lane", "_ts"], how="inner")
               .sort(["correlation_id", "duration_ns", "_row"], descending=[False, True, False])
-              .unique("correlation_id", keep="first").unique("_row", keep="first").select("_row", "correlation_id"))
+              .unique("correlation_id", keep="first", maintain_order=True)
+              .unique("_row", keep="first", maintain_order=True).select("_row", "correlation_id"))
     # an arrow from HSA's hsa_dispatch mark (the dispatch packet rocprof saw written) names no call: left out
     marks = rows.filter((pl.col("_kind") == "api") & (pl.col("name") == DISPATCH_MARK)).select("_track", "_lane",
                                                                                              "_ts").unique()
@@ -186,11 +187,12 @@ def _linked(frame: pl.DataFrame, starts: pl.DataFrame, ends: pl.DataFrame) -> pl
              .select("_row", "_track", "_lane", _start="_ts", _end=pl.col("_ts") + pl.col("_dur")).sort("_start"))
     found = (arrows.select("_track", "_lane", "_ts", correlation_id="_id")
              .join(marks, on=["_track", "_lane", "_ts"], how="anti")
-             .join(op_ids.select("correlation_id"), on="correlation_id", how="semi").sort("_ts")
+             .join(op_ids.select("correlation_id"), on="correlation_id", how="semi").sort("_ts", "correlation_id")
              .join_asof(calls, left_on="_ts", right_on="_start", by=["_track", "_lane"], strategy="backward",
                         check_sortedness=False)  # sorted by time as a whole, so within each thread
              .filter(pl.col("_row").is_not_null() & (pl.col("_ts") <= pl.col("_end")))
-             .unique("_row", keep="first").unique("correlation_id", keep="first").select("_row", "correlation_id"))
+             .unique("_row", keep="first", maintain_order=True)
+             .unique("correlation_id", keep="first", maintain_order=True).select("_row", "correlation_id"))
     # a link has both ends: an operation whose call was not found keeps no id
     ids = pl.concat([op_ids.join(found.select("correlation_id"), on="correlation_id", how="semi"), found])
     return _contained(rows.join(ids, on="_row", how="left", maintain_order="left")).drop("_row")
@@ -218,8 +220,10 @@ def _contained(rows: pl.DataFrame) -> pl.DataFrame:
     one_thread = holding.group_by("_row").agg(pl.col("tid").n_unique().alias("_threads")).filter(
         pl.col("_threads") == 1)
     innermost = (holding.join(one_thread.select("_row"), on="_row", how="semi")
-                 .sort(["_row", "_cs", "_ce"], descending=[False, True, False]).unique("_row", keep="first")
-                 .unique("_call", keep="first"))  # a call holds one copy: a second copy inside it stays unlinked
+                 .sort(["_row", "_cs", "_ce"], descending=[False, True, False])
+                 .unique("_row", keep="first", maintain_order=True)
+                 .unique("_call", keep="first", maintain_order=True)  # a call holds one copy: the first in the file
+                 .sort("_row"))  # the ids in file order, the same on every read
     if innermost.height == 0:
         return rows
     base = int(rows["correlation_id"].max() or 0) + 1
