@@ -17,7 +17,7 @@ from traceparse.measures.base import LARGE_TABLE_ROWS, sharing, table_rows
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.rule import Finding, RuleOptions, severity_rank
 from traceparse.trace import Trace
-from traceparse.validate import excerpt
+from traceparse.validate import excerpt, fits_int64
 from traceparse.verdict import QUIET_SHARE, is_quiet  # noqa: F401 - where the report and the summary find them
 
 
@@ -52,7 +52,7 @@ def _convert(setting: str, raw: str, default: Any) -> Any:
             raise ValueError
         if isinstance(default, int):
             value = int(raw)
-            if not -2**63 <= value < 2**63:  # every count and size a rule takes is Int64, like the columns
+            if not fits_int64(value):  # every count and size a rule takes is Int64, like the columns
                 raise InputError(f"--set {setting!r}: {excerpt(raw)} does not fit a 64-bit integer "
                                  f"(at most {2**63 - 1:,})")
             return value
@@ -100,7 +100,7 @@ def _checked(key: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         ok, what = isinstance(value, bool), "True or False"
     elif isinstance(default, int):
-        ok, what = isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63, \
+        ok, what = isinstance(value, int) and not isinstance(value, bool) and fits_int64(value), \
             "an integer that fits 64 bits"
     elif isinstance(default, float):
         number = _finite(value)

@@ -52,6 +52,18 @@ def ascii_int(value) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def fits_int64(value: int) -> bool:
+    """Whether the integer ``value`` fits an Int64 column."""
+    return -(2**63) <= value <= INT64_MAX
+
+
+def ascii_id(value) -> int | None:
+    """:func:`ascii_int` within Int64: an id (a pid, tid, flow id or rank) a tool wrote bare or as text; None
+    where it is none, or past Int64 (no id: a reader that counts those asks :func:`fits_int64` itself)."""
+    number = ascii_int(value)
+    return number if number is not None and fits_int64(number) else None
+
+
 _INT_BOUNDS = {pl.Int8: (-2**7, 2**7 - 1), pl.Int16: (-2**15, 2**15 - 1), pl.Int32: (-2**31, 2**31 - 1),
                pl.Int64: (-2**63, 2**63 - 1), pl.UInt8: (0, 2**8 - 1), pl.UInt16: (0, 2**16 - 1),
                pl.UInt32: (0, 2**32 - 1), pl.UInt64: (0, 2**64 - 1)}

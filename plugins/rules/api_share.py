@@ -130,8 +130,9 @@ class ApiShare(Rule):
                  for r in by_name.head(int(t["top"])).iter_rows(named=True)]
         # the CUDA context is created by a process's first CUDA call, often a cudaMalloc: a one-off, not time lost
         # to allocating (a 5.5 s cudaMalloc in a program with 3.3 ms of GPU time was "allocation, 5.519 s lost")
-        startup, first, from_summary = _context_creation(trace.events)
-        early_ns, early_calls = _before_first_work(trace.events) if not from_summary else (0, 0)
+        calls_classed = _classed_calls(trace.events)
+        startup, first, from_summary = _context_creation(calls_classed)
+        early_ns, early_calls = _before_first_work(calls_classed) if not from_summary else (0, 0)
         steady = {c: classes[c]["time_ns"] - (startup + early_ns if c == "allocation" else 0) for c in CLASSES}
         flagged = [c for c in CLASSES
                    if grade(expr.pct(steady[c], total), warning=t[f"{c}_warning_pct"]) != "info"
@@ -174,25 +175,36 @@ class ApiShare(Rule):
                         impact_ns=sum(steady[c] for c in flagged) if flagged else None)]
 
 
-def _context_creation(events) -> tuple[int, str | None, bool]:
-    """The time of the calls that created a CUDA context, where they are allocations, the first one's name, and
-    whether it was told from summary rows (which keep no order of calls: the longest allocation is taken).
-
-    Timed calls: each process's first runtime call (``cuda*``, ``hip*``) when it is an allocation
-    (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call.
-    Summary rows (no start times): the longest allocation call when it holds at least half of all allocation
-    time (nvprof's Max column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
+def _classed_calls(events) -> pl.DataFrame:
+    """The API calls with a duration, each with its class (``_class``) and whether it is a runtime call
+    (``_runtime``: ``cuda*``, ``hip*``): picked once for both start-up checks below."""
     # only the columns used: an eager filter copies all fifty of the table's (20 ms on 100,000 calls)
     api = picked(events, expr.kind_is("api") & pl.col("duration_ns").is_not_null(),
                  *[c for c in ("trace_id", "pid", "name", "start_ns", "duration_ns", "max_ns") if c in events.columns])
+    return api.with_columns(_class=expr.api_class(pl.col("name")),
+                            _runtime=pl.col("name").str.starts_with("cuda") | pl.col("name").str.starts_with("hip"))
+
+
+def _processes(api: pl.DataFrame) -> list[str]:
+    """The columns that tell one process from another (a run's ranks are traces)."""
+    return [c for c in ("trace_id", "pid") if c in api.columns]
+
+
+def _context_creation(api: pl.DataFrame) -> tuple[int, str | None, bool]:
+    """The time of the calls that created a CUDA context, where they are allocations, the first one's name, and
+    whether it was told from summary rows (which keep no order of calls: the longest allocation is taken).
+
+    ``api``: :func:`_classed_calls`. Timed calls: each process's first runtime call when it is an allocation
+    (``cudaMalloc``, ``cudaFree(0)``, ``cudaMallocManaged``): the context is made by the runtime's first call.
+    Summary rows (no start times): the longest allocation call when it holds at least half of all allocation
+    time (nvprof's Max column: 5.518 s of a 5.519 s cudaMalloc total over 3 calls)."""
     if api.height == 0:
         return 0, None, False
-    api = api.with_columns(_class=expr.api_class(pl.col("name")))
     timed = api.filter(pl.col("start_ns").is_not_null())
     if timed.height:  # the runtime's first call makes the context (a driver query such as cuModuleGetLoadingMode
         # before it does not)
-        runtime = timed.filter(pl.col("name").str.starts_with("cuda") | pl.col("name").str.starts_with("hip"))
-        first = (runtime.sort("start_ns").group_by("trace_id", "pid", maintain_order=True).first()
+        first = (timed.filter(pl.col("_runtime")).sort("start_ns")
+                 .group_by(*_processes(timed), maintain_order=True).first()
                  .filter(pl.col("_class") == "allocation"))
         return int(first["duration_ns"].sum() or 0), (first["name"][0] if first.height else None), False
     if "max_ns" not in api.columns:
@@ -208,23 +220,21 @@ def _context_creation(events) -> tuple[int, str | None, bool]:
 _WORK_CLASSES = ("launch", "graph_launch", "memcpy")
 
 
-def _before_first_work(events) -> tuple[int, int]:
+def _before_first_work(api: pl.DataFrame) -> tuple[int, int]:
     """The time and number of a process's allocation calls made before it first gave the GPU work (its first
     launch, graph launch or copy call), less the first runtime call (:func:`_context_creation`'s). That is
     start-up: a library made ready on first use (cuBLAS's handle and workspace inside the first ``aten::mm``:
     two cudaFree calls of 7.95 s in a 9.1 s trace whose GPU work was 3 ms), not allocation in a loop. Processes
-    that never give the GPU work keep every call (a trace of allocations alone is about allocation)."""
-    api = picked(events, expr.kind_is("api") & pl.col("duration_ns").is_not_null() & pl.col("start_ns").is_not_null(),
-                 *[c for c in ("trace_id", "pid", "name", "start_ns", "duration_ns") if c in events.columns])
-    if api.height == 0:
+    that never give the GPU work keep every call (a trace of allocations alone is about allocation).
+    ``api``: :func:`_classed_calls`."""
+    timed = api.filter(pl.col("start_ns").is_not_null())
+    if timed.height == 0:
         return 0, 0
-    api = api.with_columns(_class=expr.api_class(pl.col("name")),
-                           _runtime=pl.col("name").str.starts_with("cuda") | pl.col("name").str.starts_with("hip"))
-    process = [c for c in ("trace_id", "pid") if c in api.columns]
+    process = _processes(timed)
     first_runtime = pl.col("start_ns").filter(pl.col("_runtime")).min().over(process)
     first_work = pl.col("start_ns").filter(pl.col("_class").is_in(list(_WORK_CLASSES))).min().over(process)
-    early = api.filter((pl.col("_class") == "allocation") & (pl.col("start_ns") < first_work)
-                       & ~(pl.col("_runtime") & (pl.col("start_ns") == first_runtime)))
+    early = timed.filter((pl.col("_class") == "allocation") & (pl.col("start_ns") < first_work)
+                         & ~(pl.col("_runtime") & (pl.col("start_ns") == first_runtime)))
     return int(early["duration_ns"].sum() or 0), early.height
 
 

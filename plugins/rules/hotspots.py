@@ -188,8 +188,9 @@ class Hotspots(Rule):
             # a host call and the GPU work it waits for, summed into one whole, are not "the time": said so (an
             # nvprof summary's cudaMemcpy "led with 47.0%" of 2.85 s of calls and kernels that overlap)
             kinds = set(per_thread["kind"].unique().to_list())
+            lanes_said = n_threads > 1 and bool((places["place"] == "device").any())  # "over the threads and devices"
             mixed = (" (the host's calls and the GPU's work summed: they overlap in time)"
-                     if kinds & set(GPU_KINDS) and kinds - set(GPU_KINDS) and "devices" not in summed else "")
+                     if kinds & set(GPU_KINDS) and kinds - set(GPU_KINDS) and not lanes_said else "")
             message = (f"{fmt_count(by_name.height, 'routine')}{where}, {fmt_ns(total)} in all"
                        f"{summed}{mixed}; "
                        f"{top['name']!r} leads with {fmt_pct(shown[0])} ({fmt_ns(top['time_ns'])}"

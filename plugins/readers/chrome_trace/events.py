@@ -30,7 +30,7 @@ from traceparse.figures import fmt_count
 from traceparse.schema import ASYNC_GROUP
 from traceparse.threads import THREAD_NAMES
 from traceparse.trace import Trace, TraceMeta
-from traceparse.validate import ascii_int
+from traceparse.validate import ascii_int, fits_int64
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events, time_ns
 
@@ -69,7 +69,7 @@ def read_plain(path: Path, options: ReadOptions) -> Trace:
         value = ascii_int(value)
         if value is None:
             return None
-        if -(2 ** 63) <= value < 2 ** 63:
+        if fits_int64(value):
             return value
         out_of_range[field] = out_of_range.get(field, 0) + 1
         return None

@@ -28,6 +28,7 @@ from msgspec.structs import astuple
 from traceparse.errors import bad_input
 from traceparse.reader import ReadOptions
 from traceparse.units import NumberError
+from traceparse.validate import fits_int64
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events
 from traceparse_plugins.readers.chrome_json.decoder import raw_times_ns
@@ -135,4 +136,4 @@ def _text(value: Any) -> str | None:
 
 
 def _id(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and fits_int64(value) else None

@@ -29,7 +29,7 @@ import polars as pl
 
 from traceparse.errors import bad_input
 from traceparse.text import one_line
-from traceparse.validate import excerpt
+from traceparse.validate import excerpt, fits_int64
 
 BATCH_ROWS = 500_000
 #: File name endings of a per-table export, and the form each is.
@@ -286,7 +286,7 @@ def _fits(value: object, dtype: pl.DataType) -> bool:
     if dtype == pl.String:
         return isinstance(value, str)
     if dtype.is_integer():
-        return type(value) is int and -2**63 <= value < 2**63
+        return type(value) is int and fits_int64(value)
     if dtype.is_float():
         return type(value) in (int, float)
     return True

@@ -16,7 +16,7 @@ from traceparse.errors import bad_input
 from traceparse.figures import fmt_count
 from traceparse.reader import ReadOptions
 from traceparse.trace import Trace, TraceMeta
-from traceparse.validate import ascii_int as _ascii_int
+from traceparse.validate import ascii_id
 
 from traceparse_plugins.readers.chrome_json import CHUNK_BYTES, Event, stream_events
 
@@ -85,12 +85,12 @@ def read_results(path: Path, options: ReadOptions) -> Trace:
                 _add(rows, path, offset + i, e)
             elif ph == "M":
                 label = e.args.name if e.args is not None else None
-                track = ascii_int(e.pid)
+                track = ascii_id(e.pid)
                 if e.name == "process_name" and isinstance(label, str) and track is not None:
                     tracks[track] = label
             elif ph in ("s", "t"):  # an arrow from a call to the copy or dispatch it queued (or back)
                 ends = flows[ph]
-                for column, value in zip(_FLOW, (ascii_int(e.id), ascii_int(e.pid), ascii_int(e.tid),
+                for column, value in zip(_FLOW, (ascii_id(e.id), ascii_id(e.pid), ascii_id(e.tid),
                                                  _micro(e.ts))):
                     ends[column].append(value)
             elif not (ph is None and e.name is None):  # {} opens the file
@@ -101,7 +101,7 @@ def read_results(path: Path, options: ReadOptions) -> Trace:
         frame = frame.with_columns(pl.col("pid").fill_null(processes[0]))
     kinds = {t: _LABEL.match(label) for t, label in tracks.items()}
     track_kind = pl.DataFrame({"_track": list(kinds), "_kind": [_kind(m) for m in kinds.values()],
-                               "_device": [ascii_int(m.group(2)) if m and m.group(2) else None
+                               "_device": [ascii_id(m.group(2)) if m and m.group(2) else None
                                            for m in kinds.values()]},
                               schema={"_track": pl.Int64, "_kind": pl.String, "_device": pl.Int64})
     frame = frame.join(track_kind, on="_track", how="left", maintain_order="left")
@@ -235,7 +235,7 @@ def _contained(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _micro(raw: msgspec.Raw) -> int | None:
     """A top-level ``ts`` or ``dur``: whole microseconds, written as text or bare (what the arrows are placed by)."""
-    return ascii_int(bytes(raw).decode("ascii", errors="replace").strip().strip('"')) if raw else None
+    return ascii_id(bytes(raw).decode("ascii", errors="replace").strip().strip('"')) if raw else None
 
 
 def _kind(match: re.Match | None) -> str | None:
@@ -258,8 +258,8 @@ def _add(rows: dict[str, list], path: Path, index: int, e: RocEvent) -> None:
                         f"an end no earlier than BeginNs, got {end} < {begin}")
     name = a.KernelName or a.Name or e.name
     rows["_at"].append(index)
-    rows["_track"].append(ascii_int(e.pid))
-    rows["_lane"].append(ascii_int(e.tid))
+    rows["_track"].append(ascii_id(e.pid))
+    rows["_lane"].append(ascii_id(e.tid))
     rows["_ts"].append(_micro(e.ts))
     rows["_dur"].append(_micro(e.dur))
     rows["kind"].append(None)
@@ -268,33 +268,27 @@ def _add(rows: dict[str, list], path: Path, index: int, e: RocEvent) -> None:
     rows["duration_ns"].append(end - begin)
     # before ROCm 4.3, args.pid was the track and args.proc-id the process (on copies and dispatches only: a call
     # of that form names no process, filled in below where the file has one)
-    pid = ascii_int(a.pid)
-    rows["pid"].append(ascii_int(a.proc_id) if a.proc_id is not None else None if pid == ascii_int(e.pid) else pid)
-    rows["tid"].append(ascii_int(a.tid))
-    rows["device_id"].append(ascii_int(a.dev_id if a.dev_id is not None else a.gpu_id))
-    stream = ascii_int(a.stream_id)
-    rows["stream_id"].append(stream if stream is not None else ascii_int(e.tid))
+    pid = ascii_id(a.pid)
+    rows["pid"].append(ascii_id(a.proc_id) if a.proc_id is not None else None if pid == ascii_id(e.pid) else pid)
+    rows["tid"].append(ascii_id(a.tid))
+    rows["device_id"].append(ascii_id(a.dev_id if a.dev_id is not None else a.gpu_id))
+    stream = ascii_id(a.stream_id)
+    rows["stream_id"].append(stream if stream is not None else ascii_id(e.tid))
     rows["copy_kind"].append(_DIRECTIONS.get(name))
     rows["group"].append(e.cat)
-    grid, group_size = ascii_int(a.grd), ascii_int(a.wgr)
+    grid, group_size = ascii_id(a.grd), ascii_id(a.wgr)
     # the counter path's kernel record: grd and wgr are work-items in all (x·y·z); the workgroups are their ratio
     whole = grid is not None and group_size and grid % group_size == 0
     rows["grid_x"].append(grid // group_size if whole else None)
     rows["block_x"].append(group_size if whole else None)
-    rows["registers_per_thread"].append(ascii_int(a.vgpr))
-
-
-def ascii_int(value: Any) -> int | None:
-    """An id or count rocprof wrote as text (or bare) within Int64; None where it is none (or past Int64)."""
-    number = _ascii_int(value)
-    return number if number is not None and -(2**63) <= number < 2**63 else None
+    rows["registers_per_thread"].append(ascii_id(a.vgpr))
 
 
 def _int(path: Path, index: int, field: str, value: Any) -> int | None:
     """An integer rocprof wrote as text (or bare); None where absent; a one-line error where it is no integer."""
     if value is None:
         return None
-    number = ascii_int(value)
+    number = ascii_id(value)
     if number is None:
         raise bad_input(path, f"traceEvents[{index}].args.{field}",
                         f"an integer of nanoseconds, got {str(value)[:40]!r}")

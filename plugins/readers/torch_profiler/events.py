@@ -17,7 +17,7 @@ from msgspec.structs import astuple
 from traceparse import expr
 from traceparse.schema import COPY_KINDS, MEMORY_KINDS
 from traceparse.units import NumberError
-from traceparse.validate import wide_ints
+from traceparse.validate import fits_int64, wide_ints
 
 from traceparse_plugins.readers.chrome_json.decoder import EventError, raw_times_ns
 from traceparse_plugins.readers.torch_profiler.coerce import NOT_DIM3, Coercions, int_column
@@ -340,7 +340,7 @@ PEER_ARGUMENT_OPS = ("c10d::send", "c10d::recv_")
 
 def _ranks(name: str, values: list) -> pl.Series:
     """Ranks as an Int64 column (one past Int64: null, as Arrow's fast path leaves it to this one)."""
-    return pl.Series(name, [v if v is None or -2 ** 63 <= v < 2 ** 63 else None for v in values], dtype=pl.Int64)
+    return pl.Series(name, [v if v is None or fits_int64(v) else None for v in values], dtype=pl.Int64)
 
 
 def peer_expr() -> pl.Expr:
