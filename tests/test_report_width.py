@@ -261,3 +261,18 @@ def test_a_double_width_name_is_cut_to_its_cells(tmp_path, width):
     assert key and "".join(lines[lines.index(key[0]):lines.index(key[0]) + 3]).replace("│", "").replace(
         " ", "").find(wide) >= 0
     assert {cell_len(line) for line in lines if line.startswith(("│", "╭", "╰"))} == {width}
+
+
+def test_a_time_column_of_zeros_takes_its_neighbours_unit():
+    # gpu-idle's streams table: "other" was 0 on every stream and read "other (ns)" beside "kernel wait (us)"
+    from traceparse.report import _fitted_table
+    from traceparse.verdict import Column
+
+    columns = [Column("stream", "stream", "text"), Column("wait_ns", "wait", "ns"), Column("other_ns", "other", "ns"),
+               Column("span_ns", "span", "ns"), Column("bytes", "bytes", "bytes")]
+    rows = [{"stream": "0:7", "wait_ns": 183_300, "other_ns": 0, "span_ns": 13_220_000, "bytes": 0},
+            {"stream": "0:45", "wait_ns": 0, "other_ns": 0, "span_ns": 9_640_000, "bytes": 0}]
+    table = _fitted_table(columns, rows, 76)[0]
+    headers = [str(c.header) for c in table.columns]
+    assert headers == ["stream", "wait (us)", "other (us)", "span (ms)", "bytes (B)"]
+    assert [str(cell) for cell in table.columns[2].cells] == ["0.0", "0.0"]

@@ -794,7 +794,12 @@ def _fitted_table(columns: list[Column], rows: list[dict], width: int, title: st
     """
     if not columns:
         return []
-    formatted = [_format_column(c, [r.get(c.key) for r in rows]) for c in columns]
+    # a time column of zeros alone takes the finest unit of the table's other time columns ("other (us)" of 0s
+    # beside "host wait (us)", not "(ns)")
+    peaks = [max((abs(v) for v in _numbers([r.get(c.key) for r in rows])), default=0.0)
+             for c in columns if c.unit == "ns"]
+    zero_peak = min((p for p in peaks if p), default=0.0)
+    formatted = [_format_column(c, [r.get(c.key) for r in rows], zero_peak=zero_peak) for c in columns]
     headers = [f[0] for f in formatted]
     cells = [f[1] for f in formatted]
     text_idx = [i for i, c in enumerate(columns) if c.unit in TEXT_UNITS]
@@ -963,12 +968,14 @@ def _interval(value: Any) -> tuple[float, float] | None:
     return None
 
 
-def _format_column(column: Column, values: list[Any], name_width: int = 0) -> tuple[str, list[str]]:
-    """A column's header and cells: every number of the column in one unit, chosen from its values; names
-    shortened towards ``name_width`` (default :data:`NAME_WIDTH`), no two different ones alike."""
+def _format_column(column: Column, values: list[Any], name_width: int = 0,
+                   zero_peak: float = 0.0) -> tuple[str, list[str]]:
+    """A column's header and cells: every number of the column in one unit, chosen from its values (a time
+    column of zeros alone: as if its largest were ``zero_peak``, its neighbours' unit); names shortened towards
+    ``name_width`` (default :data:`NAME_WIDTH`), no two different ones alike."""
     label = column.label if column.label is not None else column.key
     nums = _numbers(values)
-    peak = max((abs(v) for v in nums), default=0.0)
+    peak = max((abs(v) for v in nums), default=0.0) or (zero_peak if column.unit == "ns" else 0.0)
     unit = column.unit
     if unit == "name":
         names = [v if isinstance(v, str) else None for v in values]
