@@ -55,18 +55,20 @@ def oracle_stragglers(folder: Path) -> dict:
     """From the raw JSON: the n-th c10d::* operator of each rank is one instance (one process group).
 
     A rank's arrival is its call's start, or on NCCL ranks the start of the call's kernel (an NCCL call only
-    queues it; the device waits). A rank's wait at an instance is [its arrival, the last arrival); its waited
+    queues it; the device waits). A rank's wait at an instance is [its arrival, the last arrival), on NCCL ranks
+    cut at its kernel's end (a kernel done waits no more); its waited
     time is the length of the union of its waits inside its ProfilerStep# windows (waits of two collectives in
     flight count once), on NCCL ranks less the part its compute kernels cover, and the wait a rank causes is,
     over the other ranks, that length for the instances it was last to.
     """
-    arrivals, windows, compute, device_of = {}, {}, {}, {}
+    arrivals, windows, compute, device_of, ends = {}, {}, {}, {}, {}
     for path in sorted(folder.glob("rank*.json.gz")):
         rank = int(path.name[4:].split(".")[0])
         events = raw(path)["traceEvents"]
         ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
                       and e["name"].startswith("c10d::")), key=lambda e: e["ts"])
         arrivals[rank] = [us_to_ns(e["ts"]) for e in ops]
+        ends[rank] = [None] * len(ops)  # where a wait ends at the latest: on the device, the rank's kernel's end
         nccl = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"
                        and e["name"].startswith("nccl")), key=lambda e: e["ts"])
         device_of[rank] = bool(nccl)
@@ -75,11 +77,12 @@ def oracle_stragglers(folder: Path) -> dict:
         if nccl:  # the device's arrival: the k-th call of a collective runs the k-th kernel of that collective
             kernels: dict = {}
             for e in nccl:
-                kernels.setdefault(_collective(e["name"]), []).append(us_to_ns(e["ts"]))
+                kernels.setdefault(_collective(e["name"]), []).append((us_to_ns(e["ts"]),
+                                                                       us_to_ns(e["ts"]) + us_to_ns(e["dur"])))
             seen: dict = {}
             for i, e in enumerate(ops):
                 k = _collective(e["name"])
-                arrivals[rank][i] = kernels[k][seen.get(k, 0)]
+                arrivals[rank][i], ends[rank][i] = kernels[k][seen.get(k, 0)]
                 seen[k] = seen.get(k, 0) + 1
             assert {k: len(v) for k, v in kernels.items()} == seen
         windows[rank] = union([(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
@@ -99,8 +102,10 @@ def oracle_stragglers(folder: Path) -> dict:
         last_count[last] += 1
 
     def waited(r: int, by: int | None = None) -> int:  # |union of r's waits (for ``by``) ∩ r's steps|
-        waits = union([(arrivals[r][i], latest) for i, (last, latest) in enumerate(last_of)
-                       if latest > arrivals[r][i] and (by is None or last == by)])
+        # a rank waits in its kernel until the last rank's starts, or until its own ends (a broadcast's root)
+        until = [latest if ends[r][i] is None else min(latest, ends[r][i]) for i, (_, latest) in enumerate(last_of)]
+        waits = union([(arrivals[r][i], until[i]) for i, (last, latest) in enumerate(last_of)
+                       if until[i] > arrivals[r][i] and (by is None or last == by)])
         inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
         busy = compute[r] if device else []  # a kernel's wait counts where no compute kernel runs
         return sum(e - s - intersect(s, e, busy) for s, e in inside)

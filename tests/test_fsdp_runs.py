@@ -95,24 +95,26 @@ def device_calls(doc: dict) -> list[dict]:
     for e in sorted(xs(doc, "kernel"), key=lambda e: e["ts"]):
         kind = next((k for part, k in KERNEL_KINDS.items() if e["name"].startswith("nccl") and part in e["name"]), None)
         if kind:
-            kernels.setdefault(kind, []).append(us_to_ns(e["ts"]))
+            kernels.setdefault(kind, []).append((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])))
     seen: dict[str, int] = {}
     out = []
     for c in calls(doc):
         k = seen.get(c["collective"], 0)
         seen[c["collective"]] = k + 1
-        out.append({**c, "arrival": kernels[c["collective"]][k]})
+        arrival, end = kernels[c["collective"]][k]
+        out.append({**c, "arrival": arrival, "end": end})
     assert {kind: len(v) for kind, v in kernels.items()} == seen  # one kernel per call
     return out
 
 
 def oracle_stragglers(folder: Path) -> dict:
     """Instances matched across ranks by key; arrivals on the device (:func:`device_calls`); at each the last
-    rank holds the others, each waiting [its arrival, the last arrival), counted where none of its compute
-    kernels runs. A rank's wait caused = Σ over the others of |union of their waits at the instances it was
+    rank holds the others, each waiting [its arrival, the last arrival) but not past its own kernel's end,
+    counted where none of its compute kernels runs. A rank's wait caused = Σ over the others of |union of their waits at the instances it was
     last to ∩ their ProfilerStep# windows|."""
     docs = ranks(folder)
     arrivals = {r: {c["key"]: c["arrival"] for c in device_calls(d)} for r, d in docs.items()}
+    ends = {r: {c["key"]: c["end"] for c in device_calls(d)} for r, d in docs.items()}
     windows = {r: step_windows(d) for r, d in docs.items()}
     compute = {r: union(iv for iv in comm_intervals(d)[1]) for r, d in docs.items()}
     keys = sorted(set.intersection(*(set(a) for a in arrivals.values())))
@@ -122,8 +124,8 @@ def oracle_stragglers(folder: Path) -> dict:
         last_of[k] = (min(r for r in docs if arrivals[r][k] == latest), latest)
 
     def waited(r: int, by: int) -> int:  # |waits ∩ steps| less the part r's compute kernels cover
-        waits = union((arrivals[r][k], latest) for k, (last, latest) in last_of.items()
-                      if last == by and latest > arrivals[r][k])
+        waits = union((arrivals[r][k], min(latest, ends[r][k])) for k, (last, latest) in last_of.items()
+                      if last == by and min(latest, ends[r][k]) > arrivals[r][k])
         inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
         return sum(e - s - intersect(s, e, compute[r]) for s, e in inside)
 
@@ -138,18 +140,20 @@ def oracle_stragglers(folder: Path) -> dict:
 
 
 def oracle_waited(folder: Path) -> dict[int, int]:
-    """Per rank, the time it waited at collectives: |union of [its arrival, the last arrival) over the instances
-    it was not last to ∩ its ProfilerStep# windows| less the part its compute kernels cover (as
+    """Per rank, the time it waited at collectives: |union of [its arrival, the last arrival or its kernel's end)
+    over the instances it was not last to ∩ its ProfilerStep# windows| less the part its compute kernels cover (as
     :func:`oracle_stragglers` counts a wait, whoever held it)."""
     docs = ranks(folder)
     arrivals = {r: {c["key"]: c["arrival"] for c in device_calls(d)} for r, d in docs.items()}
+    ends = {r: {c["key"]: c["end"] for c in device_calls(d)} for r, d in docs.items()}
     windows = {r: step_windows(d) for r, d in docs.items()}
     compute = {r: union(iv for iv in comm_intervals(d)[1]) for r, d in docs.items()}
     keys = set.intersection(*(set(a) for a in arrivals.values()))
     latest = {k: max(arrivals[r][k] for r in docs) for k in keys}
     out = {}
     for r in docs:
-        waits = union((arrivals[r][k], latest[k]) for k in keys if latest[k] > arrivals[r][k])
+        waits = union((arrivals[r][k], min(latest[k], ends[r][k])) for k in keys
+                      if min(latest[k], ends[r][k]) > arrivals[r][k])
         inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
         out[r] = sum(e - s - intersect(s, e, compute[r]) for s, e in inside)
     return out

@@ -60,8 +60,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # of a DP2 x PP4 one (multirank/dp2pp*_gloo_*), the 12 of three TP2 x DP2 gloo jobs (multirank/tp2dp2_gloo_*)
     # and the 4 of an FSDP2 job over gloo's default group (multirank/fsdp4_gloo_slow_loader), the 2 of a
     # tensor-parallel job over NCCL on two H200s (multirank/tp2_nccl_slow_gpu), the 8 ranks of param's DLRM on
-    # V100s (fixtures/torch/param) and a GPU puzzle's A100 trace (fixtures/torch/gpupuzzlers)
-    assert len(paths) == 153
+    # V100s (fixtures/torch/param), a GPU puzzle's A100 trace (fixtures/torch/gpupuzzlers) and TraceLens's merge of
+    # a 4-rank RCCL run (fixtures/torch/tracefuse_ddp4)
+    assert len(paths) == 154
     for path in paths:
         check_against_independent(path)
 
@@ -179,7 +180,7 @@ def test_legacy_pytorch_1_8_layout(tmp_path):
     assert ev["kind"].cast(str).to_list() == ["op", "api", "kernel", "memcpy"]
     assert ev["external_id"].to_list() == [5, 5, 5, None]
     assert ev.filter(pl.col("kind") == "memcpy")["src_memory"].cast(str).to_list() == ["pinned"]
-    assert trace.meta.variant == "Kineto (no schemaVersion: PyTorch 1.x)"
+    assert trace.meta.variant == "Kineto (no schemaVersion: PyTorch 1.x, or a file rewritten without it)"
 
 
 def test_distributed_rank_becomes_tags(tmp_path):

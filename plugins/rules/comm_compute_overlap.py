@@ -37,7 +37,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import picked
-from traceparse.measures.comm import comm_kernels, kernel_spin, member_compute, member_windows, waiting_time
+from traceparse.measures.comm import comm_kernels, member_compute, member_windows, waiting_time
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -178,8 +178,7 @@ def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:
     busy = member_compute(events, waits)
     if busy is None:
         return {}
-    spins = waits.with_columns(wait_ns=kernel_spin())  # a kernel spins at most until it ends
-    waited = dict(waiting_time(spins, member_windows(events, waits), busy).iter_rows())
+    waited = dict(waiting_time(waits, member_windows(events, waits), busy).iter_rows())  # to each kernel's end
     key = "rank" if ranked else "device_id"
     exposed = dict(layers.group_by(key).agg(pl.col("comm_exposed_ns").sum()).iter_rows())
     return {m: max(0, min(int(ns), int(exposed.get(m, 0)))) for m, ns in waited.items() if m is not None}

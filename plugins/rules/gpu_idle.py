@@ -129,7 +129,7 @@ SUGGESTION_PART_UNLINKED = ("Most of the idle time comes before copies or kernel
 SUGGESTION = ("The GPU waits for the host. Look at what the host does before the longest gaps: "
               "data loading (more DataLoader workers, pin_memory, prefetching), Python overhead and "
               "many small kernel launches (CUDA graphs, torch.compile), and synchronisations "
-              "(.item(), .cpu(), cudaDeviceSynchronize) that stop the host from queueing work ahead.")
+              "(.item(), .cpu(), {sync}) that stop the host from queueing work ahead.")
 
 
 class GpuIdle(Rule):
@@ -205,8 +205,11 @@ class GpuIdle(Rule):
             message += (f" {listed('rank', without, shown=8).capitalize()} recorded no GPU activity and "
                         f"{'is' if len(without) == 1 else 'are'} left out of these figures.")
         # no launch call, or none linked to the GPU work it queued: when work was queued cannot be seen
-        calls, links = events.select(_calls=(pl.col("kind") == "api").any(), _links=(expr.kind_is(*expr.GPU_KINDS) & (
-            pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null())).any()).row(0)
+        calls, links, hip = events.select(
+            _calls=(pl.col("kind") == "api").any(), _links=(expr.kind_is(*expr.GPU_KINDS) & (
+                pl.col("correlation_id").is_not_null() | pl.col("external_id").is_not_null())).any(),
+            _hip=((pl.col("kind") == "api") & pl.col("name").str.starts_with("hip")).any()
+            & ~((pl.col("kind") == "api") & pl.col("name").str.starts_with("cuda")).any()).row(0)
         blind = not calls or not links
         breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns, partly_linked=not blind)
         message += reasons
@@ -219,7 +222,7 @@ class GpuIdle(Rule):
                         " The trace links no runtime call to the GPU work it queued: whether work was queued in a "
                         "gap cannot be told, so host waits count as other.")
         if severity != "info":
-            suggestion = SUGGESTION
+            suggestion = SUGGESTION.format(sync="hipDeviceSynchronize" if hip else "cudaDeviceSynchronize")
             if blind:
                 suggestion = SUGGESTION_BLIND if not calls else SUGGESTION_UNLINKED
             elif (breakdown["other_wait_pct"] or 0) > (breakdown["host_wait_pct"] or 0):

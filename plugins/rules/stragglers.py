@@ -10,7 +10,8 @@ devices' communication kernels instead. Where every member's every collective ra
 (NCCL, RCCL), the arrival is that kernel's start (the call only queues it; the device waits, in the kernel),
 and a wait counts only where the member's compute kernels run nothing (a kernel waiting on a stream of its own
 while the member computes costs it nothing). In each instance the last rank to arrive holds the others: each
-other rank waits last arrival − its own arrival.
+other rank waits last arrival − its own arrival, on the device no longer than its own kernel ran (a broadcast's
+root is done before the last rank starts: it waited only while its kernel ran).
 
 Per rank: ``last_count`` (instances it arrived last at, of those with two or more ranks), ``waited_ns`` =
 the time it spent waiting, counted once: the length of the union of its waiting intervals [arrival, last

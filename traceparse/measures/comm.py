@@ -742,13 +742,24 @@ def _union_lengths(*frames: pl.DataFrame) -> dict[int, int]:
     return dict(merged.group_by("member").agg((pl.col("end") - pl.col("start")).sum()).iter_rows())
 
 
+def spun(waits: pl.DataFrame) -> pl.DataFrame:
+    """``waits`` (:class:`CollectiveWaits` rows) with each device arrival's ``wait_ns`` cut where its kernel ended
+    (:func:`kernel_spin`): a member waits in its communication kernel, and no longer once that kernel is done (a
+    broadcast's root sends and ends 1.5–3.3 ms before the last rank's kernel starts: that was no wait)."""
+    if "kernel_end_ns" not in waits.columns or "arrival" not in waits.columns:
+        return waits
+    device = (pl.col("arrival") == "device") & pl.col("kernel_end_ns").is_not_null()
+    return waits.with_columns(wait_ns=pl.when(device).then(kernel_spin()).otherwise(pl.col("wait_ns")))
+
+
 def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
                  busy: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per member, the time it spent waiting, counted once: |union of its waits ∩ its step windows|.
 
     ``waits`` are :class:`CollectiveWaits` rows (any subset: e.g. only the instances one rank was last at);
     a wait is the interval from the member's arrival to the last arrival (on the aligned clock, so the
-    windows move by the member's ``offset_ns`` too). Collectives in flight at once (gloo keeps two) wait
+    windows move by the member's ``offset_ns`` too), on the device at most until the member's own kernel ended
+    (:func:`spun`). Collectives in flight at once (gloo keeps two) wait
     over the same time: the union counts it once, and the windows keep it inside the member's steps, so
     no member waits longer than its step time.
 
@@ -757,7 +768,7 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
     wait on a stream of their own while the layer before computes, and that wait costs the rank nothing.
     Columns: ``member``, ``waited_ns``.
     """
-    rows = waits.filter(pl.col("wait_ns") > 0)
+    rows = spun(waits).filter(pl.col("wait_ns") > 0)
     if rows.height == 0:
         return pl.DataFrame(schema={"member": pl.Int32, "waited_ns": pl.Int64})
     key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
@@ -810,7 +821,7 @@ def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, 
     """
     schema = {"member": waits.schema.get("member", pl.Int32), "process_group": waits.schema.get(
         "process_group", pl.String), "instance": waits.schema.get("instance", pl.Int64), "waited_ns": pl.Int64}
-    rows = waits.filter(pl.col("wait_ns") > 0)
+    rows = spun(waits).filter(pl.col("wait_ns") > 0)
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)

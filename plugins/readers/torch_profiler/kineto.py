@@ -95,8 +95,9 @@ class Document(msgspec.Struct):
     rocprofiler_sdk_version: int | float | str | None = msgspec.field(default=None, name="rocprofiler-sdk_version")
 
 
-#: The variant of a Kineto trace without ``schemaVersion`` (PyTorch 1.x wrote none).
-NO_SCHEMA = "Kineto (no schemaVersion: PyTorch 1.x)"
+#: The variant of a Kineto trace without ``schemaVersion``: PyTorch 1.x wrote none, and a file rewritten by
+#: another tool (TraceLens's merge of a run's ranks) can lose it; which of the two cannot be told from its absence.
+NO_SCHEMA = "Kineto (no schemaVersion: PyTorch 1.x, or a file rewritten without it)"
 
 
 def fill_meta(meta: TraceMeta, doc: Document) -> None:
