@@ -43,7 +43,8 @@ def oracle_pipeline_waits(folder: Path) -> dict:
     1 (lone calls); a backward transfer is a P2P kernel without one (the batched calls), on either rank: the
     j-th of a kind on rank 0 meets the j-th of that kind on rank 1 (NCCL keeps a pair's transfers in order).
     Each side's kernel starts when its stream reaches it and spins until the other side's has started, so a
-    rank waits [its start, the later start). A rank's waited time is the union of its waits inside its
+    rank waits [its start, the later start), or to its own kernel's end where that is sooner (a send whose data
+    went out before the receive started). A rank's waited time is the union of its waits inside its
     ProfilerStep# windows less what its compute kernels cover; the wait a rank causes is the other's waited
     time at the transfers it was last to.
     """
@@ -53,8 +54,8 @@ def oracle_pipeline_waits(folder: Path) -> dict:
         gpu = complete(events, "kernel")
         nccl = [e for e in gpu if e["name"].startswith("ncclDevKernel_SendRecv")]
         forward = "send" if rank == 0 else "recv"
-        kernels[rank] = {"forward": [us_to_ns(e["ts"]) for e in nccl if e["args"].get("Collective name") == forward],
-                         "backward": [us_to_ns(e["ts"]) for e in nccl if "Collective name" not in e["args"]]}
+        kernels[rank] = {"forward": [span(e) for e in nccl if e["args"].get("Collective name") == forward],
+                         "backward": [span(e) for e in nccl if "Collective name" not in e["args"]]}
         assert len(kernels[rank]["forward"]) + len(kernels[rank]["backward"]) == len(nccl)
         compute[rank] = union([span(e) for e in gpu if not e["name"].startswith("nccl")])
         windows[rank] = union([span(e) for e in complete(events, "user_annotation")
@@ -65,15 +66,19 @@ def oracle_pipeline_waits(folder: Path) -> dict:
     return waits_of_pairs(pairs, windows, compute)
 
 
-def waits_of_pairs(pairs: list[tuple[int, int]], windows: dict, compute: dict) -> dict:
-    """Each rank's waited time (the union of its waits, [its start, the later start), inside its step windows,
-    less its compute kernels), last counts and step time, from the two ranks' arrivals at each transfer."""
+def waits_of_pairs(pairs: list[tuple[tuple[int, int], tuple[int, int]]], windows: dict, compute: dict) -> dict:
+    """Each rank's waited time (the union of its waits, [its start, the later start) but not past its own kernel's
+    end, inside its step windows, less its compute kernels), last counts and step time, from the two ranks'
+    kernels (start, end) at each transfer."""
+    def until(pair, rank: int) -> int:
+        return min(max(pair[0][0], pair[1][0]), pair[rank][1])
+
     def waited(rank: int) -> int:
-        waits = union([(pair[rank], max(pair)) for pair in pairs if max(pair) > pair[rank]])
+        waits = union([(pair[rank][0], until(pair, rank)) for pair in pairs if until(pair, rank) > pair[rank][0]])
         inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[rank] if min(e, b) > max(s, a)]
         return sum(e - s - intersect(s, e, compute[rank]) for s, e in inside)
 
-    last_count = {0: sum(1 for a, b in pairs if a > b), 1: sum(1 for a, b in pairs if b >= a)}
+    last_count = {0: sum(1 for a, b in pairs if a[0] > b[0]), 1: sum(1 for a, b in pairs if b[0] >= a[0])}
     steps = {r: sum(e - s for s, e in w) for r, w in windows.items()}
     return {"transfers": len(pairs), "waited_ns": {r: waited(r) for r in (0, 1)}, "last_count": last_count,
             "step_ns": steps}
@@ -227,7 +232,7 @@ def oracle_batched_waits(folder: Path) -> dict:
         arrivals[rank] = []
         for call in calls:
             launch = next(e for e in launches if e["tid"] == call["tid"] and e["ts"] >= call["ts"])
-            arrivals[rank].append(us_to_ns(kernels[launch["args"]["correlation"]]["ts"]))
+            arrivals[rank].append(span(kernels[launch["args"]["correlation"]]))
         compute[rank] = union([span(e) for e in complete(events, "kernel") if not e["name"].startswith("nccl")])
         windows[rank] = union([span(e) for e in complete(events, "user_annotation")
                                if e["name"].startswith("ProfilerStep#")])

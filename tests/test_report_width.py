@@ -96,8 +96,8 @@ def test_headline_figures_and_no_python_reprs(rendered, case):
         grid = dict(unsaid_figures(f))
         for key, unit in f.figures.items():
             label = f.labels.get(key) or figure_label(key, unit)
-            if unit == "problem_count" and f.metrics.get(key) == 0:
-                assert label not in shown, (f.rule, key)  # nothing left out: a zero says nothing
+            if unit == "problem_count" and f.metrics.get(key) == 0 or key not in f.metrics:
+                assert label not in shown, (f.rule, key)  # nothing left out: a zero says nothing; nor "-" of none
                 continue
             value = fmt_unit(unit, f.metrics.get(key))
             assert label in shown, (f.rule, key)

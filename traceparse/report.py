@@ -608,7 +608,8 @@ def figure_label(key: str, unit: str) -> str:
 def shown_figures(finding: Finding) -> list[tuple[str, str]]:
     """The headline figures as the screen and the HTML report show them: (label, value) pairs in their declared
     order. The label is the finding's own (``Finding.labels``) else the key's words; a ``problem_count`` figure
-    that is zero is left out (nothing was left out, so it says nothing), JSON keeps it."""
+    that is zero is left out (nothing was left out, so it says nothing), JSON keeps it; so is a figure the finding
+    does not give at all (api-share's ``context_creation_ns`` where no call made a context), not shown as "-"."""
     pairs = []
     as_in_tables = table_shares(finding)
     together: dict[str, Any] = {}  # the shares of one whole a finding declares: rounded together, as its sentence
@@ -616,7 +617,7 @@ def shown_figures(finding: Finding) -> list[tuple[str, str]]:
         together.update(zip(group, shares_shown([finding.metrics.get(k) for k in group])))
     for key, unit in finding_figures(finding).items():
         value = finding.metrics.get(key)
-        if unit == "problem_count" and value == 0:
+        if unit == "problem_count" and value == 0 or key not in finding.metrics:
             continue
         if unit == "pct" and isinstance(value, float):
             value = together[key] if key in together else as_in_tables.get(value, value)

@@ -151,13 +151,15 @@ class ApiShare(Rule):
         else:
             message = f"{fmt_count(calls, 'API call')}, with no recorded time."
         message += aggregated_note(ignored_aggregated, "API", "API events")
+        runtime = "HIP" if first and first.startswith("hip") else "CUDA"  # the runtime whose context it made
         if startup and from_summary:  # a summary keeps no order of calls: the longest one, most likely
-            message += (f" The longest {first} ({fmt_ns(startup)}, the summary's Max) most likely made the CUDA "
-                        "context (the first CUDA call does; a summary keeps no order): a one-off, left out of the "
-                        "allocation time at stake.")
+            message += (f" The longest {first} ({fmt_ns(startup)}, the summary's Max) most likely made the {runtime} "
+                        f"context (the first {runtime} call does; a summary keeps no order): a one-off, left out of "
+                        "the allocation time at stake.")
         elif startup:
-            message += (f" {first} ({fmt_ns(startup)}) is the first CUDA call{' of each process' if run else ''}, "
-                        "which creates the CUDA context: a one-off, left out of the allocation time at stake.")
+            message += (f" {first} ({fmt_ns(startup)}) is the first {runtime} call"
+                        f"{' of each process' if run else ''}, which creates the {runtime} context: a one-off, left "
+                        "out of the allocation time at stake.")
         if early_ns >= t["min_class_time_us"] * 1000:
             message += (f" {'Another ' if startup else ''}{fmt_count(early_calls, 'allocation call')} "
                         f"({fmt_ns(early_ns)}) came before {'each' if run else 'the'} process first gave the GPU "

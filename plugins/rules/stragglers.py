@@ -293,7 +293,7 @@ class Stragglers(Rule):
         if named is not None and label == "rank":
             floor = t["min_excess_pct"] / 100 * step.get(candidate, 0) / n_steps
             excess = slow_rank_excess(events, waits, named, int(t["top_excess"]), floor)
-            message += _excess_sentence(who, excess, floor, per_step_ns)
+            message += _excess_sentence(who, excess, floor, per_step_ns, t["min_excess_pct"])
             if not _has_operators(events, waits, named):
                 message += (f" The trace of {who} has no operators (recorded or trimmed without them): only "
                             "annotations and GPU work could be compared, not the host's work between them.")
@@ -623,7 +623,8 @@ def _explains(row: dict, wait_per_step_ns: int) -> float:
     return min(100.0, 100.0 * max(0, row["slow_ns"] - row["median_ns"]) / wait_per_step_ns)
 
 
-def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int) -> str:
+def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int,
+                     floor_pct: float = 1.0) -> str:
     """The parts longer on the straggler than on the median rank, each with its excess, then how much of the wait
     the largest explains and, where several kernels are listed, they together (kernels of a stream add up).
 
@@ -637,7 +638,9 @@ def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int
             parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}, "
                          f"{fmt_ns(more)} more)")
     if not parts:
-        return f" Nothing on {who} takes {fmt_ns(floor)} a step longer than on the median rank."
+        return (f" No operator, kernel or copy on {who} runs longer than on the median rank by {fmt_ns(floor)} a "
+                f"step or more ({fmt_pct(floor_pct)} of its step): what the trace records there does not explain "
+                "the wait.")
     text = f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "."
     if wait_per_step_ns:
         lead = max(excess["slow_rank_host"] + excess["slow_rank_gpu"], key=lambda r: r["slow_ns"] - r["median_ns"])
