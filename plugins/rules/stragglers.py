@@ -638,9 +638,8 @@ def _excess_sentence(who: str, excess: dict, floor: float, wait_per_step_ns: int
             parts.append(f"{r['name']} ({what}, {fmt_ns(r['slow_ns'])} a step against {fmt_ns(r['median_ns'])}, "
                          f"{fmt_ns(more)} more)")
     if not parts:
-        return (f" No operator, kernel or copy on {who} runs longer than on the median rank by {fmt_ns(floor)} a "
-                f"step or more ({fmt_pct(floor_pct)} of its step): what the trace records there does not explain "
-                "the wait.")
+        return (f" Nothing the trace records on {who} runs longer than on the median rank by {fmt_ns(floor)} a "
+                f"step or more ({fmt_pct(floor_pct)} of its step): it does not explain the wait.")
     text = f" Longer on {who} than on the median rank, per step: " + "; ".join(parts) + "."
     if wait_per_step_ns:
         lead = max(excess["slow_rank_host"] + excess["slow_rank_gpu"], key=lambda r: r["slow_ns"] - r["median_ns"])
