@@ -127,7 +127,7 @@ def read_csv_trace(paths: list[Path], options: ReadOptions) -> Trace:
         options.warn(f"{paths[0]}: no agent_info.csv beside the trace: device ids are rocprofv3's agent numbers "
                      "(logical node ids, CPUs counted first), not HIP's device indices")
     frames = [_rows(t, gpu_index) for t in tables if t.form in TIMELINE]
-    frame = _one_pid_each(pl.concat(frames, how="diagonal_relaxed"), tables)
+    frame = _one_pid_each(pl.concat(frames, how="diagonal_relaxed"))
     frame = _unique_links(frame, options, paths[0])
     guid = any("guid" in t.frame.columns for t in tables)
     meta = TraceMeta(tool="rocprofv3", variant="rocprofv3 CSV" + (" (rocpd convert)" if guid else ""),
@@ -262,7 +262,7 @@ def _rows(table: _Table, gpu_index: dict[int, int]) -> pl.DataFrame:
                           group=pl.when(roctx).then(pl.lit("roctx")).otherwise(domain))
 
 
-def _one_pid_each(frame: pl.DataFrame, tables: list[_Table]) -> pl.DataFrame:
+def _one_pid_each(frame: pl.DataFrame) -> pl.DataFrame:
     """Kernel and copy rows (their files name no process) given their process: the file name's prefix where it
     is a pid, else the one process the calls name."""
     pids = frame["pid"].drop_nulls().unique() if "pid" in frame.columns else pl.Series([], dtype=pl.Int64)
@@ -289,15 +289,15 @@ def _unique_links(frame: pl.DataFrame, options: ReadOptions, path: Path) -> pl.D
     for pid, top in tops.iter_rows():
         offsets[pid] = offset
         offset += int(top or 0)
-    return frame.with_columns(correlation_id=pl.col("correlation_id")
-                              + pl.col("pid").replace_strict(offsets, default=0, return_dtype=pl.Int64))
+    moved = pl.col("pid").replace_strict(offsets, default=0, return_dtype=pl.Int64).fill_null(0)
+    return frame.with_columns(correlation_id=pl.col("correlation_id") + moved)
 
 
 def _devices(table: _Table) -> tuple[dict[int, int], list[Device]]:
     """From agent_info.csv: {a GPU's logical node id: its index among the GPUs} and the GPUs as devices."""
     c = table.col
     gpus = (table.frame.select(node=_integer(c("logical_node_id")), type=c("agent_type").str.strip_chars(),
-                               name=pl.coalesce(c("marketing_name"), c("product_name"), c("model_name"), c("name")),
+                               name=pl.coalesce(c("product_name"), c("model_name"), c("name")),
                                gfx=c("name"), version=_integer(c("gfx_target_version")),
                                cus=_integer(c("cu_count")), wave=_integer(c("wave_front_size")),
                                clock=_integer(c("max_engine_clk_fcompute")))
