@@ -34,7 +34,7 @@ from traceparse.errors import InputError, bad_input
 from traceparse.figures import fmt_count
 from traceparse.meta import Device
 from traceparse.reader import ReadOptions
-from traceparse.sources import open_binary
+from traceparse.sources import open_binary, read_head
 from traceparse.trace import Trace, TraceMeta
 
 #: What each kind of file holds, told by its header's column names (lower-case, ``guid`` aside).
@@ -147,8 +147,8 @@ def _files(paths: list[Path]) -> list[Path]:
 
 
 def _head(path: Path) -> bytes:
-    with open_binary(path) as f:
-        return f.read(4096)
+    """The file's first bytes, decompressed (a gzip stream cut short gives what it has)."""
+    return read_head(path, 4096)
 
 
 def _read(path: Path, form: str, options: ReadOptions) -> _Table:
