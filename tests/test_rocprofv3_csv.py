@@ -132,7 +132,7 @@ def test_kernel_shapes_from_work_items(two):
     assert k["static_smem_bytes"].to_list() == [None, 1024, None]
 
 
-def test_files_are_grouped_by_process(tmp_path):
+def test_files_are_grouped_by_process():
     """Named as files, the two processes' files are two traces (one per pid prefix)."""
     groups = [sorted(p.name for p in group) for _, group in plan(sorted(TWO.glob("*.csv")))]
     assert groups == [sorted(p.name for p in TWO.glob("4242_*.csv")), sorted(p.name for p in TWO.glob("4243_*.csv"))]
