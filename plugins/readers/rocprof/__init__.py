@@ -44,22 +44,19 @@ def sniff(path: Path, head: bytes) -> float:
     """0.8 for a rocprof v1 ``results.json``: a Chrome trace whose head names rocprof's tracks and whose events
     carry ``BeginNs`` (rocprofv2's JSON has neither ``BeginNs`` nor those track names); 0.8 for a rocprofv3 CSV
     file (its header's columns) or a folder holding rocprofv3 trace files by name; else 0.0."""
-    if path.is_dir():
+    if path.is_dir() or head.lstrip(b"\xef\xbb\xbf").startswith(b'"'):
+        from traceparse_plugins.readers.rocprof.csv_trace import header_form, names_a_trace_file
+
+        if not path.is_dir():
+            return 0.8 if header_form(head) is not None else 0.0
         try:
-            return 0.8 if any(_V3_TRACE.match(p.name) for p in path.iterdir()) else 0.0
+            return 0.8 if any(names_a_trace_file(p.name) for p in path.iterdir()) else 0.0
         except OSError:
             return 0.0
-    if head.lstrip(b"\xef\xbb\xbf").startswith(b'"'):
-        from traceparse_plugins.readers.rocprof.csv_trace import header_form
-
-        return 0.8 if header_form(head) is not None else 0.0
     if b'"traceEvents"' not in head or b'"BeginNs"' not in head:
         return 0.0
     return 0.8 if _TRACKS.search(head) else 0.0
 
-
-#: The trace files of rocprofv3 by name (a folder holding one is rocprofv3's output).
-_V3_TRACE = re.compile(r"^.+_(?:kernel_trace|hip_api_trace|hsa_api_trace|memory_copy_trace|marker_api_trace)\.csv$")
 
 
 class RocprofReader(Reader):

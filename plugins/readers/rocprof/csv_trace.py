@@ -30,6 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
+from traceparse import units
 from traceparse.errors import InputError, bad_input
 from traceparse.figures import fmt_count
 from traceparse.meta import Device
@@ -76,6 +77,16 @@ def header_form(head: bytes) -> str | None:
     return next((form for form, needed in FORMS.items() if needed <= names), None)
 
 
+#: The files of the timeline, by their name's kind (a folder holding one is rocprofv3's output).
+TIMELINE_FILES = ("kernel_trace", "hip_api_trace", "hsa_api_trace", "memory_copy_trace", "marker_api_trace")
+
+
+def names_a_trace_file(name: str) -> bool:
+    """Whether a file name is one of rocprofv3's timeline files (``1234_kernel_trace.csv``)."""
+    match = FILE_NAME.match(name)
+    return bool(match) and match.group("kind") in TIMELINE_FILES
+
+
 def group_key(path: Path) -> tuple[Path, str] | None:
     """(folder, prefix) of a rocprofv3 file name (``1234_kernel_trace.csv``: the files of one process), else None."""
     match = FILE_NAME.match(path.name)
@@ -84,15 +95,13 @@ def group_key(path: Path) -> tuple[Path, str] | None:
 
 @dataclass
 class _Table:
-    """One CSV file: its path, form, columns (lower-case names, every cell text, ``_line`` each row's line)."""
+    """One CSV file: its path, form, columns (lower-case names, every cell text; ``_line`` each row's line and, in
+    a timeline file, ``_start``/``_end`` its times as integers) and the prefix of its name."""
 
     path: Path
     form: str
     frame: pl.DataFrame
     prefix: str | None
-    #: The line number of a last row with no line break after it (the profiler may have stopped inside it).
-    unfinished: int | None = None
-    options: ReadOptions | None = None
 
     def col(self, name: str) -> pl.Expr:
         return pl.col(name) if name in self.frame.columns else pl.lit(None, dtype=pl.String)
@@ -134,7 +143,7 @@ def read_csv_trace(paths: list[Path], options: ReadOptions) -> Trace:
                      devices=devices)
     meta.summary.update({f"{k}_rows": n for k, n in frame.group_by("kind").len().sort("kind").iter_rows()})
     meta.warnings = options.warnings
-    return Trace(frame.drop("_file", "_line", "_prefix"), meta)
+    return Trace(frame.drop("_prefix"), meta)
 
 
 def _files(paths: list[Path]) -> list[Path]:
@@ -152,18 +161,16 @@ def _head(path: Path) -> bytes:
 
 
 def _read(path: Path, form: str, options: ReadOptions) -> _Table:
-    """``path`` as text columns named in lower case; a last line the profiler did not finish is left out."""
+    """``path`` as text columns named in lower case; a last row the profiler did not finish is left out."""
     with open_binary(path, text=True) as f:
         data = f.read()
-    unfinished = None
-    if data.strip() and not data.endswith(b"\n"):  # the writer ends each row with a line break: killed inside one?
-        cut, unfinished = data.rfind(b"\n") + 1, data.count(b"\n") + 1
-        header = next(csv.reader([data[: data.find(b"\n")].decode("utf-8", errors="replace")]), [])
-        last = next(csv.reader([data[cut:].decode("utf-8", errors="replace")]), [])
-        if len(last) != len(header):  # fields missing: cut short
-            options.incomplete(f"{path}:{unfinished}: the file ends inside a row (the profiler stopped while "
-                               "writing it): that row is left out")
-            data, unfinished = data[:cut], None
+    if b"\n" not in data.strip():  # a header alone (ended inside its last name or not): no rows
+        data = data.strip() + b"\n"
+    elif not data.endswith(b"\n") and _cut_short(data):  # each row ends with a line break
+        line = data.count(b"\n") + 1
+        options.incomplete(f"{path}:{line}: the file ends inside a row (the profiler stopped while writing it): "
+                           "that row is left out")
+        data = data[: data.rfind(b"\n") + 1]
     try:
         frame = pl.read_csv(io.BytesIO(data), infer_schema=False, quote_char='"', raise_if_empty=False)
     except pl.exceptions.PolarsError:
@@ -171,8 +178,26 @@ def _read(path: Path, form: str, options: ReadOptions) -> _Table:
     frame = frame.rename({c: c.strip().lower() for c in frame.columns})
     frame = frame.with_columns(_line=pl.int_range(2, frame.height + 2, dtype=pl.Int64))
     frame = frame.filter(~pl.all_horizontal(pl.exclude("_line").is_null()))  # blank lines
+    if form in TIMELINE:  # integer nanoseconds, through the one converter of decimal text (null where none)
+        frame = frame.with_columns(**{f"_{end}": units.column_to_int(frame[f"{end}_timestamp"], "ns", strict=False)
+                                      for end in ("start", "end")})
     match = FILE_NAME.match(path.name)
-    return _Table(path, form, frame, match.group("prefix") if match else None, unfinished, options)
+    return _Table(path, form, frame, match.group("prefix") if match else None)
+
+
+def _cut_short(data: bytes) -> bool:
+    """Whether the last row of ``data`` (no line break after it) was cut while written: fields missing, or its
+    times no whole pair (``...,3000,30`` of ``3000,3050``: an end before its start)."""
+    lines = data.decode("utf-8", errors="replace")
+    header = next(csv.reader([lines[: lines.find("\n")]]), [])
+    last = next(csv.reader([lines[lines.rfind("\n") + 1:]]), [])
+    if len(last) != len(header):
+        return True
+    names = [n.strip().lower() for n in header]
+    if "start_timestamp" not in names or "end_timestamp" not in names:
+        return False
+    start, end = (last[names.index(f"{e}_timestamp")].strip() for e in ("start", "end"))
+    return not (start.isascii() and start.isdigit() and end.isascii() and end.isdigit() and int(end) >= int(start))
 
 
 def _csv_error(path: Path, data: bytes) -> InputError:
@@ -208,26 +233,18 @@ def _device(expr: pl.Expr, gpu_index: dict[int, int]) -> pl.Expr:
 
 
 def _rows(table: _Table, gpu_index: dict[int, int]) -> pl.DataFrame:
-    """One file's rows in the table's columns, ``_file``/``_line`` kept for messages; times checked."""
+    """One file's rows in the table's columns (``_prefix``: the file name's, for :func:`_one_pid_each`); a row
+    that ends before it starts, or has no times, is a one-line error naming its line."""
     t, c = table, table.col
-    start, end = _integer(c("start_timestamp")), _integer(c("end_timestamp"))
-    base = t.frame.select(_line="_line", start_ns=start, _end=end)
-    bad = base.filter(pl.col("start_ns").is_null() | pl.col("_end").is_null() | (pl.col("_end") < pl.col("start_ns")))
-    if bad.height and t.unfinished is not None and int(bad["_line"][0]) == t.unfinished:
-        # the last row, with no line break after it, cut inside its times: what the profiler had not finished
-        t.options.incomplete(f"{t.path}:{t.unfinished}: the file ends inside a row (the profiler stopped while "
-                             "writing it): that row is left out")
-        t.frame = t.frame.filter(pl.col("_line") != t.unfinished)
-        t.unfinished = None
-        return _rows(t, gpu_index)
+    start, end = pl.col("_start"), pl.col("_end")
+    bad = t.frame.filter(start.is_null() | end.is_null() | (end < start))
     if bad.height:
         line = int(bad["_line"][0])
         raw = t.frame.filter(pl.col("_line") == line).select(c("start_timestamp"), c("end_timestamp")).row(0)
         got = " and ".join("nothing" if v is None else repr(v) for v in raw)
         raise bad_input(t.path, line, "Start_Timestamp and End_Timestamp, integer nanoseconds with the end no earlier "
                                       f"than the start, got {got}")
-    common = dict(start_ns=start, duration_ns=end - start, _line=pl.col("_line"),
-                  _file=pl.lit(str(t.path)), _prefix=pl.lit(t.prefix, dtype=pl.String),
+    common = dict(start_ns=start, duration_ns=end - start, _prefix=pl.lit(t.prefix, dtype=pl.String),
                   correlation_id=pl.when(_integer(c("correlation_id")) > 0).then(_integer(c("correlation_id"))))
     if t.form == "kernel":
         def per_dim(axis: str) -> tuple[pl.Expr, pl.Expr]:
