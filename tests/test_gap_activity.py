@@ -65,7 +65,7 @@ def _attribute_slowly(a: int, b: int, rows: list, totals: dict) -> None:
             innermost = max(running, key=lambda r: (r[0], -r[1]))
             totals[innermost[2]] += hi - lo
         else:
-            totals["(nothing recorded)"] += hi - lo
+            totals["(no traced call)"] += hi - lo
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,8 @@ def test_gpu_idle_names_the_host_activity_and_its_shares_add_up(trace):
     top = ranked[0][0]
     assert f"was in: {top} {100 * expected[top] / total:.1f}%" in finding.message
     # the steps' annotations are no activity: their uncovered time is the thread running what the trace omits
-    assert "ProfilerStep#N" not in table and "(nothing recorded)" in table
-    assert table["(nothing recorded)"]["kind"] is None
+    assert "ProfilerStep#N" not in table and "(no traced call)" in table
+    assert table["(no traced call)"]["kind"] is None
 
 
 def test_two_traces_keep_their_threads_apart(trace):

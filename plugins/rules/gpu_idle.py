@@ -62,7 +62,7 @@ not change the severity; it picks the suggestion (host wait or other).
 What the host did while the GPU waited for it: each moment of a host-wait gap
 goes to the innermost host row (op, annotation, runtime call, region) running
 then on the thread that launched the activity ending the gap; moments when
-that thread recorded nothing go to "(nothing recorded)" (a step's
+that thread recorded nothing go to "(no traced call)" (a step's
 ``ProfilerStep#N`` annotation is no activity: time inside it that no other row
 covers is untraced Python between operators; it read as an activity), gaps
 whose activity has no launch in the trace to "(no launch in the trace)". Names that differ only by a
@@ -95,7 +95,7 @@ FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct",
 #: Screen labels: the span is the GPU's (first to last activity), not the trace's of the summary; the busy time is
 #: the time behind the summary's "GPU busy" share (alone under the sentence, "busy" did not say whose); the idle
 #: share is not the idle time.
-LABELS = {"span_ns": "GPU span", "busy_ns": "GPU busy time", "idle_pct": "idle share"}
+LABELS = {"span_ns": "GPU span", "busy_ns": "GPU busy time (overlaps once)", "idle_pct": "idle share"}
 #: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
 #: names before and after each gap get the width.
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),

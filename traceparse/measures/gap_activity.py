@@ -16,7 +16,7 @@ from traceparse.schema import STEP_NAME
 HOST_KINDS = ("op", "marker", "api", "region", "sync")
 #: The name given to gap time when the launching thread recorded nothing then (Python without ops, another
 #: thread's work, a profiler that records no host events).
-NOTHING = "(nothing recorded)"
+NOTHING = "(no traced call)"
 #: The name given to host-wait gap time whose next activity has no launch in the trace.
 NO_LAUNCH = "(no launch in the trace)"
 _HOST_COLUMNS = ["trace_id", "tid", "kind", "name", "start_ns", "duration_ns"]
