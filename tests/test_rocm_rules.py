@@ -313,8 +313,9 @@ def test_memcpy_rules(path):
 
 
 # -- the same trace, written by CUDA -------------------------------------------------------------------------
+# hipMemcpyWithStream copies and waits for the copy (PyTorch's memcpy_and_sync on ROCm): the blocking cudaMemcpy
 CUDA_TWIN = {"hipLaunchKernel": "cudaLaunchKernel", "hipExtModuleLaunchKernel": "cuLaunchKernel",
-             "hipMemcpyWithStream": "cudaMemcpyAsync", "hipDeviceSynchronize": "cudaDeviceSynchronize",
+             "hipMemcpyWithStream": "cudaMemcpy", "hipDeviceSynchronize": "cudaDeviceSynchronize",
              "hipGetDevicePropertiesR0600": "cudaGetDeviceProperties"}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, intersect, read_torch, run_cli, union, us_to_ns
+from traceparse.figures import fmt_ns, fmt_pct
 
 FOLDER = FIXTURES / "torch" / "tracefuse_ddp4"
 MERGED = FOLDER / "merged_all_events.json.gz"
@@ -119,9 +120,8 @@ def test_gpu_idle_names_hip_s_synchronize_on_a_hip_trace(findings):
 
 
 def test_whatif_says_the_slowest_rank_s_step_beside_the_mean(ranks_dir, docs, tmp_path):
-    """--balance speeds up rank 0 alone (its host operators): the mean over the ranks' steps gains 2.2 ms, but ranks
-    that meet at collectives step at the slowest one's pace, which gains 0.15 ms. Both are said; the slowest
-    rank's measured step is, per step, the longest ProfilerStep#N of the four raw files."""
+    """Ranks that meet at collectives step at the slowest one's pace: whatif says that pace beside the mean over the
+    ranks' steps; the slowest rank's measured step is, per step, the longest ProfilerStep#N of the four raw files."""
     store = str(tmp_path / "store")
     code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "amd_ddp4")
     assert code == 0, err
@@ -141,7 +141,32 @@ def test_whatif_says_the_slowest_rank_s_step_beside_the_mean(ranks_dir, docs, tm
     slow = doc["slowest"]
     assert slow["steps"] == 3 and slow["measured_ns"] == round(sum(longest.values()) / 3)
     assert slow["predicted_ns"] == round(sum(predicted.values()) / 3)
-    assert slow["gain_ns"] < doc["mean"]["gain_ns"] / 10  # the mean's gain is rank 0's alone
+    assert 0 <= slow["gain_ns"] <= doc["mean"]["gain_ns"]
     code, out, err = run_cli("--store", store, "--width", "200", "whatif", "amd_ddp4", "--balance")
     assert code == 0, err
-    assert "slowest rank: 47.27 ms measured, 47.12 ms predicted: gain 147.4 us (0.3%)\n" in out
+    assert (f"slowest rank: {fmt_ns(slow['measured_ns'])} measured, {fmt_ns(slow['predicted_ns'])} predicted: "
+            f"gain {fmt_ns(slow['gain_ns'])} ({fmt_pct(slow['gain_pct'])})\n") in out
+    assert "slowest rank: 47.27 ms measured" in out
+
+
+def test_balance_takes_no_wait_in_a_synchronous_copy_for_work(ranks_dir, docs, tmp_path):
+    """On ROCm PyTorch copies and waits in one call, ``hipMemcpyWithStream``. Rank 0 spends 3.7 ms a step more in it
+    than the median rank (computed here from the raw files): the time its GPU waits at the collective for the late
+    rank 3, not work. --balance took it out as rank 0's excess and predicted rank 0's step 25.5% shorter (47.23 ->
+    35.17 ms), while every other rank, which rank 0 meets at each step's all-reduce, kept its 46-49 ms. It is
+    waiting, as a synchronisation's time is: left as it is, and no rank's step gains more than 1%."""
+    per_step = {}
+    for rank, events in docs.items():
+        copy = sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("name") == "hipMemcpyWithStream")
+        steps = sum(1 for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"))
+        per_step[rank] = us_to_ns(copy) / steps
+    ordered = sorted(per_step.values())
+    assert per_step[0] - ordered[1] > 3_000_000  # rank 0's excess over the (lower) median rank, a step
+    store = str(tmp_path / "store")
+    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "amd_ddp4")
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "whatif", "amd_ddp4", "--balance", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert "hipMemcpyWithStream" not in doc["edits"][0]["names"]
+    assert all(row["gain_pct"] < 1 for row in doc["steps"])

@@ -58,8 +58,11 @@ from traceparse.measures.launches import launches
 from traceparse.measures.nesting import HOST_KINDS, parents
 from traceparse.measures.steps import RANGE_KINDS, STEP_NAME, step_series
 
-#: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies).
-SYNC_CALLS = r"Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v2)?$"
+#: Blocking calls: the host waits in them until GPU work is done (synchronisations, synchronous copies: HIP's
+#: ``hipMemcpyWithStream`` is PyTorch's copy-and-wait on ROCm, where CUDA builds call ``cudaMemcpyAsync`` then
+#: ``cudaStreamSynchronize``; ``*MemcpyToSymbol``/``FromSymbol`` and HIP's driver-style ``hipMemcpyDtoH`` block too).
+SYNC_CALLS = (r"Synchronize$|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD|2D|3D)?(_v2)?$"
+              r"|^hipMemcpyWithStream$|^hipMemcpy(DtoH|HtoD|DtoD)$|^(cuda|hip)Memcpy(To|From)Symbol$")
 #: An untraced gap (host) or an unexplained wait (GPU) shorter than this is overhead, not a wait.
 MIN_WAIT_NS = 20_000
 #: A thread resuming (a stream starting) at most this long after another's event ended may have waited for it.

@@ -41,7 +41,7 @@ import polars as pl
 from traceparse import expr
 from traceparse.errors import InputError
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, critical_paths, dependency_graph,
+from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, SYNC_CALLS, critical_paths, dependency_graph,
                                               edge_coverage)
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median, step_time_by_name
@@ -292,13 +292,15 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | N
     """Per (trace, kind, name): median / own time per step, where a rank's time per step exceeds the (lower) median
     over the ranks (:data:`traceparse.measures.step_time_by_name`; 0 on a rank that never runs it) by at least
     :data:`BALANCE_MIN_EXCESS` of its mean step (``step_ns``: trace -> ns; without it, by any amount). Neither
-    collectives, step annotations nor synchronisations: their time is waiting."""
+    collectives, step annotations, synchronisations nor synchronous copies (:data:`SYNC_CALLS`): their time is
+    waiting (a straggler's peers wait in ``hipMemcpyWithStream`` for the GPU that waits for it)."""
     table = step_time_by_name(events)
     if table.height == 0:
         return pl.DataFrame(schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
                                     "factor": pl.Float64})
     waiting = (pl.col("name").str.contains(STEP_NAME) | expr.collective(pl.col("name").fill_null("")).is_not_null()
-               | ((pl.col("kind") == "api") & (expr.api_class(pl.col("name")) == "synchronize")))
+               | ((pl.col("kind") == "api") & ((expr.api_class(pl.col("name")) == "synchronize")
+                                               | pl.col("name").fill_null("").str.contains(SYNC_CALLS))))
     table = table.with_columns(pl.col("trace_id").cast(pl.String), pl.col("kind").cast(pl.String)).filter(~waiting)
     traces = graph.filter(pl.col("dst_trace") != INSTANCE_TRACE)["dst_trace"].unique().to_list()
     rows = [(tr, kind, name, median / own) for tr, kind, name, own, median in over_median(table, traces)
