@@ -187,6 +187,24 @@ def intersect(s: int, e: int, merged) -> int:
     return sum(max(0, min(e, b) - max(s, a)) for a, b in merged)
 
 
+def waited_first(waits, windows, busy=()) -> dict:
+    """The raw-JSON oracle of a rank's time waited put down to who it waited for: ``waits`` are ``(arrival, until,
+    whom)``; each moment goes to the wait that began first (by arrival, then end), and counts inside the merged
+    step ``windows`` where the merged ``busy`` intervals (compute kernels, on the device) are not: {whom: ns}."""
+    out: dict = {}
+    reached = None
+    for arrival, until, whom in sorted(waits, key=lambda w: (w[0], w[1])):
+        if until <= arrival:
+            continue
+        start = arrival if reached is None else max(arrival, reached)
+        reached = until if reached is None else max(reached, until)
+        if until <= start:
+            continue
+        inside = [(max(start, a), min(until, b)) for a, b in windows if min(until, b) > max(start, a)]
+        out[whom] = out.get(whom, 0) + sum(e - s - intersect(s, e, busy) for s, e in inside)
+    return out
+
+
 def run_of(folder: Path):
     """The ranks of ``folder`` (``rank*.json.gz``) as one run's combined trace: each rank's events with its
     ``rank`` and its own ``trace_id``, read without the store."""

@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, REPO, intersect, read_torch, run_cli, run_of, run_rule, union, us_to_ns
+from helpers import (FIXTURES, REPO, intersect, read_torch, run_cli, run_of, run_rule, union, us_to_ns,
+                     waited_first)
 from traceparse import expr, measures
 from traceparse.measures import partitioned
 from traceparse.schema import conform
@@ -59,7 +60,8 @@ def oracle_stragglers(folder: Path) -> dict:
     cut at its kernel's end (a kernel done waits no more); its waited
     time is the length of the union of its waits inside its ProfilerStep# windows (waits of two collectives in
     flight count once), on NCCL ranks less the part its compute kernels cover, and the wait a rank causes is,
-    over the other ranks, that length for the instances it was last to.
+    over the other ranks, their time waited at the instances it was last to, each moment of a rank's waiting
+    put down to the wait that began first (collectives in flight at once).
     """
     arrivals, windows, compute, device_of, ends = {}, {}, {}, {}, {}
     for path in sorted(folder.glob("rank*.json.gz")):
@@ -101,17 +103,22 @@ def oracle_stragglers(folder: Path) -> dict:
         last_of.append((last, latest))
         last_count[last] += 1
 
-    def waited(r: int, by: int | None = None) -> int:  # |union of r's waits (for ``by``) ∩ r's steps|
+    def waited(r: int) -> int:  # |union of r's waits ∩ r's steps|
         # a rank waits in its kernel until the last rank's starts, or until its own ends (a broadcast's root)
         until = [latest if ends[r][i] is None else min(latest, ends[r][i]) for i, (_, latest) in enumerate(last_of)]
         waits = union([(arrivals[r][i], until[i]) for i, (last, latest) in enumerate(last_of)
-                       if until[i] > arrivals[r][i] and (by is None or last == by)])
+                       if until[i] > arrivals[r][i]])
         inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
         busy = compute[r] if device else []  # a kernel's wait counts where no compute kernel runs
         return sum(e - s - intersect(s, e, busy) for s, e in inside)
 
     waited_ns = {r: waited(r) for r in ranks}
-    caused = {c: sum(waited(r, c) for r in ranks if r != c) for c in ranks}
+    caused = {c: 0 for c in ranks}  # each moment a rank waited, to the wait that began first
+    for r in ranks:
+        until = [latest if ends[r][i] is None else min(latest, ends[r][i]) for i, (_, latest) in enumerate(last_of)]
+        for c, ns in waited_first([(arrivals[r][i], until[i], last) for i, (last, _) in enumerate(last_of)
+                                   if last != r], windows[r], compute[r] if device else []).items():
+            caused[c] += ns
     candidate = max(ranks, key=lambda r: (caused[r], -r))
     others_step = sum(steps[r] for r in ranks if r != candidate)
     return {"candidate": candidate, "collectives": n, "last_count": last_count, "wait_caused_ns": caused,

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
+from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns, waited_first
 from traceparse import measures
 from traceparse.figures import fmt_ns
 
@@ -110,8 +110,9 @@ def device_calls(doc: dict) -> list[dict]:
 def oracle_stragglers(folder: Path) -> dict:
     """Instances matched across ranks by key; arrivals on the device (:func:`device_calls`); at each the last
     rank holds the others, each waiting [its arrival, the last arrival) but not past its own kernel's end,
-    counted where none of its compute kernels runs. A rank's wait caused = Σ over the others of |union of their waits at the instances it was
-    last to ∩ their ProfilerStep# windows|."""
+    counted where none of its compute kernels runs. A rank's wait caused = Σ over the others of their waits at the
+    instances it was last to ∩ their ProfilerStep# windows, each moment of a rank's waiting put down to the wait
+    that began first."""
     docs = ranks(folder)
     arrivals = {r: {c["key"]: c["arrival"] for c in device_calls(d)} for r, d in docs.items()}
     ends = {r: {c["key"]: c["end"] for c in device_calls(d)} for r, d in docs.items()}
@@ -123,13 +124,11 @@ def oracle_stragglers(folder: Path) -> dict:
         latest = max(arrivals[r][k] for r in docs)
         last_of[k] = (min(r for r in docs if arrivals[r][k] == latest), latest)
 
-    def waited(r: int, by: int) -> int:  # |waits ∩ steps| less the part r's compute kernels cover
-        waits = union((arrivals[r][k], min(latest, ends[r][k])) for k, (last, latest) in last_of.items()
-                      if last == by and min(latest, ends[r][k]) > arrivals[r][k])
-        inside = [(max(s, a), min(e, b)) for s, e in waits for a, b in windows[r] if min(e, b) > max(s, a)]
-        return sum(e - s - intersect(s, e, compute[r]) for s, e in inside)
-
-    caused = {c: sum(waited(r, c) for r in docs if r != c) for c in docs}
+    caused = {c: 0 for c in docs}  # each moment a rank waited, to the wait that began first
+    for r in docs:
+        for c, ns in waited_first([(arrivals[r][k], min(latest, ends[r][k]), last) for k, (last, latest)
+                                   in last_of.items() if last != r], windows[r], compute[r]).items():
+            caused[c] += ns
     candidate = max(docs, key=lambda r: (caused[r], -r))
     others_step = sum(e - s for r in docs if r != candidate for s, e in windows[r])
     n_steps = len(windows[candidate])

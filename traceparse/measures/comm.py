@@ -498,7 +498,8 @@ def _moved(ns: pl.Expr, offset: pl.Expr) -> pl.Expr:
 def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFrame:
     """``rows`` (:class:`Collectives` rows) with each arrival moved to the member's communication kernel, where
     every instance of every member has one (:func:`completions`): ``arrival`` is then ``"device"``, else
-    ``"host"`` and the arrivals are the calls'. ``host_arrival_ns`` keeps the call's start.
+    ``"host"`` and the arrivals are the calls'. ``host_arrival_ns`` keeps the call's start. Instances whose
+    kernels the trace ended before (:func:`_cut_at_the_end`) are left out of device arrivals.
 
     Why: an NCCL (RCCL) call returns at once and only queues its kernel; the host of a rank runs on, often
     many milliseconds ahead of its GPU (FSDP issues its all-gathers a layer ahead). It is the device that
@@ -508,10 +509,14 @@ def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFr
     its straggler). gloo and other host-side collectives have no kernel: their calls are the arrivals.
     """
     done = completions(parts)
-    device = (done.height == rows.height and done.height > 0 and bool((done["done_source"] == "kernel").all()))
     no_kernel = [pl.lit(None, dtype=t).alias(c) for c, t in _KERNEL.items()]
-    if not device:
+    cut = _cut_at_the_end(done) if done.height == rows.height and done.height > 0 else None
+    if cut is None:
         return rows.with_columns(*no_kernel, host_arrival_ns=pl.col("arrival_ns"), arrival=pl.lit("host"))
+    if cut.height:
+        gone = ["process_group", "instance"]
+        rows = rows.join(cut, on=gone, how="anti", nulls_equal=True)
+        done = done.join(cut, on=gone, how="anti", nulls_equal=True)
     joins = done.select("member", "process_group", "instance", _join="join_ns", kernel_event_id="done_event_id",
                         kernel_name="done_name", kernel_end_ns="done_ns")
     rows = rows.join(joins, on=["member", "process_group", "instance"], how="left", nulls_equal=True)
@@ -520,6 +525,37 @@ def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFr
                                                           arrival=pl.lit("host"))
     return rows.with_columns(host_arrival_ns=pl.col("arrival_ns"), arrival_ns=pl.col("_join"),
                              arrival=pl.lit("device")).drop("_join")
+
+
+def _cut_at_the_end(done: pl.DataFrame) -> pl.DataFrame | None:
+    """Of :func:`completions`' rows, the instances (``process_group``, ``instance``) left out of device arrivals
+    because the trace ended before a member's kernel ran (an empty frame where every member of every instance has
+    its kernel), or None where arrivals must be the hosts': no kernel at all, or some member has none at an
+    instance before its last one that has (or none at all).
+
+    Why: the profiler stops while the last collective's kernels are still queued (a Megatron run: 85
+    ``nccl:all_reduce`` calls a rank, 84 kernels, on all 8 ranks). That one instance made every arrival the
+    host's, and the hosts run ahead of their GPUs: the straggler's cost came out twice the device's (1.476 s)."""
+    kernel = pl.col("done_source") == "kernel"
+    if not bool(done.select(kernel.any()).item()):
+        return None
+    member = pl.col("member").fill_null(_NO_RANK)
+    last_kernel = done.filter(kernel).group_by(member.alias("_m")).agg(_last=pl.col("arrival_ns").max())
+    missing = (done.filter(~kernel).with_columns(_m=member)
+               .join(last_kernel, on="_m", how="left"))
+    if bool(missing.select((pl.col("_last").is_null() | (pl.col("arrival_ns") <= pl.col("_last"))).any()).item()):
+        return None
+    most = missing.group_by("_m", "process_group").len()["len"].max()
+    if most is not None and most > CUT_AT_END:  # not the profiler stopping: calls and kernels that do not pair
+        return None
+    return missing.select("process_group", "instance").unique()
+
+
+#: Most collectives of a member and process group whose kernels the trace may have ended before
+#: (:func:`_cut_at_the_end`): those in flight when the profiler stopped. More kernels missing at the end is calls
+#: and kernels that do not pair (a pipeline's batched transfers with no launch to say which kernel is whose: 24
+#: calls, 15 kernels a rank), and the arrivals stay the hosts'.
+CUT_AT_END = 2
 
 
 #: The member's communication kernel of a device arrival (:func:`_device_arrivals`; null for a host arrival).
@@ -813,11 +849,11 @@ def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, 
     waited that is first waited at that instance, so that a member's instances add up to its time waited.
 
     Collectives in flight at once wait over the same time; a moment of waiting belongs to the instance that was
-    waiting first (by arrival), and only inside the member's steps. Where device waits overlapped by compute
-    are left out (``busy``), each instance keeps its share of what is left. This is what a chart of the wait at
-    each collective adds up: never more than the time the members waited (a sum of raw waits counted the same
-    moment at every collective in flight, 1,146.8 ms of a run whose ranks waited 665.9). Columns: ``member``,
-    ``process_group``, ``instance``, ``waited_ns``.
+    waiting first (by arrival, then end), counted as :func:`waiting_time` counts it: inside the member's steps
+    and, on the device, where its compute kernels (``busy``) run nothing. This is what a chart of the wait at
+    each collective adds up, and the wait each rank causes (stragglers): never more than the time the members
+    waited (a sum of raw waits counted the same moment at every collective in flight, 1,146.8 ms of a run whose
+    ranks waited 665.9). Columns: ``member``, ``process_group``, ``instance``, ``waited_ns``.
     """
     schema = {"member": waits.schema.get("member", pl.Int32), "process_group": waits.schema.get(
         "process_group", pl.String), "instance": waits.schema.get("instance", pl.Int64), "waited_ns": pl.Int64}
@@ -832,16 +868,16 @@ def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, 
     # the part of each wait no earlier wait of the member covered: disjoint pieces whose union is the members'
     first = pl.max_horizontal("arrival_ns", pl.col("before").fill_null(pl.col("arrival_ns")))
     pieces = held.with_columns(start_ns=first, duration_ns=(pl.col("end") - first).clip(lower_bound=0))
-    _, cover = _step_cover(rows, windows)
-    inside = intervals.overlap_with(pieces.select(pl.col("key").alias("member"), "start_ns", "duration_ns"), cover,
-                                    ["member"])
+    offsets, cover = _step_cover(rows, windows)
+    spans = pieces.select(pl.col("key").alias("member"), "start_ns", "duration_ns")
+    inside = intervals.overlap_with(spans, cover, ["member"])
+    device = "arrival" in rows.columns and bool((rows["arrival"] == "device").all())
+    if device and busy is not None and busy.height:
+        # a device wait counts where its compute kernels run nothing: |piece ∩ steps \ busy| =
+        # |piece ∩ (steps ∪ busy)| - |piece ∩ busy|, so that a member's pieces add up to waiting_time's figure
+        b = busy.with_columns(start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(
+            offsets, default=0, return_dtype=pl.Int64)))
+        either = pl.concat([cover, b.select(cover.columns).cast(cover.schema)])
+        inside = intervals.overlap_with(spans, either, ["member"]) - intervals.overlap_with(spans, b, ["member"])
     pieces = pieces.with_columns(inside.alias("waited_ns"))
-    totals = waiting_time(waits, windows, busy).select(key.alias("key"), pl.col("waited_ns").alias("total"))
-    # a member's device waits hidden under its compute (busy) come off each of its instances in proportion
-    pieces = (pieces.join(totals, on="key", how="left")
-              .with_columns(sum=pl.col("waited_ns").sum().over("key"))
-              .with_columns(waited_ns=pl.when(pl.col("sum") > pl.col("total"))
-                            .then((pl.col("waited_ns").cast(pl.Float64) * pl.col("total") / pl.col("sum"))
-                                  .round().cast(pl.Int64))
-                            .otherwise(pl.col("waited_ns"))))
     return pieces.select("member", "process_group", "instance", pl.col("waited_ns").cast(pl.Int64))
