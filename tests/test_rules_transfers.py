@@ -22,6 +22,7 @@ from helpers import read_torch, run_rule, us_to_ns
 from traceparse import plugins
 from traceparse.analysis import analyze
 from traceparse.catalog import find_gpu
+from traceparse.figures import fmt_number
 from traceparse.plugins import hookimpl
 from traceparse.schema import conform
 from traceparse.trace import Device, Trace, TraceMeta
@@ -210,6 +211,28 @@ def test_throughput_peak_from_the_catalog_for_the_traces_gpu():
     assert f.metrics["pct_of_peak"] == round(100 * achieved / spec["host_link"]["gbps"], 4)
     assert f.metrics["pct_of_peak"] > 80
     assert f.severity == "info"
+
+
+def test_one_direction_above_the_assumed_peak_disproves_it():
+    """Host-to-device copies faster than the peak assumed per direction, device-to-host ones slower, and both
+    together under it: the peak is disproven by one direction, so no share of it is given and no time is at stake
+    (a real nsys capture said "96.1% of the host link's 15.75 GB/s" and "156.6 ms lost" while its HtoD copies ran
+    at 17.14 GB/s)."""
+    trace = read_torch(FIXTURE_TRACES[0])
+    trace.meta.devices = [Device(id=0, name="Unheard-of GPU 9000")]
+    items = {i["copy_kind"]: i for i in run_rule(trace, "low-memcpy-throughput").items}
+    htod, dtoh = items["HtoD"], items["DtoH"]
+    rates = {k: i["bytes"] / i["time_ns"] for k, i in items.items() if k in ("HtoD", "DtoH")}
+    together = (htod["bytes"] + dtoh["bytes"]) / (htod["time_ns"] + dtoh["time_ns"])
+    fast, slow = max(rates, key=rates.get), min(rates, key=rates.get)
+    peak = (together + rates[fast]) / 2  # under the fast direction, over both together
+    assert rates[slow] < together < peak < rates[fast]
+    f = run_rule(trace, "low-memcpy-throughput", f"low-memcpy-throughput.default_host_link_gbps={peak}")
+    assert f.metrics["pct_of_peak"] is None and f.impact_ns is None
+    shown = {i["copy_kind"]: i for i in f.items}
+    assert shown[fast]["above_peak"] and not shown[slow]["above_peak"]
+    assert f"{fast} alone {fmt_number(shown[fast]['achieved_gbps'])} GB/s, above the {peak:,g} GB/s" in f.message
+    assert "faster than assumed" in f.message and f.severity == "info"
 
 
 def test_throughput_default_peak_is_stated_and_settable():

@@ -500,13 +500,19 @@ def lane_label(names: dict | None = None, otherwise: str | None = "-") -> pl.Exp
 
 def pct(part: float | int | None, whole: float | int | None) -> float | None:
     """100 × part / whole rounded to 4 decimals, or None when whole is 0 or unknown (the ``_pct`` convention).
+    A share that rounding would make 0 or 100 while it is not (1,350 ns of 4.262 s) keeps its figures, so that it
+    reads "<0.1%" or ">99.9%", not "0.0%" or "100.0%".
 
     >>> pct(1, 3), pct(5, 0)
     (33.3333, None)
     """
     if part is None or not whole:
         return None
-    return round(100.0 * part / whole, 4)
+    share = 100.0 * part / whole
+    shown = round(share, 4)
+    if (shown == 0) != (share == 0) or (abs(shown) == 100) != (abs(share) == 100):
+        return share  # a share above none, or under the whole, that 4 decimals would make none or the whole
+    return shown
 
 
 def gbps(nbytes: int | None, ns: int | None) -> float | None:
