@@ -6,8 +6,10 @@ on) as the ``Record function id`` argument of ``cpu_op`` and ``user_annotation``
 record-function id: that is HTA's link (``correlate_execution_trace``). The rule is chosen from the Kineto trace
 (``Record function id`` where any operator has one), and the link is checked: the execution trace's ``pid`` must
 be the operators' process, and nearly every node (:data:`MIN_LINKED`) must find an operator of its own name.
-Files that fail (an execution trace of another step than the profiled one, whose ids only overlap) are
-refused with a one-line error, not linked by guesswork.
+Where ``External id`` and ``rf_id`` differ by one constant (two counts of the same operators from different
+starts), the link takes it, if nearly every node then finds its own-named operator (:func:`_shifted`). Files
+that fail (an execution trace of another step than the profiled one, whose ids only overlap) are refused with a
+one-line error, not linked by guesswork.
 
 The events of the Kineto trace are decoded a second time here, for these two ids only (the normalized table
 keeps ``External id`` as ``external_id`` but not the record-function id): each linked node then lands on the
@@ -89,8 +91,12 @@ def link(et: ExecutionTrace, kineto: Path) -> Link:
     ops = ops.filter(pl.len().over(key) == 1)  # an id two operators share links neither
     nodes = pl.DataFrame([(n.id, n.rf_id, n.name) for n in et.nodes],
                          schema={"node_id": pl.Int64, "_key": pl.Int64, "name": pl.String}, orient="row")
-    linked = nodes.join(ops.select(pl.col(key).alias("_key"), "external_id", "name"), on=["_key", "name"],
-                        how="inner")
+    keyed = ops.select(pl.col(key).alias("_key"), "external_id", "name")
+    linked = nodes.join(keyed, on=["_key", "name"], how="inner")
+    if key == "external_id" and nodes.height and linked.height < MIN_LINKED * nodes.height:
+        linked, shift = _shifted(nodes, keyed, linked)
+        if shift:
+            rule = f"{EXTERNAL_ARG} = rf_id {'+' if shift > 0 else '-'} {abs(shift)}"
     if nodes.height == 0 or linked.height < MIN_LINKED * nodes.height:
         raise bad_input(et.path, None, f"only {linked.height:,} of its {nodes.height:,} operators are in {kineto} "
                                        f"under the same {'rf_id' if key == 'rf_id' else 'External id'} and name "
@@ -99,3 +105,23 @@ def link(et: ExecutionTrace, kineto: Path) -> Link:
                                        "link them (before PyTorch 2.1 Kineto wrote no record-function id; record "
                                        "both in one step: ExecutionTraceObserver started with torch.profiler)")
     return Link(linked.select("node_id", "external_id", "name"), rule, nodes.height, linked.height)
+
+
+#: Most a Kineto trace's ``External id`` may differ from the execution trace's ``rf_id``, one constant for all
+#: (:func:`_shifted`).
+MAX_SHIFT = 8
+
+
+def _shifted(nodes: pl.DataFrame, keyed: pl.DataFrame, linked: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Where ``External id`` is not the nodes' ``rf_id``, the link under the constant difference (at most
+    :data:`MAX_SHIFT`) that links the most nodes to an operator of their own name, and that difference (0: none
+    links more than the ids as they are). Why: ASTRA-sim's Megatron traces (PyTorch 2.x without ``Record function
+    id``) count the same operators from two different starts: all 5,422 operator nodes have their own-named
+    operator at ``External id == rf_id + 2``, 333 at equal ids. The name must match too, and :data:`MIN_LINKED` of the nodes must
+    link, so a difference that only lines up a few names links nothing."""
+    best, shift = linked, 0
+    for d in (d for k in range(1, MAX_SHIFT + 1) for d in (k, -k)):
+        moved = nodes.with_columns(pl.col("_key") + d).join(keyed, on=["_key", "name"], how="inner")
+        if moved.height > best.height:
+            best, shift = moved, d
+    return best, shift
