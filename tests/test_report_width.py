@@ -276,3 +276,20 @@ def test_a_time_column_of_zeros_takes_its_neighbours_unit():
     headers = [str(c.header) for c in table.columns]
     assert headers == ["stream", "wait (us)", "other (us)", "span (ms)", "bytes (B)"]
     assert [str(cell) for cell in table.columns[2].cells] == ["0.0", "0.0"]
+
+
+def test_a_time_column_keeps_a_figure_for_its_small_values():
+    """TAU's hotspots over 8 MPI ranks: a time column of 2,654 s took no decimals from its largest value, so
+    `main` of 0.59 s read "1" and `save_factor` of 3.993 s "4". The column takes up to two decimals more where its
+    smallest value shown as a number would be more than 5% off; a value too small even then reads "<0.01"."""
+    from traceparse.verdict import Column
+
+    column = Column("time_ns", "time", "ns")
+    values = [2_653_810_000_000, 590_000_000, 530_000_000, 3_993_000_000, 1_000_000]
+    header, cells = _format_column(column, values)
+    assert header == "time (s)"
+    assert cells == ["2,653.81", "0.59", "0.53", "3.99", "<0.01"]
+    for shown, value in zip(cells[1:4], values[1:4]):
+        assert abs(float(shown) - value / 1e9) <= 0.05 * value / 1e9
+    # a column whose values all keep their figures in the largest's decimals is as before
+    assert _format_column(column, [9_553_000, 1_136_000, 350_000])[1] == ["9.553", "1.136", "0.350"]

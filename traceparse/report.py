@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter
@@ -987,7 +988,7 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0,
         return label, [_cell(column, v) for v in values]
     if unit == "ns":
         name, scale = next(((n, s) for n, s in NS_SCALES if peak >= s), ("ns", 1.0))
-        digits = 0 if scale == 1.0 else decimals_for(peak / scale)
+        digits = 0 if scale == 1.0 else _column_decimals(nums, scale, decimals_for(peak / scale))
         return f"{label} ({name})", [_fmt_scaled(v, scale, digits) for v in values]
     if unit in ("bytes", "bytes_binary"):
         scales = ((("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if unit == "bytes"
@@ -1009,6 +1010,25 @@ def _format_column(column: Column, values: list[Any], name_width: int = 0,
         if all(float(v).is_integer() for v in nums):
             return label, [f"{int(v):,}" if _is_number(v) else _fmt_scaled(v, 1.0, 0) for v in values]
     return label, [_fmt_scaled(v, 1.0, decimals_for(peak)) for v in values]
+
+
+#: Most decimals a column takes beyond those of its largest value, so that its small values keep a figure.
+EXTRA_DECIMALS = 2
+#: A value of a column is shown to within this share of itself, where :data:`EXTRA_DECIMALS` allow.
+SHOWN_WITHIN = 0.05
+
+
+def _column_decimals(nums: list[float], scale: float, digits: int) -> int:
+    """The decimals of a column: ``digits`` (those of its largest value), or up to :data:`EXTRA_DECIMALS` more where
+    its smallest value shown as a number would be shown more than :data:`SHOWN_WITHIN` off (a TAU routine of
+    0.59 s read "1" in a column of 2,654 s, 0.53 s "1" beside it). A value too small to show in the column's
+    decimals reads "<1", "<0.1": true as it is, and it adds no decimals."""
+    least = 0.5 * 10.0 ** -digits  # what rounds to a figure above none
+    small = min((abs(v) / scale for v in nums if abs(v) / scale >= least), default=0.0)
+    if not small or 0.5 * 10.0 ** -digits <= SHOWN_WITHIN * small:
+        return digits
+    needed = math.ceil(math.log10(0.5 / (SHOWN_WITHIN * small)))
+    return max(digits, min(needed, digits + EXTRA_DECIMALS))
 
 
 def _blank_shown(name: str) -> str:
