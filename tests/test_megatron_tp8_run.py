@@ -84,6 +84,9 @@ def test_the_collective_the_profiler_stopped_in_is_left_out_not_every_arrival_mo
     assert {int(r): v["waited_ns"] for r, v in m["ranks"].items()} == want["waited"]
     assert f.message.startswith(f"rank 0 arrived last at 32 of {want['instances']} collectives.")
     assert m["straggler_rank"] == 0 and round(m["step_time_lost_pct"], 1) == 34.7
+    assert m["cut_collectives"] == 85 - want["instances"] == 1
+    assert ("1 more collective at the trace's end is left out: the profiler stopped before its kernels ran."
+            in f.message)
 
 
 def test_the_wait_the_ranks_cause_adds_up_to_the_wait_they_waited(ranks_dir):

@@ -266,6 +266,11 @@ class Stragglers(Rule):
             message += _hosts_sentence(by_host)
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
+        cut = measures.collectives(events).select("process_group", "instance").unique().height - n_instances
+        if cut > 0:  # left out of the device's arrivals (measures.comm._cut_at_the_end)
+            message += (f" {cut} more {noun[:-1] if cut == 1 else noun} at the trace's end "
+                        f"{'is' if cut == 1 else 'are'} left out: the profiler stopped before "
+                        f"{'its' if cut == 1 else 'their'} kernels ran.")
         message += _host_arrivals_sentence(events, waits, label, noun)
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
@@ -324,7 +329,8 @@ class Stragglers(Rule):
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
-                                 "incomplete_collectives": incomplete, "members": label, "clock": clock,
+                                 "incomplete_collectives": incomplete, "cut_collectives": max(cut, 0),
+                                 "members": label, "clock": clock,
                                  "ranks": ranks, "as_slow": [_key(m) for m in also], **excess,
                                  **({"hosts": {h: {"ranks": r, "wait_caused_ns": c} for h, r, c in by_host}}
                                     if len(by_host) > 1 else {})},
