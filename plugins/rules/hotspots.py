@@ -223,7 +223,8 @@ class Hotspots(Rule):
         suggestion = ""
         if imbalanced:
             worst = max(imbalanced, key=lambda i: i["imbalance"])
-            message += (f" {len(imbalanced):,} of the top routines are unevenly spread over threads; "
+            message += (f" {len(imbalanced):,} of the top routines {'is' if len(imbalanced) == 1 else 'are'} unevenly "
+                        "spread over threads; "
                         f"{worst['name']!r}: max/mean {fmt_ratio(worst['imbalance'])}.")
             suggestion = ("Balance the work of the imbalanced routines across threads/ranks, or overlap the waiting "
                           "it causes; then optimise the top routine, which bounds any speed-up elsewhere.")

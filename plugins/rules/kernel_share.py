@@ -30,7 +30,7 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import counted, fmt_ns, fmt_pct
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
 #: Screen labels where the key's words would read like another figure: distinct kernel names and their calls (launch-
@@ -86,9 +86,10 @@ class KernelShare(Rule):
         top = items[0] if items else None
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
         dominant = severity != "info"
+        kernels = f"{counted(by_name.height, 'distinct kernel')}, {counted(int(by_name['calls'].sum()), 'call')}"
         if top and not total:
-            message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, but the trace "
-                       "gives them no durations (e.g. a metrics-only log), so their shares cannot be computed.")
+            message = (f"{kernels}, but the trace gives them no durations (e.g. a metrics-only log), so their shares "
+                       "cannot be computed.")
         elif top:
             lead = by_category.row(0, named=True)
             n_ranks = trace_ranks(trace)
@@ -96,8 +97,7 @@ class KernelShare(Rule):
             ran = per_trace.filter(pl.col("kind") == "kernel")["trace_id"].n_unique() if run else 0
             over = (f" over {n_ranks:,} ranks" if ran >= n_ranks else
                     f" over {ran:,} of {n_ranks:,} ranks (the others ran no kernel)") if run else ""
-            message = (f"{by_name.height:,} distinct kernels, {int(by_name['calls'].sum()):,} calls, "
-                       f"{fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
+            message = (f"{kernels}, {fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
                        f"{_category_phrase(lead['category'])} {fmt_pct(categories[lead['category']]['share_pct'])}.")
         else:
             message = "No kernel time in this trace."
