@@ -184,12 +184,14 @@ def test_the_summary_and_api_share_show_shares_that_add_up_to_100(tmp_path):
     code, out, err = run_cli("--store", store, "analyze", str(sample), "--json", "--rule", "api-share")
     doc = json.loads(out)
     line = next(x for x in screen.splitlines() if "summed over activities" in x)
-    # a part more than none shown as <0.1% counts as the 0.0 it rounds to, one short of the whole as >99.9% as 100.0
+    # a part more than none shown as <0.1% counts as 0.0, one short of the whole as >99.9% as 100.0
     bounds = {"<0.1": 0.0, ">99.9": 100.0}
     shown = {p: bounds.get(v) if v in bounds else float(v)
              for p, v in re.findall(r"(\w+) (<0\.1|>99\.9|\d+\.\d)%", line.split("activities:")[1])}
     exact = {p["part"]: p["share_pct"] for p in doc["summary"][0]["gpu_time"]["parts"]}
-    assert set(shown) == set(exact) and round(sum(shown.values()), 1) == 100.0
+    # each part "<0.1%" stands for up to 0.1: the others add up to 100 less at most that much
+    tiny = sum(1 for _, v in re.findall(r"(\w+) (<0\.1)%", line.split("activities:")[1]))
+    assert set(shown) == set(exact) and 100.0 - 0.1 * tiny - 1e-9 <= round(sum(shown.values()), 1) <= 100.0
     assert all(abs(shown[p] - exact[p]) <= 0.1 for p in exact)
     classes = doc["findings"][0]["metrics"]["classes"]
     table = {c: float(v) for c, v in re.findall(r"│  (\w+) +│ +[\d,]+ │ +[\d.]+ │ +(\d+\.\d)%", screen)
@@ -215,3 +217,19 @@ def test_gpu_idles_reasons_read_the_same_in_the_sentence_and_the_figures(tmp_pat
     assert round(sum(float(v) for v in said.values()), 1) == 100.0
     for label, value in figures.items():
         assert value == said[label.replace(" wait", "") if label == "other wait" else label] + "%"
+
+
+def test_a_share_too_small_to_show_takes_no_tenth_from_the_others():
+    """thrust2D's nvprof log (MD_native): API classes of 476.30, 421.04, 112.27, 89.19 and 0.41 ms in 1,099.22 ms.
+    The shares were rounded so that the shown ones add up to 100 with "other" (0.037%) counted as 0: the
+    synchronize class's 43.33% read 43.4%, beside 476.30 / 1,099.22 = 43.33 that a reader works out. "<0.1%"
+    stands for up to 0.1, so each share now reads its nearest; without such a part they still add up to 100."""
+    from traceparse.figures import fmt_pct, shares_shown
+
+    times = [476.30, 421.04, 112.27, 89.19, 0.41]
+    exact = [100 * t / sum(times) for t in times]
+    assert [fmt_pct(v) for v in shares_shown(exact)] == ["43.3%", "38.3%", "10.2%", "8.1%", "<0.1%"]
+    assert [round(v, 1) for v in exact[:4]] == [43.3, 38.3, 10.2, 8.1]  # each to its nearest
+    # no part too small to show: they add up to 100, the largest remainders rounded up (97.74, 2.17, 0.09)
+    assert [fmt_pct(v) for v in shares_shown([97.74, 2.17, 0.09])] == ["97.7%", "2.2%", "0.1%"]
+    assert round(sum(shares_shown([100 / 3] * 3)), 9) == 100.0

@@ -127,7 +127,9 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
     """``values`` (percentages; None and non-numbers kept as they are) as shown to ``decimals``: where they add up
     to 100 (the shares of one whole) they are rounded so that the shown ones add up to 100 as well (the largest
     remainders rounded up: 97.74, 2.17, 0.09 read 97.7, 2.2, 0.1, not 97.7, 2.2, 0.1 of 100.0 by luck, or
-    six parts of 99.8); any other list each rounded alone. A part more than none rounded to 0 and a part less than
+    six parts of 99.8); a part that reads "<0.1" stands for up to 0.1, so the others may add up to that much less
+    than 100, each to its nearest (api-share's synchronize class of 43.33% read 43.4%, and an "other" of 0.037%
+    read 0.1%, to make up for parts shown as "<0.1"); any other list each rounded alone. A part more than none rounded to 0 and a part less than
     the whole rounded to 100 come back as a :class:`Bound`, which :func:`fmt_pct` writes ``<0.1%`` and ``>99.9%``
     (a DtoH copy of 3 us of 3.7 ms of GPU time does not read 0.0%)."""
     at = [i for i, v in enumerate(values) if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -140,11 +142,23 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
         return out
     unit = 10 ** decimals
     scaled = [v * unit for v in numbers]
+    # each part to its nearest; a part too small to show reads "<0.1", which stands for up to 0.1 (one unit): the
+    # shown parts add up to 100 less at most that many units, and only where they do not are the parts nearest a
+    # half rounded the other way (none rounded up for a part it is not)
     floors = [math.floor(v + 1e-9) for v in scaled]
-    short = 100 * unit - sum(floors)
-    up = sorted(range(len(scaled)), key=lambda k: (-(scaled[k] - floors[k]), k))[:max(short, 0)]
-    for k in up:
-        floors[k] += 1
+    tiny = [0 < v < 0.5 for v in scaled]
+    shown = [f if t else math.floor(v + 0.5) for v, f, t in zip(scaled, floors, tiny)]
+    total, high = sum(shown), 100 * unit
+    low = high - sum(tiny)
+    if total < low:  # up: those rounded down with the largest remainders
+        down = [k for k in range(len(scaled)) if not tiny[k] and shown[k] == floors[k] and scaled[k] > floors[k]]
+        for k in sorted(down, key=lambda k: (-(scaled[k] - floors[k]), k))[:low - total]:
+            shown[k] += 1
+    elif total > high:  # down: those rounded up with the smallest remainders
+        up = [k for k in range(len(scaled)) if not tiny[k] and shown[k] > scaled[k] + 1e-9]
+        for k in sorted(up, key=lambda k: (scaled[k] - floors[k], k))[:total - high]:
+            shown[k] -= 1
+    floors = shown
     for i, exact, units in zip(at, numbers, floors):
         out[i] = _bounded(exact, units / unit, decimals)
     return out
