@@ -99,6 +99,11 @@ def test_unknown_format_rule_and_bad_set(store, samples_dir):
     sample = str(samples_dir / "torch" / "torch_resnet18_bs4.json.gz")
     code, _, err = run_cli("ingest", "--format", "nope", sample)
     assert code == 2 and err.startswith("traceparse: error: unknown --format 'nope'; known formats: auto, ")
+    assert "--json" not in err
+    # --format names the input's format; a user asking for JSON output is told the flag that writes it
+    code, _, err = run_cli("analyze", "--format", "json", sample)
+    assert code == 2 and err.startswith("traceparse: error: unknown --format 'json'; known formats: auto, ")
+    assert err.endswith("; --format names the input's format, --json writes the output as JSON\n")
     code, _, err = run_cli("analyze", sample, "--rule", "nope")
     assert code == 2 and err.startswith("traceparse: error: unknown rule 'nope'; known rules: ")
     assert_refused(["analyze", sample, "--set", "nodots"],

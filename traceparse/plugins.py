@@ -247,7 +247,9 @@ class Registry:
             return self.readers[name]
         except KeyError:
             said = spelled(f"unknown --format {name!r}", f"fmt={name!r}: unknown format")
-            raise InputError(f"{said}; known formats: auto, {', '.join(sorted(self.readers))}") from None
+            output = spelled("; --format names the input's format, --json writes the output as JSON", "")
+            raise InputError(f"{said}; known formats: auto, {', '.join(sorted(self.readers))}"
+                             + (output if name.strip().lower() == "json" else "")) from None
 
     def rule(self, name: str):
         """The rule called ``name``, or an :class:`InputError` listing those there are."""
