@@ -60,7 +60,7 @@ class WhatIfCommand(Command):
                                  "e.g. gemm=0.5 (repeatable)")
         parser.add_argument("--balance", action="store_true",
                             help="every rank behaves like the median rank: per name, a rank's time per step above "
-                                 "the median rank's removed")
+                                 "the median rank's removed, never below the median rank's total")
         parser.add_argument("--top", type=int, default=8, metavar="N",
                             help="largest parts of the predicted critical path shown (default 8)")
         parser.add_argument("--rows", type=int, default=TABLE_ROWS, metavar="N",
