@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
+from traceparse.figures import fmt_ns
 
 MEGATRON = FIXTURES / "torch" / "megatron_tp8_a100"
 
@@ -135,3 +136,15 @@ def test_balance_leaves_no_rank_with_less_work_than_the_median_rank(ranks_dir, t
     assert len(untouched) >= 4 and all(r["predicted_ns"] == r["measured_ns"] for r in untouched)
     assert all(0 <= r["gain_pct"] < 10 for r in doc["steps"])
     assert all(r["gain_ns"] <= removed[str(r["rank"])] + 1_000 for r in doc["steps"] if str(r["rank"]) in removed)
+
+
+def test_a_part_of_one_rank_s_path_is_said_as_that_path_s_not_as_the_mean_path_s(ranks_dir):
+    """The critical path's largest part is untraced time on rank 7's main thread, on rank 7's path alone: given
+    per mean path of the 8 ranks' only, "28.05 ms per step" read as rank 7's per step, where it took 224.4 ms of
+    rank 7's step. The sentence gives both; a part on every path (the README's gloo run) keeps "per step"."""
+    f = run_rule(run_of(ranks_dir), "critical-path")
+    lead = f.items[0]
+    assert (lead["rank"], lead["kind"], lead["paths"], f.metrics["paths"]) == (7, "untraced", 1, 8)
+    assert abs(lead["per_path_ns"] - 8 * lead["per_step_ns"]) <= 8
+    assert (f"{fmt_ns(lead['per_path_ns'])} of the one path it lies on ({fmt_ns(lead['per_step_ns'])} of the mean "
+            "path).") in " ".join(f.message.split())
