@@ -132,6 +132,8 @@ def test_balance_leaves_no_rank_with_less_work_than_the_median_rank(ranks_dir, t
     doc = json.loads(out)
     removed = doc["edits"][0]["removed_per_step_by_rank"]
     assert 0 < len(removed) <= 4  # of 8 ranks
+    # the events it changed inside the steps, and those steps: one of each rank it touched (it said 0 and 0)
+    assert doc["edits"][0]["calls_in_steps"] > 0 and doc["edits"][0]["step_windows"] == len(removed)
     untouched = [r for r in doc["steps"] if str(r["rank"]) not in removed]
     assert len(untouched) >= 4 and all(r["predicted_ns"] == r["measured_ns"] for r in untouched)
     assert all(0 <= r["gain_pct"] < 10 for r in doc["steps"])

@@ -39,12 +39,6 @@ def decimals_for(peak: float, sig: int | None = None) -> int:
     return max(0, sig - whole)
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and its noun, singular for one ("1 distinct kernel, 1 call", not "1 distinct kernels, 1 calls"),
-    with thousands separators."""
-    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
-
-
 def fmt_number(value: float | int) -> str:
     """A plain number: integers with thousands separators, others to the significant figures in force."""
     if isinstance(value, bool):

@@ -30,7 +30,7 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
-from traceparse.figures import counted, fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
 #: Screen labels where the key's words would read like another figure: distinct kernel names and their calls (launch-
@@ -86,7 +86,7 @@ class KernelShare(Rule):
         top = items[0] if items else None
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
         dominant = severity != "info"
-        kernels = f"{counted(by_name.height, 'distinct kernel')}, {counted(int(by_name['calls'].sum()), 'call')}"
+        kernels = f"{fmt_count(by_name.height, 'distinct kernel')}, {fmt_count(int(by_name['calls'].sum()), 'call')}"
         if top and not total:
             message = (f"{kernels}, but the trace gives them no durations (e.g. a metrics-only log), so their shares "
                        "cannot be computed.")

@@ -244,6 +244,7 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
         step_ns = dict(windows.group_by("trace_id").agg((pl.col("end_ns") - pl.col("start_ns")).mean()).iter_rows())
         factors = balance_factors(events, graph, step_ns)
         names: set = set()
+        changed = np.zeros(graph.height, dtype=bool)
         if factors.height:
             kind = (pl.when(_itself()).then(pl.col("segment").replace_strict(GPU_SEGMENTS, default=None))
                     .when(_own_time()).then(pl.col("category")))
@@ -252,9 +253,10 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
                               how="inner")
             idx = hits["i"].to_numpy()
             w[idx] = w[idx] * hits["factor"].to_numpy()
+            changed[idx] = True
             names = set(hits["name"].to_list())
         applied.append(_applied("--balance", int(factors.select("kind", "name").unique().height), graph, windows,
-                                (before - w) * inside, sorted(names)))
+                                (before - w) * inside, sorted(names), changed & inside))
     return w, applied
 
 
