@@ -118,14 +118,14 @@ class Bound(float):
 
 
 def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
-    """``values`` (percentages; None and non-numbers kept as they are) as shown to ``decimals``: where they add up
-    to 100 (the shares of one whole) they are rounded so that the shown ones add up to 100 as well (the largest
-    remainders rounded up: 97.74, 2.17, 0.09 read 97.7, 2.2, 0.1, not 97.7, 2.2, 0.1 of 100.0 by luck, or
-    six parts of 99.8); a part that reads "<0.1" stands for up to 0.1, so the others may add up to that much less
-    than 100, each to its nearest (api-share's synchronize class of 43.33% read 43.4%, and an "other" of 0.037%
-    read 0.1%, to make up for parts shown as "<0.1"); any other list each rounded alone. A part more than none rounded to 0 and a part less than
-    the whole rounded to 100 come back as a :class:`Bound`, which :func:`fmt_pct` writes ``<0.1%`` and ``>99.9%``
-    (a DtoH copy of 3 us of 3.7 ms of GPU time does not read 0.0%)."""
+    """``values`` (percentages; None and non-numbers kept as they are) as shown to ``decimals``: where they add up to
+    100 (the shares of one whole) they are rounded so that the shown ones add up to 100 as well (the largest
+    remainders rounded up: 97.74, 2.17, 0.09 read 97.7, 2.2, 0.1, not 97.7, 2.2, 0.1 of 100.0 by luck, or six parts
+    of 99.8); a part that reads "<0.1" stands for up to 0.1, so the others may add up to that much less than 100,
+    each to its nearest (api-share's synchronize class of 43.33% read 43.4%, and an "other" of 0.037% read 0.1%, to
+    make up for parts shown as "<0.1"); any other list each rounded alone. A part more than none rounded to 0 and a
+    part less than the whole rounded to 100 come back as a :class:`Bound`, which :func:`fmt_pct` writes ``<0.1%``
+    and ``>99.9%`` (a DtoH copy of 3 us of 3.7 ms of GPU time does not read 0.0%)."""
     at = [i for i, v in enumerate(values) if isinstance(v, (int, float)) and not isinstance(v, bool)
           and math.isfinite(v)]
     numbers = [float(values[i]) for i in at]

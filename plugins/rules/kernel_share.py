@@ -97,7 +97,8 @@ class KernelShare(Rule):
             ran = per_trace.filter(pl.col("kind") == "kernel")["trace_id"].n_unique() if run else 0
             over = (f" over {n_ranks:,} ranks" if ran >= n_ranks else
                     f" over {ran:,} of {n_ranks:,} ranks (the others ran no kernel)") if run else ""
-            message = (f"{kernels}, {fmt_ns(total)} of kernel time{over}; the top kernel takes {fmt_pct(top['share_pct'])}; "
+            message = (f"{kernels}, {fmt_ns(total)} of kernel time{over}; the top kernel takes "
+                       f"{fmt_pct(top['share_pct'])}; "
                        f"{_category_phrase(lead['category'])} {fmt_pct(categories[lead['category']]['share_pct'])}.")
         else:
             message = "No kernel time in this trace."

@@ -20,7 +20,8 @@ waits outside the steps are not step time), ``step_ns`` = its step time (Σ of i
 ``ProfilerStep#N`` windows, else the span of its events), so ``waited_ns`` ≤ ``step_ns`` always;
 ``wait_caused_ns`` = Σ over the other ranks of their time waited at the instances where it was last, each moment
 of a rank's waiting put down to one instance, the one it was waiting at first (collectives in flight at once
-wait over the same time), so that the ranks' ``wait_caused_ns`` add up to their ``waited_ns``. The candidate straggler is the rank with the largest ``wait_caused_ns``;
+wait over the same time), so that the ranks' ``wait_caused_ns`` add up to their ``waited_ns``. The candidate
+straggler is the rank with the largest ``wait_caused_ns``;
 ``step_time_lost_pct`` = 100 × its ``wait_caused_ns`` / Σ step time of the other ranks (≤ 100), and
 ``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank loses
 to it in a step.

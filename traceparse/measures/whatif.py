@@ -41,8 +41,8 @@ import polars as pl
 from traceparse import expr
 from traceparse.errors import InputError
 from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, SYNC_CALLS, critical_paths, dependency_graph,
-                                              edge_coverage)
+from traceparse.measures.critical_path import (EDGE_KINDS, INSTANCE_TRACE, SYNC_CALLS, critical_paths,
+                                              dependency_graph, edge_coverage)
 from traceparse.measures.gpu_behind import gpu_behind
 from traceparse.measures.nesting import over_median, step_time_by_name
 from traceparse.measures.replay import Replayer
@@ -295,9 +295,9 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | N
     ranks (:data:`traceparse.measures.step_time_by_name`; 0 on a rank that never runs it), where it exceeds it by
     at least :data:`BALANCE_MIN_EXCESS` of its mean step (``step_ns``: trace -> ns; without it, by any amount):
     median / own, or less of the excess where taking all of it would leave the rank less work than the median
-    rank has (:func:`_up_to_the_median_rank`). Neither
-    collectives, step annotations, synchronisations nor synchronous copies (:data:`SYNC_CALLS`): their time is
-    waiting (a straggler's peers wait in ``hipMemcpyWithStream`` for the GPU that waits for it)."""
+    rank has (:func:`_up_to_the_median_rank`). Neither collectives, step annotations, synchronisations nor
+    synchronous copies (:data:`SYNC_CALLS`): their time is waiting (a straggler's peers wait in
+    ``hipMemcpyWithStream`` for the GPU that waits for it)."""
     table = step_time_by_name(events)
     if table.height == 0:
         return pl.DataFrame(schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
@@ -324,12 +324,13 @@ def _domain(kind: str) -> str:
 
 
 def _up_to_the_median_rank(cells: list[tuple], over: list[tuple], traces: list) -> dict[tuple, float]:
-    """Per (trace, domain): the share of its names' excess over their medians that ``--balance`` takes out, so that
-    no rank's work per step (host, GPU) falls below the median rank's: min(1, (own total - median rank's total) /
-    its excess), or the whole of a name that is most of the excess (:data:`DOMINANT_EXCESS`). Why: each name's median comes from whichever rank is in the middle for that name, and a rank's
-    stalls fall in different operators from step to step and rank to rank (on ASTRA-sim's Megatron run 10-75 ms
-    in aten::reshape on one rank, aten::empty on another): taken out name by name, every rank came out 23-43%
-    faster than measured, the median rank and the fastest (588.8 -> 334.1 ms) too."""
+    """Per (trace, domain): the share of its names' excess over their medians that ``--balance`` takes out, so that no
+    rank's work per step (host, GPU) falls below the median rank's: min(1, (own total - median rank's total) / its
+    excess), or the whole of a name that is most of the excess (:data:`DOMINANT_EXCESS`). Why: each name's median
+    comes from whichever rank is in the middle for that name, and a rank's stalls fall in different operators from
+    step to step and rank to rank (on ASTRA-sim's Megatron run 10-75 ms in aten::reshape on one rank, aten::empty on
+    another): taken out name by name, every rank came out 23-43% faster than measured, the median rank and the
+    fastest (588.8 -> 334.1 ms) too."""
     import statistics
 
     totals: dict[tuple, float] = {}

@@ -116,9 +116,9 @@ def _shifted(nodes: pl.DataFrame, keyed: pl.DataFrame, linked: pl.DataFrame) -> 
     """Where ``External id`` is not the nodes' ``rf_id``, the link under the constant difference (at most
     :data:`MAX_SHIFT`) that links the most nodes to an operator of their own name, and that difference (0: none
     links more than the ids as they are). Why: ASTRA-sim's Megatron traces (PyTorch 2.x without ``Record function
-    id``) count the same operators from two different starts: all 5,422 operator nodes have their own-named
-    operator at ``External id == rf_id + 2``, 333 at equal ids. The name must match too, and :data:`MIN_LINKED` of the nodes must
-    link, so a difference that only lines up a few names links nothing."""
+    id``) count the same operators from two different starts: all 5,422 operator nodes have their own-named operator
+    at ``External id == rf_id + 2``, 333 at equal ids. The name must match too, and :data:`MIN_LINKED` of the nodes
+    must link, so a difference that only lines up a few names links nothing."""
     best, shift = linked, 0
     for d in (d for k in range(1, MAX_SHIFT + 1) for d in (k, -k)):
         moved = nodes.with_columns(pl.col("_key") + d).join(keyed, on=["_key", "name"], how="inner")
