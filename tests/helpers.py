@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
@@ -203,6 +204,13 @@ def waited_first(waits, windows, busy=()) -> dict:
         inside = [(max(start, a), min(until, b)) for a, b in windows if min(until, b) > max(start, a)]
         out[whom] = out.get(whom, 0) + sum(e - s - intersect(s, e, busy) for s, e in inside)
     return out
+
+
+def whatif_json(store: str, folder: Path, *edits: str) -> dict:
+    """``traceparse whatif FOLDER --json EDITS`` (the run ingested into ``store`` on the way): its document."""
+    code, out, err = run_cli("--store", store, "whatif", str(folder), "--json", *edits)
+    assert code == 0, err
+    return json.loads(out)
 
 
 def run_of(folder: Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns
+from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns, whatif_json
 from traceparse.figures import fmt_ns
 
 MEGATRON = FIXTURES / "torch" / "megatron_tp8_a100"
@@ -124,12 +124,7 @@ def test_balance_leaves_no_rank_with_less_work_than_the_median_rank(ranks_dir, t
     255-283 ms of work a step and came out 23-43% faster than measured, the fastest (588.8 ms) predicted at
     334.1 ms: faster than any rank ran. Each rank now keeps at least the median rank's work: the ranks at or
     under it (half of them, of either kind of work) lose nothing, and no step gains a tenth."""
-    store = str(tmp_path / "store")
-    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "megatron")
-    assert code == 0, err
-    code, out, err = run_cli("--store", store, "whatif", "megatron", "--balance", "--json")
-    assert code == 0, err
-    doc = json.loads(out)
+    doc = whatif_json(str(tmp_path / "store"), ranks_dir, "--balance")
     removed = doc["edits"][0]["removed_per_step_by_rank"]
     assert 0 < len(removed) <= 4  # of 8 ranks
     # the events it changed inside the steps, and those steps: one of each rank it touched (it said 0 and 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, intersect, read_torch, run_cli, union, us_to_ns
+from helpers import FIXTURES, intersect, read_torch, run_cli, union, us_to_ns, whatif_json
 from traceparse.figures import fmt_ns, fmt_pct
 
 FOLDER = FIXTURES / "torch" / "tracefuse_ddp4"
@@ -123,11 +123,7 @@ def test_whatif_says_the_slowest_rank_s_step_beside_the_mean(ranks_dir, docs, tm
     """Ranks that meet at collectives step at the slowest one's pace: whatif says that pace beside the mean over the
     ranks' steps; the slowest rank's measured step is, per step, the longest ProfilerStep#N of the four raw files."""
     store = str(tmp_path / "store")
-    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "amd_ddp4")
-    assert code == 0, err
-    code, out, err = run_cli("--store", store, "whatif", "amd_ddp4", "--balance", "--json")
-    assert code == 0, err
-    doc = json.loads(out)
+    doc = whatif_json(store, ranks_dir, "--balance")
     longest = {}
     for events in docs.values():
         for e in events:
@@ -142,7 +138,7 @@ def test_whatif_says_the_slowest_rank_s_step_beside_the_mean(ranks_dir, docs, tm
     assert slow["steps"] == 3 and slow["measured_ns"] == round(sum(longest.values()) / 3)
     assert slow["predicted_ns"] == round(sum(predicted.values()) / 3)
     assert 0 <= slow["gain_ns"] <= doc["mean"]["gain_ns"]
-    code, out, err = run_cli("--store", store, "--width", "200", "whatif", "amd_ddp4", "--balance")
+    code, out, err = run_cli("--store", store, "--width", "200", "whatif", str(ranks_dir), "--balance")
     assert code == 0, err
     assert (f"slowest rank: {fmt_ns(slow['measured_ns'])} measured, {fmt_ns(slow['predicted_ns'])} predicted: "
             f"gain {fmt_ns(slow['gain_ns'])} ({fmt_pct(slow['gain_pct'])})\n") in out
@@ -162,11 +158,6 @@ def test_balance_takes_no_wait_in_a_synchronous_copy_for_work(ranks_dir, docs, t
         per_step[rank] = us_to_ns(copy) / steps
     ordered = sorted(per_step.values())
     assert per_step[0] - ordered[1] > 3_000_000  # rank 0's excess over the (lower) median rank, a step
-    store = str(tmp_path / "store")
-    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "amd_ddp4")
-    assert code == 0, err
-    code, out, err = run_cli("--store", store, "whatif", "amd_ddp4", "--balance", "--json")
-    assert code == 0, err
-    doc = json.loads(out)
+    doc = whatif_json(str(tmp_path / "store"), ranks_dir, "--balance")
     assert "hipMemcpyWithStream" not in doc["edits"][0]["names"]
     assert all(row["gain_pct"] < 1 for row in doc["steps"])

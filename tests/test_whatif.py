@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from helpers import (FIXTURES, REPO, gpu, host, raw_events, raw_steps, run_cli, self_time, table,
-                     us_to_ns)
+                     us_to_ns, whatif_json)
 from traceparse.errors import InputError
 from traceparse.figures import fmt_ns
 from traceparse.measures.whatif import Drop, Scale, parse_drop, parse_scale, scale_keys, what_if
@@ -156,12 +156,6 @@ def run_steps(folder: Path) -> dict[tuple[int, int], int]:
     """{(rank, N): duration} of the host-side ProfilerStep#N annotations of every rank file, ns."""
     return {(int(path.name[4:].split(".")[0]), n): end - start for path in sorted(folder.glob("rank*.json.gz"))
             for n, (start, end) in raw_steps(path).items()}
-
-
-def whatif_json(store: str, folder: Path, *edits: str) -> dict:
-    code, out, err = run_cli("--store", store, "whatif", str(folder), "--json", *edits)
-    assert code == 0, err
-    return json.loads(out)
 
 
 RUNS = [MULTIRANK / "nccl2_slow_rank1", MULTIRANK / "nccl2_balanced", SLOW, BALANCED]

@@ -152,8 +152,7 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
         up = [k for k in range(len(scaled)) if not tiny[k] and shown[k] > scaled[k] + 1e-9]
         for k in sorted(up, key=lambda k: (scaled[k] - floors[k], k))[:total - high]:
             shown[k] -= 1
-    floors = shown
-    for i, exact, units in zip(at, numbers, floors):
+    for i, exact, units in zip(at, numbers, shown):
         out[i] = _bounded(exact, units / unit, decimals)
     return out
 

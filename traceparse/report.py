@@ -1025,7 +1025,7 @@ def _column_decimals(nums: list[float], scale: float, digits: int) -> int:
     decimals reads "<1", "<0.1": true as it is, and it adds no decimals."""
     least = 0.5 * 10.0 ** -digits  # what rounds to a figure above none
     small = min((abs(v) / scale for v in nums if abs(v) / scale >= least), default=0.0)
-    if not small or 0.5 * 10.0 ** -digits <= SHOWN_WITHIN * small:
+    if not small or least <= SHOWN_WITHIN * small:
         return digits
     needed = math.ceil(math.log10(0.5 / (SHOWN_WITHIN * small)))
     return max(digits, min(needed, digits + EXTRA_DECIMALS))

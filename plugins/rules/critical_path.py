@@ -619,7 +619,7 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     def much(item: dict) -> str:
         # a part on some of the paths only, given per mean path alone, read as its time on them (28.05 ms a step
         # of an untraced stretch that took 224.4 ms of rank 7's step, the one path it lies on of 8)
-        if item.get("paths", m["paths"]) >= m["paths"]:
+        if item["paths"] >= m["paths"]:
             return f"{fmt_ns(item['per_step_ns'])}{each}"
         on = "the one path" if item["paths"] == 1 else f"each of the {item['paths']:,} paths"
         return (f"{fmt_ns(item['per_path_ns'])} of {on} it lies on ({fmt_ns(item['per_step_ns'])} of the mean "

@@ -95,7 +95,7 @@ FIGURES = {"span_ns": "ns", "busy_ns": "ns", "idle_ns": "ns", "idle_pct": "pct",
 #: Screen labels: the span is the GPU's (first to last activity), not the trace's of the summary; the busy time is
 #: the time behind the summary's "GPU busy" share (alone under the sentence, "busy" did not say whose); the idle
 #: share is not the idle time.
-LABELS = {"span_ns": "GPU span", "busy_ns": "GPU busy time (overlaps once)", "idle_pct": "idle share"}
+LABELS = {"span_ns": "GPU span", "busy_ns": "GPU busy, overlaps counted once", "idle_pct": "idle share"}
 #: The gaps' columns; one device's table leaves out the device (its items keep ``device_id``), so the
 #: names before and after each gap get the width.
 COLUMNS = [Column("device_id", "device", "number"), Column("start_offset_ns", "start offset", "ns"),
