@@ -22,9 +22,17 @@ waits outside the steps are not step time), ``step_ns`` = its step time (Σ of i
 of a rank's waiting put down to one instance, the one it was waiting at first (collectives in flight at once
 wait over the same time), so that the ranks' ``wait_caused_ns`` add up to their ``waited_ns``. The candidate
 straggler is the rank with the largest ``wait_caused_ns``;
-``step_time_lost_pct`` = 100 × its ``wait_caused_ns`` / Σ step time of the other ranks (≤ 100), and
-``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank loses
-to it in a step.
+``step_time_lost_pct`` = 100 × its ``step_time_at_stake_ns`` / Σ step time of the other ranks (≤ 100), and
+``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank waits
+for it in a step.
+
+Step time at stake: a rank's step is its host's, and a wait on its device lengthens it only where the host waits
+for the GPU (:func:`~traceparse.measures.host_held.host_held`: synchronising, long and collective calls, GPU
+work running past the step). Where the collectives wait on the device, each waiting rank's part of the wait
+caused counts at most its ``host_held_ns`` (scaled down by host_held / waited where that is less):
+``step_time_at_stake_ns`` (of the candidate) and ``step_time_lost_per_step_ns``; the message says so where it
+is less than the wait (an 8-rank Megatron run's GPUs waited 210.8 ms a step for the slowest rank, 34.7% of
+their step time, while their hosts ran ahead through all but 48.7 ms of it).
 
 What the straggler did: for a named straggler rank, per name (host operators and annotations by their self
 time, kernels, copies and memsets by their duration, each counted when it starts inside a step; not
@@ -58,9 +66,10 @@ longer overlaps their compute (four real FSDP2 ranks, rank 2 sleeping in a gradi
 
 Metrics: ``straggler_rank`` (the candidate when ``step_time_lost_pct`` reaches ``warning_pct``, else null:
 no rank stands out), ``collectives`` (instances), ``wait_caused_ns`` and ``wait_caused_per_step_ns`` (of the
-candidate), ``others_step_ns``, ``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks),
-``members`` (``rank``, ``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective
-ends``), ``ranks`` ({rank: last_count, wait_caused_ns, waited_ns, step_ns}), ``slow_rank_host``,
+candidate), ``step_time_at_stake_ns``, ``step_time_lost_per_step_ns``, ``others_step_ns``,
+``step_time_lost_pct``, ``incomplete_collectives`` (instances some rank lacks), ``members`` (``rank``,
+``device`` or ``process``), ``clock`` (``shared`` or ``aligned on collective ends``), ``ranks`` ({rank:
+last_count, wait_caused_ns, waited_ns, step_ns, host_held_ns where known}), ``slow_rank_host``,
 ``slow_rank_gpu`` (above; empty without a straggler rank), ``as_slow`` (the other ranks as slow as the
 straggler: like it, they spent under :data:`AS_SLOW_FRACTION` of the way from its share of their steps spent
 waiting to the most-waiting rank's; the one a hair earlier causes no wait but is no faster, and is named beside
@@ -75,7 +84,7 @@ ranks caused summed by host, each with its share of them all; ``hosts`` = {host:
 the items get a ``host`` column. Where every rank of one host (two or more) made the others wait longer than any
 rank of another host, the host is slow, not one rank: the suggestion says to look at that host first, and the
 summary line says so. Time at stake (``impact_ns``): the candidate's
-``wait_caused_ns`` over the number of ranks, the mean per rank; ``impact_range`` names the least (the
+``step_time_at_stake_ns`` over the number of ranks, the mean per rank; ``impact_range`` names the least (the
 straggler's own: nothing) and the rank that waited for it most. The finding of a straggler gives the run's
 summary a line naming it.
 
@@ -101,6 +110,7 @@ from traceparse.measures.base import exact_sum, picked
 from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, paired_transfer,
                                      waiting_by_instance, waiting_time)
 from traceparse.measures.comm_sources import point_to_point_only
+from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import is_step_annotation
 from traceparse.meta import ranks_by_host
@@ -114,6 +124,7 @@ FIGURES = {"straggler_rank": "number", "collectives": "count", "wait_caused_ns":
 COLUMNS = [Column("rank", "rank", "number"), Column("device", "device", "number"),
            Column("last_count", "last", "count"), Column("wait_caused_ns", "wait caused", "ns"),
            Column("waited_ns", "waited", "ns"), Column("step_ns", "time in steps", "ns"),
+           Column("host_held_ns", "host held", "ns"),  # where the hosts waited for their GPUs less than they waited
            Column("host", "host", "text")]  # a run whose traces name two hosts or more
 #: Hosts named one by one in the sentence of the waits caused per host; the rest are counted.
 HOSTS_NAMED = 4
@@ -177,6 +188,11 @@ class Stragglers(Rule):
         busy = member_compute(events, waits)
         waited = dict(waiting_time(waits, windows, busy).iter_rows())
         caused, caused_on = _caused(shared, windows, busy)
+        # a device wait lengthens a rank's step only where its host waits for its GPU: at most that long
+        held = host_held(events, windows) if busy is not None and label == "rank" else {}
+        hidden = {m: held[m] / waited[m] for m in held if waited.get(m, 0) > held[m]}
+        caused_on = {c: {m: round(ns * hidden.get(m, 1.0)) for m, ns in on.items()} for c, on in caused_on.items()}
+        stake = {c: sum(on.values()) for c, on in caused_on.items()}
         per = (waits.group_by("member").agg(device=pl.col("device_id").drop_nulls().first(),
                                             rank=pl.col("rank").first())
                .join(shared.filter(pl.col("last")).group_by("member").agg(last_count=pl.len().cast(pl.Int64)),
@@ -191,8 +207,9 @@ class Stragglers(Rule):
         candidate = top["member"]
         others = per.filter(pl.col("member") != candidate)
         caused_ns = int(top["wait_caused_ns"])
+        stake_ns = int(stake.get(candidate, 0))
         others_step = exact_sum(others["step_ns"])
-        share = expr.pct(caused_ns, others_step)
+        share = expr.pct(stake_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         # a pipeline whose most waited-for stage waits about as much itself: its bubble, not a slow stage
         bubble = transfers > 0 and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
@@ -202,17 +219,24 @@ class Stragglers(Rule):
             "process_group", "instance").unique().height
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
+        lost_per_step_ns = round(stake_ns / max(len(members) - 1, 1) / n_steps)
+        capped = stake_ns < caused_ns  # the others' hosts ran on through part of the wait
+        hidden_sentence = _hidden_sentence(stake_ns, share, lost_per_step_ns, label) if capped else ""
         hosts = _present_hosts(trace.meta, per) if label == "rank" else {}
         host_of = {rank: host for host, ranks in hosts.items() for rank in ranks}
         items = [{"rank": r["rank"], "device": r["device"], "last_count": r["last_count"],
                   "wait_caused_ns": r["wait_caused_ns"], "waited_ns": r["waited_ns"], "step_ns": r["step_ns"],
+                  **({"host_held_ns": held.get(r["member"])} if capped else {}),
                   **({"host": host_of.get(r["rank"])} if len(hosts) > 1 else {})}
                  for r in per.iter_rows(named=True)]
-        ranks = {_key(r["member"]): {k: r[k] for k in ("last_count", "wait_caused_ns", "waited_ns", "step_ns")}
+        ranks = {_key(r["member"]): {**{k: r[k] for k in ("last_count", "wait_caused_ns", "waited_ns", "step_ns")},
+                                     **({"host_held_ns": held[r["member"]]} if r["member"] in held else {})}
                  for r in per.sort("member", nulls_last=False).iter_rows(named=True)}
         who = f"{label} {candidate}"
         each = f"{label}s" if len(members) > 2 else label
-        also = _as_slow(per, candidate) if straggler is not None else []
+        peers = _as_slow(per, candidate)
+        stands_out = straggler is None and not bubble and _stands_out(per, share, t["warning_pct"], peers)
+        also = peers if straggler is not None or stands_out else []
         if also:  # the straggler's peers first in the table, after it
             first = {candidate, *also}
             items = [i for i in items if _member_of(i, label) in first] + [
@@ -221,8 +245,9 @@ class Stragglers(Rule):
             names = _listed(label, [candidate, *also])
             title = f"Straggler: {who}" if not also else f"Stragglers: {names}"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun}. The other "
-                       f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), "
-                       f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step.")
+                       f"{each} waited for it {fmt_ns(caused_ns)} in all (each wait counted once), " + (
+                           f"{fmt_ns(per_step_ns)} per {label} per step." + hidden_sentence if capped else
+                           f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step."))
             if also:
                 message += _as_slow_sentence(per, shared, candidate, also, label)
             suggestion = (f"Find what {names} {'do' if also else 'does'} before {'their' if also else 'its'} "
@@ -247,20 +272,28 @@ class Stragglers(Rule):
                        "leave each stage idle about (p - 1) / (m + p - 1) of it).")
             suggestion = ("Shrink the bubble: more micro-batches per step (smaller ones), or an interleaved "
                           "schedule (several stages a rank).")
-        elif _stands_out(per, share, t["warning_pct"]):  # under the line, but the one rank the others wait for
-            title = f"Most waited for: {who}, under the warning line"
+        elif stands_out:  # under the line, but the one rank (or the few alike) the others wait for
+            title = f"Most waited for: {_listed(label, [candidate, *also]) if also else who}, under the warning line"
+            but = f" but {_listed(label, also)}" if also else ""
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun} and made the other "
-                       f"{each} wait {fmt_ns(caused_ns)} ({fmt_pct(share)} of their step time, under the "
-                       f"{t['warning_pct']:g}% warning line), more than twice any other {label}. A wait counts where "
-                       f"the waiting {label}'s GPU computed nothing; a late {label} can cost the others more where "
-                       "their communication, delayed behind the wait, no longer overlaps their compute "
-                       "(critical-path weighs that).")
+                       f"{each} wait {fmt_ns(caused_ns)} " + (
+                           f"({fmt_ns(per_step_ns)} per {label} per step), more than twice any other {label}{but}."
+                           + hidden_sentence + f" That is under the {t['warning_pct']:g}% warning line."
+                           if capped else
+                           f"({fmt_pct(share)} of their step time, under the {t['warning_pct']:g}% warning line), "
+                           f"more than twice any other {label}{but}.") +
+                       f" A wait counts where the waiting {label}'s GPU computed nothing; a late {label} can cost "
+                       "the others more where their communication, delayed behind the wait, no longer overlaps "
+                       "their compute (critical-path weighs that).")
+            if also:
+                message += _as_slow_sentence(per, shared, candidate, also, label)
             suggestion = ""
         else:
             title = "No straggler"
             message = (f"{len(members)} {label}s, {n_instances} {noun}: no {label} stands out; the most "
-                       f"waited-for, {who}, made the others wait {fmt_ns(caused_ns)} "
-                       f"({fmt_pct(share or 0)} of their step time).")
+                       f"waited-for, {who}, made the others wait {fmt_ns(caused_ns)} " + (
+                           f"({fmt_ns(per_step_ns)} per {label} per step)." + hidden_sentence if capped else
+                           f"({fmt_pct(share or 0)} of their step time)."))
             suggestion = ""
         by_host = _caused_by_host(per, hosts) if straggler is not None or title.startswith("Most waited") else []
         if len(by_host) > 1:
@@ -323,12 +356,16 @@ class Stragglers(Rule):
                           f"is slow, not one rank; look at {whole_host} itself (other jobs on it, its input pipeline "
                           "and storage, its GPUs' clocks and its network link) first. " + suggestion)
         summary = (("straggler", f"{who}{f' (as slow: {_listed(label, also)})' if also else ''}: the others "
-                                 f"wait {fmt_ns(per_step_ns)} per step for it ({fmt_pct(share)} of their step "
-                                 "time)" + (f"; every rank of {whole_host} is slow" if whole_host else ""))
+                                 f"wait {fmt_ns(per_step_ns)} per step for it " + (
+                                     f"on their GPUs, at most {fmt_ns(lost_per_step_ns)} of it in their steps "
+                                     f"({fmt_pct(share)} of their step time)" if capped else
+                                     f"({fmt_pct(share)} of their step time)")
+                                 + (f"; every rank of {whole_host} is slow" if whole_host else ""))
                    if straggler is not None else None)
         return [Finding(self.name, severity, title, message, suggestion,
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
+                                 "step_time_at_stake_ns": stake_ns, "step_time_lost_per_step_ns": lost_per_step_ns,
                                  "others_step_ns": others_step, "step_time_lost_pct": share,
                                  "incomplete_collectives": incomplete, "cut_collectives": max(cut, 0),
                                  "members": label, "clock": clock,
@@ -337,11 +374,21 @@ class Stragglers(Rule):
                                     if len(by_host) > 1 else {})},
                         items=items, items_title=ITEMS_TITLE,
                         columns=[c for c in COLUMNS if (c.key != "device" or per["device"].is_not_null().any())
-                                 and (c.key != "host" or len(hosts) > 1)],
+                                 and (c.key != "host" or len(hosts) > 1) and (c.key != "host_held_ns" or capped)],
                         figures=FIGURES, **(_bubble_impact(per, members, label) if bubble else dict(
-                            impact_ns=round(caused_ns / len(members)),
+                            impact_ns=round(stake_ns / len(members)),
                             impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label))),
                         summary=summary)]
+
+
+def _hidden_sentence(stake_ns: int, share: float | None, lost_per_step_ns: int, label: str) -> str:
+    """What of the others' device waits could have lengthened their steps, where their hosts waited for their GPUs
+    less than their GPUs waited (:func:`~traceparse.measures.host_held.host_held`): the rest passed while the
+    hosts ran their own work."""
+    return (f" Their steps could be shorter by at most {fmt_ns(stake_ns)} of it ({fmt_pct(share or 0)} of their "
+            f"step time, {fmt_ns(lost_per_step_ns)} per {label} per step): no longer than that did their hosts wait "
+            "for their GPUs (in blocking and collective calls, and with GPU work running past a step's end); the "
+            "rest of the wait passed while their hosts ran their own work.")
 
 
 def _present_hosts(meta, per: pl.DataFrame) -> dict[str, list[int]]:
@@ -409,13 +456,16 @@ def _expected_members(distributed: dict, present: int) -> pl.Expr:
             .when(pl.col("process_group").is_null()).then(pl.lit(default, dtype=pl.Int64)).otherwise(named))
 
 
-def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float) -> bool:
+def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float, peers: list = ()) -> bool:
     """Whether the most waited-for member, under the warning line, still stands out: it costs the others at least
-    half the warning line's share of their step time, and more than twice what any other member costs them."""
+    half the warning line's share of their step time, and makes them wait more than twice as long as any other
+    member but its ``peers`` (those as slow as it, :func:`_as_slow`: two slow ranks share the waits they cause)."""
     if share is None or share < warning_pct / 2 or per.height < 2:
         return False
-    first, second = per["wait_caused_ns"][0], per["wait_caused_ns"][1]
-    return first > 2 * second
+    first = per["wait_caused_ns"][0]
+    rest = per.slice(1).filter(~pl.col("member").is_in(list(peers)))["wait_caused_ns"] if peers else \
+        per["wait_caused_ns"].slice(1)
+    return rest.len() == 0 or first > 2 * rest.max()
 
 
 def _bubble_impact(per: pl.DataFrame, members: list, label: str) -> dict:
