@@ -207,3 +207,35 @@ def test_a_part_of_one_rank_s_path_is_said_as_that_path_s_not_as_the_mean_path_s
     assert abs(lead["per_path_ns"] - 8 * lead["per_step_ns"]) <= 8
     assert (f"{fmt_ns(lead['per_path_ns'])} of the one path it lies on ({fmt_ns(lead['per_step_ns'])} of the mean "
             "path).") in " ".join(f.message.split())
+
+
+def _comm_work_oracle(docs: dict[int, list[dict]]) -> dict[int, int]:
+    """From the raw JSON, per rank: the communication work of its step — the union of its collective calls
+    (``c10d::allreduce_``, ``record_param_comms``, ``nccl:all_reduce``) plus each NCCL kernel's time after the
+    last rank's kernel of its all-reduce started (the time before is waiting, no work)."""
+    kernels = {r: sorted((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
+                         for e in _complete(ev, cat="kernel") if e["name"].startswith("ncclDevKernel"))
+               for r, ev in docs.items()}
+    out = {}
+    for rank, events in docs.items():
+        (step,) = [e for e in _complete(events, cat="user_annotation") if e["name"].startswith("ProfilerStep#")]
+        a, b = us_to_ns(step["ts"]), us_to_ns(step["ts"]) + us_to_ns(step["dur"])
+        calls = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in _complete(events)
+                 if e.get("cat") in ("cpu_op", "user_annotation") and a <= us_to_ns(e["ts"]) < b
+                 and e["name"] in ("c10d::allreduce_", "record_param_comms", "nccl:all_reduce")]
+        own = sum(end - max(start, max(kernels[r][k][0] for r in docs))
+                  for k, (start, end) in enumerate(kernels[rank]) if a <= start < b)
+        out[rank] = sum(e - s for s, e in union(calls)) + own
+    return out
+
+
+def test_taking_all_communication_out_takes_no_more_than_its_work(docs, ranks_dir, tmp_path):
+    """`whatif --scale comm=0` said each rank's step lost more communication work than the rank had: a kernel's
+    own edge and the edge by which it leaves its all-reduce both counted (rank 0: 138.5 ms a step against 115.0 ms
+    of collective calls and kernels' own time)."""
+    doc = whatif_json(str(tmp_path / "store"), ranks_dir, "--scale", "comm=0")
+    removed = {int(r): ns for r, ns in doc["edits"][0]["removed_per_step_by_rank"].items()}
+    work = _comm_work_oracle(docs)
+    assert sorted(removed) == sorted(work) == list(range(8))
+    assert all(0 < removed[r] <= work[r] for r in work), (removed, work)
+

@@ -560,3 +560,16 @@ def test_an_edit_after_another_says_its_time_was_left_by_it(tmp_path):
                              "--scale", "kernel=0")
     gemm = next(line for line in out.splitlines() if line.startswith("--scale gemm=0.5:"))
     assert gemm.endswith("less work per step")
+
+
+def test_an_event_s_time_taken_out_is_counted_once():
+    """A GPU activity's stream edge and its collective's leave edge are two ways to one end: the larger counts,
+    not both; a host event's pieces between its children add up; edges of no event count as they are
+    (hand-made edges, said so)."""
+    from traceparse.measures.whatif import _per_event
+
+    graph = pl.DataFrame({"trace_id": ["a", "a", "a", "a", "b", "b"], "event_id": [1, 1, 2, 2, None, 3],
+                          "edge": ["stream", "leave", "thread", "thread", "thread", "leave"]})
+    taken = _per_event(graph, [4.0, 6.0, 1.0, 2.0, 5.0, 0.0])
+    assert dict(taken.group_by("trace_id").agg(pl.col("taken").sum()).iter_rows()) == {"a": 9.0, "b": 5.0}
+
