@@ -752,3 +752,19 @@ def test_nodes_are_ordered_as_a_lexsort_orders_them(spread):
     at[::3] = at[0]  # a third of the nodes at one time
     host = rng.integers(0, 2, 50_000).astype(bool)
     assert (_node_order(code, at, host, number) == np.lexsort((number, host, at, code))).all()
+
+
+def test_a_rank_last_at_every_collective_keeps_its_kernels_own_time_in_a_replay():
+    """Rank 1 of the NCCL pair sleeps 60 ms a step and is last at every all-reduce: none of its leave edges is
+    critical (its kernel's own stream edge is), so there was no typical one to weigh them by and they weighed 0;
+    in a replay where rank 0 joined later, rank 1's kernels would end the moment it joined. Such a leave edge
+    weighs its measured time: its kernel's time after the last joining, here its whole length (the raw JSON)."""
+    folder = MULTIRANK / "nccl2_slow_rank1"
+    raw = raw_events(folder / "rank1.json.gz")
+    lengths = sorted(round(e["dur"] * 1000) for e in raw if e.get("ph") == "X" and e.get("cat") == "kernel"
+                     and e["name"].startswith("ncclDevKernel"))
+    graph = dependency_graph(run_of(folder).events)
+    leave = graph.filter((pl.col("edge") == "leave") & (pl.col("rank") == 1) & pl.col("stream_id").is_not_null())
+    assert leave.height == len(lengths) > 0
+    assert not leave["critical"].any()
+    assert sorted(leave["weight_ns"].to_list()) == sorted(leave["gap_ns"].to_list()) == lengths

@@ -27,8 +27,8 @@ straggler is the rank with the largest ``wait_caused_ns``;
 for it in a step.
 
 Step time at stake: a rank's step is its host's, and a wait on its device lengthens it only where the host waits
-for the GPU (:func:`~traceparse.measures.host_held.host_held`: synchronising, long and collective calls, GPU
-work running past the step). Where the collectives wait on the device, each waiting rank's part of the wait
+for the GPU (in synchronising calls, runtime calls of 1 ms or more, collective calls, and with GPU work running
+past the step's end). Where the collectives wait on the device, each waiting rank's part of the wait
 caused counts at most its ``host_held_ns`` (scaled down by host_held / waited where that is less):
 ``step_time_at_stake_ns`` (of the candidate) and ``step_time_lost_per_step_ns``; the message says so where it
 is less than the wait (an 8-rank Megatron run's GPUs waited 210.8 ms a step for the slowest rank, 34.7% of

@@ -873,10 +873,15 @@ def _choose_critical(held: list[pl.DataFrame]) -> pl.DataFrame:
     pair = edges.select(_o=order, _g=segment.fill_null(0), _t=keys.code("dst")).select(
         _p=(pl.col("_t").cast(pl.Int64) * (len(EDGE_KINDS) + 1) + pl.col("_o").cast(pl.Int64)) * (edges.height + 1)
         + pl.col("_g").cast(pl.Int64))
-    gaps = pl.DataFrame({"_p": pair["_p"], "gap_ns": edges["gap_ns"], "critical": critical})
+    leave = (narrow["_o"] == EDGE_KINDS.index("leave")).to_numpy()
+    gaps = pl.DataFrame({"_p": pair["_p"], "gap_ns": edges["gap_ns"], "critical": critical, "_leave": leave})
     typical = (gaps.filter(pl.col("critical")).group_by("_p")
                .agg(_typical=pl.col("gap_ns").median().round(0).cast(pl.Int64)))
-    weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).otherwise(
+    # a member's leaving of a collective it joined last is its own time after the last joining: a rank last at
+    # every collective has no critical leave edge to take a typical one from, and weighed 0 its kernels ended the
+    # moment another rank joined later in a replay
+    weight = pl.when(pl.col("critical")).then(pl.col("gap_ns")).when(
+        pl.col("_leave") & pl.col("_typical").is_null()).then(pl.col("gap_ns")).otherwise(
         pl.min_horizontal(pl.col("gap_ns"), pl.col("_typical").fill_null(0)))
     gaps = gaps.join(typical, on="_p", how="left", maintain_order="left").with_columns(weight_ns=weight)
     gaps = gaps.select(pl.col("critical", "weight_ns").gather(final))
