@@ -140,7 +140,9 @@ class CommComputeOverlap(Rule):
                       "Overlap communication with compute: DistributedDataParallel buckets (bucket_cap_mb) so "
                       "gradients reduce during the backward pass, FSDP prefetching (forward_prefetch, "
                       "backward_prefetch), communication on its own stream, and no synchronisation between "
-                      "the backward pass and the collectives.")
+                      "the backward pass and the collectives. Tensor-parallel all-reduces, whose result the next "
+                      "layer needs at once, overlap only where the layer's work is split to run beside them "
+                      "(Megatron-LM's --tp-comm-overlap, PyTorch's asynchronous tensor parallelism).")
         metrics = {"comm_time_ns": comm_ns, "overlapped_ns": overlapped_ns, "overlap_pct": pct,
                    "comm_share_pct": share, "members": label, "ranks": ranks}
         if waiting:
