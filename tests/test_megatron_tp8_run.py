@@ -239,3 +239,15 @@ def test_taking_all_communication_out_takes_no_more_than_its_work(docs, ranks_di
     assert sorted(removed) == sorted(work) == list(range(8))
     assert all(0 < removed[r] <= work[r] for r in work), (removed, work)
 
+
+
+def test_one_row_above_its_roof_is_said_in_the_singular(ranks_dir, tmp_path):
+    """"1 row runs faster than their roof allows for their derived bytes": one row, its roof (the run as stored,
+    with its GPU named by the traces' deviceProperties)."""
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", "--json", "--rule",
+                             "arithmetic-intensity", str(ranks_dir))
+    assert code == 0, err
+    (f,) = json.loads(out)["findings"]
+    assert f["metrics"]["items_above_roof"] == 1
+    assert ("1 row runs faster than its roof allows for its derived bytes (its tensors came partly from cache, or "
+            "the peak is not the one it ran at): its % of roof is left out.") in f["message"]

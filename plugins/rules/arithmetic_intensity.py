@@ -287,10 +287,13 @@ def _shapes_message(total: dict, extra: dict, spec: dict | None) -> str:
         at = f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None else ""
         text += f" Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}."
     if extra["items_above_roof"]:
-        rows = "1 row runs" if extra["items_above_roof"] == 1 else f"{extra['items_above_roof']:,} rows run"
-        text += (f" {rows} faster than their roof allows for their derived bytes "
-                 "(their tensors came partly from cache, or the peak is not the one they ran at): their % of roof "
-                 "is left out.")
+        if extra["items_above_roof"] == 1:
+            text += (" 1 row runs faster than its roof allows for its derived bytes (its tensors came partly from "
+                     "cache, or the peak is not the one it ran at): its % of roof is left out.")
+        else:
+            text += (f" {extra['items_above_roof']:,} rows run faster than their roof allows for their derived bytes "
+                     "(their tensors came partly from cache, or the peak is not the one they ran at): their % of "
+                     "roof is left out.")
     if extra["calls_with_assumptions"] and extra.get("derived_from") == "hlo":
         text += (f" {extra['calls_with_assumptions']} kernels run f32 dots at XLA's DEFAULT precision, held to the "
                  "TF32 tensor-core peak (JAX's GPU default; the item's 'assumed' says so).")
