@@ -19,7 +19,7 @@ import sys
 import polars as pl
 import pytest
 
-from helpers import REPO, as_shown, read_torch, run_rule
+from helpers import FIXTURES, REPO, as_shown, read_torch, run_cli, run_rule
 from traceparse import expr, measures
 from traceparse.measures.base import PartitionedEvents, rank_result
 from traceparse.run import ingest_run
@@ -83,8 +83,8 @@ def oracle(events, top: int = 10, ranks: dict | None = None) -> tuple[dict, list
               "stream_id": r["stream_id"], "launch_ns": r["launch_duration_ns"], "kernel_ns": r["duration_ns"],
               "delay_ns": r["delay_ns"], "graph_kernels": r["launch_gpu_rows"]} for _, r in ordered[:top]]
     excess = sum(max(0, a - b) for a, b in zip(direct["launch_duration_ns"], direct["duration_ns"]))
-    idle = int(measures.device_busy(events)["idle_ns"].sum() or 0) if excess else 0
-    metrics["gpu_idle_ns"] = idle
+    idle = int(measures.device_busy(events)["idle_ns"].sum() or 0)
+    metrics["gpu_idle_ns"] = idle  # gpu-idle's idle time, also where there is no excess to cap (it read 0 there)
     return metrics, items, min(excess, idle)  # no more at stake than the GPU was idle
 
 
@@ -224,3 +224,15 @@ def test_kernels_before_their_launch_are_clock_inconsistent_not_negative_delays(
     assert (f.metrics["delay_ns_min"], f.metrics["delay_ns_max"]) == (2000, 6000)
     assert all(i["delay_ns"] >= 0 for i in f.items) and len(f.items) == 2
     assert "1 kernels start before their launch call" in f.message
+
+
+def test_the_gpu_idle_time_is_gpu_idle_s_where_no_launch_outlasts_its_kernel(tmp_path):
+    """A JAX GPT whose every launch is a graph launch: no direct launch outlasts its kernel, and launch-stats'
+    ``gpu_idle_ns`` read 0 while gpu-idle said the GPU was idle 10.08 ms. It is gpu-idle's figure."""
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(FIXTURES / "jax" / "jax_gpt"),
+                             "--rule", "launch-stats", "--rule", "gpu-idle", "--json")
+    assert code == 0, err
+    found = {f["rule"]: f for f in json.loads(out)["findings"]}
+    assert found["gpu-idle"]["metrics"]["idle_ns"] > 0
+    assert found["launch-stats"]["metrics"]["gpu_idle_ns"] == found["gpu-idle"]["metrics"]["idle_ns"]
+    assert found["launch-stats"]["impact_ns"] in (None, 0)

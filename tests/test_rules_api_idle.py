@@ -411,3 +411,26 @@ def test_a_share_reads_the_same_in_the_title_the_sentence_and_the_tables():
     assert (round(100 * launch / total, 3), shown["launch"], top_shown) == (88.147, 88.2, 73.0)
     assert f.title == "API time in launch (88.2%)"
     assert "launch 88.2%" in f.message and "The top call is cudaLaunchKernel (73.0%)." in f.message
+
+
+def test_idle_time_between_two_streams_is_other_not_lost(tmp_path):
+    """A real nvprof trace of two activities on two streams (a memset, then 4.6 ms later a copy): the GPU idles
+    between them, but no stream has a gap of its own, and the host, kernel and other waits added up to 0 against
+    4.641 ms idle. All of it is other, and said to lie between streams (the raw CSV's times)."""
+    from helpers import FIXTURES, run_cli
+
+    path = FIXTURES / "nvprof" / "real" / "rlscope_gpu_trace.csv"
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(path), "--rule", "gpu-idle", "--json")
+    assert code == 0, err
+    (f,) = json.loads(out)["findings"]
+    m = f["metrics"]
+    lines = path.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith('"Start"'))
+    rows = list(csv.DictReader(lines[header:]))[1:]  # after the units row
+    (a_start, a_dur), (b_start, _) = sorted((us_to_ns(Decimal(r["Start"])), us_to_ns(Decimal(r["Duration"])))
+                                            for r in rows)
+    assert m["idle_ns"] == b_start - (a_start + a_dur) > 0
+    assert (m["host_wait_ns"], m["kernel_wait_ns"]) == (0, 0)
+    assert m["other_wait_ns"] == m["idle_ns"] and m["other_wait_pct"] == 100.0
+    assert ("The idle time lies between activities of different streams, in no stream's own gap: why the GPU "
+            "waited cannot be told from a stream (counted as other).") in f["message"]

@@ -52,7 +52,8 @@ of the span, and only the reasons' shares of it are used. Metrics:
 ``host_wait_pct``, ``kernel_wait_pct``, ``other_wait_pct`` (the reasons'
 shares of the streams' gap time), ``host_wait_ns``, ``kernel_wait_ns``,
 ``other_wait_ns`` (the devices' ``idle_ns`` split by those shares, so they
-add up to it), ``unlinked_wait_ns`` (the part of ``other_wait_ns`` before copies or kernels linked to no launch
+add up to it to the nanosecond; where no stream has a gap of its own, the devices idling only between activities
+of different streams, all of it is other), ``unlinked_wait_ns`` (the part of ``other_wait_ns`` before copies or kernels linked to no launch
 call: their wait cannot be told; where it is most of "other" the sentence says so and the suggestion is not
 "queued work waiting"), and ``streams`` ({"device:stream": activities, span_ns,
 idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
@@ -284,10 +285,14 @@ class GpuIdle(Rule):
                  "kernel_wait_ns": exact_sum(per_stream["kernel_wait_ns"]),
                  "other_wait_ns": exact_sum(per_stream["other_ns"])}
         unlinked = exact_sum(per_stream["unlinked_ns"])
+        between = not total and idle_ns  # the devices idle between activities of different streams, in no
+        if between:  # stream's gap: why cannot be told from a stream (an nvprof trace's memset and copy, 4.6 ms apart)
+            parts, total = {**parts, "other_wait_ns": idle_ns}, idle_ns
         shares = {k.replace("_ns", "_pct"): expr.pct(v, total) for k, v in parts.items()}
-        # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns)
-        metrics = {**{k: (2 * idle_ns * v + total) // (2 * total) if total else 0 for k, v in parts.items()},
-                   **shares, "unlinked_wait_ns": (2 * idle_ns * unlinked + total) // (2 * total) if total else 0}
+        # idle × share in integers (exact at any size; a float loses the last digits of 1.8e19 ns), the three
+        # adding up to the idle time to the nanosecond
+        metrics = {**_apportioned(idle_ns, parts, total), **shares,
+                   "unlinked_wait_ns": (2 * idle_ns * unlinked + total) // (2 * total) if total else 0}
         # most idle first; streams idle alike as shown (a run's ranks often are) in rank order, not by nanoseconds
         # no one sees nor by their trace ids' hashes
         rank = rank_of(ranks)
@@ -300,6 +305,9 @@ class GpuIdle(Rule):
             for r in per_stream.iter_rows(named=True)}
         if not total:
             return metrics, streams, ""
+        if between:
+            return metrics, streams, (" The idle time lies between activities of different streams, in no stream's "
+                                      "own gap: why the GPU waited cannot be told from a stream (counted as other).")
         who = ("the stream waits, by its" if per_stream.height == 1
                else f"the {per_stream.height:,} streams wait, by their")
         host, kernel, other = shares_shown([shares[k] for k in WAIT_SHARES])  # as the figures show them
@@ -316,6 +324,19 @@ def _device_key(device_id: int | None) -> str:
     return "?" if device_id is None else str(device_id)
 
 
+def _apportioned(whole: int, parts: dict[str, int], total: int) -> dict[str, int]:
+    """``whole`` split in proportion to ``parts`` (which add up to ``total``), in integers that add up to ``whole``:
+    each part's floor, then a nanosecond more to those of largest remainder."""
+    if not total:
+        return dict.fromkeys(parts, 0)
+    floors = {k: whole * v // total for k, v in parts.items()}
+    left = whole - sum(floors.values())
+    for k in sorted(parts, key=lambda k: (-(whole * parts[k] % total), k))[:left]:
+        floors[k] += 1
+    return floors
+
+
 @hookimpl
 def traceparse_rules():
     return [GpuIdle()]
+
