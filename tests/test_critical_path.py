@@ -440,7 +440,11 @@ def test_on_the_slow_run_the_path_crosses_to_rank_2_and_holds_its_sleep():
     assert finding.severity == "critical" and finding.title == "Rank 2's AccumulateGrad holds the step"
     assert finding.summary == ("critical path", f"rank 2's AccumulateGrad (host op, thread {top['lane'][7:]}) holds "
                                f"the step: {fmt_ns(top['per_step_ns'])} of each step's critical path "
-                               f"({fmt_pct(top['share_pct'])})")
+                               f"({fmt_pct(top['share_pct'])}); without it each step is "
+                               f"{fmt_ns(m['drop_gain_ns'])} shorter (replayed)")
+    # replayed without the hook, every rank gains about the sleep: nothing else of rank 2 holds them
+    assert 0.9 * min(sleeps.values()) <= m["drop_gain_slowest_ns"] <= max(all_of_it.values())
+    assert 0.9 * min(sleeps.values()) <= m["drop_gain_ns"] <= max(all_of_it.values())
     assert m["ranks"]["0"]["crossed_to"]["2"] >= 3
 
 

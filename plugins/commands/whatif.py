@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 
-import polars as pl
 from rich.text import Text
 
 from traceparse import expr
 from traceparse.command import Command
 from traceparse.errors import InputError
 from traceparse.figures import fmt_count, fmt_ns, fmt_pct
-from traceparse.measures.whatif import BALANCE_MIN_EXCESS, parse_drop, parse_scale, what_if
+from traceparse.measures.whatif import BALANCE_MIN_EXCESS, parse_drop, parse_scale, slowest_step, what_if
 from traceparse.plugins import hookimpl
 from traceparse.report import TABLE_ROWS, fitted_table, fold_rows, trace_label
 from traceparse.rule import RuleOptions
@@ -151,7 +150,7 @@ def document(trace, label: str, result) -> dict:
     per_rank.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0))
     m, p = float(steps["measured_ns"].mean()), float(steps["predicted_ns"].mean())
     return {"trace": {"id": trace.id, "label": label, "format": trace.meta.format},
-            **({"slowest": slowest} if (slowest := _slowest(steps)) else {}),
+            **({"slowest": slowest} if (slowest := slowest_step(steps)) else {}),
             "edits": [{"edit": a.text, "calls": a.calls, "calls_in_steps": a.in_steps, "step_windows": a.windows,
                        "ranks": a.ranks, "names": a.names,
                        "removed_per_step_ns": a.removed_ns,
@@ -162,25 +161,6 @@ def document(trace, label: str, result) -> dict:
                      "predicted_ns": round(p), "gain_ns": round(m - p), "gain_pct": expr.pct(m - p, m)},
             "path": {"length_ns": round(result.path_ns), "top": result.top},
             "cannot_replay": result.cannot, "missing": result.missing, "notes": result.notes}
-
-
-def _slowest(steps) -> dict | None:
-    """The slowest rank's step, measured and predicted, in the mean over the steps every rank has: ranks that meet
-    at collectives step together, so the job goes at this pace, and a gain on one rank alone is none (a run's
-    rank 0 predicted 7.4 ms a step faster, the others unchanged: "mean step gain 2.2 ms", the job's 0.15 ms).
-    None for a trace of one rank, or where no step number is every rank's."""
-    ranks = steps["rank"].drop_nulls().n_unique()
-    if ranks < 2:
-        return None
-    per_step = (steps.filter(pl.col("rank").is_not_null()).group_by("step")
-                .agg(pl.col("rank").n_unique().alias("ranks"), pl.col("measured_ns").max(),
-                     pl.col("predicted_ns").max())
-                .filter(pl.col("ranks") == ranks))
-    if per_step.height == 0:
-        return None
-    m, p = float(per_step["measured_ns"].mean()), float(per_step["predicted_ns"].mean())
-    return {"steps": per_step.height, "measured_ns": round(m), "predicted_ns": round(p), "gain_ns": round(m - p),
-            "gain_pct": expr.pct(m - p, m)}
 
 
 def edit_line(e: dict, after_others: bool = False) -> str:

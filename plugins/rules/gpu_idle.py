@@ -53,9 +53,9 @@ of the span, and only the reasons' shares of it are used. Metrics:
 shares of the streams' gap time), ``host_wait_ns``, ``kernel_wait_ns``,
 ``other_wait_ns`` (the devices' ``idle_ns`` split by those shares, so they
 add up to it to the nanosecond; where no stream has a gap of its own, the devices idling only between activities
-of different streams, all of it is other), ``unlinked_wait_ns`` (the part of ``other_wait_ns`` before copies or kernels linked to no launch
-call: their wait cannot be told; where it is most of "other" the sentence says so and the suggestion is not
-"queued work waiting"), and ``streams`` ({"device:stream": activities, span_ns,
+of different streams, all of it is other), ``unlinked_wait_ns`` (the part of ``other_wait_ns`` before copies or
+kernels linked to no launch call: their wait cannot be told; where it is most of "other" the sentence says so
+and the suggestion is not "queued work waiting"), and ``streams`` ({"device:stream": activities, span_ns,
 idle_ns, host_wait_ns, kernel_wait_ns, other_wait_ns}, the most idle stream
 first; the screen shows the worst few and one row for the rest). The breakdown does
 not change the severity; it picks the suggestion (host wait or other).

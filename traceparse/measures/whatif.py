@@ -502,6 +502,64 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
 
 
 # -- the whole what-if -----------------------------------------------------------------------------------------------
+def _replayed(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, drops=(), scales=(),
+              balance: bool = False) -> tuple:
+    """The edits applied to ``graph`` and every step of ``windows`` replayed with them: (weights, what each edit
+    matched, the :class:`Replayer`, the edges frozen at their measured times, every node's replayed time, each
+    window's first and last node and whether it has both, and the steps: ``windows`` with ``measured_ns``,
+    ``predicted_ns`` and ``gain_ns``)."""
+    weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
+    replayer = Replayer(graph)
+    # each step replayed from its measured start: an edge from another step (or from before the steps) leaves at its
+    # source's measured time, so that time saved in one step is never carried into the next as a later start of
+    # nothing (a node no edge explains stays where it was measured: the next step would have waited for it, and
+    # read as slower by what the step before gained)
+    frozen = _across_steps(replayer, windows)
+    at = replayer.run(weights, frozen)
+    first, last = replayer.window_nodes(graph, windows)
+    ok = (first >= 0) & (last >= 0) & (first != last)
+    measured = (windows["end_ns"] - windows["start_ns"]).to_numpy()
+    predicted = np.maximum(measured + np.where(ok, at[last] - replayer.measured[last], 0), 0)
+    steps = windows.with_columns(measured_ns=pl.Series(measured, dtype=pl.Int64),
+                                 predicted_ns=pl.Series(predicted, dtype=pl.Int64))
+    steps = steps.with_columns(gain_ns=pl.col("measured_ns") - pl.col("predicted_ns"))
+    return weights, applied, replayer, frozen, at, first, last, ok, steps
+
+
+def slowest_step(steps: pl.DataFrame) -> dict | None:
+    """The slowest rank's step, measured and predicted, in the mean over the steps every rank has: ranks that meet
+    at collectives step together, so the job goes at this pace, and a gain on one rank alone is none (a run's
+    rank 0 predicted 7.4 ms a step faster, the others unchanged: "mean step gain 2.2 ms", the job's 0.15 ms).
+    None for a trace of one rank, or where no step number is every rank's."""
+    ranks = steps["rank"].drop_nulls().n_unique()
+    if ranks < 2:
+        return None
+    per_step = (steps.filter(pl.col("rank").is_not_null()).group_by("step")
+                .agg(pl.col("rank").n_unique().alias("ranks"), pl.col("measured_ns").max(),
+                     pl.col("predicted_ns").max())
+                .filter(pl.col("ranks") == ranks))
+    if per_step.height == 0:
+        return None
+    m, p = float(per_step["measured_ns"].mean()), float(per_step["predicted_ns"].mean())
+    return {"steps": per_step.height, "measured_ns": round(m), "predicted_ns": round(p), "gain_ns": round(m - p),
+            "gain_pct": expr.pct(m - p, m)}
+
+
+def step_gains(events: pl.DataFrame, graph: pl.DataFrame, drops=(), scales=()) -> pl.DataFrame | None:
+    """Per step of every rank, what the edits gain: the steps of ``graph`` (a chosen dependency graph of
+    ``events``) replayed as :func:`what_if` replays them (``trace_id``, ``step``, ``rank``, ``measured_ns``,
+    ``predicted_ns``, ``gain_ns``), for a rule that wants what a change would gain, not only what lies on the
+    path; None where nothing can be replayed (no steps, an edit matching nothing)."""
+    windows = step_windows(events, graph)
+    if windows.height == 0:
+        return None
+    try:
+        return _replayed(graph, events, windows, drops, scales)[-1]
+    except InputError:
+        return None
+
+
+
 def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, align_clocks: bool = False,
             top: int = 8, graph: pl.DataFrame | None = None, names: dict | None = None) -> WhatIf:
     """Replay every step of ``events`` (a trace, or a run's ranks) with the edits and return, per step of each rank,
@@ -522,21 +580,8 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     if windows.height == 0:
         raise InputError("no steps to replay: the trace has no ProfilerStep#N, no step range and no optimizer "
                          "mark (whatif predicts step times)")
-    weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
-    replayer = Replayer(graph)
-    # each step replayed from its measured start: an edge from another step (or from before the steps) leaves at its
-    # source's measured time, so that time saved in one step is never carried into the next as a later start of
-    # nothing (a node no edge explains stays where it was measured: the next step would have waited for it, and
-    # read as slower by what the step before gained)
-    frozen = _across_steps(replayer, windows)
-    at = replayer.run(weights, frozen)
-    first, last = replayer.window_nodes(graph, windows)
-    ok = (first >= 0) & (last >= 0) & (first != last)
-    measured = (windows["end_ns"] - windows["start_ns"]).to_numpy()
-    predicted = np.maximum(measured + np.where(ok, at[last] - replayer.measured[last], 0), 0)
-    steps = windows.with_columns(measured_ns=pl.Series(measured, dtype=pl.Int64),
-                                 predicted_ns=pl.Series(predicted, dtype=pl.Int64))
-    steps = steps.with_columns(gain_ns=pl.col("measured_ns") - pl.col("predicted_ns"))
+    r = _replayed(graph, events, windows, drops, scales, balance)
+    weights, applied, replayer, frozen, at, first, last, ok, steps = r
     # the predicted path: the replayed graph's critical edges, from each window's replayed end to its start
     moved = replayed_graph(graph, replayer, at, weights, frozen)
     new_windows = windows.with_columns(  # a step's nodes were replayed from its start node's measured time
