@@ -445,8 +445,8 @@ def _gain_without(events, holder: dict, params: dict) -> dict | None:
     be replayed.
 
     Its time on the others' paths is not what removing it gains: work beside it (its rank's GPU work, another
-    thread) takes its place (a 30 ms sleep in a gradient hook on four FSDP2 ranks took 30.2 ms of each step's
-    path; the replay gains 7.1 ms, the slowest rank 11.0, and the job measured 10.8 ms without it)."""
+    thread) takes its place (a 30 ms sleep in a gradient hook on four FSDP2 ranks took 30.3 ms of each step's
+    path; the replay gains 7.1 ms on the mean rank, 11.0 on the slowest, and the job measured 12.1 ms)."""
     import glob
 
     from traceparse.measures.whatif import Drop, slowest_step, step_gains
