@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns, whatif_json
+from helpers import FIXTURES, intersect, run_cli, run_of, run_rule, union, us_to_ns, waited_first, whatif_json
 from traceparse.figures import fmt_ns
 
 MEGATRON = FIXTURES / "torch" / "megatron_tp8_a100"
@@ -60,17 +60,21 @@ def _oracle(docs: dict[int, list[dict]]) -> dict:
         compute[rank] = union((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
                               for e in _complete(events, cat="kernel") if not e["name"].startswith("ncclDevKernel"))
     n = min(len(k) for k in kernels.values())
-    waited = {}
+    waited, waited_for = {}, {}
     for rank in docs:
         waits = []
         for k in range(n):
             last = max(kernels[r][k][0] for r in docs)
+            whom = min(r for r in docs if kernels[r][k][0] == last)  # of ranks joining at once, the lowest
             start, end = kernels[rank][k]
             if min(last, end) > start:
-                waits.append((start, min(last, end)))
-        inside = [(max(s, a), min(e, b)) for s, e in union(waits) for a, b in windows[rank] if min(e, b) > max(s, a)]
+                waits.append((start, min(last, end), whom))
+        inside = [(max(s, a), min(e, b)) for s, e in union((s, e) for s, e, _ in waits) for a, b in windows[rank]
+                  if min(e, b) > max(s, a)]
         waited[rank] = sum(e - s - intersect(s, e, compute[rank]) for s, e in inside)
-    return {"calls": calls, "kernels": {r: len(k) for r, k in kernels.items()}, "instances": n, "waited": waited}
+        waited_for[rank] = waited_first(waits, windows[rank], compute[rank])  # {whom: ns}, adding up to waited
+    return {"calls": calls, "kernels": {r: len(k) for r, k in kernels.items()}, "instances": n, "waited": waited,
+            "waited_for": waited_for}
 
 
 def test_the_collective_the_profiler_stopped_in_is_left_out_not_every_arrival_moved_to_the_host(docs, ranks_dir):
@@ -129,10 +133,12 @@ def test_a_wait_the_hosts_ran_through_is_not_counted_as_step_time_lost(docs, ran
     m = f.metrics
     assert {int(r): v["host_held_ns"] for r, v in m["ranks"].items()} == held
     assert all(held[r] < want["waited"][r] for r in held if r != 0)
-    # the wait rank 0 caused, each waiting rank's part scaled to what its host could have waited
+    # the wait rank 0 caused, each waiting rank's part of it scaled to what its host could have waited
     on = m["ranks"]
-    stake = m["step_time_at_stake_ns"]
-    assert stake < m["wait_caused_ns"]
+    assert m["wait_caused_ns"] == sum(want["waited_for"][r].get(0, 0) for r in docs)
+    stake = sum(round(want["waited_for"][r].get(0, 0) * min(1.0, held[r] / want["waited"][r]))
+                for r in docs if want["waited"][r])
+    assert m["step_time_at_stake_ns"] == stake < m["wait_caused_ns"]
     assert round(100 * stake / m["others_step_ns"], 4) == m["step_time_lost_pct"]
     assert f.severity == "info" and m["straggler_rank"] is None and m["step_time_lost_pct"] < 10
     assert f.title == "Most waited for: ranks 0 and 6, under the warning line"

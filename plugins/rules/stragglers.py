@@ -462,10 +462,8 @@ def _stands_out(per: pl.DataFrame, share: float | None, warning_pct: float, peer
     member but its ``peers`` (those as slow as it, :func:`_as_slow`: two slow ranks share the waits they cause)."""
     if share is None or share < warning_pct / 2 or per.height < 2:
         return False
-    first = per["wait_caused_ns"][0]
-    rest = per.slice(1).filter(~pl.col("member").is_in(list(peers)))["wait_caused_ns"] if peers else \
-        per["wait_caused_ns"].slice(1)
-    return rest.len() == 0 or first > 2 * rest.max()
+    rest = per.slice(1).filter(~pl.col("member").is_in(list(peers)).fill_null(False))["wait_caused_ns"]
+    return rest.len() == 0 or per["wait_caused_ns"][0] > 2 * rest.max()
 
 
 def _bubble_impact(per: pl.DataFrame, members: list, label: str) -> dict:
