@@ -257,3 +257,35 @@ def test_one_row_above_its_roof_is_said_in_the_singular(ranks_dir, tmp_path):
     assert f["metrics"]["items_above_roof"] == 1
     assert ("1 row runs faster than its roof allows for its derived bytes (its tensors came partly from cache, or "
             "the peak is not the one it ran at): its % of roof is left out.") in f["message"]
+
+
+def test_gpu_busy_says_how_much_of_it_is_kernels_spinning_for_another_gpu(docs, ranks_dir, tmp_path, monkeypatch):
+    """The summary read "GPU busy 88.9%" on a run whose GPUs spend most of that in all-reduces spinning for ranks
+    0 and 6: busy, not working. The part that is waiting (the raw JSON's waits, as stragglers and
+    comm-compute-overlap count them) is said beside it, and the work left is what calls a run GPU-bound. Each
+    figure is recomputed from the raw JSON: Σ busy (union of every GPU activity per rank), Σ span (first to last
+    GPU activity per rank), Σ waited."""
+    want = _oracle(docs)
+    busy = whole = 0
+    for events in docs.values():
+        gpu = [(us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
+               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        busy += sum(b - a for a, b in union(gpu))
+        whole += max(b for _, b in gpu) - min(a for a, _ in gpu)
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", "--json", str(ranks_dir))
+    assert code == 0, err
+    doc = json.loads(out)
+    summary = doc["summary"][0]
+    spin = sum(want["waited"].values())
+    assert summary["gpu_busy_pct"] == round(100 * busy / whole, 4)
+    assert summary["gpu_spin_pct"] == round(100 * spin / whole, 4)
+    assert summary["gpu_work_pct"] == round(summary["gpu_busy_pct"] - summary["gpu_spin_pct"], 4)
+    assert 30 < summary["gpu_work_pct"] < 35 and summary["gpu_spin_pct"] > 50 and not summary["gpu_bound"]
+    overlap = next(f for f in doc["findings"] if f["rule"] == "comm-compute-overlap")
+    assert overlap["metrics"]["waiting_ns"] == spin  # one quantity, said alike in the summary and the finding
+    monkeypatch.setenv("COLUMNS", "300")  # the line whole
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", str(ranks_dir))
+    assert code == 0, err
+    assert (f"GPU busy     {summary['gpu_busy_pct']:.1f}% of the mean GPU's span (first to last activity): "
+            f"{summary['gpu_work_pct']:.1f}% work, {summary['gpu_spin_pct']:.1f}% communication kernels waiting for "
+            "another GPU's (comm-compute-overlap)") in out

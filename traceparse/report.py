@@ -323,7 +323,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      else f"- (the trace lists {_untimed(summary['gpu_untimed'])} but never when they ran (a "
                           "metrics-only log): no busy time to give)" if busy is None and summary.get("gpu_untimed")
                      else "- (the trace recorded no GPU activity)" if busy is None
-                     else f"{fmt_pct(busy)} of {whole} (first to last activity)" + _short_span(summary)))
+                     else f"{fmt_pct(busy)} of {whole} (first to last activity)" + _spin(summary)
+                     + _short_span(summary)))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
         # a sum of the activities (two overlapping kernels count twice), not gpu-idle's busy time (their union)
@@ -420,6 +421,21 @@ def _unread(unread: dict) -> str:
 SHORT_GPU_SPAN_PCT = 10.0
 
 
+#: Percentage points of a GPU's span from which the summary says what of its busy time is communication kernels
+#: waiting for another GPU's (``gpu_spin_pct``): under it, the busy share is the work to the first decimal or so.
+SPIN_SHOWN_PCT = 1.0
+
+
+def _spin(summary: dict) -> str:
+    """What of "GPU busy" is communication kernels spinning for a later rank, and the work left: a GPU 89% busy
+    whose all-reduces wait 57% of the time for the slowest rank works 32% of it."""
+    spin = summary.get("gpu_spin_pct")
+    if not spin or spin < SPIN_SHOWN_PCT:
+        return ""
+    return (f": {fmt_pct(summary.get('gpu_work_pct') or 0)} work, {fmt_pct(spin)} communication kernels waiting "
+            "for another GPU's (comm-compute-overlap)")
+
+
 def _short_span(summary: dict) -> str:
     """``: 11.0 us of the 33.73 ms traced`` where the GPU's span is a sliver of the trace's (a CUDA-graph capture
     whose two kernels ran back to back read ">99.9% busy" beside a 33.7 ms step), else ""."""
@@ -484,7 +500,11 @@ def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: in
         worst = s.get("bottleneck") or {}
         rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
     rows.sort(key=lambda r: natural_key(r["trace"]))
-    return Group(Text("summary of the traces", style="bold"), *_fitted_table(SUMMARY_COLUMNS, rows, width))
+    columns = SUMMARY_COLUMNS
+    if any((s.get("gpu_spin_pct") or 0) >= SPIN_SHOWN_PCT for s in summaries):  # a run whose busy GPUs partly spin for other ranks
+        at = next(i for i, c in enumerate(columns) if c.key == "gpu_busy_pct") + 1
+        columns = [*columns[:at], Column("gpu_work_pct", "GPU work", "pct"), *columns[at:]]
+    return Group(Text("summary of the traces", style="bold"), *_fitted_table(columns, rows, width))
 
 
 def natural_key(text: str) -> tuple:

@@ -48,7 +48,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
     minus gpu-idle's idle %; None without timed GPU work; ``gpu_span_ns`` the span it is of (a device's first to
-    last activity; of several, their mean); then
+    last activity; of several, their mean); ``gpu_spin_pct`` the part of it that is communication kernels
+    spinning for a later rank while no compute kernel runs (None where none does), ``gpu_work_pct`` busy less
+    spin (what ``gpu_bound`` grades); then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
@@ -80,6 +82,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     split = gpu_time(events)
     others = other_devices(trace.meta)
     busy_pct = round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None
+    # one GPU waits for no other: the collectives' waits are measured only where there are two or more
+    spin_pct = _spin_pct(events, exact_sum(busy["busy_ns"]), span_sum) if span_sum and busy.height > 1 else None
+    work_pct = round(busy_pct - spin_pct, 4) if spin_pct else busy_pct
     worst = bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)
     return {
         "trace": trace.id,
@@ -94,6 +99,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         # from the first step's start to the last one's end: against the span, how much of the capture is steps
         "steps_span_ns": int(steps["end_ns"].max() - steps["start_ns"].min()) if durations else None,
         "gpu_busy_pct": busy_pct,
+        "gpu_spin_pct": spin_pct,
+        "gpu_work_pct": work_pct,
         "gpu_devices": busy.height,
         "gpu_span_ns": span_sum // busy.height if busy.height else None,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
@@ -105,7 +112,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_time": split,
         "bottleneck": worst,
         # a busy GPU's own work sets the pace: the info finding with most at stake is a remainder, not the cause
-        "gpu_bound": (busy_pct or 0) >= GPU_BOUND_PCT and (worst is None or worst["severity"] == "info"),
+        # (its own work: communication kernels spinning for another rank keep a GPU busy, not bound)
+        "gpu_bound": (work_pct or 0) >= GPU_BOUND_PCT and (worst is None or worst["severity"] == "info"),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
@@ -113,6 +121,16 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         # one trace of several processes' GPU work (one nsys report of a whole job): not ranks, said on screen
         "gpu_processes": (procs if len(procs := gpu_processes(trace.meta)) > 1 and trace_ranks(trace) == 1 else {}),
     }
+
+
+def _spin_pct(events, busy_ns: int, span_sum: int) -> float | None:
+    """100 × the time communication kernels spin for a later rank's while no compute kernel runs
+    (:func:`traceparse.measures.comm.device_spin`, summed over the members) / Σ span over devices: the part of
+    "GPU busy" that is waiting for another rank, not work. None where no kernel waits so."""
+    from traceparse.measures.comm import device_spin
+
+    spin = sum(device_spin(events).values())
+    return round(100.0 * min(spin, busy_ns) / span_sum, 4) if spin > 0 else None
 
 
 def other_devices(meta) -> dict[str, int]:

@@ -37,7 +37,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import fmt_ns, fmt_pct
 from traceparse.measures.base import picked
-from traceparse.measures.comm import comm_kernels, member_compute, member_windows, waiting_time
+from traceparse.measures.comm import comm_kernels, device_spin
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -174,16 +174,10 @@ def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:
     """{rank (device where the trace has no ranks): the time its communication kernels spin for a later rank's
     while none of its compute kernels runs, inside its steps}, each at most its exposed communication; {} where
     the collectives are not waited for on the device (gloo, a single rank)."""
-    waits = measures.collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
-    if waits.height == 0 or waits["member"].n_unique() < 2:
-        return {}
-    busy = member_compute(events, waits)
-    if busy is None:
-        return {}
-    waited = dict(waiting_time(waits, member_windows(events, waits), busy).iter_rows())  # to each kernel's end
+    waited = device_spin(events)  # to each kernel's end
     key = "rank" if ranked else "device_id"
     exposed = dict(layers.group_by(key).agg(pl.col("comm_exposed_ns").sum()).iter_rows())
-    return {m: max(0, min(int(ns), int(exposed.get(m, 0)))) for m, ns in waited.items() if m is not None}
+    return {m: max(0, min(int(ns), int(exposed.get(m, 0)))) for m, ns in waited.items()}
 
 
 @hookimpl

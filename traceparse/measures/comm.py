@@ -771,6 +771,22 @@ def member_compute(events: Any, waits: pl.DataFrame) -> pl.DataFrame | None:
         pl.col("member").is_not_null())
 
 
+def device_spin(events: Any) -> dict[Any, int]:
+    """{member: the time its communication kernels spin for a later rank's kernel while none of its compute
+    kernels runs, inside its steps}: time the GPU is busy with nothing but waiting for another rank. A member is
+    a rank (a device where the trace has no ranks); {} where the collectives are not waited for on the device
+    (gloo's host-side waits, one member alone). What "GPU busy" holds that is no work: the all-reduces of a
+    tensor-parallel run spin hundreds of ms for the slowest rank and count as busy."""
+    waits = collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
+    if waits.height == 0 or waits["member"].n_unique() < 2:
+        return {}
+    busy = member_compute(events, waits)
+    if busy is None:
+        return {}
+    return {m: int(ns) for m, ns in waiting_time(waits, member_windows(events, waits), busy).iter_rows()
+            if m is not None}
+
+
 def _union_lengths(*frames: pl.DataFrame) -> dict[int, int]:
     """Per member, the length of the union of the intervals of ``frames`` (each ``member``, ``start_ns``,
     ``duration_ns``)."""
