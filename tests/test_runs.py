@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -685,3 +686,24 @@ def test_a_job_scripts_files_beside_nsys_ranks_are_left_out(tmp_path):
     [run] = json.loads(out)["runs"]
     assert sorted(run["ranks"]) == ["0", "1"] and run["format"] == "nsys"
     assert f"{folder}: 2 files are no trace and were left out: {', '.join(steps)}" in run["warnings"]
+
+
+def test_a_truncated_rank_is_named_in_the_run_s_incomplete_line(tmp_path, monkeypatch):
+    """A run whose rank 1 was killed mid-write (the real nccl2_slow_rank1 twin, rank 1's file cut at 60%): the
+    summary said "incomplete: the file ends early ..." without saying which of the ranks' files did. Each rank's
+    note now names its rank; the whole rank 0 says nothing."""
+    source = FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1"
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for rank in (0, 1):
+        data = gzip.decompress((source / f"rank{rank}.json.gz").read_bytes())
+        (ranks / f"rank{rank}.json").write_bytes(data[: int(len(data) * 0.6)] if rank == 1 else data)
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", "--json", str(ranks))
+    assert code == 0, err
+    (note,) = json.loads(out)["summary"][0]["incomplete"]
+    assert note.startswith(f"rank 1: {ranks / 'rank1.json'}: the file ends early (truncated JSON); kept the ")
+    assert f"{ranks / 'rank1.json'}: the file ends early" in err  # and the warning as it was read
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", str(ranks))
+    assert code == 0, err
+    assert re.search(rf"incomplete +{re.escape(note)}; every figure here covers only what was read", out)

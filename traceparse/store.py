@@ -63,6 +63,15 @@ def trace_id_for(sha256: str) -> str:
     return sha256[:ID_LENGTH]
 
 
+def _rank_notes(run: dict, metas: list[TraceMeta]) -> list[str]:
+    """Why each rank's input is incomplete (:func:`traceparse.meta.incomplete_notes`), each note naming its rank:
+    on a run, "the file ends early" alone did not say which of the ranks' files did."""
+    ranks = sorted(map(int, run.get("ranks") or {}))
+    named = len(ranks) == len(metas)
+    return [f"rank {rank}: {note}" if named else note
+            for rank, meta in zip(ranks if named else [None] * len(metas), metas) for note in incomplete_notes(meta)]
+
+
 class Store:
     """A directory of normalized traces."""
 
@@ -312,8 +321,7 @@ class Store:
             warnings=list(run.get("warnings", [])), ingested_at=run.get("ingested_at"), event_count=count,
             summary={"events_per_kind": {}, "ranks": len(metas)},
             extra={"run": run, **({INCOMPLETE: cut} if (cut := [*(run.get("incomplete") or []),
-                                                                *(n for m in metas for n in incomplete_notes(m))])
-                                  else {}),
+                                                                *_rank_notes(run, metas)]) else {}),
                    **({THREAD_NAMES: names} if (names := _thread_names_of(metas)) else {}),
                    **({RANK_HOSTS: on, HOSTNAMES: list(dict.fromkeys(on.values()))}
                       if (on := rank_hosts(dict(zip(sorted(map(int, run.get("ranks") or {})), metas)))) else {})},
