@@ -317,16 +317,19 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
     taken. Point-to-point transfers are left out: a send may end before its receive does (a message small
     enough to leave eagerly). End times come from the events that end with the collective: communication
     kernels where every member has them, else host annotations (a gloo worker's ``gloo:all_reduce``), else the
-    instances themselves. ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for
-    the first).
+    instances themselves; a member with fewer of them than its peers (:func:`_short_members`) has no offset.
+    ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for the first).
     """
     rows = pl.concat(parts).filter(~is_transfer())
     chosen = None
+    calls = _instances(rows)
     for sources in (("kernel",), ("host annotation",), SOURCES):
         found = _instances(rows, sources)
         n_members = _members(rows)["member"].n_unique()
         if found.height and found["member"].n_unique() == n_members:
-            chosen = found
+            # a member that lost some of them gets no offset (unknown), not one read off other collectives
+            short = _short_members(found, calls)
+            chosen = found.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else found
             break
     if chosen is None or chosen.height == 0:
         return pl.DataFrame(schema={"member": pl.Int32, "offset_ns": pl.Int64})
@@ -337,6 +340,19 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return (joined.group_by("member").agg(offset_ns=(pl.col("end_ns") - pl.col("ref_end")).median()
                                           .round(0).cast(pl.Int64))
             .sort("member", nulls_last=False))
+
+
+def _short_members(found: pl.DataFrame, calls: pl.DataFrame) -> list:
+    """The members with fewer of ``found``'s rows (their collectives' kernels or annotations) than another member
+    with as many collective calls (``calls``: :func:`_instances` of every source): they lost some (a rank whose
+    file was cut short kept its calls but not every ``gloo:all_reduce`` of its worker thread), and matching the
+    k-th of each pairs their rows with other collectives (such a rank's clock read 62.8 ms off)."""
+    if found.height == 0 or calls.height == 0:
+        return []
+    counted = (calls.group_by("member").agg(calls=pl.len())
+               .join(found.group_by("member").agg(rows=pl.len()), on="member", how="left", nulls_equal=True)
+               .with_columns(pl.col("rows").fill_null(0)))
+    return counted.filter(pl.col("rows") < pl.col("rows").max().over("calls"))["member"].to_list()
 
 
 def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -373,7 +389,9 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     for sources in COMPLETION_SOURCES:
         candidates = _instances(rows, sources)
         if candidates.height and set(candidates["member"].to_list()) == members:
-            found = candidates
+            # a member that lost some of them keeps its own calls (as an instance with no k-th one does)
+            short = _short_members(candidates.filter(~is_transfer()), inst.filter(~is_transfer()))
+            found = candidates.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else candidates
             break
     # one source may name the process group where the other does not (a c10d operator and its NCCL kernel):
     # then the k-th of a collective on a member, whatever its group. The calls' own groups, not the instances'

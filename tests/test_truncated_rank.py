@@ -1,0 +1,85 @@
+"""A run one of whose ranks was killed mid-write: the real ddp4_slow_hook run (gloo, 4 ranks, rank 2's backward
+hook sleeps) with rank 2's file cut at 60%. Kineto writes a trace's events thread by thread, so the cut kept rank
+2's collective calls but lost its gloo worker's ``gloo:all_reduce`` annotation of half of them (the first of each
+step's two). Matching each rank's k-th annotation to its k-th collective paired rank 2's with other collectives:
+its clock read 62.8 ms off ("their clocks likely differ", and advice to align them), and the critical path's
+replay without the hook gained 25.06 ms a step where the whole run's gains 40.26 ms."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import FIXTURES, run_cli, run_of
+from traceparse import measures
+from traceparse.measures.comm import _short_members
+
+SOURCE = FIXTURES / "torch" / "multirank" / "ddp4_slow_hook"
+CUT_RANK = 2
+
+
+@pytest.fixture(scope="module")
+def cut(tmp_path_factory) -> Path:
+    """The run with rank 2's JSON cut at 60% of its bytes (each file gzipped whole again)."""
+    out = tmp_path_factory.mktemp("cut_rank")
+    for rank in range(4):
+        data = gzip.decompress((SOURCE / f"rank{rank}.json.gz").read_bytes())
+        kept = data[: int(len(data) * 0.6)] if rank == CUT_RANK else data
+        (out / f"rank{rank}.json.gz").write_bytes(gzip.compress(kept))
+    return out
+
+
+def _raw(folder: Path, rank: int) -> bytes:
+    return gzip.decompress((folder / f"rank{rank}.json.gz").read_bytes())
+
+
+def _analyzed(tmp_path: Path, folder: Path) -> dict:
+    code, out, err = run_cli("--store", str(tmp_path / folder.name), "analyze", "--json", str(folder))
+    assert code == 0, err
+    return {f["rule"]: f for f in json.loads(out)["findings"]}
+
+
+def test_the_cut_kept_the_calls_and_lost_annotations(cut):
+    """What the fixture is: every rank's 8 calls are still there, rank 2's worker annotations are not."""
+    for rank in range(4):
+        assert _raw(cut, rank).count(b'"name": "c10d::allreduce_"') == 8
+    assert _raw(cut, CUT_RANK).count(b'"name": "gloo:all_reduce"') < _raw(SOURCE, CUT_RANK).count(
+        b'"name": "gloo:all_reduce"')
+
+
+def test_a_rank_that_lost_annotations_gets_no_clock_offset(cut):
+    """The offsets come from the annotations where every rank has as many as its calls: rank 2's is unknown (no
+    row: not moved), the others' are what they are in the whole run, under a millisecond."""
+    whole = measures.collective_waits(run_of(SOURCE).events, align_clocks=True)
+    waits = measures.collective_waits(run_of(cut).events, align_clocks=True)
+    offsets = dict(waits.group_by("member").agg(pl.col("offset_ns").first()).iter_rows())
+    assert offsets[CUT_RANK] == 0  # unknown: left where it is
+    want = dict(whole.group_by("member").agg(pl.col("offset_ns").first()).iter_rows())
+    assert {r: ns for r, ns in offsets.items() if r != CUT_RANK} == {r: ns for r, ns in want.items() if r != CUT_RANK}
+    assert all(abs(ns) < 1_000_000 for ns in offsets.values())
+
+
+def test_the_cut_run_reads_as_the_whole_one(cut, tmp_path):
+    """The straggler's figures are the whole run's (its calls are complete), with no word of clocks; the critical
+    path's replay without the hook gains what the whole run's does, within 1%."""
+    whole, part = _analyzed(tmp_path, SOURCE), _analyzed(tmp_path, cut)
+    s = part["stragglers"]
+    assert s["metrics"]["straggler_rank"] == CUT_RANK
+    assert s["metrics"]["wait_caused_ns"] == whole["stragglers"]["metrics"]["wait_caused_ns"]
+    assert "apart" not in s["message"] and "align_clocks" not in s["message"]
+    gain, want = part["critical-path"]["metrics"]["drop_gain_ns"], whole["critical-path"]["metrics"]["drop_gain_ns"]
+    assert abs(gain - want) <= 0.01 * want, (gain, want)
+
+
+def test_short_members_are_those_with_fewer_rows_than_peers_with_as_many_calls():
+    """Hand-written: members 0-2 made 4 calls, member 3 made 6 (a rank that profiled another step); member 1 has 3
+    annotations where 0 and 2 have 4 (short), member 3's 6 are its own count."""
+    calls = pl.DataFrame({"member": [0] * 4 + [1] * 4 + [2] * 4 + [3] * 6})
+    found = pl.DataFrame({"member": [0] * 4 + [1] * 3 + [2] * 4 + [3] * 6})
+    assert _short_members(found, calls) == [1]
+    assert _short_members(found.filter(pl.col("member") != 1), calls) == [1]  # none at all
+    assert _short_members(calls, calls) == []
