@@ -1,8 +1,13 @@
-"""Command ``diff``: what changed between two traces, kernel by kernel and API call by API call.
+"""Command ``diff``: what changed between two traces, kernel by kernel, call by call and operator by operator.
 
 Definition: in each trace, the rows of kind kernel, memcpy, memset and api are
 grouped by (kind, name): calls = Σ calls (a trace event counts 1, an
-aggregated row its number of calls), time = Σ duration_ns. When a trace has
+aggregated row its number of calls), time = Σ duration_ns; the host operators
+and annotations (kinds op and marker, but the steps' own ``ProfilerStep#N``)
+by their self time, as hotspots counts it (:func:`host_self_time`), so that
+nested operators are not counted twice; their category is ``host op`` or
+``annotation``, or ``communication`` for a collective's call or annotation
+(``gloo:all_reduce``: mostly waiting for the other ranks). When a trace has
 both timed events and aggregated rows of one kind (e.g. an nvprof log with a
 GPU trace and a summary), only the timed ones count, as in the rules
 (the ``time_by_name`` measure), so no call is counted twice.
@@ -61,7 +66,9 @@ from traceparse.text import literal, visible
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
-KINDS = ("kernel", "memcpy", "memset", "api")
+#: Host work compared by self time: operators and annotations (record_function, NVTX, TAU-free host ranges).
+HOST_KINDS = ("op", "marker")
+KINDS = ("kernel", "memcpy", "memset", "api", *HOST_KINDS)
 GPU_KINDS = ("kernel", "memcpy", "memset")
 #: The CUPTI interface version some tools append to API names (nsys: cudaLaunchKernel_v7000).
 API_VERSION_SUFFIX = r"_v\d+$"
@@ -81,13 +88,36 @@ def totals_by_name(trace: Trace, steps_only: bool = False) -> pl.DataFrame:
     trace's steps (:func:`step_work`).
     """
     events = step_work(trace.events) if steps_only else trace.events
-    rows = measures.time_by_name(events, kinds=KINDS, prefer_timed=True)
+    rows = pl.concat([measures.time_by_name(events, kinds=(*GPU_KINDS, "api"), prefer_timed=True)
+                      .select("kind", "name", "calls", "time_ns"), host_self_time(events)], how="vertical_relaxed")
     mangled = rows.filter((pl.col("kind") == "kernel") & pl.col("name").str.starts_with("_Z"))["name"].to_list()
     readable = {n: demangle(n) for n in mangled}
     api = pl.col("kind") == "api"
     raw = pl.when(api).then(pl.col("name").str.replace(API_VERSION_SUFFIX, "")).otherwise(pl.col("name"))
     name = pl.when(api).then(raw).otherwise(pl.col("name").replace(readable)) if readable else raw
     return rows.select("kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
+
+
+def host_self_time(events) -> pl.DataFrame:
+    """Calls and self time per (kind, name) of the host operators and annotations (:data:`HOST_KINDS`): the time
+    each ran that no operator, runtime call or annotation inside it accounts for, as hotspots counts it (measure
+    ``routine_time``), so that nested operators are not counted twice and the host rows add up to the traced
+    host time. Step annotations (``ProfilerStep#N``, an NVTX ``train_step``: :func:`is_step_annotation`) are left
+    out: they are the steps, not work in them. Without
+    these rows a run whose step grew 36 ms in its data loading (an annotation) showed only rows that shrank."""
+    from traceparse.measures.routines import routine_choices, routine_time
+    from traceparse.measures.steps import is_step_annotation
+
+    kinds = (*HOST_KINDS, "api")
+    chosen = routine_choices(events, kinds)
+    rows = routine_time(events, kinds=kinds, drop_nested=chosen["drop_nested"],
+                        drop_aggregated=tuple(chosen["drop_aggregated"]))
+    steps = (events.filter(expr.kind_is("marker") & is_step_annotation(events))
+             .select(pl.col("name").cast(pl.String)).unique()["name"].to_list())
+    step = (pl.col("kind") == "marker") & pl.col("name").is_in(steps)
+    return (rows.filter(pl.col("kind").is_in(list(HOST_KINDS)) & ~step)
+            .group_by("kind", "name").agg(pl.col("calls").sum(), pl.col("time_ns").sum())
+            .select("kind", "name", pl.col("calls").cast(pl.Int64), pl.col("time_ns").cast(pl.Int64)))
 
 
 def step_work(events: pl.DataFrame) -> pl.DataFrame:
@@ -189,7 +219,12 @@ def diff_tables(a: Trace | pl.DataFrame, b: Trace | pl.DataFrame, exact: bool = 
             time_a_ns=pl.col("time_a_ns").map_elements(lambda t: _per(t, per_a), return_dtype=pl.Int64),
             time_b_ns=pl.col("time_b_ns").map_elements(lambda t: _per(t, per_b), return_dtype=pl.Int64))
     rows = rows.with_columns(
-        category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name"))).otherwise(pl.col("kind")),
+        category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name")))
+        # a collective's host call or annotation (gloo:all_reduce, c10d::allreduce_) is communication: mostly
+        # waiting for the other ranks, which is no host operator's own work
+        .when(pl.col("kind").is_in(list(HOST_KINDS)) & expr.collective(pl.col("name")).is_not_null())
+        .then(pl.lit("communication"))
+        .otherwise(pl.col("kind").replace(CATEGORY_OF_KIND)),
         delta_calls=pl.col("calls_b") - pl.col("calls_a"),
         delta_ns=pl.col("time_b_ns") - pl.col("time_a_ns"),
     ).with_columns(
@@ -271,7 +306,8 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
 
 
 #: How a kind of row is named in the differences line.
-WORDS = {"api": "API calls", "kernel": "kernels", "memcpy": "copies", "memset": "memsets"}
+WORDS = {"api": "API calls", "kernel": "kernels", "memcpy": "copies", "memset": "memsets", "op": "host operators",
+         "marker": "annotations"}
 
 
 def one_sided(kinds_a: set[str], kinds_b: set[str]) -> dict[str, str]:
@@ -280,6 +316,23 @@ def one_sided(kinds_a: set[str], kinds_b: set[str]) -> dict[str, str]:
     "vanished, −100%"."""
     a, b = kinds_a & set(KINDS), kinds_b & set(KINDS)
     return {k: ("A" if k in a else "B") for k in sorted(a ^ b) if a and b}
+
+
+def host_left_out(unrecorded: dict[str, str], both: set[str]) -> list[str]:
+    """Where one side records host operators and the other not (a torch trace against an nsys capture), the
+    annotations both record are left out too (added to ``unrecorded``), and the texts saying why: an
+    annotation's self time is what no operator inside it accounts for, so a capture's NVTX ``backward`` holds
+    the 8.5 ms that torch's ``backward`` gives its operators, and read as +2514%."""
+    ops = [k for k in HOST_KINDS if k in unrecorded]
+    if not ops:
+        return []
+    out = []
+    for kind in HOST_KINDS:
+        if kind not in unrecorded and kind in both:
+            unrecorded[kind] = unrecorded[ops[0]]
+            out.append(f"{WORDS[kind]} left out: their self time counts the {WORDS[ops[0]]} inside them, which "
+                       f"{unrecorded[ops[0]]} alone records")
+    return out
 
 
 def basis_line(base: dict) -> str:
@@ -316,10 +369,14 @@ def step_time_line(base: dict) -> str | None:
             f"{_pct(round(100.0 * (b - a) / a, 4) if a else None)})")
 
 
-def unexplained_step_line(base: dict, totals: dict) -> str | None:
-    """Where the step time changed and neither the GPU time nor the API time diff compares (per rank) accounts
-    for half of that change, a line saying so and where to look; None otherwise. A run whose step grew 35.9 ms
-    (rank 1's data loading) showed only rows that got shorter, and no word that they do not explain it."""
+def unexplained_step_line(base: dict, totals: dict, rows: pl.DataFrame | None = None) -> str | None:
+    """Where the step time changed and none of the GPU time, the API time and the host operators' and annotations'
+    self time diff compares (per rank) accounts for half of that change, a line saying so and where to look; None
+    otherwise. A run whose step grew 35.9 ms (rank 1's data loading) showed only rows that got shorter, and no
+    word that they do not explain it. Where the collectives' host time (``host_communication``: a ``gloo``
+    worker's annotations, the c10d calls) grew by half the change or more, the ranks waited for one of them: the
+    line says so, and names the row of work (``rows``) that grew most, summed over the ranks (rank 1's data
+    loading, a fourth of the change per rank and all of it on that rank)."""
     a, b = base.get("step_time_a_ns"), base.get("step_time_b_ns")
     if a is None or b is None or base["per"] != "step" or not a or abs(b - a) < STEP_CHANGE_PCT / 100 * a:
         return None
@@ -329,15 +386,37 @@ def unexplained_step_line(base: dict, totals: dict) -> str | None:
     def per_rank(part: dict) -> float:
         return part["time_b_ns"] / ranks["b"] - part["time_a_ns"] / ranks["a"]
 
-    moved = {label: per_rank(totals[key]) for label, key in (("GPU time", "gpu"), ("API time", "api"))
-             if totals[key]["delta_ns"] is not None}  # a time a side did not record moved by no known amount
+    work = {**totals["host"]}
+    if totals["host"]["delta_ns"] is not None:  # the host's own work: its collectives' time is waiting
+        work.update(time_a_ns=work["time_a_ns"] - totals["host_communication"]["time_a_ns"],
+                    time_b_ns=work["time_b_ns"] - totals["host_communication"]["time_b_ns"])
+    moved = {label: per_rank(part) for label, part in (("GPU time", totals["gpu"]), ("API time", totals["api"]),
+                                                       ("host operators and annotations", work))
+             if part["delta_ns"] is not None}  # a time a side did not record moved by no known amount
     if any(ns / change >= 0.5 for ns in moved.values()):  # one of them moved with the step, by half of it or more
         return None
     what = ", ".join(f"{label} {_signed_ns(round(ns))}" for label, ns in moved.items())
     each = " a rank" if max(ranks.values()) > 1 else ""
+    waited = totals["host_communication"]
+    if waited["delta_ns"] is not None and per_rank(waited) / change >= 0.5:
+        grew = None
+        if rows is not None and rows.height:
+            grew = rows.filter((pl.col("category") != "communication") & (pl.col("delta_ns") > 0)).head(1)
+        most = ""
+        if grew is not None and grew.height:
+            kind = KIND_WORD.get(grew["kind"][0], grew["kind"][0])
+            most = (f"; the work that grew most is {grew['name'][0]} ({kind}, {_signed_ns(int(grew['delta_ns'][0]))} "
+                    f"per step{', summed over the ranks' if each else ''})")
+        return (f"the step time's {_signed_ns(change)} is mostly waiting in collectives (their host time "
+                f"{_signed_ns(round(per_rank(waited)))} per step{each}; {what}): a rank arrives later than the "
+                f"others{most}; analyze B (stragglers, critical-path) says which rank and why")
     return (f"the step time's {_signed_ns(change)} is not in what diff compares ({what} per step{each}): it is "
-            "host work outside kernels and runtime calls (operators, annotations, data loading) or waiting for "
-            "another rank; analyze B (critical-path, stragglers) says which")
+            "host time no traced call covers (Python between operators, data loading without an annotation) or "
+            "waiting for another rank; analyze B (critical-path, stragglers) says which")
+
+
+#: A kind of row in the words of a sentence.
+KIND_WORD = {"op": "host operator", "marker": "annotation", "api": "API call", "memcpy": "copy"}
 
 
 #: A step time that changed by less than this share of A's is no change diff asks to explain.
@@ -345,13 +424,17 @@ STEP_CHANGE_PCT = 5.0
 
 
 #: The totals :func:`summary` gives, and the kinds of rows each sums.
-TOTALS = {"gpu": GPU_KINDS, "kernel": ("kernel",), "api": ("api",)}
+TOTALS = {"gpu": GPU_KINDS, "kernel": ("kernel",), "api": ("api",), "host": HOST_KINDS}
+#: The category of a row of host work (a kernel's is its kernel category; a copy's, memset's, API call's its kind).
+CATEGORY_OF_KIND = {"op": "host op", "marker": "annotation"}
 
 
 def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = None,
             left_out: dict[str, str] | None = None) -> dict:
-    """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time; names matched (by name,
-    by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and ``b``).
+    """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time, the host operators' and
+    annotations' self time (``host``) and the part of it that is collectives' calls and annotations
+    (``host_communication``: mostly waiting for the other ranks); names matched (by name, by spelling), new and
+    vanished, and the names it could not match (``unmatched``: ``a`` and ``b``).
 
     ``recorded``: the kinds of rows A and B hold (each side's; None: every kind); ``left_out``: the kinds only one
     of them recorded, left out of the comparison (:func:`one_sided`). A total of kinds a side did not record, or
@@ -374,6 +457,13 @@ def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = Non
         sides = {left_out[k] for k in of if k in left_out}
         if a is None and b is None and len(sides) == 1:
             out[label]["recorded_in"] = sides.pop()
+    # the part of the host rows that is collectives' calls and annotations (mostly waiting for the other ranks)
+    waiting = rows.filter(pl.col("kind").is_in(list(HOST_KINDS)) & (pl.col("category") == "communication"))
+    host = out["host"]
+    a, b = (total(waiting, c) if host[k] is not None else None
+            for c, k in (("time_a_ns", "time_a_ns"), ("time_b_ns", "time_b_ns")))
+    out["host_communication"] = {"time_a_ns": a, "time_b_ns": b,
+                                 "delta_ns": b - a if a is not None and b is not None else None}
     count = {s: int((rows["status"] == s).sum()) for s in STATUSES}
     out["new"] = count["new"]
     out["vanished"] = count["vanished"]
@@ -430,8 +520,8 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
             console.print(Text(step_line, style="bold"))
         console.print(Text(basis_line(base), style="dim" if base["per"] == "step" else "yellow"))
     if rows.height == 0:  # the tables and the total would be empty: no row, no total, nothing new or vanished
-        console.print(literal("nothing to compare: A and B share no kernel, memcpy, memset or API row that diff "
-                              "compares", style="yellow"))
+        console.print(literal("nothing to compare: A and B share no kernel, memcpy, memset, API, operator or "
+                              "annotation row that diff compares", style="yellow"))
         return
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
@@ -445,10 +535,12 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     if width < WIDE:
         console.print(Text(f"(calls A, calls B and kind: from {WIDE} columns, or in --json)", style="dim"))
     per = " per step" if base and base["per"] == "step" else ""
+    host = (f"; host operators and annotations (self time) {total_said(totals['host'])}"
+            if totals["host"]["time_a_ns"] is not None or totals["host"]["time_b_ns"] is not None else "")
     console.print(f"[bold]total{per}[/bold]: GPU time {total_said(totals['gpu'])}; API time "
-                  f"{total_said(totals['api'])}; {totals['matched']} names in both ({totals['renamed']} under "
+                  f"{total_said(totals['api'])}{host}; {totals['matched']} names in both ({totals['renamed']} under "
                   f"another spelling), {totals['new']} new, {totals['vanished']} vanished")
-    unexplained = unexplained_step_line(base, totals) if base else None
+    unexplained = unexplained_step_line(base, totals, rows) if base else None
     if unexplained:
         console.print(literal(unexplained, style="yellow"))
     unmatched = {status: _by_change(rows, status) for status in ("vanished", "new")}
@@ -485,7 +577,7 @@ def _by_change(rows: pl.DataFrame, status: str) -> list[tuple[str, str]]:
 
 class DiffCommand(Command):
     name = "diff"
-    help = "compare two traces kernel by kernel and API call by API call"
+    help = "compare two traces kernel by kernel, call by call and operator by operator"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("a", metavar="A", help="the first trace: store id (or prefix) or path")
@@ -508,12 +600,14 @@ class DiffCommand(Command):
         for label, trace in (("A", a), ("B", b)):
             present[label] = set(trace.events["kind"].cast(pl.String).unique().to_list())
             if not present[label] & set(KINDS):
-                session.warn(f"{label} ({trace.id}) has no kernel, memcpy, memset or API rows (it has: "
-                             f"{', '.join(sorted(present[label])) or 'no events'}); diff compares only those")
+                session.warn(f"{label} ({trace.id}) has no kernel, memcpy, memset, API, operator or annotation rows "
+                             f"(it has: {', '.join(sorted(present[label])) or 'no events'}); diff compares only "
+                             "those")
         base = basis(a, b, args.per)
         differ = differences(a, b, base)
         unrecorded = one_sided(present["A"], present["B"])
         differ += [f"{WORDS.get(kind, kind)} recorded in {side} only: left out" for kind, side in unrecorded.items()]
+        differ += host_left_out(unrecorded, present["A"] & present["B"])
         sides = [totals_by_name(t) for t in (a, b)]
         if base["per"] == "step":
             whole, sides = sides, [totals_by_name(t, steps_only=True) for t in (a, b)]
@@ -522,7 +616,7 @@ class DiffCommand(Command):
         rows, categories = diff_tables(*sides, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))
         totals = summary(rows, (present["A"], present["B"]), unrecorded)
-        unexplained = unexplained_step_line(base, totals)
+        unexplained = unexplained_step_line(base, totals, rows)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
                    "basis": {k: v for k, v in base.items() if not k.startswith("divisor")},
