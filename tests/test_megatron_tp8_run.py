@@ -286,6 +286,23 @@ def test_gpu_busy_says_how_much_of_it_is_kernels_spinning_for_another_gpu(docs, 
     monkeypatch.setenv("COLUMNS", "300")  # the line whole
     code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", str(ranks_dir))
     assert code == 0, err
-    assert (f"GPU busy     {summary['gpu_busy_pct']:.1f}% of the mean GPU's span (first to last activity): "
-            f"{summary['gpu_work_pct']:.1f}% work, {summary['gpu_spin_pct']:.1f}% communication kernels waiting for "
-            "another GPU's (comm-compute-overlap)") in out
+    busy, spin = round(summary["gpu_busy_pct"], 1), round(summary["gpu_spin_pct"], 1)
+    assert (f"GPU busy     {busy:.1f}% of the mean GPU's span (first to last activity): {busy - spin:.1f}% work, "
+            f"{spin:.1f}% communication kernels waiting for another GPU's (comm-compute-overlap)") in out
+
+
+def test_the_page_says_the_spin_as_the_terminal_does(ranks_dir, tmp_path):
+    """The HTML page's GPU busy card gives the same split of the busy share as the terminal's summary line."""
+    pytest.importorskip("plotly")
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "analyze", "--json", str(ranks_dir))
+    assert code == 0, err
+    summary = json.loads(out)["summary"][0]
+    busy, spin = round(summary["gpu_busy_pct"], 1), round(summary["gpu_spin_pct"], 1)
+    page = tmp_path / "run.html"
+    code, out, err = run_cli("--store", store, "report", "--html", str(page), str(ranks_dir))
+    assert code == 0, err
+    card = re.search(r'<div class="label">GPU busy</div><div class="big">([^<]*)</div>'
+                     r'<div class="muted">([^<]*)</div>', page.read_text()).groups()
+    assert card == (f"{busy:.1f}%", f"of the mean GPU&#39;s span (first to last activity): {busy - spin:.1f}% work, "
+                                    f"{spin:.1f}% communication kernels waiting for another GPU&#39;s")

@@ -426,14 +426,24 @@ SHORT_GPU_SPAN_PCT = 10.0
 SPIN_SHOWN_PCT = 1.0
 
 
+def spin_parts(summary: dict) -> tuple[str, str] | None:
+    """The work and the spin of "GPU busy" as shown (``gpu_work_pct``, ``gpu_spin_pct``), or None where the spin is
+    under :data:`SPIN_SHOWN_PCT`: the work is the busy share as shown less the spin as shown, so that the two add
+    up to the busy share on screen (32.1% + 56.8% of 88.9%, not 88.8% or 89.0% by rounding each alone)."""
+    spin, busy = summary.get("gpu_spin_pct"), summary.get("gpu_busy_pct")
+    if not spin or busy is None or spin < SPIN_SHOWN_PCT:
+        return None
+    shown_spin = round(spin, 1)
+    return fmt_pct(max(0.0, round(round(busy, 1) - shown_spin, 1))), fmt_pct(shown_spin)
+
+
 def _spin(summary: dict) -> str:
     """What of "GPU busy" is communication kernels spinning for a later rank, and the work left: a GPU 89% busy
     whose all-reduces wait 57% of the time for the slowest rank works 32% of it."""
-    spin = summary.get("gpu_spin_pct")
-    if not spin or spin < SPIN_SHOWN_PCT:
+    parts = spin_parts(summary)
+    if parts is None:
         return ""
-    return (f": {fmt_pct(summary.get('gpu_work_pct') or 0)} work, {fmt_pct(spin)} communication kernels waiting "
-            "for another GPU's (comm-compute-overlap)")
+    return f": {parts[0]} work, {parts[1]} communication kernels waiting for another GPU's (comm-compute-overlap)"
 
 
 def _short_span(summary: dict) -> str:
@@ -501,7 +511,7 @@ def summary_table(summaries: list[dict], traces: dict[str, TraceMeta], width: in
         rows[-1].update(bottleneck=worst.get("rule", "-"), impact_ns=worst.get("impact_ns"))
     rows.sort(key=lambda r: natural_key(r["trace"]))
     columns = SUMMARY_COLUMNS
-    if any((s.get("gpu_spin_pct") or 0) >= SPIN_SHOWN_PCT for s in summaries):  # a run whose busy GPUs partly spin for other ranks
+    if any(spin_parts(s) for s in summaries):  # a run whose busy GPUs partly spin for other ranks
         at = next(i for i, c in enumerate(columns) if c.key == "gpu_busy_pct") + 1
         columns = [*columns[:at], Column("gpu_work_pct", "GPU work", "pct"), *columns[at:]]
     return Group(Text("summary of the traces", style="bold"), *_fitted_table(columns, rows, width))
