@@ -83,3 +83,36 @@ def test_short_members_are_those_with_fewer_rows_than_peers_with_as_many_calls()
     assert _short_members(found, calls) == [1]
     assert _short_members(found.filter(pl.col("member") != 1), calls) == [1]  # none at all
     assert _short_members(calls, calls) == []
+
+
+def _cut_run(tmp_path: Path, source: Path, rank: int, keep: float) -> Path:
+    """``source``'s ranks in ``tmp_path``, rank ``rank``'s JSON cut at ``keep`` of its bytes."""
+    out = tmp_path / f"{source.name}_cut{rank}"
+    out.mkdir()
+    for path in sorted(source.glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if int(path.name[4:].split(".")[0]) == rank:
+            data = data[: int(len(data) * keep)]
+        (out / path.name).write_bytes(gzip.compress(data))
+    return out
+
+
+def test_rank_balance_leaves_a_cut_rank_out_of_the_comparison(tmp_path):
+    """A rank cut short did less of everything: on the nccl2 twin with rank 1 cut at 60%, rank-balance warned
+    "most work on rank 0 (14.86 ms), least on 1 (7.46 ms); imbalance 1.331×". A cut rank is left out of the
+    comparison and said so; on fsdp4 with rank 3 cut, the other three compare as they do in the whole run (their
+    figures from the whole run's own finding)."""
+    two = _cut_run(tmp_path, FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1", 1, 0.6)
+    f = _analyzed(tmp_path, two)["rank-balance"]
+    assert (f["severity"], f["metrics"]["imbalance"], f["metrics"]["incomplete_ranks"]) == ("info", None, [1])
+    assert ("Rank 1: the input ends early (cut short): its figures cover what was read, and are left out of the "
+            "comparison.") in f["message"]
+    assert f["message"].startswith("1 whole rank: too few to compare.")
+    source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
+    whole = _analyzed(tmp_path, source)["rank-balance"]["metrics"]["ranks"]
+    four = _analyzed(tmp_path, _cut_run(tmp_path, source, 3, 0.8))["rank-balance"]
+    work = {int(r): v["work_ns"] for r, v in whole.items() if r != "3"}
+    m = four["metrics"]
+    assert m["incomplete_ranks"] == [3] and {int(r): v["work_ns"] for r, v in m["ranks"].items() if r != "3"} == work
+    assert m["imbalance"] == round(max(work.values()) / (sum(work.values()) / 3), 4)
+    assert m["slowest_rank"] in work and m["fastest_rank"] in work

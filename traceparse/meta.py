@@ -37,9 +37,20 @@ SUMMED_THREADS = "summed_threads"
 OUTSIDE_ROUTINES = "outside_routines"
 
 
+#: ``TraceMeta.extra`` key of a run's ranks whose input ends before its end (each said in :data:`INCOMPLETE`):
+#: rules that compare the ranks leave them out of the comparison, as a rank cut short did less of everything.
+INCOMPLETE_RANKS = "incomplete_ranks"
+
+
 def incomplete_notes(meta) -> list[str]:
     """Why the trace is incomplete (the file ended early), as the reader said; empty for a whole input."""
     return list(((getattr(meta, "extra", None) or {}).get(INCOMPLETE)) or [])
+
+
+def incomplete_ranks(meta) -> list[int]:
+    """The ranks of a run whose input ends early (their figures cover what was read); empty for a whole run or a
+    single trace."""
+    return [int(r) for r in ((getattr(meta, "extra", None) or {}).get(INCOMPLETE_RANKS)) or []]
 
 
 @dataclass

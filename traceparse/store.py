@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
-from traceparse.meta import HOSTNAMES, INCOMPLETE, RANK_HOSTS, TraceMeta, incomplete_notes, rank_hosts
+from traceparse.meta import HOSTNAMES, INCOMPLETE, INCOMPLETE_RANKS, RANK_HOSTS, TraceMeta, incomplete_notes, rank_hosts
 from traceparse.threads import THREAD_NAMES
 
 if TYPE_CHECKING:
@@ -70,6 +70,12 @@ def _rank_notes(run: dict, metas: list[TraceMeta]) -> list[str]:
     named = len(ranks) == len(metas)
     return [f"rank {rank}: {note}" if named else note
             for rank, meta in zip(ranks if named else [None] * len(metas), metas) for note in incomplete_notes(meta)]
+
+
+def _cut_ranks(run: dict, metas: list[TraceMeta]) -> list[int]:
+    """The ranks whose input ends early (:data:`traceparse.meta.INCOMPLETE_RANKS`)."""
+    ranks = sorted(map(int, run.get("ranks") or {}))
+    return [rank for rank, meta in zip(ranks, metas) if incomplete_notes(meta)] if len(ranks) == len(metas) else []
 
 
 class Store:
@@ -322,6 +328,7 @@ class Store:
             summary={"events_per_kind": {}, "ranks": len(metas)},
             extra={"run": run, **({INCOMPLETE: cut} if (cut := [*(run.get("incomplete") or []),
                                                                 *_rank_notes(run, metas)]) else {}),
+                   **({INCOMPLETE_RANKS: short} if (short := _cut_ranks(run, metas)) else {}),
                    **({THREAD_NAMES: names} if (names := _thread_names_of(metas)) else {}),
                    **({RANK_HOSTS: on, HOSTNAMES: list(dict.fromkeys(on.values()))}
                       if (on := rank_hosts(dict(zip(sorted(map(int, run.get("ranks") or {})), metas)))) else {})},

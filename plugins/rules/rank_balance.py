@@ -26,6 +26,9 @@ Metrics: ``imbalance``, ``slowest_rank``, ``fastest_rank``, ``members`` (``rank`
 over ranks), ``ranks`` ({rank: span_ns, compute_ns, comm_exposed_ns, memcpy_ns, idle_ns, busy_ns, work_ns,
 compute_pct, comm_exposed_pct, memcpy_pct, idle_pct}). Items: every rank, most work first.
 
+A rank whose input ends early (its file cut short: the run says which) did less of everything; it is listed
+but left out of the comparison (``incomplete_ranks``), which is of the whole ranks.
+
 Severity: ``imbalance`` at or above ``warning_imbalance`` is a warning, at or above ``critical_imbalance``
 critical. One rank (or device) alone is info and says so. Time at stake: the most work less the mean.
 """
@@ -35,8 +38,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import SAME_NS, SAME_SAID, fmt_ns, fmt_pct, fmt_ratio, same_figure, shares_shown
+from traceparse.figures import (SAME_NS, SAME_SAID, fmt_ns, fmt_pct, fmt_ratio, listed, same_figure,
+                                shares_shown)
 from traceparse.measures.base import exact_sum, exact_total
+from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -85,21 +90,25 @@ class RankBalance(Rule):
                 .with_columns(**{f"{p}_pct": pl.when(pl.col("span_ns") > 0)
                                  .then((100.0 * pl.col(f"{p}_ns") / pl.col("span_ns")).round(4)) for p in PARTS})
                 .sort("member"))
-        work = rows["work_ns"]
-        mean = work.mean()
-        imbalance = round(float(work.max()) / mean, 4) if mean else None
-        by_work = rows.sort(["work_ns", "member"], descending=[True, False])
-        even = rows.height > 1 and same_figure(float(work.max()), float(work.min()), SAME_NS)
-        slowest = None if even else by_work["member"][0]
-        fastest = None if even else rows.sort(["work_ns", "member"])["member"][0]
+        # a rank whose file was cut short did less of everything: compared, it read as the least busy
+        cut = sorted(set(incomplete_ranks(trace.meta)) & set(rows["member"].to_list())) if ranked else []
+        compared = rows.filter(~pl.col("member").is_in(cut)) if cut else rows
+        work = compared["work_ns"]
+        mean = work.mean() if compared.height else None
+        imbalance = round(float(work.max()) / mean, 4) if mean and compared.height > 1 else None
+        by_work = compared.sort(["work_ns", "member"], descending=[True, False])
+        even = compared.height > 1 and same_figure(float(work.max()), float(work.min()), SAME_NS)
+        slowest = None if even or compared.height < 2 else by_work["member"][0]
+        fastest = None if even or compared.height < 2 else compared.sort(["work_ns", "member"])["member"][0]
         totals = {c: exact_sum(rows[c]) for c in _SUMS}
         ranks = {str(r["member"]): {k: v for k, v in r.items() if k != "member"} for r in rows.iter_rows(named=True)}
+        in_order = rows.sort("member") if even else rows.sort(["work_ns", "member"], descending=[True, False])
         items = [{"rank": r["member"], "span_ns": r["span_ns"], "compute_ns": r["compute_ns"],
                   "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],
                   "busy_ns": r["busy_ns"], "work_ns": r["work_ns"], "idle_pct": r["idle_pct"]}
-                 for r in (rows.sort("member") if even else by_work).iter_rows(named=True)]  # alike: rank order
+                 for r in in_order.iter_rows(named=True)]  # alike: rank order
         metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
-                   **totals, "ranks": ranks}
+                   **totals, "ranks": ranks, **({"incomplete_ranks": cut} if cut else {})}
         # the parts of the span, a partition of it: rounded together so that they add up to 100 as shown
         parts_pct = shares_shown([expr.pct(totals[f"{p}_ns"], totals["span_ns"]) or 0 for p in PARTS])
         shares = ", ".join(f"{p.replace('_', ' ')} {fmt_pct(share)}" for p, share in zip(PARTS, parts_pct))
@@ -111,8 +120,16 @@ class RankBalance(Rule):
                             f"{label}s (ingest the rank directory as a run).",
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES)]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
-        message = (f"{_spread_said(rows.height, label, slowest, fastest, work)}; imbalance (max/mean work) "
-                   f"{fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
+        if compared.height > 1:
+            message = (f"{_spread_said(compared.height, label, slowest, fastest, work)}; imbalance (max/mean work) "
+                       f"{fmt_ratio(imbalance)}. Over all {label}s: {shares} of the span.")
+        else:
+            message = (f"{compared.height} whole {label}{'' if compared.height == 1 else 's'}: too few to compare. "
+                       f"Over all {label}s: {shares} of the span.")
+        if cut:
+            message += (f" {listed('rank', cut, shown=8).capitalize()}: the input ends early (cut short): "
+                        f"{'its' if len(cut) == 1 else 'their'} figures cover what was read, and are left out of the "
+                        "comparison.")
         waiting = (rows.filter(pl.col("comm_exposed_pct") > WAITING_SHARE)
                    .sort(["comm_exposed_ns", "member"], descending=[True, False]))
         if waiting.height and rows.height > 1:
@@ -127,7 +144,7 @@ class RankBalance(Rule):
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
                         # ranks alike in work: a folded table keeps the most idle (a straggler's peers wait)
                         worst={"items": "idle_ns"} if even else {},
-                        impact_ns=int(work.max() - mean))]  # one per-rank table: the items (ranks is JSON's)
+                        impact_ns=int(work.max() - mean) if imbalance is not None else None)]  # one per-rank table: the items (ranks is JSON's)
 
 
 def _spread_said(count: int, label: str, slowest, fastest, work: pl.Series) -> str:
