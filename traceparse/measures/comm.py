@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from traceparse import expr, intervals
-from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, unkeyed
+from traceparse.measures.base import PARTITIONS, Measure, PartitionedEvents, keyed, placed, shared, unkeyed
 from traceparse.measures.comm_groups import settled_groups, settled_peers, worker_collectives
 from traceparse.measures.comm_sources import COMPLETION_SOURCES, SOURCES, is_transfer
 from traceparse.measures.overlap import overlap
@@ -794,15 +794,19 @@ def device_spin(events: Any) -> dict[Any, int]:
     kernels runs, inside its steps}: time the GPU is busy with nothing but waiting for another rank. A member is
     a rank (a device where the trace has no ranks); {} where the collectives are not waited for on the device
     (gloo's host-side waits, one member alone). What "GPU busy" holds that is no work: the all-reduces of a
-    tensor-parallel run spin hundreds of ms for the slowest rank and count as busy."""
-    waits = collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
-    if waits.height == 0 or waits["member"].n_unique() < 2:
-        return {}
-    busy = member_compute(events, waits)
-    if busy is None:
-        return {}
-    return {m: int(ns) for m, ns in waiting_time(waits, member_windows(events, waits), busy).iter_rows()
-            if m is not None}
+    tensor-parallel run spin hundreds of ms for the slowest rank and count as busy. Computed once per analysis
+    (comm-compute-overlap and the summary ask it of the same table)."""
+    def compute() -> dict[Any, int]:
+        waits = collective_waits(events, align_clocks=False)  # stragglers' parameters: measured once
+        if waits.height == 0 or waits["member"].n_unique() < 2:
+            return {}
+        busy = member_compute(events, waits)
+        if busy is None:
+            return {}
+        return {m: int(ns) for m, ns in waiting_time(waits, member_windows(events, waits), busy).iter_rows()
+                if m is not None}
+
+    return dict(shared(events, "device_spin", compute))
 
 
 def _union_lengths(*frames: pl.DataFrame) -> dict[int, int]:
