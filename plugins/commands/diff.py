@@ -57,6 +57,7 @@ from rich.text import Text
 from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
+from traceparse.measures.comm import BLOCKING_WAITS
 from traceparse.plugins import hookimpl
 from traceparse.names import demangle, fitted_names
 from traceparse.report import fitted_table, fmt_ns, trace_label
@@ -79,7 +80,8 @@ ROW_COLUMNS = ("kind", "category", "name", "status", "calls_a", "calls_b", "delt
 
 
 def totals_by_name(trace: Trace, steps_only: bool = False) -> pl.DataFrame:
-    """Calls and time per (kind, name, raw name) of one trace, timed events preferred over aggregated rows.
+    """Calls and time per (trace, kind, name, raw name) of one trace (a run: per rank's trace), timed events
+    preferred over aggregated rows.
 
     ``name`` is what is matched: API names without the CUPTI version suffix,
     mangled kernel names demangled (:func:`demangle`); ``raw`` the name as
@@ -89,17 +91,18 @@ def totals_by_name(trace: Trace, steps_only: bool = False) -> pl.DataFrame:
     """
     events = step_work(trace.events) if steps_only else trace.events
     rows = pl.concat([measures.time_by_name(events, kinds=(*GPU_KINDS, "api"), prefer_timed=True)
-                      .select("kind", "name", "calls", "time_ns"), host_self_time(events)], how="vertical_relaxed")
+                      .select("trace_id", "kind", "name", "calls", "time_ns"), host_self_time(events)],
+                     how="vertical_relaxed")
     mangled = rows.filter((pl.col("kind") == "kernel") & pl.col("name").str.starts_with("_Z"))["name"].to_list()
     readable = {n: demangle(n) for n in mangled}
     api = pl.col("kind") == "api"
     raw = pl.when(api).then(pl.col("name").str.replace(API_VERSION_SUFFIX, "")).otherwise(pl.col("name"))
     name = pl.when(api).then(raw).otherwise(pl.col("name").replace(readable)) if readable else raw
-    return rows.select("kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
+    return rows.select("trace_id", "kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
 
 
 def host_self_time(events) -> pl.DataFrame:
-    """Calls and self time per (kind, name) of the host operators and annotations (:data:`HOST_KINDS`): the time
+    """Calls and self time per (trace, kind, name) of the host operators and annotations (:data:`HOST_KINDS`): the time
     each ran that no operator, runtime call or annotation inside it accounts for, as hotspots counts it (measure
     ``routine_time``), so that nested operators are not counted twice and the host rows add up to the traced
     host time. Step annotations (``ProfilerStep#N``, an NVTX ``train_step``: :func:`is_step_annotation`) are left
@@ -116,8 +119,8 @@ def host_self_time(events) -> pl.DataFrame:
              .select(pl.col("name").cast(pl.String)).unique()["name"].to_list())
     step = (pl.col("kind") == "marker") & pl.col("name").is_in(steps)
     return (rows.filter(pl.col("kind").is_in(list(HOST_KINDS)) & ~step)
-            .group_by("kind", "name").agg(pl.col("calls").sum(), pl.col("time_ns").sum())
-            .select("kind", "name", pl.col("calls").cast(pl.Int64), pl.col("time_ns").cast(pl.Int64)))
+            .group_by("trace_id", "kind", "name").agg(pl.col("calls").sum(), pl.col("time_ns").sum())
+            .select("trace_id", "kind", "name", pl.col("calls").cast(pl.Int64), pl.col("time_ns").cast(pl.Int64)))
 
 
 def step_work(events: pl.DataFrame) -> pl.DataFrame:
@@ -220,9 +223,10 @@ def diff_tables(a: Trace | pl.DataFrame, b: Trace | pl.DataFrame, exact: bool = 
             time_b_ns=pl.col("time_b_ns").map_elements(lambda t: _per(t, per_b), return_dtype=pl.Int64))
     rows = rows.with_columns(
         category=pl.when(pl.col("kind") == "kernel").then(expr.kernel_category(pl.col("name")))
-        # a collective's host call or annotation (gloo:all_reduce, c10d::allreduce_) is communication: mostly
-        # waiting for the other ranks, which is no host operator's own work
-        .when(pl.col("kind").is_in(list(HOST_KINDS)) & expr.collective(pl.col("name")).is_not_null())
+        # a collective's host call or annotation (gloo:all_reduce, c10d::allreduce_) or its wait (a functional
+        # collective's wait_tensor) is communication: mostly waiting for the other ranks, no operator's own work
+        .when(pl.col("kind").is_in(list(HOST_KINDS)) & (expr.collective(pl.col("name")).is_not_null()
+                                                        | pl.col("name").is_in(BLOCKING_WAITS)))
         .then(pl.lit("communication"))
         .otherwise(pl.col("kind").replace(CATEGORY_OF_KIND)),
         delta_calls=pl.col("calls_b") - pl.col("calls_a"),
@@ -369,14 +373,17 @@ def step_time_line(base: dict) -> str | None:
             f"{_pct(round(100.0 * (b - a) / a, 4) if a else None)})")
 
 
-def unexplained_step_line(base: dict, totals: dict, rows: pl.DataFrame | None = None) -> str | None:
-    """Where the step time changed and none of the GPU time, the API time and the host operators' and annotations'
-    self time diff compares (per rank) accounts for half of that change, a line saying so and where to look; None
-    otherwise. A run whose step grew 35.9 ms (rank 1's data loading) showed only rows that got shorter, and no
-    word that they do not explain it. Where the collectives' host time (``host_communication``: a ``gloo``
-    worker's annotations, the c10d calls) grew by half the change or more, the ranks waited for one of them: the
-    line says so, and names the row of work (``rows``) that grew most, summed over the ranks (rank 1's data
-    loading, a fourth of the change per rank and all of it on that rank)."""
+def unexplained_step_line(base: dict, totals: dict, grown: dict | None = None) -> str | None:
+    """Where the step time changed by :data:`STEP_CHANGE_PCT` or more, a line saying where it went, unless the
+    work diff compares (per rank) moved by half of that change or more; None otherwise.
+
+    Where the collectives' time (``gpu_communication``, ``host_communication``: NCCL kernels spinning, a
+    ``gloo`` worker's annotations, the c10d calls; summed over the ranks) moved by half the change or more, the
+    ranks waited for a later one: the line says so, and names ``grown`` (:func:`work_grown`: the row of work
+    that moved most on one rank), so an FSDP run's ReduceScatter spinning for a hook's sleep reads as waiting,
+    not as GPU work that explains the step. Else, where no work moved with the step, that the change is not in
+    what diff compares. A run whose step grew 35.9 ms showed only rows that got shorter, and no word that they
+    do not explain it."""
     a, b = base.get("step_time_a_ns"), base.get("step_time_b_ns")
     if a is None or b is None or base["per"] != "step" or not a or abs(b - a) < STEP_CHANGE_PCT / 100 * a:
         return None
@@ -386,33 +393,88 @@ def unexplained_step_line(base: dict, totals: dict, rows: pl.DataFrame | None = 
     def per_rank(part: dict) -> float:
         return part["time_b_ns"] / ranks["b"] - part["time_a_ns"] / ranks["a"]
 
-    work = {**totals["host"]}
-    if totals["host"]["delta_ns"] is not None:  # the host's own work: its collectives' time is waiting
-        work.update(time_a_ns=work["time_a_ns"] - totals["host_communication"]["time_a_ns"],
-                    time_b_ns=work["time_b_ns"] - totals["host_communication"]["time_b_ns"])
-    moved = {label: per_rank(part) for label, part in (("GPU time", totals["gpu"]), ("API time", totals["api"]),
-                                                       ("host operators and annotations", work))
-             if part["delta_ns"] is not None}  # a time a side did not record moved by no known amount
+    def less(whole: dict, part: dict) -> dict:  # a total less its collectives' part
+        if whole["delta_ns"] is None:
+            return whole
+        return {**whole, "time_a_ns": whole["time_a_ns"] - part["time_a_ns"],
+                "time_b_ns": whole["time_b_ns"] - part["time_b_ns"]}
+
+    moved = {label: per_rank(part) for label, part in (
+        ("GPU time", less(totals["gpu"], totals["gpu_communication"])), ("API time", totals["api"]),
+        ("host operators and annotations", less(totals["host"], totals["host_communication"])))
+        if part["delta_ns"] is not None}  # a time a side did not record moved by no known amount
+    waited = max((part["delta_ns"] for part in (totals["gpu_communication"], totals["host_communication"])
+                  if part["delta_ns"] is not None), key=abs, default=None)
+    if waited is not None and waited * change > 0 and abs(waited) >= 0.5 * abs(change):
+        if grown is not None and abs(grown["ns"]) >= GROWN_SHARE * abs(change):
+            kind = KIND_WORD.get(grown["kind"], grown["kind"])
+            on = f" on rank {grown['rank']}" if grown.get("rank") is not None else ""
+            most = (f"; the work that grew most{' on one rank' if on else ''} is {grown['name']} ({kind}{on}, "
+                    f"{_signed_ns(int(grown['ns']))} per step)")
+        else:  # a sleep, Python between operators, a loader the profiler does not annotate
+            most = ("; no kernel, call, operator or annotation grew by a tenth of it on any rank: the late rank "
+                    "spends it in time no traced call covers")
+        return (f"the step time's {_signed_ns(change)} is mostly the ranks waiting in collectives (their time "
+                f"{'grew' if change > 0 else 'shrank'} by more than half of it): a rank arrives later than the "
+                f"others{most}; analyze B (stragglers, critical-path) says which rank and why")
     if any(ns / change >= 0.5 for ns in moved.values()):  # one of them moved with the step, by half of it or more
         return None
     what = ", ".join(f"{label} {_signed_ns(round(ns))}" for label, ns in moved.items())
     each = " a rank" if max(ranks.values()) > 1 else ""
-    waited = totals["host_communication"]
-    if waited["delta_ns"] is not None and per_rank(waited) / change >= 0.5:
-        grew = None
-        if rows is not None and rows.height:
-            grew = rows.filter((pl.col("category") != "communication") & (pl.col("delta_ns") > 0)).head(1)
-        most = ""
-        if grew is not None and grew.height:
-            kind = KIND_WORD.get(grew["kind"][0], grew["kind"][0])
-            most = (f"; the work that grew most is {grew['name'][0]} ({kind}, {_signed_ns(int(grew['delta_ns'][0]))} "
-                    f"per step{', summed over the ranks' if each else ''})")
-        return (f"the step time's {_signed_ns(change)} is mostly waiting in collectives (their host time "
-                f"{_signed_ns(round(per_rank(waited)))} per step{each}; {what}): a rank arrives later than the "
-                f"others{most}; analyze B (stragglers, critical-path) says which rank and why")
     return (f"the step time's {_signed_ns(change)} is not in what diff compares ({what} per step{each}): it is "
             "host time no traced call covers (Python between operators, data loading without an annotation) or "
             "waiting for another rank; analyze B (critical-path, stragglers) says which")
+
+
+#: The share of the step's change from which the row of work that grew most on one rank is named as such.
+GROWN_SHARE = 0.1
+
+#: How many rows of work, by their change summed over the ranks, :func:`work_grown` looks at rank by rank.
+GROWN_CANDIDATES = 20
+
+
+def work_grown(rows: pl.DataFrame, sides: list[pl.DataFrame], rank_of: list[dict], base: dict) -> dict | None:
+    """The row of work that moved most the way the step did on one rank (no collective's row, no synchronising
+    call: their time is waiting): ``{"kind", "name", "rank" (None for a single trace), "ns"}`` (its change per
+    step on that rank), or None.
+
+    Per rank, not summed over the ranks: on a 4-rank FSDP run whose rank 2 sleeps in a backward hook, the DTensor
+    dispatch (``PythonSubclass``) grew 9-12 ms a step on every rank (43.5 ms summed: the ranks waiting inside
+    it), the hook's ``AddBackward0`` 30.2 ms on rank 2 alone. ``sides``: A's and B's :func:`totals_by_name` per
+    trace; ``rank_of``: each side's {trace_id: rank}; ``base``: :func:`basis` (its step divisors)."""
+    a, b = base.get("step_time_a_ns"), base.get("step_time_b_ns")
+    if a is None or b is None or a == b:
+        return None
+    sync = (pl.col("kind") == "api") & (expr.api_class(pl.col("name")) == "synchronize")
+    way = pl.col("delta_ns") > 0 if b > a else pl.col("delta_ns") < 0
+    candidates = (rows.filter((pl.col("category") != "communication") & ~sync & way)
+                  .sort(pl.col("delta_ns").abs(), descending=True).head(GROWN_CANDIDATES))
+    if candidates.height == 0:
+        return None
+    per_side = []
+    for side, ranks, divisor in zip(sides, rank_of, (base["divisor_a"], base["divisor_b"])):
+        per_side.append(side.with_columns(rank=pl.col("trace_id").replace_strict(ranks, default=None,
+                                                                                  return_dtype=pl.Int64))
+                        .group_by("kind", "raw", "rank").agg(pl.col("time_ns").sum())
+                        .with_columns(time_ns=pl.col("time_ns") / divisor))
+    best = None
+    for row in candidates.iter_rows(named=True):
+        times = [{r: t for r, t in frame.filter((pl.col("kind") == row["kind"]) & pl.col("raw").is_in(names))
+                  .group_by("rank").agg(pl.col("time_ns").sum()).iter_rows()}
+                 for frame, names in zip(per_side, (row["names_a"], row["names_b"]))]
+        for rank in set(times[0]) | set(times[1]):
+            ns = times[1].get(rank, 0) - times[0].get(rank, 0)
+            if (ns > 0 if b > a else ns < 0) and (best is None or abs(ns) > abs(best["ns"])):
+                best = {"kind": row["kind"], "name": row["name"], "rank": rank, "ns": round(ns)}
+    return best
+
+
+def rank_map(trace: Trace) -> dict:
+    """{trace_id: rank} of a run's ranks; {trace_id: None} of a single trace."""
+    if "rank" not in trace.events.columns:
+        return {}
+    pairs = trace.events.select(pl.col("trace_id").cast(pl.String), pl.col("rank").cast(pl.Int64)).unique()
+    return {t: (r if trace_ranks(trace) > 1 else None) for t, r in pairs.iter_rows()}
 
 
 #: A kind of row in the words of a sentence.
@@ -432,8 +494,9 @@ CATEGORY_OF_KIND = {"op": "host op", "marker": "annotation"}
 def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = None,
             left_out: dict[str, str] | None = None) -> dict:
     """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time, the host operators' and
-    annotations' self time (``host``) and the part of it that is collectives' calls and annotations
-    (``host_communication``: mostly waiting for the other ranks); names matched (by name, by spelling), new and
+    annotations' self time (``host``), and the parts of the GPU and host times that are collectives' kernels, calls
+    and annotations (``gpu_communication``, ``host_communication``: mostly waiting for the other ranks); names
+    matched (by name, by spelling), new and
     vanished, and the names it could not match (``unmatched``: ``a`` and ``b``).
 
     ``recorded``: the kinds of rows A and B hold (each side's; None: every kind); ``left_out``: the kinds only one
@@ -457,13 +520,14 @@ def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = Non
         sides = {left_out[k] for k in of if k in left_out}
         if a is None and b is None and len(sides) == 1:
             out[label]["recorded_in"] = sides.pop()
-    # the part of the host rows that is collectives' calls and annotations (mostly waiting for the other ranks)
-    waiting = rows.filter(pl.col("kind").is_in(list(HOST_KINDS)) & (pl.col("category") == "communication"))
-    host = out["host"]
-    a, b = (total(waiting, c) if host[k] is not None else None
-            for c, k in (("time_a_ns", "time_a_ns"), ("time_b_ns", "time_b_ns")))
-    out["host_communication"] = {"time_a_ns": a, "time_b_ns": b,
-                                 "delta_ns": b - a if a is not None and b is not None else None}
+    # the parts of the GPU and host rows that are collectives' kernels, calls and annotations (mostly waiting for
+    # the other ranks)
+    for label, of in (("gpu", GPU_KINDS), ("host", HOST_KINDS)):
+        waiting = rows.filter(pl.col("kind").is_in(list(of)) & (pl.col("category") == "communication"))
+        whole = out[label]
+        a, b = (total(waiting, c) if whole[c] is not None else None for c in ("time_a_ns", "time_b_ns"))
+        out[f"{label}_communication"] = {"time_a_ns": a, "time_b_ns": b,
+                                         "delta_ns": b - a if a is not None and b is not None else None}
     count = {s: int((rows["status"] == s).sum()) for s in STATUSES}
     out["new"] = count["new"]
     out["vanished"] = count["vanished"]
@@ -540,7 +604,7 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
     console.print(f"[bold]total{per}[/bold]: GPU time {total_said(totals['gpu'])}; API time "
                   f"{total_said(totals['api'])}{host}; {totals['matched']} names in both ({totals['renamed']} under "
                   f"another spelling), {totals['new']} new, {totals['vanished']} vanished")
-    unexplained = unexplained_step_line(base, totals, rows) if base else None
+    unexplained = base.get("step_time_unexplained") if base else None
     if unexplained:
         console.print(literal(unexplained, style="yellow"))
     unmatched = {status: _by_change(rows, status) for status in ("vanished", "new")}
@@ -616,7 +680,8 @@ class DiffCommand(Command):
         rows, categories = diff_tables(*sides, exact=args.exact, per_a=base["divisor_a"], per_b=base["divisor_b"],
                                        leave_out=tuple(unrecorded))
         totals = summary(rows, (present["A"], present["B"]), unrecorded)
-        unexplained = unexplained_step_line(base, totals, rows)
+        grown = work_grown(rows, sides, [rank_map(t) for t in (a, b)], base) if base["per"] == "step" else None
+        unexplained = unexplained_step_line(base, totals, grown)
         if args.json:
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
                    "basis": {k: v for k, v in base.items() if not k.startswith("divisor")},
@@ -624,7 +689,8 @@ class DiffCommand(Command):
                    "step_time_unexplained": unexplained}
             self.print_json(doc)
             return 0
-        render(session.out, a, b, rows, categories, totals, args.top, base, differ)
+        render(session.out, a, b, rows, categories, totals, args.top, {**base, "step_time_unexplained": unexplained},
+               differ)
         return 0
 
 
