@@ -281,6 +281,24 @@ def test_a_step_change_is_said_with_the_work_that_grew(tmp_path, run, name, kind
         assert doc["summary"]["gpu"]["delta_ns"] < 0 and doc["summary"]["api"]["delta_ns"] < 0
 
 
+def test_a_step_that_shrank_in_waiting_is_said_the_other_way(tmp_path):
+    """The slow-loader twin against the balanced one (B the faster): the step shrank as the waiting did; the line
+    said "a rank arrives later" and "the work that grew most ... -41.13 ms"."""
+    from traceparse.figures import fmt_ns
+
+    runs = FIXTURES / "torch" / "multirank"
+    forward, backward = (json.loads(run_cli("--store", str(tmp_path), "diff", str(runs / x), str(runs / y),
+                                            "--json")[1]) for x, y in (("ddp4_balanced", "ddp4_slow_loader"),
+                                                                       ("ddp4_slow_loader", "ddp4_balanced")))
+    change = forward["basis"]["step_time_b_ns"] - forward["basis"]["step_time_a_ns"]
+    line = backward["step_time_unexplained"]
+    assert line.startswith(f"the step time's -{fmt_ns(change)} is mostly less waiting in collectives (their time "
+                           "shrank by more than half of it): the ranks arrive closer together; the work that shrank "
+                           "most on one rank is enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ "
+                           "(annotation on rank 1, -")
+    assert "grew" not in line and "later" not in line
+
+
 def test_a_late_rank_whose_work_no_row_holds_is_said_so(tmp_path):
     """nccl2's rank 1 sleeps outside any annotation: the others' NCCL kernels spin for it, and no row of work grows
     by a tenth of the step's change on any rank (the largest, a cuDNN kernel on rank 0, +150 us)."""

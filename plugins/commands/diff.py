@@ -406,17 +406,24 @@ def unexplained_step_line(base: dict, totals: dict, grown: dict | None = None) -
     waited = max((part["delta_ns"] for part in (totals["gpu_communication"], totals["host_communication"])
                   if part["delta_ns"] is not None), key=abs, default=None)
     if waited is not None and waited * change > 0 and abs(waited) >= 0.5 * abs(change):
+        grew = "grew" if change > 0 else "shrank"
         if grown is not None and abs(grown["ns"]) >= GROWN_SHARE * abs(change):
             kind = KIND_WORD.get(grown["kind"], grown["kind"])
             on = f" on rank {grown['rank']}" if grown.get("rank") is not None else ""
-            most = (f"; the work that grew most{' on one rank' if on else ''} is {grown['name']} ({kind}{on}, "
+            most = (f"; the work that {grew} most{' on one rank' if on else ''} is {grown['name']} ({kind}{on}, "
                     f"{_signed_ns(int(grown['ns']))} per step)")
-        else:  # a sleep, Python between operators, a loader the profiler does not annotate
+        elif change > 0:  # a sleep, Python between operators, a loader the profiler does not annotate
             most = ("; no kernel, call, operator or annotation grew by a tenth of it on any rank: the late rank "
                     "spends it in time no traced call covers")
-        return (f"the step time's {_signed_ns(change)} is mostly the ranks waiting in collectives (their time "
-                f"{'grew' if change > 0 else 'shrank'} by more than half of it): a rank arrives later than the "
-                f"others{most}; analyze B (stragglers, critical-path) says which rank and why")
+        else:
+            most = "; no kernel, call, operator or annotation shrank by a tenth of it on any rank"
+        if change > 0:
+            return (f"the step time's {_signed_ns(change)} is mostly the ranks waiting in collectives (their time "
+                    f"grew by more than half of it): a rank arrives later than the others{most}; analyze B "
+                    "(stragglers, critical-path) says which rank and why")
+        return (f"the step time's {_signed_ns(change)} is mostly less waiting in collectives (their time shrank by "
+                f"more than half of it): the ranks arrive closer together{most}; analyze A (stragglers, "
+                "critical-path) says which rank A waited for")
     if any(ns / change >= 0.5 for ns in moved.values()):  # one of them moved with the step, by half of it or more
         return None
     what = ", ".join(f"{label} {_signed_ns(round(ns))}" for label, ns in moved.items())
