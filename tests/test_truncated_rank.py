@@ -76,13 +76,51 @@ def test_the_cut_run_reads_as_the_whole_one(cut, tmp_path):
 
 
 def test_short_members_are_those_with_fewer_rows_than_peers_with_as_many_calls():
-    """Hand-written: members 0-2 made 4 calls, member 3 made 6 (a rank that profiled another step); member 1 has 3
-    annotations where 0 and 2 have 4 (short), member 3's 6 are its own count."""
-    calls = pl.DataFrame({"member": [0] * 4 + [1] * 4 + [2] * 4 + [3] * 6})
-    found = pl.DataFrame({"member": [0] * 4 + [1] * 3 + [2] * 4 + [3] * 6})
+    """Hand-written: members 0-2 made 8 calls, member 3 made 12 (a rank that profiled another step); member 1 has
+    5 annotations where 0 and 2 have 8 (short), member 3's 12 are its own count. One or two fewer than a peer is
+    the profiler stopping while the last were queued, which the k-th matching survives: not short."""
+    calls = pl.DataFrame({"member": [0] * 8 + [1] * 8 + [2] * 8 + [3] * 12})
+    found = pl.DataFrame({"member": [0] * 8 + [1] * 5 + [2] * 8 + [3] * 12})
     assert _short_members(found, calls) == [1]
     assert _short_members(found.filter(pl.col("member") != 1), calls) == [1]  # none at all
     assert _short_members(calls, calls) == []
+    stopped = pl.DataFrame({"member": [0] * 7 + [1] * 8 + [2] * 6 + [3] * 12})
+    assert _short_members(stopped, calls) == []
+
+
+def test_one_rank_s_last_kernel_missing_keeps_the_device_arrivals(tmp_path):
+    """ASTRA-sim's Megatron run with rank 0's last NCCL kernel taken out (edited here: as if its profiler stopped
+    a kernel earlier than the others'): every arrival stays the device's, and the instance that kernel was of is
+    the one left out, as the profiler stopping is (the waits of the whole run's other instances unchanged)."""
+    source = FIXTURES / "torch" / "megatron_tp8_a100"
+    out = tmp_path / "megatron"
+    out.mkdir()
+    for path in sorted(source.glob("megatron_kineto_*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        rank = int(path.name.split("_")[-1].split(".")[0])
+        if rank == 0:
+            kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+                       and e["name"].startswith("ncclDevKernel")]
+            last = max(kernels, key=lambda e: e["ts"])
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e is not last]
+        (out / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    waits = measures.collective_waits(run_of(out).events)
+    assert set(waits["arrival"].unique().to_list()) == {"device"}
+    whole = measures.collective_waits(run_of(_ranks(tmp_path, source)).events)
+    kept = whole.join(waits.select("process_group", "instance").unique(), on=["process_group", "instance"],
+                      how="semi", nulls_equal=True)
+    assert whole["instance"].n_unique() - waits["instance"].n_unique() == 1
+    assert sorted(kept.select("member", "instance", "wait_ns").rows()) == sorted(
+        waits.select("member", "instance", "wait_ns").rows())
+
+
+def _ranks(tmp_path: Path, source: Path) -> Path:
+    """The Megatron fixture's ranks as rank<N>.json.gz (:func:`helpers.run_of` reads that naming)."""
+    out = tmp_path / "whole"
+    out.mkdir()
+    for path in sorted(source.glob("megatron_kineto_*.json.gz")):
+        (out / f"rank{path.name.split('_')[-1]}").write_bytes(path.read_bytes())
+    return out
 
 
 def _cut_run(tmp_path: Path, source: Path, rank: int, keep: float) -> Path:
