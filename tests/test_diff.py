@@ -40,8 +40,9 @@ HOST_CATS = {"cpu_op": "op", "user_annotation": "marker", "cuda_runtime": "api",
 def _torch_host_self(path: Path, in_steps: bool = False) -> dict[tuple[str, str], list[int]]:
     """(kind, name) -> [calls, self time in ns] of the host operators and annotations (not ProfilerStep#N), from
     the raw JSON: on each thread, an event's duration less its direct children's (the events of
-    :data:`HOST_CATS` inside it, sorted by start, longest first). ``in_steps``: only the events that start inside
-    a ProfilerStep#N (as diff's per-step figures take them)."""
+    :data:`HOST_CATS` inside it, sorted by start, longest first); names with no time at all (instants) are no
+    row. ``in_steps``: only the events that start inside a ProfilerStep#N (as diff's per-step figures take
+    them)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         events = json.load(f, parse_float=Decimal)["traceEvents"]
     steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events if e.get("ph") == "X"
@@ -67,7 +68,7 @@ def _torch_host_self(path: Path, in_steps: bool = False) -> dict[tuple[str, str]
             if kind != "api" and not re.match(r"^ProfilerStep#\d+$", name):
                 totals[(kind, name)][0] += 1
                 totals[(kind, name)][1] += end - start - inside
-    return totals
+    return {key: value for key, value in totals.items() if value[1] > 0}  # a name of instants only: no work
 
 
 def _raw_name(row: dict) -> str:

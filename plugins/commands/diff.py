@@ -67,7 +67,7 @@ from traceparse.text import literal, visible
 from traceparse.trace import Trace
 from traceparse.verdict import Column
 
-#: Host work compared by self time: operators and annotations (record_function, NVTX, TAU-free host ranges).
+#: Host work compared by self time: operators and annotations (record_function ranges, NVTX ranges).
 HOST_KINDS = ("op", "marker")
 KINDS = ("kernel", "memcpy", "memset", "api", *HOST_KINDS)
 GPU_KINDS = ("kernel", "memcpy", "memset")
@@ -98,16 +98,17 @@ def totals_by_name(trace: Trace, steps_only: bool = False) -> pl.DataFrame:
     api = pl.col("kind") == "api"
     raw = pl.when(api).then(pl.col("name").str.replace(API_VERSION_SUFFIX, "")).otherwise(pl.col("name"))
     name = pl.when(api).then(raw).otherwise(pl.col("name").replace(readable)) if readable else raw
-    return rows.select("trace_id", "kind", name=name, raw=raw, calls="calls", time_ns=pl.col("time_ns").fill_null(0))
+    return rows.select("trace_id", "kind", name=name, raw=raw, calls="calls",
+                       time_ns=pl.col("time_ns").fill_null(0))
 
 
 def host_self_time(events) -> pl.DataFrame:
-    """Calls and self time per (trace, kind, name) of the host operators and annotations (:data:`HOST_KINDS`): the time
-    each ran that no operator, runtime call or annotation inside it accounts for, as hotspots counts it (measure
-    ``routine_time``), so that nested operators are not counted twice and the host rows add up to the traced
-    host time. Step annotations (``ProfilerStep#N``, an NVTX ``train_step``: :func:`is_step_annotation`) are left
-    out: they are the steps, not work in them. Without
-    these rows a run whose step grew 36 ms in its data loading (an annotation) showed only rows that shrank."""
+    """Calls and self time per (trace, kind, name) of the host operators and annotations (:data:`HOST_KINDS`): the
+    time each ran that no operator, runtime call or annotation inside it accounts for, as hotspots counts it
+    (measure ``routine_time``), so that nested operators are not counted twice and the host rows add up to the
+    traced host time. Step annotations (``ProfilerStep#N``, an NVTX ``train_step``: :func:`is_step_annotation`)
+    are left out: they are the steps, not work in them. Without these rows a run whose step grew 36 ms in its
+    data loading (an annotation) showed only rows that shrank."""
     from traceparse.measures.routines import routine_choices, routine_time
     from traceparse.measures.steps import is_step_annotation
 
@@ -120,6 +121,7 @@ def host_self_time(events) -> pl.DataFrame:
     step = (pl.col("kind") == "marker") & pl.col("name").is_in(steps)
     return (rows.filter(pl.col("kind").is_in(list(HOST_KINDS)) & ~step)
             .group_by("trace_id", "kind", "name").agg(pl.col("calls").sum(), pl.col("time_ns").sum())
+            .filter(pl.col("time_ns") > 0)  # instants (a JAX trace's ThreadpoolListener::Record): no time, no work
             .select("trace_id", "kind", "name", pl.col("calls").cast(pl.Int64), pl.col("time_ns").cast(pl.Int64)))
 
 
@@ -503,8 +505,8 @@ def summary(rows: pl.DataFrame, recorded: tuple[set[str], set[str]] | None = Non
     """Totals of A and B: GPU time (kernel + memcpy + memset), kernel time, API time, the host operators' and
     annotations' self time (``host``), and the parts of the GPU and host times that are collectives' kernels, calls
     and annotations (``gpu_communication``, ``host_communication``: mostly waiting for the other ranks); names
-    matched (by name, by spelling), new and
-    vanished, and the names it could not match (``unmatched``: ``a`` and ``b``).
+    matched (by name, by spelling), new and vanished, and the names it could not match (``unmatched``: ``a`` and
+    ``b``).
 
     ``recorded``: the kinds of rows A and B hold (each side's; None: every kind); ``left_out``: the kinds only one
     of them recorded, left out of the comparison (:func:`one_sided`). A total of kinds a side did not record, or
