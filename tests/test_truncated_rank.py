@@ -38,7 +38,7 @@ def _raw(folder: Path, rank: int) -> bytes:
 
 
 def _analyzed(tmp_path: Path, folder: Path) -> dict:
-    code, out, err = run_cli("--store", str(tmp_path / folder.name), "analyze", "--json", str(folder))
+    code, out, err = run_cli("--store", str(tmp_path / f"store_{folder.name}"), "analyze", "--json", str(folder))
     assert code == 0, err
     return {f["rule"]: f for f in json.loads(out)["findings"]}
 
@@ -143,7 +143,7 @@ def test_rank_balance_leaves_a_cut_rank_out_of_the_comparison(tmp_path):
     two = _cut_run(tmp_path, FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1", 1, 0.6)
     f = _analyzed(tmp_path, two)["rank-balance"]
     assert (f["severity"], f["metrics"]["imbalance"], f["metrics"]["incomplete_ranks"]) == ("info", None, [1])
-    assert ("Rank 1: the input ends early (cut short): its figures cover what was read, and are left out of the "
+    assert ("Rank 1's trace ends early (cut short): its figures cover what was read, and are left out of the "
             "comparison.") in f["message"]
     assert f["message"].startswith("1 whole rank: too few to compare.")
     source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
@@ -154,3 +154,41 @@ def test_rank_balance_leaves_a_cut_rank_out_of_the_comparison(tmp_path):
     assert m["incomplete_ranks"] == [3] and {int(r): v["work_ns"] for r, v in m["ranks"].items() if r != "3"} == work
     assert m["imbalance"] == round(max(work.values()) / (sum(work.values()) / 3), 4)
     assert m["slowest_rank"] in work and m["fastest_rank"] in work
+
+
+def test_every_rank_cut_reads_without_an_internal_error(tmp_path):
+    """Every rank of gloo4_one_host_busy cut at 70%: analyze stopped with an internal error (every rank short of
+    its gloo annotations, none left to pair with the calls). The run reads, and stragglers says the traces end
+    early; whatif replays it."""
+    source = FIXTURES / "torch" / "multirank" / "gloo4_one_host_busy"
+    out = tmp_path / "all_cut"
+    out.mkdir()
+    for path in sorted(source.glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        (out / path.name).write_bytes(gzip.compress(data[: int(len(data) * 0.7)]))
+    s = _analyzed(tmp_path, out)["stragglers"]
+    assert "The traces of ranks 0, 1, 2 and 3 end early (cut short): their collectives after the cut are missing" \
+        in s["message"]
+    code, out_, err = run_cli("--store", str(tmp_path / f"store_{out.name}"), "whatif", str(out), "--balance",
+                              "--json")
+    assert code == 0, err
+
+
+def test_findings_say_which_rank_was_cut_where_it_changes_them(cut, tmp_path):
+    """Where a rank cut short changes what a rule can measure, the finding says so instead of a reason that is not
+    the cause: gpu-idle said rank 2 "recorded no GPU activity" (its GPU work was after the cut); stragglers said the
+    calls and kernels did not pair "as batch_isend_irecv does", and that the ranks' clocks likely differ, advising
+    to align them; comm-compute-overlap graded the others' spinning as exposed communication without a word."""
+    idle = _analyzed(tmp_path, cut)["gpu-idle"]
+    assert "Rank 2's trace ends early (cut short) before any of its GPU activity: left out of these figures." \
+        in idle["message"] and "recorded no GPU activity" not in idle["message"]
+    runs = FIXTURES / "torch" / "multirank"
+    fsdp = _analyzed(tmp_path, _cut_run(tmp_path, runs / "fsdp4_balanced", 0, 0.6))["stragglers"]["message"]
+    assert ("do not pair one to one (rank 0 63 calls, 10 kernels; rank 0's trace ends early (cut short): the GPU work "
+            "after the cut is missing)") in fsdp and "batch_isend_irecv" not in fsdp
+    gloo = _analyzed(tmp_path, _cut_run(tmp_path, runs / "dp2pp2_gloo_slow_rank3", 0, 0.6))["stragglers"]["message"]
+    assert "align_clocks" not in gloo and "clocks likely differ" not in gloo
+    assert "with a rank's trace cut short that may be its collectives paired with others' after the cut" in gloo
+    nccl = _analyzed(tmp_path, _cut_run(tmp_path, runs / "nccl2_slow_rank1", 1, 0.6))["comm-compute-overlap"]
+    assert ("Rank 1's trace ends early (cut short): its communication kernels after the cut are missing, so how long "
+            "the others' kernels spun waiting for a later rank cannot be told from the GPUs") in nccl["message"]

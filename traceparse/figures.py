@@ -228,6 +228,14 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
 
 
+def ends_early(ranks: list) -> str:
+    """``rank 2's trace ends early (cut short)``, ``the traces of ranks 0 and 2 end early (cut short)``: what a
+    finding says of the ranks of a run whose input was cut (a profiler killed mid-write)."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}'s trace ends early (cut short)"
+    return f"the traces of {listed('rank', list(ranks), shown=8)} end early (cut short)"
+
+
 def listed(noun: str, keys: list, shown: int = 4) -> str:
     """``rank 7``, ``ranks 7 and 3``, ``ranks 7, 3, 9 and 2 more``: ``keys`` in the order given, at most ``shown``
     of them named, the rest counted."""

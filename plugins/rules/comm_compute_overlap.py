@@ -35,10 +35,11 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import fmt_ns, fmt_pct
+from traceparse.figures import ends_early, fmt_ns, fmt_pct
 from traceparse.measures.base import picked
 from traceparse.measures.comm import comm_kernels, device_spin
 from traceparse.measures.comm_sources import point_to_point_only
+from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -131,6 +132,12 @@ class CommComputeOverlap(Rule):
                         "later rank's kernel of the same collective starts: waiting for that rank (stragglers says "
                         "which), which no overlap can hide. Of the time the kernels do their own work, "
                         f"{fmt_pct(moving_pct or 0)} overlaps compute.")
+        cut = incomplete_ranks(trace.meta) if ranked else []
+        if cut and not waiting:  # a cut rank lacks the kernels its peers' spun for: the waits cannot be told apart
+            said = ends_early(cut)
+            message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut) == 1 else 'their'} communication kernels "
+                        "after the cut are missing, so how long the others' kernels spun waiting for a later rank "
+                        "cannot be told from the GPUs: that waiting counts as exposed here.")
         if n == 1:
             message += f" One {label} alone: the figure is that {label}'s."
         p2p = point_to_point_only(picked(events, comm_kernels(), "collective")["collective"])

@@ -80,8 +80,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
+from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct, listed, shares_shown
+from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, shares_shown
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -202,9 +203,15 @@ class GpuIdle(Rule):
             message += f" {untimed:,} aggregated GPU rows left out: they have no start time."
         with_gpu = set(per_device["trace_id"].to_list()) if ranks else set()
         without = sorted(r for tid, r in ranks.items() if tid not in with_gpu)
-        if without:
-            message += (f" {listed('rank', without, shown=8).capitalize()} recorded no GPU activity and "
-                        f"{'is' if len(without) == 1 else 'are'} left out of these figures.")
+        cut = sorted(set(incomplete_ranks(trace.meta)) & set(without))
+        if cut:  # its GPU work was after the cut: not "recorded none"
+            said = ends_early(cut)
+            message += (f" {said[0].upper()}{said[1:]} before any of {'its' if len(cut) == 1 else 'their'} GPU "
+                        "activity: left out of these figures.")
+        idle_ranks = [r for r in without if r not in cut]
+        if idle_ranks:
+            message += (f" {listed('rank', idle_ranks, shown=8).capitalize()} recorded no GPU activity and "
+                        f"{'is' if len(idle_ranks) == 1 else 'are'} left out of these figures.")
         # no launch call, or none linked to the GPU work it queued: when work was queued cannot be seen
         calls, links, hip = events.select(
             _calls=(pl.col("kind") == "api").any(), _links=(expr.kind_is(*expr.GPU_KINDS) & (

@@ -38,7 +38,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import (SAME_NS, SAME_SAID, fmt_ns, fmt_pct, fmt_ratio, listed, same_figure,
+from traceparse.figures import (SAME_NS, SAME_SAID, ends_early, fmt_ns, fmt_pct, fmt_ratio, same_figure,
                                 shares_shown)
 from traceparse.measures.base import exact_sum, exact_total
 from traceparse.meta import incomplete_ranks
@@ -127,9 +127,9 @@ class RankBalance(Rule):
             message = (f"{compared.height} whole {label}{'' if compared.height == 1 else 's'}: too few to compare. "
                        f"Over all {label}s: {shares} of the span.")
         if cut:
-            message += (f" {listed('rank', cut, shown=8).capitalize()}: the input ends early (cut short): "
-                        f"{'its' if len(cut) == 1 else 'their'} figures cover what was read, and are left out of the "
-                        "comparison.")
+            said = ends_early(cut)
+            message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut) == 1 else 'their'} figures cover what "
+                        "was read, and are left out of the comparison.")
         waiting = (rows.filter(pl.col("comm_exposed_pct") > WAITING_SHARE)
                    .sort(["comm_exposed_ns", "member"], descending=[True, False]))
         if waiting.height and rows.height > 1:

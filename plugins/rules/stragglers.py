@@ -105,7 +105,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.errors import spelled
-from traceparse.figures import fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
+from traceparse.figures import ends_early, fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
 from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, paired_transfer,
                                      waiting_by_instance, waiting_time)
@@ -113,7 +113,7 @@ from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
 from traceparse.measures.steps import is_step_annotation
-from traceparse.meta import ranks_by_host
+from traceparse.meta import incomplete_ranks, ranks_by_host
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import impact_range
@@ -298,17 +298,26 @@ class Stragglers(Rule):
         by_host = _caused_by_host(per, hosts) if straggler is not None or title.startswith("Most waited") else []
         if len(by_host) > 1:
             message += _hosts_sentence(by_host)
+        cut_short = incomplete_ranks(trace.meta) if label == "rank" else []
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
+        if cut_short:  # a profiler killed mid-write: what the rest of the rules read of that rank is partial too
+            said = ends_early(cut_short)
+            message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut_short) == 1 else 'their'} collectives "
+                        "after the cut are missing, and the figures cover what was read.")
         cut = measures.collectives(events).select("process_group", "instance").unique().height - n_instances
         if cut > 0:  # left out of the device's arrivals (measures.comm._cut_at_the_end)
             message += (f" {cut} more {noun[:-1] if cut == 1 else noun} at the trace's end "
                         f"{'is' if cut == 1 else 'are'} left out: the profiler stopped before "
                         f"{'its' if cut == 1 else 'their'} kernels ran.")
-        message += _host_arrivals_sentence(events, waits, label, noun)
+        message += _host_arrivals_sentence(events, waits, label, noun, cut_short)
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
-        elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None:
+        elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None and cut_short:
+            message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
+                        f"collectives): with a {label}'s trace cut short that may be its collectives paired with "
+                        "others' after the cut, not its clock.")
+        elif apart > CLOCKS_APART_NS and straggler is not None:
             one_host = _one_host(trace.meta, members) if label == "rank" else None
             if one_host is not None:  # one machine, one clock: the gap is not the clocks'
                 message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
@@ -649,10 +658,11 @@ P2P_SUGGESTION = ("Even out the pipeline's stages (fewer layers on the slow stag
                   "shrink the bubble: more micro-batches per step, or a 1F1B or interleaved schedule. ")
 
 
-def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) -> str:
+def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str, cut_short: list = ()) -> str:
     """Where the arrivals are the calls' host starts though the members ran communication kernels (their calls and
     kernels did not pair one to one: :func:`~traceparse.measures.comm.completions`), a sentence that says so, with
-    each count; else ""."""
+    each count, and why: ``cut_short`` ranks (their trace ends early: the kernels after the cut are missing), else
+    calls batched into one kernel; else ""."""
     if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
         return ""
     kernels = picked(events, comm_kernels() & pl.col("rank").is_not_null(), "rank").group_by("rank").agg(
@@ -666,10 +676,13 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str) 
         return ""
     shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(RANKS_NAMED).iter_rows())
     more = f" and {differ.height - RANKS_NAMED} more {label}s" if differ.height > RANKS_NAMED else ""
+    cut = sorted(set(cut_short) & set(differ["rank"].to_list()))
+    why = (f"{ends_early(cut)}: the GPU work after the cut is missing" if cut
+           else "calls batched together, as batch_isend_irecv does, run as one kernel")
     return (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the {noun}' calls "
-            f"and communication kernels do not pair one to one ({shown}{more}; calls batched together, as "
-            "batch_isend_irecv does, run as one kernel), and a host that runs ahead of its GPU makes these waits "
-            "the hosts', which can be far from the GPUs' (the kernels' time is in comm-compute-overlap).")
+            f"and communication kernels do not pair one to one ({shown}{more}; {why}), and a host that runs ahead "
+            "of its GPU makes these waits the hosts', which can be far from the GPUs' (the kernels' time is in "
+            "comm-compute-overlap).")
 
 
 #: The ranks whose calls and kernels differ in number named in the host-arrivals sentence; the rest are counted.

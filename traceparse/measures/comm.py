@@ -395,6 +395,7 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
             # a member that lost some of them keeps its own calls (as an instance with no k-th one does)
             short = _short_members(candidates.filter(~is_transfer()), inst.filter(~is_transfer()))
             found = candidates.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else candidates
+            found = found if found.height else None  # every member short (every rank's file cut): their calls
             break
     # one source may name the process group where the other does not (a c10d operator and its NCCL kernel):
     # then the k-th of a collective on a member, whatever its group. The calls' own groups, not the instances'
