@@ -17,7 +17,7 @@ from traceparse.names import (cut_apart, fitted_names, key_entries, key_entry,  
                               middle_cut, short_name, short_names, text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
-from traceparse.figures import SAME_SAID, rank_ranges, shares_shown
+from traceparse.figures import SAME_SAID, listed, rank_ranges, shares_shown
 from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun, grouped_by_host, hosts
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
@@ -323,7 +323,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      else f"- (the trace lists {_untimed(summary['gpu_untimed'])} but never when they ran (a "
                           "metrics-only log): no busy time to give)" if busy is None and summary.get("gpu_untimed")
                      else "- (the trace recorded no GPU activity)" if busy is None
-                     else f"{fmt_pct(busy)} of {whole} (first to last activity)" + _spin(summary)
+                     else f"{fmt_pct(busy)} of {whole} (first to last activity{cut_left_out(summary)})"
+                     + _spin(summary)
                      + _short_span(summary)))
     split = summary.get("gpu_time")
     if split and (any(p["part"] != "kernels" for p in split["parts"]) or busy is None):  # the figure a summary has
@@ -444,6 +445,15 @@ def _spin(summary: dict) -> str:
     if parts is None:
         return ""
     return f": {parts[0]} work, {parts[1]} communication kernels waiting for another GPU's (comm-compute-overlap)"
+
+
+def cut_left_out(summary: dict) -> str:
+    """``; rank 0, cut short, left out`` where "GPU busy" is of a run's whole ranks only (its ranks cut short
+    recorded part of their GPU work: :func:`~traceparse.run.cut_rank_traces`), else ""."""
+    ranks = summary.get("gpu_left_out_ranks") or []
+    if not ranks:
+        return ""
+    return f"; {listed('rank', ranks, shown=8)}, cut short, left out"
 
 
 def _short_span(summary: dict) -> str:

@@ -152,6 +152,22 @@ def rank_labels(trace: Trace) -> dict[str, int]:
     return {trace_id: int(rank) for rank, trace_id in run.get("ranks", {}).items()}
 
 
+def cut_rank_traces(trace: Trace) -> dict[str, int]:
+    """{trace_id: rank} of a run's ranks whose input ends early (:func:`traceparse.meta.incomplete_ranks`), where
+    another rank's is whole; {} for a trace that is not a run, or a run whose every rank was cut.
+
+    Why: a rank cut mid-write kept part of its GPU work from all through the run, not its first part (a profiler
+    writes each stream's activities as its buffers fill: a balanced FSDP rank kept 10 of its 63 collectives'
+    kernels, and its GPU read 67% idle where it was 5%), so figures over the ranks' GPUs are of the whole ranks.
+    """
+    from traceparse.meta import incomplete_ranks
+
+    ranks = rank_labels(trace)
+    cut = set(incomplete_ranks(trace.meta))
+    left = {trace_id: rank for trace_id, rank in ranks.items() if rank in cut}
+    return left if len(left) < len(ranks) else {}
+
+
 def device_label(ranks: dict[str, int], trace_id: str | None, device_id: int | None) -> str:
     """How a device is named in a rule's device table: ``"0"`` in one trace, ``"rank 2:0"`` in a run.
 

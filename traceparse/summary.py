@@ -20,7 +20,7 @@ from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
 from traceparse.meta import UNREAD, device_nouns, gpu_processes, incomplete_notes
 from traceparse.rule import Finding, severity_rank
-from traceparse.run import trace_ranks
+from traceparse.run import cut_rank_traces, trace_ranks
 from traceparse.schema import ASYNC_GROUP
 from traceparse.verdict import QUIET_SHARE, is_quiet
 from traceparse.trace import Trace
@@ -47,7 +47,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %; None without timed GPU work; ``gpu_span_ns`` the span it is of (a device's first to
+    minus gpu-idle's idle %, and like it of a run's whole ranks where some were cut short,
+    :func:`~traceparse.run.cut_rank_traces` (``gpu_left_out_ranks``: which); None without timed GPU work; ``gpu_span_ns`` the span it is of (a device's first to
     last activity; of several, their mean); ``gpu_spin_pct`` the part of it that is communication kernels
     spinning for a later rank while no compute kernel runs (None where none does), ``gpu_work_pct`` busy less
     spin (what ``gpu_bound`` grades); then
@@ -77,13 +78,16 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     steps = step_windows(events)
     durations = steps["duration_ns"].to_list() if steps is not None else []
     busy = measures.device_busy(events)
+    if left := cut_rank_traces(trace):  # as gpu-idle: the whole ranks' GPUs, a cut rank's record being partial
+        busy = busy.filter(~pl.col("trace_id").is_in(list(left)))
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     span_ns = trace_span(events)
     split = gpu_time(events)
     others = other_devices(trace.meta)
     busy_pct = round(100.0 * exact_sum(busy["busy_ns"]) / span_sum, 4) if span_sum else None
     # one GPU waits for no other: the collectives' waits are measured only where there are two or more
-    spin_pct = _spin_pct(events, exact_sum(busy["busy_ns"]), span_sum) if span_sum and busy.height > 1 else None
+    spin_pct = (_spin_pct(events, exact_sum(busy["busy_ns"]), span_sum, set(left.values()))
+                if span_sum and busy.height > 1 else None)
     work_pct = round(busy_pct - spin_pct, 4) if spin_pct else busy_pct
     worst = bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)
     return {
@@ -102,6 +106,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_spin_pct": spin_pct,
         "gpu_work_pct": work_pct,
         "gpu_devices": busy.height,
+        "gpu_left_out_ranks": sorted(left.values()),
         "gpu_span_ns": span_sum // busy.height if busy.height else None,
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_untimed": _untimed_gpu(events) if not span_sum and split is None else {},
@@ -123,13 +128,14 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     }
 
 
-def _spin_pct(events, busy_ns: int, span_sum: int) -> float | None:
+def _spin_pct(events, busy_ns: int, span_sum: int, left: set = frozenset()) -> float | None:
     """100 × the time communication kernels spin for a later rank's while no compute kernel runs
-    (:func:`traceparse.measures.comm.device_spin`, summed over the members) / Σ span over devices: the part of
-    "GPU busy" that is waiting for another rank, not work. None where no kernel waits so."""
+    (:func:`traceparse.measures.comm.device_spin`, summed over the members but the ranks ``left`` out of the
+    span) / Σ span over devices: the part of "GPU busy" that is waiting for another rank, not work. None where no
+    kernel waits so."""
     from traceparse.measures.comm import device_spin
 
-    spin = sum(device_spin(events).values())
+    spin = sum(ns for member, ns in device_spin(events).items() if member not in left)
     return round(100.0 * min(spin, busy_ns) / span_sum, 4) if spin > 0 else None
 
 

@@ -57,6 +57,8 @@ from rich.text import Text
 from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
+from traceparse.figures import ends_early
+from traceparse.meta import incomplete_notes, incomplete_ranks
 from traceparse.measures.comm import BLOCKING_WAITS
 from traceparse.plugins import hookimpl
 from traceparse.names import demangle, fitted_names
@@ -308,6 +310,11 @@ def differences(a: Trace, b: Trace, base: dict) -> list[str]:
         out.append(f"ranks: A {ranks[0]:,}, B {ranks[1]:,} (a run's figures are summed over its ranks)")
     if base["steps_a"] != base["steps_b"]:
         out.append(f"steps: A {base['steps_a'] or 'none marked'}, B {base['steps_b'] or 'none marked'}")
+    for label, trace in (("A", a), ("B", b)):  # a profiler killed mid-write: its side lost work, not got faster
+        if cut := incomplete_ranks(trace.meta):
+            out.append(f"{label}: {ends_early(cut)}, and its figures cover what was read")
+        elif incomplete_notes(trace.meta):
+            out.append(f"{label} ends early (cut short): its figures cover what was read")
     return out
 
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceparse import expr, measures
-from traceparse.figures import ends_early, fmt_ns, fmt_pct
+from traceparse.figures import ends_early, fmt_ns, fmt_pct, listed
 from traceparse.measures.base import picked
-from traceparse.measures.comm import comm_kernels, device_spin
+from traceparse.measures.comm import arrivals_unknown, comm_kernels, device_spin
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
@@ -96,6 +96,7 @@ class CommComputeOverlap(Rule):
         share = expr.pct(comm_union, busy_ns) if busy_ns else 100.0
         waiting = _waiting(events, layers, ranked)  # {rank or device: ns}, {} where no kernel waits
         waiting_ns = sum(waiting.values())
+        unknown = set(arrivals_unknown(events)) if waiting else set()  # lost their kernels: waits not known
         # exposed on the timeline (two collectives at once on two streams count once), as the time at stake is:
         # each kernel's own exposed time, summed, ran past it (187.8 ms where the timeline has 185.3)
         on_timeline = {(t, r, d): ns for t, r, d, ns in layers.select(
@@ -104,7 +105,8 @@ class CommComputeOverlap(Rule):
                   "comm_time_ns": r["comm_time_ns"], "overlapped_ns": r["overlapped_ns"],
                   "exposed_ns": on_timeline.get((r["trace_id"], r["rank"], r["device_id"]), r["exposed_ns"]),
                   "overlap_pct": r["overlap_pct"],
-                  **({"waiting_ns": waiting.get(r["rank"] if ranked else r["device_id"], 0)} if waiting else {})}
+                  **({"waiting_ns": _waited(waiting, r["rank"] if ranked else r["device_id"], unknown)}
+                     if waiting else {})}
                  for r in per.sort(["overlap_pct", "rank", "device_id"], nulls_last=True).iter_rows(named=True)]
         ranks: dict = {}
         for r in per.iter_rows(named=True):
@@ -112,11 +114,12 @@ class CommComputeOverlap(Rule):
             agg = ranks.setdefault(key, {"kernels": 0, "comm_time_ns": 0, "overlapped_ns": 0})
             for k in agg:
                 agg[k] += r[k]
-        by_key = {str(m): ns for m, ns in waiting.items()}
         for key, agg in ranks.items():
             agg["overlap_pct"] = expr.pct(agg["overlapped_ns"], agg["comm_time_ns"])
-            if waiting:
-                agg["waiting_ns"] = by_key.get(key, 0)
+        if waiting:
+            for r in per.iter_rows(named=True):
+                member = r["rank"] if ranked else r["device_id"]
+                ranks[str(member)]["waiting_ns"] = _waited(waiting, member, unknown)
         moving_pct = expr.pct(overlapped_ns, comm_ns - waiting_ns) if waiting else None
         severity = "info"
         if share is not None and share >= t["min_comm_share_pct"]:
@@ -132,6 +135,12 @@ class CommComputeOverlap(Rule):
                         "later rank's kernel of the same collective starts: waiting for that rank (stragglers says "
                         "which), which no overlap can hide. Of the time the kernels do their own work, "
                         f"{fmt_pct(moving_pct or 0)} overlaps compute.")
+        if unknown:  # stragglers leaves them out of the arrivals, and says why
+            left = sorted(unknown)
+            message += (f" {listed(label, left).capitalize()} {'has' if len(left) == 1 else 'have'} fewer "
+                        "communication kernels than collective calls: how long "
+                        f"{'it' if len(left) == 1 else 'they'} waited for a later rank is unknown (left out of the "
+                        "waiting, as stragglers leaves it out of the arrivals).")
         cut = incomplete_ranks(trace.meta) if ranked else []
         if cut and not waiting:  # a cut rank lacks the kernels its peers' spun for: the waits cannot be told apart
             said = ends_early(cut)
@@ -175,6 +184,12 @@ P2P_SUGGESTION = ("Overlap the pipeline's transfers with compute: post the recei
                   "waiting (isend/irecv or batch_isend_irecv, waited only where the tensor is needed), so the "
                   "next micro-batch computes while this one moves; the waiting no overlap hides: even out the "
                   "stages and use more micro-batches (stragglers).")
+
+
+def _waited(waiting: dict, member, unknown: set) -> int | None:
+    """``member``'s time spinning for a later rank (``waiting``: :func:`_waiting`): 0 where it waited none, None
+    where it is unknown (``unknown``: members left out of the arrivals)."""
+    return None if member in unknown else waiting.get(member, 0)
 
 
 def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:

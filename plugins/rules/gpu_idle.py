@@ -86,7 +86,7 @@ from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, s
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import device_label, in_rank_order, mean_range, rank_labels, rank_of
+from traceparse.run import cut_rank_traces, device_label, in_rank_order, mean_range, rank_labels, rank_of
 from traceparse.trace import Trace
 
 #: The reasons' shares of the idle time (one whole): rounded together wherever they are shown.
@@ -157,6 +157,9 @@ class GpuIdle(Rule):
                                          .sum().alias("placed")).row(0)
         untimed = gpu_rows - placed
         per_device = measures.device_busy(events)
+        left = cut_rank_traces(trace)  # ranks cut short: their GPU record is partial
+        recorded = set(per_device["trace_id"].to_list())
+        per_device = _without(per_device, left)
         if per_device.height == 0:
             return [Finding(self.name, "info", "No timed GPU activity",
                             f"The trace's {gpu_rows} GPU rows are aggregated (no start times), so idle gaps "
@@ -165,7 +168,7 @@ class GpuIdle(Rule):
                             figures={"span_ns": "ns", "idle_ns": "ns", "idle_pct": "pct",
                                      "untimed_rows": "problem_count"},
                             labels=LABELS)]
-        gaps = measures.gaps(events, longest=int(t["top"]))  # each trace's (rank's) longest: enough for the top
+        gaps = _without(measures.gaps(events, longest=int(t["top"])), left)  # each rank's longest: enough
         span_ns = exact_sum(per_device["span_ns"])  # each device's span fits Int64, their sum may not
         idle_ns = exact_sum(per_device["idle_ns"])
         busy_ns = exact_sum(per_device["busy_ns"])
@@ -201,13 +204,18 @@ class GpuIdle(Rule):
         message += (f"; the longest is {fmt_ns(items[0]['length_ns'])}." if items else ".")
         if untimed:
             message += f" {untimed:,} aggregated GPU rows left out: they have no start time."
-        with_gpu = set(per_device["trace_id"].to_list()) if ranks else set()
-        without = sorted(r for tid, r in ranks.items() if tid not in with_gpu)
+        without = sorted(r for tid, r in ranks.items() if tid not in recorded)
         cut = sorted(set(incomplete_ranks(trace.meta)) & set(without))
         if cut:  # its GPU work was after the cut: not "recorded none"
             said = ends_early(cut)
             message += (f" {said[0].upper()}{said[1:]} before any of {'its' if len(cut) == 1 else 'their'} GPU "
                         "activity: left out of these figures.")
+        if partial := sorted(r for tid, r in left.items() if tid in recorded):
+            said = ends_early(partial)
+            one = len(partial) == 1
+            message += (f" {said[0].upper()}{said[1:]}: {'its' if one else 'their'} GPU activity was written in "
+                        f"part only (gaps where work went unwritten), so {'it is' if one else 'they are'} left out "
+                        "of these figures.")
         idle_ranks = [r for r in without if r not in cut]
         if idle_ranks:
             message += (f" {listed('rank', idle_ranks, shown=8).capitalize()} recorded no GPU activity and "
@@ -219,9 +227,9 @@ class GpuIdle(Rule):
             _hip=((pl.col("kind") == "api") & pl.col("name").str.starts_with("hip")).any()
             & ~((pl.col("kind") == "api") & pl.col("name").str.starts_with("cuda")).any()).row(0)
         blind = not calls or not links
-        breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns, partly_linked=not blind)
+        breakdown, streams, reasons = self._breakdown(events, t, ranks, idle_ns, left, partly_linked=not blind)
         message += reasons
-        activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"])
+        activity, sentence = self._host_activity(events, t, breakdown["host_wait_ns"], left)
         message += sentence
         suggestion = ""
         if blind and reasons:
@@ -254,9 +262,10 @@ class GpuIdle(Rule):
                                       round(span_ns / n_dev)),
                         impact_range=mean_range(in_rank_order(per_device, ranks), "idle_ns", ranks))]
 
-    def _host_activity(self, events, t: dict, host_wait_ns: int) -> tuple[dict, str]:
-        """The host-wait time by what the launching thread did (see the definition): the table, a sentence."""
-        rows = measures.gap_activity(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
+    def _host_activity(self, events, t: dict, host_wait_ns: int, left: dict) -> tuple[dict, str]:
+        """The host-wait time by what the launching thread did (see the definition): the table, a sentence; the
+        ranks ``left`` out (:func:`~traceparse.run.cut_rank_traces`) are not counted."""
+        rows = _without(measures.gap_activity(events, kernel_wait_ns=int(t["kernel_wait_below_ns"])), left)
         if rows.height == 0:
             return {}, ""
         merged = (rows.with_columns(name=step_free(pl.col("name")).str.replace(r"#\d+$", "#N"))
@@ -276,7 +285,7 @@ class GpuIdle(Rule):
         named = ", ".join(f"{name} {fmt_pct(v['share_pct'])}" for name, v in list(table.items())[:3])
         return table, f" The host, while the GPU waited for it, was in: {named}."
 
-    def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int,
+    def _breakdown(self, events, t: dict, ranks: dict, idle_ns: int, left: dict,
                    partly_linked: bool = True) -> tuple[dict, dict, str]:
         """Idle time split into host wait, kernel wait and other by the streams' gaps: metrics, the streams table
         (worst first), a sentence (which says how much of "other" comes before unlinked work where the trace links
@@ -286,7 +295,7 @@ class GpuIdle(Rule):
         devices' idle time (streams overlap, so the gaps of several streams may cover one idle moment: their
         sum is no part of the span, their shares are).
         """
-        per_stream = measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"]))
+        per_stream = _without(measures.stream_idle(events, kernel_wait_ns=int(t["kernel_wait_below_ns"])), left)
         total = exact_sum(per_stream["idle_ns"])
         parts = {"host_wait_ns": exact_sum(per_stream["host_wait_ns"]),
                  "kernel_wait_ns": exact_sum(per_stream["kernel_wait_ns"]),
@@ -325,6 +334,11 @@ class GpuIdle(Rule):
             sentence += (f" Of the other, {fmt_pct(expr.pct(unlinked, parts['other_wait_ns']))} is before copies or "
                          "kernels the trace links to no launch call: whether they were queued cannot be told.")
         return metrics, streams, sentence
+
+
+def _without(rows: pl.DataFrame, left: dict) -> pl.DataFrame:
+    """``rows`` (a measure's, by ``trace_id``) but those of the traces ``left`` out."""
+    return rows.filter(~pl.col("trace_id").is_in(list(left))) if left and rows.height else rows
 
 
 def _device_key(device_id: int | None) -> str:

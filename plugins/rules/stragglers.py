@@ -105,10 +105,10 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.errors import spelled
-from traceparse.figures import ends_early, fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
+from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
-from traceparse.measures.comm import (comm_kernels, member_compute, member_windows_counted, paired_transfer,
-                                     waiting_by_instance, waiting_time)
+from traceparse.measures.comm import (arrivals_unknown, comm_kernels, member_compute, member_windows_counted,
+                                     paired_transfer, waiting_by_instance, waiting_time)
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
@@ -215,7 +215,10 @@ class Stragglers(Rule):
         bubble = transfers > 0 and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
         severity = "info" if bubble else severity
         straggler = candidate if severity != "info" else None
-        incomplete = waits.filter(pl.col("members") < _expected_members(trace.meta.distributed, len(members))).select(
+        calls = measures.collectives(events)
+        left_out = arrivals_unknown(events)
+        incomplete = _with_left_out(waits, calls, left_out).filter(
+            pl.col("members") < _expected_members(trace.meta.distributed, len(members) + len(left_out))).select(
             "process_group", "instance").unique().height
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
@@ -301,11 +304,14 @@ class Stragglers(Rule):
         cut_short = incomplete_ranks(trace.meta) if label == "rank" else []
         if incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
-        if cut_short:  # a profiler killed mid-write: what the rest of the rules read of that rank is partial too
+        if left_out:
+            message += _left_out_sentence(events, calls, left_out, label, cut_short)
+        if cut_short := [r for r in cut_short if r not in left_out]:
+            # a profiler killed mid-write: what the rest of the rules read of that rank is partial too
             said = ends_early(cut_short)
             message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut_short) == 1 else 'their'} collectives "
                         "after the cut are missing, and the figures cover what was read.")
-        cut = measures.collectives(events).select("process_group", "instance").unique().height - n_instances
+        cut = calls.select("process_group", "instance").unique().height - n_instances
         if cut > 0:  # left out of the device's arrivals (measures.comm._cut_at_the_end)
             message += (f" {cut} more {noun[:-1] if cut == 1 else noun} at the trace's end "
                         f"{'is' if cut == 1 else 'are'} left out: the profiler stopped before "
@@ -446,6 +452,36 @@ def _whole_host_slow(per: pl.DataFrame, by_host: list[tuple[str, list[int], int]
         if len(ranks) > 1 and elsewhere and min(int(caused.get(r) or 0) for r in ranks) > max(elsewhere):
             return host
     return None
+
+
+def _with_left_out(waits: pl.DataFrame, calls: pl.DataFrame, left_out: list) -> pl.DataFrame:
+    """``waits`` with each instance's ``members`` counting the ``left_out`` members that called it (they took part;
+    only their arrivals are unknown: :func:`~traceparse.measures.comm.arrivals_unknown`)."""
+    if not left_out:
+        return waits
+    key = ["process_group", "instance"]
+    extra = calls.filter(pl.col("member").is_in(left_out)).group_by(key).agg(_extra=pl.len().cast(pl.Int64))
+    return (waits.join(extra, on=key, how="left", nulls_equal=True)
+            .with_columns(members=pl.col("members") + pl.col("_extra").fill_null(0)).drop("_extra"))
+
+
+def _left_out_sentence(events, calls: pl.DataFrame, left_out: list, label: str, cut_short: list) -> str:
+    """What the comparison leaves out and why: the ``left_out`` members (arrivals unknown), each with its calls and
+    communication kernels, and the reason where it is known: their trace ends early (``cut_short``)."""
+    kernels = dict(picked(events, comm_kernels() & pl.col("rank").is_not_null(), "rank").group_by("rank")
+                   .agg(kernels=pl.len()).iter_rows())
+    called = dict(calls.filter(pl.col("member").is_in(left_out)).group_by("member").agg(n=pl.len()).iter_rows())
+    one = len(left_out) == 1
+    counts = "; ".join(("" if one else f"{label} {m}: ") + f"{fmt_count(kernels.get(m, 0), 'kernel')} for "
+                       f"{fmt_count(called.get(m, 0), 'call')}" for m in left_out[:RANKS_NAMED])
+    more = f"; {len(left_out) - RANKS_NAMED} more {label}s" if len(left_out) > RANKS_NAMED else ""
+    its = "its" if one else "their"
+    cut = [m for m in left_out if m in cut_short]
+    why = ("; its trace ends early (cut short)" if one and cut else f"; {ends_early(cut)}" if cut else "")
+    return (f" {listed(label, left_out, shown=RANKS_NAMED).capitalize()} {'has' if one else 'have'} fewer "
+            f"communication kernels than collective calls ({counts}{more}{why}): which call each kernel ran for "
+            f"cannot be told, so {its} arrivals on the GPU are unknown; {'it is' if one else 'they are'} left out, "
+            f"and the other {label}s are compared on their kernels' starts.")
 
 
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
