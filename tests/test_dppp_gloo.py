@@ -92,6 +92,15 @@ def test_the_slow_end_of_a_chain_is_named_not_the_links_before_it():
     assert max(ranks[5]["wait_caused_ns"], ranks[6]["wait_caused_ns"]) > ranks[7]["wait_caused_ns"] > 0
     assert m["wait_caused_ns"] == ranks[7]["wait_caused_ns"]
     assert m["slow_rank_host"][0]["name"] == "aten::mm"
+    # the table lists ranks 5 and 6 above rank 7's wait caused: the finding says why they are not the straggler
+    from traceparse.figures import fmt_ns, fmt_pct
+
+    by_caused = sorted((5, 6), key=lambda r: (-ranks[r]["wait_caused_ns"], r))
+    pct = {r: fmt_pct(round(100.0 * share[r], 4)) for r in (5, 6, 7)}
+    assert (f"Ranks {by_caused[0]} and {by_caused[1]} made the others wait longer "
+            f"({fmt_ns(ranks[by_caused[0]]['wait_caused_ns'])} and {fmt_ns(ranks[by_caused[1]]['wait_caused_ns'])} "
+            f"in all) but were late because they waited: {pct[by_caused[0]]} and {pct[by_caused[1]]} of their step "
+            f"time waiting, where rank 7 waited {pct[7]} of its own") in f.message
 
 
 def test_the_all_reduces_are_named_by_the_data_parallel_groups(job):

@@ -19,6 +19,7 @@ import lzma
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -51,12 +52,41 @@ TRACES = [p for p in [*(SHARED / "torch").glob("*.json.gz"), SHARED / "nsys" / "
                       *sorted((FIXTURES / "torch" / "hta").glob("*.json.gz")),
                       FIXTURES / "jax" / "tpu" / "xprof_tpu_inference_2" / "tpu_inference_2.xplane.pb"]
           if all(q.exists() for q in (p if isinstance(p, tuple) else (p,)))]
-CASES = RUNS + TRACES
+
+
+class Cut(NamedTuple):
+    """A run with a rank's file cut short (a profiler killed mid-write): ``rank`` (None: every rank) cut at ``keep``
+    of its bytes. Made from the real run ``source`` when the case is analyzed."""
+
+    source: Path
+    rank: int | None
+    keep: float
+
+
+#: Every multi-rank fixture with rank 0 cut at 60% of its bytes, and every rank cut at 70%: what was read is
+#: bound by the same wholes (a cut rank's partial GPU record read as a GPU 67% idle, its collectives as another
+#: rank's critical straggler).
+CUTS = [Cut(p, rank, keep) for p in RUNS if sorted(p.glob("rank*.json.gz")) for rank, keep in ((0, 0.6), (None, 0.7))]
+CASES = RUNS + TRACES + CUTS
+
+
+def _cut_copy(cut: Cut, where: Path) -> Path:
+    """``cut.source``'s rank files in ``where``, the cut ones cut (gzipped whole again)."""
+    out = where / f"{cut.source.name}_cut{'all' if cut.rank is None else cut.rank}"
+    out.mkdir()
+    for path in sorted(cut.source.glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if cut.rank is None or int(path.name[4:].split(".")[0]) == cut.rank:
+            data = data[: int(len(data) * cut.keep)]
+        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
+    return out
 
 
 def analyzed(case: Path | tuple[Path, ...], store: Path) -> dict:
     """``analyze --json --all`` of one case (a path, or the files of one trace); None for an .ncu-rep report where
     NVIDIA's ncu_report is not installed."""
+    if isinstance(case, Cut):
+        case = _cut_copy(case, store.parent)
     paths = list(case) if isinstance(case, tuple) else [case]
     if paths == [NCU_REP]:
         try:
@@ -71,7 +101,9 @@ def analyzed(case: Path | tuple[Path, ...], store: Path) -> dict:
     return json.loads(out)
 
 
-def _name(case: Path | tuple[Path, ...]) -> str:
+def _name(case: Path | tuple[Path, ...] | Cut) -> str:
+    if isinstance(case, Cut):
+        return f"{case.source.name} cut {'every rank' if case.rank is None else f'rank {case.rank}'}"
     path = case[0] if isinstance(case, tuple) else case
     return f"{path.parent.name}/{path.name}"
 

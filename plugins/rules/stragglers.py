@@ -253,6 +253,7 @@ class Stragglers(Rule):
                            f"{fmt_pct(share)} of their step time: {fmt_ns(per_step_ns)} per {label} per step."))
             if also:
                 message += _as_slow_sentence(per, shared, candidate, also, label)
+            message += _relayed_sentence(per, candidate, also, label)
             suggestion = (f"Find what {names} {'do' if also else 'does'} before {'their' if also else 'its'} "
                           f"{noun} that the others do not: uneven data (batch sizes, sequence lengths), a "
                           "slower input pipeline or host, extra work in hooks or logging on "
@@ -591,6 +592,30 @@ def _busiest_first(per: pl.DataFrame, warning_pct: float) -> pl.DataFrame:
     first = min(lone, key=lambda x: (x[0], x[1]))[2]
     key = pl.col("member").fill_null(-1) == (-1 if first is None else first)
     return pl.concat([per.filter(key), per.filter(~key)])
+
+
+def _relayed_sentence(per: pl.DataFrame, candidate, also: list, label: str) -> str:
+    """Where members the table lists made the others wait longer than the straggler ``candidate`` (put first by
+    :func:`_busiest_first`), why they are not named: they waited themselves most of their steps, late because they
+    waited (a pipeline's stages before the slow one). Else ""."""
+    top = per.filter(pl.col("member") == candidate)
+    if top.height == 0:
+        return ""
+    caused = int(top["wait_caused_ns"][0])
+    more = per.filter((pl.col("wait_caused_ns") > caused) & ~pl.col("member").is_in([candidate, *also]))
+    if more.height == 0:
+        return ""
+    more = more.sort(["wait_caused_ns", "member"], descending=[True, False])
+    one = more.height == 1
+    shown = more.head(RANKS_NAMED)
+    own = fmt_pct(expr.pct(int(top["waited_ns"][0]), int(top["step_ns"][0])) or 0)
+    waited = " and ".join(fmt_pct(expr.pct(w, st) or 0) for w, st in zip(shown["waited_ns"], shown["step_ns"]))
+    caused_said = " and ".join(fmt_ns(ns) for ns in shown["wait_caused_ns"])
+    return (f" {listed(label, shown['member'].to_list(), shown=RANKS_NAMED).capitalize()} made the others wait "
+            f"longer ({caused_said}{'' if one else ' in all'}) but {'was' if one else 'were'} late because "
+            f"{'it' if one else 'they'} waited: {waited} of {'its' if one else 'their'} step time waiting, where "
+            f"{label} {candidate} waited {own} of its own (a chain of waits, as a pipeline's earlier stages "
+            "wait for a slow later one).")
 
 
 def _as_slow(per: pl.DataFrame, candidate) -> list:
