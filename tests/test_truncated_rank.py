@@ -274,3 +274,22 @@ def test_diff_says_a_side_ends_early(cut, tmp_path):
     code, out, err = run_cli("--store", store, "diff", "--json", str(whole), str(one))
     assert code == 0, err
     assert "B ends early (cut short): its figures cover what was read" in json.loads(out)["differences"]
+
+
+def test_whatif_balance_leaves_a_cut_rank_as_it_is(tmp_path):
+    """whatif --balance on fsdp4_balanced with rank 0 cut at 60% "evened out" rank 0 (1.503 ms a step taken off it:
+    its names' time, lost with the cut, read as less work than the median rank's). A rank cut short is neither
+    evened out nor counted in the medians, and the notes say so: the cut run's balance matches the whole run's
+    (nothing to even out)."""
+    source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
+    cut = _cut_run(tmp_path, source, 0, 0.6)
+    docs = {}
+    for name, folder in (("whole", source), ("cut", cut)):
+        code, out, err = run_cli("--store", str(tmp_path / f"store_w_{name}"), "whatif", str(folder), "--balance",
+                                 "--json")
+        assert code == 0, err
+        docs[name] = json.loads(out)
+    (whole,), (part,) = docs["whole"]["edits"], docs["cut"]["edits"]
+    assert (part["calls"], part["removed_per_step_ns"]) == (whole["calls"], whole["removed_per_step_ns"]) == (0, 0)
+    assert docs["cut"]["notes"][0] == ("Rank 0's trace ends early (cut short): the replay is of what was read, and "
+                                       "--balance leaves it as it is (work after the cut is missing, not undone).")

@@ -23,10 +23,12 @@ from rich.text import Text
 from traceparse import expr
 from traceparse.command import Command
 from traceparse.errors import InputError
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct
+from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct
 from traceparse.measures.whatif import BALANCE_MIN_EXCESS, parse_drop, parse_scale, slowest_step, what_if
+from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.report import TABLE_ROWS, fitted_table, fold_rows, trace_label
+from traceparse.run import cut_rank_traces
 from traceparse.rule import RuleOptions
 from traceparse.threads import thread_names
 from traceparse.text import literal
@@ -85,11 +87,19 @@ class WhatIfCommand(Command):
         trace = found[0]
         label = _label(trace)
         try:
+            cut = cut_rank_traces(trace)  # their work after the cut is missing: not work to even out
             result = what_if(trace.events, drops, scales, args.balance, args.align_clocks, args.top,
-                             names=thread_names(trace.meta))
+                             names=thread_names(trace.meta), cut=frozenset(cut))
         except InputError as e:
             raise InputError(f"{label}: {e}") from None
         doc = document(trace, label, result)
+        if ranks := incomplete_ranks(trace.meta):
+            said = ends_early(ranks)
+            note = (f"{said[0].upper()}{said[1:]}: the replay is of what was read"
+                    + (f", and --balance leaves {'it' if len(ranks) == 1 else 'them'} as "
+                       f"{'it is' if len(ranks) == 1 else 'they are'} (work after the cut is missing, not undone)"
+                       if args.balance and cut else "") + ".")
+            doc["notes"].insert(0, note)
         if args.balance:
             note = _straggler_kept(session, trace, doc)
             if note:

@@ -209,12 +209,12 @@ def _in_steps(graph: pl.DataFrame, windows: pl.DataFrame) -> np.ndarray:
 
 
 def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, drops=(), scales=(),
-                balance: bool = False) -> tuple[np.ndarray, list[Applied]]:
+                balance: bool = False, cut: frozenset = frozenset()) -> tuple[np.ndarray, list[Applied]]:
     """The weight of every edge of ``graph`` after the edits (graph row order), and what each edit matched.
 
     ``windows``: the step windows (:func:`step_windows`), over which an edit's time per step is counted. A drop
     that matches no host op or annotation (on its rank) is a one-line :class:`InputError`; so is a rank the trace
-    does not have, and ``balance`` on a trace of one rank."""
+    does not have, and ``balance`` on a trace of one rank. ``cut``: as :func:`balance_factors`'s."""
     graph = graph.with_columns(pl.col("name", "category").cast(pl.String))  # matched as text against names
     w = _weights(graph)
     inside = _in_steps(graph, windows)
@@ -251,7 +251,7 @@ def apply_edits(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame
                              "median rank needs ranks to compare)")
         before = w.copy()
         step_ns = dict(windows.group_by("trace_id").agg((pl.col("end_ns") - pl.col("start_ns")).mean()).iter_rows())
-        factors = balance_factors(events, graph, step_ns)
+        factors = balance_factors(events, graph, step_ns, cut)
         names: set = set()
         changed = np.zeros(graph.height, dtype=bool)
         if factors.height:
@@ -314,14 +314,16 @@ def _applied(text: str, calls: int, graph: pl.DataFrame, windows: pl.DataFrame, 
 BALANCE_MIN_EXCESS = 0.01
 
 
-def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | None = None) -> pl.DataFrame:
+def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | None = None,
+                    cut: frozenset = frozenset()) -> pl.DataFrame:
     """Per (trace, kind, name): the factor that takes out a rank's time per step above the (lower) median over the
     ranks (:data:`traceparse.measures.step_time_by_name`; 0 on a rank that never runs it), where it exceeds it by
     at least :data:`BALANCE_MIN_EXCESS` of its mean step (``step_ns``: trace -> ns; without it, by any amount):
     median / own, or less of the excess where taking all of it would leave the rank less work than the median
     rank has (:func:`_up_to_the_median_rank`). Neither collectives, step annotations, synchronisations nor
     synchronous copies (:data:`SYNC_CALLS`): their time is waiting (a straggler's peers wait in
-    ``hipMemcpyWithStream`` for the GPU that waits for it)."""
+    ``hipMemcpyWithStream`` for the GPU that waits for it). The traces ``cut`` (ranks cut short: their work after the
+    cut is missing, not undone) are neither evened out nor counted in the medians."""
     table = step_time_by_name(events)
     if table.height == 0:
         return pl.DataFrame(schema={"trace_id": pl.String, "kind": pl.String, "name": pl.String,
@@ -330,7 +332,8 @@ def balance_factors(events: pl.DataFrame, graph: pl.DataFrame, step_ns: dict | N
                | ((pl.col("kind") == "api") & ((expr.api_class(pl.col("name")) == "synchronize")
                                                | pl.col("name").fill_null("").str.contains(SYNC_CALLS))))
     table = table.with_columns(pl.col("trace_id").cast(pl.String), pl.col("kind").cast(pl.String)).filter(~waiting)
-    traces = graph.filter(pl.col("dst_trace") != INSTANCE_TRACE)["dst_trace"].unique().to_list()
+    traces = [t for t in graph.filter(pl.col("dst_trace") != INSTANCE_TRACE)["dst_trace"].unique().to_list()
+              if t not in cut]
     cells = over_median(table, traces)
     over = [(tr, kind, name, own, median) for tr, kind, name, own, median in cells
             if own > median and own - median >= BALANCE_MIN_EXCESS * (step_ns or {}).get(tr, 0)]
@@ -503,12 +506,12 @@ def _untraced_notes(paths: pl.DataFrame, segments: pl.DataFrame, min_pct: float 
 
 # -- the whole what-if -----------------------------------------------------------------------------------------------
 def _replayed(graph: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, drops=(), scales=(),
-              balance: bool = False) -> tuple:
+              balance: bool = False, cut: frozenset = frozenset()) -> tuple:
     """The edits applied to ``graph`` and every step of ``windows`` replayed with them: (weights, what each edit
     matched, the :class:`Replayer`, the edges frozen at their measured times, every node's replayed time, each
     window's first and last node and whether it has both, and the steps: ``windows`` with ``measured_ns``,
     ``predicted_ns`` and ``gain_ns``)."""
-    weights, applied = apply_edits(graph, events, windows, drops, scales, balance)
+    weights, applied = apply_edits(graph, events, windows, drops, scales, balance, cut)
     replayer = Replayer(graph)
     # each step replayed from its measured start: an edge from another step (or from before the steps) leaves at its
     # source's measured time, so that time saved in one step is never carried into the next as a later start of
@@ -561,11 +564,13 @@ def step_gains(events: pl.DataFrame, graph: pl.DataFrame, drops=(), scales=()) -
 
 
 def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, align_clocks: bool = False,
-            top: int = 8, graph: pl.DataFrame | None = None, names: dict | None = None) -> WhatIf:
+            top: int = 8, graph: pl.DataFrame | None = None, names: dict | None = None,
+            cut: frozenset = frozenset()) -> WhatIf:
     """Replay every step of ``events`` (a trace, or a run's ranks) with the edits and return, per step of each rank,
     ``measured_ns`` and ``predicted_ns`` (and ``gain_ns`` = measured − predicted), the predicted critical path (its
     mean length per step and ``top`` largest parts, their lanes named by ``names``: the trace's thread names), what
-    each edit matched, and what cannot be replayed.
+    each edit matched, and what cannot be replayed. ``cut``: the trace ids of a run's ranks cut short, which
+    ``balance`` leaves as they are (:func:`balance_factors`).
 
     A trace without a timeline, without host events on a thread or without steps cannot be replayed: a one-line
     :class:`InputError` says which."""
@@ -580,7 +585,7 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     if windows.height == 0:
         raise InputError("no steps to replay: the trace has no ProfilerStep#N, no step range and no optimizer "
                          "mark (whatif predicts step times)")
-    r = _replayed(graph, events, windows, drops, scales, balance)
+    r = _replayed(graph, events, windows, drops, scales, balance, frozenset(cut))
     weights, applied, replayer, frozen, at, first, last, ok, steps = r
     # the predicted path: the replayed graph's critical edges, from each window's replayed end to its start
     moved = replayed_graph(graph, replayer, at, weights, frozen)
