@@ -180,9 +180,12 @@ def test_findings_say_which_rank_was_cut_where_it_changes_them(cut, tmp_path):
     the cause: gpu-idle said rank 2 "recorded no GPU activity" (its GPU work was after the cut); stragglers said the
     calls and kernels did not pair "as batch_isend_irecv does", and that the ranks' clocks likely differ, advising
     to align them; comm-compute-overlap graded the others' spinning as exposed communication without a word."""
-    idle = _analyzed(tmp_path, cut)["gpu-idle"]
+    found = _analyzed(tmp_path, cut)
+    idle = found["gpu-idle"]
     assert "Rank 2's trace ends early (cut short) before any of its GPU activity: left out of these figures." \
         in idle["message"] and "recorded no GPU activity" not in idle["message"]
+    assert ("Rank 2's trace ends early (cut short): its work after the cut is missing, and the path runs through what "
+            "was read (the missing work is time the trace does not show).") in found["critical-path"]["message"]
     runs = FIXTURES / "torch" / "multirank"
     gloo = _analyzed(tmp_path, _cut_run(tmp_path, runs / "dp2pp2_gloo_slow_rank3", 0, 0.6))["stragglers"]["message"]
     assert "align_clocks" not in gloo and "clocks likely differ" not in gloo

@@ -76,8 +76,8 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.errors import ResourceError, spelled
-from traceparse.figures import fmt_ns, fmt_pct
-from traceparse.meta import device_nouns
+from traceparse.figures import ends_early, fmt_ns, fmt_pct
+from traceparse.meta import device_nouns, incomplete_ranks
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.critical_path import INSTANCE_TRACE, DependencyGraph, critical_paths, edge_coverage
 from traceparse.measures.gpu_behind import gpu_behind
@@ -216,6 +216,11 @@ class CriticalPath(Rule):
         if behind is not None:  # the path is the host's: say that the GPU, behind it, sets the pace
             metrics["gpu_behind"] = behind.as_dict()
         message = _message(metrics, items, details, ranks_known, unmarked)
+        if cut := incomplete_ranks(trace.meta):  # a profiler killed mid-write: its lost work is no time traced
+            said = ends_early(cut)
+            message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut) == 1 else 'their'} work after the cut is "
+                        "missing, and the path runs through what was read (the missing work is time the trace does "
+                        "not show).")
         if behind is not None:
             message += " " + behind.sentence()
         holder = None
