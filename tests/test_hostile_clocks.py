@@ -176,3 +176,32 @@ def test_moved_arrivals_are_clipped_never_wrapped():
     edge = pl.concat([conform(rows(0, 2**63 - 2000)), conform(rows(1, 0))])
     waits = collective_waits(edge, align_clocks=True)
     assert waits["arrival_ns"].min() >= 0 and waits["wait_ns"].min() >= 0
+
+
+def test_ranks_of_two_runs_are_said_to_be_so(store, tmp_path):
+    """A rank folder that mixes two runs of one job (fsdp4_balanced's ranks 0-2 and fsdp4_slow_loader's rank 3,
+    recorded 3.7 s apart on one machine): their collectives pair by number, and stragglers read "no rank stands
+    out; rank 3 made the others wait 13.39 ms", waits clipped to the steps. The k-th collective of rank 3 ends
+    seconds after the others' where members of one collective leave it together: the finding says the traces are
+    of different runs (or clocks that far apart), with the gap and the step it exceeds."""
+    from helpers import run_of
+    from traceparse import measures
+    from traceparse.figures import fmt_ns
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for rank in range(3):
+        (mixed / f"rank{rank}.json.gz").write_bytes((MULTIRANK / "fsdp4_balanced" / f"rank{rank}.json.gz").read_bytes())
+    (mixed / "rank3.json.gz").write_bytes((MULTIRANK / "fsdp4_slow_loader" / "rank3.json.gz").read_bytes())
+    offsets = measures.collective_waits(run_of(mixed).events, align_clocks=True).group_by("member").agg(
+        pl.col("offset_ns").first())["offset_ns"]
+    apart = int(offsets.max() - offsets.min())
+    assert apart > 3 * 10**9
+    doc, _ = _analyze(mixed)
+    message = next(f for f in doc["findings"] if f["rule"] == "stragglers")["message"]
+    assert (f"The ranks' collectives end up to {fmt_ns(apart)} apart (the median over the collectives), more than a "
+            "step (") in message
+    assert ("though ranks leave a collective together: these traces are of different runs, or their clocks differ by "
+            "that much, and no wait here compares the same collectives") in message
+    whole, _ = _analyze(MULTIRANK / "fsdp4_balanced")
+    assert "more than a step" not in next(f for f in whole["findings"] if f["rule"] == "stragglers")["message"]

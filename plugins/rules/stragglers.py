@@ -318,9 +318,23 @@ class Stragglers(Rule):
                         f"{'is' if cut == 1 else 'are'} left out: the profiler stopped before "
                         f"{'its' if cut == 1 else 'their'} kernels ran.")
         message += _host_arrivals_sentence(events, waits, label, noun, cut_short)
+        stride = _median_step(step, steps_per_member)
         if t["align_clocks"]:
             message += " Clocks aligned on collective end times."
-        elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and straggler is not None and cut_short:
+        elif (apart := _clocks_apart(events)) > CLOCKS_APART_NS and apart > stride > 0:
+            # further apart than a step: not a rank late at its collectives; whatever the verdict, it is unfounded
+            one_host = _one_host(trace.meta, members) if label == "rank" else None
+            message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
+                        f"collectives), more than a step ({fmt_ns(stride)}), though {label}s leave a collective "
+                        "together: " + (f"every {label} ran on {one_host}, on one clock, so these traces are of "
+                                        "different runs, and no wait here compares the same collectives."
+                                        if one_host is not None else
+                                        "these traces are of different runs, or their clocks differ by that much, "
+                                        "and no wait here compares the same collectives; if the clocks differ, "
+                                        + spelled("--set stragglers.align_clocks=true",
+                                                  'settings={"stragglers": {"align_clocks": True}}')
+                                        + " aligns them on the collectives' ends."))
+        elif apart > CLOCKS_APART_NS and straggler is not None and cut_short:
             message += (f" The {label}s' collectives end up to {fmt_ns(apart)} apart (the median over the "
                         f"collectives): with a {label}'s trace cut short that may be its collectives paired with "
                         "others' after the cut, not its clock.")
@@ -657,6 +671,13 @@ def _listed(label: str, members: list) -> str:
 def _member_of(item: dict, label: str):
     """The member an item row is of: its rank, or its device where members are devices."""
     return item["rank"] if label == "rank" else item["device"] if label == "device" else None
+
+
+def _median_step(step: dict, steps: dict) -> int:
+    """The members' median step time: each member's time in its steps (``step``) over its number of steps
+    (``steps``); 0 where none is known."""
+    per = [ns / steps[m] for m, ns in step.items() if steps.get(m)]
+    return round(statistics.median(per)) if per else 0
 
 
 def _clocks_apart(events) -> int:
