@@ -296,3 +296,22 @@ def test_whatif_balance_leaves_a_cut_rank_as_it_is(tmp_path):
     assert (part["calls"], part["removed_per_step_ns"]) == (whole["calls"], whole["removed_per_step_ns"]) == (0, 0)
     assert docs["cut"]["notes"][0] == ("Rank 0's trace ends early (cut short): the replay is of what was read, and "
                                        "--balance leaves it as it is (work after the cut is missing, not undone).")
+
+
+def test_a_run_missing_its_slow_rank_says_the_waits_for_it_are_nobodys(tmp_path):
+    """fsdp4_slow_loader without rank 2's file (its slow rank): the others' kernels spin at every collective for a
+    rank that is not there, and stragglers said only "63 collectives are missing on some ranks" beside "no rank
+    stands out". It now names the missing rank and where a wait for it shows."""
+    source = FIXTURES / "torch" / "multirank" / "fsdp4_slow_loader"
+    out = tmp_path / "missing2"
+    out.mkdir()
+    for rank in (0, 1, 3):
+        (out / f"rank{rank}.json.gz").write_bytes((source / f"rank{rank}.json.gz").read_bytes())
+    whole = _analyzed(tmp_path, source)["stragglers"]["metrics"]
+    s = _analyzed(tmp_path, out)["stragglers"]
+    assert (whole["straggler_rank"], s["metrics"]["straggler_rank"]) == (2, None)
+    assert s["metrics"]["incomplete_collectives"] == whole["collectives"] == 63
+    assert (f"Rank 2 is missing from the run (1 of 4 ranks), so {whole['collectives']} collectives lack it: a wait "
+            "for it is counted as no rank's here, and shows as the others' communication kernels running long with "
+            "none of them late (comm-compute-overlap's exposed communication).") in s["message"]
+    assert "missing on some ranks" not in s["message"]

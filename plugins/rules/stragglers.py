@@ -303,7 +303,17 @@ class Stragglers(Rule):
         if len(by_host) > 1:
             message += _hosts_sentence(by_host)
         cut_short = incomplete_ranks(trace.meta) if label == "rank" else []
-        if incomplete:
+        absent = _absent_ranks(trace.meta.distributed, [*members, *left_out]) if label == "rank" else []
+        if incomplete and absent:  # the run lacks ranks: a wait for them shows as nobody's
+            shown = listed("rank", absent[:RANKS_NAMED] + (["…"] if len(absent) > RANKS_NAMED else []),
+                           shown=RANKS_NAMED + 1)
+            one = len(absent) == 1
+            message += (f" {shown.capitalize()} {'is' if one else 'are'} missing from the run ({len(absent):,} of "
+                        f"{trace.meta.distributed['world_size']:,} ranks), so {incomplete} {noun} lack "
+                        f"{'it' if one else 'them'}: a wait for {'it' if one else 'them'} is counted as no "
+                        f"{label}'s here, and shows as the others' communication kernels running long with none of "
+                        "them late (comm-compute-overlap's exposed communication).")
+        elif incomplete:
             message += f" {incomplete} collectives are missing on some {label}s."
         if left_out:
             message += _left_out_sentence(events, calls, left_out, label, cut_short)
@@ -497,6 +507,16 @@ def _left_out_sentence(events, calls: pl.DataFrame, left_out: list, label: str, 
             f"communication kernels than collective calls ({counts}{more}{why}): which call each kernel ran for "
             f"cannot be told, so {its} arrivals on the GPU are unknown; {'it is' if one else 'they are'} left out, "
             f"and the other {label}s are compared on their kernels' starts.")
+
+
+def _absent_ranks(distributed: dict, present: list) -> list[int]:
+    """The ranks below the run's world size that are not ``present`` (its rank files lack them), in order; [] where
+    no world size is known. The run checked the world size against its files (never an absurd one)."""
+    world = distributed.get("world_size")
+    if not isinstance(world, int) or world <= len(present):
+        return []
+    have = {m for m in present if m is not None}
+    return [r for r in range(world) if r not in have]
 
 
 def _expected_members(distributed: dict, present: int) -> pl.Expr:
