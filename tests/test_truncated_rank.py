@@ -145,7 +145,7 @@ def test_rank_balance_leaves_a_cut_rank_out_of_the_comparison(tmp_path):
     f = _analyzed(tmp_path, two)["rank-balance"]
     assert (f["severity"], f["metrics"]["imbalance"], f["metrics"]["incomplete_ranks"]) == ("info", None, [1])
     assert ("Rank 1's trace ends early (cut short): its figures cover what was read, and are left out of the "
-            "comparison.") in f["message"]
+            "comparison and the totals.") in f["message"]
     assert f["message"].startswith("1 whole rank: too few to compare.")
     source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
     whole = _analyzed(tmp_path, source)["rank-balance"]["metrics"]["ranks"]
@@ -227,8 +227,13 @@ def test_a_rank_that_lost_its_kernels_is_left_out_not_the_gpus(tmp_path):
             three, measures.comm.member_windows(whole, three), measures.comm.member_compute(whole, three)).iter_rows()}
     assert ("Rank 0 has fewer communication kernels than collective calls: how long it waited for a later rank "
             "is unknown") in c["message"]
-    # gpu-idle and the summary: ranks 1-3 as the whole run measures them
-    devices = _analyzed(tmp_path, source)["gpu-idle"]["metrics"]["devices"]
+    # gpu-idle, rank-balance's totals and the summary: ranks 1-3 as the whole run measures them
+    whole_found = _analyzed(tmp_path, source)
+    balance = whole_found["rank-balance"]["metrics"]["ranks"]
+    assert {k: got["rank-balance"]["metrics"][k] for k in ("idle_ns", "span_ns", "compute_ns")} == {
+        k: sum(balance[r][k] for r in ("1", "2", "3")) for k in ("idle_ns", "span_ns", "compute_ns")}
+    assert "Over the 3 whole ranks: " in got["rank-balance"]["message"]
+    devices = whole_found["gpu-idle"]["metrics"]["devices"]
     kept = {k: v for k, v in devices.items() if not k.startswith("rank 0:")}
     idle = got["gpu-idle"]["metrics"]
     assert sorted(idle["devices"]) == sorted(kept) and len(kept) == 3
