@@ -320,3 +320,38 @@ def test_a_run_missing_its_slow_rank_says_the_waits_for_it_are_nobodys(tmp_path)
             "for it is counted as no rank's here, and shows as the others' communication kernels running long with "
             "none of them late (comm-compute-overlap's exposed communication).") in s["message"]
     assert "missing on some ranks" not in s["message"]
+
+
+def test_every_rank_cut_is_not_graded_on_the_hosts_calls(tmp_path):
+    """Every rank of the balanced fsdp4 run cut at 70%: each kept 28 of its 63 collectives' kernels, the arrivals
+    fell back to the hosts' calls, and stragglers read "critical: rank 3" where the whole run's GPUs name no
+    straggler; gpu-idle read 61.4% idle (4.6% whole) and blamed the host. The straggler is not graded (the figure
+    and what it would have been are said), gpu-idle says the lost work shows as idle time, and rank-balance does not
+    claim to leave the cut ranks out of totals that are theirs."""
+    source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
+    out = tmp_path / "all_cut"
+    out.mkdir()
+    for path in sorted(source.glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        (out / path.name).write_bytes(gzip.compress(data[: int(len(data) * 0.7)]))
+    got = _analyzed(tmp_path, out)
+    s = got["stragglers"]
+    assert (s["severity"], s["metrics"]["straggler_rank"]) == ("info", None)
+    assert s["title"] == "Not graded: rank 3 most waited for on the hosts' calls"
+    assert ("(25.0% of their step time, critical by the figure), on their hosts' calls: not graded, as ranks cut "
+            "short lost the communication kernels that say when each GPU arrived") in s["message"]
+    assert ("Every rank's trace ends early (cut short), and their streams' activities are written as their buffers "
+            "fill: one stream's may stop before another's, and the work lost shows as idle time here.") in \
+        got["gpu-idle"]["message"]
+    rb = got["rank-balance"]["message"]
+    assert rb.endswith("The traces of ranks 0, 1, 2 and 3 end early (cut short): their figures cover what was read.")
+    assert "Over all ranks" in rb
+    # a single trace of one stream cut short keeps the first part of its GPU work: nothing of the kind is said
+    whole = FIXTURES / "torch" / "resnet18_bs16.json.gz"
+    one = tmp_path / "one_cut.json.gz"
+    data = gzip.decompress(whole.read_bytes())
+    one.write_bytes(gzip.compress(data[: int(len(data) * 0.6)]))
+    code, text, err = run_cli("--store", str(tmp_path / "store_one"), "analyze", "--json", str(one))
+    assert code == 0, err
+    idle = next(f for f in json.loads(text)["findings"] if f["rule"] == "gpu-idle")
+    assert "buffers fill" not in idle["message"]

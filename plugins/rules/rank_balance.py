@@ -136,7 +136,8 @@ class RankBalance(Rule):
         if cut:
             said = ends_early(cut)
             message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut) == 1 else 'their'} figures cover what "
-                        "was read, and are left out of the comparison and the totals.")
+                        "was read" + (", and are left out of the comparison and the totals." if whole is compared
+                                      else "."))
         waiting = (rows.filter(pl.col("comm_exposed_pct") > WAITING_SHARE)
                    .sort(["comm_exposed_ns", "member"], descending=[True, False]))
         if waiting.height and rows.height > 1:

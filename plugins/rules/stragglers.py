@@ -211,6 +211,8 @@ class Stragglers(Rule):
         others_step = exact_sum(others["step_ns"])
         share = expr.pct(stake_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
+        blind = label == "rank" and _lost_to_the_cut(events, waits, incomplete_ranks(trace.meta))
+        graded, severity = severity, "info" if blind else severity
         # a pipeline whose most waited-for stage waits about as much itself: its bubble, not a slow stage
         bubble = transfers > 0 and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
         severity = "info" if bubble else severity
@@ -244,7 +246,15 @@ class Stragglers(Rule):
             first = {candidate, *also}
             items = [i for i in items if _member_of(i, label) in first] + [
                 i for i in items if _member_of(i, label) not in first]
-        if straggler is not None:
+        if blind and graded != "info":  # the hosts' calls, for kernels lost with the cut: no verdict
+            title = f"Not graded: {who} most waited for on the hosts' calls"
+            message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun}, and the other {each} "
+                       f"waited for it {fmt_ns(caused_ns)} in all ({fmt_pct(share)} of their step time, "
+                       f"{graded} by the figure), on their hosts' calls: not graded, as ranks cut short lost the "
+                       "communication kernels that say when each GPU arrived, and a host runs ahead of its GPU, by "
+                       "any amount (the whole run's GPUs can name another rank, or none).")
+            suggestion = ""
+        elif straggler is not None:
             names = _listed(label, [candidate, *also])
             title = f"Straggler: {who}" if not also else f"Stragglers: {names}"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun}. The other "
@@ -415,7 +425,8 @@ class Stragglers(Rule):
                         items=items, items_title=ITEMS_TITLE,
                         columns=[c for c in COLUMNS if (c.key != "device" or per["device"].is_not_null().any())
                                  and (c.key != "host" or len(hosts) > 1) and (c.key != "host_held_ns" or capped)],
-                        figures=FIGURES, **(_bubble_impact(per, members, label) if bubble else dict(
+                        figures=FIGURES, **(_bubble_impact(per, members, label) if bubble else
+                                            dict(impact_ns=None) if blind and graded != "info" else dict(
                             impact_ns=round(stake_ns / len(members)),
                             impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label))),
                         summary=summary)]
@@ -765,15 +776,7 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str, 
     kernels did not pair one to one: :func:`~traceparse.measures.comm.completions`), a sentence that says so, with
     each count, and why: ``cut_short`` ranks (their trace ends early: the kernels after the cut are missing), else
     calls batched into one kernel; else ""."""
-    if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
-        return ""
-    kernels = picked(events, comm_kernels() & pl.col("rank").is_not_null(), "rank").group_by("rank").agg(
-        kernels=pl.len())
-    if kernels.height == 0:
-        return ""
-    calls = waits.group_by("rank").agg(calls=pl.len())
-    counts = calls.join(kernels, on="rank", how="left").with_columns(pl.col("kernels").fill_null(0))
-    differ = counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
+    differ = _unpaired(events, waits)
     if differ.height == 0:
         return ""
     shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(RANKS_NAMED).iter_rows())
@@ -785,6 +788,28 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str, 
             f"and communication kernels do not pair one to one ({shown}{more}; {why}), and a host that runs ahead "
             "of its GPU makes these waits the hosts', which can be far from the GPUs' (the kernels' time is in "
             "comm-compute-overlap).")
+
+
+def _unpaired(events, waits: pl.DataFrame) -> pl.DataFrame:
+    """Where the arrivals are the calls' host starts though the members ran communication kernels, the ranks whose
+    calls and kernels differ in number (``rank``, ``calls``, ``kernels``), in rank order; else an empty frame."""
+    none = pl.DataFrame(schema={"rank": pl.Int32, "calls": pl.UInt32, "kernels": pl.UInt32})
+    if waits.height == 0 or not bool((waits["arrival"] == "host").all()):
+        return none
+    kernels = picked(events, comm_kernels() & pl.col("rank").is_not_null(), "rank").group_by("rank").agg(
+        kernels=pl.len())
+    if kernels.height == 0:
+        return none
+    calls = waits.group_by("rank").agg(calls=pl.len())
+    counts = calls.join(kernels, on="rank", how="left").with_columns(pl.col("kernels").fill_null(0))
+    return counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
+
+
+def _lost_to_the_cut(events, waits: pl.DataFrame, cut_short: list) -> bool:
+    """Whether the arrivals fell back to the hosts' calls because ranks cut short lost communication kernels: then
+    no verdict is graded, as a host that runs ahead of its GPU names its own straggler (every rank of the balanced
+    fsdp4 run cut at 70%: "critical: rank 3", where the whole run's GPUs name none)."""
+    return bool(cut_short) and bool(set(cut_short) & set(_unpaired(events, waits)["rank"].to_list()))
 
 
 #: The ranks whose calls and kernels differ in number named in the host-arrivals sentence; the rest are counted.
