@@ -47,9 +47,10 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     least :data:`GPU_BOUND_PCT` % and no warning or worse at stake: its own
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
-    minus gpu-idle's idle %, and like it of a run's whole ranks where some were cut short,
-    :func:`~traceparse.run.cut_rank_traces` (``gpu_left_out_ranks``: which); None without timed GPU work; ``gpu_span_ns`` the span it is of (a device's first to
-    last activity; of several, their mean); ``gpu_spin_pct`` the part of it that is communication kernels
+    minus gpu-idle's idle %, and like it of a run's whole ranks where some were
+    cut short, :func:`~traceparse.run.cut_rank_traces` (``gpu_left_out_ranks``:
+    which); None without timed GPU work; ``gpu_span_ns`` the span it is of (a
+    device's first to last activity; of several, their mean); ``gpu_spin_pct`` the part of it that is communication kernels
     spinning for a later rank while no compute kernel runs (None where none does), ``gpu_work_pct`` busy less
     spin (what ``gpu_bound`` grades); then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
@@ -78,8 +79,11 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     steps = step_windows(events)
     durations = steps["duration_ns"].to_list() if steps is not None else []
     busy = measures.device_busy(events)
-    if left := cut_rank_traces(trace):  # as gpu-idle: the whole ranks' GPUs, a cut rank's record being partial
-        busy = busy.filter(~pl.col("trace_id").is_in(list(left)))
+    left = cut_rank_traces(trace)  # as gpu-idle: the whole ranks' GPUs, a cut rank's record being partial
+    if left and (whole := busy.filter(~pl.col("trace_id").is_in(list(left)))).height:
+        busy = whole
+    else:  # no whole rank ran GPU work: the cut ones are all there is
+        left = {}
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     span_ns = trace_span(events)
     split = gpu_time(events)

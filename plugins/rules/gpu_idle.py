@@ -159,7 +159,10 @@ class GpuIdle(Rule):
         per_device = measures.device_busy(events)
         left = cut_rank_traces(trace)  # ranks cut short: their GPU record is partial
         recorded = set(per_device["trace_id"].to_list())
-        per_device = _without(per_device, left)
+        if (whole := _without(per_device, left)).height or not left:
+            per_device = whole
+        else:  # the whole ranks ran nothing on a GPU: the cut ones are all there is, kept (and said)
+            left = {}
         if per_device.height == 0:
             return [Finding(self.name, "info", "No timed GPU activity",
                             f"The trace's {gpu_rows} GPU rows are aggregated (no start times), so idle gaps "

@@ -315,8 +315,7 @@ class Stragglers(Rule):
         cut_short = incomplete_ranks(trace.meta) if label == "rank" else []
         absent = _absent_ranks(trace.meta.distributed, [*members, *left_out]) if label == "rank" else []
         if incomplete and absent:  # the run lacks ranks: a wait for them shows as nobody's
-            shown = listed("rank", absent[:RANKS_NAMED] + (["…"] if len(absent) > RANKS_NAMED else []),
-                           shown=RANKS_NAMED + 1)
+            shown = listed("rank", absent, shown=RANKS_NAMED)
             one = len(absent) == 1
             message += (f" {shown.capitalize()} {'is' if one else 'are'} missing from the run ({len(absent):,} of "
                         f"{trace.meta.distributed['world_size']:,} ranks), so {incomplete} {noun} lack "
@@ -654,8 +653,8 @@ def _relayed_sentence(per: pl.DataFrame, candidate, also: list, label: str) -> s
     one = more.height == 1
     shown = more.head(RANKS_NAMED)
     own = fmt_pct(expr.pct(int(top["waited_ns"][0]), int(top["step_ns"][0])) or 0)
-    waited = " and ".join(fmt_pct(expr.pct(w, st) or 0) for w, st in zip(shown["waited_ns"], shown["step_ns"]))
-    caused_said = " and ".join(fmt_ns(ns) for ns in shown["wait_caused_ns"])
+    waited = _and([fmt_pct(expr.pct(w, st) or 0) for w, st in zip(shown["waited_ns"], shown["step_ns"])])
+    caused_said = _and([fmt_ns(ns) for ns in shown["wait_caused_ns"]])
     return (f" {listed(label, shown['member'].to_list(), shown=RANKS_NAMED).capitalize()} made the others wait "
             f"longer ({caused_said}{'' if one else ' in all'}) but {'was' if one else 'were'} late because "
             f"{'it' if one else 'they'} waited: {waited} of {'its' if one else 'their'} step time waiting, where "
@@ -702,6 +701,11 @@ def _listed(label: str, members: list) -> str:
 def _member_of(item: dict, label: str):
     """The member an item row is of: its rank, or its device where members are devices."""
     return item["rank"] if label == "rank" else item["device"] if label == "device" else None
+
+
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _median_step(step: dict, steps: dict) -> int:
