@@ -252,3 +252,25 @@ def as_shown(value: int) -> int:
     if exponent <= 0:
         return int(value)
     return int(Decimal(int(value)).scaleb(-exponent).quantize(Decimal(1), rounding=ROUND_HALF_UP).scaleb(exponent))
+
+
+def cut_file(path: Path, out: Path, keep: float) -> Path:
+    """``path`` (a gzipped JSON trace) written to ``out`` with its JSON cut at ``keep`` of its bytes, gzipped whole
+    again: a trace whose profiler was killed mid-write."""
+    import gzip
+
+    data = gzip.decompress(path.read_bytes())
+    out.write_bytes(gzip.compress(data[: int(len(data) * keep)], compresslevel=1))
+    return out
+
+
+def cut_run(source: Path, out: Path, rank: int | None, keep: float) -> Path:
+    """``source``'s rank files (``rank<N>.json.gz``) copied into ``out``, rank ``rank``'s (None: every rank's) cut
+    by :func:`cut_file`: a run whose profiler was killed mid-write on that rank."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("rank*.json.gz")):
+        if rank is None or int(path.name[4:].split(".")[0]) == rank:
+            cut_file(path, out / path.name, keep)
+        else:
+            (out / path.name).write_bytes(path.read_bytes())
+    return out

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pytest
 
-from helpers import FIXTURES, REPO, run_cli, us_to_ns
+from helpers import FIXTURES, REPO, cut_run, run_cli, us_to_ns
 from traceparse import expr
 
 SHARED = REPO.parent / "shared" / "samples"
@@ -70,23 +70,12 @@ CUTS = [Cut(p, rank, keep) for p in RUNS if sorted(p.glob("rank*.json.gz")) for 
 CASES = RUNS + TRACES + CUTS
 
 
-def _cut_copy(cut: Cut, where: Path) -> Path:
-    """``cut.source``'s rank files in ``where``, the cut ones cut (gzipped whole again)."""
-    out = where / f"{cut.source.name}_cut{'all' if cut.rank is None else cut.rank}"
-    out.mkdir()
-    for path in sorted(cut.source.glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        if cut.rank is None or int(path.name[4:].split(".")[0]) == cut.rank:
-            data = data[: int(len(data) * cut.keep)]
-        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
-    return out
-
-
 def analyzed(case: Path | tuple[Path, ...], store: Path) -> dict:
     """``analyze --json --all`` of one case (a path, or the files of one trace); None for an .ncu-rep report where
     NVIDIA's ncu_report is not installed."""
     if isinstance(case, Cut):
-        case = _cut_copy(case, store.parent)
+        case = cut_run(case.source, store.parent / f"{case.source.name}_cut{'all' if case.rank is None else case.rank}",
+                       case.rank, case.keep)
     paths = list(case) if isinstance(case, tuple) else [case]
     if paths == [NCU_REP]:
         try:

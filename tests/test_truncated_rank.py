@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from helpers import FIXTURES, run_cli, run_of
+from helpers import FIXTURES, cut_file, cut_run, run_cli, run_of
 from traceparse import measures
 from traceparse.measures.comm import _short_members
 
@@ -26,12 +26,7 @@ CUT_RANK = 2
 @pytest.fixture(scope="module")
 def cut(tmp_path_factory) -> Path:
     """The run with rank 2's JSON cut at 60% of its bytes (each file gzipped whole again)."""
-    out = tmp_path_factory.mktemp("cut_rank")
-    for rank in range(4):
-        data = gzip.decompress((SOURCE / f"rank{rank}.json.gz").read_bytes())
-        kept = data[: int(len(data) * 0.6)] if rank == CUT_RANK else data
-        (out / f"rank{rank}.json.gz").write_bytes(gzip.compress(kept))
-    return out
+    return cut_run(SOURCE, tmp_path_factory.mktemp("cut_rank"), CUT_RANK, 0.6)
 
 
 def _raw(folder: Path, rank: int) -> bytes:
@@ -124,16 +119,9 @@ def _ranks(tmp_path: Path, source: Path) -> Path:
     return out
 
 
-def _cut_run(tmp_path: Path, source: Path, rank: int, keep: float) -> Path:
-    """``source``'s ranks in ``tmp_path``, rank ``rank``'s JSON cut at ``keep`` of its bytes."""
-    out = tmp_path / f"{source.name}_cut{rank}"
-    out.mkdir()
-    for path in sorted(source.glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        if int(path.name[4:].split(".")[0]) == rank:
-            data = data[: int(len(data) * keep)]
-        (out / path.name).write_bytes(gzip.compress(data))
-    return out
+def _cut_run(tmp_path: Path, source: Path, rank: int | None, keep: float) -> Path:
+    """``source``'s ranks in ``tmp_path``, rank ``rank``'s JSON (None: every rank's) cut at ``keep`` of its bytes."""
+    return cut_run(source, tmp_path / f"{source.name}_cut{'all' if rank is None else rank}", rank, keep)
 
 
 def test_rank_balance_leaves_a_cut_rank_out_of_the_comparison(tmp_path):
@@ -162,11 +150,7 @@ def test_every_rank_cut_reads_without_an_internal_error(tmp_path):
     its gloo annotations, none left to pair with the calls). The run reads, and stragglers says the traces end
     early; whatif replays it."""
     source = FIXTURES / "torch" / "multirank" / "gloo4_one_host_busy"
-    out = tmp_path / "all_cut"
-    out.mkdir()
-    for path in sorted(source.glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        (out / path.name).write_bytes(gzip.compress(data[: int(len(data) * 0.7)]))
+    out = _cut_run(tmp_path, source, None, 0.7)
     s = _analyzed(tmp_path, out)["stragglers"]
     assert "The traces of ranks 0, 1, 2 and 3 end early (cut short): their collectives after the cut are missing" \
         in s["message"]
@@ -254,11 +238,7 @@ def test_every_rank_cut_keeps_its_gpus_in_the_figures(tmp_path):
     """With no whole rank to show instead, a run whose every rank was cut keeps them all (nothing is left out,
     and the summary says every figure covers what was read)."""
     source = FIXTURES / "torch" / "multirank" / "nccl2_slow_rank1"
-    out = tmp_path / "both_cut"
-    out.mkdir()
-    for path in sorted(source.glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        (out / path.name).write_bytes(gzip.compress(data[: int(len(data) * 0.8)]))
+    out = _cut_run(tmp_path, source, None, 0.8)
     code, text, err = run_cli("--store", str(tmp_path / "store_both"), "analyze", "--json", str(out))
     doc = json.loads(text)
     assert doc["summary"][0]["gpu_left_out_ranks"] == [] and doc["summary"][0]["gpu_devices"] == 2
@@ -276,9 +256,7 @@ def test_diff_says_a_side_ends_early(cut, tmp_path):
     assert json.loads(out)["differences"] == [
         "A: rank 2's trace ends early (cut short), and its figures cover what was read"]
     whole = FIXTURES / "torch" / "resnet18_bs16.json.gz"
-    one = tmp_path / "resnet_cut.json.gz"
-    data = gzip.decompress(whole.read_bytes())
-    one.write_bytes(gzip.compress(data[: int(len(data) * 0.6)]))
+    one = cut_file(whole, tmp_path / "resnet_cut.json.gz", 0.6)
     code, out, err = run_cli("--store", store, "diff", "--json", str(whole), str(one))
     assert code == 0, err
     assert "B ends early (cut short): its figures cover what was read" in json.loads(out)["differences"]
@@ -329,11 +307,7 @@ def test_every_rank_cut_is_not_graded_on_the_hosts_calls(tmp_path):
     and what it would have been are said), gpu-idle says the lost work shows as idle time, and rank-balance does not
     claim to leave the cut ranks out of totals that are theirs."""
     source = FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
-    out = tmp_path / "all_cut"
-    out.mkdir()
-    for path in sorted(source.glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        (out / path.name).write_bytes(gzip.compress(data[: int(len(data) * 0.7)]))
+    out = _cut_run(tmp_path, source, None, 0.7)
     got = _analyzed(tmp_path, out)
     s = got["stragglers"]
     assert (s["severity"], s["metrics"]["straggler_rank"]) == ("info", None)
@@ -348,9 +322,7 @@ def test_every_rank_cut_is_not_graded_on_the_hosts_calls(tmp_path):
     assert "Over all ranks" in rb
     # a single trace of one stream cut short keeps the first part of its GPU work: nothing of the kind is said
     whole = FIXTURES / "torch" / "resnet18_bs16.json.gz"
-    one = tmp_path / "one_cut.json.gz"
-    data = gzip.decompress(whole.read_bytes())
-    one.write_bytes(gzip.compress(data[: int(len(data) * 0.6)]))
+    one = cut_file(whole, tmp_path / "one_cut.json.gz", 0.6)
     code, text, err = run_cli("--store", str(tmp_path / "store_one"), "analyze", "--json", str(one))
     assert code == 0, err
     idle = next(f for f in json.loads(text)["findings"] if f["rule"] == "gpu-idle")

@@ -51,6 +51,7 @@ from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError, enter_command_line, on_command_line, spelled
 from traceparse.figures import SAME_NS, same_figure
 from traceparse.ingest import plan, read_group
+from traceparse.meta import incomplete_ranks
 from traceparse.plugins import Registry, registry as default_registry
 from traceparse.sources import sha256_of
 from traceparse.validate import ascii_int
@@ -160,12 +161,21 @@ def cut_rank_traces(trace: Trace) -> dict[str, int]:
     writes each stream's activities as its buffers fill: a balanced FSDP rank kept 10 of its 63 collectives'
     kernels, and its GPU read 67% idle where it was 5%), so figures over the ranks' GPUs are of the whole ranks.
     """
-    from traceparse.meta import incomplete_ranks
-
     ranks = rank_labels(trace)
     cut = set(incomplete_ranks(trace.meta))
     left = {trace_id: rank for trace_id, rank in ranks.items() if rank in cut}
     return left if len(left) < len(ranks) else {}
+
+
+def whole_ranks_only(trace: Trace, rows: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """``rows`` (a measure's, by ``trace_id``: each device's busy time) without the run's ranks cut short
+    (:func:`cut_rank_traces`), and those left out; ``rows`` whole and {} where no whole rank has a row (the cut
+    ranks are all there is). gpu-idle and the summary's "GPU busy" take it alike, so that one is 100 minus the
+    other."""
+    left = cut_rank_traces(trace)
+    if left and (whole := rows.filter(~pl.col("trace_id").is_in(list(left)))).height:
+        return whole, left
+    return rows, {}
 
 
 def device_label(ranks: dict[str, int], trace_id: str | None, device_id: int | None) -> str:

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
-from traceparse.meta import HOSTNAMES, INCOMPLETE, INCOMPLETE_RANKS, RANK_HOSTS, TraceMeta, incomplete_notes, rank_hosts
+from traceparse.meta import (HOSTNAMES, INCOMPLETE, INCOMPLETE_RANKS, RANK_HOSTS, TraceMeta, incomplete_notes,
+                             rank_hosts)
 from traceparse.threads import THREAD_NAMES
 
 if TYPE_CHECKING:

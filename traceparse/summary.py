@@ -20,7 +20,7 @@ from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
 from traceparse.meta import UNREAD, device_nouns, gpu_processes, incomplete_notes
 from traceparse.rule import Finding, severity_rank
-from traceparse.run import cut_rank_traces, trace_ranks
+from traceparse.run import trace_ranks, whole_ranks_only
 from traceparse.schema import ASYNC_GROUP
 from traceparse.verdict import QUIET_SHARE, is_quiet
 from traceparse.trace import Trace
@@ -48,11 +48,12 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     work sets the pace), ``gpu_busy_pct`` (100 × Σ busy
     / Σ span over devices, as measure ``device_busy`` gives them, so it is 100
     minus gpu-idle's idle %, and like it of a run's whole ranks where some were
-    cut short, :func:`~traceparse.run.cut_rank_traces` (``gpu_left_out_ranks``:
+    cut short, :func:`~traceparse.run.whole_ranks_only` (``gpu_left_out_ranks``:
     which); None without timed GPU work; ``gpu_span_ns`` the span it is of (a
-    device's first to last activity; of several, their mean); ``gpu_spin_pct`` the part of it that is communication kernels
-    spinning for a later rank while no compute kernel runs (None where none does), ``gpu_work_pct`` busy less
-    spin (what ``gpu_bound`` grades); then
+    device's first to last activity; of several, their mean); ``gpu_spin_pct``
+    the part of it that is communication kernels spinning for a later rank
+    while no compute kernel runs (None where none does), ``gpu_work_pct`` busy
+    less spin (what ``gpu_bound`` grades); then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
@@ -78,12 +79,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     events = trace.events
     steps = step_windows(events)
     durations = steps["duration_ns"].to_list() if steps is not None else []
-    busy = measures.device_busy(events)
-    left = cut_rank_traces(trace)  # as gpu-idle: the whole ranks' GPUs, a cut rank's record being partial
-    if left and (whole := busy.filter(~pl.col("trace_id").is_in(list(left)))).height:
-        busy = whole
-    else:  # no whole rank ran GPU work: the cut ones are all there is
-        left = {}
+    # as gpu-idle: the whole ranks' GPUs, a cut rank's record being partial
+    busy, left = whole_ranks_only(trace, measures.device_busy(events))
     span_sum = exact_sum(busy["span_ns"]) if busy.height else 0
     span_ns = trace_span(events)
     split = gpu_time(events)

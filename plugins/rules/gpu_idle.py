@@ -86,7 +86,7 @@ from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, s
 from traceparse.measures.base import exact_sum
 from traceparse.measures.steps import step_free
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.run import cut_rank_traces, device_label, in_rank_order, mean_range, rank_labels, rank_of
+from traceparse.run import device_label, in_rank_order, mean_range, rank_labels, rank_of, whole_ranks_only
 from traceparse.trace import Trace
 
 #: The reasons' shares of the idle time (one whole): rounded together wherever they are shown.
@@ -157,12 +157,8 @@ class GpuIdle(Rule):
                                          .sum().alias("placed")).row(0)
         untimed = gpu_rows - placed
         per_device = measures.device_busy(events)
-        left = cut_rank_traces(trace)  # ranks cut short: their GPU record is partial
         recorded = set(per_device["trace_id"].to_list())
-        if (whole := _without(per_device, left)).height or not left:
-            per_device = whole
-        else:  # the whole ranks ran nothing on a GPU: the cut ones are all there is, kept (and said)
-            left = {}
+        per_device, left = whole_ranks_only(trace, per_device)  # ranks cut short: their GPU record is partial
         if per_device.height == 0:
             return [Finding(self.name, "info", "No timed GPU activity",
                             f"The trace's {gpu_rows} GPU rows are aggregated (no start times), so idle gaps "
@@ -277,7 +273,7 @@ class GpuIdle(Rule):
 
     def _host_activity(self, events, t: dict, host_wait_ns: int, left: dict) -> tuple[dict, str]:
         """The host-wait time by what the launching thread did (see the definition): the table, a sentence; the
-        ranks ``left`` out (:func:`~traceparse.run.cut_rank_traces`) are not counted."""
+        ranks ``left`` out (:func:`~traceparse.run.whole_ranks_only`) are not counted."""
         rows = _without(measures.gap_activity(events, kernel_wait_ns=int(t["kernel_wait_below_ns"])), left)
         if rows.height == 0:
             return {}, ""
