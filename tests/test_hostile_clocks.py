@@ -205,3 +205,40 @@ def test_ranks_of_two_runs_are_said_to_be_so(store, tmp_path):
             "that much, and no wait here compares the same collectives") in message
     whole, _ = _analyze(MULTIRANK / "fsdp4_balanced")
     assert "more than a step" not in next(f for f in whole["findings"] if f["rule"] == "stragglers")["message"]
+
+
+def test_a_rank_profiled_at_other_steps_is_named_with_its_steps(store, tmp_path):
+    """fsdp4_balanced with rank 3's ProfilerStep#2-4 renumbered #12-14 (as a rank whose profiler's schedule
+    started ten steps later would write them): its collectives are keyed by step and pair with none of the
+    others'. Stragglers read "126 collectives are missing on some ranks" and no more; now it says which ranks
+    lack how many (each rank's calls in the whole run, the same number on every rank, are collectives the others
+    lack here: rank 3 lacks the others' n, each of them rank 3's n) and in which steps rank 3's calls are against
+    the others' (read from the raw JSON)."""
+    import re
+
+    from helpers import run_of
+    from traceparse import measures
+
+    def renumber(i, events):
+        if i == 3:
+            for e in events:
+                m = re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", ""))
+                if m:
+                    e["name"] = f"ProfilerStep#{int(m.group(1)) + 10}"
+
+    moved = _mutant(tmp_path, "fsdp4_balanced", renumber)
+    steps = sorted({int(m.group(1)) for e in json.load(gzip.open(MULTIRANK / "fsdp4_balanced" / "rank0.json.gz"))[
+        "traceEvents"] if (m := re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", "")))})
+    doc, _ = _analyze(moved)
+    s = next(f for f in doc["findings"] if f["rule"] == "stragglers")
+    text = re.sub(r"\s+", " ", s["message"])
+    calls = measures.collectives(run_of(MULTIRANK / "fsdp4_balanced").events).group_by("member").len()
+    assert calls["len"].n_unique() == 1 and calls.height == 4
+    n = calls["len"][0]
+    assert s["metrics"]["incomplete_collectives"] == 2 * n
+    assert f"{2 * n} collectives are missing on some ranks: ranks 0, 1, 2 and 3 lack {n} each." in text
+    assert (f"Rank 3 took part in none of the others' collectives: its calls are in ProfilerStep#{steps[0] + 10} "
+            f"to #{steps[-1] + 10}, the others' in ProfilerStep#{steps[0]} to #{steps[-1]}, so the traces were "
+            "profiled at different steps, and it is compared with no rank (no wait either way).") in text
+    whole, _ = _analyze(MULTIRANK / "fsdp4_balanced")
+    assert "missing on some" not in next(f for f in whole["findings"] if f["rule"] == "stragglers")["message"]

@@ -5,6 +5,7 @@ the stragglers' figures are checked against the raw JSON."""
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import re
 from pathlib import Path
@@ -304,5 +305,6 @@ def test_the_page_says_the_spin_as_the_terminal_does(ranks_dir, tmp_path):
     assert code == 0, err
     card = re.search(r'<div class="label">GPU busy</div><div class="big">([^<]*)</div>'
                      r'<div class="muted">([^<]*)</div>', page.read_text()).groups()
-    assert card == (f"{busy:.1f}%", f"of the mean GPU&#39;s span (first to last activity): {busy - spin:.1f}% work, "
-                                    f"{spin:.1f}% communication kernels waiting for another GPU&#39;s")
+    assert tuple(html.unescape(part) for part in card) == (
+        f"{busy:.1f}%", f"of the mean GPU's span (first to last activity): {busy - spin:.1f}% work, "
+                        f"{spin:.1f}% communication kernels waiting for another GPU's")

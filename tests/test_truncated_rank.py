@@ -327,3 +327,37 @@ def test_every_rank_cut_is_not_graded_on_the_hosts_calls(tmp_path):
     assert code == 0, err
     idle = next(f for f in json.loads(text)["findings"] if f["rule"] == "gpu-idle")
     assert "buffers fill" not in idle["message"]
+
+
+def test_a_rank_that_lost_its_kernels_makes_the_others_waits_a_floor(tmp_path):
+    """Megatron's eight tensor-parallel ranks with rank 0 cut at 60% (18 of its 84 communication kernels kept):
+    rank 0 is left out of the arrivals, so the others' waits for it are not counted. The whole run has 66.1 ms
+    at stake per rank; the cut run read "critical, 202.5 ms lost per rank" (the exposed time less a floor of the
+    waiting) and "GPU busy 92.5%: 57.9% work, 34.6% waiting". Now every rank's waiting is at most its whole-run
+    figure (a floor), no time is at stake, the finding is at most a warning, and the split says which way each
+    figure is off."""
+    whole = _analyzed(tmp_path, _ranks(tmp_path, FIXTURES / "torch" / "megatron_tp8_a100"))["comm-compute-overlap"]
+    cut = _cut_run(tmp_path, tmp_path / "whole", 0, 0.6)
+    found = _analyzed(tmp_path, cut)
+    c = found["comm-compute-overlap"]
+    assert whole["severity"] == "critical" and whole["impact_ns"] > 0
+    assert (c["severity"], c["impact_ns"]) == ("warning", None)
+    assert c["metrics"]["ranks"]["0"]["waiting_ns"] is None
+    floors = {r: v["waiting_ns"] for r, v in c["metrics"]["ranks"].items() if r != "0"}
+    assert len(floors) == 7 and all(0 < ns <= whole["metrics"]["ranks"][r]["waiting_ns"] for r, ns in floors.items())
+    assert c["metrics"]["waiting_ns"] == sum(floors.values())
+    text = re.sub(r"\s+", " ", c["message"])
+    assert text.count("At least ") == 1 and "and so is how long the others' kernels spun waiting for it" in text
+    code, out, err = run_cli("--store", str(tmp_path / f"store_{cut.name}"), "analyze", "--json", str(cut))
+    summary = json.loads(out)["summary"][0]
+    assert summary["gpu_spin_unknown_ranks"] == [0] and summary["gpu_bound"] is False
+    assert summary["bottleneck"]["rule"] != "comm-compute-overlap"
+    code, screen, err = run_cli("--store", str(tmp_path / f"store_{cut.name}"), "analyze", str(cut))
+    shown = re.sub(r"[│\s]+", " ", screen)
+    work, spin = round(summary["gpu_busy_pct"] - round(summary["gpu_spin_pct"], 1), 1), round(summary["gpu_spin_pct"], 1)
+    assert (f"at most {work}% work, at least {spin}% communication kernels waiting for another GPU's "
+            "(comm-compute-overlap; rank 0 lost its collectives' kernels: waits for it are not counted)") in shown
+    code, screen, err = run_cli("--store", str(tmp_path / "store_whole"), "analyze", str(tmp_path / "whole"))
+    shown = re.sub(r"[│\s]+", " ", screen)
+    assert "% communication kernels waiting for another GPU's (comm-compute-overlap)" in shown
+    assert not re.search(r"at most [\d.]+% work", shown)

@@ -444,7 +444,21 @@ def _spin(summary: dict) -> str:
     parts = spin_parts(summary)
     if parts is None:
         return ""
-    return f": {parts[0]} work, {parts[1]} communication kernels waiting for another GPU's (comm-compute-overlap)"
+    return f": {spin_said(summary, parts, 'comm-compute-overlap')}"
+
+
+def spin_said(summary: dict, parts: tuple[str, str], source: str = "") -> str:
+    """``32.1% work, 56.8% communication kernels waiting for another GPU's`` (``(source)`` after it where given);
+    ``at most …, at least …`` and why, where a rank's collectives' arrivals are unknown (``gpu_spin_unknown_ranks``:
+    cut short, its communication kernels lost): its waits, and the others' for it, are not counted."""
+    unknown = summary.get("gpu_spin_unknown_ranks") or []
+    said = f"{parts[0]} work, {parts[1]} communication kernels waiting for another GPU's"
+    if not unknown:
+        return f"{said} ({source})" if source else said
+    whose = listed("rank", unknown, shown=8)
+    return (f"at most {said.replace(' work, ', ' work, at least ', 1)} ({f'{source}; ' if source else ''}"
+            f"{whose} lost {'its' if len(unknown) == 1 else 'their'} collectives' kernels: waits for "
+            f"{'it' if len(unknown) == 1 else 'them'} are not counted)")
 
 
 def cut_left_out(summary: dict) -> str:

@@ -53,7 +53,9 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     device's first to last activity; of several, their mean); ``gpu_spin_pct``
     the part of it that is communication kernels spinning for a later rank
     while no compute kernel runs (None where none does), ``gpu_work_pct`` busy
-    less spin (what ``gpu_bound`` grades); then
+    less spin (what ``gpu_bound`` grades; ``gpu_spin_unknown_ranks``: the
+    ranks whose collectives' kernels were lost, a rank cut short: where there
+    are any, the spin is a floor, the work a ceiling, and ``gpu_bound`` false); then
     ``gpu_totals_only`` is true where the trace gives GPU time as totals
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
@@ -90,6 +92,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     spin_pct = (_spin_pct(events, exact_sum(busy["busy_ns"]), span_sum, set(left.values()))
                 if span_sum and busy.height > 1 else None)
     work_pct = round(busy_pct - spin_pct, 4) if spin_pct else busy_pct
+    # members that lost their collectives' kernels: their waits, and the others' for them, are not in the spin
+    unknown = _arrivals_unknown(events) if spin_pct else []
     worst = bottleneck(findings, span_ns, totals_only=not span_sum and split is not None)
     return {
         "trace": trace.id,
@@ -106,6 +110,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_busy_pct": busy_pct,
         "gpu_spin_pct": spin_pct,
         "gpu_work_pct": work_pct,
+        "gpu_spin_unknown_ranks": unknown,
         "gpu_devices": busy.height,
         "gpu_left_out_ranks": sorted(left.values()),
         "gpu_span_ns": span_sum // busy.height if busy.height else None,
@@ -119,7 +124,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "bottleneck": worst,
         # a busy GPU's own work sets the pace: the info finding with most at stake is a remainder, not the cause
         # (its own work: communication kernels spinning for another rank keep a GPU busy, not bound)
-        "gpu_bound": (work_pct or 0) >= GPU_BOUND_PCT and (worst is None or worst["severity"] == "info"),
+        "gpu_bound": ((work_pct or 0) >= GPU_BOUND_PCT and not unknown
+                      and (worst is None or worst["severity"] == "info")),
         "ranks": trace_ranks(trace),
         "highlights": highlights(findings),
         "top_categories": top_categories(events),
@@ -127,6 +133,14 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         # one trace of several processes' GPU work (one nsys report of a whole job): not ranks, said on screen
         "gpu_processes": (procs if len(procs := gpu_processes(trace.meta)) > 1 and trace_ranks(trace) == 1 else {}),
     }
+
+
+def _arrivals_unknown(events) -> list:
+    """The ranks (devices) whose collectives' arrivals are unknown (:func:`traceparse.measures.comm.arrivals_unknown`):
+    where there are any, ``gpu_spin_pct`` is a floor and ``gpu_work_pct`` a ceiling."""
+    from traceparse.measures.comm import arrivals_unknown
+
+    return [m for m in arrivals_unknown(events) if m is not None]
 
 
 def _spin_pct(events, busy_ns: int, span_sum: int, left: set = frozenset()) -> float | None:

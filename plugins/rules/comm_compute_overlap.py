@@ -22,7 +22,10 @@ counts ``waited_ns``), at most their exposed time; per rank in
 ``ranks`` and the items. ``moving_overlap_pct`` = 100 × overlapped / (communication time − waiting): the
 overlap of the time the kernels do their own work. The time at stake (``impact_ns``) is the exposed
 communication less the waiting; the severity grades ``moving_overlap_pct`` where there is waiting, else
-``overlap_pct``. On four real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication
+``overlap_pct``. Where a member lost its collectives' kernels (a rank cut short,
+:func:`~traceparse.measures.comm.arrivals_unknown`), its waits are unknown and so are the others' waits for it:
+the waiting is a floor, the time at stake is None (not the exposed time less a floor: Megatron's tensor-parallel
+ranks with rank 0 cut read 202.5 ms lost per rank, 66.1 ms whole) and the severity at most a warning. On four real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication
 overlapped 30% of its time, but 96 of their 99 ms of exposed communication was waiting for rank 2: the rule
 said "low overlap, 75 ms lost" and advised bucketing and prefetching; the moving time overlaps 93.7%.
 
@@ -131,16 +134,25 @@ class CommComputeOverlap(Rule):
                    f"({fmt_ns(overlapped_ns)}); communication runs during {fmt_pct(share or 0)} of the time kernels "
                    "run.")
         if waiting_ns:
-            message += (f" {fmt_ns(waiting_ns)} of the exposed {fmt_ns(exposed_ns)} is kernels spinning until a "
+            message += (f" {'At least ' if unknown else ''}{fmt_ns(waiting_ns)} of the exposed {fmt_ns(exposed_ns)} "
+                        "is kernels spinning until a "
                         "later rank's kernel of the same collective starts: waiting for that rank (stragglers says "
                         "which), which no overlap can hide. Of the time the kernels do their own work, "
-                        f"{fmt_pct(moving_pct or 0)} overlaps compute.")
+                        f"{'at least ' if unknown and moving_pct else ''}{fmt_pct(moving_pct or 0)} overlaps compute.")
+        at_stake = max(0, exposed_ns - waiting_ns)
         if unknown:  # stragglers leaves them out of the arrivals, and says why
             left = sorted(unknown)
-            message += (f" {listed(label, left).capitalize()} {'has' if len(left) == 1 else 'have'} fewer "
+            one = len(left) == 1
+            message += (f" {listed(label, left).capitalize()} {'has' if one else 'have'} fewer "
                         "communication kernels than collective calls: how long "
-                        f"{'it' if len(left) == 1 else 'they'} waited for a later rank is unknown (left out of the "
-                        "waiting, as stragglers leaves it out of the arrivals).")
+                        f"{'it' if one else 'they'} waited for a later rank is unknown (left out of the "
+                        "waiting, as stragglers leaves it out of the arrivals), and so is how long the others' "
+                        f"kernels spun waiting for {'it' if one else 'them'}: the waiting here is of the "
+                        f"{label}s compared alone, a floor, and of the exposed time at most "
+                        f"{fmt_ns(at_stake)} is time overlap could win, how much is not known (no time at stake "
+                        "is given).")
+            if severity == "critical":  # not critical on a time at stake that is not known
+                severity = "warning"
         cut = incomplete_ranks(trace.meta) if ranked else []
         if cut and not waiting:  # a cut rank lacks the kernels its peers' spun for: the waits cannot be told apart
             said = ends_early(cut)
@@ -171,7 +183,7 @@ class CommComputeOverlap(Rule):
                         metrics=metrics, items=items, items_title="devices", columns=columns,
                         figures={**FIGURES, **({"waiting_ns": "ns", "moving_overlap_pct": "pct"} if waiting else {})},
                         labels=LABELS, tables=per_rank, worst={"ranks": "-overlap_pct"},
-                        impact_ns=max(0, exposed_ns - waiting_ns))]
+                        impact_ns=None if unknown else at_stake)]
 
 
 #: Said where every communication kernel is a point-to-point transfer (a pipeline's sends and receives).

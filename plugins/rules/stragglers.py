@@ -107,8 +107,8 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
-from traceparse.measures.comm import (arrivals_unknown, comm_kernels, member_compute, member_windows_counted,
-                                     paired_transfer, waiting_by_instance, waiting_time)
+from traceparse.measures.comm import (arrivals_unknown, calls_steps, comm_kernels, member_compute,
+                                     member_windows_counted, paired_transfer, waiting_by_instance, waiting_time)
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
@@ -219,9 +219,10 @@ class Stragglers(Rule):
         straggler = candidate if severity != "info" else None
         calls = measures.collectives(events)
         left_out = arrivals_unknown(events)
-        incomplete = _with_left_out(waits, calls, left_out).filter(
+        incomplete_keys = _with_left_out(waits, calls, left_out).filter(
             pl.col("members") < _expected_members(trace.meta.distributed, len(members) + len(left_out))).select(
-            "process_group", "instance").unique().height
+            "process_group", "instance").unique()
+        incomplete = incomplete_keys.height
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         per_step_ns = round(caused_ns / max(len(members) - 1, 1) / n_steps)
         lost_per_step_ns = round(stake_ns / max(len(members) - 1, 1) / n_steps)
@@ -323,7 +324,7 @@ class Stragglers(Rule):
                         f"{label}'s here, and shows as the others' communication kernels running long with none of "
                         "them late (comm-compute-overlap's exposed communication).")
         elif incomplete:
-            message += f" {incomplete} collectives are missing on some {label}s."
+            message += _missing_sentence(events, calls, incomplete_keys, incomplete, label)
         if left_out:
             message += _left_out_sentence(events, calls, left_out, label, cut_short)
         if cut_short := [r for r in cut_short if r not in left_out]:
@@ -487,6 +488,49 @@ def _whole_host_slow(per: pl.DataFrame, by_host: list[tuple[str, list[int], int]
         if len(ranks) > 1 and elsewhere and min(int(caused.get(r) or 0) for r in ranks) > max(elsewhere):
             return host
     return None
+
+
+def _missing_sentence(events, calls: pl.DataFrame, keys: pl.DataFrame, count: int, label: str) -> str:
+    """`` 126 collectives are missing on some ranks: rank 3 lacks 63; ranks 0, 1 and 2 lack 63 each.`` and, for a
+    member that shares no collective with any other, in which steps its calls are against the others' (a rank
+    profiled at other steps: ProfilerStep#12-14 against #2-4, compared with no one). ``keys``: the incomplete
+    instances (``process_group``, ``instance``); ``calls``: :func:`~traceparse.measures.comm.collectives`."""
+    key = ["process_group", "instance"]
+    calls = calls.filter(pl.col("member").is_not_null())
+    present = calls.select(*key, "member").unique()
+    expected = keys.join(present.select("process_group", "member").unique(), on="process_group", how="inner",
+                         nulls_equal=True)
+    lacking = expected.join(present, on=[*key, "member"], how="anti", nulls_equal=True)
+    by_count: dict[int, list] = {}
+    for member, n in lacking.group_by("member").agg(n=pl.len()).sort("member").iter_rows():
+        by_count.setdefault(n, []).append(member)
+    parts = [f"{listed(label, who, shown=RANKS_NAMED)} lack{'s' if len(who) == 1 else ''} {n:,}"
+             + ("" if len(who) == 1 else " each")
+             for n, who in sorted(by_count.items(), key=lambda kv: (-kv[0], kv[1]))]
+    said = f" {count:,} collectives are missing on some {label}s" + (f": {'; '.join(parts)}." if parts else ".")
+    shared = present.group_by(key).agg(n=pl.len()).filter(pl.col("n") > 1)
+    alone = sorted(set(present["member"].unique().to_list())
+                   - set(present.join(shared, on=key, how="semi", nulls_equal=True)["member"].unique().to_list()))
+    if not alone or len(alone) == present["member"].n_unique():
+        return said
+    steps = calls_steps(calls, events).filter(pl.col("step").is_not_null()).group_by(pl.col("member").is_in(alone).alias("alone")).agg(
+        first=pl.col("step").min(), last=pl.col("step").max())
+    span = {a: (f, l) for a, f, l in steps.iter_rows()}
+    one = len(alone) == 1
+    said += (f" {listed(label, alone, shown=RANKS_NAMED).capitalize()} took part in none of the others' "
+             "collectives")
+    if True in span and False in span:
+        (f1, l1), (f2, l2) = span[True], span[False]
+        said += (f": {'its' if one else 'their'} calls are in {_steps_said(f1, l1)}, the others' in "
+                 f"{_steps_said(f2, l2)}, so the traces were profiled at different steps")
+    else:
+        said += ": the traces were profiled at different times, or numbered the collectives apart"
+    return said + f", and {'it is' if one else 'they are'} compared with no {label} (no wait either way)."
+
+
+def _steps_said(first: int, last: int) -> str:
+    """``ProfilerStep#12 to #14`` (``#12`` for one step)."""
+    return f"ProfilerStep#{first}" + (f" to #{last}" if last != first else "")
 
 
 def _with_left_out(waits: pl.DataFrame, calls: pl.DataFrame, left_out: list) -> pl.DataFrame:

@@ -180,6 +180,14 @@ def _with_steps(rows: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
             .with_columns(pl.col("step").cast(pl.Int64)))
 
 
+def calls_steps(calls: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``calls`` (:class:`Collectives` rows) with ``step``: the :data:`NUMBERED_STEPS` step each host-side call
+    arrived in (null for a kernel's arrival and outside every step): which steps of the job a rank's collectives
+    are of."""
+    rows = calls.with_row_index("_call").select("_call", "trace_id", "source", start_ns="arrival_ns")
+    return calls.with_columns(step=_with_steps(rows, events).sort("_call")["step"])
+
+
 #: The host annotation that ends a batch of point-to-point calls (``batch_isend_irecv``; PyTorch's coalescing
 #: manager): the batch's one kernel is launched inside it.
 BATCH_MARK = "nccl:coalesced"

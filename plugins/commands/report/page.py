@@ -19,7 +19,8 @@ from typing import Any
 from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.names import cut_apart, short_names
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, cut_left_out, dict_rows, finding_columns, fmt_ns,
-                               fmt_unit, fold_rows, fold_title, hosts_line, mean_of, shown_figures, spin_parts)
+                               fmt_unit, fold_rows, fold_title, hosts_line, mean_of, shown_figures, spin_parts,
+                               spin_said)
 from traceparse.report import _format_column as screen_column, _numbers as screen_numbers
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
@@ -284,8 +285,7 @@ def _busy_card(summary: dict, busy) -> tuple[str, str]:
     whole = "the GPU&#39;s span" if summary.get("gpu_devices", 1) <= 1 else "the mean GPU&#39;s span"  # the terminal's
     spin = spin_parts(summary)
     cut = esc(cut_left_out(summary))
-    said = (f"of {whole} (first to last activity{cut}): {esc(spin[0])} work, {esc(spin[1])} communication kernels "
-            "waiting for another GPU&#39;s" if busy is not None and spin
+    said = (f"of {whole} (first to last activity{cut}): {esc(spin_said(summary, spin))}" if busy is not None and spin
             else f"of {whole} (first to last activity{cut})" if busy is not None else
             f"no GPU work: the devices are {esc(', '.join(f'{n} {k}' for k, n in sorted(others.items())))}"
             if others else "no timed GPU activity")
