@@ -184,12 +184,16 @@ def test_no_rank_anywhere_is_an_error_naming_the_file(tmp_path):
 
 # -- refusals: nothing half-stored -------------------------------------------
 def test_duplicate_ranks_are_refused(tmp_path):
+    """Two traces of rank 0 at once (overlapping in time: no profiling windows, tests/test_profiling_windows.py)."""
     d = tmp_path / "job"
     write(d / "a.json", kineto(rank=0, world_size=2))
-    write(d / "b.json", kineto(rank=0, world_size=2, start_us=50))
+    write(d / "b.json", kineto(rank=0, world_size=2, start_us=5))
     code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
     assert code == 2
-    assert err == f"traceparse: error: {d / 'b.json'}: rank 0 again (also {d / 'a.json'})\n"
+    assert err == (f"traceparse: error: {d / 'b.json'}: rank 0 again (also {d / 'a.json'}), and the two overlap in "
+                   "time: two traces of one rank at once are no profiling windows (two jobs, or one trace copied "
+                   "and edited?); give each job's files as a run of its own (traceparse ingest --run NAME FILE "
+                   "...)\n")
     nothing_stored(tmp_path / "s")
 
 

@@ -151,8 +151,12 @@ def _ingest_run(folder: Path, fmt: str, store) -> str:
     from traceparse.store import Store
 
     result = ingest_run([folder], store=Store(store), fmt=fmt)
-    if not result.already_stored:
-        _warn(result.warnings)
+    for one in result.windows or [result]:
+        if not one.already_stored:
+            _warn(one.warnings)
+    if result.windows:  # stored, a run per window: one id would hide the others
+        raise InputError(f"{folder}: holds {len(result.windows)} profiling windows of its ranks, stored as runs "
+                         f"{', '.join(r.run['id'] for r in result.windows)}; load them one by one by id")
     return result.run["id"]
 
 

@@ -104,6 +104,9 @@ class RunResult:
     already_stored: bool
     warnings: list[str] = field(default_factory=list)
     replaced: str | None = None
+    #: Where the folder held several profiling windows of its ranks (:func:`profiling_windows`): every window's
+    #: run, in order (this result is the first's); empty for a folder of one window.
+    windows: list["RunResult"] = field(default_factory=list)
 
 
 # -- ranks ------------------------------------------------------------------
@@ -590,6 +593,11 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
     if stored is not None and stored.get("readers") == readings:
         store.set_last(run_id)
         return RunResult(stored, already_stored=True, warnings=list(notes))
+    if stored is None and (windows := _stored_windows(store, run_id, readings)):
+        store.set_last(windows[0].run["id"])
+        windows[0].warnings[:0] = notes
+        windows[0].windows = windows
+        return windows[0]
     # stored by another release of its reader (or before runs said which): read again, replacing that reading
     replaced = (", ".join(stored.get("readers") or []) or "an earlier traceparse") if stored is not None else None
     tmp = store.fresh_tmp()
@@ -614,6 +622,10 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
                 results = _map_local(_share_cores(tasks, pool.workers), pool, done,
                                      per_task=_ranks_per_task(len(tasks), pool.workers) if pool.small else 1)
         flushed = flush.finish()  # before the parts are renamed
+        windows = profiling_windows(results, ranks)
+        if windows:
+            return _commit_windows(windows, run_id, name, ranks, shas, tmp, store=store, tags=tags, notes=notes,
+                                   readings=readings)
         run, warnings = _assemble(run_id, name, ranks, results, tmp)
         warnings[:0] = notes
         run["tags"] = {**((stored or {}).get("tags") or {}), **(tags or {})}
@@ -624,6 +636,91 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return RunResult(run, already_stored=False, warnings=warnings, replaced=replaced)
+
+
+def profiling_windows(results: list[dict], ranks: list[tuple[str, list[Path]]]) -> list[list[dict]] | None:
+    """The ranks' results split into profiling windows, where every rank of the folder has k >= 2 traces one
+    after another in time: torch.profiler's schedule with ``repeat`` > 1 writes a trace per window and rank into
+    one folder (``host_pid.<ms>.pt.trace.json``), as does a capture per NVTX range. Window j holds the j-th trace
+    in time of every rank, and is a run of its own. None where no rank repeats. A rank that repeats otherwise
+    (as many traces on every rank, but two of one rank at once; or more on some ranks than others) is a
+    one-line :class:`InputError` naming the two files and why they are no windows."""
+    by_rank: dict[int, list[dict]] = {}
+    for result in sorted(results, key=lambda r: r["index"]):
+        by_rank.setdefault(result["rank"], []).append(result)
+    if all(len(found) == 1 for found in by_rank.values()):
+        return None
+
+    def span(result: dict) -> tuple[int, int]:
+        summary = result["meta"].get("summary") or {}
+        return summary.get("start_ns") or 0, summary.get("end_ns") or 0
+
+    def path(result: dict) -> Path:
+        return ranks[result["index"]][1][0]
+
+    again = next(rank for rank, found in by_rank.items() if len(found) > 1)
+    first, second = by_rank[again][:2]
+    said = f"{path(second)}: rank {again} again (also {path(first)})"
+    counts = {rank: len(found) for rank, found in by_rank.items()}
+    if len(set(counts.values())) > 1:
+        few = min(counts, key=lambda r: (counts[r], r))
+        raise InputError(f"{said}: rank {again} has {counts[again]} traces and rank {few} {counts[few]}, so they "
+                         "are no profiling windows of every rank; give each window's files as a run of its own "
+                         "(traceparse ingest --run NAME FILE ...)")
+    for rank, found in by_rank.items():
+        found.sort(key=lambda r: (span(r), r["index"]))
+        for before, after in zip(found, found[1:]):
+            if span(before)[1] > span(after)[0]:
+                raise InputError(f"{path(after)}: rank {rank} again (also {path(before)}), and the two overlap in "
+                                 "time: two traces of one rank at once are no profiling windows (two jobs, or one "
+                                 "trace copied and edited?); give each job's files as a run of its own "
+                                 "(traceparse ingest --run NAME FILE ...)")
+    return [[by_rank[rank][j] for rank in sorted(by_rank)] for j in range(counts[again])]
+
+
+#: ``run.json`` key of a run that is one profiling window of a folder's ranks (:func:`profiling_windows`):
+#: {"index": j (from 1), "of": k, "folder_run": the id of all the folder's ranks together}.
+WINDOW_KEY = "window"
+
+
+def _commit_windows(windows: list[list[dict]], folder_run: str, name: str, ranks: list[tuple[str, list[Path]]],
+                    shas: list[str], tmp: Path, *, store: Store, tags: dict[str, str] | None, notes: list[str],
+                    readings: list[str]) -> RunResult:
+    """Store each of ``windows`` (the ranks' results read into ``tmp``) as a run of its own, named ``NAME window j
+    of k``; the first window's :class:`RunResult`, with every window's in ``windows``."""
+    done: list[RunResult] = []
+    count = len(windows)
+    try:
+        for j, window in enumerate(windows, start=1):
+            own = store.fresh_tmp()
+            for result in window:
+                os.rename(tmp / f"part-{result['index']}", own / f"part-{result['index']}")
+            run_id = run_id_for([shas[r["index"]] for r in window])
+            stored = store.run_meta(run_id) if store.has_run(run_id) else None
+            run, warnings = _assemble(run_id, f"{name} window {j} of {count}", ranks, window, own)
+            run["tags"] = {**((stored or {}).get("tags") or {}), **(tags or {})}
+            run["readers"] = readings
+            run[WINDOW_KEY] = {"index": j, "of": count, "folder_run": folder_run}
+            run = store.commit_run(own, run, set(), replace=stored is not None)
+            done.append(RunResult(run, already_stored=False, warnings=list(warnings)))  # the note below: not stored
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    done[0].warnings[:0] = [*notes, f"{name}: every rank has {count} traces one after another (profiling windows: "
+                            f"a schedule with repeat > 1 writes one per window), stored as {count} runs: "
+                            + ", ".join(f"window {r.run[WINDOW_KEY]['index']} {r.run['id']}" for r in done)]
+    store.set_last(done[0].run["id"])
+    done[0].windows = done
+    return done[0]
+
+
+def _stored_windows(store: Store, folder_run: str, readings: list[str]) -> list[RunResult]:
+    """The stored runs that are the profiling windows of the folder whose ranks together are ``folder_run``
+    (:data:`WINDOW_KEY`), in order, where every window is stored by these readers; else []."""
+    found = sorted((r for r in store.all_runs() if (r.get(WINDOW_KEY) or {}).get("folder_run") == folder_run),
+                   key=lambda r: r[WINDOW_KEY]["index"])
+    if not found or len(found) != found[0][WINDOW_KEY]["of"] or any(r.get("readers") != readings for r in found):
+        return []
+    return [RunResult(r, already_stored=True) for r in found]
 
 
 def _still_flushed(tmp: Path, flushed: dict[Path, list[str]], results: list[dict], run: dict) -> set[str]:

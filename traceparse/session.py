@@ -153,9 +153,10 @@ class Session:
         result = ingest_run(paths, store=self.store, name=name, fmt=fmt, params=params, jobs=jobs,
                             scheduler=scheduler, tags=tags, progress_factory=self.rank_progress_factory(),
                             reg=self.registry)
-        if not result.already_stored:
-            for warning in result.warnings:
-                self.warn(warning)
+        for one in result.windows or [result]:  # a folder of several profiling windows: a run each
+            if not one.already_stored:
+                for warning in one.warnings:
+                    self.warn(warning)
         return result
 
     def is_run_path(self, path: str | Path, fmt: str = "auto") -> bool:
@@ -186,6 +187,16 @@ class Session:
                     self.warn(warning)
         return results
 
+    def resolve_one(self, ref: str, fmt: str = "auto", command: str = "this command", lazy_runs: bool = False) -> Trace:
+        """The one trace or run ``ref`` names (:meth:`resolve`), for a command that takes one (``command``, its
+        name): a path that makes several (a run folder of several profiling windows) is refused, naming their
+        ids, rather than its first taken without a word."""
+        found = self.resolve(ref, fmt, lazy_runs)
+        if len(found) != 1:
+            raise InputError(f"{ref}: {command} takes one trace or run; this makes {len(found):,} "
+                             f"({', '.join(str(t.meta.id) for t in found)}): name one by its id")
+        return found[0]
+
     def resolve(self, ref: str, fmt: str = "auto", lazy_runs: bool = False) -> list[Trace]:
         """The trace(s) a TRACE argument names: a path (ingested first if new; a rank directory as a run), or
         the id (or unique prefix) of a stored trace or run, or a run's name. A run is its combined trace
@@ -193,7 +204,8 @@ class Session:
         path = Path(ref)
         if path.exists():
             if self.is_run_path(path, fmt):
-                return [self.store.load_run(self.ingest_run([ref], fmt=fmt).run["id"], lazy=lazy_runs)]
+                result = self.ingest_run([ref], fmt=fmt)
+                return [self.store.load_run(r.run["id"], lazy=lazy_runs) for r in result.windows or [result]]
             return [_as_given(self.store.load(r.meta.id), ref) for r in self.ingest([ref], fmt)]
         kind, ref_id = self.store.resolve(ref)
         return [self.store.load_run(ref_id, lazy=lazy_runs) if kind == "run" else self.store.load(ref_id)]

@@ -674,8 +674,8 @@ class DiffCommand(Command):
     def run(self, args: argparse.Namespace, session) -> int:
         if args.top < 1:
             raise InputError(f"--top {args.top}: expected a number of rows, at least 1")
-        a = session.resolve(args.a, args.format)[0]
-        b = session.resolve(args.b, args.format)[0]
+        a = session.resolve_one(args.a, args.format, "diff")
+        b = session.resolve_one(args.b, args.format, "diff")
         present = {}
         for label, trace in (("A", a), ("B", b)):
             present[label] = set(trace.events["kind"].cast(pl.String).unique().to_list())

@@ -81,10 +81,7 @@ class WhatIfCommand(Command):
         scales = [parse_scale(s) for s in args.scale]
         if args.trace is None:  # as analyze: the trace (or run) ingested last
             args.trace = session.store.last_id()
-        found = session.resolve(args.trace, args.format)
-        if len(found) != 1:
-            raise InputError(f"{args.trace}: whatif takes one trace or run; this makes {len(found):,} traces")
-        trace = found[0]
+        trace = session.resolve_one(args.trace, args.format, "whatif")
         label = _label(trace)
         try:
             cut = cut_rank_traces(trace)  # their work after the cut is missing: not work to even out

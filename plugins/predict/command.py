@@ -218,7 +218,7 @@ class PredictCommand(Command):
             per_type = read_flops_table(Path(args.flops_table))
             source = args.flops_table
         else:
-            trace = session.resolve(args.trace, args.format)[0]
+            trace = session.resolve_one(args.trace, args.format, "predict run")
             prof = profile(trace)
             for w in prof.warnings:
                 session.warn(w)
@@ -339,7 +339,7 @@ class PredictCommand(Command):
 
     # -- table --------------------------------------------------------------------
     def _table(self, args, session) -> int:
-        trace = session.resolve(args.trace, args.format)[0]
+        trace = session.resolve_one(args.trace, args.format, "predict table")
         prof = profile(trace)
         for w in prof.warnings:
             session.warn(w)

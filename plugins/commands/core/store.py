@@ -327,14 +327,15 @@ class IngestCommand(Command):
         scheduler = scheduler_from(args.scheduler)
         runs, results = [], []
         if args.run:
-            runs.append(session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
-                                           scheduler=scheduler))
+            result = session.ingest_run(args.paths, name=args.run, fmt=args.format, tags=tags, jobs=args.jobs,
+                                        scheduler=scheduler)
+            runs.extend(result.windows or [result])  # a run per profiling window, where the ranks have several
             return runs, results
         singles = []
         for path in args.paths:
             if session.is_run_path(path, args.format):
-                runs.append(session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs,
-                                               scheduler=scheduler))
+                result = session.ingest_run([path], fmt=args.format, tags=tags, jobs=args.jobs, scheduler=scheduler)
+                runs.extend(result.windows or [result])
             else:
                 singles.append(path)
         if singles:
@@ -422,7 +423,11 @@ class ShowCommand(Command):
             kind, ref_id = session.store.resolve(args.trace)
             run_id = ref_id if kind == "run" else None
         elif session.is_run_path(args.trace, args.format):
-            run_id = session.ingest_run([args.trace], fmt=args.format).run["id"]
+            result = session.ingest_run([args.trace], fmt=args.format)
+            if result.windows:  # a run per profiling window: which one is the user's to say
+                raise InputError(f"{args.trace}: show takes one trace or run; this makes {len(result.windows):,} "
+                                 f"({', '.join(r.run['id'] for r in result.windows)}): name one by its id")
+            run_id = result.run["id"]
         if run_id is not None:
             run = session.store.run_meta(run_id)
             if args.json:
@@ -432,7 +437,7 @@ class ShowCommand(Command):
             else:
                 session.out.print(run_summary(session.store, run, title="stored run"))
             return 0
-        trace = session.resolve(args.trace, fmt=args.format)[0]
+        trace = session.resolve_one(args.trace, args.format, "show")
         if args.json:
             self.print_json(trace.meta.to_dict())
         else:
@@ -526,7 +531,7 @@ class ExportCommand(Command):
             raise InputError(f"--out {out}: is a directory; expected the path of a file to write")
         if not out.parent.is_dir():
             raise InputError(f"--out {out}: the directory {out.parent} does not exist")
-        trace = session.resolve(args.trace, fmt=args.format)[0]
+        trace = session.resolve_one(args.trace, args.format, "export")
         exporters[args.to].export(trace, out)
         if args.json:
             self.print_json({"trace": trace.id, "to": args.to, "out": str(out), "events": trace.events.height})

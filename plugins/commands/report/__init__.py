@@ -98,7 +98,11 @@ def one_trace(session, refs: list[str], fmt: str):
             raise InputError(f"report takes one trace or run; these {len(refs)} paths make {len(results)} traces: "
                              "report each one")
         return session.store.load(results[0].meta.id)
-    return session.resolve_all(refs, fmt)[0] if refs else session.resolve_all([], fmt)[0]
+    found = session.resolve_all(refs, fmt)
+    if len(found) != 1:  # a run folder of several profiling windows: a run each
+        raise InputError(f"{refs[0] if refs else 'the last ingested'}: report takes one trace or run; this makes "
+                         f"{len(found):,} ({', '.join(str(t.meta.id) for t in found)}): name one by its id")
+    return found[0]
 
 
 def build_report(trace, rules=None, settings=None, gpu=None, bins: int = data.DEFAULT_BINS, reg=None,
