@@ -600,3 +600,20 @@ def test_the_page_s_wait_at_each_collective_adds_up_to_the_time_waited(folder):
     assert len(bars) == want["collectives"] == 12
     assert sum(c["caused_ns"] for c in bars) == sum(want["waited_ns"].values())
     assert sum(c["caused_ns"] for c in bars if c["last"] == "rank 2") == want["wait_caused_ns"][2]
+
+
+@pytest.mark.parametrize("folder", ["nccl2_slow_rank1", "gloo4_balanced", "pp4_gloo_balanced"])
+def test_has_communication_answers_as_the_rows_do(folder):
+    """measures.comm.has_communication (asked of the distinct names) says what the per-row expressions say, on
+    real runs (NCCL kernels; gloo's host calls and no communication kernel) and on one rank's host rows alone."""
+    from helpers import run_of
+    from traceparse import expr
+    from traceparse.measures.comm import has_communication
+
+    events = run_of(FIXTURES / "torch" / "multirank" / folder).events
+    for table in (events, events.filter(pl.col("kind") != "kernel"), events.filter(~expr.is_communication())):
+        rows = table.select(any=expr.is_communication().any(),
+                            kernel=(expr.kind_is("kernel") & expr.is_communication()).any()).row(0)
+        assert (has_communication(table), has_communication(table, kernels_only=True)) == rows
+    assert has_communication(events) is True
+    assert has_communication(events, kernels_only=True) is (folder == "nccl2_slow_rank1")

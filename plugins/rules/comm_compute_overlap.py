@@ -40,7 +40,7 @@ import polars as pl
 from traceparse import expr, measures
 from traceparse.figures import ends_early, fmt_ns, fmt_pct, listed
 from traceparse.measures.base import picked
-from traceparse.measures.comm import arrivals_unknown, comm_kernels, device_spin
+from traceparse.measures.comm import arrivals_unknown, comm_kernels, device_spin, has_communication
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
@@ -75,7 +75,7 @@ class CommComputeOverlap(Rule):
     kinds = ("kernel",)
 
     def applies_to(self, trace: Trace) -> bool:
-        return bool(trace.events.select((expr.kind_is("kernel") & expr.is_communication()).any()).item())
+        return has_communication(trace.events, kernels_only=True)
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds

@@ -42,6 +42,7 @@ from traceparse import expr, measures
 from traceparse.figures import (SAME_NS, SAME_SAID, ends_early, fmt_ns, fmt_pct, fmt_ratio, same_figure,
                                 shares_shown)
 from traceparse.measures.base import exact_sum, exact_total
+from traceparse.measures.comm import has_communication
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -72,7 +73,7 @@ class RankBalance(Rule):
 
     def applies_to(self, trace: Trace) -> bool:
         events = trace.events
-        return bool(events["rank"].drop_nulls().n_unique() > 1 or events.select(expr.is_communication().any()).item())
+        return bool(events["rank"].drop_nulls().n_unique() > 1) or has_communication(events)
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds

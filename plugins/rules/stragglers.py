@@ -107,8 +107,9 @@ from traceparse import expr, measures
 from traceparse.errors import spelled
 from traceparse.figures import ends_early, fmt_count, fmt_ns, fmt_pct, listed, rank_ranges, shares_shown
 from traceparse.measures.base import exact_sum, picked
-from traceparse.measures.comm import (arrivals_unknown, calls_steps, comm_kernels, member_compute,
-                                     member_windows_counted, paired_transfer, waiting_by_instance, waiting_time)
+from traceparse.measures.comm import (arrivals_unknown, calls_steps, comm_kernels, has_communication,
+                                     member_compute, member_windows_counted, paired_transfer, waiting_by_instance,
+                                     waiting_time)
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
@@ -154,7 +155,7 @@ class Stragglers(Rule):
     kinds = ("op", "marker", "kernel")
 
     def applies_to(self, trace: Trace) -> bool:
-        return bool(trace.events.select(expr.is_communication().any()).item())
+        return has_communication(trace.events)
 
     def check(self, trace: Trace, options: RuleOptions) -> list[Finding]:
         t = options.thresholds
