@@ -1,63 +1,114 @@
-"""A run one of whose ranks recorded no GPU activity (its kernels, copies and GPU annotations cut from a real gloo
-rank, as a profiler without CUDA activities records them): the figures over GPUs say they are over the others,
-and name the rank left out, instead of a "per rank" mean of three ranks beside a run of four."""
+"""A rank whose GPU activities were not recorded (profiled with ``activities=[ProfilerActivity.CPU]`` by mistake,
+or CUPTI unavailable on it) in a run whose other ranks have theirs.
+
+The runs are real rank folders of fixtures/torch/multirank with one rank's GPU-side events taken out here (its
+kernels, copies, memsets, GPU annotations, launch flows and runtime calls: what a CPU-only profile of that rank
+writes): hand-made mutants of real files, said so. Every rank fell back to its host's calls: fsdp4_slow_loader
+with rank 1 so read "critical: 89.49 ms a step" where its GPUs say 31.94, and "their clocks likely differ" of one
+machine; with rank 2 (the slow one) so, "No straggler"; nccl2 with rank 0 so, "critical: rank 1, 75.63 ms a
+step" (70.25 on the GPUs) and "GPU idle ... (mean of 2)" of one GPU's figure.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
-import shutil
+import re
+from pathlib import Path
 
-from helpers import FIXTURES
-from traceparse.analysis import analyze
-from traceparse.report import mean_of
-from traceparse.run import ingest_run
-from traceparse.store import Store
-from traceparse.summary import summarize
+import polars as pl
+import pytest
 
-RUN = FIXTURES / "torch" / "multirank" / "gloo4_slow_rank2"
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+from helpers import FIXTURES, run_cli, run_of
+from traceparse import measures
 
-
-def test_a_rank_without_gpu_activity_is_named_and_left_out(tmp_path):
-    ranks = tmp_path / "ranks"
-    shutil.copytree(RUN, ranks)
-    path = ranks / "rank3.json.gz"
-    with gzip.open(path, "rt") as f:
-        doc = json.load(f)
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in GPU_CATS]
-    with gzip.open(path, "wt") as f:
-        json.dump(doc, f)
-    store = Store(tmp_path / "store")
-    trace = store.load_run(ingest_run([ranks], store=store, jobs=1).run["id"])
-    findings = analyze(trace)
-    [idle] = [f for f in findings if f.rule == "gpu-idle"]
-    assert idle.metrics["ranks_without_gpu"] == [3] and len(idle.metrics["devices"]) == 3
-    assert " Rank 3 recorded no GPU activity and is left out of these figures." in idle.message
-    assert idle.message.startswith("The 3 GPUs ran nothing")
-    assert idle.impact_range["parts"] == 3
-    assert mean_of(idle.impact_range, 4).startswith(" per rank (mean of 3 of 4 ranks, from ")
-    assert summarize(trace, findings)["ranks"] == 4
-    [share] = [f for f in findings if f.rule == "kernel-share"]
-    assert " of kernel time over 3 of 4 ranks (the others ran no kernel); " in share.message
+MULTIRANK = FIXTURES / "torch" / "multirank"
+#: What a CPU-only profile of a rank lacks.
+GPU_SIDE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "cuda_runtime", "cuda_driver"}
 
 
-def test_a_run_whose_ranks_all_ran_kernels_says_so_plainly(tmp_path):
-    store = Store(tmp_path / "store")
-    trace = store.load_run(ingest_run([RUN], store=store, jobs=1).run["id"])
-    findings = analyze(trace, rules=["gpu-idle", "kernel-share"])
-    [idle] = [f for f in findings if f.rule == "gpu-idle"]
-    [share] = [f for f in findings if f.rule == "kernel-share"]
-    assert idle.metrics["ranks_without_gpu"] == [] and "recorded no GPU activity" not in idle.message
-    assert " of kernel time over 4 ranks; " in share.message
-    assert mean_of(idle.impact_range, 4).startswith(" per rank (mean of 4, from ")
+def _without_gpu(tmp_path: Path, run: str, rank: int) -> Path:
+    """``run``'s rank files in ``tmp_path``, rank ``rank``'s without its GPU-side events."""
+    out = tmp_path / f"{run}_nogpu{rank}"
+    out.mkdir()
+    for path in sorted((MULTIRANK / run).glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if path.name == f"rank{rank}.json.gz":
+            doc = json.loads(data)
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in GPU_SIDE]
+            data = json.dumps(doc).encode()
+        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
+    return out
 
 
-def test_a_few_ranks_are_named_and_the_rest_counted():
-    """The one way gpu-idle and stragglers name ranks: all of a few, the first of many and how many more."""
-    from traceparse.figures import listed
+def _analyzed(tmp_path: Path, folder: Path) -> tuple[dict, dict, str]:
+    store = str(tmp_path / f"store_{folder.name}")
+    code, out, err = run_cli("--store", store, "analyze", "--json", str(folder))
+    assert code == 0, err
+    doc = json.loads(out)
+    code, screen, err = run_cli("--store", store, "analyze", "--width", "200", str(folder))
+    return {f["rule"]: f for f in doc["findings"]}, doc["summary"][0], re.sub(r"[│\s]+", " ", screen)
 
-    assert listed("rank", [3]) == "rank 3"
-    assert listed("rank", [7, 3]) == "ranks 7 and 3"
-    assert listed("rank", list(range(16)), shown=8) == "ranks 0, 1, 2, 3, 4, 5, 6 and 9 more"
-    assert listed("device", [1, 2, 3, 4]) == "devices 1, 2, 3 and 4"
+
+def test_the_others_are_compared_on_their_gpus(tmp_path):
+    """fsdp4_slow_loader with rank 1 CPU-only: ranks 0, 2 and 3 are compared on their kernels' starts, their waits
+    those of the whole run without rank 1 (the oracle: the whole run's own measure on the other three), and the
+    verdict is the whole run's: rank 2, its DataLoader."""
+    folder = _without_gpu(tmp_path, "fsdp4_slow_loader", 1)
+    whole = run_of(MULTIRANK / "fsdp4_slow_loader").events
+    three = measures.collective_waits(whole.filter(pl.col("rank") != 1), align_clocks=False)
+    waits = measures.collective_waits(run_of(folder).events, align_clocks=False)
+    assert set(waits["arrival"].to_list()) == {"device"} and sorted(waits["member"].unique().to_list()) == [0, 2, 3]
+    assert sorted(waits.select("member", "instance", "wait_ns").rows()) == sorted(
+        three.select("member", "instance", "wait_ns").rows())
+    found, summary, screen = _analyzed(tmp_path, folder)
+    whole_found, whole_summary, _ = _analyzed(tmp_path, MULTIRANK / "fsdp4_slow_loader")
+    s = found["stragglers"]
+    assert s["metrics"]["straggler_rank"] == whole_found["stragglers"]["metrics"]["straggler_rank"] == 2
+    assert "clocks likely differ" not in s["message"]
+    assert "Rank 1 has fewer communication kernels than collective calls (0 kernels for 63 calls)" in s["message"]
+    assert found["critical-path"]["title"] == whole_found["critical-path"]["title"] == "Rank 2's DataLoader holds the step"
+    assert found["comm-compute-overlap"]["impact_ns"] is None
+    overlap = found["comm-compute-overlap"]
+    assert sorted(overlap["metrics"]["ranks"]) == ["0", "2", "3"]  # rank 1 ran no communication kernel to show
+    assert "Rank 1 has fewer communication kernels than collective calls: how long it waited" in overlap["message"]
+    assert summary["gpu_spin_unknown_ranks"] == [1] and summary["bottleneck"]["rule"] == "stragglers"
+
+
+def test_the_straggler_without_its_gpu_is_named_from_its_host_calls(tmp_path):
+    """fsdp4_slow_loader with rank 2, the slow one, CPU-only: among the other three no rank stands out, but rank
+    2's calls started after their kernels had, so they waited at least that long for it. The floor is never more
+    than what the whole run's GPUs say they waited for it, and on this run close to it."""
+    folder = _without_gpu(tmp_path, "fsdp4_slow_loader", 2)
+    found, summary, screen = _analyzed(tmp_path, folder)
+    whole = _analyzed(tmp_path, MULTIRANK / "fsdp4_slow_loader")[0]["stragglers"]["metrics"]
+    s = found["stragglers"]
+    assert (s["title"], s["metrics"]["straggler_rank"]) == ("Straggler: rank 2", 2)
+    assert s["message"].startswith("Rank 2's arrivals on its GPU are not recorded, but its calls started on its host "
+                                   "after every other rank's kernel of the collective had started, at ")
+    floor, device = s["metrics"]["wait_caused_ns"], whole["wait_caused_ns"]
+    assert 0.9 * device <= floor <= device, (floor, device)
+    assert s["severity"] == "warning" and 0 < s["metrics"]["step_time_lost_pct"] <= whole["step_time_lost_pct"]
+    assert summary["bottleneck"]["rule"] == "stragglers"
+    per_step = s["metrics"]["wait_caused_per_step_ns"]
+    from traceparse.figures import fmt_ns
+    assert f"straggler rank 2: the others wait at least {fmt_ns(per_step)} per step for it" in screen
+
+
+def test_two_ranks_one_without_its_gpu_are_not_graded(tmp_path):
+    """nccl2_slow_rank1 with rank 0 CPU-only: one rank's kernels compare with nothing, the arrivals are the hosts'
+    calls, and no verdict is graded on them; gpu-idle's figure is rank 1's alone, and the summary says so."""
+    folder = _without_gpu(tmp_path, "nccl2_slow_rank1", 0)
+    found, summary, screen = _analyzed(tmp_path, folder)
+    s = found["stragglers"]
+    assert (s["severity"], s["impact_ns"], s["metrics"]["straggler_rank"]) == ("info", None, None)
+    assert s["title"] == "Not graded: rank 1 most waited for on the hosts' calls"
+    assert "not graded, as rank 0 recorded no communication kernel, and the kernels say when each GPU arrived" in (
+        s["message"])
+    assert "rank 0 recorded no communication kernel at all (its GPU's activities not recorded)" in s["message"]
+    idle = found["gpu-idle"]
+    assert len(idle["metrics"]["devices"]) == 1 and next(iter(idle["metrics"]["devices"])).startswith("rank 1")
+    assert idle["metrics"]["ranks_without_gpu"] == [0]
+    assert summary["bottleneck"]["rule"] == "gpu-idle"
+    from traceparse.figures import fmt_ns
+    assert f"GPU idle, {fmt_ns(idle['impact_ns'])} lost on rank 1 alone (1 of 2 ranks)" in screen

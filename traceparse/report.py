@@ -380,6 +380,8 @@ def mean_of(spread: dict | None, ranks: int) -> str:
     if not spread:
         return f" per rank (mean of {ranks})" if ranks > 1 else ""
     parts, per = spread["parts"], spread["per"]
+    if parts == 1:  # one rank of the run measured (the others recorded no GPU activity): its figure alone
+        return f" on {spread['least']} alone ({'1 of ' if ranks > 1 else ''}{ranks:,} rank{'s' if ranks > 1 else ''})"
     # a mean over some of a run's ranks (one recorded no GPU activity) says of how many
     of = f"{parts:,} of {ranks:,} ranks" if per == "rank" and 1 < parts < ranks else f"{parts:,}"
     least, most = fmt_ns(spread["least_ns"]), fmt_ns(spread["most_ns"])

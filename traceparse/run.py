@@ -211,7 +211,12 @@ def mean_range(per_device: pl.DataFrame, column: str, ranks: dict[str, int], nou
     """:attr:`traceparse.rule.Finding.impact_range` of a time at stake that is the mean of ``column`` over the
     devices of ``per_device`` (``trace_id``, ``device_id``, in rank order): how many, what one is (``per``:
     ``rank`` where every rank has one device, else ``noun``), the least and the most, each with its device's
-    label (``rank 2``, ``rank 2 GPU 1``, or ``GPU 1`` outside a run; the first of equals); None for one device."""
+    label (``rank 2``, ``rank 2 GPU 1``, or ``GPU 1`` outside a run; the first of equals); None for one device,
+    unless it is one of a run's ranks: the others recorded none, and the figure is that rank's alone."""
+    if per_device.height == 1 and len(set(ranks.values())) > 1 and per_device["trace_id"][0] in ranks:
+        ns, label = int(per_device[column][0]), f"rank {ranks[per_device['trace_id'][0]]}"
+        return {"parts": 1, "per": "rank", "least_ns": ns, "least": label, "most_ns": ns, "most": label,
+                "least_like": 1, "most_like": 1}
     if per_device.height < 2:
         return None
     rows = per_device.select("trace_id", "device_id", column).rows()

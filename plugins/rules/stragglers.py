@@ -212,7 +212,7 @@ class Stragglers(Rule):
         others_step = exact_sum(others["step_ns"])
         share = expr.pct(stake_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
-        blind = label == "rank" and _lost_to_the_cut(events, waits, incomplete_ranks(trace.meta))
+        blind = label == "rank" and _lost_kernels(events, waits, incomplete_ranks(trace.meta))
         graded, severity = severity, "info" if blind else severity
         # a pipeline whose most waited-for stage waits about as much itself: its bubble, not a slow stage
         bubble = transfers > 0 and severity != "info" and top["waited_ns"] >= BUBBLE_FRACTION * caused_ns
@@ -252,9 +252,13 @@ class Stragglers(Rule):
             title = f"Not graded: {who} most waited for on the hosts' calls"
             message = (f"{who} arrived last at {top['last_count']} of {n_instances} {noun}, and the other {each} "
                        f"waited for it {fmt_ns(caused_ns)} in all ({fmt_pct(share)} of their step time, "
-                       f"{graded} by the figure), on their hosts' calls: not graded, as ranks cut short lost the "
-                       "communication kernels that say when each GPU arrived, and a host runs ahead of its GPU, by "
-                       "any amount (the whole run's GPUs can name another rank, or none).")
+                       f"{graded} by the figure), on their hosts' calls: not graded, as "
+                       + ("ranks cut short lost the communication kernels that say"
+                          if _lost_to_the_cut(events, waits, incomplete_ranks(trace.meta)) else
+                          f"{listed(label, _kernelless(events, waits))} recorded no communication kernel, and "
+                          "the kernels say") +
+                       " when each GPU arrived, and a host runs ahead of its GPU, by any amount (the whole run's "
+                       "GPUs can name another rank, or none).")
             suggestion = ""
         elif straggler is not None:
             names = _listed(label, [candidate, *also])
@@ -376,6 +380,35 @@ class Stragglers(Rule):
                             + " aligns them on the collectives' ends.")
         excess = {"slow_rank_host": [], "slow_rank_gpu": []}
         named = straggler if straggler is not None else (candidate if title.startswith("Most waited") else None)
+        # a rank left out (its GPU's arrivals lost) may still be the one the others wait for: its calls started on
+        # its host after their kernels had started, and its kernels could start no earlier
+        late = (_late_on_host(calls, waits, left_out, windows, busy, waited)
+                if left_out and label == "rank" and not blind else None)
+        if late is not None:
+            late_rank, late_count, late_ns = late
+            late_share = expr.pct(late_ns, exact_sum(per["step_ns"]))  # of the compared ranks' step time
+            late_step_ns = round(late_ns / len(members) / max(max(steps_per_member.values(), default=1), 1))
+            if (late_share or 0) >= t["warning_pct"] and (straggler is None or late_share > (share or 0)):
+                severity = grade(late_share, warning=t["warning_pct"], critical=t["critical_pct"])
+                straggler, named, who = late_rank, None, f"{label} {late_rank}"
+                title = f"Straggler: {who}"
+                message = (f"{who.capitalize()}'s arrivals on its GPU are not recorded, but its calls started on its "
+                           f"host after every other {label}'s kernel of the collective had started, at "
+                           f"{late_count} of {n_instances} {noun}: its kernels could start no earlier, so the other "
+                           f"{label}s waited at least {fmt_ns(late_ns)} for it in all (each wait counted once, where "
+                           f"their GPUs computed nothing), {fmt_pct(late_share)} of their step time: at least "
+                           f"{fmt_ns(late_step_ns)} per {label} per step. Among the others: "
+                           + message)
+                suggestion = (f"Start with {who}: what it does before its collectives that the others do not "
+                              "(uneven data, a slower input pipeline or host, hooks or logging), and profile it "
+                              "again with its GPU activities recorded to see its GPU's own part.")
+                late_summary = ("straggler", f"{who}: the others wait at least {fmt_ns(late_step_ns)} per step for "
+                                             f"it ({fmt_pct(late_share)} of their step time; from its host's calls)")
+                caused_ns = stake_ns = late_ns
+                per_step_ns = lost_per_step_ns = late_step_ns
+                share, capped = late_share, False
+            else:
+                late = None
         if named is not None and label == "rank":
             floor = t["min_excess_pct"] / 100 * step.get(candidate, 0) / n_steps
             excess = slow_rank_excess(events, waits, named, int(t["top_excess"]), floor)
@@ -413,6 +446,8 @@ class Stragglers(Rule):
                                      f"({fmt_pct(share)} of their step time)")
                                  + (f"; every rank of {whole_host} is slow" if whole_host else ""))
                    if straggler is not None else None)
+        if late is not None:  # the straggler known from its host's calls alone
+            summary = late_summary
         return [Finding(self.name, severity, title, message, suggestion,
                         metrics={"straggler_rank": straggler, "collectives": n_instances,
                                  "wait_caused_ns": caused_ns, "wait_caused_per_step_ns": per_step_ns,
@@ -427,7 +462,9 @@ class Stragglers(Rule):
                         columns=[c for c in COLUMNS if (c.key != "device" or per["device"].is_not_null().any())
                                  and (c.key != "host" or len(hosts) > 1) and (c.key != "host_held_ns" or capped)],
                         figures=FIGURES, **(_bubble_impact(per, members, label) if bubble else
-                                            dict(impact_ns=None) if blind and graded != "info" else dict(
+                                            dict(impact_ns=None) if blind and graded != "info" else
+                                            dict(impact_ns=round(late[2] / (len(members) + len(left_out))))
+                                            if late is not None else dict(
                             impact_ns=round(stake_ns / len(members)),
                             impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label))),
                         summary=summary)]
@@ -831,7 +868,10 @@ def _host_arrivals_sentence(events, waits: pl.DataFrame, label: str, noun: str, 
     shown = "; ".join(f"{label} {r} {c} calls, {k} kernels" for r, c, k in differ.head(RANKS_NAMED).iter_rows())
     more = f" and {differ.height - RANKS_NAMED} more {label}s" if differ.height > RANKS_NAMED else ""
     cut = sorted(set(cut_short) & set(differ["rank"].to_list()))
+    none = differ.filter(pl.col("kernels") == 0)["rank"].to_list()
     why = (f"{ends_early(cut)}: the GPU work after the cut is missing" if cut
+           else f"{listed(label, none)} recorded no communication kernel at all (its GPU's activities not "
+                "recorded), and one rank's kernels alone compare with nothing" if none and len(none) == differ.height
            else "calls batched together, as batch_isend_irecv does, run as one kernel")
     return (f" The arrivals are the calls' starts on the host, not their kernels' on the GPU: the {noun}' calls "
             f"and communication kernels do not pair one to one ({shown}{more}; {why}), and a host that runs ahead "
@@ -852,6 +892,46 @@ def _unpaired(events, waits: pl.DataFrame) -> pl.DataFrame:
     calls = waits.group_by("rank").agg(calls=pl.len())
     counts = calls.join(kernels, on="rank", how="left").with_columns(pl.col("kernels").fill_null(0))
     return counts.filter(pl.col("calls") != pl.col("kernels")).sort("rank")
+
+
+def _lost_kernels(events, waits: pl.DataFrame, cut_short: list) -> bool:
+    """Whether the arrivals fell back to the hosts' calls because ranks lost communication kernels: cut short
+    (:func:`_lost_to_the_cut`), or with none at all while another rank has them (its GPU's activities not recorded:
+    nccl2 with rank 0's GPU events gone read "critical: rank 1, 75.63 ms a step" on the hosts' calls, 70.25 on the
+    GPUs). No verdict is graded then."""
+    return _lost_to_the_cut(events, waits, cut_short) or bool(_kernelless(events, waits))
+
+
+def _late_on_host(calls: pl.DataFrame, waits: pl.DataFrame, left_out: list, windows: dict, busy,
+                  waited: dict) -> tuple[int, int, int] | None:
+    """Of the ``left_out`` members (their GPU arrivals unknown, :func:`~traceparse.measures.comm.arrivals_unknown`),
+    the one the compared members waited for longest at least, from its calls' starts on its host: a kernel starts
+    no earlier than its call, so where a call started after the compared members' kernels had, each of them waited
+    at least until then. Counted as their own waits are (:func:`~traceparse.measures.comm.waiting_time`: once, in
+    their steps, where their GPUs computed nothing), less what they waited anyway (``waited``). (``member``, how
+    many collectives its call came after every compared kernel, the extra wait summed over the compared members),
+    or None where it came after none."""
+    key = ["process_group", "instance"]
+    last = pl.col("arrival_ns") + pl.col("wait_ns")
+    best = None
+    for member in left_out:
+        host = calls.filter(pl.col("member") == member).select(*key, _host="arrival_ns")
+        moved = waits.join(host, on=key, how="left", nulls_equal=True)
+        late_at = moved.filter(pl.col("_host") > last).select(key).unique().height
+        if late_at == 0:
+            continue
+        moved = moved.with_columns(wait_ns=pl.max_horizontal(last, pl.col("_host").fill_null(last))
+                                   - pl.col("arrival_ns")).drop("_host")
+        extra = sum(max(0, int(ns) - int(waited.get(m, 0))) for m, ns in waiting_time(moved, windows, busy).iter_rows())
+        if extra > 0 and (best is None or extra > best[2]):
+            best = (member, late_at, extra)
+    return best
+
+
+def _kernelless(events, waits: pl.DataFrame) -> list:
+    """The ranks with collective calls and no communication kernel, where the arrivals fell back to the hosts'
+    calls though other ranks ran such kernels."""
+    return _unpaired(events, waits).filter(pl.col("kernels") == 0)["rank"].to_list()
 
 
 def _lost_to_the_cut(events, waits: pl.DataFrame, cut_short: list) -> bool:

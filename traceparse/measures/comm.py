@@ -348,7 +348,9 @@ def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
     for sources in (("kernel",), ("host annotation",), SOURCES):
         found = _instances(rows, sources)
         n_members = _members(rows)["member"].n_unique()
-        if found.height and found["member"].n_unique() == n_members:
+        have = found["member"].n_unique() if found.height else 0
+        # as :func:`completions`: kernels on two members or more, a member with none gets no offset
+        if have == n_members or (sources == ("kernel",) and 2 <= have < n_members):
             # a member that lost some of them gets no offset (unknown), not one read off other collectives
             short = _short_members(found, calls)
             chosen = found.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else found
@@ -413,7 +415,10 @@ def completions(parts: list[pl.DataFrame]) -> pl.DataFrame:
     found = None
     for sources in COMPLETION_SOURCES:
         candidates = _instances(rows, sources)
-        if candidates.height and set(candidates["member"].to_list()) == members:
+        have = set(candidates["member"].to_list()) if candidates.height else set()
+        # kernels on two members or more: a member with none (its GPU's activities not recorded) keeps its calls,
+        # and is left out of the device arrivals (:func:`_blind_members`), not every member put on its host's
+        if have == members or (sources == ("kernel",) and len(have) >= 2 and have < members):
             # a member that lost some of them keeps its own calls (as an instance with no k-th one does)
             short = _short_members(candidates.filter(~is_transfer()), inst.filter(~is_transfer()))
             found = candidates.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else candidates
