@@ -112,3 +112,48 @@ def test_two_ranks_one_without_its_gpu_are_not_graded(tmp_path):
     assert summary["bottleneck"]["rule"] == "gpu-idle"
     from traceparse.figures import fmt_ns
     assert f"GPU idle, {fmt_ns(idle['impact_ns'])} lost on rank 1 alone (1 of 2 ranks)" in screen
+
+
+def _one_step(tmp_path: Path, run: str, rank: int) -> Path:
+    """``run``'s rank files in ``tmp_path``, rank ``rank``'s kept to its first ProfilerStep (its events starting in
+    it, and the metadata): a rank whose profiler recorded one step where the others recorded three."""
+    out = tmp_path / f"{run}_onestep{rank}"
+    out.mkdir()
+    for path in sorted((MULTIRANK / run).glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if path.name == f"rank{rank}.json.gz":
+            doc = json.loads(data)
+            step = min((e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
+                        and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+            lo, hi = step["ts"], step["ts"] + step["dur"]
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "M" or lo <= e.get("ts", -1) <= hi]
+            data = json.dumps(doc).encode()
+        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
+    return out
+
+
+def test_a_rank_of_fewer_steps_is_compared_per_step(tmp_path):
+    """fsdp4_slow_loader with rank 1 kept to one step of three: rank-balance compared its one step of GPU work with
+    the others' three ("Ranks unevenly busy, imbalance 1.206x", the run's bottleneck) and stragglers spread the
+    waits over three steps of rank 1 ("24.89 ms per rank per step" beside 21.9%). Work is compared per step where
+    the ranks' traces hold different numbers of steps (each rank's work over its steps, from its own figures), and
+    a wait per step is over the waiting ranks' own steps (the whole run: 31.94 ms)."""
+    folder = _one_step(tmp_path, "fsdp4_slow_loader", 1)
+    found, summary, screen = _analyzed(tmp_path, folder)
+    b = found["rank-balance"]
+    ranks = b["metrics"]["ranks"]
+    assert {r: v["steps"] for r, v in ranks.items()} == {"0": 3, "1": 1, "2": 3, "3": 3}
+    per_step = {r: round(v["work_ns"] / v["steps"]) for r, v in ranks.items()}
+    mean = sum(per_step.values()) / 4
+    assert b["metrics"]["imbalance"] == round(max(per_step.values()) / mean, 4) < 1.01
+    assert b["severity"] == "info" and summary["bottleneck"]["rule"] != "rank-balance"
+    assert ("The ranks' traces hold different numbers of steps (rank 0 3, rank 1 1, rank 2 3, rank 3 3): their work "
+            "is compared per step.") in b["message"]
+    s = found["stragglers"]["metrics"]
+    steps = {r: v["steps"] for r, v in ranks.items() if r != "2"}  # the waiting ranks' own steps
+    assert s["wait_caused_per_step_ns"] == round(s["wait_caused_ns"] / sum(steps.values()))
+    whole = _analyzed(tmp_path, MULTIRANK / "fsdp4_slow_loader")[0]
+    assert "steps" not in whole["rank-balance"]["metrics"]["ranks"]["0"]
+    w = whole["stragglers"]["metrics"]
+    assert w["wait_caused_per_step_ns"] == round(w["wait_caused_ns"] / 9)  # 3 ranks x 3 steps, as before
+    assert abs(s["wait_caused_per_step_ns"] - w["wait_caused_per_step_ns"]) < 0.02 * w["wait_caused_per_step_ns"]

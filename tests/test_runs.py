@@ -711,3 +711,25 @@ def test_a_truncated_rank_is_named_in_the_run_s_incomplete_line(tmp_path, monkey
     code, out, err = run_cli("--store", str(tmp_path / "store"), "analyze", str(ranks))
     assert code == 0, err
     assert re.search(rf"incomplete +{re.escape(note)}; every figure here covers only what was read", out)
+
+
+def test_world_sizes_that_disagree_take_most_ranks_word(tmp_path):
+    """Hand-made ranks (kineto() above): three say a world of 3, one says 8. The run's world size is what most
+    ranks say, and the warning says who said what, not "5 of 8 ranks missing" taken from the one odd rank; never
+    below the ranks present."""
+    d = tmp_path / "job"
+    for rank, size in ((0, 3), (1, 8), (2, 3)):
+        write(d / f"rank{rank}.json", kineto(rank=rank, world_size=size, start_us=1 + rank))
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", "--json", str(d))
+    assert code == 0, err
+    run = json.loads(out)["runs"][0]
+    assert run["world_size"] == 3 and "missing" not in err
+    assert err == ("traceparse: warning: the ranks disagree on the world size (ranks 0 and 2 say 3; rank 1 says 8); "
+                   "3 is used (most ranks')\n")
+    e = tmp_path / "job2"
+    for rank, size in ((0, 2), (1, 2), (2, 2), (3, 4)):
+        write(e / f"rank{rank}.json", kineto(rank=rank, world_size=size, start_us=1 + rank))
+    code, out, err = run_cli("--store", str(tmp_path / "s2"), "ingest", "--json", str(e))
+    assert code == 0 and json.loads(out)["runs"][0]["world_size"] == 4
+    assert err == ("traceparse: warning: the ranks disagree on the world size (ranks 0, 1 and 2 say 2; rank 3 says "
+                   "4); 4 is used (the ranks present)\n")

@@ -49,7 +49,7 @@ import polars as pl
 
 from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError, enter_command_line, on_command_line, spelled
-from traceparse.figures import SAME_NS, same_figure
+from traceparse.figures import SAME_NS, listed, same_figure
 from traceparse.ingest import plan, read_group
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import Registry, registry as default_registry
@@ -970,9 +970,18 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
         by_rank[result["rank"]] = result
         warnings.extend(result["meta"].get("warnings", []))
     sizes = {r["world_size"] for r in results if r["world_size"] is not None}
-    if len(sizes) > 1:
-        warnings.append(f"the ranks disagree on the world size ({', '.join(map(str, sorted(sizes)))}); "
-                        f"{max(sizes)} is used")
+    if len(sizes) > 1:  # the size most ranks say (of equals, the larger), never below the ranks present
+        said: dict[int, list[int]] = {}
+        for result in sorted(results, key=lambda r: r["rank"]):
+            if result["world_size"] is not None:
+                said.setdefault(result["world_size"], []).append(result["rank"])
+        most = max(said, key=lambda size: (len(said[size]), size))
+        used = max(most, max(by_rank) + 1)
+        each = "; ".join(f"{listed('rank', said[size], shown=4)} {'says' if len(said[size]) == 1 else 'say'} {size:,}"
+                         for size in sorted(said, key=lambda size: (-len(said[size]), size)))
+        warnings.append(f"the ranks disagree on the world size ({each}); {used:,} is used"
+                        + (" (most ranks')" if used == most else " (the ranks present)"))
+        sizes = {used}
     plausible = PLAUSIBLE_RANKS_PER_FILE * len(results)
     if sizes and max(sizes) > plausible:  # never believed: a world size is not an allocation
         claimed = max(sizes)

@@ -30,6 +30,10 @@ A rank whose input ends early (its file cut short: the run says which) did less 
 but left out of the comparison (``incomplete_ranks``), which is of the whole ranks, as are the totals and the
 shares of the span.
 
+Ranks whose traces hold different numbers of steps (:func:`~traceparse.measures.steps.step_series`, each trace
+its own) did different amounts of work: their work is compared per step (``compared_per_step``; each rank's
+``steps`` in ``ranks``), and the time at stake is per step times the fewest steps.
+
 Severity: ``imbalance`` at or above ``warning_imbalance`` is a warning, at or above ``critical_imbalance``
 critical. One rank (or device) alone is info and says so. Time at stake: the most work less the mean.
 """
@@ -43,6 +47,7 @@ from traceparse.figures import (SAME_NS, SAME_SAID, ends_early, fmt_ns, fmt_pct,
                                 shares_shown)
 from traceparse.measures.base import exact_sum, exact_total
 from traceparse.measures.comm import has_communication
+from traceparse.measures.steps import step_series
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -95,6 +100,13 @@ class RankBalance(Rule):
         # a rank whose file was cut short did less of everything: compared, it read as the least busy
         cut = sorted(set(incomplete_ranks(trace.meta)) & set(rows["member"].to_list())) if ranked else []
         compared = rows.filter(~pl.col("member").is_in(cut)) if cut else rows
+        # ranks whose traces hold different numbers of steps did different amounts of work: compared per step
+        steps = _steps_per_rank(trace.events, per) if ranked else {}
+        counted = {steps.get(m) for m in compared["member"].to_list()}
+        per_step = len(counted) > 1 and None not in counted and 0 not in counted
+        if per_step:
+            compared = compared.with_columns(work_ns=(pl.col("work_ns") / pl.col("member").replace_strict(
+                steps, return_dtype=pl.Int64)).round(0).cast(pl.Int64))
         work = compared["work_ns"]
         mean = work.mean() if compared.height else None
         imbalance = round(float(work.max()) / mean, 4) if mean and compared.height > 1 else None
@@ -115,8 +127,13 @@ class RankBalance(Rule):
                   "comm_exposed_ns": r["comm_exposed_ns"], "memcpy_ns": r["memcpy_ns"], "idle_ns": r["idle_ns"],
                   "busy_ns": r["busy_ns"], "work_ns": r["work_ns"], "idle_pct": r["idle_pct"]}
                  for r in in_order.iter_rows(named=True)]  # alike: rank order
+        if per_step:
+            for member, count in steps.items():
+                if str(member) in ranks:
+                    ranks[str(member)]["steps"] = count
         metrics = {"imbalance": imbalance, "slowest_rank": slowest, "fastest_rank": fastest, "members": label,
-                   **totals, "ranks": ranks, **({"incomplete_ranks": cut} if cut else {})}
+                   **totals, "ranks": ranks, **({"incomplete_ranks": cut} if cut else {}),
+                   **({"compared_per_step": True} if per_step else {})}
         # the parts of the span, a partition of it: rounded together so that they add up to 100 as shown
         parts_pct = shares_shown([expr.pct(totals[f"{p}_ns"], totals["span_ns"]) or 0 for p in PARTS])
         shares = ", ".join(f"{p.replace('_', ' ')} {fmt_pct(share)}" for p, share in zip(PARTS, parts_pct))
@@ -129,8 +146,12 @@ class RankBalance(Rule):
                             metrics={**metrics, "imbalance": None}, items=items, columns=COLUMNS, figures=FIGURES)]
         severity = grade(imbalance, warning=t["warning_imbalance"], critical=t["critical_imbalance"])
         if compared.height > 1:
-            message = (f"{_spread_said(compared.height, label, slowest, fastest, work)}; imbalance (max/mean work) "
-                       f"{fmt_ratio(imbalance)}. {over}: {shares} of the span.")
+            message = (f"{_spread_said(compared.height, label, slowest, fastest, work, per_step)}; imbalance (max/mean "
+                       f"work{' per step' if per_step else ''}) {fmt_ratio(imbalance)}. {over}: {shares} of the span.")
+            if per_step:
+                held = ", ".join(f"{label} {m} {steps[m]}" for m in compared["member"].to_list())
+                message += (f" The {label}s' traces hold different numbers of steps ({held}): their work is compared "
+                            "per step.")
         else:
             message = (f"{compared.height} whole {label}{'' if compared.height == 1 else 's'}: too few to compare. "
                        f"{over}: {shares} of the span.")
@@ -153,18 +174,34 @@ class RankBalance(Rule):
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
                         # ranks alike in work: a folded table keeps the most idle (a straggler's peers wait)
                         worst={"items": "idle_ns"} if even else {},
-                        impact_ns=int(work.max() - mean) if imbalance is not None else None)]  # one per-rank table: the items (ranks is JSON's)
+                        impact_ns=(int((work.max() - mean) * (min(steps.values()) if per_step else 1))
+                                   if imbalance is not None else None))]  # one per-rank table: the items (ranks is JSON's)
 
 
-def _spread_said(count: int, label: str, slowest, fastest, work: pl.Series) -> str:
+def _steps_per_rank(events, per: pl.DataFrame) -> dict:
+    """{rank: the steps its trace holds} (:func:`~traceparse.measures.steps.step_series`, each trace its own), for
+    the ranks of ``per`` (:data:`~traceparse.measures.rank_time` rows); {} where the trace marks no step."""
+    series = step_series(events, by_trace=True)
+    if series.height == 0:
+        return {}
+    counts = dict(series.group_by("trace_id").agg(pl.col("step").n_unique()).iter_rows())
+    out: dict = {}
+    for trace_id, rank in per.select("trace_id", "rank").unique().iter_rows():
+        if rank is not None:
+            out[rank] = out.get(rank, 0) + counts.get(trace_id, 0)
+    return out
+
+
+def _spread_said(count: int, label: str, slowest, fastest, work: pl.Series, per_step: bool = False) -> str:
     """Who has the most and the least work (``64 ranks: most work on rank 5 (...), least on 0 (...)``), or, where
     no rank has more than noise (``slowest`` None), that they all do the same: ``64 ranks: the same work on each,
     19.85 ms of compute and copies (within 0.1%)``."""
+    each = " a step" if per_step else ""
     if slowest is None:
-        return (f"{count:,} {label}s: the same work on each, {fmt_ns(float(work.max()))} of compute and copies "
+        return (f"{count:,} {label}s: the same work on each, {fmt_ns(float(work.max()))} of compute and copies{each} "
                 f"({SAME_SAID}; a {label} slower on the host than on its GPU is the stragglers rule's)")
     return (f"{count:,} {label}s: most work on {label} {slowest} ({fmt_ns(float(work.max()))} of compute and "
-            f"copies), least on {fastest} ({fmt_ns(float(work.min()))})")
+            f"copies{each}), least on {fastest} ({fmt_ns(float(work.min()))}{each})")
 
 
 @hookimpl
