@@ -67,7 +67,8 @@ def test_the_others_are_compared_on_their_gpus(tmp_path):
     assert s["metrics"]["straggler_rank"] == whole_found["stragglers"]["metrics"]["straggler_rank"] == 2
     assert "clocks likely differ" not in s["message"]
     assert "Rank 1 has fewer communication kernels than collective calls (0 kernels for 63 calls)" in s["message"]
-    assert found["critical-path"]["title"] == whole_found["critical-path"]["title"] == "Rank 2's DataLoader holds the step"
+    assert found["critical-path"]["title"] == whole_found["critical-path"]["title"] == (
+        "Rank 2's DataLoader holds the step")
     assert found["comm-compute-overlap"]["impact_ns"] is None
     overlap = found["comm-compute-overlap"]
     assert sorted(overlap["metrics"]["ranks"]) == ["0", "2", "3"]  # rank 1 ran no communication kernel to show

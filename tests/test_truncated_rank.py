@@ -354,7 +354,8 @@ def test_a_rank_that_lost_its_kernels_makes_the_others_waits_a_floor(tmp_path):
     assert summary["bottleneck"]["rule"] != "comm-compute-overlap"
     code, screen, err = run_cli("--store", str(tmp_path / f"store_{cut.name}"), "analyze", str(cut))
     shown = re.sub(r"[│\s]+", " ", screen)
-    work, spin = round(summary["gpu_busy_pct"] - round(summary["gpu_spin_pct"], 1), 1), round(summary["gpu_spin_pct"], 1)
+    spin = round(summary["gpu_spin_pct"], 1)
+    work = round(summary["gpu_busy_pct"] - spin, 1)
     assert (f"at most {work}% work, at least {spin}% communication kernels waiting for another GPU's "
             "(comm-compute-overlap; rank 0 lost its collectives' kernels: waits for it are not counted)") in shown
     code, screen, err = run_cli("--store", str(tmp_path / "store_whole"), "analyze", str(tmp_path / "whole"))

@@ -25,9 +25,10 @@ communication less the waiting; the severity grades ``moving_overlap_pct`` where
 ``overlap_pct``. Where a member lost its collectives' kernels (a rank cut short,
 :func:`~traceparse.measures.comm.arrivals_unknown`), its waits are unknown and so are the others' waits for it:
 the waiting is a floor, the time at stake is None (not the exposed time less a floor: Megatron's tensor-parallel
-ranks with rank 0 cut read 202.5 ms lost per rank, 66.1 ms whole) and the severity at most a warning. On four real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication
-overlapped 30% of its time, but 96 of their 99 ms of exposed communication was waiting for rank 2: the rule
-said "low overlap, 75 ms lost" and advised bucketing and prefetching; the moving time overlaps 93.7%.
+ranks with rank 0 cut read 202.5 ms lost per rank, 66.1 ms whole) and the severity at most a warning. On four
+real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication overlapped 30% of its time,
+but 96 of their 99 ms of exposed communication was waiting for rank 2: the rule said "low overlap, 75 ms lost"
+and advised bucketing and prefetching; the moving time overlaps 93.7%.
 
 Severity: when communication takes at least ``min_comm_share_pct`` of the kernel busy time, warning under
 ``warning_below_pct`` overlap, critical under ``critical_below_pct``.

@@ -174,8 +174,9 @@ class RankBalance(Rule):
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
                         # ranks alike in work: a folded table keeps the most idle (a straggler's peers wait)
                         worst={"items": "idle_ns"} if even else {},
+                        # one per-rank table: the items (ranks is JSON's)
                         impact_ns=(int((work.max() - mean) * (min(steps.values()) if per_step else 1))
-                                   if imbalance is not None else None))]  # one per-rank table: the items (ranks is JSON's)
+                                   if imbalance is not None else None))]
 
 
 def _steps_per_rank(events, per: pl.DataFrame) -> dict:

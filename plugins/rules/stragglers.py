@@ -393,7 +393,9 @@ class Stragglers(Rule):
         if late is not None:
             late_rank, late_count, late_ns = late
             late_share = expr.pct(late_ns, exact_sum(per["step_ns"]))  # of the compared ranks' step time
-            late_step_ns = round(late_ns / len(members) / max(max(steps_per_member.values(), default=1), 1))
+            counted = [marked.get(m, 0) for m in members]  # the compared ranks' own steps, as a wait per step is
+            late_step_ns = round(late_ns / (sum(counted) if min(counted, default=0) > 0
+                                            else len(members) * max(max(steps_per_member.values(), default=1), 1)))
             if (late_share or 0) >= t["warning_pct"] and (straggler is None or late_share > (share or 0)):
                 severity = grade(late_share, warning=t["warning_pct"], critical=t["critical_pct"])
                 straggler, named, who = late_rank, None, f"{label} {late_rank}"
@@ -557,8 +559,9 @@ def _missing_sentence(events, calls: pl.DataFrame, keys: pl.DataFrame, count: in
                    - set(present.join(shared, on=key, how="semi", nulls_equal=True)["member"].unique().to_list()))
     if not alone or len(alone) == present["member"].n_unique():
         return said
-    steps = calls_steps(calls, events).filter(pl.col("step").is_not_null()).group_by(pl.col("member").is_in(alone).alias("alone")).agg(
-        first=pl.col("step").min(), last=pl.col("step").max())
+    steps = (calls_steps(calls, events).filter(pl.col("step").is_not_null())
+             .group_by(pl.col("member").is_in(alone).alias("alone"))
+             .agg(first=pl.col("step").min(), last=pl.col("step").max()))
     span = {a: (f, l) for a, f, l in steps.iter_rows()}
     one = len(alone) == 1
     said += (f" {listed(label, alone, shown=RANKS_NAMED).capitalize()} took part in none of the others' "
