@@ -158,3 +158,29 @@ def test_a_rank_of_fewer_steps_is_compared_per_step(tmp_path):
     w = whole["stragglers"]["metrics"]
     assert w["wait_caused_per_step_ns"] == round(w["wait_caused_ns"] / 9)  # 3 ranks x 3 steps, as before
     assert abs(s["wait_caused_per_step_ns"] - w["wait_caused_per_step_ns"]) < 0.02 * w["wait_caused_per_step_ns"]
+
+
+def test_a_rank_without_steps_gets_no_path_of_its_whole_span(tmp_path):
+    """fsdp4_slow_loader with rank 1's ProfilerStep annotations taken out (hand-made): its whole span was walked as
+    one "step" beside the others' steps ("175.4 ms of a 175.4 ms step", DataLoader "36.42 ms per step"). It gets
+    no path of its own now, and the per-step figures are the whole run's but for rank 1's three paths."""
+    out = tmp_path / "nosteps1"
+    out.mkdir()
+    for path in sorted((MULTIRANK / "fsdp4_slow_loader").glob("rank*.json.gz")):
+        data = gzip.decompress(path.read_bytes())
+        if path.name == "rank1.json.gz":
+            doc = json.loads(data)
+            doc["traceEvents"] = [e for e in doc["traceEvents"]
+                                  if not str(e.get("name", "")).startswith("ProfilerStep#")]
+            data = json.dumps(doc).encode()
+        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
+    found, summary, screen = _analyzed(tmp_path, out)
+    whole = _analyzed(tmp_path, MULTIRANK / "fsdp4_slow_loader")[0]["critical-path"]
+    c = found["critical-path"]
+    assert (c["metrics"]["steps"], c["metrics"]["paths"], c["metrics"]["unstepped_ranks"]) == (3, 9, [1])
+    assert whole["metrics"]["paths"] == 12 and "unstepped_ranks" not in whole["metrics"]
+    assert abs(c["metrics"]["step_ns"] - whole["metrics"]["step_ns"]) <= 0.01 * whole["metrics"]["step_ns"]
+    loader = [i["per_step_ns"] for f in (c, whole) for i in f["items"] if i["name"] == "DataLoader"]
+    assert len(loader) == 2 and abs(loader[0] - loader[1]) <= 0.01 * loader[1]
+    assert ("Rank 1 marks no step (no ProfilerStep or other step in its trace): it has no path of its own, and its "
+            "work is on the paths only where another rank's path crosses to it.") in c["message"]

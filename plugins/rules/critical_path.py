@@ -76,7 +76,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.errors import ResourceError, spelled
-from traceparse.figures import ends_early, fmt_ns, fmt_pct
+from traceparse.figures import ends_early, fmt_ns, fmt_pct, listed
 from traceparse.meta import device_nouns, incomplete_ranks
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.critical_path import INSTANCE_TRACE, DependencyGraph, critical_paths, edge_coverage
@@ -129,6 +129,7 @@ class CriticalPath(Rule):
         names = thread_names(trace.meta)
         windows = windowed_steps(events)
         params = None  # the graph's parameters, where the whole graph is built (a replay can build it again)
+        unstepped: list = []  # ranks that mark no step beside ranks that do (one large trace: none)
         if windows is not None:  # one large trace: a group of steps at a time, never its whole graph
             paths, segments = windowed_critical_paths(events, windows, int(t["min_wait_ns"]), int(t["max_wake_ns"]),
                                                       keep=functools.partial(_lean, names=names),
@@ -164,6 +165,10 @@ class CriticalPath(Rule):
             joins, instances = _joins(graph), _instances(graph)
             p2p = point_to_point_only(joins.filter(pl.col("dst_trace") == INSTANCE_TRACE)["category"].cast(pl.String))
             ranks_known = graph["rank"].is_not_null().any()
+            # ranks whose traces mark no step beside ranks that do: no window of their own (step_windows)
+            unstepped = (sorted(set(graph["rank"].drop_nulls().unique().to_list())
+                                - set(windows["rank"].drop_nulls().to_list()))
+                         if ranks_known and windows.height and windows["step"].is_not_null().any() else [])
             del graph, found
         parts = _split_waits(segments, joins)
         n = paths.height  # paths: one per step of each rank
@@ -216,6 +221,14 @@ class CriticalPath(Rule):
         if behind is not None:  # the path is the host's: say that the GPU, behind it, sets the pace
             metrics["gpu_behind"] = behind.as_dict()
         message = _message(metrics, items, details, ranks_known, unmarked)
+        if unstepped:
+            one = len(unstepped) == 1
+            its, has = ("its", "has") if one else ("their", "have")
+            message += (f" {listed('rank', unstepped).capitalize()} {'marks' if one else 'mark'} no step (no "
+                        f"ProfilerStep or other step in {its} trace): {'it' if one else 'they'} {has} no path of "
+                        f"{its} own, and {its} work is on the paths only where another rank's path crosses to "
+                        f"{'it' if one else 'them'}.")
+            metrics["unstepped_ranks"] = unstepped
         if cut := incomplete_ranks(trace.meta):  # a profiler killed mid-write: its lost work is no time traced
             said = ends_early(cut)
             message += (f" {said[0].upper()}{said[1:]}: {'its' if len(cut) == 1 else 'their'} work after the cut is "
