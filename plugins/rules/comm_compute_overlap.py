@@ -22,8 +22,8 @@ counts ``waited_ns``), at most their exposed time; per rank in
 ``ranks`` and the items. ``moving_overlap_pct`` = 100 × overlapped / (communication time − waiting): the
 overlap of the time the kernels do their own work. The time at stake (``impact_ns``) is the exposed
 communication less the waiting; the severity grades ``moving_overlap_pct`` where there is waiting, else
-``overlap_pct``. Where a member lost its collectives' kernels (a rank cut short,
-:func:`~traceparse.measures.comm.arrivals_unknown`), its waits are unknown and so are the others' waits for it:
+``overlap_pct``. Where a member lost its collectives' kernels (a rank cut short, or one whose GPU activities were
+not recorded: stragglers leaves it out of the arrivals), its waits are unknown and so are the others' waits for it:
 the waiting is a floor, the time at stake is None (not the exposed time less a floor: Megatron's tensor-parallel
 ranks with rank 0 cut read 202.5 ms lost per rank, 66.1 ms whole) and the severity at most a warning. On four
 real FSDP2 ranks where rank 2 sleeps 30 ms a step, the other ranks' communication overlapped 30% of its time,

@@ -30,8 +30,8 @@ A rank whose input ends early (its file cut short: the run says which) did less 
 but left out of the comparison (``incomplete_ranks``), which is of the whole ranks, as are the totals and the
 shares of the span.
 
-Ranks whose traces hold different numbers of steps (:func:`~traceparse.measures.steps.step_series`, each trace
-its own) did different amounts of work: their work is compared per step (``compared_per_step``; each rank's
+Ranks whose traces hold different numbers of steps (``ProfilerStep#N`` or the other steps a trace marks, each
+trace its own) did different amounts of work: their work is compared per step (``compared_per_step``; each rank's
 ``steps`` in ``ranks``), and the time at stake is per step times the fewest steps.
 
 Severity: ``imbalance`` at or above ``warning_imbalance`` is a warning, at or above ``critical_imbalance``
