@@ -27,18 +27,25 @@ MULTIRANK = FIXTURES / "torch" / "multirank"
 GPU_SIDE = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "ac2g", "cuda_runtime", "cuda_driver"}
 
 
-def _without_gpu(tmp_path: Path, run: str, rank: int) -> Path:
-    """``run``'s rank files in ``tmp_path``, rank ``rank``'s without its GPU-side events."""
-    out = tmp_path / f"{run}_nogpu{rank}"
+def _edited(tmp_path: Path, run: str, rank: int, name: str, edit) -> Path:
+    """``run``'s rank files in ``tmp_path / name``, rank ``rank``'s trace events passed through ``edit`` (a list of
+    events in, the list to keep out)."""
+    out = tmp_path / name
     out.mkdir()
     for path in sorted((MULTIRANK / run).glob("rank*.json.gz")):
         data = gzip.decompress(path.read_bytes())
         if path.name == f"rank{rank}.json.gz":
             doc = json.loads(data)
-            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in GPU_SIDE]
+            doc["traceEvents"] = edit(doc["traceEvents"])
             data = json.dumps(doc).encode()
         (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
     return out
+
+
+def _without_gpu(tmp_path: Path, run: str, rank: int) -> Path:
+    """``run``'s rank files, rank ``rank``'s without its GPU-side events."""
+    return _edited(tmp_path, run, rank, f"{run}_nogpu{rank}",
+                   lambda events: [e for e in events if e.get("cat") not in GPU_SIDE])
 
 
 def _analyzed(tmp_path: Path, folder: Path) -> tuple[dict, dict, str]:
@@ -116,21 +123,15 @@ def test_two_ranks_one_without_its_gpu_are_not_graded(tmp_path):
 
 
 def _one_step(tmp_path: Path, run: str, rank: int) -> Path:
-    """``run``'s rank files in ``tmp_path``, rank ``rank``'s kept to its first ProfilerStep (its events starting in
-    it, and the metadata): a rank whose profiler recorded one step where the others recorded three."""
-    out = tmp_path / f"{run}_onestep{rank}"
-    out.mkdir()
-    for path in sorted((MULTIRANK / run).glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        if path.name == f"rank{rank}.json.gz":
-            doc = json.loads(data)
-            step = min((e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
-                        and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
-            lo, hi = step["ts"], step["ts"] + step["dur"]
-            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "M" or lo <= e.get("ts", -1) <= hi]
-            data = json.dumps(doc).encode()
-        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
-    return out
+    """``run``'s rank files, rank ``rank``'s kept to its first ProfilerStep (its events starting in it, and the
+    metadata): a rank whose profiler recorded one step where the others recorded three."""
+    def first_step(events: list) -> list:
+        step = min((e for e in events if e.get("cat") == "user_annotation"
+                    and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        return [e for e in events if e.get("ph") == "M" or lo <= e.get("ts", -1) <= hi]
+
+    return _edited(tmp_path, run, rank, f"{run}_onestep{rank}", first_step)
 
 
 def test_a_rank_of_fewer_steps_is_compared_per_step(tmp_path):
@@ -164,16 +165,8 @@ def test_a_rank_without_steps_gets_no_path_of_its_whole_span(tmp_path):
     """fsdp4_slow_loader with rank 1's ProfilerStep annotations taken out (hand-made): its whole span was walked as
     one "step" beside the others' steps ("175.4 ms of a 175.4 ms step", DataLoader "36.42 ms per step"). It gets
     no path of its own now, and the per-step figures are the whole run's but for rank 1's three paths."""
-    out = tmp_path / "nosteps1"
-    out.mkdir()
-    for path in sorted((MULTIRANK / "fsdp4_slow_loader").glob("rank*.json.gz")):
-        data = gzip.decompress(path.read_bytes())
-        if path.name == "rank1.json.gz":
-            doc = json.loads(data)
-            doc["traceEvents"] = [e for e in doc["traceEvents"]
-                                  if not str(e.get("name", "")).startswith("ProfilerStep#")]
-            data = json.dumps(doc).encode()
-        (out / path.name).write_bytes(gzip.compress(data, compresslevel=1))
+    out = _edited(tmp_path, "fsdp4_slow_loader", 1, "nosteps1",
+                  lambda events: [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")])
     found, summary, screen = _analyzed(tmp_path, out)
     whole = _analyzed(tmp_path, MULTIRANK / "fsdp4_slow_loader")[0]["critical-path"]
     c = found["critical-path"]

@@ -47,7 +47,7 @@ from traceparse.figures import (SAME_NS, SAME_SAID, ends_early, fmt_ns, fmt_pct,
                                 shares_shown)
 from traceparse.measures.base import exact_sum, exact_total
 from traceparse.measures.comm import has_communication
-from traceparse.measures.steps import step_series
+from traceparse.measures.steps import steps_of
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -101,9 +101,9 @@ class RankBalance(Rule):
         cut = sorted(set(incomplete_ranks(trace.meta)) & set(rows["member"].to_list())) if ranked else []
         compared = rows.filter(~pl.col("member").is_in(cut)) if cut else rows
         # ranks whose traces hold different numbers of steps did different amounts of work: compared per step
-        steps = _steps_per_rank(trace.events, per) if ranked else {}
+        steps = steps_of(trace.events, per, "rank") if ranked else {}
         counted = {steps.get(m) for m in compared["member"].to_list()}
-        per_step = len(counted) > 1 and None not in counted and 0 not in counted
+        per_step = len(counted) > 1 and None not in counted
         if per_step:
             compared = compared.with_columns(work_ns=(pl.col("work_ns") / pl.col("member").replace_strict(
                 steps, return_dtype=pl.Int64)).round(0).cast(pl.Int64))
@@ -177,20 +177,6 @@ class RankBalance(Rule):
                         # one per-rank table: the items (ranks is JSON's)
                         impact_ns=(int((work.max() - mean) * (min(steps.values()) if per_step else 1))
                                    if imbalance is not None else None))]
-
-
-def _steps_per_rank(events, per: pl.DataFrame) -> dict:
-    """{rank: the steps its trace holds} (:func:`~traceparse.measures.steps.step_series`, each trace its own), for
-    the ranks of ``per`` (:data:`~traceparse.measures.rank_time` rows); {} where the trace marks no step."""
-    series = step_series(events, by_trace=True)
-    if series.height == 0:
-        return {}
-    counts = dict(series.group_by("trace_id").agg(pl.col("step").n_unique()).iter_rows())
-    out: dict = {}
-    for trace_id, rank in per.select("trace_id", "rank").unique().iter_rows():
-        if rank is not None:
-            out[rank] = out.get(rank, 0) + counts.get(trace_id, 0)
-    return out
 
 
 def _spread_said(count: int, label: str, slowest, fastest, work: pl.Series, per_step: bool = False) -> str:

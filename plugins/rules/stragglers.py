@@ -113,7 +113,7 @@ from traceparse.measures.comm import (arrivals_unknown, calls_steps, comm_kernel
 from traceparse.measures.comm_sources import point_to_point_only
 from traceparse.measures.host_held import host_held
 from traceparse.measures.nesting import over_median
-from traceparse.measures.steps import is_step_annotation, step_series
+from traceparse.measures.steps import is_step_annotation, steps_of
 from traceparse.meta import incomplete_ranks, ranks_by_host
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
@@ -227,7 +227,7 @@ class Stragglers(Rule):
         n_steps = max(steps_per_member.get(candidate, 0), 1)
         # per step of a waiting rank: the others' steps counted each (a rank whose trace holds one step of three
         # waited in one: 224 ms over 7 rank-steps is 32 ms a step, not 24.9 over 3 ranks x 3 steps)
-        marked = _marked_steps(events, waits)  # a rank without steps of its own (its span one window): as before
+        marked = steps_of(events, waits, "member")  # a rank without steps of its own (its span one window): as before
         waiting_steps = [marked.get(m, 0) for m in members if m != candidate]
         rank_steps = (sum(waiting_steps) if waiting_steps and min(waiting_steps) > 0
                       else max(len(members) - 1, 1) * n_steps)
@@ -909,20 +909,6 @@ def _lost_kernels(events, waits: pl.DataFrame, cut_short: list) -> bool:
     nccl2 with rank 0's GPU events gone read "critical: rank 1, 75.63 ms a step" on the hosts' calls, 70.25 on the
     GPUs). No verdict is graded then."""
     return _lost_to_the_cut(events, waits, cut_short) or bool(_kernelless(events, waits))
-
-
-def _marked_steps(events, waits: pl.DataFrame) -> dict:
-    """{member: the steps its own trace marks} (:func:`~traceparse.measures.steps.step_series`, each trace its
-    own; a member without any is left out), for the members of ``waits``."""
-    series = step_series(events, by_trace=True)
-    if series.height == 0:
-        return {}
-    counts = dict(series.group_by("trace_id").agg(pl.col("step").n_unique()).iter_rows())
-    out: dict = {}
-    for trace_id, member in waits.select("trace_id", "member").unique().iter_rows():
-        if counts.get(trace_id):
-            out[member] = out.get(member, 0) + counts[trace_id]
-    return out
 
 
 def _late_on_host(calls: pl.DataFrame, waits: pl.DataFrame, left_out: list, windows: dict, busy,

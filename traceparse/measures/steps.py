@@ -120,6 +120,21 @@ def step_series(events: pl.DataFrame, by_trace: bool = False) -> pl.DataFrame:
     return shared(events, "step_series", lambda: _step_series(events, by_trace), (by_trace,))
 
 
+def steps_of(events: pl.DataFrame, owners: pl.DataFrame, key: str) -> dict:
+    """{owner: the steps its own traces mark} (:func:`step_series`, each trace its own), for the rows of ``owners``
+    (``trace_id`` and ``key``: a run's ranks, a rule's members); an owner whose traces mark none is left out. Ranks
+    whose traces hold different numbers of steps did different amounts of work: compared per step."""
+    series = step_series(events, by_trace=True)
+    if series.height == 0:
+        return {}
+    counts = dict(series.group_by("trace_id").agg(pl.col("step").n_unique()).iter_rows())
+    out: dict = {}
+    for trace_id, owner in owners.select("trace_id", key).unique().iter_rows():
+        if owner is not None and counts.get(trace_id):
+            out[owner] = out.get(owner, 0) + counts[trace_id]
+    return out
+
+
 def is_step_annotation(events: pl.DataFrame) -> pl.Expr:
     """True for the rows of ``events`` that are its step annotations, whose time is the step's, not work in it:
     ``ProfilerStep#N``, the rows a reader marks as steps (group :data:`STEP_GROUP`), and the ranges of the series
