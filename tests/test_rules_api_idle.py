@@ -35,7 +35,7 @@ EXPECTED_CLASS = {
     "cudaLaunchKernel": "launch", "cudaLaunchKernelExC": "launch", "cudaLaunchKernelExC_v11060": "launch",
     "cuLaunchKernel": "launch", "cuLaunchKernelEx": "launch",
     "cudaGraphLaunch": "graph_launch",  # one call replays a whole graph: its own class, not a launch
-    "cudaMemcpyAsync": "memcpy", "cudaMemsetAsync": "memcpy",
+    "cudaMemcpyAsync": "memcpy", "cudaMemsetAsync": "memset",
     "cudaStreamSynchronize": "synchronize", "cudaDeviceSynchronize": "synchronize",
     "cudaStreamWaitEvent": "synchronize",
     "cudaMalloc": "allocation",
@@ -102,7 +102,7 @@ def test_api_share_matches_the_json(path):
     for item in f.items:
         assert item["share_pct"] == round(100 * time[item["name"]] / total, 4)
     assert [i["time_ns"] for i in f.items] == sorted(time.values(), reverse=True)
-    for cls in ("launch", "memcpy", "synchronize", "allocation", "other"):
+    for cls in ("launch", "memcpy", "memset", "synchronize", "allocation", "other"):
         cls_time = sum(t for n, t in time.items() if EXPECTED_CLASS.get(n, "other") == cls)
         assert f.metrics["classes"][cls]["time_ns"] == cls_time
         assert f.metrics[f"{cls}_share_pct"] == round(100 * cls_time / total, 4)
@@ -134,13 +134,13 @@ def test_api_classes_by_hand():
         # HIP (ROCm builds of PyTorch), names as the public ROCm traces write them
         "hipLaunchKernel": "launch", "hipExtModuleLaunchKernel": "launch", "hipModuleLaunchKernel": "launch",
         "hipExtLaunchKernel": "launch", "hipMemcpyWithStream": "memcpy", "hipMemcpyAsync": "memcpy",
-        "hipMemsetAsync": "memcpy", "hipDeviceSynchronize": "synchronize", "hipStreamSynchronize": "synchronize",
+        "hipMemsetAsync": "memset", "hipDeviceSynchronize": "synchronize", "hipStreamSynchronize": "synchronize",
         "hipEventSynchronize": "synchronize", "hipStreamWaitEvent": "synchronize", "hipMalloc": "allocation",
         "hipFree": "allocation", "hipHostMalloc": "allocation", "hipGetDevicePropertiesR0600": "other",
         "hipStreamIsCapturing": "other", "hipPointerGetAttribute": "other",
         "cudaConfigureCall": "launch", "cudaSetupArgument": "launch",
         "cudaMemcpy": "memcpy", "cudaMemcpyAsync_ptsz": "memcpy", "cuMemcpyHtoDAsync_v2": "memcpy",
-        "cudaMemcpy2DAsync": "memcpy", "cudaMemset": "memcpy", "cuMemsetD32_v2": "memcpy",
+        "cudaMemcpy2DAsync": "memcpy", "cudaMemset": "memset", "cuMemsetD32_v2": "memset",
         "cudaDeviceSynchronize": "synchronize", "cudaStreamSynchronize_ptsz": "synchronize",
         "cudaEventSynchronize": "synchronize", "cuStreamSynchronize": "synchronize",
         "cuCtxSynchronize": "synchronize", "cudaThreadSynchronize": "synchronize",
@@ -157,7 +157,7 @@ def test_api_classes_by_hand():
     f = run_rule(synthetic(rows), "api-share", "api-share.top=1000")
     assert {i["name"]: i["class"] for i in f.items} == names
     total = sum((i + 1) * 10 for i in range(len(names)))
-    for cls in ("graph_launch", "launch", "memcpy", "synchronize", "allocation", "other"):
+    for cls in ("graph_launch", "launch", "memcpy", "memset", "synchronize", "allocation", "other"):
         t = sum((i + 1) * 10 for i, n in enumerate(names) if names[n] == cls)
         assert f.metrics["classes"][cls] == {"calls": sum(1 for n in names if names[n] == cls), "time_ns": t,
                                              "share_pct": round(100 * t / total, 4)}

@@ -154,9 +154,10 @@ API_CLASSES: list[tuple[str, str]] = [
     ("launch", r"^(cudaLaunch|cuLaunch|cudaConfigureCall|cudaSetupArgument"
                r"|__cudaPushCallConfiguration|__cudaPopCallConfiguration"
                r"|hip\w*Launch|__hipPushCallConfiguration|__hipPopCallConfiguration)"),
-    # data movement: copies, memsets, managed-memory prefetch
-    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemset|cuMemset|cudaMemPrefetchAsync|cuMemPrefetchAsync"
-               r"|hipMemcpy|hipMemset|hipMemPrefetchAsync)"),
+    # data movement: copies and managed-memory prefetch
+    ("memcpy", r"^(cudaMemcpy|cuMemcpy|cudaMemPrefetchAsync|cuMemPrefetchAsync|hipMemcpy|hipMemPrefetchAsync)"),
+    # a device buffer filled with one value (zeroing gradients, buffers): GPU work, but no copy
+    ("memset", r"^(cudaMemset|cuMemset|hipMemset)"),
     # the host waits for the GPU
     ("synchronize", r"^(cudaDeviceSynchronize|cudaThreadSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
                     r"|cudaStreamWaitEvent|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize"

@@ -14,7 +14,8 @@ Each name gets the first class whose names it starts with (so version
 suffixes such as ``_v11060`` or ``_ptsz`` still match): graph_launch
 (cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch), launch (cudaLaunch*,
 cuLaunch*, hip*Launch*, CUDA 8's cudaConfigureCall and cudaSetupArgument),
-memcpy (cudaMemcpy*, cudaMemset*, prefetches, and their cu/hip twins),
+memcpy (cudaMemcpy*, prefetches, and their cu/hip twins), memset (cudaMemset*,
+cuMemset*, hipMemset*),
 synchronize (cudaDeviceSynchronize, cudaStreamSynchronize,
 cudaEventSynchronize, cudaStreamWaitEvent, ...), allocation (cudaMalloc*,
 cudaFree*, cudaHostAlloc, host registration, memory pools, ...); names
@@ -26,7 +27,7 @@ Metrics: ``api_time_ns``, ``api_calls``, ``api_names`` (distinct names),
 ``startup_allocation_ns`` (the other allocation calls a process made before it first gave the GPU work,
 :func:`_before_first_work`: start-up, left out too),
 ``classes`` ({class: {calls, time_ns, share_pct}}), and one
-``<class>_share_pct`` per class (graph_launch, launch, memcpy, synchronize,
+``<class>_share_pct`` per class (graph_launch, launch, memcpy, memset, synchronize,
 allocation, other). HIP calls (ROCm builds of PyTorch write them under
 the same categories) have the same classes as their CUDA counterparts. A
 graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
@@ -81,6 +82,8 @@ SUGGESTIONS = {
                "mode='reduce-overhead'), kernel fusion (torch.compile), larger batches."),
     "memcpy": ("Synchronous copies block the host: use cudaMemcpyAsync / non_blocking=True from pinned memory, "
                "and fewer, larger copies."),
+    "memset": ("Memset calls take a large share: fill buffers once outside the loop, or zero gradients with "
+               "optimizer.zero_grad(set_to_none=True) rather than filling them."),
     "synchronize": ("The host often waits for the GPU: remove synchronisations from the step (.item(), .cpu(), "
                     "printing tensors, torch.cuda.synchronize) or move them to the end of the step."),
     "allocation": ("Allocation and release calls take a large share: reuse buffers (a caching allocator or "
@@ -92,13 +95,14 @@ SUGGESTIONS = {
 
 class ApiShare(Rule):
     name = "api-share"
-    description = "CUDA/HIP API time by call and by class (graph launch, launch, memcpy, synchronize, allocation, other)"
+    description = "CUDA/HIP API time by call and by class (graph launch, launch, memcpy, memset, synchronize, allocation, other)"
     definition = __doc__
     thresholds = {
         "top": 15,                          # items listed
         "launch_warning_pct": 80.0,         # a class's share of API time at or above its value is a warning
         "graph_launch_warning_pct": 101.0,  # (101: off)
         "memcpy_warning_pct": 101.0,        # (101: off)
+        "memset_warning_pct": 101.0,
         "synchronize_warning_pct": 101.0,
         "allocation_warning_pct": 20.0,
         "other_warning_pct": 101.0,
@@ -219,7 +223,7 @@ def _context_creation(api: pl.DataFrame) -> tuple[int, str | None, bool]:
 
 
 #: API classes that give the GPU work: a process's first call of one of them ends its start-up.
-_WORK_CLASSES = ("launch", "graph_launch", "memcpy")
+_WORK_CLASSES = ("launch", "graph_launch", "memcpy", "memset")
 
 
 def _before_first_work(api: pl.DataFrame) -> tuple[int, int]:
