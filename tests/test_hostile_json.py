@@ -30,10 +30,12 @@ from traceparse.ingest import read_paths
 READERS = ("torch", "chrome", "rocprof")
 EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2,
          "args": {"device": 0, "stream": 7, "correlation": 1}}
+#: The kernel after it on its stream (two equal kernels would be one recorded twice, kept once).
+NEXT = {**EVENT, "ts": 4.5, "args": {**EVENT["args"], "correlation": 2}}
 
 
 def _doc(events=None, **extra) -> dict:
-    return {"schemaVersion": 1, "deviceProperties": [], **extra, "traceEvents": events or [EVENT, EVENT]}
+    return {"schemaVersion": 1, "deviceProperties": [], **extra, "traceEvents": events or [EVENT, NEXT]}
 
 
 def _text(doc: dict) -> str:
@@ -292,7 +294,7 @@ def test_plain_whitespace_between_events_is_streamed(reader, tmp_path):
         block = b" " * (1 << 20)
         for _ in range(96):
             f.write(block)
-        f.write(event + b"]}")
+        f.write(json.dumps(NEXT).encode() + b"]}")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run([sys.executable, "-c", _CHILD, str(path), reader], capture_output=True, text=True,
                             env=env, timeout=120)

@@ -272,10 +272,18 @@ class _LateProgress:
 def read_paths(paths: list[Path | str], fmt: str = "auto", params: dict | None = None,
                reg: Registry | None = None) -> list[Trace]:
     """Read paths into in-memory traces without touching a store."""
+    import polars as pl
+
+    from traceparse.repeats import find_repeats
+
     reg = reg or default_registry()
     traces = []
     for reader, group in plan([Path(p) for p in paths], fmt, reg):
         trace = read_group(reader, group, params=params)  # its events are conformed by the Trace itself
+        repeats = find_repeats(trace.events)
+        if repeats is not None:  # GPU work recorded twice: kept once, as the store keeps it
+            trace.events = trace.events.filter(~pl.col("event_id").is_in(repeats.event_ids))
+            trace.meta.warnings.append(repeats.warning(trace.meta.path or "the trace"))
         trace.meta.event_count = trace.events.height
         traces.append(trace)
     return traces

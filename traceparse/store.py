@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
+from traceparse.repeats import GPU_KINDS, find_repeats
 from traceparse.meta import (HOSTNAMES, INCOMPLETE, INCOMPLETE_RANKS, RANK_HOSTS, TraceMeta, incomplete_notes,
                              rank_hosts)
 from traceparse.threads import THREAD_NAMES
@@ -461,7 +462,7 @@ class Store:
     def _write(self, trace: Trace, tmp: Path, replace: bool = False) -> TraceMeta:
         meta = trace.meta
         try:
-            meta.event_count, meta.summary = _write_events(trace.batches(), tmp / "events.parquet")
+            _store_events(meta, trace.batches(), tmp / "events.parquet")
             meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
             if not meta.extra.get(INCOMPLETE):
                 meta.extra.pop(INCOMPLETE, None)  # a whole input says nothing
@@ -595,8 +596,7 @@ def write_partition(trace: Trace, directory: Path, batches: Iterable[pl.DataFram
     the rename (a rank of a run of a thousand paid 2 to 13 ms for its own ``fsync``)."""
     meta = trace.meta
     directory.mkdir(parents=True, exist_ok=True)
-    meta.event_count, meta.summary = _write_events(trace.batches() if batches is None else batches,
-                                                   directory / "events.parquet")
+    _store_events(meta, trace.batches() if batches is None else batches, directory / "events.parquet")
     meta.ingested_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
     _write_json(directory / "meta.json", meta.to_dict(), sync=False)
     return meta
@@ -611,6 +611,46 @@ def _alive(pid: int) -> bool:
     except OSError:
         return True
     return True
+
+
+def _store_events(meta: TraceMeta, batches: Iterable[pl.DataFrame], path: Path) -> None:
+    """Write a trace's conformed batches to ``path`` and set its count and summary in ``meta``; GPU work recorded
+    more than once (:mod:`traceparse.repeats`) is kept once, with a warning."""
+    meta.event_count, meta.summary = _write_events(batches, path)
+    if not meta.event_count or not meta.summary.get("events_per_kind", {}).keys() & set(GPU_KINDS):
+        return
+    import polars as pl
+
+    repeats = find_repeats(pl.scan_parquet(path))
+    if repeats is None:
+        return
+    _drop_rows(path, repeats.event_ids)
+    meta.event_count -= len(repeats.event_ids)
+    kinds = meta.summary["events_per_kind"]
+    for kind, count in repeats.per_kind.items():
+        kinds[kind] -= count
+    meta.summary["events_per_kind"] = {k: n for k, n in kinds.items() if n}
+    meta.warnings.append(repeats.warning(meta.path or "the trace"))
+
+
+def _drop_rows(path: Path, event_ids: list[int]) -> None:
+    """Rewrite the events file at ``path`` without the rows of ``event_ids``, streaming (a rare path: GPU work a
+    tool recorded twice), its own metadata kept."""
+    import polars as pl
+
+    metadata = {k: v for k, v in (pl.read_parquet_metadata(path) or {}).items() if k == NULL_COLUMNS_KEY}
+    kept = path.with_name(path.name + ".kept")
+    try:
+        (pl.scan_parquet(path).filter(~pl.col("event_id").is_in(event_ids))
+         .sink_parquet(kept, compression="zstd", compression_level=1, row_group_size=256 * 1024,
+                       metadata=metadata or None))
+        os.replace(kept, path)
+    except OSError as exc:
+        exc.in_store = True
+        raise
+    finally:
+        if kept.exists():
+            kept.unlink()
 
 
 def _write_events(batches: Iterable[pl.DataFrame], path: Path) -> tuple[int, dict]:
