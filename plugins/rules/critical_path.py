@@ -676,6 +676,8 @@ def _message(m: dict, items: list[dict], details: list[dict], ranks_known: bool,
     kinds = f": {kinds}" if kinds else " (it reached no event that takes time)"
     ranks = len(m["ranks"])
     counted = (f"{m['steps']:,} step{'s' if m['steps'] != 1 else ''}" + (f" × {ranks:,} ranks" if ranks > 1 else ""))
+    if ranks > 1 and m["paths"] != m["steps"] * ranks:  # ranks that hold different steps: say how many paths
+        counted = f"{m['paths']:,} paths over {m['steps']:,} steps of {ranks:,} ranks"
     if unmarked:
         text = (f"No steps are marked: from the first to the last event the graph links ({fmt_ns(m['step_ns'])}"
                 f"{' a rank' if ranks > 1 else ''}; the summary's span counts every event), the critical path is "

@@ -24,7 +24,11 @@ wait over the same time), so that the ranks' ``wait_caused_ns`` add up to their 
 straggler is the rank with the largest ``wait_caused_ns``;
 ``step_time_lost_pct`` = 100 × its ``step_time_at_stake_ns`` / Σ step time of the other ranks (≤ 100), and
 ``wait_caused_per_step_ns`` = its ``wait_caused_ns`` / (ranks − 1) / its steps: what each other rank waits
-for it in a step.
+for it in a step. Where the candidate's own trace covers fewer of the steps than the others' do (its profiler
+ran over one step of three), the others' step time and steps are those of their step windows lying more than
+half inside the time the candidate's trace covers: they can wait for it only then (a rank so profiled made the
+others wait 98.4 ms in one step, "7.5% of their step time" over all three, 22% of the step it shares); the
+message says which steps each holds.
 
 Step time at stake: a rank's step is its host's, and a wait on its device lengthens it only where the host waits
 for the GPU (in synchronising calls, runtime calls of 1 ms or more, collective calls, and with GPU work running
@@ -210,6 +214,11 @@ class Stragglers(Rule):
         caused_ns = int(top["wait_caused_ns"])
         stake_ns = int(stake.get(candidate, 0))
         others_step = exact_sum(others["step_ns"])
+        # the others' steps in the time the candidate's own trace covers: a straggler whose trace holds one step of
+        # three made them wait in that one (98.4 ms was "7.5% of their step time" over nine rank-steps, 22% of three)
+        compared = _compared_windows(windows, waits, candidate)
+        if compared is not None:
+            others_step = sum(e - a for m, w in compared.items() if m != candidate for a, e in w)
         share = expr.pct(stake_ns, others_step)
         severity = grade(share, warning=t["warning_pct"], critical=t["critical_pct"])
         blind = label == "rank" and _lost_kernels(events, waits, incomplete_ranks(trace.meta))
@@ -229,8 +238,8 @@ class Stragglers(Rule):
         # waited in one: 224 ms over 7 rank-steps is 32 ms a step, not 24.9 over 3 ranks x 3 steps)
         marked = steps_of(events, waits, "member")  # a rank without steps of its own (its span one window): as before
         waiting_steps = [marked.get(m, 0) for m in members if m != candidate]
-        rank_steps = (sum(waiting_steps) if waiting_steps and min(waiting_steps) > 0
-                      else max(len(members) - 1, 1) * n_steps)
+        rank_steps = (max(len(members) - 1, 1) * n_steps if compared is not None or not waiting_steps
+                      or min(waiting_steps) == 0 else sum(waiting_steps))
         per_step_ns = round(caused_ns / rank_steps)
         lost_per_step_ns = round(stake_ns / rank_steps)
         capped = stake_ns < caused_ns  # the others' hosts ran on through part of the wait
@@ -336,6 +345,8 @@ class Stragglers(Rule):
                         "them late (comm-compute-overlap's exposed communication).")
         elif incomplete:
             message += _missing_sentence(events, calls, incomplete_keys, incomplete, label)
+        if compared is not None:
+            message += _compared_sentence(events, calls, candidate, n_steps, label)
         if left_out:
             message += _left_out_sentence(events, calls, left_out, label, cut_short)
         if cut_short := [r for r in cut_short if r not in left_out]:
@@ -476,6 +487,41 @@ class Stragglers(Rule):
                             impact_ns=round(stake_ns / len(members)),
                             impact_range=_caused_range(caused_on.get(candidate, {}), members, per, label))),
                         summary=summary)]
+
+
+def _compared_windows(windows: dict, waits: pl.DataFrame, candidate) -> dict | None:
+    """The members' step windows (``{member: [(start, end)]}``) that lie in the time the ``candidate``'s own trace
+    covers, more than half of each, on the waits' clock; None where every window does (the ranks profiled the
+    same steps, the common case) or where a member has none there (clocks apart, not fewer steps). A member
+    waits for the candidate only while the candidate's trace runs: the others' steps outside it are no step time
+    its lateness could take."""
+    offsets = dict(waits.select("member", pl.col("offset_ns").fill_null(0)).unique("member").iter_rows())
+    own = windows.get(candidate) or []
+    if not own:
+        return None
+    shift = offsets.get(candidate, 0)
+    lo, hi = min(a for a, _ in own) - shift, max(e for _, e in own) - shift
+    kept, dropped = {}, False
+    for member, spans in windows.items():
+        shift = offsets.get(member, 0)
+        kept[member] = [(a, e) for a, e in spans if 2 * (min(e - shift, hi) - max(a - shift, lo)) > e - a]
+        dropped = dropped or len(kept[member]) < len(spans)
+    # a member with no window in that time: the clocks differ (or the traces are of other runs), not the steps
+    whole = all(kept[m] for m in kept if m != candidate)
+    return kept if dropped and whole else None
+
+
+def _compared_sentence(events, calls: pl.DataFrame, candidate, n_steps: int, label: str) -> str:
+    """`` Rank 2's trace holds ProfilerStep#3, the others' #2 to #4: the others' time is compared in the step its
+    trace covers.`` (:func:`_compared_windows`): the share and the waits per step are of that time."""
+    steps = calls_steps(calls, events).filter(pl.col("step").is_not_null() & pl.col("member").is_not_null())
+    own = steps.filter(pl.col("member") == candidate)["step"]
+    theirs = steps.filter(pl.col("member") != candidate)["step"]
+    who = f"{label} {candidate}".capitalize()
+    held = (f" holds {_steps_said(own.min(), own.max())}, the others' {_steps_said(theirs.min(), theirs.max())[12:]}"
+            if own.len() and theirs.len() else " covers part of the others' steps")
+    return (f" {who}'s trace{held}: the others' time is compared in the "
+            + ("step" if n_steps == 1 else f"{n_steps:,} steps") + " its trace covers.")
 
 
 def _hidden_sentence(stake_ns: int, share: float | None, lost_per_step_ns: int, label: str) -> str:

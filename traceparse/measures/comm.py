@@ -331,31 +331,29 @@ class Collectives(Measure):
                         "collective", "name", "source", "arrival_ns", "end_ns", "bytes"))
 
 
-def clock_offsets(parts: list[pl.DataFrame]) -> pl.DataFrame:
+def clock_offsets(parts: list[pl.DataFrame], done: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per member, how far its clock is ahead of the first member's, from collective end times.
 
     All members leave a collective together, so for each instance the difference of a member's end time and
     the first (lowest) member's end time is its clock offset plus noise; the median over instances is
     taken. Point-to-point transfers are left out: a send may end before its receive does (a message small
-    enough to leave eagerly). End times come from the events that end with the collective: communication
-    kernels where every member has them, else host annotations (a gloo worker's ``gloo:all_reduce``), else the
-    instances themselves; a member with fewer of them than its peers (:func:`_short_members`) has no offset.
-    ``parts`` are :class:`Collectives` parts. Columns: ``member``, ``offset_ns`` (0 for the first).
+    enough to leave eagerly). End times come from the events that end with the collective, as
+    :func:`completions` pairs them with the instances: communication kernels where the members have them, else
+    host annotations (a gloo worker's ``gloo:all_reduce``), else the instances themselves; a member whose ends are
+    of another source than the others' (it lost some kernels, or recorded none) has no offset. The pairing is the
+    instances': ranks that profiled different steps meet at the same collective of the same step (the k-th kernel
+    of each paired one rank's step 3 with the others' step 2, and read its clock one step, 146 ms, off).
+    ``parts`` are :class:`Collectives` parts; ``done``: their :func:`completions`, where the caller has them.
+    Columns: ``member``, ``offset_ns`` (0 for the first).
     """
-    rows = pl.concat(parts).filter(~is_transfer())
-    chosen = None
-    calls = _instances(rows)
-    for sources in (("kernel",), ("host annotation",), SOURCES):
-        found = _instances(rows, sources)
-        n_members = _members(rows)["member"].n_unique()
-        have = found["member"].n_unique() if found.height else 0
-        # as :func:`completions`: kernels on two members or more, a member with none gets no offset
-        if have == n_members or (sources == ("kernel",) and 2 <= have < n_members):
-            # a member that lost some of them gets no offset (unknown), not one read off other collectives
-            short = _short_members(found, calls)
-            chosen = found.filter(~pl.col("member").is_in(short, nulls_equal=True)) if short else found
-            break
-    if chosen is None or chosen.height == 0:
+    done = (completions(parts) if done is None else done).filter(~is_transfer())
+    sources = done.filter(pl.col("done_source") != "call")["done_source"]
+    best = next((s for s in COMPLETION_SOURCES[0] + COMPLETION_SOURCES[1] if s in set(sources.to_list())), "call")
+    chosen = done.filter(pl.col("done_source") == best).select("member", "process_group", "instance",
+                                                                end_ns="done_ns")
+    if best == "call":  # no kernel or annotation: the calls' own ends
+        chosen = done.select("member", "process_group", "instance", end_ns="done_ns")
+    if chosen.height == 0:
         return pl.DataFrame(schema={"member": pl.Int32, "offset_ns": pl.Int64})
     first = chosen["member"].drop_nulls().min() if chosen["member"].is_not_null().any() else None
     ref = chosen.filter(pl.col("member") == first if first is not None else pl.col("member").is_null())
@@ -544,7 +542,7 @@ def _moved(ns: pl.Expr, offset: pl.Expr) -> pl.Expr:
     return (ns.cast(pl.Int128) - offset.cast(pl.Int128)).clip(*_INT64).cast(pl.Int64)
 
 
-def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFrame:
+def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame], done: pl.DataFrame) -> pl.DataFrame:
     """``rows`` (:class:`Collectives` rows) with each arrival moved to the member's communication kernel, where
     every instance of every member has one (:func:`completions`): ``arrival`` is then ``"device"``, else
     ``"host"`` and the arrivals are the calls'. ``host_arrival_ns`` keeps the call's start. Instances whose
@@ -556,8 +554,8 @@ def _device_arrivals(rows: pl.DataFrame, parts: list[pl.DataFrame]) -> pl.DataFr
     calls' starts would count as waiting the time a host spent ahead of its own GPU (on a real FSDP2 run,
     a wait of 78.7 ms a step where the slow rank's planted sleep cost 28.8 ms, and a balanced run's rank named
     its straggler). gloo and other host-side collectives have no kernel: their calls are the arrivals.
+    ``done``: the parts' :func:`completions`.
     """
-    done = completions(parts)
     no_kernel = [pl.lit(None, dtype=t).alias(c) for c, t in _KERNEL.items()]
     cut = _cut_at_the_end(done) if done.height == rows.height and done.height > 0 else None
     if cut is None and done.height == rows.height and (blind := _blind_members(done)):
@@ -663,9 +661,10 @@ class CollectiveWaits(Measure):
         return _candidates(events)
 
     def combine(self, parts: list[pl.DataFrame], align_clocks: bool = False) -> pl.DataFrame:
-        rows = _device_arrivals(collectives.combine(parts), parts)
+        done = completions(parts)
+        rows = _device_arrivals(collectives.combine(parts), parts, done)
         if align_clocks:
-            rows = rows.join(clock_offsets(parts), on="member", how="left", nulls_equal=True)
+            rows = rows.join(clock_offsets(parts, done), on="member", how="left", nulls_equal=True)
         else:
             rows = rows.with_columns(offset_ns=pl.lit(0, dtype=pl.Int64))
         rows = rows.with_columns(offset_ns=pl.col("offset_ns").fill_null(0),
