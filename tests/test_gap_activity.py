@@ -101,6 +101,9 @@ def test_gpu_idle_names_the_host_activity_and_its_shares_add_up(trace):
     # the steps' annotations are no activity: their uncovered time is the thread running what the trace omits
     assert "ProfilerStep#N" not in table and "(no traced call)" in table
     assert table["(no traced call)"]["kind"] is None
+    # each named row's gaps are at most the trace's gaps; the rest, whose gaps overlap, gives no count
+    assert all(v["gaps"] <= finding.metrics["gaps"] for n, v in table.items() if n != "(other activities)")
+    assert table["(other activities)"]["gaps"] is None
 
 
 def test_two_traces_keep_their_threads_apart(trace):
