@@ -434,3 +434,27 @@ def test_idle_time_between_two_streams_is_other_not_lost(tmp_path):
     assert m["other_wait_ns"] == m["idle_ns"] and m["other_wait_pct"] == 100.0
     assert ("The idle time lies between activities of different streams, in no stream's own gap: why the GPU "
             "waited cannot be told from a stream (counted as other).") in f["message"]
+
+
+def test_launch_time_at_stake_is_no_more_than_the_gpu_idled(tmp_path):
+    """A real ROCm JAX trace (TraceLens's public fixture), its GPU 93.6% busy: 3.087 ms of launch calls were "API
+    time in launch, 3.087 ms lost", the run's bottleneck, beside 823.6 us of idle GPU."""
+    import traceparse
+    from traceparse.figures import fmt_ns
+
+    path = FIXTURES / "jax" / "public" / "tracelens_te_fused_attn" / "934987a2fc2f.xplane.pb"
+    trace = traceparse.load(path)
+    found = {f.rule: f for f in traceparse.analyze(trace, rules=["api-share", "gpu-idle"])}
+    api, idle = found["api-share"], found["gpu-idle"].metrics["idle_ns"]
+    launch_ns = api.metrics["classes"]["launch"]["time_ns"]
+    assert launch_ns > idle > 0  # the case: more launch time than the GPU was idle
+    assert api.severity == "info" and api.impact_ns is None  # 823.6 us < min_class_time_us (1 ms)
+    assert f"The GPU was idle only {fmt_ns(idle)}: launch calls cost it no more than that" in api.message
+
+
+def test_launch_time_without_timed_gpu_work_is_not_capped():
+    # an API summary alone (nsys cuda_api_sum): the GPU's idle time is unknown, not zero
+    rows = [{"kind": "api", "name": "cudaLaunchKernel", "calls": 100, "duration_ns": 8_500_000},
+            {"kind": "api", "name": "cudaGetDeviceProperties", "calls": 1, "duration_ns": 1_500_000}]
+    f = run_rule(synthetic(rows), "api-share")
+    assert f.severity == "warning" and f.impact_ns == 8_500_000 and "idle only" not in f.message
