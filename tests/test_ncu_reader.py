@@ -537,3 +537,31 @@ def test_print_summary_keeps_minimum_and_maximum():
     ghz = counters.filter(pl.col("name") == "SM Frequency")  # scaled like the value: Ghz -> hz
     assert ghz.select("value", "value_min", "value_max", "unit").rows()[0] == (2.24e9, 2.2e9, 2.28e9, "hz")
     assert counters["value_min"].null_count() == 0 and counters["value_max"].null_count() == 0
+
+
+def test_a_report_without_floating_point_work_gets_its_bandwidth_share():
+    """ncu_llama_h200_rep_raw.csv: 12 timed kernels that count 0 FLOPs. Their whole was told "with no kernel time in
+    the trace, its share of the roof is unknown"; its DRAM bandwidth against the H200's 4,800 GB/s is what it
+    attained."""
+    import traceparse
+    from traceparse.figures import fmt_number, fmt_pct
+
+    trace = read_paths([NCU / "ncu_llama_h200_rep_raw.csv"])[0]
+    f = traceparse.analyze(trace, rules=["arithmetic-intensity"])[0]
+    m = f.metrics
+    assert m["flops"] == 0 and m["time_ns"] > 0 and m["roof_pct"] is None
+    # the bytes and time, from the report with the csv module: dram__bytes_{read,write}.sum and gpu__time_duration
+    with open(NCU / "ncu_llama_h200_rep_raw.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    units, rows = rows[0], rows[1:]
+    scale = {"byte": 1, "Kbyte": 1000, "Mbyte": 10**6, "Gbyte": 10**9}
+    dram = sum(Decimal(r[c].replace(",", "")) * scale[units[c]] for r in rows
+               for c in ("dram__bytes_read.sum", "dram__bytes_write.sum"))
+    ns = sum(Decimal(r["gpu__time_duration.sum"].replace(",", "")) * TIME_NS[units["gpu__time_duration.sum"]]
+             for r in rows)
+    assert (m["dram_bytes"], m["time_ns"]) == (int(dram), int(ns))
+    gbps = float(dram) / float(ns)
+    assert "no kernel time in the trace" not in f.message
+    assert (f"it counts no floating-point work, so no share of a compute roof: its DRAM traffic ran at "
+            f"{fmt_number(gbps)} GB/s, {fmt_pct(100 * gbps / m['peak_gbps'])} of the "
+            f"{fmt_number(m['peak_gbps'])} GB/s peak") in re.sub(r"\s+", " ", f.message)

@@ -222,7 +222,7 @@ def _message(result: dict, spec: dict | None, how: str) -> str:
             ridge = f" (ridge {fmt_number(total['ridge_ai'])} FLOP/byte{_peak_of(total)})" \
                 if total["ridge_ai"] is not None else ""
             at = (f" at {fmt_pct(total['roof_pct'])} of its roof" if total["roof_pct"] is not None
-                  else "; with no kernel time in the trace, its share of the roof is unknown")
+                  else _no_roof_share(total))
             parts.append(f"Against {spec['name']}'s roofs{ridge} the whole is {total['bound']}-bound{at}.")
         if extra.get("half_move_kernels"):
             parts.append(f"{extra['half_move_kernels']:,} kernels whose names say float read half-precision FMA "
@@ -332,3 +332,17 @@ def _nothing_message(trace: Trace) -> str:
 @hookimpl
 def traceparse_rules():
     return [ArithmeticIntensity()]
+
+
+def _no_roof_share(total: dict) -> str:
+    """Why the whole has no share of its roof: no kernel time, or no floating-point work (a roof of 0 FLOP/s at
+    0 FLOP/byte), where its DRAM bandwidth against the peak is what it attained (an ncu report of 12 copy and
+    fill kernels, all timed, was told it had "no kernel time in the trace")."""
+    if not total.get("time_ns"):
+        return "; with no kernel time in the trace, its share of the roof is unknown"
+    if total.get("dram_bytes") and total.get("peak_gbps"):
+        gbps = total["dram_bytes"] / total["time_ns"]  # bytes per ns are GB/s
+        return (f"; it counts no floating-point work, so no share of a compute roof: its DRAM traffic ran at "
+                f"{fmt_number(gbps)} GB/s, {fmt_pct(100 * gbps / total['peak_gbps'])} of the "
+                f"{fmt_number(total['peak_gbps'])} GB/s peak")
+    return "; it counts no floating-point work, so no share of a compute roof"
