@@ -95,8 +95,8 @@ def test_one_kernel_written_twice(tmp_path):
     doc = json.loads(gzip.decompress(RESNET.read_bytes()))
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
     target = max(kernels, key=lambda e: (e["dur"], e["ts"]))  # the longest kernel
-    doubled, counts = _doubled(tmp_path, lambda e: e is not None and e.get("ts") == target["ts"]
-                               and e.get("name") == target["name"] and e.get("cat") == "kernel")
+    doubled, counts = _doubled(tmp_path, lambda e: e.get("cat") == "kernel" and e.get("ts") == target["ts"]
+                               and e.get("name") == target["name"])
     assert counts == {"kernel": 1}
     kept, _, _ = _stored(tmp_path, doubled, "one")
     said = [w for w in kept.meta.warnings if "recorded again" in w]

@@ -15,15 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from traceparse.errors import EXCERPT
-
 if TYPE_CHECKING:
     import polars as pl
 
 #: What makes two rows one activity: every column of this key equal (nulls equal to nulls).
 KEY = ("kind", "device_id", "stream_id", "start_ns", "duration_ns", "name", "correlation_id")
-#: The kinds of rows a stream runs one at a time.
-GPU_KINDS = ("kernel", "memcpy", "memset")
+#: How the warning names each of the kinds a stream runs one at a time (:data:`traceparse.expr.GPU_KINDS`).
 _NOUNS = {"kernel": ("kernel", "kernels"), "memcpy": ("copy", "copies"), "memset": ("memset", "memsets")}
 
 
@@ -37,13 +34,14 @@ class Repeats:
 
     def warning(self, where: str) -> str:
         """The one line the trace's metadata keeps."""
+        from traceparse.validate import excerpt
+
         kind, name, repeat, original = self.first
-        shown = name if len(name) <= EXCERPT else name[: EXCERPT - 1] + "…"
         count = len(self.event_ids)
         kinds = ", ".join(f"{n:,} {_NOUNS[k][n != 1]}" for k, n in sorted(self.per_kind.items()))
         return (f"{where}: {count:,} GPU activit{'y is' if count == 1 else 'ies are'} recorded again ({kinds}): "
                 f"the same kind, name, device, stream, start, duration and correlation as an earlier one, which a "
-                f"stream cannot run twice; each is counted once (the first: {kind} {shown!r}, event {repeat:,} "
+                f"stream cannot run twice; each is counted once (the first: {kind} {excerpt(name)}, event {repeat:,} "
                 f"repeats event {original:,})")
 
 
@@ -51,6 +49,8 @@ def find_repeats(events: pl.LazyFrame | pl.DataFrame) -> Repeats | None:
     """The rows of ``events`` (a conformed event table, lazy or not) that repeat an earlier GPU activity, in
     ``event_id`` order; None when there are none (the common case costs one pass over the GPU rows' key)."""
     import polars as pl
+
+    from traceparse.expr import GPU_KINDS
 
     gpu = (events.lazy().select("event_id", *KEY)
            .filter(pl.col("kind").cast(pl.String).is_in(GPU_KINDS) & pl.col("start_ns").is_not_null()))

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceparse.errors import StoreError, spelled
 from traceparse.events_file import NULL_COLUMNS_KEY, read_events
-from traceparse.repeats import GPU_KINDS, find_repeats
 from traceparse.meta import (HOSTNAMES, INCOMPLETE, INCOMPLETE_RANKS, RANK_HOSTS, TraceMeta, incomplete_notes,
                              rank_hosts)
 from traceparse.threads import THREAD_NAMES
@@ -617,10 +616,13 @@ def _store_events(meta: TraceMeta, batches: Iterable[pl.DataFrame], path: Path) 
     """Write a trace's conformed batches to ``path`` and set its count and summary in ``meta``; GPU work recorded
     more than once (:mod:`traceparse.repeats`) is kept once, with a warning."""
     meta.event_count, meta.summary = _write_events(batches, path)
-    if not meta.event_count or not meta.summary.get("events_per_kind", {}).keys() & set(GPU_KINDS):
-        return
     import polars as pl
 
+    from traceparse.expr import GPU_KINDS
+    from traceparse.repeats import find_repeats
+
+    if not meta.event_count or not meta.summary.get("events_per_kind", {}).keys() & set(GPU_KINDS):
+        return
     repeats = find_repeats(pl.scan_parquet(path))
     if repeats is None:
         return

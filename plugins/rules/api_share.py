@@ -147,12 +147,10 @@ class ApiShare(Rule):
         launching = [c for c in _LAUNCH_CLASSES if steady[c]]
         busy = measures.device_busy(trace.events) if launching else None
         idle = int(busy["idle_ns"].sum() or 0) if busy is not None and busy.height else None
-        capped = {}
-        if idle is not None and sum(steady[c] for c in launching) > idle:
-            launch_ns = sum(steady[c] for c in launching)
-            for c in launching:  # the idle time shared by the launch classes as their times are
-                capped[c] = round(idle * steady[c] / launch_ns)
-            steady.update(capped)
+        launch_ns = sum(steady[c] for c in launching)
+        capped = ({c: round(idle * steady[c] / launch_ns) for c in launching}  # shared as their times are
+                  if idle is not None and launch_ns > idle else {})
+        steady.update(capped)
         flagged = [c for c in CLASSES
                    if grade(expr.pct(steady[c], total), warning=t[f"{c}_warning_pct"]) != "info"
                    and steady[c] >= t["min_class_time_us"] * 1000]

@@ -518,7 +518,7 @@ def _compared_sentence(events, calls: pl.DataFrame, candidate, n_steps: int, lab
     own = steps.filter(pl.col("member") == candidate)["step"]
     theirs = steps.filter(pl.col("member") != candidate)["step"]
     who = f"{label} {candidate}".capitalize()
-    held = (f" holds {_steps_said(own.min(), own.max())}, the others' {_steps_said(theirs.min(), theirs.max())[12:]}"
+    held = (f" holds {_steps_said(own.min(), own.max())}, the others' {_steps_said(theirs.min(), theirs.max()).removeprefix('ProfilerStep')}"
             if own.len() and theirs.len() else " covers part of the others' steps")
     return (f" {who}'s trace{held}: the others' time is compared in the "
             + ("step" if n_steps == 1 else f"{n_steps:,} steps") + " its trace covers.")
