@@ -118,3 +118,46 @@ def test_unknown_format_rule_and_bad_set(store, samples_dir):
 def test_bad_tag(store, samples_dir):
     sample = str(samples_dir / "torch" / "torch_resnet18_bs4.json.gz")
     assert_refused(["ingest", sample, "--tag", "batch"], "--tag 'batch': expected KEY=VALUE, e.g. --tag batch=16", store)
+
+
+def _cut_before_gpu_work(tmp_path):
+    """The real resnet18_bs16 trace (H100) cut where its first kernel, copy or memset event begins: its header's
+    deviceProperties and the host's events before that survive, none of its GPU work."""
+    import gzip
+    import json
+    import re
+
+    from helpers import FIXTURES
+
+    data = gzip.decompress((FIXTURES / "torch" / "resnet18_bs16.json.gz").read_bytes())
+    first = re.search(rb'"cat": ?"(kernel|gpu_memcpy|gpu_memset)"', data).start()
+    p = tmp_path / "cut.json"
+    p.write_bytes(data[:first])
+    return p, [d["name"] for d in json.loads(data)["deviceProperties"]]
+
+
+def test_a_trace_cut_before_its_gpu_work_does_not_say_it_recorded_none(store, tmp_path, monkeypatch):
+    """The summary said "the trace recorded no GPU activity" of a trace cut before its GPU events, beside a header
+    naming the H100 it ran on; it now says the work was not read. A whole trace whose GPU rows are gone (hand-made
+    from the same file) says it recorded none, and names the GPUs listed."""
+    import json
+
+    p, names = _cut_before_gpu_work(tmp_path)
+    assert names == ["NVIDIA H100 80GB HBM3"]
+    code, out, err = run_cli("analyze", "--json", str(p))
+    assert code == 0 and "the file ends early" in err
+    [summary] = json.loads(out)["summary"]
+    assert summary["gpu_busy_pct"] is None and summary["gpus_listed"] == names
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = run_cli("analyze", str(p))
+    assert ("GPU busy      - (no GPU activity read: the file ends early, and what was read holds none of the work "
+            "of the 1 GPU (NVIDIA H100 80GB HBM3) its header lists)") in out
+    assert "recorded no GPU activity" not in out
+
+    whole = json.loads(p.read_bytes().rsplit(b"},", 1)[0] + b"}]}")  # the same events, closed: a whole file
+    q = tmp_path / "cpu_only.json"
+    q.write_text(json.dumps(whole))
+    code, out, err = run_cli("analyze", str(q))
+    assert code == 0 and err == ""
+    assert ("GPU busy      - (the trace recorded no GPU activity, though its header lists 1 GPU (NVIDIA H100 80GB "
+            "HBM3))") in out

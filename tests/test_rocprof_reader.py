@@ -93,8 +93,14 @@ def _expected(path: Path) -> dict:
             linked.add(key)
     links = len(linked)
     kernel_links = sum(1 for key in linked if re.fullmatch(r"GPU\d+", tracks[key[0]]))
+    # the COPY track names no device: its copies are the one GPU track's where there is one, else unknown
+    gpus = {int(t[3:]) for t in tracks.values() if re.fullmatch(r"GPU\d+", t)}
+    only = next(iter(gpus)) if len(gpus) == 1 else None
+    copy_devices = {int(d) if (d := e["args"].get("dev-id", e["args"].get("gpu-id"))) is not None else only
+                    for e in events if e.get("ph") == "X" and tracks.get(str(e["pid"])) == "COPY"
+                    and (e["args"].get("Name") or e["name"]) != "<barrier packet>"}
     return {"kinds": dict(kinds), "kernel_ns": kernel_ns, "devices": devices, "links": links, "zero": zero,
-            "kernel_links": kernel_links}
+            "kernel_links": kernel_links, "copy_devices": copy_devices}
 
 
 def test_every_real_fixture_is_claimed_by_the_rocprof_reader():
@@ -116,6 +122,7 @@ def test_rows_times_devices_and_links_match_an_independent_parse(path):
     kernels = events.filter(events["kind"] == "kernel")
     assert int(kernels["duration_ns"].sum() or 0) == want["kernel_ns"]  # exact: BeginNs/EndNs, not ts/dur
     assert set(kernels["device_id"].to_list()) == want["devices"]
+    assert set(events.filter(events["kind"] == "memcpy")["device_id"].to_list()) == want["copy_devices"]
     gpu = events.filter(events["kind"].is_in(["kernel", "memcpy"]))
     linked = gpu.filter(gpu["correlation_id"].is_not_null())
     assert linked.height == want["links"]
@@ -203,6 +210,20 @@ def _without(path: Path, tmp_path: Path, name: str, drop) -> Path:
 
 def _copy_call(e: dict) -> bool:
     return e.get("ph") == "X" and re.fullmatch(r"hipMemcpy(?:[A-Z][A-Za-z]*)?", e.get("name") or "") is not None
+
+
+def test_a_trace_of_one_gpu_is_not_read_as_two():
+    """hip_course: one GPU track and the COPY track, which names no device. Its copies made a second, unknown
+    GPU: "the 2 GPUs ran nothing for 91.2%", with a longest gap of 5.534 ms beside a mean span of 3.069 ms. One
+    GPU now, whose span runs from its first copy to its last activity (the raw BeginNs/EndNs here)."""
+    path = HERE / "hip_course_hsa_trace_result.json.gz"
+    events = _doc(path)["traceEvents"]
+    tracks = {str(e["pid"]): e["args"]["name"] for e in events if e.get("ph") == "M"}
+    gpu = [e["args"] for e in events if e.get("ph") == "X" and (tracks[str(e["pid"])] == "COPY"
+                                                                 or tracks[str(e["pid"])].startswith("GPU"))]
+    span = max(int(a["EndNs"]) for a in gpu) - min(int(a["BeginNs"]) for a in gpu)
+    [finding] = analyze(read_paths([path])[0], rules=["gpu-idle"])
+    assert list(finding.metrics["devices"]) == ["0"] and finding.metrics["devices"]["0"]["span_ns"] == span
 
 
 def test_a_copy_with_no_arrow_is_linked_to_the_synchronous_call_it_ran_in():

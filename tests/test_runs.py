@@ -206,6 +206,67 @@ def test_the_same_file_twice_is_refused(tmp_path):
     nothing_stored(tmp_path / "s")
 
 
+def test_one_capture_in_two_forms_is_refused(tmp_path):
+    """The real resnet18_bs4 trace given as rank0.json.gz and again, decompressed, as rank1.json: other bytes, the
+    same events. It was stored as a run of two ranks whose every event coincided; it is now refused, naming both
+    files, and nothing is stored."""
+    d = tmp_path / "job"
+    d.mkdir()
+    source = FIXTURES / "torch" / "resnet18_bs4.json.gz"
+    shutil.copy(source, d / "rank0.json.gz")
+    (d / "rank1.json").write_bytes(gzip.decompress(source.read_bytes()))
+    events = read_paths([source])[0].events.height
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(d))
+    assert code == 2 and err == (f"traceparse: error: {d / 'rank1.json'}: the same capture as {d / 'rank0.json.gz'} "
+                                 f"(rank 0): its {events:,} events start and end on the same nanoseconds; one rank "
+                                 "given twice in two forms (give each rank's trace once)\n")
+    nothing_stored(tmp_path / "s")
+
+
+def test_ranks_with_the_same_span_and_counts_but_other_times_are_kept(tmp_path):
+    """Hand-made edge case: two ranks whose first start, last end and counts per kind agree, with one kernel at
+    another time, are two ranks (the events are compared, not only their summary)."""
+    d = tmp_path / "job"
+    a, b = kineto(rank=0, world_size=2), kineto(rank=1, world_size=2)
+    b["traceEvents"][1]["ts"] += 1
+    write(d / "rank0.json", a)
+    write(d / "rank1.json", b)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", "--json", str(d))
+    assert code == 0, err
+    assert sorted(json.loads(out)["runs"][0]["ranks"]) == ["0", "1"]
+
+
+def test_a_rank_of_another_job_is_refused(tmp_path):
+    """Three real ranks of the gloo DDP run with rank 3 of the NCCL FSDP run, taken days apart: it was moved onto
+    the run's clock and graded "Ranks unevenly busy, critical, 3.436×". The ranks name different backends, which
+    one job's ranks never do: refused in one line that says what differs and how far apart the traces are."""
+    d = tmp_path / "job"
+    d.mkdir()
+    ddp, fsdp = FIXTURES / "torch" / "multirank" / "ddp4_balanced", FIXTURES / "torch" / "multirank" / "fsdp4_balanced"
+    for rank in (0, 1, 2):
+        shutil.copy(ddp / f"rank{rank}.json.gz", d)
+    shutil.copy(fsdp / "rank3.json.gz", d)
+    ends = [read_paths([ddp / f"rank{rank}.json.gz"])[0].events for rank in (0, 1, 2)]
+    end = max(int((e["start_ns"] + e["duration_ns"].fill_null(0)).max()) for e in ends)
+    start = int(read_paths([fsdp / "rank3.json.gz"])[0].events["start_ns"].min())
+    gap_s = round((start - end) / 1e9)
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(d))
+    assert code == 2 and err == (f"traceparse: error: {d / 'rank3.json.gz'}: rank 3 is from another job: its trace "
+                                 "names the backend 'nccl', where ranks 0, 1 and 2 name 'gloo' (the ranks of one job "
+                                 f"share one backend); its events are also {gap_s:,} s from theirs; give the ranks of "
+                                 "one run together\n")
+    nothing_stored(tmp_path / "s")
+    e = tmp_path / "even"  # two and two (hand-made): the lowest rank's backend is the run's, rank 2 is named
+    for rank in range(4):
+        doc = kineto(rank=rank, world_size=4, start_us=1 + rank)
+        doc["distributedInfo"]["backend"] = "gloo" if rank in (0, 3) else "nccl"
+        write(e / f"rank{rank}.json", doc)
+    code, _, err = run_cli("--store", str(tmp_path / "s"), "ingest", str(e))
+    assert code == 2 and err == (f"traceparse: error: {e / 'rank1.json'}: rank 1 is from another job: its trace names "
+                                 "the backend 'nccl', where ranks 0 and 3 name 'gloo' (the ranks of one job share one "
+                                 "backend); give the ranks of one run together\n")
+
+
 def test_ranks_missing_from_the_world_size_are_a_warning(tmp_path):
     d = tmp_path / "job"
     write(d / "rank0.json", kineto(rank=0, world_size=4))

@@ -313,7 +313,11 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row(literal(f"{noun} busy"),
                      literal(f"{fmt_pct(lanes)} of the {mean}{noun}'s span (first to last activity on its lanes)"))
     else:
-        grid.add_row("GPU busy", literal(f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
+        listed = summary.get("gpus_listed") or []
+        grid.add_row("GPU busy", literal(f"- (no GPU activity read: the file ends early, and what was read holds none "
+                                         f"of the work of the {_gpus(listed)} its header lists)"
+                     if busy is None and listed and summary.get("incomplete")
+                     else f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
                      if unseen else "- (the trace gives GPU time as totals, with no timeline)"
                      if summary.get("gpu_totals_only")
                      else f"- (no GPU work: the trace's devices are {_counted(others)}; hotspots has their time)"
@@ -322,6 +326,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                           "figure)" if busy is None and summary.get("unread_events")
                      else f"- (the trace lists {_untimed(summary['gpu_untimed'])} but never when they ran (a "
                           "metrics-only log): no busy time to give)" if busy is None and summary.get("gpu_untimed")
+                     else f"- (the trace recorded no GPU activity, though its header lists "
+                          f"{_gpus(listed)})" if busy is None and listed
                      else "- (the trace recorded no GPU activity)" if busy is None
                      else f"{fmt_pct(busy)} of {whole} (first to last activity{cut_left_out(summary)})"
                      + _spin(summary)
@@ -489,6 +495,13 @@ def _untimed(kinds: dict[str, int]) -> str:
     """``3 kernels``, ``3 kernels and 1 copy``: the GPU rows a trace lists without times (summary's
     ``gpu_untimed``)."""
     return " and ".join(f"{n:,} {_GPU_NOUNS.get(k, (k, k + 's'))[n != 1]}" for k, n in kinds.items())
+
+
+def _gpus(names: list[str]) -> str:
+    """``1 GPU (NVIDIA H100 80GB HBM3)``, ``8 GPUs (7 A, 1 B)``: the GPUs a trace lists, by name."""
+    counts = Counter(names)
+    each = ", ".join(name if len(counts) == 1 else f"{n} {name}" for name, n in counts.items())
+    return f"{len(names)} GPU{'s' if len(names) != 1 else ''} ({each})"
 
 
 def _counted(kinds: dict[str, int]) -> str:

@@ -969,6 +969,8 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
             raise InputError(f"{path}: rank {result['rank']} again (also {other})")
         by_rank[result["rank"]] = result
         warnings.extend(result["meta"].get("warnings", []))
+    _refuse_other_jobs(by_rank, ranks)
+    _refuse_repeated_captures(by_rank, ranks, tmp)
     sizes = {r["world_size"] for r in results if r["world_size"] is not None}
     if len(sizes) > 1:  # the size most ranks say (of equals, the larger), never below the ranks present
         said: dict[int, list[int]] = {}
@@ -1029,6 +1031,83 @@ def _assemble(run_id: str, name: str, ranks: list[tuple[str, list[Path]]], resul
 
     run["schema_version"] = SCHEMA_VERSION
     return run, warnings
+
+
+def _backend_of(result: dict) -> str | None:
+    meta = result["meta"]
+    backend = (meta.get("distributed") or {}).get("backend") or (meta.get("tags") or {}).get("backend")
+    return None if backend is None else str(backend)
+
+
+def _refuse_other_jobs(by_rank: dict[int, dict], ranks: list[tuple[str, list[Path]]]) -> None:
+    """Refuse a run whose ranks name different communication backends: they are traces of different jobs.
+
+    Every rank of one job joins the same default process group, so every rank's trace names the same backend
+    (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``). A rank copied in from another job (a glob over two jobs'
+    folders) used to be moved onto the run's clock and graded: ddp4 with fsdp4's rank 3 read "Ranks unevenly
+    busy, critical, 3.436×". The rank named is the first whose backend is not the one most ranks name (of equal
+    counts, the lowest rank's).
+    """
+    said: dict[str, list[int]] = {}
+    for rank in sorted(by_rank):
+        if (backend := _backend_of(by_rank[rank])) is not None:
+            said.setdefault(backend, []).append(rank)
+    if len(said) < 2:
+        return
+    run_backend = max(said, key=lambda b: (len(said[b]), -said[b][0]))
+    odd = min(r for b, rs in said.items() if b != run_backend for r in rs)
+    path = ranks[by_rank[odd]["index"]][1][0]
+    others = said[run_backend]
+    apart = ""
+    if (mine := _time_range(by_rank[odd])) is not None:
+        theirs = [r for rank in others if (r := _time_range(by_rank[rank])) is not None]
+        if theirs:
+            start, end = min(s for s, _ in theirs), max(e for _, e in theirs)
+            gap = max(mine[0] - end, start - mine[1])
+            if gap > CLOCK_GAP_NS:
+                from traceparse.figures import fmt_ns
+
+                apart = f"; its events are also {fmt_ns(gap)} from theirs"
+    raise InputError(f"{path}: rank {odd} is from another job: its trace names the backend "
+                     f"{_backend_of(by_rank[odd])!r}, where {listed('rank', others, shown=4)} "
+                     f"{'names' if len(others) == 1 else 'name'} {run_backend!r} (the ranks of one job share one "
+                     f"backend){apart}; give the ranks of one run together")
+
+
+def _refuse_repeated_captures(by_rank: dict[int, dict], ranks: list[tuple[str, list[Path]]], tmp: Path) -> None:
+    """Refuse two ranks that hold the same events at the same times: one capture given twice in two forms.
+
+    Files with the same bytes are refused before they are read; a capture given as ``.json`` and ``.json.gz``,
+    recompressed, or as ``.sqlite`` beside ``.sqlite.gz``, has other bytes and was read as two ranks whose every
+    collective then "waited" 0 ns. Two ranks of one job never start and end every event on the same nanosecond:
+    ranks whose first start, last end and counts per kind agree have their events' kinds, starts and durations
+    compared (in time order) from their written partitions; if they are the same, the second rank's file is
+    refused, naming the first.
+    """
+    by_key: dict[tuple, list[int]] = {}
+    for rank in sorted(by_rank):
+        summary = by_rank[rank]["meta"].get("summary") or {}
+        if summary.get("start_ns") is None:
+            continue
+        key = (summary.get("start_ns"), summary.get("end_ns"),
+               tuple(sorted((summary.get("events_per_kind") or {}).items())))
+        by_key.setdefault(key, []).append(rank)
+    for same in by_key.values():
+        if len(same) < 2:
+            continue
+        tables: dict[int, pl.DataFrame] = {}
+        for rank in same:
+            part = tmp / f"part-{by_rank[rank]['index']}" / "events.parquet"
+            table = pl.read_parquet(part, columns=["kind", "start_ns", "duration_ns"])
+            table = table.with_columns(pl.col("kind").cast(pl.String)).sort(["start_ns", "duration_ns", "kind"],
+                                                                             nulls_last=True)
+            for first, earlier in tables.items():
+                if table.equals(earlier):
+                    path, other = (ranks[by_rank[r]["index"]][1][0] for r in (rank, first))
+                    raise InputError(f"{path}: the same capture as {other} (rank {first}): its {table.height:,} "
+                                     f"events start and end on the same nanoseconds; one rank given twice in two "
+                                     f"forms (give each rank's trace once)")
+            tables[rank] = table
 
 
 # -- clocks -----------------------------------------------------------------

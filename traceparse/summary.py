@@ -18,7 +18,7 @@ from traceparse.expr import GPU_KINDS
 from traceparse.measures.base import exact_sum
 from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
-from traceparse.meta import UNREAD, device_nouns, gpu_processes, incomplete_notes
+from traceparse.meta import UNREAD, device_noun, device_nouns, gpu_processes, incomplete_notes
 from traceparse.rule import Finding, severity_rank
 from traceparse.run import trace_ranks, whole_ranks_only
 from traceparse.schema import ASYNC_GROUP
@@ -60,7 +60,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
     (nvprof's and nsys's summaries, TAU's and APEX's GPU routines) and
     ``gpu_launches_unseen`` counts the kernel launch calls whose GPU work the
     trace did not record at all, 0 otherwise; ``gpu_untimed``: ``{kind: rows}`` of the GPU rows it records
-    without times, as a metrics-only log does), ``other_devices``
+    without times, as a metrics-only log does; ``gpus_listed``: the names of the GPUs its header lists, where it
+    has no GPU activity), ``other_devices``
     (:func:`other_devices`: the accelerators the trace lists that are no GPU, as
     ``{"TPU": 4}``, so that "GPU busy -" is not read as an idle GPU; there,
     :func:`lane_busy` adds ``lane_busy_pct``, ``lane_devices`` and ``top_lane_ops``:
@@ -117,6 +118,7 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "gpu_launches_unseen": _launches(events) if not span_sum and split is None else 0,
         "gpu_untimed": _untimed_gpu(events) if not span_sum and split is None else {},
         "gpu_totals_only": not span_sum and split is not None,
+        "gpus_listed": listed_gpus(trace.meta) if not span_sum and split is None else [],
         "other_devices": others,
         "unread_events": dict((trace.meta.extra or {}).get(UNREAD) or {}),
         **(lane_busy(events) if not span_sum and others else {}),
@@ -157,6 +159,14 @@ def _spin_pct(events, busy_ns: int, span_sum: int, left: set = frozenset()) -> f
 def other_devices(meta) -> dict[str, int]:
     """How many devices of each kind that is no GPU the trace lists (``{"TPU": 4}``); empty for GPUs alone."""
     return dict(Counter(device_nouns(meta).values()))
+
+
+def listed_gpus(meta) -> list[str]:
+    """The names of the GPUs a trace's header lists (Kineto's ``deviceProperties``), for a trace with no GPU
+    activity read: a file cut before its GPU events still names the H100 it ran on, and "recorded no GPU
+    activity" would say the run used none."""
+    return [d.name or f"GPU {d.id}" for d in (getattr(meta, "devices", None) or [])
+            if device_noun(d) == "GPU" and (d.name or d.id is not None)]
 
 
 def lane_busy(events) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def read_results(path: Path, options: ReadOptions) -> Trace:
         kind=pl.when(roctx_marker | dispatch_mark).then(pl.lit("marker"))
         .when(pl.col("_kind") == "roctx").then(pl.lit("region")).otherwise(pl.col("_kind")),
         duration_ns=pl.when(roctx_marker).then(0).otherwise(pl.col("duration_ns")),
-        device_id=pl.when(gpu).then(pl.coalesce("device_id", "_device")),
+        device_id=pl.when(gpu).then(pl.coalesce("device_id", "_device", pl.lit(_only_gpu(kinds), pl.Int64))),
         stream_id=pl.when(gpu).then(pl.col("stream_id")),
         copy_kind=pl.when(pl.col("_kind") == "memcpy").then(pl.col("copy_kind")),
         group=pl.when(pl.col("_kind") == "roctx").then(pl.lit("roctx")).otherwise(pl.col("group")))
@@ -149,6 +149,14 @@ def read_results(path: Path, options: ReadOptions) -> Trace:
     meta.warnings = options.warnings
     return Trace(frame.sort("_at", maintain_order=True).drop("_track", "_lane", "_ts", "_dur", "_at", "_kind",
                                                              "_device"), meta)
+
+
+def _only_gpu(kinds: dict[int, re.Match | None]) -> int | None:
+    """The device of a trace's one GPU track, None where it has several or none. rocprof's COPY track names no
+    device, and its copies had none: a trace of one GPU read as that GPU and a second, unknown one ("the 2 GPUs
+    ... the longest gap 5.534 ms" of a 3.069 ms mean span); with one GPU traced, its copies are that GPU's."""
+    devices = {ascii_id(m.group(2)) for m in kinds.values() if m and m.group(2)}
+    return devices.pop() if len(devices) == 1 else None
 
 
 def _linked(frame: pl.DataFrame, starts: pl.DataFrame, ends: pl.DataFrame) -> pl.DataFrame:
