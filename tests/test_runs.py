@@ -227,10 +227,29 @@ def test_ranks_with_the_same_span_and_counts_but_other_times_are_kept(tmp_path):
     """Hand-made edge case: two ranks whose first start, last end and counts per kind agree, with one kernel at
     another time, are two ranks (the events are compared, not only their summary)."""
     d = tmp_path / "job"
-    a, b = kineto(rank=0, world_size=2), kineto(rank=1, world_size=2)
+    a, b = kineto(rank=None), kineto(rank=None)  # ranks from the file names, as a copy's would be
     b["traceEvents"][1]["ts"] += 1
     write(d / "rank0.json", a)
     write(d / "rank1.json", b)
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", "--json", str(d))
+    assert code == 0, err
+    assert sorted(json.loads(out)["runs"][0]["ranks"]) == ["0", "1"]
+    b["traceEvents"][1]["ts"] -= 1  # now the same events in other bytes: refused, as the real copy above
+    (d / "rank1.json").write_text(json.dumps(b, indent=1))
+    code, _, err = run_cli("--store", str(tmp_path / "s2"), "ingest", str(d))
+    assert code == 2 and "rank1.json: the same capture as " in err
+
+
+def test_copies_that_each_say_their_own_rank_are_ranks(tmp_path):
+    """Copies of one real trace that each say another rank in distributedInfo are made on purpose (the ingest
+    benchmark's ranks): kept, not refused as one capture given twice."""
+    d = tmp_path / "job"
+    d.mkdir()
+    data = gzip.decompress((FIXTURES / "torch" / "resnet18_bs4.json.gz").read_bytes())
+    start = data.index(b"{") + 1
+    for rank in (0, 1):
+        info = json.dumps({"backend": "nccl", "rank": rank, "world_size": 2}).encode()
+        (d / f"r{rank}.json").write_bytes(data[:start] + b'"distributedInfo": ' + info + b"," + data[start:])
     code, out, err = run_cli("--store", str(tmp_path / "s"), "ingest", "--json", str(d))
     assert code == 0, err
     assert sorted(json.loads(out)["runs"][0]["ranks"]) == ["0", "1"]

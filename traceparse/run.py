@@ -1082,12 +1082,14 @@ def _refuse_repeated_captures(by_rank: dict[int, dict], ranks: list[tuple[str, l
     collective then "waited" 0 ns. Two ranks of one job never start and end every event on the same nanosecond:
     ranks whose first start, last end and counts per kind agree have their events' kinds, starts and durations
     compared (in time order) from their written partitions; if they are the same, the second rank's file is
-    refused, naming the first.
+    refused, naming the first. Only ranks told by their file names (or process ids) are compared: a trace that
+    says its own rank is never the copy of another's (a copy says the same rank, and is refused for that), and
+    copies of one capture that each say another rank were made so on purpose (benchmarks/make_ranks.py).
     """
     by_key: dict[tuple, list[int]] = {}
     for rank in sorted(by_rank):
         summary = by_rank[rank]["meta"].get("summary") or {}
-        if summary.get("start_ns") is None:
+        if summary.get("start_ns") is None or by_rank[rank]["rank_from"] == "trace":
             continue
         key = (summary.get("start_ns"), summary.get("end_ns"),
                tuple(sorted((summary.get("events_per_kind") or {}).items())))
