@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Iterable
 
 import polars as pl
 
@@ -98,6 +97,16 @@ def origins(events: pl.DataFrame) -> dict[str, int]:
     """Per trace (key: trace id, "" for none), the first start of any timed row: where ``--window`` counts from."""
     rows = _key(events).filter(pl.col("start_ns").is_not_null()).group_by(_KEY).agg(pl.col("start_ns").min())
     return dict(rows.iter_rows())
+
+
+def trace_origins(trace: Trace) -> dict[str, int]:
+    """:func:`origins` of ``trace``'s events; of a run, the run's first start for every rank (its ranks share one
+    clock: a step's start is said from the run's start, not from each rank's own first event)."""
+    found = origins(trace.events)
+    if _is_run(trace) and found:
+        first = min(found.values())
+        found = dict.fromkeys(found, first)
+    return found
 
 
 def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame:
@@ -186,22 +195,33 @@ def _ranges(events: pl.DataFrame) -> pl.DataFrame:
 
 
 # -- cutting ------------------------------------------------------------------
-def clip(events: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def _laid_end_to_end(windows: pl.DataFrame) -> pl.DataFrame:
+    """``windows`` merged per trace, each with ``base`` (its trace's first window's start) and ``before`` (the
+    window time before it): where an instant inside it lands once the windows are laid end to end."""
+    merged = intervals.merge(windows.select(_KEY, "start", "end").cast(dict(_W)), [_KEY])
+    return merged.filter(pl.col("end") > pl.col("start")).sort(_KEY, "start").with_columns(
+        base=pl.col("start").min().over(_KEY),
+        before=(pl.col("end") - pl.col("start")).cum_sum().over(_KEY) - (pl.col("end") - pl.col("start")))
+
+
+def clip(events: pl.DataFrame, windows: pl.DataFrame, shared: bool = False) -> tuple[pl.DataFrame, int]:
     """``events`` (a normalized table) cut to ``windows`` (``__window_trace``, ``start``, ``end``), as the module says.
 
     Returns the cut table (rows in their order, ``event_id`` kept) and the
     number of rows with no time that were left out. Rows of a trace with no
-    window are all left out.
+    window are all left out. ``shared`` (a run's ranks, on one clock): each trace keeps what is inside its own
+    windows, but the time removed is only the time inside no trace's window, the same for every trace, so that
+    their clocks stay together (:func:`cut` says why).
     """
-    merged = intervals.merge(windows.select(_KEY, "start", "end").cast(dict(_W)), [_KEY])
-    merged = merged.filter(pl.col("end") > pl.col("start")).sort(_KEY, "start").with_columns(
-        base=pl.col("start").min().over(_KEY),
-        before=(pl.col("end") - pl.col("start")).cum_sum().over(_KEY) - (pl.col("end") - pl.col("start")))
+    merged = _laid_end_to_end(windows)
+    timeline = None
+    if shared:
+        timeline = _laid_end_to_end(windows.with_columns(pl.lit("").alias(_KEY)))
     ev = _key(events).with_row_index("__row")
     timed = ev.filter(pl.col("start_ns").is_not_null()).with_columns(
         __end=pl.col("start_ns") + pl.col("duration_ns").fill_null(0))
-    start = _compact(timed, "start_ns", merged)
-    end = _compact(timed, "__end", merged)
+    start = _compact(timed, "start_ns", merged, timeline)
+    end = _compact(timed, "__end", merged, timeline)
     timed = timed.with_columns(__s=start["mapped"], __inside=start["inside"], __e=end["mapped"])
     duration = pl.col("duration_ns")
     new = pl.col("__e") - pl.col("__s")
@@ -230,12 +250,15 @@ def clip(events: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, int
     return out.drop("__row", _KEY), left_out
 
 
-def _compact(timed: pl.DataFrame, at: str, merged: pl.DataFrame) -> pl.DataFrame:
+def _compact(timed: pl.DataFrame, at: str, merged: pl.DataFrame, timeline: pl.DataFrame | None = None
+             ) -> pl.DataFrame:
     """Per row of ``timed``: ``mapped``, the instant ``at`` on the windows laid end to end, and ``inside``.
 
     The map is the first window's start plus the window time before the
     instant: increasing, the identity inside the first window, and constant
-    across the time between windows (so that time vanishes).
+    across the time between windows (so that time vanishes). With a ``timeline`` (:func:`_laid_end_to_end` of
+    every trace's windows together, one key), the instant is first held to its trace's own windows, then laid on
+    that timeline: every trace loses the same time.
     """
     points = timed.select("__row", _KEY, pl.col(at).alias("t")).sort("t")
     hit = points.join_asof(merged.sort("start"), left_on="t", right_on="start", by=_KEY, strategy="backward",
@@ -243,9 +266,21 @@ def _compact(timed: pl.DataFrame, at: str, merged: pl.DataFrame) -> pl.DataFrame
     first = merged.group_by(_KEY).agg(pl.col("start").min().alias("first"))
     hit = hit.join(first, on=_KEY, how="left")
     length = pl.col("end") - pl.col("start")
+    inside = pl.col("start").is_not_null() & (pl.col("t") < pl.col("end"))
+    if timeline is not None:  # held to the trace's own windows, then laid on the shared timeline
+        held = (pl.when(pl.col("start").is_null()).then(pl.col("first"))
+                .otherwise(pl.col("start") + pl.min_horizontal(pl.col("t") - pl.col("start"), length)))
+        hit = hit.select("__row", "first", _inside=inside, t=held).sort("t").join_asof(
+            timeline.select("start", "end", "base", "before").sort("start"), left_on="t", right_on="start",
+            strategy="backward", check_sortedness=False)
+        mapped = (pl.when(pl.col("start").is_null()).then(pl.col("t"))  # no window at all: left out below
+                  .otherwise(pl.col("base") + pl.col("before")
+                             + pl.min_horizontal(pl.col("t") - pl.col("start"), length)))
+        return (hit.with_columns(mapped=mapped).sort("__row")
+                .select("mapped", pl.col("_inside").fill_null(False).alias("inside")))
     mapped = (pl.when(pl.col("start").is_null()).then(pl.col("first"))  # before the first window (or no window)
               .otherwise(pl.col("base") + pl.col("before") + pl.min_horizontal(pl.col("t") - pl.col("start"), length)))
-    return (hit.with_columns(mapped=mapped, inside=pl.col("start").is_not_null() & (pl.col("t") < pl.col("end")))
+    return (hit.with_columns(mapped=mapped, inside=inside)
             .sort("__row").select("mapped", pl.col("inside").fill_null(False)))
 
 
@@ -253,36 +288,22 @@ def _is_run(trace: Trace) -> bool:
     return trace.meta.format == "run"
 
 
-def shared_windows(windows: pl.DataFrame, keys: Iterable[str]) -> pl.DataFrame:
-    """Every trace's windows made the union of all of them, for each of ``keys``: the windows of a run's ranks.
-
-    A run's ranks share one clock, and their cross-rank figures (a collective's waits, the critical path's
-    crossings) compare their times. Cut to its own steps and laid end to end, each rank lost its own gaps
-    between steps (tp2_nccl: 95 us on rank 0, 159 us on rank 1): the ranks' clocks then differed by the
-    difference, collectives' last arrivals changed rank, and the critical path of `--step all` held "70.23 ms
-    (53.3%)" where the same steps uncut held 82.85 ms (62.8%). With one set of windows every rank loses the
-    same time, and only time in no rank's window is left out.
-    """
-    union = intervals.merge(windows.select(pl.lit("").alias(_KEY), "start", "end").cast(dict(_W)), [_KEY])
-    keys = sorted(keys)
-    if not keys or union.height == 0:
-        return windows.select(_KEY, "start", "end").cast(dict(_W))
-    return (pl.DataFrame({_KEY: keys}, schema={_KEY: pl.String})
-            .join(union.select("start", "end"), how="cross").sort(_KEY, "start").cast(dict(_W)))
-
-
 def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
-    """``trace`` cut to ``windows`` (clipped and laid end to end): a new, normal trace with the same id; of a run,
-    every rank to the union of its ranks' windows (:func:`shared_windows`).
+    """``trace`` cut to ``windows`` (clipped and laid end to end): a new, normal trace with the same id.
+
+    Of a run, each rank keeps what is inside its own windows, and the time removed is the time inside no rank's
+    window, the same for every rank. A run's ranks share one clock, and their cross-rank figures (a collective's
+    waits, the critical path's crossings) compare their times: laid end to end each on its own, each rank lost
+    its own gaps between steps (tp2_nccl: 95 us on rank 0, 159 us on rank 1), the ranks' clocks then differed by
+    the difference, collectives' last arrivals changed rank, and the critical path of `--step all` held "70.23
+    ms (53.3%)" where the same steps uncut held 82.85 ms (62.8%).
 
     ``label`` says what the windows are (``step 3``, ``range train_step``,
     ``window 100:250 ms``); it is kept in ``meta.extra["window"]`` with the
     windows themselves, merged where they overlap or touch (the time analysed). The whole trace's summary figures are dropped (they
     describe the whole), and a warning counts the rows with no time left out.
     """
-    if _is_run(trace):
-        windows = shared_windows(windows, origins(trace.events))
-    events, left_out = clip(trace.events, windows)
+    events, left_out = clip(trace.events, windows, shared=_is_run(trace))
     mine = intervals.merge(windows.filter(pl.col(_KEY).is_in(list(origins(trace.events))))
                            .select(_KEY, "start", "end").cast(dict(_W)), [_KEY]).sort(_KEY, "start")
     extra = {**trace.meta.extra, "window": {

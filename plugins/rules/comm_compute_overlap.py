@@ -17,8 +17,9 @@ and it is not always ``comm_time_ns`` − ``overlapped_ns``), ``overlap_pct``.
 Waiting. Where the collectives run as communication kernels on every rank (NCCL, RCCL), a kernel starts when
 its stream reaches it and spins until the last rank's kernel of the collective starts: that time is waiting for
 a later rank, which no overlap can hide (the stragglers rule says whose). ``waiting_ns`` is the time the
-members' kernels spin so while none of their compute kernels runs, inside their steps (as the stragglers rule
-counts ``waited_ns``), at most their exposed time; per rank in
+members' kernels spin so while none of their compute kernels runs, over the whole trace as the communication
+and exposed time are (the stragglers rule counts its ``waited_ns`` inside the steps), at most their exposed time;
+per rank in
 ``ranks`` and the items. ``moving_overlap_pct`` = 100 × overlapped / (communication time − waiting): the
 overlap of the time the kernels do their own work. The time at stake (``impact_ns``) is the exposed
 communication less the waiting; the severity grades ``moving_overlap_pct`` where there is waiting, else
@@ -207,7 +208,7 @@ def _waited(waiting: dict, member, unknown: set) -> int | None:
 
 def _waiting(events, layers: pl.DataFrame, ranked: bool) -> dict[int, int]:
     """{rank (device where the trace has no ranks): the time its communication kernels spin for a later rank's
-    while none of its compute kernels runs, inside its steps}, each at most its exposed communication; {} where
+    while none of its compute kernels runs, over the whole trace}, each at most its exposed communication; {} where
     the collectives are not waited for on the device (gloo, a single rank)."""
     waited = device_spin(events)  # to each kernel's end
     key = "rank" if ranked else "device_id"

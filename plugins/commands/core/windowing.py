@@ -45,7 +45,7 @@ class View:
     steps: list[dict[str, Any]] | None = None
     source: str | None = None  # what marks the steps (--step without --nvtx), as the summary says it
     cuts: list[dict[str, Any]] = field(default_factory=list)
-    origins: dict[str, int] = field(default_factory=dict)  # each trace's first start, for the table's start column
+    origins: dict[str, int] = field(default_factory=dict)  # each trace's (a run's) first start, for the start column
 
     def json(self) -> dict[str, Any]:
         """The keys ``analyze --json`` gains: ``window`` when a window was chosen, ``steps`` with ``--step all``."""
@@ -136,7 +136,7 @@ def apply(args: argparse.Namespace, traces: list) -> View:
     steps, origins = None, {}
     if args.step is not None and number is None:
         steps = [row for trace, wins in chosen for row in window.step_table(trace, wins)]
-        origins = {k: v for trace in traces for k, v in window.origins(trace.events).items()}
+        origins = {k: v for trace in traces for k, v in window.trace_origins(trace).items()}
     return View(cut, label, steps, source, cuts, origins)
 
 
