@@ -317,7 +317,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
         grid.add_row("GPU busy", literal(f"- (no GPU activity read: the file ends early, and what was read holds none "
                                          f"of the work of the {_gpus(listed)} its header lists)"
                      if busy is None and listed and summary.get("incomplete")
-                     else f"- ({unseen:,} kernel launch calls, but the trace recorded no GPU activity)"
+                     else f"- ({unseen:,} kernel launch calls, but no GPU activity in this input: the GPU was not "
+                          "traced, or its activity is in another file)"
                      if unseen else "- (the trace gives GPU time as totals, with no timeline)"
                      if summary.get("gpu_totals_only")
                      else f"- (no GPU work: the trace's devices are {_counted(others)}; hotspots has their time)"
