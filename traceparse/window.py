@@ -24,7 +24,10 @@ merged where they overlap or touch and laid end to end: the time between
 two windows is removed, shifting later windows' events earlier by the gaps
 before them (the first window keeps its timestamps). So the trace's span is
 the time inside the windows, and no rule counts the setup or the pauses
-between instances as idle time.
+between instances as idle time. A run's ranks share one clock: each keeps
+what is inside its own windows, but the time removed is the time inside no
+rank's window, the same for every rank, so their cross-rank figures are
+those of the uncut run (:func:`cut`).
 """
 
 from __future__ import annotations
