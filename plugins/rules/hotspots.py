@@ -246,7 +246,7 @@ class Hotspots(Rule):
                             message, suggestion, metrics=metrics, items=items, columns=columns, summary=top_line,
                             figures={**{k: v for k, v in FIGURES.items() if n_threads or k != "threads"},
                                      **({"comm_waiting_ns": "ns"} if waiting else {})},
-                            labels={**LABELS, "comm_waiting_ns": "comm kernels waiting"})]
+                            labels={**LABELS, "comm_waiting_ns": "comm kernels waiting, summed per kernel"})]
         if n_threads:  # a table per thread where there are threads
             findings.append(self._per_thread(per_thread, t, names, nouns))
         if marks.height:
