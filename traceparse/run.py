@@ -49,7 +49,7 @@ import polars as pl
 
 from traceparse.cores import usable_cores as _cores
 from traceparse.errors import InputError, TraceparseError, enter_command_line, on_command_line, spelled
-from traceparse.figures import SAME_NS, listed, same_figure
+from traceparse.figures import SAME_NS, fmt_ns, listed, same_figure
 from traceparse.ingest import plan, read_group
 from traceparse.meta import incomplete_ranks
 from traceparse.plugins import Registry, registry as default_registry
@@ -1065,8 +1065,6 @@ def _refuse_other_jobs(by_rank: dict[int, dict], ranks: list[tuple[str, list[Pat
             start, end = min(s for s, _ in theirs), max(e for _, e in theirs)
             gap = max(mine[0] - end, start - mine[1])
             if gap > CLOCK_GAP_NS:
-                from traceparse.figures import fmt_ns
-
                 apart = f"; its events are also {fmt_ns(gap)} from theirs"
     raise InputError(f"{path}: rank {odd} is from another job: its trace names the backend "
                      f"{_backend_of(by_rank[odd])!r}, where {listed('rank', others, shown=4)} "
@@ -1183,7 +1181,6 @@ def align_rank_clocks(tmp: Path, by_rank: dict[int, dict], ranks: list[tuple[str
     that cannot be moved without passing Int64 (its own events span nearly 2^63 ns) is refused in one line.
     Returns {rank: shift_ns}.
     """
-    from traceparse.figures import fmt_ns
     from traceparse.validate import INT64_MAX
 
     ranges = {rank: r for rank, result in by_rank.items() if (r := _time_range(result)) is not None}

@@ -41,6 +41,7 @@ from traceparse import intervals, units
 from traceparse.errors import InputError
 from traceparse.expr import GPU_KINDS
 from traceparse.measures.base import placed
+from traceparse.run import rank_labels
 from traceparse.trace import Trace
 from traceparse.validate import INT64_MAX
 
@@ -106,7 +107,7 @@ def trace_origins(trace: Trace) -> dict[str, int]:
     """:func:`origins` of ``trace``'s events; of a run, the run's first start for every rank (its ranks share one
     clock: a step's start is said from the run's start, not from each rank's own first event)."""
     found = origins(trace.events)
-    if _is_run(trace) and found:
+    if rank_labels(trace) and found:
         first = min(found.values())
         found = dict.fromkeys(found, first)
     return found
@@ -122,7 +123,7 @@ def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame
     ev = _key(trace.events).filter(pl.col("start_ns").is_not_null())
     per = ev.group_by(_KEY).agg(first=pl.col("start_ns").min(),
                                 last=(pl.col("start_ns") + pl.col("duration_ns").fill_null(0)).max())
-    if _is_run(trace):  # the run's ranks share one clock: one window of the run, from its first event
+    if rank_labels(trace):  # the run's ranks share one clock: one window of the run, from its first event
         per = per.with_columns(pl.col("first").min(), pl.col("last").max())
     # in Int128, then held at Int64's end: a window starting 9223372036854 ms after the trace's start is past
     # its end (it selects nothing), never wrapped to before its start (the whole trace)
@@ -287,10 +288,6 @@ def _compact(timed: pl.DataFrame, at: str, merged: pl.DataFrame, timeline: pl.Da
             .sort("__row").select("mapped", pl.col("inside").fill_null(False)))
 
 
-def _is_run(trace: Trace) -> bool:
-    return trace.meta.format == "run"
-
-
 def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
     """``trace`` cut to ``windows`` (clipped and laid end to end): a new, normal trace with the same id.
 
@@ -306,7 +303,7 @@ def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
     windows themselves, merged where they overlap or touch (the time analysed). The whole trace's summary figures are dropped (they
     describe the whole), and a warning counts the rows with no time left out.
     """
-    events, left_out = clip(trace.events, windows, shared=_is_run(trace))
+    events, left_out = clip(trace.events, windows, shared=bool(rank_labels(trace)))
     mine = intervals.merge(windows.filter(pl.col(_KEY).is_in(list(origins(trace.events))))
                            .select(_KEY, "start", "end").cast(dict(_W)), [_KEY]).sort(_KEY, "start")
     extra = {**trace.meta.extra, "window": {

@@ -339,12 +339,8 @@ class GpuIdle(Rule):
         who = ("the stream waits, by its" if per_stream.height == 1
                else f"the {per_stream.height:,} streams wait, by their")
         host, kernel, other = shares_shown([shares[k] for k in WAIT_SHARES])  # as the figures show them
-        said = [f"host wait {fmt_pct(host)} (nothing queued)",
-                f"kernel wait {fmt_pct(kernel)} (queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))})",
-                f"other {fmt_pct(other)}"]
-        # a reason with no time at all is left out of the sentence ("other 0.0%" told nothing); the figures keep it
-        said = [text for text, key in zip(said, parts) if parts[key] > 0]
-        sentence = f" Why {who} gap time: {', '.join(said)}."
+        sentence = (f" Why {who} gap time: host wait {fmt_pct(host)} (nothing queued), kernel wait {fmt_pct(kernel)} "
+                    f"(queued, gaps under {fmt_ns(int(t['kernel_wait_below_ns']))}), other {fmt_pct(other)}.")
         # most of an "other" worth naming is before unlinked work
         if partly_linked and 2 * unlinked > parts["other_wait_ns"] and (shares["other_wait_pct"] or 0) >= 10:
             sentence += (f" Of the other, {fmt_pct(expr.pct(unlinked, parts['other_wait_ns']))} is before copies or "
