@@ -5,6 +5,7 @@ process's files together, agent_info, links; it says so). Every figure against a
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -189,3 +190,21 @@ def test_sniffing_claims_only_rocprofv3_headers():
     assert header_form(b'"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n') == "stats"
     assert header_form(b'Kind,Agent_Id,Queue_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp\n') is None
     assert header_form(b'"ID","Process ID","Process Name","Host Name","Kernel Name"\n') is None  # ncu's CSV
+
+
+def test_copies_of_unknown_memory_and_size_are_not_called_pinned_nor_empty(tmp_path):
+    """rocprofv3's copy rows name no memory kind and no size. low-memcpy-overlap listed them with 0 bytes and said
+    "The exposed copies are from and to pinned or device memory already"; the sizes are unknown ("-") now, and the
+    advice is to pin them (the real ROCm 7.0 kernel and copy rows of the documentation, as one process's folder)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("kernel_trace", "memory_copy_trace"):
+        shutil.copy(DOCS / "rocm7.0" / f"{name}.csv", folder / f"9_{name}.csv")
+    copies = _rows(DOCS / "rocm7.0" / "memory_copy_trace.csv")
+    code, out, err = run_cli("--store", str(tmp_path / "s"), "analyze", str(folder), "--json")
+    assert code == 0, err
+    [overlap] = [f for f in json.loads(out)["findings"] if f["rule"] == "low-memcpy-overlap"]
+    assert overlap["severity"] == "warning"
+    assert sum(i["copies"] for i in overlap["items"]) == len(copies) == 4
+    assert all(i["bytes"] is None and "(? -> ?)" in i["copy"] for i in overlap["items"])
+    assert overlap["suggestion"].startswith("Use pinned host memory (pin_memory=True / cudaHostAlloc)")

@@ -79,14 +79,15 @@ class LowMemcpyOverlap(Rule):
                    for r in per_device.sort([*(["_rank"] if ranks else []), "device_id"],
                                             nulls_last=False).iter_rows(named=True)}
         bytes_ = measures.copy_stats(events, prefer_timed=False).filter(~pl.col("aggregated"))
-        bytes_ = bytes_.group_by(*GROUP).agg(bytes=pl.col("bytes").sum())
+        # unknown where any copy of the group has no size: a sum of the others would be less than they moved
+        bytes_ = bytes_.group_by(*GROUP).agg(bytes=pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()))
         worst = (groups.group_by(*GROUP).agg(copies=pl.col("count").sum(), time_ns=pl.col("time_ns").sum(),
                                              exposed_ns=pl.col("exposed_ns").sum())
                  .join(bytes_, on=list(GROUP), how="left", nulls_equal=True)
                  .sort(["exposed_ns", *GROUP], descending=[True, False, False, False], nulls_last=False))
         items = [{"copy": f"{r['copy_kind'] or '?'} ({r['src_memory'] or '?'} -> {r['dst_memory'] or '?'})",
                   "copies": r["copies"], "time_ns": r["time_ns"], "exposed_ns": r["exposed_ns"],
-                  "bytes": r["bytes"] or 0}
+                  "bytes": r["bytes"]}  # None where the trace gives no size (a rocprofv3 copy row), not 0
                  for r in worst.head(5).iter_rows(named=True)]
         severity = "info"
         if ratio is not None and ratio >= t["min_memcpy_to_kernel_ratio"]:  # no kernel: nothing to overlap with
@@ -98,8 +99,11 @@ class LowMemcpyOverlap(Rule):
                       else "no kernel runs, so there is nothing for the copies to overlap with."))
         # pinned memory is advice only where the exposed copies are not already from or to it (a capture whose
         # copies were all "pinned -> device" was told to use pinned memory)
+        # (a side whose memory the trace does not name is not pinned as far as anyone knows: nsys's summary tables
+        # and rocprofv3's copy rows name none, and were told their copies were pinned already)
         pageable = worst.filter((pl.col("exposed_ns") > 0) & ~(
-            pl.col("src_memory").is_in(["pinned", "device"]) & pl.col("dst_memory").is_in(["pinned", "device"])))
+            pl.col("src_memory").is_in(["pinned", "device"]) & pl.col("dst_memory").is_in(["pinned", "device"])
+        ).fill_null(False))
         suggestion = ("" if severity == "info" else
                       "Use pinned host memory (pin_memory=True / cudaHostAlloc) and asynchronous copies "
                       "(non_blocking=True / cudaMemcpyAsync) on a stream other than the compute stream, "

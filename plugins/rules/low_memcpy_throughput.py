@@ -157,7 +157,7 @@ class LowMemcpyThroughput(Rule):
             host_rows = copies.filter(usable & pl.col("copy_kind").is_in(HOST_DEVICE))
             pinned = host_rows.height > 0 and bool(  # every host side known and pinned: nothing to pin
                 (pl.concat([host_rows["src_memory"], host_rows["dst_memory"]]).cast(pl.String)
-                 .is_in(["pinned", "device"])).all())
+                 .is_in(["pinned", "device"])).fill_null(False).all())  # a side of unknown memory is not known pinned
             suggestion = (("The copies are from and to pinned memory already: merge small copies into large ones "
                            "(see inefficient-memcpy-size)" if pinned else
                            "Copy from pinned host memory (DataLoader(pin_memory=True), tensor.pin_memory(), "
