@@ -370,3 +370,47 @@ def test_a_cpu_profile_says_it_has_no_gpu_activity(tmp_path):
     code, out, err = run_cli("--store", str(tmp_path), "-q", "--width", "120", "analyze", str(cpi))
     assert code == 0, err
     assert re.search(r"GPU busy +- \(the trace recorded no GPU activity\) ", out), out
+
+
+def test_a_category_share_reads_alike_in_the_summary_the_sentence_and_the_table(tmp_path):
+    """The real two-rank nsys run: communication kernels take 87.9591% of kernel time, which rounds alone to 88.0%
+    but reads 87.9% in kernel-share's table, where the six categories are rounded together to add up to 100
+    (the largest remainders rounded up: gemm's .733, optimizer's .723 and layout/copy's .761 before its .591).
+    The summary and the sentence said 88.0% beside the table's 87.9%; all three say the table's figure now, folded
+    (``--rows 2``) or not."""
+    import sqlite3
+    import tempfile
+
+    from traceparse import expr
+    import polars as pl
+
+    times: dict[str, int] = {}
+    for report in sorted((FIXTURES / "nsys" / "nccl_run" / "ranks").glob("*.sqlite.gz")):
+        with tempfile.NamedTemporaryFile(suffix=".sqlite") as db:
+            db.write(gzip.decompress(report.read_bytes()))
+            db.flush()
+            rows = sqlite3.connect(db.name).execute(
+                "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.demangledName").fetchall()
+        names = pl.DataFrame({"name": [r[0] for r in rows], "ns": [r[1] for r in rows]})
+        cats = names.with_columns(category=expr.kernel_category(pl.col("name"))).group_by("category").agg(
+            pl.col("ns").sum())
+        for category, ns in cats.iter_rows():
+            times[category] = times.get(category, 0) + ns
+    total = sum(times.values())
+    assert round(100 * times["communication"] / total, 4) == 87.9591
+    store = tmp_path / "store"
+    code, _, err = run_cli("--store", str(store), "ingest", str(FIXTURES / "nsys" / "nccl_run" / "ranks"))
+    assert code == 0, err
+    for rows in ("8", "2"):
+        code, out, err = run_cli("--store", str(store), "analyze", "--rule", "kernel-share", "--width", "100",
+                                 "--rows", rows)
+        assert code == 0, err
+        assert "top kernels  communication 87.9%, gemm 10.2%, optimizer 0.9% of kernel time" in out
+        assert "communication kernels take 87.9%." in out
+        assert re.search(r"│  communication +│ +66 │ +303\.01? │ +3 │ +87\.9% │ +2 ", out), out
+        assert "88.0%" not in out
+    code, out, err = run_cli("--store", str(store), "analyze", "--rule", "kernel-share", "--json")
+    [summary] = json.loads(out)["summary"]
+    assert [(c["category"], c["share_pct"], c["shown_pct"]) for c in summary["top_categories"]] == [
+        ("communication", 87.9591, 87.9), ("gemm", 10.1733, 10.2), ("optimizer", 0.8723, 0.9)]

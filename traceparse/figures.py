@@ -131,8 +131,9 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
     numbers = [float(values[i]) for i in at]
     out = list(values)
     if len(numbers) < 2 or any(v < 0 for v in numbers) or abs(sum(numbers) - 100.0) > 1e-3 * len(numbers):
-        for i in at:
-            out[i] = _bounded(float(values[i]), round(float(values[i]), decimals), decimals)
+        for i in at:  # a Bound was rounded already: it keeps what it says
+            out[i] = values[i] if isinstance(values[i], Bound) else _bounded(float(values[i]),
+                                                                             round(float(values[i]), decimals), decimals)
         return out
     unit = 10 ** decimals
     scaled = [v * unit for v in numbers]
@@ -155,6 +156,15 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
     for i, exact, units in zip(at, numbers, shown):
         out[i] = _bounded(exact, units / unit, decimals)
     return out
+
+
+def share_as_shown(exact: Any, shown: Any, decimals: int = 1) -> Any:
+    """``shown`` (a share as :func:`shares_shown` rounded it among its whole's other parts, kept as a plain number:
+    a JSON document's) as :func:`fmt_pct` should write it: a :class:`Bound` again where it reads 0 of a part more
+    than none or 100 of a part less than the whole. None where either is unknown."""
+    if not isinstance(exact, (int, float)) or not isinstance(shown, (int, float)):
+        return None
+    return _bounded(float(exact), float(shown), decimals)
 
 
 def _bounded(exact: float, shown: float, decimals: int) -> float:

@@ -17,7 +17,7 @@ from traceparse.names import (cut_apart, fitted_names, key_entries, key_entry,  
                               middle_cut, short_name, short_names, text_width)
 from traceparse.figures import (NS_SCALES, decimals_for, fmt_bytes, fmt_bytes_binary, fmt_number,  # noqa: F401
                                 fmt_ns, fmt_pct, fmt_ratio)  # re-exported
-from traceparse.figures import SAME_SAID, listed, rank_ranges, shares_shown
+from traceparse.figures import SAME_SAID, listed, rank_ranges, share_as_shown, shares_shown
 from traceparse.meta import PEAK_MEMORY_GBPS, PEAK_TFLOPS, TraceMeta, device_noun, grouped_by_host, hosts
 from traceparse.text import literal, markup_literal, visible
 from traceparse.verdict import SEVERITIES, Column
@@ -367,8 +367,8 @@ def summary_panel(summary: dict, findings: list[Finding] = ()) -> Panel:
                      literal(", ".join(f"{short_name(o['name'], 40)} {fmt_unit('pct', o['share_pct'])}"
                                        for o in lane_ops) + " of their op time"))
     if cats:
-        grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', c['share_pct'])}" for c in cats)
-                                            + " of kernel time"))
+        grid.add_row("top kernels", literal(", ".join(f"{c['category']} {fmt_unit('pct', category_share_shown(c))}"
+                                                      for c in cats) + " of kernel time"))
     if findings:
         from traceparse.analysis import is_quiet
 
@@ -496,6 +496,13 @@ def _untimed(kinds: dict[str, int]) -> str:
     """``3 kernels``, ``3 kernels and 1 copy``: the GPU rows a trace lists without times (summary's
     ``gpu_untimed``)."""
     return " and ".join(f"{n:,} {_GPU_NOUNS.get(k, (k, k + 's'))[n != 1]}" for k, n in kinds.items())
+
+
+def category_share_shown(category: dict) -> Any:
+    """A top kernel category's share as the kernel-share table shows it (``shown_pct``: rounded with every category,
+    so that they add up to 100), its exact ``share_pct`` where a stored summary predates it."""
+    shown = category.get("shown_pct")
+    return category.get("share_pct") if shown is None else share_as_shown(category.get("share_pct"), shown)
 
 
 def _gpus(names: list[str]) -> str:
@@ -786,10 +793,22 @@ def fold_rows(rows: list[dict], key: str, columns: list[Column], budget: int, wo
     """
     if len(rows) <= budget + 1:
         return rows
+    rows = _shares_rounded_whole(rows, columns)
     order = worst_first(range(len(rows)), rows, worst) if worst else list(range(len(rows)))
     kept = set(order[:budget])
     return ([rows[i] for i in order[:budget]]
             + [_rest_row(key, columns, [r for i, r in enumerate(rows) if i not in kept])])
+
+
+def _shares_rounded_whole(rows: list[dict], columns: list[Column]) -> list[dict]:
+    """``rows`` with each share column (unit ``pct``) whose values are the shares of one whole rounded as they are
+    shown when every row is (:func:`~traceparse.figures.shares_shown`): a folded table's rows read as they read
+    unfolded, and as the summary and the rule's sentence give them (a category of 87.96% read 87.9% in the full
+    table, where the rows add up to 100, and 88.0% once folded)."""
+    shown = {c.key: shares_shown([r.get(c.key) for r in rows]) for c in columns if c.unit == "pct"}
+    if not shown:
+        return rows
+    return [{**r, **{k: values[i] for k, values in shown.items()}} for i, r in enumerate(rows)]
 
 
 def worst_first(indices, rows: list[dict], worst: str) -> list[int]:

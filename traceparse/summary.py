@@ -15,6 +15,7 @@ import polars as pl
 
 from traceparse import expr, measures
 from traceparse.expr import GPU_KINDS
+from traceparse.figures import shares_shown
 from traceparse.measures.base import exact_sum
 from traceparse.measures.routines import device_lane
 from traceparse.measures.steps import step_series
@@ -311,11 +312,15 @@ def _untimed(findings: list[Finding]) -> dict[str, Any] | None:
 
 
 def top_categories(events: pl.DataFrame, n: int = TOP_CATEGORIES) -> list[dict[str, Any]]:
-    """The ``n`` kernel categories with the most time (measure ``time_by_category``), with their share of kernel time."""
+    """The ``n`` kernel categories with the most time (measure ``time_by_category``), with their share of kernel time:
+    exact (``share_pct``) and as shown (``shown_pct``, to 0.1: rounded with every category, so that the summary,
+    kernel-share's sentence and its table say one figure)."""
     cats = measures.time_by_category(events).filter(pl.col("time_ns").is_not_null())
     cats = cats.group_by("category").agg(pl.col("time_ns").sum()).sort(["time_ns", "category"],
                                                                          descending=[True, False])
     total = int(cats["time_ns"].sum() or 0)
-    return [{"category": r["category"], "time_ns": int(r["time_ns"]),
-             "share_pct": round(100.0 * r["time_ns"] / total, 4) if total else None}
-            for r in cats.head(n).iter_rows(named=True)]
+    shares = [round(100.0 * t / total, 4) if total else None for t in cats["time_ns"]]
+    shown = shares_shown(shares)  # with every category, as kernel-share's table and sentence round them
+    return [{"category": r["category"], "time_ns": int(r["time_ns"]), "share_pct": share,
+             "shown_pct": None if seen is None else float(seen)}
+            for r, share, seen in zip(cats.head(n).iter_rows(named=True), shares, shown)]

@@ -30,7 +30,7 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, shares_shown
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
 #: Screen labels where the key's words would read like another figure: distinct kernel names and their calls (launch-
@@ -83,6 +83,8 @@ class KernelShare(Rule):
         categories = {r["category"]: {"calls": r["calls"], "time_ns": r["time_ns"], "kernels": r["names"],
                                       "share_pct": expr.pct(r["time_ns"], total), **({"ranks": r["ranks"]} if run else {})}
                       for r in by_category.iter_rows(named=True)}
+        # each category's share as the table shows it: rounded with the others, so that they add up to 100
+        shown = dict(zip(categories, shares_shown([c["share_pct"] for c in categories.values()])))
         top = items[0] if items else None
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
         dominant = severity != "info"
@@ -99,7 +101,7 @@ class KernelShare(Rule):
                     f" over {ran:,} of {n_ranks:,} ranks (the others ran no kernel)") if run else ""
             message = (f"{kernels}, {fmt_ns(total)} of kernel time{over}; the top kernel takes "
                        f"{fmt_pct(top['share_pct'])}; "
-                       f"{_category_phrase(lead['category'])} {fmt_pct(categories[lead['category']]['share_pct'])}.")
+                       f"{_category_phrase(lead['category'])} {fmt_pct(shown[lead['category']])}.")
         else:
             message = "No kernel time in this trace."
         return [Finding(self.name, "warning" if dominant else "info", "Where the kernel time goes", message,

@@ -18,9 +18,9 @@ from typing import Any
 
 from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.names import cut_apart, short_names
-from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, cut_left_out, dict_rows, finding_columns, fmt_ns,
-                               fmt_unit, fold_rows, fold_title, hosts_line, mean_of, shown_figures, spin_parts,
-                               spin_said)
+from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, category_share_shown, cut_left_out, dict_rows,
+                               finding_columns, fmt_ns, fmt_unit, fold_rows, fold_title, hosts_line, mean_of,
+                               shown_figures, spin_parts, spin_said)
 from traceparse.report import _format_column as screen_column, _numbers as screen_numbers
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
@@ -320,7 +320,7 @@ def summary_html(summary: dict, anchors: dict[tuple[str, str], int]) -> str:
     else:
         bottleneck_card = '<div class="big">none</div><div class="muted">no finding with time at stake</div>'
     top = summary.get("top_categories") or []
-    cats = ", ".join(f"{esc(c['category'])} {esc(fmt_unit('pct', c['share_pct']))}" for c in top
+    cats = ", ".join(f"{esc(c['category'])} {esc(fmt_unit('pct', category_share_shown(c)))}" for c in top
                      if c.get("share_pct") is not None)
     cards = [
         ("span", f'<div class="big">{esc(fmt_ns(summary.get("span_ns")))}</div><div class="muted">'
