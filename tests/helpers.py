@@ -274,3 +274,14 @@ def cut_run(source: Path, out: Path, rank: int | None, keep: float) -> Path:
         else:
             (out / path.name).write_bytes(path.read_bytes())
     return out
+
+
+def hamilton(shares: list[float]) -> list[float]:
+    """Shares of one whole (adding up to 100) to 0.1 by the largest-remainder method, independently of
+    traceparse.figures: each rounded down, then the largest remainders up until they add up to 100. For shares
+    of 0.05 or more (a smaller one reads "<0.1%", a case this oracle does not take)."""
+    assert all(s >= 0.05 for s in shares) and abs(sum(shares) - 100) < 1e-3
+    tenths = [int(s * 10) for s in shares]
+    for i in sorted(range(len(shares)), key=lambda i: -(shares[i] * 10 - tenths[i]))[:1000 - sum(tenths)]:
+        tenths[i] += 1
+    return [t / 10 for t in tenths]

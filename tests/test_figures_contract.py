@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pytest
 
-from helpers import FIXTURES, REPO, cut_run, run_cli, us_to_ns
+from helpers import FIXTURES, REPO, cut_run, hamilton, run_cli, us_to_ns
 from traceparse import expr
 
 SHARED = REPO.parent / "shared" / "samples"
@@ -194,16 +194,6 @@ def raw_kernels(folder: Path) -> list[tuple[int, str, int]]:
     return out
 
 
-def _hamilton(shares: list[float]) -> list[float]:
-    """Shares (of 100) to 0.1 by the largest-remainder method, independently of traceparse.figures: each rounded
-    down, then the largest remainders up until they add up to 100 (none here is under 0.05, the bounded case)."""
-    assert all(s >= 0.05 for s in shares)
-    tenths = [int(s * 10) for s in shares]
-    for i in sorted(range(len(shares)), key=lambda i: -(shares[i] * 10 - tenths[i]))[:1000 - sum(tenths)]:
-        tenths[i] += 1
-    return [t / 10 for t in tenths]
-
-
 @pytest.mark.parametrize("folder", SLOW, ids=_name)
 def test_a_runs_kernel_shares_are_of_the_runs_kernel_time_everywhere(documents, folder):
     kernels = raw_kernels(folder)
@@ -223,7 +213,7 @@ def test_a_runs_kernel_shares_are_of_the_runs_kernel_time_everywhere(documents, 
     # one figure per quantity: the summary, the message and the table agree
     top = doc["summary"][0]["top_categories"]
     assert [(c["category"], c["share_pct"]) for c in top] == sorted(want.items(), key=lambda kv: -kv[1])[:3]
-    shown = _hamilton(list(want.values()))  # as every place shows them: rounded together, adding up to 100
+    shown = hamilton(list(want.values()))  # as every place shows them: rounded together, adding up to 100
     assert [c["shown_pct"] for c in top] == [shown[list(want).index(c["category"])] for c in top]
     lead = top[0]
     named = "kernels of no known category" if lead["category"] == "other" else f"{lead['category']} kernels"

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 import traceparse
-from helpers import FIXTURES
+from helpers import FIXTURES, hamilton, run_cli
 from traceparse import measures
 
 TRACE = FIXTURES / "torch" / "resnet18_bs16.json.gz"
@@ -97,13 +97,31 @@ def test_gpu_idle_names_the_host_activity_and_its_shares_add_up(trace):
     assert sum(v["share_pct"] for v in table.values()) == pytest.approx(100, abs=1e-3)
     assert abs(sum(v["wait_ns"] for v in table.values()) - finding.metrics["host_wait_ns"]) <= len(table)
     top = ranked[0][0]
-    assert f"was in: {top} {100 * expected[top] / total:.1f}%" in finding.message
+    # the sentence's shares are the table's: rounded together, so that the table's add up to 100
+    shown = hamilton([v["share_pct"] for v in table.values()])
+    assert f"was in: {top} {shown[0]:.1f}%" in finding.message
     # the steps' annotations are no activity: their uncovered time is the thread running what the trace omits
     assert "ProfilerStep#N" not in table and "(no traced call)" in table
     assert table["(no traced call)"]["kind"] is None
     # each named row's gaps are at most the trace's gaps; the rest, whose gaps overlap, gives no count
     assert all(v["gaps"] <= finding.metrics["gaps"] for n, v in table.items() if n != "(other activities)")
     assert table["(other activities)"]["gaps"] is None
+
+
+def test_the_sentence_names_the_tables_shares(tmp_path):
+    """The TensorBoard plugin's real test trace (fixtures/torch/kineto): "(no traced call)" is 16.9469% of the host
+    wait, 17.0% in the table (rounded up with its other rows to add up to 100); the sentence said 16.9%."""
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", "--rule", "gpu-idle", "--json",
+                             str(FIXTURES / "torch" / "kineto" / "tb_plugin_gpu_metrics_input.json.gz"))
+    assert code == 0, err
+    [finding] = json.loads(out)["findings"]
+    table = finding["metrics"]["host_activity"]
+    names = list(table)
+    assert names[0] == "(no traced call)" and round(table[names[0]]["share_pct"], 4) == 16.9469
+    shown = hamilton([v["share_pct"] for v in table.values()])
+    assert shown[0] == 17.0
+    assert f"was in: (no traced call) 17.0%, {names[1]} {shown[1]:.1f}%, {names[2]} {shown[2]:.1f}%." in (
+        " ".join(finding["message"].split()))
 
 
 def test_two_traces_keep_their_threads_apart(trace):
