@@ -813,3 +813,26 @@ def test_world_sizes_that_disagree_take_most_ranks_word(tmp_path):
     assert code == 0 and json.loads(out)["runs"][0]["world_size"] == 4
     assert err == ("traceparse: warning: the ranks disagree on the world size (ranks 0, 1 and 2 say 2; rank 3 says "
                    "4); 4 is used (the ranks present)\n")
+
+
+def test_a_ranks_trace_id_names_that_rank(tmp_path):
+    """A run's ranks table lists each rank by its trace id; ``analyze``, ``show`` and ``diff`` said "no trace with
+    this id" for it (only the Python API took it). Each now reads that rank alone (a real two-rank FSDP run)."""
+    folder = FIXTURES / "torch" / "multirank" / "fsdp2_balanced"
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "ingest", str(folder), "--json")
+    assert code == 0, err
+    [run] = json.loads(out)["runs"]
+    ranks = {int(r): t for r, t in run["ranks"].items()}
+    assert sorted(ranks) == [0, 1]
+    for rank, trace_id in ranks.items():
+        raw = [e for e in json.load(gzip.open(next(folder.glob(f"rank{rank}.*"))))["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel"]
+        code, out, err = run_cli("--store", store, "analyze", trace_id[:8], "--rule", "kernel-share", "--json")
+        assert code == 0, err
+        [share] = json.loads(out)["findings"]
+        assert share["metrics"]["calls"] == len(raw)  # this rank's kernels, not the run's
+        code, out, err = run_cli("--store", store, "show", trace_id, "--json")
+        assert code == 0 and json.loads(out)["id"] == trace_id, err
+    code, out, err = run_cli("--store", store, "diff", ranks[0], ranks[1])
+    assert code == 0 and f"A rank0.json.gz  {ranks[0]}" in out and f"B rank1.json.gz  {ranks[1]}" in out, err

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traceparse.errors import InputError
+from traceparse.errors import InputError, StoreError
 from traceparse.plugins import Registry, registry
 from traceparse.store import Store
 from traceparse.text import SafeConsole, one_line, visible
@@ -199,7 +199,8 @@ class Session:
 
     def resolve(self, ref: str, fmt: str = "auto", lazy_runs: bool = False) -> list[Trace]:
         """The trace(s) a TRACE argument names: a path (ingested first if new; a rank directory as a run), or
-        the id (or unique prefix) of a stored trace or run, or a run's name. A run is its combined trace
+        the id (or unique prefix) of a stored trace or run, or a run's name, or the trace id of one rank of a
+        stored run (as its ranks table lists it: that rank alone). A run is its combined trace
         (with ``lazy_runs``, its events read rank by rank: :meth:`Store.load_run`)."""
         path = Path(ref)
         if path.exists():
@@ -207,7 +208,13 @@ class Session:
                 result = self.ingest_run([ref], fmt=fmt)
                 return [self.store.load_run(r.run["id"], lazy=lazy_runs) for r in result.windows or [result]]
             return [_as_given(self.store.load(r.meta.id), ref) for r in self.ingest([ref], fmt)]
-        kind, ref_id = self.store.resolve(ref)
+        try:
+            kind, ref_id = self.store.resolve(ref)
+        except StoreError:
+            rank = self.store.rank_of_trace(ref)  # one rank of a run, by the trace id its ranks table lists
+            if rank is None:
+                raise
+            return [self.store.load_rank(*rank)]
         return [self.store.load_run(ref_id, lazy=lazy_runs) if kind == "run" else self.store.load(ref_id)]
 
     def resolve_all(self, refs: list[str], fmt: str = "auto", group: bool = False,

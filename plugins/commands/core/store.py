@@ -419,9 +419,9 @@ class ShowCommand(Command):
         run_id = None
         if args.trace is None:  # as analyze: the trace (or run) ingested last
             args.trace = session.store.last_id()
-        if not Path(args.trace).exists():
+        if not Path(args.trace).exists() and session.store.matches(args.trace):
             kind, ref_id = session.store.resolve(args.trace)
-            run_id = ref_id if kind == "run" else None
+            run_id = ref_id if kind == "run" else None  # else a trace, or one rank of a run (resolve_one, below)
         elif session.is_run_path(args.trace, args.format):
             result = session.ingest_run([args.trace], fmt=args.format)
             if result.windows:  # a run per profiling window: which one is the user's to say
