@@ -22,7 +22,7 @@ from traceparse.figures import fmt_ns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import FIXTURES, run_cli, us_to_ns
+from helpers import FIXTURES, raw_steps, run_cli, us_to_ns
 
 TORCH_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -239,6 +239,33 @@ def test_window_counts_from_the_trace_start(store, fixtures_dir, tmp_path):
     assert open_end["window"]["windows"][0]["start_ns"] == lo
     busy = next(f for f in open_end["findings"] if f["rule"] == "gpu-idle")["metrics"]["busy_ns"]
     assert busy == union_length([(s, e) for s, e, _ in gpu], lo, 1 << 62)
+
+
+def test_a_window_says_which_steps_it_cuts_and_ends_with_the_trace(store, fixtures_dir):
+    """``--window 10:60`` of a 33 ms trace of two steps: it starts inside step 1, whose 10 ms before it are not
+    in it, and ends past the trace. The summary gave the part of step 1 as a step time without a word, and the
+    line above it said "50 ms analysed" of 33 ms."""
+    path = fixtures_dir / "torch" / "resnet18_bs16.json.gz"
+    steps = raw_steps(path)
+    # every complete event but the profiler's own span (category "Trace"), which is no row
+    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    origin = min(us_to_ns(e["ts"]) for e in events)
+    end = max(us_to_ns(e["ts"]) + us_to_ns(e["dur"]) for e in events)
+    doc = analyze_json(str(path), "--window", "10:60", "--rule", "kernel-share")
+    lo = origin + 10_000_000
+    assert [(w["start_ns"], w["end_ns"]) for w in doc["window"]["windows"]] == [(lo, end + 1)]  # not origin + 60 ms
+    cut = [n for n, (s, e) in steps.items() if s < end + 1 and e > lo and not (s >= lo and e <= end + 1)]
+    assert len(steps) == 2 and cut == [1]
+    [summary] = doc["summary"]
+    assert (summary["steps"], summary["steps_cut"]) == (2, 1)
+    assert summary["step_min_ns"] == steps[1][1] - lo  # step 1's part inside the window
+    code, out, err = run_cli("--store", str(store), "analyze", str(path), "--window", "10:60", "--rule",
+                             "kernel-share", "--width", "200")
+    assert code == 0, err
+    assert f"window 10:60 ms: {fmt_ns(end + 1 - lo)} analysed of resnet18_bs16.json.gz" in out
+    assert "; the window cuts 1 of them: its time is that of its part inside the window" in out
+    code, out, err = run_cli("--store", str(store), "analyze", str(path), "--step", "2", "--rule", "kernel-share")
+    assert code == 0 and "the window cuts" not in out, err  # a step's own window cuts no step
 
 
 # -- bad values: one line, exit 2 ---------------------------------------------------------------------------------

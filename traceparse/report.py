@@ -529,6 +529,12 @@ def steps_text(summary: dict) -> str:
     if windows > 1:
         text += (f", {fmt_ns(summary.get('step_min_ns'))} to {fmt_ns(summary.get('step_max_ns'))}"
                  f" (stdev {fmt_ns(summary.get('step_stdev_ns'))})")
+    cut = summary.get("steps_cut") or 0
+    if cut:  # a step partly outside the window: what the cut trace has of it is no step's time
+        who = ("it" if windows == 1 else "all of them") if cut >= windows else f"{cut:,} of them"
+        text += (f"; the window cuts {who}: "
+                 + ("its time is that of its part" if cut == 1 else "their times are those of their parts")
+                 + " inside the window")
     covered, span = summary.get("steps_span_ns"), summary.get("span_ns")
     if covered is not None and span and covered < STEPS_HINT_SHARE * span:
         text += (f"; they cover {fmt_pct(100.0 * covered / span)} of the span (the rest is before or after them: "

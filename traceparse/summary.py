@@ -107,6 +107,8 @@ def summarize(trace: Trace, findings: Iterable[Finding] = ()) -> dict[str, Any]:
         "step_max_ns": max(durations) if durations else None,
         "step_stdev_ns": round(statistics.stdev(durations)) if len(durations) > 1 else None,
         "step_source": steps["source"][0] if durations else None,
+        # steps a --window (or a range's instances) cut: their times are those of their parts inside it
+        "steps_cut": int(((trace.meta.extra or {}).get("window") or {}).get("steps_cut") or 0) if durations else 0,
         # from the first step's start to the last one's end: against the span, how much of the capture is steps
         "steps_span_ns": int(steps["end_ns"].max() - steps["start_ns"].min()) if durations else None,
         "gpu_busy_pct": busy_pct,

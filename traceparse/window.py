@@ -129,7 +129,10 @@ def offset_windows(trace: Trace, lo: int | None, hi: int | None) -> pl.DataFrame
     # its end (it selects nothing), never wrapped to before its start (the whole trace)
     first, last = pl.col("first").cast(pl.Int128), pl.col("last").cast(pl.Int128)
     start = first + (lo or 0)
-    end = first + hi if hi is not None else last + 1  # +1: an instant at the very end is in
+    # +1: an instant at the very end is in; a window past the trace's end ends with it (0:2000 ms of an 847 ms
+    # trace said "2 s analysed")
+    end = pl.min_horizontal(first + hi, last + 1) if hi is not None else last + 1
+    end = pl.max_horizontal(start, end)
     return per.select(_KEY, start=start.clip(upper_bound=INT64_MAX),
                       end=end.clip(upper_bound=INT64_MAX)).cast(dict(_W))
 
@@ -308,13 +311,31 @@ def cut(trace: Trace, windows: pl.DataFrame, label: str) -> Trace:
                            .select(_KEY, "start", "end").cast(dict(_W)), [_KEY]).sort(_KEY, "start")
     extra = {**trace.meta.extra, "window": {
         "label": label, "windows": [{"trace": k or None, "start_ns": s, "end_ns": e}
-                                    for k, s, e in mine.select(_KEY, "start", "end").iter_rows()]}}
+                                    for k, s, e in mine.select(_KEY, "start", "end").iter_rows()],
+        "steps_cut": _steps_cut(trace, mine)}}
     warnings = list(trace.meta.warnings)
     if left_out:
         warnings.append(f"{trace.meta.path or trace.id}: {label}: {left_out} rows with no time (aggregated summaries) "
                         "cannot be placed in the window and were left out")
     meta = dataclasses.replace(trace.meta, extra=extra, warnings=warnings, summary={}, event_count=events.height)
     return Trace(events, meta, stamp_trace_id=False)
+
+
+def _steps_cut(trace: Trace, merged: pl.DataFrame) -> int:
+    """How many of the trace's steps (:func:`~traceparse.measures.steps.step_series`, one per rank and step) the
+    windows cut: a step partly inside a window, whose part inside is all the cut trace has of it (``--window
+    100:200`` over steps of 181.6 and 123.9 ms kept 81.71 and 18.23 ms of them, which the summary gave as the
+    steps' times)."""
+    from traceparse.measures.steps import step_series
+
+    steps = step_series(trace.events)
+    if steps.height == 0 or merged.height == 0:
+        return 0
+    steps = _key(steps).select(_KEY, "start_ns", "end_ns")
+    pairs = steps.with_row_index("_step").join(merged.select(_KEY, "start", "end"), on=_KEY, how="inner").filter(
+        (pl.col("start_ns") < pl.col("end")) & (pl.col("end_ns") > pl.col("start")))
+    inside = (pl.col("start_ns") >= pl.col("start")) & (pl.col("end_ns") <= pl.col("end"))
+    return int(pairs.group_by("_step").agg(whole=inside.any()).filter(~pl.col("whole")).height)
 
 
 # -- per-step figures ---------------------------------------------------------
