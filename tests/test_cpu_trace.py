@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 from helpers import FIXTURES, run_cli
 
@@ -29,3 +30,17 @@ def test_hotspots_says_no_zero_row_counts(store):
     m = main["metrics"]
     assert m["exclusive_rows"] == 0 and m["inclusive_only_rows"] == 0
     assert m["self_time_rows"] == len([e for e in timed if e["cat"] != "user_annotation"])
+
+
+def test_the_rows_ranked_by_duration_are_not_read_as_the_host_rows_without_exclusive_time(tmp_path):
+    """A real nvprof summary (CUDA.jl's): 5 API rows have no exclusive time, and its 1 kernel is ranked by its
+    duration too. The panel said "inclusive only rows 6" under "5 operator/region/API rows have no exclusive time":
+    two counts of one thing, it read; the figure says what it counts now."""
+    path = FIXTURES / "nvprof" / "real" / "cudajl_summary.log"
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "hotspots", "--width", "200")
+    assert code == 0, err
+    code, doc, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "hotspots", "--json")
+    [hotspots] = [f for f in json.loads(doc)["findings"] if f["title"].startswith("Hotspots: routines")]
+    assert " 5 operator/region/API rows have no exclusive time in this source" in hotspots["message"]
+    assert hotspots["metrics"]["inclusive_only_rows"] == 6
+    assert re.search(r"rows ranked by their duration +6\b", out) and "inclusive only rows" not in out

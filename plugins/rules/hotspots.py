@@ -91,7 +91,10 @@ FIGURES = {"time_ns": "ns", "threads": "count", "routines": "count", "callpath_r
 #: Screen labels where the key's words would read like another figure: the routines' self time over all threads (not
 #: another rule's time); ``threads`` counts a device's lanes too, which the message names apart ("on 2 threads and
 #: 1 GPU": 3).
-LABELS = {"time_ns": "self time", "threads": "threads and device lanes"}
+LABELS = {"time_ns": "self time", "threads": "threads and device lanes",
+          # kernels and copies too, whose duration is their own time: "inclusive only rows 9" beside the
+          # sentence's "6 operator/region/API rows have no exclusive time" read as two counts of one thing
+          "inclusive_only_rows": "rows ranked by their duration"}
 COLUMNS = [Column("name", "name", "name"), Column("kind", "kind", "text"), Column("calls", "calls", "count"),
            Column("time_ns", "time", "ns"), Column("per_call_ns", "per call", "ns"),
            Column("inclusive_ns", "inclusive", "ns"),
