@@ -274,3 +274,17 @@ def test_the_key_below_a_table_tells_two_long_names_apart():
     assert ea != eb and "128x128" in ea and "256x64" in eb
     assert max(len(ea), len(eb)) <= 60 * 3 - 4
     assert key_entries(["aten::addmm", "aten::mm"], 60) == ["aten::addmm", "aten::mm"]
+
+
+def test_a_finding_title_longer_than_the_border_ends_with_an_ellipsis(tmp_path):
+    """At 60 columns, arithmetic-intensity's title was cut off by the border mid-word ("...attained per─╮"); it
+    ends with "…" now, and no title runs past the panel."""
+    from helpers import run_cli
+
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"),
+                             "--width", "60")
+    assert code == 0, err
+    tops = [line for line in out.splitlines() if line.startswith("╭─ ")]
+    assert len(tops) > 8 and all(len(line) == 60 and line.endswith("─╮") for line in tops)
+    [roofline] = [line for line in tops if "arithmetic-intensity" in line]
+    assert roofline == "╭─ INFO  arithmetic-intensity: Roofline: arithmetic inte… ─╮"

@@ -647,8 +647,10 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
         parts.extend(_items_table(items, columns, inner, title))
     if finding.suggestion:
         parts.append(literal("→ " + finding.suggestion, style="green"))
-    title = (f"[{style}]{markup_literal(finding.severity.upper())}[/{style}]  [bold]{markup_literal(finding.rule)}"
-             f"[/bold]: {markup_literal(finding.title)}")
+    title = Text.from_markup(f"[{style}]{markup_literal(finding.severity.upper())}[/{style}]  "
+                             f"[bold]{markup_literal(finding.rule)}[/bold]: {markup_literal(finding.title)}")
+    # a title longer than the border (a narrow terminal) ends with an ellipsis, not cut off mid-word by the border
+    title.truncate(max(1, width - 6), overflow="ellipsis")  # the corners and a space each side
     return Panel(Group(*parts), title=title, title_align="left", border_style=style)
 
 
