@@ -26,12 +26,13 @@ def raw_behind(path) -> dict:
     """Per host ProfilerStep#N: its window and the GPU work (kernels, copies, memsets) whose launch call (same
     correlation id, cuda_runtime or cuda_driver) starts inside it: the last end and the union of their time."""
     events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    # the categories of Kineto since PyTorch 1.10, and of PyTorch 1.9's (Operator, Runtime, Kernel, Memcpy, Memset)
     steps = sorted((us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])) for e in events
-                   if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation")
+                   if e["name"].startswith("ProfilerStep#") and e.get("cat") in ("user_annotation", "Operator"))
     launch = {e["args"]["correlation"]: us_to_ns(e["ts"]) for e in events
-              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+              if e.get("cat") in ("cuda_runtime", "cuda_driver", "Runtime") and "correlation" in e.get("args", {})}
     work = [(launch[e["args"]["correlation"]], us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"]))
-            for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+            for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
             and e.get("args", {}).get("correlation") in launch]
     out = []
     for start, end in steps:
@@ -91,3 +92,28 @@ def test_the_critical_path_and_whatif_say_the_gpu_is_behind(name, tmp_path):
     assert note.startswith(got.sentence()) and " With the edits the GPU's activities take " in note
     code, out, err = run_cli("--store", store, "whatif", str(FIXTURES / "torch" / "resnet18_bs16.json.gz"), "--json")
     assert code == 0 and json.loads(out)["notes"] == []
+
+
+def test_a_gpu_busy_for_part_of_each_step_does_not_set_the_pace(tmp_path):
+    """The PyTorch 1.9 ResNet50 of the TensorBoard plugin (fixtures/torch/kineto): 5 of its 6 steps' GPU work ends
+    9 to 16 ms after them, but keeps the GPU busy 58% of the host's step, and the backlog stays level: the host
+    launches late in each step (after its DataLoader wait) and sets the pace. The critical path said "the GPU behind
+    them sets the pace once its queue is full", beside gpu-idle's GPU idle for the host."""
+    path = FIXTURES / "torch" / "kineto" / "resnet50_pt19_worker0.pt.trace.json.gz"
+    per = raw_behind(path)
+    behind = [p for p in per if p["tail_ns"] > 0.05 * p["step_ns"]]
+    gpu = sum(p["gpu_ns"] for p in behind) / len(behind)
+    step = sum(p["step_ns"] for p in behind) / len(behind)
+    assert len(behind) == 5 and 0.5 < gpu / step < 0.6
+    got = gpu_behind(read_paths([path])[0].events)
+    assert (got.behind, got.gpu_ns, got.step_ns, got.paces) == (5, round(gpu), round(step), False)
+    code, out, err = run_cli("--store", str(tmp_path), "analyze", str(path), "--rule", "critical-path", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    message = doc["findings"][0]["message"]
+    assert message.endswith(f"but keeps the GPU busy only {fmt_ns(got.gpu_ns)} a step against the host's "
+                            f"{fmt_ns(got.step_ns)}: the host launches it late in the step, the GPU waits for it the "
+                            "rest of the time, and the host's steps set the pace.")
+    assert "sets the pace once its queue is full" not in message
+    assert doc["findings"][0]["metrics"]["gpu_behind"]["gpu_paces"] is False
+    assert not [h for h in doc["summary"][0]["highlights"] if h["label"] == "GPU behind"]

@@ -596,6 +596,7 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     length = float(paths["length_ns"].mean()) if paths.height else 0.0
     cannot = _untraced_notes(paths, segments)
     behind = gpu_behind(events) if isinstance(events, pl.DataFrame) else None
-    notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if behind is not None else []
+    # only where the GPU sets the pace is there something the replay of the host's steps cannot show
+    notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if behind is not None and behind.paces else []
     return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top, names),
                   applied, cannot, missing_edges(events), notes)
