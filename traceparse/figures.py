@@ -132,8 +132,9 @@ def shares_shown(values: list[Any], decimals: int = 1) -> list[Any]:
     out = list(values)
     if len(numbers) < 2 or any(v < 0 for v in numbers) or abs(sum(numbers) - 100.0) > 1e-3 * len(numbers):
         for i in at:  # a Bound was rounded already: it keeps what it says
-            out[i] = values[i] if isinstance(values[i], Bound) else _bounded(float(values[i]),
-                                                                             round(float(values[i]), decimals), decimals)
+            value = values[i]
+            out[i] = value if isinstance(value, Bound) else _bounded(float(value), round(float(value), decimals),
+                                                                     decimals)
         return out
     unit = 10 ** decimals
     scaled = [v * unit for v in numbers]

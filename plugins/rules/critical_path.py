@@ -247,7 +247,7 @@ class CriticalPath(Rule):
         title = "Critical path of each step" if not unmarked else "Critical path of the trace (no steps marked)"
         suggestion = ""
         summary = None
-        if behind is not None and behind.paces:  # on the summary too: its step time is the host's, the GPU's work longer
+        if behind is not None and behind.paces:  # on the summary too: its step time is the host's, the GPU's longer
             summary = ("GPU behind", f"the steps are the host's: the GPU's work of {behind.behind} of "
                                      f"{behind.steps:,} steps ends {fmt_ns(behind.tail_min_ns)} to "
                                      f"{fmt_ns(behind.tail_max_ns)} after them, {fmt_ns(behind.gpu_ns)} of GPU "

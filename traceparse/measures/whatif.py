@@ -597,6 +597,7 @@ def what_if(events: pl.DataFrame, drops=(), scales=(), balance: bool = False, al
     cannot = _untraced_notes(paths, segments)
     behind = gpu_behind(events) if isinstance(events, pl.DataFrame) else None
     # only where the GPU sets the pace is there something the replay of the host's steps cannot show
-    notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if behind is not None and behind.paces else []
+    paces = behind is not None and behind.paces
+    notes = [behind.sentence() + _gpu_edited(graph, weights, behind.gpu_ns)] if paces else []
     return WhatIf(steps.sort("step", "rank", nulls_last=True), length, top_segments(segments, paths.height, top, names),
                   applied, cannot, missing_edges(events), notes)
