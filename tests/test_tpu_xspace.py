@@ -30,6 +30,8 @@ def test_the_critical_paths_sentence_when_it_reached_nothing(tmp_path):
     # no step is marked: the figures are of the one window over the trace, not "per step"
     assert " a window lies before the first event the path reached." in f["message"]
     assert "per step" not in f["message"]
+    # and no table of its parts: a path of instants has none ("MemoryDeallocation 0 ns" was listed as its part)
+    assert f["items"] == []
 
 
 def test_a_tpus_lanes_nest_as_one_thread_in_hotspots(tmp_path):

@@ -200,7 +200,9 @@ class CriticalPath(Rule):
                             "length_ns": p["length_ns"], "unexplained_ns": p["unexplained_ns"],
                             "wait_ns": waits.get(k, 0), "other_rank_ns": others.get(k, 0),
                             "crossings": crossings.get(k, []), "top": tops.get(k, [])})
-        items = _top(summed, int(t["top"]), n, length)
+        # parts of no time are no part of the path: a path of instants (a TPU trace whose host the graph links no
+        # timed event of) listed "MemoryDeallocation 0 ns" as its part
+        items = [i for i in _top(summed, int(t["top"]), n, length) if i["per_step_ns"] or i["per_path_ns"]]
         wait_pct = expr.pct(wait_ns, length)
         held_pct, held_ns, held_by = _held(segments, paths, events) if ranks_known else (None, 0, None)
         worst = max(wait_pct or 0.0, held_pct or 0.0)
