@@ -836,3 +836,21 @@ def test_a_ranks_trace_id_names_that_rank(tmp_path):
         assert code == 0 and json.loads(out)["id"] == trace_id, err
     code, out, err = run_cli("--store", store, "diff", ranks[0], ranks[1])
     assert code == 0 and f"A rank0.json.gz  {ranks[0]}" in out and f"B rank1.json.gz  {ranks[1]}" in out, err
+
+
+def test_a_name_asked_for_a_run_stored_under_another_is_said(tmp_path):
+    """``ingest --run dup FILES`` of a run stored already as ``fsdp2_balanced`` printed "already in the store" and
+    exited 0, and ``analyze dup`` then said "no such file, and no trace with this id": the name was not given, and
+    nothing said so. It is said now, naming the name the run keeps."""
+    folder = FIXTURES / "torch" / "multirank" / "fsdp2_balanced"
+    store = str(tmp_path / "store")
+    code, out, err = run_cli("--store", store, "ingest", str(folder), "--json")
+    assert code == 0, err
+    [run] = json.loads(out)["runs"]
+    files = [str(p) for p in sorted(folder.glob("rank*.json.gz"))]
+    code, out, err = run_cli("--store", store, "ingest", "--run", "dup", *files)
+    assert code == 0 and "already in the store" in out
+    assert (f"traceparse: warning: --run dup: these files are the run already stored as 'fsdp2_balanced' "
+            f"({run['id']}); it keeps that name: refer to it as 'fsdp2_balanced' or by its id") in err
+    code, out, err = run_cli("--store", store, "ingest", "--run", "fsdp2_balanced", *files)
+    assert code == 0 and "--run" not in err  # the name it has: nothing to say

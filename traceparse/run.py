@@ -107,6 +107,9 @@ class RunResult:
     #: Where the folder held several profiling windows of its ranks (:func:`profiling_windows`): every window's
     #: run, in order (this result is the first's); empty for a folder of one window.
     windows: list["RunResult"] = field(default_factory=list)
+    #: What this ingest itself must say, stored or not (the run's own ``warnings`` are said when it is stored):
+    #: a name given to a run stored already under another.
+    said: list[str] = field(default_factory=list)
 
 
 # -- ranks ------------------------------------------------------------------
@@ -591,13 +594,19 @@ def _ingest_planned(ranks: list[tuple[str, list[Path]]], pool: "_RankPool | None
             raise InputError(f"{group[0]}: the same content as {seen[sha]}: one rank given twice")
         seen[sha] = group[0]
     run_id = run_id_for(shas)
+    given = name
     if name is None:
         name = paths[0].name if len(paths) == 1 and paths[0].is_dir() else run_id
     readings = sorted({reg.reading_of(reg.readers[reader_name]) for reader_name, _ in ranks})
     stored = store.run_meta(run_id) if store.has_run(run_id) else None
     if stored is not None and stored.get("readers") == readings:
         store.set_last(run_id)
-        return RunResult(stored, already_stored=True, warnings=list(notes))
+        # a name asked for, not had: `--run dup` of a run stored as `nccl2` said "already in the store" alone, and
+        # the next command's "dup: no such file, and no trace with this id" named the wrong cause
+        said = ([f"--run {given}: these files are the run already stored as {stored.get('name')!r} ({run_id}); it "
+                 f"keeps that name: refer to it as {stored.get('name')!r} or by its id"]
+                if given is not None and given != stored.get("name") else [])
+        return RunResult(stored, already_stored=True, warnings=list(notes), said=said)
     if stored is None and (windows := _stored_windows(store, run_id, readings)):
         store.set_last(windows[0].run["id"])
         windows[0].warnings[:0] = notes

@@ -157,6 +157,8 @@ class Session:
             if not one.already_stored:
                 for warning in one.warnings:
                     self.warn(warning)
+            for line in one.said:
+                self.warn(line)
         return result
 
     def is_run_path(self, path: str | Path, fmt: str = "auto") -> bool:

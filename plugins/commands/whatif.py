@@ -252,7 +252,11 @@ def render(console, doc: dict, rows: int | None = TABLE_ROWS) -> None:
     slow = doc.get("slowest")
     if slow:
         # ranks that meet at collectives step together, at the slowest one's pace (docs/critical_path.md)
-        console.print(f"[bold]slowest rank[/bold]: {fmt_ns(slow['measured_ns'])} measured, "
+        # each step's slowest rank, not one rank: "slowest rank: 202.6 ms" read as a rank beside a table whose
+        # slowest rank's mean was 198.7 ms
+        n = slow["steps"]
+        console.print(f"[bold]each step's slowest rank[/bold] (the job's pace; the mean of {n:,} "
+                      f"step{'s' if n != 1 else ''} every rank has): {fmt_ns(slow['measured_ns'])} measured, "
                       f"{fmt_ns(slow['predicted_ns'])} predicted: gain {fmt_ns(slow['gain_ns'])} "
                       f"({fmt_pct(slow['gain_pct'])})")
     top = [{**t, "rank": _rank(t["rank"])} for t in doc["path"]["top"]]
