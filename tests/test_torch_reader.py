@@ -64,8 +64,9 @@ def test_fixture_traces_match_independent_parse(fixtures_dir):
     # V100s (fixtures/torch/param), a GPU puzzle's A100 trace (fixtures/torch/gpupuzzlers) and TraceLens's merge of
     # a 4-rank RCCL run (fixtures/torch/tracefuse_ddp4), and the 8 ranks of ASTRA-sim's Megatron TP8 run on A100s
     # (fixtures/torch/megatron_tp8_a100), and the 4 files of two profiling windows of two gloo ranks on an H200
-    # (multirank/windows2_gloo: tensorboard_trace_handler's names)
-    assert len(paths) == 166
+    # (multirank/windows2_gloo: tensorboard_trace_handler's names), and the TensorBoard plugin's GPU-metrics test
+    # trace (fixtures/torch/kineto)
+    assert len(paths) == 167
     for path in paths:
         check_against_independent(path)
 

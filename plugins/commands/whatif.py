@@ -255,10 +255,11 @@ def render(console, doc: dict, rows: int | None = TABLE_ROWS) -> None:
         # each step's slowest rank, not one rank: "slowest rank: 202.6 ms" read as a rank beside a table whose
         # slowest rank's mean was 198.7 ms
         n = slow["steps"]
-        console.print(f"[bold]each step's slowest rank[/bold] (the job's pace; the mean of {n:,} "
-                      f"step{'s' if n != 1 else ''} every rank has): {fmt_ns(slow['measured_ns'])} measured, "
+        console.print(f"[bold]job's pace[/bold]: {fmt_ns(slow['measured_ns'])} measured, "
                       f"{fmt_ns(slow['predicted_ns'])} predicted: gain {fmt_ns(slow['gain_ns'])} "
                       f"({fmt_pct(slow['gain_pct'])})")
+        console.print(literal(f"  (each step's slowest rank, the mean over the {n:,} step{'s' if n != 1 else ''} "
+                              "every rank has)", style="dim"))
     top = [{**t, "rank": _rank(t["rank"])} for t in doc["path"]["top"]]
     if top:
         for part in fitted_table(PATH_COLUMNS if ranked else PATH_COLUMNS[1:], top, width,
