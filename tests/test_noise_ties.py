@@ -174,6 +174,20 @@ def test_shares_of_one_whole_add_up_to_100_as_shown():
     assert shares_shown([33.3333, 33.3333, 33.3334]) == [33.3, 33.3, 33.4]
 
 
+def test_parts_of_parts_add_up_to_their_group_as_shown():
+    """Calls within their classes: each group's parts add up to the group's share as shown, a group of one part
+    reads as the group does, a part under 0.05 reads "<0.1" (a Bound of 0.0), and shares already shown are not
+    rounded again (7.7 * 10 is 77.00000000000001 in floats)."""
+    from traceparse.figures import Bound, shares_shown, shares_within
+
+    groups = {"memset": 1.6, "launch": 88.2, "other": 10.2}
+    shown = shares_within([1.55, 73.05, 15.097, 0.04, 10.16, 0.103], ["memset", "launch", "launch", "launch",
+                                                                      "other", "other"], groups)
+    assert shown == [1.6, 73.1, 15.1, 0.0, 10.1, 0.1] and isinstance(shown[3], Bound) and shown[3].said == "<0.1"
+    assert shares_within([2.5, None], ["x", "x"], {}) == [2.5, None]  # no group figure: alone
+    assert shares_shown([7.7, 57.3, 35.0]) == [7.7, 57.3, 35.0]
+
+
 def test_the_summary_and_api_share_show_shares_that_add_up_to_100(tmp_path):
     sample = SHARED.parent.parent / "torch" / "dp2_resnet18_bs16.json.gz"
     if not sample.is_file():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -392,9 +393,9 @@ def test_one_api_call_is_one_call_in_the_message():
 def test_a_share_reads_the_same_in_the_title_the_sentence_and_the_tables():
     """Sweep 18's amp_accum: launches are 4,578,302 of 5,193,940 ns of API time (88.147%), cudaLaunchKernel
     3,794,151 ns (73.050%), from the raw JSON. The classes and top-calls tables show their shares so that they add
-    up to 100 (88.2%: the classes' nearest add up to 99.9; 73.0%: the calls' do, with parts under 0.05% that read
-    "<0.1%"); the title and the sentence say the same figures (they said "launch (88.1%)" and "cudaLaunchKernel
-    (73.0%)" over tables of 88.2% and 73.1%)."""
+    up to 100 (88.2%: the classes' nearest add up to 99.9; 73.1%: the launch calls' rounded within their class's
+    88.2%: its 73.0496% among the largest remainders, up); the title and the sentence say the same figures
+    (they said "launch (88.1%)" and "cudaLaunchKernel (73.0%)" over tables of 88.2% and 73.1%)."""
     with gzip.open(FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz", "rt") as f:
         api = [e for e in json.load(f)["traceEvents"]
                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
@@ -407,10 +408,49 @@ def test_a_share_reads_the_same_in_the_title_the_sentence_and_the_tables():
     f = run_rule(read_torch(FIXTURES / "torch" / "sweep18" / "amp_accum.json.gz"), "api-share")
     classes = f.metrics["classes"]
     shown = dict(zip(classes, shares_shown([c["share_pct"] for c in classes.values()])))
-    top_shown = shares_shown([i["share_pct"] for i in f.items])[0]
-    assert (round(100 * launch / total, 3), shown["launch"], top_shown) == (88.147, 88.2, 73.0)
+    top_shown = f.items[0]["shown_pct"]
+    assert (round(100 * launch / total, 3), shown["launch"], top_shown) == (88.147, 88.2, 73.1)
     assert f.title == "API time in launch (88.2%)"
-    assert "launch 88.2%" in f.message and "The top call is cudaLaunchKernel (73.0%)." in f.message
+    assert "launch 88.2%" in f.message and "The top call is cudaLaunchKernel (73.1%)." in f.message
+
+
+def test_a_class_of_one_call_and_that_call_read_the_same(tmp_path):
+    """resnet18_bs32's memset class is its 480 cudaMemsetAsync calls, yet the classes table read 1.6% and the top
+    calls table 1.5%: each table was rounded to add up to 100 on its own. Each call's share is now rounded within
+    its class's share as shown (largest remainders), so both tables add up to 100 and each class's calls add up to
+    it. The expected figures are computed here from the raw JSON (helpers.hamilton for the classes)."""
+    from helpers import hamilton, run_cli
+
+    path = FIXTURES / "torch" / "resnet18_bs32.json.gz"
+    with gzip.open(path, "rt") as f:
+        api = [e for e in json.load(f)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    time: dict[str, int] = {}
+    for e in api:
+        time[e["name"]] = time.get(e["name"], 0) + us_to_ns(e["dur"])
+    total = sum(time.values())
+    cls = {n: EXPECTED_CLASS.get(n, "other") for n in time}
+    per_class = {c: sum(t for n, t in time.items() if cls[n] == c) for c in set(cls.values())}
+    classes = sorted(per_class)
+    class_shown = dict(zip(classes, hamilton([100 * per_class[c] / total for c in classes])))
+    expected = {}
+    for c in classes:  # within the class: each call rounded down, the largest remainders up to the class's figure
+        names = sorted((n for n in time if cls[n] == c), key=lambda n: -time[n])
+        tenths = {n: int(1000 * time[n] / total) for n in names}
+        up = round(class_shown[c] * 10) - sum(tenths.values())
+        for n in sorted(names, key=lambda n: -(1000 * time[n] / total - tenths[n]))[:up]:
+            tenths[n] += 1
+        expected.update({n: t / 10 for n, t in tenths.items()})
+    assert class_shown["memset"] == expected["cudaMemsetAsync"] == 1.6  # 480 calls, 1.55% of the API time
+    assert round(sum(expected.values()), 1) == 100.0
+    code, screen, err = run_cli("--store", str(tmp_path / "s"), "--width", "200", "analyze", str(path),
+                                "--rule", "api-share", "--set", "api-share.top=50")
+    assert code == 0, err
+    rows = dict(re.findall(r"│ +(\w+) +│ +\w+ +│ +[\d,]+ +│ +[\d.]+ +│ +(<?\d+\.\d)%", screen))
+    assert rows == {n: "<0.1" if v == 0 else f"{v:.1f}" for n, v in expected.items()}
+    classes_table = screen.split(" classes ")[1].split("top calls")[0]
+    table = dict(re.findall(r"│ +(\w+) +│ +[\d,]+ +│ +[\d.]+ +│ +(\d+\.\d)%", classes_table))
+    assert {c: float(table[c]) for c in classes} == class_shown
 
 
 def test_idle_time_between_two_streams_is_other_not_lost(tmp_path):

@@ -638,7 +638,7 @@ def _finding_panel(finding: Finding, width: int = 80, repeats: str | None = None
         parts.append(literal(f"(its {len(finding.items)} rows are in {repeats}'s table)", style="dim"))
     elif finding.items:
         columns = finding_columns(finding)
-        items = finding.items
+        items = items_as_shown(finding.items, columns)
         title = finding.items_title or None
         if columns and columns[0].key in MEMBER_KEYS:  # one row per rank: the worst
             worst = finding.worst.get("items")
@@ -712,18 +712,34 @@ def shown_figures(finding: Finding) -> list[tuple[str, str]]:
     return pairs
 
 
+def items_as_shown(items: list[dict], columns: list[Column]) -> list[dict]:
+    """``items`` with each share whose column declares the value it shows (``Column.shown``: rounded by the rule
+    within a whole of its own) replaced by that value (a :class:`~traceparse.figures.Bound` where it reads 0 of a
+    part more than none), for the screen and the HTML report; JSON keeps the exact shares."""
+    pairs = [(c.key, c.shown) for c in columns if c.shown]
+    if not pairs:
+        return items
+    return [{**item, **{key: share_as_shown(item.get(key), item.get(shown)) if item.get(shown) is not None
+                        else item.get(key) for key, shown in pairs}} for item in items]
+
+
 def table_shares(finding: Finding) -> dict[float, float]:
     """The shares of the finding's tables of shares of one whole that they show otherwise than rounded alone
     (:func:`~traceparse.figures.shares_shown`: so that they add up to 100), each with the value shown: a headline
     figure equal to one (api-share's launch share, a row of its classes table) shows the same, not 65.3% beside
     the table's 65.2%. A value two tables show differently is left out."""
-    tables = [[item.get(c.key) for item in finding.items] for c in finding_columns(finding) if c.unit == "pct"]
+    columns = finding_columns(finding)
+    shown: dict[float, float] = {}
+    for c in columns:  # shares the rule rounded itself: as it rounded them
+        if c.unit == "pct" and c.shown:
+            shown.update((item[c.key], share_as_shown(item[c.key], item[c.shown])) for item in finding.items
+                         if isinstance(item.get(c.key), float) and item.get(c.shown) is not None)
+    tables = [[item.get(c.key) for item in finding.items] for c in columns if c.unit == "pct" and not c.shown]
     for key, columns in finding.tables.items():
         data = finding.metrics.get(key)
         if isinstance(data, dict) and data:
             tables += [[row.get(c.key) if isinstance(row, dict) else None for row in data.values()]
                        for c in columns if c.unit == "pct"]
-    shown: dict[float, float] = {}
     apart: set[float] = set()
     for values in tables:
         for raw, adjusted in zip(values, shares_shown(values)):

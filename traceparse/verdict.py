@@ -74,19 +74,26 @@ def grade(value: float | None, *, warning: float | None = None, critical: float 
 class Column:
     """One declared column of a finding's items (or one headline figure): its key, its label, its unit.
 
-    ``unit`` is one of :data:`UNITS`.
+    ``unit`` is one of :data:`UNITS`. ``shown``: for a share, the key of each row's value as shown where the rule
+    rounded it within a whole of its own (:func:`traceparse.figures.shares_within`: an API call's share within its
+    class's), which the screen and the HTML report show instead of rounding ``key`` among the table's rows.
     """
 
     key: str
     label: str
     unit: str = "number"
+    shown: str | None = None
 
     def __post_init__(self):
         if self.unit not in UNITS:
             raise ValueError(f"column {self.key!r}: unit {self.unit!r} is not one of {', '.join(UNITS)}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The column as JSON gives it (``shown`` only where it is set)."""
+        data = asdict(self)
+        if data["shown"] is None:
+            del data["shown"]
+        return data
 
 
 def aggregated_note(ignored: int, what: str = "memcpy", timed: str = "copies") -> str:

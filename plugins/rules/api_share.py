@@ -32,7 +32,8 @@ allocation, other). HIP calls (ROCm builds of PyTorch write them under
 the same categories) have the same classes as their CUDA counterparts. A
 graph launch (``cudaGraphLaunch``, ``hipGraphLaunch``) is its own class:
 one call replays a whole captured graph of kernels. Items: the names with the most time: ``name``, ``class``, ``calls``,
-``time_ns``, ``share_pct``.
+``time_ns``, ``share_pct``, ``shown_pct`` (the share as the table shows it: every call's rounded within its
+class's share as shown, so that a class of one call and that call read the same).
 
 On a run, names and classes are merged across the ranks (one row each, its
 calls and time summed over the ranks): shares are of the run's total API
@@ -62,7 +63,7 @@ from traceparse import expr, measures
 from traceparse.measures.base import picked
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct, shares_shown
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, share_as_shown, shares_shown, shares_within
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
 from traceparse.verdict import aggregated_note
@@ -71,7 +72,7 @@ CLASSES = expr.API_CLASS_NAMES
 FIGURES = {"context_creation_ns": "ns", "startup_allocation_ns": "ns", "api_time_ns": "ns", "api_calls": "count", "api_names": "count",
            **{f"{c}_share_pct": "pct" for c in CLASSES}}
 COLUMNS = [Column("name", "name", "name"), Column("class", "class", "text"), Column("calls", "calls", "count"),
-           Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct")]
+           Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct", shown="shown_pct")]
 #: On a run, each call's ranks: on how many it was made, and its most loaded rank's time over the mean rank's.
 RUN_COLUMNS = [Column("ranks", "ranks", "count"), Column("rank_imbalance", "rank max/mean", "ratio")]
 TABLE = [Column("class", "class", "text"), Column("calls", "calls", "count"), Column("time_ns", "time", "ns"),
@@ -132,10 +133,18 @@ class ApiShare(Rule):
         per_class = {r["category"]: r for r in by_class.iter_rows(named=True)}
         classes = {c: {"calls": per_class.get(c, {}).get("calls", 0), "time_ns": per_class.get(c, {}).get("time_ns", 0),
                        "share_pct": expr.pct(per_class.get(c, {}).get("time_ns", 0), total)} for c in CLASSES}
+        # each share as its table shows it (rounded so that a table of one whole adds up to 100): the title, the
+        # sentence and the tables give one value, not "launch (88.1%)" over "launch 88.2%" and a row of 88.2%
+        class_shown = dict(zip(CLASSES, shares_shown([classes[c]["share_pct"] for c in CLASSES])))
+        # every call's share rounded within its class's as shown: a class of one call and that call read alike
+        # (memcpy 7.6% above its only call, cudaMemcpyAsync, at 7.7%), and the calls add up as the classes do
+        top = by_name.head(int(t["top"]))
+        shown = shares_within([expr.pct(x, total) for x in by_name["time_ns"]], by_name["class"].to_list(),
+                              class_shown)
         items = [{"name": r["name"], "class": r["class"], "calls": r["calls"], "time_ns": r["time_ns"],
-                  "share_pct": expr.pct(r["time_ns"], total),
+                  "share_pct": expr.pct(r["time_ns"], total), "shown_pct": _plain(seen),
                   **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
-                 for r in by_name.head(int(t["top"])).iter_rows(named=True)]
+                 for r, seen in zip(top.iter_rows(named=True), shown)]
         # the CUDA context is created by a process's first CUDA call, often a cudaMalloc: a one-off, not time lost
         # to allocating (a 5.5 s cudaMalloc in a program with 3.3 ms of GPU time was "allocation, 5.519 s lost")
         calls_classed = _classed_calls(trace.events)
@@ -154,13 +163,10 @@ class ApiShare(Rule):
         flagged = [c for c in CLASSES
                    if grade(expr.pct(steady[c], total), warning=t[f"{c}_warning_pct"]) != "info"
                    and steady[c] >= t["min_class_time_us"] * 1000]
-        # each share as its table shows it (rounded so that a table of one whole adds up to 100): the title, the
-        # sentence and the tables give one value, not "launch (88.1%)" over "launch 88.2%" and a row of 88.2%
-        class_shown = dict(zip(CLASSES, shares_shown([classes[c]["share_pct"] for c in CLASSES])))
         if total:
             ranked = sorted(CLASSES, key=lambda c: -classes[c]["time_ns"])
             over = f" over {trace_ranks(trace)} ranks" if run else ""
-            top_shown = shares_shown([item["share_pct"] for item in items])[0]
+            top_shown = share_as_shown(items[0]["share_pct"], items[0]["shown_pct"])
             message = (f"{fmt_count(calls, 'API call')} ({by_name.height:,} distinct) "
                        f"take{'s' if calls == 1 else ''} {fmt_ns(total)}{over}; "
                        + ", ".join(f"{c} {fmt_pct(class_shown[c])}" for c in ranked if classes[c]["time_ns"])
@@ -195,6 +201,11 @@ class ApiShare(Rule):
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items, items_title="top calls",
                         columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, tables={"classes": TABLE},
                         impact_ns=sum(steady[c] for c in flagged) if flagged else None)]
+
+
+def _plain(share):
+    """A share as shown, as JSON keeps it: a plain number (a :class:`~traceparse.figures.Bound` is its value)."""
+    return None if share is None else float(share)
 
 
 def _classed_calls(events) -> pl.DataFrame:

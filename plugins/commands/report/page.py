@@ -19,8 +19,8 @@ from typing import Any
 from traceparse.meta import RANK_HOSTS, hosts
 from traceparse.names import cut_apart, short_names
 from traceparse.report import (MEMBER_KEYS, TABLE_ROWS, category_share_shown, cut_left_out, dict_rows,
-                               finding_columns, fmt_ns, fmt_unit, fold_rows, fold_title, hosts_line, mean_of,
-                               shown_figures, spin_parts, spin_said)
+                               finding_columns, fmt_ns, fmt_unit, fold_rows, fold_title, hosts_line, items_as_shown,
+                               mean_of, shown_figures, spin_parts, spin_said)
 from traceparse.report import _format_column as screen_column, _numbers as screen_numbers
 from traceparse.rule import Finding
 from traceparse.verdict import Column, is_quiet
@@ -208,7 +208,8 @@ def finding_html(finding: Finding, index: int, rows: int | None = TABLE_ROWS) ->
     if finding.items:
         columns = finding_columns(finding)
         member = bool(columns) and columns[0].key in MEMBER_KEYS  # one row per rank or device
-        parts.append(folded_table_html(columns, finding.items, finding.items_title or None, rows if member else None,
+        parts.append(folded_table_html(columns, items_as_shown(finding.items, columns), finding.items_title or None,
+                                       rows if member else None,
                                        finding.worst.get("items")))
     if finding.suggestion:
         parts.append(f'<p class="suggestion">→ {esc(finding.suggestion)}</p>')
