@@ -124,13 +124,13 @@ def test_kernel_share_definition():
         (250, 300, 4, 9)
     assert f.items == [
         {"name": "softmax_warp_forward", "category": "reduction/softmax", "calls": 5, "time_ns": 100,
-         "share_pct": 40.0, "gpu_share_pct": round(100 * 100 / 300, 4)},
+         "share_pct": 40.0, "shown_pct": 40.0, "gpu_share_pct": round(100 * 100 / 300, 4)},
         {"name": "sgemm_128x64_nn", "category": "gemm", "calls": 2, "time_ns": 80,
-         "share_pct": 32.0, "gpu_share_pct": round(100 * 80 / 300, 4)},
+         "share_pct": 32.0, "shown_pct": 32.0, "gpu_share_pct": round(100 * 80 / 300, 4)},
         {"name": "ncclAllReduceRingLLKernel", "category": "communication", "calls": 1, "time_ns": 50,
-         "share_pct": 20.0, "gpu_share_pct": round(100 * 50 / 300, 4)},
+         "share_pct": 20.0, "shown_pct": 20.0, "gpu_share_pct": round(100 * 50 / 300, 4)},
         {"name": "relu_kernel", "category": "elementwise", "calls": 1, "time_ns": 20,
-         "share_pct": 8.0, "gpu_share_pct": round(100 * 20 / 300, 4)},
+         "share_pct": 8.0, "shown_pct": 8.0, "gpu_share_pct": round(100 * 20 / 300, 4)},
     ]
     assert f.metrics["categories"] == {
         "reduction/softmax": {"calls": 5, "time_ns": 100, "kernels": 1, "share_pct": 40.0},

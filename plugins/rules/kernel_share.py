@@ -4,7 +4,9 @@ Definition: kernels are grouped by name; for each, calls = sum of calls and
 time_ns = sum of duration_ns (so aggregated rows, e.g. nvprof summaries,
 count with their totals); share_pct = 100 × time_ns / total kernel time, and
 gpu_share_pct = 100 × time_ns / total GPU activity time (kernels, memcpy and
-memset: nvprof's "GPU activities" Time(%)). Items are sorted by time. Each
+memset: nvprof's "GPU activities" Time(%)); shown_pct is share_pct as the table shows it, rounded within its
+category's share as shown (so that a category of one kernel and that kernel read the same). Items are sorted by
+time. Each
 kernel also gets a category (convolution, gemm, attention, normalization,
 elementwise, ...: the kernel-category table in docs/rules.md), the first
 whose pattern matches its name (case-insensitive), and the
@@ -30,14 +32,14 @@ from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.run import rank_labels, trace_ranks
 from traceparse.trace import Trace
-from traceparse.figures import fmt_count, fmt_ns, fmt_pct, shares_shown
+from traceparse.figures import fmt_count, fmt_ns, fmt_pct, share_as_shown, shares_shown, shares_within
 
 FIGURES = {"kernel_time_ns": "ns", "gpu_time_ns": "ns", "kernels": "count", "calls": "count"}
 #: Screen labels where the key's words would read like another figure: distinct kernel names and their calls (launch-
 #: stats' "kernels" are calls).
 LABELS = {"kernels": "kernel names", "calls": "kernel calls"}
 COLUMNS = [Column("name", "name", "name"), Column("category", "category", "text"), Column("calls", "calls", "count"),
-           Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct"),
+           Column("time_ns", "time", "ns"), Column("share_pct", "share %", "pct", shown="shown_pct"),
            Column("gpu_share_pct", "GPU share %", "pct")]
 #: On a run, each row's ranks: on how many it ran, and its most loaded rank's time over the mean rank's.
 RUN_COLUMNS = [Column("ranks", "ranks", "count"), Column("rank_imbalance", "rank max/mean", "ratio")]
@@ -74,17 +76,22 @@ class KernelShare(Rule):
                        .join(by_name.group_by("category").agg(names=pl.len().cast(pl.Int64)), on="category",
                              how="left")
                        .sort(["time_ns", "category"], descending=[True, False], nulls_last=True))
-        items = [
-            {"name": r["name"], "category": r["category"], "calls": r["calls"], "time_ns": r["time_ns"],
-             "share_pct": expr.pct(r["time_ns"], total), "gpu_share_pct": expr.pct(r["time_ns"], gpu_ns),
-             **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
-            for r in by_name.head(int(t["top"])).iter_rows(named=True)
-        ]
         categories = {r["category"]: {"calls": r["calls"], "time_ns": r["time_ns"], "kernels": r["names"],
                                       "share_pct": expr.pct(r["time_ns"], total), **({"ranks": r["ranks"]} if run else {})}
                       for r in by_category.iter_rows(named=True)}
         # each category's share as the table shows it: rounded with the others, so that they add up to 100
         shown = dict(zip(categories, shares_shown([c["share_pct"] for c in categories.values()])))
+        # every kernel's share rounded within its category's as shown: a category of one kernel and that kernel
+        # read alike, and the kernels add up as the categories do
+        within = shares_within([expr.pct(x, total) for x in by_name["time_ns"]], by_name["category"].to_list(),
+                               shown)
+        items = [
+            {"name": r["name"], "category": r["category"], "calls": r["calls"], "time_ns": r["time_ns"],
+             "share_pct": expr.pct(r["time_ns"], total), "shown_pct": None if seen is None else float(seen),
+             "gpu_share_pct": expr.pct(r["time_ns"], gpu_ns),
+             **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
+            for r, seen in zip(by_name.head(int(t["top"])).iter_rows(named=True), within)
+        ]
         top = items[0] if items else None
         severity = grade(top["share_pct"] if top else None, warning=t["dominant_kernel_pct"])
         dominant = severity != "info"
@@ -100,7 +107,7 @@ class KernelShare(Rule):
             over = (f" over {n_ranks:,} ranks" if ran >= n_ranks else
                     f" over {ran:,} of {n_ranks:,} ranks (the others ran no kernel)") if run else ""
             message = (f"{kernels}, {fmt_ns(total)} of kernel time{over}; the top kernel takes "
-                       f"{fmt_pct(top['share_pct'])}; "
+                       f"{fmt_pct(share_as_shown(top['share_pct'], top['shown_pct']))}; "
                        f"{_category_phrase(lead['category'])} {fmt_pct(shown[lead['category']])}.")
         else:
             message = "No kernel time in this trace."
