@@ -114,9 +114,12 @@ def test_comm_overlap_sets_apart_the_kernels_waiting_for_a_later_rank(variant):
     assert {int(k): v["waiting_ns"] for k, v in f.metrics["ranks"].items()} == waited
     assert waited == {int(k): v["waited_ns"] for k, v in run_rule(trace, "stragglers").metrics["ranks"].items()}
     assert f.metrics["waiting_ns"] == sum(waited.values())
-    assert f.metrics["moving_overlap_pct"] > f.metrics["overlap_pct"] and f.severity == "info"
+    # the kernels' own work (their time less all their spinning) overlaps compute: no warning (the exact figure
+    # against the raw files: test_tracefuse_run's own-work test)
+    assert f.metrics["moving_overlap_pct"] >= 50 and f.severity == "info"
+    assert f.metrics["waiting_ns"] <= f.metrics["spin_ns"] <= f.metrics["comm_time_ns"]
     if variant == "slow_loader":
-        assert f.metrics["overlap_pct"] < 50  # what was graded before: a warning
+        assert f.metrics["overlap_pct"] < 50 < f.metrics["moving_overlap_pct"]  # graded before: a warning
         others = [v for r, v in waited.items() if r != SLOW_RANK]
         assert min(others) > 0.8 * 3 * TRUTH["sleep_ms"] * 1e6  # three steps of the sleep, on every other rank
 

@@ -868,6 +868,37 @@ def device_spin(events: Any) -> dict[Any, int]:
     return dict(shared(events, "device_spin", compute))
 
 
+def device_spin_split(events: Any) -> dict[Any, tuple[int, int]]:
+    """{member: (the time its communication kernels spin for a later rank's kernel, the part of it during which
+    its compute kernels run)}, each kernel's spin counted as its kernel's time is (summed over the kernels, not
+    their union): what comes off a member's communication time, and off the part of it that overlaps compute, to
+    leave the time the kernels do their own work and its overlap. {} as :func:`device_spin`'s. A spin that overlaps
+    compute is no work either: four real DDP ranks' kernels spun 150.8 of their 164.9 ms, 39 of it beside compute,
+    and the overlap of their own work read 81.7% where it was 30.8%."""
+    def compute() -> dict[Any, tuple[int, int]]:
+        waits = collective_waits(events, align_clocks=False)
+        if waits.height == 0 or waits["member"].n_unique() < 2:
+            return {}
+        busy = member_compute(events, waits)
+        if busy is None:
+            return {}
+        rows = spun(waits).filter(pl.col("wait_ns") > 0)
+        if rows.height == 0:
+            return {}
+        key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
+        offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows()) \
+            if "offset_ns" in rows.columns else {}
+        spins = rows.select(member=key, start_ns=pl.col("arrival_ns"), duration_ns=pl.col("wait_ns")).filter(
+            pl.col("start_ns").is_not_null())
+        moved = busy.with_columns(start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(
+            offsets, default=0, return_dtype=pl.Int64)))
+        spins = spins.with_columns(beside=intervals.overlap_with(spins, moved, ["member"]))
+        totals = spins.group_by("member").agg(pl.col("duration_ns").sum(), pl.col("beside").sum())
+        return {(None if m == _NO_RANK else m): (int(ns), int(beside)) for m, ns, beside in totals.iter_rows()}
+
+    return dict(shared(events, "device_spin_split", compute))
+
+
 def _whole(waits: pl.DataFrame) -> dict[Any, list[tuple[int, int]]]:
     """Each member's one window that holds all its waits, in its own clock (:func:`waiting_time`'s windows move by
     the member's ``offset_ns``): waits counted wherever they are, not only inside steps."""
