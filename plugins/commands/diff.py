@@ -382,6 +382,34 @@ def step_time_line(base: dict) -> str | None:
             f"{_pct(round(100.0 * (b - a) / a, 4) if a else None)})")
 
 
+#: The categories of host time (self time of operators, annotations and collective calls on host threads).
+HOST_CATEGORIES = ("communication", "annotation", "host op")
+
+
+def threads_line(base: dict, categories: pl.DataFrame) -> str | None:
+    """Where a category of host time per step is more than all the ranks' steps last, a line saying why: host
+    time is summed over each rank's threads, and a call on two threads at once counts twice (gloo runs its
+    collectives on threads of its own, several in flight: "communication 733.6 ms" a step of four ranks whose
+    steps last 137.1 ms). None where no category is so, or without per-step figures."""
+    if base.get("per") != "step":
+        return None
+    over = []
+    for key, label in (("a", "A"), ("b", "B")):
+        step, ranks = base.get(f"step_time_{key}_ns"), base.get(f"ranks_{key}") or 1
+        if not step:
+            continue
+        whole = step * ranks
+        for name, ns in categories.filter(pl.col("category").is_in(list(HOST_CATEGORIES))).select(
+                "category", f"time_{key}_ns").iter_rows():
+            if ns is not None and ns > whole:
+                steps = f"its {ranks:,} ranks' steps" if ranks > 1 else "its step"
+                over.append(f"{label}'s {name} {fmt_ns(ns)} a step, more than {steps} ({fmt_ns(whole)})")
+    if not over:
+        return None
+    return ("; ".join(over) + ": host time is summed over each rank's threads, and a call on two threads at once "
+            "counts twice (stragglers and critical-path count it once)")
+
+
 def unexplained_step_line(base: dict, totals: dict, grown: dict | None = None) -> str | None:
     """Where the step time changed by :data:`STEP_CHANGE_PCT` or more, a line saying where it went, unless the
     work diff compares (per rank) moved by half of that change or more; None otherwise.
@@ -605,6 +633,9 @@ def render(console, a: Trace, b: Trace, rows: pl.DataFrame, categories: pl.DataF
         return
     for part in fitted_table(CATEGORY_COLUMNS, categories.to_dicts(), width, title="by category"):
         console.print(part)
+    threads = threads_line(base, categories) if base else None
+    if threads:
+        console.print(literal(threads, style="yellow"))
     shown = rows.head(top).to_dicts()
     for r in shown:
         r["status"] = "" if r["status"] == "both" else r["status"]
@@ -702,7 +733,7 @@ class DiffCommand(Command):
             doc = {"a": _trace_ref(a), "b": _trace_ref(b), "differences": differ,
                    "basis": {k: v for k, v in base.items() if not k.startswith("divisor")},
                    "summary": totals, "categories": categories.to_dicts(), "rows": rows.to_dicts(),
-                   "step_time_unexplained": unexplained}
+                   "step_time_unexplained": unexplained, "host_over_steps": threads_line(base, categories)}
             self.print_json(doc)
             return 0
         render(session.out, a, b, rows, categories, totals, args.top, {**base, "step_time_unexplained": unexplained},
