@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,25 @@ def test_the_overlap_of_the_kernels_own_work_leaves_out_all_their_spinning(findi
     assert round(100 * overlapped / own, 1) == 30.8 and f["severity"] == "warning"
     assert f"Of the {fmt_ns(own)} the kernels do their own work" in f["message"]
     assert f"{fmt_pct(100 * overlapped / own)} overlaps compute." in f["message"]
+
+
+def test_the_step_table_keeps_every_start_whole_at_80_columns(ranks_dir, docs, tmp_path):
+    """At 80 columns the step table cut its start cells, each in its own unit: rank 0's steps started "135.2 …"
+    and then "47.39 …", which read as going backwards. Each time column now has one unit, in its header; the
+    starts (from the run's first event, from the raw files) read in order."""
+    store = str(tmp_path / "s")
+    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "tf4")
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "--width", "80", "analyze", "tf4", "--step", "all", "--rule",
+                             "gpu-idle")
+    assert code == 0, err
+    assert "…" not in out.split("top category")[1].split("──")[0].replace("communicati…", "")
+    rows = [(int(r), int(s), float(t)) for r, s, t in re.findall(r"^ +(\d) │ +(\d+) │ +([\d.]+) │", out, re.M)]
+    assert len(rows) == 12 and re.search(r"┃ start ┃ +time ┃", out) and re.search(r"┃ +\(ms\) ┃ +\(ms\) ┃", out)
+    # the run's ranks share one clock: every start is from the run's first timed event
+    origin = min(us_to_ns(e["ts"]) for events in docs.values() for e in events if e.get("ph") == "X")
+    for rank in range(4):
+        steps = sorted(us_to_ns(e["ts"]) for e in docs[rank] if e.get("ph") == "X"
+                       and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+        want = [round((ts - origin) / 1e6, 2) for ts in steps]
+        assert [t for r, _, t in rows if r == rank] == want

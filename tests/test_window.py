@@ -137,7 +137,9 @@ def test_step_all_prints_the_table_before_the_findings(store, fixtures_dir):
     header = next(i for i, line in enumerate(lines) if "GPU busy" in line and "top category" in line)
     finding = next(i for i, line in enumerate(lines) if "gpu-idle" in line)
     assert header < finding
-    assert re.search(r"│\s+1 │\s+0 ns │ .* │\s+\d+\.\d% │", out)  # step 1 starts the trace, busy with one decimal
+    # step 1 starts the trace, busy with one decimal; each time column in one unit, named in its header
+    assert re.search(r"^ step ┃ start \(ms\) ┃ time \(ms\) ┃ GPU busy of step ┃ idle \(ms\) ┃ top category", out, re.M)
+    assert re.search(r"^\s+1 │\s+0\.00 │ .* │\s+\d+\.\d% │", out, re.M)
 
 
 def test_the_step_tables_gpu_busy_says_it_is_of_the_step(store, fixtures_dir):
@@ -154,8 +156,8 @@ def test_the_step_tables_gpu_busy_says_it_is_of_the_step(store, fixtures_dir):
     assert of_step != of_span  # the two wholes give two figures here
     code, out, err = run_cli("--width", "120", "analyze", str(path), "--step", "all", "--rule", "gpu-idle")
     assert code == 0, err
-    assert re.search(r"┃ step ┃ +start ┃ +time ┃ GPU busy of step ┃ +idle ┃ top category ┃", out)
-    assert re.search(r"│ +1 │ +0 ns │ [^│]+│ +" + re.escape(of_step) + " │", out)
+    assert re.search(r"step ┃ start \(ms\) ┃ time \(ms\) ┃ GPU busy of step ┃ idle \(ms\) ┃ top category", out)
+    assert re.search(r"^ +1 │ +0\.00 │ [^│]+│ +" + re.escape(of_step) + " │", out, re.M)
     code, out, err = run_cli("--width", "120", "analyze", str(path), "--step", "1", "--rule", "gpu-idle")
     assert code == 0, err
     assert f"GPU busy     {of_span} of the GPU's span (first to last activity)" in out

@@ -16,11 +16,10 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.table import Table
-
 from traceparse.errors import InputError
-from traceparse.report import fmt_ns, fmt_pct
+from traceparse.report import fitted_table, fmt_ns
 from traceparse.text import literal
+from traceparse.verdict import Column
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -71,35 +70,30 @@ class View:
             console.print(literal(f"{w.get('label')}: {fmt_ns(inside)} analysed{' per rank' if len(per) > 1 else ''} "
                                   f"of {Path(_name(trace)).name}"), highlight=False)
         if self.steps:
-            console.print(steps_table(self.steps, self.origins, self.source))
+            for part in steps_table(self.steps, self.origins, self.source, console.width):
+                console.print(part)
 
 
-def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str | None = None) -> Table:
+def steps_table(rows: list[dict[str, Any]], origins: dict[str, int], source: str | None = None,
+                width: int = 80) -> list[Any]:
     """The per-step table: step, start (from the trace's start), time, GPU busy (of the step's time), idle, top kernel
-    category.
+    category, as renderables that fit ``width`` (:func:`traceparse.report.fitted_table`: each time column in one
+    unit, no figure ever cut: "135.2 …" above "47.39 …" read as starts going backwards).
 
     ``source`` (what marks the steps, as the summary says it) goes in the title.
     """
     ranks = any(r["rank"] is not None for r in rows)
     several = not ranks and len({r["trace"] for r in rows}) > 1
-    table = Table(title=f"steps ({source})" if source else "steps", title_justify="left")
-    if ranks or several:
-        table.add_column("rank" if ranks else "trace", justify="right" if ranks else "left", no_wrap=True)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("start", justify="right", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
+    first = ([Column("rank", "rank", "number")] if ranks else [Column("trace", "trace", "text")] if several else [])
     # of the step's time: not the summary's "GPU busy", which is of the GPU's span (first to last activity) inside it
-    table.add_column("GPU busy of step", justify="right", no_wrap=True)
-    table.add_column("idle", justify="right", no_wrap=True)
-    table.add_column("top category", no_wrap=True)
-    for r in rows:
-        busy = fmt_pct(r["gpu_busy_pct"])
-        since = r["start_ns"] - origins.get(r["trace"] or "", r["start_ns"])
-        cells = [str(r["step"]), fmt_ns(since), fmt_ns(r["dur_ns"]), busy, fmt_ns(r["idle_ns"]),
-                 r["top_category"] or "-"]
-        first = [str(r["rank"])] if ranks else [str(r["trace"])[:8]] if several else []
-        table.add_row(*map(literal, first), *map(literal, cells))
-    return table
+    columns = [*first, Column("step", "step", "number"), Column("start_ns", "start", "ns"),
+               Column("dur_ns", "time", "ns"), Column("gpu_busy_pct", "GPU busy of step", "pct"),
+               Column("idle_ns", "idle", "ns"), Column("top_category", "top category", "text")]
+    table = [{"rank": r["rank"], "trace": str(r["trace"])[:8], "step": r["step"],
+              "start_ns": r["start_ns"] - origins.get(r["trace"] or "", r["start_ns"]), "dur_ns": r["dur_ns"],
+              "gpu_busy_pct": r["gpu_busy_pct"], "idle_ns": r["idle_ns"], "top_category": r["top_category"] or "-"}
+             for r in rows]
+    return fitted_table(columns, table, width, title=f"steps ({source})" if source else "steps")
 
 
 def apply(args: argparse.Namespace, traces: list) -> View:
