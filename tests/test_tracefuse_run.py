@@ -207,3 +207,22 @@ def test_the_step_table_keeps_every_start_whole_at_80_columns(ranks_dir, docs, t
                        and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
         want = [round((ts - origin) / 1e6, 2) for ts in steps]
         assert [t for r, _, t in rows if r == rank] == want
+
+
+def test_skipped_copies_are_counted_with_separators_and_their_host_device_part(ranks_dir, docs, tmp_path):
+    """ROCm's copies carry no size: low-memcpy-throughput said "3906 copies skipped" beside pageable-memcpy's "42
+    host-device copies": both true (every copy against the host-device ones), but the first read as a count of
+    host-device copies, without a thousands separator. Counted here in the raw files."""
+    copies = [e["name"] for events in docs.values() for e in events
+              if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy"]
+    host = sum(1 for name in copies if "HtoD" in name or "DtoH" in name)
+    assert (len(copies), host) == (3_906, 42)
+    store = str(tmp_path / "s")
+    code, _, err = run_cli("--store", store, "ingest", "-q", str(ranks_dir), "--run", "tf4")
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "analyze", "tf4", "--json", "--rule", "low-memcpy-throughput")
+    assert code == 0, err
+    (f,) = json.loads(out)["findings"]
+    assert f["metrics"]["skipped_copies"] == len(copies)
+    assert (f"{len(copies):,} copies skipped ({host} of them host-device): direction, size or duration unknown."
+            in f["message"])

@@ -49,7 +49,7 @@ from traceparse import measures
 from traceparse.catalog import gpu_for_trace
 from traceparse.expr import HOST_DEVICE, gbps, pct
 from traceparse.errors import spelled
-from traceparse.figures import fmt_bytes, fmt_ns, fmt_number, fmt_pct
+from traceparse.figures import fmt_bytes, fmt_count, fmt_ns, fmt_number, fmt_pct
 from traceparse.plugins import hookimpl
 from traceparse.rule import Column, Finding, Rule, RuleOptions, grade
 from traceparse.trace import Trace
@@ -150,7 +150,10 @@ class LowMemcpyThroughput(Rule):
                 dram_part = f"; no DRAM peak: {dram_source}."
             message += f" Device-to-device copies: {fmt_number(dtod['achieved_gbps'])} GB/s" + dram_part
         if skipped:
-            message += f" {skipped} copies skipped: direction, size or duration unknown."
+            host_skipped = int(copies.filter(~usable & pl.col("copy_kind").is_in(HOST_DEVICE))["copies"].sum() or 0)
+            of_host = f" ({host_skipped:,} of them host-device)" if host_skipped and host_skipped < skipped else ""
+            message += (f" {fmt_count(skipped, 'copy', 'copies')} skipped{of_host}: direction, size or duration "
+                        "unknown.")
         message += aggregated_note(ignored_aggregated)
         suggestion = ""
         if severity != "info":
