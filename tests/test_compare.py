@@ -410,3 +410,31 @@ def test_a_kind_no_trace_recorded_is_said_not_recorded(tmp_path):
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert (rows[0]["metrics"]["gpu_ns"], rows[0]["metrics"]["api_ns"] > 0) == (None, True)
+
+
+def test_a_runs_kernel_categories_read_as_analyze_shows_them(tmp_path):
+    """The nsys NCCL run's communication is 87.96% of its kernel time: analyze's summary and kernel-share show
+    87.9% (rounded with the other categories so that they add up to 100), compare showed 88.0%. Both now show the
+    figure the categories' largest-remainder rounding gives (helpers.hamilton, from compare's exact shares)."""
+    from helpers import hamilton
+
+    store = str(tmp_path / "s")
+    code, _, err = run_cli("--store", store, "-q", "ingest", str(FIXTURES / "nsys" / "nccl_run" / "ranks"),
+                           "--run", "nsysr")
+    assert code == 0, err
+    code, out, err = run_cli("--store", store, "compare", "nsysr", "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)["rows"]
+    exact = row["metrics"]["category_pct"]
+    shown = dict(zip(exact, hamilton([exact[c] for c in exact])))
+    assert round(exact["communication"], 2) == 87.96 and shown["communication"] == 87.9
+    code, screen, err = run_cli("--store", store, "--width", "200", "compare", "nsysr")
+    assert code == 0, err
+    lines = screen.splitlines()
+    at = next(i for i, line in enumerate(lines) if "communication" in line and "gemm" in line)
+    header, values = lines[at], next(line for line in lines[at:] if line.strip().startswith("rank*"))
+    cells = dict(zip(header.split()[1:], re.findall(r"<0\.1|\d+\.\d", values)))  # after "trace"
+    assert float(cells["communication"]) == shown["communication"] and float(cells["gemm"]) == shown["gemm"]
+    code, out, err = run_cli("--store", store, "analyze", "nsysr", "--json", "--rule", "kernel-share")
+    top = {c["category"]: c["shown_pct"] for c in json.loads(out)["summary"][0]["top_categories"]}
+    assert top["communication"] == shown["communication"]

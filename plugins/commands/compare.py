@@ -58,7 +58,7 @@ from rich.text import Text
 from traceparse import expr, measures
 from traceparse.command import Command
 from traceparse.errors import InputError
-from traceparse.figures import fmt_pct
+from traceparse.figures import fmt_pct, shares_shown
 from traceparse.plugins import hookimpl
 from traceparse.report import _format_column, fitted_table, trace_label
 from traceparse.run import trace_ranks
@@ -330,8 +330,10 @@ def render(console, rows: list[dict], by: str | None, series: str | None = None)
                 [[r["metrics"][k] for k in ("overlap_pct", "concurrency_pct", "idle_pct")] for r in rows])
     categories = _union(r["metrics"]["category_pct"] for r in rows)
     if categories:
+        # each trace's categories rounded together, as analyze's summary and kernel-share show them (87.96% is
+        # 87.9% where the categories add up to 100, not 88.0% here and 87.9% there)
         _bar_tables(console, "share of kernel time by kernel category, %", first, labels, categories,
-                    [[r["metrics"]["category_pct"].get(c) for c in categories] for r in rows])
+                    [shares_shown([r["metrics"]["category_pct"].get(c) for c in categories]) for r in rows])
     kernel_patterns = list(rows[0]["metrics"]["kernel_pattern_pct"]) if rows else []
     api_patterns = list(rows[0]["metrics"]["api_pattern_pct"]) if rows else []
     if kernel_patterns or api_patterns:
