@@ -302,3 +302,34 @@ def test_a_routine_leading_over_the_top_level_timer_gets_no_such_note():
     (trace,) = read_paths([FIXTURES / "tau" / "real" / "pprof" / "taustubs-matmult-pprof-s.txt"])
     (hot,) = [f for f in analyze(trace, rules=["hotspots"]) if f.title.startswith("Hotspots: routines")]
     assert hot.items[0]["name"] == "compute" and "no instrumented routine" not in hot.message
+
+
+def test_a_folder_of_mpi_ranks_profiles_is_a_run_of_a_rank_per_node(tmp_path):
+    """``ingest cpi-mpi --run cpi``: the folder's four files are MPI ranks 0-3 (profile.N.0.0, node N), but the
+    folder was one trace and the run had one rank ("world size 1 (1 ranks stored)", beside "12 routines on 4
+    threads of 4 processes"). A run of it now has a rank per node, each read from its own file and given its
+    rank by it; the routines' time is the files' (exclusive time, in microseconds, read here from the raw rows)."""
+    import re
+
+    excl = {}
+    for node in range(4):
+        for line in (CPI / f"profile.{node}.0.0").read_text().splitlines():
+            m = re.match(r'^"MPI_File_open\(\)\s*" \d+ \d+ (\S+) ', line)
+            if m:
+                excl[node] = float(m.group(1))
+    assert sorted(excl) == [0, 1, 2, 3]
+    store = str(tmp_path / "s")
+    code, out, err = run_cli("--store", store, "ingest", str(CPI), "--run", "cpi", "--json")
+    assert code == 0, err
+    (run,) = json.loads(out)["runs"]
+    assert run["world_size"] == 4 and run["rank_from"] == {str(n): "trace" for n in range(4)}
+    assert run["source_paths"] == {str(n): [str(CPI / f"profile.{n}.0.0")] for n in range(4)}
+    code, out, err = run_cli("--store", store, "analyze", "cpi", "--json", "--rule", "hotspots")
+    assert code == 0, err
+    f = next(f for f in json.loads(out)["findings"] if f["rule"] == "hotspots")
+    item = next(i for i in f["items"] if i["name"] == "MPI_File_open()")
+    assert item["calls"] == 4 and item["time_ns"] == round(sum(excl.values()) * 1000)
+    code, out, err = run_cli("--store", store, "ingest", str(CPI), "--json")  # without --run: one trace, as before
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["traces"]) == 1 and not doc.get("runs")

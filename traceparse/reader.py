@@ -104,6 +104,13 @@ class Reader:
         """
         return [[p] for p in paths]
 
+    def ranks(self, group: list[Path]) -> list[list[Path]]:
+        """The ranks in one trace's files (one group from :meth:`group`), where the user asks for a run of them
+        (``ingest DIR --run NAME``): one list of paths per rank, each read as a trace of its own. Default: the
+        group is one rank's. A format that keeps a whole job's processes in one folder (TAU's
+        ``profile.N.C.T``, a file per node) splits it here, so that a run of it has a rank per process."""
+        return [group]
+
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         """Read one trace from ``paths`` (one group from :meth:`group`).
 

@@ -295,7 +295,8 @@ def plan_run(paths: list[Path], fmt: str = "auto", reg: Registry | None = None,
     if len(formats) > 1:
         (a, pa), (b, pb) = list(formats.items())[:2]
         raise InputError(f"{pb}: mixed formats in one run: {pa.name} is {a}, {pb.name} is {b}")
-    return [(reader.name, group) for reader, group in groups]
+    # a format that keeps a job's processes in one trace's files splits them into ranks (TAU: a file per node)
+    return [(reader.name, part) for reader, group in groups for part in reader.ranks(group)]
 
 
 def not_traces(entries: list[Path], reg: Registry) -> list[Path]:

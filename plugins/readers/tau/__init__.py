@@ -72,6 +72,17 @@ class TauReader(Reader):
                 out.append([p])
         return out
 
+    def ranks(self, group: list[Path]) -> list[list[Path]]:
+        """A run of one folder's profiles (``ingest DIR --run NAME``): a rank per node, ``N`` of
+        ``profile.N.C.T`` (MPI writes one node per rank), each with its contexts, threads and metric folders."""
+        nodes: dict[int, list[Path]] = {}
+        for path in group:
+            match = PROFILE_NAME.match(path.name)
+            if match is None:  # a merged XML, a packed profile: one file of every node, not split
+                return [group]
+            nodes.setdefault(int(match.group(1)), []).append(path)
+        return [nodes[n] for n in sorted(nodes)] if len(nodes) > 1 else [group]
+
     def read(self, paths: list[Path], options: ReadOptions) -> Trace:
         from . import events
         from .packed import read_packed
