@@ -226,3 +226,16 @@ def test_skipped_copies_are_counted_with_separators_and_their_host_device_part(r
     assert f["metrics"]["skipped_copies"] == len(copies)
     assert (f"{len(copies):,} copies skipped ({host} of them host-device): direction, size or duration unknown."
             in f["message"])
+
+
+def test_the_rank_with_the_most_gpu_work_is_not_called_the_slowest(ranks_dir, tmp_path):
+    """rank-balance's "slowest rank 0" (the most GPU work) read in the HTML report beside stragglers' rank 3,
+    which the others wait for while its GPU does the least work. Its figures read "most GPU work" now."""
+    import traceparse
+    from traceparse.report import shown_figures
+
+    run = traceparse.load(ranks_dir, store=tmp_path / "api")
+    found = {f.rule: f for f in traceparse.analyze(run, rules=["rank-balance", "stragglers"])}
+    figures = dict(shown_figures(found["rank-balance"]))
+    assert (figures["most GPU work"], figures["least GPU work"]) == ("0", "3")
+    assert "slowest rank" not in figures and found["stragglers"].metrics["straggler_rank"] == 3

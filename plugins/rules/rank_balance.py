@@ -56,6 +56,9 @@ from traceparse.trace import Trace
 PARTS = ("compute", "comm_exposed", "memcpy", "idle")
 FIGURES = {"imbalance": "ratio", "slowest_rank": "number", "fastest_rank": "number", "compute_ns": "ns",
            "comm_exposed_ns": "ns", "memcpy_ns": "ns", "idle_ns": "ns"}
+#: The ranks with the most and the least GPU work, not the slowest and fastest steps: "slowest rank 0" read beside
+#: stragglers' rank 3, whose late arrival the others wait for while its GPU does less.
+LABELS = {"slowest_rank": "most GPU work", "fastest_rank": "least GPU work"}
 COLUMNS = [Column("rank", "rank / device", "number"), Column("span_ns", "span", "ns"),
            Column("compute_ns", "compute", "ns"), Column("memcpy_ns", "memcpy", "ns"), Column("work_ns", "work", "ns"),
            Column("comm_exposed_ns", "exposed comm", "ns"), Column("idle_ns", "idle", "ns"),
@@ -172,6 +175,7 @@ class RankBalance(Rule):
                       f"{label}." if severity != "info" else "")
         return [Finding(self.name, severity, "Ranks unevenly busy" if severity != "info" else "Rank time breakdown",
                         message, suggestion, metrics=metrics, items=items, columns=COLUMNS, figures=FIGURES,
+                        labels=LABELS,
                         # ranks alike in work: a folded table keeps the most idle (a straggler's peers wait)
                         worst={"items": "idle_ns"} if even else {},
                         # one per-rank table: the items (ranks is JSON's)
