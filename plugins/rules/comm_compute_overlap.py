@@ -23,9 +23,10 @@ per rank in
 ``ranks`` and the items. ``moving_overlap_pct`` = 100 × (overlapped − spin beside compute) / (communication time
 − spin): the overlap of the time the kernels do their own work, where the spin is all of the kernels' spinning
 (``spin_ns``: each kernel's, summed as the communication time is), beside compute or not, and the spin beside
-compute the part of it while compute kernels run. Four real DDP ranks' kernels spun 150.8 of their 164.9 ms,
-39 ms of it beside compute: their own work overlaps 30.8%, not the 81.7% of taking off the exposed spin alone. The time at stake (``impact_ns``) is the exposed
-communication less the waiting; the severity grades ``moving_overlap_pct`` where there is waiting, else
+compute the part of it while compute kernels run. Four real DDP ranks' RCCL kernels (AMD GPUs) spun 150.8 of
+their 164.9 ms, 39 ms of it beside compute: their own work overlaps 30.8%, not the 81.7% of taking off the exposed
+spin alone. The time at stake (``impact_ns``) is the exposed communication less the waiting; the severity
+grades ``moving_overlap_pct`` where there is waiting, else
 ``overlap_pct``. Where a member lost its collectives' kernels (a rank cut short, or one whose GPU activities were
 not recorded: stragglers leaves it out of the arrivals), its waits are unknown and so are the others' waits for it:
 the waiting is a floor, the time at stake is None (not the exposed time less a floor: Megatron's tensor-parallel
