@@ -142,7 +142,7 @@ class ApiShare(Rule):
         shown = shares_within([expr.pct(x, total) for x in by_name["time_ns"]], by_name["class"].to_list(),
                               class_shown)
         items = [{"name": r["name"], "class": r["class"], "calls": r["calls"], "time_ns": r["time_ns"],
-                  "share_pct": expr.pct(r["time_ns"], total), "shown_pct": _plain(seen),
+                  "share_pct": expr.pct(r["time_ns"], total), "shown_pct": None if seen is None else float(seen),
                   **({"ranks": r["ranks"], "rank_imbalance": r["rank_imbalance"]} if run else {})}
                  for r, seen in zip(top.iter_rows(named=True), shown)]
         # the CUDA context is created by a process's first CUDA call, often a cudaMalloc: a one-off, not time lost
@@ -201,11 +201,6 @@ class ApiShare(Rule):
                         message, " ".join(SUGGESTIONS[c] for c in flagged), metrics=metrics, items=items, items_title="top calls",
                         columns=COLUMNS + (RUN_COLUMNS if run else []), figures=FIGURES, tables={"classes": TABLE},
                         impact_ns=sum(steady[c] for c in flagged) if flagged else None)]
-
-
-def _plain(share):
-    """A share as shown, as JSON keeps it: a plain number (a :class:`~traceparse.figures.Bound` is its value)."""
-    return None if share is None else float(share)
 
 
 def _classed_calls(events) -> pl.DataFrame:

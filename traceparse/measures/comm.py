@@ -886,13 +886,10 @@ def device_spin_split(events: Any) -> dict[Any, tuple[int, int]]:
         if rows.height == 0:
             return {}
         key = pl.col("member").fill_null(_NO_RANK).cast(pl.Int32)
-        offsets = dict(rows.select(key.alias("m"), pl.col("offset_ns").fill_null(0)).unique("m").iter_rows()) \
-            if "offset_ns" in rows.columns else {}
+        offsets, _ = _step_cover(rows, {})
         spins = rows.select(member=key, start_ns=pl.col("arrival_ns"), duration_ns=pl.col("wait_ns")).filter(
             pl.col("start_ns").is_not_null())
-        moved = busy.with_columns(start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(
-            offsets, default=0, return_dtype=pl.Int64)))
-        spins = spins.with_columns(beside=intervals.overlap_with(spins, moved, ["member"]))
+        spins = spins.with_columns(beside=intervals.overlap_with(spins, _on_waits_clock(busy, offsets), ["member"]))
         totals = spins.group_by("member").agg(pl.col("duration_ns").sum(), pl.col("beside").sum())
         return {(None if m == _NO_RANK else m): (int(ns), int(beside)) for m, ns, beside in totals.iter_rows()}
 
@@ -959,15 +956,20 @@ def waiting_time(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]],
     if device and busy is not None and busy.height:
         # |waits ∩ steps ∩ compute| by inclusion-exclusion over union lengths (A waits, W steps, B compute)
         a, w = spans, cover
-        b = busy.filter(pl.col("member").is_in(a["member"].unique().implode())).with_columns(
-            start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(offsets, default=0,
-                                                                                 return_dtype=pl.Int64)))
+        b = _on_waits_clock(busy.filter(pl.col("member").is_in(a["member"].unique().implode())), offsets)
         n = [_union_lengths(*f) for f in ((a,), (w,), (b,), (a, w), (a, b), (w, b), (a, w, b))]
         covered = {m: n[0].get(m, 0) + n[1].get(m, 0) + n[2].get(m, 0) - n[3].get(m, 0) - n[4].get(m, 0)
                    - n[5].get(m, 0) + n[6].get(m, 0) for m in n[0]}
         out = out.with_columns(waited_ns=pl.col("waited_ns") - pl.col("member").replace_strict(
             covered, default=0, return_dtype=pl.Int64))
     return out.with_columns(member=pl.when(pl.col("member") != _NO_RANK).then(pl.col("member")))
+
+
+def _on_waits_clock(busy: pl.DataFrame, offsets: dict[int, int]) -> pl.DataFrame:
+    """``busy`` (:func:`member_compute`'s intervals) moved onto the clock of the waits, each member by its
+    ``offsets`` (:func:`_step_cover`'s)."""
+    return busy.with_columns(start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(
+        offsets, default=0, return_dtype=pl.Int64)))
 
 
 def _step_cover(rows: pl.DataFrame, windows: dict[Any, list[tuple[int, int]]]) -> tuple[dict[int, int], pl.DataFrame]:
@@ -1015,8 +1017,7 @@ def waiting_by_instance(waits: pl.DataFrame, windows: dict[Any, list[tuple[int, 
     if device and busy is not None and busy.height:
         # a device wait counts where its compute kernels run nothing: |piece ∩ steps \ busy| =
         # |piece ∩ (steps ∪ busy)| - |piece ∩ busy|, so that a member's pieces add up to waiting_time's figure
-        b = busy.with_columns(start_ns=_moved(pl.col("start_ns"), pl.col("member").replace_strict(
-            offsets, default=0, return_dtype=pl.Int64)))
+        b = _on_waits_clock(busy, offsets)
         either = pl.concat([cover, b.select(cover.columns).cast(cover.schema)])
         inside = intervals.overlap_with(spans, either, ["member"]) - intervals.overlap_with(spans, b, ["member"])
     pieces = pieces.with_columns(inside.alias("waited_ns"))
