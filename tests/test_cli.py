@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -115,3 +118,35 @@ def test_the_listings_print_plugins_text_literally():
     assert any("traceparse[ncu]" in line for line in lines)
     code, out, _ = run_cli("--width", "400", "rules")
     assert code == 0 and "\\n" not in out  # one threshold a line, not a visible "\n"
+
+
+_ALLOCATOR_PROBE = """
+import os, sys
+import traceparse.cli as cli
+sys.argv = ["traceparse", "--version"]
+cli.main()
+print("polars loaded:", "polars" in sys.modules)
+print("setting:", os.environ.get("_RJEM_MALLOC_CONF"))
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "dirty_decay_ms:-1,muzzy_decay_ms:-1"),
+                                             ("narenas:1", "narenas:1")])
+def test_a_command_process_keeps_freed_pages_unless_the_user_said_otherwise(given, expected):
+    """The console script sets jemalloc's decay for its own process before polars is loaded; a user's setting
+    stays as it is."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if given is not None:
+        env["_RJEM_MALLOC_CONF"] = given
+    out = subprocess.run([sys.executable, "-c", _ALLOCATOR_PROBE], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[1:] == ["polars loaded: False", f"setting: {expected}"]
+
+
+def test_a_callers_main_leaves_the_allocator_as_it_is(monkeypatch, capsys):
+    """``main([...])`` (a test, a notebook) is not the process's own command: its environment is not touched."""
+    from traceparse.cli import main
+
+    monkeypatch.delenv("_RJEM_MALLOC_CONF", raising=False)
+    assert main(["--version"]) == 0
+    assert "_RJEM_MALLOC_CONF" not in os.environ
