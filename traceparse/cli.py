@@ -120,7 +120,7 @@ _GC_THRESHOLD = 20_000
 #: them back to the system after a few seconds, to be faulted in and zeroed again. Every command is a short
 #: process, so nothing is held past its end. Measured on the 2-core box, alternating, 3 rounds (2026-12-02):
 #: ingest of 8 ranks of the 139 MB trace 9.78 -> 8.93 s, analyze of them 17.8 -> 16.4 s (sys 8.3 -> 7.1 s), at
-#: 1.03x and 1.11x the peak memory; one trace's ingest and analyze unchanged. Other allocators ignore it.
+#: 1.03x and 1.12x the peak memory; one trace's ingest and analyze unchanged. Other allocators ignore it.
 ALLOCATOR_SETTING = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:-1,muzzy_decay_ms:-1")
 
 
